@@ -1,0 +1,106 @@
+// The discrete-event simulator, full validation and the exporters.
+//
+// Semantics (docs: ARCHITECTURE.md "Simulation semantics"):
+// - Each rank runs its compute actions strictly in list order; an action
+//   starts when the rank is free and every input it needs has arrived.
+// - F(s,j) needs F(s-1,j); I/B(s,j) needs I/B(s+1,j) (F(s,j) on the last
+//   stage); W(s,j) needs I(s,j).
+// - A hand-over that crosses ranks arrives comm + bytes/bandwidth after its
+//   producer ends (after its SEND, in a lowered schedule, whose consumer also
+//   needs the RECV posted earlier in its own list). Sends never block and
+//   communication takes no compute time.
+// - Memory in units of M_B (one microbatch's activations through a whole
+//   rank): F adds 1/v; I frees (1-r)/v; W frees r/v; B frees 1/v, where
+//   r = M_W/M_B.
+#ifndef BATON_SIM_H_
+#define BATON_SIM_H_
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "baton/schedule.h"
+
+namespace baton {
+
+// Compute cost of one microbatch. In SimOptions::costs: through all of a
+// rank's layers (a chunk costs 1/v of it); in stage_costs: through one stage.
+// B costs backward_input + backward_weight.
+struct Costs {
+  double forward = 1.0;
+  double backward_input = 1.0;
+  double backward_weight = 1.0;
+};
+
+struct SimOptions {
+  Costs costs;                     // per rank, whole rank; default F = I = W = 1
+  std::vector<Costs> stage_costs;  // empty, or one per stage (overrides `costs`)
+  double comm = 0.0;               // latency of one message, time units
+  double bandwidth = 0.0;          // bytes per time unit; 0 = bytes cost nothing
+  double message_bytes = 0.0;      // bytes of one activation / gradient message
+  double weight_memory_ratio = 0.5;      // M_W / M_B, in [0, 1]
+  double microbatch_memory_bytes = 0.0;  // M_B in bytes; 0 = report units only
+  bool record_timeline = true;           // keep every action's start/end
+};
+
+// One executed compute action.
+struct TimedAction {
+  Action action;
+  double start = 0.0;
+  double end = 0.0;
+};
+
+struct RankResult {
+  int rank = 0;
+  double start = 0.0;        // first compute action's start
+  double end = 0.0;          // last compute action's end
+  double busy = 0.0;         // sum of compute durations
+  double span = 0.0;         // end - start
+  double peak_memory = 0.0;  // units of M_B
+  double peak_memory_bytes = 0.0;  // peak_memory x M_B bytes (0 if not given)
+  std::vector<int> stages;          // stages held by this rank, ascending
+  std::vector<int> peak_in_flight;  // per entry of `stages`: most microbatches
+                                    // forwarded but not yet released (B or W)
+};
+
+struct SimResult {
+  std::string schedule;
+  int ranks = 0;
+  int microbatches = 0;
+  int chunks = 0;
+  double makespan = 0.0;          // max_r end_r
+  double bubble_rate = 0.0;       // 1 - sum busy / (ranks x makespan)
+  double span_bubble_rate = 0.0;  // 1 - sum busy / (ranks x max_r span_r)
+  std::vector<RankResult> per_rank;
+  std::vector<std::vector<TimedAction>> timeline;  // per rank, if recorded
+};
+
+// Simulates a schedule in either form. REQUIRES: CheckStructure() passed (it
+// is not re-run here). Throws ScheduleError if the schedule cannot finish,
+// naming each stuck rank's position, action and what it waits for, with the
+// grid; or if the options are out of range.
+SimResult Simulate(const Schedule& schedule, const SimOptions& options = {});
+
+// CheckStructure() and a dependency check (a simulation with unit costs):
+// throws ScheduleError for anything that would stop the schedule finishing.
+void Validate(const Schedule& schedule);
+
+// ---- Exporters ----
+// Chrome Trace Event JSON (Perfetto, chrome://tracing): one process per rank,
+// compute actions as complete ("X") events named "F", "B", "I", "W" with
+// stage and microbatch in args. One time unit is written as `us_per_unit`
+// microseconds.
+void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_unit = 1000.0);
+
+// SVG picture of the timeline: ranks as rows, time left to right, one colour
+// per kind, microbatch numbers in the boxes, a title with the metrics.
+void WriteSvg(const SimResult& result, std::ostream& out);
+
+// Machine-readable summary with keys schedule, ranks, microbatches, chunks,
+// makespan, bubble_rate, span_bubble_rate, ranks_detail[{rank, start, end,
+// busy, span, peak_memory, peak_in_flight}].
+std::string ToJson(const SimResult& result);
+
+}  // namespace baton
+
+#endif  // BATON_SIM_H_

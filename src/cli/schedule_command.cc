@@ -1,0 +1,94 @@
+// `baton schedule show|export|check`: look at, convert and check schedules.
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "baton/error.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+#include "commands.h"
+
+namespace baton {
+namespace {
+
+struct ScheduleFlags {
+  std::string schedule;
+  int ranks = 0;
+  int microbatches = 0;
+  int chunks = 0;
+  bool lowered = false;
+  std::string form = "compute_only";
+  std::string output = "-";
+};
+
+// Generators get defaults (4 ranks, 8 microbatches); a file keeps its own.
+Schedule Load(const ScheduleFlags& f) {
+  const auto& names = GeneratorNames();
+  const bool generator = std::find(names.begin(), names.end(), f.schedule) != names.end();
+  const int ranks = generator && f.ranks == 0 ? 4 : f.ranks;
+  const int microbatches = generator && f.microbatches == 0 ? 8 : f.microbatches;
+  Schedule s = LoadSchedule(f.schedule, ranks, microbatches, f.chunks);
+  Validate(s);
+  return s;
+}
+
+std::string Summary(const Schedule& s) {
+  return fmt::format("{}: {} ranks, {} stages ({} per rank), {} microbatches, {} actions, {} form", s.name, s.ranks,
+                     s.stages, s.chunks(), s.microbatches, s.CountActions(),
+                     s.IsLowered() ? "compute_comms" : "compute_only");
+}
+
+void AddCommonOptions(CLI::App* cmd, ScheduleFlags& f) {
+  cmd->add_option("schedule", f.schedule, "generator name or CSV schedule file")->required();
+  cmd->add_option("-p,--ranks", f.ranks, "pipeline ranks (generators: default 4; files: must match)");
+  cmd->add_option("-m,--microbatches", f.microbatches, "microbatches (generators: default 8; files: must match)");
+  cmd->add_option("-v,--chunks", f.chunks, "stages per rank (default: the schedule's own)");
+}
+
+}  // namespace
+
+void AddScheduleCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("schedule", "Show, export or check a schedule");
+  cmd->require_subcommand(1);
+
+  auto show = std::make_shared<ScheduleFlags>();
+  CLI::App* show_cmd = cmd->add_subcommand("show", "Print the rank x step grid");
+  AddCommonOptions(show_cmd, *show);
+  show_cmd->add_flag("--lowered", show->lowered, "show the lowered form, with SEND/RECV actions");
+  show_cmd->callback([show] {
+    Schedule s = Load(*show);
+    if (show->lowered) s = Lower(s);
+    std::cout << Summary(s) << "\n\n" << FormatGrid(s);
+  });
+
+  auto exp = std::make_shared<ScheduleFlags>();
+  CLI::App* export_cmd = cmd->add_subcommand("export", "Write the schedule as CSV (PyTorch-compatible)");
+  AddCommonOptions(export_cmd, *exp);
+  export_cmd->add_option("--form", exp->form, "compute_only (F/B/I/W) or compute_comms (with SEND/RECV)")
+      ->check(CLI::IsMember({"compute_only", "compute_comms"}));
+  export_cmd->add_option("-o,--output", exp->output, "output file ('-' = standard output)");
+  export_cmd->callback([exp] {
+    Schedule s = Load(*exp);
+    s = exp->form == "compute_comms" ? Lower(s) : ComputeOnly(s);
+    std::ostringstream csv;
+    WriteCsv(s, csv);
+    WriteOutput(exp->output, csv.str());
+  });
+
+  auto check = std::make_shared<ScheduleFlags>();
+  CLI::App* check_cmd = cmd->add_subcommand("check", "Check a schedule and explain any error");
+  AddCommonOptions(check_cmd, *check);
+  check_cmd->callback([check] {
+    const Schedule s = Load(*check);
+    SimOptions unit;
+    unit.record_timeline = false;
+    const SimResult r = Simulate(s, unit);
+    std::cout << Summary(s) << "\nok: every action present once, in a valid order, and the schedule runs to "
+              << fmt::format("completion (with unit costs: makespan {:.6g}, bubble {:.2f}%)\n", r.makespan,
+                             100 * r.bubble_rate);
+  });
+}
+
+}  // namespace baton

@@ -1,0 +1,233 @@
+// `baton simulate`: simulate one schedule, or compare several, from flags or
+// a YAML file (flags override the file).
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "baton/config.h"
+#include "baton/error.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+#include "commands.h"
+
+namespace baton {
+namespace {
+
+constexpr int kDefaultRanks = 4;
+constexpr int kDefaultMicrobatches = 8;
+
+struct SimulateFlags {
+  std::string config;
+  std::optional<std::string> schedule;
+  std::optional<int> ranks, microbatches, chunks;
+  std::optional<std::vector<double>> cost;
+  std::optional<double> comm, bandwidth, message_bytes, weight_ratio, memory_bytes;
+  std::optional<std::string> compare, json, trace, svg;
+};
+
+std::string Num(double v) { return fmt::format("{:.6g}", v); }
+
+bool IsGenerator(std::string_view name) {
+  const auto& g = GeneratorNames();
+  return std::find(g.begin(), g.end(), name) != g.end();
+}
+
+std::vector<std::string> SplitList(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    std::size_t comma = s.find(',', start);
+    if (comma == std::string_view::npos) comma = s.size();
+    std::string item(s.substr(start, comma - start));
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+SimulateConfig Resolve(const SimulateFlags& f) {
+  SimulateConfig c;
+  c.ranks = 0;  // 0 = unset: a generator's default, or what a file holds
+  c.microbatches = 0;
+  if (!f.config.empty()) c = LoadSimulateConfig(f.config);
+  if (f.schedule) c.schedule = *f.schedule;
+  if (f.ranks) c.ranks = *f.ranks;
+  if (f.microbatches) c.microbatches = *f.microbatches;
+  if (f.chunks) c.chunks = *f.chunks;
+  if (f.cost) {
+    if (f.cost->size() != 3) {
+      throw ConfigError(fmt::format("--cost takes three numbers F,I,W (forward, backward-input, backward-weight "
+                                    "of one microbatch through a whole rank), got {}",
+                                    f.cost->size()));
+    }
+    c.options.costs = {(*f.cost)[0], (*f.cost)[1], (*f.cost)[2]};
+  }
+  if (f.comm) c.options.comm = *f.comm;
+  if (f.bandwidth) c.options.bandwidth = *f.bandwidth;
+  if (f.message_bytes) c.options.message_bytes = *f.message_bytes;
+  if (f.weight_ratio) c.options.weight_memory_ratio = *f.weight_ratio;
+  if (f.memory_bytes) c.options.microbatch_memory_bytes = *f.memory_bytes;
+  if (f.compare) c.compare = SplitList(*f.compare);
+  if (f.json) c.json_path = *f.json;
+  if (f.trace) c.trace_path = *f.trace;
+  if (f.svg) c.svg_path = *f.svg;
+  if (c.ranks < 0 || c.microbatches < 0 || c.chunks < 0) {
+    throw ConfigError("--ranks, --microbatches and --chunks must be positive");
+  }
+  return c;
+}
+
+struct Run {
+  Schedule schedule;
+  SimResult result;
+};
+
+Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing) {
+  int chunks = c.chunks;
+  // In a comparison --chunks sets the interleaved schedule's depth only; the
+  // others keep their own (1, or 2 for zbv).
+  if (comparing && IsGenerator(name) && name != "interleaved_1f1b") chunks = 0;
+  int ranks = c.ranks, microbatches = c.microbatches;
+  if (IsGenerator(name)) {
+    if (ranks == 0) ranks = kDefaultRanks;
+    if (microbatches == 0) microbatches = kDefaultMicrobatches;
+  }
+  Run run{LoadSchedule(name, ranks, microbatches, chunks), {}};
+  Validate(run.schedule);
+  run.result = Simulate(run.schedule, c.options);
+  return run;
+}
+
+void PrintDetail(const SimulateConfig& c, const Run& run) {
+  const SimResult& r = run.result;
+  const Costs& k = c.options.costs;
+  std::string out;
+  out += fmt::format("{}: {} ranks, {} microbatches, {} stage{} ({} per rank), {} actions\n", r.schedule, r.ranks,
+                     r.microbatches, run.schedule.stages, run.schedule.stages == 1 ? "" : "s", r.chunks,
+                     run.schedule.CountActions());
+  out += fmt::format("costs per rank: F {} I {} W {} (B {}){}; comm {}; M_W/M_B {}\n", Num(k.forward),
+                     Num(k.backward_input), Num(k.backward_weight), Num(k.backward_input + k.backward_weight),
+                     c.options.stage_costs.empty() ? "" : " (overridden per stage)", Num(c.options.comm),
+                     Num(c.options.weight_memory_ratio));
+  out += fmt::format("makespan {}   bubble {:.2f}%   span bubble {:.2f}%\n\n", Num(r.makespan), 100 * r.bubble_rate,
+                     100 * r.span_bubble_rate);
+  const bool bytes = c.options.microbatch_memory_bytes > 0;
+  out += fmt::format("{:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>7}  {:>13}{}  {}\n", "rank", "start", "end", "busy",
+                     "span", "idle", "peak mem M_B", bytes ? "    peak MiB" : "", "peak in-flight per stage");
+  for (const RankResult& rr : r.per_rank) {
+    std::string in_flight;
+    for (std::size_t i = 0; i < rr.stages.size(); ++i) {
+      in_flight += fmt::format("{}s{}:{}", i ? " " : "", rr.stages[i], rr.peak_in_flight[i]);
+    }
+    const double idle = r.makespan > 0 ? 1.0 - rr.busy / r.makespan : 0.0;
+    out += fmt::format("{:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>6.2f}%  {:>13.3f}{}  {}\n", rr.rank, Num(rr.start),
+                       Num(rr.end), Num(rr.busy), Num(rr.span), 100 * idle, rr.peak_memory,
+                       bytes ? fmt::format("  {:>10.1f}", rr.peak_memory_bytes / (1024.0 * 1024.0)) : "", in_flight);
+  }
+  std::cout << out;
+}
+
+void PrintComparison(const SimulateConfig& c, const std::vector<Run>& runs) {
+  const Costs& k = c.options.costs;
+  std::string out = fmt::format("costs per rank: F {} I {} W {} (B {}); comm {}; M_W/M_B {}\n\n", Num(k.forward),
+                                Num(k.backward_input), Num(k.backward_weight),
+                                Num(k.backward_input + k.backward_weight), Num(c.options.comm),
+                                Num(c.options.weight_memory_ratio));
+  out += fmt::format("{:<18} {:>5} {:>5} {:>3} {:>10} {:>8} {:>12} {:>14} {:>9}\n", "schedule", "ranks", "mb", "v",
+                     "makespan", "bubble", "span bubble", "peak mem M_B", "actions");
+  for (const Run& run : runs) {
+    const SimResult& r = run.result;
+    double peak = 0;
+    for (const RankResult& rr : r.per_rank) peak = std::max(peak, rr.peak_memory);
+    out += fmt::format("{:<18} {:>5} {:>5} {:>3} {:>10} {:>7.2f}% {:>11.2f}% {:>14.3f} {:>9}\n", r.schedule, r.ranks,
+                       r.microbatches, r.chunks, Num(r.makespan), 100 * r.bubble_rate, 100 * r.span_bubble_rate, peak,
+                       run.schedule.CountActions());
+  }
+  std::cout << out;
+}
+
+void RunSimulate(const SimulateFlags& flags) {
+  const SimulateConfig c = Resolve(flags);
+  const bool comparing = !c.compare.empty();
+  const std::vector<std::string> names = comparing ? c.compare : std::vector<std::string>{c.schedule};
+  if (comparing && names.size() > 1) {
+    for (const std::string* path : {&c.svg_path, &c.trace_path}) {
+      if (!path->empty() && path->find("{schedule}") == std::string::npos) {
+        throw ConfigError(fmt::format("output path \"{}\": when comparing several schedules, put {{schedule}} in "
+                                      "the path so each schedule gets its own file",
+                                      *path));
+      }
+    }
+  }
+  // Everything is simulated before anything is written, so an error in one
+  // schedule leaves no partial set of outputs.
+  std::vector<Run> runs;
+  for (const std::string& name : names) runs.push_back(SimulateOne(c, name, comparing));
+
+  // With --json - standard output carries the JSON alone.
+  if (c.json_path != "-") {
+    if (comparing) {
+      PrintComparison(c, runs);
+    } else {
+      PrintDetail(c, runs.front());
+    }
+  }
+  for (const Run& run : runs) {
+    const std::string base = std::filesystem::path(run.result.schedule).stem().string();
+    if (!c.svg_path.empty()) {
+      std::ostringstream svg;
+      WriteSvg(run.result, svg);
+      WriteOutput(ExpandPath(c.svg_path, base), svg.str());
+    }
+    if (!c.trace_path.empty()) {
+      std::ostringstream trace;
+      WriteChromeTrace(run.result, trace);
+      WriteOutput(ExpandPath(c.trace_path, base), trace.str());
+    }
+  }
+  if (!c.json_path.empty()) {
+    std::string json;
+    if (comparing) {
+      json = "[\n";
+      for (std::size_t i = 0; i < runs.size(); ++i) json += (i ? ",\n" : "") + ToJson(runs[i].result);
+      json += "\n]\n";
+    } else {
+      json = ToJson(runs.front().result) + "\n";
+    }
+    WriteOutput(c.json_path, json);
+  }
+}
+
+}  // namespace
+
+void AddSimulateCommand(CLI::App& app) {
+  auto flags = std::make_shared<SimulateFlags>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Simulate a schedule: step time, bubble, memory, pictures");
+  cmd->add_option("config", flags->config, "YAML simulate config (configs/*.yaml); flags override it")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("-s,--schedule", flags->schedule,
+                  "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv, or a CSV schedule file (default 1f1b)");
+  cmd->add_option("-p,--ranks", flags->ranks, "pipeline ranks p (default 4; a file's row count)");
+  cmd->add_option("-m,--microbatches", flags->microbatches, "microbatches per step m (default 8)");
+  cmd->add_option("-v,--chunks", flags->chunks, "stages per rank v (default: the schedule's own)");
+  cmd->add_option("--cost", flags->cost, "F,I,W: costs of one microbatch through a whole rank (default 1,1,1)")
+      ->delimiter(',')
+      ->expected(3);
+  cmd->add_option("--comm", flags->comm, "latency of one message between ranks (default 0)");
+  cmd->add_option("--bandwidth", flags->bandwidth, "bytes per time unit; with --message-bytes adds bytes/bandwidth");
+  cmd->add_option("--message-bytes", flags->message_bytes, "bytes of one activation or gradient message");
+  cmd->add_option("--weight-memory-ratio", flags->weight_ratio, "M_W/M_B: activations still held after I (0.5)");
+  cmd->add_option("--memory-bytes", flags->memory_bytes, "M_B in bytes, to report peak memory in bytes too");
+  cmd->add_option("--compare", flags->compare, "comma-separated schedules to compare under the same costs");
+  cmd->add_option("--json", flags->json, "write the numbers as JSON to PATH ('-' for standard output)");
+  cmd->add_option("--trace", flags->trace, "write a Chrome trace (Perfetto) to PATH");
+  cmd->add_option("--svg", flags->svg, "write a pipeline diagram to PATH ({schedule} is replaced by the name)");
+  cmd->callback([flags] { RunSimulate(*flags); });
+}
+
+}  // namespace baton

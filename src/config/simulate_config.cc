@@ -1,0 +1,63 @@
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "baton/config.h"
+#include "baton/error.h"
+#include "yaml_reader.h"
+
+namespace baton {
+namespace {
+
+Costs ReadCosts(YamlMap& map, Costs fallback) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  Costs c;
+  c.forward = map.GetNumber("forward", fallback.forward, 0.0, kInf);
+  c.backward_input = map.GetNumber("backward_input", fallback.backward_input, 0.0, kInf);
+  c.backward_weight = map.GetNumber("backward_weight", fallback.backward_weight, 0.0, kInf);
+  map.Finish();
+  return c;
+}
+
+}  // namespace
+
+SimulateConfig LoadSimulateConfig(const std::string& path) {
+  YAML::Node root = LoadYamlFile(path);
+  YamlMap top(root, path, "");
+  SimulateConfig c;
+
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  c.schedule = top.Get<std::string>("schedule", c.schedule);
+  c.ranks = top.GetInt("ranks", c.ranks, 1, kMaxInt);
+  c.microbatches = top.GetInt("microbatches", c.microbatches, 1, kMaxInt);
+  c.chunks = top.GetInt("chunks", c.chunks, 0, kMaxInt);
+
+  YamlMap costs = top.Map("costs");
+  c.options.costs = ReadCosts(costs, c.options.costs);
+  for (YamlMap& stage : top.MapList("stage_costs")) c.options.stage_costs.push_back(ReadCosts(stage, Costs{}));
+
+  YamlMap comm = top.Map("comm");
+  c.options.comm = comm.GetNumber("latency", 0.0, 0.0, kInf);
+  c.options.bandwidth = comm.GetNumber("bandwidth", 0.0, 0.0, kInf);
+  c.options.message_bytes = comm.GetNumber("message_bytes", 0.0, 0.0, kInf);
+  comm.Finish();
+
+  YamlMap memory = top.Map("memory");
+  c.options.weight_memory_ratio = memory.GetNumber("weight_ratio", c.options.weight_memory_ratio, 0.0, 1.0);
+  c.options.microbatch_memory_bytes = memory.GetNumber("microbatch_bytes", 0.0, 0.0, kInf);
+  memory.Finish();
+
+  c.compare = top.Get<std::vector<std::string>>("compare", {});
+
+  YamlMap output = top.Map("output");
+  c.json_path = output.Get<std::string>("json", "");
+  c.trace_path = output.Get<std::string>("trace", "");
+  c.svg_path = output.Get<std::string>("svg", "");
+  output.Finish();
+
+  top.Finish();
+  return c;
+}
+
+}  // namespace baton

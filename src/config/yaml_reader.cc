@@ -1,0 +1,221 @@
+#include "yaml_reader.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+std::size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string_view NodeKind(const YAML::Node& n) {
+  if (n.IsMap()) return "a mapping";
+  if (n.IsSequence()) return "a list";
+  if (n.IsNull()) return "nothing";
+  return "a scalar";
+}
+
+}  // namespace
+
+YAML::Node LoadYamlFile(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw ConfigError(fmt::format("{}: no such config file", path));
+  try {
+    return YAML::LoadFile(path);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}: cannot read the config file: {}", path, e.msg));
+  }
+}
+
+YamlMap::YamlMap(YAML::Node node, std::string file, std::string path)
+    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {
+  if (node_.IsNull() || !node_.IsDefined()) {
+    node_ = YAML::Node(YAML::NodeType::Map);
+    return;
+  }
+  if (!node_.IsMap()) {
+    throw ConfigError(fmt::format("{}: {} must be a mapping of keys to values, got {}", Where(node_),
+                                  path_.empty() ? "the file" : path_, NodeKind(node_)));
+  }
+  std::set<std::string, std::less<>> seen;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (!seen.insert(key).second) {
+      throw ConfigError(fmt::format("{}: duplicate key '{}': each key may appear once", Where(it->first),
+                                    KeyPath(key)));
+    }
+  }
+}
+
+std::string YamlMap::Where(const YAML::Node& node) const {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return file_;
+  return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
+}
+
+std::string YamlMap::KeyPath(std::string_view key) const {
+  return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+}
+
+void YamlMap::Fail(const YAML::Node& node, std::string_view key, const std::string& why) const {
+  throw ConfigError(fmt::format("{}: {}: {}", Where(node), KeyPath(key), why));
+}
+
+YAML::Node YamlMap::Lookup(std::string_view key) {
+  known_.emplace(key);
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (it->first.Scalar() == key) return it->second;
+  }
+  return YAML::Node();
+}
+
+bool YamlMap::Has(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  return n.IsDefined() && !n.IsNull();
+}
+
+template <>
+std::optional<std::string> YamlMap::Optional<std::string>(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+  if (!n.IsScalar()) Fail(n, key, fmt::format("expected a string, got {}", NodeKind(n)));
+  return n.Scalar();
+}
+
+template <>
+std::optional<long long> YamlMap::Optional<long long>(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+  if (!n.IsScalar()) Fail(n, key, fmt::format("expected an integer, got {}", NodeKind(n)));
+  const std::string& s = n.Scalar();
+  long long v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) {
+    Fail(n, key, fmt::format("expected an integer, got '{}'", s));
+  }
+  return v;
+}
+
+template <>
+std::optional<int> YamlMap::Optional<int>(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  std::optional<long long> v = Optional<long long>(key);
+  if (v && (*v < std::numeric_limits<int>::min() || *v > std::numeric_limits<int>::max())) {
+    Fail(n, key, fmt::format("{} is out of range for an integer", *v));
+  }
+  if (!v) return std::nullopt;
+  return static_cast<int>(*v);
+}
+
+template <>
+std::optional<double> YamlMap::Optional<double>(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+  if (!n.IsScalar()) Fail(n, key, fmt::format("expected a number, got {}", NodeKind(n)));
+  const std::string& s = n.Scalar();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+    Fail(n, key, fmt::format("expected a finite number, got '{}'", s));
+  }
+  return v;
+}
+
+template <>
+std::optional<bool> YamlMap::Optional<bool>(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+  const std::string s = n.IsScalar() ? n.Scalar() : "";
+  if (s == "true" || s == "True") return true;
+  if (s == "false" || s == "False") return false;
+  Fail(n, key, fmt::format("expected true or false, got '{}'", s));
+}
+
+template <>
+std::optional<std::vector<std::string>> YamlMap::Optional<std::vector<std::string>>(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+  if (!n.IsSequence()) Fail(n, key, fmt::format("expected a list of strings, got {}", NodeKind(n)));
+  std::vector<std::string> out;
+  for (const YAML::Node& item : n) {
+    if (!item.IsScalar()) Fail(item, key, fmt::format("expected a list of strings, but an item is {}", NodeKind(item)));
+    out.push_back(item.Scalar());
+  }
+  return out;
+}
+
+int YamlMap::GetInt(std::string_view key, int fallback, int min, int max) {
+  const int v = Get(key, fallback);
+  if (v < min || v > max) {
+    Fail(Lookup(key), key,
+         max == std::numeric_limits<int>::max() ? fmt::format("must be at least {}, got {}", min, v)
+                                                : fmt::format("must be in [{}, {}], got {}", min, max, v));
+  }
+  return v;
+}
+
+double YamlMap::GetNumber(std::string_view key, double fallback, double min, double max) {
+  const double v = Get(key, fallback);
+  if (v < min || v > max) {
+    Fail(Lookup(key), key,
+         std::isinf(max) ? fmt::format("must be at least {}, got {}", min, v)
+                         : fmt::format("must be in [{}, {}], got {}", min, max, v));
+  }
+  return v;
+}
+
+YamlMap YamlMap::Map(std::string_view key) { return YamlMap(Lookup(key), file_, KeyPath(key)); }
+
+std::vector<YamlMap> YamlMap::MapList(std::string_view key) {
+  YAML::Node n = Lookup(key);
+  std::vector<YamlMap> out;
+  if (!n.IsDefined() || n.IsNull()) return out;
+  if (!n.IsSequence()) Fail(n, key, fmt::format("expected a list of mappings, got {}", NodeKind(n)));
+  int i = 0;
+  for (const YAML::Node& item : n) out.emplace_back(item, file_, fmt::format("{}[{}]", KeyPath(key), i++));
+  return out;
+}
+
+void YamlMap::Finish() const {
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (known_.count(key)) continue;
+    std::string best;
+    std::size_t best_distance = 3;  // suggest only near misses
+    for (const std::string& k : known_) {
+      const std::size_t d = EditDistance(key, k);
+      if (d < best_distance) {
+        best_distance = d;
+        best = k;
+      }
+    }
+    std::string allowed;
+    for (const std::string& k : known_) allowed += (allowed.empty() ? "" : ", ") + k;
+    throw ConfigError(fmt::format("{}: unknown key '{}'{} (allowed here: {})", Where(it->first), KeyPath(key),
+                                  best.empty() ? "" : fmt::format("; did you mean '{}'?", best), allowed));
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,82 @@
+// Strict, typed access to a YAML mapping, shared by every config loader.
+// Each accessor records the key as known; Finish() then rejects any key that
+// was never asked for (with a did-you-mean). Duplicate keys are rejected on
+// construction. Every error is a ConfigError that starts "file:line:column:".
+#ifndef BATON_CONFIG_YAML_READER_H_
+#define BATON_CONFIG_YAML_READER_H_
+
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace baton {
+
+// Parses a file; a missing file or a YAML syntax error becomes a ConfigError.
+YAML::Node LoadYamlFile(const std::string& path);
+
+class YamlMap {
+ public:
+  // `path` is the key path of this mapping ("" at the top, "costs" below).
+  // REQUIRES: node is a map or null (null reads as an empty map).
+  YamlMap(YAML::Node node, std::string file, std::string path);
+
+  bool Has(std::string_view key);
+
+  template <typename T>
+  T Get(std::string_view key, T fallback) {
+    std::optional<T> v = Optional<T>(key);
+    return v ? *v : fallback;
+  }
+  template <typename T>
+  std::optional<T> Optional(std::string_view key);
+
+  // A number in [min, max]; out of range is an error that states the range.
+  int GetInt(std::string_view key, int fallback, int min, int max);
+  double GetNumber(std::string_view key, double fallback, double min, double max);
+
+  // The node under `key` (undefined if absent); marks the key as known.
+  YAML::Node Node(std::string_view key) { return Lookup(key); }
+
+  // A nested mapping (empty if the key is absent).
+  YamlMap Map(std::string_view key);
+  // A list of nested mappings (empty if absent).
+  std::vector<YamlMap> MapList(std::string_view key);
+
+  // Throws for every key that no accessor asked for.
+  void Finish() const;
+
+  // "file:line:column" of a node of this file.
+  std::string Where(const YAML::Node& node) const;
+  std::string KeyPath(std::string_view key) const;
+  [[noreturn]] void Fail(const YAML::Node& node, std::string_view key, const std::string& why) const;
+
+ private:
+  YAML::Node Lookup(std::string_view key);
+
+  YAML::Node node_;
+  std::string file_;
+  std::string path_;
+  std::set<std::string, std::less<>> known_;
+};
+
+// The value types a config may hold.
+template <>
+std::optional<std::string> YamlMap::Optional<std::string>(std::string_view key);
+template <>
+std::optional<long long> YamlMap::Optional<long long>(std::string_view key);
+template <>
+std::optional<int> YamlMap::Optional<int>(std::string_view key);
+template <>
+std::optional<double> YamlMap::Optional<double>(std::string_view key);
+template <>
+std::optional<bool> YamlMap::Optional<bool>(std::string_view key);
+template <>
+std::optional<std::vector<std::string>> YamlMap::Optional<std::vector<std::string>>(std::string_view key);
+
+}  // namespace baton
+
+#endif  // BATON_CONFIG_YAML_READER_H_

@@ -1,0 +1,109 @@
+#include <algorithm>
+#include <fstream>
+#include <istream>
+#include <ostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "baton/error.h"
+#include "baton/schedule.h"
+
+namespace baton {
+namespace {
+
+// Splits one CSV record. Action cells never contain commas or quotes, but a
+// cell wrapped in double quotes (as some spreadsheet tools write) is unwrapped.
+std::vector<std::string_view> SplitCells(std::string_view line) {
+  std::vector<std::string_view> cells;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t comma = line.find(',', start);
+    std::string_view cell = line.substr(start, comma == std::string_view::npos ? line.npos : comma - start);
+    if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') {
+      cell = cell.substr(1, cell.size() - 2);
+    }
+    cells.push_back(cell);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return cells;
+}
+
+}  // namespace
+
+Schedule ReadCsv(std::istream& in, std::string_view source_name) {
+  Schedule s;
+  s.name = std::string(source_name);
+  std::string line;
+  std::vector<std::vector<Action>> rows;
+  // Where each stage was first seen: (rank, column), to explain a conflict.
+  std::vector<std::pair<int, int>> first_seen;
+  int max_stage = -1, max_mb = -1;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // PyTorch writes CRLF
+    const int rank = static_cast<int>(rows.size());
+    auto& row = rows.emplace_back();
+    int column = 0;
+    for (std::string_view cell : SplitCells(line)) {
+      std::string where = fmt::format("{}: row {} (rank {}), column {}", source_name, rank + 1, rank, column + 1);
+      Action a = ParseAction(cell, where);
+      if (a.kind != ActionKind::kIdle) {
+        if (a.stage >= static_cast<int>(first_seen.size())) first_seen.resize(a.stage + 1, {-1, -1});
+        auto& seen = first_seen[a.stage];
+        if (seen.first < 0) {
+          seen = {rank, column};
+        } else if (seen.first != rank) {
+          throw ScheduleError(fmt::format(
+              "{}: stage {} appears on two ranks: rank {} (\"{}\", column {}) and rank {} "
+              "(column {}); each stage must live on exactly one rank",
+              where, a.stage, rank, ToString(a), column + 1, seen.first, seen.second + 1));
+        }
+        max_stage = std::max(max_stage, a.stage);
+        if (HasMicrobatch(a.kind)) max_mb = std::max(max_mb, a.microbatch);
+      }
+      row.push_back(a);
+      ++column;
+    }
+    // A row of one empty cell is a rank with nothing to do.
+    if (row.size() == 1 && row[0].kind == ActionKind::kIdle) row.clear();
+  }
+  if (rows.empty()) throw ScheduleError(fmt::format("{}: the schedule file has no rows", source_name));
+  if (max_stage < 0) throw ScheduleError(fmt::format("{}: the schedule file holds no action", source_name));
+  for (int stage = 0; stage <= max_stage; ++stage) {
+    if (first_seen[stage].first < 0) {
+      throw ScheduleError(fmt::format(
+          "{}: stage {} has no action on any rank, but stage {} does; stages must be numbered "
+          "0..{} without gaps",
+          source_name, stage, max_stage, max_stage));
+    }
+  }
+  s.ranks = static_cast<int>(rows.size());
+  s.stages = max_stage + 1;
+  s.microbatches = max_mb + 1;
+  s.stage_rank.resize(s.stages);
+  for (int stage = 0; stage < s.stages; ++stage) s.stage_rank[stage] = first_seen[stage].first;
+  s.actions = std::move(rows);
+  return s;
+}
+
+Schedule ReadCsvFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScheduleError(fmt::format("{}: cannot open the schedule file", path));
+  return ReadCsv(in, path);
+}
+
+void WriteCsv(const Schedule& s, std::ostream& out) {
+  std::string line;
+  for (const auto& row : s.actions) {
+    line.clear();
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) line += ',';
+      line += ToString(row[i]);
+    }
+    line += '\n';
+    out << line;
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,107 @@
+#include <fmt/format.h>
+
+#include "baton/error.h"
+#include "baton/schedule.h"
+
+namespace baton {
+namespace {
+
+void CheckIndex(const Schedule& s, int rank, std::size_t pos, const Action& a) {
+  if (a.stage < 0 || a.stage >= s.stages || (HasMicrobatch(a.kind) && (a.microbatch < 0 || a.microbatch >= s.microbatches))) {
+    throw ScheduleError(fmt::format(
+        "{}: rank {}, position {}: action {} is outside the schedule's {} stages x {} microbatches",
+        s.name, rank, pos, ToString(a), s.stages, s.microbatches));
+  }
+}
+
+}  // namespace
+
+Schedule Lower(const Schedule& in) {
+  if (in.IsLowered()) return in;
+  const int p = in.ranks, S = in.stages, m = in.microbatches;
+  Schedule out;
+  out.name = in.name;
+  out.ranks = p;
+  out.stages = S;
+  out.microbatches = m;
+  out.stage_rank = in.stage_rank;
+  out.actions.resize(p);
+  // A compute action adds at most one SEND here and one RECV elsewhere.
+  for (int r = 0; r < p; ++r) out.actions[r].reserve(in.actions[r].size() * 2);
+
+  // fwd_in[s*m+j]: the input of F(s,j) is on stage s's rank (received, or
+  // handed over locally). bwd_in[s*m+j]: likewise the output gradient of
+  // I/B(s,j). The first stage's input and the last stage's gradient (from
+  // the loss) are always there.
+  std::vector<char> fwd_in(static_cast<std::size_t>(S) * m, 0), bwd_in(static_cast<std::size_t>(S) * m, 0);
+  auto at = [m](int stage, int mb) { return static_cast<std::size_t>(stage) * m + mb; };
+
+  std::vector<std::size_t> cursor(p, 0);
+  std::size_t remaining = 0;
+  for (const auto& row : in.actions) remaining += row.size();
+
+  while (remaining > 0) {
+    bool progress = false;
+    for (int r = 0; r < p; ++r) {
+      const auto& row = in.actions[r];
+      if (cursor[r] == row.size()) continue;
+      const Action a = row[cursor[r]];
+      if (a.kind != ActionKind::kIdle) CheckIndex(in, r, cursor[r], a);
+      bool ready = true;
+      if (a.kind == ActionKind::kForward) {
+        ready = a.stage == 0 || fwd_in[at(a.stage, a.microbatch)];
+      } else if (IsInputBackward(a.kind)) {
+        ready = a.stage == S - 1 || bwd_in[at(a.stage, a.microbatch)];
+      }
+      if (!ready) continue;
+      ++cursor[r];
+      --remaining;
+      progress = true;
+      if (a.kind == ActionKind::kIdle) continue;  // idle slots mean nothing once messages are explicit
+      out.actions[r].push_back(a);
+
+      if (a.kind == ActionKind::kForward && a.stage + 1 < S) {
+        const int next = a.stage + 1, to = in.stage_rank[next];
+        fwd_in[at(next, a.microbatch)] = 1;
+        if (to != r) {
+          out.actions[r].push_back({a.stage, ActionKind::kSendF, a.microbatch});
+          out.actions[to].push_back({next, ActionKind::kRecvF, a.microbatch});
+        }
+      } else if (IsInputBackward(a.kind) && a.stage > 0) {
+        const int prev = a.stage - 1, to = in.stage_rank[prev];
+        bwd_in[at(prev, a.microbatch)] = 1;
+        if (to != r) {
+          out.actions[r].push_back({a.stage, ActionKind::kSendB, a.microbatch});
+          out.actions[to].push_back({prev, ActionKind::kRecvB, a.microbatch});
+        }
+      }
+    }
+    if (!progress) {
+      std::string stuck;
+      std::optional<GridMark> mark;
+      for (int r = 0; r < p; ++r) {
+        if (cursor[r] == in.actions[r].size()) continue;
+        const Action a = in.actions[r][cursor[r]];
+        const bool fwd = a.kind == ActionKind::kForward;
+        const int from = fwd ? a.stage - 1 : a.stage + 1;
+        if (!mark) mark = GridMark{r, static_cast<int>(cursor[r])};
+        stuck += fmt::format("  rank {}, position {}: {} waits for {} of stage {} (on rank {}), which never runs before it\n",
+                             r, cursor[r], ToString(a), fwd ? "the forward" : "the input gradient", from,
+                             in.stage_rank[from]);
+      }
+      throw ScheduleError(fmt::format("{}: the schedule deadlocks; every unfinished rank waits on another:\n{}{}",
+                                      in.name, stuck, FormatGrid(in, mark, 24)));
+    }
+  }
+  return out;
+}
+
+Schedule ComputeOnly(const Schedule& in) {
+  Schedule out = in;
+  for (auto& row : out.actions) {
+    std::erase_if(row, [](const Action& a) { return IsComm(a.kind); });
+  }
+  return out;
+}
+
+}  // namespace baton

@@ -1,0 +1,352 @@
+// Discrete-event simulator. Times follow from dependencies alone (each rank
+// is one in-order server, communication never blocks), so instead of a
+// global event queue each rank advances as far as its inputs allow, and a
+// rank is revisited only when an action it may be waiting for completes.
+// That makes a simulation linear in the number of actions.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "baton/error.h"
+#include "baton/sim.h"
+
+namespace baton {
+namespace {
+
+constexpr double kNotYet = std::numeric_limits<double>::quiet_NaN();
+bool Done(double t) { return !std::isnan(t); }
+
+void CheckOptions(const Schedule& s, const SimOptions& o) {
+  auto non_negative = [](std::string_view what, double v) {
+    if (!(v >= 0.0) || !std::isfinite(v)) {
+      throw ScheduleError(fmt::format("simulation: {} must be a finite number >= 0, got {}", what, v));
+    }
+  };
+  auto check_costs = [&](std::string_view where, const Costs& c) {
+    non_negative(fmt::format("{} forward cost", where), c.forward);
+    non_negative(fmt::format("{} backward_input cost", where), c.backward_input);
+    non_negative(fmt::format("{} backward_weight cost", where), c.backward_weight);
+  };
+  check_costs("the per-rank", o.costs);
+  if (!o.stage_costs.empty() && static_cast<int>(o.stage_costs.size()) != s.stages) {
+    throw ScheduleError(fmt::format("simulation: {} per-stage costs given, but the schedule has {} stages",
+                                    o.stage_costs.size(), s.stages));
+  }
+  for (std::size_t i = 0; i < o.stage_costs.size(); ++i) check_costs(fmt::format("stage {}", i), o.stage_costs[i]);
+  non_negative("comm", o.comm);
+  non_negative("bandwidth", o.bandwidth);
+  non_negative("message_bytes", o.message_bytes);
+  non_negative("microbatch_memory_bytes", o.microbatch_memory_bytes);
+  if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
+    throw ScheduleError(
+        fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
+  }
+}
+
+class Simulator {
+ public:
+  Simulator(const Schedule& s, const SimOptions& o)
+      : s_(s), o_(o), m_(s.microbatches), lowered_(s.IsLowered()) {}
+
+  SimResult Run() {
+    Prepare();
+    // Ranks that may be able to go on. Waking a rank that is not actually
+    // unblocked costs one look at its next action.
+    work_.reserve(s_.ranks);
+    queued_.assign(s_.ranks, 1);
+    for (int r = s_.ranks - 1; r >= 0; --r) work_.push_back(r);
+    while (!work_.empty()) {
+      const int r = work_.back();
+      work_.pop_back();
+      queued_[r] = 0;
+      Advance(r);
+    }
+    for (int r = 0; r < s_.ranks; ++r) {
+      if (rank_[r].pc < s_.actions[r].size()) ReportDeadlock();
+    }
+    return Collect();
+  }
+
+ private:
+  struct RankState {
+    std::size_t pc = 0;      // next action in the rank's list
+    double clock = 0.0;      // when the rank is free
+    double start = kNotYet;  // first compute start
+    double end = 0.0;
+    double busy = 0.0;
+    double memory = 0.0;
+    double peak_memory = 0.0;
+  };
+
+  std::size_t At(int stage, int mb) const { return static_cast<std::size_t>(stage) * m_ + mb; }
+
+  void Prepare() {
+    const int S = s_.stages;
+    std::vector<int> stages_on_rank(s_.ranks, 0);
+    for (int st = 0; st < S; ++st) ++stages_on_rank[s_.stage_rank[st]];
+    cost_.resize(S);
+    mem_per_chunk_.resize(S);
+    for (int st = 0; st < S; ++st) {
+      const double v = stages_on_rank[s_.stage_rank[st]];
+      if (o_.stage_costs.empty()) {
+        cost_[st] = {o_.costs.forward / v, o_.costs.backward_input / v, o_.costs.backward_weight / v};
+      } else {
+        cost_[st] = o_.stage_costs[st];
+      }
+      mem_per_chunk_[st] = 1.0 / v;
+    }
+    comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
+    const std::size_t n = static_cast<std::size_t>(S) * m_;
+    f_end_.assign(n, kNotYet);
+    bwd_end_.assign(n, kNotYet);
+    if (lowered_) {
+      send_f_.assign(n, kNotYet);
+      send_b_.assign(n, kNotYet);
+      recv_f_.assign(n, 0);
+      recv_b_.assign(n, 0);
+    }
+    in_flight_.assign(S, 0);
+    peak_in_flight_.assign(S, 0);
+    rank_.assign(s_.ranks, RankState{});
+    if (o_.record_timeline) {
+      timeline_.resize(s_.ranks);
+      for (int r = 0; r < s_.ranks; ++r) timeline_[r].reserve(s_.actions[r].size());
+    }
+  }
+
+  // When the input of a compute action arrives on rank r, or kNotYet if it
+  // cannot be known yet. `from` is the producing stage, `end` its finish
+  // times, `sent`/`posted` the lowered form's SEND times and RECV flags.
+  double Arrival(int r, int to, int from, int mb, const std::vector<double>& end, const std::vector<double>& sent,
+                 const std::vector<char>& posted) const {
+    if (s_.stage_rank[from] == r) return end[At(from, mb)];  // local hand-over
+    if (!lowered_) {
+      const double produced = end[At(from, mb)];
+      return Done(produced) ? produced + comm_time_ : kNotYet;
+    }
+    if (!posted[At(to, mb)]) return kNotYet;
+    const double t = sent[At(from, mb)];
+    return Done(t) ? t + comm_time_ : kNotYet;
+  }
+
+  // Runs rank r's actions until one must wait.
+  void Advance(int r) {
+    RankState& rs = rank_[r];
+    const auto& row = s_.actions[r];
+    const int S = s_.stages;
+    while (rs.pc < row.size()) {
+      const Action a = row[rs.pc];
+      const int st = a.stage, mb = a.microbatch;
+      double ready = 0.0, duration = 0.0;
+      switch (a.kind) {
+        case ActionKind::kIdle:
+        case ActionKind::kUnshard:
+        case ActionKind::kReshard:
+        case ActionKind::kReduceGrad:
+          ++rs.pc;
+          continue;
+        case ActionKind::kRecvF:
+          recv_f_[At(st, mb)] = 1;
+          ++rs.pc;
+          continue;
+        case ActionKind::kRecvB:
+          recv_b_[At(st, mb)] = 1;
+          ++rs.pc;
+          continue;
+        case ActionKind::kSendF:
+        case ActionKind::kSendB: {
+          const bool fwd = a.kind == ActionKind::kSendF;
+          const double produced = (fwd ? f_end_ : bwd_end_)[At(st, mb)];
+          if (!Done(produced)) return;
+          (fwd ? send_f_ : send_b_)[At(st, mb)] = std::max(rs.clock, produced);
+          ++rs.pc;
+          const int to = fwd ? st + 1 : st - 1;
+          if (to >= 0 && to < S) Wake(s_.stage_rank[to]);
+          continue;
+        }
+        case ActionKind::kForward:
+          ready = st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_end_, send_f_, recv_f_);
+          duration = cost_[st].forward;
+          break;
+        case ActionKind::kBackward:
+        case ActionKind::kBackwardInput:
+          if (!Done(f_end_[At(st, mb)])) return;
+          ready = st == S - 1 ? f_end_[At(st, mb)] : Arrival(r, st, st + 1, mb, bwd_end_, send_b_, recv_b_);
+          duration = cost_[st].backward_input +
+                     (a.kind == ActionKind::kBackward ? cost_[st].backward_weight : 0.0);
+          break;
+        case ActionKind::kBackwardWeight:
+          ready = bwd_end_[At(st, mb)];
+          duration = cost_[st].backward_weight;
+          break;
+      }
+      if (!Done(ready)) return;
+      const double start = std::max(rs.clock, ready);
+      const double end = start + duration;
+      rs.clock = end;
+      if (!Done(rs.start)) rs.start = start;
+      rs.end = end;
+      rs.busy += duration;
+      if (o_.record_timeline) timeline_[r].push_back({a, start, end});
+      ++rs.pc;
+      Account(rs, a, end);
+    }
+  }
+
+  // Records completion: finish times, memory, in-flight counts; wakes the
+  // rank that may be waiting for this result.
+  void Account(RankState& rs, const Action& a, double end) {
+    const int st = a.stage, mb = a.microbatch;
+    const double unit = mem_per_chunk_[st];
+    const double w_ratio = o_.weight_memory_ratio;
+    switch (a.kind) {
+      case ActionKind::kForward:
+        f_end_[At(st, mb)] = end;
+        rs.memory += unit;
+        rs.peak_memory = std::max(rs.peak_memory, rs.memory);
+        peak_in_flight_[st] = std::max(peak_in_flight_[st], ++in_flight_[st]);
+        if (st + 1 < s_.stages) Wake(s_.stage_rank[st + 1]);
+        break;
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput:
+        bwd_end_[At(st, mb)] = end;
+        if (a.kind == ActionKind::kBackward) {
+          rs.memory -= unit;
+          --in_flight_[st];
+        } else {
+          rs.memory -= (1.0 - w_ratio) * unit;
+        }
+        if (st > 0) Wake(s_.stage_rank[st - 1]);
+        break;
+      case ActionKind::kBackwardWeight:
+        rs.memory -= w_ratio * unit;
+        --in_flight_[st];
+        break;
+      default:
+        break;
+    }
+  }
+
+  void Wake(int r) {
+    if (!queued_[r]) {
+      queued_[r] = 1;
+      work_.push_back(r);
+    }
+  }
+
+  std::string WaitReason(int r, const Action& a) const {
+    const int st = a.stage, mb = a.microbatch, S = s_.stages;
+    auto where = [&](const Action& b) {
+      return fmt::format("{} on rank {}", ToString(b), s_.stage_rank[b.stage]);
+    };
+    switch (a.kind) {
+      case ActionKind::kSendF:
+        return fmt::format("waits for {}, which has not run", where({st, ActionKind::kForward, mb}));
+      case ActionKind::kSendB:
+        return fmt::format("waits for the backward of stage {} microbatch {}, which has not run", st, mb);
+      case ActionKind::kForward: {
+        const Action prev{st - 1, ActionKind::kForward, mb};
+        if (s_.stage_rank[st - 1] == r || !lowered_) return fmt::format("waits for {}", where(prev));
+        if (!recv_f_[At(st, mb)]) {
+          return fmt::format("waits for {}, which is not posted before it", ToString({st, ActionKind::kRecvF, mb}));
+        }
+        return fmt::format("waits for {} from rank {}", ToString({st - 1, ActionKind::kSendF, mb}),
+                           s_.stage_rank[st - 1]);
+      }
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput: {
+        if (!Done(f_end_[At(st, mb)])) {
+          return fmt::format("waits for its own forward {}", ToString({st, ActionKind::kForward, mb}));
+        }
+        const std::string next = fmt::format("the input gradient of stage {} microbatch {} (rank {})", st + 1, mb,
+                                             st + 1 < S ? s_.stage_rank[st + 1] : r);
+        if (st + 1 >= S || s_.stage_rank[st + 1] == r || !lowered_) return "waits for " + next;
+        if (!recv_b_[At(st, mb)]) {
+          return fmt::format("waits for {}, which is not posted before it", ToString({st, ActionKind::kRecvB, mb}));
+        }
+        return fmt::format("waits for {} from rank {}", ToString({st + 1, ActionKind::kSendB, mb}),
+                           s_.stage_rank[st + 1]);
+      }
+      case ActionKind::kBackwardWeight:
+        return fmt::format("waits for {}", ToString({st, ActionKind::kBackwardInput, mb}));
+      default:
+        return "waits";
+    }
+  }
+
+  [[noreturn]] void ReportDeadlock() const {
+    std::string lines;
+    std::optional<GridMark> mark;
+    for (int r = 0; r < s_.ranks; ++r) {
+      const std::size_t pc = rank_[r].pc;
+      if (pc >= s_.actions[r].size()) continue;
+      const Action& a = s_.actions[r][pc];
+      if (!mark) mark = GridMark{r, static_cast<int>(pc)};
+      lines += fmt::format("  rank {}, position {} ({}): {}\n", r, pc, ToString(a), WaitReason(r, a));
+    }
+    throw ScheduleError(fmt::format(
+        "{}: the schedule deadlocks: no rank can go on. Each stuck rank and what it waits for:\n{}{}", s_.name,
+        lines, FormatGrid(s_, mark, 24)));
+  }
+
+  SimResult Collect() {
+    SimResult res;
+    res.schedule = s_.name;
+    res.ranks = s_.ranks;
+    res.microbatches = s_.microbatches;
+    res.chunks = s_.chunks();
+    res.per_rank.resize(s_.ranks);
+    double busy_total = 0.0, max_span = 0.0;
+    for (int r = 0; r < s_.ranks; ++r) {
+      const RankState& rs = rank_[r];
+      RankResult& out = res.per_rank[r];
+      out.rank = r;
+      out.start = Done(rs.start) ? rs.start : 0.0;
+      out.end = rs.end;
+      out.busy = rs.busy;
+      out.span = out.end - out.start;
+      out.peak_memory = rs.peak_memory;
+      out.peak_memory_bytes = rs.peak_memory * o_.microbatch_memory_bytes;
+      res.makespan = std::max(res.makespan, out.end);
+      busy_total += rs.busy;
+      max_span = std::max(max_span, out.span);
+    }
+    for (int st = 0; st < s_.stages; ++st) {
+      RankResult& out = res.per_rank[s_.stage_rank[st]];
+      out.stages.push_back(st);
+      out.peak_in_flight.push_back(peak_in_flight_[st]);
+    }
+    const double p = s_.ranks;
+    res.bubble_rate = res.makespan > 0.0 ? 1.0 - busy_total / (p * res.makespan) : 0.0;
+    res.span_bubble_rate = max_span > 0.0 ? 1.0 - busy_total / (p * max_span) : 0.0;
+    res.timeline = std::move(timeline_);
+    return res;
+  }
+
+  const Schedule& s_;
+  const SimOptions& o_;
+  const int m_;
+  const bool lowered_;
+  std::vector<int> work_;     // ranks to advance
+  std::vector<char> queued_;  // rank is in work_
+  std::vector<Costs> cost_;            // per stage, one microbatch
+  std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
+  double comm_time_ = 0.0;
+  std::vector<double> f_end_, bwd_end_;  // (stage, mb) -> finish time of F / of I or B
+  std::vector<double> send_f_, send_b_;  // lowered: (sender stage, mb) -> SEND time
+  std::vector<char> recv_f_, recv_b_;    // lowered: (receiver stage, mb) -> RECV posted
+  std::vector<int> in_flight_, peak_in_flight_;  // per stage
+  std::vector<RankState> rank_;
+  std::vector<std::vector<TimedAction>> timeline_;
+};
+
+}  // namespace
+
+SimResult Simulate(const Schedule& schedule, const SimOptions& options) {
+  CheckOptions(schedule, options);
+  return Simulator(schedule, options).Run();
+}
+
+}  // namespace baton
