@@ -1,0 +1,310 @@
+// The simulator against closed-form results.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "baton/error.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+
+namespace baton {
+namespace {
+
+constexpr double kEps = 1e-9;
+
+SimOptions WithCosts(double f, double i, double w) {
+  SimOptions o;
+  o.costs = {f, i, w};
+  return o;
+}
+
+double MaxPeakMemory(const SimResult& r) {
+  double peak = 0;
+  for (const RankResult& rr : r.per_rank) peak = std::max(peak, rr.peak_memory);
+  return peak;
+}
+
+struct Shape {
+  int p, m;
+};
+const Shape kShapes[] = {{1, 1}, {2, 2}, {2, 5}, {4, 4}, {4, 8}, {4, 16}, {8, 8}, {8, 32}, {3, 7}};
+const Costs kCostSets[] = {{1, 1, 1}, {1, 0.5, 0.5}, {2, 1.5, 2.5}, {1, 1, 0}};
+
+TEST(Simulator, GPipeAndOneFOneBBubbleIsClosedForm) {
+  for (const char* name : {"gpipe", "1f1b"}) {
+    for (const Shape sh : kShapes) {
+      for (const Costs c : kCostSets) {
+        SCOPED_TRACE(std::string(name) + " p=" + std::to_string(sh.p) + " m=" + std::to_string(sh.m));
+        const SimResult r = Simulate(Generate(name, sh.p, sh.m), WithCosts(c.forward, c.backward_input, c.backward_weight));
+        const double expected = double(sh.p - 1) / (sh.m + sh.p - 1);
+        EXPECT_NEAR(r.bubble_rate, expected, kEps);
+        EXPECT_NEAR(r.span_bubble_rate, expected, kEps);
+        const double fb = c.forward + c.backward_input + c.backward_weight;
+        EXPECT_NEAR(r.makespan, (sh.m + sh.p - 1) * fb, kEps);
+      }
+    }
+  }
+}
+
+TEST(Simulator, PeakInFlightIsOneFOneBsWarmUpAndGPipesAll) {
+  for (const Shape sh : kShapes) {
+    const SimResult one = Simulate(Generate1F1B(sh.p, sh.m));
+    const SimResult gpipe = Simulate(GenerateGPipe(sh.p, sh.m));
+    for (int r = 0; r < sh.p; ++r) {
+      ASSERT_EQ(one.per_rank[r].peak_in_flight.size(), 1u);
+      EXPECT_EQ(one.per_rank[r].peak_in_flight[0], std::min(sh.p - r, sh.m)) << "rank " << r;
+      EXPECT_EQ(gpipe.per_rank[r].peak_in_flight[0], sh.m);
+      EXPECT_NEAR(one.per_rank[r].peak_memory, std::min(sh.p - r, sh.m), kEps);
+      EXPECT_NEAR(gpipe.per_rank[r].peak_memory, sh.m, kEps);
+    }
+  }
+  // Also for m < p.
+  const SimResult r = Simulate(Generate1F1B(4, 2));
+  EXPECT_EQ(r.per_rank[0].peak_in_flight[0], 2);
+  EXPECT_EQ(r.per_rank[3].peak_in_flight[0], 1);
+}
+
+TEST(Simulator, ZbH1MakespanIsClosedForm) {
+  // Paper form m(F+I+W) + (p-1)(F+I-W), which holds while W <= I.
+  const Costs costs[] = {{1, 1, 1}, {1, 1, 0.5}, {2, 3, 1}, {1, 2, 1}, {1, 1, 0}};
+  for (const Shape sh : kShapes) {
+    if (sh.m < sh.p) continue;
+    for (const Costs c : costs) {
+      const double f = c.forward, i = c.backward_input, w = c.backward_weight;
+      ASSERT_LE(w, i);
+      const SimResult r = Simulate(GenerateZbH1(sh.p, sh.m), WithCosts(f, i, w));
+      EXPECT_NEAR(r.makespan, sh.m * (f + i + w) + (sh.p - 1) * (f + i - w), kEps)
+          << "p=" << sh.p << " m=" << sh.m << " F,I,W=" << f << "," << i << "," << w;
+      // Same peak as 1F1B: p x M_B, on rank 0.
+      const SimResult one = Simulate(Generate1F1B(sh.p, sh.m), WithCosts(f, i, w));
+      EXPECT_NEAR(MaxPeakMemory(r), MaxPeakMemory(one), kEps);
+      EXPECT_NEAR(r.per_rank[0].peak_memory, sh.p, kEps);
+    }
+  }
+}
+
+TEST(Simulator, ZbH1WithWeightGradientLongerThanInputGradient) {
+  // For I < W <= F+I the paper form would drop below a hard lower bound: the
+  // last rank cannot start before (p-1)F and then has m(F+I+W) of work. ZB-H1
+  // meets that bound exactly, so its bubble is (p-1)F there.
+  const Costs costs[] = {{1, 1, 2}, {2, 1, 3}, {1, 0.5, 1}};
+  for (const Shape sh : kShapes) {
+    if (sh.m < sh.p) continue;
+    for (const Costs c : costs) {
+      const double f = c.forward, i = c.backward_input, w = c.backward_weight;
+      const SimResult r = Simulate(GenerateZbH1(sh.p, sh.m), WithCosts(f, i, w));
+      EXPECT_NEAR(r.makespan, sh.m * (f + i + w) + (sh.p - 1) * f, kEps)
+          << "p=" << sh.p << " m=" << sh.m << " F,I,W=" << f << "," << i << "," << w;
+    }
+  }
+}
+
+TEST(Simulator, ZbH1BubbleIsSmallerThanOneFOneBs) {
+  const SimResult zb = Simulate(GenerateZbH1(4, 8));
+  const SimResult one = Simulate(Generate1F1B(4, 8));
+  // (p-1)(F+I-W) = 3 against (p-1)(F+B) = 9.
+  EXPECT_NEAR(zb.makespan - 24, 3, kEps);
+  EXPECT_NEAR(one.makespan - 24, 9, kEps);
+}
+
+TEST(Simulator, InterleavedBubbleShrinksByChunks) {
+  for (int p : {2, 4, 8}) {
+    for (int mult : {1, 2, 4}) {
+      for (int v : {1, 2, 3, 4}) {
+        const int m = p * mult;
+        for (const Costs c : {Costs{1, 1, 1}, Costs{1, 0.5, 1.5}}) {
+          const double fb = c.forward + c.backward_input + c.backward_weight;
+          const SimResult r =
+              Simulate(GenerateInterleaved1F1B(p, m, v), WithCosts(c.forward, c.backward_input, c.backward_weight));
+          // Total bubble (p-1)(F+B)/v on every rank.
+          EXPECT_NEAR(r.makespan, m * fb + (p - 1) * fb / v, 1e-9)
+              << "p=" << p << " m=" << m << " v=" << v;
+          const double bubble = (p - 1) * fb / v;
+          EXPECT_NEAR(r.bubble_rate, bubble / (m * fb + bubble), 1e-9);
+        }
+      }
+    }
+  }
+}
+
+TEST(Simulator, ZbH2HasZeroSpanBubbleWithUniformCosts) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {2 * p, 3 * p, 4 * p}) {
+      const SimResult r = Simulate(GenerateZbH2(p, m), WithCosts(1, 1, 1));
+      EXPECT_NEAR(r.span_bubble_rate, 0.0, kEps) << "p=" << p << " m=" << m;
+      for (const RankResult& rr : r.per_rank) EXPECT_NEAR(rr.span, 3.0 * m, kEps);
+    }
+  }
+}
+
+TEST(Simulator, ZbvHasZeroSpanBubbleAndPMicrobatchesOfMemory) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {2 * p - 1, 2 * p, 3 * p, 4 * p + 1}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const SimResult r = Simulate(GenerateZbv(p, m), WithCosts(1, 1, 1));
+      EXPECT_NEAR(r.span_bubble_rate, 0.0, kEps);
+      for (const RankResult& rr : r.per_rank) {
+        EXPECT_NEAR(rr.peak_memory, p, kEps) << "rank " << rr.rank;
+        EXPECT_NEAR(rr.busy, 3.0 * m, kEps);  // two chunks of half a rank each
+      }
+    }
+  }
+}
+
+TEST(Simulator, LoweredAndComputeOnlyFormsGiveTheSameTimes) {
+  for (const std::string& name : GeneratorNames()) {
+    const Schedule s = Generate(name, 4, 8);
+    for (double comm : {0.0, 0.25, 3.0}) {
+      SimOptions o = WithCosts(1, 0.75, 0.5);
+      o.comm = comm;
+      const SimResult a = Simulate(s, o);
+      const SimResult b = Simulate(Lower(s), o);
+      EXPECT_NEAR(a.makespan, b.makespan, kEps) << name << " comm " << comm;
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_NEAR(a.per_rank[r].end, b.per_rank[r].end, kEps);
+        EXPECT_NEAR(a.per_rank[r].peak_memory, b.per_rank[r].peak_memory, kEps);
+      }
+    }
+  }
+}
+
+TEST(Simulator, CommunicationAddsLatencyPlusBytesOverBandwidthPerHop) {
+  // GPipe, uniform: the forward chain and the backward chain each cross p-1
+  // ranks, so makespan = (m+p-1)(F+B) + 2(p-1)c.
+  for (const Shape sh : kShapes) {
+    SimOptions o = WithCosts(1, 1, 1);
+    o.comm = 0.5;
+    o.bandwidth = 1000;
+    o.message_bytes = 250;  // + 0.25 per message
+    const SimResult r = Simulate(GenerateGPipe(sh.p, sh.m), o);
+    EXPECT_NEAR(r.makespan, (sh.m + sh.p - 1) * 3.0 + 2 * (sh.p - 1) * 0.75, kEps);
+    // span_bubble_rate uses the longest span: rank 0's, which is the makespan.
+    EXPECT_NEAR(r.per_rank[0].span, r.makespan, kEps);
+  }
+}
+
+TEST(Simulator, MetricsFollowTheirDefinitions) {
+  SimOptions o = WithCosts(1, 1, 1);
+  o.comm = 1;
+  const SimResult r = Simulate(GenerateZbH2(4, 8), o);
+  double busy = 0, max_span = 0, makespan = 0;
+  for (const RankResult& rr : r.per_rank) {
+    EXPECT_NEAR(rr.span, rr.end - rr.start, kEps);
+    busy += rr.busy;
+    max_span = std::max(max_span, rr.span);
+    makespan = std::max(makespan, rr.end);
+    EXPECT_NEAR(rr.busy, 24, kEps);
+  }
+  EXPECT_NEAR(r.makespan, makespan, kEps);
+  EXPECT_NEAR(r.bubble_rate, 1 - busy / (4 * makespan), kEps);
+  EXPECT_NEAR(r.span_bubble_rate, 1 - busy / (4 * max_span), kEps);
+  // The timeline holds every compute action once, in order, without overlap.
+  for (const auto& row : r.timeline) {
+    ASSERT_EQ(row.size(), 24u);
+    for (std::size_t i = 1; i < row.size(); ++i) EXPECT_GE(row[i].start, row[i - 1].end - kEps);
+  }
+}
+
+TEST(Simulator, WeightMemoryRatioSetsWhatIReleases) {
+  // One rank: F0 I0 F1 I1 F2 W0 ... memory after F0 1, I0 1-(1-r), F1 ...
+  Schedule s;
+  s.name = "hand";
+  s.ranks = 1;
+  s.stages = 1;
+  s.microbatches = 2;
+  s.stage_rank = {0};
+  s.actions = {{{0, ActionKind::kForward, 0},
+                {0, ActionKind::kBackwardInput, 0},
+                {0, ActionKind::kForward, 1},
+                {0, ActionKind::kBackwardInput, 1},
+                {0, ActionKind::kBackwardWeight, 0},
+                {0, ActionKind::kBackwardWeight, 1}}};
+  Validate(s);
+  for (double ratio : {0.0, 0.25, 0.5, 1.0}) {
+    SimOptions o;
+    o.weight_memory_ratio = ratio;
+    o.microbatch_memory_bytes = 1 << 20;
+    const SimResult r = Simulate(s, o);
+    EXPECT_NEAR(r.per_rank[0].peak_memory, 1 + ratio, kEps);
+    EXPECT_NEAR(r.per_rank[0].peak_memory_bytes, (1 + ratio) * (1 << 20), 1e-6);
+    EXPECT_EQ(r.per_rank[0].peak_in_flight[0], 2);  // held until W
+  }
+}
+
+TEST(Simulator, PerStageCostsOverrideRankCosts) {
+  SimOptions o;
+  o.stage_costs = {{1, 2, 3}, {10, 20, 30}};
+  const SimResult r = Simulate(GenerateGPipe(2, 1), o);
+  // F0, F1, B1 = I1 + W1, B0 = I0 + W0 in a chain.
+  EXPECT_NEAR(r.makespan, 1 + 10 + 50 + 5, kEps);
+  EXPECT_NEAR(r.per_rank[1].busy, 60, kEps);
+  o.stage_costs.pop_back();
+  EXPECT_THROW(Simulate(GenerateGPipe(2, 1), o), ScheduleError);
+}
+
+TEST(Simulator, ChunksShareTheRankCost) {
+  // Interleaved with v chunks: each chunk costs 1/v of the rank's F, I, W.
+  const SimResult r = Simulate(GenerateInterleaved1F1B(2, 2, 2), WithCosts(2, 2, 2));
+  for (const auto& row : r.timeline) {
+    for (const TimedAction& t : row) {
+      EXPECT_NEAR(t.end - t.start, t.action.kind == ActionKind::kForward ? 1.0 : 2.0, kEps);
+    }
+  }
+}
+
+TEST(Simulator, RejectsBadOptions) {
+  const Schedule s = Generate1F1B(2, 2);
+  SimOptions o;
+  o.costs.forward = -1;
+  EXPECT_THROW(Simulate(s, o), ScheduleError);
+  o = {};
+  o.weight_memory_ratio = 1.5;
+  EXPECT_THROW(Simulate(s, o), ScheduleError);
+  o = {};
+  o.comm = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(Simulate(s, o), ScheduleError);
+}
+
+std::string DeadlockError(const Schedule& s) {
+  try {
+    Validate(s);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Simulator, DeadlockNamesEveryStuckRankAndMarksTheGrid) {
+  // Rank 0 wants microbatch 0's gradient before sending microbatch 1 forward;
+  // rank 1 wants microbatch 1 forward before returning microbatch 0's gradient.
+  std::istringstream csv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
+  const Schedule s = ReadCsv(csv, "deadlock.csv");
+  const std::string msg = DeadlockError(s);
+  EXPECT_NE(msg.find("deadlock.csv: the schedule deadlocks"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 0, position 1 (0B0): waits for the input gradient of stage 1 microbatch 0 (rank 1)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("rank 1, position 0 (1F1): waits for 0F1 on rank 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(">0B0<"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("<-- here"), std::string::npos) << msg;
+
+  // The lowered form deadlocks the same way, and Lower() itself refuses it.
+  EXPECT_THROW(Lower(s), ScheduleError);
+}
+
+TEST(Simulator, LoweredDeadlockFromLateReceive) {
+  // Valid pairing, but rank 1 posts its receive for microbatch 1 only after
+  // waiting on microbatch 1: caught by the structure check as a late RECV.
+  std::istringstream csv(
+      "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+      "1RECV_F0,1F0,1B0,1SEND_B0,1F1,1RECV_F1,1B1,1SEND_B1\n");
+  const Schedule s = ReadCsv(csv, "late.csv");
+  const std::string msg = DeadlockError(s);
+  EXPECT_NE(msg.find("1F1 waits for 1RECV_F1, which comes later on the same rank (position 5)"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(">1F1<"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace baton
