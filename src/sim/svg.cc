@@ -1,0 +1,657 @@
+// SVG picture of a simulated timeline, meant to go into a paper or a README.
+//
+// Layout, top to bottom: title (schedule name), a line with p/m/v and the
+// metrics, the legend, one row per rank (rank 0 on top), the time axis.
+// Idle time is the row's light grey band showing through.
+//
+// Two drawing modes keep the file proportionate to what can be seen:
+// - detailed: one <rect class="box"> per action, white separators, the
+//   microbatch number where it fits, and a tooltip (<title>) per box when
+//   there are not too many;
+// - dense (many actions, or boxes a couple of pixels wide): per rank and
+//   colour one <path> whose segments are stroked as wide as the row, no text
+//   and no separators. About ten bytes per action instead of a hundred, and
+//   the same picture at that scale.
+// Only SVG 1.1 presentation attributes are used (no CSS), so rsvg-convert,
+// Inkscape and browsers agree on the result.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "baton/sim.h"
+
+namespace baton {
+namespace {
+
+struct Rgb {
+  double r = 0;  // each in [0, 255]
+  double g = 0;
+  double b = 0;
+};
+
+struct KindStyle {
+  ActionKind kind;
+  std::string_view name;   // PyTorch's letter
+  std::string_view label;  // legend text
+  Rgb color;
+};
+
+// Okabe & Ito's colour-blind-safe palette. B and I never share a schedule in
+// practice (B is I + W fused), so their neighbouring hues do not compete.
+constexpr std::array<KindStyle, 4> kKindStyles = {{
+    {ActionKind::kForward, "F", "forward", {0x00, 0x72, 0xB2}},
+    {ActionKind::kBackward, "B", "backward", {0xD5, 0x5E, 0x00}},
+    {ActionKind::kBackwardInput, "I", "backward, input", {0xE6, 0x9F, 0x00}},
+    {ActionKind::kBackwardWeight, "W", "backward, weight", {0x00, 0x9E, 0x73}},
+}};
+
+constexpr std::string_view kFontFamily = "Helvetica, Arial, 'DejaVu Sans', sans-serif";
+constexpr std::string_view kBackground = "#ffffff";
+constexpr std::string_view kRowBand = "#ececec";
+constexpr std::string_view kInk = "#1a1a1a";    // title, labels, axis
+constexpr std::string_view kMuted = "#555555";  // subtitle, tick labels
+constexpr std::string_view kDarkText = "#111111";
+constexpr std::string_view kLightText = "#ffffff";
+
+constexpr double kMargin = 16;
+constexpr double kTitleFont = 15;
+constexpr double kSubtitleFont = 12;
+constexpr double kLegendFont = 12;
+constexpr double kLabelFont = 12;
+constexpr double kTickFont = 11;
+constexpr double kMaxBoxFont = 11;
+constexpr double kMinBoxFont = 7;
+constexpr double kBoxTextPadding = 3;  // pixels of box left around its number
+constexpr double kLegendSwatch = 11;
+
+// Horizontal scale: the typical action gets this many pixels, within the
+// plot-width bounds, so a short schedule is not a postage stamp and a long
+// one does not become a banner.
+constexpr double kTargetBoxWidth = 26;
+constexpr double kMinPlotWidth = 420;
+constexpr double kMaxPlotWidth = 1600;
+// Rows: at most about this many pixels for all of them together.
+constexpr double kRowsHeight = 900;
+constexpr double kMaxRowPitch = 24;
+constexpr double kMinRowPitch = 4;
+
+// Past either limit the detailed mode is switched off (see the file comment).
+constexpr std::size_t kMaxDetailedBoxes = 20000;
+constexpr double kMinDetailedBoxWidth = 2.5;
+// Tooltips (handy in a browser) cost more bytes than the box they describe.
+constexpr std::size_t kMaxTooltipBoxes = 5000;
+// Touching boxes get a white one-pixel line between them, except boxes so
+// narrow it would swallow them.
+constexpr double kMinSeparatedBoxWidth = 4;
+constexpr double kMinBoxWidth = 0.5;  // an action is never invisible
+
+// Average glyph advance as a fraction of the font size. Generous, because
+// the fallback font (DejaVu Sans) is wider than Helvetica.
+constexpr double kCharWidth = 0.62;
+constexpr double kBoldCharWidth = 0.68;
+
+// ---- Text ----
+
+// The number with at most `decimals` decimals and no trailing zeros.
+std::string Num(double value, int decimals = 2) {
+  std::string text = fmt::format("{:.{}f}", value, decimals);
+  if (text.find('.') != std::string::npos) {
+    while (text.back() == '0') text.pop_back();
+    if (text.back() == '.') text.pop_back();
+  }
+  if (text == "-0") text = "0";
+  return text;
+}
+
+void AppendReplacement(std::string& out) { out += "\xEF\xBF\xBD"; }  // U+FFFD
+
+// Escapes text for an XML element or a double-quoted attribute. Bytes that
+// are not well-formed UTF-8, and characters XML 1.0 forbids even escaped
+// (controls, U+FFFE/U+FFFF), become U+FFFD; tabs and line breaks become
+// spaces because every text in the picture is a single line.
+std::string XmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      switch (byte) {
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        case '\'':
+          out += "&apos;";
+          break;
+        case '\t':
+        case '\n':
+        case '\r':
+          out += ' ';
+          break;
+        default:
+          if (byte < 0x20) {
+            AppendReplacement(out);
+          } else {
+            out += static_cast<char>(byte);
+          }
+      }
+      ++i;
+      continue;
+    }
+    // Lead byte -> sequence length and the smallest code point it may encode
+    // (anything smaller is an overlong form).
+    std::size_t length = 0;
+    std::uint32_t code = 0;
+    std::uint32_t min_code = 0;
+    if (byte >= 0xC2 && byte <= 0xDF) {
+      length = 2, code = byte & 0x1F, min_code = 0x80;
+    } else if (byte >= 0xE0 && byte <= 0xEF) {
+      length = 3, code = byte & 0x0F, min_code = 0x800;
+    } else if (byte >= 0xF0 && byte <= 0xF4) {
+      length = 4, code = byte & 0x07, min_code = 0x10000;
+    }
+    bool valid = length > 0 && i + length <= text.size();
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      valid = (next & 0xC0) == 0x80;
+      code = (code << 6) | (next & 0x3F);
+    }
+    valid = valid && code >= min_code && code <= 0x10FFFF && !(code >= 0xD800 && code <= 0xDFFF) &&
+            code != 0xFFFE && code != 0xFFFF;
+    if (valid) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      AppendReplacement(out);
+      ++i;
+    }
+  }
+  return out;
+}
+
+// Estimated rendered width; good enough to reserve room, not to typeset.
+double TextWidth(std::string_view text, double font_size, bool bold = false) {
+  std::size_t code_points = 0;
+  for (char c : text) {
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++code_points;
+  }
+  return static_cast<double>(code_points) * font_size * (bold ? kBoldCharWidth : kCharWidth);
+}
+
+// ---- Colour ----
+
+// Chunk c of v is the kind's colour mixed with white by up to one half, so
+// chunk 0 keeps the full colour and the last chunk is clearly lighter.
+Rgb ChunkShade(Rgb base, int chunk, int chunks) {
+  const double t = chunks > 1 ? 0.5 * chunk / (chunks - 1) : 0.0;
+  return {base.r + (255 - base.r) * t, base.g + (255 - base.g) * t, base.b + (255 - base.b) * t};
+}
+
+std::string Hex(Rgb c) {
+  auto channel = [](double v) { return static_cast<int>(std::lround(std::clamp(v, 0.0, 255.0))); };
+  return fmt::format("#{:02x}{:02x}{:02x}", channel(c.r), channel(c.g), channel(c.b));
+}
+
+// WCAG relative luminance.
+double Luminance(Rgb c) {
+  auto linear = [](double v) {
+    v /= 255;
+    return v <= 0.03928 ? v / 12.92 : std::pow((v + 0.055) / 1.055, 2.4);
+  };
+  return 0.2126 * linear(c.r) + 0.7152 * linear(c.g) + 0.0722 * linear(c.b);
+}
+
+// White or near-black, whichever contrasts more with the box.
+std::string_view TextColorOn(Rgb fill) {
+  const double l = Luminance(fill);
+  return (1.05 / (l + 0.05)) >= ((l + 0.05) / 0.05) ? kLightText : kDarkText;
+}
+
+// ---- Geometry ----
+
+int KindIndex(ActionKind kind) {
+  for (std::size_t i = 0; i < kKindStyles.size(); ++i) {
+    if (kKindStyles[i].kind == kind) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A 1-2-5 step giving at most about `max_ticks` ticks over [0, span].
+double TickStep(double span, double max_ticks) {
+  const double raw = span / max_ticks;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double factor : {1.0, 2.0, 5.0, 10.0}) {
+    if (factor * power >= raw * (1 - 1e-9)) return factor * power;
+  }
+  return 10 * power;
+}
+
+// One compute action as drawn.
+struct Box {
+  int rank = 0;
+  int style = 0;  // index into kKindStyles
+  int chunk = 0;
+  const TimedAction* timed = nullptr;
+};
+
+bool SameColor(const Box& a, const Box& b) { return a.style == b.style && a.chunk == b.chunk; }
+
+struct Geometry {
+  double left = 0;         // x of time 0
+  double px_per_unit = 1;  // horizontal scale
+  double rows_top = 0;
+  double row_pitch = 24;  // row height plus the gap below it
+  double row_height = 20;
+
+  double X(double t) const { return left + t * px_per_unit; }
+  // A box's left and right edge, on whole pixels so the boxes stay crisp.
+  std::pair<double, double> PixelSpan(const TimedAction& t) const {
+    return {std::round(X(t.start)), std::round(X(t.end))};
+  }
+  // A one-pixel vertical line at time t: centred on the pixel column where a
+  // box starting at t begins, so it is crisp and lines up with the boxes.
+  double TickX(double t) const { return std::round(X(t)) + 0.5; }
+  double RowY(int rank) const { return rows_top + rank * row_pitch; }
+};
+
+// Chunk of each (rank, stage): the stage's index among the rank's stages,
+// which is right for every placement (loop or V).
+std::vector<std::vector<int>> RankStages(const SimResult& result, int ranks) {
+  std::vector<std::vector<int>> stages(ranks);
+  for (const RankResult& r : result.per_rank) {
+    if (r.rank >= 0 && r.rank < ranks) stages[r.rank] = r.stages;
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    // Hand-built results may carry no per-rank summary: read the stages off
+    // the timeline instead.
+    if (!stages[rank].empty() || rank >= static_cast<int>(result.timeline.size())) continue;
+    for (const TimedAction& t : result.timeline[rank]) stages[rank].push_back(t.action.stage);
+    std::sort(stages[rank].begin(), stages[rank].end());
+    stages[rank].erase(std::unique(stages[rank].begin(), stages[rank].end()), stages[rank].end());
+  }
+  return stages;
+}
+
+int ChunkOf(const std::vector<int>& rank_stages, int stage) {
+  auto it = std::lower_bound(rank_stages.begin(), rank_stages.end(), stage);
+  if (it == rank_stages.end() || *it != stage) return 0;
+  return static_cast<int>(it - rank_stages.begin());
+}
+
+// ---- Drawing ----
+
+using Buffer = fmt::memory_buffer;
+
+// REQUIRES (both box drawers): `boxes` sorted by colour, then rank, then start.
+void DrawDetailedBoxes(Buffer& buf, const std::vector<Box>& boxes, const Geometry& g,
+                       const std::vector<std::vector<Rgb>>& fills, bool tooltips) {
+  auto it = std::back_inserter(buf);
+  // Grouped by colour so each box carries only its geometry.
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    const Box& box = boxes[i];
+    if (i == 0 || !SameColor(box, boxes[i - 1])) {
+      if (i > 0) fmt::format_to(it, "</g>\n");
+      fmt::format_to(it, "<g class=\"boxes\" fill=\"{}\">\n", Hex(fills[box.style][box.chunk]));
+    }
+    const TimedAction& t = *box.timed;
+    const auto [x0, x1] = g.PixelSpan(t);
+    fmt::format_to(it, "<rect class=\"box\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"", Num(x0),
+                   Num(g.RowY(box.rank)), Num(std::max(x1 - x0, kMinBoxWidth)), Num(g.row_height));
+    if (tooltips) {
+      fmt::format_to(it, "><title>{}{}{} on rank {}, time {} to {}</title></rect>\n",
+                     t.action.stage, kKindStyles[box.style].name, t.action.microbatch, box.rank,
+                     Num(t.start, 3), Num(t.end, 3));
+    } else {
+      fmt::format_to(it, "/>\n");
+    }
+  }
+  if (!boxes.empty()) fmt::format_to(it, "</g>\n");
+}
+
+void DrawBoxLabels(Buffer& buf, const std::vector<Box>& boxes, const Geometry& g,
+                   const std::vector<std::vector<Rgb>>& fills) {
+  if (boxes.empty()) return;
+  // One font size for the whole picture: the largest at which nearly every
+  // box holds its number. Labels in only some boxes would read as a pattern.
+  std::vector<double> fitting(boxes.size());
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    const TimedAction& t = *boxes[i].timed;
+    const double digits = static_cast<double>(std::to_string(t.action.microbatch).size());
+    const auto [x0, x1] = g.PixelSpan(t);
+    fitting[i] = (x1 - x0 - kBoxTextPadding) / (digits * kCharWidth);
+  }
+  auto few = fitting.begin() + static_cast<std::ptrdiff_t>(fitting.size() / 20);
+  std::nth_element(fitting.begin(), few, fitting.end());
+  const double font = std::floor(2 * std::min({kMaxBoxFont, g.row_height * 0.6, *few})) / 2;
+  if (font < kMinBoxFont) return;
+
+  auto it = std::back_inserter(buf);
+  for (std::string_view color : {kLightText, kDarkText}) {
+    bool open = false;
+    for (const Box& box : boxes) {
+      if (TextColorOn(fills[box.style][box.chunk]) != color) continue;
+      const TimedAction& t = *box.timed;
+      const std::string label = std::to_string(t.action.microbatch);
+      const auto [x0, x1] = g.PixelSpan(t);
+      if (x1 - x0 < TextWidth(label, font) + kBoxTextPadding) continue;
+      if (!open) {
+        fmt::format_to(it,
+                       "<g class=\"labels\" fill=\"{}\" font-size=\"{}\" text-anchor=\"middle\">\n",
+                       color, Num(font));
+        open = true;
+      }
+      // rsvg ignores dominant-baseline; a baseline 0.35 em below the centre
+      // centres digits in every renderer.
+      fmt::format_to(it, "<text x=\"{}\" y=\"{}\">{}</text>\n", Num((x0 + x1) / 2),
+                     Num(g.RowY(box.rank) + g.row_height / 2 + 0.35 * font), label);
+    }
+    if (open) fmt::format_to(it, "</g>\n");
+  }
+}
+
+// White lines where one box ends and the next begins on the same rank.
+// REQUIRES: `boxes` in rank, then time order.
+void DrawSeparators(Buffer& buf, const std::vector<Box>& boxes, const Geometry& g) {
+  auto it = std::back_inserter(buf);
+  bool open = false;
+  for (std::size_t i = 1; i < boxes.size(); ++i) {
+    const Box& prev = boxes[i - 1];
+    const Box& next = boxes[i];
+    if (prev.rank != next.rank) continue;
+    const auto [prev_x0, prev_x1] = g.PixelSpan(*prev.timed);
+    const auto [next_x0, next_x1] = g.PixelSpan(*next.timed);
+    if (prev_x1 != next_x0 || prev_x1 - prev_x0 < kMinSeparatedBoxWidth ||
+        next_x1 - next_x0 < kMinSeparatedBoxWidth) {
+      continue;
+    }
+    if (!open) {
+      fmt::format_to(it, "<path fill=\"none\" stroke=\"{}\" stroke-width=\"1\" d=\"", kBackground);
+      open = true;
+    }
+    // Centred on the last pixel column of the earlier box.
+    fmt::format_to(it, "M{} {}v{}", Num(prev_x1 - 0.5), Num(g.RowY(prev.rank)), Num(g.row_height));
+  }
+  if (open) fmt::format_to(it, "\"/>\n");
+}
+
+// Positions in tenths of a pixel: relative path steps computed from rounded
+// absolute positions never drift, and need no floating-point formatting.
+void AppendTenths(Buffer& buf, long long tenths) {
+  auto it = std::back_inserter(buf);
+  if (tenths < 0) {
+    buf.push_back('-');
+    tenths = -tenths;
+  }
+  if (tenths % 10 == 0) {
+    fmt::format_to(it, "{}", tenths / 10);
+  } else {
+    fmt::format_to(it, "{}.{}", tenths / 10, tenths % 10);
+  }
+}
+
+void DrawDenseBoxes(Buffer& buf, const std::vector<Box>& boxes, const Geometry& g,
+                    const std::vector<std::vector<Rgb>>& fills) {
+  auto it = std::back_inserter(buf);
+  long long pen = 0;       // current point, tenths of a pixel
+  long long run_end = -1;  // end of the segment being drawn
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    const Box& box = boxes[i];
+    const long long x0 = std::llround(g.X(box.timed->start) * 10);
+    // At least a tenth of a pixel, so no action disappears.
+    const long long x1 = std::max(x0 + 1, std::llround(g.X(box.timed->end) * 10));
+    if (i == 0 || !SameColor(box, boxes[i - 1]) || box.rank != boxes[i - 1].rank) {
+      if (i > 0) fmt::format_to(it, "\"/>\n");
+      fmt::format_to(it, "<path fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" d=\"M",
+                     Hex(fills[box.style][box.chunk]), Num(g.row_height));
+      AppendTenths(buf, x0);
+      buf.push_back(' ');
+      AppendTenths(buf, std::llround((g.RowY(box.rank) + g.row_height / 2) * 10));
+    } else if (x0 <= run_end) {
+      // Touches the previous segment: lengthen it instead of starting one.
+      if (x1 > run_end) {
+        buf.push_back('h');
+        AppendTenths(buf, x1 - run_end);
+        pen = run_end = x1;
+      }
+      continue;
+    } else {
+      buf.push_back('m');
+      AppendTenths(buf, x0 - pen);
+      fmt::format_to(it, " 0");
+    }
+    buf.push_back('h');
+    AppendTenths(buf, x1 - x0);
+    pen = run_end = x1;
+  }
+  if (!boxes.empty()) fmt::format_to(it, "\"/>\n");
+}
+
+}  // namespace
+
+void WriteSvg(const SimResult& result, std::ostream& out) {
+  const int ranks = std::max(result.ranks, static_cast<int>(result.timeline.size()));
+  const std::vector<std::vector<int>> rank_stages = RankStages(result, ranks);
+
+  // ---- What to draw ----
+  std::vector<Box> boxes;
+  std::array<bool, kKindStyles.size()> kind_present{};
+  int chunks = std::max(1, result.chunks);
+  for (const auto& stages : rank_stages) chunks = std::max(chunks, static_cast<int>(stages.size()));
+  double time_end = std::isfinite(result.makespan) ? std::max(0.0, result.makespan) : 0.0;
+  std::vector<double> durations;
+  for (int rank = 0; rank < static_cast<int>(result.timeline.size()); ++rank) {
+    for (const TimedAction& t : result.timeline[rank]) {
+      const int style = KindIndex(t.action.kind);
+      if (style < 0 || !std::isfinite(t.start) || !std::isfinite(t.end)) continue;
+      const int chunk = std::min(ChunkOf(rank_stages[rank], t.action.stage), chunks - 1);
+      boxes.push_back({rank, style, chunk, &t});
+      kind_present[style] = true;
+      time_end = std::max(time_end, t.end);
+      if (t.end > t.start) durations.push_back(t.end - t.start);
+    }
+  }
+  if (!(time_end > 0)) time_end = 1;  // nothing ran: still draw the empty rows
+  std::vector<std::vector<Rgb>> fills(kKindStyles.size());
+  for (std::size_t s = 0; s < kKindStyles.size(); ++s) {
+    for (int c = 0; c < chunks; ++c) {
+      fills[s].push_back(ChunkShade(kKindStyles[s].color, c, chunks));
+    }
+  }
+
+  // ---- Scale ----
+  // The short end of the common durations (F, I, W rather than B) sets the
+  // scale, so the short boxes still hold their numbers.
+  double typical = time_end / 8;
+  if (!durations.empty()) {
+    auto short_end = durations.begin() + static_cast<std::ptrdiff_t>(durations.size() / 5);
+    std::nth_element(durations.begin(), short_end, durations.end());
+    typical = *short_end;
+  }
+  const double plot_width =
+      std::clamp(time_end / typical * kTargetBoxWidth, kMinPlotWidth, kMaxPlotWidth);
+  Geometry g;
+  g.px_per_unit = plot_width / time_end;
+  g.row_pitch =
+      std::clamp(std::floor(kRowsHeight / std::max(1, ranks)), kMinRowPitch, kMaxRowPitch);
+  const double row_gap = g.row_pitch >= 16 ? 4 : g.row_pitch >= 8 ? 2 : 1;
+  g.row_height = g.row_pitch - row_gap;
+  const bool detailed =
+      boxes.size() <= kMaxDetailedBoxes && typical * g.px_per_unit >= kMinDetailedBoxWidth;
+
+  // ---- Text ----
+  const std::string title = result.schedule.empty() ? "schedule" : result.schedule;
+  const int shown_ranks = result.ranks > 0 ? result.ranks : ranks;
+  const std::string chunk_text =
+      result.chunks > 0 ? std::to_string(result.chunks) : std::to_string(chunks);
+  std::string subtitle = fmt::format("p = {} · m = {} · v = {}    makespan {} · bubble {} %",
+                                     shown_ranks, result.microbatches, chunk_text,
+                                     Num(result.makespan, 3), Num(100 * result.bubble_rate, 1));
+  if (std::abs(result.span_bubble_rate - result.bubble_rate) >= 0.0005) {
+    subtitle += fmt::format(" (span {} %)", Num(100 * result.span_bubble_rate, 1));
+  }
+
+  // Label every rank while the labels fit their rows, else every k-th.
+  const int label_every = static_cast<int>(std::ceil(kLabelFont * 1.1 / g.row_pitch));
+  const double label_font = std::min(kLabelFont, std::max(8.0, g.row_pitch * 0.75));
+  const double label_width = TextWidth(fmt::format("rank {}", std::max(0, ranks - 1)), label_font);
+  g.left = std::round(kMargin + label_width + 8);
+
+  // Legend entries and their widths, to lay them out on one line.
+  struct LegendItem {
+    int style;
+    std::string text;
+  };
+  std::vector<LegendItem> legend;
+  for (std::size_t s = 0; s < kKindStyles.size(); ++s) {
+    if (!kind_present[s]) continue;
+    legend.push_back(
+        {static_cast<int>(s), fmt::format("{}  {}", kKindStyles[s].name, kKindStyles[s].label)});
+  }
+  const std::string chunk_note =
+      chunks > 1 ? (chunks == 2 ? "light = chunk 1"
+                                : fmt::format("lighter = later chunk (0…{})", chunks - 1))
+                 : "";
+  const double swatch_group = chunks * kLegendSwatch;
+  double legend_width = 0;
+  for (const LegendItem& item : legend) {
+    legend_width += swatch_group + 5 + TextWidth(item.text, kLegendFont) + 18;
+  }
+  if (!chunk_note.empty()) legend_width += TextWidth(chunk_note, kLegendFont);
+
+  const double title_y = kMargin + kTitleFont;
+  const double subtitle_y = title_y + kSubtitleFont + 7;
+  const double legend_y = subtitle_y + 12;  // top of the swatches
+  g.rows_top = legend_y + kLegendSwatch + 14;
+  const double rows_bottom = g.rows_top + ranks * g.row_pitch - row_gap;
+  const double axis_y = rows_bottom + 5;
+  const double height = axis_y + 5 + kTickFont + 6 + kTickFont + kMargin;
+  const double width =
+      std::max({g.X(time_end) + kMargin + 4, kMargin * 2 + TextWidth(title, kTitleFont, true),
+                kMargin * 2 + TextWidth(subtitle, kSubtitleFont), g.left + legend_width + kMargin});
+
+  Buffer buf;
+  auto it = std::back_inserter(buf);
+  fmt::format_to(it,
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" "
+                 "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"{2}\">\n",
+                 Num(std::ceil(width)), Num(std::ceil(height)), kFontFamily);
+  fmt::format_to(it, "<title>{}</title>\n", XmlEscape(title));
+  fmt::format_to(it, "<rect width=\"100%\" height=\"100%\" fill=\"{}\"/>\n", kBackground);
+
+  // Title and metrics.
+  fmt::format_to(it,
+                 "<text x=\"{}\" y=\"{}\" font-size=\"{}\" font-weight=\"bold\" fill=\"{}\">{}"
+                 "</text>\n",
+                 Num(kMargin), Num(title_y), Num(kTitleFont), kInk, XmlEscape(title));
+  fmt::format_to(
+      it, "<text x=\"{}\" y=\"{}\" font-size=\"{}\" fill=\"{}\" xml:space=\"preserve\">{}</text>\n",
+      Num(kMargin), Num(subtitle_y), Num(kSubtitleFont), kMuted, XmlEscape(subtitle));
+
+  // Legend.
+  double lx = g.left;
+  fmt::format_to(it, "<g class=\"legend\" font-size=\"{}\" fill=\"{}\" xml:space=\"preserve\">\n",
+                 Num(kLegendFont), kInk);
+  for (const LegendItem& item : legend) {
+    for (int c = 0; c < chunks; ++c) {
+      fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n",
+                     Num(lx + c * kLegendSwatch), Num(legend_y), Num(kLegendSwatch),
+                     Num(kLegendSwatch), Hex(fills[item.style][c]));
+    }
+    lx += swatch_group + 5;
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">{}</text>\n", Num(lx),
+                   Num(legend_y + kLegendSwatch - 1), XmlEscape(item.text));
+    lx += TextWidth(item.text, kLegendFont) + 18;
+  }
+  if (!chunk_note.empty()) {
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", Num(lx),
+                   Num(legend_y + kLegendSwatch - 1), kMuted, XmlEscape(chunk_note));
+  }
+  fmt::format_to(it, "</g>\n");
+
+  // Row bands and rank labels.
+  fmt::format_to(it, "<g class=\"bands\" fill=\"{}\">\n", kRowBand);
+  for (int rank = 0; rank < ranks; ++rank) {
+    fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", Num(g.left),
+                   Num(g.RowY(rank)), Num(plot_width), Num(g.row_height));
+  }
+  fmt::format_to(it, "</g>\n");
+  fmt::format_to(it, "<g class=\"ranks\" font-size=\"{}\" fill=\"{}\" text-anchor=\"end\">\n",
+                 Num(label_font), kInk);
+  for (int rank = 0; rank < ranks; rank += label_every) {
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">rank {}</text>\n", Num(g.left - 8),
+                   Num(g.RowY(rank) + g.row_height / 2 + 0.35 * label_font), rank);
+  }
+  fmt::format_to(it, "</g>\n");
+
+  // Time grid: ticks every 1-2-5 step, at least ~60 px apart.
+  const double step = TickStep(time_end, std::clamp(plot_width / 60, 2.0, 12.0));
+  const int tick_decimals = std::max(0, -static_cast<int>(std::floor(std::log10(step) + 1e-9)));
+  std::vector<double> ticks;
+  for (int k = 0; k * step <= time_end * (1 + 1e-9); ++k) ticks.push_back(k * step);
+  // Gridlines go under the boxes: visible in idle time, hidden elsewhere.
+  fmt::format_to(it, "<g class=\"grid\" stroke=\"{}\" stroke-width=\"1\">\n", kBackground);
+  for (double t : ticks) {
+    if (t == 0) continue;
+    fmt::format_to(it, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", Num(g.TickX(t)),
+                   Num(g.rows_top), Num(rows_bottom));
+  }
+  fmt::format_to(it, "</g>\n");
+
+  // The boxes. `boxes` is in rank, then time order until it is sorted here.
+  Buffer separators;
+  if (detailed) DrawSeparators(separators, boxes, g);
+  std::stable_sort(boxes.begin(), boxes.end(), [](const Box& a, const Box& b) {
+    if (a.style != b.style) return a.style < b.style;
+    if (a.chunk != b.chunk) return a.chunk < b.chunk;
+    return a.rank < b.rank;
+  });
+  if (detailed) {
+    DrawDetailedBoxes(buf, boxes, g, fills, boxes.size() <= kMaxTooltipBoxes);
+    buf.append(separators);
+    DrawBoxLabels(buf, boxes, g, fills);
+  } else {
+    DrawDenseBoxes(buf, boxes, g, fills);
+  }
+
+  // Time axis.
+  fmt::format_to(it, "<g class=\"axis\" stroke=\"{}\" stroke-width=\"1\">\n", kMuted);
+  fmt::format_to(it, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\"/>\n", Num(g.left),
+                 Num(g.X(time_end)), Num(axis_y + 0.5));
+  for (double t : ticks) {
+    fmt::format_to(it, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", Num(g.TickX(t)),
+                   Num(axis_y + 0.5), Num(axis_y + 5));
+  }
+  fmt::format_to(it, "</g>\n");
+  fmt::format_to(it, "<g class=\"ticks\" font-size=\"{}\" fill=\"{}\" text-anchor=\"middle\">\n",
+                 Num(kTickFont), kMuted);
+  for (double t : ticks) {
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">{}</text>\n", Num(g.X(t)),
+                   Num(axis_y + 5 + kTickFont), Num(t, tick_decimals));
+  }
+  fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">time</text>\n",
+                 Num(g.left + plot_width / 2), Num(axis_y + 5 + kTickFont + 6 + kTickFont), kInk);
+  fmt::format_to(it, "</g>\n</svg>\n");
+
+  out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+}
+
+}  // namespace baton

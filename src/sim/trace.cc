@@ -1,0 +1,130 @@
+// Chrome Trace Event JSON export of a simulated timeline.
+//
+// Format: the "JSON Object Format" of the Trace Event spec, which Perfetto
+// and chrome://tracing both open:
+//   {"traceEvents":[...], "displayTimeUnit":"ms", "otherData":{...}}
+// Each rank is a process (pid = rank) with one thread (tid = rank, so thread
+// ids stay unique across the trace); compute actions are complete ("X")
+// events. The events are streamed with fmt rather than built as a JSON tree:
+// a large simulation has hundreds of thousands of them.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <iterator>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "baton/error.h"
+#include "baton/sim.h"
+
+namespace baton {
+namespace {
+
+// Written out in batches so memory stays flat however long the timeline is.
+constexpr std::size_t kFlushBytes = std::size_t{1} << 20;
+
+std::string_view ComputeKindName(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward:
+      return "F";
+    case ActionKind::kBackward:
+      return "B";
+    case ActionKind::kBackwardInput:
+      return "I";
+    case ActionKind::kBackwardWeight:
+      return "W";
+    default:
+      return "";
+  }
+}
+
+// Trace timestamps are microseconds; anything finer than a nanosecond is
+// floating-point noise (0.1 x 1000 = 100.00000000000001) that would only
+// make the file longer and the numbers harder to read.
+double ToMicroseconds(double time, double us_per_unit) {
+  return std::round(time * us_per_unit * 1000.0) / 1000.0;
+}
+
+// A JSON string literal. The schedule name may be a file path with bytes
+// that are not UTF-8; those become U+FFFD instead of making the file invalid.
+std::string JsonString(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void Flush(fmt::memory_buffer& buffer, std::ostream& out) {
+  out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+  buffer.clear();
+}
+
+}  // namespace
+
+void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_unit) {
+  if (!(us_per_unit > 0.0) || !std::isfinite(us_per_unit)) {
+    throw ConfigError(fmt::format(
+        "chrome trace: microseconds per time unit is {}; it must be a finite number > 0",
+        us_per_unit));
+  }
+  const int ranks = std::max(result.ranks, static_cast<int>(result.timeline.size()));
+
+  fmt::memory_buffer buffer;
+  auto it = std::back_inserter(buffer);
+  fmt::format_to(it, "{{\"traceEvents\":[");
+  bool first = true;
+  auto separator = [&] {
+    if (!first) buffer.push_back(',');
+    buffer.push_back('\n');
+    first = false;
+  };
+
+  for (int rank = 0; rank < ranks; ++rank) {
+    separator();
+    fmt::format_to(it,
+                   R"({{"name":"process_name","ph":"M","pid":{0},"tid":{0},)"
+                   R"("args":{{"name":"rank {0}"}}}})",
+                   rank);
+    separator();
+    fmt::format_to(it,
+                   R"({{"name":"process_sort_index","ph":"M","pid":{0},"tid":{0},)"
+                   R"("args":{{"sort_index":{0}}}}})",
+                   rank);
+    separator();
+    fmt::format_to(it,
+                   R"({{"name":"thread_name","ph":"M","pid":{0},"tid":{0},)"
+                   R"("args":{{"name":"compute"}}}})",
+                   rank);
+  }
+
+  for (std::size_t rank = 0; rank < result.timeline.size(); ++rank) {
+    for (const TimedAction& timed : result.timeline[rank]) {
+      const std::string_view kind = ComputeKindName(timed.action.kind);
+      if (kind.empty()) continue;  // communication takes no compute time
+      // Both ends are rounded, so back-to-back actions touch exactly and
+      // Perfetto never sees a sliver of overlap it would have to nest.
+      const double ts = ToMicroseconds(timed.start, us_per_unit);
+      const double dur = ToMicroseconds(timed.end, us_per_unit) - ts;
+      separator();
+      fmt::format_to(it,
+                     R"({{"name":"{0}","cat":"{0}","ph":"X","ts":{1},"dur":{2},)"
+                     R"("pid":{3},"tid":{3},"args":{{"stage":{4},"microbatch":{5}}}}})",
+                     kind, ts, dur, rank, timed.action.stage, timed.action.microbatch);
+      if (buffer.size() >= kFlushBytes) Flush(buffer, out);
+    }
+  }
+
+  fmt::format_to(it,
+                 "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{\"schedule\":{},"
+                 "\"ranks\":{},\"microbatches\":{},\"chunks\":{},\"makespan\":{},"
+                 "\"bubble_rate\":{},\"span_bubble_rate\":{},\"us_per_unit\":{}}}}}\n",
+                 JsonString(result.schedule), result.ranks, result.microbatches, result.chunks,
+                 std::isfinite(result.makespan) ? result.makespan : 0.0,
+                 std::isfinite(result.bubble_rate) ? result.bubble_rate : 0.0,
+                 std::isfinite(result.span_bubble_rate) ? result.span_bubble_rate : 0.0,
+                 us_per_unit);
+  Flush(buffer, out);
+}
+
+}  // namespace baton
