@@ -9,7 +9,7 @@ packages=(
   libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev zlib1g-dev
   libopenmpi-dev openmpi-bin libeigen3-dev libtbb-dev
-  dataset-fashion-mnist librsvg2-bin
+  dataset-fashion-mnist
 )
 
 missing=()

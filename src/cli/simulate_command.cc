@@ -56,6 +56,12 @@ SimulateConfig Resolve(const SimulateFlags& f) {
   c.microbatches = 0;
   if (!f.config.empty()) c = LoadSimulateConfig(f.config);
   if (f.schedule) c.schedule = *f.schedule;
+  // 0 means "unset" inside; an explicit flag must be a real count.
+  if ((f.ranks && *f.ranks < 1) || (f.microbatches && *f.microbatches < 1)) {
+    throw ConfigError(fmt::format("--ranks and --microbatches must be at least 1, got {}",
+                                  f.ranks && *f.ranks < 1 ? *f.ranks : *f.microbatches));
+  }
+  if (f.chunks && *f.chunks < 0) throw ConfigError(fmt::format("--chunks must be at least 0 (0 = the schedule's own), got {}", *f.chunks));
   if (f.ranks) c.ranks = *f.ranks;
   if (f.microbatches) c.microbatches = *f.microbatches;
   if (f.chunks) c.chunks = *f.chunks;
@@ -76,9 +82,6 @@ SimulateConfig Resolve(const SimulateFlags& f) {
   if (f.json) c.json_path = *f.json;
   if (f.trace) c.trace_path = *f.trace;
   if (f.svg) c.svg_path = *f.svg;
-  if (c.ranks < 0 || c.microbatches < 0 || c.chunks < 0) {
-    throw ConfigError("--ranks, --microbatches and --chunks must be positive");
-  }
   return c;
 }
 
@@ -156,7 +159,7 @@ void RunSimulate(const SimulateFlags& flags) {
   const bool comparing = !c.compare.empty();
   const std::vector<std::string> names = comparing ? c.compare : std::vector<std::string>{c.schedule};
   if (comparing && names.size() > 1) {
-    for (const std::string* path : {&c.svg_path, &c.trace_path}) {
+    for (const std::string* path : {&c.svg_path, &c.trace_path}) {  // JSON may hold them all
       if (!path->empty() && path->find("{schedule}") == std::string::npos) {
         throw ConfigError(fmt::format("output path \"{}\": when comparing several schedules, put {{schedule}} in "
                                       "the path so each schedule gets its own file",
@@ -191,15 +194,17 @@ void RunSimulate(const SimulateFlags& flags) {
     }
   }
   if (!c.json_path.empty()) {
-    std::string json;
-    if (comparing) {
-      json = "[\n";
+    const bool one_per_schedule = c.json_path.find("{schedule}") != std::string::npos;
+    if (comparing && !one_per_schedule) {
+      std::string json = "[\n";
       for (std::size_t i = 0; i < runs.size(); ++i) json += (i ? ",\n" : "") + ToJson(runs[i].result);
-      json += "\n]\n";
+      WriteOutput(c.json_path, json + "\n]\n");
     } else {
-      json = ToJson(runs.front().result) + "\n";
+      for (const Run& run : runs) {
+        const std::string base = std::filesystem::path(run.result.schedule).stem().string();
+        WriteOutput(ExpandPath(c.json_path, base), ToJson(run.result) + "\n");
+      }
     }
-    WriteOutput(c.json_path, json);
   }
 }
 
@@ -208,16 +213,14 @@ void RunSimulate(const SimulateFlags& flags) {
 void AddSimulateCommand(CLI::App& app) {
   auto flags = std::make_shared<SimulateFlags>();
   CLI::App* cmd = app.add_subcommand("simulate", "Simulate a schedule: step time, bubble, memory, pictures");
-  cmd->add_option("config", flags->config, "YAML simulate config (configs/*.yaml); flags override it")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("config", flags->config, "YAML simulate config (configs/*.yaml); flags override it");
   cmd->add_option("-s,--schedule", flags->schedule,
                   "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv, or a CSV schedule file (default 1f1b)");
   cmd->add_option("-p,--ranks", flags->ranks, "pipeline ranks p (default 4; a file's row count)");
   cmd->add_option("-m,--microbatches", flags->microbatches, "microbatches per step m (default 8)");
   cmd->add_option("-v,--chunks", flags->chunks, "stages per rank v (default: the schedule's own)");
   cmd->add_option("--cost", flags->cost, "F,I,W: costs of one microbatch through a whole rank (default 1,1,1)")
-      ->delimiter(',')
-      ->expected(3);
+      ->delimiter(',');
   cmd->add_option("--comm", flags->comm, "latency of one message between ranks (default 0)");
   cmd->add_option("--bandwidth", flags->bandwidth, "bytes per time unit; with --message-bytes adds bytes/bandwidth");
   cmd->add_option("--message-bytes", flags->message_bytes, "bytes of one activation or gradient message");

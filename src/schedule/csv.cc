@@ -68,8 +68,18 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
     // A row of one empty cell is a rank with nothing to do.
     if (row.size() == 1 && row[0].kind == ActionKind::kIdle) row.clear();
   }
+  // Blank lines at the end of a file are not ranks; a blank line inside is a
+  // rank without work, which no placement allows.
+  while (!rows.empty() && rows.back().empty()) rows.pop_back();
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const bool idle = std::all_of(rows[r].begin(), rows[r].end(),
+                                  [](const Action& a) { return a.kind == ActionKind::kIdle; });
+    if (idle) {
+      throw ScheduleError(fmt::format("{}: row {} (rank {}) holds no action; every rank must hold at least one stage",
+                                      source_name, r + 1, r));
+    }
+  }
   if (rows.empty()) throw ScheduleError(fmt::format("{}: the schedule file has no rows", source_name));
-  if (max_stage < 0) throw ScheduleError(fmt::format("{}: the schedule file holds no action", source_name));
   for (int stage = 0; stage <= max_stage; ++stage) {
     if (first_seen[stage].first < 0) {
       throw ScheduleError(fmt::format(

@@ -37,6 +37,7 @@ std::string FormatGrid(const Schedule& s, std::optional<GridMark> mark, int max_
 
   std::string out = fmt::format("{:{}}  ", "", label_width);
   for (int r = 0; r < s.ranks; ++r) out += fmt::format("{:<{}} ", fmt::format("rank {}", r), width[r]);
+  while (!out.empty() && out.back() == ' ') out.pop_back();
   out += '\n';
   if (first > 0) out += fmt::format("{:>{}}\n", fmt::format("... {} earlier steps", first), label_width);
   for (std::size_t t = first; t < last; ++t) {

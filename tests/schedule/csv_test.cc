@@ -92,7 +92,9 @@ TEST(Csv, StructuralProblemsOfTheFileAreExplained) {
   EXPECT_NE(ErrorOf("0F0,0B0\n0F1,0B1\n").find("stage 0 appears on two ranks: rank 1"), std::string::npos);
   EXPECT_NE(ErrorOf("0F0,0B0\n2F0,2B0\n").find("stage 1 has no action on any rank"), std::string::npos);
   EXPECT_NE(ErrorOf("").find("has no rows"), std::string::npos);
-  EXPECT_NE(ErrorOf(",,\n").find("holds no action"), std::string::npos);
+  EXPECT_NE(ErrorOf(",,\n").find("bad.csv: row 1 (rank 0) holds no action"), std::string::npos);
+  EXPECT_NE(ErrorOf("0F0,0B0\n\n1F0,1B0\n").find("row 2 (rank 1) holds no action"), std::string::npos);
+  EXPECT_EQ(FromCsv("0F0,0B0\r\n\r\n\r\n").ranks, 1);  // trailing blank lines are not ranks
 }
 
 TEST(Csv, UnreadableFileIsAnError) {

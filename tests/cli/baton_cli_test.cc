@@ -1,0 +1,427 @@
+// End-to-end tests of the `baton` command: runs the built binary in a fresh
+// working folder and checks exit codes, standard output (JSON parsed), error
+// lines and the files written (or, on failure, not written).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // standard output
+  std::string err;  // standard error
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::size_t CountLines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+// Every entry of `dir`, by file name.
+std::set<std::string> Listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename().string());
+  return names;
+}
+
+class BatonCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(BATON_BINARY)) << BATON_BINARY << " is missing: build the baton target";
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / (std::string("baton_cli_") + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "work");
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // The folder the command runs in; its output files land here.
+  fs::path Work() const { return dir_ / "work"; }
+
+  // Runs `baton ARGS` (ARGS already shell-quoted where needed) in Work(),
+  // standard output and error captured into files outside it.
+  RunResult Run(const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string command = "cd '" + Work().string() + "' && '" + std::string(BATON_BINARY) + "' " + args +
+                                " >'" + out.string() + "' 2>'" + err.string() + "'";
+    const int status = std::system(command.c_str());
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  // Writes a file into Work() and returns its name.
+  std::string WriteWork(const std::string& name, const std::string& text) {
+    std::ofstream(Work() / name, std::ios::binary) << text;
+    return name;
+  }
+
+  // The run failed the way setup errors must: exit code 2, nothing on
+  // standard output, one "baton: error:" line that contains `rule`.
+  void ExpectOneLineError(const RunResult& r, const std::string& rule) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.rfind("baton: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(CountLines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(rule), std::string::npos) << "expected \"" << rule << "\" in:\n" << r.err;
+  }
+
+  fs::path dir_;
+};
+
+// The summary object of one simulated schedule: exactly these keys, and per
+// rank the documented ones (peak_memory_bytes only when M_B bytes are given).
+void ExpectSummaryShape(const json& j) {
+  ASSERT_TRUE(j.is_object()) << j.dump();
+  std::set<std::string> keys;
+  for (const auto& [key, value] : j.items()) keys.insert(key);
+  EXPECT_EQ(keys, (std::set<std::string>{"schedule", "ranks", "microbatches", "chunks", "makespan", "bubble_rate",
+                                         "span_bubble_rate", "ranks_detail"}));
+  ASSERT_TRUE(j["ranks_detail"].is_array());
+  ASSERT_EQ(j["ranks_detail"].size(), j["ranks"].get<std::size_t>());
+  const std::set<std::string> required = {"rank", "start", "end", "busy", "span", "peak_memory", "peak_in_flight"};
+  const std::set<std::string> optional = {"stages", "peak_memory_bytes"};
+  for (const json& rank : j["ranks_detail"]) {
+    std::set<std::string> rank_keys;
+    for (const auto& [key, value] : rank.items()) rank_keys.insert(key);
+    for (const std::string& key : required) EXPECT_TRUE(rank_keys.count(key)) << "missing " << key;
+    for (const std::string& key : rank_keys) {
+      EXPECT_TRUE(required.count(key) || optional.count(key)) << "unexpected key " << key;
+    }
+    ASSERT_TRUE(rank["peak_in_flight"].is_array());
+    // One count per stage of the rank.
+    EXPECT_EQ(rank["peak_in_flight"].size(), j["chunks"].get<std::size_t>());
+    if (rank.contains("stages")) {
+      EXPECT_EQ(rank["stages"].size(), rank["peak_in_flight"].size());
+    }
+  }
+}
+
+TEST_F(BatonCliTest, SimulateJsonFor1F1BMatchesTheClosedForm) {
+  const RunResult r = Run("simulate --schedule 1f1b --ranks 4 --microbatches 8 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const json j = json::parse(r.out);  // standard output carries the JSON alone
+  ExpectSummaryShape(j);
+  EXPECT_EQ(j["schedule"], "1f1b");
+  EXPECT_EQ(j["ranks"], 4);
+  EXPECT_EQ(j["microbatches"], 8);
+  EXPECT_EQ(j["chunks"], 1);
+  // F = I = W = 1: (m + p - 1) slots of F + B = 3 time units.
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 33.0);
+  // (p - 1) / (m + p - 1) = 3 / 11.
+  EXPECT_NEAR(j["bubble_rate"].get<double>(), 3.0 / 11.0, 1e-12);
+  EXPECT_NEAR(j["span_bubble_rate"].get<double>(), 3.0 / 11.0, 1e-12);
+  for (int rank = 0; rank < 4; ++rank) {
+    const json& d = j["ranks_detail"][rank];
+    EXPECT_EQ(d["rank"], rank);
+    EXPECT_DOUBLE_EQ(d["busy"].get<double>(), 24.0);
+    EXPECT_DOUBLE_EQ(d["start"].get<double>(), rank);
+    EXPECT_DOUBLE_EQ(d["end"].get<double>(), 33.0 - 2 * rank);
+    EXPECT_EQ(d["peak_in_flight"], json::array({std::min(4 - rank, 8)}));
+    EXPECT_DOUBLE_EQ(d["peak_memory"].get<double>(), 4 - rank);
+  }
+}
+
+TEST_F(BatonCliTest, PeakInFlightIsCappedByTheMicrobatches) {
+  const RunResult r = Run("simulate -s 1f1b -p 4 -m 3 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ExpectSummaryShape(j);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 18.0);
+  EXPECT_NEAR(j["bubble_rate"].get<double>(), 3.0 / 6.0, 1e-12);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(j["ranks_detail"][rank]["peak_in_flight"], json::array({std::min(4 - rank, 3)})) << "rank " << rank;
+  }
+}
+
+TEST_F(BatonCliTest, MemoryBytesAddPeakMemoryBytes) {
+  const RunResult r = Run("simulate -p 2 -m 4 --memory-bytes 1000 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ExpectSummaryShape(j);
+  EXPECT_DOUBLE_EQ(j["ranks_detail"][0]["peak_memory_bytes"].get<double>(), 2000.0);
+  EXPECT_DOUBLE_EQ(j["ranks_detail"][1]["peak_memory_bytes"].get<double>(), 1000.0);
+}
+
+TEST_F(BatonCliTest, CompareGivesAnArrayInTheGivenOrder) {
+  const RunResult r = Run("simulate --compare gpipe,1f1b,zb_h1 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 3u);
+  const std::vector<std::string> names = {"gpipe", "1f1b", "zb_h1"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    ExpectSummaryShape(j[i]);
+    EXPECT_EQ(j[i]["schedule"], names[i]);
+    EXPECT_EQ(j[i]["ranks"], 4);
+    EXPECT_EQ(j[i]["microbatches"], 8);
+  }
+  EXPECT_DOUBLE_EQ(j[0]["makespan"].get<double>(), 33.0);
+  EXPECT_DOUBLE_EQ(j[1]["makespan"].get<double>(), 33.0);
+  // ZB-H1 fills part of the bubble with W: never slower than 1F1B.
+  EXPECT_LT(j[2]["makespan"].get<double>(), 33.0);
+  // GPipe keeps every microbatch in flight on every rank.
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(j[0]["ranks_detail"][rank]["peak_in_flight"], json::array({8}));
+}
+
+TEST_F(BatonCliTest, CompareWithOneSvgPathIsRefused) {
+  const RunResult r = Run("simulate --compare gpipe,1f1b,zb_h1 --svg out.svg");
+  ExpectOneLineError(r, "{schedule}");
+  EXPECT_NE(r.err.find("out.svg"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(Work() / "out.svg"));
+  EXPECT_TRUE(Listing(Work()).empty());
+}
+
+TEST_F(BatonCliTest, CompareWithSchedulePlaceholderWritesOneFileEach) {
+  const RunResult r = Run("simulate --compare gpipe,1f1b --svg 'pics/{schedule}.svg' --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Listing(Work() / "pics"), (std::set<std::string>{"gpipe.svg", "1f1b.svg"}));
+}
+
+TEST_F(BatonCliTest, SvgAndTraceFilesAreWritten) {
+  const RunResult r = Run("simulate --svg x.svg --trace x.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("makespan 33"), std::string::npos) << r.out;
+  const std::string svg = ReadFile(Work() / "x.svg");
+  const bool starts_svg = svg.rfind("<svg", 0) == 0;
+  const bool prolog_then_svg = svg.rfind("<?xml", 0) == 0 && svg.find("<svg") != std::string::npos;
+  EXPECT_TRUE(starts_svg || prolog_then_svg) << svg.substr(0, 200);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+
+  const json trace = json::parse(ReadFile(Work() / "x.json"));
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  ASSERT_TRUE(trace["traceEvents"].is_array());
+  // 4 ranks x 8 microbatches x (F, B) complete events.
+  int complete = 0;
+  for (const json& e : trace["traceEvents"]) complete += e.value("ph", "") == "X";
+  EXPECT_EQ(complete, 64);
+  // No temporary files left beside the outputs.
+  EXPECT_EQ(Listing(Work()), (std::set<std::string>{"x.svg", "x.json"}));
+}
+
+TEST_F(BatonCliTest, FlagsOverrideTheConfigFile) {
+  WriteWork("run.yaml", "schedule: gpipe\nranks: 2\nmicrobatches: 4\n");
+  const RunResult file_only = Run("simulate run.yaml --json -");
+  ASSERT_EQ(file_only.exit_code, 0) << file_only.err;
+  const json a = json::parse(file_only.out);
+  EXPECT_EQ(a["schedule"], "gpipe");
+  EXPECT_EQ(a["ranks"], 2);
+  EXPECT_EQ(a["microbatches"], 4);
+
+  const RunResult overridden = Run("simulate run.yaml --ranks 4 --json -");
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.err;
+  const json b = json::parse(overridden.out);
+  EXPECT_EQ(b["ranks"], 4);
+  EXPECT_EQ(b["ranks_detail"].size(), 4u);
+  // What the flags leave alone still comes from the file.
+  EXPECT_EQ(b["schedule"], "gpipe");
+  EXPECT_EQ(b["microbatches"], 4);
+}
+
+TEST_F(BatonCliTest, ConfigOutputPathIsUsed) {
+  WriteWork("run.yaml", "ranks: 2\nmicrobatches: 2\noutput: {json: out/result.json}\n");
+  const RunResult r = Run("simulate run.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(ReadFile(Work() / "out" / "result.json"));
+  EXPECT_EQ(j["ranks"], 2);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 9.0);
+}
+
+TEST_F(BatonCliTest, UnknownScheduleName) {
+  const RunResult r = Run("simulate -s 1f1c --json out.json");
+  ExpectOneLineError(r, "\"1f1c\" is neither a generator");
+  EXPECT_NE(r.err.find("gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, InterleavedNeedsMicrobatchesAMultipleOfRanks) {
+  const RunResult r = Run("simulate -s interleaved_1f1b -p 4 -m 6 --json out.json");
+  ExpectOneLineError(r, "multiple of the number of ranks (4)");
+  EXPECT_NE(r.err.find("6"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, ZbvNeedsTwoChunks) {
+  const RunResult r = Run("simulate -s zbv --chunks 3 --json out.json");
+  ExpectOneLineError(r, "chunks must be 2");
+  EXPECT_NE(r.err.find("got 3"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, ZbH1NeedsAtLeastAsManyMicrobatchesAsRanks) {
+  const RunResult r = Run("simulate -s zb_h1 -p 4 -m 2 --json out.json");
+  ExpectOneLineError(r, "at least as many microbatches as ranks (4)");
+  EXPECT_NE(r.err.find("got 2"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, CostNeedsThreeNumbers) {
+  const RunResult r = Run("simulate --cost 1,2 --json out.json");
+  ExpectOneLineError(r, "--cost");
+  // The rule: three numbers (F, I, W), and what was given.
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(three numbers F,I,W|3 required)"))) << r.err;
+  EXPECT_NE(r.err.find("2"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, UnknownConfigKeyNamesFileLineColumn) {
+  WriteWork("bad.yaml", "ranks: 2\nmicrobatchs: 4\n");
+  const RunResult r = Run("simulate bad.yaml --json out.json");
+  ExpectOneLineError(r, "bad.yaml:2:1: unknown key 'microbatchs'; did you mean 'microbatches'?");
+  EXPECT_FALSE(fs::exists(Work() / "out.json"));
+  EXPECT_EQ(Listing(Work()), (std::set<std::string>{"bad.yaml"}));
+}
+
+TEST_F(BatonCliTest, ErrorInOneComparedScheduleWritesNothing) {
+  // zb_h1 needs m >= p; gpipe alone would succeed, but no partial output.
+  const RunResult r = Run("simulate --compare gpipe,zb_h1 -p 4 -m 2 --svg '{schedule}.svg' --json out.json");
+  ExpectOneLineError(r, "zb_h1");
+  EXPECT_TRUE(Listing(Work()).empty());
+}
+
+TEST_F(BatonCliTest, ScheduleShowPrintsTheGrid) {
+  const RunResult r = Run("schedule show 1f1b -p 2 -m 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* part : {"rank 0", "rank 1", "0F0", "1B2", "step 5:"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << " not in:\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("SEND"), std::string::npos) << r.out;
+}
+
+TEST_F(BatonCliTest, ScheduleShowLoweredHasSendAndRecv) {
+  const RunResult r = Run("schedule show 1f1b -p 2 -m 3 --lowered");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* part : {"0SEND_F0", "1RECV_F0", "1SEND_B2", "0RECV_B2", "compute_comms"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << " not in:\n" << r.out;
+  }
+}
+
+TEST_F(BatonCliTest, ExportedLoweredScheduleChecksOk) {
+  const RunResult exported = Run("schedule export zb_h1 -p 4 -m 8 --form compute_comms -o f.csv");
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const std::string csv = ReadFile(Work() / "f.csv");
+  EXPECT_EQ(CountLines(csv), 4u);  // one row per rank
+  EXPECT_EQ(csv.rfind("0F0,0SEND_F0,", 0), 0u) << csv;
+
+  const RunResult checked = Run("schedule check f.csv");
+  EXPECT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_NE(checked.out.find("f.csv: 4 ranks, 4 stages (1 per rank), 8 microbatches"), std::string::npos)
+      << checked.out;
+  EXPECT_NE(checked.out.find("compute_comms form"), std::string::npos) << checked.out;
+  EXPECT_NE(checked.out.find("ok:"), std::string::npos) << checked.out;
+}
+
+struct BadCell {
+  std::string file;   // CSV text
+  std::string cell;   // the cell quoted in the message
+  std::string where;  // row/rank and column
+  std::string rule;
+};
+
+TEST_F(BatonCliTest, CheckQuotesAMalformedCell) {
+  const std::vector<BadCell> cases = {
+      {"0F0,0F1,0B0,0B1\n1F0,1B0,1F-1,1B1\n", "\"1F-1\"", "row 2 (rank 1), column 3", "sign"},
+      {"0F0,0X3\n", "\"0X3\"", "row 1 (rank 0), column 2", "unknown kind \"X\""},
+      {"0F0,0F1,0B0,0B1\n1F0,1B0,2F0abc,1B1\n", "\"2F0abc\"", "row 2 (rank 1), column 3",
+       "trailing characters \"abc\""},
+  };
+  for (const BadCell& c : cases) {
+    SCOPED_TRACE(c.cell);
+    WriteWork("bad.csv", c.file);
+    const RunResult r = Run("schedule check bad.csv");
+    ExpectOneLineError(r, "bad.csv: " + c.where + ": cannot read action " + c.cell);
+    EXPECT_NE(r.err.find(c.rule), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(BatonCliTest, CheckFindsADeadlockAndMarksTheCell) {
+  // Rank 1 runs microbatch 1 first, rank 0 microbatch 0 to the end first:
+  // each waits for the other.
+  WriteWork("deadlock.csv", "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
+  const RunResult r = Run("schedule check deadlock.csv");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.rfind("baton: error: deadlock.csv: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("deadlock"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 0, position 1 (0B0)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1, position 0 (1F1)"), std::string::npos) << r.err;
+  // The grid, with one stuck cell shown as >cell<.
+  EXPECT_NE(r.err.find("rank 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(>(0B0|1F1)<)"))) << r.err;
+  // Only the one "baton: error:" report.
+  EXPECT_EQ(r.err.find("baton: error:", 1), std::string::npos) << r.err;
+}
+
+TEST_F(BatonCliTest, PytorchStyleFileSimulates) {
+  const std::string path = std::string(BATON_SOURCE_DIR) + "/schedules/gpipe_2x4_pytorch.csv";
+  const RunResult r = Run("simulate -s '" + path + "' --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ExpectSummaryShape(j);
+  EXPECT_EQ(j["ranks"], 2);
+  EXPECT_EQ(j["microbatches"], 4);
+  // GPipe: (m + p - 1) x 3 and (p - 1) / (m + p - 1).
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 15.0);
+  EXPECT_NEAR(j["bubble_rate"].get<double>(), 1.0 / 5.0, 1e-12);
+}
+
+TEST_F(BatonCliTest, HelpExitsZero) {
+  const RunResult r = Run("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("simulate"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("schedule"), std::string::npos) << r.out;
+}
+
+TEST_F(BatonCliTest, NoSubcommandExitsTwo) {
+  const RunResult r = Run("");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("subcommand"), std::string::npos) << r.err;
+}
+
+TEST_F(BatonCliTest, ZeroRanksOrMicrobatchesIsRefused) {
+  ExpectOneLineError(Run("simulate --ranks 0 --json out.json"), "--ranks and --microbatches must be at least 1, got 0");
+  ExpectOneLineError(Run("simulate -m 0"), "must be at least 1, got 0");
+  EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, ScheduleNameIsExpandedInEveryOutputPath) {
+  const RunResult r = Run("simulate -s gpipe -p 2 -m 2 --json 'o/{schedule}.json' --svg 'o/{schedule}.svg'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Listing(Work() / "o"), (std::set<std::string>{"gpipe.json", "gpipe.svg"}));
+  const RunResult c = Run("simulate --compare gpipe,1f1b -p 2 -m 2 --json 'c/{schedule}.json'");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(Listing(Work() / "c"), (std::set<std::string>{"gpipe.json", "1f1b.json"}));
+  EXPECT_EQ(json::parse(ReadFile(Work() / "c" / "1f1b.json"))["schedule"], "1f1b");
+}
+
+TEST_F(BatonCliTest, MissingConfigFileIsOneBatonError) {
+  ExpectOneLineError(Run("simulate nope.yaml"), "nope.yaml: no such config file");
+}
+
+}  // namespace
