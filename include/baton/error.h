@@ -29,6 +29,13 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// Thrown on the ranks that did not fail themselves when a setup error on
+// another rank ends the job; that rank prints the reason, these print nothing.
+class PeerFailed : public Error {
+ public:
+  PeerFailed() : Error("setup failed on another rank") {}
+};
+
 }  // namespace baton
 
 #endif  // BATON_ERROR_H_

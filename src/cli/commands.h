@@ -13,6 +13,7 @@ namespace baton {
 
 void AddSimulateCommand(CLI::App& app);
 void AddScheduleCommand(CLI::App& app);
+void AddTrainCommand(CLI::App& app);  // train and validate
 
 // Writes `content` to `path` through a temporary file renamed into place, so
 // a failure never leaves a half-written file; "-" writes to standard output.

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "baton 0.1.0");
   baton::AddSimulateCommand(app);
   baton::AddScheduleCommand(app);
+  baton::AddTrainCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

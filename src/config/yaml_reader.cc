@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -49,8 +50,72 @@ YAML::Node LoadYamlFile(const std::string& path) {
   }
 }
 
-YamlMap::YamlMap(YAML::Node node, std::string file, std::string path)
-    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {
+YAML::Node LoadYamlText(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+std::string ApplyOverride(YAML::Node& root, const std::string& assignment, const std::string& source) {
+  const std::size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError(fmt::format("--set {}: expected key.path=value", assignment));
+  }
+  const std::string path = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
+  }
+  std::vector<std::string> keys;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = path.find('.', start);
+    keys.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (root.IsNull() || !root.IsDefined()) root = YAML::Node(YAML::NodeType::Map);
+  YAML::Node cur = root;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const std::string& key = keys[k];
+    if (key.empty()) throw ConfigError(fmt::format("--set {}: empty key in the path", assignment));
+    const bool last = k + 1 == keys.size();
+    if (cur.IsSequence()) {
+      std::size_t index = 0;
+      auto [ptr, ec] = std::from_chars(key.data(), key.data() + key.size(), index);
+      if (ec != std::errc() || ptr != key.data() + key.size() || index >= cur.size()) {
+        throw ConfigError(fmt::format("--set {}: '{}' is not an index of the list at that point ({} items)",
+                                      assignment, key, cur.size()));
+      }
+      if (last) {
+        cur[index] = value;
+        return path;
+      }
+      YAML::Node next = cur[index];
+      cur.reset(next);
+      continue;
+    }
+    if (!cur.IsMap() && !cur.IsNull()) {
+      throw ConfigError(fmt::format("--set {}: cannot set key '{}' inside a value that is not a mapping", assignment, key));
+    }
+    if (last) {
+      cur[key] = value;
+      return path;
+    }
+    if (!cur[key] || cur[key].IsNull()) cur[key] = YAML::Node(YAML::NodeType::Map);
+    YAML::Node next = cur[key];
+    cur.reset(next);
+  }
+  (void)source;
+  return path;
+}
+
+YamlMap::YamlMap(YAML::Node node, std::string file, std::string path,
+                 std::shared_ptr<const std::set<std::string>> overridden)
+    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)), overridden_(std::move(overridden)) {
   if (node_.IsNull() || !node_.IsDefined()) {
     node_ = YAML::Node(YAML::NodeType::Map);
     return;
@@ -71,7 +136,7 @@ YamlMap::YamlMap(YAML::Node node, std::string file, std::string path)
 
 std::string YamlMap::Where(const YAML::Node& node) const {
   const YAML::Mark mark = node.Mark();
-  if (mark.is_null()) return file_;
+  if (mark.is_null()) return fmt::format("{} (set on the command line)", file_);
   return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
 }
 
@@ -80,7 +145,16 @@ std::string YamlMap::KeyPath(std::string_view key) const {
 }
 
 void YamlMap::Fail(const YAML::Node& node, std::string_view key, const std::string& why) const {
-  throw ConfigError(fmt::format("{}: {}: {}", Where(node), KeyPath(key), why));
+  const std::string path = KeyPath(key);
+  if (overridden_ != nullptr) {
+    // The value, or a mapping around it, came from --set.
+    for (const std::string& o : *overridden_) {
+      if (path == o || path.rfind(o + ".", 0) == 0 || path.rfind(o + "[", 0) == 0) {
+        throw ConfigError(fmt::format("{} (--set {}): {}: {}", file_, o, path, why));
+      }
+    }
+  }
+  throw ConfigError(fmt::format("{}: {}: {}", Where(node), path, why));
 }
 
 YAML::Node YamlMap::Lookup(std::string_view key) {
@@ -186,7 +260,7 @@ double YamlMap::GetNumber(std::string_view key, double fallback, double min, dou
   return v;
 }
 
-YamlMap YamlMap::Map(std::string_view key) { return YamlMap(Lookup(key), file_, KeyPath(key)); }
+YamlMap YamlMap::Map(std::string_view key) { return YamlMap(Lookup(key), file_, KeyPath(key), overridden_); }
 
 std::vector<YamlMap> YamlMap::MapList(std::string_view key) {
   YAML::Node n = Lookup(key);
@@ -194,7 +268,7 @@ std::vector<YamlMap> YamlMap::MapList(std::string_view key) {
   if (!n.IsDefined() || n.IsNull()) return out;
   if (!n.IsSequence()) Fail(n, key, fmt::format("expected a list of mappings, got {}", NodeKind(n)));
   int i = 0;
-  for (const YAML::Node& item : n) out.emplace_back(item, file_, fmt::format("{}[{}]", KeyPath(key), i++));
+  for (const YAML::Node& item : n) out.emplace_back(item, file_, fmt::format("{}[{}]", KeyPath(key), i++), overridden_);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #ifndef BATON_CONFIG_YAML_READER_H_
 #define BATON_CONFIG_YAML_READER_H_
 
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -17,12 +18,21 @@ namespace baton {
 
 // Parses a file; a missing file or a YAML syntax error becomes a ConfigError.
 YAML::Node LoadYamlFile(const std::string& path);
+// Parses YAML text read from `source` (for messages).
+YAML::Node LoadYamlText(const std::string& text, const std::string& source);
+// Applies "a.b.c=value" (value in YAML syntax; list items by index) to root,
+// creating missing mappings. Throws ConfigError for a malformed assignment.
+// Returns the key path it set ("a.b.c").
+std::string ApplyOverride(YAML::Node& root, const std::string& assignment, const std::string& source);
 
 class YamlMap {
  public:
   // `path` is the key path of this mapping ("" at the top, "costs" below).
   // REQUIRES: node is a map or null (null reads as an empty map).
-  YamlMap(YAML::Node node, std::string file, std::string path);
+  // `overridden` (optional) holds the key paths set on the command line, so
+  // their errors say --set instead of a file position.
+  YamlMap(YAML::Node node, std::string file, std::string path,
+          std::shared_ptr<const std::set<std::string>> overridden = nullptr);
 
   bool Has(std::string_view key);
 
@@ -61,6 +71,7 @@ class YamlMap {
   std::string file_;
   std::string path_;
   std::set<std::string, std::less<>> known_;
+  std::shared_ptr<const std::set<std::string>> overridden_;
 };
 
 // The value types a config may hold.

@@ -1,0 +1,79 @@
+// Point-to-point messages between the ranks of one pipeline, and the few
+// collectives a training step needs. Every blocking wait has a deadline; a
+// rank that hits one prints what it waited for and aborts the whole job, so
+// no run hangs silently.
+#ifndef BATON_COMM_H_
+#define BATON_COMM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace baton {
+
+// What a wait is for, printed if its deadline passes.
+struct WaitInfo {
+  const char* what = "";  // "RECV_F", "SEND_B", "reduce", ...
+  int stage = -1;
+  int microbatch = -1;
+  int peer = -1;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Sizes the request table (ids in [0, max_requests)) and sets every wait's
+  // deadline. Called once at setup, before any Isend/Irecv.
+  virtual void Configure(int max_requests, double timeout_s) = 0;
+  // Request slots are preallocated: ids in [0, max_requests).
+  // Starts sending / receiving `count` floats with `tag`. The buffer must stay
+  // untouched until Wait(id) returns.
+  virtual void Isend(int id, const float* data, std::size_t count, int peer, int tag) = 0;
+  virtual void Irecv(int id, float* data, std::size_t count, int peer, int tag) = 0;
+  // Waits for request `id`. A receive whose message is not exactly the posted
+  // size is an error naming both sides. A passed deadline aborts the job.
+  virtual void Wait(int id, const WaitInfo& info) = 0;
+  // True if request `id` has nothing in flight.
+  virtual bool Idle(int id) const = 0;
+
+  // Sums `values` over all ranks into rank 0's `values` (others unchanged).
+  virtual void ReduceSum(std::span<double> values) = 0;
+  // Rank 0 receives each rank's floats, in rank order, into `out` (other
+  // ranks pass their part and get nothing).
+  virtual void GatherToRoot(std::span<const float> mine, std::vector<float>* out) = 0;
+  // Broadcasts rank 0's bytes to every rank.
+  virtual void BroadcastString(std::string* text) = 0;
+  // Largest of `value` over ranks, on every rank (a collective).
+  virtual int AllMax(int value) = 0;
+  virtual void Barrier() = 0;
+  // Ends the whole job (all ranks) with `code` after printing nothing more.
+  [[noreturn]] virtual void Abort(int code) = 0;
+  // Largest tag this transport carries.
+  virtual int max_tag() const = 0;
+};
+
+// Open MPI (MPI_Isend/MPI_Irecv on a duplicate of MPI_COMM_WORLD).
+// REQUIRES: MPI is initialised (MpiSession). `timeout_s` is every wait's deadline.
+std::unique_ptr<Transport> MakeMpiTransport(int max_requests = 0, double timeout_s = 300.0);
+
+// MPI_Init / MPI_Finalize for the lifetime of the object.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  static int WorldRank();
+  static int WorldSize();
+  [[noreturn]] static void AbortWorld(int code);
+};
+
+}  // namespace baton
+
+#endif  // BATON_COMM_H_

@@ -1,0 +1,320 @@
+// The training config: model, pipeline, data, train, checkpoint, log.
+#include <algorithm>
+#include <cctype>
+#include <memory>
+#include <set>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "baton/config.h"
+#include "baton/error.h"
+#include "yaml_reader.h"
+
+namespace baton {
+namespace {
+
+constexpr int kMaxInt = std::numeric_limits<int>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const std::vector<std::string>& LayerTypes() {
+  static const std::vector<std::string> types = {"linear", "relu", "gelu", "layernorm", "residual"};
+  return types;
+}
+
+std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, const std::vector<std::string>& allowed) {
+  std::string v = map.Get<std::string>(key, fallback);
+  if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+    map.Fail(map.Node(key), key, fmt::format("'{}' is not one of: {}", v, fmt::join(allowed, ", ")));
+  }
+  return v;
+}
+
+// Reads a layer list; `width` is the number of features entering it and
+// comes back as the number leaving it.
+std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& width) {
+  YAML::Node list = parent.Node(key);
+  if (!list.IsDefined() || list.IsNull() || !list.IsSequence() || list.size() == 0) {
+    parent.Fail(list, key, "must be a non-empty list of layers, e.g. [{type: linear, out: 128}, {type: relu}]");
+  }
+  std::vector<LayerSpec> out;
+  for (YamlMap& item : parent.MapList(key)) {
+    LayerSpec spec;
+    spec.type = OneOf(item, "type", "", LayerTypes());
+    if (spec.type == "linear") {
+      spec.out = item.GetInt("out", 0, 1, kMaxInt);
+      if (!item.Has("out")) item.Fail(item.Node("type"), "out", "a linear layer needs 'out' (output features)");
+      spec.bias = item.Get("bias", true);
+      width = spec.out;
+    } else if (spec.type == "layernorm") {
+      spec.eps = item.GetNumber("eps", 1e-5, std::numeric_limits<double>::min(), 1.0);
+    } else if (spec.type == "residual") {
+      const int in = width;
+      spec.body = ReadLayers(item, "layers", width);
+      if (width != in) {
+        item.Fail(item.Node("layers"), "layers",
+                  fmt::format("a residual block's body must keep the width: {} features in, {} out", in, width));
+      }
+    }
+    item.Finish();
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: no such config file (or it cannot be read)", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& source,
+                             const std::vector<std::string>& overrides) {
+  YAML::Node root = LoadYamlText(yaml_text, source);
+  auto overridden = std::make_shared<std::set<std::string>>();
+  for (const std::string& o : overrides) {
+    // List indices in a --set path ("model.layers.0.out") are written [0] in key paths.
+    std::string path = ApplyOverride(root, o, source), key_path;
+    std::size_t start = 0;
+    while (start <= path.size()) {
+      std::size_t dot = path.find('.', start);
+      if (dot == std::string::npos) dot = path.size();
+      const std::string part = path.substr(start, dot - start);
+      const bool index = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+      key_path += index ? "[" + part + "]" : (key_path.empty() ? "" : ".") + part;
+      start = dot + 1;
+    }
+    overridden->insert(key_path);
+  }
+  YamlMap top(root, source, "", overridden);
+  TrainConfig c;
+  c.source = source;
+
+  // data first: the model's widths depend on the dataset.
+  YamlMap data = top.Map("data");
+  c.data.dataset = OneOf(data, "dataset", c.data.dataset, {"fashion_mnist", "synthetic"});
+  c.data.path = data.Get<std::string>("path", c.data.path);
+  c.data.shuffle = data.Get("shuffle", c.data.shuffle);
+  c.data.samples = data.Get<long long>("samples", c.data.samples);
+  if (c.data.samples < 1) data.Fail(data.Node("samples"), "samples", "must be at least 1");
+  c.data.features = data.GetInt("features", c.data.features, 1, kMaxInt);
+  c.data.classes = data.GetInt("classes", c.data.classes, 2, kMaxInt);
+  c.data.seed = static_cast<std::uint64_t>(data.Get<long long>("seed", static_cast<long long>(c.data.seed)));
+  c.data.evaluate = data.Get("evaluate", c.data.evaluate);
+  if (c.data.dataset == "fashion_mnist") {
+    for (std::string_view k : {"samples", "features", "classes"}) {
+      if (data.Has(k)) data.Fail(data.Node(k), k, "is set by the dataset for fashion_mnist (784 features, 10 classes)");
+    }
+    c.data.features = 784;
+    c.data.classes = 10;
+  }
+  data.Finish();
+
+  YamlMap model = top.Map("model");
+  c.model.input = model.GetInt("input", c.data.features, 1, kMaxInt);
+  if (c.model.input != c.data.features) {
+    model.Fail(model.Node("input"), "input",
+               fmt::format("the dataset has {} features, but the model takes {}", c.data.features, c.model.input));
+  }
+  int width = c.model.input;
+  c.model.layers = ReadLayers(model, "layers", width);
+  if (width != c.data.classes) {
+    model.Fail(model.Node("layers"), "layers",
+               fmt::format("the last layer gives {} outputs, but the dataset has {} classes (cross_entropy needs one "
+                           "logit per class)",
+                           width, c.data.classes));
+  }
+  OneOf(model, "loss", "cross_entropy", {"cross_entropy"});
+  YamlMap init = model.Map("init");
+  c.model.init_seed = static_cast<std::uint64_t>(init.Get<long long>("seed", 0));
+  c.model.init_from = init.Get<std::string>("from", "");
+  init.Finish();
+  model.Finish();
+
+  YamlMap pipe = top.Map("pipeline");
+  c.pipeline.schedule = pipe.Get<std::string>("schedule", c.pipeline.schedule);
+  c.pipeline.ranks = pipe.GetInt("ranks", c.pipeline.ranks, 1, kMaxInt);
+  c.pipeline.microbatches = pipe.GetInt("microbatches", c.pipeline.microbatches, 1, kMaxInt);
+  c.pipeline.chunks = pipe.GetInt("chunks", c.pipeline.chunks, 0, kMaxInt);
+  YAML::Node partition = pipe.Node("partition");
+  if (partition.IsDefined() && partition.IsSequence()) {
+    c.pipeline.partition = "explicit";
+    for (const YAML::Node& n : partition) {
+      int v = 0;
+      try {
+        v = n.as<int>();
+      } catch (const YAML::Exception&) {
+        pipe.Fail(n, "partition", fmt::format("expected a layer count, got '{}'", n.Scalar()));
+      }
+      if (v < 1) pipe.Fail(n, "partition", fmt::format("every stage needs at least one layer, got {}", v));
+      c.pipeline.partition_counts.push_back(v);
+    }
+  } else {
+    c.pipeline.partition = OneOf(pipe, "partition", "balanced", {"balanced"});
+  }
+  c.pipeline.balance_by = OneOf(pipe, "balance_by", c.pipeline.balance_by, {"params", "flops"});
+  c.pipeline.checkpointing = OneOf(pipe, "checkpointing", c.pipeline.checkpointing, {"none", "full", "selective"});
+  c.pipeline.keep = pipe.Get<std::vector<std::string>>("keep", {});
+  for (const std::string& t : c.pipeline.keep) {
+    if (t == "residual" || std::find(LayerTypes().begin(), LayerTypes().end(), t) == LayerTypes().end()) {
+      pipe.Fail(pipe.Node("keep"), "keep", fmt::format("'{}' is not a layer type (linear, relu, gelu, layernorm)", t));
+    }
+  }
+  if (!c.pipeline.keep.empty() && c.pipeline.checkpointing != "selective") {
+    pipe.Fail(pipe.Node("keep"), "keep", "only applies with checkpointing: selective");
+  }
+  c.pipeline.wait_timeout_s = pipe.GetNumber("wait_timeout_s", c.pipeline.wait_timeout_s, 1e-3, 1e7);
+  pipe.Finish();
+
+  YamlMap train = top.Map("train");
+  c.train.batch_size = train.GetInt("batch_size", c.train.batch_size, 1, kMaxInt);
+  c.train.epochs = train.GetInt("epochs", c.train.epochs, 1, kMaxInt);
+  c.train.steps = train.Get<long long>("steps", 0);
+  if (c.train.steps < 0) train.Fail(train.Node("steps"), "steps", "must be >= 0 (0 = run the epochs)");
+  if (c.train.batch_size % c.pipeline.microbatches != 0) {
+    pipe.Fail(root["pipeline"]["microbatches"], "microbatches",
+              fmt::format("{} microbatches do not divide train.batch_size {}: every microbatch must hold the same "
+                          "number of samples",
+                          c.pipeline.microbatches, c.train.batch_size));
+  }
+  YamlMap opt = train.Map("optimizer");
+  OptimizerSpec& o = c.train.optimizer;
+  o.type = OneOf(opt, "type", o.type, {"sgd", "adamw"});
+  o.lr = opt.GetNumber("lr", o.lr, std::numeric_limits<double>::min(), kInf);
+  o.momentum = opt.GetNumber("momentum", o.momentum, 0.0, kInf);
+  o.weight_decay = opt.GetNumber("weight_decay", o.type == "adamw" ? 0.01 : 0.0, 0.0, kInf);
+  YAML::Node betas = opt.Node("betas");
+  if (betas.IsDefined() && !betas.IsNull()) {
+    if (!betas.IsSequence() || betas.size() != 2) opt.Fail(betas, "betas", "expected two numbers [beta1, beta2]");
+    try {
+      o.beta1 = betas[0].as<double>();
+      o.beta2 = betas[1].as<double>();
+    } catch (const YAML::Exception&) {
+      opt.Fail(betas, "betas", "expected two numbers [beta1, beta2]");
+    }
+    if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) {
+      opt.Fail(betas, "betas", fmt::format("each beta must be in [0, 1), got [{}, {}]", o.beta1, o.beta2));
+    }
+  }
+  o.eps = opt.GetNumber("eps", o.eps, std::numeric_limits<double>::min(), 1.0);
+  if (o.type == "adamw" && opt.Has("momentum")) opt.Fail(opt.Node("momentum"), "momentum", "is an sgd setting");
+  if (o.type == "sgd" && (opt.Has("betas") || opt.Has("eps"))) {
+    opt.Fail(opt.Has("betas") ? opt.Node("betas") : opt.Node("eps"), opt.Has("betas") ? "betas" : "eps",
+             "is an adamw setting");
+  }
+  opt.Finish();
+  train.Finish();
+
+  YamlMap ckpt = top.Map("checkpoint");
+  c.checkpoint.dir = ckpt.Get<std::string>("dir", "");
+  c.checkpoint.every_steps = ckpt.Get<long long>("every_steps", 0);
+  if (c.checkpoint.every_steps < 0) ckpt.Fail(ckpt.Node("every_steps"), "every_steps", "must be >= 0");
+  c.checkpoint.keep = ckpt.GetInt("keep", 1, 1, kMaxInt);
+  ckpt.Finish();
+
+  YamlMap log = top.Map("log");
+  c.log.every_steps = log.Get<long long>("every_steps", c.log.every_steps);
+  if (c.log.every_steps < 0) log.Fail(log.Node("every_steps"), "every_steps", "must be >= 0 (0 = off)");
+  c.log.metrics = log.Get<std::string>("metrics", c.log.metrics);
+  c.log.weights = log.Get<std::string>("weights", c.log.weights);
+  c.log.progress = log.Get("progress", c.log.progress);
+  log.Finish();
+
+  top.Finish();
+  return c;
+}
+
+TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  return ParseTrainConfig(ReadTextFile(path), path, overrides);
+}
+
+namespace {
+
+void EmitLayers(YAML::Emitter& e, const std::vector<LayerSpec>& layers) {
+  e << YAML::BeginSeq;
+  for (const LayerSpec& l : layers) {
+    e << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value << l.type;
+    if (l.type == "linear") {
+      e << YAML::Key << "out" << YAML::Value << l.out << YAML::Key << "bias" << YAML::Value << l.bias;
+    }
+    if (l.type == "layernorm") e << YAML::Key << "eps" << YAML::Value << l.eps;
+    if (l.type == "residual") {
+      e << YAML::Key << "layers" << YAML::Value;
+      EmitLayers(e, l.body);
+    }
+    e << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+}
+
+}  // namespace
+
+std::string DescribeTrainConfig(const TrainConfig& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "input" << YAML::Value << c.model.input;
+  e << YAML::Key << "layers" << YAML::Value;
+  EmitLayers(e, c.model.layers);
+  e << YAML::Key << "loss" << YAML::Value << "cross_entropy";
+  e << YAML::Key << "init" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "seed" << YAML::Value
+    << c.model.init_seed << YAML::Key << "from" << YAML::Value << c.model.init_from << YAML::EndMap;
+  e << YAML::EndMap;
+  const PipelineConfig& p = c.pipeline;
+  e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "ranks" << YAML::Value << p.ranks
+    << YAML::Key << "microbatches" << YAML::Value << p.microbatches << YAML::Key << "chunks" << YAML::Value
+    << p.chunks;
+  e << YAML::Key << "partition" << YAML::Value;
+  if (p.partition == "explicit") {
+    e << YAML::Flow << p.partition_counts;
+  } else {
+    e << p.partition;
+  }
+  e << YAML::Key << "balance_by" << YAML::Value << p.balance_by << YAML::Key << "checkpointing" << YAML::Value
+    << p.checkpointing << YAML::Key << "keep" << YAML::Value << YAML::Flow << p.keep << YAML::Key
+    << "wait_timeout_s" << YAML::Value << p.wait_timeout_s;
+  e << YAML::EndMap;
+  const DataConfig& d = c.data;
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value << d.dataset;
+  if (d.dataset == "fashion_mnist") {
+    e << YAML::Key << "path" << YAML::Value << d.path;
+  } else {
+    e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "features" << YAML::Value << d.features
+      << YAML::Key << "classes" << YAML::Value << d.classes;
+  }
+  e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed
+    << YAML::Key << "evaluate" << YAML::Value << d.evaluate << YAML::EndMap;
+  const OptimizerSpec& o = c.train.optimizer;
+  e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "batch_size" << YAML::Value
+    << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"
+    << YAML::Value << c.train.steps;
+  e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value
+    << o.type << YAML::Key << "lr" << YAML::Value << o.lr << YAML::Key << "weight_decay" << YAML::Value
+    << o.weight_decay;
+  if (o.type == "sgd") {
+    e << YAML::Key << "momentum" << YAML::Value << o.momentum;
+  } else {
+    e << YAML::Key << "betas" << YAML::Value << YAML::Flow << std::vector<double>{o.beta1, o.beta2} << YAML::Key
+      << "eps" << YAML::Value << o.eps;
+  }
+  e << YAML::EndMap << YAML::EndMap;
+  e << YAML::Key << "checkpoint" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value
+    << c.checkpoint.dir << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps << YAML::Key
+    << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
+  e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
+    << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
+    << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace baton

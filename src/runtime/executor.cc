@@ -1,0 +1,224 @@
+#include "executor.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+enum RequestKind { kRecvF = 0, kRecvB = 1, kSendF = 2, kSendB = 3 };
+}  // namespace
+
+Executor::Executor(const TrainConfig& config, const Schedule& lowered, const SimResult& sim,
+                   const std::vector<int>& bounds, Transport& transport)
+    : t_(transport), lowered_(lowered), rank_(transport.rank()), S_(lowered.stages), m_(lowered.microbatches),
+      rows_(config.train.batch_size / config.pipeline.microbatches), batch_size_(config.train.batch_size) {
+  if (2 * S_ * m_ > t_.max_tag()) {
+    throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}", S_,
+                                  m_, 2 * S_ * m_, t_.max_tag()));
+  }
+  local_.assign(S_, -1);
+  const Checkpointing policy = ParseCheckpointing(config.pipeline.checkpointing);
+  // Stage widths, for message sizes on both sides.
+  width_in_.resize(S_);
+  width_out_.resize(S_);
+  for (int s = 0; s < S_; ++s) {
+    StageOptions o;
+    o.index = s;
+    o.first_layer = bounds[s];
+    o.last_layer = bounds[s + 1];
+    o.rows = rows_;
+    o.checkpointing = policy;
+    o.keep = config.pipeline.keep;
+    o.is_last = s == S_ - 1;
+    if (lowered.stage_rank[s] != rank_) continue;
+    for (const Action& a : lowered.actions[rank_]) {
+      if (a.stage == s && a.kind == ActionKind::kBackwardInput) o.split_backward = true;
+    }
+    local_[s] = static_cast<int>(stages_.size());
+    stages_.push_back(std::make_unique<Stage>(config.model.layers, config.model.input, o));
+  }
+  // Widths of stages on other ranks follow from their neighbours' widths,
+  // which every rank can compute from the model without building them.
+  {
+    int width = config.model.input;
+    int layer = 0;
+    for (int s = 0; s < S_; ++s) {
+      width_in_[s] = width;
+      if (Local(s) >= 0) {
+        width = stages_[Local(s)]->out_features();
+        layer = bounds[s + 1];
+        width_out_[s] = width;
+        continue;
+      }
+      for (; layer < bounds[s + 1]; ++layer) {
+        const LayerSpec& l = config.model.layers[layer];
+        if (l.type == "linear") width = l.out;
+      }
+      width_out_[s] = width;
+    }
+  }
+  // Ring stores sized by the simulator's peak in-flight counts.
+  const RankResult& mine = sim.per_rank[rank_];
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const Stage& st = *stages_[k];
+    const auto it = std::find(mine.stages.begin(), mine.stages.end(), st.index());
+    const int capacity = mine.peak_in_flight[it - mine.stages.begin()];
+    stores_.emplace_back(fmt::format("rank {} stage {} activation store", rank_, st.index()), st.slot_floats(),
+                         capacity);
+  }
+  const std::size_t n = stages_.size();
+  inbox_f_.resize(n);
+  inbox_b_.resize(n);
+  outbox_f_.resize(n);
+  outbox_b_.resize(n);
+  int sends = 0;
+  for (int s = 0; s < S_; ++s) {
+    const int k = Local(s);
+    if (k < 0) continue;
+    const std::size_t in = std::size_t(m_) * rows_ * width_in_[s], out = std::size_t(m_) * rows_ * width_out_[s];
+    if (s > 0) inbox_f_[k].assign(in, 0.0f);
+    if (s + 1 < S_) inbox_b_[k].assign(out, 0.0f);
+    if (s + 1 < S_ && lowered.stage_rank[s + 1] != rank_) {
+      outbox_f_[k].assign(out, 0.0f);
+      sends += m_;
+    }
+    if (s > 0 && lowered.stage_rank[s - 1] != rank_) {
+      outbox_b_[k].assign(in, 0.0f);
+      sends += m_;
+    }
+  }
+  pending_sends_.reserve(sends);
+  pending_info_.reserve(sends);
+}
+
+void Executor::WaitSends() {
+  for (std::size_t i = 0; i < pending_sends_.size(); ++i) t_.Wait(pending_sends_[i], pending_info_[i]);
+  pending_sends_.clear();
+  pending_info_.clear();
+}
+
+StepStats Executor::RunStep(const Batch& batch) {
+  StepStats stats;
+  const float scale = 1.0f / static_cast<float>(batch_size_);
+  const auto& rank_of = lowered_.stage_rank;
+  for (const Action& a : lowered_.actions[rank_]) {
+    const int s = a.stage, j = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::kRecvF:
+        t_.Irecv(Id(kRecvF, s, j), InboxF(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagF(s - 1, j));
+        break;
+      case ActionKind::kRecvB:
+        t_.Irecv(Id(kRecvB, s, j), InboxB(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagB(s + 1, j));
+        break;
+      case ActionKind::kSendF:
+        t_.Isend(Id(kSendF, s, j), OutboxF(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagF(s, j));
+        pending_sends_.push_back(Id(kSendF, s, j));
+        pending_info_.push_back({"SEND_F", s, j, rank_of[s + 1]});
+        break;
+      case ActionKind::kSendB:
+        t_.Isend(Id(kSendB, s, j), OutboxB(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagB(s, j));
+        pending_sends_.push_back(Id(kSendB, s, j));
+        pending_info_.push_back({"SEND_B", s, j, rank_of[s - 1]});
+        break;
+      case ActionKind::kForward: {
+        Stage& st = *stages_[Local(s)];
+        ActivationStore& store = stores_[Local(s)];
+        const float* x;
+        if (s == 0) {
+          x = batch.inputs.data() + std::size_t(j) * rows_ * width_in_[0];
+        } else {
+          if (rank_of[s - 1] != rank_) t_.Wait(Id(kRecvF, s, j), {"RECV_F", s, j, rank_of[s - 1]});
+          x = InboxF(s, j);
+        }
+        float* slot = store.Acquire(j).data();
+        store.Write(j, st.InputOffset(), {x, std::size_t(rows_) * width_in_[s]});
+        std::size_t written = 0;
+        if (s == S_ - 1) {
+          stats.loss_sum += st.ForwardLoss(slot, batch.labels.subspan(std::size_t(j) * rows_, rows_), scale,
+                                           &stats.correct, &written);
+          stats.samples += rows_;
+        } else {
+          float* y = rank_of[s + 1] == rank_ ? InboxF(s + 1, j) : OutboxF(s, j);
+          st.Forward(slot, y, &written);
+        }
+        store.CountInPlace(written);
+        break;
+      }
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput: {
+        Stage& st = *stages_[Local(s)];
+        ActivationStore& store = stores_[Local(s)];
+        const float* dy = nullptr;
+        if (s + 1 < S_) {
+          if (rank_of[s + 1] != rank_) t_.Wait(Id(kRecvB, s, j), {"RECV_B", s, j, rank_of[s + 1]});
+          dy = InboxB(s, j);
+        }
+        float* dx = nullptr;
+        if (s > 0) dx = rank_of[s - 1] == rank_ ? InboxB(s - 1, j) : OutboxB(s, j);
+        const bool full = a.kind == ActionKind::kBackward;
+        st.Backward(store.Get(j).data(), dy, dx, full);
+        if (full) store.Release(j);
+        break;
+      }
+      case ActionKind::kBackwardWeight: {
+        ActivationStore& store = stores_[Local(s)];
+        stages_[Local(s)]->BackwardWeight(store.Get(j).data());
+        store.Release(j);
+        break;
+      }
+      default:
+        break;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do here
+    }
+  }
+  WaitSends();
+  return stats;
+}
+
+StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples) {
+  StepStats stats;
+  const auto& rank_of = lowered_.stage_rank;
+  // Chunks of one microbatch each, stage by stage in order: every rank walks
+  // (chunk, stage) in the same lexicographic order, so no wait can cycle.
+  for (std::int64_t first = 0; first < samples; first += rows_) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(rows_, samples - first));
+    for (std::size_t k = 0; k < stages_.size(); ++k) {
+      Stage& st = *stages_[k];
+      const int s = st.index();
+      const float* x;
+      if (s == 0) {
+        x = inputs + first * width_in_[0];
+      } else {
+        if (rank_of[s - 1] != rank_) {
+          t_.Irecv(Id(kRecvF, s, 0), InboxF(s, 0), std::size_t(rows) * width_in_[s], rank_of[s - 1], TagF(s - 1, 0));
+          t_.Wait(Id(kRecvF, s, 0), {"RECV_F (evaluation)", s, 0, rank_of[s - 1]});
+        }
+        x = InboxF(s, 0);
+      }
+      if (s == S_ - 1) {
+        stats.loss_sum += st.EvaluateLoss(x, rows, {labels + first, std::size_t(rows)}, &stats.correct);
+        stats.samples += rows;
+        continue;
+      }
+      if (rank_of[s + 1] == rank_) {
+        st.Evaluate(x, rows, InboxF(s + 1, 0));
+        continue;
+      }
+      // The previous chunk's send from this buffer must be done first.
+      if (!t_.Idle(Id(kSendF, s, 0))) t_.Wait(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
+      st.Evaluate(x, rows, OutboxF(s, 0));
+      t_.Isend(Id(kSendF, s, 0), OutboxF(s, 0), std::size_t(rows) * width_out_[s], rank_of[s + 1], TagF(s, 0));
+    }
+  }
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const int s = stages_[k]->index();
+    if (s + 1 < S_ && !t_.Idle(Id(kSendF, s, 0))) {
+      t_.Wait(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
+    }
+  }
+  return stats;
+}
+
+}  // namespace baton

@@ -1,0 +1,73 @@
+// The executor: interprets one rank's lowered schedule, action by action,
+// over the rank's stages, ring stores and message buffers. Everything is
+// sized and allocated in the constructor; a step allocates nothing.
+#ifndef BATON_RUNTIME_EXECUTOR_H_
+#define BATON_RUNTIME_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/data.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+#include "baton/store.h"
+#include "stage.h"
+
+namespace baton {
+
+struct StepStats {
+  double loss_sum = 0.0;       // sum of per-sample losses (last stage's rank)
+  std::int64_t correct = 0;    // correct predictions (last stage's rank)
+  std::int64_t samples = 0;    // samples whose loss this rank computed
+};
+
+class Executor {
+ public:
+  // REQUIRES: `lowered` passed Validate() and has transport.size() ranks;
+  // `bounds` are the first layers of each stage (PartitionLayers).
+  Executor(const TrainConfig& config, const Schedule& lowered, const SimResult& sim, const std::vector<int>& bounds,
+           Transport& transport);
+
+  // One training step on `batch` (inputs on the first stage's rank, labels on
+  // the last's). Gradients accumulate into the stages' gradient buffers,
+  // averaged over the whole batch.
+  StepStats RunStep(const Batch& batch);
+  // Forward-only pass of `rows` samples (evaluation).
+  StepStats Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples);
+
+  std::vector<std::unique_ptr<Stage>>& stages() { return stages_; }  // local, ascending stage index
+  std::vector<ActivationStore>& stores() { return stores_; }
+  int batch_rows() const { return rows_; }
+
+ private:
+  // Local stage index of global stage s (or -1).
+  int Local(int s) const { return local_[s]; }
+  float* InboxF(int s, int j) { return inbox_f_[Local(s)].data() + std::size_t(j) * rows_ * width_in_[s]; }
+  float* InboxB(int s, int j) { return inbox_b_[Local(s)].data() + std::size_t(j) * rows_ * width_out_[s]; }
+  float* OutboxF(int s, int j) { return outbox_f_[Local(s)].data() + std::size_t(j) * rows_ * width_out_[s]; }
+  float* OutboxB(int s, int j) { return outbox_b_[Local(s)].data() + std::size_t(j) * rows_ * width_in_[s]; }
+  int Id(int kind, int s, int j) const { return (kind * S_ + s) * m_ + j; }
+  int TagF(int from_stage, int j) const { return (from_stage * m_ + j) * 2; }
+  int TagB(int from_stage, int j) const { return (from_stage * m_ + j) * 2 + 1; }
+  void WaitSends();
+
+  Transport& t_;
+  const Schedule& lowered_;
+  int rank_, S_, m_, rows_, batch_size_;
+  std::vector<int> local_;                     // stage -> local index or -1
+  std::vector<int> width_in_, width_out_;      // per stage
+  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<ActivationStore> stores_;
+  // Per local stage, m microbatches each: inputs (received or handed over
+  // locally), output gradients, and outgoing activations / input gradients.
+  std::vector<std::vector<float>> inbox_f_, inbox_b_, outbox_f_, outbox_b_;
+  std::vector<int> pending_sends_;  // request ids in flight (capacity preallocated)
+  std::vector<WaitInfo> pending_info_;
+};
+
+}  // namespace baton
+
+#endif  // BATON_RUNTIME_EXECUTOR_H_

@@ -1,0 +1,267 @@
+// The training loop: setup agreed by all ranks, then steps, logging,
+// evaluation at epoch ends, and the final weights.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "baton/data.h"
+#include "baton/error.h"
+#include "baton/runtime.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+#include "executor.h"
+#include "stage.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string Duration(double s) {
+  const long t = std::lround(std::max(0.0, s));
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{:02}:{:02}", t / 60, t % 60);
+}
+
+// Loads `path` into the stages' parameters, by PyTorch name.
+void LoadInitialWeights(const std::string& path, std::vector<std::unique_ptr<Stage>>& stages) {
+  const std::vector<NamedTensor> tensors = ReadSafetensors(path);
+  for (auto& st : stages) {
+    for (const Stage::Param& p : st->named_params()) {
+      const NamedTensor* found = nullptr;
+      for (const NamedTensor& t : tensors) {
+        if (t.name == p.name) found = &t;
+      }
+      if (found == nullptr) throw ConfigError(fmt::format("{}: model.init.from has no tensor '{}'", path, p.name));
+      if (found->shape != p.shape) {
+        throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], but the model needs [{}]", path, p.name,
+                                      fmt::join(found->shape, ", "), fmt::join(p.shape, ", ")));
+      }
+      std::copy(found->data.begin(), found->data.end(), p.data.begin());
+    }
+  }
+}
+
+struct Setup {
+  Schedule lowered;
+  SimResult sim;
+  std::vector<int> bounds;
+  std::unique_ptr<Executor> exec;
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  Dataset train, test;
+  std::unique_ptr<BatchLoader> loader;
+  bool first_rank = false, last_rank = false;
+};
+
+void BuildSetup(const TrainConfig& c, Transport& t, Setup& u) {
+  if (t.size() != c.pipeline.ranks) {
+    throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})", c.source,
+                                  c.pipeline.ranks, t.size(), c.pipeline.ranks));
+  }
+  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
+  Validate(s);
+  u.lowered = Lower(s);
+  Validate(u.lowered);
+  SimOptions unit;
+  unit.record_timeline = false;
+  u.sim = Simulate(u.lowered, unit);
+  u.bounds = PartitionLayers(c, u.lowered.stages);
+  // One request slot per (direction, send/receive, stage, microbatch).
+  t.Configure(4 * u.lowered.stages * u.lowered.microbatches, c.pipeline.wait_timeout_s);
+  u.exec = std::make_unique<Executor>(c, u.lowered, u.sim, u.bounds, t);
+  for (auto& st : u.exec->stages()) {
+    st->Init(c.model.init_seed);
+    u.optimizers.push_back(MakeOptimizer(c.train.optimizer, st->params().size()));
+  }
+  if (!c.model.init_from.empty()) LoadInitialWeights(c.model.init_from, u.exec->stages());
+
+  const int rank = t.rank();
+  u.first_rank = u.lowered.stage_rank.front() == rank;
+  u.last_rank = u.lowered.stage_rank.back() == rank;
+  const DataConfig& d = c.data;
+  if (d.dataset == "fashion_mnist") {
+    u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
+    if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
+  } else {
+    u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
+  }
+  if (u.train.samples < c.train.batch_size) {
+    throw ConfigError(fmt::format("{}: train.batch_size {} is larger than the dataset ({} samples)", c.source,
+                                  c.train.batch_size, u.train.samples));
+  }
+  u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed);
+}
+
+// Writes the final weights (rank 0), gathered from every rank, with
+// PyTorch nn.Sequential names in layer order.
+void SaveWeights(const TrainConfig& c, Transport& t, Setup& u) {
+  std::vector<float> mine;
+  for (auto& st : u.exec->stages()) mine.insert(mine.end(), st->params().begin(), st->params().end());
+  std::vector<float> all;
+  t.GatherToRoot(mine, &all);
+  if (t.rank() != 0) return;
+  // Rank 0 rebuilds each stage's parameter layout (one-sample stages are cheap).
+  std::vector<std::vector<NamedTensor>> per_stage(u.lowered.stages);
+  std::size_t at = 0;
+  for (int r = 0; r < t.size(); ++r) {
+    for (int s = 0; s < u.lowered.stages; ++s) {
+      if (u.lowered.stage_rank[s] != r) continue;
+      StageOptions o;
+      o.index = s;
+      o.first_layer = u.bounds[s];
+      o.last_layer = u.bounds[s + 1];
+      o.rows = 1;
+      o.is_last = s + 1 == u.lowered.stages;
+      Stage layout(c.model.layers, c.model.input, o);
+      for (const Stage::Param& p : layout.named_params()) {
+        NamedTensor nt{p.name, p.shape, {}};
+        nt.data.assign(all.begin() + static_cast<std::ptrdiff_t>(at),
+                       all.begin() + static_cast<std::ptrdiff_t>(at + p.data.size()));
+        at += p.data.size();
+        per_stage[s].push_back(std::move(nt));
+      }
+    }
+  }
+  std::vector<NamedTensor> tensors;
+  for (auto& v : per_stage) {
+    for (auto& nt : v) tensors.push_back(std::move(nt));
+  }
+  WriteSafetensors(c.log.weights, tensors);
+}
+
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path) {
+    if (path.empty()) return;
+    const std::filesystem::path p(path);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+    out_.open(path, std::ios::trunc);
+    if (!out_) throw ConfigError(fmt::format("{}: cannot write the metrics file", path));
+  }
+  void Line(const std::string& json) {
+    if (!out_.is_open()) return;
+    out_ << json << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+TrainSummary Train(const TrainConfig& c, Transport& t) {
+  const auto start = Clock::now();
+  Setup u;
+  // Setup may fail on some ranks only (a data file the last rank reads, say):
+  // all ranks agree before any message of the step is sent.
+  std::string error;
+  bool config_error = false;
+  try {
+    BuildSetup(c, t, u);
+  } catch (const ConfigError& e) {
+    error = e.what();
+    config_error = true;
+  } catch (const ScheduleError& e) {
+    error = e.what();
+    config_error = true;
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  // The lowest failing rank reports; the others end quietly.
+  const int worst = t.AllMax(error.empty() ? -1 : t.size() - t.rank());
+  if (worst >= 0) {
+    if (t.size() - worst != t.rank()) throw PeerFailed();
+    if (config_error) throw ConfigError(error);
+    throw Error(error);
+  }
+
+  const bool root = t.rank() == 0;
+  std::unique_ptr<MetricsLog> metrics = root ? std::make_unique<MetricsLog>(c.log.metrics) : nullptr;
+  const std::int64_t per_epoch = u.loader->batches_per_epoch();
+  const std::int64_t total = c.train.steps > 0 ? c.train.steps : per_epoch * c.train.epochs;
+  const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
+  if (root && c.log.progress) {
+    std::fprintf(stderr, "baton: training %zu layers on %d ranks, %s, %d stages, %d microbatches of %d, %lld steps\n",
+                 c.model.layers.size(), t.size(), u.lowered.name.c_str(), u.lowered.stages, c.pipeline.microbatches,
+                 u.exec->batch_rows(), static_cast<long long>(total));
+  }
+
+  TrainSummary summary;
+  auto window_start = Clock::now();
+  std::int64_t window_samples = 0;
+  for (std::int64_t step = 1; step <= total; ++step) {
+    const Batch batch = u.loader->Next();
+    const StepStats stats = u.exec->RunStep(batch);
+    auto& stages = u.exec->stages();
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
+      stages[k]->ZeroGrads();
+    }
+    window_samples += c.train.batch_size;
+    const std::int64_t epoch = (step - 1) / per_epoch + 1;
+    const bool epoch_end = step % per_epoch == 0 || step == total;
+    const bool log_step = c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total);
+    if (log_step) {
+      // One reduction per logged step; none at all when logging is off.
+      double v[3] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.samples)};
+      t.ReduceSum(v);
+      if (root) {
+        const double secs = Seconds(window_start, Clock::now());
+        const double loss = v[0] / std::max(v[2], 1.0);
+        summary.last_loss = loss;
+        metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "loss": {:.7g}, "accuracy": {:.6g}, )"
+                                  R"("samples_per_s": {:.6g}, "step_time_s": {:.6g}}})",
+                                  step, epoch, loss, v[1] / std::max(v[2], 1.0), window_samples / secs,
+                                  secs / std::max<std::int64_t>(1, window_samples / c.train.batch_size)));
+        if (c.log.progress) {
+          const double elapsed = Seconds(start, Clock::now());
+          const double eta = elapsed / step * (total - step);
+          std::fprintf(stderr, "%sstep %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s%s",
+                       tty ? "\r" : "", static_cast<long long>(step), static_cast<long long>(total),
+                       static_cast<long long>(epoch), loss, window_samples / secs, Duration(eta).c_str(),
+                       tty ? "   " : "\n");
+        }
+      }
+      window_start = Clock::now();
+      window_samples = 0;
+    }
+    if (epoch_end && c.data.dataset == "fashion_mnist" && c.data.evaluate) {
+      const StepStats ev = u.exec->Evaluate(u.test.inputs.data(), u.test.labels.data(), u.test.samples);
+      double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
+      t.ReduceSum(v);
+      if (root) {
+        summary.test_accuracy = v[1] / std::max(v[2], 1.0);
+        metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "test_loss": {:.7g}, "test_accuracy": {:.6g}}})", step,
+                                  epoch, v[0] / std::max(v[2], 1.0), summary.test_accuracy));
+        if (c.log.progress) {
+          std::fprintf(stderr, "%sepoch %lld: test accuracy %.2f%%, test loss %.4f\n", tty ? "\n" : "",
+                       static_cast<long long>(epoch), 100 * summary.test_accuracy, v[0] / std::max(v[2], 1.0));
+        }
+      }
+      window_start = Clock::now();
+    }
+    if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
+    summary.steps = step;
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  if (!c.log.weights.empty()) SaveWeights(c, t, u);
+  summary.seconds = Seconds(start, Clock::now());
+  if (root && c.log.progress) {
+    std::fprintf(stderr, "baton: done: %lld steps in %s%s\n", static_cast<long long>(summary.steps),
+                 Duration(summary.seconds).c_str(),
+                 c.log.weights.empty() ? "" : fmt::format(", weights in {}", c.log.weights).c_str());
+  }
+  return summary;
+}
+
+}  // namespace baton
