@@ -125,6 +125,7 @@ Stage::Stage(const std::vector<LayerSpec>& model_layers, int model_input, const 
   std::size_t at = 0;
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     Layer& l = *layers_[li];
+    has_params_.push_back(l.NumParams() > 0);
     l.Bind(params_.data() + at, grads_.data() + at);
     for (const ParamInfo& p : l.Params()) {
       std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
@@ -285,7 +286,7 @@ void Stage::Backward(float* slot, const float* dy, float* dx, bool full) {
       Layer& layer = *layers_[op.layer];
       const ConstMatMap x(Act(i, slot), rows, width_[i]);
       const ConstMatMap g(gout, rows, width_[i + 1]);
-      if (layer.NumParams() > 0) {
+      if (has_params_[op.layer]) {
         if (full) {
           layer.BackwardWeight(x, g);
         } else {
@@ -307,9 +308,8 @@ void Stage::BackwardWeight(float* slot) {
   const int K = static_cast<int>(ops_.size());
   for (int i = 0; i < K; ++i) {
     if (ops_[i].layer < 0) continue;
-    Layer& layer = *layers_[ops_[i].layer];
-    if (layer.NumParams() == 0) continue;
-    layer.BackwardWeight(ConstMatMap(Act(i, slot), options_.rows, width_[i]),
+    if (!has_params_[ops_[i].layer]) continue;
+    layers_[ops_[i].layer]->BackwardWeight(ConstMatMap(Act(i, slot), options_.rows, width_[i]),
                          ConstMatMap(slot + wgrad_off_[i], options_.rows, width_[i + 1]));
   }
 }

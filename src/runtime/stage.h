@@ -102,6 +102,7 @@ class Stage {
   StageOptions options_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::vector<int>> layer_seed_path_;  // (top index, k, ...) per layer
+  std::vector<char> has_params_;                   // per layer (Params() allocates: ask once)
   std::vector<std::string> layer_names_;           // "{i}." or "{i}.{k}." per layer
   std::vector<int> layer_path_stack_;              // while flattening nested blocks
   std::vector<Op> ops_;
