@@ -62,6 +62,11 @@ class Transport {
 // REQUIRES: MPI is initialised (MpiSession). `timeout_s` is every wait's deadline.
 std::unique_ptr<Transport> MakeMpiTransport(int max_requests = 0, double timeout_s = 300.0);
 
+// A transport for a job of one rank, without MPI: a schedule on one rank
+// never sends, so every point-to-point call is an error; collectives are
+// identities. For single-process runs, tests and benchmarks.
+std::unique_ptr<Transport> MakeSoloTransport();
+
 // MPI_Init / MPI_Finalize for the lifetime of the object.
 class MpiSession {
  public:

@@ -58,25 +58,6 @@ extern "C" void* aligned_alloc(std::size_t align, std::size_t n) {
 namespace baton {
 namespace {
 
-// One rank: nothing is ever sent.
-class SoloTransport final : public Transport {
- public:
-  void Configure(int, double) override {}
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void Isend(int, const float*, std::size_t, int, int) override { ADD_FAILURE() << "no sends on one rank"; }
-  void Irecv(int, float*, std::size_t, int, int) override { ADD_FAILURE() << "no receives on one rank"; }
-  void Wait(int, const WaitInfo&) override {}
-  bool Idle(int) const override { return true; }
-  void ReduceSum(std::span<double>) override {}
-  void GatherToRoot(std::span<const float>, std::vector<float>*) override {}
-  void BroadcastString(std::string*) override {}
-  int AllMax(int v) override { return v; }
-  void Barrier() override {}
-  [[noreturn]] void Abort(int code) override { std::exit(code); }
-  int max_tag() const override { return 1 << 30; }
-};
-
 long AllocationsPerStep(const std::string& schedule, const std::string& checkpointing) {
   TrainConfig c = LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml",
                                   {"pipeline.schedule=" + schedule, "pipeline.checkpointing=" + checkpointing,
@@ -84,8 +65,8 @@ long AllocationsPerStep(const std::string& schedule, const std::string& checkpoi
   const Schedule lowered = Lower(LoadSchedule(schedule, 1, c.pipeline.microbatches, 0));
   const SimResult sim = Simulate(lowered);
   const std::vector<int> bounds = PartitionLayers(c, lowered.stages);
-  SoloTransport t;
-  Executor exec(c, lowered, sim, bounds, t);
+  std::unique_ptr<Transport> t = MakeSoloTransport();
+  Executor exec(c, lowered, sim, bounds, *t);
   std::vector<std::unique_ptr<Optimizer>> opts;
   for (auto& st : exec.stages()) {
     st->Init(1);
