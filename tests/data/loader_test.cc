@@ -1,0 +1,350 @@
+// The double-buffered batch loader, and the synthetic dataset.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "baton/data.h"
+#include "baton/error.h"
+
+// Counts every global operator new while g_counting is set, on any thread, to
+// prove that Next() allocates nothing in steady state.
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+// The replacements pair malloc with free; GCC cannot see that operator new
+// is replaced too and would warn at every delete.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace baton {
+namespace {
+
+// A dataset whose values tell where they came from: input (s, j) is
+// s * features + j, label s is s (both exact in float / int32).
+Dataset Numbered(std::int64_t samples, int features, bool inputs = true, bool labels = true) {
+  Dataset d;
+  d.name = "numbered";
+  d.samples = samples;
+  d.features = features;
+  d.classes = static_cast<int>(samples);
+  if (inputs) {
+    d.inputs.resize(static_cast<std::size_t>(samples * features));
+    std::iota(d.inputs.begin(), d.inputs.end(), 0.0f);
+  }
+  if (labels) {
+    d.labels.resize(static_cast<std::size_t>(samples));
+    std::iota(d.labels.begin(), d.labels.end(), 0);
+  }
+  return d;
+}
+
+// Checks that row i of the batch is sample `samples[i]` of Numbered().
+void ExpectRows(const Batch& b, const std::vector<std::int64_t>& samples, int features, bool inputs, bool labels) {
+  const std::size_t n = samples.size();
+  ASSERT_EQ(b.inputs.size(), inputs ? n * features : 0u);
+  ASSERT_EQ(b.labels.size(), labels ? n : 0u);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (labels) {
+      EXPECT_EQ(b.labels[i], samples[i]) << "row " << i;
+    }
+    if (inputs) {
+      for (int j = 0; j < features; ++j) {
+        ASSERT_EQ(b.inputs[i * features + j], static_cast<float>(samples[i] * features + j)) << "row " << i << " col " << j;
+      }
+    }
+  }
+}
+
+std::vector<std::int64_t> Range(std::int64_t begin, std::int64_t end) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(end - begin));
+  std::iota(v.begin(), v.end(), begin);
+  return v;
+}
+
+// The sample numbers of one batch, read from its labels.
+std::vector<std::int64_t> SamplesOf(const Batch& b) { return {b.labels.begin(), b.labels.end()}; }
+
+// ---- without shuffle ----
+
+TEST(BatchLoader, InOrderBatchKIsSamplesKBToKPlusOneB) {
+  const Dataset d = Numbered(10, 5);  // 3 batches of 3; sample 9 is dropped
+  auto loader = MakeBatchLoader(d, 3, /*shuffle=*/false, 0);
+  EXPECT_EQ(loader->batches_per_epoch(), 3);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (std::int64_t k = 0; k < 3; ++k) {
+      const Batch b = loader->Next();
+      EXPECT_EQ(b.index, k) << "epoch " << epoch;
+      ExpectRows(b, Range(3 * k, 3 * k + 3), 5, true, true);
+    }
+  }
+}
+
+TEST(BatchLoader, PartialBatchDropped) {
+  const Dataset d = Numbered(7, 2);
+  auto loader = MakeBatchLoader(d, 4, false, 0);
+  EXPECT_EQ(loader->batches_per_epoch(), 1);
+  for (int i = 0; i < 3; ++i) {
+    const Batch b = loader->Next();
+    EXPECT_EQ(b.index, 0);
+    ExpectRows(b, Range(0, 4), 2, true, true);
+  }
+}
+
+TEST(BatchLoader, BatchOfWholeDataset) {
+  const Dataset d = Numbered(6, 3);
+  auto loader = MakeBatchLoader(d, 6, false, 0);
+  EXPECT_EQ(loader->batches_per_epoch(), 1);
+  ExpectRows(loader->Next(), Range(0, 6), 3, true, true);
+  ExpectRows(loader->Next(), Range(0, 6), 3, true, true);
+}
+
+TEST(BatchLoader, ReturnedBatchStaysValidWhileTheNextIsPrefetched) {
+  const Dataset d = Numbered(64, 16);
+  auto loader = MakeBatchLoader(d, 8, false, 0);
+  for (std::int64_t k = 0; k < 8; ++k) {
+    const Batch b = loader->Next();
+    // The prefetch of batch k+1 runs now; b must not change under us.
+    volatile double sink = 0;
+    for (int spin = 0; spin < 20000; ++spin) sink = sink + spin;
+    ExpectRows(b, Range(8 * k, 8 * k + 8), 16, true, true);
+  }
+}
+
+TEST(BatchLoader, LabelsOnly) {
+  const Dataset d = Numbered(9, 4, /*inputs=*/false, /*labels=*/true);
+  auto loader = MakeBatchLoader(d, 4, false, 0);
+  ExpectRows(loader->Next(), Range(0, 4), 4, false, true);
+  ExpectRows(loader->Next(), Range(4, 8), 4, false, true);
+  ExpectRows(loader->Next(), Range(0, 4), 4, false, true);
+}
+
+TEST(BatchLoader, InputsOnly) {
+  const Dataset d = Numbered(9, 4, /*inputs=*/true, /*labels=*/false);
+  for (bool shuffle : {false, true}) {
+    auto loader = MakeBatchLoader(d, 4, shuffle, 3);
+    const Batch b = loader->Next();
+    EXPECT_TRUE(b.labels.empty());
+    ASSERT_EQ(b.inputs.size(), 16u);
+    if (!shuffle) ExpectRows(b, Range(0, 4), 4, true, false);
+  }
+}
+
+// ---- shuffle ----
+
+// The sample numbers of `epochs` whole epochs, batch after batch.
+std::vector<std::int64_t> Order(const Dataset& d, int batch, std::uint64_t seed, int epochs) {
+  auto loader = MakeBatchLoader(d, batch, true, seed);
+  std::vector<std::int64_t> out;
+  for (std::int64_t i = 0; i < epochs * loader->batches_per_epoch(); ++i) {
+    const Batch b = loader->Next();
+    EXPECT_EQ(b.index, i % loader->batches_per_epoch());
+    const std::vector<std::int64_t> s = SamplesOf(b);
+    ExpectRows(b, s, d.features, true, true);  // inputs travel with their label
+    out.insert(out.end(), s.begin(), s.end());
+  }
+  return out;
+}
+
+TEST(BatchLoader, ShuffleVisitsEverySampleOncePerEpoch) {
+  const Dataset d = Numbered(120, 3);
+  const std::vector<std::int64_t> order = Order(d, 10, 42, 3);
+  ASSERT_EQ(order.size(), 360u);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::vector<std::int64_t> e(order.begin() + 120 * epoch, order.begin() + 120 * (epoch + 1));
+    EXPECT_NE(e, Range(0, 120)) << "epoch " << epoch << " is not shuffled";
+    std::sort(e.begin(), e.end());
+    EXPECT_EQ(e, Range(0, 120)) << "epoch " << epoch;
+  }
+  // Each epoch draws its own permutation.
+  EXPECT_FALSE(std::equal(order.begin(), order.begin() + 120, order.begin() + 120));
+}
+
+TEST(BatchLoader, ShuffleWithPartialBatchDrawsDistinctSamples) {
+  const Dataset d = Numbered(50, 2);
+  const std::vector<std::int64_t> order = Order(d, 7, 1, 1);  // 7 batches of 7, one sample dropped
+  ASSERT_EQ(order.size(), 49u);
+  EXPECT_EQ(std::set<std::int64_t>(order.begin(), order.end()).size(), 49u);
+}
+
+TEST(BatchLoader, ShuffleIsTheSameForTheSameSeed) {
+  const Dataset d = Numbered(100, 2);
+  EXPECT_EQ(Order(d, 10, 7, 2), Order(d, 10, 7, 2));
+  EXPECT_NE(Order(d, 10, 7, 2), Order(d, 10, 8, 2));
+}
+
+TEST(BatchLoader, ShufflePermutationIsSeedPlusEpoch) {
+  // The documented rule: epoch e is std::shuffle(iota, mt19937_64(seed + e)).
+  const Dataset d = Numbered(30, 1);
+  const std::vector<std::int64_t> order = Order(d, 5, 100, 2);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::int64_t> want(30);
+    std::iota(want.begin(), want.end(), 0);
+    std::mt19937_64 rng(100 + epoch);
+    std::shuffle(want.begin(), want.end(), rng);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), order.begin() + 30 * epoch)) << "epoch " << epoch;
+  }
+}
+
+TEST(BatchLoader, ShuffledLabelsOnlyMatchShuffledFull) {
+  const Dataset full = Numbered(40, 2);
+  const Dataset labels_only = Numbered(40, 2, false, true);
+  auto a = MakeBatchLoader(full, 8, true, 5);
+  auto b = MakeBatchLoader(labels_only, 8, true, 5);
+  for (int i = 0; i < 12; ++i) {
+    const Batch ba = a->Next();
+    const Batch bb = b->Next();
+    EXPECT_TRUE(bb.inputs.empty());
+    EXPECT_EQ(SamplesOf(ba), SamplesOf(bb)) << "batch " << i;
+  }
+}
+
+// ---- Seek ----
+
+TEST(BatchLoader, SeekMatchesReadingThrough) {
+  const Dataset d = Numbered(60, 2);
+  for (bool shuffle : {false, true}) {
+    auto through = MakeBatchLoader(d, 6, shuffle, 9);
+    std::vector<std::vector<std::int64_t>> seen;  // epochs 0..2, 10 batches each
+    for (int i = 0; i < 30; ++i) seen.push_back(SamplesOf(through->Next()));
+
+    auto loader = MakeBatchLoader(d, 6, shuffle, 9);
+    loader->Next();
+    loader->Seek(2, 3);
+    for (int i = 23; i < 30; ++i) {
+      const Batch b = loader->Next();
+      EXPECT_EQ(b.index, i % 10);
+      EXPECT_EQ(SamplesOf(b), seen[i]) << "shuffle " << shuffle << ", batch " << i;
+    }
+    loader->Seek(0, 0);  // back to the start, crossing into epoch 1
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(SamplesOf(loader->Next()), seen[i]) << "shuffle " << shuffle;
+    loader->Seek(1, 9);
+    EXPECT_EQ(SamplesOf(loader->Next()), seen[19]);
+    EXPECT_EQ(SamplesOf(loader->Next()), seen[20]);
+  }
+}
+
+TEST(BatchLoader, SeekKeepsTheReturnedBatch) {
+  const Dataset d = Numbered(20, 2);
+  auto loader = MakeBatchLoader(d, 5, false, 0);
+  const Batch b = loader->Next();
+  loader->Seek(0, 3);
+  ExpectRows(b, Range(0, 5), 2, true, true);  // still valid until the next Next()
+  ExpectRows(loader->Next(), Range(15, 20), 2, true, true);
+}
+
+TEST(BatchLoader, SeekOutOfRange) {
+  const Dataset d = Numbered(20, 2);
+  auto loader = MakeBatchLoader(d, 5, false, 0);
+  EXPECT_THROW(loader->Seek(0, 4), ConfigError);
+  EXPECT_THROW(loader->Seek(0, -1), ConfigError);
+  EXPECT_THROW(loader->Seek(-1, 0), ConfigError);
+  ExpectRows(loader->Next(), Range(0, 5), 2, true, true);  // unchanged by the failed seeks
+}
+
+// ---- setup errors ----
+
+TEST(BatchLoader, RejectsBadSizes) {
+  const Dataset d = Numbered(10, 2);
+  EXPECT_THROW(MakeBatchLoader(d, 0, false, 0), ConfigError);
+  EXPECT_THROW(MakeBatchLoader(d, 11, false, 0), ConfigError);
+  Dataset bad = d;
+  bad.inputs.pop_back();
+  EXPECT_THROW(MakeBatchLoader(bad, 2, false, 0), ConfigError);
+  bad = d;
+  bad.labels.push_back(0);
+  EXPECT_THROW(MakeBatchLoader(bad, 2, false, 0), ConfigError);
+}
+
+// ---- no allocation in steady state ----
+
+TEST(BatchLoader, NextAllocatesNothing) {
+  const Dataset d = Numbered(200, 8);
+  for (bool shuffle : {false, true}) {
+    auto loader = MakeBatchLoader(d, 16, shuffle, 1);
+    for (int i = 0; i < 30; ++i) loader->Next();  // warm up (thread pool, epochs)
+    g_allocations = 0;
+    g_counting = true;
+    double sum = 0;
+    for (int i = 0; i < 100; ++i) sum += loader->Next().inputs[0];  // crosses 8 epochs
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0) << "shuffle " << shuffle;
+    EXPECT_GE(sum, 0.0);
+  }
+}
+
+// ---- synthetic data ----
+
+TEST(Synthetic, DeterministicAndInRange) {
+  const Dataset a = MakeSynthetic(1000, 7, 5, 123, true, true);
+  const Dataset b = MakeSynthetic(1000, 7, 5, 123, true, true);
+  EXPECT_EQ(a.name, "synthetic");
+  EXPECT_EQ(a.samples, 1000);
+  EXPECT_EQ(a.features, 7);
+  EXPECT_EQ(a.classes, 5);
+  ASSERT_EQ(a.inputs.size(), 7000u);
+  ASSERT_EQ(a.labels.size(), 1000u);
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_EQ(a.labels, b.labels);
+
+  const auto [lo, hi] = std::minmax_element(a.inputs.begin(), a.inputs.end());
+  EXPECT_GE(*lo, -1.0f);
+  EXPECT_LT(*hi, 1.0f);
+  EXPECT_LT(*lo, -0.99f);  // spread over the whole range
+  EXPECT_GT(*hi, 0.99f);
+  const double mean = std::accumulate(a.inputs.begin(), a.inputs.end(), 0.0) / a.inputs.size();
+  EXPECT_NEAR(mean, 0.0, 0.05);
+
+  std::vector<int> histogram(5, 0);
+  for (std::int32_t y : a.labels) {
+    ASSERT_GE(y, 0);
+    ASSERT_LT(y, 5);
+    ++histogram[y];
+  }
+  for (int c = 0; c < 5; ++c) EXPECT_NEAR(histogram[c], 200, 60) << "class " << c;
+}
+
+TEST(Synthetic, SeedChangesData) {
+  const Dataset a = MakeSynthetic(100, 4, 10, 1, true, true);
+  const Dataset b = MakeSynthetic(100, 4, 10, 2, true, true);
+  EXPECT_NE(a.inputs, b.inputs);
+  EXPECT_NE(a.labels, b.labels);
+}
+
+TEST(Synthetic, PartsDoNotDependOnEachOther) {
+  const Dataset both = MakeSynthetic(500, 6, 3, 77, true, true);
+  const Dataset inputs = MakeSynthetic(500, 6, 3, 77, true, false);
+  const Dataset labels = MakeSynthetic(500, 6, 3, 77, false, true);
+  EXPECT_TRUE(inputs.labels.empty());
+  EXPECT_TRUE(labels.inputs.empty());
+  EXPECT_EQ(inputs.samples, 500);
+  EXPECT_EQ(labels.samples, 500);
+  EXPECT_EQ(both.inputs, inputs.inputs);
+  EXPECT_EQ(both.labels, labels.labels);
+}
+
+TEST(Synthetic, RejectsBadSizes) {
+  EXPECT_THROW(MakeSynthetic(0, 4, 2, 0, true, true), ConfigError);
+  EXPECT_THROW(MakeSynthetic(10, 0, 2, 0, true, true), ConfigError);
+  EXPECT_THROW(MakeSynthetic(10, 4, 0, 0, true, true), ConfigError);
+}
+
+}  // namespace
+}  // namespace baton
