@@ -144,9 +144,8 @@ std::vector<unsigned char> Labels(std::uint32_t count, const std::vector<unsigne
 class CraftedFashionMnist : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("baton_fmnist_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("baton_fmnist_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     // A valid 3-sample test split: images filled with pixel values 0, 255

@@ -67,7 +67,8 @@ void ExpectRows(const Batch& b, const std::vector<std::int64_t>& samples, int fe
     }
     if (inputs) {
       for (int j = 0; j < features; ++j) {
-        ASSERT_EQ(b.inputs[i * features + j], static_cast<float>(samples[i] * features + j)) << "row " << i << " col " << j;
+        ASSERT_EQ(b.inputs[i * features + j], static_cast<float>(samples[i] * features + j))
+            << "row " << i << " col " << j;
       }
     }
   }

@@ -297,8 +297,7 @@ TEST_F(Safetensors, ShapeDoesNotMatchSize) {
   EXPECT_TRUE(Has(msg, "'a'"));
   EXPECT_TRUE(Has(msg, "shape [3]"));
   // A product that overflows 64 bits must not wrap around to a match.
-  msg = ReadError(
-      File(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,8]}})", F32({1, 2})));
+  msg = ReadError(File(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,8]}})", F32({1, 2})));
   EXPECT_TRUE(Has(msg, "'a'"));
   msg = ReadError(File(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", F32({1, 2})));
   EXPECT_TRUE(Has(msg, "'a'"));

@@ -1,0 +1,183 @@
+// Double-buffered batch loader.
+//
+// Two preallocated slots, each one batch: inputs (B, features) and labels
+// (B). At any time one slot is the caller's (the batch Next() returned last)
+// and the other is being filled on a oneTBB worker with the batch at
+// position (epoch_, index_). Next() waits for that fill, hands the slot out,
+// and starts filling the other slot with the following batch, so the copy
+// overlaps the caller's training step. Setup sizes everything; Next()
+// allocates nothing.
+//
+// Shuffling: epoch e uses the permutation std::shuffle(iota(samples),
+// std::mt19937_64(seed + e)). mt19937_64 is fully specified by the standard,
+// but std::shuffle's use of it is not, so ranks agree on the order as long
+// as they are built with the same C++ standard library (they are: one build).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+#include <tbb/task_group.h>
+
+#include "baton/data.h"
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+class DoubleBufferedLoader final : public BatchLoader {
+ public:
+  DoubleBufferedLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed)
+      : data_(dataset),
+        batch_size_(batch_size),
+        features_(dataset.features),
+        shuffle_(shuffle),
+        seed_(seed),
+        batches_per_epoch_(dataset.samples / batch_size),
+        has_inputs_(!dataset.inputs.empty()),
+        has_labels_(!dataset.labels.empty()) {
+    const std::size_t b = static_cast<std::size_t>(batch_size);
+    for (Slot& s : slots_) {
+      if (has_inputs_) s.inputs.resize(b * static_cast<std::size_t>(features_));  // (B, features)
+      if (has_labels_) s.labels.resize(b);                                        // (B)
+    }
+    if (shuffle_) order_.resize(static_cast<std::size_t>(dataset.samples));  // (samples)
+    StartFill();
+  }
+
+  // tbb::task_group may throw from its destructor when tasks are left
+  // running; waiting first makes that impossible.
+  ~DoubleBufferedLoader() noexcept override { WaitFill(); }
+
+  std::int64_t batches_per_epoch() const override { return batches_per_epoch_; }
+
+  Batch Next() override {
+    WaitFill();
+    const Slot& ready = slots_[filling_];
+    Batch batch;
+    batch.index = ready.index;
+    if (has_inputs_) batch.inputs = ready.inputs;
+    if (has_labels_) batch.labels = ready.labels;
+
+    // The caller now holds `ready`; the other slot's batch (the one returned
+    // before) is no longer valid, so it can take the following batch.
+    filling_ = 1 - filling_;
+    if (++index_ == batches_per_epoch_) {
+      index_ = 0;
+      ++epoch_;
+    }
+    StartFill();
+    return batch;
+  }
+
+  void Seek(std::int64_t epoch, std::int64_t index) override {
+    if (epoch < 0 || index < 0 || index >= batches_per_epoch_) {
+      throw ConfigError(
+          fmt::format("batch loader: cannot seek to epoch {}, batch {}: epochs start at 0 and batches "
+                      "are 0..{}",
+                      epoch, index, batches_per_epoch_ - 1));
+    }
+    WaitFill();
+    epoch_ = epoch;
+    index_ = index;
+    // Refill the slot that is already being filled, never the caller's.
+    StartFill();
+  }
+
+ private:
+  struct Slot {
+    std::int64_t index = 0;
+    std::vector<float> inputs;         // (B, features)
+    std::vector<std::int32_t> labels;  // (B)
+  };
+
+  // REQUIRES: no fill in flight. The task owns slots_[filling_] and order_
+  // until the next WaitFill().
+  void StartFill() {
+    filling_now_.store(true, std::memory_order_release);
+    workers_.run([this, slot = &slots_[filling_], epoch = epoch_, index = index_] {
+      filling_now_.load(std::memory_order_acquire);
+      Fill(*slot, epoch, index);
+      filling_now_.store(false, std::memory_order_release);
+    });
+  }
+
+  void WaitFill() {
+    workers_.wait();
+    filling_now_.load(std::memory_order_acquire);
+  }
+
+  void Fill(Slot& slot, std::int64_t epoch, std::int64_t index) {
+    slot.index = index;
+    const std::size_t b = static_cast<std::size_t>(batch_size_);
+    const std::size_t f = static_cast<std::size_t>(features_);
+    const std::size_t first = static_cast<std::size_t>(index) * b;
+    if (!shuffle_) {
+      // Batch k is the contiguous range of samples [kB, (k+1)B).
+      if (has_inputs_) std::memcpy(slot.inputs.data(), data_.inputs.data() + first * f, b * f * sizeof(float));
+      if (has_labels_) std::memcpy(slot.labels.data(), data_.labels.data() + first, b * sizeof(std::int32_t));
+      return;
+    }
+    if (order_epoch_ != epoch) {
+      std::iota(order_.begin(), order_.end(), std::int64_t{0});
+      std::mt19937_64 rng(seed_ + static_cast<std::uint64_t>(epoch));
+      std::shuffle(order_.begin(), order_.end(), rng);
+      order_epoch_ = epoch;
+    }
+    for (std::size_t i = 0; i < b; ++i) {
+      const std::size_t sample = static_cast<std::size_t>(order_[first + i]);
+      if (has_inputs_) std::memcpy(slot.inputs.data() + i * f, data_.inputs.data() + sample * f, f * sizeof(float));
+      if (has_labels_) slot.labels[i] = data_.labels[sample];
+    }
+  }
+
+  const Dataset& data_;
+  const int batch_size_;
+  const int features_;
+  const bool shuffle_;
+  const std::uint64_t seed_;
+  const std::int64_t batches_per_epoch_;
+  const bool has_inputs_;
+  const bool has_labels_;
+
+  Slot slots_[2];
+  int filling_ = 0;         // the slot the in-flight (or finished) fill writes
+  std::int64_t epoch_ = 0;  // position of the batch in slots_[filling_]
+  std::int64_t index_ = 0;
+  std::vector<std::int64_t> order_;  // (samples): this epoch's permutation, shuffle only
+  std::int64_t order_epoch_ = -1;    // the epoch order_ was drawn for
+  // task_group::run and wait already order the fill after StartFill and
+  // before WaitFill returns; this flag states those edges once more with
+  // C++ atomics, which ThreadSanitizer can see (oneTBB's own synchronization
+  // is invisible to it unless oneTBB itself is instrumented). Two atomic
+  // operations per batch.
+  std::atomic<bool> filling_now_{false};
+  tbb::task_group workers_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed) {
+  const std::string what = fmt::format("batch loader for dataset '{}'", dataset.name);
+  if (batch_size <= 0 || batch_size > dataset.samples) {
+    throw ConfigError(fmt::format("{}: batch size must be in 1..{} (the number of samples), got {}", what,
+                                  dataset.samples, batch_size));
+  }
+  if (!dataset.inputs.empty() &&
+      (dataset.features <= 0 || dataset.inputs.size() != static_cast<std::size_t>(dataset.samples) *
+                                                             static_cast<std::size_t>(dataset.features))) {
+    throw ConfigError(fmt::format("{}: inputs hold {} values, expected samples ({}) x features ({})", what,
+                                  dataset.inputs.size(), dataset.samples, dataset.features));
+  }
+  if (!dataset.labels.empty() && dataset.labels.size() != static_cast<std::size_t>(dataset.samples)) {
+    throw ConfigError(
+        fmt::format("{}: {} labels, expected one per sample ({})", what, dataset.labels.size(), dataset.samples));
+  }
+  return std::make_unique<DoubleBufferedLoader>(dataset, batch_size, shuffle, seed);
+}
+
+}  // namespace baton

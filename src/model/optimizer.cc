@@ -1,0 +1,151 @@
+// SGD and AdamW with PyTorch's update rules (torch.optim.SGD with dampening 0
+// and nesterov off; torch.optim.AdamW without amsgrad), in float32 the way
+// PyTorch's single-tensor CPU path computes them: scalar coefficients are
+// formed in double, as Python does, then rounded to float for the tensor ops.
+#include <cmath>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <Eigen/Core>
+
+#include "baton/error.h"
+#include "baton/model.h"
+
+namespace baton {
+namespace {
+
+using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
+using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
+
+void CheckSpec(const OptimizerSpec& s) {
+  auto fail = [&](std::string_view field, double value, std::string_view rule) {
+    throw ConfigError(fmt::format("optimizer ({}): {} must be {}, got {}", s.type, field, rule, value));
+  };
+  if (s.type != "sgd" && s.type != "adamw") {
+    throw ConfigError(fmt::format("optimizer: unknown type '{}'; allowed: sgd, adamw", s.type));
+  }
+  // Written as !(ok) so that NaN fails every rule.
+  if (!(s.lr > 0.0) || !std::isfinite(s.lr)) fail("lr", s.lr, "a finite number > 0");
+  if (!(s.momentum >= 0.0) || !std::isfinite(s.momentum)) fail("momentum", s.momentum, "a finite number >= 0");
+  if (!(s.weight_decay >= 0.0) || !std::isfinite(s.weight_decay)) {
+    fail("weight_decay", s.weight_decay, "a finite number >= 0");
+  }
+  if (!(s.beta1 >= 0.0 && s.beta1 < 1.0)) fail("beta1", s.beta1, "in [0, 1)");
+  if (!(s.beta2 >= 0.0 && s.beta2 < 1.0)) fail("beta2", s.beta2, "in [0, 1)");
+  if (!(s.eps > 0.0) || !std::isfinite(s.eps)) fail("eps", s.eps, "a finite number > 0");
+}
+
+void CheckSizes(std::string_view type, std::size_t expected, std::span<float> params, std::span<const float> grads) {
+  if (params.size() != expected || grads.size() != expected) {
+    throw Error(fmt::format("{} step: {} parameters and {} gradients given, the optimizer was made for {}", type,
+                            params.size(), grads.size(), expected));
+  }
+}
+
+// torch.optim.SGD (dampening 0, nesterov off):
+//   g = grad + weight_decay * p
+//   buf = g on the first step, momentum * buf + g after   (only when momentum != 0)
+//   p -= lr * buf   (or lr * g without momentum)
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const OptimizerSpec& s, std::size_t num_params)
+      : num_params_(num_params),
+        lr_(static_cast<float>(s.lr)),
+        momentum_(static_cast<float>(s.momentum)),
+        weight_decay_(static_cast<float>(s.weight_decay)),
+        buf_(s.momentum != 0.0 ? num_params : 0) {}
+
+  void Step(std::span<float> params, std::span<const float> grads) override {
+    CheckSizes("sgd", num_params_, params, grads);
+    const auto n = static_cast<Eigen::Index>(num_params_);
+    ArrayMap p(params.data(), n);
+    const ConstArrayMap grad(grads.data(), n);
+    const auto g = grad + weight_decay_ * p;  // an expression, evaluated where it is used
+    if (momentum_ == 0.0f) {
+      if (weight_decay_ != 0.0f) {
+        p -= lr_ * g;
+      } else {
+        p -= lr_ * grad;
+      }
+    } else {
+      ArrayMap buf(buf_.data(), n);
+      if (steps_ == 0) {
+        buf = g;
+      } else {
+        buf = momentum_ * buf + g;
+      }
+      p -= lr_ * buf;
+    }
+    ++steps_;
+  }
+
+  std::vector<std::span<float>> State() override {
+    if (buf_.empty()) return {};
+    return {std::span<float>(buf_)};
+  }
+  std::int64_t steps() const override { return steps_; }
+
+ private:
+  std::size_t num_params_;
+  float lr_, momentum_, weight_decay_;
+  std::vector<float> buf_;  // momentum buffer; empty without momentum
+  std::int64_t steps_ = 0;
+};
+
+// torch.optim.AdamW (amsgrad off), step t counted from 1:
+//   p *= 1 - lr * weight_decay
+//   m = lerp(m, g, 1 - beta1)          (= beta1 m + (1 - beta1) g)
+//   v = beta2 v + (1 - beta2) g^2
+//   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const OptimizerSpec& s, std::size_t num_params)
+      : num_params_(num_params), spec_(s), exp_avg_(num_params), exp_avg_sq_(num_params) {}
+
+  void Step(std::span<float> params, std::span<const float> grads) override {
+    CheckSizes("adamw", num_params_, params, grads);
+    const auto n = static_cast<Eigen::Index>(num_params_);
+    ArrayMap p(params.data(), n), m(exp_avg_.data(), n), v(exp_avg_sq_.data(), n);
+    const ConstArrayMap g(grads.data(), n);
+    ++steps_;
+    const double t = static_cast<double>(steps_);
+
+    p *= static_cast<float>(1.0 - spec_.lr * spec_.weight_decay);
+
+    // lerp as torch.lerp computes it, choosing the form by the weight.
+    const float w = static_cast<float>(1.0 - spec_.beta1);
+    if (std::abs(w) < 0.5f) {
+      m = m + w * (g - m);
+    } else {
+      m = g - (g - m) * (1.0f - w);
+    }
+    v = v * static_cast<float>(spec_.beta2) + static_cast<float>(1.0 - spec_.beta2) * g * g;
+
+    const double bias_correction1 = 1.0 - std::pow(spec_.beta1, t);
+    const double bias_correction2 = 1.0 - std::pow(spec_.beta2, t);
+    const auto step_size = static_cast<float>(spec_.lr / bias_correction1);
+    const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+    const auto eps = static_cast<float>(spec_.eps);
+    p += (-step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
+  }
+
+  std::vector<std::span<float>> State() override { return {std::span<float>(exp_avg_), std::span<float>(exp_avg_sq_)}; }
+  std::int64_t steps() const override { return steps_; }
+
+ private:
+  std::size_t num_params_;
+  OptimizerSpec spec_;
+  std::vector<float> exp_avg_;     // m
+  std::vector<float> exp_avg_sq_;  // v
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::size_t num_params) {
+  CheckSpec(spec);
+  if (spec.type == "sgd") return std::make_unique<Sgd>(spec, num_params);
+  return std::make_unique<AdamW>(spec, num_params);
+}
+
+}  // namespace baton
