@@ -43,16 +43,25 @@ int RunTrain(const TrainFlags& f) {
       }
     }
     transport->BroadcastString(&message);
-    if (message.empty() || message[0] != '1') throw ConfigError(message.empty() ? "empty config" : message.substr(1));
-    const TrainConfig config = ParseTrainConfig(message.substr(1), f.config, f.set);
-    Train(config, *transport);
+    // Every rank parses the same text: a config error is the same everywhere,
+    // so rank 0 alone reports it.
+    std::unique_ptr<TrainConfig> config;
+    try {
+      if (message.empty() || message[0] != '1') throw ConfigError(message.empty() ? "empty config" : message.substr(1));
+      config = std::make_unique<TrainConfig>(ParseTrainConfig(message.substr(1), f.config, f.set));
+    } catch (const ConfigError& e) {
+      if (rank == 0) std::fprintf(stderr, "baton: error: %s\n", e.what());
+      return 2;
+    }
+    // Train() raises a setup error on one rank only (the lowest that failed).
+    Train(*config, *transport);
   } catch (const PeerFailed&) {
     return 2;
   } catch (const ConfigError& e) {
-    if (rank == 0 || transport == nullptr) std::fprintf(stderr, "baton: error: %s\n", e.what());
+    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
     return 2;
   } catch (const ScheduleError& e) {
-    if (rank == 0) std::fprintf(stderr, "baton: error: %s\n", e.what());
+    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, e.what());

@@ -46,8 +46,8 @@ std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& wi
     LayerSpec spec;
     spec.type = OneOf(item, "type", "", LayerTypes());
     if (spec.type == "linear") {
-      spec.out = item.GetInt("out", 0, 1, kMaxInt);
       if (!item.Has("out")) item.Fail(item.Node("type"), "out", "a linear layer needs 'out' (output features)");
+      spec.out = item.GetInt("out", 0, 1, kMaxInt);
       spec.bias = item.Get("bias", true);
       width = spec.out;
     } else if (spec.type == "layernorm") {

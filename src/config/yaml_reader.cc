@@ -128,8 +128,8 @@ YamlMap::YamlMap(YAML::Node node, std::string file, std::string path,
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (!seen.insert(key).second) {
-      throw ConfigError(fmt::format("{}: duplicate key '{}': each key may appear once", Where(it->first),
-                                    KeyPath(key)));
+      throw ConfigError(fmt::format("{}: duplicate key '{}': each key may appear once",
+                                    Locate(it->first, KeyPath(key)), KeyPath(key)));
     }
   }
 }
@@ -144,17 +144,21 @@ std::string YamlMap::KeyPath(std::string_view key) const {
   return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
 }
 
-void YamlMap::Fail(const YAML::Node& node, std::string_view key, const std::string& why) const {
-  const std::string path = KeyPath(key);
+std::string YamlMap::Locate(const YAML::Node& node, const std::string& path) const {
   if (overridden_ != nullptr) {
     // The value, or a mapping around it, came from --set.
     for (const std::string& o : *overridden_) {
       if (path == o || path.rfind(o + ".", 0) == 0 || path.rfind(o + "[", 0) == 0) {
-        throw ConfigError(fmt::format("{} (--set {}): {}: {}", file_, o, path, why));
+        return fmt::format("{} (--set {})", file_, o);
       }
     }
   }
-  throw ConfigError(fmt::format("{}: {}: {}", Where(node), path, why));
+  return Where(node);
+}
+
+void YamlMap::Fail(const YAML::Node& node, std::string_view key, const std::string& why) const {
+  const std::string path = KeyPath(key);
+  throw ConfigError(fmt::format("{}: {}: {}", Locate(node, path), path, why));
 }
 
 YAML::Node YamlMap::Lookup(std::string_view key) {
@@ -287,7 +291,7 @@ void YamlMap::Finish() const {
     }
     std::string allowed;
     for (const std::string& k : known_) allowed += (allowed.empty() ? "" : ", ") + k;
-    throw ConfigError(fmt::format("{}: unknown key '{}'{} (allowed here: {})", Where(it->first), KeyPath(key),
+    throw ConfigError(fmt::format("{}: unknown key '{}'{} (allowed here: {})", Locate(it->first, KeyPath(key)), KeyPath(key),
                                   best.empty() ? "" : fmt::format("; did you mean '{}'?", best), allowed));
   }
 }

@@ -62,6 +62,9 @@ class YamlMap {
   // "file:line:column" of a node of this file.
   std::string Where(const YAML::Node& node) const;
   std::string KeyPath(std::string_view key) const;
+  // Where a key's value came from: "(--set K)" for a value set on the command
+  // line (or inside one), else the node's file:line:column.
+  std::string Locate(const YAML::Node& node, const std::string& key_path) const;
   [[noreturn]] void Fail(const YAML::Node& node, std::string_view key, const std::string& why) const;
 
  private:

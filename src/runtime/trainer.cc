@@ -51,6 +51,35 @@ void LoadInitialWeights(const std::string& path, std::vector<std::unique_ptr<Sta
   }
 }
 
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path) : path_(path) {
+    if (path.empty()) return;
+    const std::filesystem::path p(path);
+    std::error_code ec;
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+    if (ec) throw ConfigError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
+    out_.open(path, std::ios::trunc);
+    if (!out_) throw ConfigError(fmt::format("{}: cannot write the metrics file", path));
+  }
+  // Closes and deletes the file (setup failed elsewhere: leave nothing behind).
+  void Discard() {
+    if (!out_.is_open()) return;
+    out_.close();
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  void Line(const std::string& json) {
+    if (!out_.is_open()) return;
+    out_ << json << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
 struct Setup {
   Schedule lowered;
   SimResult sim;
@@ -60,6 +89,7 @@ struct Setup {
   Dataset train, test;
   std::unique_ptr<BatchLoader> loader;
   bool first_rank = false, last_rank = false;
+  std::unique_ptr<MetricsLog> metrics;  // rank 0
 };
 
 void BuildSetup(const TrainConfig& c, Transport& t, Setup& u) {
@@ -99,6 +129,8 @@ void BuildSetup(const TrainConfig& c, Transport& t, Setup& u) {
                                   c.train.batch_size, u.train.samples));
   }
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed);
+  // Opened during setup, so an unwritable path ends the job on every rank.
+  if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics);
 }
 
 // Writes the final weights (rank 0), gathered from every rank, with
@@ -138,25 +170,6 @@ void SaveWeights(const TrainConfig& c, Transport& t, Setup& u) {
   WriteSafetensors(c.log.weights, tensors);
 }
 
-class MetricsLog {
- public:
-  explicit MetricsLog(const std::string& path) {
-    if (path.empty()) return;
-    const std::filesystem::path p(path);
-    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-    out_.open(path, std::ios::trunc);
-    if (!out_) throw ConfigError(fmt::format("{}: cannot write the metrics file", path));
-  }
-  void Line(const std::string& json) {
-    if (!out_.is_open()) return;
-    out_ << json << '\n';
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
-
 }  // namespace
 
 TrainSummary Train(const TrainConfig& c, Transport& t) {
@@ -180,13 +193,14 @@ TrainSummary Train(const TrainConfig& c, Transport& t) {
   // The lowest failing rank reports; the others end quietly.
   const int worst = t.AllMax(error.empty() ? -1 : t.size() - t.rank());
   if (worst >= 0) {
+    if (u.metrics) u.metrics->Discard();
     if (t.size() - worst != t.rank()) throw PeerFailed();
     if (config_error) throw ConfigError(error);
     throw Error(error);
   }
 
   const bool root = t.rank() == 0;
-  std::unique_ptr<MetricsLog> metrics = root ? std::make_unique<MetricsLog>(c.log.metrics) : nullptr;
+  MetricsLog* metrics = u.metrics.get();
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t total = c.train.steps > 0 ? c.train.steps : per_epoch * c.train.epochs;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
