@@ -291,12 +291,7 @@ data: {dataset: synthetic, features: 4, classes: 3}
       << msg;
 }
 
-// BUG (src/config/train_config.cc, ReadLayers): `out` is range-checked with
-// GetInt(..., fallback 0, min 1) BEFORE the `Has("out")` check, so a linear
-// layer without `out` fails on the absent (mark-less) node: the message reads
-// "t.yaml (set on the command line): model.layers[0].out: must be at least 1,
-// got 0" -- no line:column, a false claim about the command line, and not the
-// intended rule "a linear layer needs 'out' (output features)".
+// A linear layer without `out` is told the rule, at the layer's position.
 TEST(TrainConfigErrors, LinearWithoutOut) {
   const std::string msg = ErrorOf(R"(model:
   layers:
@@ -564,12 +559,7 @@ TEST(TrainConfigOverrides, UnknownKeySetByPathIsNotGivenAFilePosition) {
   EXPECT_FALSE(Contains(msg, "t.yaml:")) << msg;
 }
 
-// BUG (src/config/yaml_reader.cc, YamlMap::Finish and the duplicate check in
-// YamlMap::YamlMap): they report Where(key), and a key inside a --set flow map
-// has a mark from parsing the --set text (line 1), so the error claims a
-// position in the config file: "t.yaml:1:13: unknown key
-// 'train.optimizer.learning_rate'" -- line 1 of t.yaml is "model:". They
-// should name the --set (as Fail does) instead.
+// A key inside a --set flow map is blamed on the --set, not on a file position.
 TEST(TrainConfigOverrides, UnknownKeyInsideAFlowMapNamesTheSet) {
   const std::string msg = ErrorOf(kValid, {"train.optimizer={type: sgd, learning_rate: 0.2}"});
   EXPECT_TRUE(Contains(msg, "unknown key 'train.optimizer.learning_rate'")) << msg;
@@ -577,8 +567,7 @@ TEST(TrainConfigOverrides, UnknownKeyInsideAFlowMapNamesTheSet) {
   EXPECT_FALSE(Contains(msg, "t.yaml:")) << msg;
 }
 
-// BUG: same cause as above, for a duplicate key inside a --set flow map
-// ("t.yaml:1:13: duplicate key 'train.optimizer.type'").
+// Likewise for a duplicate key inside a --set flow map.
 TEST(TrainConfigOverrides, DuplicateKeyInsideAFlowMapNamesTheSet) {
   const std::string msg = ErrorOf(kValid, {"train.optimizer={type: sgd, type: adamw}"});
   EXPECT_TRUE(Contains(msg, "duplicate key 'train.optimizer.type'")) << msg;

@@ -145,12 +145,8 @@ void PutBigEndian(std::vector<unsigned char>& v, std::uint32_t x) {
   for (int shift = 24; shift >= 0; shift -= 8) v.push_back(static_cast<unsigned char>(x >> shift));
 }
 
-// BUG (src/cli/train_command.cc, RunTrain, with src/runtime/trainer.cc,
-// Train): when a setup error happens only on a rank other than 0, Train makes
-// the lowest failing rank rethrow the ConfigError and every other rank throw
-// PeerFailed, but RunTrain prints a ConfigError only `if (rank == 0 || ...)`.
-// So nobody prints anything: the job ends with exit code 2 and no message.
-// Here the labels file's payload is short; only the last stage's rank (rank 1)
+// A setup error on a rank other than 0 is printed once, by that rank. Here
+// the labels file's payload is short; only the last stage's rank (rank 1)
 // reads label payloads, rank 0 reads only the headers and succeeds.
 TEST_F(TrainErrors, DataErrorOnlyOnTheLastRankIsPrintedOnce) {
   fs::create_directories(dir_ / "short");
@@ -198,15 +194,9 @@ TEST_F(TrainErrors, MicrobatchesDoNotDivideTheBatch) {
       << r.output;
 }
 
-// BUG (src/runtime/trainer.cc, Train): the metrics file is opened on rank 0
-// only, AFTER the ranks agreed that setup succeeded. When it cannot be opened
-// (here log.metrics names a folder), rank 0 prints the ConfigError and exits
-// with 2 while the other ranks go on into the first step and wait for rank
-// 0's activations: with the default pipeline.wait_timeout_s (300) the job
-// hangs for 5 minutes. This test lowers the deadline to 10 s, so it ends with
-// rank 1's "timed out waiting for RECV_F ..." abort (exit code 3) and two
-// messages instead of one clean setup error. Opening the metrics file inside
-// the agreed setup would fix it.
+// An unwritable metrics file is a setup error agreed by every rank: the job
+// ends at once with exit code 2 (the lowered deadline makes a regression fail
+// fast instead of hanging).
 TEST_F(TrainErrors, UnwritableMetricsFileEndsTheJobCleanly) {
   fs::create_directories(dir_ / "metrics.jsonl");  // a folder where the file should go
   const JobResult r = Train(2, Tiny(), {"pipeline.ranks=2", "pipeline.wait_timeout_s=10"});
