@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "baton/model.h"
@@ -115,6 +116,10 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
 TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::string>& overrides = {});
 // Reads a whole file into a string; ConfigError if it cannot.
 std::string ReadTextFile(const std::string& path);
+// Writes `content` to `path` through a temporary file renamed into place, so a
+// failure never leaves a half-written file; creates missing parent folders.
+// ConfigError if it cannot.
+void WriteTextFile(const std::string& path, std::string_view content);
 
 // The resolved settings, as YAML, for `baton validate`.
 std::string DescribeTrainConfig(const TrainConfig& config);

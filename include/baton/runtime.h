@@ -26,6 +26,50 @@ struct TrainSummary {
 // "another rank failed" error, so the job ends everywhere.
 TrainSummary Train(const TrainConfig& config, Transport& transport);
 
+// ---- `baton bench` ----
+struct BenchOptions {
+  int warmup_steps = 3;
+  int steps = 10;            // measured steps (recorded)
+  bool real_data = false;    // false: synthetic data of the model's shapes
+  std::string json_path;     // report (rank 0); "" = none
+  std::string trace_path;    // Chrome trace of the measured steps, all ranks
+  std::string svg_path;      // measured timeline above the simulated one
+  bool quiet = false;        // no printed report (sweeps)
+};
+
+struct BenchRank {
+  int rank = 0;
+  double wall_s = 0, busy_s = 0, waiting_s = 0, idle_s = 0;  // medians per step
+  double gflops = 0;  // model FLOPs of the rank's stages / its median wall time
+};
+
+struct BenchReport {
+  std::string schedule;
+  int ranks = 0, microbatches = 0, chunks = 0, batch_size = 0;
+  int warmup_steps = 0, steps = 0;
+  double step_time_median_s = 0, step_time_min_s = 0, step_time_max_s = 0;
+  double samples_per_s = 0;
+  double bubble_rate = 0;            // measured, the simulator's definition
+  double simulated_bubble_rate = 0;  // from measured costs
+  double predicted_step_time_s = 0;  // simulator, from measured per-action costs and latency
+  double measured_over_predicted = 0;
+  double message_latency_s = 0;      // one-way, rank 0 <-> 1, activation-sized message
+  double gflops_total = 0;
+  double peak_gflops_one_core = 0;   // the model's GEMM shapes on one core, same run
+  double fraction_of_peak = 0;       // gflops_total / (ranks x peak)
+  double goal_gflops = 0;            // 0.95 (1 - bubble) x ranks x peak
+  double record_cost_per_event_s = 0;
+  double step_time_unrecorded_s = 0;  // median step time without recording
+  std::vector<BenchRank> per_rank;
+};
+
+// Runs warm-up and measured steps on every rank and reports on rank 0
+// (returned there; other ranks get an empty report). Collective.
+BenchReport Bench(const TrainConfig& config, Transport& transport, const BenchOptions& options);
+
+// The report as JSON (the keys of BenchReport).
+std::string BenchReportJson(const BenchReport& report);
+
 }  // namespace baton
 
 #endif  // BATON_RUNTIME_H_

@@ -94,7 +94,9 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_
 
 // SVG picture of the timeline: ranks as rows, time left to right, one colour
 // per kind, microbatch numbers in the boxes, a title with the metrics.
-void WriteSvg(const SimResult& result, std::ostream& out);
+// `axis_end` > 0 stretches the time axis to at least that time, so that two
+// pictures drawn one above the other share a scale.
+void WriteSvg(const SimResult& result, std::ostream& out, double axis_end = 0.0);
 
 // Machine-readable summary with keys schedule, ranks, microbatches, chunks,
 // makespan, bubble_rate, span_bubble_rate, ranks_detail[{rank, start, end,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "baton/error.h"
+#include "baton/config.h"
 #include "commands.h"
 
 namespace baton {
@@ -18,26 +19,7 @@ void WriteOutput(const std::string& path, std::string_view content) {
     std::cout.flush();
     return;
   }
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
-  if (ec) throw ConfigError(fmt::format("{}: cannot create the folder: {}", path, ec.message()));
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw ConfigError(fmt::format("{}: cannot write the file", path));
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw ConfigError(fmt::format("{}: cannot move the finished file into place: {}", path, ec.message()));
-  }
+  WriteTextFile(path, content);
 }
 
 std::string ExpandPath(std::string_view pattern, std::string_view schedule) {

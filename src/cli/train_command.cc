@@ -12,6 +12,7 @@
 #include "baton/runtime.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
+#include "baton/runtime.h"
 #include "commands.h"
 #include "stage.h"
 
@@ -70,6 +71,201 @@ int RunTrain(const TrainFlags& f) {
   return 0;
 }
 
+struct BenchFlags {
+  TrainFlags train;
+  BenchOptions options;
+  bool sweep = false;
+  std::string schedules = "1f1b,zb_h1";
+  std::string microbatches_list;  // "" = the config's
+  std::string chunks_list;        // "" = the config's
+  std::string sweep_out = "out/sweep";
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    std::size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+void PrintReport(const BenchReport& b) {
+  std::string out = fmt::format(
+      "bench {}: {} ranks, {} microbatches, {} chunk(s) per rank, batch {}; {} warm-up + {} measured steps\n",
+      b.schedule, b.ranks, b.microbatches, b.chunks, b.batch_size, b.warmup_steps, b.steps);
+  out += fmt::format("step time        median {:.3f} ms (min {:.3f}, max {:.3f}); {:.0f} samples/s\n",
+                     b.step_time_median_s * 1e3, b.step_time_min_s * 1e3, b.step_time_max_s * 1e3, b.samples_per_s);
+  out += fmt::format("bubble           measured {:.2f}%, simulated from measured costs {:.2f}%\n", 100 * b.bubble_rate,
+                     100 * b.simulated_bubble_rate);
+  out += fmt::format("prediction       simulator {:.3f} ms; measured / predicted = {:.3f}\n",
+                     b.predicted_step_time_s * 1e3, b.measured_over_predicted);
+  out += fmt::format("message latency  {:.1f} us one way (rank 0 <-> 1, one activation)\n", b.message_latency_s * 1e6);
+  out += fmt::format("compute          {:.2f} GFLOP/s in all = {:.3f} of {} x one-core peak {:.2f} GFLOP/s; "
+                     "goal 0.95 (1 - bubble) x {} x peak = {:.2f}\n",
+                     b.gflops_total, b.fraction_of_peak, b.ranks, b.peak_gflops_one_core, b.ranks, b.goal_gflops);
+  out += fmt::format("recording        {:.0f} ns per event; step median without recording {:.3f} ms\n\n",
+                     b.record_cost_per_event_s * 1e9, b.step_time_unrecorded_s * 1e3);
+  out += fmt::format("{:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}\n", "rank", "wall ms", "busy ms", "waiting ms",
+                     "idle ms", "GFLOP/s");
+  for (const BenchRank& r : b.per_rank) {
+    out += fmt::format("{:>4}  {:>10.3f}  {:>10.3f}  {:>10.3f}  {:>10.3f}  {:>8.2f}\n", r.rank, r.wall_s * 1e3,
+                       r.busy_s * 1e3, r.waiting_s * 1e3, r.idle_s * 1e3, r.gflops);
+  }
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// samples/s and bubble rate per combination, as bars.
+std::string SweepSvg(const std::vector<std::pair<std::string, BenchReport>>& rows) {
+  const double bar = 36, gap = 14, left = 70, top = 50, height = 160, panel_gap = 70;
+  const double width = left + rows.size() * (bar + gap) + 40;
+  double max_rate = 1;
+  for (const auto& [label, r] : rows) max_rate = std::max(max_rate, r.samples_per_s);
+  std::string svg = fmt::format(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
+      "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"DejaVu Sans, sans-serif\" font-size=\"11\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      width, top + 2 * height + panel_gap + 90);
+  svg += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">baton bench --sweep</text>\n",
+                     left);
+  for (int panel = 0; panel < 2; ++panel) {
+    const double y0 = top + panel * (height + panel_gap);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#444\">{}</text>\n", left, y0 - 8,
+                       panel == 0 ? "samples / s (measured)" : "bubble rate (measured, blue; simulated, outline)");
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#999\"/>\n", left, y0 + height,
+                       width - 30);
+    for (int tick = 0; tick <= 4; ++tick) {
+      const double y = y0 + height - tick * height / 4;
+      const std::string label = panel == 0 ? fmt::format("{:.0f}", max_rate * tick / 4) : fmt::format("{}%", tick * 25);
+      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#666\">{}</text>\n", left - 6, y + 4,
+                         label);
+      svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#eee\"/>\n", left, y,
+                         width - 30);
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const BenchReport& r = rows[i].second;
+      const double x = left + gap / 2 + i * (bar + gap);
+      if (panel == 0) {
+        const double h = height * r.samples_per_s / max_rate;
+        svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#0072B2\"/>\n", x,
+                           y0 + height - h, bar, h);
+        svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"9\">{:.0f}</text>\n",
+                           x + bar / 2, y0 + height - h - 3, r.samples_per_s);
+      } else {
+        const double h = height * r.bubble_rate, hs = height * r.simulated_bubble_rate;
+        svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#56B4E9\"/>\n", x,
+                           y0 + height - h, bar, h);
+        svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#D55E00\" "
+                           "stroke-width=\"1.5\"/>\n",
+                           x + 3, y0 + height - hs, bar - 6, hs);
+        svg += fmt::format("<text transform=\"translate({},{}) rotate(40)\" fill=\"#333\">{}</text>\n", x + 4,
+                           y0 + height + 14, rows[i].first);
+      }
+    }
+  }
+  return svg + "</svg>\n";
+}
+
+int RunBench(const BenchFlags& f) {
+  MpiSession mpi(nullptr, nullptr);
+  const int rank = MpiSession::WorldRank();
+  std::unique_ptr<Transport> transport;
+  try {
+    transport = MakeMpiTransport();
+    std::string message;
+    if (rank == 0) {
+      try {
+        message = "1" + ReadTextFile(f.train.config);
+      } catch (const ConfigError& e) {
+        message = std::string("0") + e.what();
+      }
+    }
+    transport->BroadcastString(&message);
+    std::unique_ptr<TrainConfig> config;
+    try {
+      if (message.empty() || message[0] != '1') throw ConfigError(message.empty() ? "empty config" : message.substr(1));
+      config = std::make_unique<TrainConfig>(ParseTrainConfig(message.substr(1), f.train.config, f.train.set));
+    } catch (const ConfigError& e) {
+      if (rank == 0) std::fprintf(stderr, "baton: error: %s\n", e.what());
+      return 2;
+    }
+    if (!f.sweep) {
+      const BenchReport report = Bench(*config, *transport, f.options);
+      if (rank == 0 && !f.options.quiet) PrintReport(report);
+      return 0;
+    }
+    // Every combination in one job; one that cannot be built is skipped.
+    std::vector<std::pair<std::string, BenchReport>> rows;
+    std::string skipped;
+    const std::vector<std::string> mbs =
+        f.microbatches_list.empty() ? std::vector<std::string>{std::to_string(config->pipeline.microbatches)}
+                                    : Split(f.microbatches_list);
+    const std::vector<std::string> chunks =
+        f.chunks_list.empty() ? std::vector<std::string>{"0"} : Split(f.chunks_list);
+    for (const std::string& sched : Split(f.schedules)) {
+      const bool multi = sched == "interleaved_1f1b" || sched == "zbv";
+      // The chunk list applies to interleaved_1f1b; the others have their own.
+      const std::vector<std::string> own = {"0"};
+      const std::vector<std::string>& vs = sched == "interleaved_1f1b" ? chunks : own;
+      for (const std::string& m : mbs) {
+        for (const std::string& v : vs) {
+          std::vector<std::string> sets = f.train.set;
+          sets.push_back("pipeline.schedule=" + sched);
+          sets.push_back("pipeline.microbatches=" + m);
+          sets.push_back("pipeline.chunks=" + (multi ? v : std::string("0")));
+          const std::string label = fmt::format("{} m{}{}", sched, m, multi ? fmt::format(" v{}", v == "0" ? "2" : v) : "");
+          try {
+            const TrainConfig c = ParseTrainConfig(message.substr(1), f.train.config, sets);
+            BenchOptions o = f.options;
+            o.json_path = o.trace_path = o.svg_path = "";
+            rows.push_back({label, Bench(c, *transport, o)});
+            if (rank == 0) std::fprintf(stderr, "sweep: %s: %.0f samples/s, bubble %.1f%%\n", label.c_str(),
+                                        rows.back().second.samples_per_s, 100 * rows.back().second.bubble_rate);
+          } catch (const PeerFailed&) {
+          } catch (const Error& e) {
+            if (rank == 0) skipped += fmt::format("sweep: {} skipped: {}\n", label, e.what());
+          }
+        }
+      }
+    }
+    if (rank == 0) {
+      std::fputs(skipped.c_str(), stderr);
+      std::string csv = "schedule,microbatches,chunks,samples_per_s,step_time_median_s,bubble_rate,"
+                        "simulated_bubble_rate,predicted_step_time_s,measured_over_predicted,gflops_total\n";
+      std::string json = "[\n";
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const BenchReport& b = rows[i].second;
+        csv += fmt::format("{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", b.schedule, b.microbatches,
+                           b.chunks, b.samples_per_s, b.step_time_median_s, b.bubble_rate, b.simulated_bubble_rate,
+                           b.predicted_step_time_s, b.measured_over_predicted, b.gflops_total);
+        json += (i ? ",\n" : "") + BenchReportJson(rows[i].second);
+      }
+      WriteTextFile(f.sweep_out + ".csv", csv);
+      WriteTextFile(f.sweep_out + ".json", json + "]\n");
+      WriteTextFile(f.sweep_out + ".svg", SweepSvg(rows));
+      std::fputs(csv.c_str(), stdout);
+      std::fprintf(stdout, "wrote %s.csv, %s.json, %s.svg\n", f.sweep_out.c_str(), f.sweep_out.c_str(),
+                   f.sweep_out.c_str());
+    }
+  } catch (const PeerFailed&) {
+    return 2;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
+    return 2;
+  } catch (const ScheduleError& e) {
+    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, e.what());
+    MpiSession::AbortWorld(1);
+  }
+  return 0;
+}
+
 void RunValidate(const TrainFlags& f) {
   const TrainConfig c = LoadTrainConfig(f.config, f.set);
   Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
@@ -104,6 +300,27 @@ void AddTrainCommand(CLI::App& app) {
   cmd->add_option("--set", flags->set, "override a key: --set train.optimizer.lr=0.01 (repeatable)");
   cmd->callback([flags] {
     const int code = RunTrain(*flags);
+    if (code != 0) std::exit(code);
+  });
+
+  auto bflags = std::make_shared<BenchFlags>();
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Measure training steps against the simulator and the hardware: mpirun -np P baton bench CONFIG");
+  bench->add_option("config", bflags->train.config, "YAML training config")->required();
+  bench->add_option("--set", bflags->train.set, "override a key (repeatable)");
+  bench->add_option("--steps", bflags->options.steps, "measured steps (default 10)");
+  bench->add_option("--warmup", bflags->options.warmup_steps, "warm-up steps (default 3)");
+  bench->add_flag("--real-data", bflags->options.real_data, "use the config's dataset (default: synthetic data)");
+  bench->add_option("--json", bflags->options.json_path, "write the report as JSON");
+  bench->add_option("--trace", bflags->options.trace_path, "write a Chrome trace of the measured steps");
+  bench->add_option("--svg", bflags->options.svg_path, "draw the measured step above the simulated one");
+  bench->add_flag("--sweep", bflags->sweep, "measure every schedule x microbatches x chunks combination");
+  bench->add_option("--schedules", bflags->schedules, "sweep: schedules (default 1f1b,zb_h1)");
+  bench->add_option("--microbatches", bflags->microbatches_list, "sweep: microbatch counts, e.g. 4,8,16");
+  bench->add_option("--chunks", bflags->chunks_list, "sweep: chunk counts for interleaved_1f1b, e.g. 2,4");
+  bench->add_option("--sweep-out", bflags->sweep_out, "sweep: writes PATH.csv, PATH.json, PATH.svg (out/sweep)");
+  bench->callback([bflags] {
+    const int code = RunBench(*bflags);
     if (code != 0) std::exit(code);
   });
 

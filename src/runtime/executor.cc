@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 
@@ -94,8 +95,30 @@ Executor::Executor(const TrainConfig& config, const Schedule& lowered, const Sim
   pending_info_.reserve(sends);
 }
 
+double Executor::Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::size_t Executor::EventsPerStep() const {
+  // At most one event per action plus one wait per receive and per send.
+  return 2 * lowered_.actions[rank_].size() + pending_sends_.capacity();
+}
+
+void Executor::WaitRecorded(int id, const WaitInfo& info, ActionEvent::Kind kind, int stage, int microbatch) {
+  if (events_ == nullptr) {
+    t_.Wait(id, info);
+    return;
+  }
+  const double start = Now();
+  t_.Wait(id, info);
+  events_->push_back({kind, stage, microbatch, start, Now()});
+}
+
 void Executor::WaitSends() {
-  for (std::size_t i = 0; i < pending_sends_.size(); ++i) t_.Wait(pending_sends_[i], pending_info_[i]);
+  for (std::size_t i = 0; i < pending_sends_.size(); ++i) {
+    WaitRecorded(pending_sends_[i], pending_info_[i], ActionEvent::kWaitSend, pending_info_[i].stage,
+                 pending_info_[i].microbatch);
+  }
   pending_sends_.clear();
   pending_info_.clear();
 }
@@ -130,9 +153,12 @@ StepStats Executor::RunStep(const Batch& batch) {
         if (s == 0) {
           x = batch.inputs.data() + std::size_t(j) * rows_ * width_in_[0];
         } else {
-          if (rank_of[s - 1] != rank_) t_.Wait(Id(kRecvF, s, j), {"RECV_F", s, j, rank_of[s - 1]});
+          if (rank_of[s - 1] != rank_) {
+            WaitRecorded(Id(kRecvF, s, j), {"RECV_F", s, j, rank_of[s - 1]}, ActionEvent::kWaitRecvF, s, j);
+          }
           x = InboxF(s, j);
         }
+        const double start = events_ ? Now() : 0.0;
         float* slot = store.Acquire(j).data();
         store.Write(j, st.InputOffset(), {x, std::size_t(rows_) * width_in_[s]});
         std::size_t written = 0;
@@ -145,6 +171,7 @@ StepStats Executor::RunStep(const Batch& batch) {
           st.Forward(slot, y, &written);
         }
         store.CountInPlace(written);
+        if (events_) events_->push_back({ActionEvent::kF, s, j, start, Now()});
         break;
       }
       case ActionKind::kBackward:
@@ -153,20 +180,26 @@ StepStats Executor::RunStep(const Batch& batch) {
         ActivationStore& store = stores_[Local(s)];
         const float* dy = nullptr;
         if (s + 1 < S_) {
-          if (rank_of[s + 1] != rank_) t_.Wait(Id(kRecvB, s, j), {"RECV_B", s, j, rank_of[s + 1]});
+          if (rank_of[s + 1] != rank_) {
+            WaitRecorded(Id(kRecvB, s, j), {"RECV_B", s, j, rank_of[s + 1]}, ActionEvent::kWaitRecvB, s, j);
+          }
           dy = InboxB(s, j);
         }
+        const double start = events_ ? Now() : 0.0;
         float* dx = nullptr;
         if (s > 0) dx = rank_of[s - 1] == rank_ ? InboxB(s - 1, j) : OutboxB(s, j);
         const bool full = a.kind == ActionKind::kBackward;
         st.Backward(store.Get(j).data(), dy, dx, full);
         if (full) store.Release(j);
+        if (events_) events_->push_back({full ? ActionEvent::kB : ActionEvent::kI, s, j, start, Now()});
         break;
       }
       case ActionKind::kBackwardWeight: {
         ActivationStore& store = stores_[Local(s)];
+        const double start = events_ ? Now() : 0.0;
         stages_[Local(s)]->BackwardWeight(store.Get(j).data());
         store.Release(j);
+        if (events_) events_->push_back({ActionEvent::kW, s, j, start, Now()});
         break;
       }
       default:

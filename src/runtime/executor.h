@@ -18,6 +18,18 @@
 
 namespace baton {
 
+// One timed interval of a step, for `baton bench`: a compute action, or a
+// wait for a receive or for a send's completion. Times are seconds on the
+// rank's monotonic clock.
+struct ActionEvent {
+  enum Kind : std::uint8_t { kF, kB, kI, kW, kWaitRecvF, kWaitRecvB, kWaitSend };
+  Kind kind = kF;
+  int stage = 0;
+  int microbatch = 0;
+  double start = 0.0;
+  double end = 0.0;
+};
+
 struct StepStats {
   double loss_sum = 0.0;       // sum of per-sample losses (last stage's rank)
   std::int64_t correct = 0;    // correct predictions (last stage's rank)
@@ -38,9 +50,17 @@ class Executor {
   // Forward-only pass of `rows` samples (evaluation).
   StepStats Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples);
 
+  // Records every action and wait of the following steps into `events`
+  // (appended; null stops recording). Reserve EventsPerStep() per step
+  // beforehand and recording allocates nothing.
+  void SetRecorder(std::vector<ActionEvent>* events) { events_ = events; }
+  std::size_t EventsPerStep() const;
+
   std::vector<std::unique_ptr<Stage>>& stages() { return stages_; }  // local, ascending stage index
   std::vector<ActivationStore>& stores() { return stores_; }
   int batch_rows() const { return rows_; }
+  // Features leaving stage s (known on every rank, for every stage).
+  int stage_out_features(int s) const { return width_out_[s]; }
 
  private:
   // Local stage index of global stage s (or -1).
@@ -53,6 +73,9 @@ class Executor {
   int TagF(int from_stage, int j) const { return (from_stage * m_ + j) * 2; }
   int TagB(int from_stage, int j) const { return (from_stage * m_ + j) * 2 + 1; }
   void WaitSends();
+  static double Now();
+  // Waits for request `id`, recording the wait when a recorder is set.
+  void WaitRecorded(int id, const WaitInfo& info, ActionEvent::Kind kind, int stage, int microbatch);
 
   Transport& t_;
   const Schedule& lowered_;
@@ -66,6 +89,7 @@ class Executor {
   std::vector<std::vector<float>> inbox_f_, inbox_b_, outbox_f_, outbox_b_;
   std::vector<int> pending_sends_;  // request ids in flight (capacity preallocated)
   std::vector<WaitInfo> pending_info_;
+  std::vector<ActionEvent>* events_ = nullptr;
 };
 
 }  // namespace baton

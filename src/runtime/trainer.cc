@@ -18,6 +18,7 @@
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "executor.h"
+#include "setup.h"
 #include "stage.h"
 
 namespace baton {
@@ -32,110 +33,9 @@ std::string Duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
-// Loads `path` into the stages' parameters, by PyTorch name.
-void LoadInitialWeights(const std::string& path, std::vector<std::unique_ptr<Stage>>& stages) {
-  const std::vector<NamedTensor> tensors = ReadSafetensors(path);
-  for (auto& st : stages) {
-    for (const Stage::Param& p : st->named_params()) {
-      const NamedTensor* found = nullptr;
-      for (const NamedTensor& t : tensors) {
-        if (t.name == p.name) found = &t;
-      }
-      if (found == nullptr) throw ConfigError(fmt::format("{}: model.init.from has no tensor '{}'", path, p.name));
-      if (found->shape != p.shape) {
-        throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], but the model needs [{}]", path, p.name,
-                                      fmt::join(found->shape, ", "), fmt::join(p.shape, ", ")));
-      }
-      std::copy(found->data.begin(), found->data.end(), p.data.begin());
-    }
-  }
-}
-
-class MetricsLog {
- public:
-  explicit MetricsLog(const std::string& path) : path_(path) {
-    if (path.empty()) return;
-    const std::filesystem::path p(path);
-    std::error_code ec;
-    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-    if (ec) throw ConfigError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
-    out_.open(path, std::ios::trunc);
-    if (!out_) throw ConfigError(fmt::format("{}: cannot write the metrics file", path));
-  }
-  // Closes and deletes the file (setup failed elsewhere: leave nothing behind).
-  void Discard() {
-    if (!out_.is_open()) return;
-    out_.close();
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
-  void Line(const std::string& json) {
-    if (!out_.is_open()) return;
-    out_ << json << '\n';
-    out_.flush();
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
-
-struct Setup {
-  Schedule lowered;
-  SimResult sim;
-  std::vector<int> bounds;
-  std::unique_ptr<Executor> exec;
-  std::vector<std::unique_ptr<Optimizer>> optimizers;
-  Dataset train, test;
-  std::unique_ptr<BatchLoader> loader;
-  bool first_rank = false, last_rank = false;
-  std::unique_ptr<MetricsLog> metrics;  // rank 0
-};
-
-void BuildSetup(const TrainConfig& c, Transport& t, Setup& u) {
-  if (t.size() != c.pipeline.ranks) {
-    throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})", c.source,
-                                  c.pipeline.ranks, t.size(), c.pipeline.ranks));
-  }
-  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
-  Validate(s);
-  u.lowered = Lower(s);
-  Validate(u.lowered);
-  SimOptions unit;
-  unit.record_timeline = false;
-  u.sim = Simulate(u.lowered, unit);
-  u.bounds = PartitionLayers(c, u.lowered.stages);
-  // One request slot per (direction, send/receive, stage, microbatch).
-  t.Configure(4 * u.lowered.stages * u.lowered.microbatches, c.pipeline.wait_timeout_s);
-  u.exec = std::make_unique<Executor>(c, u.lowered, u.sim, u.bounds, t);
-  for (auto& st : u.exec->stages()) {
-    st->Init(c.model.init_seed);
-    u.optimizers.push_back(MakeOptimizer(c.train.optimizer, st->params().size()));
-  }
-  if (!c.model.init_from.empty()) LoadInitialWeights(c.model.init_from, u.exec->stages());
-
-  const int rank = t.rank();
-  u.first_rank = u.lowered.stage_rank.front() == rank;
-  u.last_rank = u.lowered.stage_rank.back() == rank;
-  const DataConfig& d = c.data;
-  if (d.dataset == "fashion_mnist") {
-    u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
-    if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
-  } else {
-    u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
-  }
-  if (u.train.samples < c.train.batch_size) {
-    throw ConfigError(fmt::format("{}: train.batch_size {} is larger than the dataset ({} samples)", c.source,
-                                  c.train.batch_size, u.train.samples));
-  }
-  u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed);
-  // Opened during setup, so an unwritable path ends the job on every rank.
-  if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics);
-}
-
 // Writes the final weights (rank 0), gathered from every rank, with
 // PyTorch nn.Sequential names in layer order.
-void SaveWeights(const TrainConfig& c, Transport& t, Setup& u) {
+void SaveWeights(const TrainConfig& c, Transport& t, RunSetup& u) {
   std::vector<float> mine;
   for (auto& st : u.exec->stages()) mine.insert(mine.end(), st->params().begin(), st->params().end());
   std::vector<float> all;
@@ -174,30 +74,8 @@ void SaveWeights(const TrainConfig& c, Transport& t, Setup& u) {
 
 TrainSummary Train(const TrainConfig& c, Transport& t) {
   const auto start = Clock::now();
-  Setup u;
-  // Setup may fail on some ranks only (a data file the last rank reads, say):
-  // all ranks agree before any message of the step is sent.
-  std::string error;
-  bool config_error = false;
-  try {
-    BuildSetup(c, t, u);
-  } catch (const ConfigError& e) {
-    error = e.what();
-    config_error = true;
-  } catch (const ScheduleError& e) {
-    error = e.what();
-    config_error = true;
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  // The lowest failing rank reports; the others end quietly.
-  const int worst = t.AllMax(error.empty() ? -1 : t.size() - t.rank());
-  if (worst >= 0) {
-    if (u.metrics) u.metrics->Discard();
-    if (t.size() - worst != t.rank()) throw PeerFailed();
-    if (config_error) throw ConfigError(error);
-    throw Error(error);
-  }
+  RunSetup u;
+  SetUpRun(c, t, u);
 
   const bool root = t.rank() == 0;
   MetricsLog* metrics = u.metrics.get();

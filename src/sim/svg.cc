@@ -447,7 +447,7 @@ void DrawDenseBoxes(Buffer& buf, const std::vector<Box>& boxes, const Geometry& 
 
 }  // namespace
 
-void WriteSvg(const SimResult& result, std::ostream& out) {
+void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
   const int ranks = std::max(result.ranks, static_cast<int>(result.timeline.size()));
   const std::vector<std::vector<int>> rank_stages = RankStages(result, ranks);
 
@@ -457,6 +457,7 @@ void WriteSvg(const SimResult& result, std::ostream& out) {
   int chunks = std::max(1, result.chunks);
   for (const auto& stages : rank_stages) chunks = std::max(chunks, static_cast<int>(stages.size()));
   double time_end = std::isfinite(result.makespan) ? std::max(0.0, result.makespan) : 0.0;
+  if (std::isfinite(axis_end)) time_end = std::max(time_end, axis_end);
   std::vector<double> durations;
   for (int rank = 0; rank < static_cast<int>(result.timeline.size()); ++rank) {
     for (const TimedAction& t : result.timeline[rank]) {

@@ -1,0 +1,517 @@
+// `baton bench`: measured steps with every action timed, compared with the
+// simulator's prediction from the measured costs and with the hardware's
+// limit (the model's GEMMs on one core, measured in the same run).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "baton/error.h"
+#include "baton/runtime.h"
+#include "baton/sim.h"
+#include "setup.h"
+
+namespace baton {
+namespace {
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Multiply-adds of one sample through the linear layers of `layers` (x2 for
+// FLOPs); the other layers are negligible next to them.
+double LinearFlopsPerSample(const std::vector<LayerSpec>& layers, int& width) {
+  double flops = 0;
+  for (const LayerSpec& l : layers) {
+    if (l.type == "linear") {
+      flops += 2.0 * width * l.out;
+      width = l.out;
+    } else if (l.type == "residual") {
+      flops += LinearFlopsPerSample(l.body, width);
+    }
+  }
+  return flops;
+}
+
+// The linear shapes (in, out) of the model, in order.
+void LinearShapes(const std::vector<LayerSpec>& layers, int& width, std::vector<std::pair<int, int>>* out) {
+  for (const LayerSpec& l : layers) {
+    if (l.type == "linear") {
+      out->push_back({width, l.out});
+      width = l.out;
+    } else if (l.type == "residual") {
+      LinearShapes(l.body, width, out);
+    }
+  }
+}
+
+// GFLOP/s of the model's linear forwards at the microbatch's rows on this
+// core: the best of several rounds, each long enough to time.
+double PeakGflops(const TrainConfig& c, int rows) {
+  std::vector<std::pair<int, int>> shapes;
+  int width = c.model.input;
+  LinearShapes(c.model.layers, width, &shapes);
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::vector<std::vector<float>> params, xs, ys;
+  double flops_per_pass = 0;
+  for (auto [in, out] : shapes) {
+    LayerSpec spec;
+    spec.type = "linear";
+    spec.out = out;
+    layers.push_back(MakeLayer(spec, in));
+    params.emplace_back(layers.back()->NumParams(), 0.01f);
+    layers.back()->Bind(params.back().data(), params.back().data());
+    xs.emplace_back(std::size_t(rows) * in, 0.5f);
+    ys.emplace_back(std::size_t(rows) * out, 0.0f);
+    flops_per_pass += 2.0 * rows * in * out;
+  }
+  auto pass = [&] {
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      layers[i]->Forward(ConstMatMap(xs[i].data(), rows, shapes[i].first), MatMap(ys[i].data(), rows, shapes[i].second));
+    }
+  };
+  pass();
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    int passes = 0;
+    const double start = Now();
+    double now = start;
+    while (now - start < 0.05) {
+      pass();
+      ++passes;
+      now = Now();
+    }
+    best = std::max(best, flops_per_pass * passes / (now - start) / 1e9);
+  }
+  return best;
+}
+
+// One-way latency between ranks 0 and 1 for a message of `floats`: half the
+// median round trip.
+double PingPong(Transport& t, std::size_t floats) {
+  if (t.size() < 2 || t.rank() > 1) return 0.0;
+  std::vector<float> buf(std::max<std::size_t>(floats, 1), 1.0f);
+  const int peer = 1 - t.rank();
+  std::vector<double> trips;
+  for (int i = 0; i < 60; ++i) {
+    const double start = Now();
+    if (t.rank() == 0) {
+      t.Irecv(1, buf.data(), buf.size(), peer, 99);
+      t.Isend(0, buf.data(), buf.size(), peer, 98);
+      t.Wait(0, {"SEND (latency probe)", -1, i, peer});
+      t.Wait(1, {"RECV (latency probe)", -1, i, peer});
+    } else {
+      t.Irecv(1, buf.data(), buf.size(), peer, 98);
+      t.Wait(1, {"RECV (latency probe)", -1, i, peer});
+      t.Isend(0, buf.data(), buf.size(), peer, 99);
+      t.Wait(0, {"SEND (latency probe)", -1, i, peer});
+    }
+    if (i >= 10) trips.push_back(Now() - start);
+  }
+  return Median(trips) / 2;
+}
+
+const char* EventName(ActionEvent::Kind k) {
+  switch (k) {
+    case ActionEvent::kF: return "F";
+    case ActionEvent::kB: return "B";
+    case ActionEvent::kI: return "I";
+    case ActionEvent::kW: return "W";
+    case ActionEvent::kWaitRecvF: return "wait RECV_F";
+    case ActionEvent::kWaitRecvB: return "wait RECV_B";
+    case ActionEvent::kWaitSend: return "wait SEND";
+  }
+  return "?";
+}
+
+bool IsComputeEvent(ActionEvent::Kind k) { return k <= ActionEvent::kW; }
+
+// Per rank and step, gathered on rank 0.
+struct StepRecord {
+  double wall = 0, busy = 0, waiting = 0;
+  std::vector<ActionEvent> events;  // times relative to the step's start
+};
+
+// Timeline of one step as a SimResult, for the picture (times in ms).
+SimResult AsSimResult(const std::string& name, const Schedule& s, const std::vector<const StepRecord*>& ranks) {
+  SimResult r;
+  r.schedule = name;
+  r.ranks = s.ranks;
+  r.microbatches = s.microbatches;
+  r.chunks = s.chunks();
+  r.timeline.resize(s.ranks);
+  r.per_rank.resize(s.ranks);
+  double busy = 0, max_span = 0;
+  for (int k = 0; k < s.ranks; ++k) {
+    RankResult& rr = r.per_rank[k];
+    rr.rank = k;
+    for (int st = 0; st < s.stages; ++st) {
+      if (s.stage_rank[st] == k) rr.stages.push_back(st);
+    }
+    bool first = true;
+    for (const ActionEvent& e : ranks[k]->events) {
+      if (!IsComputeEvent(e.kind)) continue;
+      static constexpr ActionKind kKinds[] = {ActionKind::kForward, ActionKind::kBackward, ActionKind::kBackwardInput,
+                                              ActionKind::kBackwardWeight};
+      r.timeline[k].push_back({Action{e.stage, kKinds[e.kind], e.microbatch}, e.start * 1e3, e.end * 1e3});
+      if (first) rr.start = e.start * 1e3;
+      first = false;
+      rr.end = e.end * 1e3;
+      rr.busy += (e.end - e.start) * 1e3;
+    }
+    rr.span = rr.end - rr.start;
+    r.makespan = std::max(r.makespan, rr.end);
+    busy += rr.busy;
+    max_span = std::max(max_span, rr.span);
+  }
+  r.bubble_rate = r.makespan > 0 ? 1 - busy / (s.ranks * r.makespan) : 0;
+  r.span_bubble_rate = max_span > 0 ? 1 - busy / (s.ranks * max_span) : 0;
+  return r;
+}
+
+// Two pictures stacked in one SVG: each is a complete <svg> element, nested.
+std::string StackSvgs(const std::string& top, const std::string& bottom) {
+  auto size = [](const std::string& svg, const char* attr) {
+    const std::size_t at = svg.find(std::string(attr) + "=\"");
+    return at == std::string::npos ? 0.0 : std::atof(svg.c_str() + at + std::strlen(attr) + 2);
+  };
+  auto body = [](const std::string& svg) {
+    const std::size_t at = svg.find("<svg");
+    return at == std::string::npos ? svg : svg.substr(at);
+  };
+  const double w = std::max(size(top, "width"), size(bottom, "width"));
+  const double h1 = size(top, "height"), h2 = size(bottom, "height");
+  std::string b = body(bottom);
+  b.insert(4, fmt::format(" y=\"{}\"", h1));
+  return fmt::format(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+      "height=\"{}\" viewBox=\"0 0 {} {}\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{}\n{}\n</svg>\n",
+      w, h1 + h2, w, h1 + h2, body(top), b);
+}
+
+void WriteTrace(const std::string& path, const std::vector<std::vector<StepRecord>>& all, const std::string& name) {
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  bool first = true;
+  auto add = [&](const std::string& e) {
+    out += first ? "  " : ",\n  ";
+    out += e;
+    first = false;
+  };
+  const int ranks = static_cast<int>(all.size());
+  for (int r = 0; r < ranks; ++r) {
+    add(fmt::format(R"({{"ph": "M", "pid": {}, "name": "process_name", "args": {{"name": "rank {}"}}}})", r, r));
+    add(fmt::format(R"({{"ph": "M", "pid": {}, "name": "process_sort_index", "args": {{"sort_index": {}}}}})", r, r));
+  }
+  // Steps laid end to end, each starting where the slowest rank ended the last.
+  double offset = 0;
+  const std::size_t steps = all.empty() ? 0 : all[0].size();
+  for (std::size_t k = 0; k < steps; ++k) {
+    double longest = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const StepRecord& s = all[r][k];
+      longest = std::max(longest, s.wall);
+      for (const ActionEvent& e : s.events) {
+        add(fmt::format(R"({{"ph": "X", "pid": {}, "tid": 0, "name": "{}", "cat": "{}", "ts": {:.3f}, "dur": {:.3f}, )"
+                        R"("args": {{"stage": {}, "microbatch": {}, "step": {}}}}})",
+                        r, EventName(e.kind), IsComputeEvent(e.kind) ? "compute" : "wait", (offset + e.start) * 1e6,
+                        (e.end - e.start) * 1e6, e.stage, e.microbatch, k));
+      }
+    }
+    offset += longest;
+  }
+  out += fmt::format("\n], \"otherData\": {{\"schedule\": {}}}}}\n", nlohmann::json(name).dump());
+  WriteTextFile(path, out);
+}
+
+}  // namespace
+
+std::string BenchReportJson(const BenchReport& b) {
+  nlohmann::ordered_json j;
+  j["schedule"] = b.schedule;
+  j["ranks"] = b.ranks;
+  j["microbatches"] = b.microbatches;
+  j["chunks"] = b.chunks;
+  j["batch_size"] = b.batch_size;
+  j["warmup_steps"] = b.warmup_steps;
+  j["steps"] = b.steps;
+  j["step_time_median_s"] = b.step_time_median_s;
+  j["step_time_min_s"] = b.step_time_min_s;
+  j["step_time_max_s"] = b.step_time_max_s;
+  j["samples_per_s"] = b.samples_per_s;
+  j["bubble_rate"] = b.bubble_rate;
+  j["simulated_bubble_rate"] = b.simulated_bubble_rate;
+  j["predicted_step_time_s"] = b.predicted_step_time_s;
+  j["measured_over_predicted"] = b.measured_over_predicted;
+  j["message_latency_s"] = b.message_latency_s;
+  j["gflops_total"] = b.gflops_total;
+  j["peak_gflops_one_core"] = b.peak_gflops_one_core;
+  j["fraction_of_peak"] = b.fraction_of_peak;
+  j["goal_gflops"] = b.goal_gflops;
+  j["record_cost_per_event_s"] = b.record_cost_per_event_s;
+  j["step_time_unrecorded_s"] = b.step_time_unrecorded_s;
+  auto& ranks = j["per_rank"] = nlohmann::ordered_json::array();
+  for (const BenchRank& r : b.per_rank) {
+    ranks.push_back({{"rank", r.rank}, {"wall_s", r.wall_s}, {"busy_s", r.busy_s}, {"waiting_s", r.waiting_s},
+                     {"idle_s", r.idle_s}, {"gflops", r.gflops}});
+  }
+  return j.dump(2) + "\n";
+}
+
+BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o) {
+  TrainConfig c = config;
+  c.log.metrics = "";
+  c.log.weights = "";
+  c.log.progress = false;
+  c.data.evaluate = false;
+  if (!o.real_data && c.data.dataset != "synthetic") {
+    c.data.dataset = "synthetic";  // same shapes, no files
+    c.data.samples = std::max<std::int64_t>(c.train.batch_size, 4096);
+  }
+  if (o.steps < 1 || o.warmup_steps < 0) throw ConfigError("bench: --steps must be >= 1 and --warmup >= 0");
+  RunSetup u;
+  SetUpRun(c, t, u);
+  Executor& exec = *u.exec;
+  const int rows = exec.batch_rows();
+  const bool root = t.rank() == 0;
+
+  // The hardware's limit first, on rank 0 alone while the others wait.
+  BenchReport report;
+  if (root) report.peak_gflops_one_core = PeakGflops(c, rows);
+  t.Barrier();
+  // The probe message is one activation crossing the first stage boundary.
+  const std::size_t boundary = std::size_t(rows) * exec.stage_out_features(0);
+  const double latency = PingPong(t, boundary);
+
+  auto step = [&] {
+    const Batch batch = u.loader->Next();
+    exec.RunStep(batch);
+    auto& stages = exec.stages();
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
+      stages[k]->ZeroGrads();
+    }
+  };
+  for (int i = 0; i < o.warmup_steps; ++i) step();
+
+  // Unrecorded steps: the baseline that shows what recording costs.
+  std::vector<double> plain;
+  for (int i = 0; i < o.steps; ++i) {
+    t.Barrier();
+    const double start = Now();
+    step();
+    plain.push_back(Now() - start);
+  }
+  // Recorded steps: each starts at a barrier, so rank clocks line up.
+  std::vector<ActionEvent> events;
+  events.reserve(exec.EventsPerStep() * o.steps);
+  std::vector<double> starts, ends;
+  std::vector<std::size_t> event_begin;
+  exec.SetRecorder(&events);
+  for (int i = 0; i < o.steps; ++i) {
+    t.Barrier();
+    starts.push_back(Now());
+    event_begin.push_back(events.size());
+    const Batch batch = u.loader->Next();
+    exec.RunStep(batch);
+    ends.push_back(Now());
+    auto& stages = exec.stages();
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
+      stages[k]->ZeroGrads();
+    }
+  }
+  exec.SetRecorder(nullptr);
+  event_begin.push_back(events.size());
+
+  // The cost of recording one event: two clock reads and a store.
+  double record_cost = 0;
+  {
+    std::vector<ActionEvent> probe;
+    probe.reserve(100000);
+    const double start = Now();
+    for (int i = 0; i < 100000; ++i) probe.push_back({ActionEvent::kF, 0, i, Now(), Now()});
+    record_cost = (Now() - start) / 100000;
+  }
+
+  // Pack per step: wall, busy, waiting, events, then the events (5 floats each).
+  std::vector<float> mine;
+  for (int k = 0; k < o.steps; ++k) {
+    double busy = 0, waiting = 0;
+    for (std::size_t e = event_begin[k]; e < event_begin[k + 1]; ++e) {
+      const double d = events[e].end - events[e].start;
+      (IsComputeEvent(events[e].kind) ? busy : waiting) += d;
+    }
+    mine.push_back(float(ends[k] - starts[k]));
+    mine.push_back(float(busy));
+    mine.push_back(float(waiting));
+    mine.push_back(float(event_begin[k + 1] - event_begin[k]));
+    for (std::size_t e = event_begin[k]; e < event_begin[k + 1]; ++e) {
+      const ActionEvent& ev = events[e];
+      mine.insert(mine.end(), {float(ev.kind), float(ev.stage), float(ev.microbatch), float(ev.start - starts[k]),
+                               float(ev.end - starts[k])});
+    }
+  }
+  mine.push_back(float(Median(plain)));
+  std::vector<float> all;
+  t.GatherToRoot(mine, &all);
+  if (!root) return {};
+
+  // Unpack: all[r][k].
+  const int p = t.size();
+  std::vector<std::vector<StepRecord>> rec(p, std::vector<StepRecord>(o.steps));
+  std::vector<double> plain_medians;
+  std::size_t at = 0;
+  for (int r = 0; r < p; ++r) {
+    for (int k = 0; k < o.steps; ++k) {
+      StepRecord& s = rec[r][k];
+      s.wall = all[at++];
+      s.busy = all[at++];
+      s.waiting = all[at++];
+      const int n = static_cast<int>(all[at++]);
+      for (int e = 0; e < n; ++e, at += 5) {
+        s.events.push_back({static_cast<ActionEvent::Kind>(int(all[at])), int(all[at + 1]), int(all[at + 2]),
+                            all[at + 3], all[at + 4]});
+      }
+    }
+    plain_medians.push_back(all[at++]);
+  }
+
+  report.schedule = u.lowered.name;
+  report.ranks = p;
+  report.microbatches = u.lowered.microbatches;
+  report.chunks = u.lowered.chunks();
+  report.batch_size = c.train.batch_size;
+  report.warmup_steps = o.warmup_steps;
+  report.steps = o.steps;
+  report.message_latency_s = latency;
+  report.record_cost_per_event_s = record_cost;
+  report.step_time_unrecorded_s = *std::max_element(plain_medians.begin(), plain_medians.end());
+
+  std::vector<double> makespans, bubbles;
+  for (int k = 0; k < o.steps; ++k) {
+    double makespan = 0, busy = 0;
+    for (int r = 0; r < p; ++r) {
+      makespan = std::max(makespan, rec[r][k].wall);
+      busy += rec[r][k].busy;
+    }
+    makespans.push_back(makespan);
+    bubbles.push_back(makespan > 0 ? 1 - busy / (p * makespan) : 0);
+  }
+  report.step_time_median_s = Median(makespans);
+  report.step_time_min_s = *std::min_element(makespans.begin(), makespans.end());
+  report.step_time_max_s = *std::max_element(makespans.begin(), makespans.end());
+  report.samples_per_s = c.train.batch_size / report.step_time_median_s;
+  report.bubble_rate = Median(bubbles);
+
+  // FLOPs of each stage's linears per step: forward, input and weight gradient.
+  std::vector<double> stage_flops(u.lowered.stages);
+  {
+    int width = c.model.input;
+    for (int s = 0; s < u.lowered.stages; ++s) {
+      const std::vector<LayerSpec> part(c.model.layers.begin() + u.bounds[s], c.model.layers.begin() + u.bounds[s + 1]);
+      stage_flops[s] = 3 * LinearFlopsPerSample(part, width) * c.train.batch_size;
+    }
+  }
+  double total_flops = 0;
+  for (double f : stage_flops) total_flops += f;
+  for (int r = 0; r < p; ++r) {
+    BenchRank br;
+    br.rank = r;
+    std::vector<double> wall, busy, waiting;
+    for (int k = 0; k < o.steps; ++k) {
+      wall.push_back(rec[r][k].wall);
+      busy.push_back(rec[r][k].busy);
+      waiting.push_back(rec[r][k].waiting);
+    }
+    br.wall_s = Median(wall);
+    br.busy_s = Median(busy);
+    br.waiting_s = Median(waiting);
+    br.idle_s = br.wall_s - br.busy_s - br.waiting_s;
+    double flops = 0;
+    for (int s = 0; s < u.lowered.stages; ++s) {
+      if (u.lowered.stage_rank[s] == r) flops += stage_flops[s];
+    }
+    br.gflops = flops / br.wall_s / 1e9;
+    report.per_rank.push_back(br);
+  }
+  report.gflops_total = total_flops / report.step_time_median_s / 1e9;
+  report.fraction_of_peak = report.gflops_total / (p * report.peak_gflops_one_core);
+  report.goal_gflops = 0.95 * (1 - report.bubble_rate) * p * report.peak_gflops_one_core;
+
+  // The simulator, fed the measured median cost of every (stage, kind) and
+  // the measured latency, predicts the step time.
+  std::map<std::pair<int, int>, std::vector<double>> costs;
+  for (int r = 0; r < p; ++r) {
+    for (const StepRecord& s : rec[r]) {
+      for (const ActionEvent& e : s.events) {
+        if (IsComputeEvent(e.kind)) costs[{e.stage, e.kind}].push_back(e.end - e.start);
+      }
+    }
+  }
+  SimOptions sim;
+  sim.comm = latency;
+  sim.stage_costs.resize(u.lowered.stages, Costs{0, 0, 0});
+  for (auto& [key, v] : costs) {
+    Costs& cs = sim.stage_costs[key.first];
+    switch (key.second) {
+      case ActionEvent::kF: cs.forward = Median(v); break;
+      case ActionEvent::kB: cs.backward_input = Median(v); break;  // B = I + W with W = 0
+      case ActionEvent::kI: cs.backward_input = Median(v); break;
+      case ActionEvent::kW: cs.backward_weight = Median(v); break;
+      default: break;
+    }
+  }
+  const SimResult predicted = Simulate(u.lowered, sim);
+  report.predicted_step_time_s = predicted.makespan;
+  report.simulated_bubble_rate = predicted.bubble_rate;
+  report.measured_over_predicted = report.step_time_median_s / predicted.makespan;
+
+  if (!o.json_path.empty()) WriteTextFile(o.json_path, BenchReportJson(report));
+  if (!o.trace_path.empty()) WriteTrace(o.trace_path, rec, report.schedule);
+  if (!o.svg_path.empty()) {
+    // The median step, measured, above the simulation from measured costs.
+    std::vector<std::size_t> order(o.steps);
+    for (int k = 0; k < o.steps; ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return makespans[a] < makespans[b]; });
+    const std::size_t k = order[o.steps / 2];
+    std::vector<const StepRecord*> step_of_rank;
+    for (int r = 0; r < p; ++r) step_of_rank.push_back(&rec[r][k]);
+    SimResult measured = AsSimResult(fmt::format("{}: measured step {} (ms)", report.schedule, k), u.lowered,
+                                     step_of_rank);
+    SimResult simulated = predicted;
+    simulated.schedule = fmt::format("{}: simulated from the measured costs (ms)", report.schedule);
+    for (auto& row : simulated.timeline) {
+      for (TimedAction& a : row) {
+        a.start *= 1e3;
+        a.end *= 1e3;
+      }
+    }
+    simulated.makespan *= 1e3;
+    for (RankResult& rr : simulated.per_rank) {
+      rr.start *= 1e3;
+      rr.end *= 1e3;
+      rr.busy *= 1e3;
+      rr.span *= 1e3;
+    }
+    std::ostringstream top, bottom;
+    const double axis = std::max(measured.makespan, simulated.makespan);
+    WriteSvg(measured, top, axis);
+    WriteSvg(simulated, bottom, axis);
+    WriteTextFile(o.svg_path, StackSvgs(top.str(), bottom.str()));
+  }
+  return report;
+}
+
+}  // namespace baton

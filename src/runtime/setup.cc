@@ -1,0 +1,96 @@
+#include "setup.h"
+
+#include <fmt/ranges.h>
+
+namespace baton {
+namespace {
+
+// Loads `path` into the stages' parameters, by PyTorch name.
+void LoadInitialWeights(const std::string& path, std::vector<std::unique_ptr<Stage>>& stages) {
+  const std::vector<NamedTensor> tensors = ReadSafetensors(path);
+  for (auto& st : stages) {
+    for (const Stage::Param& p : st->named_params()) {
+      const NamedTensor* found = nullptr;
+      for (const NamedTensor& t : tensors) {
+        if (t.name == p.name) found = &t;
+      }
+      if (found == nullptr) throw ConfigError(fmt::format("{}: model.init.from has no tensor '{}'", path, p.name));
+      if (found->shape != p.shape) {
+        throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], but the model needs [{}]", path, p.name,
+                                      fmt::join(found->shape, ", "), fmt::join(p.shape, ", ")));
+      }
+      std::copy(found->data.begin(), found->data.end(), p.data.begin());
+    }
+  }
+}
+
+void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u) {
+  if (t.size() != c.pipeline.ranks) {
+    throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})", c.source,
+                                  c.pipeline.ranks, t.size(), c.pipeline.ranks));
+  }
+  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
+  Validate(s);
+  u.lowered = Lower(s);
+  Validate(u.lowered);
+  SimOptions unit;
+  unit.record_timeline = false;
+  u.sim = Simulate(u.lowered, unit);
+  u.bounds = PartitionLayers(c, u.lowered.stages);
+  // One request slot per (direction, send/receive, stage, microbatch).
+  t.Configure(4 * u.lowered.stages * u.lowered.microbatches, c.pipeline.wait_timeout_s);
+  u.exec = std::make_unique<Executor>(c, u.lowered, u.sim, u.bounds, t);
+  for (auto& st : u.exec->stages()) {
+    st->Init(c.model.init_seed);
+    u.optimizers.push_back(MakeOptimizer(c.train.optimizer, st->params().size()));
+  }
+  if (!c.model.init_from.empty()) LoadInitialWeights(c.model.init_from, u.exec->stages());
+
+  const int rank = t.rank();
+  u.first_rank = u.lowered.stage_rank.front() == rank;
+  u.last_rank = u.lowered.stage_rank.back() == rank;
+  const DataConfig& d = c.data;
+  if (d.dataset == "fashion_mnist") {
+    u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
+    if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
+  } else {
+    u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
+  }
+  if (u.train.samples < c.train.batch_size) {
+    throw ConfigError(fmt::format("{}: train.batch_size {} is larger than the dataset ({} samples)", c.source,
+                                  c.train.batch_size, u.train.samples));
+  }
+  u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed);
+  // Opened during setup, so an unwritable path ends the job on every rank.
+  if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics);
+}
+
+}  // namespace
+
+void SetUpRun(const TrainConfig& c, Transport& t, RunSetup& u) {
+  // Setup may fail on some ranks only (a data file the last rank reads, say):
+  // all ranks agree before any message of a step is sent.
+  std::string error;
+  bool config_error = false;
+  try {
+    BuildSetup(c, t, u);
+  } catch (const ConfigError& e) {
+    error = e.what();
+    config_error = true;
+  } catch (const ScheduleError& e) {
+    error = e.what();
+    config_error = true;
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  // The lowest failing rank reports; the others end quietly.
+  const int worst = t.AllMax(error.empty() ? -1 : t.size() - t.rank());
+  if (worst >= 0) {
+    if (u.metrics) u.metrics->Discard();
+    if (t.size() - worst != t.rank()) throw PeerFailed();
+    if (config_error) throw ConfigError(error);
+    throw Error(error);
+  }
+}
+
+}  // namespace baton

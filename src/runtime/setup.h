@@ -1,0 +1,75 @@
+// Setting up a run on every rank (schedule, stages, data, optimizers, the
+// metrics file) and the ranks' agreement that it worked; shared by training
+// and benchmarking.
+#ifndef BATON_RUNTIME_SETUP_H_
+#define BATON_RUNTIME_SETUP_H_
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/data.h"
+#include "baton/error.h"
+#include "baton/model.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+#include "executor.h"
+
+namespace baton {
+
+// metrics.jsonl, written by rank 0 (one JSON object per line, flushed).
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path) : path_(path) {
+    if (path.empty()) return;
+    const std::filesystem::path p(path);
+    std::error_code ec;
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+    if (ec) throw ConfigError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
+    out_.open(path, std::ios::trunc);
+    if (!out_) throw ConfigError(fmt::format("{}: cannot write the metrics file", path));
+  }
+  // Closes and deletes the file (setup failed elsewhere: leave nothing behind).
+  void Discard() {
+    if (!out_.is_open()) return;
+    out_.close();
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  void Line(const std::string& json) {
+    if (!out_.is_open()) return;
+    out_ << json << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+struct RunSetup {
+  Schedule lowered;
+  SimResult sim;
+  std::vector<int> bounds;
+  std::unique_ptr<Executor> exec;
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  Dataset train, test;
+  std::unique_ptr<BatchLoader> loader;
+  bool first_rank = false, last_rank = false;
+  std::unique_ptr<MetricsLog> metrics;  // rank 0
+};
+
+// Builds `u` on every rank, then all ranks agree: on success it returns
+// everywhere; otherwise the lowest failing rank throws its error and the
+// others throw PeerFailed, and no file is left behind.
+void SetUpRun(const TrainConfig& config, Transport& transport, RunSetup& u);
+
+}  // namespace baton
+
+#endif  // BATON_RUNTIME_SETUP_H_

@@ -1,0 +1,120 @@
+// `baton bench` under mpirun on a tiny config: the report has its keys and
+// sane numbers, and the trace, picture and sweep files are written.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class BenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("baton_bench_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  int Run(const std::string& args) {
+    const std::string cmd = "cd '" + dir_.string() + "' && timeout 300 '" BATON_MPIEXEC "' -np 2 '" + BATON_BINARY +
+                            "' bench '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " + args +
+                            " > log.txt 2>&1";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string Log() {
+    std::ifstream in(dir_ / "log.txt");
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(BenchTest, ReportHasItsKeysAndBusyWaitingIdleAddUpToWall) {
+  ASSERT_EQ(Run("--set pipeline.schedule=zb_h1 --steps 4 --warmup 1 --json r.json --trace t.json --svg s.svg"), 0)
+      << Log();
+  std::ifstream in(dir_ / "r.json");
+  const nlohmann::json r = nlohmann::json::parse(in);
+  for (const char* key :
+       {"schedule", "ranks", "microbatches", "chunks", "batch_size", "warmup_steps", "steps", "step_time_median_s",
+        "step_time_min_s", "step_time_max_s", "samples_per_s", "bubble_rate", "simulated_bubble_rate",
+        "predicted_step_time_s", "measured_over_predicted", "message_latency_s", "gflops_total",
+        "peak_gflops_one_core", "fraction_of_peak", "goal_gflops", "record_cost_per_event_s",
+        "step_time_unrecorded_s", "per_rank"}) {
+    EXPECT_TRUE(r.contains(key)) << key;
+  }
+  EXPECT_EQ(r["schedule"], "zb_h1");
+  EXPECT_EQ(r["ranks"], 2);
+  EXPECT_EQ(r["steps"], 4);
+  const double step = r["step_time_median_s"];
+  EXPECT_GT(step, 0);
+  EXPECT_LE(r["step_time_min_s"].get<double>(), step);
+  EXPECT_GE(r["step_time_max_s"].get<double>(), step);
+  EXPECT_NEAR(r["samples_per_s"].get<double>(), 32 / step, 1e-6 * r["samples_per_s"].get<double>());
+  EXPECT_GE(r["bubble_rate"].get<double>(), 0);
+  EXPECT_LT(r["bubble_rate"].get<double>(), 1);
+  EXPECT_GT(r["predicted_step_time_s"].get<double>(), 0);
+  EXPECT_GT(r["peak_gflops_one_core"].get<double>(), 0);
+  EXPECT_GT(r["message_latency_s"].get<double>(), 0);
+  ASSERT_EQ(r["per_rank"].size(), 2u);
+  for (const auto& rank : r["per_rank"]) {
+    const double wall = rank["wall_s"], busy = rank["busy_s"], waiting = rank["waiting_s"], idle = rank["idle_s"];
+    EXPECT_GT(busy, 0);
+    EXPECT_GE(waiting, 0);
+    EXPECT_GE(idle, -0.01 * wall) << "busy + waiting exceed the wall time";
+    EXPECT_NEAR(busy + waiting + idle, wall, 0.01 * wall);
+    EXPECT_LE(wall, r["step_time_max_s"].get<double>() * 1.0001);
+  }
+  // The trace: one process per rank, compute events named like the simulator's.
+  std::ifstream tin(dir_ / "t.json");
+  const nlohmann::json t = nlohmann::json::parse(tin);
+  std::set<std::string> names;
+  std::set<int> pids;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X") {
+      names.insert(e["name"].get<std::string>());
+      pids.insert(e["pid"].get<int>());
+    }
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+  EXPECT_TRUE(names.count("F") && names.count("I") && names.count("W")) << t.dump().substr(0, 300);
+  std::ifstream sin(dir_ / "s.svg");
+  const std::string svg((std::istreambuf_iterator<char>(sin)), std::istreambuf_iterator<char>());
+  EXPECT_NE(svg.find("measured step"), std::string::npos);
+  EXPECT_NE(svg.find("simulated from the measured costs"), std::string::npos);
+}
+
+TEST_F(BenchTest, SweepWritesOneRowPerCombination) {
+  ASSERT_EQ(Run("--sweep --schedules 1f1b,zb_h1,interleaved_1f1b --microbatches 4,8,3 --chunks 2 --steps 2 "
+                "--warmup 1 --sweep-out sw"),
+            0)
+      << Log();
+  std::ifstream in(dir_ / "sw.csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  // 3 schedules x {4, 8} microbatches; 3 does not divide the batch of 32: skipped, and said so.
+  ASSERT_EQ(lines.size(), 1u + 6u) << Log();
+  EXPECT_EQ(lines[0].rfind("schedule,microbatches,chunks,samples_per_s", 0), 0u);
+  EXPECT_NE(Log().find("skipped"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ / "sw.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "sw.svg"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
