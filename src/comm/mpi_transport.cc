@@ -90,15 +90,7 @@ class MpiTransport final : public Transport {
                                 err == MPI_ERR_TRUNCATE ? " (the message is larger than the receiver expects)" : ""));
       }
       if (done) break;
-      // Cheap polling first, then yield the core: ranks may outnumber cores.
-      if (spins > 64) {
-        if ((spins & 255) == 0) CheckDeadline(start, info);
-        if (spins > 4096) {
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-        } else {
-          sched_yield();
-        }
-      }
+      Backoff(spins, start, info);
     }
     if (expected_[id] >= 0) {
       int count = 0;
@@ -189,10 +181,25 @@ class MpiTransport final : public Transport {
     for (int spins = 0;; ++spins) {
       BATON_MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
       if (done) return;
-      if (spins > 64) {
-        if ((spins & 255) == 0) CheckDeadline(start, WaitInfo{what, -1, -1, -1});
-        std::this_thread::sleep_for(std::chrono::microseconds(spins > 4096 ? 50 : 1));
-      }
+      Backoff(spins, start, WaitInfo{what, -1, -1, -1});
+    }
+  }
+
+  // Between polls: spin briefly, then yield the core (ranks may outnumber
+  // cores) for the first milliseconds, and only then sleep, so that a wait
+  // that ends soon is not stretched by a sleep's granularity.
+  void Backoff(int spins, std::chrono::steady_clock::time_point start, const WaitInfo& info) {
+    if (spins < 64) return;
+    if ((spins & 63) != 0) {
+      sched_yield();
+      return;
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited >= timeout_s_) CheckDeadline(start, info);
+    if (waited > 0.005) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      sched_yield();
     }
   }
 
