@@ -53,6 +53,8 @@ struct BenchReport {
   double simulated_bubble_rate = 0;  // from measured costs
   double predicted_step_time_s = 0;  // simulator, from measured per-action costs and latency
   double measured_over_predicted = 0;
+  double predicted_step_time_mean_costs_s = 0;  // the same from mean costs
+  double action_time_spread = 0;     // median over (stage, kind) of (p90 - p10) / median
   double message_latency_s = 0;      // one-way, rank 0 <-> 1, activation-sized message
   double gflops_total = 0;
   double peak_gflops_one_core = 0;   // the model's GEMM shapes on one core, same run

@@ -101,8 +101,10 @@ void PrintReport(const BenchReport& b) {
                      b.step_time_median_s * 1e3, b.step_time_min_s * 1e3, b.step_time_max_s * 1e3, b.samples_per_s);
   out += fmt::format("bubble           measured {:.2f}%, simulated from measured costs {:.2f}%\n", 100 * b.bubble_rate,
                      100 * b.simulated_bubble_rate);
-  out += fmt::format("prediction       simulator {:.3f} ms; measured / predicted = {:.3f}\n",
-                     b.predicted_step_time_s * 1e3, b.measured_over_predicted);
+  out += fmt::format("prediction       simulator {:.3f} ms from median action costs; measured / predicted = {:.3f}"
+                     " ({:.3f} ms from mean costs; action times spread {:.0f}% p10-p90)\n",
+                     b.predicted_step_time_s * 1e3, b.measured_over_predicted,
+                     b.predicted_step_time_mean_costs_s * 1e3, 100 * b.action_time_spread);
   out += fmt::format("message latency  {:.1f} us one way (rank 0 <-> 1, one activation)\n", b.message_latency_s * 1e6);
   out += fmt::format("compute          {:.2f} GFLOP/s in all = {:.3f} of {} x one-core peak {:.2f} GFLOP/s; "
                      "goal 0.95 (1 - bubble) x {} x peak = {:.2f}\n",

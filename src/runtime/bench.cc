@@ -254,6 +254,8 @@ std::string BenchReportJson(const BenchReport& b) {
   j["simulated_bubble_rate"] = b.simulated_bubble_rate;
   j["predicted_step_time_s"] = b.predicted_step_time_s;
   j["measured_over_predicted"] = b.measured_over_predicted;
+  j["predicted_step_time_mean_costs_s"] = b.predicted_step_time_mean_costs_s;
+  j["action_time_spread"] = b.action_time_spread;
   j["message_latency_s"] = b.message_latency_s;
   j["gflops_total"] = b.gflops_total;
   j["peak_gflops_one_core"] = b.peak_gflops_one_core;
@@ -308,10 +310,16 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   // Unrecorded steps: the baseline that shows what recording costs.
   std::vector<double> plain;
   for (int i = 0; i < o.steps; ++i) {
+    const Batch batch = u.loader->Next();
     t.Barrier();
     const double start = Now();
-    step();
+    exec.RunStep(batch);
     plain.push_back(Now() - start);
+    auto& stages = exec.stages();
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
+      stages[k]->ZeroGrads();
+    }
   }
   // Recorded steps: each starts at a barrier, so rank clocks line up.
   std::vector<ActionEvent> events;
@@ -320,10 +328,12 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   std::vector<std::size_t> event_begin;
   exec.SetRecorder(&events);
   for (int i = 0; i < o.steps; ++i) {
+    // The batch is fetched before the clock starts: a step is the schedule's
+    // work, from a barrier to the rank's last action.
+    const Batch batch = u.loader->Next();
     t.Barrier();
     starts.push_back(Now());
     event_begin.push_back(events.size());
-    const Batch batch = u.loader->Next();
     exec.RunStep(batch);
     ends.push_back(Now());
     auto& stages = exec.stages();
@@ -460,23 +470,46 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
       }
     }
   }
-  SimOptions sim;
-  sim.comm = latency;
-  sim.stage_costs.resize(u.lowered.stages, Costs{0, 0, 0});
-  for (auto& [key, v] : costs) {
-    Costs& cs = sim.stage_costs[key.first];
-    switch (key.second) {
-      case ActionEvent::kF: cs.forward = Median(v); break;
-      case ActionEvent::kB: cs.backward_input = Median(v); break;  // B = I + W with W = 0
-      case ActionEvent::kI: cs.backward_input = Median(v); break;
-      case ActionEvent::kW: cs.backward_weight = Median(v); break;
-      default: break;
+  // Medians as the issue of record; means as well, because on a noisy
+  // machine the spread of action times stretches real steps past the sum of
+  // typical costs, and the mean-cost prediction shows how much of a gap that is.
+  auto costs_from = [&](auto statistic) {
+    SimOptions sim;
+    sim.comm = latency;
+    sim.stage_costs.resize(u.lowered.stages, Costs{0, 0, 0});
+    for (auto& [key, v] : costs) {
+      Costs& cs = sim.stage_costs[key.first];
+      switch (key.second) {
+        case ActionEvent::kF: cs.forward = statistic(v); break;
+        case ActionEvent::kB: cs.backward_input = statistic(v); break;  // B = I + W with W = 0
+        case ActionEvent::kI: cs.backward_input = statistic(v); break;
+        case ActionEvent::kW: cs.backward_weight = statistic(v); break;
+        default: break;
+      }
     }
-  }
-  const SimResult predicted = Simulate(u.lowered, sim);
+    return sim;
+  };
+  const SimResult predicted = Simulate(u.lowered, costs_from([](const std::vector<double>& v) { return Median(v); }));
   report.predicted_step_time_s = predicted.makespan;
   report.simulated_bubble_rate = predicted.bubble_rate;
   report.measured_over_predicted = report.step_time_median_s / predicted.makespan;
+  SimOptions mean_costs = costs_from([](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0.0 : sum / v.size();
+  });
+  mean_costs.record_timeline = false;
+  report.predicted_step_time_mean_costs_s = Simulate(u.lowered, mean_costs).makespan;
+  {
+    std::vector<double> spread;
+    for (auto& [key, v] : costs) {
+      std::vector<double> sorted = v;
+      std::sort(sorted.begin(), sorted.end());
+      const double med = Median(v);
+      if (med > 0) spread.push_back((sorted[sorted.size() * 9 / 10] - sorted[sorted.size() / 10]) / med);
+    }
+    report.action_time_spread = Median(spread);
+  }
 
   if (!o.json_path.empty()) WriteTextFile(o.json_path, BenchReportJson(report));
   if (!o.trace_path.empty()) WriteTrace(o.trace_path, rec, report.schedule);
