@@ -138,7 +138,7 @@ TEST(TrainConfigFiles, FashionMnistInterleaved) {
 TEST(TrainConfigFiles, SyntheticBench) {
   const TrainConfig c = LoadTrainConfig(Source("configs/synthetic_bench.yaml"));
   EXPECT_EQ(c.data.dataset, "synthetic");
-  EXPECT_EQ(c.data.samples, 4096);
+  EXPECT_EQ(c.data.samples, 8192);
   EXPECT_EQ(c.data.features, 512);
   EXPECT_EQ(c.data.classes, 10);
   EXPECT_EQ(c.model.input, 512);
@@ -147,7 +147,7 @@ TEST(TrainConfigFiles, SyntheticBench) {
   EXPECT_EQ(c.model.layers[8].out, 10);
   EXPECT_EQ(c.pipeline.partition, "balanced");
   EXPECT_EQ(c.pipeline.balance_by, "flops");
-  EXPECT_EQ(c.train.batch_size, 256);
+  EXPECT_EQ(c.train.batch_size, 1024);
   EXPECT_EQ(c.train.steps, 40);
   EXPECT_EQ(c.train.optimizer.type, "sgd");
   EXPECT_EQ(c.train.optimizer.lr, 0.01);
