@@ -39,8 +39,8 @@ struct BenchOptions {
 
 struct BenchRank {
   int rank = 0;
-  double wall_s = 0, busy_s = 0, waiting_s = 0, idle_s = 0;  // medians per step
-  double gflops = 0;  // model FLOPs of the rank's stages / its median wall time
+  double wall_s = 0, busy_s = 0, waiting_s = 0, idle_s = 0;  // means per step
+  double gflops = 0;  // model FLOPs of the rank's stages / its mean wall time
 };
 
 struct BenchReport {

@@ -1,4 +1,6 @@
 // `baton train CONFIG` (under mpirun) and `baton validate CONFIG`.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -125,13 +127,17 @@ void PrintReport(const BenchReport& b) {
 std::string SweepSvg(const std::vector<std::pair<std::string, BenchReport>>& rows) {
   const double bar = 36, gap = 14, left = 70, top = 50, height = 160, panel_gap = 70;
   const double width = left + rows.size() * (bar + gap) + 40;
-  double max_rate = 1;
-  for (const auto& [label, r] : rows) max_rate = std::max(max_rate, r.samples_per_s);
+  double max_rate = 1, max_bubble = 0.25;
+  for (const auto& [label, r] : rows) {
+    max_rate = std::max(max_rate, r.samples_per_s);
+    max_bubble = std::max({max_bubble, r.bubble_rate, r.simulated_bubble_rate});
+  }
+  max_bubble = std::min(1.0, std::ceil(max_bubble * 4) / 4);  // the bubble axis ends at a quarter
   std::string svg = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
       "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"DejaVu Sans, sans-serif\" font-size=\"11\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      width, top + 2 * height + panel_gap + 90);
+      width, top + 2 * height + panel_gap + 150);
   svg += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">baton bench --sweep</text>\n",
                      left);
   for (int panel = 0; panel < 2; ++panel) {
@@ -142,7 +148,8 @@ std::string SweepSvg(const std::vector<std::pair<std::string, BenchReport>>& row
                        width - 30);
     for (int tick = 0; tick <= 4; ++tick) {
       const double y = y0 + height - tick * height / 4;
-      const std::string label = panel == 0 ? fmt::format("{:.0f}", max_rate * tick / 4) : fmt::format("{}%", tick * 25);
+      const std::string label = panel == 0 ? fmt::format("{:.0f}", max_rate * tick / 4)
+                                           : fmt::format("{:.0f}%", 100 * max_bubble * tick / 4);
       svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#666\">{}</text>\n", left - 6, y + 4,
                          label);
       svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#eee\"/>\n", left, y,
@@ -158,7 +165,7 @@ std::string SweepSvg(const std::vector<std::pair<std::string, BenchReport>>& row
         svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"9\">{:.0f}</text>\n",
                            x + bar / 2, y0 + height - h - 3, r.samples_per_s);
       } else {
-        const double h = height * r.bubble_rate, hs = height * r.simulated_bubble_rate;
+        const double h = height * r.bubble_rate / max_bubble, hs = height * r.simulated_bubble_rate / max_bubble;
         svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#56B4E9\"/>\n", x,
                            y0 + height - h, bar, h);
         svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#D55E00\" "

@@ -445,9 +445,15 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
       busy.push_back(rec[r][k].busy);
       waiting.push_back(rec[r][k].waiting);
     }
-    br.wall_s = Median(wall);
-    br.busy_s = Median(busy);
-    br.waiting_s = Median(waiting);
+    // Means, so that busy + waiting + idle add up to the wall time exactly.
+    auto mean = [](const std::vector<double>& v) {
+      double sum = 0;
+      for (double x : v) sum += x;
+      return sum / v.size();
+    };
+    br.wall_s = mean(wall);
+    br.busy_s = mean(busy);
+    br.waiting_s = mean(waiting);
     br.idle_s = br.wall_s - br.busy_s - br.waiting_s;
     double flops = 0;
     for (int s = 0; s < u.lowered.stages; ++s) {
