@@ -99,10 +99,10 @@ TEST(TrainConfigFiles, FashionMnist1f1bHasExactlyItsValues) {
   EXPECT_EQ(c.data.classes, 10);
   EXPECT_TRUE(c.data.evaluate);
   EXPECT_EQ(c.train.batch_size, 128);
-  EXPECT_EQ(c.train.epochs, 6);
+  EXPECT_EQ(c.train.epochs, 7);
   EXPECT_EQ(c.train.steps, 0);
   EXPECT_EQ(c.train.optimizer.type, "adamw");
-  EXPECT_EQ(c.train.optimizer.lr, 0.001);
+  EXPECT_EQ(c.train.optimizer.lr, 0.0005);
   EXPECT_EQ(c.train.optimizer.weight_decay, 0.01);
   EXPECT_EQ(c.train.optimizer.beta1, 0.9);
   EXPECT_EQ(c.train.optimizer.beta2, 0.999);
