@@ -47,6 +47,8 @@ class Transport {
   // Rank 0 receives each rank's floats, in rank order, into `out` (other
   // ranks pass their part and get nothing).
   virtual void GatherToRoot(std::span<const float> mine, std::vector<float>* out) = 0;
+  // Rank 0 receives every rank's string, in rank order (others get nothing).
+  virtual void GatherStrings(const std::string& mine, std::vector<std::string>* out) = 0;
   // Broadcasts rank 0's bytes to every rank.
   virtual void BroadcastString(std::string* text) = 0;
   // Largest of `value` over ranks, on every rank (a collective).

@@ -111,7 +111,13 @@ class Optimizer {
   virtual void Step(std::span<float> params, std::span<const float> grads) = 0;
   // Optimizer state (momentum buffer; Adam's m and v), for checkpoints.
   virtual std::vector<std::span<float>> State() = 0;
+  // PyTorch's names of the State() buffers, in order: "momentum_buffer" (SGD
+  // with momentum); "exp_avg", "exp_avg_sq" (AdamW).
+  virtual std::vector<std::string> StateNames() const = 0;
   virtual std::int64_t steps() const = 0;
+  // Restores the number of steps taken (resuming from a checkpoint: AdamW's
+  // bias correction and SGD's first-step momentum depend on it).
+  virtual void set_steps(std::int64_t steps) = 0;
 };
 
 // State is allocated here, once, for `num_params` parameters.

@@ -24,7 +24,11 @@ struct TrainSummary {
 // data files) are agreed on by all ranks before anything runs: each rank
 // throws the same or, if only some ranks failed, the others throw a short
 // "another rank failed" error, so the job ends everywhere.
-TrainSummary Train(const TrainConfig& config, Transport& transport);
+struct TrainOptions {
+  bool resume = false;     // continue from the newest complete checkpoint
+  std::string resume_dir;  // where to look; "" = checkpoint.dir
+};
+TrainSummary Train(const TrainConfig& config, Transport& transport, const TrainOptions& options = {});
 
 // ---- `baton bench` ----
 struct BenchOptions {

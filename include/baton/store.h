@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "baton/buffer.h"
+
 namespace baton {
 
 class ActivationStore {
@@ -53,7 +55,7 @@ class ActivationStore {
   std::string name_;
   std::size_t slot_floats_;
   int capacity_;
-  std::vector<float> data_;     // (capacity, slot_floats)
+  FloatBuffer data_;    // (capacity, slot_floats)
   std::vector<int> holder_;     // per slot: microbatch, or -1
   int in_use_ = 0;
   std::uint64_t bytes_written_ = 0, bytes_copied_ = 0, writes_ = 0;

@@ -5,7 +5,10 @@
 
 #include <Eigen/Core>
 
+#include "baton/buffer.h"
+
 namespace baton {
+
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatMap = Eigen::Map<RowMatrix>;

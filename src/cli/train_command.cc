@@ -24,6 +24,7 @@ namespace {
 struct TrainFlags {
   std::string config;
   std::vector<std::string> set;
+  TrainOptions options;
 };
 
 // Every rank runs this. Errors: setup errors end the job with exit code 2 on
@@ -57,7 +58,7 @@ int RunTrain(const TrainFlags& f) {
       return 2;
     }
     // Train() raises a setup error on one rank only (the lowest that failed).
-    Train(*config, *transport);
+    Train(*config, *transport, f.options);
   } catch (const PeerFailed&) {
     return 2;
   } catch (const ConfigError& e) {
@@ -307,7 +308,11 @@ void AddTrainCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "Train a model pipeline-parallel: mpirun -np P baton train CONFIG");
   cmd->add_option("config", flags->config, "YAML training config (configs/*.yaml)")->required();
   cmd->add_option("--set", flags->set, "override a key: --set train.optimizer.lr=0.01 (repeatable)");
-  cmd->callback([flags] {
+  CLI::Option* resume = cmd->add_option("--resume", flags->options.resume_dir,
+                                        "continue from the newest complete checkpoint in DIR (default: checkpoint.dir)")
+                            ->expected(0, 1);
+  cmd->callback([flags, resume] {
+    flags->options.resume = resume->count() > 0;
     const int code = RunTrain(*flags);
     if (code != 0) std::exit(code);
   });

@@ -132,6 +132,26 @@ class MpiTransport final : public Transport {
     WaitCollective(&req, "gather of the final weights");
   }
 
+  void GatherStrings(const std::string& mine, std::vector<std::string>* out) override {
+    int n = static_cast<int>(mine.size());
+    std::vector<int> counts(size_), displs(size_);
+    MPI_Request req;
+    BATON_MPI_CHECK(MPI_Igather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_, &req));
+    WaitCollective(&req, "gather of checkpoint shard records");
+    int total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[r] = total;
+      total += counts[r];
+    }
+    std::string all(rank_ == 0 ? static_cast<std::size_t>(total) : 0, '\0');
+    BATON_MPI_CHECK(MPI_Igatherv(mine.data(), n, MPI_CHAR, rank_ == 0 ? all.data() : nullptr, counts.data(),
+                                 displs.data(), MPI_CHAR, 0, comm_, &req));
+    WaitCollective(&req, "gather of checkpoint shard records");
+    if (rank_ != 0) return;
+    out->clear();
+    for (int r = 0; r < size_; ++r) out->push_back(all.substr(displs[r], counts[r]));
+  }
+
   void BroadcastString(std::string* text) override {
     long long n = static_cast<long long>(text->size());
     MPI_Request req;

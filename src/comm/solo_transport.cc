@@ -22,6 +22,7 @@ class SoloTransport final : public Transport {
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override {
     out->assign(mine.begin(), mine.end());
   }
+  void GatherStrings(const std::string& mine, std::vector<std::string>* out) override { *out = {mine}; }
   void BroadcastString(std::string*) override {}
   int AllMax(int value) override { return value; }
   void Barrier() override {}

@@ -24,6 +24,7 @@
 #include <tbb/task_group.h>
 
 #include "baton/data.h"
+#include "baton/buffer.h"
 #include "baton/error.h"
 
 namespace baton {
@@ -91,7 +92,7 @@ class DoubleBufferedLoader final : public BatchLoader {
  private:
   struct Slot {
     std::int64_t index = 0;
-    std::vector<float> inputs;         // (B, features)
+    FloatBuffer inputs;                // (B, features), aligned for the first layer
     std::vector<std::int32_t> labels;  // (B)
   };
 

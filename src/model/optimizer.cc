@@ -83,12 +83,17 @@ class Sgd final : public Optimizer {
     if (buf_.empty()) return {};
     return {std::span<float>(buf_)};
   }
+  std::vector<std::string> StateNames() const override {
+    if (buf_.empty()) return {};
+    return {"momentum_buffer"};
+  }
   std::int64_t steps() const override { return steps_; }
+  void set_steps(std::int64_t steps) override { steps_ = steps; }
 
  private:
   std::size_t num_params_;
   float lr_, momentum_, weight_decay_;
-  std::vector<float> buf_;  // momentum buffer; empty without momentum
+  FloatBuffer buf_;  // momentum buffer; empty without momentum
   std::int64_t steps_ = 0;
 };
 
@@ -130,13 +135,15 @@ class AdamW final : public Optimizer {
   }
 
   std::vector<std::span<float>> State() override { return {std::span<float>(exp_avg_), std::span<float>(exp_avg_sq_)}; }
+  std::vector<std::string> StateNames() const override { return {"exp_avg", "exp_avg_sq"}; }
   std::int64_t steps() const override { return steps_; }
+  void set_steps(std::int64_t steps) override { steps_ = steps; }
 
  private:
   std::size_t num_params_;
   OptimizerSpec spec_;
-  std::vector<float> exp_avg_;     // m
-  std::vector<float> exp_avg_sq_;  // v
+  FloatBuffer exp_avg_;     // m
+  FloatBuffer exp_avg_sq_;  // v
   std::int64_t steps_ = 0;
 };
 

@@ -86,7 +86,7 @@ class Executor {
   std::vector<ActivationStore> stores_;
   // Per local stage, m microbatches each: inputs (received or handed over
   // locally), output gradients, and outgoing activations / input gradients.
-  std::vector<std::vector<float>> inbox_f_, inbox_b_, outbox_f_, outbox_b_;
+  std::vector<FloatBuffer> inbox_f_, inbox_b_, outbox_f_, outbox_b_;
   std::vector<int> pending_sends_;  // request ids in flight (capacity preallocated)
   std::vector<WaitInfo> pending_info_;
   std::vector<ActionEvent>* events_ = nullptr;

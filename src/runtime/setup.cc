@@ -24,7 +24,7 @@ void LoadInitialWeights(const std::string& path, std::vector<std::unique_ptr<Sta
   }
 }
 
-void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u) {
+void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_metrics) {
   if (t.size() != c.pipeline.ranks) {
     throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})", c.source,
                                   c.pipeline.ranks, t.size(), c.pipeline.ranks));
@@ -62,18 +62,18 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u) {
   }
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed);
   // Opened during setup, so an unwritable path ends the job on every rank.
-  if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics);
+  if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics, append_metrics);
 }
 
 }  // namespace
 
-void SetUpRun(const TrainConfig& c, Transport& t, RunSetup& u) {
+void SetUpRun(const TrainConfig& c, Transport& t, RunSetup& u, bool append_metrics) {
   // Setup may fail on some ranks only (a data file the last rank reads, say):
   // all ranks agree before any message of a step is sent.
   std::string error;
   bool config_error = false;
   try {
-    BuildSetup(c, t, u);
+    BuildSetup(c, t, u, append_metrics);
   } catch (const ConfigError& e) {
     error = e.what();
     config_error = true;
@@ -86,7 +86,7 @@ void SetUpRun(const TrainConfig& c, Transport& t, RunSetup& u) {
   // The lowest failing rank reports; the others end quietly.
   const int worst = t.AllMax(error.empty() ? -1 : t.size() - t.rank());
   if (worst >= 0) {
-    if (u.metrics) u.metrics->Discard();
+    if (u.metrics && !append_metrics) u.metrics->Discard();
     if (t.size() - worst != t.rank()) throw PeerFailed();
     if (config_error) throw ConfigError(error);
     throw Error(error);

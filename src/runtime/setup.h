@@ -26,13 +26,13 @@ namespace baton {
 // metrics.jsonl, written by rank 0 (one JSON object per line, flushed).
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::string& path) : path_(path) {
+  MetricsLog(const std::string& path, bool append) : path_(path) {
     if (path.empty()) return;
     const std::filesystem::path p(path);
     std::error_code ec;
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
     if (ec) throw ConfigError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
-    out_.open(path, std::ios::trunc);
+    out_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!out_) throw ConfigError(fmt::format("{}: cannot write the metrics file", path));
   }
   // Closes and deletes the file (setup failed elsewhere: leave nothing behind).
@@ -68,7 +68,8 @@ struct RunSetup {
 // Builds `u` on every rank, then all ranks agree: on success it returns
 // everywhere; otherwise the lowest failing rank throws its error and the
 // others throw PeerFailed, and no file is left behind.
-void SetUpRun(const TrainConfig& config, Transport& transport, RunSetup& u);
+// `append_metrics`: a resumed run adds to the metrics file instead of starting it anew.
+void SetUpRun(const TrainConfig& config, Transport& transport, RunSetup& u, bool append_metrics = false);
 
 }  // namespace baton
 

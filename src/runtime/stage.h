@@ -112,10 +112,10 @@ class Stage {
   std::vector<std::size_t> wgrad_off_; // per op with parameters: its output gradient in the slot
   std::size_t dlogits_off_ = 0;
   std::size_t slot_floats_ = 0, forward_floats_ = 0;
-  std::vector<float> params_, grads_;
+  FloatBuffer params_, grads_;
   std::vector<Param> named_;
   // Workspace for one microbatch: recomputed activations, gradients, skip sums.
-  std::vector<float> ws_act_, ws_grad_, ws_skip_;
+  FloatBuffer ws_act_, ws_grad_, ws_skip_;
   std::vector<std::size_t> ws_off_;    // per activation index, into each of the three
   std::vector<char> is_block_input_;
 };

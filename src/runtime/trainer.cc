@@ -18,6 +18,7 @@
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "executor.h"
+#include "checkpoint.h"
 #include "setup.h"
 #include "stage.h"
 
@@ -72,10 +73,16 @@ void SaveWeights(const TrainConfig& c, Transport& t, RunSetup& u) {
 
 }  // namespace
 
-TrainSummary Train(const TrainConfig& c, Transport& t) {
+TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& options) {
   const auto start = Clock::now();
   RunSetup u;
-  SetUpRun(c, t, u);
+  SetUpRun(c, t, u, options.resume);
+  std::int64_t first_step = 1;
+  if (options.resume) {
+    const std::string dir = options.resume_dir.empty() ? c.checkpoint.dir : options.resume_dir;
+    if (dir.empty()) throw ConfigError("--resume needs a folder: give one, or set checkpoint.dir");
+    first_step = LoadCheckpoint(c, t, u, dir) + 1;
+  }
 
   const bool root = t.rank() == 0;
   MetricsLog* metrics = u.metrics.get();
@@ -91,7 +98,10 @@ TrainSummary Train(const TrainConfig& c, Transport& t) {
   TrainSummary summary;
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
-  for (std::int64_t step = 1; step <= total; ++step) {
+  if (root && first_step > 1) {  // said even without progress output
+    std::fprintf(stderr, "baton: resumed after step %lld\n", static_cast<long long>(first_step - 1));
+  }
+  for (std::int64_t step = first_step; step <= total; ++step) {
     const Batch batch = u.loader->Next();
     const StepStats stats = u.exec->RunStep(batch);
     auto& stages = u.exec->stages();
@@ -141,6 +151,9 @@ TrainSummary Train(const TrainConfig& c, Transport& t) {
         }
       }
       window_start = Clock::now();
+    }
+    if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
+      SaveCheckpoint(c, t, u, step);
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;

@@ -1,0 +1,106 @@
+// Checkpoints under mpirun: a run resumed at step k ends bit-identical to an
+// uninterrupted one; a damaged, missing or mismatched checkpoint is refused
+// with a message; an unfinished newest checkpoint falls back to the previous.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kCommon =
+    " --set pipeline.ranks=2 --set pipeline.schedule=zb_h1 --set data.shuffle=true --set data.samples=128"
+    " --set 'train.optimizer={type: adamw, lr: 0.01}' --set checkpoint.every_steps=2 --set checkpoint.keep=2";
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / ("baton_ckpt_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs the tiny config on 2 ranks; returns the exit code.
+  int Train(const std::string& args) {
+    const std::string cmd = "cd '" + dir_.string() + "' && timeout 120 '" BATON_MPIEXEC "' -np 2 '" + BATON_BINARY +
+                            "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml'" + kCommon + " " + args +
+                            " > log.txt 2>&1";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ / name, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
+  ASSERT_EQ(Train("--set train.steps=10 --set log.weights=whole.safetensors"), 0) << Read("log.txt");
+  // Two uninterrupted runs agree to the bit: the runs are reproducible.
+  ASSERT_EQ(Train("--set train.steps=10 --set log.weights=again.safetensors"), 0) << Read("log.txt");
+  EXPECT_EQ(Read("again.safetensors"), Read("whole.safetensors"));
+  // Stop after 6 steps (checkpoints at 2, 4, 6), then continue to 10.
+  ASSERT_EQ(Train("--set train.steps=6 --set checkpoint.dir=ck --set log.weights=part.safetensors"), 0)
+      << Read("log.txt");
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000004/manifest.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "ck/step-00000002")) << "keep: 2 keeps only the newest two";
+  ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck --set log.weights=resumed.safetensors --resume"), 0)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
+  const std::string whole = Read("whole.safetensors");
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(Read("resumed.safetensors"), whole);
+}
+
+TEST_F(CheckpointTest, UnfinishedNewestCheckpointFallsBackToThePrevious) {
+  ASSERT_EQ(Train("--set train.steps=10 --set log.weights=whole.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("--set train.steps=6 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  // A crash between the shards and the manifest: step 6 has shards, no manifest.
+  fs::remove(dir_ / "ck/step-00000006/manifest.json");
+  ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck --set log.weights=resumed.safetensors --resume ck"), 0)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 4"), std::string::npos) << Read("log.txt");
+  EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
+}
+
+TEST_F(CheckpointTest, MismatchedCheckpointIsRefusedSayingWhatDiffers) {
+  ASSERT_EQ(Train("--set train.steps=2 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set pipeline.schedule=1f1b --resume"), 2);
+  EXPECT_NE(Read("log.txt").find("cannot resume: the checkpoint does not match this run"), std::string::npos)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("schedule: checkpoint \"zb_h1\", this run \"1f1b\""), std::string::npos)
+      << Read("log.txt");
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set train.optimizer.lr=0.02 --resume"), 2);
+  EXPECT_NE(Read("log.txt").find("config digest"), std::string::npos) << Read("log.txt");
+}
+
+TEST_F(CheckpointTest, DamagedOrMissingCheckpointIsAnError) {
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=nothing --resume"), 2);
+  EXPECT_NE(Read("log.txt").find("no complete checkpoint to resume from"), std::string::npos) << Read("log.txt");
+  ASSERT_EQ(Train("--set train.steps=2 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  fs::resize_file(dir_ / "ck/step-00000002/rank-00001.safetensors", 100);
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --resume"), 2);
+  EXPECT_NE(Read("log.txt").find("it is damaged"), std::string::npos) << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("rank-00001.safetensors"), std::string::npos) << Read("log.txt");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
