@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -20,6 +21,7 @@ struct WaitInfo {
   int stage = -1;
   int microbatch = -1;
   int peer = -1;
+  const char* action = "";  // kind of the action that waits ("F", "B", "I"), if any
 };
 
 class Transport {
@@ -54,6 +56,9 @@ class Transport {
   // Largest of `value` over ranks, on every rank (a collective).
   virtual int AllMax(int value) = 0;
   virtual void Barrier() = 0;
+  // Called once when a wait passes its deadline, after the one-line message and
+  // before the job is aborted (the executor dumps its flight record here).
+  virtual void SetTimeoutHook(std::function<void()> hook) = 0;
   // Ends the whole job (all ranks) with `code` after printing nothing more.
   [[noreturn]] virtual void Abort(int code) = 0;
   // Largest tag this transport carries.

@@ -63,6 +63,7 @@ class MpiTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int max_tag() const override { return max_tag_; }
+  void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
 
   void Isend(int id, const float* data, std::size_t count, int peer, int tag) override {
     expected_[id] = -1;
@@ -187,11 +188,14 @@ class MpiTransport final : public Transport {
   void CheckDeadline(std::chrono::steady_clock::time_point start, const WaitInfo& info) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited < timeout_s_) return;
+    const std::string action =
+        *info.action ? fmt::format(" (action {}{}{})", info.stage, info.action, info.microbatch) : std::string();
     std::fprintf(stderr,
-                 "baton: rank %d: timed out waiting for %s of stage %d microbatch %d %s rank %d: waited %.1f s, "
+                 "baton: rank %d: timed out waiting for %s of stage %d microbatch %d%s %s rank %d: waited %.1f s, "
                  "limit %.1f s (pipeline.wait_timeout_s); aborting the job\n",
-                 rank_, info.what, info.stage, info.microbatch,
+                 rank_, info.what, info.stage, info.microbatch, action.c_str(),
                  std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", info.peer, waited, timeout_s_);
+    if (timeout_hook_) timeout_hook_();
     Abort(3);
   }
 
@@ -228,6 +232,7 @@ class MpiTransport final : public Transport {
   std::vector<MPI_Request> requests_;
   std::vector<long> expected_;  // receive: floats expected; send: -1
   double timeout_s_;
+  std::function<void()> timeout_hook_;
 };
 
 }  // namespace

@@ -25,6 +25,7 @@ class SoloTransport final : public Transport {
   void GatherStrings(const std::string& mine, std::vector<std::string>* out) override { *out = {mine}; }
   void BroadcastString(std::string*) override {}
   int AllMax(int value) override { return value; }
+  void SetTimeoutHook(std::function<void()>) override {}
   void Barrier() override {}
   [[noreturn]] void Abort(int code) override { std::_Exit(code); }
   int max_tag() const override { return std::numeric_limits<int>::max(); }

@@ -131,6 +131,7 @@ void SaveCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_
     const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
     record = json{{"rank", t.rank()}, {"file", file}, {"bytes", bytes}, {"crc32", crc}}.dump();
   });
+  MaybeInjectFault(u.fault, t.rank(), step, "checkpoint");  // a crash between shards and manifest
   // Every shard is durable: only now may the manifest make the checkpoint real.
   std::vector<std::string> records;
   t.GatherStrings(record, &records);

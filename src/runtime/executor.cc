@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -129,6 +130,9 @@ StepStats Executor::RunStep(const Batch& batch) {
   const auto& rank_of = lowered_.stage_rank;
   for (const Action& a : lowered_.actions[rank_]) {
     const int s = a.stage, j = a.microbatch;
+    Flight& flight = flight_[flight_next_++ % kFlight];
+    flight = {step_, a, Now(), -1};
+    if (fault_.mode != Fault::kNone && IsCompute(a.kind)) MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     switch (a.kind) {
       case ActionKind::kRecvF:
         t_.Irecv(Id(kRecvF, s, j), InboxF(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagF(s - 1, j));
@@ -154,7 +158,7 @@ StepStats Executor::RunStep(const Batch& batch) {
           x = batch.inputs.data() + std::size_t(j) * rows_ * width_in_[0];
         } else {
           if (rank_of[s - 1] != rank_) {
-            WaitRecorded(Id(kRecvF, s, j), {"RECV_F", s, j, rank_of[s - 1]}, ActionEvent::kWaitRecvF, s, j);
+            WaitRecorded(Id(kRecvF, s, j), {"RECV_F", s, j, rank_of[s - 1], "F"}, ActionEvent::kWaitRecvF, s, j);
           }
           x = InboxF(s, j);
         }
@@ -181,7 +185,8 @@ StepStats Executor::RunStep(const Batch& batch) {
         const float* dy = nullptr;
         if (s + 1 < S_) {
           if (rank_of[s + 1] != rank_) {
-            WaitRecorded(Id(kRecvB, s, j), {"RECV_B", s, j, rank_of[s + 1]}, ActionEvent::kWaitRecvB, s, j);
+            WaitRecorded(Id(kRecvB, s, j), {"RECV_B", s, j, rank_of[s + 1], KindName(a.kind).data()},
+                         ActionEvent::kWaitRecvB, s, j);
           }
           dy = InboxB(s, j);
         }
@@ -205,9 +210,27 @@ StepStats Executor::RunStep(const Batch& batch) {
       default:
         break;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do here
     }
+    flight.end = Now();
   }
   WaitSends();
   return stats;
+}
+
+void Executor::WriteFlightRecord(const std::string& path) const {
+  std::string out = fmt::format("{{\"rank\": {}, \"step\": {}, \"now\": {:.6f}, \"actions\": [", rank_, step_, Now());
+  const std::size_t n = std::min(flight_next_, kFlight);
+  for (std::size_t k = 0; k < n; ++k) {
+    const Flight& f = flight_[(flight_next_ - n + k) % kFlight];
+    out += fmt::format("{}\n  {{\"step\": {}, \"action\": \"{}\", \"start\": {:.6f}, \"end\": {}, \"state\": \"{}\"}}",
+                       k ? "," : "", f.step, ToString(f.action), f.start,
+                       f.end < 0 ? std::string("null") : fmt::format("{:.6f}", f.end), f.end < 0 ? "running" : "done");
+  }
+  out += "\n]}\n";
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) return;
+  std::fputs(out.c_str(), file);
+  std::fclose(file);
+  std::fprintf(stderr, "baton: rank %d: flight record in %s\n", rank_, path.c_str());
 }
 
 StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples) {

@@ -4,7 +4,10 @@
 #ifndef BATON_RUNTIME_EXECUTOR_H_
 #define BATON_RUNTIME_EXECUTOR_H_
 
+#include <array>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <memory>
 #include <vector>
 
@@ -29,6 +32,22 @@ struct ActionEvent {
   double start = 0.0;
   double end = 0.0;
 };
+
+// A fault to inject, for testing how runs fail (BATON_FAULT, see fault.cc):
+// on `rank`, at step `step`, when action `action` ("F", "B", "I", "W", or
+// "checkpoint") is reached: stall forever, exit at once, or die by SIGKILL.
+struct Fault {
+  enum Mode { kNone, kStall, kExit, kKill };
+  Mode mode = kNone;
+  int rank = -1;
+  std::int64_t step = -1;
+  std::string action;
+};
+// Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall"); none if
+// unset. Throws ConfigError if it is malformed.
+Fault FaultFromEnvironment();
+// Triggers `fault` if it matches (rank, step, action).
+void MaybeInjectFault(const Fault& fault, int rank, std::int64_t step, std::string_view action);
 
 struct StepStats {
   double loss_sum = 0.0;       // sum of per-sample losses (last stage's rank)
@@ -55,6 +74,13 @@ class Executor {
   // beforehand and recording allocates nothing.
   void SetRecorder(std::vector<ActionEvent>* events) { events_ = events; }
   std::size_t EventsPerStep() const;
+
+  // The step being run (for the flight record and fault injection).
+  void set_step(std::int64_t step) { step_ = step; }
+  void set_fault(const Fault& fault) { fault_ = fault; }
+  // Writes the last actions this rank ran or was running, with timestamps,
+  // as JSON (on a deadline's expiry).
+  void WriteFlightRecord(const std::string& path) const;
 
   std::vector<std::unique_ptr<Stage>>& stages() { return stages_; }  // local, ascending stage index
   std::vector<ActivationStore>& stores() { return stores_; }
@@ -90,6 +116,17 @@ class Executor {
   std::vector<int> pending_sends_;  // request ids in flight (capacity preallocated)
   std::vector<WaitInfo> pending_info_;
   std::vector<ActionEvent>* events_ = nullptr;
+  // Flight record: the last kFlight actions (a ring), always kept.
+  struct Flight {
+    std::int64_t step = 0;
+    Action action;
+    double start = 0, end = -1;  // end < 0: still running
+  };
+  static constexpr std::size_t kFlight = 64;
+  std::array<Flight, kFlight> flight_{};
+  std::size_t flight_next_ = 0;
+  std::int64_t step_ = 0;
+  Fault fault_;
 };
 
 }  // namespace baton

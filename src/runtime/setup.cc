@@ -61,6 +61,14 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
                                   c.train.batch_size, u.train.samples));
   }
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed);
+  u.fault = FaultFromEnvironment();
+  u.exec->set_fault(u.fault);
+  // On a deadline's expiry the rank leaves its last actions next to the metrics.
+  const std::filesystem::path metrics_dir = std::filesystem::path(c.log.metrics).parent_path();
+  const std::string flight =
+      (metrics_dir.empty() ? std::filesystem::path(".") : metrics_dir) / fmt::format("flight-rank-{}.json", rank);
+  Executor* exec = u.exec.get();
+  t.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
   // Opened during setup, so an unwritable path ends the job on every rank.
   if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics, append_metrics);
 }

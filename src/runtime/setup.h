@@ -63,6 +63,7 @@ struct RunSetup {
   std::unique_ptr<BatchLoader> loader;
   bool first_rank = false, last_rank = false;
   std::unique_ptr<MetricsLog> metrics;  // rank 0
+  Fault fault;                          // BATON_FAULT, for testing
 };
 
 // Builds `u` on every rank, then all ranks agree: on success it returns

@@ -103,6 +103,7 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
   }
   for (std::int64_t step = first_step; step <= total; ++step) {
     const Batch batch = u.loader->Next();
+    u.exec->set_step(step);
     const StepStats stats = u.exec->RunStep(batch);
     auto& stages = u.exec->stages();
     for (std::size_t k = 0; k < stages.size(); ++k) {

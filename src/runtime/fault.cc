@@ -1,0 +1,75 @@
+// Fault injection, for testing only: BATON_FAULT="RANK:STEP:ACTION:MODE".
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "baton/error.h"
+#include "executor.h"
+
+namespace baton {
+
+Fault FaultFromEnvironment() {
+  const char* text = std::getenv("BATON_FAULT");
+  if (text == nullptr || *text == '\0') return {};
+  const std::string s(text);
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (std::size_t colon; (colon = s.find(':', start)) != std::string::npos; start = colon + 1) {
+    parts.push_back(s.substr(start, colon - start));
+  }
+  parts.push_back(s.substr(start));
+  auto bad = [&](const std::string& why) {
+    return ConfigError(fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W or "
+                                   "checkpoint and MODE stall, exit or kill)",
+                                   s, why));
+  };
+  if (parts.size() != 4) throw bad("four fields needed");
+  Fault f;
+  try {
+    f.rank = std::stoi(parts[0]);
+    f.step = std::stoll(parts[1]);
+  } catch (const std::exception&) {
+    throw bad("RANK and STEP must be numbers");
+  }
+  f.action = parts[2];
+  if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "checkpoint") {
+    throw bad("unknown action '" + f.action + "'");
+  }
+  if (parts[3] == "stall") {
+    f.mode = Fault::kStall;
+  } else if (parts[3] == "exit") {
+    f.mode = Fault::kExit;
+  } else if (parts[3] == "kill") {
+    f.mode = Fault::kKill;
+  } else {
+    throw bad("unknown mode '" + parts[3] + "'");
+  }
+  return f;
+}
+
+void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_view action) {
+  if (f.mode == Fault::kNone || f.rank != rank || f.step != step || f.action != action) return;
+  std::fprintf(stderr, "baton: rank %d: injected fault (BATON_FAULT): %s at step %lld, %.*s\n", rank,
+               f.mode == Fault::kStall ? "stalling" : f.mode == Fault::kExit ? "exiting" : "killed",
+               static_cast<long long>(step), static_cast<int>(action.size()), action.data());
+  std::fflush(stderr);
+  switch (f.mode) {
+    case Fault::kStall:
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    case Fault::kExit:
+      std::_Exit(7);
+    case Fault::kKill:
+      ::kill(::getpid(), SIGKILL);
+      std::_Exit(9);
+    case Fault::kNone:
+      break;
+  }
+}
+
+}  // namespace baton
