@@ -36,13 +36,25 @@ std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, cons
 
 // Reads a layer list; `width` is the number of features entering it and
 // comes back as the number leaving it.
-std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& width) {
+// Limits that keep a config's layer tree finite and small: YAML aliases can
+// make a list contain itself, or double at every level.
+constexpr int kMaxNesting = 16;
+constexpr int kMaxLayers = 100000;
+
+std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& width, int depth, int* count) {
   YAML::Node list = parent.Node(key);
   if (!list.IsDefined() || list.IsNull() || !list.IsSequence() || list.size() == 0) {
     parent.Fail(list, key, "must be a non-empty list of layers, e.g. [{type: linear, out: 128}, {type: relu}]");
   }
+  if (depth > kMaxNesting) {
+    parent.Fail(list, key, fmt::format("residual blocks nest deeper than {} levels (a YAML alias that refers to itself?)",
+                                       kMaxNesting));
+  }
   std::vector<LayerSpec> out;
   for (YamlMap& item : parent.MapList(key)) {
+    if (++*count > kMaxLayers) {
+      parent.Fail(list, key, fmt::format("the model has more than {} layers (YAML aliases repeating a list?)", kMaxLayers));
+    }
     LayerSpec spec;
     spec.type = OneOf(item, "type", "", LayerTypes());
     if (spec.type == "linear") {
@@ -54,7 +66,7 @@ std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& wi
       spec.eps = item.GetNumber("eps", 1e-5, std::numeric_limits<double>::min(), 1.0);
     } else if (spec.type == "residual") {
       const int in = width;
-      spec.body = ReadLayers(item, "layers", width);
+      spec.body = ReadLayers(item, "layers", width, depth + 1, count);
       if (width != in) {
         item.Fail(item.Node("layers"), "layers",
                   fmt::format("a residual block's body must keep the width: {} features in, {} out", in, width));
@@ -125,7 +137,8 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                fmt::format("the dataset has {} features, but the model takes {}", c.data.features, c.model.input));
   }
   int width = c.model.input;
-  c.model.layers = ReadLayers(model, "layers", width);
+  int layer_count = 0;
+  c.model.layers = ReadLayers(model, "layers", width, 0, &layer_count);
   if (width != c.data.classes) {
     model.Fail(model.Node("layers"), "layers",
                fmt::format("the last layer gives {} outputs, but the dataset has {} classes (cross_entropy needs one "

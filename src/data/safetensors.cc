@@ -175,7 +175,10 @@ std::vector<NamedTensor> ReadSafetensors(const std::string& path) {
   };
   std::vector<Entry> entries;
   entries.reserve(header.size());
-  for (const auto& [name, info] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named copies: older clang cannot capture structured bindings in lambdas.
+    const std::string& name = item.key();
+    const auto& info = item.value();
     if (name == kMetadataKey) continue;
     auto bad = [&](const std::string& what) { return error(fmt::format("tensor '{}': {}", name, what)); };
     if (!info.is_object()) throw bad("the entry must be an object with dtype, shape and data_offsets");

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <map>
 #include <fstream>
 #include <istream>
 #include <ostream>
@@ -38,8 +39,10 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
   std::string line;
   std::vector<std::vector<Action>> rows;
   // Where each stage was first seen: (rank, column), to explain a conflict.
-  std::vector<std::pair<int, int>> first_seen;
-  int max_stage = -1, max_mb = -1;
+  // A map, not a vector indexed by stage: a cell like "2000000000F0" must not
+  // make the reader allocate in proportion to the number it names.
+  std::map<int, std::pair<int, int>> first_seen;
+  long long max_stage = -1, max_mb = -1, compute_cells = 0;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();  // PyTorch writes CRLF
     const int rank = static_cast<int>(rows.size());
@@ -49,18 +52,17 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
       std::string where = fmt::format("{}: row {} (rank {}), column {}", source_name, rank + 1, rank, column + 1);
       Action a = ParseAction(cell, where);
       if (a.kind != ActionKind::kIdle) {
-        if (a.stage >= static_cast<int>(first_seen.size())) first_seen.resize(a.stage + 1, {-1, -1});
-        auto& seen = first_seen[a.stage];
-        if (seen.first < 0) {
-          seen = {rank, column};
-        } else if (seen.first != rank) {
+        compute_cells += IsCompute(a.kind);
+        auto [it, inserted] = first_seen.try_emplace(a.stage, rank, column);
+        const auto& seen = it->second;
+        if (!inserted && seen.first != rank) {
           throw ScheduleError(fmt::format(
               "{}: stage {} appears on two ranks: rank {} (\"{}\", column {}) and rank {} "
               "(column {}); each stage must live on exactly one rank",
               where, a.stage, rank, ToString(a), column + 1, seen.first, seen.second + 1));
         }
-        max_stage = std::max(max_stage, a.stage);
-        if (HasMicrobatch(a.kind)) max_mb = std::max(max_mb, a.microbatch);
+        max_stage = std::max<long long>(max_stage, a.stage);
+        if (HasMicrobatch(a.kind)) max_mb = std::max<long long>(max_mb, a.microbatch);
       }
       row.push_back(a);
       ++column;
@@ -80,17 +82,32 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
     }
   }
   if (rows.empty()) throw ScheduleError(fmt::format("{}: the schedule file has no rows", source_name));
-  for (int stage = 0; stage <= max_stage; ++stage) {
-    if (first_seen[stage].first < 0) {
-      throw ScheduleError(fmt::format(
-          "{}: stage {} has no action on any rank, but stage {} does; stages must be numbered "
-          "0..{} without gaps",
-          source_name, stage, max_stage, max_stage));
+  // A gap in the stage numbers is the likelier mistake; look for one first,
+  // as long as the numbers are small enough to walk.
+  if (max_stage < compute_cells) {
+    for (long long stage = 0; stage <= max_stage; ++stage) {
+      if (!first_seen.count(static_cast<int>(stage))) {
+        throw ScheduleError(fmt::format(
+            "{}: stage {} has no action on any rank, but stage {} does; stages must be numbered "
+            "0..{} without gaps",
+            source_name, stage, max_stage, max_stage));
+      }
     }
   }
+  // Every stage needs an F and a backward for every microbatch, so a file
+  // naming stage S and microbatch M that holds fewer than (S+1)(M+1) compute
+  // cells is far from complete; it is refused here, before any pass sizes its
+  // tables by those numbers (the structure check explains smaller gaps).
+  const double needed = static_cast<double>(max_stage + 1) * static_cast<double>(std::max(max_mb + 1, 1LL));
+  if (max_mb >= 0 && needed > static_cast<double>(compute_cells)) {
+    throw ScheduleError(fmt::format(
+        "{}: the file names stages up to {} and microbatches up to {}, which needs an F and a backward for each "
+        "of {} (stage, microbatch) pairs, but it holds only {} compute actions",
+        source_name, max_stage, max_mb, needed, compute_cells));
+  }
   s.ranks = static_cast<int>(rows.size());
-  s.stages = max_stage + 1;
-  s.microbatches = max_mb + 1;
+  s.stages = static_cast<int>(max_stage + 1);
+  s.microbatches = static_cast<int>(max_mb + 1);
   s.stage_rank.resize(s.stages);
   for (int stage = 0; stage < s.stages; ++stage) s.stage_rank[stage] = first_seen[stage].first;
   s.actions = std::move(rows);

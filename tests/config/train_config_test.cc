@@ -730,5 +730,14 @@ TEST(DescribeTrainConfig, AdamWRoundTrips) {
   EXPECT_EQ(back.train.optimizer.eps, 1e-6);
 }
 
+TEST(TrainConfigFuzzFindings, SelfReferringAliasIsAnErrorNotAStackOverflow) {
+  try {
+    ParseTrainConfig("model:\n  layers: &l [{type: residual, layers: *l}]\n", "alias.yaml");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("nest deeper than 16 levels"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace baton

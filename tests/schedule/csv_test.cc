@@ -97,6 +97,15 @@ TEST(Csv, StructuralProblemsOfTheFileAreExplained) {
   EXPECT_EQ(FromCsv("0F0,0B0\r\n\r\n\r\n").ranks, 1);  // trailing blank lines are not ranks
 }
 
+TEST(Csv, HugeStageOrMicrobatchNumbersAreRefusedWithoutAllocating) {
+  // Found by fuzzing: tables sized by these numbers would take gigabytes.
+  for (const char* text : {"0F0,1I1777777777\n", "0SEND_B474836414\n", "1777777777F0\n", "2147483647F0\n",
+                           "0F2147483647\n"}) {
+    const std::string msg = ErrorOf(text);
+    EXPECT_NE(msg.find("pairs, but it holds only"), std::string::npos) << text << ": " << msg;
+  }
+}
+
 TEST(Csv, UnreadableFileIsAnError) {
   EXPECT_THROW(ReadCsvFile("/nonexistent/schedule.csv"), ScheduleError);
 }
