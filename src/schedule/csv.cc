@@ -42,7 +42,7 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
   // A map, not a vector indexed by stage: a cell like "2000000000F0" must not
   // make the reader allocate in proportion to the number it names.
   std::map<int, std::pair<int, int>> first_seen;
-  long long max_stage = -1, max_mb = -1, compute_cells = 0;
+  long long max_stage = -1, max_mb = -1, compute_cells = 0, action_cells = 0;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();  // PyTorch writes CRLF
     const int rank = static_cast<int>(rows.size());
@@ -53,6 +53,7 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
       Action a = ParseAction(cell, where);
       if (a.kind != ActionKind::kIdle) {
         compute_cells += IsCompute(a.kind);
+        ++action_cells;
         auto [it, inserted] = first_seen.try_emplace(a.stage, rank, column);
         const auto& seen = it->second;
         if (!inserted && seen.first != rank) {
@@ -82,9 +83,14 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
     }
   }
   if (rows.empty()) throw ScheduleError(fmt::format("{}: the schedule file has no rows", source_name));
-  // A gap in the stage numbers is the likelier mistake; look for one first,
-  // as long as the numbers are small enough to walk.
-  if (max_stage < compute_cells) {
+  // Every stage appears in some cell, so stage numbers beyond the number of
+  // cells leave a gap; saying so first keeps every later table small.
+  if (max_stage >= action_cells) {
+    throw ScheduleError(fmt::format("{}: the file names stage {} but holds only {} actions; stages must be numbered "
+                                    "0..S-1 without gaps",
+                                    source_name, max_stage, action_cells));
+  }
+  {
     for (long long stage = 0; stage <= max_stage; ++stage) {
       if (!first_seen.count(static_cast<int>(stage))) {
         throw ScheduleError(fmt::format(

@@ -99,10 +99,13 @@ TEST(Csv, StructuralProblemsOfTheFileAreExplained) {
 
 TEST(Csv, HugeStageOrMicrobatchNumbersAreRefusedWithoutAllocating) {
   // Found by fuzzing: tables sized by these numbers would take gigabytes.
-  for (const char* text : {"0F0,1I1777777777\n", "0SEND_B474836414\n", "1777777777F0\n", "2147483647F0\n",
-                           "0F2147483647\n"}) {
+  for (const char* text : {"0F0,1I1777777777\n", "0SEND_B474836414\n", "0F2147483647\n"}) {
     const std::string msg = ErrorOf(text);
     EXPECT_NE(msg.find("pairs, but it holds only"), std::string::npos) << text << ": " << msg;
+  }
+  for (const char* text : {"1777777777F0\n", "2147483647F0\n", ",21474836RESHARD,\n"}) {
+    const std::string msg = ErrorOf(text);
+    EXPECT_NE(msg.find("stages must be numbered 0..S-1 without gaps"), std::string::npos) << text << ": " << msg;
   }
 }
 
