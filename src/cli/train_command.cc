@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -27,10 +28,12 @@ struct TrainFlags {
   TrainOptions options;
 };
 
-// Every rank runs this. Errors: setup errors end the job with exit code 2 on
-// every rank (one rank prints); anything during training prints with the rank
-// and aborts the whole job.
-int RunTrain(const TrainFlags& f) {
+// Every rank runs this: reads the config on rank 0, broadcasts and parses it,
+// then runs `job(transport, config, config_text)`. Errors: setup errors end
+// the job with exit code 2 on every rank (one rank prints); anything else
+// prints with the rank and aborts the whole job.
+int RunOnAllRanks(const TrainFlags& f,
+                  const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job) {
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
   std::unique_ptr<Transport> transport;
@@ -57,8 +60,8 @@ int RunTrain(const TrainFlags& f) {
       if (rank == 0) std::fprintf(stderr, "baton: error: %s\n", e.what());
       return 2;
     }
-    // Train() raises a setup error on one rank only (the lowest that failed).
-    Train(*config, *transport, f.options);
+    // Setup errors inside the job are raised on one rank only (the lowest that failed).
+    job(*transport, *config, message.substr(1));
   } catch (const PeerFailed&) {
     return 2;
   } catch (const ConfigError& e) {
@@ -72,6 +75,12 @@ int RunTrain(const TrainFlags& f) {
     MpiSession::AbortWorld(1);
   }
   return 0;
+}
+
+int RunTrain(const TrainFlags& f) {
+  return RunOnAllRanks(f, [&](Transport& t, const TrainConfig& config, const std::string&) {
+    Train(config, t, f.options);
+  });
 }
 
 struct BenchFlags {
@@ -181,38 +190,18 @@ std::string SweepSvg(const std::vector<std::pair<std::string, BenchReport>>& row
 }
 
 int RunBench(const BenchFlags& f) {
-  MpiSession mpi(nullptr, nullptr);
-  const int rank = MpiSession::WorldRank();
-  std::unique_ptr<Transport> transport;
-  try {
-    transport = MakeMpiTransport();
-    std::string message;
-    if (rank == 0) {
-      try {
-        message = "1" + ReadTextFile(f.train.config);
-      } catch (const ConfigError& e) {
-        message = std::string("0") + e.what();
-      }
-    }
-    transport->BroadcastString(&message);
-    std::unique_ptr<TrainConfig> config;
-    try {
-      if (message.empty() || message[0] != '1') throw ConfigError(message.empty() ? "empty config" : message.substr(1));
-      config = std::make_unique<TrainConfig>(ParseTrainConfig(message.substr(1), f.train.config, f.train.set));
-    } catch (const ConfigError& e) {
-      if (rank == 0) std::fprintf(stderr, "baton: error: %s\n", e.what());
-      return 2;
-    }
+  return RunOnAllRanks(f.train, [&](Transport& t, const TrainConfig& config, const std::string& text) {
+    const int rank = t.rank();
     if (!f.sweep) {
-      const BenchReport report = Bench(*config, *transport, f.options);
+      const BenchReport report = Bench(config, t, f.options);
       if (rank == 0 && !f.options.quiet) PrintReport(report);
-      return 0;
+      return;
     }
     // Every combination in one job; one that cannot be built is skipped.
     std::vector<std::pair<std::string, BenchReport>> rows;
     std::string skipped;
     const std::vector<std::string> mbs =
-        f.microbatches_list.empty() ? std::vector<std::string>{std::to_string(config->pipeline.microbatches)}
+        f.microbatches_list.empty() ? std::vector<std::string>{std::to_string(config.pipeline.microbatches)}
                                     : Split(f.microbatches_list);
     const std::vector<std::string> chunks =
         f.chunks_list.empty() ? std::vector<std::string>{"0"} : Split(f.chunks_list);
@@ -229,10 +218,10 @@ int RunBench(const BenchFlags& f) {
           sets.push_back("pipeline.chunks=" + (multi ? v : std::string("0")));
           const std::string label = fmt::format("{} m{}{}", sched, m, multi ? fmt::format(" v{}", v == "0" ? "2" : v) : "");
           try {
-            const TrainConfig c = ParseTrainConfig(message.substr(1), f.train.config, sets);
+            const TrainConfig c = ParseTrainConfig(text, f.train.config, sets);
             BenchOptions o = f.options;
             o.json_path = o.trace_path = o.svg_path = "";
-            rows.push_back({label, Bench(c, *transport, o)});
+            rows.push_back({label, Bench(c, t, o)});
             if (rank == 0) std::fprintf(stderr, "sweep: %s: %.0f samples/s, bubble %.1f%%\n", label.c_str(),
                                         rows.back().second.samples_per_s, 100 * rows.back().second.bubble_rate);
           } catch (const PeerFailed&) {
@@ -261,19 +250,7 @@ int RunBench(const BenchFlags& f) {
       std::fprintf(stdout, "wrote %s.csv, %s.json, %s.svg\n", f.sweep_out.c_str(), f.sweep_out.c_str(),
                    f.sweep_out.c_str());
     }
-  } catch (const PeerFailed&) {
-    return 2;
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
-    return 2;
-  } catch (const ScheduleError& e) {
-    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, e.what());
-    MpiSession::AbortWorld(1);
-  }
-  return 0;
+  });
 }
 
 void RunValidate(const TrainFlags& f) {
