@@ -1,15 +1,15 @@
 // The training config: model, pipeline, data, train, checkpoint, log.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
-#include <memory>
-#include <set>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <set>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "baton/config.h"
 #include "baton/error.h"
@@ -47,13 +47,15 @@ std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& wi
     parent.Fail(list, key, "must be a non-empty list of layers, e.g. [{type: linear, out: 128}, {type: relu}]");
   }
   if (depth > kMaxNesting) {
-    parent.Fail(list, key, fmt::format("residual blocks nest deeper than {} levels (a YAML alias that refers to itself?)",
-                                       kMaxNesting));
+    parent.Fail(
+        list, key,
+        fmt::format("residual blocks nest deeper than {} levels (a YAML alias that refers to itself?)", kMaxNesting));
   }
   std::vector<LayerSpec> out;
   for (YamlMap& item : parent.MapList(key)) {
     if (++*count > kMaxLayers) {
-      parent.Fail(list, key, fmt::format("the model has more than {} layers (YAML aliases repeating a list?)", kMaxLayers));
+      parent.Fail(list, key,
+                  fmt::format("the model has more than {} layers (YAML aliases repeating a list?)", kMaxLayers));
     }
     LayerSpec spec;
     spec.type = OneOf(item, "type", "", LayerTypes());
@@ -231,6 +233,13 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.checkpoint.every_steps = ckpt.Get<long long>("every_steps", 0);
   if (c.checkpoint.every_steps < 0) ckpt.Fail(ckpt.Node("every_steps"), "every_steps", "must be >= 0");
   c.checkpoint.keep = ckpt.GetInt("keep", 1, 1, kMaxInt);
+  // Either half alone would silently write nothing.
+  if (c.checkpoint.every_steps > 0 && c.checkpoint.dir.empty()) {
+    ckpt.Fail(ckpt.Node("every_steps"), "every_steps", "needs checkpoint.dir, the folder to write checkpoints in");
+  }
+  if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps == 0) {
+    ckpt.Fail(ckpt.Node("dir"), "dir", "needs checkpoint.every_steps > 0, how often to write a checkpoint");
+  }
   ckpt.Finish();
 
   YamlMap log = top.Map("log");
@@ -284,8 +293,7 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   const PipelineConfig& p = c.pipeline;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "ranks" << YAML::Value << p.ranks
-    << YAML::Key << "microbatches" << YAML::Value << p.microbatches << YAML::Key << "chunks" << YAML::Value
-    << p.chunks;
+    << YAML::Key << "microbatches" << YAML::Value << p.microbatches << YAML::Key << "chunks" << YAML::Value << p.chunks;
   e << YAML::Key << "partition" << YAML::Value;
   if (p.partition == "explicit") {
     e << YAML::Flow << p.partition_counts;
@@ -293,8 +301,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     e << p.partition;
   }
   e << YAML::Key << "balance_by" << YAML::Value << p.balance_by << YAML::Key << "checkpointing" << YAML::Value
-    << p.checkpointing << YAML::Key << "keep" << YAML::Value << YAML::Flow << p.keep << YAML::Key
-    << "wait_timeout_s" << YAML::Value << p.wait_timeout_s;
+    << p.checkpointing << YAML::Key << "keep" << YAML::Value << YAML::Flow << p.keep << YAML::Key << "wait_timeout_s"
+    << YAML::Value << p.wait_timeout_s;
   e << YAML::EndMap;
   const DataConfig& d = c.data;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value << d.dataset;
@@ -304,8 +312,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "features" << YAML::Value << d.features
       << YAML::Key << "classes" << YAML::Value << d.classes;
   }
-  e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed
-    << YAML::Key << "evaluate" << YAML::Value << d.evaluate << YAML::EndMap;
+  e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed << YAML::Key
+    << "evaluate" << YAML::Value << d.evaluate << YAML::EndMap;
   const OptimizerSpec& o = c.train.optimizer;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "batch_size" << YAML::Value
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"
@@ -321,8 +329,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   }
   e << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value
-    << c.checkpoint.dir << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps << YAML::Key
-    << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
+    << c.checkpoint.dir << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps << YAML::Key << "keep"
+    << YAML::Value << c.checkpoint.keep << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
     << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
     << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;

@@ -1,14 +1,13 @@
 #include "yaml_reader.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <charconv>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "baton/error.h"
 
@@ -87,8 +86,8 @@ std::string ApplyOverride(YAML::Node& root, const std::string& assignment, const
       std::size_t index = 0;
       auto [ptr, ec] = std::from_chars(key.data(), key.data() + key.size(), index);
       if (ec != std::errc() || ptr != key.data() + key.size() || index >= cur.size()) {
-        throw ConfigError(fmt::format("--set {}: '{}' is not an index of the list at that point ({} items)",
-                                      assignment, key, cur.size()));
+        throw ConfigError(fmt::format("--set {}: '{}' is not an index of the list at that point ({} items)", assignment,
+                                      key, cur.size()));
       }
       if (last) {
         cur[index] = value;
@@ -99,7 +98,8 @@ std::string ApplyOverride(YAML::Node& root, const std::string& assignment, const
       continue;
     }
     if (!cur.IsMap() && !cur.IsNull()) {
-      throw ConfigError(fmt::format("--set {}: cannot set key '{}' inside a value that is not a mapping", assignment, key));
+      throw ConfigError(
+          fmt::format("--set {}: cannot set key '{}' inside a value that is not a mapping", assignment, key));
     }
     if (last) {
       cur[key] = value;
@@ -128,8 +128,8 @@ YamlMap::YamlMap(YAML::Node node, std::string file, std::string path,
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (!seen.insert(key).second) {
-      throw ConfigError(fmt::format("{}: duplicate key '{}': each key may appear once",
-                                    Locate(it->first, KeyPath(key)), KeyPath(key)));
+      throw ConfigError(fmt::format("{}: duplicate key '{}': each key may appear once", Locate(it->first, KeyPath(key)),
+                                    KeyPath(key)));
     }
   }
 }
@@ -257,9 +257,19 @@ int YamlMap::GetInt(std::string_view key, int fallback, int min, int max) {
 double YamlMap::GetNumber(std::string_view key, double fallback, double min, double max) {
   const double v = Get(key, fallback);
   if (v < min || v > max) {
-    Fail(Lookup(key), key,
-         std::isinf(max) ? fmt::format("must be at least {}, got {}", min, v)
-                         : fmt::format("must be in [{}, {}], got {}", min, max, v));
+    // The smallest positive double as a lower bound means "greater than 0".
+    const bool positive = min == std::numeric_limits<double>::min();
+    std::string rule;
+    if (positive && std::isinf(max)) {
+      rule = fmt::format("must be greater than 0, got {}", v);
+    } else if (positive) {
+      rule = fmt::format("must be in (0, {}], got {}", max, v);
+    } else if (std::isinf(max)) {
+      rule = fmt::format("must be at least {}, got {}", min, v);
+    } else {
+      rule = fmt::format("must be in [{}, {}], got {}", min, max, v);
+    }
+    Fail(Lookup(key), key, rule);
   }
   return v;
 }
@@ -291,8 +301,9 @@ void YamlMap::Finish() const {
     }
     std::string allowed;
     for (const std::string& k : known_) allowed += (allowed.empty() ? "" : ", ") + k;
-    throw ConfigError(fmt::format("{}: unknown key '{}'{} (allowed here: {})", Locate(it->first, KeyPath(key)), KeyPath(key),
-                                  best.empty() ? "" : fmt::format("; did you mean '{}'?", best), allowed));
+    throw ConfigError(fmt::format("{}: unknown key '{}'{} (allowed here: {})", Locate(it->first, KeyPath(key)),
+                                  KeyPath(key), best.empty() ? "" : fmt::format("; did you mean '{}'?", best),
+                                  allowed));
   }
 }
 

@@ -5,13 +5,13 @@
 // whole flow maps, and their errors name the --set instead of a file
 // position; the description `baton validate` prints parses back to the same
 // settings.
+#include <gtest/gtest.h>
+
 #include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "baton/config.h"
 #include "baton/error.h"
@@ -286,8 +286,9 @@ TEST(TrainConfigErrors, UnknownLayerType) {
     - {type: linear, out: 3}
 data: {dataset: synthetic, features: 4, classes: 3}
 )");
-  EXPECT_TRUE(Contains(msg, "t.yaml:4:14: model.layers[1].type: 'conv' is not one of: linear, relu, gelu, "
-                            "layernorm, residual"))
+  EXPECT_TRUE(Contains(msg,
+                       "t.yaml:4:14: model.layers[1].type: 'conv' is not one of: linear, relu, gelu, "
+                       "layernorm, residual"))
       << msg;
 }
 
@@ -314,8 +315,9 @@ TEST(TrainConfigErrors, ResidualBodyMustKeepTheWidth) {
     - {type: linear, out: 3}
 data: {dataset: synthetic, features: 4, classes: 3}
 )");
-  EXPECT_TRUE(Contains(msg, "t.yaml:4:32: model.layers[1].layers: a residual block's body must keep the width: "
-                            "8 features in, 5 out"))
+  EXPECT_TRUE(Contains(msg,
+                       "t.yaml:4:32: model.layers[1].layers: a residual block's body must keep the width: "
+                       "8 features in, 5 out"))
       << msg;
 }
 
@@ -326,8 +328,9 @@ TEST(TrainConfigErrors, LastLayerWidthMustEqualTheClasses) {
     - {type: relu}
 data: {dataset: synthetic, features: 4, classes: 3}
 )");
-  EXPECT_TRUE(Contains(msg, "t.yaml:3:5: model.layers: the last layer gives 8 outputs, but the dataset has 3 "
-                            "classes"))
+  EXPECT_TRUE(Contains(msg,
+                       "t.yaml:3:5: model.layers: the last layer gives 8 outputs, but the dataset has 3 "
+                       "classes"))
       << msg;
 }
 
@@ -377,8 +380,7 @@ data: {dataset: synthetic, features: 4, classes: 3}
 pipeline:
   checkpointing: some
 )");
-  EXPECT_TRUE(Contains(msg, "t.yaml:5:18: pipeline.checkpointing: 'some' is not one of: none, full, selective"))
-      << msg;
+  EXPECT_TRUE(Contains(msg, "t.yaml:5:18: pipeline.checkpointing: 'some' is not one of: none, full, selective")) << msg;
 }
 
 TEST(TrainConfigErrors, AdamWWithMomentum) {
@@ -414,8 +416,7 @@ train:
     type: adamw
     betas: [0.9, 1.0]
 )");
-  EXPECT_TRUE(Contains(msg, "t.yaml:7:12: train.optimizer.betas: each beta must be in [0, 1), got [0.9, 1]"))
-      << msg;
+  EXPECT_TRUE(Contains(msg, "t.yaml:7:12: train.optimizer.betas: each beta must be in [0, 1), got [0.9, 1]")) << msg;
 }
 
 TEST(TrainConfigErrors, BetasNotAPair) {
@@ -497,8 +498,10 @@ TEST(TrainConfigOverrides, ListItemInsideAResidualBody) {
 }
 
 TEST(TrainConfigOverrides, CreatesAMissingMapping) {
-  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"checkpoint.dir=x", "log.metrics=m/metrics.jsonl"});
+  const TrainConfig c = ParseTrainConfig(
+      kValid, "t.yaml", {"checkpoint.dir=x", "checkpoint.every_steps=5", "log.metrics=m/metrics.jsonl"});
   EXPECT_EQ(c.checkpoint.dir, "x");
+  EXPECT_EQ(c.checkpoint.every_steps, 5);
   EXPECT_EQ(c.log.metrics, "m/metrics.jsonl");
 }
 
@@ -547,8 +550,9 @@ TEST(TrainConfigOverrides, ErrorInsideAFlowMapNamesTheSet) {
 
 TEST(TrainConfigOverrides, MicrobatchesSetOnTheCommandLine) {
   const std::string msg = ErrorOf(kValid, {"pipeline.microbatches=5"});
-  EXPECT_TRUE(Contains(msg, "(--set pipeline.microbatches): pipeline.microbatches: 5 microbatches do not divide "
-                            "train.batch_size 16"))
+  EXPECT_TRUE(Contains(msg,
+                       "(--set pipeline.microbatches): pipeline.microbatches: 5 microbatches do not divide "
+                       "train.batch_size 16"))
       << msg;
 }
 
@@ -598,8 +602,9 @@ TEST(TrainConfigOverrides, NonNumericIndexIsAClearError) {
 
 TEST(TrainConfigOverrides, KeyInsideAScalarIsAClearError) {
   const std::string msg = ErrorOf(kValid, {"train.batch_size.value=5"});
-  EXPECT_TRUE(Contains(msg, "--set train.batch_size.value=5: cannot set key 'value' inside a value that is not a "
-                            "mapping"))
+  EXPECT_TRUE(Contains(msg,
+                       "--set train.batch_size.value=5: cannot set key 'value' inside a value that is not a "
+                       "mapping"))
       << msg;
 }
 
@@ -695,17 +700,14 @@ TEST(DescribeTrainConfig, RoundTripsOverridesAndEveryOptionalSetting) {
   // Settings the shipped files leave at their defaults: an explicit
   // partition, checkpoint settings, bias off, layernorm eps, init.from, sgd
   // with weight decay, odd numbers.
-  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml",
-                                         {"model.layers.0={type: linear, out: 6, bias: false}",
-                                          "model.layers.1={type: layernorm, eps: 0.001}",
-                                          "model.init={seed: 123456789, from: init.safetensors}",
-                                          "pipeline.partition=[1, 2]", "pipeline.wait_timeout_s=12.5",
-                                          "pipeline.checkpointing=selective", "pipeline.keep=[linear, layernorm]",
-                                          "data.samples=100", "data.shuffle=true", "data.seed=42",
-                                          "data.evaluate=false", "train.steps=7", "train.epochs=3",
-                                          "train.optimizer={type: sgd, lr: 0.0123, momentum: 0.5, weight_decay: 0.25}",
-                                          "checkpoint={dir: ck, every_steps: 5, keep: 2}", "log.every_steps=0",
-                                          "log.weights=''", "log.progress=false"});
+  const TrainConfig c = ParseTrainConfig(
+      kValid, "t.yaml",
+      {"model.layers.0={type: linear, out: 6, bias: false}", "model.layers.1={type: layernorm, eps: 0.001}",
+       "model.init={seed: 123456789, from: init.safetensors}", "pipeline.partition=[1, 2]",
+       "pipeline.wait_timeout_s=12.5", "pipeline.checkpointing=selective", "pipeline.keep=[linear, layernorm]",
+       "data.samples=100", "data.shuffle=true", "data.seed=42", "data.evaluate=false", "train.steps=7",
+       "train.epochs=3", "train.optimizer={type: sgd, lr: 0.0123, momentum: 0.5, weight_decay: 0.25}",
+       "checkpoint={dir: ck, every_steps: 5, keep: 2}", "log.every_steps=0", "log.weights=''", "log.progress=false"});
   EXPECT_EQ(c.pipeline.partition, "explicit");
   EXPECT_EQ(c.pipeline.partition_counts, (std::vector<int>{1, 2}));
   EXPECT_FALSE(c.model.layers[0].bias);
@@ -738,6 +740,63 @@ TEST(TrainConfigFuzzFindings, SelfReferringAliasIsAnErrorNotAStackOverflow) {
     EXPECT_NE(std::string(e.what()).find("nest deeper than 16 levels"), std::string::npos) << e.what();
   }
 }
+
+// ------------------------------------------------------- every key's range
+// One bad value per key, set on the command line: each is refused with the
+// --set named, the key path and the rule.
+struct BadValue {
+  const char* set;
+  const char* message;
+};
+
+class EveryKeyIsChecked : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(EveryKeyIsChecked, BadValueIsRefusedWithTheRule) {
+  const BadValue& bad = GetParam();
+  const std::string msg = ErrorOf(kValid, {bad.set});
+  EXPECT_TRUE(Contains(msg, bad.message)) << bad.set << " gave: " << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Keys, EveryKeyIsChecked,
+    ::testing::Values(
+        BadValue{"model.input=0", "(--set model.input): model.input: must be at least 1, got 0"},
+        BadValue{"model.loss=mse", "model.loss: 'mse' is not one of: cross_entropy"},
+        BadValue{"model.init.seed=x", "model.init.seed: expected an integer, got 'x'"},
+        BadValue{"model.layers.0.out=0", "model.layers[0].out: must be at least 1, got 0"},
+        BadValue{"model.layers.0.bias=yes", "model.layers[0].bias: expected true or false, got 'yes'"},
+        BadValue{"model.layers.1.type=tanh", "model.layers[1].type: 'tanh' is not one of"},
+        BadValue{"pipeline.ranks=0", "pipeline.ranks: must be at least 1, got 0"},
+        BadValue{"pipeline.ranks=2.5", "pipeline.ranks: expected an integer, got '2.5'"},
+        BadValue{"pipeline.microbatches=0", "pipeline.microbatches: must be at least 1, got 0"},
+        BadValue{"pipeline.microbatches=3", "pipeline.microbatches"},
+        BadValue{"pipeline.chunks=-1", "pipeline.chunks: must be at least 0, got -1"},
+        BadValue{"pipeline.partition=even", "pipeline.partition: 'even' is not one of: balanced"},
+        BadValue{"pipeline.balance_by=time", "pipeline.balance_by: 'time' is not one of: params, flops"},
+        BadValue{"pipeline.checkpointing=some", "pipeline.checkpointing: 'some' is not one of: none, full, selective"},
+        BadValue{"pipeline.wait_timeout_s=0", "pipeline.wait_timeout_s: must be in [0.001, 10000000], got 0"},
+        BadValue{"pipeline.wait_timeout_s=nan", "pipeline.wait_timeout_s: expected a finite number, got 'nan'"},
+        BadValue{"data.dataset=cifar", "data.dataset: 'cifar' is not one of: fashion_mnist, synthetic"},
+        BadValue{"data.shuffle=maybe", "data.shuffle: expected true or false, got 'maybe'"},
+        BadValue{"data.samples=0", "data.samples: must be at least 1"},
+        BadValue{"data.features=0", "data.features: must be at least 1, got 0"},
+        BadValue{"data.classes=1", "data.classes: must be at least 2, got 1"},
+        BadValue{"data.evaluate=2", "data.evaluate: expected true or false, got '2'"},
+        BadValue{"train.batch_size=0", "train.batch_size: must be at least 1, got 0"},
+        BadValue{"train.epochs=0", "train.epochs: must be at least 1, got 0"},
+        BadValue{"train.steps=-1", "train.steps: must be >= 0"},
+        BadValue{"train.optimizer.type=lamb", "train.optimizer.type: 'lamb' is not one of: sgd, adamw"},
+        BadValue{"train.optimizer.lr=0", "train.optimizer.lr: must be greater than 0, got 0"},
+        BadValue{"train.optimizer.lr=inf", "train.optimizer.lr: expected a finite number, got 'inf'"},
+        BadValue{"train.optimizer.eps=0", "train.optimizer.eps: must be in (0, 1], got 0"},
+        BadValue{"train.optimizer.weight_decay=-1", "train.optimizer.weight_decay: must be at least 0, got -1"},
+        BadValue{"train.optimizer.betas=[0.9, 1.0]", "train.optimizer.betas"},
+        BadValue{"checkpoint.every_steps=-1", "checkpoint.every_steps: must be >= 0"},
+        BadValue{"checkpoint.every_steps=5", "checkpoint.every_steps: needs checkpoint.dir"},
+        BadValue{"checkpoint.dir=ck", "checkpoint.dir: needs checkpoint.every_steps > 0"},
+        BadValue{"checkpoint.keep=0", "checkpoint.keep: must be at least 1, got 0"},
+        BadValue{"log.every_steps=-1", "log.every_steps: must be >= 0"},
+        BadValue{"log.progress=3", "log.progress: expected true or false, got '3'"}));
 
 }  // namespace
 }  // namespace baton

@@ -1,10 +1,9 @@
 // Checkpoints under mpirun: a run resumed at step k ends bit-identical to an
 // uninterrupted one; a damaged, missing or mismatched checkpoint is refused
 // with a message; an unfinished newest checkpoint falls back to the previous.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -45,9 +44,11 @@ class CheckpointTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
-  ASSERT_EQ(Train("--set train.steps=10 --set log.weights=whole.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"), 0)
+      << Read("log.txt");
   // Two uninterrupted runs agree to the bit: the runs are reproducible.
-  ASSERT_EQ(Train("--set train.steps=10 --set log.weights=again.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck_again --set log.weights=again.safetensors"), 0)
+      << Read("log.txt");
   EXPECT_EQ(Read("again.safetensors"), Read("whole.safetensors"));
   // Stop after 6 steps (checkpoints at 2, 4, 6), then continue to 10.
   ASSERT_EQ(Train("--set train.steps=6 --set checkpoint.dir=ck --set log.weights=part.safetensors"), 0)
@@ -64,7 +65,8 @@ TEST_F(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
 }
 
 TEST_F(CheckpointTest, UnfinishedNewestCheckpointFallsBackToThePrevious) {
-  ASSERT_EQ(Train("--set train.steps=10 --set log.weights=whole.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"), 0)
+      << Read("log.txt");
   ASSERT_EQ(Train("--set train.steps=6 --set checkpoint.dir=ck"), 0) << Read("log.txt");
   // A crash between the shards and the manifest: step 6 has shards, no manifest.
   fs::remove(dir_ / "ck/step-00000006/manifest.json");
@@ -96,11 +98,3 @@ TEST_F(CheckpointTest, DamagedOrMissingCheckpointIsAnError) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

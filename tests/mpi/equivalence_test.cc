@@ -150,12 +150,3 @@ TEST(InitFrom, TwoPlusTwoStepsEqualFour) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  // Open MPI refuses root without these; 4 ranks on 2 cores need oversubscription.
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -4,10 +4,9 @@
 //   timeout 60 mpirun -np N baton train CONFIG ...
 // in its own temporary folder, so a job that hangs fails the test instead of
 // blocking it.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
@@ -177,9 +176,9 @@ TEST_F(TrainErrors, DeadlockingScheduleFile) {
   // Rank 0 waits for the gradient of microbatch 0 while rank 1 waits for the
   // forward of microbatch 1.
   WriteFile(dir_ / "deadlock.csv", "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
-  const JobResult r = Train(2, Tiny(),
-                      {"pipeline.ranks=2", "pipeline.microbatches=2",
-                       "pipeline.schedule=" + (dir_ / "deadlock.csv").string()});
+  const JobResult r =
+      Train(2, Tiny(),
+            {"pipeline.ranks=2", "pipeline.microbatches=2", "pipeline.schedule=" + (dir_ / "deadlock.csv").string()});
   ExpectCleanFailure(r);
   EXPECT_NE(r.output.find("deadlock"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 0, position 1 (0B0)"), std::string::npos) << r.output;
@@ -233,6 +232,35 @@ TEST_F(TrainErrors, ValidConfigTrainsAndWritesBothFiles) {
   EXPECT_TRUE(fs::exists(dir_ / "weights.safetensors")) << r.output;
 }
 
+TEST_F(TrainErrors, MoreStagesThanLayers) {
+  const JobResult r = Train(2, Tiny(), {"pipeline.ranks=2", "pipeline.schedule=interleaved_1f1b", "pipeline.chunks=5"});
+  ExpectCleanFailure(r);
+  EXPECT_NE(r.output.find("pipeline needs 10 stages (2 ranks x 5 chunks) but the model has only 9 layers; every "
+                          "stage needs at least one layer"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(TrainErrors, PartitionForTheWrongNumberOfStages) {
+  const JobResult r = Train(2, Tiny(), {"pipeline.ranks=2", "pipeline.partition=[3, 3, 3]"});
+  ExpectCleanFailure(r);
+  EXPECT_NE(r.output.find("pipeline.partition lists 3 stages, but the pipeline has 2 (2 ranks x 1 chunks)"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(TrainErrors, InitialWeightsFileIsMissing) {
+  const JobResult r = Train(2, Tiny(), {"pipeline.ranks=2", "model.init.from=" + (dir_ / "none.safetensors").string()});
+  ExpectCleanFailure(r);
+  EXPECT_NE(r.output.find("none.safetensors"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainErrors, CheckpointEveryStepsWithoutAFolder) {
+  const JobResult r = Train(2, Tiny(), {"pipeline.ranks=2", "checkpoint.every_steps=2"});
+  ExpectCleanFailure(r);
+  EXPECT_NE(r.output.find("checkpoint.every_steps: needs checkpoint.dir"), std::string::npos) << r.output;
+}
+
 TEST(Validate, TinyConfigIsValidAndPrintsThePlan) {
   const fs::path log = fs::path(::testing::TempDir()) / ("baton_validate_" + std::to_string(::getpid()) + ".txt");
   const std::string cmd =
@@ -268,12 +296,3 @@ TEST(Validate, TwoRanksPlanMapsEachStageToItsRank) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  // Open MPI refuses root without these; more ranks than cores need oversubscription.
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -104,11 +104,3 @@ TEST_F(FaultTest, MalformedFaultSettingIsAnError) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
