@@ -167,8 +167,7 @@ StepStats Executor::RunStep(const Batch& batch) {
         store.Write(j, st.InputOffset(), {x, std::size_t(rows_) * width_in_[s]});
         std::size_t written = 0;
         if (s == S_ - 1) {
-          stats.loss_sum += st.ForwardLoss(slot, batch.labels.subspan(std::size_t(j) * rows_, rows_), scale,
-                                           &stats.correct, &written);
+          st.ForwardLoss(slot, batch.labels.data() + std::size_t(j) * rows_, scale, &written);
           stats.samples += rows_;
         } else {
           float* y = rank_of[s + 1] == rank_ ? InboxF(s + 1, j) : OutboxF(s, j);
@@ -213,7 +212,16 @@ StepStats Executor::RunStep(const Batch& batch) {
     flight.end = Now();
   }
   WaitSends();
+  TakeLoss(&stats);
   return stats;
+}
+
+void Executor::TakeLoss(StepStats* stats) {
+  const int last = Local(S_ - 1);
+  if (last < 0) return;
+  const LossTotals totals = stages_[last]->TakeLossTotals();
+  stats->loss_sum = totals.loss_sum;
+  stats->correct = totals.correct;
 }
 
 void Executor::WriteFlightRecord(const std::string& path) const {
@@ -254,7 +262,7 @@ StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, st
         x = InboxF(s, 0);
       }
       if (s == S_ - 1) {
-        stats.loss_sum += st.EvaluateLoss(x, rows, {labels + first, std::size_t(rows)}, &stats.correct);
+        st.EvaluateLoss(x, rows, labels + first);
         stats.samples += rows;
         continue;
       }
@@ -274,6 +282,7 @@ StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, st
       t_.Wait(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
     }
   }
+  TakeLoss(&stats);
   return stats;
 }
 

@@ -99,6 +99,8 @@ class Executor {
   int TagF(int from_stage, int j) const { return (from_stage * m_ + j) * 2; }
   int TagB(int from_stage, int j) const { return (from_stage * m_ + j) * 2 + 1; }
   void WaitSends();
+  // Moves the last stage's loss totals (if it is here) into *stats.
+  void TakeLoss(StepStats* stats);
   static double Now();
   // Waits for request `id`, recording the wait when a recorder is set.
   void WaitRecorded(int id, const WaitInfo& info, ActionEvent::Kind kind, int stage, int microbatch);

@@ -107,7 +107,9 @@ std::vector<int> PartitionLayers(const TrainConfig& c, int stages) {
   return bounds;
 }
 
-Stage::Stage(const std::vector<LayerSpec>& model_layers, int model_input, const StageOptions& o) : options_(o) {
+Stage::Stage(const std::vector<LayerSpec>& model_layers, int model_input, const StageOptions& o,
+             std::unique_ptr<StageDevice> device)
+    : options_(o), device_(std::move(device)) {
   int width = model_input;
   for (int i = 0; i < o.first_layer; ++i) width = OutWidth({model_layers[i]}, width);
   width_.push_back(width);
@@ -133,6 +135,7 @@ Stage::Stage(const std::vector<LayerSpec>& model_layers, int model_input, const 
     }
     at += l.NumParams();
   }
+  device_->BindParams(params_, grads_);
 
   // What each microbatch keeps in its slot.
   stored_.assign(K + 1, 0);
@@ -176,9 +179,9 @@ Stage::Stage(const std::vector<LayerSpec>& model_layers, int model_input, const 
     ws_off_[i] = ws;
     ws += std::size_t(o.rows) * width_[i];
   }
-  ws_act_.assign(ws, 0.0f);
-  ws_grad_.assign(ws, 0.0f);
-  ws_skip_.assign(ws, 0.0f);
+  ws_act_ = device_->Allocate(ws);
+  ws_grad_ = device_->Allocate(ws);
+  ws_skip_ = device_->Allocate(ws);
 }
 
 void Stage::Flatten(const std::vector<LayerSpec>& specs, int top_index, const std::string& prefix, int depth,
@@ -202,6 +205,7 @@ void Stage::Flatten(const std::vector<LayerSpec>& specs, int top_index, const st
       continue;
     }
     layers_.push_back(MakeLayer(spec, width_.back()));
+    device_->AddLayer(spec, *layers_.back(), options_.rows);
     layer_names_.push_back(name);
     layer_seed_path_.push_back(path);
     ops_.push_back({static_cast<int>(layers_.size()) - 1, -1});
@@ -211,7 +215,7 @@ void Stage::Flatten(const std::vector<LayerSpec>& specs, int top_index, const st
   is_block_input_.resize(ops_.size() + 1, 0);
 }
 
-void Stage::ZeroGrads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void Stage::ZeroGrads() { device_->Zero(device_->grads(), grads_.size()); }
 
 void Stage::Init(std::uint64_t seed) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
@@ -224,17 +228,16 @@ void Stage::Init(std::uint64_t seed) {
 }
 
 float* Stage::Act(int i, float* slot) {
-  return stored_[i] && slot != nullptr ? slot + slot_off_[i] : ws_act_.data() + ws_off_[i];
+  return stored_[i] && slot != nullptr ? slot + slot_off_[i] : ws_act_ + ws_off_[i];
 }
 
 void Stage::RunOp(int i, const float* in, float* out, int rows, const float* skip) {
   const Op& op = ops_[i];
   if (op.layer >= 0) {
-    layers_[op.layer]->Forward(ConstMatMap(in, rows, width_[i]), MatMap(out, rows, width_[i + 1]));
+    device_->Forward(op.layer, in, out, rows);
     return;
   }
-  const std::size_t n = std::size_t(rows) * width_[i];
-  for (std::size_t k = 0; k < n; ++k) out[k] = in[k] + skip[k];
+  device_->Add(in, skip, out, std::size_t(rows) * width_[i]);
 }
 
 void Stage::Forward(float* slot, float* y, std::size_t* written) {
@@ -246,13 +249,12 @@ void Stage::Forward(float* slot, float* y, std::size_t* written) {
   }
 }
 
-double Stage::ForwardLoss(float* slot, std::span<const std::int32_t> labels, float grad_scale, std::int64_t* correct,
-                          std::size_t* written) {
+void Stage::ForwardLoss(float* slot, const std::int32_t* labels, float grad_scale, std::size_t* written) {
   const int K = static_cast<int>(ops_.size());
-  float* logits = ws_act_.data() + ws_off_[K];
+  float* logits = ws_act_ + ws_off_[K];
   Forward(slot, logits, written);
   *written += std::size_t(options_.rows) * width_[K];
-  return CrossEntropy(ConstMatMap(logits, options_.rows, width_[K]), labels, grad_scale, slot + dlogits_off_, correct);
+  device_->CrossEntropy(logits, labels, options_.rows, width_[K], grad_scale, slot + dlogits_off_);
 }
 
 void Stage::Recompute(float* slot) {
@@ -269,37 +271,31 @@ void Stage::Backward(float* slot, const float* dy, float* dx, bool full) {
   const int K = static_cast<int>(ops_.size());
   const int rows = options_.rows;
   for (int i = 0; i < K; ++i) {
-    if (is_block_input_[i]) std::fill_n(ws_skip_.data() + ws_off_[i], std::size_t(rows) * width_[i], 0.0f);
+    if (is_block_input_[i]) device_->Zero(ws_skip_ + ws_off_[i], std::size_t(rows) * width_[i]);
   }
   const float* top = options_.is_last ? slot + dlogits_off_ : dy;
   for (int i = K - 1; i >= 0; --i) {
-    const float* gout = i + 1 == K ? top : ws_grad_.data() + ws_off_[i + 1];
-    float* gin = i == 0 ? dx : ws_grad_.data() + ws_off_[i];
+    const float* gout = i + 1 == K ? top : ws_grad_ + ws_off_[i + 1];
+    float* gin = i == 0 ? dx : ws_grad_ + ws_off_[i];
     const std::size_t n_in = std::size_t(rows) * width_[i];
     const Op& op = ops_[i];
     if (op.layer < 0) {
       // y = a_i + a_skip: the gradient flows to both unchanged.
-      float* acc = ws_skip_.data() + ws_off_[op.skip];
-      for (std::size_t k = 0; k < n_in; ++k) acc[k] += gout[k];
-      if (gin != nullptr) std::memcpy(gin, gout, n_in * sizeof(float));
+      device_->AddInto(gout, ws_skip_ + ws_off_[op.skip], n_in);
+      if (gin != nullptr) device_->Copy(gin, gout, n_in);
     } else {
-      Layer& layer = *layers_[op.layer];
-      const ConstMatMap x(Act(i, slot), rows, width_[i]);
-      const ConstMatMap g(gout, rows, width_[i + 1]);
+      const float* x = Act(i, slot);
       if (has_params_[op.layer]) {
         if (full) {
-          layer.BackwardWeight(x, g);
+          device_->BackwardWeight(op.layer, x, gout, rows);
         } else {
           // W runs later and needs this output gradient: keep it in the slot.
-          std::memcpy(slot + wgrad_off_[i], gout, std::size_t(rows) * width_[i + 1] * sizeof(float));
+          device_->Copy(slot + wgrad_off_[i], gout, std::size_t(rows) * width_[i + 1]);
         }
       }
-      if (gin != nullptr) layer.BackwardInput(x, g, MatMap(gin, rows, width_[i]));
+      if (gin != nullptr) device_->BackwardInput(op.layer, x, gout, gin, rows);
     }
-    if (gin != nullptr && is_block_input_[i]) {
-      const float* acc = ws_skip_.data() + ws_off_[i];
-      for (std::size_t k = 0; k < n_in; ++k) gin[k] += acc[k];
-    }
+    if (gin != nullptr && is_block_input_[i]) device_->AddInto(ws_skip_ + ws_off_[i], gin, n_in);
   }
 }
 
@@ -309,25 +305,24 @@ void Stage::BackwardWeight(float* slot) {
   for (int i = 0; i < K; ++i) {
     if (ops_[i].layer < 0) continue;
     if (!has_params_[ops_[i].layer]) continue;
-    layers_[ops_[i].layer]->BackwardWeight(ConstMatMap(Act(i, slot), options_.rows, width_[i]),
-                         ConstMatMap(slot + wgrad_off_[i], options_.rows, width_[i + 1]));
+    device_->BackwardWeight(ops_[i].layer, Act(i, slot), slot + wgrad_off_[i], options_.rows);
   }
 }
 
 void Stage::Evaluate(const float* x, int rows, float* y) {
   const int K = static_cast<int>(ops_.size());
-  auto act = [&](int i) -> const float* { return i == 0 ? x : ws_act_.data() + ws_off_[i]; };
+  auto act = [&](int i) -> const float* { return i == 0 ? x : ws_act_ + ws_off_[i]; };
   for (int i = 0; i < K; ++i) {
-    float* out = i + 1 == K ? y : ws_act_.data() + ws_off_[i + 1];
+    float* out = i + 1 == K ? y : ws_act_ + ws_off_[i + 1];
     RunOp(i, act(i), out, rows, ops_[i].skip >= 0 ? act(ops_[i].skip) : nullptr);
   }
 }
 
-double Stage::EvaluateLoss(const float* x, int rows, std::span<const std::int32_t> labels, std::int64_t* correct) {
+void Stage::EvaluateLoss(const float* x, int rows, const std::int32_t* labels) {
   const int K = static_cast<int>(ops_.size());
-  float* logits = ws_act_.data() + ws_off_[K];
+  float* logits = ws_act_ + ws_off_[K];
   Evaluate(x, rows, logits);
-  return CrossEntropy(ConstMatMap(logits, rows, width_[K]), labels, 1.0f, nullptr, correct);
+  device_->CrossEntropy(logits, labels, rows, width_[K], 1.0f, nullptr);
 }
 
 }  // namespace baton

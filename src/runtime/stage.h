@@ -21,6 +21,7 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/model.h"
+#include "stage_device.h"
 
 namespace baton {
 
@@ -40,7 +41,9 @@ struct StageOptions {
 
 class Stage {
  public:
-  Stage(const std::vector<LayerSpec>& model_layers, int model_input, const StageOptions& options);
+  // Computes on `device` (the host unless given).
+  Stage(const std::vector<LayerSpec>& model_layers, int model_input, const StageOptions& options,
+        std::unique_ptr<StageDevice> device = MakeHostStageDevice());
 
   int index() const { return options_.index; }
   int in_features() const { return width_.front(); }
@@ -50,8 +53,11 @@ class Stage {
   // Floats of the slot filled by one forward (activations; dlogits on the last stage).
   std::size_t forward_floats() const { return forward_floats_; }
 
+  // The host copies of the parameters and gradients (on a GPU stage, the
+  // parameters are current after device().PullParams()).
   std::span<float> params() { return params_; }
   std::span<float> grads() { return grads_; }
+  StageDevice& device() { return *device_; }
   void ZeroGrads();
   // PyTorch default init; layer i (k-th of a residual body) draws from a
   // generator seeded by (seed, i, k), so the weights do not depend on the
@@ -66,14 +72,15 @@ class Stage {
   };
   const std::vector<Param>& named_params() const { return named_; }
 
-  // F. x: (rows, in) stage input; slot: the microbatch's ring slot (a_0 is
-  // copied into it by the caller: InputOffset()). Writes the output to y
-  // (rows, out). Counts in-place writes into *written_floats.
+  // F. slot: the microbatch's ring slot, holding the stage input a_0 at
+  // InputOffset() (copied in by the caller). Writes the output to y (rows,
+  // out). Counts in-place writes into *written_floats. All pointers are the
+  // device's memory.
   void Forward(float* slot, float* y, std::size_t* written_floats);
-  // F on the last stage: logits, then the loss; keeps dlogits in the slot.
-  // Returns the sum of per-sample losses; adds correct predictions.
-  double ForwardLoss(float* slot, std::span<const std::int32_t> labels, float grad_scale, std::int64_t* correct,
-                     std::size_t* written_floats);
+  // F on the last stage: logits, then the loss (labels: rows values, device
+  // memory); keeps dlogits in the slot. The loss and correct count go to the
+  // device's totals (TakeLossTotals).
+  void ForwardLoss(float* slot, const std::int32_t* labels, float grad_scale, std::size_t* written_floats);
   // I (full = false) or B (full = true). dy: (rows, out), ignored on the last
   // stage (its gradient is the slot's dlogits). dx: (rows, in), or null when
   // no one needs the input gradient (stage 0).
@@ -83,7 +90,9 @@ class Stage {
 
   // Forward without a slot, for evaluation; rows <= rows().
   void Evaluate(const float* x, int rows, float* y);
-  double EvaluateLoss(const float* x, int rows, std::span<const std::int32_t> labels, std::int64_t* correct);
+  void EvaluateLoss(const float* x, int rows, const std::int32_t* labels);
+  // The loss and correct predictions added since the last call.
+  LossTotals TakeLossTotals() { return device_->TakeLossTotals(); }
 
   std::size_t InputOffset() const { return 0; }
 
@@ -100,6 +109,7 @@ class Stage {
   void Recompute(float* slot);
 
   StageOptions options_;
+  std::unique_ptr<StageDevice> device_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::vector<int>> layer_seed_path_;  // (top index, k, ...) per layer
   std::vector<char> has_params_;                   // per layer (Params() allocates: ask once)
@@ -112,10 +122,13 @@ class Stage {
   std::vector<std::size_t> wgrad_off_; // per op with parameters: its output gradient in the slot
   std::size_t dlogits_off_ = 0;
   std::size_t slot_floats_ = 0, forward_floats_ = 0;
-  FloatBuffer params_, grads_;
+  FloatBuffer params_, grads_;  // host
   std::vector<Param> named_;
-  // Workspace for one microbatch: recomputed activations, gradients, skip sums.
-  FloatBuffer ws_act_, ws_grad_, ws_skip_;
+  // Workspace for one microbatch, device memory: recomputed activations,
+  // gradients, skip sums.
+  float* ws_act_ = nullptr;
+  float* ws_grad_ = nullptr;
+  float* ws_skip_ = nullptr;
   std::vector<std::size_t> ws_off_;    // per activation index, into each of the three
   std::vector<char> is_block_input_;
 };
