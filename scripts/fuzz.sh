@@ -25,7 +25,7 @@ if [ ${#targets[@]} -eq 0 ]; then targets=(config schedule_csv safetensors); fi
 flags="-O1 -gline-tables-only -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DBATON_NATIVE=OFF \
-  -DBATON_FUZZ=ON -DBATON_BUILD_TESTS=OFF -DBATON_BUILD_BENCH=OFF >/dev/null
+  -DBATON_FUZZ=ON -DBATON_BUILD_TESTS=OFF -DBATON_BUILD_BENCH=OFF -DBATON_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/%/_fuzz}"
 
 # UBSan's reports carry a stack; ASan finds llvm-symbolizer on PATH.

@@ -8,7 +8,7 @@
 
 #include "baton/buffer.h"
 #include "baton/tensor.h"
-#include "stage_device.h"
+#include "baton/stage_device.h"
 
 namespace baton {
 namespace {

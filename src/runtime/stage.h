@@ -21,7 +21,7 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/model.h"
-#include "stage_device.h"
+#include "baton/stage_device.h"
 
 namespace baton {
 

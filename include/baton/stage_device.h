@@ -1,12 +1,13 @@
-// Where a stage computes. The stage (stage.h) decides what runs — the ops,
-// what each microbatch keeps, recomputation, the gradient flow through
-// residual blocks — and a StageDevice runs it: on the host with the Eigen
-// layers, or on a CUDA device (cuda_stage_device.cc) with the CUDA layers.
+// Where a stage computes. The stage (src/runtime/stage.h) decides what runs
+// — the ops, what each microbatch keeps, recomputation, the gradient flow
+// through residual blocks — and a StageDevice runs it: on the host with the
+// Eigen layers, or on a CUDA device (src/cuda/cuda_stage_device.h) with the
+// CUDA layers.
 // Every pointer a stage passes to its device is memory that device
 // allocated (Allocate), or a ring slot or message buffer of the same kind
 // of memory.
-#ifndef BATON_RUNTIME_STAGE_DEVICE_H_
-#define BATON_RUNTIME_STAGE_DEVICE_H_
+#ifndef BATON_STAGE_DEVICE_H_
+#define BATON_STAGE_DEVICE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -70,4 +71,4 @@ std::unique_ptr<StageDevice> MakeHostStageDevice();
 
 }  // namespace baton
 
-#endif  // BATON_RUNTIME_STAGE_DEVICE_H_
+#endif  // BATON_STAGE_DEVICE_H_

@@ -1,0 +1,230 @@
+// The host-staged transport between GPU buffers on two ranks (device rank %
+// devices: on a one-GPU machine both ranks share it), against the floor it is
+// built on: a plain cudaMemcpy round trip of the same bytes through pinned
+// host memory (device to host, then host to device), measured on rank 0 in
+// the same run.
+//
+//   mpirun -np 2 build/bench/cuda_p2p_bench [--seconds S] [--json PATH]
+//
+// Rank 0 prints, per message size: the staged one-way time (half the median
+// ping-pong round trip, from the first send's enqueue to the pong being in
+// device memory), its bandwidth, the cudaMemcpy D2H + H2D time of the same
+// bytes, and staged_vs_memcpy = staged one-way / memcpy round trip.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/error.h"
+#include "cuda_util.h"
+#include "staged_transport.h"
+
+namespace {
+
+using baton::cuda::DeviceBuffer;
+using baton::cuda::Event;
+using baton::cuda::PinnedBuffer;
+using baton::cuda::Stream;
+
+constexpr int kSend = 0, kRecv = 1;
+constexpr int kPing = 1, kPong = 2;
+constexpr std::size_t kMinBytes = std::size_t{1} << 10, kMaxBytes = std::size_t{64} << 20;
+constexpr int kMinReps = 10, kMaxReps = 20000;
+
+struct Options {
+  double seconds = 0.2;
+  std::string json_path;
+};
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if ((arg == "--json" || arg == "--seconds") && i + 1 < argc) {
+      const std::string value = argv[++i];
+      if (arg == "--json") {
+        o.json_path = value;
+      } else {
+        char* end = nullptr;
+        o.seconds = std::strtod(value.c_str(), &end);
+        if (*end != '\0' || !(o.seconds > 0)) {
+          throw baton::ConfigError(fmt::format("--seconds {}: expected a number of seconds > 0", value));
+        }
+      }
+    } else {
+      throw baton::ConfigError(
+          fmt::format("unexpected argument '{}'; usage: mpirun -np 2 cuda_p2p_bench [--seconds S] [--json PATH]", arg));
+    }
+  }
+  return o;
+}
+
+struct Row {
+  std::size_t bytes = 0;
+  int reps = 0;
+  double one_way_us = 0;
+  double gb_per_s = 0;
+  double memcpy_round_trip_us = 0;  // D2H + H2D of the same bytes
+};
+
+double Median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+struct Buffers {
+  DeviceBuffer<float> out{kMaxBytes / sizeof(float)}, in{kMaxBytes / sizeof(float)};
+  Stream compute;
+  Event ready;
+};
+
+// One ping-pong of `floats` floats. Rank 1 echoes from the buffer it
+// received into, once the compute stream has it. Rank 0 returns the round
+// trip's seconds, ending when the pong is in its device buffer.
+double RoundTrip(baton::Transport& host, baton::cuda::DeviceTransport& t, Buffers& b, std::size_t floats) {
+  const cudaStream_t s = b.compute.get();
+  if (host.rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    t.Irecv(kRecv, b.in.data(), floats, 1, kPong);
+    b.ready.Record(s);
+    t.Isend(kSend, b.out.data(), floats, 1, kPing, b.ready.get());
+    t.WaitSend(kSend, {"SEND ping", -1, -1, 1});
+    t.WaitRecv(kRecv, {"RECV pong", -1, -1, 1}, s);
+    BATON_CUDA_CHECK(cudaStreamSynchronize(s));  // the benchmark's clock stops when the data is on the GPU
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  t.Irecv(kRecv, b.in.data(), floats, 0, kPing);
+  t.WaitRecv(kRecv, {"RECV ping", -1, -1, 0}, s);
+  b.ready.Record(s);
+  t.Isend(kSend, b.in.data(), floats, 0, kPong, b.ready.get());
+  t.WaitSend(kSend, {"SEND pong", -1, -1, 0});
+  return 0;
+}
+
+// cudaMemcpy D2H then H2D of `bytes` through pinned memory, median of `reps`.
+double MemcpyRoundTrip(Buffers& b, PinnedBuffer<float>& staging, std::size_t bytes, int reps) {
+  std::vector<double> times(reps);
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    BATON_CUDA_CHECK(cudaMemcpyAsync(staging.data(), b.out.data(), bytes, cudaMemcpyDeviceToHost, b.compute.get()));
+    BATON_CUDA_CHECK(cudaMemcpyAsync(b.in.data(), staging.data(), bytes, cudaMemcpyHostToDevice, b.compute.get()));
+    BATON_CUDA_CHECK(cudaStreamSynchronize(b.compute.get()));
+    times[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return Median(times);
+}
+
+std::vector<Row> Measure(baton::Transport& host, baton::cuda::DeviceTransport& t, const Options& options) {
+  Buffers b;
+  PinnedBuffer<float> staging(kMaxBytes / sizeof(float));
+  std::vector<float> pattern(kMaxBytes / sizeof(float));
+  for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<float>(i % 4093);
+  BATON_CUDA_CHECK(cudaMemcpy(b.out.data(), pattern.data(), kMaxBytes, cudaMemcpyHostToDevice));
+  std::vector<double> times(kMaxReps);
+  std::vector<Row> rows;
+  for (std::size_t bytes = kMinBytes; bytes <= kMaxBytes; bytes *= 4) {
+    const std::size_t floats = bytes / sizeof(float);
+    const int warmup = static_cast<int>(std::clamp<std::size_t>((std::size_t{16} << 20) / bytes, 4, 200));
+    for (int i = 0; i < warmup; ++i) times[i] = RoundTrip(host, t, b, floats);
+    int reps = 0;
+    if (host.rank() == 0) {
+      const double estimate = Median(std::vector<double>(times.begin() + warmup / 2, times.begin() + warmup));
+      reps =
+          static_cast<int>(std::clamp(options.seconds / std::max(estimate, 1e-9), double(kMinReps), double(kMaxReps)));
+    }
+    reps = host.AllMax(reps);
+    for (int i = 0; i < reps; ++i) times[i] = RoundTrip(host, t, b, floats);
+    if (host.rank() != 0) continue;
+    float first = 0, last = 0;
+    BATON_CUDA_CHECK(cudaMemcpy(&first, b.in.data(), sizeof(float), cudaMemcpyDeviceToHost));
+    BATON_CUDA_CHECK(cudaMemcpy(&last, b.in.data() + floats - 1, sizeof(float), cudaMemcpyDeviceToHost));
+    if (first != pattern[0] || last != pattern[floats - 1]) {
+      throw baton::Error(fmt::format("rank 0: the {}-byte pong differs from the ping", bytes));
+    }
+    const double one_way = Median(std::vector<double>(times.begin(), times.begin() + reps)) / 2;
+    const double memcpy_rt = MemcpyRoundTrip(b, staging, bytes, std::min(reps, 200));
+    rows.push_back({bytes, reps, one_way * 1e6, static_cast<double>(bytes) / one_way / 1e9, memcpy_rt * 1e6});
+  }
+  return rows;
+}
+
+std::string SizeName(std::size_t bytes) {
+  if (bytes >= (std::size_t{1} << 20)) return fmt::format("{} MiB", bytes >> 20);
+  return fmt::format("{} KiB", bytes >> 10);
+}
+
+void Report(const std::vector<Row>& rows, const Options& options, const std::string& device) {
+  std::printf("baton cuda_p2p_bench: host-staged transport ping-pong, 2 ranks on %s\n", device.c_str());
+  std::printf("%10s %8s %16s %10s %22s %18s\n", "size", "reps", "one-way (us)", "GB/s", "memcpy D2H+H2D (us)",
+              "staged/memcpy");
+  for (const Row& r : rows) {
+    std::printf("%10s %8d %16.2f %10.3f %22.2f %18.2f\n", SizeName(r.bytes).c_str(), r.reps, r.one_way_us, r.gb_per_s,
+                r.memcpy_round_trip_us, r.one_way_us / r.memcpy_round_trip_us);
+  }
+  if (options.json_path.empty()) return;
+  nlohmann::json j;
+  j["benchmark"] = "cuda_p2p_bench";
+  j["device"] = device;
+  j["latency"] = "one-way = median ping-pong round trip / 2, microseconds, device memory to device memory";
+  j["baseline"] = "cudaMemcpy device->pinned host->device of the same bytes, median, microseconds";
+  for (const Row& r : rows) {
+    j["rows"].push_back({{"bytes", r.bytes},
+                         {"reps", r.reps},
+                         {"one_way_us", r.one_way_us},
+                         {"gb_per_s", r.gb_per_s},
+                         {"memcpy_round_trip_us", r.memcpy_round_trip_us},
+                         {"staged_vs_memcpy", r.one_way_us / r.memcpy_round_trip_us}});
+  }
+  std::ofstream file(options.json_path);
+  file << j.dump(2) << "\n";
+  if (!file) throw baton::Error(fmt::format("cannot write {}", options.json_path));
+  std::printf("wrote %s\n", options.json_path.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  baton::MpiSession session(&argc, &argv);
+  const int rank = baton::MpiSession::WorldRank();
+  if (baton::MpiSession::WorldSize() != 2) {
+    if (rank == 0) {
+      std::fprintf(stderr, "cuda_p2p_bench: needs exactly 2 ranks, got %d; run it as: mpirun -np 2 cuda_p2p_bench\n",
+                   baton::MpiSession::WorldSize());
+    }
+    return 2;
+  }
+  try {
+    const Options options = ParseArgs(argc, argv);
+    std::unique_ptr<baton::Transport> host = baton::MakeMpiTransport();
+    host->Configure(4, 60);
+    const int devices = baton::cuda::DeviceCount();
+    if (host->AllMax(devices == 0 ? 1 : 0) != 0) {
+      if (rank == 0) std::fprintf(stderr, "cuda_p2p_bench: no CUDA device on some rank; nothing to measure\n");
+      return 2;
+    }
+    BATON_CUDA_CHECK(cudaSetDevice(rank % devices));
+    const std::string device = baton::cuda::DeviceDescription(rank % devices);
+    std::unique_ptr<baton::cuda::DeviceTransport> t =
+        baton::cuda::MakeStagedTransport(*host, 4, kMaxBytes / sizeof(float), 60);
+    const std::vector<Row> rows = Measure(*host, *t, options);
+    if (rank == 0) Report(rows, options, device);
+    host->Barrier();
+  } catch (const baton::ConfigError& e) {
+    if (rank == 0) std::fprintf(stderr, "cuda_p2p_bench: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_p2p_bench: rank %d: %s\n", rank, e.what());
+    baton::MpiSession::AbortWorld(1);
+  }
+  return 0;
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On a machine with a CUDA GPU: build with the CUDA backend, run its tests
+# (which skip without a GPU) and its benchmarks, and keep what they print in
+# ${OUT:-out/gpu} (gpu.txt, tests.txt, cuda_store_bench.json, cuda_p2p_bench.json).
+#
+#   ./scripts/gpu_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+out="${OUT:-out/gpu}"
+mkdir -p "$out"
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >"$out/gpu.txt" 2>&1; then
+  echo "gpu_check: no GPU visible (nvidia-smi -L failed); the CUDA tests would only skip" >&2
+  exit 1
+fi
+cat "$out/gpu.txt"
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+if ! grep -q '^BATON_HAVE_CUDA:INTERNAL=ON' build-gpu/CMakeCache.txt; then
+  echo "gpu_check: CMake found no CUDA compiler (nvcc on PATH or /usr/local/cuda)" >&2
+  exit 1
+fi
+cmake --build build-gpu -j "$(nproc)"
+ctest --test-dir build-gpu --output-on-failure -R '^cuda\.' 2>&1 | tee "$out/tests.txt"
+build-gpu/bench/cuda_store_bench --benchmark_format=json --benchmark_out="$out/cuda_store_bench.json" \
+  --benchmark_out_format=json
+mpirun -np 2 build-gpu/bench/cuda_p2p_bench --json "$out/cuda_p2p_bench.json"

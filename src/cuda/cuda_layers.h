@@ -1,0 +1,115 @@
+// Layers, the loss and the optimizers on a CUDA device: the same layer types,
+// parameter layout (PyTorch's order and shapes) and update rules as the CPU
+// path in baton/model.h, so the same config trains on either.
+//
+// Matrices are row-major (rows = samples, columns = features) in device
+// memory, exactly as on the CPU. Linear layers multiply through cuBLAS, in
+// FP32, or in BF16 with FP32 accumulation (parameters, gradients and
+// activations stay FP32; operands are rounded to BF16 just before the
+// multiply). Activations, layernorm and the loss are CUDA kernels. Forward
+// (F), input-gradient backward (I) and weight-gradient backward (W) are
+// separate calls, as on the CPU.
+//
+// Every call only enqueues work on ctx.stream: nothing here synchronises the
+// host with the device. Scratch memory (BF16 operand copies, layernorm
+// statistics) is allocated once at construction for up to `max_rows` rows.
+#ifndef BATON_CUDA_CUDA_LAYERS_H_
+#define BATON_CUDA_CUDA_LAYERS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "baton/model.h"
+#include "cuda_util.h"
+
+namespace baton::cuda {
+
+enum class Precision { kFP32, kBF16 };
+// "fp32" or "bf16"; throws ConfigError otherwise.
+Precision ParsePrecision(std::string_view name);
+
+// Where a layer's work goes: the compute stream, and a cuBLAS handle bound to it.
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  Precision precision = Precision::kFP32;
+};
+
+class CudaLayer {
+ public:
+  virtual ~CudaLayer() = default;
+
+  virtual std::string_view Type() const = 0;
+  int in_features() const { return in_; }
+  int out_features() const { return out_; }
+  // Parameters in PyTorch's order and layout, as baton::Layer::Params().
+  virtual std::vector<ParamInfo> Params() const { return {}; }
+  std::size_t NumParams() const;
+
+  // REQUIRES: device buffers of NumParams() floats that outlive the layer.
+  void Bind(float* params, float* grads) {
+    params_ = params;
+    grads_ = grads;
+  }
+
+  // y = f(x).  x: (rows, in)  y: (rows, out), device.  Overwrites y.
+  // REQUIRES: rows <= the max_rows given at construction.
+  virtual void Forward(const Context& ctx, const float* x, float* y, int rows) const = 0;
+  // dx = (df/dx)^T dy given the layer's input x. Overwrites dx.
+  virtual void BackwardInput(const Context& ctx, const float* x, const float* dy, float* dx, int rows) const = 0;
+  // grads += (df/dparams)^T dy given the layer's input x (ADDS). No-op
+  // without parameters.
+  virtual void BackwardWeight(const Context& ctx, const float* x, const float* dy, int rows) {
+    (void)ctx, (void)x, (void)dy, (void)rows;
+  }
+
+ protected:
+  CudaLayer(int in, int out) : in_(in), out_(out) {}
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+
+ private:
+  int in_, out_;
+};
+
+// linear, relu, gelu (tanh form) or layernorm for `in` input features and up
+// to `max_rows` rows per call. Throws ConfigError for an unknown type.
+std::unique_ptr<CudaLayer> MakeCudaLayer(const LayerSpec& spec, int in, int max_rows);
+
+// out = a + b (n floats), the residual block's skip addition.
+void Add(const Context& ctx, const float* a, const float* b, float* out, std::size_t n);
+// y += x (n floats): gradients meeting at a residual block's input.
+void AddInto(const Context& ctx, const float* x, float* y, std::size_t n);
+
+// Cross-entropy over one microbatch, as baton::CrossEntropy: logits (rows,
+// classes), labels (rows, device) in [0, classes). Writes dlogits =
+// (softmax(logits) - onehot(labels)) * grad_scale unless dlogits is null,
+// ADDS the sum over rows of -log softmax[label] into *loss_sum and the number
+// of correct argmax predictions into *correct (both device scalars, read by
+// the host once per step).
+void CrossEntropy(const Context& ctx, const float* logits, const std::int32_t* labels, int rows, int classes,
+                  float grad_scale, float* dlogits, double* loss_sum, unsigned long long* correct);
+
+// SGD and AdamW on device buffers, with the CPU optimizers' formulas (scalar
+// coefficients formed in double, rounded to float), so that FP32 runs match
+// the CPU path to rounding.
+class CudaOptimizer {
+ public:
+  virtual ~CudaOptimizer() = default;
+  virtual void Step(const Context& ctx, float* params, const float* grads) = 0;
+  // Device state buffers in baton::Optimizer::StateNames() order.
+  virtual std::vector<std::span<float>> State() = 0;
+  virtual std::vector<std::string> StateNames() const = 0;
+  virtual std::int64_t steps() const = 0;
+  virtual void set_steps(std::int64_t steps) = 0;
+};
+std::unique_ptr<CudaOptimizer> MakeCudaOptimizer(const OptimizerSpec& spec, std::size_t num_params);
+
+}  // namespace baton::cuda
+
+#endif  // BATON_CUDA_CUDA_LAYERS_H_

@@ -1,0 +1,135 @@
+// The CUDA StageDevice. Everything a step does is enqueued on the compute
+// stream; the host waits for the device only in TakeLossTotals (once per
+// step, for the loss) and in PullParams (outside steps: weights and
+// checkpoints).
+#include "cuda_stage_device.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "baton/error.h"
+#include "cuda_util.h"
+
+namespace baton::cuda {
+namespace {
+
+class CudaStageDevice final : public StageDevice {
+ public:
+  CudaStageDevice(cudaStream_t stream, Precision precision)
+      : cublas_(stream), loss_(1), correct_(1), totals_host_(2), taken_() {
+    ctx_.stream = stream;
+    ctx_.cublas = cublas_.get();
+    ctx_.precision = precision;
+    BATON_CUDA_CHECK(cudaMemsetAsync(loss_.data(), 0, loss_.bytes(), stream));
+    BATON_CUDA_CHECK(cudaMemsetAsync(correct_.data(), 0, correct_.bytes(), stream));
+  }
+
+  bool host_memory() const override { return false; }
+
+  float* Allocate(std::size_t floats) override {
+    buffers_.emplace_back(floats);
+    BATON_CUDA_CHECK(cudaMemsetAsync(buffers_.back().data(), 0, buffers_.back().bytes(), ctx_.stream));
+    return buffers_.back().data();
+  }
+
+  void AddLayer(const LayerSpec& spec, Layer& host, int max_rows) override {
+    layers_.push_back(MakeCudaLayer(spec, host.in_features(), max_rows));
+    if (layers_.back()->NumParams() != host.NumParams()) {
+      throw Error(fmt::format("cuda {} layer: {} parameters, the host layer has {}", spec.type,
+                              layers_.back()->NumParams(), host.NumParams()));
+    }
+  }
+
+  void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
+    host_params_ = host_params;
+    host_grads_ = host_grads;
+    params_ = DeviceBuffer<float>(host_params.size());
+    grads_ = DeviceBuffer<float>(host_grads.size());
+    BATON_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), ctx_.stream));
+    std::size_t at = 0;
+    for (auto& l : layers_) {
+      l->Bind(params_.data() + at, grads_.data() + at);
+      at += l->NumParams();
+    }
+    PushParams();
+  }
+  float* params() override { return params_.data(); }
+  float* grads() override { return grads_.data(); }
+
+  // Outside steps only (setup, resume): plain copies ordered after the
+  // compute stream's work.
+  void PushParams() override {
+    if (params_.size() == 0) return;
+    BATON_CUDA_CHECK(
+        cudaMemcpyAsync(params_.data(), host_params_.data(), params_.bytes(), cudaMemcpyHostToDevice, ctx_.stream));
+    BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the host buffer may change after this returns
+  }
+  void PullParams() override {
+    if (params_.size() == 0) return;
+    BATON_CUDA_CHECK(
+        cudaMemcpyAsync(host_params_.data(), params_.data(), params_.bytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+    BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  }
+
+  void Forward(int layer, const float* x, float* y, int rows) override { layers_[layer]->Forward(ctx_, x, y, rows); }
+  void BackwardInput(int layer, const float* x, const float* dy, float* dx, int rows) override {
+    layers_[layer]->BackwardInput(ctx_, x, dy, dx, rows);
+  }
+  void BackwardWeight(int layer, const float* x, const float* dy, int rows) override {
+    layers_[layer]->BackwardWeight(ctx_, x, dy, rows);
+  }
+  void Add(const float* a, const float* b, float* out, std::size_t n) override { cuda::Add(ctx_, a, b, out, n); }
+  void AddInto(const float* x, float* y, std::size_t n) override { cuda::AddInto(ctx_, x, y, n); }
+  void Copy(float* dst, const float* src, std::size_t n) override {
+    BATON_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ctx_.stream));
+  }
+  void Zero(float* dst, std::size_t n) override {
+    BATON_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), ctx_.stream));
+  }
+  void CrossEntropy(const float* logits, const std::int32_t* labels, int rows, int classes, float grad_scale,
+                    float* dlogits) override {
+    cuda::CrossEntropy(ctx_, logits, labels, rows, classes, grad_scale, dlogits, loss_.data(), correct_.data());
+  }
+
+  // The step's one read-back: both totals in one pinned buffer, then zeroed
+  // for the next step, behind everything the step enqueued.
+  LossTotals TakeLossTotals() override {
+    BATON_CUDA_CHECK(
+        cudaMemcpyAsync(totals_host_.data(), loss_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
+    BATON_CUDA_CHECK(cudaMemcpyAsync(totals_host_.data() + 1, correct_.data(), sizeof(unsigned long long),
+                                     cudaMemcpyDeviceToHost, ctx_.stream));
+    BATON_CUDA_CHECK(cudaMemsetAsync(loss_.data(), 0, loss_.bytes(), ctx_.stream));
+    BATON_CUDA_CHECK(cudaMemsetAsync(correct_.data(), 0, correct_.bytes(), ctx_.stream));
+    taken_.Record(ctx_.stream);
+    BATON_CUDA_CHECK(cudaEventSynchronize(taken_.get()));
+    LossTotals t;
+    t.loss_sum = totals_host_.data()[0];
+    unsigned long long correct = 0;
+    static_assert(sizeof(correct) == sizeof(double));
+    std::memcpy(&correct, totals_host_.data() + 1, sizeof(correct));
+    t.correct = static_cast<std::int64_t>(correct);
+    return t;
+  }
+
+ private:
+  CublasHandle cublas_;
+  Context ctx_;
+  std::vector<std::unique_ptr<CudaLayer>> layers_;
+  std::vector<DeviceBuffer<float>> buffers_;
+  DeviceBuffer<float> params_, grads_;
+  std::span<float> host_params_, host_grads_;
+  DeviceBuffer<double> loss_;
+  DeviceBuffer<unsigned long long> correct_;
+  PinnedBuffer<double> totals_host_;  // [loss sum, correct count's bits]
+  Event taken_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageDevice> MakeCudaStageDevice(cudaStream_t stream, Precision precision) {
+  return std::make_unique<CudaStageDevice>(stream, precision);
+}
+
+}  // namespace baton::cuda

@@ -1,0 +1,194 @@
+// SGD and AdamW on device buffers with the CPU optimizers' update rules
+// (src/model/optimizer.cc, PyTorch's single-tensor path): scalar
+// coefficients are formed in double on the host and rounded to float, and
+// each elementwise operation is rounded on its own. nvcc would fuse a
+// multiply and an add into one FMA (one rounding instead of two), so the
+// kernels spell the roundings out with the _rn intrinsics; an FP32 run then
+// follows the CPU's arithmetic operation by operation.
+#include <algorithm>
+#include <cmath>
+
+#include "baton/error.h"
+#include "cuda_layers.h"
+
+namespace baton::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n elements (capped so the count is an int).
+int BlocksFor(std::size_t n) {
+  const std::size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(std::min<std::size_t>(blocks, 1 << 16));
+}
+
+// State starts at zero, as the CPU optimizers' does (a checkpoint taken before
+// the first step holds zeros). Zeroed on the legacy stream and waited for
+// here, at construction, because the steps run on a non-blocking stream that
+// does not wait for the legacy one.
+void Zero(DeviceBuffer<float>& buffer) {
+  if (buffer.size() == 0) return;
+  BATON_CUDA_CHECK(cudaMemset(buffer.data(), 0, buffer.bytes()));
+  BATON_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// torch.optim.SGD without momentum:
+//   p -= lr * (grad + weight_decay * p)   (p -= lr * grad without weight decay)
+__global__ void SgdKernel(float* __restrict__ p, const float* __restrict__ grad, std::size_t n, float lr,
+                          float weight_decay, bool decay) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float g = decay ? __fadd_rn(grad[i], __fmul_rn(weight_decay, p[i])) : grad[i];
+    p[i] = __fsub_rn(p[i], __fmul_rn(lr, g));
+  }
+}
+
+// torch.optim.SGD with momentum (dampening 0, nesterov off):
+//   g = grad + weight_decay * p
+//   buf = g on the first step, momentum * buf + g after
+//   p -= lr * buf
+__global__ void SgdMomentumKernel(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ buf,
+                                  std::size_t n, float lr, float momentum, float weight_decay, bool first) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float g = __fadd_rn(grad[i], __fmul_rn(weight_decay, p[i]));
+    const float b = first ? g : __fadd_rn(__fmul_rn(momentum, buf[i]), g);
+    buf[i] = b;
+    p[i] = __fsub_rn(p[i], __fmul_rn(lr, b));
+  }
+}
+
+// The per-step scalars of AdamW, rounded to float on the host.
+struct AdamWCoefficients {
+  float decay;                  // 1 - lr * weight_decay
+  float w;                      // 1 - beta1, torch.lerp's weight
+  float beta2;                  // beta2
+  float one_minus_beta2;        // 1 - beta2
+  float step_size;              // lr / (1 - beta1^t)
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  float eps;
+};
+
+// torch.optim.AdamW (amsgrad off), in the CPU optimizer's order:
+//   p *= 1 - lr * weight_decay
+//   m = lerp(m, g, 1 - beta1)   (torch.lerp's two forms, chosen by the weight)
+//   v = v * beta2 + ((1 - beta2) * g) * g
+//   p += (-step_size * m) / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+__global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ m,
+                            float* __restrict__ v, std::size_t n, AdamWCoefficients c) {
+  const bool small_weight = fabsf(c.w) < 0.5f;
+  const float one_minus_w = __fsub_rn(1.0f, c.w);
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float g = grad[i];
+    const float param = __fmul_rn(p[i], c.decay);
+    const float diff = __fsub_rn(g, m[i]);
+    const float mi = small_weight ? __fadd_rn(m[i], __fmul_rn(c.w, diff)) : __fsub_rn(g, __fmul_rn(diff, one_minus_w));
+    const float vi = __fadd_rn(__fmul_rn(v[i], c.beta2), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bias_correction2_sqrt), c.eps);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = __fadd_rn(param, __fdiv_rn(__fmul_rn(-c.step_size, mi), denom));
+  }
+}
+
+class CudaSgd final : public CudaOptimizer {
+ public:
+  CudaSgd(const OptimizerSpec& s, std::size_t num_params)
+      : num_params_(num_params),
+        lr_(static_cast<float>(s.lr)),
+        momentum_(static_cast<float>(s.momentum)),
+        weight_decay_(static_cast<float>(s.weight_decay)),
+        buf_(s.momentum != 0.0 ? num_params : 0) {
+    Zero(buf_);
+  }
+
+  void Step(const Context& ctx, float* params, const float* grads) override {
+    // As on the CPU: the branch follows the float momentum, the buffer's
+    // existence the configured one.
+    if (num_params_ > 0) {
+      if (momentum_ == 0.0f) {
+        SgdKernel<<<BlocksFor(num_params_), kThreads, 0, ctx.stream>>>(params, grads, num_params_, lr_, weight_decay_,
+                                                                       weight_decay_ != 0.0f);
+      } else {
+        SgdMomentumKernel<<<BlocksFor(num_params_), kThreads, 0, ctx.stream>>>(
+            params, grads, buf_.data(), num_params_, lr_, momentum_, weight_decay_, steps_ == 0);
+      }
+      BATON_CUDA_CHECK_LAUNCH();
+    }
+    ++steps_;
+  }
+
+  std::vector<std::span<float>> State() override {
+    if (buf_.size() == 0) return {};
+    return {std::span<float>(buf_.data(), buf_.size())};
+  }
+  std::vector<std::string> StateNames() const override {
+    if (buf_.size() == 0) return {};
+    return {"momentum_buffer"};
+  }
+  std::int64_t steps() const override { return steps_; }
+  void set_steps(std::int64_t steps) override { steps_ = steps; }
+
+ private:
+  std::size_t num_params_;
+  float lr_, momentum_, weight_decay_;
+  DeviceBuffer<float> buf_;  // momentum buffer; empty without momentum
+  std::int64_t steps_ = 0;
+};
+
+class CudaAdamW final : public CudaOptimizer {
+ public:
+  CudaAdamW(const OptimizerSpec& s, std::size_t num_params)
+      : num_params_(num_params), spec_(s), exp_avg_(num_params), exp_avg_sq_(num_params) {
+    Zero(exp_avg_);
+    Zero(exp_avg_sq_);
+  }
+
+  void Step(const Context& ctx, float* params, const float* grads) override {
+    ++steps_;
+    if (num_params_ == 0) return;
+    const double t = static_cast<double>(steps_);
+    const double bias_correction1 = 1.0 - std::pow(spec_.beta1, t);
+    const double bias_correction2 = 1.0 - std::pow(spec_.beta2, t);
+    const AdamWCoefficients c{
+        .decay = static_cast<float>(1.0 - spec_.lr * spec_.weight_decay),
+        .w = static_cast<float>(1.0 - spec_.beta1),
+        .beta2 = static_cast<float>(spec_.beta2),
+        .one_minus_beta2 = static_cast<float>(1.0 - spec_.beta2),
+        .step_size = static_cast<float>(spec_.lr / bias_correction1),
+        .bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2)),
+        .eps = static_cast<float>(spec_.eps),
+    };
+    AdamWKernel<<<BlocksFor(num_params_), kThreads, 0, ctx.stream>>>(params, grads, exp_avg_.data(), exp_avg_sq_.data(),
+                                                                     num_params_, c);
+    BATON_CUDA_CHECK_LAUNCH();
+  }
+
+  std::vector<std::span<float>> State() override {
+    return {std::span<float>(exp_avg_.data(), exp_avg_.size()),
+            std::span<float>(exp_avg_sq_.data(), exp_avg_sq_.size())};
+  }
+  std::vector<std::string> StateNames() const override { return {"exp_avg", "exp_avg_sq"}; }
+  std::int64_t steps() const override { return steps_; }
+  void set_steps(std::int64_t steps) override { steps_ = steps; }
+
+ private:
+  std::size_t num_params_;
+  OptimizerSpec spec_;
+  DeviceBuffer<float> exp_avg_;     // m
+  DeviceBuffer<float> exp_avg_sq_;  // v
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaOptimizer> MakeCudaOptimizer(const OptimizerSpec& spec, std::size_t num_params) {
+  // The CPU factory holds the rules; made for no parameters, it allocates
+  // nothing worth mentioning and throws the same ConfigError for a bad spec.
+  (void)MakeOptimizer(spec, 0);
+  if (spec.type == "sgd") return std::make_unique<CudaSgd>(spec, num_params);
+  return std::make_unique<CudaAdamW>(spec, num_params);
+}
+
+}  // namespace baton::cuda

@@ -1,0 +1,369 @@
+// The CUDA layers and loss against the CPU ones (baton/model.h) on random
+// inputs: every layer type's forward, input-gradient and weight-gradient
+// backward in FP32 (and linear in BF16), the residual additions, and
+// cross-entropy's loss, gradient and correct count, ties included. Odd sizes
+// and sizes past one block's threads exercise the kernels' index arithmetic.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baton/error.h"
+#include "baton/model.h"
+#include "cuda_layers.h"
+
+namespace baton::cuda {
+namespace {
+
+std::vector<float> Random(std::size_t n, std::mt19937_64& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> uniform(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = uniform(rng);
+  return v;
+}
+
+// Copies on `stream`, so the data is in place before the next work on it
+// (the stream is non-blocking: it would not wait for a plain cudaMemcpy).
+template <typename T>
+DeviceBuffer<T> Upload(const std::vector<T>& host, cudaStream_t stream) {
+  DeviceBuffer<T> d(host.size());
+  if (!host.empty()) {
+    EXPECT_EQ(cudaMemcpyAsync(d.data(), host.data(), d.bytes(), cudaMemcpyHostToDevice, stream), cudaSuccess);
+  }
+  return d;
+}
+
+template <typename T>
+std::vector<T> Download(const T* device, std::size_t n, cudaStream_t stream) {
+  std::vector<T> host(n);
+  if (n > 0) {
+    EXPECT_EQ(cudaMemcpyAsync(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  }
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  return host;
+}
+
+struct Difference {
+  double max_abs = 0.0;  // max |got - want|
+  double scale = 0.0;    // max |want|
+  double Relative() const { return max_abs / std::max(scale, 1e-30); }
+};
+
+Difference Compare(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  Difference d;
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    d.max_abs = std::max(d.max_abs, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
+    d.scale = std::max(d.scale, std::abs(static_cast<double>(want[i])));
+  }
+  return d;
+}
+
+// Within `tolerance` relative to the reference's largest magnitude.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tolerance,
+                 const std::string& what) {
+  const Difference d = Compare(got, want);
+  EXPECT_LE(d.Relative(), tolerance) << what << ": max |diff| " << d.max_abs << " against max |ref| " << d.scale;
+}
+
+// A stream, a cuBLAS handle on it and the Context over both; every test
+// skips, saying why, on a machine without a CUDA device.
+class CudaTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA layers cannot run here";
+    stream_.emplace();
+    cublas_.emplace(stream_->get());
+    ctx_.stream = stream_->get();
+    ctx_.cublas = cublas_->get();
+  }
+
+  std::optional<Stream> stream_;
+  std::optional<CublasHandle> cublas_;
+  Context ctx_;
+};
+
+// ---- Layers ----
+
+struct LayerCase {
+  std::string name;
+  LayerSpec spec;
+  int in = 0;
+  int rows = 0;
+  int max_rows = 0;
+  float x_offset = 0.0f;  // added to x: layernorm rows far from zero
+};
+
+// Test names print the case's name, not its bytes.
+void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
+
+LayerSpec Spec(std::string type, int out = 0, bool bias = true) {
+  LayerSpec s;
+  s.type = std::move(type);
+  s.out = out;
+  s.bias = bias;
+  return s;
+}
+
+// Results of one F, I and W pass over the same inputs.
+struct Pass {
+  std::vector<float> y, dx, grads;
+};
+
+class CudaLayerTest : public CudaTest, public testing::WithParamInterface<LayerCase> {
+ protected:
+  // Random parameters, prefilled gradients (W must add into them), x and dy
+  // for GetParam(), drawn the same way whatever runs them.
+  void MakeInputs() {
+    const LayerCase& c = GetParam();
+    std::mt19937_64 rng(1234);
+    cpu_ = MakeLayer(c.spec, c.in);
+    const std::size_t n = cpu_->NumParams();
+    params_ = Random(n, rng);
+    grads_ = Random(n, rng);
+    x_ = Random(static_cast<std::size_t>(c.rows) * c.in, rng, -2.0f, 2.0f);
+    for (float& v : x_) v += c.x_offset;
+    dy_ = Random(static_cast<std::size_t>(c.rows) * cpu_->out_features(), rng);
+  }
+
+  Pass RunCpu() {
+    const LayerCase& c = GetParam();
+    const int out = cpu_->out_features();
+    Pass p{std::vector<float>(static_cast<std::size_t>(c.rows) * out),
+           std::vector<float>(static_cast<std::size_t>(c.rows) * c.in), grads_};
+    std::vector<float> params = params_;
+    cpu_->Bind(params.data(), p.grads.data());
+    const ConstMatMap x(x_.data(), c.rows, c.in), dy(dy_.data(), c.rows, out);
+    cpu_->Forward(x, MatMap(p.y.data(), c.rows, out));
+    cpu_->BackwardInput(x, dy, MatMap(p.dx.data(), c.rows, c.in));
+    cpu_->BackwardWeight(x, dy);
+    return p;
+  }
+
+  Pass RunCuda(Precision precision) {
+    const LayerCase& c = GetParam();
+    std::unique_ptr<CudaLayer> layer = MakeCudaLayer(c.spec, c.in, c.max_rows);
+    EXPECT_EQ(layer->Type(), cpu_->Type());
+    EXPECT_EQ(layer->in_features(), cpu_->in_features());
+    EXPECT_EQ(layer->out_features(), cpu_->out_features());
+    EXPECT_EQ(layer->NumParams(), cpu_->NumParams());
+    const std::vector<ParamInfo> got = layer->Params(), want = cpu_->Params();
+    EXPECT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+      EXPECT_EQ(got[i].name, want[i].name);
+      EXPECT_EQ(got[i].shape, want[i].shape);
+      EXPECT_EQ(got[i].offset, want[i].offset);
+      EXPECT_EQ(got[i].size, want[i].size);
+    }
+
+    const int out = layer->out_features();
+    const std::size_t y_size = static_cast<std::size_t>(c.rows) * out, x_size = x_.size();
+    DeviceBuffer<float> params = Upload(params_, ctx_.stream), grads = Upload(grads_, ctx_.stream);
+    DeviceBuffer<float> x = Upload(x_, ctx_.stream), dy = Upload(dy_, ctx_.stream);
+    DeviceBuffer<float> y(y_size), dx(x_size);
+    layer->Bind(params.data(), grads.data());
+    Context ctx = ctx_;
+    ctx.precision = precision;
+    layer->Forward(ctx, x.data(), y.data(), c.rows);
+    layer->BackwardInput(ctx, x.data(), dy.data(), dx.data(), c.rows);
+    layer->BackwardWeight(ctx, x.data(), dy.data(), c.rows);
+    return {Download(y.data(), y_size, ctx_.stream), Download(dx.data(), x_size, ctx_.stream),
+            Download(grads.data(), grads.size(), ctx_.stream)};
+  }
+
+  std::unique_ptr<Layer> cpu_;
+  std::vector<float> params_, grads_, x_, dy_;
+};
+
+TEST_P(CudaLayerTest, Fp32MatchesCpu) {
+  MakeInputs();
+  const Pass want = RunCpu();
+  const Pass got = RunCuda(Precision::kFP32);
+  constexpr double kTolerance = 1e-5;
+  ExpectClose(got.y, want.y, kTolerance, "forward y");
+  ExpectClose(got.dx, want.dx, kTolerance, "backward-input dx");
+  ExpectClose(got.grads, want.grads, kTolerance, "backward-weight grads (added to the prefilled ones)");
+}
+
+// BF16 operands with FP32 accumulation: each operand carries a relative
+// rounding error of up to 2^-9, so the products are compared loosely; and
+// they must differ from FP32 at all, or the BF16 path did not run. Only
+// linear layers: precision changes nothing else.
+class CudaLinearBf16Test : public CudaLayerTest {};
+
+TEST_P(CudaLinearBf16Test, NearCpu) {
+  MakeInputs();
+  const Pass want = RunCpu();
+  const Pass got = RunCuda(Precision::kBF16);
+  constexpr double kTolerance = 2e-2;
+  ExpectClose(got.y, want.y, kTolerance, "bf16 forward y");
+  ExpectClose(got.dx, want.dx, kTolerance, "bf16 backward-input dx");
+  ExpectClose(got.grads, want.grads, kTolerance, "bf16 backward-weight grads");
+  EXPECT_GT(Compare(got.y, want.y).max_abs, 0.0) << "bf16 forward equals the fp32 reference bit for bit";
+}
+
+TEST_P(CudaLayerTest, RowsBeyondMaxRowsAreRefused) {
+  const LayerCase& c = GetParam();
+  std::unique_ptr<CudaLayer> layer = MakeCudaLayer(c.spec, c.in, c.max_rows);
+  // Nothing is read before the check, so no buffers are needed.
+  EXPECT_THROW(layer->Forward(ctx_, nullptr, nullptr, c.max_rows + 1), Error);
+  EXPECT_THROW(layer->BackwardInput(ctx_, nullptr, nullptr, nullptr, c.max_rows + 1), Error);
+  EXPECT_THROW(layer->BackwardWeight(ctx_, nullptr, nullptr, c.max_rows + 1), Error);
+  // Zero rows is a call with nothing to do.
+  EXPECT_NO_THROW(layer->Forward(ctx_, nullptr, nullptr, 0));
+  EXPECT_NO_THROW(layer->BackwardWeight(ctx_, nullptr, nullptr, 0));
+  EXPECT_EQ(cudaStreamSynchronize(ctx_.stream), cudaSuccess);
+}
+
+LayerSpec LayerNormSpec() {
+  LayerSpec s = Spec("layernorm");
+  s.eps = 1e-5;
+  return s;
+}
+
+const LayerCase kLinearCases[] = {
+    LayerCase{"linear_37_to_23", Spec("linear", 23), 37, 19, 32},
+    // rows == max_rows, products larger than one cuBLAS tile
+    LayerCase{"linear_300_to_130", Spec("linear", 130), 300, 200, 200},
+    LayerCase{"linear_no_bias_one_row", Spec("linear", 10, false), 64, 1, 8},
+};
+
+std::string CaseName(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Linear, CudaLinearBf16Test, testing::ValuesIn(kLinearCases), CaseName);
+
+INSTANTIATE_TEST_SUITE_P(Linear, CudaLayerTest, testing::ValuesIn(kLinearCases), CaseName);
+
+INSTANTIATE_TEST_SUITE_P(Others, CudaLayerTest,
+                         testing::Values(LayerCase{"relu", Spec("relu"), 257, 33, 40},
+                                         LayerCase{"gelu", Spec("gelu"), 257, 33, 40},
+                                         LayerCase{"layernorm_37", LayerNormSpec(), 37, 19, 19},
+                                         // more features than a block's 256 threads; rows far from zero
+                                         LayerCase{"layernorm_300_offset", LayerNormSpec(), 300, 70, 100, 5.0f},
+                                         LayerCase{"layernorm_3", LayerNormSpec(), 3, 5, 5}),
+                         CaseName);
+
+// Setup errors need no device: they are thrown before anything is allocated.
+TEST(CudaLayerSetup, RefusesBadSpecs) {
+  EXPECT_THROW(MakeCudaLayer(Spec("conv"), 4, 8), ConfigError);
+  EXPECT_THROW(MakeCudaLayer(Spec("residual"), 4, 8), ConfigError);
+  EXPECT_THROW(MakeCudaLayer(Spec("linear", 0), 4, 8), ConfigError);
+  EXPECT_THROW(MakeCudaLayer(Spec("relu"), 0, 8), ConfigError);
+  EXPECT_THROW(MakeCudaLayer(Spec("relu"), 4, 0), ConfigError);
+}
+
+TEST(CudaLayerSetup, ParsesPrecision) {
+  EXPECT_EQ(ParsePrecision("fp32"), Precision::kFP32);
+  EXPECT_EQ(ParsePrecision("bf16"), Precision::kBF16);
+  EXPECT_THROW(ParsePrecision("fp16"), ConfigError);
+  EXPECT_THROW(ParsePrecision("FP32"), ConfigError);
+}
+
+// ---- Residual additions ----
+
+using CudaAddTest = CudaTest;
+
+TEST_F(CudaAddTest, AddAndAddIntoMatchTheHost) {
+  std::mt19937_64 rng(7);
+  const std::size_t n = 1000 * 257 + 3;  // several blocks and a ragged end
+  const std::vector<float> a = Random(n, rng), b = Random(n, rng);
+  std::vector<float> sum(n), into(b);
+  for (std::size_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+  for (std::size_t i = 0; i < n; ++i) into[i] += a[i];
+
+  DeviceBuffer<float> da = Upload(a, ctx_.stream), db = Upload(b, ctx_.stream), dout(n);
+  Add(ctx_, da.data(), db.data(), dout.data(), n);
+  EXPECT_EQ(Download(dout.data(), n, ctx_.stream), sum);
+  AddInto(ctx_, da.data(), db.data(), n);
+  EXPECT_EQ(Download(db.data(), n, ctx_.stream), into);
+}
+
+// ---- Cross-entropy ----
+
+struct LossCase {
+  std::string name;
+  int rows = 0;
+  int classes = 0;
+};
+
+void PrintTo(const LossCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaCrossEntropyTest : public CudaTest, public testing::WithParamInterface<LossCase> {};
+
+// Random logits and labels, with rows that pin down the argmax rule: all
+// logits equal (the first class wins), and a two-way tie for the maximum
+// with the label on the first or on the second of the tied classes (a hit
+// only for the first). A quarter of the other rows are labelled with their
+// argmax so that hits are counted in bulk.
+TEST_P(CudaCrossEntropyTest, MatchesCpu) {
+  const LossCase& c = GetParam();
+  ASSERT_GE(c.rows, 4);
+  ASSERT_GE(c.classes, 3);
+  std::mt19937_64 rng(99);
+  std::vector<float> logits = Random(static_cast<std::size_t>(c.rows) * c.classes, rng, -3.0f, 3.0f);
+  std::uniform_int_distribution<std::int32_t> label_of(0, c.classes - 1);
+  std::vector<std::int32_t> labels(c.rows);
+  for (std::int32_t& l : labels) l = label_of(rng);
+  auto row = [&](int i) { return logits.begin() + static_cast<std::ptrdiff_t>(i) * c.classes; };
+  std::fill(row(0), row(1), 0.5f);
+  labels[0] = 0;
+  const int first = c.classes / 3, second = c.classes - 1;
+  for (int i : {1, 2}) {
+    row(i)[first] = 4.0f;
+    row(i)[second] = 4.0f;
+  }
+  labels[1] = second;
+  labels[2] = first;
+  for (int i = 3; i < c.rows; i += 4) {
+    labels[i] = static_cast<std::int32_t>(std::max_element(row(i), row(i + 1)) - row(i));
+  }
+
+  const float grad_scale = 1.0f / 64.0f;
+  std::vector<float> want_dlogits(logits.size());
+  std::int64_t want_correct = 0;
+  const double want_loss = baton::CrossEntropy(ConstMatMap(logits.data(), c.rows, c.classes), labels, grad_scale,
+                                               want_dlogits.data(), &want_correct);
+  ASSERT_GE(want_correct, 2);  // rows 0 and 2 at least
+
+  // The outputs ADD into what the scalars hold.
+  const double loss_start = 1.25;
+  const unsigned long long correct_start = 3;
+  DeviceBuffer<float> d_logits = Upload(logits, ctx_.stream), d_dlogits(logits.size());
+  DeviceBuffer<std::int32_t> d_labels = Upload(labels, ctx_.stream);
+  DeviceBuffer<double> d_loss = Upload(std::vector<double>{loss_start}, ctx_.stream);
+  DeviceBuffer<unsigned long long> d_correct = Upload(std::vector<unsigned long long>{correct_start}, ctx_.stream);
+  CrossEntropy(ctx_, d_logits.data(), d_labels.data(), c.rows, c.classes, grad_scale, d_dlogits.data(), d_loss.data(),
+               d_correct.data());
+  const double got_loss = Download(d_loss.data(), 1, ctx_.stream)[0] - loss_start;
+  EXPECT_LE(std::abs(got_loss - want_loss), 1e-5 * std::abs(want_loss)) << got_loss << " vs " << want_loss;
+  EXPECT_EQ(Download(d_correct.data(), 1, ctx_.stream)[0] - correct_start,
+            static_cast<unsigned long long>(want_correct));
+  ExpectClose(Download(d_dlogits.data(), logits.size(), ctx_.stream), want_dlogits, 1e-5, "dlogits");
+
+  // Evaluation: no gradient, the same loss and count added once more.
+  CrossEntropy(ctx_, d_logits.data(), d_labels.data(), c.rows, c.classes, grad_scale, nullptr, d_loss.data(),
+               d_correct.data());
+  const double eval_loss = Download(d_loss.data(), 1, ctx_.stream)[0] - loss_start - got_loss;
+  EXPECT_LE(std::abs(eval_loss - want_loss), 1e-5 * std::abs(want_loss)) << eval_loss << " vs " << want_loss;
+  EXPECT_EQ(Download(d_correct.data(), 1, ctx_.stream)[0] - correct_start,
+            2 * static_cast<unsigned long long>(want_correct));
+}
+
+INSTANTIATE_TEST_SUITE_P(Loss, CudaCrossEntropyTest,
+                         testing::Values(LossCase{"rows_37_classes_10", 37, 10},
+                                         // classes past one block's threads
+                                         LossCase{"rows_9_classes_1000", 9, 1000},
+                                         // more rows than blocks: each block takes several
+                                         LossCase{"rows_3000_classes_10", 3000, 10}),
+                         [](const testing::TestParamInfo<LossCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace baton::cuda
