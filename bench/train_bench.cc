@@ -19,16 +19,17 @@ struct Harness {
   baton::Schedule lowered;
   baton::SimResult sim;
   std::unique_ptr<baton::Transport> transport = baton::MakeSoloTransport();
+  std::unique_ptr<baton::RankDevice> device = baton::MakeHostRankDevice(*transport);
   std::unique_ptr<baton::Executor> exec;
   baton::Dataset data;
   baton::Batch batch;
 
   explicit Harness(baton::TrainConfig c) : config(std::move(c)) {
-    lowered = baton::Lower(baton::LoadSchedule(config.pipeline.schedule, 1, config.pipeline.microbatches,
-                                               config.pipeline.chunks));
+    lowered = baton::Lower(
+        baton::LoadSchedule(config.pipeline.schedule, 1, config.pipeline.microbatches, config.pipeline.chunks));
     sim = baton::Simulate(lowered);
     exec = std::make_unique<baton::Executor>(config, lowered, sim, baton::PartitionLayers(config, lowered.stages),
-                                             *transport);
+                                             *transport, *device);
     for (auto& st : exec->stages()) st->Init(0);
     data = baton::MakeSynthetic(config.train.batch_size, config.data.features, config.data.classes, 1, true, true);
     batch.inputs = data.inputs;
@@ -44,8 +45,9 @@ void BM_TrainStepSynthetic(benchmark::State& state) {
   Harness h(baton::LoadTrainConfig(BATON_SOURCE_DIR "/configs/synthetic_bench.yaml",
                                    {"pipeline.ranks=1", "pipeline.schedule=1f1b"}));
   for (auto _ : state) h.Step();
-  const baton::ActivationStore& store = h.exec->stores().front();
-  state.counters["samples_per_s"] = benchmark::Counter(h.config.train.batch_size, benchmark::Counter::kIsIterationInvariantRate);
+  const baton::RingStore& store = *h.exec->stores().front();
+  state.counters["samples_per_s"] =
+      benchmark::Counter(h.config.train.batch_size, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["copied_B_per_microbatch"] = double(store.bytes_copied()) / double(store.writes());
   state.counters["written_B_per_microbatch"] = double(store.bytes_written()) / double(store.writes());
   state.counters["slot_B"] = double(store.slot_bytes());
@@ -66,8 +68,8 @@ train: {batch_size: 64, steps: 1}
   std::size_t actions = h.lowered.CountActions();
   for (auto _ : state) h.Step();
   // Seconds per action (printed with SI prefixes: 1.5u = 1.5 microseconds).
-  state.counters["s_per_action"] = benchmark::Counter(
-      double(actions), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["s_per_action"] =
+      benchmark::Counter(double(actions), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.counters["actions"] = double(actions);
 }
 

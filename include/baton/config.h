@@ -104,6 +104,8 @@ struct TrainConfig {
   TrainLoopConfig train;
   CheckpointConfig checkpoint;
   LogConfig log;
+  std::string device = "cpu";      // cpu | cuda: where every rank's stages compute
+  std::string precision = "fp32";  // fp32 | bf16 (linear layers' operands; cuda only)
 };
 
 // Parses a training config from YAML text, applying `overrides` ("a.b=value",

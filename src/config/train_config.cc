@@ -250,6 +250,11 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.log.progress = log.Get("progress", c.log.progress);
   log.Finish();
 
+  c.device = OneOf(top, "device", c.device, {"cpu", "cuda"});
+  c.precision = OneOf(top, "precision", c.precision, {"fp32", "bf16"});
+  if (c.precision == "bf16" && c.device != "cuda") {
+    top.Fail(top.Node("precision"), "precision", "bf16 needs device: cuda (the CPU layers compute in fp32)");
+  }
   top.Finish();
   return c;
 }
@@ -334,6 +339,7 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
     << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
     << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;
+  e << YAML::Key << "device" << YAML::Value << c.device << YAML::Key << "precision" << YAML::Value << c.precision;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

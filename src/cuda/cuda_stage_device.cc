@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "baton/buffer.h"
 #include "baton/error.h"
 #include "cuda_util.h"
 
@@ -61,17 +62,50 @@ class CudaStageDevice final : public StageDevice {
   // Outside steps only (setup, resume): plain copies ordered after the
   // compute stream's work.
   void PushParams() override {
-    if (params_.size() == 0) return;
-    BATON_CUDA_CHECK(
-        cudaMemcpyAsync(params_.data(), host_params_.data(), params_.bytes(), cudaMemcpyHostToDevice, ctx_.stream));
-    BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the host buffer may change after this returns
+    if (params_.size() > 0) {
+      BATON_CUDA_CHECK(
+          cudaMemcpyAsync(params_.data(), host_params_.data(), params_.bytes(), cudaMemcpyHostToDevice, ctx_.stream));
+    }
+    if (optimizer_) {
+      const auto device_state = optimizer_->State();
+      for (std::size_t k = 0; k < device_state.size(); ++k) {
+        BATON_CUDA_CHECK(cudaMemcpyAsync(device_state[k].data(), host_state_[k].data(), device_state[k].size_bytes(),
+                                         cudaMemcpyHostToDevice, ctx_.stream));
+      }
+    }
+    BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the host buffers may change after this returns
   }
   void PullParams() override {
-    if (params_.size() == 0) return;
-    BATON_CUDA_CHECK(
-        cudaMemcpyAsync(host_params_.data(), params_.data(), params_.bytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+    if (params_.size() > 0) {
+      BATON_CUDA_CHECK(
+          cudaMemcpyAsync(host_params_.data(), params_.data(), params_.bytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+    }
+    if (optimizer_) {
+      const auto device_state = optimizer_->State();
+      for (std::size_t k = 0; k < device_state.size(); ++k) {
+        BATON_CUDA_CHECK(cudaMemcpyAsync(host_state_[k].data(), device_state[k].data(), device_state[k].size_bytes(),
+                                         cudaMemcpyDeviceToHost, ctx_.stream));
+      }
+    }
     BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   }
+
+  // The optimizer's state lives on the device; the host copies below are
+  // what checkpoints read and write (PullParams / PushParams move them).
+  void SetOptimizer(const OptimizerSpec& spec) override {
+    optimizer_ = MakeCudaOptimizer(spec, host_params_.size());
+    host_state_.clear();
+    for (const auto& d : optimizer_->State()) host_state_.emplace_back(d.size(), 0.0f);
+  }
+  void OptimizerStep() override { optimizer_->Step(ctx_, params_.data(), grads_.data()); }
+  std::vector<std::span<float>> OptimizerState() override {
+    std::vector<std::span<float>> out;
+    for (auto& h : host_state_) out.emplace_back(h);
+    return out;
+  }
+  std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
+  std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
+  void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   void Forward(int layer, const float* x, float* y, int rows) override { layers_[layer]->Forward(ctx_, x, y, rows); }
   void BackwardInput(int layer, const float* x, const float* dy, float* dx, int rows) override {
@@ -123,6 +157,8 @@ class CudaStageDevice final : public StageDevice {
   DeviceBuffer<double> loss_;
   DeviceBuffer<unsigned long long> correct_;
   PinnedBuffer<double> totals_host_;  // [loss sum, correct count's bits]
+  std::unique_ptr<CudaOptimizer> optimizer_;
+  std::vector<FloatBuffer> host_state_;
   Event taken_;
 };
 

@@ -37,16 +37,16 @@ struct Request {
 
 class StagedTransport final : public DeviceTransport {
  public:
-  StagedTransport(Transport& host, int max_requests, std::size_t max_floats, double timeout_s)
+  StagedTransport(Transport& host, std::vector<std::size_t> floats_per_request, double timeout_s)
       : host_(host),
-        max_floats_(max_floats),
+        capacity_(std::move(floats_per_request)),
         timeout_s_(timeout_s),
-        requests_(max_requests),
-        staging_(max_requests, -1) {
-    pinned_.reserve(max_requests);
-    events_.reserve(max_requests);
-    for (int id = 0; id < max_requests; ++id) {
-      pinned_.emplace_back(max_floats);
+        requests_(capacity_.size()),
+        staging_(capacity_.size(), -1) {
+    pinned_.reserve(capacity_.size());
+    events_.reserve(capacity_.size());
+    for (std::size_t floats : capacity_) {
+      pinned_.emplace_back(floats);
       events_.emplace_back();
     }
   }
@@ -166,6 +166,9 @@ class StagedTransport final : public DeviceTransport {
   }
 
   void Progress() override { PostStaged(); }
+  bool Idle(int id) const override {
+    return id >= 0 && std::size_t(id) < requests_.size() && requests_[id].state == RequestState::kIdle;
+  }
 
  private:
   // Posts the MPI sends whose staging copies have finished, oldest first.
@@ -193,11 +196,11 @@ class StagedTransport final : public DeviceTransport {
 
   void CheckRequest(int id, std::size_t count, const char* call) const {
     CheckId(id, call);
-    if (count > max_floats_) {
+    if (count > capacity_[id]) {
       throw Error(
           fmt::format("staged transport: {} of {} floats on request id {}, but its pinned staging buffer "
-                      "holds {} floats (the largest message sized at setup)",
-                      call, count, id, max_floats_));
+                      "holds {} floats (sized at setup)",
+                      call, count, id, capacity_[id]));
     }
     const RequestState state = requests_[id].state;
     if (state != RequestState::kIdle) {
@@ -251,12 +254,12 @@ class StagedTransport final : public DeviceTransport {
   }
 
   Transport& host_;
-  std::size_t max_floats_;
+  std::vector<std::size_t> capacity_;  // per id: floats of its pinned buffer
   double timeout_s_;
   Stream comm_;  // every staging copy, in both directions
   Event fence_;  // the consumer's queued work, for the comm stream to wait on
   std::vector<Request> requests_;
-  std::vector<PinnedBuffer<float>> pinned_;  // per id: (max_floats)
+  std::vector<PinnedBuffer<float>> pinned_;  // per id: capacity_[id] floats
   std::vector<Event> events_;                // per id: the last copy to or from its pinned buffer
   // Send ids whose staging copies are queued, oldest first: a ring of
   // max_requests entries (an id is in it at most once), so Isend never
@@ -272,7 +275,13 @@ std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, int max_re
   if (max_requests < 1) {
     throw Error(fmt::format("staged transport: needs at least 1 request id, got {}", max_requests));
   }
-  return std::make_unique<StagedTransport>(host, max_requests, max_floats, timeout_s);
+  return MakeStagedTransport(host, std::vector<std::size_t>(max_requests, max_floats), timeout_s);
+}
+
+std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, std::vector<std::size_t> floats_per_request,
+                                                     double timeout_s) {
+  if (floats_per_request.empty()) throw Error("staged transport: needs at least 1 request id, got 0");
+  return std::make_unique<StagedTransport>(host, std::move(floats_per_request), timeout_s);
 }
 
 }  // namespace baton::cuda

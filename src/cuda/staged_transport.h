@@ -48,12 +48,18 @@ class DeviceTransport {
   // Moves sends along (posts MPI_Isend for finished staging copies). Cheap;
   // call between actions.
   virtual void Progress() = 0;
+  // True if request `id` has nothing in flight.
+  virtual bool Idle(int id) const = 0;
 };
 
 // The host-staged implementation over `host` (an MPI Transport, already
 // Configure()d with at least `max_requests` requests). Pinned buffers of
 // `max_floats` floats per request id are allocated here, once.
 std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, int max_requests, std::size_t max_floats,
+                                                     double timeout_s);
+// The same with a pinned buffer of floats_per_request[id] floats per id (0:
+// the id is never used), so a rank pins only what its own messages need.
+std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, std::vector<std::size_t> floats_per_request,
                                                      double timeout_s);
 
 }  // namespace baton::cuda

@@ -1,6 +1,8 @@
 // `baton bench`: measured steps with every action timed, compared with the
 // simulator's prediction from the measured costs and with the hardware's
 // limit (the model's GEMMs on one core, measured in the same run).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,10 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "baton/error.h"
 #include "baton/runtime.h"
@@ -79,7 +79,8 @@ double PeakGflops(const TrainConfig& c, int rows) {
   }
   auto pass = [&] {
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      layers[i]->Forward(ConstMatMap(xs[i].data(), rows, shapes[i].first), MatMap(ys[i].data(), rows, shapes[i].second));
+      layers[i]->Forward(ConstMatMap(xs[i].data(), rows, shapes[i].first),
+                         MatMap(ys[i].data(), rows, shapes[i].second));
     }
   };
   pass();
@@ -125,13 +126,20 @@ double PingPong(Transport& t, std::size_t floats) {
 
 const char* EventName(ActionEvent::Kind k) {
   switch (k) {
-    case ActionEvent::kF: return "F";
-    case ActionEvent::kB: return "B";
-    case ActionEvent::kI: return "I";
-    case ActionEvent::kW: return "W";
-    case ActionEvent::kWaitRecvF: return "wait RECV_F";
-    case ActionEvent::kWaitRecvB: return "wait RECV_B";
-    case ActionEvent::kWaitSend: return "wait SEND";
+    case ActionEvent::kF:
+      return "F";
+    case ActionEvent::kB:
+      return "B";
+    case ActionEvent::kI:
+      return "I";
+    case ActionEvent::kW:
+      return "W";
+    case ActionEvent::kWaitRecvF:
+      return "wait RECV_F";
+    case ActionEvent::kWaitRecvB:
+      return "wait RECV_B";
+    case ActionEvent::kWaitSend:
+      return "wait SEND";
   }
   return "?";
 }
@@ -265,8 +273,12 @@ std::string BenchReportJson(const BenchReport& b) {
   j["step_time_unrecorded_s"] = b.step_time_unrecorded_s;
   auto& ranks = j["per_rank"] = nlohmann::ordered_json::array();
   for (const BenchRank& r : b.per_rank) {
-    ranks.push_back({{"rank", r.rank}, {"wall_s", r.wall_s}, {"busy_s", r.busy_s}, {"waiting_s", r.waiting_s},
-                     {"idle_s", r.idle_s}, {"gflops", r.gflops}});
+    ranks.push_back({{"rank", r.rank},
+                     {"wall_s", r.wall_s},
+                     {"busy_s", r.busy_s},
+                     {"waiting_s", r.waiting_s},
+                     {"idle_s", r.idle_s},
+                     {"gflops", r.gflops}});
   }
   return j.dump(2) + "\n";
 }
@@ -301,7 +313,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     exec.RunStep(batch);
     auto& stages = exec.stages();
     for (std::size_t k = 0; k < stages.size(); ++k) {
-      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
+      stages[k]->device().OptimizerStep();
       stages[k]->ZeroGrads();
     }
   };
@@ -317,7 +329,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     plain.push_back(Now() - start);
     auto& stages = exec.stages();
     for (std::size_t k = 0; k < stages.size(); ++k) {
-      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
+      stages[k]->device().OptimizerStep();
       stages[k]->ZeroGrads();
     }
   }
@@ -338,7 +350,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     ends.push_back(Now());
     auto& stages = exec.stages();
     for (std::size_t k = 0; k < stages.size(); ++k) {
-      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
+      stages[k]->device().OptimizerStep();
       stages[k]->ZeroGrads();
     }
   }
@@ -486,11 +498,20 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     for (auto& [key, v] : costs) {
       Costs& cs = sim.stage_costs[key.first];
       switch (key.second) {
-        case ActionEvent::kF: cs.forward = statistic(v); break;
-        case ActionEvent::kB: cs.backward_input = statistic(v); break;  // B = I + W with W = 0
-        case ActionEvent::kI: cs.backward_input = statistic(v); break;
-        case ActionEvent::kW: cs.backward_weight = statistic(v); break;
-        default: break;
+        case ActionEvent::kF:
+          cs.forward = statistic(v);
+          break;
+        case ActionEvent::kB:
+          cs.backward_input = statistic(v);
+          break;  // B = I + W with W = 0
+        case ActionEvent::kI:
+          cs.backward_input = statistic(v);
+          break;
+        case ActionEvent::kW:
+          cs.backward_weight = statistic(v);
+          break;
+        default:
+          break;
       }
     }
     return sim;
@@ -527,8 +548,8 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     const std::size_t k = order[o.steps / 2];
     std::vector<const StepRecord*> step_of_rank;
     for (int r = 0; r < p; ++r) step_of_rank.push_back(&rec[r][k]);
-    SimResult measured = AsSimResult(fmt::format("{}: measured step {} (ms)", report.schedule, k), u.lowered,
-                                     step_of_rank);
+    SimResult measured =
+        AsSimResult(fmt::format("{}: measured step {} (ms)", report.schedule, k), u.lowered, step_of_rank);
     SimResult simulated = predicted;
     simulated.schedule = fmt::format("{}: simulated from the measured costs (ms)", report.schedule);
     for (auto& row : simulated.timeline) {

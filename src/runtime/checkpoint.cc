@@ -1,13 +1,12 @@
 #include "checkpoint.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "baton/error.h"
@@ -44,9 +43,10 @@ std::vector<NamedTensor> ShardTensors(RunSetup& u) {
   auto& stages = u.exec->stages();
   for (std::size_t k = 0; k < stages.size(); ++k) {
     Stage& st = *stages[k];
+    st.device().PullParams();
     const float* base = st.params().data();
-    const auto state = u.optimizers[k]->State();
-    const auto names = u.optimizers[k]->StateNames();
+    const auto state = st.device().OptimizerState();
+    const auto names = st.device().OptimizerStateNames();
     for (const Stage::Param& p : st.named_params()) {
       out.push_back({p.name, p.shape, {p.data.begin(), p.data.end()}});
       const std::size_t offset = static_cast<std::size_t>(p.data.data() - base);
@@ -173,9 +173,10 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
     try {
       const std::vector<std::int64_t> done = CompleteSteps(dir);
       if (done.empty()) {
-        throw ConfigError(fmt::format("{}: no complete checkpoint to resume from (a step-NNNNNNNN folder with a "
-                                      "manifest.json)",
-                                      dir));
+        throw ConfigError(
+            fmt::format("{}: no complete checkpoint to resume from (a step-NNNNNNNN folder with a "
+                        "manifest.json)",
+                        dir));
       }
       text = "1" + ReadTextFile(StepDir(dir, done.back()) + "/manifest.json");
     } catch (const ConfigError& e) {
@@ -197,7 +198,8 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
     const std::string where = StepDir(dir, step);
     std::vector<std::string> diffs;
     auto differs = [&](const char* what, const json& theirs, const json& ours) {
-      if (theirs != ours) diffs.push_back(fmt::format("{}: checkpoint {}, this run {}", what, theirs.dump(), ours.dump()));
+      if (theirs != ours)
+        diffs.push_back(fmt::format("{}: checkpoint {}, this run {}", what, theirs.dump(), ours.dump()));
     };
     differs("ranks", m["ranks"], t.size());
     differs("schedule", m["schedule"], u.lowered.name);
@@ -213,27 +215,29 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
     for (const json& s : m["shards"]) {
       if (s["rank"] == t.rank()) shard = &s;
     }
-    if (shard == nullptr) throw ConfigError(fmt::format("{}: the manifest lists no shard for rank {}", where, t.rank()));
+    if (shard == nullptr)
+      throw ConfigError(fmt::format("{}: the manifest lists no shard for rank {}", where, t.rank()));
     const std::string path = where + "/" + (*shard)["file"].get<std::string>();
     std::uint64_t bytes = 0;
     const std::uint32_t crc = Crc32OfFile(path, &bytes);
     if (bytes != (*shard)["bytes"].get<std::uint64_t>() || crc != (*shard)["crc32"].get<std::uint32_t>()) {
-      throw ConfigError(fmt::format("{}: the shard has {} bytes and CRC-32 {:08x}, but the manifest records {} "
-                                    "and {:08x}: it is damaged",
-                                    path, bytes, crc, (*shard)["bytes"].get<std::uint64_t>(),
-                                    (*shard)["crc32"].get<std::uint32_t>()));
+      throw ConfigError(fmt::format(
+          "{}: the shard has {} bytes and CRC-32 {:08x}, but the manifest records {} "
+          "and {:08x}: it is damaged",
+          path, bytes, crc, (*shard)["bytes"].get<std::uint64_t>(), (*shard)["crc32"].get<std::uint32_t>()));
     }
     const std::vector<NamedTensor> saved = ReadSafetensors(path);
     std::vector<NamedTensor> wanted = ShardTensors(u);  // names, shapes and sizes to fill
     if (saved.size() != wanted.size()) {
-      throw ConfigError(fmt::format("{}: {} tensors, but this rank's stages need {}", path, saved.size(), wanted.size()));
+      throw ConfigError(
+          fmt::format("{}: {} tensors, but this rank's stages need {}", path, saved.size(), wanted.size()));
     }
     auto& stages = u.exec->stages();
     std::size_t at = 0;
     for (std::size_t k = 0; k < stages.size(); ++k) {
       Stage& st = *stages[k];
       const float* base = st.params().data();
-      auto state = u.optimizers[k]->State();
+      auto state = st.device().OptimizerState();
       for (const Stage::Param& p : st.named_params()) {
         const std::size_t offset = static_cast<std::size_t>(p.data.data() - base);
         for (std::size_t s = 0; s <= state.size(); ++s, ++at) {
@@ -247,7 +251,8 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
           std::copy(got.data.begin(), got.data.end(), to);
         }
       }
-      u.optimizers[k]->set_steps(step);
+      st.device().set_optimizer_steps(step);
+      st.device().PushParams();
     }
     const std::int64_t per_epoch = u.loader->batches_per_epoch();
     u.loader->Seek(step / per_epoch, step % per_epoch);

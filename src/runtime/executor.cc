@@ -1,10 +1,10 @@
 #include "executor.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "baton/error.h"
 
@@ -14,9 +14,15 @@ enum RequestKind { kRecvF = 0, kRecvB = 1, kSendF = 2, kSendB = 3 };
 }  // namespace
 
 Executor::Executor(const TrainConfig& config, const Schedule& lowered, const SimResult& sim,
-                   const std::vector<int>& bounds, Transport& transport)
-    : t_(transport), lowered_(lowered), rank_(transport.rank()), S_(lowered.stages), m_(lowered.microbatches),
-      rows_(config.train.batch_size / config.pipeline.microbatches), batch_size_(config.train.batch_size) {
+                   const std::vector<int>& bounds, Transport& transport, RankDevice& device)
+    : t_(transport),
+      dev_(device),
+      lowered_(lowered),
+      rank_(transport.rank()),
+      S_(lowered.stages),
+      m_(lowered.microbatches),
+      rows_(config.train.batch_size / config.pipeline.microbatches),
+      batch_size_(config.train.batch_size) {
   if (2 * S_ * m_ > t_.max_tag()) {
     throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}", S_,
                                   m_, 2 * S_ * m_, t_.max_tag()));
@@ -40,7 +46,7 @@ Executor::Executor(const TrainConfig& config, const Schedule& lowered, const Sim
       if (a.stage == s && a.kind == ActionKind::kBackwardInput) o.split_backward = true;
     }
     local_[s] = static_cast<int>(stages_.size());
-    stages_.push_back(std::make_unique<Stage>(config.model.layers, config.model.input, o));
+    stages_.push_back(std::make_unique<Stage>(config.model.layers, config.model.input, o, dev_.MakeStageDevice()));
   }
   // Widths of stages on other ranks follow from their neighbours' widths,
   // which every rank can compute from the model without building them.
@@ -68,28 +74,48 @@ Executor::Executor(const TrainConfig& config, const Schedule& lowered, const Sim
     const Stage& st = *stages_[k];
     const auto it = std::find(mine.stages.begin(), mine.stages.end(), st.index());
     const int capacity = mine.peak_in_flight[it - mine.stages.begin()];
-    stores_.emplace_back(fmt::format("rank {} stage {} activation store", rank_, st.index()), st.slot_floats(),
-                         capacity);
+    stores_.push_back(
+        dev_.MakeRing(fmt::format("rank {} stage {} activation store", rank_, st.index()), st.slot_floats(), capacity));
   }
   const std::size_t n = stages_.size();
-  inbox_f_.resize(n);
-  inbox_b_.resize(n);
-  outbox_f_.resize(n);
-  outbox_b_.resize(n);
+  inbox_f_.assign(n, nullptr);
+  inbox_b_.assign(n, nullptr);
+  outbox_f_.assign(n, nullptr);
+  outbox_b_.assign(n, nullptr);
+  // Each message's size by request id, for a device that stages messages
+  // through buffers of its own.
+  std::vector<std::size_t> message_floats(std::size_t(4) * S_ * m_, 0);
   int sends = 0;
   for (int s = 0; s < S_; ++s) {
     const int k = Local(s);
     if (k < 0) continue;
-    const std::size_t in = std::size_t(m_) * rows_ * width_in_[s], out = std::size_t(m_) * rows_ * width_out_[s];
-    if (s > 0) inbox_f_[k].assign(in, 0.0f);
-    if (s + 1 < S_) inbox_b_[k].assign(out, 0.0f);
-    if (s + 1 < S_ && lowered.stage_rank[s + 1] != rank_) {
-      outbox_f_[k].assign(out, 0.0f);
+    const std::size_t mb_in = std::size_t(rows_) * width_in_[s], mb_out = std::size_t(rows_) * width_out_[s];
+    if (s > 0) inbox_f_[k] = dev_.Allocate(m_ * mb_in);
+    if (s + 1 < S_) inbox_b_[k] = dev_.Allocate(m_ * mb_out);
+    const bool next_remote = s + 1 < S_ && lowered.stage_rank[s + 1] != rank_;
+    const bool prev_remote = s > 0 && lowered.stage_rank[s - 1] != rank_;
+    if (next_remote) {
+      outbox_f_[k] = dev_.Allocate(m_ * mb_out);
       sends += m_;
     }
-    if (s > 0 && lowered.stage_rank[s - 1] != rank_) {
-      outbox_b_[k].assign(in, 0.0f);
+    if (prev_remote) {
+      outbox_b_[k] = dev_.Allocate(m_ * mb_in);
       sends += m_;
+    }
+    for (int j = 0; j < m_; ++j) {
+      if (prev_remote) message_floats[Id(kRecvF, s, j)] = message_floats[Id(kSendB, s, j)] = mb_in;
+      if (next_remote) message_floats[Id(kRecvB, s, j)] = message_floats[Id(kSendF, s, j)] = mb_out;
+    }
+  }
+  dev_.ConfigureMessages(message_floats, config.pipeline.wait_timeout_s);
+  if (!dev_.host_memory()) {
+    if (Local(0) >= 0) {
+      inputs_ = dev_.Allocate(std::size_t(batch_size_) * width_in_[0]);
+      eval_inputs_ = dev_.Allocate(std::size_t(rows_) * width_in_[0]);
+    }
+    if (Local(S_ - 1) >= 0) {
+      labels_ = dev_.AllocateLabels(batch_size_);
+      eval_labels_ = dev_.AllocateLabels(rows_);
     }
   }
   pending_sends_.reserve(sends);
@@ -106,13 +132,13 @@ std::size_t Executor::EventsPerStep() const {
 }
 
 void Executor::WaitRecorded(int id, const WaitInfo& info, ActionEvent::Kind kind, int stage, int microbatch) {
-  if (events_ == nullptr) {
-    t_.Wait(id, info);
-    return;
+  const double start = events_ ? Now() : 0.0;
+  if (kind == ActionEvent::kWaitSend) {
+    dev_.WaitSend(id, info);
+  } else {
+    dev_.WaitRecv(id, info);
   }
-  const double start = Now();
-  t_.Wait(id, info);
-  events_->push_back({kind, stage, microbatch, start, Now()});
+  if (events_) events_->push_back({kind, stage, microbatch, start, Now()});
 }
 
 void Executor::WaitSends() {
@@ -128,6 +154,12 @@ StepStats Executor::RunStep(const Batch& batch) {
   StepStats stats;
   const float scale = 1.0f / static_cast<float>(batch_size_);
   const auto& rank_of = lowered_.stage_rank;
+  // A GPU reads the batch from its own memory: one upload per step, ordered
+  // before the first forward by the compute stream.
+  if (inputs_ != nullptr) dev_.Upload(inputs_, batch.inputs.data(), std::size_t(batch_size_) * width_in_[0]);
+  if (labels_ != nullptr) dev_.UploadLabels(labels_, batch.labels.data(), std::size_t(batch_size_));
+  const float* inputs = inputs_ != nullptr ? inputs_ : batch.inputs.data();
+  const std::int32_t* labels = labels_ != nullptr ? labels_ : batch.labels.data();
   for (const Action& a : lowered_.actions[rank_]) {
     const int s = a.stage, j = a.microbatch;
     Flight& flight = flight_[flight_next_++ % kFlight];
@@ -135,27 +167,27 @@ StepStats Executor::RunStep(const Batch& batch) {
     if (fault_.mode != Fault::kNone && IsCompute(a.kind)) MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     switch (a.kind) {
       case ActionKind::kRecvF:
-        t_.Irecv(Id(kRecvF, s, j), InboxF(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagF(s - 1, j));
+        dev_.Irecv(Id(kRecvF, s, j), InboxF(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagF(s - 1, j));
         break;
       case ActionKind::kRecvB:
-        t_.Irecv(Id(kRecvB, s, j), InboxB(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagB(s + 1, j));
+        dev_.Irecv(Id(kRecvB, s, j), InboxB(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagB(s + 1, j));
         break;
       case ActionKind::kSendF:
-        t_.Isend(Id(kSendF, s, j), OutboxF(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagF(s, j));
+        dev_.Isend(Id(kSendF, s, j), OutboxF(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagF(s, j));
         pending_sends_.push_back(Id(kSendF, s, j));
         pending_info_.push_back({"SEND_F", s, j, rank_of[s + 1]});
         break;
       case ActionKind::kSendB:
-        t_.Isend(Id(kSendB, s, j), OutboxB(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagB(s, j));
+        dev_.Isend(Id(kSendB, s, j), OutboxB(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagB(s, j));
         pending_sends_.push_back(Id(kSendB, s, j));
         pending_info_.push_back({"SEND_B", s, j, rank_of[s - 1]});
         break;
       case ActionKind::kForward: {
         Stage& st = *stages_[Local(s)];
-        ActivationStore& store = stores_[Local(s)];
+        RingStore& store = *stores_[Local(s)];
         const float* x;
         if (s == 0) {
-          x = batch.inputs.data() + std::size_t(j) * rows_ * width_in_[0];
+          x = inputs + std::size_t(j) * rows_ * width_in_[0];
         } else {
           if (rank_of[s - 1] != rank_) {
             WaitRecorded(Id(kRecvF, s, j), {"RECV_F", s, j, rank_of[s - 1], "F"}, ActionEvent::kWaitRecvF, s, j);
@@ -163,11 +195,11 @@ StepStats Executor::RunStep(const Batch& batch) {
           x = InboxF(s, j);
         }
         const double start = events_ ? Now() : 0.0;
-        float* slot = store.Acquire(j).data();
-        store.Write(j, st.InputOffset(), {x, std::size_t(rows_) * width_in_[s]});
+        float* slot = store.Acquire(j);
+        store.Write(j, st.InputOffset(), x, std::size_t(rows_) * width_in_[s]);
         std::size_t written = 0;
         if (s == S_ - 1) {
-          st.ForwardLoss(slot, batch.labels.data() + std::size_t(j) * rows_, scale, &written);
+          st.ForwardLoss(slot, labels + std::size_t(j) * rows_, scale, &written);
           stats.samples += rows_;
         } else {
           float* y = rank_of[s + 1] == rank_ ? InboxF(s + 1, j) : OutboxF(s, j);
@@ -180,7 +212,7 @@ StepStats Executor::RunStep(const Batch& batch) {
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput: {
         Stage& st = *stages_[Local(s)];
-        ActivationStore& store = stores_[Local(s)];
+        RingStore& store = *stores_[Local(s)];
         const float* dy = nullptr;
         if (s + 1 < S_) {
           if (rank_of[s + 1] != rank_) {
@@ -193,15 +225,15 @@ StepStats Executor::RunStep(const Batch& batch) {
         float* dx = nullptr;
         if (s > 0) dx = rank_of[s - 1] == rank_ ? InboxB(s - 1, j) : OutboxB(s, j);
         const bool full = a.kind == ActionKind::kBackward;
-        st.Backward(store.Get(j).data(), dy, dx, full);
+        st.Backward(store.Get(j), dy, dx, full);
         if (full) store.Release(j);
         if (events_) events_->push_back({full ? ActionEvent::kB : ActionEvent::kI, s, j, start, Now()});
         break;
       }
       case ActionKind::kBackwardWeight: {
-        ActivationStore& store = stores_[Local(s)];
+        RingStore& store = *stores_[Local(s)];
         const double start = events_ ? Now() : 0.0;
-        stages_[Local(s)]->BackwardWeight(store.Get(j).data());
+        stages_[Local(s)]->BackwardWeight(store.Get(j));
         store.Release(j);
         if (events_) events_->push_back({ActionEvent::kW, s, j, start, Now()});
         break;
@@ -209,6 +241,7 @@ StepStats Executor::RunStep(const Batch& batch) {
       default:
         break;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do here
     }
+    dev_.Progress();
     flight.end = Now();
   }
   WaitSends();
@@ -254,15 +287,24 @@ StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, st
       const float* x;
       if (s == 0) {
         x = inputs + first * width_in_[0];
+        if (eval_inputs_ != nullptr) {
+          dev_.Upload(eval_inputs_, x, std::size_t(rows) * width_in_[0]);
+          x = eval_inputs_;
+        }
       } else {
         if (rank_of[s - 1] != rank_) {
-          t_.Irecv(Id(kRecvF, s, 0), InboxF(s, 0), std::size_t(rows) * width_in_[s], rank_of[s - 1], TagF(s - 1, 0));
-          t_.Wait(Id(kRecvF, s, 0), {"RECV_F (evaluation)", s, 0, rank_of[s - 1]});
+          dev_.Irecv(Id(kRecvF, s, 0), InboxF(s, 0), std::size_t(rows) * width_in_[s], rank_of[s - 1], TagF(s - 1, 0));
+          dev_.WaitRecv(Id(kRecvF, s, 0), {"RECV_F (evaluation)", s, 0, rank_of[s - 1]});
         }
         x = InboxF(s, 0);
       }
       if (s == S_ - 1) {
-        st.EvaluateLoss(x, rows, labels + first);
+        const std::int32_t* chunk_labels = labels + first;
+        if (eval_labels_ != nullptr) {
+          dev_.UploadLabels(eval_labels_, chunk_labels, std::size_t(rows));
+          chunk_labels = eval_labels_;
+        }
+        st.EvaluateLoss(x, rows, chunk_labels);
         stats.samples += rows;
         continue;
       }
@@ -271,15 +313,17 @@ StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, st
         continue;
       }
       // The previous chunk's send from this buffer must be done first.
-      if (!t_.Idle(Id(kSendF, s, 0))) t_.Wait(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
+      if (!dev_.Idle(Id(kSendF, s, 0))) {
+        dev_.WaitSend(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
+      }
       st.Evaluate(x, rows, OutboxF(s, 0));
-      t_.Isend(Id(kSendF, s, 0), OutboxF(s, 0), std::size_t(rows) * width_out_[s], rank_of[s + 1], TagF(s, 0));
+      dev_.Isend(Id(kSendF, s, 0), OutboxF(s, 0), std::size_t(rows) * width_out_[s], rank_of[s + 1], TagF(s, 0));
     }
   }
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     const int s = stages_[k]->index();
-    if (s + 1 < S_ && !t_.Idle(Id(kSendF, s, 0))) {
-      t_.Wait(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
+    if (s + 1 < S_ && !dev_.Idle(Id(kSendF, s, 0))) {
+      dev_.WaitSend(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
     }
   }
   TakeLoss(&stats);

@@ -1,4 +1,5 @@
 // Fault injection, for testing only: BATON_FAULT="RANK:STEP:ACTION:MODE".
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -6,8 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "baton/error.h"
 #include "executor.h"
@@ -25,9 +24,10 @@ Fault FaultFromEnvironment() {
   }
   parts.push_back(s.substr(start));
   auto bad = [&](const std::string& why) {
-    return ConfigError(fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W or "
-                                   "checkpoint and MODE stall, exit or kill)",
-                                   s, why));
+    return ConfigError(
+        fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W or "
+                    "checkpoint and MODE stall, exit or kill)",
+                    s, why));
   };
   if (parts.size() != 4) throw bad("four fields needed");
   Fault f;
@@ -56,7 +56,9 @@ Fault FaultFromEnvironment() {
 void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_view action) {
   if (f.mode == Fault::kNone || f.rank != rank || f.step != step || f.action != action) return;
   std::fprintf(stderr, "baton: rank %d: injected fault (BATON_FAULT): %s at step %lld, %.*s\n", rank,
-               f.mode == Fault::kStall ? "stalling" : f.mode == Fault::kExit ? "exiting" : "killed",
+               f.mode == Fault::kStall  ? "stalling"
+               : f.mode == Fault::kExit ? "exiting"
+                                        : "killed",
                static_cast<long long>(step), static_cast<int>(action.size()), action.data());
   std::fflush(stderr);
   switch (f.mode) {

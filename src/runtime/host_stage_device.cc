@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "baton/buffer.h"
-#include "baton/tensor.h"
 #include "baton/stage_device.h"
+#include "baton/tensor.h"
 
 namespace baton {
 namespace {
@@ -23,13 +23,20 @@ class HostStageDevice final : public StageDevice {
   }
   void AddLayer(const LayerSpec&, Layer& host, int) override { layers_.push_back(&host); }
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
-    params_ = host_params.data();
-    grads_ = host_grads.data();
+    host_params_ = host_params;
+    host_grads_ = host_grads;
   }
-  float* params() override { return params_; }
-  float* grads() override { return grads_; }
+  float* params() override { return host_params_.data(); }
+  float* grads() override { return host_grads_.data(); }
   void PushParams() override {}
   void PullParams() override {}
+
+  void SetOptimizer(const OptimizerSpec& spec) override { optimizer_ = MakeOptimizer(spec, host_params_.size()); }
+  void OptimizerStep() override { optimizer_->Step(host_params_, host_grads_); }
+  std::vector<std::span<float>> OptimizerState() override { return optimizer_->State(); }
+  std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
+  std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
+  void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   void Forward(int layer, const float* x, float* y, int rows) override {
     const Layer& l = *layers_[layer];
@@ -63,8 +70,8 @@ class HostStageDevice final : public StageDevice {
  private:
   std::vector<Layer*> layers_;
   std::vector<FloatBuffer> buffers_;
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
+  std::span<float> host_params_, host_grads_;
+  std::unique_ptr<Optimizer> optimizer_;
   LossTotals totals_;
 };
 

@@ -39,12 +39,14 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
   u.bounds = PartitionLayers(c, u.lowered.stages);
   // One request slot per (direction, send/receive, stage, microbatch).
   t.Configure(4 * u.lowered.stages * u.lowered.microbatches, c.pipeline.wait_timeout_s);
-  u.exec = std::make_unique<Executor>(c, u.lowered, u.sim, u.bounds, t);
+  u.device = c.device == "cuda" ? MakeCudaRankDevice(t, c.precision) : MakeHostRankDevice(t);
+  u.exec = std::make_unique<Executor>(c, u.lowered, u.sim, u.bounds, t, *u.device);
   for (auto& st : u.exec->stages()) {
     st->Init(c.model.init_seed);
-    u.optimizers.push_back(MakeOptimizer(c.train.optimizer, st->params().size()));
+    st->device().SetOptimizer(c.train.optimizer);
   }
   if (!c.model.init_from.empty()) LoadInitialWeights(c.model.init_from, u.exec->stages());
+  for (auto& st : u.exec->stages()) st->device().PushParams();
 
   const int rank = t.rank();
   u.first_rank = u.lowered.stage_rank.front() == rank;

@@ -4,13 +4,13 @@
 #ifndef BATON_RUNTIME_SETUP_H_
 #define BATON_RUNTIME_SETUP_H_
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "baton/comm.h"
 #include "baton/config.h"
@@ -57,8 +57,8 @@ struct RunSetup {
   Schedule lowered;
   SimResult sim;
   std::vector<int> bounds;
+  std::unique_ptr<RankDevice> device;  // before exec: the stages compute on it
   std::unique_ptr<Executor> exec;
-  std::vector<std::unique_ptr<Optimizer>> optimizers;
   Dataset train, test;
   std::unique_ptr<BatchLoader> loader;
   bool first_rank = false, last_rank = false;

@@ -1,10 +1,10 @@
 #include "stage.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "baton/error.h"
 
@@ -50,17 +50,19 @@ std::vector<int> PartitionLayers(const TrainConfig& c, int stages) {
   const auto& layers = c.model.layers;
   const int n = static_cast<int>(layers.size());
   if (stages > n) {
-    throw ConfigError(fmt::format("{}: pipeline needs {} stages ({} ranks x {} chunks) but the model has only {} "
-                                  "layers; every stage needs at least one layer",
-                                  c.source, stages, c.pipeline.ranks, stages / std::max(c.pipeline.ranks, 1), n));
+    throw ConfigError(
+        fmt::format("{}: pipeline needs {} stages ({} ranks x {} chunks) but the model has only {} "
+                    "layers; every stage needs at least one layer",
+                    c.source, stages, c.pipeline.ranks, stages / std::max(c.pipeline.ranks, 1), n));
   }
   std::vector<int> bounds(stages + 1, 0);
   if (c.pipeline.partition == "explicit") {
     const auto& counts = c.pipeline.partition_counts;
     if (static_cast<int>(counts.size()) != stages) {
-      throw ConfigError(fmt::format("{}: pipeline.partition lists {} stages, but the pipeline has {} ({} ranks x {} "
-                                    "chunks)",
-                                    c.source, counts.size(), stages, c.pipeline.ranks, stages / c.pipeline.ranks));
+      throw ConfigError(
+          fmt::format("{}: pipeline.partition lists {} stages, but the pipeline has {} ({} ranks x {} "
+                      "chunks)",
+                      c.source, counts.size(), stages, c.pipeline.ranks, stages / c.pipeline.ranks));
     }
     int sum = 0;
     for (int s = 0; s < stages; ++s) {
@@ -69,8 +71,8 @@ std::vector<int> PartitionLayers(const TrainConfig& c, int stages) {
       sum += counts[s];
     }
     if (sum != n) {
-      throw ConfigError(fmt::format("{}: pipeline.partition's counts add up to {} layers, but the model has {}",
-                                    c.source, sum, n));
+      throw ConfigError(
+          fmt::format("{}: pipeline.partition's counts add up to {} layers, but the model has {}", c.source, sum, n));
     }
     bounds[stages] = n;
     return bounds;
@@ -144,8 +146,11 @@ Stage::Stage(const std::vector<LayerSpec>& model_layers, int model_input, const 
     const bool layer = ops_[i].layer >= 0;
     const std::string_view type = layer ? layers_[ops_[i].layer]->Type() : "";
     switch (o.checkpointing) {
-      case Checkpointing::kNone: stored_[i + 1] = 1; break;
-      case Checkpointing::kFull: break;
+      case Checkpointing::kNone:
+        stored_[i + 1] = 1;
+        break;
+      case Checkpointing::kFull:
+        break;
       case Checkpointing::kSelective:
         stored_[i + 1] = layer && std::find(o.keep.begin(), o.keep.end(), type) != o.keep.end();
         break;

@@ -29,10 +29,10 @@ enum class Checkpointing { kNone, kFull, kSelective };
 Checkpointing ParseCheckpointing(const std::string& name);
 
 struct StageOptions {
-  int index = 0;                  // stage number
-  int first_layer = 0;            // top-level layers [first_layer, last_layer)
+  int index = 0;        // stage number
+  int first_layer = 0;  // top-level layers [first_layer, last_layer)
   int last_layer = 0;
-  int rows = 1;                   // samples per microbatch
+  int rows = 1;  // samples per microbatch
   Checkpointing checkpointing = Checkpointing::kNone;
   std::vector<std::string> keep;  // selective: layer types whose outputs are kept
   bool is_last = false;           // computes the loss
@@ -116,10 +116,10 @@ class Stage {
   std::vector<std::string> layer_names_;           // "{i}." or "{i}.{k}." per layer
   std::vector<int> layer_path_stack_;              // while flattening nested blocks
   std::vector<Op> ops_;
-  std::vector<int> width_;             // features of a_0..a_K
-  std::vector<char> stored_;           // a_i kept in the slot
-  std::vector<std::size_t> slot_off_;  // a_i offset in the slot
-  std::vector<std::size_t> wgrad_off_; // per op with parameters: its output gradient in the slot
+  std::vector<int> width_;              // features of a_0..a_K
+  std::vector<char> stored_;            // a_i kept in the slot
+  std::vector<std::size_t> slot_off_;   // a_i offset in the slot
+  std::vector<std::size_t> wgrad_off_;  // per op with parameters: its output gradient in the slot
   std::size_t dlogits_off_ = 0;
   std::size_t slot_floats_ = 0, forward_floats_ = 0;
   FloatBuffer params_, grads_;  // host
@@ -129,7 +129,7 @@ class Stage {
   float* ws_act_ = nullptr;
   float* ws_grad_ = nullptr;
   float* ws_skip_ = nullptr;
-  std::vector<std::size_t> ws_off_;    // per activation index, into each of the three
+  std::vector<std::size_t> ws_off_;  // per activation index, into each of the three
   std::vector<char> is_block_input_;
 };
 

@@ -1,24 +1,23 @@
 // The training loop: setup agreed by all ranks, then steps, logging,
 // evaluation at epoch ends, and the final weights.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <fstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
+#include <limits>
 
 #include "baton/data.h"
 #include "baton/error.h"
 #include "baton/runtime.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
-#include "executor.h"
 #include "checkpoint.h"
+#include "executor.h"
 #include "setup.h"
 #include "stage.h"
 
@@ -31,14 +30,18 @@ double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 
 std::string Duration(double s) {
   const long t = std::lround(std::max(0.0, s));
-  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{:02}:{:02}", t / 60, t % 60);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                   : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
 // Writes the final weights (rank 0), gathered from every rank, with
 // PyTorch nn.Sequential names in layer order.
 void SaveWeights(const TrainConfig& c, Transport& t, RunSetup& u) {
   std::vector<float> mine;
-  for (auto& st : u.exec->stages()) mine.insert(mine.end(), st->params().begin(), st->params().end());
+  for (auto& st : u.exec->stages()) {
+    st->device().PullParams();
+    mine.insert(mine.end(), st->params().begin(), st->params().end());
+  }
   std::vector<float> all;
   t.GatherToRoot(mine, &all);
   if (t.rank() != 0) return;
@@ -106,9 +109,9 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
     u.exec->set_step(step);
     const StepStats stats = u.exec->RunStep(batch);
     auto& stages = u.exec->stages();
-    for (std::size_t k = 0; k < stages.size(); ++k) {
-      u.optimizers[k]->Step(stages[k]->params(), stages[k]->grads());
-      stages[k]->ZeroGrads();
+    for (auto& st : stages) {
+      st->device().OptimizerStep();
+      st->ZeroGrads();
     }
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
@@ -129,10 +132,9 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
         if (c.log.progress) {
           const double elapsed = Seconds(start, Clock::now());
           const double eta = elapsed / step * (total - step);
-          std::fprintf(stderr, "%sstep %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s%s",
-                       tty ? "\r" : "", static_cast<long long>(step), static_cast<long long>(total),
-                       static_cast<long long>(epoch), loss, window_samples / secs, Duration(eta).c_str(),
-                       tty ? "   " : "\n");
+          std::fprintf(stderr, "%sstep %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s%s", tty ? "\r" : "",
+                       static_cast<long long>(step), static_cast<long long>(total), static_cast<long long>(epoch), loss,
+                       window_samples / secs, Duration(eta).c_str(), tty ? "   " : "\n");
         }
       }
       window_start = Clock::now();

@@ -226,7 +226,7 @@ TEST(TrainConfigFiles, MissingFileIsAConfigError) {
 TEST(TrainConfigErrors, UnknownTopLevelKeySuggestsTheNearest) {
   const std::string msg = ErrorOf(std::string(kValid) + "pipline:\n  ranks: 4\n");
   EXPECT_TRUE(Contains(msg, "t.yaml:18:1: unknown key 'pipline'; did you mean 'pipeline'?")) << msg;
-  EXPECT_TRUE(Contains(msg, "allowed here: checkpoint, data, log, model, pipeline, train")) << msg;
+  EXPECT_TRUE(Contains(msg, "allowed here: checkpoint, data, device, log, model, pipeline, precision, train")) << msg;
 }
 
 TEST(TrainConfigErrors, UnknownNestedKeyNamesTheKeyPath) {
@@ -628,6 +628,8 @@ void ExpectSameLayers(const std::vector<LayerSpec>& a, const std::vector<LayerSp
 }
 
 void ExpectSameSettings(const TrainConfig& a, const TrainConfig& b) {
+  EXPECT_EQ(a.device, b.device);
+  EXPECT_EQ(a.precision, b.precision);
   EXPECT_EQ(a.model.input, b.model.input);
   ExpectSameLayers(a.model.layers, b.model.layers, "model.layers");
   EXPECT_EQ(a.model.init_seed, b.model.init_seed);
@@ -700,14 +702,27 @@ TEST(DescribeTrainConfig, RoundTripsOverridesAndEveryOptionalSetting) {
   // Settings the shipped files leave at their defaults: an explicit
   // partition, checkpoint settings, bias off, layernorm eps, init.from, sgd
   // with weight decay, odd numbers.
-  const TrainConfig c = ParseTrainConfig(
-      kValid, "t.yaml",
-      {"model.layers.0={type: linear, out: 6, bias: false}", "model.layers.1={type: layernorm, eps: 0.001}",
-       "model.init={seed: 123456789, from: init.safetensors}", "pipeline.partition=[1, 2]",
-       "pipeline.wait_timeout_s=12.5", "pipeline.checkpointing=selective", "pipeline.keep=[linear, layernorm]",
-       "data.samples=100", "data.shuffle=true", "data.seed=42", "data.evaluate=false", "train.steps=7",
-       "train.epochs=3", "train.optimizer={type: sgd, lr: 0.0123, momentum: 0.5, weight_decay: 0.25}",
-       "checkpoint={dir: ck, every_steps: 5, keep: 2}", "log.every_steps=0", "log.weights=''", "log.progress=false"});
+  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml",
+                                         {"model.layers.0={type: linear, out: 6, bias: false}",
+                                          "model.layers.1={type: layernorm, eps: 0.001}",
+                                          "model.init={seed: 123456789, from: init.safetensors}",
+                                          "pipeline.partition=[1, 2]",
+                                          "pipeline.wait_timeout_s=12.5",
+                                          "pipeline.checkpointing=selective",
+                                          "pipeline.keep=[linear, layernorm]",
+                                          "data.samples=100",
+                                          "data.shuffle=true",
+                                          "data.seed=42",
+                                          "data.evaluate=false",
+                                          "train.steps=7",
+                                          "train.epochs=3",
+                                          "train.optimizer={type: sgd, lr: 0.0123, momentum: 0.5, weight_decay: 0.25}",
+                                          "checkpoint={dir: ck, every_steps: 5, keep: 2}",
+                                          "log.every_steps=0",
+                                          "log.weights=''",
+                                          "log.progress=false",
+                                          "device=cuda",
+                                          "precision=bf16"});
   EXPECT_EQ(c.pipeline.partition, "explicit");
   EXPECT_EQ(c.pipeline.partition_counts, (std::vector<int>{1, 2}));
   EXPECT_FALSE(c.model.layers[0].bias);
@@ -796,7 +811,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"checkpoint.dir=ck", "checkpoint.dir: needs checkpoint.every_steps > 0"},
         BadValue{"checkpoint.keep=0", "checkpoint.keep: must be at least 1, got 0"},
         BadValue{"log.every_steps=-1", "log.every_steps: must be >= 0"},
-        BadValue{"log.progress=3", "log.progress: expected true or false, got '3'"}));
+        BadValue{"log.progress=3", "log.progress: expected true or false, got '3'"},
+        BadValue{"device=gpu", "device: 'gpu' is not one of: cpu, cuda"},
+        BadValue{"precision=fp16", "precision: 'fp16' is not one of: fp32, bf16"},
+        BadValue{"precision=bf16", "precision: bf16 needs device: cuda"}));
 
 }  // namespace
 }  // namespace baton

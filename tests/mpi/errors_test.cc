@@ -261,6 +261,16 @@ TEST_F(TrainErrors, CheckpointEveryStepsWithoutAFolder) {
   EXPECT_NE(r.output.find("checkpoint.every_steps: needs checkpoint.dir"), std::string::npos) << r.output;
 }
 
+TEST_F(TrainErrors, CudaDeviceWhereThereIsNone) {
+  // Without the CUDA backend, or without a GPU: one clear error, exit 2.
+  const JobResult r = Train(2, Tiny(), {"pipeline.ranks=2", "device=cuda"});
+  ExpectCleanFailure(r);
+  const bool explained =
+      r.output.find("device: cuda: this baton was built without the CUDA backend") != std::string::npos ||
+      r.output.find("sees no CUDA device") != std::string::npos;
+  EXPECT_TRUE(explained) << r.output;
+}
+
 TEST(Validate, TinyConfigIsValidAndPrintsThePlan) {
   const fs::path log = fs::path(::testing::TempDir()) / ("baton_validate_" + std::to_string(::getpid()) + ".txt");
   const std::string cmd =

@@ -3,7 +3,6 @@
 // thread while steps run (1 rank, so no MPI is involved; local hand-overs
 // between the rank's stages, split I/W backwards and recomputation are).
 #include <dlfcn.h>
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -66,20 +65,21 @@ long AllocationsPerStep(const std::string& schedule, const std::string& checkpoi
   const SimResult sim = Simulate(lowered);
   const std::vector<int> bounds = PartitionLayers(c, lowered.stages);
   std::unique_ptr<Transport> t = MakeSoloTransport();
-  Executor exec(c, lowered, sim, bounds, *t);
-  std::vector<std::unique_ptr<Optimizer>> opts;
+  std::unique_ptr<RankDevice> device = MakeHostRankDevice(*t);
+  Executor exec(c, lowered, sim, bounds, *t, *device);
   for (auto& st : exec.stages()) {
     st->Init(1);
-    opts.push_back(MakeOptimizer(c.train.optimizer, st->params().size()));
+    st->device().SetOptimizer(c.train.optimizer);
   }
   const Dataset data = MakeSynthetic(64, c.data.features, c.data.classes, 5, true, true);
-  Batch batch{0, {data.inputs.data(), std::size_t(c.train.batch_size) * c.data.features},
+  Batch batch{0,
+              {data.inputs.data(), std::size_t(c.train.batch_size) * c.data.features},
               {data.labels.data(), std::size_t(c.train.batch_size)}};
   auto step = [&] {
     exec.RunStep(batch);
-    for (std::size_t k = 0; k < opts.size(); ++k) {
-      opts[k]->Step(exec.stages()[k]->params(), exec.stages()[k]->grads());
-      exec.stages()[k]->ZeroGrads();
+    for (auto& st : exec.stages()) {
+      st->device().OptimizerStep();
+      st->ZeroGrads();
     }
   };
   step();  // warm-up: first-touch of lazily created state
