@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with a CUDA GPU: build with the CUDA backend, run its tests
 # (which skip without a GPU) and its benchmarks, and keep what they print in
-# ${OUT:-out/gpu} (gpu.txt, tests.txt, cuda_store_bench.json, cuda_p2p_bench.json).
+# ${OUT:-out/gpu} (gpu.txt, tests.txt, cuda_store_bench.json, cuda_p2p_bench.json,
+# bench_cuda.json).
 #
 #   ./scripts/gpu_check.sh
 set -euo pipefail
@@ -25,3 +26,7 @@ ctest --test-dir build-gpu --output-on-failure -R '^cuda\.' 2>&1 | tee "$out/tes
 build-gpu/bench/cuda_store_bench --benchmark_format=json --benchmark_out="$out/cuda_store_bench.json" \
   --benchmark_out_format=json
 mpirun -np 2 build-gpu/bench/cuda_p2p_bench --json "$out/cuda_p2p_bench.json"
+# Whole training steps on the GPU: 2 ranks sharing it, 1F1B, step time and
+# samples/s (per-action times there are host-side enqueue times).
+mpirun -np 2 build-gpu/baton bench configs/synthetic_bench.yaml --set pipeline.ranks=2 --set device=cuda \
+  --steps 20 --json "$out/bench_cuda.json"

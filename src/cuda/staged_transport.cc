@@ -118,6 +118,12 @@ class StagedTransport final : public DeviceTransport {
                       "no receive in flight ({})",
                       id, info.what, info.stage, info.microbatch, StateName(r.state)));
     }
+    // The peer may be waiting for one of this rank's staged sends before it
+    // can send what this wait expects (1F1B: SEND_F then RECV_B). Blocking
+    // in MPI with that send not yet posted would deadlock, so every staged
+    // send is posted first; their copies wait only for GPU work already
+    // queued, so this ends unless the GPU hangs.
+    FlushStaged(info);
     host_.Wait(id, info);
     r.state = RequestState::kIdle;
     // The destination may still be read or written by work already queued on
@@ -166,6 +172,22 @@ class StagedTransport final : public DeviceTransport {
   }
 
   void Progress() override { PostStaged(); }
+
+  // Posts every staged send, waiting (polling, with the deadline) for their
+  // staging copies.
+  void FlushStaged(const WaitInfo& info) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int spins = 0;; ++spins) {
+      PostStaged();
+      if (staging_count_ == 0) return;
+      Backoff(spins, start, [&] {
+        return fmt::format(
+            "the device-to-host staging copies of this rank's sends, before waiting for {} of stage {} "
+            "microbatch {} from rank {}",
+            info.what, info.stage, info.microbatch, info.peer);
+      });
+    }
+  }
   bool Idle(int id) const override {
     return id >= 0 && std::size_t(id) < requests_.size() && requests_[id].state == RequestState::kIdle;
   }
