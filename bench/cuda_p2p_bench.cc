@@ -27,47 +27,28 @@
 #include "baton/comm.h"
 #include "baton/error.h"
 #include "cuda_util.h"
+#include "pingpong_common.h"
 #include "staged_transport.h"
 
 namespace {
+
+using baton::bench::kMaxBytes;
+using baton::bench::kMinBytes;
+using baton::bench::kPing;
+using baton::bench::kPong;
+using baton::bench::kRecv;
+using baton::bench::kSend;
+using baton::bench::Median;
+using baton::bench::ParsePingPongArgs;
+using baton::bench::PingPongOptions;
+using baton::bench::SizeName;
 
 using baton::cuda::DeviceBuffer;
 using baton::cuda::Event;
 using baton::cuda::PinnedBuffer;
 using baton::cuda::Stream;
 
-constexpr int kSend = 0, kRecv = 1;
-constexpr int kPing = 1, kPong = 2;
-constexpr std::size_t kMinBytes = std::size_t{1} << 10, kMaxBytes = std::size_t{64} << 20;
 constexpr int kMinReps = 10, kMaxReps = 20000;
-
-struct Options {
-  double seconds = 0.2;
-  std::string json_path;
-};
-
-Options ParseArgs(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if ((arg == "--json" || arg == "--seconds") && i + 1 < argc) {
-      const std::string value = argv[++i];
-      if (arg == "--json") {
-        o.json_path = value;
-      } else {
-        char* end = nullptr;
-        o.seconds = std::strtod(value.c_str(), &end);
-        if (*end != '\0' || !(o.seconds > 0)) {
-          throw baton::ConfigError(fmt::format("--seconds {}: expected a number of seconds > 0", value));
-        }
-      }
-    } else {
-      throw baton::ConfigError(
-          fmt::format("unexpected argument '{}'; usage: mpirun -np 2 cuda_p2p_bench [--seconds S] [--json PATH]", arg));
-    }
-  }
-  return o;
-}
 
 struct Row {
   std::size_t bytes = 0;
@@ -76,11 +57,6 @@ struct Row {
   double gb_per_s = 0;
   double memcpy_round_trip_us = 0;  // D2H + H2D of the same bytes
 };
-
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 struct Buffers {
   DeviceBuffer<float> out{kMaxBytes / sizeof(float)}, in{kMaxBytes / sizeof(float)};
@@ -124,7 +100,7 @@ double MemcpyRoundTrip(Buffers& b, PinnedBuffer<float>& staging, std::size_t byt
   return Median(times);
 }
 
-std::vector<Row> Measure(baton::Transport& host, baton::cuda::DeviceTransport& t, const Options& options) {
+std::vector<Row> Measure(baton::Transport& host, baton::cuda::DeviceTransport& t, const PingPongOptions& options) {
   Buffers b;
   PinnedBuffer<float> staging(kMaxBytes / sizeof(float));
   std::vector<float> pattern(kMaxBytes / sizeof(float));
@@ -158,12 +134,7 @@ std::vector<Row> Measure(baton::Transport& host, baton::cuda::DeviceTransport& t
   return rows;
 }
 
-std::string SizeName(std::size_t bytes) {
-  if (bytes >= (std::size_t{1} << 20)) return fmt::format("{} MiB", bytes >> 20);
-  return fmt::format("{} KiB", bytes >> 10);
-}
-
-void Report(const std::vector<Row>& rows, const Options& options, const std::string& device) {
+void Report(const std::vector<Row>& rows, const PingPongOptions& options, const std::string& device) {
   std::printf("baton cuda_p2p_bench: host-staged transport ping-pong, 2 ranks on %s\n", device.c_str());
   std::printf("%10s %8s %16s %10s %22s %18s\n", "size", "reps", "one-way (us)", "GB/s", "memcpy D2H+H2D (us)",
               "staged/memcpy");
@@ -204,7 +175,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const Options options = ParseArgs(argc, argv);
+    const PingPongOptions options = ParsePingPongArgs(argc, argv, "cuda_p2p_bench");
     std::unique_ptr<baton::Transport> host = baton::MakeMpiTransport();
     host->Configure(4, 60);
     const int devices = baton::cuda::DeviceCount();

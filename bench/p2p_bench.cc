@@ -23,42 +23,22 @@
 
 #include "baton/comm.h"
 #include "baton/error.h"
+#include "pingpong_common.h"
 
 namespace {
 
-// Request ids: one send and one receive in flight per rank.
-constexpr int kSend = 0, kRecv = 1;
-constexpr int kPing = 1, kPong = 2;  // tags
-constexpr std::size_t kMinBytes = std::size_t{1} << 10, kMaxBytes = std::size_t{64} << 20;
+using baton::bench::kMaxBytes;
+using baton::bench::kMinBytes;
+using baton::bench::kPing;
+using baton::bench::kPong;
+using baton::bench::kRecv;
+using baton::bench::kSend;
+using baton::bench::Median;
+using baton::bench::ParsePingPongArgs;
+using baton::bench::PingPongOptions;
+using baton::bench::SizeName;
+
 constexpr int kMinReps = 10, kMaxReps = 100000;
-
-struct Options {
-  double seconds = 0.2;  // measured time per size, roughly
-  std::string json_path;
-};
-
-Options ParseArgs(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if ((arg == "--json" || arg == "--seconds") && i + 1 < argc) {
-      const std::string value = argv[++i];
-      if (arg == "--json") {
-        o.json_path = value;
-      } else {
-        char* end = nullptr;
-        o.seconds = std::strtod(value.c_str(), &end);
-        if (*end != '\0' || !(o.seconds > 0)) {
-          throw baton::ConfigError(fmt::format("--seconds {}: expected a number of seconds > 0", value));
-        }
-      }
-    } else {
-      throw baton::ConfigError(
-          fmt::format("unexpected argument '{}'; usage: mpirun -np 2 p2p_bench [--seconds S] [--json PATH]", arg));
-    }
-  }
-  return o;
-}
 
 struct Row {
   std::size_t bytes = 0;
@@ -86,12 +66,7 @@ double RoundTrip(baton::Transport& t, std::vector<float>& out, std::vector<float
   return 0;
 }
 
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-std::vector<Row> Measure(baton::Transport& t, const Options& options) {
+std::vector<Row> Measure(baton::Transport& t, const PingPongOptions& options) {
   std::vector<float> out(kMaxBytes / sizeof(float)), in(kMaxBytes / sizeof(float));
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(i % 4093);
   std::vector<double> times(kMaxReps);
@@ -122,12 +97,7 @@ std::vector<Row> Measure(baton::Transport& t, const Options& options) {
   return rows;
 }
 
-std::string SizeName(std::size_t bytes) {
-  if (bytes >= (std::size_t{1} << 20)) return fmt::format("{} MiB", bytes >> 20);
-  return fmt::format("{} KiB", bytes >> 10);
-}
-
-void Report(const std::vector<Row>& rows, const Options& options) {
+void Report(const std::vector<Row>& rows, const PingPongOptions& options) {
   std::printf("baton p2p_bench: MPI transport ping-pong, 2 ranks\n");
   std::printf("%10s %12s %8s %16s %14s\n", "size", "bytes", "reps", "one-way (us)", "GB/s");
   for (const Row& r : rows) {
@@ -161,7 +131,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const Options options = ParseArgs(argc, argv);
+    const PingPongOptions options = ParsePingPongArgs(argc, argv, "p2p_bench");
     std::unique_ptr<baton::Transport> t = baton::MakeMpiTransport();
     t->Configure(4, 60);
     const std::vector<Row> rows = Measure(*t, options);
