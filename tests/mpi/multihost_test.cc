@@ -135,14 +135,21 @@ class MultiHostTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    // Nothing may outlive the test in either namespace; a leftover process
-    // is a failure (the job did not end), and is killed.
+    // Nothing may outlive the job in either namespace; a leftover process is
+    // a failure, and is killed. A "host" cut off from mpirun ends its rank
+    // only once its own daemon notices the lost link (the same keepalive,
+    // after mpirun has already exited), so each namespace gets until
+    // kOrphanLimit seconds to empty itself.
+    constexpr double kOrphanLimit = 15;
     for (const auto& [ns, made] : {std::pair{ns_a_, made_a_}, std::pair{ns_b_, made_b_}}) {
       if (!made) continue;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
       const fs::path pids = dir_ / ("pids-" + ns);
-      Shell("ip netns pids " + ns + " > '" + pids.string() + "' 2>/dev/null");
-      EXPECT_EQ(Read(pids), "") << "processes left in namespace " << ns;
+      const auto start = Clock::now();
+      do {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        Shell("ip netns pids " + ns + " > '" + pids.string() + "' 2>/dev/null");
+      } while (!Read(pids).empty() && Seconds(start, Clock::now()) < kOrphanLimit);
+      EXPECT_EQ(Read(pids), "") << "processes left in namespace " << ns << " " << kOrphanLimit << " s after the job";
       Shell("ip netns pids " + ns + " 2>/dev/null | xargs -r kill -9");
       Shell("ip netns del " + ns);
     }
