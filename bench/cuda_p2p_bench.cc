@@ -58,6 +58,8 @@ struct Row {
   double memcpy_round_trip_us = 0;  // D2H + H2D of the same bytes
 };
 
+std::byte* Bytes(DeviceBuffer<float>& b) { return reinterpret_cast<std::byte*>(b.data()); }
+
 struct Buffers {
   DeviceBuffer<float> out{kMaxBytes / sizeof(float)}, in{kMaxBytes / sizeof(float)};
   Stream compute;
@@ -71,18 +73,18 @@ double RoundTrip(baton::Transport& host, baton::cuda::DeviceTransport& t, Buffer
   const cudaStream_t s = b.compute.get();
   if (host.rank() == 0) {
     const auto start = std::chrono::steady_clock::now();
-    t.Irecv(kRecv, b.in.data(), floats, 1, kPong);
+    t.Irecv(kRecv, Bytes(b.in), floats * sizeof(float), 1, kPong);
     b.ready.Record(s);
-    t.Isend(kSend, b.out.data(), floats, 1, kPing, b.ready.get());
+    t.Isend(kSend, Bytes(b.out), floats * sizeof(float), 1, kPing, b.ready.get());
     t.WaitSend(kSend, {"SEND ping", -1, -1, 1});
     t.WaitRecv(kRecv, {"RECV pong", -1, -1, 1}, s);
     BATON_CUDA_CHECK(cudaStreamSynchronize(s));  // the benchmark's clock stops when the data is on the GPU
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  t.Irecv(kRecv, b.in.data(), floats, 0, kPing);
+  t.Irecv(kRecv, Bytes(b.in), floats * sizeof(float), 0, kPing);
   t.WaitRecv(kRecv, {"RECV ping", -1, -1, 0}, s);
   b.ready.Record(s);
-  t.Isend(kSend, b.in.data(), floats, 0, kPong, b.ready.get());
+  t.Isend(kSend, Bytes(b.in), floats * sizeof(float), 0, kPong, b.ready.get());
   t.WaitSend(kSend, {"SEND pong", -1, -1, 0});
   return 0;
 }
@@ -186,7 +188,7 @@ int main(int argc, char** argv) {
     BATON_CUDA_CHECK(cudaSetDevice(rank % devices));
     const std::string device = baton::cuda::DeviceDescription(rank % devices);
     std::unique_ptr<baton::cuda::DeviceTransport> t =
-        baton::cuda::MakeStagedTransport(*host, 4, kMaxBytes / sizeof(float), 60);
+        baton::cuda::MakeStagedTransport(*host, 4, kMaxBytes, 60);
     const std::vector<Row> rows = Measure(*host, *t, options);
     if (rank == 0) Report(rows, options, device);
     host->Barrier();

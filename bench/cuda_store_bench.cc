@@ -1,4 +1,4 @@
-// The device activation store's slot writes against cudaMemcpy device to
+// The ring store's slot writes in device memory against cudaMemcpy device to
 // device of the same bytes into the same footprint, timed on the GPU with
 // CUDA events (manual time), so the host's bookkeeping (Acquire, Release)
 // counts only where it delays the copies. BM_Ratio times the two
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "cuda_util.h"
-#include "device_store.h"
+#include "baton/store.h"
+#include "device_memory.h"
 
 namespace {
 
@@ -51,14 +52,15 @@ double GpuSeconds(Stream& stream, int first, int writes, F one) {
 void BM_StoreWrite(benchmark::State& state) {
   if (!HaveDevice(state)) return;
   const auto floats = static_cast<std::size_t>(state.range(0)) / sizeof(float);
-  baton::cuda::DeviceActivationStore store("bench", floats, kCapacity);
   DeviceBuffer<float> src = Source(floats);
   Stream stream;
+  baton::cuda::DeviceMemory memory(stream.get());
+  baton::ActivationStore store("bench", floats * sizeof(float), kCapacity, memory);
   int j = 0;
   for (auto _ : state) {
     state.SetIterationTime(GpuSeconds(stream, j, kWritesPerTiming, [&](int mb) {
       store.Acquire(mb);
-      store.Write(mb, 0, src.data(), floats, stream.get());
+      store.Write(mb, 0, {reinterpret_cast<const std::byte*>(src.data()), floats * sizeof(float)});
       store.Release(mb);
     }));
     j += kWritesPerTiming;
@@ -87,16 +89,17 @@ void BM_MemcpyD2D(benchmark::State& state) {
 void BM_Ratio(benchmark::State& state) {
   if (!HaveDevice(state)) return;
   const auto floats = static_cast<std::size_t>(state.range(0)) / sizeof(float);
-  baton::cuda::DeviceActivationStore store("bench", floats, kCapacity);
   DeviceBuffer<float> ring(floats * kCapacity);
   DeviceBuffer<float> src = Source(floats);
   Stream stream;
+  baton::cuda::DeviceMemory memory(stream.get());
+  baton::ActivationStore store("bench", floats * sizeof(float), kCapacity, memory);
   double store_s = 0, memcpy_s = 0;
   int j = 0;
   for (auto _ : state) {
     store_s += GpuSeconds(stream, j, kWritesPerTiming, [&](int mb) {
       store.Acquire(mb);
-      store.Write(mb, 0, src.data(), floats, stream.get());
+      store.Write(mb, 0, {reinterpret_cast<const std::byte*>(src.data()), floats * sizeof(float)});
       store.Release(mb);
     });
     memcpy_s += GpuSeconds(stream, j, kWritesPerTiming, [&](int mb) {

@@ -53,15 +53,15 @@ struct Row {
 double RoundTrip(baton::Transport& t, std::vector<float>& out, std::vector<float>& in, std::size_t floats) {
   if (t.rank() == 0) {
     const auto start = std::chrono::steady_clock::now();
-    t.Irecv(kRecv, in.data(), floats, 1, kPong);
-    t.Isend(kSend, out.data(), floats, 1, kPing);
+    t.Irecv(kRecv, in.data(), floats * sizeof(float), 1, kPong);
+    t.Isend(kSend, out.data(), floats * sizeof(float), 1, kPing);
     t.Wait(kSend, {"SEND ping", -1, -1, 1});
     t.Wait(kRecv, {"RECV pong", -1, -1, 1});
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  t.Irecv(kRecv, in.data(), floats, 0, kPing);
+  t.Irecv(kRecv, in.data(), floats * sizeof(float), 0, kPing);
   t.Wait(kRecv, {"RECV ping", -1, -1, 0});
-  t.Isend(kSend, in.data(), floats, 0, kPong);
+  t.Isend(kSend, in.data(), floats * sizeof(float), 0, kPong);
   t.Wait(kSend, {"SEND pong", -1, -1, 0});
   return 0;
 }

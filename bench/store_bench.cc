@@ -41,10 +41,11 @@ std::vector<float> Source(std::size_t slot_floats) {
 // baton's ring: Acquire, Write, Release, as a forward and its last backward do.
 class RingWriter {
  public:
-  explicit RingWriter(std::size_t slot_floats) : store_("store_bench", slot_floats, kCapacity) {}
+  explicit RingWriter(std::size_t slot_floats)
+      : store_("store_bench", slot_floats * sizeof(float), kCapacity, memory_) {}
   void Write(int j, std::span<const float> src) {
     store_.Acquire(j);
-    store_.Write(j, 0, src);
+    store_.Write(j, 0, std::as_bytes(src));
     store_.Release(j);
   }
   std::size_t BytesCopiedPerWrite() const {
@@ -52,6 +53,7 @@ class RingWriter {
   }
 
  private:
+  baton::HostMemory memory_;
   baton::ActivationStore store_;
 };
 

@@ -11,13 +11,14 @@
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "executor.h"
+#include "plan.h"
 
 namespace {
 
 struct Harness {
   baton::TrainConfig config;
-  baton::Schedule lowered;
-  baton::SimResult sim;
+  baton::RunPlan run;
+  baton::RankPlan plan;
   std::unique_ptr<baton::Transport> transport = baton::MakeSoloTransport();
   std::unique_ptr<baton::RankDevice> device = baton::MakeHostRankDevice(*transport);
   std::unique_ptr<baton::Executor> exec;
@@ -25,11 +26,10 @@ struct Harness {
   baton::Batch batch;
 
   explicit Harness(baton::TrainConfig c) : config(std::move(c)) {
-    lowered = baton::Lower(
-        baton::LoadSchedule(config.pipeline.schedule, 1, config.pipeline.microbatches, config.pipeline.chunks));
-    sim = baton::Simulate(lowered);
-    exec = std::make_unique<baton::Executor>(config, lowered, sim, baton::PartitionLayers(config, lowered.stages),
-                                             *transport, *device);
+    config.pipeline.ranks = 1;
+    run = baton::PlanRun(config);
+    plan = baton::PlanRank(run, 0);
+    exec = std::make_unique<baton::Executor>(run.model, plan, config.pipeline.wait_timeout_s, *transport, *device);
     for (auto& st : exec->stages()) st->Init(0);
     data = baton::MakeSynthetic(config.train.batch_size, config.data.features, config.data.classes, 1, true, true);
     batch.inputs = data.inputs;
@@ -45,7 +45,7 @@ void BM_TrainStepSynthetic(benchmark::State& state) {
   Harness h(baton::LoadTrainConfig(BATON_SOURCE_DIR "/configs/synthetic_bench.yaml",
                                    {"pipeline.ranks=1", "pipeline.schedule=1f1b"}));
   for (auto _ : state) h.Step();
-  const baton::RingStore& store = *h.exec->stores().front();
+  const baton::ActivationStore& store = *h.exec->stores().front();
   state.counters["samples_per_s"] =
       benchmark::Counter(h.config.train.batch_size, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["copied_B_per_microbatch"] = double(store.bytes_copied()) / double(store.writes());
@@ -65,7 +65,7 @@ train: {batch_size: 64, steps: 1}
 )";
   yaml.replace(yaml.find("SCHEDULE"), 8, schedule);
   Harness h(baton::ParseTrainConfig(yaml, "overhead"));
-  std::size_t actions = h.lowered.CountActions();
+  std::size_t actions = h.run.lowered.CountActions();
   for (auto _ : state) h.Step();
   // Seconds per action (printed with SI prefixes: 1.5u = 1.5 microseconds).
   state.counters["s_per_action"] =

@@ -34,10 +34,11 @@ class Transport {
   // deadline. Called once at setup, before any Isend/Irecv.
   virtual void Configure(int max_requests, double timeout_s) = 0;
   // Request slots are preallocated: ids in [0, max_requests).
-  // Starts sending / receiving `count` floats with `tag`. The buffer must stay
+  // Starts sending / receiving `bytes` bytes with `tag` (messages are bytes:
+  // their element type is the plan's business). The buffer must stay
   // untouched until Wait(id) returns.
-  virtual void Isend(int id, const float* data, std::size_t count, int peer, int tag) = 0;
-  virtual void Irecv(int id, float* data, std::size_t count, int peer, int tag) = 0;
+  virtual void Isend(int id, const void* data, std::size_t bytes, int peer, int tag) = 0;
+  virtual void Irecv(int id, void* data, std::size_t bytes, int peer, int tag) = 0;
   // Waits for request `id`. A receive whose message is not exactly the posted
   // size is an error naming both sides. A passed deadline aborts the job.
   virtual void Wait(int id, const WaitInfo& info) = 0;
@@ -64,6 +65,13 @@ class Transport {
   // Largest tag this transport carries.
   virtual int max_tag() const = 0;
 };
+
+// Runs `work` on every rank of `t`, then the ranks agree on how it went
+// (one collective): if it threw anywhere, the lowest failing rank rethrows
+// its own exception and every other rank throws PeerFailed, so exactly one
+// rank reports and none is left waiting. Returns normally everywhere when it
+// succeeded everywhere.
+void Agree(Transport& t, const std::function<void()>& work);
 
 // Open MPI (MPI_Isend/MPI_Irecv on a duplicate of MPI_COMM_WORLD).
 // REQUIRES: MPI is initialised (MpiSession). `timeout_s` is every wait's deadline.

@@ -5,14 +5,39 @@
 #define BATON_CONFIG_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "baton/model.h"
+#include "baton/named_enum.h"
 #include "baton/sim.h"
 
 namespace baton {
+
+// ---- Config choices, parsed once (spelled in configs as EnumName gives) ----
+// What a microbatch keeps for its backward: none (every layer's input), full
+// (the stage input; the rest is recomputed), selective (the stage input and
+// the outputs of the layer types in pipeline.keep).
+enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
+enum class Partition : std::uint8_t { kBalanced, kExplicit };  // explicit: pipeline.partition lists counts
+enum class BalanceBy : std::uint8_t { kParams, kFlops };
+enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic };
+enum class Device : std::uint8_t { kCpu, kCuda };
+enum class Precision : std::uint8_t { kFP32, kBF16 };
+std::string_view EnumName(Checkpointing v);  // none, full, selective
+std::string_view EnumName(Partition v);      // balanced, explicit
+std::string_view EnumName(BalanceBy v);      // params, flops
+std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic
+std::string_view EnumName(Device v);         // cpu, cuda
+std::string_view EnumName(Precision v);      // fp32, bf16
+std::span<const Checkpointing> EnumValues(Checkpointing);
+std::span<const Partition> EnumValues(Partition);
+std::span<const BalanceBy> EnumValues(BalanceBy);
+std::span<const DatasetKind> EnumValues(DatasetKind);
+std::span<const Device> EnumValues(Device);
+std::span<const Precision> EnumValues(Precision);
 
 // What `baton simulate` runs. Keys of the YAML file (all optional):
 //   schedule: 1f1b            # generator name or CSV schedule file
@@ -57,16 +82,16 @@ struct PipelineConfig {
   int ranks = 1;                      // must equal the MPI world size
   int microbatches = 1;
   int chunks = 0;                     // 0 = the schedule's own
-  std::string partition = "balanced"; // balanced | explicit (counts given)
-  std::string balance_by = "params";  // params | flops
+  Partition partition = Partition::kBalanced;
+  BalanceBy balance_by = BalanceBy::kParams;
   std::vector<int> partition_counts;  // layers per stage, if explicit
-  std::string checkpointing = "none"; // none | full | selective
-  std::vector<std::string> keep;      // selective: layer types whose outputs are kept
+  Checkpointing checkpointing = Checkpointing::kNone;
+  std::vector<LayerType> keep;        // selective: layer types whose outputs are kept
   double wait_timeout_s = 300.0;      // deadline of every blocking wait
 };
 
 struct DataConfig {
-  std::string dataset = "fashion_mnist";  // fashion_mnist | synthetic
+  DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string path = "/usr/share/datasets/fashion-mnist";
   bool shuffle = false;
   std::int64_t samples = 4096;  // synthetic
@@ -104,8 +129,8 @@ struct TrainConfig {
   TrainLoopConfig train;
   CheckpointConfig checkpoint;
   LogConfig log;
-  std::string device = "cpu";      // cpu | cuda: where every rank's stages compute
-  std::string precision = "fp32";  // fp32 | bf16 (linear layers' operands; cuda only)
+  Device device = Device::kCpu;             // where every rank's stages compute
+  Precision precision = Precision::kFP32;  // linear layers' operands (bf16: cuda only)
 };
 
 // Parses a training config from YAML text, applying `overrides` ("a.b=value",
@@ -116,12 +141,6 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                              const std::vector<std::string>& overrides = {});
 // Reads the file and parses it.
 TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::string>& overrides = {});
-// Reads a whole file into a string; ConfigError if it cannot.
-std::string ReadTextFile(const std::string& path);
-// Writes `content` to `path` through a temporary file renamed into place, so a
-// failure never leaves a half-written file; creates missing parent folders.
-// ConfigError if it cannot.
-void WriteTextFile(const std::string& path, std::string_view content);
 
 // The resolved settings, as YAML, for `baton validate`.
 std::string DescribeTrainConfig(const TrainConfig& config);

@@ -29,6 +29,13 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// An output file (weights, checkpoint, report, picture) that cannot be
+// written: the path and the reason. Nothing half-written is left behind.
+class OutputError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Thrown on the ranks that did not fail themselves when a setup error on
 // another rank ends the job; that rank prints the reason, these print nothing.
 class PeerFailed : public Error {

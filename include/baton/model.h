@@ -1,31 +1,49 @@
-// Layers, the loss and the optimizers. Every layer's forward, input-gradient
-// backward (I) and weight-gradient backward (W) are separate calls, so split
-// schedules (zb_h1, zb_h2, zbv) run for real; a full backward (B) is I then W.
+// The model description: what the layers of a config are, independent of
+// where they compute. One description serves the stages (which ops, which
+// widths), the rank plan (activation and ring-slot sizes), partitioning
+// (parameter and FLOP weights), benchmarks (GEMM FLOPs), the config checks,
+// weight files (PyTorch names and shapes) and both backends' parameter
+// layouts. It has no Eigen, MPI or CUDA in it.
 //
-// Layers own no memory: parameters and gradients are views into a stage-wide
-// buffer bound once (Bind), activations are views the caller provides.
+// A model is a list of top-level layers (nn.Sequential order). A residual
+// block {type: residual, layers: [...]} is flattened into its body's ops
+// followed by an add op: a_{i+1} = a_i + a_skip. So the model is a chain of
+// ops over activations a_0 (the input) .. a_N (the logits); op i reads a_i
+// (and an add also a_skip) and writes a_{i+1}.
+//
+// Also here: the optimizers' interface and rules (host implementation in
+// src/model), shared by the CUDA optimizers.
 #ifndef BATON_MODEL_H_
 #define BATON_MODEL_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "baton/tensor.h"
+#include "baton/named_enum.h"
 
 namespace baton {
 
+// kResidual is a block in a config; in a ModelDesc it is the add op that
+// closes the block.
+enum class LayerType : std::uint8_t { kLinear, kRelu, kGelu, kLayerNorm, kResidual };
+std::string_view EnumName(LayerType type);  // linear, relu, gelu, layernorm, residual
+std::span<const LayerType> EnumValues(LayerType);
+
 // One entry of the model's layer list, as written in the config.
 struct LayerSpec {
-  std::string type;              // linear | relu | gelu | layernorm | residual
-  int out = 0;                   // linear: output features
-  bool bias = true;              // linear: with bias
-  double eps = 1e-5;             // layernorm
-  std::vector<LayerSpec> body;   // residual: y = x + body(x)
+  LayerType type = LayerType::kLinear;
+  int out = 0;                  // linear: output features
+  bool bias = true;             // linear: with bias
+  double eps = 1e-5;            // layernorm
+  std::vector<LayerSpec> body;  // residual: y = x + body(x)
 };
 
 // A parameter tensor of a layer, in PyTorch's name and layout.
@@ -36,66 +54,93 @@ struct ParamInfo {
   std::size_t size = 0;    // floats
 };
 
-class Layer {
- public:
-  virtual ~Layer() = default;
+// One op of the flattened model.
+struct OpDesc {
+  LayerType type = LayerType::kLinear;  // kResidual: the add closing a block
+  int in = 0, out = 0;                  // features of a_i and a_{i+1}
+  bool bias = true;                     // linear
+  double eps = 1e-5;                    // layernorm
+  int skip = -1;                        // add: the activation the block started from
+  int top = 0;                          // the top-level layer it belongs to
+  std::string name;                     // parameter-name prefix: "3." or "2.1." (nn.Sequential)
+  std::vector<int> seed_path;           // (top index, index in the block, ...): its init stream
+  std::vector<ParamInfo> params;        // PyTorch's order and shapes
+  std::size_t num_params = 0;           // floats
+  std::size_t param_offset = 0;         // floats, from the model's first parameter
+  double flops_per_row = 0;             // forward multiply-adds per row (partitioning by FLOPs)
+  double gemm_flops_per_row = 0;        // forward FLOPs of matrix products per row: 2 in out (linear)
 
-  virtual std::string_view Type() const = 0;
-  int in_features() const { return in_; }
-  int out_features() const { return out_; }
-
-  // Parameters in PyTorch's order; empty for relu/gelu.
-  virtual std::vector<ParamInfo> Params() const { return {}; }
-  std::size_t NumParams() const;
-  // Multiply-adds per sample of one forward (for balanced partitioning).
-  virtual double FlopsPerSample() const { return static_cast<double>(out_); }
-
-  // REQUIRES: params and grads hold NumParams() floats each and outlive the layer.
-  void Bind(float* params, float* grads) {
-    params_ = params;
-    grads_ = grads;
-  }
-
-  // PyTorch's default initialisation (nn.Linear: weight and bias uniform in
-  // +-1/sqrt(in); nn.LayerNorm: weight 1, bias 0), drawing from `rng`.
-  virtual void Init(std::mt19937_64& rng) { (void)rng; }
-
-  // y = f(x).  x: (rows, in)  y: (rows, out).  Overwrites y.
-  virtual void Forward(ConstMatMap x, MatMap y) const = 0;
-  // dx = (df/dx)^T dy given the layer's input x.  dy: (rows, out)  dx: (rows, in).
-  // Overwrites dx. REQUIRES: dx does not alias x or dy.
-  virtual void BackwardInput(ConstMatMap x, ConstMatMap dy, MatMap dx) const = 0;
-  // grads += (df/dparams)^T dy given the layer's input x. ADDS into the
-  // gradient buffer. No-op for layers without parameters.
-  virtual void BackwardWeight(ConstMatMap x, ConstMatMap dy) { (void)x, (void)dy; }
-
- protected:
-  Layer(int in, int out) : in_(in), out_(out) {}
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
-
- private:
-  int in_, out_;
+  bool is_layer() const { return type != LayerType::kResidual; }
+  bool has_params() const { return num_params > 0; }
+  // Partition weight by parameters: the parameter count plus one, so that
+  // parameter-free layers still weigh something; 0 for an add.
+  double balance_params() const { return is_layer() ? static_cast<double>(num_params) + 1 : 0.0; }
 };
 
-// Builds linear, relu, gelu (tanh form) or layernorm for `in` input features.
-// Throws ConfigError for an unknown type or a bad size. (residual is not a
-// layer: the stage flattens it into its body plus a skip addition.)
-std::unique_ptr<Layer> MakeLayer(const LayerSpec& spec, int in);
+struct ModelDesc {
+  int input = 0;                 // features of a_0
+  std::vector<OpDesc> ops;       // op i: a_i -> a_{i+1}
+  std::vector<int> width;        // features of a_0 .. a_N
+  std::vector<char> block_input; // per activation: a residual block starts from it
+  std::vector<int> top_begin;    // first op of each top-level layer; size top-level layers + 1
+  std::size_t num_params = 0;    // floats, all ops
 
-// Cross-entropy over one microbatch (softmax + negative log-likelihood).
-// logits: (rows, classes); labels: rows values in [0, classes).
-// Writes dlogits = (softmax(logits) - onehot(labels)) * grad_scale and
-// returns the SUM over rows of -log softmax[label] (the caller divides by the
-// whole batch size, and passes grad_scale = 1 / batch size, so that the
-// microbatches' gradients add up to the mean loss's gradient). Counts correct
-// argmax predictions into *correct if given. dlogits may be null (evaluation).
-double CrossEntropy(ConstMatMap logits, std::span<const std::int32_t> labels, float grad_scale, float* dlogits,
-                    std::int64_t* correct);
+  int top_layers() const { return static_cast<int>(top_begin.size()) - 1; }
+  int classes() const { return width.back(); }
+  // Ops [first, last) of top-level layers [first_layer, last_layer).
+  std::pair<int, int> OpRange(int first_layer, int last_layer) const {
+    return {top_begin[static_cast<std::size_t>(first_layer)], top_begin[static_cast<std::size_t>(last_layer)]};
+  }
+  // Sums over the top-level layers [first_layer, last_layer).
+  std::size_t NumParams(int first_layer, int last_layer) const;
+  double GemmFlopsPerRow(int first_layer, int last_layer) const;
+  // Partition weight of top-level layer t: parameters (plus one per layer) or forward multiply-adds.
+  double BalanceWeight(int t, bool by_flops) const;
+};
+
+// What a layer is, on any backend: its op's description, with the
+// accessors every backend's layer class offers (the host's Layer, the CUDA
+// backend's CudaLayer).
+class DescribedLayer {
+ public:
+  const OpDesc& desc() const { return desc_; }
+  LayerType Type() const { return desc_.type; }
+  int in_features() const { return desc_.in; }
+  int out_features() const { return desc_.out; }
+  // Parameters in PyTorch's order and layout; empty for relu/gelu.
+  const std::vector<ParamInfo>& Params() const { return desc_.params; }
+  std::size_t NumParams() const { return desc_.num_params; }
+
+ protected:
+  explicit DescribedLayer(OpDesc desc) : desc_(std::move(desc)) {}
+
+ private:
+  OpDesc desc_;
+};
+
+// One layer for `in` input features. Throws ConfigError for a bad size (in
+// or out < 1, eps not > 0) or for a residual block (not a single layer).
+OpDesc DescribeLayer(const LayerSpec& spec, int in);
+// The whole model: flattens residual blocks, names parameters, lays them out
+// one after the other. Throws ConfigError as DescribeLayer, and for a
+// residual body that changes the width.
+ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input);
+
+// PyTorch's default initialisation of one op's parameters (nn.Linear:
+// weight and bias uniform in +-1/sqrt(in); nn.LayerNorm: weight 1, bias 0),
+// drawing from `rng`. REQUIRES: params.size() == op.num_params.
+void InitParams(const OpDesc& op, std::span<float> params, std::mt19937_64& rng);
+// The same from the op's own stream, seeded by (seed, op.seed_path): the
+// weights do not depend on how the model is partitioned.
+void InitParams(const OpDesc& op, std::span<float> params, std::uint64_t seed);
 
 // ---- Optimizers: exactly PyTorch's update rules ----
+enum class OptimizerType : std::uint8_t { kSgd, kAdamW };
+std::string_view EnumName(OptimizerType type);  // sgd, adamw
+std::span<const OptimizerType> EnumValues(OptimizerType);
+
 struct OptimizerSpec {
-  std::string type = "sgd";   // sgd | adamw
+  OptimizerType type = OptimizerType::kSgd;
   double lr = 0.01;
   double momentum = 0.0;      // sgd
   double weight_decay = 0.0;  // sgd: added to the gradient; adamw: decoupled
@@ -104,24 +149,49 @@ struct OptimizerSpec {
   double eps = 1e-8;          // adamw
 };
 
-class Optimizer {
+// Throws ConfigError naming the field, the value and the rule.
+void CheckOptimizerSpec(const OptimizerSpec& spec);
+// PyTorch's names of the optimizer's state buffers, in order:
+// "momentum_buffer" (SGD with momentum); "exp_avg", "exp_avg_sq" (AdamW);
+// none for plain SGD. Every backend keeps its state in this order.
+std::vector<std::string> OptimizerStateNames(const OptimizerSpec& spec);
+
+// What every optimizer keeps beside its update rule, on any backend: its
+// spec, the names of its state buffers, and the steps taken.
+class OptimizerBook {
  public:
+  explicit OptimizerBook(const OptimizerSpec& spec) : spec_(spec), names_(OptimizerStateNames(spec)) {}
+  const OptimizerSpec& spec() const { return spec_; }
+  // PyTorch's names of the State() buffers (OptimizerStateNames).
+  const std::vector<std::string>& StateNames() const { return names_; }
+  std::int64_t steps() const { return steps_; }
+  // Restores the number of steps taken (resuming from a checkpoint: AdamW's
+  // bias correction and SGD's first-step momentum depend on it).
+  void set_steps(std::int64_t steps) { steps_ = steps; }
+
+ protected:
+  OptimizerSpec spec_;
+  std::vector<std::string> names_;
+  std::int64_t steps_ = 0;
+};
+
+class Optimizer : public OptimizerBook {
+ public:
+  using OptimizerBook::OptimizerBook;
   virtual ~Optimizer() = default;
   // One update of params from grads (same size as given at construction).
   virtual void Step(std::span<float> params, std::span<const float> grads) = 0;
-  // Optimizer state (momentum buffer; Adam's m and v), for checkpoints.
+  // Optimizer state, in StateNames() order, for checkpoints.
   virtual std::vector<std::span<float>> State() = 0;
-  // PyTorch's names of the State() buffers, in order: "momentum_buffer" (SGD
-  // with momentum); "exp_avg", "exp_avg_sq" (AdamW).
-  virtual std::vector<std::string> StateNames() const = 0;
-  virtual std::int64_t steps() const = 0;
-  // Restores the number of steps taken (resuming from a checkpoint: AdamW's
-  // bias correction and SGD's first-step momentum depend on it).
-  virtual void set_steps(std::int64_t steps) = 0;
 };
 
 // State is allocated here, once, for `num_params` parameters.
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::size_t num_params);
+
+// ---- The host's matrix-product rate (the hardware reference of `baton bench`) ----
+// GFLOP/s of forward products of the given (in, out) linear shapes at `rows`
+// rows on one host core: the best of several rounds, each long enough to time.
+double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows);
 
 }  // namespace baton
 

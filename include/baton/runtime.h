@@ -30,6 +30,12 @@ struct TrainOptions {
 };
 TrainSummary Train(const TrainConfig& config, Transport& transport, const TrainOptions& options = {});
 
+// What `baton validate` prints after the settings: the run's plan (every
+// stage's rank, layers, parameters, tensors, ring capacity and slot bytes;
+// every rank's actions and messages; the unit-cost bubble). Plans only: no
+// MPI, nothing allocated. Throws ConfigError or ScheduleError as a run would.
+std::string DescribeRunPlan(const TrainConfig& config);
+
 // ---- `baton bench` ----
 struct BenchOptions {
   int warmup_steps = 3;

@@ -1,11 +1,13 @@
-// Where a stage computes. The stage (src/runtime/stage.h) decides what runs
-// — the ops, what each microbatch keeps, recomputation, the gradient flow
-// through residual blocks — and a StageDevice runs it: on the host with the
-// Eigen layers, or on a CUDA device (src/cuda/cuda_stage_device.h) with the
-// CUDA layers.
-// Every pointer a stage passes to its device is memory that device
-// allocated (Allocate), or a ring slot or message buffer of the same kind
-// of memory.
+// Where a rank computes and keeps its memory: the device seams.
+//
+// The rank plan (src/runtime/plan.h) decides everything: which ops run,
+// what each microbatch keeps in its ring slot, which messages go where. A
+// StageDevice runs one stage's ops — on the host with the Eigen layers, or
+// on a CUDA device (src/cuda/cuda_stage_device.h) with the CUDA layers — and
+// a RankDevice holds the rank's memory and moves its messages.
+//
+// Every view a stage passes to its device is memory of that device: what it
+// allocated, a ring slot, or a message buffer of the same rank device.
 #ifndef BATON_STAGE_DEVICE_H_
 #define BATON_STAGE_DEVICE_H_
 
@@ -17,7 +19,10 @@
 #include <vector>
 
 #include "baton/comm.h"
+#include "baton/config.h"
 #include "baton/model.h"
+#include "baton/store.h"
+#include "baton/view.h"
 
 namespace baton {
 
@@ -33,13 +38,12 @@ class StageDevice {
   // True if the device's memory is host memory (the CPU path).
   virtual bool host_memory() const = 0;
 
-  // `floats` zeroed floats owned by the device, for the life of the stage.
+  // `bytes` zeroed bytes owned by the device, for the life of the stage.
   // Called at setup only.
-  virtual float* Allocate(std::size_t floats) = 0;
-  // Adds the next layer of the stage (in op order). `host` is the stage's
-  // host layer (parameter layout, initialisation); a device may compute with
-  // it or build its own from `spec`.
-  virtual void AddLayer(const LayerSpec& spec, Layer& host, int max_rows) = 0;
+  virtual std::byte* Allocate(std::size_t bytes) = 0;
+  // Adds the next layer of the stage (in op order; adds are not layers).
+  // Its parameter layout is op's; it is called with at most `max_rows` rows.
+  virtual void AddLayer(const OpDesc& op, int max_rows) = 0;
   // The parameters and gradients the layers compute with: the host buffers
   // themselves on the host; device copies on a GPU (PushParams fills them).
   // Called once, after the last AddLayer.
@@ -63,19 +67,21 @@ class StageDevice {
   virtual std::int64_t optimizer_steps() const = 0;
   virtual void set_optimizer_steps(std::int64_t steps) = 0;
 
-  virtual void Forward(int layer, const float* x, float* y, int rows) = 0;
-  virtual void BackwardInput(int layer, const float* x, const float* dy, float* dx, int rows) = 0;
-  // ADDS into the layer's gradients.
-  virtual void BackwardWeight(int layer, const float* x, const float* dy, int rows) = 0;
-  virtual void Add(const float* a, const float* b, float* out, std::size_t n) = 0;  // out = a + b
-  virtual void AddInto(const float* x, float* y, std::size_t n) = 0;                // y += x
-  virtual void Copy(float* dst, const float* src, std::size_t n) = 0;
-  virtual void Zero(float* dst, std::size_t n) = 0;
-  // Cross-entropy of `rows` logits against `labels` (memory of this device),
-  // as baton::CrossEntropy; the loss and correct count are added to totals
-  // read by TakeLossTotals.
-  virtual void CrossEntropy(const float* logits, const std::int32_t* labels, int rows, int classes, float grad_scale,
-                            float* dlogits) = 0;
+  // Layer `layer` (AddLayer order): y = f(x); dx = (df/dx)^T dy; and
+  // grads += (df/dparams)^T dy (ADDS). x, y, dx: the layer's input and
+  // output tensors; rows = their matrix rows.
+  virtual void Forward(int layer, ConstView x, View y) = 0;
+  virtual void BackwardInput(int layer, ConstView x, ConstView dy, View dx) = 0;
+  virtual void BackwardWeight(int layer, ConstView x, ConstView dy) = 0;
+  virtual void Add(ConstView a, ConstView b, View out) = 0;  // out = a + b
+  virtual void AddInto(ConstView x, View y) = 0;              // y += x
+  virtual void Copy(View dst, ConstView src) = 0;
+  virtual void Zero(View dst) = 0;
+  // Cross-entropy of logits (rows, classes) against labels (i32, rows), as
+  // the host's CrossEntropy (src/model/layers.h); writes dlogits unless its
+  // data is null. The loss and correct count are added to totals read by
+  // TakeLossTotals.
+  virtual void CrossEntropy(ConstView logits, ConstView labels, float grad_scale, View dlogits) = 0;
   // The totals since the last call, and resets them. On a GPU this is the
   // step's one read of device data by the host.
   virtual LossTotals TakeLossTotals() = 0;
@@ -84,45 +90,23 @@ class StageDevice {
 // The host: Eigen layers over host memory.
 std::unique_ptr<StageDevice> MakeHostStageDevice();
 
-// A stage's activation ring (baton/store.h's contract) in a device's memory.
-class RingStore {
- public:
-  virtual ~RingStore() = default;
-  virtual float* Acquire(int microbatch) = 0;
-  virtual float* Get(int microbatch) = 0;
-  virtual void Release(int microbatch) = 0;
-  // Copies `floats` floats from `src` (this device's memory) into the slot.
-  virtual void Write(int microbatch, std::size_t offset, const float* src, std::size_t floats) = 0;
-  virtual void CountInPlace(std::size_t floats) = 0;
-  virtual int capacity() const = 0;
-  virtual std::size_t slot_bytes() const = 0;
-  virtual std::uint64_t bytes_written() const = 0;
-  virtual std::uint64_t bytes_copied() const = 0;
-  virtual std::uint64_t writes() const = 0;  // slots acquired
-};
-
 // What a rank's executor computes on and moves messages with: host memory and
-// the host Transport, or one GPU's memory and the host-staged transport. The
+// the host Transport, or one GPU's memory and the host-staged transport. Its
+// Memory holds the rank's rings, message buffers and step inputs. The
 // messages take this device's memory; their request ids, deadlines and size
 // checks are the Transport's.
-class RankDevice {
+class RankDevice : public Memory {
  public:
-  virtual ~RankDevice() = default;
   virtual bool host_memory() const = 0;
   virtual std::unique_ptr<StageDevice> MakeStageDevice() = 0;
-  virtual std::unique_ptr<RingStore> MakeRing(std::string name, std::size_t slot_floats, int capacity) = 0;
-  // Zeroed memory owned by the device (setup only).
-  virtual float* Allocate(std::size_t floats) = 0;
-  virtual std::int32_t* AllocateLabels(std::size_t count) = 0;
   // Host data into this device's memory, ordered before the work that
-  // follows (asynchronous on a GPU).
-  virtual void Upload(float* dst, const float* src, std::size_t floats) = 0;
-  virtual void UploadLabels(std::int32_t* dst, const std::int32_t* src, std::size_t count) = 0;
+  // follows (asynchronous on a GPU); `src` may be reused when it returns.
+  virtual void Upload(std::byte* dst, const void* src, std::size_t bytes) = 0;
   // Sizes the message buffers (a GPU pins one host buffer per request id of
-  // floats_per_request[id] floats). Called once, before any message.
-  virtual void ConfigureMessages(const std::vector<std::size_t>& floats_per_request, double timeout_s) = 0;
-  virtual void Isend(int id, const float* data, std::size_t count, int peer, int tag) = 0;
-  virtual void Irecv(int id, float* data, std::size_t count, int peer, int tag) = 0;
+  // bytes_per_request[id] bytes). Called once, before any message.
+  virtual void ConfigureMessages(const std::vector<std::size_t>& bytes_per_request, double timeout_s) = 0;
+  virtual void Isend(int id, const std::byte* data, std::size_t bytes, int peer, int tag) = 0;
+  virtual void Irecv(int id, std::byte* data, std::size_t bytes, int peer, int tag) = 0;
   // A received message is ready for the work enqueued after this returns.
   virtual void WaitRecv(int id, const WaitInfo& info) = 0;
   // A send's source may be overwritten after this returns.
@@ -133,10 +117,10 @@ class RankDevice {
 };
 
 std::unique_ptr<RankDevice> MakeHostRankDevice(Transport& transport);
-// One GPU (local rank modulo the devices on the node), with `precision` for
-// the linear layers ("fp32" or "bf16"). Throws ConfigError where baton was
-// built without CUDA or no device is visible.
-std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport& transport, const std::string& precision);
+// One GPU (local rank modulo the devices on the node) computing its linear
+// layers in `precision`. Throws ConfigError where baton was built without
+// CUDA or no device is visible.
+std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport& transport, Precision precision);
 
 }  // namespace baton
 

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   } catch (const baton::ScheduleError& e) {
     std::cerr << "baton: error: " << e.what() << "\n";
     return 2;
+  } catch (const baton::OutputError& e) {
+    std::cerr << "baton: error: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "baton: internal error: " << e.what() << "\n";
     return 1;

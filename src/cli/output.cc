@@ -9,6 +9,7 @@
 
 #include "baton/error.h"
 #include "baton/config.h"
+#include "baton/files.h"
 #include "commands.h"
 
 namespace baton {

@@ -12,12 +12,9 @@
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/error.h"
-#include "baton/runtime.h"
-#include "baton/schedule.h"
-#include "baton/sim.h"
+#include "baton/files.h"
 #include "baton/runtime.h"
 #include "commands.h"
-#include "stage.h"
 
 namespace baton {
 namespace {
@@ -37,38 +34,34 @@ int RunOnAllRanks(const TrainFlags& f,
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
   std::unique_ptr<Transport> transport;
+  auto report = [rank](const std::exception& e) {
+    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
+  };
   try {
     transport = MakeMpiTransport();
     // The config is read on rank 0 only and broadcast: on many nodes only the
-    // launching node needs the file. A leading '1' marks text, '0' an error.
-    std::string message;
-    if (rank == 0) {
-      try {
-        message = "1" + ReadTextFile(f.config);
-      } catch (const ConfigError& e) {
-        message = std::string("0") + e.what();
-      }
-    }
-    transport->BroadcastString(&message);
+    // launching node needs the file.
+    std::string text;
+    Agree(*transport, [&] {
+      if (rank == 0) text = ReadTextFile(f.config);
+    });
+    transport->BroadcastString(&text);
     // Every rank parses the same text: a config error is the same everywhere,
-    // so rank 0 alone reports it.
-    std::unique_ptr<TrainConfig> config;
-    try {
-      if (message.empty() || message[0] != '1') throw ConfigError(message.empty() ? "empty config" : message.substr(1));
-      config = std::make_unique<TrainConfig>(ParseTrainConfig(message.substr(1), f.config, f.set));
-    } catch (const ConfigError& e) {
-      if (rank == 0) std::fprintf(stderr, "baton: error: %s\n", e.what());
-      return 2;
-    }
+    // and rank 0 alone reports it.
+    TrainConfig config;
+    Agree(*transport, [&] { config = ParseTrainConfig(text, f.config, f.set); });
     // Setup errors inside the job are raised on one rank only (the lowest that failed).
-    job(*transport, *config, message.substr(1));
+    job(*transport, config, text);
   } catch (const PeerFailed&) {
     return 2;
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
+    report(e);
     return 2;
   } catch (const ScheduleError& e) {
-    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
+    report(e);
+    return 2;
+  } catch (const OutputError& e) {
+    report(e);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, e.what());
@@ -255,27 +248,8 @@ int RunBench(const BenchFlags& f) {
 
 void RunValidate(const TrainFlags& f) {
   const TrainConfig c = LoadTrainConfig(f.config, f.set);
-  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
-  Validate(s);
-  const Schedule lowered = Lower(s);
-  Validate(lowered);
-  SimOptions unit;
-  unit.record_timeline = false;
-  const SimResult sim = Simulate(lowered, unit);
-  const std::vector<int> bounds = PartitionLayers(c, lowered.stages);
-  std::string out = DescribeTrainConfig(c);
-  out += fmt::format("# plan: {} ranks, schedule {} ({} stages, {} microbatches of {} samples)\n", c.pipeline.ranks,
-                     lowered.name, lowered.stages, lowered.microbatches,
-                     c.train.batch_size / c.pipeline.microbatches);
-  for (int st = 0; st < lowered.stages; ++st) {
-    const RankResult& rr = sim.per_rank[lowered.stage_rank[st]];
-    const auto it = std::find(rr.stages.begin(), rr.stages.end(), st);
-    out += fmt::format("#   stage {} on rank {}: layers {}..{}, ring capacity {} microbatches\n", st,
-                       lowered.stage_rank[st], bounds[st], bounds[st + 1] - 1,
-                       rr.peak_in_flight[it - rr.stages.begin()]);
-  }
-  out += fmt::format("# simulated with unit costs: bubble {:.2f}%\n", 100 * sim.bubble_rate);
-  std::cout << out << "ok: " << f.config << " is valid\n";
+  const std::string plan = DescribeRunPlan(c);
+  std::cout << DescribeTrainConfig(c) << plan << "ok: " << f.config << " is valid\n";
 }
 
 }  // namespace

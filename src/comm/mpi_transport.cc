@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include <fmt/format.h>
@@ -65,13 +66,13 @@ class MpiTransport final : public Transport {
   int max_tag() const override { return max_tag_; }
   void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
 
-  void Isend(int id, const float* data, std::size_t count, int peer, int tag) override {
+  void Isend(int id, const void* data, std::size_t bytes, int peer, int tag) override {
     expected_[id] = -1;
-    BATON_MPI_CHECK(MPI_Isend(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &requests_[id]));
+    BATON_MPI_CHECK(MPI_Isend(data, Count(bytes), MPI_BYTE, peer, tag, comm_, &requests_[id]));
   }
-  void Irecv(int id, float* data, std::size_t count, int peer, int tag) override {
-    expected_[id] = static_cast<long>(count);
-    BATON_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &requests_[id]));
+  void Irecv(int id, void* data, std::size_t bytes, int peer, int tag) override {
+    expected_[id] = static_cast<long>(bytes);
+    BATON_MPI_CHECK(MPI_Irecv(data, Count(bytes), MPI_BYTE, peer, tag, comm_, &requests_[id]));
   }
   bool Idle(int id) const override { return requests_[id] == MPI_REQUEST_NULL; }
 
@@ -95,9 +96,9 @@ class MpiTransport final : public Transport {
     }
     if (expected_[id] >= 0) {
       int count = 0;
-      MPI_Get_count(&status, MPI_FLOAT, &count);
+      MPI_Get_count(&status, MPI_BYTE, &count);
       if (count != expected_[id]) {
-        throw Error(fmt::format("rank {}: {} of stage {} microbatch {}: rank {} sent {} floats, but this rank "
+        throw Error(fmt::format("rank {}: {} of stage {} microbatch {}: rank {} sent {} bytes, but this rank "
                                 "expects {}",
                                 rank_, info.what, info.stage, info.microbatch, info.peer, count, expected_[id]));
       }
@@ -185,6 +186,14 @@ class MpiTransport final : public Transport {
   }
 
  private:
+  // MPI counts are ints: a message of 2 GiB or more is refused by name.
+  static int Count(std::size_t bytes) {
+    if (bytes > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+      throw Error(fmt::format("a message of {} bytes is beyond MPI's int count (2 GiB - 1): use more microbatches",
+                              bytes));
+    }
+    return static_cast<int>(bytes);
+  }
   void CheckDeadline(std::chrono::steady_clock::time_point start, const WaitInfo& info) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited < timeout_s_) return;

@@ -14,8 +14,8 @@ class SoloTransport final : public Transport {
   void Configure(int, double) override {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void Isend(int, const float*, std::size_t, int peer, int) override { NoPeer("send to", peer); }
-  void Irecv(int, float*, std::size_t, int peer, int) override { NoPeer("receive from", peer); }
+  void Isend(int, const void*, std::size_t, int peer, int) override { NoPeer("send to", peer); }
+  void Irecv(int, void*, std::size_t, int peer, int) override { NoPeer("receive from", peer); }
   void Wait(int, const WaitInfo&) override {}
   bool Idle(int) const override { return true; }
   void ReduceSum(std::span<double>) override {}

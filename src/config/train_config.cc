@@ -3,16 +3,19 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "baton/config.h"
 #include "baton/error.h"
+#include "baton/files.h"
 #include "yaml_reader.h"
 
 namespace baton {
@@ -21,17 +24,32 @@ namespace {
 constexpr int kMaxInt = std::numeric_limits<int>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const std::vector<std::string>& LayerTypes() {
-  static const std::vector<std::string> types = {"linear", "relu", "gelu", "layernorm", "residual"};
-  return types;
-}
-
 std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, const std::vector<std::string>& allowed) {
   std::string v = map.Get<std::string>(key, fallback);
   if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
     map.Fail(map.Node(key), key, fmt::format("'{}' is not one of: {}", v, fmt::join(allowed, ", ")));
   }
   return v;
+}
+
+// A config choice, parsed into its enum here once; without a fallback the
+// key is required.
+template <NamedEnum E>
+E Choice(YamlMap& map, std::string_view key, std::optional<E> fallback) {
+  const std::string v = map.Get<std::string>(key, fallback ? std::string(EnumName(*fallback)) : std::string());
+  const std::optional<E> e = ParseEnum<E>(v);
+  if (!e) map.Fail(map.Node(key), key, fmt::format("'{}' is not one of: {}", v, EnumNameList<E>()));
+  return *e;
+}
+template <NamedEnum E>
+E Choice(YamlMap& map, std::string_view key, E fallback) {
+  return Choice(map, key, std::optional<E>(fallback));
+}
+
+std::vector<std::string> Names(const std::vector<LayerType>& types) {
+  std::vector<std::string> out;
+  for (LayerType t : types) out.emplace_back(EnumName(t));
+  return out;
 }
 
 // Reads a layer list; `width` is the number of features entering it and
@@ -58,15 +76,15 @@ std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& wi
                   fmt::format("the model has more than {} layers (YAML aliases repeating a list?)", kMaxLayers));
     }
     LayerSpec spec;
-    spec.type = OneOf(item, "type", "", LayerTypes());
-    if (spec.type == "linear") {
+    spec.type = Choice<LayerType>(item, "type", std::nullopt);
+    if (spec.type == LayerType::kLinear) {
       if (!item.Has("out")) item.Fail(item.Node("type"), "out", "a linear layer needs 'out' (output features)");
       spec.out = item.GetInt("out", 0, 1, kMaxInt);
       spec.bias = item.Get("bias", true);
       width = spec.out;
-    } else if (spec.type == "layernorm") {
+    } else if (spec.type == LayerType::kLayerNorm) {
       spec.eps = item.GetNumber("eps", 1e-5, std::numeric_limits<double>::min(), 1.0);
-    } else if (spec.type == "residual") {
+    } else if (spec.type == LayerType::kResidual) {
       const int in = width;
       spec.body = ReadLayers(item, "layers", width, depth + 1, count);
       if (width != in) {
@@ -82,13 +100,30 @@ std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& wi
 
 }  // namespace
 
-std::string ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: no such config file (or it cannot be read)", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+namespace {
+constexpr std::array<Checkpointing, 3> kCheckpointings = {Checkpointing::kNone, Checkpointing::kFull,
+                                                          Checkpointing::kSelective};
+constexpr std::array<Partition, 2> kPartitions = {Partition::kBalanced, Partition::kExplicit};
+constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy::kFlops};
+constexpr std::array<DatasetKind, 2> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic};
+constexpr std::array<Device, 2> kDevices = {Device::kCpu, Device::kCuda};
+constexpr std::array<Precision, 2> kPrecisions = {Precision::kFP32, Precision::kBF16};
+}  // namespace
+
+std::string_view EnumName(Checkpointing v) {
+  return v == Checkpointing::kNone ? "none" : v == Checkpointing::kFull ? "full" : "selective";
 }
+std::string_view EnumName(Partition v) { return v == Partition::kBalanced ? "balanced" : "explicit"; }
+std::string_view EnumName(BalanceBy v) { return v == BalanceBy::kParams ? "params" : "flops"; }
+std::string_view EnumName(DatasetKind v) { return v == DatasetKind::kFashionMnist ? "fashion_mnist" : "synthetic"; }
+std::string_view EnumName(Device v) { return v == Device::kCpu ? "cpu" : "cuda"; }
+std::string_view EnumName(Precision v) { return v == Precision::kFP32 ? "fp32" : "bf16"; }
+std::span<const Checkpointing> EnumValues(Checkpointing) { return kCheckpointings; }
+std::span<const Partition> EnumValues(Partition) { return kPartitions; }
+std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
+std::span<const DatasetKind> EnumValues(DatasetKind) { return kDatasets; }
+std::span<const Device> EnumValues(Device) { return kDevices; }
+std::span<const Precision> EnumValues(Precision) { return kPrecisions; }
 
 TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& source,
                              const std::vector<std::string>& overrides) {
@@ -114,7 +149,7 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
 
   // data first: the model's widths depend on the dataset.
   YamlMap data = top.Map("data");
-  c.data.dataset = OneOf(data, "dataset", c.data.dataset, {"fashion_mnist", "synthetic"});
+  c.data.dataset = Choice(data, "dataset", c.data.dataset);
   c.data.path = data.Get<std::string>("path", c.data.path);
   c.data.shuffle = data.Get("shuffle", c.data.shuffle);
   c.data.samples = data.Get<long long>("samples", c.data.samples);
@@ -123,7 +158,7 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.data.classes = data.GetInt("classes", c.data.classes, 2, kMaxInt);
   c.data.seed = static_cast<std::uint64_t>(data.Get<long long>("seed", static_cast<long long>(c.data.seed)));
   c.data.evaluate = data.Get("evaluate", c.data.evaluate);
-  if (c.data.dataset == "fashion_mnist") {
+  if (c.data.dataset == DatasetKind::kFashionMnist) {
     for (std::string_view k : {"samples", "features", "classes"}) {
       if (data.Has(k)) data.Fail(data.Node(k), k, "is set by the dataset for fashion_mnist (784 features, 10 classes)");
     }
@@ -161,7 +196,7 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.pipeline.chunks = pipe.GetInt("chunks", c.pipeline.chunks, 0, kMaxInt);
   YAML::Node partition = pipe.Node("partition");
   if (partition.IsDefined() && partition.IsSequence()) {
-    c.pipeline.partition = "explicit";
+    c.pipeline.partition = Partition::kExplicit;
     for (const YAML::Node& n : partition) {
       int v = 0;
       try {
@@ -173,17 +208,20 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
       c.pipeline.partition_counts.push_back(v);
     }
   } else {
-    c.pipeline.partition = OneOf(pipe, "partition", "balanced", {"balanced"});
+    // Only the word "balanced": an explicit partition is written as its list.
+    OneOf(pipe, "partition", "balanced", {"balanced"});
+    c.pipeline.partition = Partition::kBalanced;
   }
-  c.pipeline.balance_by = OneOf(pipe, "balance_by", c.pipeline.balance_by, {"params", "flops"});
-  c.pipeline.checkpointing = OneOf(pipe, "checkpointing", c.pipeline.checkpointing, {"none", "full", "selective"});
-  c.pipeline.keep = pipe.Get<std::vector<std::string>>("keep", {});
-  for (const std::string& t : c.pipeline.keep) {
-    if (t == "residual" || std::find(LayerTypes().begin(), LayerTypes().end(), t) == LayerTypes().end()) {
+  c.pipeline.balance_by = Choice(pipe, "balance_by", c.pipeline.balance_by);
+  c.pipeline.checkpointing = Choice(pipe, "checkpointing", c.pipeline.checkpointing);
+  for (const std::string& t : pipe.Get<std::vector<std::string>>("keep", {})) {
+    const std::optional<LayerType> type = ParseEnum<LayerType>(t);
+    if (!type || *type == LayerType::kResidual) {
       pipe.Fail(pipe.Node("keep"), "keep", fmt::format("'{}' is not a layer type (linear, relu, gelu, layernorm)", t));
     }
+    c.pipeline.keep.push_back(*type);
   }
-  if (!c.pipeline.keep.empty() && c.pipeline.checkpointing != "selective") {
+  if (!c.pipeline.keep.empty() && c.pipeline.checkpointing != Checkpointing::kSelective) {
     pipe.Fail(pipe.Node("keep"), "keep", "only applies with checkpointing: selective");
   }
   c.pipeline.wait_timeout_s = pipe.GetNumber("wait_timeout_s", c.pipeline.wait_timeout_s, 1e-3, 1e7);
@@ -202,10 +240,10 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   }
   YamlMap opt = train.Map("optimizer");
   OptimizerSpec& o = c.train.optimizer;
-  o.type = OneOf(opt, "type", o.type, {"sgd", "adamw"});
+  o.type = Choice(opt, "type", o.type);
   o.lr = opt.GetNumber("lr", o.lr, std::numeric_limits<double>::min(), kInf);
   o.momentum = opt.GetNumber("momentum", o.momentum, 0.0, kInf);
-  o.weight_decay = opt.GetNumber("weight_decay", o.type == "adamw" ? 0.01 : 0.0, 0.0, kInf);
+  o.weight_decay = opt.GetNumber("weight_decay", o.type == OptimizerType::kAdamW ? 0.01 : 0.0, 0.0, kInf);
   YAML::Node betas = opt.Node("betas");
   if (betas.IsDefined() && !betas.IsNull()) {
     if (!betas.IsSequence() || betas.size() != 2) opt.Fail(betas, "betas", "expected two numbers [beta1, beta2]");
@@ -220,8 +258,8 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
     }
   }
   o.eps = opt.GetNumber("eps", o.eps, std::numeric_limits<double>::min(), 1.0);
-  if (o.type == "adamw" && opt.Has("momentum")) opt.Fail(opt.Node("momentum"), "momentum", "is an sgd setting");
-  if (o.type == "sgd" && (opt.Has("betas") || opt.Has("eps"))) {
+  if (o.type == OptimizerType::kAdamW && opt.Has("momentum")) opt.Fail(opt.Node("momentum"), "momentum", "is an sgd setting");
+  if (o.type == OptimizerType::kSgd && (opt.Has("betas") || opt.Has("eps"))) {
     opt.Fail(opt.Has("betas") ? opt.Node("betas") : opt.Node("eps"), opt.Has("betas") ? "betas" : "eps",
              "is an adamw setting");
   }
@@ -250,9 +288,9 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.log.progress = log.Get("progress", c.log.progress);
   log.Finish();
 
-  c.device = OneOf(top, "device", c.device, {"cpu", "cuda"});
-  c.precision = OneOf(top, "precision", c.precision, {"fp32", "bf16"});
-  if (c.precision == "bf16" && c.device != "cuda") {
+  c.device = Choice(top, "device", c.device);
+  c.precision = Choice(top, "precision", c.precision);
+  if (c.precision == Precision::kBF16 && c.device != Device::kCuda) {
     top.Fail(top.Node("precision"), "precision", "bf16 needs device: cuda (the CPU layers compute in fp32)");
   }
   top.Finish();
@@ -268,12 +306,12 @@ namespace {
 void EmitLayers(YAML::Emitter& e, const std::vector<LayerSpec>& layers) {
   e << YAML::BeginSeq;
   for (const LayerSpec& l : layers) {
-    e << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value << l.type;
-    if (l.type == "linear") {
+    e << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value << std::string(EnumName(l.type));
+    if (l.type == LayerType::kLinear) {
       e << YAML::Key << "out" << YAML::Value << l.out << YAML::Key << "bias" << YAML::Value << l.bias;
     }
-    if (l.type == "layernorm") e << YAML::Key << "eps" << YAML::Value << l.eps;
-    if (l.type == "residual") {
+    if (l.type == LayerType::kLayerNorm) e << YAML::Key << "eps" << YAML::Value << l.eps;
+    if (l.type == LayerType::kResidual) {
       e << YAML::Key << "layers" << YAML::Value;
       EmitLayers(e, l.body);
     }
@@ -300,18 +338,20 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "ranks" << YAML::Value << p.ranks
     << YAML::Key << "microbatches" << YAML::Value << p.microbatches << YAML::Key << "chunks" << YAML::Value << p.chunks;
   e << YAML::Key << "partition" << YAML::Value;
-  if (p.partition == "explicit") {
+  if (p.partition == Partition::kExplicit) {
     e << YAML::Flow << p.partition_counts;
   } else {
-    e << p.partition;
+    e << std::string(EnumName(p.partition));
   }
-  e << YAML::Key << "balance_by" << YAML::Value << p.balance_by << YAML::Key << "checkpointing" << YAML::Value
-    << p.checkpointing << YAML::Key << "keep" << YAML::Value << YAML::Flow << p.keep << YAML::Key << "wait_timeout_s"
+  e << YAML::Key << "balance_by" << YAML::Value << std::string(EnumName(p.balance_by)) << YAML::Key << "checkpointing"
+    << YAML::Value << std::string(EnumName(p.checkpointing)) << YAML::Key << "keep" << YAML::Value << YAML::Flow
+    << Names(p.keep) << YAML::Key << "wait_timeout_s"
     << YAML::Value << p.wait_timeout_s;
   e << YAML::EndMap;
   const DataConfig& d = c.data;
-  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value << d.dataset;
-  if (d.dataset == "fashion_mnist") {
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value
+    << std::string(EnumName(d.dataset));
+  if (d.dataset == DatasetKind::kFashionMnist) {
     e << YAML::Key << "path" << YAML::Value << d.path;
   } else {
     e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "features" << YAML::Value << d.features
@@ -324,9 +364,9 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"
     << YAML::Value << c.train.steps;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value
-    << o.type << YAML::Key << "lr" << YAML::Value << o.lr << YAML::Key << "weight_decay" << YAML::Value
+    << std::string(EnumName(o.type)) << YAML::Key << "lr" << YAML::Value << o.lr << YAML::Key << "weight_decay" << YAML::Value
     << o.weight_decay;
-  if (o.type == "sgd") {
+  if (o.type == OptimizerType::kSgd) {
     e << YAML::Key << "momentum" << YAML::Value << o.momentum;
   } else {
     e << YAML::Key << "betas" << YAML::Value << YAML::Flow << std::vector<double>{o.beta1, o.beta2} << YAML::Key
@@ -339,7 +379,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
     << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
     << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;
-  e << YAML::Key << "device" << YAML::Value << c.device << YAML::Key << "precision" << YAML::Value << c.precision;
+  e << YAML::Key << "device" << YAML::Value << std::string(EnumName(c.device)) << YAML::Key << "precision"
+    << YAML::Value << std::string(EnumName(c.precision));
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

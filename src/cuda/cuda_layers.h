@@ -24,32 +24,23 @@
 #include <string_view>
 #include <vector>
 
+#include "baton/config.h"
 #include "baton/model.h"
 #include "cuda_util.h"
 
 namespace baton::cuda {
 
-enum class Precision { kFP32, kBF16 };
-// "fp32" or "bf16"; throws ConfigError otherwise.
-Precision ParsePrecision(std::string_view name);
-
-// Where a layer's work goes: the compute stream, and a cuBLAS handle bound to it.
+// Where a layer's work goes: the compute stream, a cuBLAS handle bound to it,
+// and the precision of the linear layers' operands.
 struct Context {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   Precision precision = Precision::kFP32;
 };
 
-class CudaLayer {
+class CudaLayer : public DescribedLayer {
  public:
   virtual ~CudaLayer() = default;
-
-  virtual std::string_view Type() const = 0;
-  int in_features() const { return in_; }
-  int out_features() const { return out_; }
-  // Parameters in PyTorch's order and layout, as baton::Layer::Params().
-  virtual std::vector<ParamInfo> Params() const { return {}; }
-  std::size_t NumParams() const;
 
   // REQUIRES: device buffers of NumParams() floats that outlive the layer.
   void Bind(float* params, float* grads) {
@@ -69,16 +60,16 @@ class CudaLayer {
   }
 
  protected:
-  CudaLayer(int in, int out) : in_(in), out_(out) {}
+  explicit CudaLayer(OpDesc desc) : DescribedLayer(std::move(desc)) {}
   float* params_ = nullptr;
   float* grads_ = nullptr;
-
- private:
-  int in_, out_;
 };
 
-// linear, relu, gelu (tanh form) or layernorm for `in` input features and up
-// to `max_rows` rows per call. Throws ConfigError for an unknown type.
+// The linear, relu, gelu (tanh form) or layernorm layer `op` describes, for
+// up to `max_rows` rows per call. Throws ConfigError for max_rows < 1 or an
+// add (not a layer).
+std::unique_ptr<CudaLayer> MakeCudaLayer(const OpDesc& op, int max_rows);
+// DescribeLayer + MakeCudaLayer. Throws ConfigError as DescribeLayer.
 std::unique_ptr<CudaLayer> MakeCudaLayer(const LayerSpec& spec, int in, int max_rows);
 
 // out = a + b (n floats), the residual block's skip addition.
@@ -98,15 +89,13 @@ void CrossEntropy(const Context& ctx, const float* logits, const std::int32_t* l
 // SGD and AdamW on device buffers, with the CPU optimizers' formulas (scalar
 // coefficients formed in double, rounded to float), so that FP32 runs match
 // the CPU path to rounding.
-class CudaOptimizer {
+class CudaOptimizer : public OptimizerBook {
  public:
+  using OptimizerBook::OptimizerBook;
   virtual ~CudaOptimizer() = default;
   virtual void Step(const Context& ctx, float* params, const float* grads) = 0;
   // Device state buffers in baton::Optimizer::StateNames() order.
   virtual std::vector<std::span<float>> State() = 0;
-  virtual std::vector<std::string> StateNames() const = 0;
-  virtual std::int64_t steps() const = 0;
-  virtual void set_steps(std::int64_t steps) = 0;
 };
 std::unique_ptr<CudaOptimizer> MakeCudaOptimizer(const OptimizerSpec& spec, std::size_t num_params);
 

@@ -29,19 +29,13 @@ class CudaStageDevice final : public StageDevice {
 
   bool host_memory() const override { return false; }
 
-  float* Allocate(std::size_t floats) override {
-    buffers_.emplace_back(floats);
+  std::byte* Allocate(std::size_t bytes) override {
+    buffers_.emplace_back(bytes);
     BATON_CUDA_CHECK(cudaMemsetAsync(buffers_.back().data(), 0, buffers_.back().bytes(), ctx_.stream));
     return buffers_.back().data();
   }
 
-  void AddLayer(const LayerSpec& spec, Layer& host, int max_rows) override {
-    layers_.push_back(MakeCudaLayer(spec, host.in_features(), max_rows));
-    if (layers_.back()->NumParams() != host.NumParams()) {
-      throw Error(fmt::format("cuda {} layer: {} parameters, the host layer has {}", spec.type,
-                              layers_.back()->NumParams(), host.NumParams()));
-    }
-  }
+  void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeCudaLayer(op, max_rows)); }
 
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;
@@ -107,24 +101,27 @@ class CudaStageDevice final : public StageDevice {
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
-  void Forward(int layer, const float* x, float* y, int rows) override { layers_[layer]->Forward(ctx_, x, y, rows); }
-  void BackwardInput(int layer, const float* x, const float* dy, float* dx, int rows) override {
-    layers_[layer]->BackwardInput(ctx_, x, dy, dx, rows);
+  void Forward(int layer, ConstView x, View y) override {
+    layers_[layer]->Forward(ctx_, x.as<float>(), y.as<float>(), Rows(x));
   }
-  void BackwardWeight(int layer, const float* x, const float* dy, int rows) override {
-    layers_[layer]->BackwardWeight(ctx_, x, dy, rows);
+  void BackwardInput(int layer, ConstView x, ConstView dy, View dx) override {
+    layers_[layer]->BackwardInput(ctx_, x.as<float>(), dy.as<float>(), dx.as<float>(), Rows(x));
   }
-  void Add(const float* a, const float* b, float* out, std::size_t n) override { cuda::Add(ctx_, a, b, out, n); }
-  void AddInto(const float* x, float* y, std::size_t n) override { cuda::AddInto(ctx_, x, y, n); }
-  void Copy(float* dst, const float* src, std::size_t n) override {
-    BATON_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ctx_.stream));
+  void BackwardWeight(int layer, ConstView x, ConstView dy) override {
+    layers_[layer]->BackwardWeight(ctx_, x.as<float>(), dy.as<float>(), Rows(x));
   }
-  void Zero(float* dst, std::size_t n) override {
-    BATON_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), ctx_.stream));
+  void Add(ConstView a, ConstView b, View out) override {
+    cuda::Add(ctx_, a.as<float>(), b.as<float>(), out.as<float>(), Elements(out));
   }
-  void CrossEntropy(const float* logits, const std::int32_t* labels, int rows, int classes, float grad_scale,
-                    float* dlogits) override {
-    cuda::CrossEntropy(ctx_, logits, labels, rows, classes, grad_scale, dlogits, loss_.data(), correct_.data());
+  void AddInto(ConstView x, View y) override { cuda::AddInto(ctx_, x.as<float>(), y.as<float>(), Elements(y)); }
+  void Copy(View dst, ConstView src) override {
+    BATON_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
+  }
+  void Zero(View dst) override { BATON_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.bytes(), ctx_.stream)); }
+  void CrossEntropy(ConstView logits, ConstView labels, float grad_scale, View dlogits) override {
+    cuda::CrossEntropy(ctx_, logits.as<float>(), labels.as<std::int32_t>(), Rows(logits),
+                       static_cast<int>(logits.desc.shape.last()), grad_scale, dlogits.as<float>(), loss_.data(),
+                       correct_.data());
   }
 
   // The step's one read-back: both totals in one pinned buffer, then zeroed
@@ -148,10 +145,13 @@ class CudaStageDevice final : public StageDevice {
   }
 
  private:
+  static int Rows(ConstView v) { return static_cast<int>(v.desc.matrix_rows()); }
+  static std::size_t Elements(ConstView v) { return static_cast<std::size_t>(v.desc.elements()); }
+
   CublasHandle cublas_;
   Context ctx_;
   std::vector<std::unique_ptr<CudaLayer>> layers_;
-  std::vector<DeviceBuffer<float>> buffers_;
+  std::vector<DeviceBuffer<std::byte>> buffers_;
   DeviceBuffer<float> params_, grads_;
   std::span<float> host_params_, host_grads_;
   DeviceBuffer<double> loss_;

@@ -21,18 +21,6 @@
 
 namespace baton::cuda {
 
-Precision ParsePrecision(std::string_view name) {
-  if (name == "fp32") return Precision::kFP32;
-  if (name == "bf16") return Precision::kBF16;
-  throw ConfigError("unknown precision '" + std::string(name) + "'; allowed: fp32, bf16");
-}
-
-std::size_t CudaLayer::NumParams() const {
-  std::size_t n = 0;
-  for (const ParamInfo& p : Params()) n = std::max(n, p.offset + p.size);
-  return n;
-}
-
 namespace {
 
 constexpr int kThreads = 256;
@@ -257,12 +245,17 @@ __global__ void LayerNormBackwardWeightKernel(const float* __restrict__ x, const
 
 // Layers that bound the rows of a call by the scratch sized at construction.
 class SizedLayer : public CudaLayer {
+ public:
+  // Layers without weights have no weight gradient, but a call beyond the
+  // rows they were made for is still refused.
+  void BackwardWeight(const Context&, const float*, const float*, int rows) override { CheckRows(rows); }
+
  protected:
-  SizedLayer(int in, int out, int max_rows) : CudaLayer(in, out), max_rows_(max_rows) {}
+  SizedLayer(const OpDesc& op, int max_rows) : CudaLayer(op), max_rows_(max_rows) {}
 
   void CheckRows(int rows) const {
     if (rows < 0 || rows > max_rows_) {
-      throw Error("cuda " + std::string(Type()) + " layer (" + std::to_string(in_features()) + " -> " +
+      throw Error("cuda " + std::string(EnumName(Type())) + " layer (" + std::to_string(in_features()) + " -> " +
                   std::to_string(out_features()) + " features): " + std::to_string(rows) +
                   " rows given, the layer was made for 0 to " + std::to_string(max_rows_));
     }
@@ -284,21 +277,12 @@ class CudaLinear final : public SizedLayer {
   // The BF16 copies are sized for the largest call whatever the precision:
   // the precision comes with each call's Context, and nothing may be
   // allocated once training runs.
-  CudaLinear(int in, int out, bool bias, int max_rows)
-      : SizedLayer(in, out, max_rows),
-        bias_(bias),
-        x_bf16_(static_cast<std::size_t>(max_rows) * in),
-        dy_bf16_(static_cast<std::size_t>(max_rows) * out),
-        w_bf16_(static_cast<std::size_t>(out) * in) {}
-
-  std::string_view Type() const override { return "linear"; }
-
-  std::vector<ParamInfo> Params() const override {
-    const std::size_t w = static_cast<std::size_t>(out_features()) * in_features();
-    std::vector<ParamInfo> p{{"weight", {out_features(), in_features()}, 0, w}};
-    if (bias_) p.push_back({"bias", {out_features()}, w, static_cast<std::size_t>(out_features())});
-    return p;
-  }
+  CudaLinear(const OpDesc& op, int max_rows)
+      : SizedLayer(op, max_rows),
+        bias_(op.bias),
+        x_bf16_(static_cast<std::size_t>(max_rows) * op.in),
+        dy_bf16_(static_cast<std::size_t>(max_rows) * op.out),
+        w_bf16_(static_cast<std::size_t>(op.out) * op.in) {}
 
   void Forward(const Context& ctx, const float* x, float* y, int rows) const override {
     CheckRows(rows);
@@ -368,9 +352,7 @@ class CudaLinear final : public SizedLayer {
 // ---- relu: y = max(x, 0) ----
 class CudaRelu final : public SizedLayer {
  public:
-  CudaRelu(int in, int max_rows) : SizedLayer(in, in, max_rows) {}
-
-  std::string_view Type() const override { return "relu"; }
+  CudaRelu(const OpDesc& op, int max_rows) : SizedLayer(op, max_rows) {}
 
   void Forward(const Context& ctx, const float* x, float* y, int rows) const override {
     CheckRows(rows);
@@ -392,9 +374,7 @@ class CudaRelu final : public SizedLayer {
 // ---- gelu, tanh approximation ----
 class CudaGelu final : public SizedLayer {
  public:
-  CudaGelu(int in, int max_rows) : SizedLayer(in, in, max_rows) {}
-
-  std::string_view Type() const override { return "gelu"; }
+  CudaGelu(const OpDesc& op, int max_rows) : SizedLayer(op, max_rows) {}
 
   void Forward(const Context& ctx, const float* x, float* y, int rows) const override {
     CheckRows(rows);
@@ -417,15 +397,8 @@ class CudaGelu final : public SizedLayer {
 //   xhat = (x - mean) / sqrt(var + eps)  (biased variance),  y = xhat * weight + bias
 class CudaLayerNorm final : public SizedLayer {
  public:
-  CudaLayerNorm(int in, double eps, int max_rows)
-      : SizedLayer(in, in, max_rows), eps_(static_cast<float>(eps)), stats_(2 * static_cast<std::size_t>(max_rows)) {}
-
-  std::string_view Type() const override { return "layernorm"; }
-
-  std::vector<ParamInfo> Params() const override {
-    const auto n = static_cast<std::size_t>(in_features());
-    return {{"weight", {in_features()}, 0, n}, {"bias", {in_features()}, n, n}};
-  }
+  CudaLayerNorm(const OpDesc& op, int max_rows)
+      : SizedLayer(op, max_rows), eps_(static_cast<float>(op.eps)), stats_(2 * static_cast<std::size_t>(max_rows)) {}
 
   void Forward(const Context& ctx, const float* x, float* y, int rows) const override {
     CheckRows(rows);
@@ -462,18 +435,28 @@ class CudaLayerNorm final : public SizedLayer {
 
 }  // namespace
 
-std::unique_ptr<CudaLayer> MakeCudaLayer(const LayerSpec& spec, int in, int max_rows) {
-  // The CPU factory holds the rules for types and sizes; a CPU layer owns no
-  // memory, so building one only to validate costs nothing on the device.
-  (void)MakeLayer(spec, in);
+std::unique_ptr<CudaLayer> MakeCudaLayer(const OpDesc& op, int max_rows) {
   if (max_rows < 1) {
-    throw ConfigError("cuda " + spec.type + " layer: max_rows must be >= 1, got " + std::to_string(max_rows));
+    throw ConfigError("cuda " + std::string(EnumName(op.type)) + " layer: max_rows must be >= 1, got " +
+                      std::to_string(max_rows));
   }
-  const std::string_view type = spec.type;
-  if (type == "linear") return std::make_unique<CudaLinear>(in, spec.out, spec.bias, max_rows);
-  if (type == "relu") return std::make_unique<CudaRelu>(in, max_rows);
-  if (type == "gelu") return std::make_unique<CudaGelu>(in, max_rows);
-  return std::make_unique<CudaLayerNorm>(in, spec.eps, max_rows);
+  switch (op.type) {
+    case LayerType::kLinear:
+      return std::make_unique<CudaLinear>(op, max_rows);
+    case LayerType::kRelu:
+      return std::make_unique<CudaRelu>(op, max_rows);
+    case LayerType::kGelu:
+      return std::make_unique<CudaGelu>(op, max_rows);
+    case LayerType::kLayerNorm:
+      return std::make_unique<CudaLayerNorm>(op, max_rows);
+    case LayerType::kResidual:
+      break;
+  }
+  throw ConfigError("op " + op.name + ": an add is not a layer (the stage adds the skip itself)");
+}
+
+std::unique_ptr<CudaLayer> MakeCudaLayer(const LayerSpec& spec, int in, int max_rows) {
+  return MakeCudaLayer(DescribeLayer(spec, in), max_rows);
 }
 
 }  // namespace baton::cuda

@@ -95,7 +95,8 @@ __global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ gra
 class CudaSgd final : public CudaOptimizer {
  public:
   CudaSgd(const OptimizerSpec& s, std::size_t num_params)
-      : num_params_(num_params),
+      : CudaOptimizer(s),
+        num_params_(num_params),
         lr_(static_cast<float>(s.lr)),
         momentum_(static_cast<float>(s.momentum)),
         weight_decay_(static_cast<float>(s.weight_decay)),
@@ -123,24 +124,17 @@ class CudaSgd final : public CudaOptimizer {
     if (buf_.size() == 0) return {};
     return {std::span<float>(buf_.data(), buf_.size())};
   }
-  std::vector<std::string> StateNames() const override {
-    if (buf_.size() == 0) return {};
-    return {"momentum_buffer"};
-  }
-  std::int64_t steps() const override { return steps_; }
-  void set_steps(std::int64_t steps) override { steps_ = steps; }
 
  private:
   std::size_t num_params_;
   float lr_, momentum_, weight_decay_;
   DeviceBuffer<float> buf_;  // momentum buffer; empty without momentum
-  std::int64_t steps_ = 0;
 };
 
 class CudaAdamW final : public CudaOptimizer {
  public:
   CudaAdamW(const OptimizerSpec& s, std::size_t num_params)
-      : num_params_(num_params), spec_(s), exp_avg_(num_params), exp_avg_sq_(num_params) {
+      : CudaOptimizer(s), num_params_(num_params), exp_avg_(num_params), exp_avg_sq_(num_params) {
     Zero(exp_avg_);
     Zero(exp_avg_sq_);
   }
@@ -169,25 +163,18 @@ class CudaAdamW final : public CudaOptimizer {
     return {std::span<float>(exp_avg_.data(), exp_avg_.size()),
             std::span<float>(exp_avg_sq_.data(), exp_avg_sq_.size())};
   }
-  std::vector<std::string> StateNames() const override { return {"exp_avg", "exp_avg_sq"}; }
-  std::int64_t steps() const override { return steps_; }
-  void set_steps(std::int64_t steps) override { steps_ = steps; }
 
  private:
   std::size_t num_params_;
-  OptimizerSpec spec_;
   DeviceBuffer<float> exp_avg_;     // m
   DeviceBuffer<float> exp_avg_sq_;  // v
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<CudaOptimizer> MakeCudaOptimizer(const OptimizerSpec& spec, std::size_t num_params) {
-  // The CPU factory holds the rules; made for no parameters, it allocates
-  // nothing worth mentioning and throws the same ConfigError for a bad spec.
-  (void)MakeOptimizer(spec, 0);
-  if (spec.type == "sgd") return std::make_unique<CudaSgd>(spec, num_params);
+  CheckOptimizerSpec(spec);
+  if (spec.type == OptimizerType::kSgd) return std::make_unique<CudaSgd>(spec, num_params);
   return std::make_unique<CudaAdamW>(spec, num_params);
 }
 

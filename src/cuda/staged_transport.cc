@@ -30,23 +30,23 @@ struct Request {
   // a device buffer, may still be running. Receives into the pinned buffer
   // must not start until it has finished (see Irecv).
   bool copy_pending = false;
-  float* dst = nullptr;  // receive: device destination
-  std::size_t count = 0;
+  std::byte* dst = nullptr;  // receive: device destination
+  std::size_t bytes = 0;
   int peer = -1, tag = 0;
 };
 
 class StagedTransport final : public DeviceTransport {
  public:
-  StagedTransport(Transport& host, std::vector<std::size_t> floats_per_request, double timeout_s)
+  StagedTransport(Transport& host, std::vector<std::size_t> bytes_per_request, double timeout_s)
       : host_(host),
-        capacity_(std::move(floats_per_request)),
+        capacity_(std::move(bytes_per_request)),
         timeout_s_(timeout_s),
         requests_(capacity_.size()),
         staging_(capacity_.size(), -1) {
     pinned_.reserve(capacity_.size());
     events_.reserve(capacity_.size());
-    for (std::size_t floats : capacity_) {
-      pinned_.emplace_back(floats);
+    for (std::size_t bytes : capacity_) {
+      pinned_.emplace_back(bytes);
       events_.emplace_back();
     }
   }
@@ -59,8 +59,8 @@ class StagedTransport final : public DeviceTransport {
   StagedTransport(const StagedTransport&) = delete;
   StagedTransport& operator=(const StagedTransport&) = delete;
 
-  void Isend(int id, const float* data, std::size_t count, int peer, int tag, cudaEvent_t ready) override {
-    CheckRequest(id, count, "Isend");
+  void Isend(int id, const std::byte* data, std::size_t bytes, int peer, int tag, cudaEvent_t ready) override {
+    CheckRequest(id, bytes, "Isend");
     Request& r = requests_[id];
     // The pinned buffer may still be the source of this id's last H2D copy
     // (a receive); that copy is on the comm stream too, so the D2H below is
@@ -69,11 +69,11 @@ class StagedTransport final : public DeviceTransport {
     // A null `ready` means the source was ready before this call.
     if (ready != nullptr) BATON_CUDA_CHECK(cudaStreamWaitEvent(comm_.get(), ready, 0));
     BATON_CUDA_CHECK(
-        cudaMemcpyAsync(pinned_[id].data(), data, count * sizeof(float), cudaMemcpyDeviceToHost, comm_.get()));
+        cudaMemcpyAsync(pinned_[id].data(), data, bytes, cudaMemcpyDeviceToHost, comm_.get()));
     events_[id].Record(comm_.get());
     r.state = RequestState::kStaging;
     r.copy_pending = true;
-    r.count = count;
+    r.bytes = bytes;
     r.peer = peer;
     r.tag = tag;
     r.dst = nullptr;
@@ -81,8 +81,8 @@ class StagedTransport final : public DeviceTransport {
     ++staging_count_;
   }
 
-  void Irecv(int id, float* data, std::size_t count, int peer, int tag) override {
-    CheckRequest(id, count, "Irecv");
+  void Irecv(int id, std::byte* data, std::size_t bytes, int peer, int tag) override {
+    CheckRequest(id, bytes, "Irecv");
     Request& r = requests_[id];
     // MPI writes the pinned buffer from the host, outside any stream order,
     // so it must not start while this id's last H2D copy (from a previous
@@ -95,16 +95,16 @@ class StagedTransport final : public DeviceTransport {
         Backoff(spins, start, [&] {
           return fmt::format(
               "the host-to-device copy of the last message on request id {} to finish before "
-              "receiving {} floats from rank {} (tag {}) into it",
-              id, count, peer, tag);
+              "receiving {} bytes from rank {} (tag {}) into it",
+              id, bytes, peer, tag);
         });
       }
       r.copy_pending = false;
     }
-    host_.Irecv(id, pinned_[id].data(), count, peer, tag);
+    host_.Irecv(id, pinned_[id].data(), bytes, peer, tag);
     r.state = RequestState::kReceiving;
     r.dst = data;
-    r.count = count;
+    r.bytes = bytes;
     r.peer = peer;
     r.tag = tag;
   }
@@ -134,7 +134,7 @@ class StagedTransport final : public DeviceTransport {
     fence_.Record(consumer);
     fence_.BlockStream(comm_.get());
     BATON_CUDA_CHECK(
-        cudaMemcpyAsync(r.dst, pinned_[id].data(), r.count * sizeof(float), cudaMemcpyHostToDevice, comm_.get()));
+        cudaMemcpyAsync(r.dst, pinned_[id].data(), r.bytes, cudaMemcpyHostToDevice, comm_.get()));
     events_[id].Record(comm_.get());
     r.copy_pending = true;
     events_[id].BlockStream(consumer);
@@ -203,7 +203,7 @@ class StagedTransport final : public DeviceTransport {
       if (!events_[id].Done()) return;
       Request& r = requests_[id];
       r.copy_pending = false;
-      host_.Isend(id, pinned_[id].data(), r.count, r.peer, r.tag);
+      host_.Isend(id, pinned_[id].data(), r.bytes, r.peer, r.tag);
       r.state = RequestState::kSending;
       staging_head_ = (staging_head_ + 1) % staging_.size();
       --staging_count_;
@@ -216,13 +216,13 @@ class StagedTransport final : public DeviceTransport {
     }
   }
 
-  void CheckRequest(int id, std::size_t count, const char* call) const {
+  void CheckRequest(int id, std::size_t bytes, const char* call) const {
     CheckId(id, call);
-    if (count > capacity_[id]) {
+    if (bytes > capacity_[id]) {
       throw Error(
-          fmt::format("staged transport: {} of {} floats on request id {}, but its pinned staging buffer "
-                      "holds {} floats (sized at setup)",
-                      call, count, id, capacity_[id]));
+          fmt::format("staged transport: {} of {} bytes on request id {}, but its pinned staging buffer "
+                      "holds {} bytes (sized at setup)",
+                      call, bytes, id, capacity_[id]));
     }
     const RequestState state = requests_[id].state;
     if (state != RequestState::kIdle) {
@@ -276,12 +276,12 @@ class StagedTransport final : public DeviceTransport {
   }
 
   Transport& host_;
-  std::vector<std::size_t> capacity_;  // per id: floats of its pinned buffer
+  std::vector<std::size_t> capacity_;  // per id: bytes of its pinned buffer
   double timeout_s_;
   Stream comm_;  // every staging copy, in both directions
   Event fence_;  // the consumer's queued work, for the comm stream to wait on
   std::vector<Request> requests_;
-  std::vector<PinnedBuffer<float>> pinned_;  // per id: capacity_[id] floats
+  std::vector<PinnedBuffer<std::byte>> pinned_;  // per id: capacity_[id] bytes
   std::vector<Event> events_;                // per id: the last copy to or from its pinned buffer
   // Send ids whose staging copies are queued, oldest first: a ring of
   // max_requests entries (an id is in it at most once), so Isend never
@@ -292,18 +292,18 @@ class StagedTransport final : public DeviceTransport {
 
 }  // namespace
 
-std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, int max_requests, std::size_t max_floats,
+std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, int max_requests, std::size_t max_bytes,
                                                      double timeout_s) {
   if (max_requests < 1) {
     throw Error(fmt::format("staged transport: needs at least 1 request id, got {}", max_requests));
   }
-  return MakeStagedTransport(host, std::vector<std::size_t>(max_requests, max_floats), timeout_s);
+  return MakeStagedTransport(host, std::vector<std::size_t>(max_requests, max_bytes), timeout_s);
 }
 
-std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, std::vector<std::size_t> floats_per_request,
+std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, std::vector<std::size_t> bytes_per_request,
                                                      double timeout_s) {
-  if (floats_per_request.empty()) throw Error("staged transport: needs at least 1 request id, got 0");
-  return std::make_unique<StagedTransport>(host, std::move(floats_per_request), timeout_s);
+  if (bytes_per_request.empty()) throw Error("staged transport: needs at least 1 request id, got 0");
+  return std::make_unique<StagedTransport>(host, std::move(bytes_per_request), timeout_s);
 }
 
 }  // namespace baton::cuda

@@ -33,12 +33,12 @@ namespace baton::cuda {
 class DeviceTransport {
  public:
   virtual ~DeviceTransport() = default;
-  // Starts sending `count` floats at device address `data` to `peer` once the
+  // Starts sending `bytes` bytes at device address `data` to `peer` once the
   // work recorded in `ready` (on the producer's stream) has finished.
   // `data` must stay untouched until WaitSend(id) returns.
-  virtual void Isend(int id, const float* data, std::size_t count, int peer, int tag, cudaEvent_t ready) = 0;
-  // Starts receiving `count` floats into device address `data`.
-  virtual void Irecv(int id, float* data, std::size_t count, int peer, int tag) = 0;
+  virtual void Isend(int id, const std::byte* data, std::size_t bytes, int peer, int tag, cudaEvent_t ready) = 0;
+  // Starts receiving `bytes` bytes into device address `data`.
+  virtual void Irecv(int id, std::byte* data, std::size_t bytes, int peer, int tag) = 0;
   // Waits for the message of receive `id`, then makes `consumer` wait (on the
   // GPU) until it is in `data`. Deadline and size checks as Transport::Wait.
   virtual void WaitRecv(int id, const WaitInfo& info, cudaStream_t consumer) = 0;
@@ -54,12 +54,12 @@ class DeviceTransport {
 
 // The host-staged implementation over `host` (an MPI Transport, already
 // Configure()d with at least `max_requests` requests). Pinned buffers of
-// `max_floats` floats per request id are allocated here, once.
-std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, int max_requests, std::size_t max_floats,
+// `max_bytes` bytes per request id are allocated here, once.
+std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, int max_requests, std::size_t max_bytes,
                                                      double timeout_s);
-// The same with a pinned buffer of floats_per_request[id] floats per id (0:
+// The same with a pinned buffer of bytes_per_request[id] bytes per id (0:
 // the id is never used), so a rank pins only what its own messages need.
-std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, std::vector<std::size_t> floats_per_request,
+std::unique_ptr<DeviceTransport> MakeStagedTransport(Transport& host, std::vector<std::size_t> bytes_per_request,
                                                      double timeout_s);
 
 }  // namespace baton::cuda

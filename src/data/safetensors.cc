@@ -10,9 +10,6 @@
 // reader requires the tensors to tile the buffer exactly: sorted by offset
 // they start at 0, follow each other without gap or overlap, and end at the
 // end of the file.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -31,6 +28,7 @@
 
 #include "baton/data.h"
 #include "baton/error.h"
+#include "baton/files.h"
 
 namespace baton {
 namespace {
@@ -63,14 +61,6 @@ bool Elements(const std::vector<std::int64_t>& shape, std::uint64_t limit, std::
   return true;
 }
 
-// Makes the rename durable; best effort (not every filesystem allows it).
-void SyncDirectory(const std::filesystem::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 }  // namespace
 
 void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors) {
@@ -99,38 +89,13 @@ void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& t
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');
 
-  const std::filesystem::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) {
-    std::filesystem::create_directories(target.parent_path(), ec);
-    if (ec) {
-      throw ConfigError(fmt::format("safetensors file '{}': cannot create folder '{}': {}", path,
-                                    target.parent_path().string(), ec.message()));
-    }
-  }
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  auto fail = [&](const std::string& what) {
-    std::filesystem::remove(tmp, ec);
-    throw ConfigError(fmt::format("safetensors file '{}': {}", path, what));
-  };
-  {
-    File f(std::fopen(tmp.c_str(), "wb"));
-    if (!f) fail(fmt::format("cannot create '{}': {}", tmp, Errno()));
-    unsigned char length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t{json.size()} >> (8 * i));
-    bool ok =
-        std::fwrite(length, 1, 8, f.get()) == 8 && std::fwrite(json.data(), 1, json.size(), f.get()) == json.size();
-    for (const NamedTensor& t : tensors) {
-      if (!ok) break;
-      if (t.data.empty()) continue;  // fwrite's buffer must not be null, even for 0 bytes
-      ok = std::fwrite(t.data.data(), sizeof(float), t.data.size(), f.get()) == t.data.size();
-    }
-    if (!ok || std::fflush(f.get()) != 0) fail(fmt::format("cannot write '{}': {}", tmp, Errno()));
-    if (::fsync(::fileno(f.get())) != 0) fail(fmt::format("cannot sync '{}': {}", tmp, Errno()));
-    if (std::fclose(f.release()) != 0) fail(fmt::format("cannot close '{}': {}", tmp, Errno()));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(fmt::format("cannot rename '{}' to it: {}", tmp, Errno()));
-  SyncDirectory(target.parent_path());
+  AtomicFile file(path);
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t{json.size()} >> (8 * i));
+  file.Append(std::as_bytes(std::span<const unsigned char>(length, 8)));
+  file.Append(json);
+  for (const NamedTensor& t : tensors) file.Append(std::as_bytes(std::span<const float>(t.data)));
+  file.Commit();
 }
 
 std::vector<NamedTensor> ReadSafetensors(const std::string& path) {

@@ -14,17 +14,10 @@
 #include <fmt/format.h>
 
 #include "baton/error.h"
-#include "baton/model.h"
 #include "gemm.h"
+#include "layers.h"
 
 namespace baton {
-
-std::size_t Layer::NumParams() const {
-  std::size_t n = 0;
-  for (const ParamInfo& p : Params()) n = std::max(n, p.offset + p.size);
-  return n;
-}
-
 namespace {
 
 using model_detail::AddProduct;
@@ -41,27 +34,7 @@ void AssertShapes([[maybe_unused]] const Layer& l, [[maybe_unused]] ConstMatMap 
 // ---- linear: y = x W^T + b, PyTorch's nn.Linear ----
 class Linear final : public Layer {
  public:
-  Linear(int in, int out, bool bias) : Layer(in, out), bias_(bias) {}
-
-  std::string_view Type() const override { return "linear"; }
-
-  std::vector<ParamInfo> Params() const override {
-    const std::size_t w = static_cast<std::size_t>(out_features()) * in_features();
-    std::vector<ParamInfo> p{{"weight", {out_features(), in_features()}, 0, w}};
-    if (bias_) p.push_back({"bias", {out_features()}, w, static_cast<std::size_t>(out_features())});
-    return p;
-  }
-
-  double FlopsPerSample() const override { return static_cast<double>(in_features()) * out_features(); }
-
-  // kaiming_uniform_(a=sqrt(5)) on the weight reduces to U(-1/sqrt(in), 1/sqrt(in)),
-  // the same bound PyTorch uses for the bias. Weight row-major first, then bias.
-  void Init(std::mt19937_64& rng) override {
-    const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_features())));
-    std::uniform_real_distribution<float> uniform(-bound, bound);
-    const std::size_t n = NumParams();
-    for (std::size_t i = 0; i < n; ++i) params_[i] = uniform(rng);
-  }
+  explicit Linear(const OpDesc& op) : Layer(op), bias_(op.bias) {}
 
   void Forward(ConstMatMap x, MatMap y) const override {
     AssertShapes(*this, x, y.rows(), y.cols());
@@ -104,9 +77,7 @@ class Linear final : public Layer {
 // ---- relu: y = max(x, 0) ----
 class Relu final : public Layer {
  public:
-  explicit Relu(int in) : Layer(in, in) {}
-
-  std::string_view Type() const override { return "relu"; }
+  explicit Relu(const OpDesc& op) : Layer(op) {}
 
   void Forward(ConstMatMap x, MatMap y) const override {
     AssertShapes(*this, x, y.rows(), y.cols());
@@ -124,9 +95,7 @@ class Relu final : public Layer {
 //   y = x/2 (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 class Gelu final : public Layer {
  public:
-  explicit Gelu(int in) : Layer(in, in) {}
-
-  std::string_view Type() const override { return "gelu"; }
+  explicit Gelu(const OpDesc& op) : Layer(op) {}
 
   void Forward(ConstMatMap x, MatMap y) const override {
     AssertShapes(*this, x, y.rows(), y.cols());
@@ -154,20 +123,7 @@ class Gelu final : public Layer {
 //   xhat = (x - mean) / sqrt(var + eps)  (biased variance),  y = xhat * weight + bias
 class LayerNorm final : public Layer {
  public:
-  LayerNorm(int in, double eps) : Layer(in, in), eps_(static_cast<float>(eps)) {}
-
-  std::string_view Type() const override { return "layernorm"; }
-
-  std::vector<ParamInfo> Params() const override {
-    const auto n = static_cast<std::size_t>(in_features());
-    return {{"weight", {in_features()}, 0, n}, {"bias", {in_features()}, n, n}};
-  }
-
-  void Init(std::mt19937_64& rng) override {
-    (void)rng;
-    Weight().setOnes();
-    Bias().setZero();
-  }
+  explicit LayerNorm(const OpDesc& op) : Layer(op), eps_(static_cast<float>(op.eps)) {}
 
   void Forward(ConstMatMap x, MatMap y) const override {
     AssertShapes(*this, x, y.rows(), y.cols());
@@ -219,8 +175,6 @@ class LayerNorm final : public Layer {
     return {mean, 1.0f / std::sqrt(var + eps_)};
   }
 
-  RowVectorMap Weight() { return RowVectorMap(params_, in_features()); }
-  RowVectorMap Bias() { return RowVectorMap(params_ + in_features(), in_features()); }
   ConstRowVectorMap Weight() const { return ConstRowVectorMap(params_, in_features()); }
   ConstRowVectorMap Bias() const { return ConstRowVectorMap(params_ + in_features(), in_features()); }
 
@@ -229,32 +183,22 @@ class LayerNorm final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> MakeLayer(const LayerSpec& spec, int in) {
-  const std::string_view type = spec.type;
-  if (type == "residual") {
-    throw ConfigError(
-        "layer type 'residual' is not a single layer: the stage builds a residual block from its body plus a skip "
-        "addition, so it cannot be made with MakeLayer");
+std::unique_ptr<Layer> MakeLayer(const OpDesc& op) {
+  switch (op.type) {
+    case LayerType::kLinear:
+      return std::make_unique<Linear>(op);
+    case LayerType::kRelu:
+      return std::make_unique<Relu>(op);
+    case LayerType::kGelu:
+      return std::make_unique<Gelu>(op);
+    case LayerType::kLayerNorm:
+      return std::make_unique<LayerNorm>(op);
+    case LayerType::kResidual:
+      break;
   }
-  if (type != "linear" && type != "relu" && type != "gelu" && type != "layernorm") {
-    throw ConfigError(
-        fmt::format("unknown layer type '{}'; allowed: linear, relu, gelu, layernorm, residual", spec.type));
-  }
-  if (in < 1) {
-    throw ConfigError(fmt::format("{} layer: input features must be >= 1, got {}", spec.type, in));
-  }
-  if (type == "linear") {
-    if (spec.out < 1) {
-      throw ConfigError(fmt::format("linear layer: out (output features) must be >= 1, got {}", spec.out));
-    }
-    return std::make_unique<Linear>(in, spec.out, spec.bias);
-  }
-  if (type == "relu") return std::make_unique<Relu>(in);
-  if (type == "gelu") return std::make_unique<Gelu>(in);
-  if (!(spec.eps > 0.0) || !std::isfinite(spec.eps)) {
-    throw ConfigError(fmt::format("layernorm layer: eps must be a finite number > 0, got {}", spec.eps));
-  }
-  return std::make_unique<LayerNorm>(in, spec.eps);
+  throw Error(fmt::format("op {}: an add is not a layer (the stage adds the skip itself)", op.name));
 }
+
+std::unique_ptr<Layer> MakeLayer(const LayerSpec& spec, int in) { return MakeLayer(DescribeLayer(spec, in)); }
 
 }  // namespace baton

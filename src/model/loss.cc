@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "baton/error.h"
-#include "baton/model.h"
+#include "layers.h"
 
 namespace baton {
 

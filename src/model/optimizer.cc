@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <Eigen/Core>
 
+#include "baton/buffer.h"
 #include "baton/error.h"
 #include "baton/model.h"
 
@@ -17,13 +18,12 @@ namespace {
 using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
 
-void CheckSpec(const OptimizerSpec& s) {
+}  // namespace
+
+void CheckOptimizerSpec(const OptimizerSpec& s) {
   auto fail = [&](std::string_view field, double value, std::string_view rule) {
-    throw ConfigError(fmt::format("optimizer ({}): {} must be {}, got {}", s.type, field, rule, value));
+    throw ConfigError(fmt::format("optimizer ({}): {} must be {}, got {}", EnumName(s.type), field, rule, value));
   };
-  if (s.type != "sgd" && s.type != "adamw") {
-    throw ConfigError(fmt::format("optimizer: unknown type '{}'; allowed: sgd, adamw", s.type));
-  }
   // Written as !(ok) so that NaN fails every rule.
   if (!(s.lr > 0.0) || !std::isfinite(s.lr)) fail("lr", s.lr, "a finite number > 0");
   if (!(s.momentum >= 0.0) || !std::isfinite(s.momentum)) fail("momentum", s.momentum, "a finite number >= 0");
@@ -34,6 +34,14 @@ void CheckSpec(const OptimizerSpec& s) {
   if (!(s.beta2 >= 0.0 && s.beta2 < 1.0)) fail("beta2", s.beta2, "in [0, 1)");
   if (!(s.eps > 0.0) || !std::isfinite(s.eps)) fail("eps", s.eps, "a finite number > 0");
 }
+
+std::vector<std::string> OptimizerStateNames(const OptimizerSpec& s) {
+  if (s.type == OptimizerType::kAdamW) return {"exp_avg", "exp_avg_sq"};
+  if (s.momentum != 0.0) return {"momentum_buffer"};
+  return {};
+}
+
+namespace {
 
 void CheckSizes(std::string_view type, std::size_t expected, std::span<float> params, std::span<const float> grads) {
   if (params.size() != expected || grads.size() != expected) {
@@ -49,7 +57,8 @@ void CheckSizes(std::string_view type, std::size_t expected, std::span<float> pa
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerSpec& s, std::size_t num_params)
-      : num_params_(num_params),
+      : Optimizer(s),
+        num_params_(num_params),
         lr_(static_cast<float>(s.lr)),
         momentum_(static_cast<float>(s.momentum)),
         weight_decay_(static_cast<float>(s.weight_decay)),
@@ -83,18 +92,11 @@ class Sgd final : public Optimizer {
     if (buf_.empty()) return {};
     return {std::span<float>(buf_)};
   }
-  std::vector<std::string> StateNames() const override {
-    if (buf_.empty()) return {};
-    return {"momentum_buffer"};
-  }
-  std::int64_t steps() const override { return steps_; }
-  void set_steps(std::int64_t steps) override { steps_ = steps; }
 
  private:
   std::size_t num_params_;
   float lr_, momentum_, weight_decay_;
   FloatBuffer buf_;  // momentum buffer; empty without momentum
-  std::int64_t steps_ = 0;
 };
 
 // torch.optim.AdamW (amsgrad off), step t counted from 1:
@@ -105,7 +107,7 @@ class Sgd final : public Optimizer {
 class AdamW final : public Optimizer {
  public:
   AdamW(const OptimizerSpec& s, std::size_t num_params)
-      : num_params_(num_params), spec_(s), exp_avg_(num_params), exp_avg_sq_(num_params) {}
+      : Optimizer(s), num_params_(num_params), exp_avg_(num_params), exp_avg_sq_(num_params) {}
 
   void Step(std::span<float> params, std::span<const float> grads) override {
     CheckSizes("adamw", num_params_, params, grads);
@@ -135,23 +137,18 @@ class AdamW final : public Optimizer {
   }
 
   std::vector<std::span<float>> State() override { return {std::span<float>(exp_avg_), std::span<float>(exp_avg_sq_)}; }
-  std::vector<std::string> StateNames() const override { return {"exp_avg", "exp_avg_sq"}; }
-  std::int64_t steps() const override { return steps_; }
-  void set_steps(std::int64_t steps) override { steps_ = steps; }
 
  private:
   std::size_t num_params_;
-  OptimizerSpec spec_;
   FloatBuffer exp_avg_;     // m
   FloatBuffer exp_avg_sq_;  // v
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::size_t num_params) {
-  CheckSpec(spec);
-  if (spec.type == "sgd") return std::make_unique<Sgd>(spec, num_params);
+  CheckOptimizerSpec(spec);
+  if (spec.type == OptimizerType::kSgd) return std::make_unique<Sgd>(spec, num_params);
   return std::make_unique<AdamW>(spec, num_params);
 }
 

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "baton/error.h"
+#include "baton/files.h"
 #include "baton/runtime.h"
 #include "baton/sim.h"
 #include "setup.h"
@@ -30,80 +31,20 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Multiply-adds of one sample through the linear layers of `layers` (x2 for
-// FLOPs); the other layers are negligible next to them.
-double LinearFlopsPerSample(const std::vector<LayerSpec>& layers, int& width) {
-  double flops = 0;
-  for (const LayerSpec& l : layers) {
-    if (l.type == "linear") {
-      flops += 2.0 * width * l.out;
-      width = l.out;
-    } else if (l.type == "residual") {
-      flops += LinearFlopsPerSample(l.body, width);
-    }
-  }
-  return flops;
-}
-
-// The linear shapes (in, out) of the model, in order.
-void LinearShapes(const std::vector<LayerSpec>& layers, int& width, std::vector<std::pair<int, int>>* out) {
-  for (const LayerSpec& l : layers) {
-    if (l.type == "linear") {
-      out->push_back({width, l.out});
-      width = l.out;
-    } else if (l.type == "residual") {
-      LinearShapes(l.body, width, out);
-    }
-  }
-}
-
-// GFLOP/s of the model's linear forwards at the microbatch's rows on this
-// core: the best of several rounds, each long enough to time.
-double PeakGflops(const TrainConfig& c, int rows) {
+// The model's linear shapes (in, out), in order: the hardware reference's GEMMs.
+std::vector<std::pair<int, int>> LinearShapes(const ModelDesc& model) {
   std::vector<std::pair<int, int>> shapes;
-  int width = c.model.input;
-  LinearShapes(c.model.layers, width, &shapes);
-  std::vector<std::unique_ptr<Layer>> layers;
-  std::vector<std::vector<float>> params, xs, ys;
-  double flops_per_pass = 0;
-  for (auto [in, out] : shapes) {
-    LayerSpec spec;
-    spec.type = "linear";
-    spec.out = out;
-    layers.push_back(MakeLayer(spec, in));
-    params.emplace_back(layers.back()->NumParams(), 0.01f);
-    layers.back()->Bind(params.back().data(), params.back().data());
-    xs.emplace_back(std::size_t(rows) * in, 0.5f);
-    ys.emplace_back(std::size_t(rows) * out, 0.0f);
-    flops_per_pass += 2.0 * rows * in * out;
+  for (const OpDesc& op : model.ops) {
+    if (op.type == LayerType::kLinear) shapes.push_back({op.in, op.out});
   }
-  auto pass = [&] {
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      layers[i]->Forward(ConstMatMap(xs[i].data(), rows, shapes[i].first),
-                         MatMap(ys[i].data(), rows, shapes[i].second));
-    }
-  };
-  pass();
-  double best = 0;
-  for (int round = 0; round < 5; ++round) {
-    int passes = 0;
-    const double start = Now();
-    double now = start;
-    while (now - start < 0.05) {
-      pass();
-      ++passes;
-      now = Now();
-    }
-    best = std::max(best, flops_per_pass * passes / (now - start) / 1e9);
-  }
-  return best;
+  return shapes;
 }
 
 // One-way latency between ranks 0 and 1 for a message of `floats`: half the
 // median round trip.
-double PingPong(Transport& t, std::size_t floats) {
+double PingPong(Transport& t, std::size_t bytes) {
   if (t.size() < 2 || t.rank() > 1) return 0.0;
-  std::vector<float> buf(std::max<std::size_t>(floats, 1), 1.0f);
+  std::vector<std::byte> buf(std::max<std::size_t>(bytes, 1), std::byte{1});
   const int peer = 1 - t.rank();
   std::vector<double> trips;
   for (int i = 0; i < 60; ++i) {
@@ -124,27 +65,14 @@ double PingPong(Transport& t, std::size_t floats) {
   return Median(trips) / 2;
 }
 
-const char* EventName(ActionEvent::Kind k) {
-  switch (k) {
-    case ActionEvent::kF:
-      return "F";
-    case ActionEvent::kB:
-      return "B";
-    case ActionEvent::kI:
-      return "I";
-    case ActionEvent::kW:
-      return "W";
-    case ActionEvent::kWaitRecvF:
-      return "wait RECV_F";
-    case ActionEvent::kWaitRecvB:
-      return "wait RECV_B";
-    case ActionEvent::kWaitSend:
-      return "wait SEND";
-  }
-  return "?";
+// Compute events are named as in the simulator's trace ("F", "I", ...);
+// waits by what they wait for.
+std::string_view EventName(ActionKind k) {
+  if (IsCompute(k)) return KindName(k);
+  if (k == ActionKind::kRecvF) return "wait RECV_F";
+  if (k == ActionKind::kRecvB) return "wait RECV_B";
+  return "wait SEND";
 }
-
-bool IsComputeEvent(ActionEvent::Kind k) { return k <= ActionEvent::kW; }
 
 // Per rank and step, gathered on rank 0.
 struct StepRecord {
@@ -170,10 +98,8 @@ SimResult AsSimResult(const std::string& name, const Schedule& s, const std::vec
     }
     bool first = true;
     for (const ActionEvent& e : ranks[k]->events) {
-      if (!IsComputeEvent(e.kind)) continue;
-      static constexpr ActionKind kKinds[] = {ActionKind::kForward, ActionKind::kBackward, ActionKind::kBackwardInput,
-                                              ActionKind::kBackwardWeight};
-      r.timeline[k].push_back({Action{e.stage, kKinds[e.kind], e.microbatch}, e.start * 1e3, e.end * 1e3});
+      if (!IsCompute(e.kind)) continue;
+      r.timeline[k].push_back({Action{e.stage, e.kind, e.microbatch}, e.start * 1e3, e.end * 1e3});
       if (first) rr.start = e.start * 1e3;
       first = false;
       rr.end = e.end * 1e3;
@@ -233,7 +159,7 @@ void WriteTrace(const std::string& path, const std::vector<std::vector<StepRecor
       for (const ActionEvent& e : s.events) {
         add(fmt::format(R"({{"ph": "X", "pid": {}, "tid": 0, "name": "{}", "cat": "{}", "ts": {:.3f}, "dur": {:.3f}, )"
                         R"("args": {{"stage": {}, "microbatch": {}, "step": {}}}}})",
-                        r, EventName(e.kind), IsComputeEvent(e.kind) ? "compute" : "wait", (offset + e.start) * 1e6,
+                        r, EventName(e.kind), IsCompute(e.kind) ? "compute" : "wait", (offset + e.start) * 1e6,
                         (e.end - e.start) * 1e6, e.stage, e.microbatch, k));
       }
     }
@@ -289,35 +215,25 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   c.log.weights = "";
   c.log.progress = false;
   c.data.evaluate = false;
-  if (!o.real_data && c.data.dataset != "synthetic") {
-    c.data.dataset = "synthetic";  // same shapes, no files
+  if (!o.real_data && c.data.dataset != DatasetKind::kSynthetic) {
+    c.data.dataset = DatasetKind::kSynthetic;  // same shapes, no files
     c.data.samples = std::max<std::int64_t>(c.train.batch_size, 4096);
   }
   if (o.steps < 1 || o.warmup_steps < 0) throw ConfigError("bench: --steps must be >= 1 and --warmup >= 0");
   RunSetup u;
   SetUpRun(c, t, u);
   Executor& exec = *u.exec;
-  const int rows = exec.batch_rows();
+  const int rows = u.plan.rows;
   const bool root = t.rank() == 0;
 
   // The hardware's limit first, on rank 0 alone while the others wait.
   BenchReport report;
-  if (root) report.peak_gflops_one_core = PeakGflops(c, rows);
+  if (root) report.peak_gflops_one_core = HostGemmGflops(LinearShapes(u.plan.model), rows);
   t.Barrier();
   // The probe message is one activation crossing the first stage boundary.
-  const std::size_t boundary = std::size_t(rows) * exec.stage_out_features(0);
-  const double latency = PingPong(t, boundary);
+  const double latency = PingPong(t, u.rank_plan.stage_output.front().bytes());
 
-  auto step = [&] {
-    const Batch batch = u.loader->Next();
-    exec.RunStep(batch);
-    auto& stages = exec.stages();
-    for (std::size_t k = 0; k < stages.size(); ++k) {
-      stages[k]->device().OptimizerStep();
-      stages[k]->ZeroGrads();
-    }
-  };
-  for (int i = 0; i < o.warmup_steps; ++i) step();
+  for (int i = 0; i < o.warmup_steps; ++i) exec.TrainStep(u.loader->Next());
 
   // Unrecorded steps: the baseline that shows what recording costs.
   std::vector<double> plain;
@@ -327,11 +243,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     const double start = Now();
     exec.RunStep(batch);
     plain.push_back(Now() - start);
-    auto& stages = exec.stages();
-    for (std::size_t k = 0; k < stages.size(); ++k) {
-      stages[k]->device().OptimizerStep();
-      stages[k]->ZeroGrads();
-    }
+    exec.StepOptimizers();  // outside the clock
   }
   // Recorded steps: each starts at a barrier, so rank clocks line up.
   std::vector<ActionEvent> events;
@@ -348,11 +260,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     event_begin.push_back(events.size());
     exec.RunStep(batch);
     ends.push_back(Now());
-    auto& stages = exec.stages();
-    for (std::size_t k = 0; k < stages.size(); ++k) {
-      stages[k]->device().OptimizerStep();
-      stages[k]->ZeroGrads();
-    }
+    exec.StepOptimizers();
   }
   exec.SetRecorder(nullptr);
   event_begin.push_back(events.size());
@@ -363,7 +271,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     std::vector<ActionEvent> probe;
     probe.reserve(100000);
     const double start = Now();
-    for (int i = 0; i < 100000; ++i) probe.push_back({ActionEvent::kF, 0, i, Now(), Now()});
+    for (int i = 0; i < 100000; ++i) probe.push_back({ActionKind::kForward, 0, i, Now(), Now()});
     record_cost = (Now() - start) / 100000;
   }
 
@@ -373,7 +281,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     double busy = 0, waiting = 0;
     for (std::size_t e = event_begin[k]; e < event_begin[k + 1]; ++e) {
       const double d = events[e].end - events[e].start;
-      (IsComputeEvent(events[e].kind) ? busy : waiting) += d;
+      (IsCompute(events[e].kind) ? busy : waiting) += d;
     }
     mine.push_back(float(ends[k] - starts[k]));
     mine.push_back(float(busy));
@@ -403,17 +311,17 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
       s.waiting = all[at++];
       const int n = static_cast<int>(all[at++]);
       for (int e = 0; e < n; ++e, at += 5) {
-        s.events.push_back({static_cast<ActionEvent::Kind>(int(all[at])), int(all[at + 1]), int(all[at + 2]),
+        s.events.push_back({static_cast<ActionKind>(int(all[at])), int(all[at + 1]), int(all[at + 2]),
                             all[at + 3], all[at + 4]});
       }
     }
     plain_medians.push_back(all[at++]);
   }
 
-  report.schedule = u.lowered.name;
+  report.schedule = u.plan.lowered.name;
   report.ranks = p;
-  report.microbatches = u.lowered.microbatches;
-  report.chunks = u.lowered.chunks();
+  report.microbatches = u.plan.lowered.microbatches;
+  report.chunks = u.plan.lowered.chunks();
   report.batch_size = c.train.batch_size;
   report.warmup_steps = o.warmup_steps;
   report.steps = o.steps;
@@ -438,12 +346,10 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   report.bubble_rate = Median(bubbles);
 
   // FLOPs of each stage's linears per step: forward, input and weight gradient.
-  std::vector<double> stage_flops(u.lowered.stages);
+  std::vector<double> stage_flops(u.plan.lowered.stages);
   {
-    int width = c.model.input;
-    for (int s = 0; s < u.lowered.stages; ++s) {
-      const std::vector<LayerSpec> part(c.model.layers.begin() + u.bounds[s], c.model.layers.begin() + u.bounds[s + 1]);
-      stage_flops[s] = 3 * LinearFlopsPerSample(part, width) * c.train.batch_size;
+    for (int s = 0; s < u.plan.lowered.stages; ++s) {
+      stage_flops[s] = 3 * u.plan.model.GemmFlopsPerRow(u.plan.bounds[s], u.plan.bounds[s + 1]) * c.train.batch_size;
     }
   }
   double total_flops = 0;
@@ -468,8 +374,8 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     br.waiting_s = mean(waiting);
     br.idle_s = br.wall_s - br.busy_s - br.waiting_s;
     double flops = 0;
-    for (int s = 0; s < u.lowered.stages; ++s) {
-      if (u.lowered.stage_rank[s] == r) flops += stage_flops[s];
+    for (int s = 0; s < u.plan.lowered.stages; ++s) {
+      if (u.plan.lowered.stage_rank[s] == r) flops += stage_flops[s];
     }
     br.gflops = flops / br.wall_s / 1e9;
     report.per_rank.push_back(br);
@@ -480,11 +386,11 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
 
   // The simulator, fed the measured median cost of every (stage, kind) and
   // the measured latency, predicts the step time.
-  std::map<std::pair<int, int>, std::vector<double>> costs;
+  std::map<std::pair<int, ActionKind>, std::vector<double>> costs;
   for (int r = 0; r < p; ++r) {
     for (const StepRecord& s : rec[r]) {
       for (const ActionEvent& e : s.events) {
-        if (IsComputeEvent(e.kind)) costs[{e.stage, e.kind}].push_back(e.end - e.start);
+        if (IsCompute(e.kind)) costs[{e.stage, e.kind}].push_back(e.end - e.start);
       }
     }
   }
@@ -494,20 +400,20 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   auto costs_from = [&](auto statistic) {
     SimOptions sim;
     sim.comm = latency;
-    sim.stage_costs.resize(u.lowered.stages, Costs{0, 0, 0});
+    sim.stage_costs.resize(u.plan.lowered.stages, Costs{0, 0, 0});
     for (auto& [key, v] : costs) {
       Costs& cs = sim.stage_costs[key.first];
       switch (key.second) {
-        case ActionEvent::kF:
+        case ActionKind::kForward:
           cs.forward = statistic(v);
           break;
-        case ActionEvent::kB:
+        case ActionKind::kBackward:
           cs.backward_input = statistic(v);
           break;  // B = I + W with W = 0
-        case ActionEvent::kI:
+        case ActionKind::kBackwardInput:
           cs.backward_input = statistic(v);
           break;
-        case ActionEvent::kW:
+        case ActionKind::kBackwardWeight:
           cs.backward_weight = statistic(v);
           break;
         default:
@@ -516,7 +422,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     }
     return sim;
   };
-  const SimResult predicted = Simulate(u.lowered, costs_from([](const std::vector<double>& v) { return Median(v); }));
+  const SimResult predicted = Simulate(u.plan.lowered, costs_from([](const std::vector<double>& v) { return Median(v); }));
   report.predicted_step_time_s = predicted.makespan;
   report.simulated_bubble_rate = predicted.bubble_rate;
   report.measured_over_predicted = report.step_time_median_s / predicted.makespan;
@@ -526,7 +432,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     return v.empty() ? 0.0 : sum / v.size();
   });
   mean_costs.record_timeline = false;
-  report.predicted_step_time_mean_costs_s = Simulate(u.lowered, mean_costs).makespan;
+  report.predicted_step_time_mean_costs_s = Simulate(u.plan.lowered, mean_costs).makespan;
   {
     std::vector<double> spread;
     for (auto& [key, v] : costs) {
@@ -549,7 +455,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     std::vector<const StepRecord*> step_of_rank;
     for (int r = 0; r < p; ++r) step_of_rank.push_back(&rec[r][k]);
     SimResult measured =
-        AsSimResult(fmt::format("{}: measured step {} (ms)", report.schedule, k), u.lowered, step_of_rank);
+        AsSimResult(fmt::format("{}: measured step {} (ms)", report.schedule, k), u.plan.lowered, step_of_rank);
     SimResult simulated = predicted;
     simulated.schedule = fmt::format("{}: simulated from the measured costs (ms)", report.schedule);
     for (auto& row : simulated.timeline) {

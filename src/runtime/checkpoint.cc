@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "baton/error.h"
+#include "baton/files.h"
 
 namespace baton {
 namespace {
@@ -59,29 +60,6 @@ std::vector<NamedTensor> ShardTensors(RunSetup& u) {
   return out;
 }
 
-// Runs `work` on every rank; if it failed anywhere, the lowest failing rank
-// throws its error and the others PeerFailed.
-template <typename Fn>
-void Agreed(Transport& t, Fn work) {
-  std::string error;
-  bool config = false;
-  try {
-    work();
-  } catch (const ConfigError& e) {
-    error = e.what();
-    config = true;
-  } catch (const Error& e) {
-    error = e.what();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  const int worst = t.AllMax(error.empty() ? -1 : t.size() - t.rank());
-  if (worst < 0) return;
-  if (t.size() - worst != t.rank()) throw PeerFailed();
-  if (config) throw ConfigError(error);
-  throw Error(error);
-}
-
 std::vector<std::int64_t> CompleteSteps(const std::string& dir) {
   std::vector<std::int64_t> steps;
   std::error_code ec;
@@ -122,10 +100,10 @@ void SaveCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_
   const std::string dir = StepDir(c.checkpoint.dir, step);
   const std::string file = fmt::format("rank-{:05}.safetensors", t.rank());
   std::string record;
-  Agreed(t, [&] {
+  Agree(t, [&] {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) throw ConfigError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, ec.message()));
+    if (ec) throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, ec.message()));
     WriteSafetensors(dir + "/" + file, ShardTensors(u));
     std::uint64_t bytes = 0;
     const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
@@ -135,17 +113,17 @@ void SaveCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_
   // Every shard is durable: only now may the manifest make the checkpoint real.
   std::vector<std::string> records;
   t.GatherStrings(record, &records);
-  Agreed(t, [&] {
+  Agree(t, [&] {
     if (t.rank() != 0) return;
     json manifest;
     manifest["format"] = kFormat;
     manifest["step"] = step;
     manifest["config_digest"] = ConfigDigest(c);
-    manifest["schedule"] = u.lowered.name;
+    manifest["schedule"] = u.plan.lowered.name;
     manifest["ranks"] = t.size();
-    manifest["chunks"] = u.lowered.chunks();
-    manifest["microbatches"] = u.lowered.microbatches;
-    manifest["partition"] = u.bounds;
+    manifest["chunks"] = u.plan.lowered.chunks();
+    manifest["microbatches"] = u.plan.lowered.microbatches;
+    manifest["partition"] = u.plan.bounds;
     manifest["shards"] = json::array();
     for (const std::string& r : records) manifest["shards"].push_back(json::parse(r));
     WriteTextFile(dir + "/manifest.json", manifest.dump(2) + "\n");
@@ -169,27 +147,21 @@ void SaveCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_
 std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, const std::string& dir) {
   // Rank 0 finds the newest complete checkpoint and shares its manifest.
   std::string text;
-  if (t.rank() == 0) {
-    try {
-      const std::vector<std::int64_t> done = CompleteSteps(dir);
-      if (done.empty()) {
-        throw ConfigError(
-            fmt::format("{}: no complete checkpoint to resume from (a step-NNNNNNNN folder with a "
-                        "manifest.json)",
-                        dir));
-      }
-      text = "1" + ReadTextFile(StepDir(dir, done.back()) + "/manifest.json");
-    } catch (const ConfigError& e) {
-      text = std::string("0") + e.what();
+  Agree(t, [&] {
+    if (t.rank() != 0) return;
+    const std::vector<std::int64_t> done = CompleteSteps(dir);
+    if (done.empty()) {
+      throw ConfigError(
+          fmt::format("{}: no complete checkpoint to resume from (a step-NNNNNNNN folder with a manifest.json)", dir));
     }
-  }
+    text = ReadTextFile(StepDir(dir, done.back()) + "/manifest.json");
+  });
   t.BroadcastString(&text);
-  if (text.empty() || text[0] != '1') throw ConfigError(text.empty() ? "no checkpoint" : text.substr(1));
   std::int64_t step = 0;
-  Agreed(t, [&] {
+  Agree(t, [&] {
     json m;
     try {
-      m = json::parse(text.substr(1));
+      m = json::parse(text);
     } catch (const json::exception& e) {
       throw ConfigError(fmt::format("{}: the checkpoint manifest is not valid JSON: {}", dir, e.what()));
     }
@@ -202,10 +174,10 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
         diffs.push_back(fmt::format("{}: checkpoint {}, this run {}", what, theirs.dump(), ours.dump()));
     };
     differs("ranks", m["ranks"], t.size());
-    differs("schedule", m["schedule"], u.lowered.name);
-    differs("chunks", m["chunks"], u.lowered.chunks());
-    differs("microbatches", m["microbatches"], u.lowered.microbatches);
-    differs("partition (first layer of each stage)", m["partition"], u.bounds);
+    differs("schedule", m["schedule"], u.plan.lowered.name);
+    differs("chunks", m["chunks"], u.plan.lowered.chunks());
+    differs("microbatches", m["microbatches"], u.plan.lowered.microbatches);
+    differs("partition (first layer of each stage)", m["partition"], u.plan.bounds);
     differs("config digest (model, pipeline, data or optimizer settings)", m["config_digest"], ConfigDigest(c));
     if (!diffs.empty()) {
       throw ConfigError(fmt::format("{}: cannot resume: the checkpoint does not match this run:\n  {}", where,

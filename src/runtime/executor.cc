@@ -9,117 +9,74 @@
 #include "baton/error.h"
 
 namespace baton {
-namespace {
-enum RequestKind { kRecvF = 0, kRecvB = 1, kSendF = 2, kSendB = 3 };
-}  // namespace
 
-Executor::Executor(const TrainConfig& config, const Schedule& lowered, const SimResult& sim,
-                   const std::vector<int>& bounds, Transport& transport, RankDevice& device)
-    : t_(transport),
+Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_timeout_s, Transport& transport,
+                   RankDevice& device)
+    : model_(model),
+      plan_(plan),
       dev_(device),
-      lowered_(lowered),
-      rank_(transport.rank()),
-      S_(lowered.stages),
-      m_(lowered.microbatches),
-      rows_(config.train.batch_size / config.pipeline.microbatches),
-      batch_size_(config.train.batch_size) {
-  if (2 * S_ * m_ > t_.max_tag()) {
-    throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}", S_,
-                                  m_, 2 * S_ * m_, t_.max_tag()));
+      rank_(plan.rank),
+      grad_scale_(1.0f / static_cast<float>(plan.batch_size)) {
+  if (plan.max_tag > transport.max_tag()) {
+    throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}",
+                                  plan.stages, plan.microbatches, plan.max_tag, transport.max_tag()));
   }
-  local_.assign(S_, -1);
-  const Checkpointing policy = ParseCheckpointing(config.pipeline.checkpointing);
-  // Stage widths, for message sizes on both sides.
-  width_in_.resize(S_);
-  width_out_.resize(S_);
-  for (int s = 0; s < S_; ++s) {
-    StageOptions o;
-    o.index = s;
-    o.first_layer = bounds[s];
-    o.last_layer = bounds[s + 1];
-    o.rows = rows_;
-    o.checkpointing = policy;
-    o.keep = config.pipeline.keep;
-    o.is_last = s == S_ - 1;
-    if (lowered.stage_rank[s] != rank_) continue;
-    for (const Action& a : lowered.actions[rank_]) {
-      if (a.stage == s && a.kind == ActionKind::kBackwardInput) o.split_backward = true;
-    }
-    local_[s] = static_cast<int>(stages_.size());
-    stages_.push_back(std::make_unique<Stage>(config.model.layers, config.model.input, o, dev_.MakeStageDevice()));
-  }
-  // Widths of stages on other ranks follow from their neighbours' widths,
-  // which every rank can compute from the model without building them.
-  {
-    int width = config.model.input;
-    int layer = 0;
-    for (int s = 0; s < S_; ++s) {
-      width_in_[s] = width;
-      if (Local(s) >= 0) {
-        width = stages_[Local(s)]->out_features();
-        layer = bounds[s + 1];
-        width_out_[s] = width;
-        continue;
-      }
-      for (; layer < bounds[s + 1]; ++layer) {
-        const LayerSpec& l = config.model.layers[layer];
-        if (l.type == "linear") width = l.out;
-      }
-      width_out_[s] = width;
-    }
+  for (const StagePlan& sp : plan.local_stages) {
+    stages_.push_back(std::make_unique<Stage>(model, sp, dev_.MakeStageDevice()));
   }
   // Ring stores sized by the simulator's peak in-flight counts.
-  const RankResult& mine = sim.per_rank[rank_];
-  for (std::size_t k = 0; k < stages_.size(); ++k) {
-    const Stage& st = *stages_[k];
-    const auto it = std::find(mine.stages.begin(), mine.stages.end(), st.index());
-    const int capacity = mine.peak_in_flight[it - mine.stages.begin()];
-    stores_.push_back(
-        dev_.MakeRing(fmt::format("rank {} stage {} activation store", rank_, st.index()), st.slot_floats(), capacity));
+  for (const StagePlan& sp : plan.local_stages) {
+    stores_.push_back(std::make_unique<ActivationStore>(
+        fmt::format("rank {} stage {} activation store", rank_, sp.stage), sp.slot_bytes, sp.ring_capacity, dev_));
   }
-  const std::size_t n = stages_.size();
-  inbox_f_.assign(n, nullptr);
-  inbox_b_.assign(n, nullptr);
-  outbox_f_.assign(n, nullptr);
-  outbox_b_.assign(n, nullptr);
-  // Each message's size by request id, for a device that stages messages
-  // through buffers of its own.
-  std::vector<std::size_t> message_floats(std::size_t(4) * S_ * m_, 0);
-  int sends = 0;
-  for (int s = 0; s < S_; ++s) {
-    const int k = Local(s);
-    if (k < 0) continue;
-    const std::size_t mb_in = std::size_t(rows_) * width_in_[s], mb_out = std::size_t(rows_) * width_out_[s];
-    if (s > 0) inbox_f_[k] = dev_.Allocate(m_ * mb_in);
-    if (s + 1 < S_) inbox_b_[k] = dev_.Allocate(m_ * mb_out);
-    const bool next_remote = s + 1 < S_ && lowered.stage_rank[s + 1] != rank_;
-    const bool prev_remote = s > 0 && lowered.stage_rank[s - 1] != rank_;
-    if (next_remote) {
-      outbox_f_[k] = dev_.Allocate(m_ * mb_out);
-      sends += m_;
-    }
-    if (prev_remote) {
-      outbox_b_[k] = dev_.Allocate(m_ * mb_in);
-      sends += m_;
-    }
-    for (int j = 0; j < m_; ++j) {
-      if (prev_remote) message_floats[Id(kRecvF, s, j)] = message_floats[Id(kSendB, s, j)] = mb_in;
-      if (next_remote) message_floats[Id(kRecvB, s, j)] = message_floats[Id(kSendF, s, j)] = mb_out;
-    }
+  buffers_.assign(plan.local_stages.size(), {});
+  for (const BufferPlan& b : plan.buffers) {
+    buffers_[static_cast<std::size_t>(b.local)][b.kind] = dev_.Allocate(b.tensor.bytes() * static_cast<std::size_t>(b.count));
   }
-  dev_.ConfigureMessages(message_floats, config.pipeline.wait_timeout_s);
+  dev_.ConfigureMessages(plan.message_bytes, wait_timeout_s);
   if (!dev_.host_memory()) {
-    if (Local(0) >= 0) {
-      inputs_ = dev_.Allocate(std::size_t(batch_size_) * width_in_[0]);
-      eval_inputs_ = dev_.Allocate(std::size_t(rows_) * width_in_[0]);
-    }
-    if (Local(S_ - 1) >= 0) {
-      labels_ = dev_.AllocateLabels(batch_size_);
-      eval_labels_ = dev_.AllocateLabels(rows_);
+    if (plan.has_inputs) inputs_ = dev_.Allocate(plan.inputs.bytes());
+    if (plan.has_labels) labels_ = dev_.Allocate(plan.labels.bytes());
+  }
+  train_ops_ = Bind(plan.step);
+  evaluation_ops_ = Bind(plan.evaluation);
+  full_rows_.assign(static_cast<std::size_t>(plan.microbatches), plan.rows);
+  round_rows_.assign(static_cast<std::size_t>(plan.microbatches), 0);
+  pending_.reserve(static_cast<std::size_t>(plan.sends_per_step));
+}
+
+std::byte* Executor::Address(const BufferRef& ref) {
+  switch (ref.kind) {
+    case BufferRef::kNone:
+      return nullptr;
+    case BufferRef::kInputs:  // the step's, wherever the batch is: Op::input_offset
+    case BufferRef::kLabels:
+      return nullptr;
+    default: {
+      const StagePlan& sp = plan_.local_stages[static_cast<std::size_t>(ref.local)];
+      const bool input_side = ref.kind == BufferRef::kInboxF || ref.kind == BufferRef::kOutboxB;
+      const std::size_t bytes = (input_side ? sp.input() : sp.output()).bytes();
+      return buffers_[static_cast<std::size_t>(ref.local)][ref.kind] + static_cast<std::size_t>(ref.microbatch) * bytes;
     }
   }
-  pending_sends_.reserve(sends);
-  pending_info_.reserve(sends);
+}
+
+std::vector<Executor::Op> Executor::Bind(const std::vector<Instruction>& instructions) {
+  std::vector<Op> ops;
+  ops.reserve(instructions.size());
+  for (const Instruction& in : instructions) {
+    Op op{&in};
+    if (in.in.kind == BufferRef::kInputs) {
+      op.input_offset = static_cast<std::size_t>(in.in.microbatch) * plan_.stage_input.front().bytes();
+    }
+    op.input = Address(in.in);
+    op.output = Address(in.out);
+    if (in.labels.kind == BufferRef::kLabels) {
+      op.labels = static_cast<std::size_t>(in.labels.microbatch) * static_cast<std::size_t>(plan_.rows);
+    }
+    ops.push_back(op);
+  }
+  return ops;
 }
 
 double Executor::Now() {
@@ -128,12 +85,12 @@ double Executor::Now() {
 
 std::size_t Executor::EventsPerStep() const {
   // At most one event per action plus one wait per receive and per send.
-  return 2 * lowered_.actions[rank_].size() + pending_sends_.capacity();
+  return 2 * plan_.step.size() + pending_.capacity();
 }
 
-void Executor::WaitRecorded(int id, const WaitInfo& info, ActionEvent::Kind kind, int stage, int microbatch) {
+void Executor::WaitRecorded(int id, const WaitInfo& info, ActionKind kind, int stage, int microbatch) {
   const double start = events_ ? Now() : 0.0;
-  if (kind == ActionEvent::kWaitSend) {
+  if (kind == ActionKind::kSendF || kind == ActionKind::kSendB) {
     dev_.WaitSend(id, info);
   } else {
     dev_.WaitRecv(id, info);
@@ -142,119 +99,135 @@ void Executor::WaitRecorded(int id, const WaitInfo& info, ActionEvent::Kind kind
 }
 
 void Executor::WaitSends() {
-  for (std::size_t i = 0; i < pending_sends_.size(); ++i) {
-    WaitRecorded(pending_sends_[i], pending_info_[i], ActionEvent::kWaitSend, pending_info_[i].stage,
-                 pending_info_[i].microbatch);
+  for (const Pending& p : pending_) WaitRecorded(p.id, p.info, p.kind, p.info.stage, p.info.microbatch);
+  pending_.clear();
+}
+
+StepStats Executor::TrainStep(const Batch& batch) {
+  const StepStats stats = RunStep(batch);
+  StepOptimizers();
+  return stats;
+}
+
+void Executor::StepOptimizers() {
+  for (auto& st : stages_) {
+    st->device().OptimizerStep();
+    st->ZeroGrads();
   }
-  pending_sends_.clear();
-  pending_info_.clear();
 }
 
 StepStats Executor::RunStep(const Batch& batch) {
   StepStats stats;
-  const float scale = 1.0f / static_cast<float>(batch_size_);
-  const auto& rank_of = lowered_.stage_rank;
   // A GPU reads the batch from its own memory: one upload per step, ordered
   // before the first forward by the compute stream.
-  if (inputs_ != nullptr) dev_.Upload(inputs_, batch.inputs.data(), std::size_t(batch_size_) * width_in_[0]);
-  if (labels_ != nullptr) dev_.UploadLabels(labels_, batch.labels.data(), std::size_t(batch_size_));
-  const float* inputs = inputs_ != nullptr ? inputs_ : batch.inputs.data();
-  const std::int32_t* labels = labels_ != nullptr ? labels_ : batch.labels.data();
-  for (const Action& a : lowered_.actions[rank_]) {
+  const std::byte* inputs = reinterpret_cast<const std::byte*>(batch.inputs.data());
+  const std::int32_t* labels = batch.labels.data();
+  if (inputs_ != nullptr) {
+    dev_.Upload(inputs_, batch.inputs.data(), plan_.inputs.bytes());
+    inputs = inputs_;
+  }
+  if (labels_ != nullptr) {
+    dev_.Upload(labels_, batch.labels.data(), plan_.labels.bytes());
+    labels = reinterpret_cast<const std::int32_t*>(labels_);
+  }
+  Run(train_ops_, Mode::kTrain, inputs, labels, full_rows_.data(), &stats);
+  return stats;
+}
+
+void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
+                   const int* rows_of, StepStats* stats) {
+  const bool train = mode == Mode::kTrain;
+  for (const Op& op : ops) {
+    const Instruction& in = *op.in;
+    const Action& a = in.action;
     const int s = a.stage, j = a.microbatch;
+    if (!HasMicrobatch(a.kind)) continue;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do here
+    const int rows = rows_of[j];
+    if (rows == 0) continue;  // past the end of the evaluation data
     Flight& flight = flight_[flight_next_++ % kFlight];
     flight = {step_, a, Now(), -1};
-    if (fault_.mode != Fault::kNone && IsCompute(a.kind)) MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
+    if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
+      MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
+    }
+    const TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
     switch (a.kind) {
       case ActionKind::kRecvF:
-        dev_.Irecv(Id(kRecvF, s, j), InboxF(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagF(s - 1, j));
-        break;
       case ActionKind::kRecvB:
-        dev_.Irecv(Id(kRecvB, s, j), InboxB(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagB(s + 1, j));
+        dev_.Irecv(in.request, op.output, tensor.bytes(), in.peer, in.tag);
         break;
       case ActionKind::kSendF:
-        dev_.Isend(Id(kSendF, s, j), OutboxF(s, j), std::size_t(rows_) * width_out_[s], rank_of[s + 1], TagF(s, j));
-        pending_sends_.push_back(Id(kSendF, s, j));
-        pending_info_.push_back({"SEND_F", s, j, rank_of[s + 1]});
+      case ActionKind::kSendB: {
+        dev_.Isend(in.request, op.input, tensor.bytes(), in.peer, in.tag);
+        const bool f = a.kind == ActionKind::kSendF;
+        const char* what = train ? (f ? "SEND_F" : "SEND_B") : (f ? "SEND_F (evaluation)" : "SEND_B (evaluation)");
+        pending_.push_back({in.request, {what, s, j, in.peer}, a.kind});
         break;
-      case ActionKind::kSendB:
-        dev_.Isend(Id(kSendB, s, j), OutboxB(s, j), std::size_t(rows_) * width_in_[s], rank_of[s - 1], TagB(s, j));
-        pending_sends_.push_back(Id(kSendB, s, j));
-        pending_info_.push_back({"SEND_B", s, j, rank_of[s - 1]});
-        break;
+      }
       case ActionKind::kForward: {
-        Stage& st = *stages_[Local(s)];
-        RingStore& store = *stores_[Local(s)];
-        const float* x;
-        if (s == 0) {
-          x = inputs + std::size_t(j) * rows_ * width_in_[0];
-        } else {
-          if (rank_of[s - 1] != rank_) {
-            WaitRecorded(Id(kRecvF, s, j), {"RECV_F", s, j, rank_of[s - 1], "F"}, ActionEvent::kWaitRecvF, s, j);
-          }
-          x = InboxF(s, j);
+        if (in.wait >= 0) {
+          WaitRecorded(in.wait, {train ? "RECV_F" : "RECV_F (evaluation)", s, j, in.peer, "F"}, ActionKind::kRecvF, s,
+                       j);
         }
+        Stage& st = *stages_[static_cast<std::size_t>(in.local)];
+        const ConstView x{in.in.kind == BufferRef::kInputs ? inputs + op.input_offset : op.input, tensor};
         const double start = events_ ? Now() : 0.0;
-        float* slot = store.Acquire(j);
-        store.Write(j, st.InputOffset(), x, std::size_t(rows_) * width_in_[s]);
-        std::size_t written = 0;
-        if (s == S_ - 1) {
-          st.ForwardLoss(slot, labels + std::size_t(j) * rows_, scale, &written);
-          stats.samples += rows_;
-        } else {
-          float* y = rank_of[s + 1] == rank_ ? InboxF(s + 1, j) : OutboxF(s, j);
-          st.Forward(slot, y, &written);
+        std::byte* slot = nullptr;
+        ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
+        if (train) {
+          slot = store.Acquire(j).data();
+          store.Write(j, st.plan().kept_offset[0], {x.data, x.bytes()});
         }
-        store.CountInPlace(written);
-        if (events_) events_->push_back({ActionEvent::kF, s, j, start, Now()});
+        std::size_t written = 0;
+        if (in.labels.kind == BufferRef::kLabels) {
+          const ConstView l{reinterpret_cast<const std::byte*>(labels + op.labels), {DType::kI32, {rows}}};
+          st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written);
+          stats->samples += rows;
+        } else {
+          st.Forward(x, slot, View{op.output, st.plan().output().WithRows(rows)}, &written);
+        }
+        if (train) store.CountInPlace(written);
+        if (events_) events_->push_back({ActionKind::kForward, s, j, start, Now()});
         break;
       }
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput: {
-        Stage& st = *stages_[Local(s)];
-        RingStore& store = *stores_[Local(s)];
-        const float* dy = nullptr;
-        if (s + 1 < S_) {
-          if (rank_of[s + 1] != rank_) {
-            WaitRecorded(Id(kRecvB, s, j), {"RECV_B", s, j, rank_of[s + 1], KindName(a.kind).data()},
-                         ActionEvent::kWaitRecvB, s, j);
-          }
-          dy = InboxB(s, j);
+        if (in.wait >= 0) {
+          WaitRecorded(in.wait, {"RECV_B", s, j, in.peer, KindName(a.kind).data()}, ActionKind::kRecvB, s, j);
         }
+        Stage& st = *stages_[static_cast<std::size_t>(in.local)];
+        ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const double start = events_ ? Now() : 0.0;
-        float* dx = nullptr;
-        if (s > 0) dx = rank_of[s - 1] == rank_ ? InboxB(s - 1, j) : OutboxB(s, j);
         const bool full = a.kind == ActionKind::kBackward;
-        st.Backward(store.Get(j), dy, dx, full);
+        st.Backward(store.Get(j).data(), ConstView{op.input, st.plan().output()},
+                    View{op.output, st.plan().input()}, full);
         if (full) store.Release(j);
-        if (events_) events_->push_back({full ? ActionEvent::kB : ActionEvent::kI, s, j, start, Now()});
+        if (events_) events_->push_back({a.kind, s, j, start, Now()});
         break;
       }
       case ActionKind::kBackwardWeight: {
-        RingStore& store = *stores_[Local(s)];
+        ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const double start = events_ ? Now() : 0.0;
-        stages_[Local(s)]->BackwardWeight(store.Get(j));
+        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(store.Get(j).data());
         store.Release(j);
-        if (events_) events_->push_back({ActionEvent::kW, s, j, start, Now()});
+        if (events_) events_->push_back({ActionKind::kBackwardWeight, s, j, start, Now()});
         break;
       }
       default:
-        break;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do here
+        break;
     }
     dev_.Progress();
     flight.end = Now();
   }
   WaitSends();
-  TakeLoss(&stats);
-  return stats;
+  if (train) TakeLoss(stats);
 }
 
 void Executor::TakeLoss(StepStats* stats) {
-  const int last = Local(S_ - 1);
+  const int last = plan_.local[static_cast<std::size_t>(plan_.stages - 1)];
   if (last < 0) return;
-  const LossTotals totals = stages_[last]->TakeLossTotals();
-  stats->loss_sum = totals.loss_sum;
-  stats->correct = totals.correct;
+  const LossTotals totals = stages_[static_cast<std::size_t>(last)]->TakeLossTotals();
+  stats->loss_sum += totals.loss_sum;
+  stats->correct += totals.correct;
 }
 
 void Executor::WriteFlightRecord(const std::string& path) const {
@@ -267,6 +240,7 @@ void Executor::WriteFlightRecord(const std::string& path) const {
                        f.end < 0 ? std::string("null") : fmt::format("{:.6f}", f.end), f.end < 0 ? "running" : "done");
   }
   out += "\n]}\n";
+  // Best effort, and never through an exception: the job is being aborted.
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (file == nullptr) return;
   std::fputs(out.c_str(), file);
@@ -276,57 +250,30 @@ void Executor::WriteFlightRecord(const std::string& path) const {
 
 StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples) {
   StepStats stats;
-  const auto& rank_of = lowered_.stage_rank;
-  // Chunks of one microbatch each, stage by stage in order: every rank walks
-  // (chunk, stage) in the same lexicographic order, so no wait can cycle.
-  for (std::int64_t first = 0; first < samples; first += rows_) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(rows_, samples - first));
-    for (std::size_t k = 0; k < stages_.size(); ++k) {
-      Stage& st = *stages_[k];
-      const int s = st.index();
-      const float* x;
-      if (s == 0) {
-        x = inputs + first * width_in_[0];
-        if (eval_inputs_ != nullptr) {
-          dev_.Upload(eval_inputs_, x, std::size_t(rows) * width_in_[0]);
-          x = eval_inputs_;
-        }
-      } else {
-        if (rank_of[s - 1] != rank_) {
-          dev_.Irecv(Id(kRecvF, s, 0), InboxF(s, 0), std::size_t(rows) * width_in_[s], rank_of[s - 1], TagF(s - 1, 0));
-          dev_.WaitRecv(Id(kRecvF, s, 0), {"RECV_F (evaluation)", s, 0, rank_of[s - 1]});
-        }
-        x = InboxF(s, 0);
-      }
-      if (s == S_ - 1) {
-        const std::int32_t* chunk_labels = labels + first;
-        if (eval_labels_ != nullptr) {
-          dev_.UploadLabels(eval_labels_, chunk_labels, std::size_t(rows));
-          chunk_labels = eval_labels_;
-        }
-        st.EvaluateLoss(x, rows, chunk_labels);
-        stats.samples += rows;
-        continue;
-      }
-      if (rank_of[s + 1] == rank_) {
-        st.Evaluate(x, rows, InboxF(s + 1, 0));
-        continue;
-      }
-      // The previous chunk's send from this buffer must be done first.
-      if (!dev_.Idle(Id(kSendF, s, 0))) {
-        dev_.WaitSend(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
-      }
-      st.Evaluate(x, rows, OutboxF(s, 0));
-      dev_.Isend(Id(kSendF, s, 0), OutboxF(s, 0), std::size_t(rows) * width_out_[s], rank_of[s + 1], TagF(s, 0));
+  const int m = plan_.microbatches, rows = plan_.rows;
+  const std::size_t sample_bytes = plan_.stage_input.front().WithRows(1).bytes();
+  // Rounds of the evaluation schedule: m microbatches of `rows` samples, the
+  // last round's tail shorter (or empty). Every rank knows every count, so
+  // both sides of each message agree on its size.
+  for (std::int64_t first = 0; first < samples; first += std::int64_t(m) * rows) {
+    for (int j = 0; j < m; ++j) {
+      round_rows_[static_cast<std::size_t>(j)] =
+          static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j) * rows, 0, rows));
     }
-  }
-  for (std::size_t k = 0; k < stages_.size(); ++k) {
-    const int s = stages_[k]->index();
-    if (s + 1 < S_ && !dev_.Idle(Id(kSendF, s, 0))) {
-      dev_.WaitSend(Id(kSendF, s, 0), {"SEND_F (evaluation)", s, 0, rank_of[s + 1]});
+    const std::int64_t round = std::min<std::int64_t>(std::int64_t(m) * rows, samples - first);
+    const std::byte* in = inputs != nullptr ? reinterpret_cast<const std::byte*>(inputs) + first * sample_bytes : nullptr;
+    const std::int32_t* lab = labels != nullptr ? labels + first : nullptr;
+    if (inputs_ != nullptr && in != nullptr) {
+      dev_.Upload(inputs_, in, static_cast<std::size_t>(round) * sample_bytes);
+      in = inputs_;
     }
+    if (labels_ != nullptr && lab != nullptr) {
+      dev_.Upload(labels_, lab, static_cast<std::size_t>(round) * sizeof(std::int32_t));
+      lab = reinterpret_cast<const std::int32_t*>(labels_);
+    }
+    Run(evaluation_ops_, Mode::kEvaluate, in, lab, round_rows_.data(), &stats);
   }
-  TakeLoss(&stats);
+  TakeLoss(&stats);  // once: the device's totals add every round's losses in order
   return stats;
 }
 

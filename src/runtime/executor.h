@@ -1,6 +1,8 @@
-// The executor: interprets one rank's lowered schedule, action by action,
-// over the rank's stages, ring stores and message buffers. Everything is
-// sized and allocated in the constructor; a step allocates nothing.
+// The executor: allocates what a RankPlan lists (stages, ring stores,
+// message buffers, step inputs) once, then interprets the plan's
+// instructions, one training step or one evaluation round at a time. It
+// decides nothing the plan has not: every operand, request id, tag and peer
+// was resolved by PlanRank. A step allocates nothing.
 #ifndef BATON_RUNTIME_EXECUTOR_H_
 #define BATON_RUNTIME_EXECUTOR_H_
 
@@ -11,23 +13,22 @@
 #include <string_view>
 #include <vector>
 
+#include "baton/action.h"
 #include "baton/comm.h"
-#include "baton/config.h"
 #include "baton/data.h"
-#include "baton/schedule.h"
-#include "baton/sim.h"
 #include "baton/stage_device.h"
 #include "baton/store.h"
+#include "plan.h"
 #include "stage.h"
 
 namespace baton {
 
-// One timed interval of a step, for `baton bench`: a compute action, or a
-// wait for a receive or for a send's completion. Times are seconds on the
-// rank's monotonic clock.
+// One timed interval of a step, for `baton bench`: a compute action (kind
+// F, B, I or W) or a wait for a message (kind RECV_F or RECV_B: a receive;
+// SEND_F or SEND_B: a send's completion). Times are seconds on the rank's
+// monotonic clock.
 struct ActionEvent {
-  enum Kind : std::uint8_t { kF, kB, kI, kW, kWaitRecvF, kWaitRecvB, kWaitSend };
-  Kind kind = kF;
+  ActionKind kind = ActionKind::kForward;
   int stage = 0;
   int microbatch = 0;
   double start = 0.0;
@@ -58,18 +59,24 @@ struct StepStats {
 
 class Executor {
  public:
-  // REQUIRES: `lowered` passed Validate() and has transport.size() ranks;
-  // `bounds` are the first layers of each stage (PartitionLayers). Stages,
-  // rings and message buffers live on `device` (the host, or a GPU), which
-  // carries the messages; `device` must outlive the executor.
-  Executor(const TrainConfig& config, const Schedule& lowered, const SimResult& sim, const std::vector<int>& bounds,
-           Transport& transport, RankDevice& device);
+  // Allocates everything `plan` lists on `device` (the host, or a GPU),
+  // which carries the messages. REQUIRES: the plan's message tags fit the
+  // transport (checked: ConfigError); `model`, `plan` and `device` outlive
+  // the executor.
+  Executor(const ModelDesc& model, const RankPlan& plan, double wait_timeout_s, Transport& transport,
+           RankDevice& device);
 
   // One training step on `batch` (inputs on the first stage's rank, labels on
-  // the last's). Gradients accumulate into the stages' gradient buffers,
-  // averaged over the whole batch.
+  // the last's): the plan's step, then every stage's optimizer step, then
+  // zeroed gradients. Gradients are averaged over the whole batch.
+  StepStats TrainStep(const Batch& batch);
+  // The plan's step alone: gradients accumulate into the stages' gradient
+  // buffers (no optimizer step).
   StepStats RunStep(const Batch& batch);
-  // Forward-only pass of `samples` samples (evaluation); host pointers.
+  // Every stage's optimizer step, then zeroed gradients: the rest of TrainStep.
+  void StepOptimizers();
+  // Forward-only pass of `samples` samples (evaluation), in rounds of the
+  // plan's evaluation schedule; host pointers.
   StepStats Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples);
 
   // Records every action and wait of the following steps into `events`
@@ -85,50 +92,56 @@ class Executor {
   // as JSON (on a deadline's expiry).
   void WriteFlightRecord(const std::string& path) const;
 
+  const RankPlan& plan() const { return plan_; }
   std::vector<std::unique_ptr<Stage>>& stages() { return stages_; }  // local, ascending stage index
-  std::vector<std::unique_ptr<RingStore>>& stores() { return stores_; }
-  int batch_rows() const { return rows_; }
-  // Features leaving stage s (known on every rank, for every stage).
-  int stage_out_features(int s) const { return width_out_[s]; }
+  std::vector<std::unique_ptr<ActivationStore>>& stores() { return stores_; }
 
  private:
-  // Local stage index of global stage s (or -1).
-  int Local(int s) const { return local_[s]; }
-  float* InboxF(int s, int j) { return inbox_f_[Local(s)] + std::size_t(j) * rows_ * width_in_[s]; }
-  float* InboxB(int s, int j) { return inbox_b_[Local(s)] + std::size_t(j) * rows_ * width_out_[s]; }
-  float* OutboxF(int s, int j) { return outbox_f_[Local(s)] + std::size_t(j) * rows_ * width_out_[s]; }
-  float* OutboxB(int s, int j) { return outbox_b_[Local(s)] + std::size_t(j) * rows_ * width_in_[s]; }
-  int Id(int kind, int s, int j) const { return (kind * S_ + s) * m_ + j; }
-  int TagF(int from_stage, int j) const { return (from_stage * m_ + j) * 2; }
-  int TagB(int from_stage, int j) const { return (from_stage * m_ + j) * 2 + 1; }
+  // An instruction with its memory: the plan's BufferRefs made pointers.
+  struct Op {
+    const Instruction* in;
+    std::byte* input = nullptr;   // `in` (null for the step's inputs: see input_offset)
+    std::byte* output = nullptr;  // `out`
+    std::size_t input_offset = 0; // bytes into the step's inputs (first stage's F)
+    std::size_t labels = 0;       // labels into the step's labels (last stage's F)
+  };
+  // A send in flight: its request, what it is for, its kind (for the recorder).
+  struct Pending {
+    int id;
+    WaitInfo info;
+    ActionKind kind;
+  };
+  enum class Mode { kTrain, kEvaluate };
+  std::vector<Op> Bind(const std::vector<Instruction>& instructions);
+  std::byte* Address(const BufferRef& ref);
+  // Runs `ops` once; microbatch j has rows[j] samples (evaluation: 0 = skip it).
+  void Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
+           const int* rows, StepStats* stats);
   void WaitSends();
   // Moves the last stage's loss totals (if it is here) into *stats.
   void TakeLoss(StepStats* stats);
   static double Now();
   // Waits for receive / send `id`, recording the wait when a recorder is set.
-  void WaitRecorded(int id, const WaitInfo& info, ActionEvent::Kind kind, int stage, int microbatch);
+  void WaitRecorded(int id, const WaitInfo& info, ActionKind kind, int stage, int microbatch);
 
-  Transport& t_;
+  const ModelDesc& model_;
+  const RankPlan& plan_;
   RankDevice& dev_;
-  const Schedule& lowered_;
-  int rank_, S_, m_, rows_, batch_size_;
-  std::vector<int> local_;                 // stage -> local index or -1
-  std::vector<int> width_in_, width_out_;  // per stage
+  int rank_;
+  float grad_scale_;
   std::vector<std::unique_ptr<Stage>> stages_;
-  std::vector<std::unique_ptr<RingStore>> stores_;
-  // Per local stage, m microbatches each, device memory: inputs (received or
-  // handed over locally), output gradients, and outgoing activations / input
-  // gradients.
-  std::vector<float*> inbox_f_, inbox_b_, outbox_f_, outbox_b_;
+  std::vector<std::unique_ptr<ActivationStore>> stores_;
+  // Per local stage: message buffers of each kind (BufferRef::Kind), m
+  // microbatches each, device memory.
+  std::vector<std::array<std::byte*, 7>> buffers_;
   // A GPU's copies of the step's inputs (first stage's rank) and labels (last
-  // stage's), and of one evaluation chunk; null on the host, which reads the
+  // stage's), and of one evaluation round; null on the host, which reads the
   // batch in place.
-  float* inputs_ = nullptr;
-  std::int32_t* labels_ = nullptr;
-  float* eval_inputs_ = nullptr;
-  std::int32_t* eval_labels_ = nullptr;
-  std::vector<int> pending_sends_;  // request ids in flight (capacity preallocated)
-  std::vector<WaitInfo> pending_info_;
+  std::byte* inputs_ = nullptr;
+  std::byte* labels_ = nullptr;
+  std::vector<Op> train_ops_, evaluation_ops_;
+  std::vector<int> full_rows_, round_rows_;  // per microbatch of a round
+  std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   std::vector<ActionEvent>* events_ = nullptr;
   // Flight record: the last kFlight actions (a ring), always kept.
   struct Flight {

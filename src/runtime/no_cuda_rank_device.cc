@@ -5,7 +5,7 @@
 
 namespace baton {
 
-std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport&, const std::string&) {
+std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport&, Precision) {
   throw ConfigError(
       "device: cuda: this baton was built without the CUDA backend (CMake found no CUDA compiler: put nvcc on PATH "
       "or install the toolkit in /usr/local/cuda, then rebuild)");

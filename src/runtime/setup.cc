@@ -29,18 +29,11 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
     throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})", c.source,
                                   c.pipeline.ranks, t.size(), c.pipeline.ranks));
   }
-  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
-  Validate(s);
-  u.lowered = Lower(s);
-  Validate(u.lowered);
-  SimOptions unit;
-  unit.record_timeline = false;
-  u.sim = Simulate(u.lowered, unit);
-  u.bounds = PartitionLayers(c, u.lowered.stages);
-  // One request slot per (direction, send/receive, stage, microbatch).
-  t.Configure(4 * u.lowered.stages * u.lowered.microbatches, c.pipeline.wait_timeout_s);
-  u.device = c.device == "cuda" ? MakeCudaRankDevice(t, c.precision) : MakeHostRankDevice(t);
-  u.exec = std::make_unique<Executor>(c, u.lowered, u.sim, u.bounds, t, *u.device);
+  u.plan = PlanRun(c);
+  u.rank_plan = PlanRank(u.plan, t.rank());
+  t.Configure(u.rank_plan.requests, c.pipeline.wait_timeout_s);
+  u.device = c.device == Device::kCuda ? MakeCudaRankDevice(t, c.precision) : MakeHostRankDevice(t);
+  u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, c.pipeline.wait_timeout_s, t, *u.device);
   for (auto& st : u.exec->stages()) {
     st->Init(c.model.init_seed);
     st->device().SetOptimizer(c.train.optimizer);
@@ -49,10 +42,10 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
   for (auto& st : u.exec->stages()) st->device().PushParams();
 
   const int rank = t.rank();
-  u.first_rank = u.lowered.stage_rank.front() == rank;
-  u.last_rank = u.lowered.stage_rank.back() == rank;
+  u.first_rank = u.rank_plan.has_inputs;
+  u.last_rank = u.rank_plan.has_labels;
   const DataConfig& d = c.data;
-  if (d.dataset == "fashion_mnist") {
+  if (d.dataset == DatasetKind::kFashionMnist) {
     u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
     if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
   } else {
@@ -80,26 +73,11 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
 void SetUpRun(const TrainConfig& c, Transport& t, RunSetup& u, bool append_metrics) {
   // Setup may fail on some ranks only (a data file the last rank reads, say):
   // all ranks agree before any message of a step is sent.
-  std::string error;
-  bool config_error = false;
   try {
-    BuildSetup(c, t, u, append_metrics);
-  } catch (const ConfigError& e) {
-    error = e.what();
-    config_error = true;
-  } catch (const ScheduleError& e) {
-    error = e.what();
-    config_error = true;
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  // The lowest failing rank reports; the others end quietly.
-  const int worst = t.AllMax(error.empty() ? -1 : t.size() - t.rank());
-  if (worst >= 0) {
+    Agree(t, [&] { BuildSetup(c, t, u, append_metrics); });
+  } catch (...) {
     if (u.metrics && !append_metrics) u.metrics->Discard();
-    if (t.size() - worst != t.rank()) throw PeerFailed();
-    if (config_error) throw ConfigError(error);
-    throw Error(error);
+    throw;
   }
 }
 

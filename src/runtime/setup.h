@@ -16,10 +16,9 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/error.h"
-#include "baton/model.h"
-#include "baton/schedule.h"
-#include "baton/sim.h"
+#include "baton/stage_device.h"
 #include "executor.h"
+#include "plan.h"
 
 namespace baton {
 
@@ -31,9 +30,9 @@ class MetricsLog {
     const std::filesystem::path p(path);
     std::error_code ec;
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-    if (ec) throw ConfigError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
+    if (ec) throw OutputError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
     out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_) throw ConfigError(fmt::format("{}: cannot write the metrics file", path));
+    if (!out_) throw OutputError(fmt::format("{}: cannot write the metrics file", path));
   }
   // Closes and deletes the file (setup failed elsewhere: leave nothing behind).
   void Discard() {
@@ -53,10 +52,10 @@ class MetricsLog {
   std::ofstream out_;
 };
 
+// Everything a rank runs with: the plan, and what was allocated from it.
 struct RunSetup {
-  Schedule lowered;
-  SimResult sim;
-  std::vector<int> bounds;
+  RunPlan plan;                        // every rank's (the same on all)
+  RankPlan rank_plan;                  // this rank's
   std::unique_ptr<RankDevice> device;  // before exec: the stages compute on it
   std::unique_ptr<Executor> exec;
   Dataset train, test;
@@ -66,9 +65,11 @@ struct RunSetup {
   Fault fault;                          // BATON_FAULT, for testing
 };
 
-// Builds `u` on every rank, then all ranks agree: on success it returns
-// everywhere; otherwise the lowest failing rank throws its error and the
-// others throw PeerFailed, and no file is left behind.
+// Plans and builds `u` on every rank (PlanRun, PlanRank, then the device,
+// the executor, initial weights, optimizers, data, the metrics file), then
+// all ranks Agree: on success it returns everywhere; otherwise the lowest
+// failing rank throws its error and the others throw PeerFailed, and no file
+// is left behind.
 // `append_metrics`: a resumed run adds to the metrics file instead of starting it anew.
 void SetUpRun(const TrainConfig& config, Transport& transport, RunSetup& u, bool append_metrics = false);
 

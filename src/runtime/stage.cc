@@ -2,332 +2,128 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
-
-#include "baton/error.h"
-
 namespace baton {
 
-Checkpointing ParseCheckpointing(const std::string& name) {
-  if (name == "none") return Checkpointing::kNone;
-  if (name == "full") return Checkpointing::kFull;
-  if (name == "selective") return Checkpointing::kSelective;
-  throw ConfigError(fmt::format("checkpointing '{}' is not one of none, full, selective", name));
-}
-
-namespace {
-
-// Features leaving a layer list that `width` features enter.
-int OutWidth(const std::vector<LayerSpec>& layers, int width) {
-  for (const LayerSpec& l : layers) {
-    if (l.type == "linear") width = l.out;
-    if (l.type == "residual") width = OutWidth(l.body, width);
+Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device)
+    : model_(model), plan_(plan), device_(std::move(device)) {
+  for (int i = 0; i < plan_.ops(); ++i) {
+    if (plan_.layer[i] >= 0) device_->AddLayer(model_.ops[static_cast<std::size_t>(plan_.first_op + i)], plan_.rows);
   }
-  return width;
-}
-
-// Parameter count (plus one, so parameter-free layers still weigh something)
-// or forward multiply-adds per sample, of a top-level layer.
-double LayerWeight(const LayerSpec& l, int width, bool flops) {
-  if (l.type == "linear") return flops ? double(width) * l.out : double(width) * l.out + (l.bias ? l.out : 0) + 1;
-  if (l.type == "layernorm") return flops ? 5.0 * width : 2.0 * width + 1;
-  if (l.type == "residual") {
-    double sum = flops ? width : 0;
-    for (const LayerSpec& b : l.body) {
-      sum += LayerWeight(b, width, flops);
-      width = OutWidth({b}, width);
+  // Parameters: one buffer for the stage, carved into the ops' views.
+  params_.assign(plan_.num_params, 0.0f);
+  grads_.assign(plan_.num_params, 0.0f);
+  for (int i = 0; i < plan_.ops(); ++i) {
+    const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
+    const std::size_t at = op.param_offset - plan_.param_offset;
+    for (const ParamInfo& p : op.params) {
+      named_.push_back({op.name + p.name, std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
+                        {params_.data() + at + p.offset, p.size}});
     }
-    return sum;
-  }
-  return flops ? width : 1;  // relu, gelu
-}
-
-}  // namespace
-
-std::vector<int> PartitionLayers(const TrainConfig& c, int stages) {
-  const auto& layers = c.model.layers;
-  const int n = static_cast<int>(layers.size());
-  if (stages > n) {
-    throw ConfigError(
-        fmt::format("{}: pipeline needs {} stages ({} ranks x {} chunks) but the model has only {} "
-                    "layers; every stage needs at least one layer",
-                    c.source, stages, c.pipeline.ranks, stages / std::max(c.pipeline.ranks, 1), n));
-  }
-  std::vector<int> bounds(stages + 1, 0);
-  if (c.pipeline.partition == "explicit") {
-    const auto& counts = c.pipeline.partition_counts;
-    if (static_cast<int>(counts.size()) != stages) {
-      throw ConfigError(
-          fmt::format("{}: pipeline.partition lists {} stages, but the pipeline has {} ({} ranks x {} "
-                      "chunks)",
-                      c.source, counts.size(), stages, c.pipeline.ranks, stages / c.pipeline.ranks));
-    }
-    int sum = 0;
-    for (int s = 0; s < stages; ++s) {
-      if (counts[s] < 1) throw ConfigError(fmt::format("{}: pipeline.partition: stage {} is empty", c.source, s));
-      bounds[s] = sum;
-      sum += counts[s];
-    }
-    if (sum != n) {
-      throw ConfigError(
-          fmt::format("{}: pipeline.partition's counts add up to {} layers, but the model has {}", c.source, sum, n));
-    }
-    bounds[stages] = n;
-    return bounds;
-  }
-  const bool flops = c.pipeline.balance_by == "flops";
-  std::vector<double> prefix(n + 1, 0.0);
-  int width = c.model.input;
-  for (int i = 0; i < n; ++i) {
-    prefix[i + 1] = prefix[i] + LayerWeight(layers[i], width, flops);
-    width = OutWidth({layers[i]}, width);
-  }
-  // best[k][i]: the smallest possible heaviest stage when the first i layers
-  // form k stages; cut[k][i] the start of the k-th stage in that split.
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, kInf));
-  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
-  best[0][0] = 0;
-  for (int k = 1; k <= stages; ++k) {
-    for (int i = k; i <= n; ++i) {
-      for (int j = k - 1; j < i; ++j) {
-        const double v = std::max(best[k - 1][j], prefix[i] - prefix[j]);
-        if (v < best[k][i]) {
-          best[k][i] = v;
-          cut[k][i] = j;
-        }
-      }
-    }
-  }
-  bounds[stages] = n;
-  for (int k = stages, i = n; k > 0; --k) {
-    i = cut[k][i];
-    bounds[k - 1] = i;
-  }
-  return bounds;
-}
-
-Stage::Stage(const std::vector<LayerSpec>& model_layers, int model_input, const StageOptions& o,
-             std::unique_ptr<StageDevice> device)
-    : options_(o), device_(std::move(device)) {
-  int width = model_input;
-  for (int i = 0; i < o.first_layer; ++i) width = OutWidth({model_layers[i]}, width);
-  width_.push_back(width);
-  std::uint64_t counter = 0;
-  for (int i = o.first_layer; i < o.last_layer; ++i) {
-    Flatten({model_layers[i]}, i, "", 0, &counter);
-  }
-  const int K = static_cast<int>(ops_.size());
-
-  // Parameters: one buffer for the stage, carved into layer views.
-  std::size_t total = 0;
-  for (const auto& l : layers_) total += l->NumParams();
-  params_.assign(total, 0.0f);
-  grads_.assign(total, 0.0f);
-  std::size_t at = 0;
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
-    Layer& l = *layers_[li];
-    has_params_.push_back(l.NumParams() > 0);
-    l.Bind(params_.data() + at, grads_.data() + at);
-    for (const ParamInfo& p : l.Params()) {
-      std::vector<std::int64_t> shape(p.shape.begin(), p.shape.end());
-      named_.push_back({layer_names_[li] + p.name, shape, {params_.data() + at + p.offset, p.size}});
-    }
-    at += l.NumParams();
   }
   device_->BindParams(params_, grads_);
-
-  // What each microbatch keeps in its slot.
-  stored_.assign(K + 1, 0);
-  stored_[0] = 1;
-  for (int i = 0; i + 1 < K; ++i) {
-    const bool layer = ops_[i].layer >= 0;
-    const std::string_view type = layer ? layers_[ops_[i].layer]->Type() : "";
-    switch (o.checkpointing) {
-      case Checkpointing::kNone:
-        stored_[i + 1] = 1;
-        break;
-      case Checkpointing::kFull:
-        break;
-      case Checkpointing::kSelective:
-        stored_[i + 1] = layer && std::find(o.keep.begin(), o.keep.end(), type) != o.keep.end();
-        break;
-    }
-  }
-  slot_off_.assign(K + 1, 0);
-  std::size_t slot = 0;
-  for (int i = 0; i < K; ++i) {
-    if (!stored_[i]) continue;
-    slot_off_[i] = slot;
-    slot += std::size_t(o.rows) * width_[i];
-  }
-  if (o.is_last) {
-    dlogits_off_ = slot;
-    slot += std::size_t(o.rows) * width_[K];
-  }
-  forward_floats_ = slot;
-  wgrad_off_.assign(K, 0);
-  if (o.split_backward) {
-    for (int i = 0; i < K; ++i) {
-      if (ops_[i].layer < 0 || layers_[ops_[i].layer]->NumParams() == 0) continue;
-      wgrad_off_[i] = slot;
-      slot += std::size_t(o.rows) * width_[i + 1];
-    }
-  }
-  slot_floats_ = slot;
-
-  ws_off_.assign(K + 1, 0);
-  std::size_t ws = 0;
-  for (int i = 0; i <= K; ++i) {
-    ws_off_[i] = ws;
-    ws += std::size_t(o.rows) * width_[i];
-  }
-  ws_act_ = device_->Allocate(ws);
-  ws_grad_ = device_->Allocate(ws);
-  ws_skip_ = device_->Allocate(ws);
+  ws_act_ = device_->Allocate(plan_.workspace_bytes);
+  ws_grad_ = device_->Allocate(plan_.workspace_bytes);
+  ws_skip_ = device_->Allocate(plan_.workspace_bytes);
 }
 
-void Stage::Flatten(const std::vector<LayerSpec>& specs, int top_index, const std::string& prefix, int depth,
-                    std::uint64_t* counter) {
-  for (std::size_t k = 0; k < specs.size(); ++k) {
-    const LayerSpec& spec = specs[k];
-    // nn.Sequential names: "{i}." at the top, "{i}.{k}." inside a block.
-    const std::string name = depth == 0 ? fmt::format("{}.", top_index) : fmt::format("{}{}.", prefix, k);
-    std::vector<int> path = layer_path_stack_;
-    path.push_back(depth == 0 ? top_index : static_cast<int>(k));
-    if (spec.type == "residual") {
-      const int block_in = static_cast<int>(ops_.size());
-      if (is_block_input_.size() <= std::size_t(block_in)) is_block_input_.resize(block_in + 1, 0);
-      is_block_input_[block_in] = 1;
-      const int in_width = width_.back();
-      layer_path_stack_ = path;
-      Flatten(spec.body, top_index, name, depth + 1, counter);
-      layer_path_stack_.pop_back();
-      ops_.push_back({-1, block_in});
-      width_.push_back(in_width);
-      continue;
-    }
-    layers_.push_back(MakeLayer(spec, width_.back()));
-    device_->AddLayer(spec, *layers_.back(), options_.rows);
-    layer_names_.push_back(name);
-    layer_seed_path_.push_back(path);
-    ops_.push_back({static_cast<int>(layers_.size()) - 1, -1});
-    width_.push_back(layers_.back()->out_features());
-    ++*counter;
-  }
-  is_block_input_.resize(ops_.size() + 1, 0);
-}
-
-void Stage::ZeroGrads() { device_->Zero(device_->grads(), grads_.size()); }
+void Stage::ZeroGrads() { device_->Zero(FloatView(device_->grads(), grads_.size())); }
 
 void Stage::Init(std::uint64_t seed) {
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
-    std::vector<std::uint32_t> words = {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
-    for (int p : layer_seed_path_[li]) words.push_back(static_cast<std::uint32_t>(p));
-    std::seed_seq seq(words.begin(), words.end());
-    std::mt19937_64 rng(seq);
-    layers_[li]->Init(rng);
+  for (int i = 0; i < plan_.ops(); ++i) {
+    const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
+    if (!op.has_params()) continue;
+    InitParams(op, std::span<float>(params_.data() + (op.param_offset - plan_.param_offset), op.num_params), seed);
   }
 }
 
-float* Stage::Act(int i, float* slot) {
-  return stored_[i] && slot != nullptr ? slot + slot_off_[i] : ws_act_ + ws_off_[i];
+View Stage::Workspace(std::byte* base, int i, int rows) const {
+  return {base + plan_.workspace_offset[i], plan_.act[i].WithRows(rows)};
 }
 
-void Stage::RunOp(int i, const float* in, float* out, int rows, const float* skip) {
-  const Op& op = ops_[i];
-  if (op.layer >= 0) {
-    device_->Forward(op.layer, in, out, rows);
+View Stage::Act(int i, std::byte* slot, int rows, const std::byte* x) {
+  if (slot != nullptr && plan_.kept[i]) return {slot + plan_.kept_offset[i], plan_.act[i].WithRows(rows)};
+  if (i == 0 && slot == nullptr) return {const_cast<std::byte*>(x), plan_.act[0].WithRows(rows)};
+  return Workspace(ws_act_, i, rows);
+}
+
+void Stage::RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out) {
+  const View in = Act(i, slot, rows, x);
+  if (plan_.layer[i] >= 0) {
+    device_->Forward(plan_.layer[i], in, out);
     return;
   }
-  device_->Add(in, skip, out, std::size_t(rows) * width_[i]);
+  device_->Add(in, Act(plan_.skip[i], slot, rows, x), out);
 }
 
-void Stage::Forward(float* slot, float* y, std::size_t* written) {
-  const int K = static_cast<int>(ops_.size());
+void Stage::Forward(ConstView x, std::byte* slot, View y, std::size_t* written) {
+  const int K = plan_.ops();
+  const int rows = static_cast<int>(x.desc.shape[0]);
   for (int i = 0; i < K; ++i) {
-    float* out = i + 1 == K ? y : Act(i + 1, slot);
-    RunOp(i, Act(i, slot), out, options_.rows, ops_[i].skip >= 0 ? Act(ops_[i].skip, slot) : nullptr);
-    if (i + 1 < K && stored_[i + 1]) *written += std::size_t(options_.rows) * width_[i + 1];
+    RunOp(i, slot, rows, x.data, i + 1 == K ? y : Act(i + 1, slot, rows));
+    if (slot != nullptr && i + 1 < K && plan_.kept[i + 1]) *written += plan_.act[i + 1].WithRows(rows).bytes();
   }
 }
 
-void Stage::ForwardLoss(float* slot, const std::int32_t* labels, float grad_scale, std::size_t* written) {
-  const int K = static_cast<int>(ops_.size());
-  float* logits = ws_act_ + ws_off_[K];
-  Forward(slot, logits, written);
-  *written += std::size_t(options_.rows) * width_[K];
-  device_->CrossEntropy(logits, labels, options_.rows, width_[K], grad_scale, slot + dlogits_off_);
+void Stage::ForwardLoss(ConstView x, std::byte* slot, ConstView labels, float grad_scale, std::size_t* written) {
+  const int K = plan_.ops();
+  const int rows = static_cast<int>(x.desc.shape[0]);
+  const View logits = Workspace(ws_act_, K, rows);
+  Forward(x, slot, logits, written);
+  View dlogits{nullptr, logits.desc};
+  if (slot != nullptr) {
+    dlogits.data = slot + plan_.dlogits_offset;
+    *written += logits.bytes();
+  }
+  device_->CrossEntropy(logits, labels, grad_scale, dlogits);
 }
 
-void Stage::Recompute(float* slot) {
-  if (options_.checkpointing == Checkpointing::kNone) return;
-  const int K = static_cast<int>(ops_.size());
+void Stage::Recompute(std::byte* slot) {
+  if (plan_.checkpointing == Checkpointing::kNone) return;
+  const int K = plan_.ops();
   for (int i = 0; i + 1 < K; ++i) {
-    if (stored_[i + 1]) continue;
-    RunOp(i, Act(i, slot), Act(i + 1, slot), options_.rows, ops_[i].skip >= 0 ? Act(ops_[i].skip, slot) : nullptr);
+    if (plan_.kept[i + 1]) continue;
+    RunOp(i, slot, plan_.rows, nullptr, Act(i + 1, slot, plan_.rows));
   }
 }
 
-void Stage::Backward(float* slot, const float* dy, float* dx, bool full) {
+void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full) {
   Recompute(slot);
-  const int K = static_cast<int>(ops_.size());
-  const int rows = options_.rows;
+  const int K = plan_.ops();
+  const int rows = plan_.rows;
   for (int i = 0; i < K; ++i) {
-    if (is_block_input_[i]) device_->Zero(ws_skip_ + ws_off_[i], std::size_t(rows) * width_[i]);
+    if (plan_.block_input[i]) device_->Zero(Workspace(ws_skip_, i, rows));
   }
-  const float* top = options_.is_last ? slot + dlogits_off_ : dy;
+  const ConstView top = plan_.is_last ? ConstView(slot + plan_.dlogits_offset, plan_.act[K]) : dy;
   for (int i = K - 1; i >= 0; --i) {
-    const float* gout = i + 1 == K ? top : ws_grad_ + ws_off_[i + 1];
-    float* gin = i == 0 ? dx : ws_grad_ + ws_off_[i];
-    const std::size_t n_in = std::size_t(rows) * width_[i];
-    const Op& op = ops_[i];
-    if (op.layer < 0) {
+    const ConstView gout = i + 1 == K ? top : ConstView(Workspace(ws_grad_, i + 1, rows));
+    const View gin = i == 0 ? dx : Workspace(ws_grad_, i, rows);
+    if (plan_.layer[i] < 0) {
       // y = a_i + a_skip: the gradient flows to both unchanged.
-      device_->AddInto(gout, ws_skip_ + ws_off_[op.skip], n_in);
-      if (gin != nullptr) device_->Copy(gin, gout, n_in);
+      device_->AddInto(gout, Workspace(ws_skip_, plan_.skip[i], rows));
+      if (gin.data != nullptr) device_->Copy(gin, gout);
     } else {
-      const float* x = Act(i, slot);
-      if (has_params_[op.layer]) {
+      const View x = Act(i, slot, rows);
+      if (model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) {
         if (full) {
-          device_->BackwardWeight(op.layer, x, gout, rows);
+          device_->BackwardWeight(plan_.layer[i], x, gout);
         } else {
           // W runs later and needs this output gradient: keep it in the slot.
-          device_->Copy(slot + wgrad_off_[i], gout, std::size_t(rows) * width_[i + 1]);
+          device_->Copy(View{slot + plan_.wgrad_offset[i], plan_.act[i + 1]}, gout);
         }
       }
-      if (gin != nullptr) device_->BackwardInput(op.layer, x, gout, gin, rows);
+      if (gin.data != nullptr) device_->BackwardInput(plan_.layer[i], x, gout, gin);
     }
-    if (gin != nullptr && is_block_input_[i]) device_->AddInto(ws_skip_ + ws_off_[i], gin, n_in);
+    if (gin.data != nullptr && plan_.block_input[i]) device_->AddInto(Workspace(ws_skip_, i, rows), gin);
   }
 }
 
-void Stage::BackwardWeight(float* slot) {
+void Stage::BackwardWeight(std::byte* slot) {
   Recompute(slot);
-  const int K = static_cast<int>(ops_.size());
-  for (int i = 0; i < K; ++i) {
-    if (ops_[i].layer < 0) continue;
-    if (!has_params_[ops_[i].layer]) continue;
-    device_->BackwardWeight(ops_[i].layer, Act(i, slot), slot + wgrad_off_[i], options_.rows);
+  for (int i = 0; i < plan_.ops(); ++i) {
+    if (plan_.layer[i] < 0 || !model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) continue;
+    device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows),
+                            ConstView(slot + plan_.wgrad_offset[i], plan_.act[i + 1]));
   }
-}
-
-void Stage::Evaluate(const float* x, int rows, float* y) {
-  const int K = static_cast<int>(ops_.size());
-  auto act = [&](int i) -> const float* { return i == 0 ? x : ws_act_ + ws_off_[i]; };
-  for (int i = 0; i < K; ++i) {
-    float* out = i + 1 == K ? y : ws_act_ + ws_off_[i + 1];
-    RunOp(i, act(i), out, rows, ops_[i].skip >= 0 ? act(ops_[i].skip) : nullptr);
-  }
-}
-
-void Stage::EvaluateLoss(const float* x, int rows, const std::int32_t* labels) {
-  const int K = static_cast<int>(ops_.size());
-  float* logits = ws_act_ + ws_off_[K];
-  Evaluate(x, rows, logits);
-  device_->CrossEntropy(logits, labels, rows, width_[K], 1.0f, nullptr);
 }
 
 }  // namespace baton

@@ -14,12 +14,9 @@
 #include "baton/data.h"
 #include "baton/error.h"
 #include "baton/runtime.h"
-#include "baton/schedule.h"
-#include "baton/sim.h"
 #include "checkpoint.h"
 #include "executor.h"
 #include "setup.h"
-#include "stage.h"
 
 namespace baton {
 namespace {
@@ -45,25 +42,25 @@ void SaveWeights(const TrainConfig& c, Transport& t, RunSetup& u) {
   std::vector<float> all;
   t.GatherToRoot(mine, &all);
   if (t.rank() != 0) return;
-  // Rank 0 rebuilds each stage's parameter layout (one-sample stages are cheap).
-  std::vector<std::vector<NamedTensor>> per_stage(u.lowered.stages);
+  // Each rank sent its stages' parameters in stage order; the model
+  // description names them (an op's parameters are contiguous, in order).
+  const ModelDesc& model = u.plan.model;
+  const int stages = u.plan.stages();
+  std::vector<std::vector<NamedTensor>> per_stage(stages);
   std::size_t at = 0;
   for (int r = 0; r < t.size(); ++r) {
-    for (int s = 0; s < u.lowered.stages; ++s) {
-      if (u.lowered.stage_rank[s] != r) continue;
-      StageOptions o;
-      o.index = s;
-      o.first_layer = u.bounds[s];
-      o.last_layer = u.bounds[s + 1];
-      o.rows = 1;
-      o.is_last = s + 1 == u.lowered.stages;
-      Stage layout(c.model.layers, c.model.input, o);
-      for (const Stage::Param& p : layout.named_params()) {
-        NamedTensor nt{p.name, p.shape, {}};
-        nt.data.assign(all.begin() + static_cast<std::ptrdiff_t>(at),
-                       all.begin() + static_cast<std::ptrdiff_t>(at + p.data.size()));
-        at += p.data.size();
-        per_stage[s].push_back(std::move(nt));
+    for (int s = 0; s < stages; ++s) {
+      if (u.plan.lowered.stage_rank[s] != r) continue;
+      const auto [first, last] = model.OpRange(u.plan.bounds[s], u.plan.bounds[s + 1]);
+      for (int i = first; i < last; ++i) {
+        const OpDesc& op = model.ops[static_cast<std::size_t>(i)];
+        for (const ParamInfo& p : op.params) {
+          NamedTensor nt{op.name + p.name, std::vector<std::int64_t>(p.shape.begin(), p.shape.end()), {}};
+          const auto from = all.begin() + static_cast<std::ptrdiff_t>(at + p.offset);
+          nt.data.assign(from, from + static_cast<std::ptrdiff_t>(p.size));
+          per_stage[s].push_back(std::move(nt));
+        }
+        at += op.num_params;
       }
     }
   }
@@ -94,8 +91,8 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   if (root && c.log.progress) {
     std::fprintf(stderr, "baton: training %zu layers on %d ranks, %s, %d stages, %d microbatches of %d, %lld steps\n",
-                 c.model.layers.size(), t.size(), u.lowered.name.c_str(), u.lowered.stages, c.pipeline.microbatches,
-                 u.exec->batch_rows(), static_cast<long long>(total));
+                 c.model.layers.size(), t.size(), u.plan.lowered.name.c_str(), u.plan.stages(),
+                 c.pipeline.microbatches, u.plan.rows, static_cast<long long>(total));
   }
 
   TrainSummary summary;
@@ -107,12 +104,7 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
   for (std::int64_t step = first_step; step <= total; ++step) {
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
-    const StepStats stats = u.exec->RunStep(batch);
-    auto& stages = u.exec->stages();
-    for (auto& st : stages) {
-      st->device().OptimizerStep();
-      st->ZeroGrads();
-    }
+    const StepStats stats = u.exec->TrainStep(batch);
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
     const bool epoch_end = step % per_epoch == 0 || step == total;
@@ -140,7 +132,7 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
       window_start = Clock::now();
       window_samples = 0;
     }
-    if (epoch_end && c.data.dataset == "fashion_mnist" && c.data.evaluate) {
+    if (epoch_end && c.data.dataset == DatasetKind::kFashionMnist && c.data.evaluate) {
       const StepStats ev = u.exec->Evaluate(u.test.inputs.data(), u.test.labels.data(), u.test.samples);
       double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
       t.ReduceSum(v);

@@ -1,19 +1,43 @@
-#include "baton/store.h"
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
-#include <fmt/format.h>
-
+#include "baton/buffer.h"
 #include "baton/error.h"
+#include "baton/store.h"
 
 namespace baton {
 
-ActivationStore::ActivationStore(std::string name, std::size_t slot_floats, int capacity)
-    : name_(std::move(name)), slot_floats_(slot_floats), capacity_(std::max(capacity, 1)),
-      data_(slot_floats * static_cast<std::size_t>(std::max(capacity, 1))), holder_(std::max(capacity, 1), -1) {}
+struct HostMemory::Block {
+  std::vector<std::byte, AlignedAllocator<std::byte>> bytes;
+};
 
-std::span<float> ActivationStore::Acquire(int microbatch) {
+HostMemory::HostMemory() = default;
+HostMemory::~HostMemory() = default;
+
+std::byte* HostMemory::Allocate(std::size_t bytes) {
+  blocks_.push_back(std::make_unique<Block>());
+  blocks_.back()->bytes.assign(bytes, std::byte{0});
+  return blocks_.back()->bytes.data();
+}
+
+void HostMemory::Copy(std::byte* dst, const std::byte* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+
+ActivationStore::ActivationStore(std::string name, std::size_t slot_bytes, int capacity, Memory& memory)
+    : name_(std::move(name)),
+      slot_bytes_(slot_bytes),
+      capacity_(std::max(capacity, 1)),
+      memory_(&memory),
+      data_(memory.Allocate(slot_bytes * static_cast<std::size_t>(std::max(capacity, 1)))),
+      holder_(std::max(capacity, 1), -1) {}
+
+std::span<std::byte> ActivationStore::Slot(int slot) const {
+  return {data_ + static_cast<std::size_t>(slot) * slot_bytes_, slot_bytes_};
+}
+
+std::span<std::byte> ActivationStore::Acquire(int microbatch) {
   const int slot = SlotOf(microbatch);
   if (holder_[slot] >= 0) {
     throw Error(fmt::format("{}: microbatch {} needs ring slot {} of {}, but microbatch {} still holds it (not yet "
@@ -23,27 +47,28 @@ std::span<float> ActivationStore::Acquire(int microbatch) {
   holder_[slot] = microbatch;
   ++in_use_;
   ++writes_;
-  return {data_.data() + static_cast<std::size_t>(slot) * slot_floats_, slot_floats_};
+  return Slot(slot);
 }
 
-std::span<float> ActivationStore::Get(int microbatch) {
+std::span<std::byte> ActivationStore::Get(int microbatch) {
   const int slot = SlotOf(microbatch);
   if (holder_[slot] != microbatch) {
     throw Error(fmt::format("{}: microbatch {} has no ring slot (slot {} is held by {})", name_, microbatch, slot,
                             holder_[slot] < 0 ? std::string("nobody") : std::to_string(holder_[slot])));
   }
-  return {data_.data() + static_cast<std::size_t>(slot) * slot_floats_, slot_floats_};
+  return Slot(slot);
 }
 
-void ActivationStore::Write(int microbatch, std::size_t offset, std::span<const float> src) {
-  std::span<float> slot = Get(microbatch);
-  if (offset + src.size() > slot.size()) {
-    throw Error(fmt::format("{}: a write of {} floats at {} overflows the {}-float slot", name_, src.size(), offset,
+void ActivationStore::Write(int microbatch, std::size_t offset, std::span<const std::byte> src) {
+  const std::span<std::byte> slot = Get(microbatch);
+  // Written so that a huge offset cannot wrap around and pass the check.
+  if (offset > slot.size() || src.size() > slot.size() - offset) {
+    throw Error(fmt::format("{}: a write of {} bytes at {} overflows the {}-byte slot", name_, src.size(), offset,
                             slot.size()));
   }
-  std::memcpy(slot.data() + offset, src.data(), src.size_bytes());
-  bytes_copied_ += src.size_bytes();
-  bytes_written_ += src.size_bytes();
+  memory_->Copy(slot.data() + offset, src.data(), src.size());
+  bytes_copied_ += src.size();
+  bytes_written_ += src.size();
 }
 
 void ActivationStore::Release(int microbatch) {

@@ -130,7 +130,7 @@ TEST(TrainConfigFiles, FashionMnistInterleaved) {
   EXPECT_EQ(c.pipeline.chunks, 2);
   EXPECT_EQ(c.pipeline.ranks, 4);
   EXPECT_EQ(c.pipeline.checkpointing, "selective");
-  EXPECT_EQ(c.pipeline.keep, (std::vector<std::string>{"linear"}));
+  EXPECT_EQ(c.pipeline.keep, (std::vector<LayerType>{LayerType::kLinear}));
   EXPECT_EQ(c.model.layers.size(), 9u);
   EXPECT_EQ(c.train.optimizer.type, "adamw");
 }

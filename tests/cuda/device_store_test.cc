@@ -1,15 +1,46 @@
-#include "device_store.h"
-
+// The ring store (baton/store.h) over a GPU's memory: the same bookkeeping
+// as on the host, slots in cudaMalloc'd memory, writes as device-to-device
+// copies on a stream.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "baton/error.h"
+#include "baton/store.h"
+#include "device_memory.h"
 
 namespace baton::cuda {
 namespace {
+
+// The store with float-sized slots in device memory, copying on its own stream.
+class DeviceActivationStore {
+ public:
+  DeviceActivationStore(std::string name, std::size_t slot_floats, int capacity)
+      : memory_(std::make_unique<DeviceMemory>(stream_.get())),
+        store_(std::move(name), slot_floats * sizeof(float), capacity, *memory_) {}
+  float* Acquire(int j) { return reinterpret_cast<float*>(store_.Acquire(j).data()); }
+  float* Get(int j) { return reinterpret_cast<float*>(store_.Get(j).data()); }
+  void Release(int j) { store_.Release(j); }
+  // Copies on the store's stream, then waits for it so the caller's stream sees the result.
+  void Write(int j, std::size_t offset, const float* src, std::size_t floats, cudaStream_t) {
+    store_.Write(j, offset * sizeof(float), {reinterpret_cast<const std::byte*>(src), floats * sizeof(float)});
+    BATON_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  }
+  void CountInPlace(std::size_t floats) { store_.CountInPlace(floats * sizeof(float)); }
+  int capacity() const { return store_.capacity(); }
+  std::size_t slot_floats() const { return store_.slot_bytes() / sizeof(float); }
+  int in_use() const { return store_.in_use(); }
+  std::uint64_t bytes_written() const { return store_.bytes_written(); }
+  std::uint64_t bytes_copied() const { return store_.bytes_copied(); }
+
+ private:
+  Stream stream_;
+  std::unique_ptr<DeviceMemory> memory_;
+  ActivationStore store_;
+};
 
 // The whole ring (capacity, slot_floats), copied back to the host (after the
 // stream writing it has been synchronised). Slot 0 starts at the ring's base,
@@ -162,7 +193,7 @@ TEST(DeviceActivationStore, CountsBytesCopiedAndWritten) {
     store.Write(0, 1, src.data(), slot, stream.get());
     FAIL() << "a write past the end of the slot";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("s: a write of 1000 floats at 1 overflows the 1000-float slot"),
+    EXPECT_NE(std::string(e.what()).find("s: a write of 4000 bytes at 4 overflows the 4000-byte slot"),
               std::string::npos)
         << e.what();
   }

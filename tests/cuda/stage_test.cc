@@ -14,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include <cstring>
+
 #include "baton/config.h"
 #include "cuda_stage_device.h"
+#include "plan.h"
 #include "cuda_util.h"
 
 namespace baton {
@@ -28,6 +31,27 @@ struct Case {
   Checkpointing policy = Checkpointing::kNone;
   bool split = false;
 };
+
+// The run settings that put layers [first, last) of tiny.yaml on one rank's
+// only stage, and that rank: 4 rows per microbatch; ZB-H1 splits backward.
+std::pair<std::vector<std::string>, int> Settings(const Case& k) {
+  std::vector<std::string> sets = {std::string("pipeline.checkpointing=") + std::string(EnumName(k.policy)),
+                                   k.policy == Checkpointing::kSelective ? "pipeline.keep=[linear]" : "pipeline.keep=[]",
+                                   k.split ? "pipeline.schedule=zb_h1" : "pipeline.schedule=1f1b"};
+  std::vector<int> counts;
+  int rank = 0;
+  if (k.first > 0) {
+    counts.push_back(k.first);
+    rank = 1;
+  }
+  counts.push_back(k.last - k.first);
+  if (k.last < 9) counts.push_back(9 - k.last);
+  std::string list;
+  for (int c : counts) list += (list.empty() ? "" : ", ") + std::to_string(c);
+  sets.push_back("pipeline.ranks=" + std::to_string(counts.size()));
+  if (counts.size() > 1) sets.push_back("pipeline.partition=[" + list + "]");
+  return {sets, rank};
+}
 
 std::vector<float> Download(const float* device, std::size_t n) {
   std::vector<float> out(n);
@@ -52,62 +76,77 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_LE(diff, 1e-5 * scale) << what << ": max |cuda - host| " << diff << " against max |host| " << scale;
 }
 
+template <typename T>
+const std::byte* Bytes(const T* p) {
+  return reinterpret_cast<const std::byte*>(p);
+}
+template <typename T>
+std::byte* Bytes(T* p) {
+  return reinterpret_cast<std::byte*>(p);
+}
+
 void Compare(const Case& k) {
-  const TrainConfig c = LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml");
-  StageOptions o;
-  o.first_layer = k.first;
-  o.last_layer = k.last;
-  o.rows = 4;
-  o.checkpointing = k.policy;
-  o.keep = {"linear"};
-  o.is_last = k.last == 9;
-  o.split_backward = k.split;
+  const auto [sets, rank] = Settings(k);
+  const RunPlan run = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets));
+  const RankPlan plan = PlanRank(run, rank);
+  const StagePlan& sp = plan.local_stages.at(0);
+  ASSERT_EQ(sp.first_layer, k.first);
+  ASSERT_EQ(sp.last_layer, k.last);
+  ASSERT_EQ(sp.split_backward, k.split);
   cuda::Stream stream;
-  Stage host(c.model.layers, c.model.input, o);
-  Stage gpu(c.model.layers, c.model.input, o, cuda::MakeCudaStageDevice(stream.get(), cuda::Precision::kFP32));
+  Stage host(run.model, sp, MakeHostStageDevice());
+  Stage gpu(run.model, sp, cuda::MakeCudaStageDevice(stream.get(), Precision::kFP32));
   host.Init(11);
   gpu.Init(11);
   gpu.device().PushParams();
 
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(std::size_t(o.rows) * host.in_features()), dy(std::size_t(o.rows) * host.out_features());
+  std::vector<float> x(sp.input().elements()), dy(sp.output().elements());
   for (float& v : x) v = normal(rng);
   for (float& v : dy) v = normal(rng);
   const std::vector<std::int32_t> labels = {0, 3, 1, 2};
+  const TensorDesc label_desc{DType::kI32, {4}};
 
   // Host.
-  std::vector<float> slot(host.slot_floats()), y(dy.size()), dx(x.size());
-  std::copy(x.begin(), x.end(), slot.begin());
+  std::vector<std::byte> slot(sp.slot_bytes);
+  std::vector<float> y(dy.size()), dx(x.size());
+  std::memcpy(slot.data() + sp.kept_offset[0], x.data(), x.size() * sizeof(float));
   std::size_t written = 0;
-  if (o.is_last) {
-    host.ForwardLoss(slot.data(), labels.data(), 0.25f, &written);
+  if (sp.is_last) {
+    host.ForwardLoss({Bytes(x.data()), sp.input()}, slot.data(), {Bytes(labels.data()), label_desc}, 0.25f, &written);
   } else {
-    host.Forward(slot.data(), y.data(), &written);
+    host.Forward({Bytes(x.data()), sp.input()}, slot.data(), {Bytes(y.data()), sp.output()}, &written);
   }
-  host.Backward(slot.data(), dy.data(), k.first > 0 ? dx.data() : nullptr, !k.split);
+  host.Backward(slot.data(), {Bytes(dy.data()), sp.output()},
+                {k.first > 0 ? Bytes(dx.data()) : nullptr, sp.input()}, !k.split);
   if (k.split) host.BackwardWeight(slot.data());
   const LossTotals host_loss = host.TakeLossTotals();
 
   // Device.
-  DeviceBuffer<float> dslot(gpu.slot_floats()), dout(y.size()), ddx(dx.size());
-  BATON_CUDA_CHECK(cudaMemcpy(dslot.data(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+  DeviceBuffer<std::byte> dslot(sp.slot_bytes);
+  DeviceBuffer<float> dout(y.size()), ddx(dx.size());
+  BATON_CUDA_CHECK(cudaMemcpy(dslot.data() + sp.kept_offset[0], x.data(), x.size() * sizeof(float),
+                              cudaMemcpyHostToDevice));
+  DeviceBuffer<float> ddx_in = Upload(x);
   DeviceBuffer<float> ddy = Upload(dy);
   DeviceBuffer<std::int32_t> dlabels(labels.size());
   BATON_CUDA_CHECK(
       cudaMemcpy(dlabels.data(), labels.data(), labels.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
   std::size_t gwritten = 0;
-  if (o.is_last) {
-    gpu.ForwardLoss(dslot.data(), dlabels.data(), 0.25f, &gwritten);
+  if (sp.is_last) {
+    gpu.ForwardLoss({Bytes(ddx_in.data()), sp.input()}, dslot.data(), {Bytes(dlabels.data()), label_desc}, 0.25f,
+                    &gwritten);
   } else {
-    gpu.Forward(dslot.data(), dout.data(), &gwritten);
+    gpu.Forward({Bytes(ddx_in.data()), sp.input()}, dslot.data(), {Bytes(dout.data()), sp.output()}, &gwritten);
   }
-  gpu.Backward(dslot.data(), ddy.data(), k.first > 0 ? ddx.data() : nullptr, !k.split);
+  gpu.Backward(dslot.data(), {Bytes(ddy.data()), sp.output()},
+               {k.first > 0 ? Bytes(ddx.data()) : nullptr, sp.input()}, !k.split);
   if (k.split) gpu.BackwardWeight(dslot.data());
   const LossTotals gpu_loss = gpu.TakeLossTotals();
 
   EXPECT_EQ(gwritten, written);
-  if (o.is_last) {
+  if (sp.is_last) {
     EXPECT_NEAR(gpu_loss.loss_sum, host_loss.loss_sum, 1e-5 * std::abs(host_loss.loss_sum));
     EXPECT_EQ(gpu_loss.correct, host_loss.correct);
   } else {

@@ -31,6 +31,10 @@ using baton::cuda::Stream;
 
 constexpr int kMaxRequests = 8;
 constexpr std::size_t kMaxFloats = std::size_t{1} << 16;
+
+// Messages are bytes; these tests send floats.
+std::byte* B(float* p) { return reinterpret_cast<std::byte*>(p); }
+const std::byte* B(const float* p) { return reinterpret_cast<const std::byte*>(p); }
 constexpr double kTimeoutS = 60.0;
 constexpr int kRounds = 4;
 constexpr int kPingPongs = 5;
@@ -79,7 +83,7 @@ bool OneWay(baton::cuda::DeviceTransport& dt, int rank, cudaStream_t compute) {
         BATON_CUDA_CHECK(
             cudaMemcpyAsync(src[m].data(), patterns[r][m].data(), src[m].bytes(), cudaMemcpyHostToDevice, compute));
         ready[m].Record(compute);
-        dt.Isend(m, src[m].data(), kSizes[m], 1, 10 + m, ready[m].get());
+        dt.Isend(m, B(src[m].data()), (kSizes[m]) * sizeof(float), 1, 10 + m, ready[m].get());
         dt.Progress();
       }
       // src[m] is refilled next round, so every send must be done with it.
@@ -102,7 +106,7 @@ bool OneWay(baton::cuda::DeviceTransport& dt, int rank, cudaStream_t compute) {
     }
   }
   for (int r = 0; r < kRounds; ++r) {
-    for (int m = 0; m < kMessages; ++m) dt.Irecv(m, dst[r][m].data(), kSizes[m], 0, 10 + m);
+    for (int m = 0; m < kMessages; ++m) dt.Irecv(m, B(dst[r][m].data()), (kSizes[m]) * sizeof(float), 0, 10 + m);
     for (int m = 0; m < kMessages; ++m) dt.WaitRecv(m, {"RECV (one way)", -1, r, 0}, compute);
   }
   BATON_CUDA_CHECK(cudaStreamSynchronize(compute));
@@ -130,8 +134,8 @@ bool PingPong(baton::cuda::DeviceTransport& dt, int rank, cudaStream_t compute) 
       const std::vector<float> ping = Pattern(100 + i, 0, n);
       BATON_CUDA_CHECK(cudaMemcpyAsync(out.data(), ping.data(), n * sizeof(float), cudaMemcpyHostToDevice, compute));
       ready.Record(compute);
-      dt.Irecv(1, back.data(), n, 1, 51);
-      dt.Isend(0, out.data(), n, 1, 50, ready.get());
+      dt.Irecv(1, B(back.data()), (n) * sizeof(float), 1, 51);
+      dt.Isend(0, B(out.data()), (n) * sizeof(float), 1, 50, ready.get());
       dt.WaitSend(0, {"SEND (ping)", -1, i, 1});
       dt.WaitRecv(1, {"RECV (pong)", -1, i, 1}, compute);
       BATON_CUDA_CHECK(cudaStreamSynchronize(compute));  // also keeps `ping` alive until its upload is done
@@ -139,10 +143,10 @@ bool PingPong(baton::cuda::DeviceTransport& dt, int rank, cudaStream_t compute) 
     } else {
       // The echo goes out of the buffer it came in on and reuses the receive's
       // request id: the staging copy back must follow the copy in.
-      dt.Irecv(0, back.data(), n, 0, 50);
+      dt.Irecv(0, B(back.data()), (n) * sizeof(float), 0, 50);
       dt.WaitRecv(0, {"RECV (ping)", -1, i, 0}, compute);
       ready.Record(compute);
-      dt.Isend(0, back.data(), n, 0, 51, ready.get());
+      dt.Isend(0, B(back.data()), (n) * sizeof(float), 0, 51, ready.get());
       dt.WaitSend(0, {"SEND (pong)", -1, i, 0});
     }
   }
@@ -163,11 +167,11 @@ bool Refusals(baton::cuda::DeviceTransport& dt, int rank) {
     }
   };
   expect_error("a receive larger than the staging buffer",
-               [&] { dt.Irecv(0, buf.data(), kMaxFloats + 1, 1 - rank, 99); });
+               [&] { dt.Irecv(0, B(buf.data()), (kMaxFloats + 1) * sizeof(float), 1 - rank, 99); });
   expect_error("a send larger than the staging buffer",
-               [&] { dt.Isend(0, buf.data(), kMaxFloats + 1, 1 - rank, 99, nullptr); });
-  expect_error("request id -1", [&] { dt.Irecv(-1, buf.data(), 1, 1 - rank, 99); });
-  expect_error("request id max_requests", [&] { dt.Isend(kMaxRequests, buf.data(), 1, 1 - rank, 99, nullptr); });
+               [&] { dt.Isend(0, B(buf.data()), (kMaxFloats + 1) * sizeof(float), 1 - rank, 99, nullptr); });
+  expect_error("request id -1", [&] { dt.Irecv(-1, B(buf.data()), (1) * sizeof(float), 1 - rank, 99); });
+  expect_error("request id max_requests", [&] { dt.Isend(kMaxRequests, B(buf.data()), (1) * sizeof(float), 1 - rank, 99, nullptr); });
   expect_error("WaitRecv with no receive", [&] { dt.WaitRecv(2, {"RECV", -1, 0, 1 - rank}, nullptr); });
   if (ok) std::printf("rank %d: ok: oversized messages and bad request ids are refused\n", rank);
   return ok;
@@ -191,7 +195,7 @@ int Run() {
   {
     Stream compute;
     std::unique_ptr<baton::cuda::DeviceTransport> dt =
-        baton::cuda::MakeStagedTransport(*host, kMaxRequests, kMaxFloats, kTimeoutS);
+        baton::cuda::MakeStagedTransport(*host, kMaxRequests, kMaxFloats * sizeof(float), kTimeoutS);
     ok &= OneWay(*dt, rank, compute.get());
     ok &= PingPong(*dt, rank, compute.get());
     ok &= Refusals(*dt, rank);

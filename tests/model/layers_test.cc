@@ -16,6 +16,7 @@
 
 #include "baton/error.h"
 #include "baton/model.h"
+#include "layers.h"
 
 // ---- Counting every heap allocation of the process ----
 // glibc's allocator is reachable as __libc_*, so the test binary can put its
@@ -108,9 +109,9 @@ TestLayer Make(const LayerSpec& spec, int in, std::uint64_t seed = 1) {
   return t;
 }
 
-LayerSpec Spec(std::string type, int out = 0, bool bias = true) {
+LayerSpec Spec(const std::string& type, int out = 0, bool bias = true) {
   LayerSpec s;
-  s.type = std::move(type);
+  s.type = *ParseEnum<LayerType>(type);
   s.out = out;
   s.bias = bias;
   return s;
@@ -169,7 +170,7 @@ struct Shape {
 };
 
 std::string Describe(const LayerSpec& spec, const Shape& s) {
-  return spec.type + (spec.type == "linear" && !spec.bias ? "(no bias)" : "") + " rows=" + std::to_string(s.rows) +
+  return std::string(EnumName(spec.type)) + (spec.type == "linear" && !spec.bias ? "(no bias)" : "") + " rows=" + std::to_string(s.rows) +
          " in=" + std::to_string(s.in) + " out=" + std::to_string(s.out);
 }
 
@@ -580,7 +581,7 @@ TEST(SteadyState, TrainingStepDoesNotAllocate) {
     for (int i = 0; i < rows; ++i) labels[i] = i % 10;
     std::vector<float> flat_params(num_params), flat_grads(num_params, 0.01f);
     OptimizerSpec adamw;
-    adamw.type = "adamw";
+    adamw.type = OptimizerType::kAdamW;
     adamw.weight_decay = 0.01;
     OptimizerSpec sgd;
     sgd.momentum = 0.9;
@@ -627,7 +628,6 @@ TEST(MakeLayer, Errors) {
     }
     return "(no error)";
   };
-  EXPECT_NE(message(Spec("conv"), 4).find("unknown layer type 'conv'"), std::string::npos) << message(Spec("conv"), 4);
   LayerSpec residual = Spec("residual");
   residual.body = {Spec("linear", 4)};
   const std::string r = message(residual, 4);

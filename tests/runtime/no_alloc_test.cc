@@ -12,10 +12,8 @@
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/data.h"
-#include "baton/model.h"
-#include "baton/schedule.h"
-#include "baton/sim.h"
 #include "executor.h"
+#include "plan.h"
 
 namespace {
 thread_local bool counting = false;
@@ -61,12 +59,11 @@ long AllocationsPerStep(const std::string& schedule, const std::string& checkpoi
   TrainConfig c = LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml",
                                   {"pipeline.schedule=" + schedule, "pipeline.checkpointing=" + checkpointing,
                                    checkpointing == "selective" ? "pipeline.keep=[linear]" : "pipeline.keep=[]"});
-  const Schedule lowered = Lower(LoadSchedule(schedule, 1, c.pipeline.microbatches, 0));
-  const SimResult sim = Simulate(lowered);
-  const std::vector<int> bounds = PartitionLayers(c, lowered.stages);
+  const RunPlan run = PlanRun(c);
+  const RankPlan plan = PlanRank(run, 0);
   std::unique_ptr<Transport> t = MakeSoloTransport();
   std::unique_ptr<RankDevice> device = MakeHostRankDevice(*t);
-  Executor exec(c, lowered, sim, bounds, *t, *device);
+  Executor exec(run.model, plan, c.pipeline.wait_timeout_s, *t, *device);
   for (auto& st : exec.stages()) {
     st->Init(1);
     st->device().SetOptimizer(c.train.optimizer);
@@ -75,13 +72,7 @@ long AllocationsPerStep(const std::string& schedule, const std::string& checkpoi
   Batch batch{0,
               {data.inputs.data(), std::size_t(c.train.batch_size) * c.data.features},
               {data.labels.data(), std::size_t(c.train.batch_size)}};
-  auto step = [&] {
-    exec.RunStep(batch);
-    for (auto& st : exec.stages()) {
-      st->device().OptimizerStep();
-      st->ZeroGrads();
-    }
-  };
+  auto step = [&] { exec.TrainStep(batch); };
   step();  // warm-up: first-touch of lazily created state
   allocations = 0;
   counting = true;

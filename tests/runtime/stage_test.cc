@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "baton/config.h"
 #include "baton/error.h"
+#include "plan.h"
 
 namespace baton {
 namespace {
@@ -11,6 +14,26 @@ namespace {
 TrainConfig Tiny(const std::vector<std::string>& sets = {}) {
   return LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets);
 }
+
+std::vector<int> PartitionLayers(const TrainConfig& c, int stages) {
+  return baton::PartitionLayers(c, DescribeModel(c.model.layers, c.model.input), stages);
+}
+
+// One stage of tiny.yaml on the host, planned as a run would plan it: the
+// local stage `local` of rank `rank` under the settings `sets`.
+struct PlannedStage {
+  RunPlan run;
+  RankPlan rank;
+  std::unique_ptr<Stage> stage;
+};
+std::unique_ptr<PlannedStage> Plan(const std::vector<std::string>& sets, int rank = 0, int local = 0) {
+  auto p = std::make_unique<PlannedStage>();
+  p->run = PlanRun(Tiny(sets));
+  p->rank = PlanRank(p->run, rank);
+  p->stage = std::make_unique<Stage>(p->run.model, p->rank.local_stages.at(local), MakeHostStageDevice());
+  return p;
+}
+std::size_t SlotFloats(const PlannedStage& p) { return p.stage->plan().slot_bytes / sizeof(float); }
 
 std::string PartitionError(const std::vector<std::string>& sets, int stages) {
   try {
@@ -52,39 +75,29 @@ TEST(Partition, BalancedMinimisesTheHeaviestStage) {
 }
 
 TEST(Stage, CheckpointingDecidesWhatASlotKeeps) {
-  const TrainConfig c = Tiny();
-  StageOptions o;
-  o.first_layer = 0;
-  o.last_layer = 9;
-  o.rows = 4;
-  o.is_last = true;
-  o.checkpointing = Checkpointing::kNone;
-  const Stage none(c.model.layers, c.model.input, o);
-  o.checkpointing = Checkpointing::kFull;
-  const Stage full(c.model.layers, c.model.input, o);
-  o.checkpointing = Checkpointing::kSelective;
-  o.keep = {"linear"};
-  const Stage selective(c.model.layers, c.model.input, o);
+  // One rank: one stage of all 9 layers, the last; 32 samples in 8
+  // microbatches of 4 rows.
+  const auto none = Plan({"pipeline.checkpointing=none"});
+  const auto full = Plan({"pipeline.checkpointing=full"});
+  const auto selective = Plan({"pipeline.checkpointing=selective", "pipeline.keep=[linear]"});
   // full: the input (12 features) and the last stage's dlogits (4) per row.
-  EXPECT_EQ(full.slot_floats(), 4u * (12 + 4));
-  EXPECT_LT(full.slot_floats(), selective.slot_floats());
-  EXPECT_LT(selective.slot_floats(), none.slot_floats());
+  EXPECT_EQ(SlotFloats(*full), 4u * (12 + 4));
+  EXPECT_LT(SlotFloats(*full), SlotFloats(*selective));
+  EXPECT_LT(SlotFloats(*selective), SlotFloats(*none));
   // selective keeps the outputs of the linears that are not the last op:
   // 32 (layer 0), 32 (inside the block), 24, 16.
-  EXPECT_EQ(selective.slot_floats(), 4u * (12 + 32 + 32 + 24 + 16 + 4));
-  // A split backward also keeps each weighted layer's output gradient.
-  o.split_backward = true;
-  const Stage split(c.model.layers, c.model.input, o);
-  EXPECT_EQ(split.slot_floats() - selective.slot_floats(), 4u * (32 + 32 + 32 + 24 + 24 + 16 + 4));
+  EXPECT_EQ(SlotFloats(*selective), 4u * (12 + 32 + 32 + 24 + 16 + 4));
+  // A split backward (ZB-H1 runs I and W apart) also keeps each weighted
+  // layer's output gradient.
+  const auto split = Plan({"pipeline.checkpointing=selective", "pipeline.keep=[linear]", "pipeline.schedule=zb_h1"});
+  ASSERT_TRUE(split->stage->plan().split_backward);
+  EXPECT_EQ(SlotFloats(*split) - SlotFloats(*selective), 4u * (32 + 32 + 32 + 24 + 24 + 16 + 4));
 }
 
 TEST(Stage, ParameterNamesFollowNnSequential) {
-  const TrainConfig c = Tiny();
-  StageOptions o;
-  o.first_layer = 2;
-  o.last_layer = 4;
-  o.rows = 1;
-  const Stage st(c.model.layers, c.model.input, o);
+  // Rank 1 of 3 holds layers 2 and 3.
+  const auto planned = Plan({"pipeline.ranks=3", "pipeline.partition=[2, 2, 5]"}, 1);
+  const Stage& st = *planned->stage;
   std::vector<std::string> names;
   for (const auto& p : st.named_params()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"2.0.weight", "2.0.bias", "2.1.weight", "2.1.bias", "3.weight",
@@ -94,16 +107,12 @@ TEST(Stage, ParameterNamesFollowNnSequential) {
 }
 
 TEST(Stage, InitDoesNotDependOnThePartition) {
-  const TrainConfig c = Tiny();
-  StageOptions whole;
-  whole.first_layer = 0;
-  whole.last_layer = 9;
-  whole.rows = 1;
-  Stage a(c.model.layers, c.model.input, whole);
+  const auto whole = Plan({});
+  Stage& a = *whole->stage;
   a.Init(42);
-  StageOptions part = whole;
-  part.first_layer = 3;
-  Stage b(c.model.layers, c.model.input, part);
+  // Rank 1 of 2 holds layers 3..8.
+  const auto part = Plan({"pipeline.ranks=2", "pipeline.partition=[3, 6]"}, 1);
+  Stage& b = *part->stage;
   b.Init(42);
   // Layer 3's weight is the first parameter of b; find it in a.
   for (const auto& pb : b.named_params()) {

@@ -1,0 +1,102 @@
+// The host StageDevice: the Eigen layers, in host memory. The parameters
+// the layers use are the stage's own host buffers, so pushing and pulling
+// them are no-ops.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "baton/error.h"
+#include "baton/stage_device.h"
+#include "baton/store.h"
+#include "layers.h"
+
+namespace baton {
+namespace {
+
+// An F32 tensor as the matrix a per-row kernel sees: (all rows, last dimension).
+ConstMatMap Matrix(ConstView v) {
+  return ConstMatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last());
+}
+MatMap Matrix(View v) { return MatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last()); }
+
+void RequireF32(const TensorDesc& t, const char* what) {
+  if (t.dtype != DType::kF32) {
+    throw Error(fmt::format("host {}: {} tensors are not computed on the CPU (f32 only)", what, EnumName(t.dtype)));
+  }
+}
+
+class HostStageDevice final : public StageDevice {
+ public:
+  bool host_memory() const override { return true; }
+
+  std::byte* Allocate(std::size_t bytes) override { return memory_.Allocate(bytes); }
+  void AddLayer(const OpDesc& op, int) override { layers_.push_back(MakeLayer(op)); }
+  void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
+    host_params_ = host_params;
+    host_grads_ = host_grads;
+    std::size_t at = 0;
+    for (auto& l : layers_) {
+      l->Bind(host_params.data() + at, host_grads.data() + at);
+      at += l->NumParams();
+    }
+  }
+  float* params() override { return host_params_.data(); }
+  float* grads() override { return host_grads_.data(); }
+  void PushParams() override {}
+  void PullParams() override {}
+
+  void SetOptimizer(const OptimizerSpec& spec) override { optimizer_ = MakeOptimizer(spec, host_params_.size()); }
+  void OptimizerStep() override { optimizer_->Step(host_params_, host_grads_); }
+  std::vector<std::span<float>> OptimizerState() override { return optimizer_->State(); }
+  std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
+  std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
+  void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
+
+  void Forward(int layer, ConstView x, View y) override {
+    RequireF32(x.desc, "forward");
+    layers_[static_cast<std::size_t>(layer)]->Forward(Matrix(x), Matrix(y));
+  }
+  void BackwardInput(int layer, ConstView x, ConstView dy, View dx) override {
+    layers_[static_cast<std::size_t>(layer)]->BackwardInput(Matrix(x), Matrix(dy), Matrix(dx));
+  }
+  void BackwardWeight(int layer, ConstView x, ConstView dy) override {
+    layers_[static_cast<std::size_t>(layer)]->BackwardWeight(Matrix(x), Matrix(dy));
+  }
+  void Add(ConstView a, ConstView b, View out) override {
+    const float* pa = a.as<float>();
+    const float* pb = b.as<float>();
+    float* po = out.as<float>();
+    const auto n = static_cast<std::size_t>(out.desc.elements());
+    for (std::size_t k = 0; k < n; ++k) po[k] = pa[k] + pb[k];
+  }
+  void AddInto(ConstView x, View y) override {
+    const float* px = x.as<float>();
+    float* py = y.as<float>();
+    const auto n = static_cast<std::size_t>(y.desc.elements());
+    for (std::size_t k = 0; k < n; ++k) py[k] += px[k];
+  }
+  void Copy(View dst, ConstView src) override { std::memcpy(dst.data, src.data, src.bytes()); }
+  void Zero(View dst) override { std::memset(dst.data, 0, dst.bytes()); }
+  void CrossEntropy(ConstView logits, ConstView labels, float grad_scale, View dlogits) override {
+    const auto rows = static_cast<std::size_t>(logits.desc.matrix_rows());
+    totals_.loss_sum += baton::CrossEntropy(Matrix(logits), std::span<const std::int32_t>(labels.as<std::int32_t>(), rows),
+                                            grad_scale, dlogits.as<float>(), &totals_.correct);
+  }
+  LossTotals TakeLossTotals() override { return std::exchange(totals_, LossTotals{}); }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  HostMemory memory_;
+  std::span<float> host_params_, host_grads_;
+  std::unique_ptr<Optimizer> optimizer_;
+  LossTotals totals_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageDevice> MakeHostStageDevice() { return std::make_unique<HostStageDevice>(); }
+
+}  // namespace baton

@@ -1,0 +1,191 @@
+// The model description: layer shapes, parameter layout and names, FLOPs,
+// and PyTorch's default initialisation. Eigen-free.
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+
+#include "baton/error.h"
+#include "baton/model.h"
+
+namespace baton {
+namespace {
+
+constexpr std::array<LayerType, 5> kLayerTypes = {LayerType::kLinear, LayerType::kRelu, LayerType::kGelu,
+                                                  LayerType::kLayerNorm, LayerType::kResidual};
+constexpr std::array<OptimizerType, 2> kOptimizerTypes = {OptimizerType::kSgd, OptimizerType::kAdamW};
+
+void Flatten(const std::vector<LayerSpec>& specs, int top, const std::string& prefix, std::vector<int> path,
+             ModelDesc& m) {
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    const LayerSpec& spec = specs[k];
+    const bool top_level = path.empty();
+    // nn.Sequential names: "{i}." at the top, "{i}.{k}." inside a block.
+    const std::string name = top_level ? fmt::format("{}.", top + static_cast<int>(k)) : fmt::format("{}{}.", prefix, k);
+    const int t = top_level ? top + static_cast<int>(k) : top;
+    std::vector<int> here = path;
+    here.push_back(top_level ? t : static_cast<int>(k));
+    const int in = m.width.back();
+    if (top_level) m.top_begin.push_back(static_cast<int>(m.ops.size()));
+    if (spec.type == LayerType::kResidual) {
+      const int block_in = static_cast<int>(m.width.size()) - 1;
+      m.block_input[static_cast<std::size_t>(block_in)] = 1;
+      Flatten(spec.body, t, name, here, m);
+      if (m.width.back() != in) {
+        throw ConfigError(fmt::format(
+            "layer {}: a residual block's body must keep the width: {} features in, {} out", name, in, m.width.back()));
+      }
+      OpDesc add;
+      add.type = LayerType::kResidual;
+      add.in = add.out = in;
+      add.skip = block_in;
+      add.top = t;
+      add.name = name;
+      add.seed_path = here;
+      add.param_offset = m.num_params;
+      add.flops_per_row = in;
+      m.ops.push_back(std::move(add));
+    } else {
+      OpDesc op = DescribeLayer(spec, in);
+      op.top = t;
+      op.name = name;
+      op.seed_path = std::move(here);
+      op.param_offset = m.num_params;
+      m.num_params += op.num_params;
+      m.ops.push_back(std::move(op));
+    }
+    m.width.push_back(m.ops.back().out);
+    m.block_input.push_back(0);
+  }
+}
+
+}  // namespace
+
+std::string_view EnumName(LayerType type) {
+  switch (type) {
+    case LayerType::kLinear:
+      return "linear";
+    case LayerType::kRelu:
+      return "relu";
+    case LayerType::kGelu:
+      return "gelu";
+    case LayerType::kLayerNorm:
+      return "layernorm";
+    case LayerType::kResidual:
+      return "residual";
+  }
+  return "?";
+}
+std::span<const LayerType> EnumValues(LayerType) { return kLayerTypes; }
+
+std::string_view EnumName(OptimizerType type) { return type == OptimizerType::kSgd ? "sgd" : "adamw"; }
+std::span<const OptimizerType> EnumValues(OptimizerType) { return kOptimizerTypes; }
+
+OpDesc DescribeLayer(const LayerSpec& spec, int in) {
+  if (spec.type == LayerType::kResidual) {
+    throw ConfigError(
+        "layer type 'residual' is not a single layer: the stage builds a residual block from its body plus a skip "
+        "addition, so it cannot be described on its own");
+  }
+  if (in < 1) throw ConfigError(fmt::format("{} layer: input features must be >= 1, got {}", EnumName(spec.type), in));
+  OpDesc op;
+  op.type = spec.type;
+  op.in = op.out = in;
+  switch (spec.type) {
+    case LayerType::kLinear: {
+      if (spec.out < 1) {
+        throw ConfigError(fmt::format("linear layer: out (output features) must be >= 1, got {}", spec.out));
+      }
+      op.out = spec.out;
+      op.bias = spec.bias;
+      const std::size_t w = static_cast<std::size_t>(op.out) * static_cast<std::size_t>(in);
+      op.params.push_back({"weight", {op.out, in}, 0, w});
+      if (spec.bias) op.params.push_back({"bias", {op.out}, w, static_cast<std::size_t>(op.out)});
+      op.flops_per_row = static_cast<double>(in) * op.out;
+      op.gemm_flops_per_row = 2.0 * in * op.out;
+      break;
+    }
+    case LayerType::kLayerNorm: {
+      if (!(spec.eps > 0.0) || !std::isfinite(spec.eps)) {
+        throw ConfigError(fmt::format("layernorm layer: eps must be a finite number > 0, got {}", spec.eps));
+      }
+      op.eps = spec.eps;
+      const auto n = static_cast<std::size_t>(in);
+      op.params = {{"weight", {in}, 0, n}, {"bias", {in}, n, n}};
+      op.flops_per_row = 5.0 * in;
+      break;
+    }
+    case LayerType::kRelu:
+    case LayerType::kGelu:
+    case LayerType::kResidual:
+      op.flops_per_row = in;
+      break;
+  }
+  for (const ParamInfo& p : op.params) op.num_params = std::max(op.num_params, p.offset + p.size);
+  return op;
+}
+
+ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input) {
+  ModelDesc m;
+  m.input = input;
+  m.width.push_back(input);
+  m.block_input.push_back(0);
+  Flatten(layers, 0, "", {}, m);
+  m.top_begin.push_back(static_cast<int>(m.ops.size()));
+  return m;
+}
+
+std::size_t ModelDesc::NumParams(int first_layer, int last_layer) const {
+  const auto [a, b] = OpRange(first_layer, last_layer);
+  std::size_t n = 0;
+  for (int i = a; i < b; ++i) n += ops[static_cast<std::size_t>(i)].num_params;
+  return n;
+}
+
+double ModelDesc::GemmFlopsPerRow(int first_layer, int last_layer) const {
+  const auto [a, b] = OpRange(first_layer, last_layer);
+  double f = 0;
+  for (int i = a; i < b; ++i) f += ops[static_cast<std::size_t>(i)].gemm_flops_per_row;
+  return f;
+}
+
+double ModelDesc::BalanceWeight(int t, bool by_flops) const {
+  const auto [a, b] = OpRange(t, t + 1);
+  double w = 0;
+  for (int i = a; i < b; ++i) {
+    const OpDesc& op = ops[static_cast<std::size_t>(i)];
+    w += by_flops ? op.flops_per_row : op.balance_params();
+  }
+  return w;
+}
+
+void InitParams(const OpDesc& op, std::span<float> params, std::mt19937_64& rng) {
+  switch (op.type) {
+    case LayerType::kLinear: {
+      // kaiming_uniform_(a=sqrt(5)) on the weight reduces to U(-1/sqrt(in), 1/sqrt(in)),
+      // the same bound PyTorch uses for the bias. Weight row-major first, then bias.
+      const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(op.in)));
+      std::uniform_real_distribution<float> uniform(-bound, bound);
+      for (float& p : params) p = uniform(rng);
+      break;
+    }
+    case LayerType::kLayerNorm: {
+      const auto n = static_cast<std::size_t>(op.in);
+      std::fill_n(params.begin(), n, 1.0f);
+      std::fill_n(params.begin() + static_cast<std::ptrdiff_t>(n), n, 0.0f);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void InitParams(const OpDesc& op, std::span<float> params, std::uint64_t seed) {
+  std::vector<std::uint32_t> words = {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
+  for (int p : op.seed_path) words.push_back(static_cast<std::uint32_t>(p));
+  std::seed_seq seq(words.begin(), words.end());
+  std::mt19937_64 rng(seq);
+  InitParams(op, params, rng);
+}
+
+}  // namespace baton

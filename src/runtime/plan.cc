@@ -1,0 +1,395 @@
+#include "plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "baton/error.h"
+#include "baton/runtime.h"
+
+namespace baton {
+namespace {
+
+// Request kinds, in the order of their id blocks.
+enum RequestKind { kRecvF = 0, kRecvB = 1, kSendF = 2, kSendB = 3 };
+
+RequestKind RequestKindOf(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kRecvF:
+      return kRecvF;
+    case ActionKind::kRecvB:
+      return kRecvB;
+    case ActionKind::kSendF:
+      return kSendF;
+    default:
+      return kSendB;
+  }
+}
+
+// The schedule's forwards alone, in each rank's order: evaluation runs them.
+// Removing backwards removes only waits, so a schedule that finishes still
+// does.
+Schedule ForwardOnly(const Schedule& schedule) {
+  Schedule out = ComputeOnly(schedule);
+  out.name = schedule.name + " (forward only)";
+  for (auto& row : out.actions) {
+    std::erase_if(row, [](const Action& a) { return a.kind != ActionKind::kForward; });
+  }
+  return out;
+}
+
+TensorDesc Activation(int rows, int features) { return {DType::kF32, {rows, features}}; }
+
+// Decides what a microbatch keeps, where in its slot, and the workspace.
+StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool split_backward) {
+  const ModelDesc& model = run.model;
+  StagePlan p;
+  p.stage = stage;
+  p.first_layer = run.bounds[static_cast<std::size_t>(stage)];
+  p.last_layer = run.bounds[static_cast<std::size_t>(stage) + 1];
+  const auto [first_op, last_op] = model.OpRange(p.first_layer, p.last_layer);
+  p.first_op = first_op;
+  p.rows = run.rows;
+  p.is_first = stage == 0;
+  p.is_last = stage + 1 == run.stages();
+  p.split_backward = split_backward;
+  p.checkpointing = run.checkpointing;
+  p.param_offset = model.ops[static_cast<std::size_t>(first_op)].param_offset;
+  const int K = last_op - first_op;
+  int layers = 0;
+  for (int i = 0; i <= K; ++i) {
+    const int a = first_op + i;
+    p.act.push_back(Activation(run.rows, model.width[static_cast<std::size_t>(a)]));
+    p.block_input.push_back(model.block_input[static_cast<std::size_t>(a)]);
+  }
+  for (int i = 0; i < K; ++i) {
+    const OpDesc& op = model.ops[static_cast<std::size_t>(first_op + i)];
+    p.layer.push_back(op.is_layer() ? layers++ : -1);
+    p.skip.push_back(op.is_layer() ? -1 : op.skip - first_op);
+    p.num_params += op.num_params;
+  }
+
+  // What each microbatch keeps in its slot: always the stage input; the
+  // output a_K never (the next stage or the loss takes it).
+  p.kept.assign(K + 1, 0);
+  p.kept[0] = 1;
+  for (int i = 0; i + 1 < K; ++i) {
+    const OpDesc& op = model.ops[static_cast<std::size_t>(first_op + i)];
+    switch (run.checkpointing) {
+      case Checkpointing::kNone:
+        p.kept[i + 1] = 1;
+        break;
+      case Checkpointing::kFull:
+        break;
+      case Checkpointing::kSelective:
+        p.kept[i + 1] = op.is_layer() && std::find(run.keep.begin(), run.keep.end(), op.type) != run.keep.end();
+        break;
+    }
+  }
+  p.kept_offset.assign(K + 1, 0);
+  std::size_t slot = 0;
+  for (int i = 0; i < K; ++i) {
+    if (!p.kept[i]) continue;
+    p.kept_offset[i] = slot;
+    slot += p.act[i].bytes();
+  }
+  if (p.is_last) {
+    p.dlogits_offset = slot;
+    slot += p.act[K].bytes();
+  }
+  p.forward_bytes = slot;
+  p.wgrad_offset.assign(K, 0);
+  if (split_backward) {
+    for (int i = 0; i < K; ++i) {
+      if (!model.ops[static_cast<std::size_t>(first_op + i)].has_params()) continue;
+      p.wgrad_offset[i] = slot;
+      slot += p.act[i + 1].bytes();
+    }
+  }
+  p.slot_bytes = slot;
+  p.workspace_offset.assign(K + 1, 0);
+  std::size_t ws = 0;
+  for (int i = 0; i <= K; ++i) {
+    p.workspace_offset[i] = ws;
+    ws += p.act[i].bytes();
+  }
+  p.workspace_bytes = ws;
+  const auto it = std::find(mine.stages.begin(), mine.stages.end(), stage);
+  p.ring_capacity = mine.peak_in_flight[static_cast<std::size_t>(it - mine.stages.begin())];
+  return p;
+}
+
+// Resolves one action of rank `rank`'s list into an instruction.
+Instruction Resolve(const RankPlan& r, const Action& a) {
+  Instruction in;
+  in.action = a;
+  if (!HasMicrobatch(a.kind)) return in;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do
+  const int s = a.stage, j = a.microbatch, S = r.stages;
+  const auto& rank_of = r.stage_rank;
+  in.local = r.local[static_cast<std::size_t>(s)];
+  auto buffer = [&](BufferRef::Kind kind, int stage) {
+    return BufferRef{kind, r.local[static_cast<std::size_t>(stage)], j};
+  };
+  switch (a.kind) {
+    case ActionKind::kRecvF:
+      in.request = r.RequestId(a.kind, s, j);
+      in.peer = rank_of[s - 1];
+      in.tag = r.TagF(s - 1, j);
+      in.out = buffer(BufferRef::kInboxF, s);
+      in.tensor = r.stage_input[s];
+      break;
+    case ActionKind::kRecvB:
+      in.request = r.RequestId(a.kind, s, j);
+      in.peer = rank_of[s + 1];
+      in.tag = r.TagB(s + 1, j);
+      in.out = buffer(BufferRef::kInboxB, s);
+      in.tensor = r.stage_output[s];
+      break;
+    case ActionKind::kSendF:
+      in.request = r.RequestId(a.kind, s, j);
+      in.peer = rank_of[s + 1];
+      in.tag = r.TagF(s, j);
+      in.in = buffer(BufferRef::kOutboxF, s);
+      in.tensor = r.stage_output[s];
+      break;
+    case ActionKind::kSendB:
+      in.request = r.RequestId(a.kind, s, j);
+      in.peer = rank_of[s - 1];
+      in.tag = r.TagB(s, j);
+      in.in = buffer(BufferRef::kOutboxB, s);
+      in.tensor = r.stage_input[s];
+      break;
+    case ActionKind::kForward:
+      in.tensor = r.stage_input[s];
+      if (s == 0) {
+        in.in = BufferRef{BufferRef::kInputs, -1, j};
+      } else {
+        in.in = buffer(BufferRef::kInboxF, s);
+        if (rank_of[s - 1] != r.rank) {
+          in.wait = r.RequestId(ActionKind::kRecvF, s, j);
+          in.peer = rank_of[s - 1];
+        }
+      }
+      if (s == S - 1) {
+        in.labels = BufferRef{BufferRef::kLabels, -1, j};
+      } else if (rank_of[s + 1] == r.rank) {
+        in.out = buffer(BufferRef::kInboxF, s + 1);  // a local hand-over: the next stage's input
+      } else {
+        in.out = buffer(BufferRef::kOutboxF, s);
+      }
+      break;
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+      if (s + 1 < S) {
+        in.tensor = r.stage_output[s];
+        in.in = buffer(BufferRef::kInboxB, s);
+        if (rank_of[s + 1] != r.rank) {
+          in.wait = r.RequestId(ActionKind::kRecvB, s, j);
+          in.peer = rank_of[s + 1];
+        }
+      }
+      if (s > 0) in.out = rank_of[s - 1] == r.rank ? buffer(BufferRef::kInboxB, s - 1) : buffer(BufferRef::kOutboxB, s);
+      break;
+    default:
+      break;  // W: the slot alone
+  }
+  return in;
+}
+
+int CountSends(const std::vector<Action>& actions) {
+  return static_cast<int>(std::count_if(actions.begin(), actions.end(), [](const Action& a) {
+    return a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB;
+  }));
+}
+
+}  // namespace
+
+std::vector<int> PartitionLayers(const TrainConfig& c, const ModelDesc& model, int stages) {
+  const int n = model.top_layers();
+  if (stages > n) {
+    throw ConfigError(
+        fmt::format("{}: pipeline needs {} stages ({} ranks x {} chunks) but the model has only {} "
+                    "layers; every stage needs at least one layer",
+                    c.source, stages, c.pipeline.ranks, stages / std::max(c.pipeline.ranks, 1), n));
+  }
+  std::vector<int> bounds(stages + 1, 0);
+  if (c.pipeline.partition == Partition::kExplicit) {
+    const auto& counts = c.pipeline.partition_counts;
+    if (static_cast<int>(counts.size()) != stages) {
+      throw ConfigError(
+          fmt::format("{}: pipeline.partition lists {} stages, but the pipeline has {} ({} ranks x {} "
+                      "chunks)",
+                      c.source, counts.size(), stages, c.pipeline.ranks, stages / c.pipeline.ranks));
+    }
+    int sum = 0;
+    for (int s = 0; s < stages; ++s) {
+      if (counts[s] < 1) throw ConfigError(fmt::format("{}: pipeline.partition: stage {} is empty", c.source, s));
+      bounds[s] = sum;
+      sum += counts[s];
+    }
+    if (sum != n) {
+      throw ConfigError(
+          fmt::format("{}: pipeline.partition's counts add up to {} layers, but the model has {}", c.source, sum, n));
+    }
+    bounds[stages] = n;
+    return bounds;
+  }
+  const bool flops = c.pipeline.balance_by == BalanceBy::kFlops;
+  std::vector<double> prefix(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + model.BalanceWeight(i, flops);
+  // best[k][i]: the smallest possible heaviest stage when the first i layers
+  // form k stages; cut[k][i] the start of the k-th stage in that split.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k) {
+    for (int i = k; i <= n; ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        const double v = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (v < best[k][i]) {
+          best[k][i] = v;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  bounds[stages] = n;
+  for (int k = stages, i = n; k > 0; --k) {
+    i = cut[k][i];
+    bounds[k - 1] = i;
+  }
+  return bounds;
+}
+
+RunPlan PlanRun(const TrainConfig& c) {
+  RunPlan plan;
+  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
+  Validate(s);
+  plan.lowered = Lower(s);
+  Validate(plan.lowered);
+  // Derived from a validated schedule, and Lower itself refuses an order
+  // that cannot progress (CheckStructure would ask for backwards).
+  plan.evaluation = Lower(ForwardOnly(plan.lowered));
+  SimOptions unit;
+  unit.record_timeline = false;
+  plan.sim = Simulate(plan.lowered, unit);
+  plan.model = DescribeModel(c.model.layers, c.model.input);
+  plan.bounds = PartitionLayers(c, plan.model, plan.lowered.stages);
+  plan.rows = c.train.batch_size / c.pipeline.microbatches;
+  plan.batch_size = c.train.batch_size;
+  plan.checkpointing = c.pipeline.checkpointing;
+  plan.keep = c.pipeline.keep;
+  plan.wait_timeout_s = c.pipeline.wait_timeout_s;
+  return plan;
+}
+
+int RankPlan::RequestId(ActionKind kind, int stage, int microbatch) const {
+  return (RequestKindOf(kind) * stages + stage) * microbatches + microbatch;
+}
+
+std::size_t RankPlan::RingBytes() const {
+  std::size_t n = 0;
+  for (const StagePlan& st : local_stages) n += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
+  return n;
+}
+
+RankPlan PlanRank(const RunPlan& run, int rank) {
+  const Schedule& lowered = run.lowered;
+  RankPlan r;
+  r.rank = rank;
+  r.ranks = lowered.ranks;
+  r.stages = lowered.stages;
+  r.microbatches = lowered.microbatches;
+  r.rows = run.rows;
+  r.batch_size = run.batch_size;
+  r.stage_rank = lowered.stage_rank;
+  r.local.assign(r.stages, -1);
+  const int S = r.stages, m = r.microbatches;
+  for (int s = 0; s < S; ++s) {
+    const int first_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).first;
+    const int last_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).second;
+    r.stage_input.push_back(Activation(run.rows, run.model.width[static_cast<std::size_t>(first_op)]));
+    r.stage_output.push_back(Activation(run.rows, run.model.width[static_cast<std::size_t>(last_op)]));
+  }
+  const RankResult& mine = run.sim.per_rank[static_cast<std::size_t>(rank)];
+  for (int s = 0; s < S; ++s) {
+    if (lowered.stage_rank[s] != rank) continue;
+    bool split = false;
+    for (const Action& a : lowered.actions[rank]) {
+      if (a.stage == s && a.kind == ActionKind::kBackwardInput) split = true;
+    }
+    r.local[s] = static_cast<int>(r.local_stages.size());
+    r.local_stages.push_back(PlanStage(run, mine, s, split));
+  }
+  r.has_inputs = lowered.stage_rank.front() == rank;
+  r.has_labels = lowered.stage_rank.back() == rank;
+  r.inputs = r.stage_input.front().WithRows(run.batch_size);
+  r.labels = {DType::kI32, {run.batch_size}};
+
+  // Message buffers: one microbatch each, for every microbatch of the step.
+  r.requests = 4 * S * m;
+  r.max_tag = 2 * S * m;
+  r.message_bytes.assign(static_cast<std::size_t>(r.requests), 0);
+  for (int s = 0; s < S; ++s) {
+    const int k = r.local[s];
+    if (k < 0) continue;
+    const TensorDesc& in = r.stage_input[s];
+    const TensorDesc& out = r.stage_output[s];
+    const bool next_remote = s + 1 < S && lowered.stage_rank[s + 1] != rank;
+    const bool prev_remote = s > 0 && lowered.stage_rank[s - 1] != rank;
+    if (s > 0) r.buffers.push_back({BufferRef::kInboxF, k, in, m});
+    if (s + 1 < S) r.buffers.push_back({BufferRef::kInboxB, k, out, m});
+    if (next_remote) r.buffers.push_back({BufferRef::kOutboxF, k, out, m});
+    if (prev_remote) r.buffers.push_back({BufferRef::kOutboxB, k, in, m});
+    for (int j = 0; j < m; ++j) {
+      if (prev_remote) {
+        r.message_bytes[r.RequestId(ActionKind::kRecvF, s, j)] = in.bytes();
+        r.message_bytes[r.RequestId(ActionKind::kSendB, s, j)] = in.bytes();
+      }
+      if (next_remote) {
+        r.message_bytes[r.RequestId(ActionKind::kRecvB, s, j)] = out.bytes();
+        r.message_bytes[r.RequestId(ActionKind::kSendF, s, j)] = out.bytes();
+      }
+    }
+  }
+  for (const Action& a : lowered.actions[rank]) r.step.push_back(Resolve(r, a));
+  for (const Action& a : run.evaluation.actions[rank]) r.evaluation.push_back(Resolve(r, a));
+  r.sends_per_step = std::max(CountSends(lowered.actions[rank]), CountSends(run.evaluation.actions[rank]));
+  return r;
+}
+
+std::string DescribePlan(const RunPlan& run) {
+  std::string out = fmt::format("# plan: {} ranks, schedule {} ({} stages, {} microbatches of {} samples)\n",
+                                run.lowered.ranks, run.lowered.name, run.stages(), run.microbatches(), run.rows);
+  std::vector<RankPlan> ranks;
+  for (int rank = 0; rank < run.lowered.ranks; ++rank) ranks.push_back(PlanRank(run, rank));
+  for (int s = 0; s < run.stages(); ++s) {
+    const RankPlan& r = ranks[static_cast<std::size_t>(run.lowered.stage_rank[s])];
+    const StagePlan& st = r.local_stages[static_cast<std::size_t>(r.local[s])];
+    out += fmt::format(
+        "#   stage {} on rank {}: layers {}..{}, ring capacity {} microbatches of {} bytes, {} parameters, "
+        "{} -> {}{}\n",
+        st.stage, r.rank, st.first_layer, st.last_layer - 1, st.ring_capacity, st.slot_bytes, st.num_params,
+        ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "");
+  }
+  for (const RankPlan& r : ranks) {
+    int messages = 0;
+    std::size_t bytes = 0;
+    for (const Instruction& in : r.step) {
+      if (in.action.kind == ActionKind::kSendF || in.action.kind == ActionKind::kSendB) {
+        ++messages;
+        bytes += in.tensor.bytes();
+      }
+    }
+    out += fmt::format("#   rank {}: {} actions per step, sends {} messages ({} bytes), ring memory {} bytes\n",
+                       r.rank, r.step.size(), messages, bytes, r.RingBytes());
+  }
+  out += fmt::format("# simulated with unit costs: bubble {:.2f}%\n", 100 * run.sim.bubble_rate);
+  return out;
+}
+
+std::string DescribeRunPlan(const TrainConfig& config) { return DescribePlan(PlanRun(config)); }
+
+}  // namespace baton

@@ -1,0 +1,182 @@
+// The run plan: everything a run's ranks will do, decided from the config
+// alone, before anything is allocated or any message is sent. Pure: no MPI,
+// no device, no run memory; every rank computes the same plan, `baton
+// validate` prints it, and unit tests assert on it.
+//
+//   config ──► PlanRun ──► RunPlan: model description, lowered schedule (the
+//                          training step), forward-only lowered schedule
+//                          (evaluation), unit-cost simulation, partition
+//                     └──► PlanRank(rank) ──► RankPlan: per local stage its
+//                          ops, tensors, ring slot layout and capacity; its
+//                          message buffers; every message's request id, tag,
+//                          peer and tensor; the step and evaluation as
+//                          instructions with every operand resolved
+//
+// The executor (executor.h) allocates what a RankPlan lists and interprets
+// its instructions; it decides nothing.
+#ifndef BATON_RUNTIME_PLAN_H_
+#define BATON_RUNTIME_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "baton/action.h"
+#include "baton/config.h"
+#include "baton/model.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+#include "baton/view.h"
+
+namespace baton {
+
+struct RunPlan {
+  ModelDesc model;
+  Schedule lowered;     // one training step, with SEND/RECV
+  Schedule evaluation;  // the step's forwards only, lowered: evaluation rounds of m microbatches
+  SimResult sim;        // unit costs: the ring capacities (peak in-flight microbatches per stage)
+  std::vector<int> bounds;  // first top-level layer of each stage, and the layer count (size stages + 1)
+  int rows = 0;             // samples per microbatch
+  int batch_size = 0;
+  Checkpointing checkpointing = Checkpointing::kNone;
+  std::vector<LayerType> keep;  // selective: the layer types whose outputs a slot keeps
+  double wait_timeout_s = 300;
+
+  int stages() const { return lowered.stages; }
+  int microbatches() const { return lowered.microbatches; }
+};
+
+// Loads and checks the schedule (generator or file), lowers and validates it,
+// simulates it with unit costs, describes the model and partitions it.
+// Throws ConfigError or ScheduleError with the rule; allocates no run memory.
+RunPlan PlanRun(const TrainConfig& config);
+
+// First top-level layer of each stage (size stages + 1). Balanced splits
+// minimise the largest stage's parameter count (or forward FLOPs); explicit
+// counts are checked. Throws ConfigError with the rule.
+std::vector<int> PartitionLayers(const TrainConfig& config, const ModelDesc& model, int stages);
+
+// One microbatch through one stage: its ops over activations a_0 (the stage
+// input) .. a_K (its output), and what its ring slot keeps.
+//
+// Backward needs the input of every layer op. Which inputs a microbatch keeps
+// is the checkpointing policy: none keeps them all; full keeps only a_0 and
+// recomputes the rest into the stage's workspace inside backward; selective
+// keeps a_0 and the outputs of the kept layer types and recomputes the
+// others. A split backward (I, then W later) also keeps, per op with
+// parameters, the gradient of its output, which W needs. The last stage
+// keeps the loss's gradient (dlogits).
+struct StagePlan {
+  int stage = 0;                          // global index
+  int first_layer = 0, last_layer = 0;    // top-level layers [first, last)
+  int first_op = 0;                       // ModelDesc op of the stage's op 0
+  int rows = 0;                           // samples per microbatch
+  bool is_first = false, is_last = false;
+  bool split_backward = false;            // the schedule runs I and W separately here
+  Checkpointing checkpointing = Checkpointing::kNone;
+  std::vector<int> layer;                 // per op: the device's layer index, -1 for an add
+  std::vector<int> skip;                  // per op: an add's second input (activation index), or -1
+  std::vector<char> block_input;          // per activation: a residual block starts from it
+  std::vector<TensorDesc> act;            // a_0 .. a_K of one microbatch
+  std::vector<char> kept;                 // per activation: kept in the slot
+  std::vector<std::size_t> kept_offset;   // per activation: its bytes in the slot, if kept
+  std::vector<std::size_t> wgrad_offset;  // per op with parameters (split backward): its output gradient
+  std::size_t dlogits_offset = 0;         // last stage
+  std::size_t forward_bytes = 0;          // filled by one forward (activations; dlogits)
+  std::size_t slot_bytes = 0;
+  int ring_capacity = 1;                  // the simulator's peak in-flight microbatches
+  std::vector<std::size_t> workspace_offset;  // per activation, bytes into each workspace buffer
+  std::size_t workspace_bytes = 0;        // one microbatch of every activation
+  std::size_t num_params = 0;             // floats
+  std::size_t param_offset = 0;           // floats, from the model's first parameter
+
+  int ops() const { return static_cast<int>(layer.size()); }
+  const TensorDesc& input() const { return act.front(); }
+  const TensorDesc& output() const { return act.back(); }
+};
+
+// Where an instruction's tensor lives; the executor turns it into memory.
+struct BufferRef {
+  enum Kind : std::uint8_t {
+    kNone,
+    kInputs,   // the step's inputs (first stage), microbatch `microbatch`
+    kLabels,   // the step's labels (last stage)
+    kInboxF,   // local stage `local`'s input of microbatch j: received, or handed over locally
+    kInboxB,   // local stage `local`'s output gradient of microbatch j
+    kOutboxF,  // local stage `local`'s output of microbatch j, to send
+    kOutboxB,  // local stage `local`'s input gradient of microbatch j, to send
+  };
+  Kind kind = kNone;
+  int local = -1;
+  int microbatch = 0;
+};
+
+// One action of the rank's list with its operands resolved.
+//   F:        reads `in` (after completing receive `wait`), writes `out` (or
+//             the loss against `labels` on the last stage)
+//   B, I:     reads `in` = the output gradient (none on the last stage),
+//             writes `out` = the input gradient (none on the first)
+//   W:        the slot only
+//   RECV_*:   posts receive `request` of `tensor` from `peer` with `tag` into `out`
+//   SEND_*:   posts send `request` of `tensor` from `in` to `peer` with `tag`
+struct Instruction {
+  Action action;
+  int local = -1;      // local stage of the action
+  BufferRef in, out, labels;
+  int wait = -1;       // compute: a receive to complete first (request id)
+  int request = -1;    // comm: its request id
+  int peer = -1;       // comm: the other rank; compute: the rank `wait` receives from
+  int tag = -1;
+  TensorDesc tensor;   // comm: the message; compute: `in`
+};
+
+// A rank's message buffers of one kind for one local stage: `count`
+// microbatches of `tensor` each (one per microbatch of the step).
+struct BufferPlan {
+  BufferRef::Kind kind = BufferRef::kNone;
+  int local = -1;
+  TensorDesc tensor;
+  int count = 0;
+};
+
+struct RankPlan {
+  int rank = 0;
+  int ranks = 0, stages = 0, microbatches = 0, rows = 0, batch_size = 0;
+  std::vector<int> stage_rank;
+  std::vector<int> local;                  // stage -> local index, or -1
+  std::vector<StagePlan> local_stages;     // ascending stage index
+  std::vector<TensorDesc> stage_input, stage_output;  // every stage, one microbatch
+  TensorDesc inputs;                       // the step's inputs (first stage's rank)
+  TensorDesc labels;                       // the step's labels (last stage's rank)
+  bool has_inputs = false, has_labels = false;
+  std::vector<BufferPlan> buffers;
+  int requests = 0;                        // request ids are in [0, requests)
+  int max_tag = 0;                         // the largest tag any message uses
+  std::vector<std::size_t> message_bytes;  // per request id: its message's bytes (0: unused)
+  std::vector<Instruction> step;           // one training step
+  std::vector<Instruction> evaluation;     // one evaluation round of `microbatches` microbatches
+  int sends_per_step = 0;                  // the most sends in flight at once
+
+  // Request id of a message: (kind, stage, microbatch), kind = RECV_F 0,
+  // RECV_B 1, SEND_F 2, SEND_B 3.
+  int RequestId(ActionKind kind, int stage, int microbatch) const;
+  // Tags name the sending stage and the microbatch: activations even,
+  // gradients odd.
+  int TagF(int from_stage, int microbatch) const { return (from_stage * microbatches + microbatch) * 2; }
+  int TagB(int from_stage, int microbatch) const { return (from_stage * microbatches + microbatch) * 2 + 1; }
+  // Bytes of the rank's run memory: rings, message buffers, workspaces,
+  // parameters, gradients (not the optimizer state).
+  std::size_t RingBytes() const;
+};
+
+// Rank `rank`'s part of the plan. Pure.
+RankPlan PlanRank(const RunPlan& plan, int rank);
+
+// The plan as text, one line per stage (its rank, layers, parameters, ring
+// capacity and slot bytes) and one per rank's messages: for `baton validate`.
+std::string DescribePlan(const RunPlan& plan);
+
+}  // namespace baton
+
+#endif  // BATON_RUNTIME_PLAN_H_

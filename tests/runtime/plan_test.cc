@@ -1,0 +1,168 @@
+// The run plan without MPI or a device: ring capacities against the
+// closed forms of 1F1B and against the simulator, message pairing between
+// ranks (every send meets exactly one receive with the same tag, size and
+// request kind on its peer), local hand-overs, slot layouts, and the
+// forward-only evaluation schedule.
+#include "plan.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "baton/config.h"
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+TrainConfig Tiny(const std::vector<std::string>& sets = {}) {
+  return LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets);
+}
+
+std::vector<RankPlan> AllRanks(const RunPlan& run) {
+  std::vector<RankPlan> out;
+  for (int r = 0; r < run.lowered.ranks; ++r) out.push_back(PlanRank(run, r));
+  return out;
+}
+
+TEST(Plan, RingCapacitiesFollow1F1BsWarmUp) {
+  // 1F1B keeps p - r microbatches in flight on rank r.
+  const RunPlan run = PlanRun(Tiny({"pipeline.ranks=4"}));
+  for (const RankPlan& r : AllRanks(run)) {
+    ASSERT_EQ(r.local_stages.size(), 1u);
+    EXPECT_EQ(r.local_stages[0].ring_capacity, 4 - r.rank) << "rank " << r.rank;
+    EXPECT_EQ(r.RingBytes(), r.local_stages[0].slot_bytes * static_cast<std::size_t>(4 - r.rank));
+  }
+  // GPipe keeps every microbatch.
+  const RunPlan gpipe = PlanRun(Tiny({"pipeline.ranks=4", "pipeline.schedule=gpipe"}));
+  for (const RankPlan& r : AllRanks(gpipe)) EXPECT_EQ(r.local_stages[0].ring_capacity, 8);
+}
+
+TEST(Plan, EverySendMeetsOneReceiveOfTheSameSizeOnItsPeer) {
+  for (const char* schedule : {"1f1b", "zb_h1", "interleaved_1f1b", "zbv", "gpipe"}) {
+    const RunPlan run = PlanRun(Tiny({"pipeline.ranks=2", std::string("pipeline.schedule=") + schedule}));
+    const std::vector<RankPlan> ranks = AllRanks(run);
+    for (bool evaluation : {false, true}) {
+      // (sender, receiver, tag) -> bytes, for each side.
+      std::map<std::tuple<int, int, int>, std::size_t> sent, received;
+      for (const RankPlan& r : ranks) {
+        for (const Instruction& in : evaluation ? r.evaluation : r.step) {
+          const ActionKind k = in.action.kind;
+          if (evaluation) EXPECT_TRUE(k == ActionKind::kForward || IsComm(k)) << ToString(in.action);
+          if (k == ActionKind::kSendF || k == ActionKind::kSendB) {
+            EXPECT_TRUE(sent.insert({{r.rank, in.peer, in.tag}, in.tensor.bytes()}).second) << "a tag sent twice";
+            EXPECT_EQ(r.message_bytes[in.request], in.tensor.bytes());
+          }
+          if (k == ActionKind::kRecvF || k == ActionKind::kRecvB) {
+            EXPECT_TRUE(received.insert({{in.peer, r.rank, in.tag}, in.tensor.bytes()}).second);
+            EXPECT_EQ(r.message_bytes[in.request], in.tensor.bytes());
+          }
+          EXPECT_LE(in.tag, r.max_tag);
+          EXPECT_LT(in.request, r.requests);
+        }
+      }
+      EXPECT_EQ(sent, received) << schedule << (evaluation ? " evaluation" : " step");
+      EXPECT_FALSE(sent.empty()) << schedule;
+    }
+  }
+}
+
+TEST(Plan, MessagesCarryTheBoundaryActivation) {
+  // tiny: 12 -> linear 32 -> gelu -> block(32) | linear 24 -> ... ; 4 rows per microbatch.
+  const RunPlan run = PlanRun(Tiny({"pipeline.ranks=2", "pipeline.partition=[3, 6]"}));
+  const RankPlan r0 = PlanRank(run, 0);
+  for (const Instruction& in : r0.step) {
+    if (in.action.kind == ActionKind::kSendF) {
+      EXPECT_EQ(in.tensor, (TensorDesc{DType::kF32, {4, 32}}));
+      EXPECT_EQ(in.peer, 1);
+      EXPECT_EQ(in.tag, r0.TagF(0, in.action.microbatch));
+    }
+    if (in.action.kind == ActionKind::kForward) {
+      EXPECT_EQ(in.in.kind, BufferRef::kInputs);
+      EXPECT_EQ(in.out.kind, BufferRef::kOutboxF);
+      EXPECT_EQ(in.wait, -1);  // the first stage receives nothing
+    }
+  }
+  const RankPlan r1 = PlanRank(run, 1);
+  for (const Instruction& in : r1.step) {
+    if (in.action.kind == ActionKind::kForward) {
+      EXPECT_EQ(in.labels.kind, BufferRef::kLabels);
+      EXPECT_EQ(in.wait, r1.RequestId(ActionKind::kRecvF, 1, in.action.microbatch));
+      EXPECT_EQ(in.peer, 0);
+    }
+  }
+}
+
+TEST(Plan, StagesOnOneRankHandOverWithoutMessages) {
+  // ZB-V on 2 ranks: rank 1 holds stages 1 and 2 (the V's bottom), which
+  // hand over in its own memory.
+  const RunPlan run = PlanRun(Tiny({"pipeline.ranks=2", "pipeline.schedule=zbv"}));
+  const RankPlan r1 = PlanRank(run, 1);
+  ASSERT_EQ(r1.local_stages.size(), 2u);
+  EXPECT_EQ(r1.local_stages[0].stage, 1);
+  EXPECT_EQ(r1.local_stages[1].stage, 2);
+  for (const Instruction& in : r1.step) {
+    if (in.action.kind == ActionKind::kForward && in.action.stage == 1) {
+      EXPECT_EQ(in.out.kind, BufferRef::kInboxF);
+      EXPECT_EQ(in.out.local, 1);
+    }
+    if (in.action.kind == ActionKind::kForward && in.action.stage == 2) EXPECT_EQ(in.wait, -1);
+    if (IsComm(in.action.kind)) EXPECT_TRUE(in.action.stage == 1 || in.action.stage == 2);
+    if (in.action.kind == ActionKind::kSendF) EXPECT_EQ(in.action.stage, 2);  // only 2 -> 3 crosses ranks
+  }
+  EXPECT_TRUE(r1.local_stages[0].split_backward);
+}
+
+TEST(Plan, SlotLayoutIsContiguousAndBackwardNeedsFit) {
+  for (const char* policy : {"none", "full", "selective"}) {
+    const RunPlan run = PlanRun(Tiny({"pipeline.ranks=2", "pipeline.schedule=zb_h1",
+                                      std::string("pipeline.checkpointing=") + policy,
+                                      std::string(policy) == "selective" ? "pipeline.keep=[linear]" : "pipeline.keep=[]"}));
+    for (const RankPlan& r : AllRanks(run)) {
+      const StagePlan& st = r.local_stages[0];
+      std::size_t end = 0;
+      for (int i = 0; i < st.ops(); ++i) {
+        if (!st.kept[i]) continue;
+        EXPECT_EQ(st.kept_offset[i], end) << policy;
+        end += st.act[i].bytes();
+      }
+      if (st.is_last) {
+        EXPECT_EQ(st.dlogits_offset, end);
+        end += st.output().bytes();
+      }
+      EXPECT_EQ(st.forward_bytes, end);
+      EXPECT_LE(st.forward_bytes, st.slot_bytes);
+      EXPECT_TRUE(st.kept[0]);
+      EXPECT_FALSE(st.kept[st.ops()]);
+    }
+  }
+}
+
+TEST(Plan, ForwardOnlyEvaluationKeepsEachRanksOrder) {
+  const RunPlan run = PlanRun(Tiny({"pipeline.ranks=4", "pipeline.schedule=1f1b"}));
+  EXPECT_EQ(run.evaluation.microbatches, run.lowered.microbatches);
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int> order;
+    for (const Action& a : run.evaluation.actions[r]) {
+      if (a.kind == ActionKind::kForward) order.push_back(a.microbatch);
+    }
+    std::vector<int> expected;
+    for (const Action& a : run.lowered.actions[r]) {
+      if (a.kind == ActionKind::kForward) expected.push_back(a.microbatch);
+    }
+    EXPECT_EQ(order, expected) << "rank " << r;
+  }
+}
+
+TEST(Plan, DescribesEveryStage) {
+  const std::string text = DescribePlan(PlanRun(Tiny({"pipeline.ranks=2", "pipeline.schedule=zbv"})));
+  for (const char* want : {"stage 0 on rank 0", "stage 1 on rank 1", "stage 2 on rank 1", "stage 3 on rank 0",
+                           "ring capacity", "split backward", "f32[4, 12]"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace baton
