@@ -70,18 +70,18 @@ class StageDevice {
   // Layer `layer` (AddLayer order): y = f(x); dx = (df/dx)^T dy; and
   // grads += (df/dparams)^T dy (ADDS). x, y, dx: the layer's input and
   // output tensors; rows = their matrix rows.
-  virtual void Forward(int layer, ConstView x, View y) = 0;
-  virtual void BackwardInput(int layer, ConstView x, ConstView dy, View dx) = 0;
-  virtual void BackwardWeight(int layer, ConstView x, ConstView dy) = 0;
-  virtual void Add(ConstView a, ConstView b, View out) = 0;  // out = a + b
-  virtual void AddInto(ConstView x, View y) = 0;              // y += x
-  virtual void Copy(View dst, ConstView src) = 0;
-  virtual void Zero(View dst) = 0;
+  virtual void Forward(int layer, const ConstView& x, const View& y) = 0;
+  virtual void BackwardInput(int layer, const ConstView& x, const ConstView& dy, const View& dx) = 0;
+  virtual void BackwardWeight(int layer, const ConstView& x, const ConstView& dy) = 0;
+  virtual void Add(const ConstView& a, const ConstView& b, const View& out) = 0;  // out = a + b
+  virtual void AddInto(const ConstView& x, const View& y) = 0;              // y += x
+  virtual void Copy(const View& dst, const ConstView& src) = 0;
+  virtual void Zero(const View& dst) = 0;
   // Cross-entropy of logits (rows, classes) against labels (i32, rows), as
   // the host's CrossEntropy (src/model/layers.h); writes dlogits unless its
   // data is null. The loss and correct count are added to totals read by
   // TakeLossTotals.
-  virtual void CrossEntropy(ConstView logits, ConstView labels, float grad_scale, View dlogits) = 0;
+  virtual void CrossEntropy(const ConstView& logits, const ConstView& labels, float grad_scale, const View& dlogits) = 0;
   // The totals since the last call, and resets them. On a GPU this is the
   // step's one read of device data by the host.
   virtual LossTotals TakeLossTotals() = 0;

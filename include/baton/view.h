@@ -30,20 +30,22 @@ inline std::span<const DType> EnumValues(DType) { return kDTypes; }
 // Bytes of one element.
 constexpr std::size_t SizeOf(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
 
-// Up to four dimensions, row-major. Dimension 0 is the samples.
+// Up to four dimensions, row-major. Dimension 0 is the samples. Small on
+// purpose (views are made and passed for every op of every action): each
+// dimension is below 2^31, the product is 64-bit.
 struct Shape {
   static constexpr int kMaxRank = 4;
-  std::array<std::int64_t, kMaxRank> dims{};
-  int rank = 0;
+  std::array<std::int32_t, kMaxRank> dims{};
+  std::int32_t rank = 0;
 
   Shape() = default;
-  // REQUIRES: at most kMaxRank dimensions.
-  Shape(std::initializer_list<std::int64_t> d) : rank(static_cast<int>(d.size())) {
+  // REQUIRES: at most kMaxRank dimensions, each in [0, 2^31).
+  Shape(std::initializer_list<std::int64_t> d) : rank(static_cast<std::int32_t>(d.size())) {
     std::size_t i = 0;
-    for (std::int64_t v : d) dims[i++] = v;
+    for (std::int64_t v : d) dims[i++] = static_cast<std::int32_t>(v);
   }
   std::int64_t operator[](int i) const { return dims[static_cast<std::size_t>(i)]; }
-  std::int64_t elements() const { return rank == 0 ? 0 : dims[0] * per_sample(); }
+  std::int64_t elements() const { return rank == 0 ? 0 : std::int64_t{dims[0]} * per_sample(); }
   // Elements per sample: the product of dimensions 1..rank-1.
   std::int64_t per_sample() const {
     std::int64_t n = 1;
@@ -56,19 +58,27 @@ struct Shape {
 
 // An element type and a shape: one tensor, wherever it lives.
 struct TensorDesc {
-  DType dtype = DType::kF32;
   Shape shape;
+  DType dtype = DType::kF32;
+
+  TensorDesc() = default;
+  TensorDesc(DType d, Shape s) : shape(s), dtype(d) {}
 
   std::size_t bytes() const { return static_cast<std::size_t>(shape.elements()) * SizeOf(dtype); }
   std::int64_t elements() const { return shape.elements(); }
   // The same tensor with `rows` samples (dimension 0).
   TensorDesc WithRows(std::int64_t rows) const {
     TensorDesc t = *this;
-    t.shape.dims[0] = rows;
+    t.shape.dims[0] = static_cast<std::int32_t>(rows);
     return t;
   }
-  // Rows of the matrix a per-row kernel sees: all elements / the last dimension.
-  std::int64_t matrix_rows() const { return shape.last() > 0 ? shape.elements() / shape.last() : 0; }
+  // Rows of the matrix a per-row kernel sees: the product of every dimension
+  // but the last (multiplied, not divided: kernels ask for it on every call).
+  std::int64_t matrix_rows() const {
+    std::int64_t n = 1;
+    for (int i = 0; i + 1 < shape.rank; ++i) n *= shape.dims[static_cast<std::size_t>(i)];
+    return n;
+  }
   friend bool operator==(const TensorDesc&, const TensorDesc&) = default;
 };
 // "f32[16, 784]"

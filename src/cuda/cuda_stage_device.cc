@@ -101,24 +101,24 @@ class CudaStageDevice final : public StageDevice {
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
-  void Forward(int layer, ConstView x, View y) override {
+  void Forward(int layer, const ConstView& x, const View& y) override {
     layers_[layer]->Forward(ctx_, x.as<float>(), y.as<float>(), Rows(x));
   }
-  void BackwardInput(int layer, ConstView x, ConstView dy, View dx) override {
+  void BackwardInput(int layer, const ConstView& x, const ConstView& dy, const View& dx) override {
     layers_[layer]->BackwardInput(ctx_, x.as<float>(), dy.as<float>(), dx.as<float>(), Rows(x));
   }
-  void BackwardWeight(int layer, ConstView x, ConstView dy) override {
+  void BackwardWeight(int layer, const ConstView& x, const ConstView& dy) override {
     layers_[layer]->BackwardWeight(ctx_, x.as<float>(), dy.as<float>(), Rows(x));
   }
-  void Add(ConstView a, ConstView b, View out) override {
+  void Add(const ConstView& a, const ConstView& b, const View& out) override {
     cuda::Add(ctx_, a.as<float>(), b.as<float>(), out.as<float>(), Elements(out));
   }
-  void AddInto(ConstView x, View y) override { cuda::AddInto(ctx_, x.as<float>(), y.as<float>(), Elements(y)); }
-  void Copy(View dst, ConstView src) override {
+  void AddInto(const ConstView& x, const View& y) override { cuda::AddInto(ctx_, x.as<float>(), y.as<float>(), Elements(y)); }
+  void Copy(const View& dst, const ConstView& src) override {
     BATON_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
   }
-  void Zero(View dst) override { BATON_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.bytes(), ctx_.stream)); }
-  void CrossEntropy(ConstView logits, ConstView labels, float grad_scale, View dlogits) override {
+  void Zero(const View& dst) override { BATON_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.bytes(), ctx_.stream)); }
+  void CrossEntropy(const ConstView& logits, const ConstView& labels, float grad_scale, const View& dlogits) override {
     cuda::CrossEntropy(ctx_, logits.as<float>(), labels.as<std::int32_t>(), Rows(logits),
                        static_cast<int>(logits.desc.shape.last()), grad_scale, dlogits.as<float>(), loss_.data(),
                        correct_.data());
@@ -145,8 +145,8 @@ class CudaStageDevice final : public StageDevice {
   }
 
  private:
-  static int Rows(ConstView v) { return static_cast<int>(v.desc.matrix_rows()); }
-  static std::size_t Elements(ConstView v) { return static_cast<std::size_t>(v.desc.elements()); }
+  static int Rows(const ConstView& v) { return static_cast<int>(v.desc.matrix_rows()); }
+  static std::size_t Elements(const ConstView& v) { return static_cast<std::size_t>(v.desc.elements()); }
 
   CublasHandle cublas_;
   Context ctx_;

@@ -17,10 +17,10 @@ namespace baton {
 namespace {
 
 // An F32 tensor as the matrix a per-row kernel sees: (all rows, last dimension).
-ConstMatMap Matrix(ConstView v) {
+ConstMatMap Matrix(const ConstView& v) {
   return ConstMatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last());
 }
-MatMap Matrix(View v) { return MatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last()); }
+MatMap Matrix(const View& v) { return MatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last()); }
 
 void RequireF32(const TensorDesc& t, const char* what) {
   if (t.dtype != DType::kF32) {
@@ -55,32 +55,32 @@ class HostStageDevice final : public StageDevice {
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
-  void Forward(int layer, ConstView x, View y) override {
+  void Forward(int layer, const ConstView& x, const View& y) override {
     RequireF32(x.desc, "forward");
     layers_[static_cast<std::size_t>(layer)]->Forward(Matrix(x), Matrix(y));
   }
-  void BackwardInput(int layer, ConstView x, ConstView dy, View dx) override {
+  void BackwardInput(int layer, const ConstView& x, const ConstView& dy, const View& dx) override {
     layers_[static_cast<std::size_t>(layer)]->BackwardInput(Matrix(x), Matrix(dy), Matrix(dx));
   }
-  void BackwardWeight(int layer, ConstView x, ConstView dy) override {
+  void BackwardWeight(int layer, const ConstView& x, const ConstView& dy) override {
     layers_[static_cast<std::size_t>(layer)]->BackwardWeight(Matrix(x), Matrix(dy));
   }
-  void Add(ConstView a, ConstView b, View out) override {
+  void Add(const ConstView& a, const ConstView& b, const View& out) override {
     const float* pa = a.as<float>();
     const float* pb = b.as<float>();
     float* po = out.as<float>();
     const auto n = static_cast<std::size_t>(out.desc.elements());
     for (std::size_t k = 0; k < n; ++k) po[k] = pa[k] + pb[k];
   }
-  void AddInto(ConstView x, View y) override {
+  void AddInto(const ConstView& x, const View& y) override {
     const float* px = x.as<float>();
     float* py = y.as<float>();
     const auto n = static_cast<std::size_t>(y.desc.elements());
     for (std::size_t k = 0; k < n; ++k) py[k] += px[k];
   }
-  void Copy(View dst, ConstView src) override { std::memcpy(dst.data, src.data, src.bytes()); }
-  void Zero(View dst) override { std::memset(dst.data, 0, dst.bytes()); }
-  void CrossEntropy(ConstView logits, ConstView labels, float grad_scale, View dlogits) override {
+  void Copy(const View& dst, const ConstView& src) override { std::memcpy(dst.data, src.data, src.bytes()); }
+  void Zero(const View& dst) override { std::memset(dst.data, 0, dst.bytes()); }
+  void CrossEntropy(const ConstView& logits, const ConstView& labels, float grad_scale, const View& dlogits) override {
     const auto rows = static_cast<std::size_t>(logits.desc.matrix_rows());
     totals_.loss_sum += baton::CrossEntropy(Matrix(logits), std::span<const std::int32_t>(labels.as<std::int32_t>(), rows),
                                             grad_scale, dlogits.as<float>(), &totals_.correct);
