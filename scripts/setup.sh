@@ -8,7 +8,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev zlib1g-dev
-  libopenmpi-dev openmpi-bin libeigen3-dev libtbb-dev
+  libopenmpi-dev openmpi-bin libeigen3-dev libtbb-dev libopenblas-pthread-dev
   dataset-fashion-mnist
   iproute2                      # tests/mpi/multihost_test: network namespaces and veth links
   clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, llvm-symbolizer

@@ -189,9 +189,21 @@ class Optimizer : public OptimizerBook {
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::size_t num_params);
 
 // ---- The host's matrix-product rate (the hardware reference of `baton bench`) ----
-// GFLOP/s of forward products of the given (in, out) linear shapes at `rows`
-// rows on one host core: the best of several rounds, each long enough to time.
+// GFLOP/s of the given (in, out) linear shapes' three products (forward,
+// input gradient, weight gradient) at `rows` rows, on this process's BLAS
+// threads (one by default): the best of several rounds, each long enough to
+// time. No step of the same shapes can do its products faster.
 double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows);
+
+// The CPU kernels OpenBLAS chose when it loaded ("SkylakeX", "Haswell", ...).
+std::string HostBlasCore();
+// The OPENBLAS_CORETYPE this CPU can run, when OpenBLAS fell back to generic
+// kernels because it does not know the CPU's model (an OpenBLAS older than
+// the CPU: it then runs SSE3 code, about a third of the speed): "SkylakeX"
+// with AVX-512, "Haswell" with AVX2; "" when OpenBLAS's own choice stands or
+// the user set OPENBLAS_CORETYPE. OpenBLAS reads it only when it loads, so
+// the caller must start the process again with it (baton's main does).
+std::string BetterBlasCore();
 
 }  // namespace baton
 

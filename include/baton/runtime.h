@@ -67,7 +67,10 @@ struct BenchReport {
   double action_time_spread = 0;     // median over (stage, kind) of (p90 - p10) / median
   double message_latency_s = 0;      // one-way, rank 0 <-> 1, activation-sized message
   double gflops_total = 0;
-  double peak_gflops_one_core = 0;   // the model's GEMM shapes on one core, same run
+  double peak_gflops_one_core = 0;   // the model's GEMM shapes (F, I, W products) on one rank's BLAS, same run
+  std::string blas_core;             // the CPU kernels OpenBLAS runs (HostBlasCore)
+  double gflops_while_busy = 0;      // the model's GEMM FLOPs / compute time (busy), per rank
+  double busy_fraction_of_peak = 0;  // gflops_while_busy / peak: the products inside actions against bare SGEMM
   double fraction_of_peak = 0;       // gflops_total / (ranks x peak)
   double goal_gflops = 0;            // 0.95 (1 - bubble) x ranks x peak
   double record_cost_per_event_s = 0;

@@ -1,12 +1,35 @@
 // baton: pipeline-parallel schedules, simulated.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "baton/error.h"
+#include "baton/model.h"
 #include "commands.h"
 
+namespace {
+
+// OpenBLAS picks its CPU kernels once, when it loads, from the CPU's model
+// number; one older than the CPU falls back to generic SSE3 kernels at about
+// a third of the speed. Start again, once, with the kernels the CPU can run
+// named in OPENBLAS_CORETYPE (nothing has run yet: MPI is not initialised).
+void UseTheCpusBlasKernels(char** argv) {
+  if (std::getenv("BATON_BLAS_RESTARTED") != nullptr) return;
+  const std::string core = baton::BetterBlasCore();
+  if (core.empty()) return;
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  ::setenv("BATON_BLAS_RESTARTED", "1", 1);
+  ::execv("/proc/self/exe", argv);  // returns only if it failed: go on with OpenBLAS's own choice
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  UseTheCpusBlasKernels(argv);
   CLI::App app{"baton: pipeline-parallel training schedules - generate, check, simulate, draw"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "baton 0.1.0");

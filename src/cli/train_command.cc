@@ -114,6 +114,8 @@ void PrintReport(const BenchReport& b) {
   out += fmt::format("compute          {:.2f} GFLOP/s in all = {:.3f} of {} x one-core peak {:.2f} GFLOP/s; "
                      "goal 0.95 (1 - bubble) x {} x peak = {:.2f}\n",
                      b.gflops_total, b.fraction_of_peak, b.ranks, b.peak_gflops_one_core, b.ranks, b.goal_gflops);
+  out += fmt::format("while computing  {:.2f} GFLOP/s per rank = {:.3f} of the bare SGEMM rate ({} kernels)\n",
+                     b.gflops_while_busy, b.busy_fraction_of_peak, b.blas_core);
   out += fmt::format("recording        {:.0f} ns per event; step median without recording {:.3f} ms\n\n",
                      b.record_cost_per_event_s * 1e9, b.step_time_unrecorded_s * 1e3);
   out += fmt::format("{:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}\n", "rank", "wall ms", "busy ms", "waiting ms",

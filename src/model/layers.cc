@@ -4,11 +4,12 @@
 // has to keep every microbatch's input alive between F and I/W.
 //
 // Forward, BackwardInput and BackwardWeight write into the caller's views and
-// allocate nothing: products go through AddProduct (gemm.h), elementwise work
+// allocate nothing: products go through OpenBLAS (gemm.h), elementwise work
 // through Eigen array expressions, reductions row by row into stack scalars.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@ namespace baton {
 namespace {
 
 using model_detail::AddProduct;
+using model_detail::Product;
 using RowVectorMap = Eigen::Map<Eigen::RowVectorXf>;
 using ConstRowVectorMap = Eigen::Map<const Eigen::RowVectorXf>;
 
@@ -49,8 +51,7 @@ class Linear final : public Layer {
   void BackwardInput(ConstMatMap x, ConstMatMap dy, MatMap dx) const override {
     AssertShapes(*this, x, dy.rows(), dy.cols());
     assert(dx.rows() == x.rows() && dx.cols() == x.cols());
-    dx.setZero();
-    AddProduct(dx, dy, Weight());  // (rows, in) += (rows, out) (out, in)
+    Product(dx, dy, Weight(), 0.0f);  // (rows, in) = (rows, out) (out, in)
   }
 
   void BackwardWeight(ConstMatMap x, ConstMatMap dy) override {
@@ -182,6 +183,19 @@ class LayerNorm final : public Layer {
 };
 
 }  // namespace
+
+namespace model_detail {
+
+void InitBlasThreads() {
+  // OpenBLAS reads OPENBLAS_NUM_THREADS itself; without it, one thread.
+  static const bool done = [] {
+    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace model_detail
 
 std::unique_ptr<Layer> MakeLayer(const OpDesc& op) {
   switch (op.type) {

@@ -193,6 +193,9 @@ std::string BenchReportJson(const BenchReport& b) {
   j["message_latency_s"] = b.message_latency_s;
   j["gflops_total"] = b.gflops_total;
   j["peak_gflops_one_core"] = b.peak_gflops_one_core;
+  j["blas_core"] = b.blas_core;
+  j["gflops_while_busy"] = b.gflops_while_busy;
+  j["busy_fraction_of_peak"] = b.busy_fraction_of_peak;
   j["fraction_of_peak"] = b.fraction_of_peak;
   j["goal_gflops"] = b.goal_gflops;
   j["record_cost_per_event_s"] = b.record_cost_per_event_s;
@@ -382,6 +385,13 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   }
   report.gflops_total = total_flops / report.step_time_median_s / 1e9;
   report.fraction_of_peak = report.gflops_total / (p * report.peak_gflops_one_core);
+  report.blas_core = HostBlasCore();
+  {
+    double busy = 0;
+    for (const BenchRank& r : report.per_rank) busy += r.busy_s;
+    report.gflops_while_busy = busy > 0 ? total_flops / busy / 1e9 : 0;
+    report.busy_fraction_of_peak = report.gflops_while_busy / report.peak_gflops_one_core;
+  }
   report.goal_gflops = 0.95 * (1 - report.bubble_rate) * p * report.peak_gflops_one_core;
 
   // The simulator, fed the measured median cost of every (stage, kind) and
