@@ -1,0 +1,149 @@
+#include "attention.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "gemm.h"
+
+namespace baton {
+namespace {
+
+using model_detail::AddProduct;
+using model_detail::Product;
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Mat = Eigen::Map<RowMatrix>;
+using ConstMat = Eigen::Map<const RowMatrix>;
+// One head's (seq, D) block of a (rows, width) matrix: rows `width` floats apart.
+using Strided = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+using ConstStrided = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+using ConstRowVector = Eigen::Map<const Eigen::RowVectorXf>;
+using RowVector = Eigen::Map<Eigen::RowVectorXf>;
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const AttentionShape& shape, int max_samples)
+    : shape_(shape),
+      scores_(static_cast<std::size_t>(shape.seq) * shape.seq),
+      dprobs_(static_cast<std::size_t>(shape.seq) * shape.seq),
+      dctx_(static_cast<std::size_t>(max_samples) * shape.seq * shape.hidden) {}
+
+std::size_t CausalSelfAttention::NumParams() const {
+  const auto C = static_cast<std::size_t>(shape_.hidden);
+  return C * 3 * C + 3 * C + C * C + C;
+}
+
+std::size_t CausalSelfAttention::SavedFloats(int samples) const {
+  const auto rows = static_cast<std::size_t>(samples) * shape_.seq;
+  return rows * 3 * shape_.hidden + static_cast<std::size_t>(samples) * shape_.heads * shape_.seq +
+         rows * shape_.hidden;
+}
+
+std::size_t CausalSelfAttention::StashFloats(int samples) const {
+  return static_cast<std::size_t>(samples) * shape_.seq * 3 * shape_.hidden;
+}
+
+void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples) {
+  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+  const Eigen::Index rows = Eigen::Index(samples) * T;
+  float* qkv = saved;                                  // (rows, 3C)
+  float* lse = qkv + rows * 3 * C;                      // (samples, H, T)
+  float* ctx = lse + Eigen::Index(samples) * H * T;     // (rows, C)
+  Mat q_k_v(qkv, rows, 3 * C);
+  q_k_v.rowwise() = ConstRowVector(p.b_qkv, 3 * C);
+  AddProduct(q_k_v, ConstMat(x, rows, C), ConstMat(p.w_qkv, C, 3 * C));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Mat s(scores_.data(), T, T);
+  for (int n = 0; n < samples; ++n) {
+    const float* base = qkv + Eigen::Index(n) * T * 3 * C;
+    for (int h = 0; h < H; ++h) {
+      const ConstStrided q(base + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided k(base + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided v(base + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      Product(s, q, k.transpose(), 0.0f);  // (T, T) = (T, D) (D, T)
+      // Row i attends to positions 0..i: softmax over them, zero beyond.
+      float* row_lse = lse + (Eigen::Index(n) * H + h) * T;
+      for (int i = 0; i < T; ++i) {
+        auto r = s.row(i);
+        float m = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j <= i; ++j) m = std::max(m, r(j) * scale);
+        float sum = 0.0f;
+        for (int j = 0; j <= i; ++j) {
+          r(j) = std::exp(r(j) * scale - m);
+          sum += r(j);
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j <= i; ++j) r(j) *= inv;
+        for (int j = i + 1; j < T; ++j) r(j) = 0.0f;
+        row_lse[i] = m + std::log(sum);
+      }
+      Strided out(ctx + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+      Product(out, s, v, 0.0f);  // (T, D) = (T, T) (T, D)
+    }
+  }
+  Mat out(y, rows, C);
+  out.rowwise() = ConstRowVector(p.b_proj, C);
+  AddProduct(out, ConstMat(ctx, rows, C), ConstMat(p.w_proj, C, C));
+}
+
+void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* saved, const float* dy, float* dx,
+                                        float* stash, int samples) {
+  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+  const Eigen::Index rows = Eigen::Index(samples) * T;
+  const float* qkv = saved;
+  const float* lse = qkv + rows * 3 * C;
+  float* dqkv = stash;  // (rows, 3C)
+  Mat dctx(dctx_.data(), rows, C);
+  Product(dctx, ConstMat(dy, rows, C), ConstMat(p.w_proj, C, C).transpose(), 0.0f);  // dy Wp^T
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Mat prob(scores_.data(), T, T), dprob(dprobs_.data(), T, T);
+  for (int n = 0; n < samples; ++n) {
+    const float* base = qkv + Eigen::Index(n) * T * 3 * C;
+    float* dbase = dqkv + Eigen::Index(n) * T * 3 * C;
+    for (int h = 0; h < H; ++h) {
+      const ConstStrided q(base + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided k(base + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided v(base + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided dc(dctx_.data() + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
+      // The probabilities again, from the scores and the saved log-sum-exp.
+      Product(prob, q, k.transpose(), 0.0f);
+      const float* row_lse = lse + (Eigen::Index(n) * H + h) * T;
+      for (int i = 0; i < T; ++i) {
+        for (int j = 0; j <= i; ++j) prob(i, j) = std::exp(prob(i, j) * scale - row_lse[i]);
+        for (int j = i + 1; j < T; ++j) prob(i, j) = 0.0f;
+      }
+      Strided dv(dbase + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      Product(dv, prob.transpose(), dc, 0.0f);  // P^T dctx
+      Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
+      // Softmax backward, row by row: ds = p (dp - sum_k p_k dp_k), then the scale.
+      for (int i = 0; i < T; ++i) {
+        float dot = 0.0f;
+        for (int j = 0; j <= i; ++j) dot += prob(i, j) * dprob(i, j);
+        for (int j = 0; j <= i; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
+        for (int j = i + 1; j < T; ++j) dprob(i, j) = 0.0f;
+      }
+      Strided dq(dbase + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      Strided dk(dbase + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
+      Product(dq, dprob, k, 0.0f);              // dS K
+      Product(dk, dprob.transpose(), q, 0.0f);  // dS^T Q
+    }
+  }
+  if (dx != nullptr) {
+    Product(Mat(dx, rows, C), ConstMat(dqkv, rows, 3 * C), ConstMat(p.w_qkv, C, 3 * C).transpose(), 0.0f);
+  }
+}
+
+void CausalSelfAttention::BackwardWeight(const AttentionGrads& g, const float* x, const float* saved,
+                                         const float* dy, const float* stash, int samples) {
+  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads;
+  const Eigen::Index rows = Eigen::Index(samples) * T;
+  const float* ctx = saved + rows * 3 * C + Eigen::Index(samples) * H * T;
+  const ConstMat dout(dy, rows, C), dqkv(stash, rows, 3 * C);
+  AddProduct(Mat(g.w_proj, C, C), ConstMat(ctx, rows, C).transpose(), dout);  // ctx^T dy
+  RowVector(g.b_proj, C).noalias() += dout.colwise().sum();
+  AddProduct(Mat(g.w_qkv, C, 3 * C), ConstMat(x, rows, C).transpose(), dqkv);  // x^T dqkv
+  RowVector(g.b_qkv, 3 * C).noalias() += dqkv.colwise().sum();
+}
+
+}  // namespace baton

@@ -1,0 +1,81 @@
+// Causal multi-head self-attention on the host, GPT-2's: one fused QKV
+// projection (Conv1D layout, weight [in, out] = [C, 3C]), scaled dot
+// products with the causal mask, softmax, the heads' weighted values, and
+// the output projection ([C, C]). Forward, input gradient (I) and weight
+// gradient (W) are separate calls, as for every layer, so zero-bubble
+// schedules split attention too.
+//
+// What a microbatch keeps for backward, besides the input x: the projected
+// q, k, v (samples, seq, 3C), each row's softmax log-sum-exp per head
+// (samples, heads, seq) — backward recomputes the probabilities from q, k
+// and it instead of keeping (seq x seq) per head — and the heads' output
+// before projection (samples, seq, C). I leaves the gradient of q, k, v
+// (samples, seq, 3C) for W. All sizes are declared up front (SavedFloats,
+// StashFloats) so the ring slot is sized before anything runs; the only
+// scratch is one (seq x seq) score matrix, allocated at construction.
+#ifndef BATON_MODEL_ATTENTION_H_
+#define BATON_MODEL_ATTENTION_H_
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "baton/buffer.h"
+
+namespace baton {
+
+struct AttentionShape {
+  int seq = 0;     // tokens per sample (T)
+  int hidden = 0;  // C
+  int heads = 0;   // H; head size D = C / H
+  int head_size() const { return hidden / heads; }
+};
+
+// Parameters, in GPT-2's order: c_attn.weight [C, 3C], c_attn.bias [3C],
+// c_proj.weight [C, C], c_proj.bias [C].
+struct AttentionParams {
+  const float* w_qkv;
+  const float* b_qkv;
+  const float* w_proj;
+  const float* b_proj;
+};
+struct AttentionGrads {
+  float* w_qkv;
+  float* b_qkv;
+  float* w_proj;
+  float* b_proj;
+};
+
+class CausalSelfAttention {
+ public:
+  // For up to `max_samples` samples per call. REQUIRES: heads divide hidden.
+  CausalSelfAttention(const AttentionShape& shape, int max_samples);
+
+  const AttentionShape& shape() const { return shape_; }
+  std::size_t NumParams() const;
+  // Floats a microbatch of `samples` keeps from forward for backward:
+  // qkv, log-sum-exp, heads' output.
+  std::size_t SavedFloats(int samples) const;
+  // Floats I leaves for W: the gradient of qkv.
+  std::size_t StashFloats(int samples) const;
+
+  // y = attention(x). x, y: (samples, seq, C). Writes `saved` (SavedFloats).
+  void Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples);
+  // dx from dy, given what Forward saved; writes the qkv gradient into
+  // `stash` (StashFloats) for BackwardWeight. dx may be null (not needed).
+  void BackwardInput(const AttentionParams& p, const float* saved, const float* dy, float* dx, float* stash,
+                     int samples);
+  // ADDS the weight gradients, from x, what Forward saved, dy and I's stash.
+  void BackwardWeight(const AttentionGrads& g, const float* x, const float* saved, const float* dy,
+                      const float* stash, int samples);
+
+ private:
+  AttentionShape shape_;
+  FloatBuffer scores_;  // (seq, seq): one head's scores, then probabilities, then their gradient
+  FloatBuffer dprobs_;  // (seq, seq)
+  FloatBuffer dctx_;    // (max_samples, seq, C): the heads' output gradient
+};
+
+}  // namespace baton
+
+#endif  // BATON_MODEL_ATTENTION_H_
