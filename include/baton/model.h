@@ -32,18 +32,36 @@
 namespace baton {
 
 // kResidual is a block in a config; in a ModelDesc it is the add op that
-// closes the block.
-enum class LayerType : std::uint8_t { kLinear, kRelu, kGelu, kLayerNorm, kResidual };
-std::string_view EnumName(LayerType type);  // linear, relu, gelu, layernorm, residual
+// closes the block. The transformer's: embedding (token ids -> vectors),
+// position_embedding (adds a learned vector per position), attention (causal
+// multi-head self-attention, GPT-2's).
+enum class LayerType : std::uint8_t {
+  kLinear,
+  kRelu,
+  kGelu,
+  kLayerNorm,
+  kResidual,
+  kEmbedding,
+  kPositionEmbedding,
+  kAttention,
+};
+// linear, relu, gelu, layernorm, residual, embedding, position_embedding, attention
+std::string_view EnumName(LayerType type);
 std::span<const LayerType> EnumValues(LayerType);
 
 // One entry of the model's layer list, as written in the config.
 struct LayerSpec {
   LayerType type = LayerType::kLinear;
-  int out = 0;                  // linear: output features
+  int out = 0;                  // linear: output features; embedding, position_embedding: the vector size
   bool bias = true;             // linear: with bias
   double eps = 1e-5;            // layernorm
   std::vector<LayerSpec> body;  // residual: y = x + body(x)
+  int vocab = 0;                // embedding: token ids in [0, vocab)
+  int positions = 0;            // position_embedding: the table's length (>= the sequence)
+  int heads = 0;                // attention
+  bool conv1d = false;          // linear: weight stored [in, out] (GPT-2's Conv1D), not nn.Linear's [out, in]
+  bool tied = false;            // linear (an LM head): its weight is the model's embedding table
+  std::string name;             // the parameters' name prefix, when not nn.Sequential's "{i}."
 };
 
 // A parameter tensor of a layer, in PyTorch's name and layout.
@@ -61,6 +79,13 @@ struct OpDesc {
   bool bias = true;                     // linear
   double eps = 1e-5;                    // layernorm
   int skip = -1;                        // add: the activation the block started from
+  int seq = 1;                          // tokens per sample the op sees (attention needs it)
+  int heads = 0;                        // attention
+  int vocab = 0;                        // embedding
+  bool conv1d = false;                  // linear: weight [in, out]
+  int tied_to = -1;                     // linear: the embedding op whose table it shares (a copy, kept equal)
+  std::size_t saved_per_row = 0;        // floats a microbatch keeps per token row beyond the input (attention)
+  std::size_t stash_per_row = 0;        // floats I leaves per token row for W (attention: the qkv gradient)
   int top = 0;                          // the top-level layer it belongs to
   std::string name;                     // parameter-name prefix: "3." or "2.1." (nn.Sequential)
   std::vector<int> seed_path;           // (top index, index in the block, ...): its init stream
@@ -78,7 +103,9 @@ struct OpDesc {
 };
 
 struct ModelDesc {
-  int input = 0;                 // features of a_0
+  int input = 0;                 // features of a_0 (1 for token ids)
+  int seq = 1;                   // tokens per sample; 1: samples are feature vectors (MLPs)
+  bool tokens = false;           // a_0 holds token ids (i32), embedded by the first op
   std::vector<OpDesc> ops;       // op i: a_i -> a_{i+1}
   std::vector<int> width;        // features of a_0 .. a_N
   std::vector<char> block_input; // per activation: a residual block starts from it
@@ -118,13 +145,36 @@ class DescribedLayer {
   OpDesc desc_;
 };
 
-// One layer for `in` input features. Throws ConfigError for a bad size (in
-// or out < 1, eps not > 0) or for a residual block (not a single layer).
-OpDesc DescribeLayer(const LayerSpec& spec, int in);
+// One layer for `in` input features and `seq` tokens per sample. Throws
+// ConfigError for a bad size (in or out < 1, eps not > 0, heads not
+// dividing the width, a position table shorter than the sequence) or for a
+// residual block (not a single layer).
+OpDesc DescribeLayer(const LayerSpec& spec, int in, int seq = 1);
 // The whole model: flattens residual blocks, names parameters, lays them out
-// one after the other. Throws ConfigError as DescribeLayer, and for a
-// residual body that changes the width.
-ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input);
+// one after the other. `seq` > 1: samples are sequences of `seq` tokens;
+// a model starting with an embedding takes token ids. Throws ConfigError as
+// DescribeLayer, for a residual body that changes the width, an embedding
+// anywhere but first, or a tied head without an embedding of its shape.
+ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input, int seq = 1);
+
+// ---- GPT ----
+// model: {type: gpt, vocab, seq_len, hidden, heads, blocks, tied}
+struct GptSpec {
+  int vocab = 256;
+  int seq_len = 128;
+  int hidden = 256;
+  int heads = 8;
+  int blocks = 8;
+  bool tied = true;
+  double eps = 1e-5;
+};
+// The layer list of a GPT-2-style decoder with Hugging Face GPT-2's
+// parameter names: embedding + position_embedding (one top-level layer
+// "E"), then per block one top-level layer of two residual blocks
+// (x + attn(ln_1(x)), then x + mlp(ln_2(x)) with a 4x GELU MLP in Conv1D
+// layout), then the final layernorm and the LM head (one top-level layer
+// "L"; its weight is the embedding's when tied).
+std::vector<LayerSpec> GptLayers(const GptSpec& gpt);
 
 // PyTorch's default initialisation of one op's parameters (nn.Linear:
 // weight and bias uniform in +-1/sqrt(in); nn.LayerNorm: weight 1, bias 0),

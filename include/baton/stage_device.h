@@ -43,6 +43,7 @@ class StageDevice {
   virtual std::byte* Allocate(std::size_t bytes) = 0;
   // Adds the next layer of the stage (in op order; adds are not layers).
   // Its parameter layout is op's; it is called with at most `max_rows` rows.
+  // `max_rows`: the most token rows (samples x sequence) of a call.
   virtual void AddLayer(const OpDesc& op, int max_rows) = 0;
   // The parameters and gradients the layers compute with: the host buffers
   // themselves on the host; device copies on a GPU (PushParams fills them).
@@ -69,10 +70,16 @@ class StageDevice {
 
   // Layer `layer` (AddLayer order): y = f(x); dx = (df/dx)^T dy; and
   // grads += (df/dparams)^T dy (ADDS). x, y, dx: the layer's input and
-  // output tensors; rows = their matrix rows.
-  virtual void Forward(int layer, const ConstView& x, const View& y) = 0;
-  virtual void BackwardInput(int layer, const ConstView& x, const ConstView& dy, const View& dx) = 0;
-  virtual void BackwardWeight(int layer, const ConstView& x, const ConstView& dy) = 0;
+  // output tensors. `saved`: the op's saved state (OpDesc::saved_per_row
+  // floats per token row), written by Forward for the backward passes;
+  // `stash`: what BackwardInput leaves for BackwardWeight
+  // (OpDesc::stash_per_row); null for layers without them. dx's data may be
+  // null when nobody needs the input gradient.
+  virtual void Forward(int layer, const ConstView& x, const View& y, std::byte* saved) = 0;
+  virtual void BackwardInput(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
+                             const View& dx, std::byte* stash) = 0;
+  virtual void BackwardWeight(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
+                              const std::byte* stash) = 0;
   virtual void Add(const ConstView& a, const ConstView& b, const View& out) = 0;  // out = a + b
   virtual void AddInto(const ConstView& x, const View& y) = 0;              // y += x
   virtual void Copy(const View& dst, const ConstView& src) = 0;

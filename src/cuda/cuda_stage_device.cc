@@ -35,7 +35,15 @@ class CudaStageDevice final : public StageDevice {
     return buffers_.back().data();
   }
 
-  void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeCudaLayer(op, max_rows)); }
+  void AddLayer(const OpDesc& op, int max_rows) override {
+    if (op.type == LayerType::kEmbedding || op.type == LayerType::kPositionEmbedding ||
+        op.type == LayerType::kAttention) {
+      throw ConfigError(fmt::format("device: cuda: the CUDA backend has no {} layer yet (op {}); train this model "
+                                    "with device: cpu",
+                                    EnumName(op.type), op.name));
+    }
+    layers_.push_back(MakeCudaLayer(op, max_rows));
+  }
 
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;
@@ -101,13 +109,16 @@ class CudaStageDevice final : public StageDevice {
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
-  void Forward(int layer, const ConstView& x, const View& y) override {
+  // The CUDA layers (all per-row) keep no saved state and leave no stash.
+  void Forward(int layer, const ConstView& x, const View& y, std::byte*) override {
     layers_[layer]->Forward(ctx_, x.as<float>(), y.as<float>(), Rows(x));
   }
-  void BackwardInput(int layer, const ConstView& x, const ConstView& dy, const View& dx) override {
+  void BackwardInput(int layer, const ConstView& x, const std::byte*, const ConstView& dy, const View& dx,
+                     std::byte*) override {
+    if (dx.data == nullptr) return;
     layers_[layer]->BackwardInput(ctx_, x.as<float>(), dy.as<float>(), dx.as<float>(), Rows(x));
   }
-  void BackwardWeight(int layer, const ConstView& x, const ConstView& dy) override {
+  void BackwardWeight(int layer, const ConstView& x, const std::byte*, const ConstView& dy, const std::byte*) override {
     layers_[layer]->BackwardWeight(ctx_, x.as<float>(), dy.as<float>(), Rows(x));
   }
   void Add(const ConstView& a, const ConstView& b, const View& out) override {

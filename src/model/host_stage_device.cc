@@ -22,18 +22,12 @@ ConstMatMap Matrix(const ConstView& v) {
 }
 MatMap Matrix(const View& v) { return MatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last()); }
 
-void RequireF32(const TensorDesc& t, const char* what) {
-  if (t.dtype != DType::kF32) {
-    throw Error(fmt::format("host {}: {} tensors are not computed on the CPU (f32 only)", what, EnumName(t.dtype)));
-  }
-}
-
 class HostStageDevice final : public StageDevice {
  public:
   bool host_memory() const override { return true; }
 
   std::byte* Allocate(std::size_t bytes) override { return memory_.Allocate(bytes); }
-  void AddLayer(const OpDesc& op, int) override { layers_.push_back(MakeLayer(op)); }
+  void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeLayer(op, max_rows)); }
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;
     host_grads_ = host_grads;
@@ -55,15 +49,18 @@ class HostStageDevice final : public StageDevice {
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
-  void Forward(int layer, const ConstView& x, const View& y) override {
-    RequireF32(x.desc, "forward");
-    layers_[static_cast<std::size_t>(layer)]->Forward(Matrix(x), Matrix(y));
+  void Forward(int layer, const ConstView& x, const View& y, std::byte* saved) override {
+    layers_[static_cast<std::size_t>(layer)]->Forward(x, y, reinterpret_cast<float*>(saved));
   }
-  void BackwardInput(int layer, const ConstView& x, const ConstView& dy, const View& dx) override {
-    layers_[static_cast<std::size_t>(layer)]->BackwardInput(Matrix(x), Matrix(dy), Matrix(dx));
+  void BackwardInput(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy, const View& dx,
+                     std::byte* stash) override {
+    layers_[static_cast<std::size_t>(layer)]->BackwardInput(x, reinterpret_cast<const float*>(saved), dy, dx,
+                                                            reinterpret_cast<float*>(stash));
   }
-  void BackwardWeight(int layer, const ConstView& x, const ConstView& dy) override {
-    layers_[static_cast<std::size_t>(layer)]->BackwardWeight(Matrix(x), Matrix(dy));
+  void BackwardWeight(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
+                      const std::byte* stash) override {
+    layers_[static_cast<std::size_t>(layer)]->BackwardWeight(x, reinterpret_cast<const float*>(saved), dy,
+                                                             reinterpret_cast<const float*>(stash));
   }
   void Add(const ConstView& a, const ConstView& b, const View& out) override {
     const float* pa = a.as<float>();

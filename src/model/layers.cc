@@ -16,6 +16,7 @@
 
 #include "baton/error.h"
 #include "gemm.h"
+#include "attention.h"
 #include "layers.h"
 
 namespace baton {
@@ -34,9 +35,10 @@ void AssertShapes([[maybe_unused]] const Layer& l, [[maybe_unused]] ConstMatMap 
 }
 
 // ---- linear: y = x W^T + b, PyTorch's nn.Linear ----
+// With conv1d (GPT-2's Conv1D) the weight is stored [in, out]: y = x W + b.
 class Linear final : public Layer {
  public:
-  explicit Linear(const OpDesc& op) : Layer(op), bias_(op.bias) {}
+  explicit Linear(const OpDesc& op) : Layer(op), bias_(op.bias), conv1d_(op.conv1d) {}
 
   void Forward(ConstMatMap x, MatMap y) const override {
     AssertShapes(*this, x, y.rows(), y.cols());
@@ -45,17 +47,32 @@ class Linear final : public Layer {
     } else {
       y.setZero();
     }
-    AddProduct(y, x, Weight().transpose());  // (rows, out) += (rows, in) (in, out)
+    if (conv1d_) {
+      AddProduct(y, x, WeightInOut());  // (rows, out) += (rows, in) (in, out)
+    } else {
+      AddProduct(y, x, Weight().transpose());  // (rows, out) += (rows, in) (in, out)
+    }
   }
 
   void BackwardInput(ConstMatMap x, ConstMatMap dy, MatMap dx) const override {
     AssertShapes(*this, x, dy.rows(), dy.cols());
     assert(dx.rows() == x.rows() && dx.cols() == x.cols());
-    Product(dx, dy, Weight(), 0.0f);  // (rows, in) = (rows, out) (out, in)
+    if (conv1d_) {
+      Product(dx, dy, WeightInOut().transpose(), 0.0f);  // (rows, in) = (rows, out) (out, in)
+    } else {
+      Product(dx, dy, Weight(), 0.0f);  // (rows, in) = (rows, out) (out, in)
+    }
   }
 
   void BackwardWeight(ConstMatMap x, ConstMatMap dy) override {
     AssertShapes(*this, x, dy.rows(), dy.cols());
+    if (conv1d_) {
+      MatMap dw(grads_, in_features(), out_features());
+      AddProduct(dw, x.transpose(), dy);  // (in, out) += (in, rows) (rows, out)
+      RowVectorMap db(grads_ + dw.size(), out_features());
+      if (bias_) db.noalias() += dy.colwise().sum();
+      return;
+    }
     MatMap dw(grads_, out_features(), in_features());
     AddProduct(dw, dy.transpose(), x);  // (out, in) += (out, rows) (rows, in)
     if (bias_) {
@@ -67,12 +84,15 @@ class Linear final : public Layer {
  private:
   // (out, in)
   ConstMatMap Weight() const { return ConstMatMap(params_, out_features(), in_features()); }
+  // (in, out): the conv1d layout
+  ConstMatMap WeightInOut() const { return ConstMatMap(params_, in_features(), out_features()); }
   // (out), after the weight
   ConstRowVectorMap Bias() const {
     return ConstRowVectorMap(params_ + static_cast<std::size_t>(out_features()) * in_features(), out_features());
   }
 
   bool bias_;
+  bool conv1d_;
 };
 
 // ---- relu: y = max(x, 0) ----
@@ -182,7 +202,122 @@ class LayerNorm final : public Layer {
   float eps_;
 };
 
+// ---- embedding: token ids -> rows of the table, nn.Embedding ----
+class Embedding final : public Layer {
+ public:
+  explicit Embedding(const OpDesc& op) : Layer(op) {}
+
+  void Forward(const ConstView& x, const View& y, float*) const override {
+    const std::int32_t* ids = x.as<std::int32_t>();
+    const auto rows = static_cast<std::size_t>(x.desc.elements());
+    const auto c = static_cast<std::size_t>(out_features());
+    float* out = y.as<float>();
+    for (std::size_t r = 0; r < rows; ++r) {
+      CheckId(ids[r], r);
+      std::copy_n(params_ + static_cast<std::size_t>(ids[r]) * c, c, out + r * c);
+    }
+  }
+  // Token ids have no gradient.
+  void BackwardInput(const ConstView&, const float*, const ConstView&, const View&, float*) const override {}
+  void BackwardWeight(const ConstView& x, const float*, const ConstView& dy, const float*) override {
+    const std::int32_t* ids = x.as<std::int32_t>();
+    const auto rows = static_cast<std::size_t>(x.desc.elements());
+    const auto c = static_cast<std::size_t>(out_features());
+    const float* g = dy.as<float>();
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* row = grads_ + static_cast<std::size_t>(ids[r]) * c;
+      for (std::size_t k = 0; k < c; ++k) row[k] += g[r * c + k];
+    }
+  }
+
+ private:
+  void CheckId(std::int32_t id, std::size_t row) const {
+    if (id < 0 || id >= desc().vocab) {
+      throw Error(fmt::format("embedding {}: token {} at row {} is outside the vocabulary [0, {})", desc().name, id,
+                              row, desc().vocab));
+    }
+  }
+};
+
+// ---- position_embedding: y[s, t] = x[s, t] + table[t] (GPT-2's wpe) ----
+class PositionEmbedding final : public Layer {
+ public:
+  explicit PositionEmbedding(const OpDesc& op) : Layer(op) {}
+
+  void Forward(const ConstView& x, const View& y, float*) const override {
+    const std::size_t per_sample = static_cast<std::size_t>(x.desc.shape.per_sample());
+    const auto samples = static_cast<std::size_t>(x.desc.shape[0]);
+    const float* in = x.as<float>();
+    float* out = y.as<float>();
+    for (std::size_t n = 0; n < samples; ++n) {
+      for (std::size_t k = 0; k < per_sample; ++k) out[n * per_sample + k] = in[n * per_sample + k] + params_[k];
+    }
+  }
+  void BackwardInput(const ConstView&, const float*, const ConstView& dy, const View& dx, float*) const override {
+    if (dx.data != nullptr) std::copy_n(dy.as<float>(), dy.desc.elements(), dx.as<float>());
+  }
+  void BackwardWeight(const ConstView&, const float*, const ConstView& dy, const float*) override {
+    const std::size_t per_sample = static_cast<std::size_t>(dy.desc.shape.per_sample());
+    const auto samples = static_cast<std::size_t>(dy.desc.shape[0]);
+    const float* g = dy.as<float>();
+    for (std::size_t n = 0; n < samples; ++n) {
+      for (std::size_t k = 0; k < per_sample; ++k) grads_[k] += g[n * per_sample + k];
+    }
+  }
+};
+
+// ---- attention: causal multi-head self-attention (attention.h) ----
+class Attention final : public Layer {
+ public:
+  Attention(const OpDesc& op, int max_samples)
+      : Layer(op), attention_({op.seq, op.in, op.heads}, std::max(max_samples, 1)) {}
+
+  void Forward(const ConstView& x, const View& y, float* saved) const override {
+    attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x));
+  }
+  void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx,
+                     float* stash) const override {
+    attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x));
+  }
+  void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash) override {
+    const auto c = static_cast<std::size_t>(in_features());
+    attention_.BackwardWeight({grads_, grads_ + 3 * c * c, grads_ + 3 * c * c + 3 * c, grads_ + 4 * c * c + 3 * c},
+                              x.as<float>(), saved, dy.as<float>(), stash, Samples(x));
+  }
+
+ private:
+  AttentionParams Params(const float* p) const {
+    const auto c = static_cast<std::size_t>(in_features());
+    return {p, p + 3 * c * c, p + 3 * c * c + 3 * c, p + 4 * c * c + 3 * c};
+  }
+  int Samples(const ConstView& x) const { return static_cast<int>(x.desc.matrix_rows() / desc().seq); }
+
+  mutable CausalSelfAttention attention_;  // its scratch is rewritten by every call
+};
+
 }  // namespace
+
+// The per-row layers' typed forms: the views as matrices.
+namespace {
+ConstMatMap AsMatrix(const ConstView& v) {
+  return ConstMatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last());
+}
+MatMap AsMatrix(const View& v) { return MatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last()); }
+}  // namespace
+
+void Layer::Forward(const ConstView& x, const View& y, float*) const { Forward(AsMatrix(x), AsMatrix(y)); }
+void Layer::BackwardInput(const ConstView& x, const float*, const ConstView& dy, const View& dx, float*) const {
+  if (dx.data != nullptr) BackwardInput(AsMatrix(x), AsMatrix(dy), AsMatrix(dx));
+}
+void Layer::BackwardWeight(const ConstView& x, const float*, const ConstView& dy, const float*) {
+  BackwardWeight(AsMatrix(x), AsMatrix(dy));
+}
+void Layer::Forward(ConstMatMap, MatMap) const {
+  throw Error(fmt::format("layer {} ({}) has no per-row form", desc().name, EnumName(Type())));
+}
+void Layer::BackwardInput(ConstMatMap, ConstMatMap, MatMap) const {
+  throw Error(fmt::format("layer {} ({}) has no per-row form", desc().name, EnumName(Type())));
+}
 
 namespace model_detail {
 
@@ -197,8 +332,14 @@ void InitBlasThreads() {
 
 }  // namespace model_detail
 
-std::unique_ptr<Layer> MakeLayer(const OpDesc& op) {
+std::unique_ptr<Layer> MakeLayer(const OpDesc& op, int max_rows) {
   switch (op.type) {
+    case LayerType::kEmbedding:
+      return std::make_unique<Embedding>(op);
+    case LayerType::kPositionEmbedding:
+      return std::make_unique<PositionEmbedding>(op);
+    case LayerType::kAttention:
+      return std::make_unique<Attention>(op, max_rows / std::max(op.seq, 1));
     case LayerType::kLinear:
       return std::make_unique<Linear>(op);
     case LayerType::kRelu:
@@ -213,6 +354,6 @@ std::unique_ptr<Layer> MakeLayer(const OpDesc& op) {
   throw Error(fmt::format("op {}: an add is not a layer (the stage adds the skip itself)", op.name));
 }
 
-std::unique_ptr<Layer> MakeLayer(const LayerSpec& spec, int in) { return MakeLayer(DescribeLayer(spec, in)); }
+std::unique_ptr<Layer> MakeLayer(const LayerSpec& spec, int in) { return MakeLayer(DescribeLayer(spec, in), 1); }
 
 }  // namespace baton

@@ -19,6 +19,7 @@
 #include <span>
 
 #include "baton/model.h"
+#include "baton/view.h"
 
 namespace baton {
 
@@ -43,13 +44,26 @@ class Layer : public DescribedLayer {
   // PyTorch's default initialisation (baton::InitParams), drawing from `rng`.
   void Init(std::mt19937_64& rng) { InitParams(desc(), {params_, NumParams()}, rng); }
 
-  // y = f(x).  x: (rows, in)  y: (rows, out).  Overwrites y.
-  virtual void Forward(ConstMatMap x, MatMap y) const = 0;
-  // dx = (df/dx)^T dy given the layer's input x.  dy: (rows, out)  dx: (rows, in).
-  // Overwrites dx. REQUIRES: dx does not alias x or dy.
-  virtual void BackwardInput(ConstMatMap x, ConstMatMap dy, MatMap dx) const = 0;
-  // grads += (df/dparams)^T dy given the layer's input x. ADDS into the
-  // gradient buffer. No-op for layers without parameters.
+  // The contract a StageDevice calls, on typed views of the op's input and
+  // output tensors ((rows, features), or (samples, seq, features); token ids
+  // for an embedding), with the op's saved state (desc().saved_per_row
+  // floats per token row, written by Forward for the backward passes; may
+  // be unused) and its stash (desc().stash_per_row floats per token row,
+  // written by BackwardInput for BackwardWeight). Per-row layers implement
+  // the Eigen forms below and inherit these.
+  //   Forward:        y = f(x); overwrites y.
+  //   BackwardInput:  dx = (df/dx)^T dy; overwrites dx (its data may be null:
+  //                   nobody needs it, but the stash must still be written).
+  //   BackwardWeight: grads += (df/dparams)^T dy (ADDS). No-op without parameters.
+  virtual void Forward(const ConstView& x, const View& y, float* saved) const;
+  virtual void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx,
+                             float* stash) const;
+  virtual void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash);
+
+  // The per-row forms. x: (rows, in)  y, dy: (rows, out)  dx: (rows, in).
+  // REQUIRES: dx does not alias x or dy.
+  virtual void Forward(ConstMatMap x, MatMap y) const;
+  virtual void BackwardInput(ConstMatMap x, ConstMatMap dy, MatMap dx) const;
   virtual void BackwardWeight(ConstMatMap x, ConstMatMap dy) { (void)x, (void)dy; }
 
  protected:
@@ -58,9 +72,10 @@ class Layer : public DescribedLayer {
   float* grads_ = nullptr;
 };
 
-// The layer an op describes. REQUIRES: op.is_layer() (an add is no layer:
-// the stage runs it as an addition).
-std::unique_ptr<Layer> MakeLayer(const OpDesc& op);
+// The layer an op describes, called with at most `max_rows` token rows
+// (attention sizes its scratch by it). REQUIRES: op.is_layer() (an add is no
+// layer: the stage runs it as an addition).
+std::unique_ptr<Layer> MakeLayer(const OpDesc& op, int max_rows);
 // DescribeLayer + MakeLayer: a layer for `in` features. Throws ConfigError as
 // DescribeLayer.
 std::unique_ptr<Layer> MakeLayer(const LayerSpec& spec, int in);

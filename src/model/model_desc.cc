@@ -11,8 +11,9 @@
 namespace baton {
 namespace {
 
-constexpr std::array<LayerType, 5> kLayerTypes = {LayerType::kLinear, LayerType::kRelu, LayerType::kGelu,
-                                                  LayerType::kLayerNorm, LayerType::kResidual};
+constexpr std::array<LayerType, 8> kLayerTypes = {
+    LayerType::kLinear,   LayerType::kRelu,      LayerType::kGelu,  LayerType::kLayerNorm, LayerType::kResidual,
+    LayerType::kEmbedding, LayerType::kPositionEmbedding, LayerType::kAttention};
 constexpr std::array<OptimizerType, 2> kOptimizerTypes = {OptimizerType::kSgd, OptimizerType::kAdamW};
 
 void Flatten(const std::vector<LayerSpec>& specs, int top, const std::string& prefix, std::vector<int> path,
@@ -21,7 +22,9 @@ void Flatten(const std::vector<LayerSpec>& specs, int top, const std::string& pr
     const LayerSpec& spec = specs[k];
     const bool top_level = path.empty();
     // nn.Sequential names: "{i}." at the top, "{i}.{k}." inside a block.
-    const std::string name = top_level ? fmt::format("{}.", top + static_cast<int>(k)) : fmt::format("{}{}.", prefix, k);
+    const std::string name = !spec.name.empty() ? spec.name
+                             : top_level        ? fmt::format("{}.", top + static_cast<int>(k))
+                                                : fmt::format("{}{}.", prefix, k);
     const int t = top_level ? top + static_cast<int>(k) : top;
     std::vector<int> here = path;
     here.push_back(top_level ? t : static_cast<int>(k));
@@ -46,7 +49,11 @@ void Flatten(const std::vector<LayerSpec>& specs, int top, const std::string& pr
       add.flops_per_row = in;
       m.ops.push_back(std::move(add));
     } else {
-      OpDesc op = DescribeLayer(spec, in);
+      OpDesc op = DescribeLayer(spec, in, m.seq);
+      if (op.type == LayerType::kEmbedding && !m.ops.empty()) {
+        throw ConfigError(fmt::format("layer {}: an embedding takes token ids, so it must be the model's first layer",
+                                      name));
+      }
       op.top = t;
       op.name = name;
       op.seed_path = std::move(here);
@@ -63,6 +70,12 @@ void Flatten(const std::vector<LayerSpec>& specs, int top, const std::string& pr
 
 std::string_view EnumName(LayerType type) {
   switch (type) {
+    case LayerType::kEmbedding:
+      return "embedding";
+    case LayerType::kPositionEmbedding:
+      return "position_embedding";
+    case LayerType::kAttention:
+      return "attention";
     case LayerType::kLinear:
       return "linear";
     case LayerType::kRelu:
@@ -81,7 +94,7 @@ std::span<const LayerType> EnumValues(LayerType) { return kLayerTypes; }
 std::string_view EnumName(OptimizerType type) { return type == OptimizerType::kSgd ? "sgd" : "adamw"; }
 std::span<const OptimizerType> EnumValues(OptimizerType) { return kOptimizerTypes; }
 
-OpDesc DescribeLayer(const LayerSpec& spec, int in) {
+OpDesc DescribeLayer(const LayerSpec& spec, int in, int seq) {
   if (spec.type == LayerType::kResidual) {
     throw ConfigError(
         "layer type 'residual' is not a single layer: the stage builds a residual block from its body plus a skip "
@@ -91,6 +104,7 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in) {
   OpDesc op;
   op.type = spec.type;
   op.in = op.out = in;
+  op.seq = seq;
   switch (spec.type) {
     case LayerType::kLinear: {
       if (spec.out < 1) {
@@ -98,11 +112,57 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in) {
       }
       op.out = spec.out;
       op.bias = spec.bias;
+      op.conv1d = spec.conv1d;
+      op.tied_to = spec.tied ? 0 : -1;  // the embedding, which must come first
       const std::size_t w = static_cast<std::size_t>(op.out) * static_cast<std::size_t>(in);
-      op.params.push_back({"weight", {op.out, in}, 0, w});
+      op.params.push_back({"weight", spec.conv1d ? std::vector<int>{in, op.out} : std::vector<int>{op.out, in}, 0, w});
       if (spec.bias) op.params.push_back({"bias", {op.out}, w, static_cast<std::size_t>(op.out)});
       op.flops_per_row = static_cast<double>(in) * op.out;
       op.gemm_flops_per_row = 2.0 * in * op.out;
+      break;
+    }
+    case LayerType::kEmbedding: {
+      if (spec.vocab < 1 || spec.out < 1) {
+        throw ConfigError(fmt::format("embedding layer: vocab and out must be >= 1, got {} and {}", spec.vocab,
+                                      spec.out));
+      }
+      op.in = 1;  // one token id per row
+      op.out = spec.out;
+      op.vocab = spec.vocab;
+      op.params.push_back({"weight", {spec.vocab, spec.out},
+                           0, static_cast<std::size_t>(spec.vocab) * static_cast<std::size_t>(spec.out)});
+      op.flops_per_row = spec.out;  // a lookup
+      break;
+    }
+    case LayerType::kPositionEmbedding: {
+      if (spec.positions < seq) {
+        throw ConfigError(fmt::format("position_embedding layer: its table has {} positions, but sequences have {} "
+                                      "tokens",
+                                      spec.positions, seq));
+      }
+      op.params.push_back({"weight", {spec.positions, in},
+                           0, static_cast<std::size_t>(spec.positions) * static_cast<std::size_t>(in)});
+      op.flops_per_row = in;
+      break;
+    }
+    case LayerType::kAttention: {
+      if (spec.heads < 1 || in % spec.heads != 0) {
+        throw ConfigError(fmt::format("attention layer: {} heads must divide the width {} (head size = width / "
+                                      "heads)",
+                                      spec.heads, in));
+      }
+      op.heads = spec.heads;
+      const auto c = static_cast<std::size_t>(in);
+      op.params = {{"c_attn.weight", {in, 3 * in}, 0, 3 * c * c},
+                   {"c_attn.bias", {3 * in}, 3 * c * c, 3 * c},
+                   {"c_proj.weight", {in, in}, 3 * c * c + 3 * c, c * c},
+                   {"c_proj.bias", {in}, 4 * c * c + 3 * c, c}};
+      op.saved_per_row = 4 * c + static_cast<std::size_t>(spec.heads);  // qkv, log-sum-exp per head, heads' output
+      op.stash_per_row = 3 * c;                                          // the qkv gradient
+      // Per token: the projections, and scores and weighted values against
+      // the sequence (quadratic in it over the whole sample).
+      op.flops_per_row = 4.0 * in * in + 2.0 * seq * in;
+      op.gemm_flops_per_row = 2.0 * (4.0 * in * in) + 2.0 * seq * in;  // causal: half of (QK^T, PV)
       break;
     }
     case LayerType::kLayerNorm: {
@@ -125,13 +185,26 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in) {
   return op;
 }
 
-ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input) {
+ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input, int seq) {
   ModelDesc m;
-  m.input = input;
-  m.width.push_back(input);
+  m.seq = seq;
+  m.tokens = !layers.empty() && layers.front().type == LayerType::kEmbedding;
+  m.input = m.tokens ? 1 : input;
+  m.width.push_back(m.input);
   m.block_input.push_back(0);
   Flatten(layers, 0, "", {}, m);
   m.top_begin.push_back(static_cast<int>(m.ops.size()));
+  // A tied head shares the embedding's table: the same shape, kept equal.
+  for (OpDesc& op : m.ops) {
+    if (op.tied_to < 0) continue;
+    const OpDesc& e = m.ops.front();
+    if (e.type != LayerType::kEmbedding || e.vocab != op.out || e.out != op.in || op.bias || op.conv1d) {
+      throw ConfigError(fmt::format(
+          "layer {}: a tied head needs the model to start with an embedding of the head's shape (vocab {} x {} "
+          "features) and has no bias",
+          op.name, op.out, op.in));
+    }
+  }
   return m;
 }
 
@@ -161,6 +234,23 @@ double ModelDesc::BalanceWeight(int t, bool by_flops) const {
 
 void InitParams(const OpDesc& op, std::span<float> params, std::mt19937_64& rng) {
   switch (op.type) {
+    case LayerType::kEmbedding:
+    case LayerType::kPositionEmbedding: {
+      // GPT-2's: normal(0, 0.02).
+      std::normal_distribution<float> normal(0.0f, 0.02f);
+      for (float& p : params) p = normal(rng);
+      break;
+    }
+    case LayerType::kAttention: {
+      // Both projections normal(0, 0.02), biases 0, as GPT-2 initialises them.
+      std::normal_distribution<float> normal(0.0f, 0.02f);
+      const auto c = static_cast<std::size_t>(op.in);
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const bool bias = (i >= 3 * c * c && i < 3 * c * c + 3 * c) || i >= 4 * c * c + 3 * c;
+        params[i] = bias ? 0.0f : normal(rng);
+      }
+      break;
+    }
     case LayerType::kLinear: {
       // kaiming_uniform_(a=sqrt(5)) on the weight reduces to U(-1/sqrt(in), 1/sqrt(in)),
       // the same bound PyTorch uses for the bias. Weight row-major first, then bias.
@@ -186,6 +276,57 @@ void InitParams(const OpDesc& op, std::span<float> params, std::uint64_t seed) {
   std::seed_seq seq(words.begin(), words.end());
   std::mt19937_64 rng(seq);
   InitParams(op, params, rng);
+}
+
+std::vector<LayerSpec> GptLayers(const GptSpec& g) {
+  auto named = [](LayerSpec s, std::string name) {
+    s.name = std::move(name);
+    return s;
+  };
+  std::vector<LayerSpec> out;
+  LayerSpec wte;
+  wte.type = LayerType::kEmbedding;
+  wte.vocab = g.vocab;
+  wte.out = g.hidden;
+  out.push_back(named(wte, "transformer.wte."));
+  LayerSpec wpe;
+  wpe.type = LayerType::kPositionEmbedding;
+  wpe.positions = g.seq_len;
+  out.push_back(named(wpe, "transformer.wpe."));
+  LayerSpec ln;
+  ln.type = LayerType::kLayerNorm;
+  ln.eps = g.eps;
+  for (int b = 0; b < g.blocks; ++b) {
+    const std::string h = fmt::format("transformer.h.{}.", b);
+    LayerSpec attn;
+    attn.type = LayerType::kAttention;
+    attn.heads = g.heads;
+    LayerSpec first;  // x + attn(ln_1(x))
+    first.type = LayerType::kResidual;
+    first.name = h + "attn_block.";
+    first.body = {named(ln, h + "ln_1."), named(attn, h + "attn.")};
+    out.push_back(first);
+    LayerSpec fc, proj, gelu;
+    fc.type = proj.type = LayerType::kLinear;
+    fc.out = 4 * g.hidden;
+    proj.out = g.hidden;
+    fc.conv1d = proj.conv1d = true;
+    gelu.type = LayerType::kGelu;
+    LayerSpec second;  // x + mlp(ln_2(x))
+    second.type = LayerType::kResidual;
+    second.name = h + "mlp_block.";
+    second.body = {named(ln, h + "ln_2."), named(fc, h + "mlp.c_fc."), named(gelu, h + "mlp.act."),
+                   named(proj, h + "mlp.c_proj.")};
+    out.push_back(second);
+  }
+  out.push_back(named(ln, "transformer.ln_f."));
+  LayerSpec head;
+  head.type = LayerType::kLinear;
+  head.out = g.vocab;
+  head.bias = false;
+  head.tied = g.tied;
+  out.push_back(named(head, "lm_head."));
+  return out;
 }
 
 }  // namespace baton

@@ -16,7 +16,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
       plan_(plan),
       dev_(device),
       rank_(plan.rank),
-      grad_scale_(1.0f / static_cast<float>(plan.batch_size)) {
+      grad_scale_(1.0f / static_cast<float>(std::int64_t(plan.batch_size) * plan.labels_per_sample)) {
   if (plan.max_tag > transport.max_tag()) {
     throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}",
                                   plan.stages, plan.microbatches, plan.max_tag, transport.max_tag()));
@@ -72,7 +72,8 @@ std::vector<Executor::Op> Executor::Bind(const std::vector<Instruction>& instruc
     op.input = Address(in.in);
     op.output = Address(in.out);
     if (in.labels.kind == BufferRef::kLabels) {
-      op.labels = static_cast<std::size_t>(in.labels.microbatch) * static_cast<std::size_t>(plan_.rows);
+      op.labels = static_cast<std::size_t>(in.labels.microbatch) * static_cast<std::size_t>(plan_.rows) *
+                  static_cast<std::size_t>(plan_.labels_per_sample);
     }
     ops.push_back(op);
   }
@@ -179,9 +180,11 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         }
         std::size_t written = 0;
         if (in.labels.kind == BufferRef::kLabels) {
-          const ConstView l{reinterpret_cast<const std::byte*>(labels + op.labels), {DType::kI32, {rows}}};
+          // One label per token: the loss averages over every token of the batch.
+          const std::int64_t tokens = std::int64_t(rows) * plan_.labels_per_sample;
+          const ConstView l{reinterpret_cast<const std::byte*>(labels + op.labels), {DType::kI32, {tokens}}};
           st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written);
-          stats->samples += rows;
+          stats->samples += tokens;
         } else {
           st.Forward(x, slot, View{op.output, st.plan().output().WithRows(rows)}, &written);
         }
@@ -262,13 +265,13 @@ StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, st
     }
     const std::int64_t round = std::min<std::int64_t>(std::int64_t(m) * rows, samples - first);
     const std::byte* in = inputs != nullptr ? reinterpret_cast<const std::byte*>(inputs) + first * sample_bytes : nullptr;
-    const std::int32_t* lab = labels != nullptr ? labels + first : nullptr;
+    const std::int32_t* lab = labels != nullptr ? labels + first * plan_.labels_per_sample : nullptr;
     if (inputs_ != nullptr && in != nullptr) {
       dev_.Upload(inputs_, in, static_cast<std::size_t>(round) * sample_bytes);
       in = inputs_;
     }
     if (labels_ != nullptr && lab != nullptr) {
-      dev_.Upload(labels_, lab, static_cast<std::size_t>(round) * sizeof(std::int32_t));
+      dev_.Upload(labels_, lab, static_cast<std::size_t>(round * plan_.labels_per_sample) * sizeof(std::int32_t));
       lab = reinterpret_cast<const std::int32_t*>(labels_);
     }
     Run(evaluation_ops_, Mode::kEvaluate, in, lab, round_rows_.data(), &stats);

@@ -39,7 +39,15 @@ Schedule ForwardOnly(const Schedule& schedule) {
   return out;
 }
 
-TensorDesc Activation(int rows, int features) { return {DType::kF32, {rows, features}}; }
+// Activation a of the model for `rows` samples: token ids (i32, (rows,
+// seq)) entering a model that embeds them; (rows, seq, features) for
+// sequences; (rows, features) for feature vectors.
+TensorDesc Activation(const ModelDesc& m, int a, int rows) {
+  if (a == 0 && m.tokens) return {DType::kI32, {rows, m.seq}};
+  const int width = m.width[static_cast<std::size_t>(a)];
+  if (m.seq > 1) return {DType::kF32, {rows, m.seq, width}};
+  return {DType::kF32, {rows, width}};
+}
 
 // Decides what a microbatch keeps, where in its slot, and the workspace.
 StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool split_backward) {
@@ -60,7 +68,7 @@ StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool 
   int layers = 0;
   for (int i = 0; i <= K; ++i) {
     const int a = first_op + i;
-    p.act.push_back(Activation(run.rows, model.width[static_cast<std::size_t>(a)]));
+    p.act.push_back(Activation(model, a, run.rows));
     p.block_input.push_back(model.block_input[static_cast<std::size_t>(a)]);
   }
   for (int i = 0; i < K; ++i) {
@@ -87,6 +95,34 @@ StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool 
         break;
     }
   }
+  // Layers' own state: what forward saves (kept in the slot when the op is
+  // not recomputed) and what I leaves for W (in the slot when W runs later).
+  const auto token_rows = static_cast<std::size_t>(run.rows) * static_cast<std::size_t>(model.seq);
+  p.tokens_per_sample = model.seq;
+  p.saved_bytes.assign(K, 0);
+  p.stash_bytes.assign(K, 0);
+  p.saved_in_slot.assign(K, 0);
+  p.stash_in_slot.assign(K, 0);
+  p.saved_offset.assign(K, 0);
+  p.stash_offset.assign(K, 0);
+  p.ws_saved_offset.assign(K, 0);
+  p.ws_stash_offset.assign(K, 0);
+  std::size_t state = 0;
+  for (int i = 0; i < K; ++i) {
+    const OpDesc& op = model.ops[static_cast<std::size_t>(first_op + i)];
+    p.saved_bytes[i] = token_rows * op.saved_per_row * sizeof(float);
+    p.stash_bytes[i] = token_rows * op.stash_per_row * sizeof(float);
+    p.ws_saved_offset[i] = state;
+    state += p.saved_bytes[i];
+    p.ws_stash_offset[i] = state;
+    state += p.stash_bytes[i];
+    p.saved_in_slot[i] = p.saved_bytes[i] > 0 && (i + 1 == K || p.kept[i + 1]);
+    p.stash_in_slot[i] = p.stash_bytes[i] > 0 && split_backward;
+  }
+  p.state_workspace_bytes = state;
+
+  // The slot: the forward's part (kept activations, the loss gradient,
+  // saved states), then W's (output gradients, stashes).
   p.kept_offset.assign(K + 1, 0);
   std::size_t slot = 0;
   for (int i = 0; i < K; ++i) {
@@ -98,6 +134,11 @@ StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool 
     p.dlogits_offset = slot;
     slot += p.act[K].bytes();
   }
+  for (int i = 0; i < K; ++i) {
+    if (!p.saved_in_slot[i]) continue;
+    p.saved_offset[i] = slot;
+    slot += p.saved_bytes[i];
+  }
   p.forward_bytes = slot;
   p.wgrad_offset.assign(K, 0);
   if (split_backward) {
@@ -106,6 +147,11 @@ StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool 
       p.wgrad_offset[i] = slot;
       slot += p.act[i + 1].bytes();
     }
+  }
+  for (int i = 0; i < K; ++i) {
+    if (!p.stash_in_slot[i]) continue;
+    p.stash_offset[i] = slot;
+    slot += p.stash_bytes[i];
   }
   p.slot_bytes = slot;
   p.workspace_offset.assign(K + 1, 0);
@@ -310,8 +356,8 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   for (int s = 0; s < S; ++s) {
     const int first_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).first;
     const int last_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).second;
-    r.stage_input.push_back(Activation(run.rows, run.model.width[static_cast<std::size_t>(first_op)]));
-    r.stage_output.push_back(Activation(run.rows, run.model.width[static_cast<std::size_t>(last_op)]));
+    r.stage_input.push_back(Activation(run.model, first_op, run.rows));
+    r.stage_output.push_back(Activation(run.model, last_op, run.rows));
   }
   const RankResult& mine = run.sim.per_rank[static_cast<std::size_t>(rank)];
   for (int s = 0; s < S; ++s) {
@@ -326,7 +372,8 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   r.has_inputs = lowered.stage_rank.front() == rank;
   r.has_labels = lowered.stage_rank.back() == rank;
   r.inputs = r.stage_input.front().WithRows(run.batch_size);
-  r.labels = {DType::kI32, {run.batch_size}};
+  r.labels_per_sample = run.model.seq;
+  r.labels = {DType::kI32, {static_cast<std::int64_t>(run.batch_size) * run.model.seq}};
 
   // Message buffers: one microbatch each, for every microbatch of the step.
   r.requests = 4 * S * m;

@@ -88,6 +88,18 @@ struct StagePlan {
   int ring_capacity = 1;                  // the simulator's peak in-flight microbatches
   std::vector<std::size_t> workspace_offset;  // per activation, bytes into each workspace buffer
   std::size_t workspace_bytes = 0;        // one microbatch of every activation
+  // A layer's own state (attention's projections and softmax statistics:
+  // OpDesc::saved_per_row), per op: in the slot when the op's output is kept
+  // (or it is the last op: never recomputed), else in the state workspace,
+  // where recomputation writes it again; and what I leaves for W
+  // (OpDesc::stash_per_row): in the slot for a split backward, else in the
+  // state workspace. Evaluation (no slot) uses the workspace for both.
+  std::vector<std::size_t> saved_bytes, stash_bytes;  // per op, one microbatch
+  std::vector<char> saved_in_slot, stash_in_slot;     // per op
+  std::vector<std::size_t> saved_offset, stash_offset;  // per op: in the slot, if there
+  std::vector<std::size_t> ws_saved_offset, ws_stash_offset;  // per op: in the state workspace
+  std::size_t state_workspace_bytes = 0;
+  int tokens_per_sample = 1;              // the sequence (1 for MLPs)
   std::size_t num_params = 0;             // floats
   std::size_t param_offset = 0;           // floats, from the model's first parameter
 
@@ -148,7 +160,8 @@ struct RankPlan {
   std::vector<StagePlan> local_stages;     // ascending stage index
   std::vector<TensorDesc> stage_input, stage_output;  // every stage, one microbatch
   TensorDesc inputs;                       // the step's inputs (first stage's rank)
-  TensorDesc labels;                       // the step's labels (last stage's rank)
+  TensorDesc labels;                       // the step's labels (last stage's rank): one per token
+  int labels_per_sample = 1;               // tokens per sample
   bool has_inputs = false, has_labels = false;
   std::vector<BufferPlan> buffers;
   int requests = 0;                        // request ids are in [0, requests)

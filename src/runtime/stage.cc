@@ -7,7 +7,9 @@ namespace baton {
 Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device)
     : model_(model), plan_(plan), device_(std::move(device)) {
   for (int i = 0; i < plan_.ops(); ++i) {
-    if (plan_.layer[i] >= 0) device_->AddLayer(model_.ops[static_cast<std::size_t>(plan_.first_op + i)], plan_.rows);
+    if (plan_.layer[i] >= 0) {
+      device_->AddLayer(model_.ops[static_cast<std::size_t>(plan_.first_op + i)], plan_.rows * plan_.tokens_per_sample);
+    }
   }
   // Parameters: one buffer for the stage, carved into the ops' views.
   params_.assign(plan_.num_params, 0.0f);
@@ -24,6 +26,19 @@ Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<Stag
   ws_act_ = device_->Allocate(plan_.workspace_bytes);
   ws_grad_ = device_->Allocate(plan_.workspace_bytes);
   ws_skip_ = device_->Allocate(plan_.workspace_bytes);
+  if (plan_.state_workspace_bytes > 0) ws_state_ = device_->Allocate(plan_.state_workspace_bytes);
+}
+
+std::byte* Stage::Saved(int i, std::byte* slot) const {
+  if (plan_.saved_bytes[i] == 0) return nullptr;
+  if (slot != nullptr && plan_.saved_in_slot[i]) return slot + plan_.saved_offset[i];
+  return ws_state_ + plan_.ws_saved_offset[i];
+}
+
+std::byte* Stage::Stash(int i, std::byte* slot) const {
+  if (plan_.stash_bytes[i] == 0) return nullptr;
+  if (slot != nullptr && plan_.stash_in_slot[i]) return slot + plan_.stash_offset[i];
+  return ws_state_ + plan_.ws_stash_offset[i];
 }
 
 void Stage::ZeroGrads() { device_->Zero(FloatView(device_->grads(), grads_.size())); }
@@ -49,7 +64,7 @@ View Stage::Act(int i, std::byte* slot, int rows, const std::byte* x) {
 void Stage::RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out) {
   const View in = Act(i, slot, rows, x);
   if (plan_.layer[i] >= 0) {
-    device_->Forward(plan_.layer[i], in, out);
+    device_->Forward(plan_.layer[i], in, out, Saved(i, slot));
     return;
   }
   device_->Add(in, Act(plan_.skip[i], slot, rows, x), out);
@@ -103,15 +118,14 @@ void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full) {
       if (gin.data != nullptr) device_->Copy(gin, gout);
     } else {
       const View x = Act(i, slot, rows);
-      if (model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) {
-        if (full) {
-          device_->BackwardWeight(plan_.layer[i], x, gout);
-        } else {
-          // W runs later and needs this output gradient: keep it in the slot.
-          device_->Copy(View{slot + plan_.wgrad_offset[i], plan_.act[i + 1]}, gout);
-        }
+      const bool params = model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params();
+      // W runs later and needs this output gradient: keep it in the slot.
+      if (params && !full) device_->Copy(View{slot + plan_.wgrad_offset[i], plan_.act[i + 1]}, gout);
+      std::byte* stash = Stash(i, slot);
+      if (gin.data != nullptr || stash != nullptr) {
+        device_->BackwardInput(plan_.layer[i], x, Saved(i, slot), gout, gin, stash);
       }
-      if (gin.data != nullptr) device_->BackwardInput(plan_.layer[i], x, gout, gin);
+      if (params && full) device_->BackwardWeight(plan_.layer[i], x, Saved(i, slot), gout, stash);
     }
     if (gin.data != nullptr && plan_.block_input[i]) device_->AddInto(Workspace(ws_skip_, i, rows), gin);
   }
@@ -121,8 +135,8 @@ void Stage::BackwardWeight(std::byte* slot) {
   Recompute(slot);
   for (int i = 0; i < plan_.ops(); ++i) {
     if (plan_.layer[i] < 0 || !model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) continue;
-    device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows),
-                            ConstView(slot + plan_.wgrad_offset[i], plan_.act[i + 1]));
+    device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows), Saved(i, slot),
+                            ConstView(slot + plan_.wgrad_offset[i], plan_.act[i + 1]), Stash(i, slot));
   }
 }
 

@@ -74,6 +74,9 @@ class Stage {
   // slot, else in the workspace (a_0 without a slot: `x`).
   View Act(int i, std::byte* slot, int rows, const std::byte* x = nullptr);
   View Workspace(std::byte* base, int i, int rows) const;
+  // Op i's saved state and stash: in the slot or in the state workspace (plan.h).
+  std::byte* Saved(int i, std::byte* slot) const;
+  std::byte* Stash(int i, std::byte* slot) const;
   // Runs op i for `rows` samples.
   void RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out);
   void Recompute(std::byte* slot);
@@ -88,6 +91,7 @@ class Stage {
   std::byte* ws_act_ = nullptr;
   std::byte* ws_grad_ = nullptr;
   std::byte* ws_skip_ = nullptr;
+  std::byte* ws_state_ = nullptr;  // layers' saved states and stashes (state_workspace_bytes)
 };
 
 }  // namespace baton
