@@ -34,6 +34,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
     buffers_[static_cast<std::size_t>(b.local)][b.kind] = dev_.Allocate(b.tensor.bytes() * static_cast<std::size_t>(b.count));
   }
   dev_.ConfigureMessages(plan.message_bytes, wait_timeout_s);
+  if (plan.tied.peer >= 0) tied_inbox_ = dev_.Allocate(plan.tied.floats * sizeof(float));
   if (!dev_.host_memory()) {
     if (plan.has_inputs) inputs_ = dev_.Allocate(plan.inputs.bytes());
     if (plan.has_labels) labels_ = dev_.Allocate(plan.labels.bytes());
@@ -106,8 +107,35 @@ void Executor::WaitSends() {
 
 StepStats Executor::TrainStep(const Batch& batch) {
   const StepStats stats = RunStep(batch);
+  SumTiedGradients();
   StepOptimizers();
   return stats;
+}
+
+void Executor::SumTiedGradients() {
+  const TiedPlan& t = plan_.tied;
+  if (!t.active) return;
+  auto grads = [&](int local, std::size_t offset) {
+    return FloatView(stages_[static_cast<std::size_t>(local)]->device().grads() + offset, t.floats);
+  };
+  if (t.peer < 0) {
+    // Both copies here: the sum into one, copied to the other.
+    const View e = grads(t.local_embedding, t.embedding_offset), h = grads(t.local_head, t.head_offset);
+    StageDevice& dev = stages_[static_cast<std::size_t>(t.local_embedding)]->device();
+    dev.AddInto(h, e);
+    dev.Copy(h, e);
+    return;
+  }
+  // Each side adds the other's gradient to its own: a + b on one rank, b + a
+  // on the other, the same floats.
+  const int local = t.local_embedding >= 0 ? t.local_embedding : t.local_head;
+  const View mine = grads(local, t.local_embedding >= 0 ? t.embedding_offset : t.head_offset);
+  const std::size_t bytes = t.floats * sizeof(float);
+  dev_.Irecv(t.recv_request, tied_inbox_, bytes, t.peer, t.tag);
+  dev_.Isend(t.send_request, mine.data, bytes, t.peer, t.tag);
+  dev_.WaitRecv(t.recv_request, {"RECV tied-embedding gradient", -1, -1, t.peer});
+  dev_.WaitSend(t.send_request, {"SEND tied-embedding gradient", -1, -1, t.peer});
+  stages_[static_cast<std::size_t>(local)]->device().AddInto(ConstView{tied_inbox_, mine.desc}, mine);
 }
 
 void Executor::StepOptimizers() {

@@ -73,6 +73,10 @@ class Executor {
   // The plan's step alone: gradients accumulate into the stages' gradient
   // buffers (no optimizer step).
   StepStats RunStep(const Batch& batch);
+  // Sums the tied head's and embedding's gradients (plan.h TiedPlan):
+  // locally, or with the other copy's rank. Part of TrainStep; collective
+  // between those two ranks.
+  void SumTiedGradients();
   // Every stage's optimizer step, then zeroed gradients: the rest of TrainStep.
   void StepOptimizers();
   // Forward-only pass of `samples` samples (evaluation), in rounds of the
@@ -139,6 +143,7 @@ class Executor {
   // batch in place.
   std::byte* inputs_ = nullptr;
   std::byte* labels_ = nullptr;
+  std::byte* tied_inbox_ = nullptr;  // the other copy's gradient (tied head across ranks)
   std::vector<Op> train_ops_, evaluation_ops_;
   std::vector<int> full_rows_, round_rows_;  // per microbatch of a round
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)

@@ -401,6 +401,40 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
       }
     }
   }
+  // A tied head: where both copies live, and the exchange between their ranks.
+  for (const OpDesc& op : run.model.ops) {
+    if (op.tied_to < 0) continue;
+    const OpDesc& emb = run.model.ops[static_cast<std::size_t>(op.tied_to)];
+    auto stage_of = [&](const OpDesc& o) {
+      int s = 0;
+      while (run.bounds[static_cast<std::size_t>(s) + 1] <= o.top) ++s;
+      return s;
+    };
+    const int se = stage_of(emb), sh = stage_of(op);
+    const int re = lowered.stage_rank[se], rh = lowered.stage_rank[sh];
+    if (rank != re && rank != rh) break;
+    TiedPlan& t = r.tied;
+    t.active = true;
+    t.floats = op.num_params;
+    if (rank == re) {
+      t.local_embedding = r.local[se];
+      t.embedding_offset = emb.param_offset - r.local_stages[static_cast<std::size_t>(t.local_embedding)].param_offset;
+    }
+    if (rank == rh) {
+      t.local_head = r.local[sh];
+      t.head_offset = op.param_offset - r.local_stages[static_cast<std::size_t>(t.local_head)].param_offset;
+    }
+    if (re != rh) {
+      t.peer = rank == re ? rh : re;
+      t.send_request = r.requests;
+      t.recv_request = r.requests + 1;
+      t.tag = r.max_tag + 1;
+      r.requests += 2;
+      r.max_tag += 1;
+      r.message_bytes.resize(static_cast<std::size_t>(r.requests), t.floats * sizeof(float));
+    }
+    break;
+  }
   for (const Action& a : lowered.actions[rank]) r.step.push_back(Resolve(r, a));
   for (const Action& a : run.evaluation.actions[rank]) r.evaluation.push_back(Resolve(r, a));
   r.sends_per_step = std::max(CountSends(lowered.actions[rank]), CountSends(run.evaluation.actions[rank]));

@@ -152,6 +152,20 @@ struct BufferPlan {
   int count = 0;
 };
 
+// A head tied to the embedding (GPT's lm_head = wte): each of the two
+// stages holds a copy, and after every step's backward their gradients are
+// summed, between the two ranks when they differ (Megatron-LM's embedding
+// group), so that the copies, updated alike, never drift.
+struct TiedPlan {
+  bool active = false;          // this rank holds a copy
+  int local_embedding = -1;     // local stage holding the embedding, or -1
+  int local_head = -1;          // local stage holding the head, or -1
+  std::size_t embedding_offset = 0, head_offset = 0;  // floats into those stages' parameters
+  std::size_t floats = 0;
+  int peer = -1;                // the other copy's rank, -1 when both are here
+  int send_request = -1, recv_request = -1, tag = -1;
+};
+
 struct RankPlan {
   int rank = 0;
   int ranks = 0, stages = 0, microbatches = 0, rows = 0, batch_size = 0;
@@ -170,6 +184,7 @@ struct RankPlan {
   std::vector<Instruction> step;           // one training step
   std::vector<Instruction> evaluation;     // one evaluation round of `microbatches` microbatches
   int sends_per_step = 0;                  // the most sends in flight at once
+  TiedPlan tied;
 
   // Request id of a message: (kind, stage, microbatch), kind = RECV_F 0,
   // RECV_B 1, SEND_F 2, SEND_B 3.

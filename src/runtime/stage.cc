@@ -47,7 +47,9 @@ void Stage::Init(std::uint64_t seed) {
   for (int i = 0; i < plan_.ops(); ++i) {
     const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
     if (!op.has_params()) continue;
-    InitParams(op, std::span<float>(params_.data() + (op.param_offset - plan_.param_offset), op.num_params), seed);
+    // A tied head starts as its embedding: the same draws.
+    const OpDesc& from = op.tied_to >= 0 ? model_.ops[static_cast<std::size_t>(op.tied_to)] : op;
+    InitParams(from, std::span<float>(params_.data() + (op.param_offset - plan_.param_offset), op.num_params), seed);
   }
 }
 
