@@ -105,7 +105,8 @@ constexpr std::array<Checkpointing, 3> kCheckpointings = {Checkpointing::kNone, 
                                                           Checkpointing::kSelective};
 constexpr std::array<Partition, 2> kPartitions = {Partition::kBalanced, Partition::kExplicit};
 constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy::kFlops};
-constexpr std::array<DatasetKind, 2> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic};
+constexpr std::array<DatasetKind, 4> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
+                                                   DatasetKind::kFortunes, DatasetKind::kSyntheticTokens};
 constexpr std::array<Device, 2> kDevices = {Device::kCpu, Device::kCuda};
 constexpr std::array<Precision, 2> kPrecisions = {Precision::kFP32, Precision::kBF16};
 }  // namespace
@@ -115,7 +116,18 @@ std::string_view EnumName(Checkpointing v) {
 }
 std::string_view EnumName(Partition v) { return v == Partition::kBalanced ? "balanced" : "explicit"; }
 std::string_view EnumName(BalanceBy v) { return v == BalanceBy::kParams ? "params" : "flops"; }
-std::string_view EnumName(DatasetKind v) { return v == DatasetKind::kFashionMnist ? "fashion_mnist" : "synthetic"; }
+std::string_view EnumName(DatasetKind v) {
+  switch (v) {
+    case DatasetKind::kFashionMnist:
+      return "fashion_mnist";
+    case DatasetKind::kSynthetic:
+      return "synthetic";
+    case DatasetKind::kFortunes:
+      return "fortunes";
+    default:
+      return "synthetic_tokens";
+  }
+}
 std::string_view EnumName(Device v) { return v == Device::kCpu ? "cpu" : "cuda"; }
 std::string_view EnumName(Precision v) { return v == Precision::kFP32 ? "fp32" : "bf16"; }
 std::span<const Checkpointing> EnumValues(Checkpointing) { return kCheckpointings; }
@@ -150,6 +162,15 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   // data first: the model's widths depend on the dataset.
   YamlMap data = top.Map("data");
   c.data.dataset = Choice(data, "dataset", c.data.dataset);
+  const DatasetKind kind = c.data.dataset;
+  const bool tokens = IsTokenDataset(kind);
+  // A key another dataset reads is refused, by name, with the reason.
+  auto refuse = [&](std::initializer_list<std::string_view> keys, std::string_view why) {
+    for (std::string_view k : keys) {
+      if (data.Has(k)) data.Fail(data.Node(k), k, fmt::format("{}; data.dataset is {}", why, EnumName(kind)));
+    }
+  };
+  if (kind == DatasetKind::kFortunes) c.data.path = "/usr/share/games/fortunes";
   c.data.path = data.Get<std::string>("path", c.data.path);
   c.data.shuffle = data.Get("shuffle", c.data.shuffle);
   c.data.samples = data.Get<long long>("samples", c.data.samples);
@@ -158,12 +179,35 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.data.classes = data.GetInt("classes", c.data.classes, 2, kMaxInt);
   c.data.seed = static_cast<std::uint64_t>(data.Get<long long>("seed", static_cast<long long>(c.data.seed)));
   c.data.evaluate = data.Get("evaluate", c.data.evaluate);
-  if (c.data.dataset == DatasetKind::kFashionMnist) {
+  if (kind == DatasetKind::kFashionMnist) {
     for (std::string_view k : {"samples", "features", "classes"}) {
       if (data.Has(k)) data.Fail(data.Node(k), k, "is set by the dataset for fashion_mnist (784 features, 10 classes)");
     }
     c.data.features = 784;
     c.data.classes = 10;
+  }
+  if (tokens) {
+    refuse({"features", "classes"}, "is set by seq_len and the vocabulary for a token dataset");
+    refuse({"evaluate"}, "is a fashion_mnist setting: a token dataset's end-of-epoch check is data.validation");
+    if (!data.Has("seq_len")) {
+      data.Fail(data.Node("dataset"), "seq_len", "a token dataset needs data.seq_len (tokens per sample, >= 1)");
+    }
+    c.data.seq_len = data.GetInt("seq_len", 0, 1, kMaxInt);
+    if (kind == DatasetKind::kFortunes) {
+      refuse({"samples"}, "is set by the corpus and seq_len");
+      refuse({"vocab"}, "is 256 for fortunes: every byte is a token");
+      c.data.validation = data.Get("validation", c.data.validation);
+      c.data.vocab = 256;
+    } else {
+      refuse({"path"}, "is for datasets read from files");
+      refuse({"validation"}, "is for fortunes (the validation split)");
+      c.data.vocab = data.GetInt("vocab", c.data.vocab, 2, kMaxInt);
+    }
+    c.data.features = c.data.seq_len;
+    c.data.classes = c.data.vocab;
+  } else {
+    refuse({"seq_len", "vocab"}, "is for token datasets (fortunes, synthetic_tokens)");
+    refuse({"validation"}, "is for fortunes (the validation split); fashion_mnist's is data.evaluate");
   }
   data.Finish();
 
@@ -353,12 +397,19 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << std::string(EnumName(d.dataset));
   if (d.dataset == DatasetKind::kFashionMnist) {
     e << YAML::Key << "path" << YAML::Value << d.path;
+  } else if (d.dataset == DatasetKind::kFortunes) {
+    e << YAML::Key << "path" << YAML::Value << d.path << YAML::Key << "seq_len" << YAML::Value << d.seq_len
+      << YAML::Key << "validation" << YAML::Value << d.validation;
+  } else if (d.dataset == DatasetKind::kSyntheticTokens) {
+    e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "seq_len" << YAML::Value << d.seq_len
+      << YAML::Key << "vocab" << YAML::Value << d.vocab;
   } else {
     e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "features" << YAML::Value << d.features
       << YAML::Key << "classes" << YAML::Value << d.classes;
   }
-  e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed << YAML::Key
-    << "evaluate" << YAML::Value << d.evaluate << YAML::EndMap;
+  e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed;
+  if (!IsTokenDataset(d.dataset)) e << YAML::Key << "evaluate" << YAML::Value << d.evaluate;
+  e << YAML::EndMap;
   const OptimizerSpec& o = c.train.optimizer;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "batch_size" << YAML::Value
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"

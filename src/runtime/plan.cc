@@ -60,7 +60,9 @@ StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool 
   int layers = 0;
   for (int i = 0; i <= K; ++i) {
     const int a = first_op + i;
-    p.act.push_back(Activation(run.rows, model.width[static_cast<std::size_t>(a)]));
+    // The first stage's input is the dataset's; every other tensor the model's.
+    p.act.push_back(i == 0 && p.is_first ? run.input.WithRows(run.rows)
+                                         : Activation(run.rows, model.width[static_cast<std::size_t>(a)]));
     p.block_input.push_back(model.block_input[static_cast<std::size_t>(a)]);
   }
   for (int i = 0; i < K; ++i) {
@@ -279,10 +281,28 @@ RunPlan PlanRun(const TrainConfig& c) {
   plan.bounds = PartitionLayers(c, plan.model, plan.lowered.stages);
   plan.rows = c.train.batch_size / c.pipeline.microbatches;
   plan.batch_size = c.train.batch_size;
+  plan.input = SampleInput(c.data);
+  plan.labels_per_sample = LabelsPerSample(c.data);
   plan.checkpointing = c.pipeline.checkpointing;
   plan.keep = c.pipeline.keep;
   plan.wait_timeout_s = c.pipeline.wait_timeout_s;
   return plan;
+}
+
+TensorDesc SampleInput(const DataConfig& d) {
+  if (IsTokenDataset(d.dataset)) return {DType::kI32, {1, d.seq_len}};
+  return {DType::kF32, {1, d.features}};
+}
+
+int LabelsPerSample(const DataConfig& d) { return IsTokenDataset(d.dataset) ? d.seq_len : 1; }
+
+void CheckModelInput(const TrainConfig& c, const RunPlan& plan) {
+  if (plan.input.dtype == DType::kF32) return;
+  throw ConfigError(fmt::format(
+      "{}: data.dataset is {}: its samples are {} token ids, but the model's first layer ({}) takes f32 "
+      "features; token ids need a token embedding as the first layer, which baton's models do not have yet",
+      c.source, EnumName(c.data.dataset), ToString(plan.input),
+      c.model.layers.empty() ? std::string("none") : std::string(EnumName(c.model.layers.front().type))));
 }
 
 int RankPlan::RequestId(ActionKind kind, int stage, int microbatch) const {
@@ -310,7 +330,8 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   for (int s = 0; s < S; ++s) {
     const int first_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).first;
     const int last_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).second;
-    r.stage_input.push_back(Activation(run.rows, run.model.width[static_cast<std::size_t>(first_op)]));
+    r.stage_input.push_back(s == 0 ? run.input.WithRows(run.rows)
+                                   : Activation(run.rows, run.model.width[static_cast<std::size_t>(first_op)]));
     r.stage_output.push_back(Activation(run.rows, run.model.width[static_cast<std::size_t>(last_op)]));
   }
   const RankResult& mine = run.sim.per_rank[static_cast<std::size_t>(rank)];
@@ -326,7 +347,9 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   r.has_inputs = lowered.stage_rank.front() == rank;
   r.has_labels = lowered.stage_rank.back() == rank;
   r.inputs = r.stage_input.front().WithRows(run.batch_size);
-  r.labels = {DType::kI32, {run.batch_size}};
+  r.labels_per_sample = run.labels_per_sample;
+  r.labels = run.labels_per_sample == 1 ? TensorDesc{DType::kI32, {run.batch_size}}
+                                        : TensorDesc{DType::kI32, {run.batch_size, run.labels_per_sample}};
 
   // Message buffers: one microbatch each, for every microbatch of the step.
   r.requests = 4 * S * m;
@@ -390,6 +413,10 @@ std::string DescribePlan(const RunPlan& run) {
   return out;
 }
 
-std::string DescribeRunPlan(const TrainConfig& config) { return DescribePlan(PlanRun(config)); }
+std::string DescribeRunPlan(const TrainConfig& config) {
+  const RunPlan plan = PlanRun(config);
+  CheckModelInput(config, plan);
+  return DescribePlan(plan);
+}
 
 }  // namespace baton
