@@ -32,6 +32,7 @@ struct Harness {
     exec = std::make_unique<baton::Executor>(run.model, plan, config.pipeline.wait_timeout_s, *transport, *device);
     for (auto& st : exec->stages()) st->Init(0);
     data = baton::MakeSynthetic(config.train.batch_size, config.data.features, config.data.classes, 1, true, true);
+    batch.input = data.sample.WithRows(config.train.batch_size);
     batch.inputs = data.inputs;
     batch.labels = data.labels;
   }

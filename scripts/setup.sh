@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev zlib1g-dev
   libopenmpi-dev openmpi-bin libeigen3-dev libtbb-dev libopenblas-pthread-dev
   dataset-fashion-mnist
+  fortunes                      # text corpus (data.dataset: fortunes, tests/data/text_test)
   iproute2                      # tests/mpi/multihost_test: network namespaces and veth links
   clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, llvm-symbolizer
 )

@@ -1,4 +1,4 @@
-// Aligned float buffers.
+// Aligned buffers.
 #ifndef BATON_BUFFER_H_
 #define BATON_BUFFER_H_
 
@@ -31,6 +31,9 @@ struct AlignedAllocator {
 
 // A float buffer aligned for the kernels (see kBufferAlignment).
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
+// Bytes of any element type, aligned the same way (a dataset's inputs, a
+// batch's inputs: f32 features or i32 token ids).
+using ByteBuffer = std::vector<std::byte, AlignedAllocator<std::byte>>;
 
 }  // namespace baton
 

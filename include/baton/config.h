@@ -23,13 +23,14 @@ namespace baton {
 enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
 enum class Partition : std::uint8_t { kBalanced, kExplicit };  // explicit: pipeline.partition lists counts
 enum class BalanceBy : std::uint8_t { kParams, kFlops };
-enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic };
+// fortunes and synthetic_tokens are byte-token datasets (IsTokenDataset).
+enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kSyntheticTokens };
 enum class Device : std::uint8_t { kCpu, kCuda };
 enum class Precision : std::uint8_t { kFP32, kBF16 };
 std::string_view EnumName(Checkpointing v);  // none, full, selective
 std::string_view EnumName(Partition v);      // balanced, explicit
 std::string_view EnumName(BalanceBy v);      // params, flops
-std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic
+std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::string_view EnumName(Device v);         // cpu, cuda
 std::string_view EnumName(Precision v);      // fp32, bf16
 std::span<const Checkpointing> EnumValues(Checkpointing);
@@ -71,8 +72,11 @@ SimulateConfig LoadSimulateConfig(const std::string& path);
 // README for every key. Defaults are given below.
 
 struct ModelConfig {
-  int input = 0;                  // input features; 0 = the dataset's
-  std::vector<LayerSpec> layers;  // the layer list (nn.Sequential order)
+  int input = 0;                  // input features; 0 = the dataset's (1 for token ids)
+  std::vector<LayerSpec> layers;  // the layer list (nn.Sequential order; a GPT's, expanded)
+  bool gpt = false;               // model: {type: gpt, ...}: `layers` is GptLayers(gpt_spec)
+  GptSpec gpt_spec;
+  int seq = 1;                    // tokens per sample (a GPT's seq_len; 1 for MLPs)
   std::uint64_t init_seed = 0;    // per-layer init streams derive from it
   std::string init_from;          // optional safetensors file with all weights
 };
@@ -90,16 +94,32 @@ struct PipelineConfig {
   double wait_timeout_s = 300.0;      // deadline of every blocking wait
 };
 
+// Inputs and labels per dataset:
+//   fashion_mnist     f32[784] pixels, a class 0..9                 (path)
+//   synthetic         f32[features], a class in [0, classes)        (samples, features, classes)
+//   fortunes          i32[seq_len] byte tokens, seq_len next tokens (path, seq_len, validation)
+//   synthetic_tokens  i32[seq_len] uniform ids in [0, vocab), seq_len next tokens (samples, seq_len, vocab)
+// Keys of another dataset are refused. For token datasets `features` is
+// seq_len and `classes` the vocabulary, so the model's input and output
+// widths are checked against them as for the others.
 struct DataConfig {
   DatasetKind dataset = DatasetKind::kFashionMnist;
-  std::string path = "/usr/share/datasets/fashion-mnist";
+  std::string path = "/usr/share/datasets/fashion-mnist";  // fortunes: /usr/share/games/fortunes
   bool shuffle = false;
-  std::int64_t samples = 4096;  // synthetic
+  std::int64_t samples = 4096;  // synthetic, synthetic_tokens
   int features = 784;           // synthetic
   int classes = 10;             // synthetic
+  int seq_len = 0;              // token datasets: tokens per sample (required, >= 1)
+  int vocab = 256;              // synthetic_tokens (fortunes: 256, one id per byte value)
   std::uint64_t seed = 1;       // synthetic data / shuffling
   bool evaluate = true;         // test accuracy at epoch ends (fashion_mnist)
+  bool validation = true;       // validation loss at epoch ends (fortunes)
 };
+
+// True for the byte-token datasets (fortunes, synthetic_tokens).
+inline bool IsTokenDataset(DatasetKind kind) {
+  return kind == DatasetKind::kFortunes || kind == DatasetKind::kSyntheticTokens;
+}
 
 struct TrainLoopConfig {
   int batch_size = 64;

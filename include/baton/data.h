@@ -2,44 +2,151 @@
 #ifndef BATON_DATA_H_
 #define BATON_DATA_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "baton/buffer.h"
+#include "baton/view.h"
+
 namespace baton {
 
-// A whole dataset in memory. Either part may be left empty when a rank does
-// not need it (inputs live on the first stage's rank, labels on the last's).
+// A whole dataset in memory: `samples` samples, each an input tensor of
+// `sample` and `labels_per_sample` int32 labels. Either part may be left
+// empty when a rank does not need it (inputs live on the first stage's rank,
+// labels on the last's).
+//
+//   classification (Fashion-MNIST, synthetic): sample f32[1, features], one
+//     label per sample, a class in [0, classes)
+//   next-token (fortunes, synthetic_tokens): sample i32[1, seq_len] token
+//     ids, seq_len labels per sample: label t of a sample is the token that
+//     follows its input token t; every id is in [0, classes) (the vocabulary)
 struct Dataset {
   std::string name;
   std::int64_t samples = 0;
-  int features = 0;
-  int classes = 0;
-  std::vector<float> inputs;          // (samples, features), row-major
-  std::vector<std::int32_t> labels;   // (samples)
+  TensorDesc sample;                  // one sample's input; dimension 0 is 1 (view.h: it is the samples)
+  int classes = 0;                    // labels (and token ids) are in [0, classes)
+  int labels_per_sample = 1;          // 1: a class per sample; seq_len: a next token per position
+  ByteBuffer inputs;                  // (samples, ...) as `sample` says, row-major, 64-byte aligned
+  std::vector<std::int32_t> labels;   // (samples, labels_per_sample)
+
+  std::size_t sample_bytes() const { return sample.bytes(); }
+  // Input elements per sample: features, or seq_len.
+  std::int64_t sample_elements() const { return sample.elements(); }
+  // The inputs as elements of type T. REQUIRES: T is float for f32 data,
+  // std::int32_t for i32 data.
+  template <typename T>
+  std::span<const T> inputs_as() const {
+    return {reinterpret_cast<const T*>(inputs.data()), inputs.size() / sizeof(T)};
+  }
+  template <typename T>
+  std::span<T> inputs_as() {
+    return {reinterpret_cast<T*>(inputs.data()), inputs.size() / sizeof(T)};
+  }
 };
 
 // Fashion-MNIST from the gzipped IDX files in `dir` (Debian's
 // dataset-fashion-mnist: /usr/share/datasets/fashion-mnist):
 // {train,t10k}-images-idx3-ubyte.gz and {train,t10k}-labels-idx1-ubyte.gz.
-// Inputs are pixel / 255 as float32 (784 features), labels 0..9.
+// Inputs are pixel / 255 as f32[1, 784] per sample, labels 0..9.
 // `split` is "train" or "test". Throws ConfigError naming the file for a
 // missing, truncated or wrong-magic file, or images and labels that disagree.
 Dataset LoadFashionMnist(const std::string& dir, const std::string& split, bool want_inputs, bool want_labels);
 
-// Seeded random inputs (uniform in [-1, 1)) and labels (uniform in
-// [0, classes)); the same seed gives the same data on every rank.
+// Seeded random inputs (f32[1, features], uniform in [-1, 1)) and labels
+// (uniform in [0, classes)); the same seed gives the same data on every rank.
 Dataset MakeSynthetic(std::int64_t samples, int features, int classes, std::uint64_t seed, bool want_inputs,
                       bool want_labels);
+
+// ---- Text as byte tokens ----
+// Every byte is a token: the vocabulary is the 256 byte values, and no
+// tokenizer is involved.
+inline constexpr int kByteVocabulary = 256;
+// Ends every entry of a corpus split's token stream.
+inline constexpr std::uint8_t kEntrySeparator = '\n';
+
+// A text corpus read from a folder in the fortune format: plain-text files
+// whose entries are separated by lines holding a single '%'. Entry k (counted
+// over all files, in order) goes to the validation split if k % 10 == 9 and
+// to the train split otherwise: a fixed, seed-free split that takes every
+// file's topics into both. An entry is the bytes of its lines, each ending in
+// '\n' (a last line without one gets one); entries with no bytes (two '%'
+// lines in a row) are skipped.
+struct TextCorpus {
+  std::int64_t files = 0;
+  std::int64_t entries = 0;  // train_entries + validation_entries
+  std::int64_t train_entries = 0, validation_entries = 0;
+  std::int64_t bytes = 0;    // the entries' bytes, without separators
+  // Each split's entries in order, each followed by kEntrySeparator.
+  std::vector<std::uint8_t> train, validation;
+};
+
+// Reads every regular file of `dir` in sorted file-name order, skipping
+// `.dat` index files and symbolic links (Debian's `.u8` names are links to
+// the same text). Throws ConfigError for a missing folder (naming the Debian
+// package fortunes), an unreadable file, or a folder with no entries.
+TextCorpus ReadFortuneFolder(const std::string& dir);
+
+// Next-token samples over `tokens`: sample i is the window of seq_len + 1
+// tokens starting at i * seq_len; its input (i32[1, seq_len]) is the first
+// seq_len, its labels the last seq_len. Windows do not overlap (the stride
+// is seq_len: each token is a target once); the tail that does not fill a
+// window is dropped, so there are (tokens.size() - 1) / seq_len samples.
+// Throws ConfigError naming `name` if seq_len < 1 or no window fits.
+Dataset MakeTokenWindows(std::span<const std::uint8_t> tokens, int seq_len, const std::string& name,
+                         bool want_inputs, bool want_labels);
+
+// The fortunes corpus in `dir` (Debian's package fortunes:
+// /usr/share/games/fortunes) as next-token windows of one split ("train" or
+// "validation"), named "fortunes/<split>", vocabulary kByteVocabulary.
+// Throws ConfigError as ReadFortuneFolder and MakeTokenWindows do, or for an
+// unknown split.
+Dataset LoadFortunes(const std::string& dir, const std::string& split, int seq_len, bool want_inputs,
+                     bool want_labels);
+
+// Seeded uniform token ids in [0, vocab), for benchmarks: sample i is a
+// window of seq_len + 1 tokens of one std::mt19937_64 stream seeded with
+// `seed`, split into input and labels like MakeTokenWindows (so a rank that
+// asks only for labels gets the same labels). Throws ConfigError for sizes
+// < 1.
+Dataset MakeSyntheticTokens(std::int64_t samples, int seq_len, int vocab, std::uint64_t seed, bool want_inputs,
+                            bool want_labels);
+
+// Refuses token data a model with `vocab` token ids cannot take: throws
+// ConfigError naming the dataset, the sample, the position and the id if
+// any input token id or label of `data` is outside [0, vocab). Data that is
+// not token ids (f32 inputs) is refused as well: only a token dataset has a
+// vocabulary to check. A run with a token model calls it on every token
+// dataset it loads, before the first step.
+void CheckTokens(const Dataset& data, int vocab);
+
+// The unigram baseline, in nats per token: the cross-entropy of
+// `validation`'s labels under the byte frequencies of `train`'s labels,
+// add-one smoothed over `vocab` ids so an id unseen in training costs a
+// finite amount:
+//   p(t) = (count_train(t) + 1) / (N_train + vocab)
+//   H    = -(1 / N_val) * sum over validation labels t of ln p(t)
+// A model that learned nothing about context scores about this much.
+// REQUIRES: both datasets have labels in [0, vocab) (CheckTokens); throws
+// ConfigError otherwise or if either holds no labels.
+double UnigramCrossEntropy(const Dataset& train, const Dataset& validation, int vocab);
 
 // One batch: views into loader-owned, preallocated memory, valid until the
 // next call to Next().
 struct Batch {
   std::int64_t index = 0;                 // batch number within the epoch
-  std::span<const float> inputs;          // (batch_size, features), empty if not loaded
-  std::span<const std::int32_t> labels;   // (batch_size), empty if not loaded
+  TensorDesc input;                       // the inputs: the dataset's sample with batch_size rows
+  int labels_per_sample = 1;
+  std::span<const std::byte> inputs;      // (batch_size, ...) as `input` says, empty if not loaded
+  std::span<const std::int32_t> labels;   // (batch_size, labels_per_sample), empty if not loaded
+
+  template <typename T>
+  std::span<const T> inputs_as() const {  // REQUIRES: T matches input.dtype
+    return {reinterpret_cast<const T*>(inputs.data()), inputs.size() / sizeof(T)};
+  }
 };
 
 // Hands out batches of `batch_size` samples in order (shuffle off: batch k is
@@ -58,6 +165,7 @@ class BatchLoader {
 };
 
 // REQUIRES: dataset outlives the loader; batch_size <= dataset.samples.
+// Throws ConfigError if the dataset's parts disagree with its sizes.
 std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle,
                                              std::uint64_t seed);
 

@@ -16,6 +16,7 @@ struct TrainSummary {
   int epochs_done = 0;
   double last_loss = 0.0;       // mean loss of the last step (rank 0)
   double test_accuracy = -1.0;  // at the last evaluation (rank 0), -1 if none
+  double validation_loss = -1.0;  // next-token data: nats per token at the last evaluation (rank 0)
   double seconds = 0.0;
 };
 

@@ -105,7 +105,8 @@ constexpr std::array<Checkpointing, 3> kCheckpointings = {Checkpointing::kNone, 
                                                           Checkpointing::kSelective};
 constexpr std::array<Partition, 2> kPartitions = {Partition::kBalanced, Partition::kExplicit};
 constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy::kFlops};
-constexpr std::array<DatasetKind, 2> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic};
+constexpr std::array<DatasetKind, 4> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
+                                                   DatasetKind::kFortunes, DatasetKind::kSyntheticTokens};
 constexpr std::array<Device, 2> kDevices = {Device::kCpu, Device::kCuda};
 constexpr std::array<Precision, 2> kPrecisions = {Precision::kFP32, Precision::kBF16};
 }  // namespace
@@ -115,7 +116,18 @@ std::string_view EnumName(Checkpointing v) {
 }
 std::string_view EnumName(Partition v) { return v == Partition::kBalanced ? "balanced" : "explicit"; }
 std::string_view EnumName(BalanceBy v) { return v == BalanceBy::kParams ? "params" : "flops"; }
-std::string_view EnumName(DatasetKind v) { return v == DatasetKind::kFashionMnist ? "fashion_mnist" : "synthetic"; }
+std::string_view EnumName(DatasetKind v) {
+  switch (v) {
+    case DatasetKind::kFashionMnist:
+      return "fashion_mnist";
+    case DatasetKind::kSynthetic:
+      return "synthetic";
+    case DatasetKind::kFortunes:
+      return "fortunes";
+    default:
+      return "synthetic_tokens";
+  }
+}
 std::string_view EnumName(Device v) { return v == Device::kCpu ? "cpu" : "cuda"; }
 std::string_view EnumName(Precision v) { return v == Precision::kFP32 ? "fp32" : "bf16"; }
 std::span<const Checkpointing> EnumValues(Checkpointing) { return kCheckpointings; }
@@ -150,6 +162,15 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   // data first: the model's widths depend on the dataset.
   YamlMap data = top.Map("data");
   c.data.dataset = Choice(data, "dataset", c.data.dataset);
+  const DatasetKind kind = c.data.dataset;
+  const bool tokens = IsTokenDataset(kind);
+  // A key another dataset reads is refused, by name, with the reason.
+  auto refuse = [&](std::initializer_list<std::string_view> keys, std::string_view why) {
+    for (std::string_view k : keys) {
+      if (data.Has(k)) data.Fail(data.Node(k), k, fmt::format("{}; data.dataset is {}", why, EnumName(kind)));
+    }
+  };
+  if (kind == DatasetKind::kFortunes) c.data.path = "/usr/share/games/fortunes";
   c.data.path = data.Get<std::string>("path", c.data.path);
   c.data.shuffle = data.Get("shuffle", c.data.shuffle);
   c.data.samples = data.Get<long long>("samples", c.data.samples);
@@ -158,29 +179,97 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.data.classes = data.GetInt("classes", c.data.classes, 2, kMaxInt);
   c.data.seed = static_cast<std::uint64_t>(data.Get<long long>("seed", static_cast<long long>(c.data.seed)));
   c.data.evaluate = data.Get("evaluate", c.data.evaluate);
-  if (c.data.dataset == DatasetKind::kFashionMnist) {
+  if (kind == DatasetKind::kFashionMnist) {
     for (std::string_view k : {"samples", "features", "classes"}) {
       if (data.Has(k)) data.Fail(data.Node(k), k, "is set by the dataset for fashion_mnist (784 features, 10 classes)");
     }
     c.data.features = 784;
     c.data.classes = 10;
   }
+  if (tokens) {
+    refuse({"features", "classes"}, "is set by seq_len and the vocabulary for a token dataset");
+    refuse({"evaluate"}, "is a fashion_mnist setting: a token dataset's end-of-epoch check is data.validation");
+    if (!data.Has("seq_len")) {
+      data.Fail(data.Node("dataset"), "seq_len", "a token dataset needs data.seq_len (tokens per sample, >= 1)");
+    }
+    c.data.seq_len = data.GetInt("seq_len", 0, 1, kMaxInt);
+    if (kind == DatasetKind::kFortunes) {
+      refuse({"samples"}, "is set by the corpus and seq_len");
+      refuse({"vocab"}, "is 256 for fortunes: every byte is a token");
+      c.data.validation = data.Get("validation", c.data.validation);
+      c.data.vocab = 256;
+    } else {
+      refuse({"path"}, "is for datasets read from files");
+      refuse({"validation"}, "is for fortunes (the validation split)");
+      c.data.vocab = data.GetInt("vocab", c.data.vocab, 2, kMaxInt);
+    }
+    c.data.features = c.data.seq_len;
+    c.data.classes = c.data.vocab;
+  } else {
+    refuse({"seq_len", "vocab"}, "is for token datasets (fortunes, synthetic_tokens)");
+    refuse({"validation"}, "is for fortunes (the validation split); fashion_mnist's is data.evaluate");
+  }
   data.Finish();
 
   YamlMap model = top.Map("model");
-  c.model.input = model.GetInt("input", c.data.features, 1, kMaxInt);
-  if (c.model.input != c.data.features) {
-    model.Fail(model.Node("input"), "input",
-               fmt::format("the dataset has {} features, but the model takes {}", c.data.features, c.model.input));
-  }
-  int width = c.model.input;
-  int layer_count = 0;
-  c.model.layers = ReadLayers(model, "layers", width, 0, &layer_count);
-  if (width != c.data.classes) {
-    model.Fail(model.Node("layers"), "layers",
-               fmt::format("the last layer gives {} outputs, but the dataset has {} classes (cross_entropy needs one "
-                           "logit per class)",
-                           width, c.data.classes));
+  if (model.Has("type")) {
+    // model: {type: gpt, vocab, seq_len, hidden, heads, blocks, tied}
+    OneOf(model, "type", "gpt", {"gpt"});
+    GptSpec& g = c.model.gpt_spec;
+    c.model.gpt = true;
+    if (!IsTokenDataset(c.data.dataset)) {
+      model.Fail(model.Node("type"), "type",
+                 fmt::format("a gpt model reads token ids, but data.dataset is {} (use fortunes or synthetic_tokens)",
+                             EnumName(c.data.dataset)));
+    }
+    g.vocab = model.GetInt("vocab", c.data.vocab, 1, kMaxInt);
+    if (g.vocab < c.data.vocab) {
+      model.Fail(model.Node("vocab"), "vocab",
+                 fmt::format("the dataset's token ids go up to {}, beyond a vocabulary of {}", c.data.vocab - 1,
+                             g.vocab));
+    }
+    g.seq_len = model.GetInt("seq_len", c.data.seq_len, 1, kMaxInt);
+    if (g.seq_len < c.data.seq_len) {
+      model.Fail(model.Node("seq_len"), "seq_len",
+                 fmt::format("the position table holds {} positions, but data.seq_len is {}", g.seq_len,
+                             c.data.seq_len));
+    }
+    g.hidden = model.GetInt("hidden", g.hidden, 1, kMaxInt);
+    g.heads = model.GetInt("heads", g.heads, 1, kMaxInt);
+    if (g.hidden % g.heads != 0) {
+      model.Fail(model.Node("heads"), "heads",
+                 fmt::format("{} heads do not divide hidden {} (each head takes hidden / heads features)", g.heads,
+                             g.hidden));
+    }
+    g.blocks = model.GetInt("blocks", g.blocks, 1, kMaxInt);
+    g.tied = model.Get("tied", g.tied);
+    g.eps = model.GetNumber("eps", g.eps, std::numeric_limits<double>::min(), 1.0);
+    if (model.Has("layers") || model.Has("input")) {
+      model.Fail(model.Has("layers") ? model.Node("layers") : model.Node("input"),
+                 model.Has("layers") ? "layers" : "input", "is set by type: gpt");
+    }
+    c.model.layers = GptLayers(g);
+    c.model.seq = c.data.seq_len;
+    c.model.input = 1;
+  } else {
+    if (IsTokenDataset(c.data.dataset)) {
+      model.Fail(model.Node("layers"), "layers",
+                 fmt::format("data.dataset {} gives token ids: use model: {{type: gpt, ...}}", EnumName(c.data.dataset)));
+    }
+    c.model.input = model.GetInt("input", c.data.features, 1, kMaxInt);
+    if (c.model.input != c.data.features) {
+      model.Fail(model.Node("input"), "input",
+                 fmt::format("the dataset has {} features, but the model takes {}", c.data.features, c.model.input));
+    }
+    int width = c.model.input;
+    int layer_count = 0;
+    c.model.layers = ReadLayers(model, "layers", width, 0, &layer_count);
+    if (width != c.data.classes) {
+      model.Fail(model.Node("layers"), "layers",
+                 fmt::format("the last layer gives {} outputs, but the dataset has {} classes (cross_entropy needs "
+                             "one logit per class)",
+                             width, c.data.classes));
+    }
   }
   OneOf(model, "loss", "cross_entropy", {"cross_entropy"});
   YamlMap init = model.Map("init");
@@ -326,9 +415,17 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "input" << YAML::Value << c.model.input;
-  e << YAML::Key << "layers" << YAML::Value;
-  EmitLayers(e, c.model.layers);
+  if (c.model.gpt) {
+    const GptSpec& g = c.model.gpt_spec;
+    e << YAML::Key << "type" << YAML::Value << "gpt" << YAML::Key << "vocab" << YAML::Value << g.vocab << YAML::Key
+      << "seq_len" << YAML::Value << g.seq_len << YAML::Key << "hidden" << YAML::Value << g.hidden << YAML::Key
+      << "heads" << YAML::Value << g.heads << YAML::Key << "blocks" << YAML::Value << g.blocks << YAML::Key << "tied"
+      << YAML::Value << g.tied << YAML::Key << "eps" << YAML::Value << g.eps;
+  } else {
+    e << YAML::Key << "input" << YAML::Value << c.model.input;
+    e << YAML::Key << "layers" << YAML::Value;
+    EmitLayers(e, c.model.layers);
+  }
   e << YAML::Key << "loss" << YAML::Value << "cross_entropy";
   e << YAML::Key << "init" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "seed" << YAML::Value
     << c.model.init_seed << YAML::Key << "from" << YAML::Value << c.model.init_from << YAML::EndMap;
@@ -353,12 +450,19 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << std::string(EnumName(d.dataset));
   if (d.dataset == DatasetKind::kFashionMnist) {
     e << YAML::Key << "path" << YAML::Value << d.path;
+  } else if (d.dataset == DatasetKind::kFortunes) {
+    e << YAML::Key << "path" << YAML::Value << d.path << YAML::Key << "seq_len" << YAML::Value << d.seq_len
+      << YAML::Key << "validation" << YAML::Value << d.validation;
+  } else if (d.dataset == DatasetKind::kSyntheticTokens) {
+    e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "seq_len" << YAML::Value << d.seq_len
+      << YAML::Key << "vocab" << YAML::Value << d.vocab;
   } else {
     e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "features" << YAML::Value << d.features
       << YAML::Key << "classes" << YAML::Value << d.classes;
   }
-  e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed << YAML::Key
-    << "evaluate" << YAML::Value << d.evaluate << YAML::EndMap;
+  e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed;
+  if (!IsTokenDataset(d.dataset)) e << YAML::Key << "evaluate" << YAML::Value << d.evaluate;
+  e << YAML::EndMap;
   const OptimizerSpec& o = c.train.optimizer;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "batch_size" << YAML::Value
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"

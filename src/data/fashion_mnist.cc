@@ -193,13 +193,14 @@ Dataset LoadFashionMnist(const std::string& dir, const std::string& split, bool 
   Dataset d;
   d.name = "fashion-mnist/" + split;
   d.samples = ih.count;
-  d.features = kFeatures;
+  d.sample = {DType::kF32, {1, kFeatures}};
   d.classes = kClasses;
 
   if (want_inputs) {
     const std::vector<unsigned char> pixels = ReadPayload(images, std::uint64_t{ih.count} * kFeatures);
-    d.inputs.resize(pixels.size());  // (samples, 784)
-    std::transform(pixels.begin(), pixels.end(), d.inputs.begin(),
+    d.inputs.resize(pixels.size() * sizeof(float));  // (samples, 784) f32
+    const std::span<float> inputs = d.inputs_as<float>();
+    std::transform(pixels.begin(), pixels.end(), inputs.begin(),
                    [](unsigned char p) { return static_cast<float>(p) / 255.0f; });
   }
   if (want_labels) {

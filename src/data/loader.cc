@@ -1,7 +1,8 @@
 // Double-buffered batch loader.
 //
-// Two preallocated slots, each one batch: inputs (B, features) and labels
-// (B). At any time one slot is the caller's (the batch Next() returned last)
+// Two preallocated slots, each one batch: inputs (B, ...) as bytes, whatever
+// their element type (a sample is copied whole), and labels (B,
+// labels_per_sample). At any time one slot is the caller's (the batch Next() returned last)
 // and the other is being filled on a oneTBB worker with the batch at
 // position (epoch_, index_). Next() waits for that fill, hands the slot out,
 // and starts filling the other slot with the following batch, so the copy
@@ -35,7 +36,9 @@ class DoubleBufferedLoader final : public BatchLoader {
   DoubleBufferedLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed)
       : data_(dataset),
         batch_size_(batch_size),
-        features_(dataset.features),
+        sample_bytes_(dataset.sample_bytes()),
+        labels_per_sample_(static_cast<std::size_t>(dataset.labels_per_sample)),
+        input_(dataset.sample.WithRows(batch_size)),
         shuffle_(shuffle),
         seed_(seed),
         batches_per_epoch_(dataset.samples / batch_size),
@@ -43,8 +46,8 @@ class DoubleBufferedLoader final : public BatchLoader {
         has_labels_(!dataset.labels.empty()) {
     const std::size_t b = static_cast<std::size_t>(batch_size);
     for (Slot& s : slots_) {
-      if (has_inputs_) s.inputs.resize(b * static_cast<std::size_t>(features_));  // (B, features)
-      if (has_labels_) s.labels.resize(b);                                        // (B)
+      if (has_inputs_) s.inputs.resize(b * sample_bytes_);      // (B, ...) bytes
+      if (has_labels_) s.labels.resize(b * labels_per_sample_);  // (B, labels_per_sample)
     }
     if (shuffle_) order_.resize(static_cast<std::size_t>(dataset.samples));  // (samples)
     StartFill();
@@ -61,6 +64,8 @@ class DoubleBufferedLoader final : public BatchLoader {
     const Slot& ready = slots_[filling_];
     Batch batch;
     batch.index = ready.index;
+    batch.input = input_;
+    batch.labels_per_sample = static_cast<int>(labels_per_sample_);
     if (has_inputs_) batch.inputs = ready.inputs;
     if (has_labels_) batch.labels = ready.labels;
 
@@ -92,8 +97,8 @@ class DoubleBufferedLoader final : public BatchLoader {
  private:
   struct Slot {
     std::int64_t index = 0;
-    FloatBuffer inputs;                // (B, features), aligned for the first layer
-    std::vector<std::int32_t> labels;  // (B)
+    ByteBuffer inputs;                 // (B, ...) bytes, aligned for the first layer
+    std::vector<std::int32_t> labels;  // (B, labels_per_sample)
   };
 
   // REQUIRES: no fill in flight. The task owns slots_[filling_] and order_
@@ -115,12 +120,15 @@ class DoubleBufferedLoader final : public BatchLoader {
   void Fill(Slot& slot, std::int64_t epoch, std::int64_t index) {
     slot.index = index;
     const std::size_t b = static_cast<std::size_t>(batch_size_);
-    const std::size_t f = static_cast<std::size_t>(features_);
+    const std::size_t f = sample_bytes_;
+    const std::size_t l = labels_per_sample_;
     const std::size_t first = static_cast<std::size_t>(index) * b;
     if (!shuffle_) {
       // Batch k is the contiguous range of samples [kB, (k+1)B).
-      if (has_inputs_) std::memcpy(slot.inputs.data(), data_.inputs.data() + first * f, b * f * sizeof(float));
-      if (has_labels_) std::memcpy(slot.labels.data(), data_.labels.data() + first, b * sizeof(std::int32_t));
+      if (has_inputs_) std::memcpy(slot.inputs.data(), data_.inputs.data() + first * f, b * f);
+      if (has_labels_) {
+        std::memcpy(slot.labels.data(), data_.labels.data() + first * l, b * l * sizeof(std::int32_t));
+      }
       return;
     }
     if (order_epoch_ != epoch) {
@@ -131,14 +139,18 @@ class DoubleBufferedLoader final : public BatchLoader {
     }
     for (std::size_t i = 0; i < b; ++i) {
       const std::size_t sample = static_cast<std::size_t>(order_[first + i]);
-      if (has_inputs_) std::memcpy(slot.inputs.data() + i * f, data_.inputs.data() + sample * f, f * sizeof(float));
-      if (has_labels_) slot.labels[i] = data_.labels[sample];
+      if (has_inputs_) std::memcpy(slot.inputs.data() + i * f, data_.inputs.data() + sample * f, f);
+      if (has_labels_) {
+        std::memcpy(slot.labels.data() + i * l, data_.labels.data() + sample * l, l * sizeof(std::int32_t));
+      }
     }
   }
 
   const Dataset& data_;
   const int batch_size_;
-  const int features_;
+  const std::size_t sample_bytes_;       // one sample's input
+  const std::size_t labels_per_sample_;
+  const TensorDesc input_;                // (B, ...): what a batch's inputs are
   const bool shuffle_;
   const std::uint64_t seed_;
   const std::int64_t batches_per_epoch_;
@@ -168,15 +180,24 @@ std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_s
     throw ConfigError(fmt::format("{}: batch size must be in 1..{} (the number of samples), got {}", what,
                                   dataset.samples, batch_size));
   }
-  if (!dataset.inputs.empty() &&
-      (dataset.features <= 0 || dataset.inputs.size() != static_cast<std::size_t>(dataset.samples) *
-                                                             static_cast<std::size_t>(dataset.features))) {
-    throw ConfigError(fmt::format("{}: inputs hold {} values, expected samples ({}) x features ({})", what,
-                                  dataset.inputs.size(), dataset.samples, dataset.features));
+  if (dataset.sample.shape.rank < 2 || dataset.sample.shape[0] != 1 || dataset.sample_bytes() == 0) {
+    throw ConfigError(fmt::format("{}: a sample must be one non-empty row (dimension 0 is 1), got {}", what,
+                                  ToString(dataset.sample)));
   }
-  if (!dataset.labels.empty() && dataset.labels.size() != static_cast<std::size_t>(dataset.samples)) {
-    throw ConfigError(
-        fmt::format("{}: {} labels, expected one per sample ({})", what, dataset.labels.size(), dataset.samples));
+  if (!dataset.inputs.empty() &&
+      dataset.inputs.size() != static_cast<std::size_t>(dataset.samples) * dataset.sample_bytes()) {
+    throw ConfigError(fmt::format("{}: inputs hold {} bytes, expected samples ({}) x {} bytes ({})", what,
+                                  dataset.inputs.size(), dataset.samples, dataset.sample_bytes(),
+                                  ToString(dataset.sample)));
+  }
+  if (dataset.labels_per_sample < 1) {
+    throw ConfigError(fmt::format("{}: labels per sample must be at least 1, got {}", what,
+                                  dataset.labels_per_sample));
+  }
+  if (!dataset.labels.empty() && dataset.labels.size() != static_cast<std::size_t>(dataset.samples) *
+                                                              static_cast<std::size_t>(dataset.labels_per_sample)) {
+    throw ConfigError(fmt::format("{}: {} labels, expected {} per sample ({} samples)", what, dataset.labels.size(),
+                                  dataset.labels_per_sample, dataset.samples));
   }
   return std::make_unique<DoubleBufferedLoader>(dataset, batch_size, shuffle, seed);
 }

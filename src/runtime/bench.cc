@@ -218,8 +218,12 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   c.log.weights = "";
   c.log.progress = false;
   c.data.evaluate = false;
-  if (!o.real_data && c.data.dataset != DatasetKind::kSynthetic) {
-    c.data.dataset = DatasetKind::kSynthetic;  // same shapes, no files
+  c.data.validation = false;
+  // Synthetic data of the same shapes: no files. Token data stays tokens
+  // (fortunes' vocabulary is 256, as synthetic_tokens' default).
+  const DatasetKind synthetic = IsTokenDataset(c.data.dataset) ? DatasetKind::kSyntheticTokens : DatasetKind::kSynthetic;
+  if (!o.real_data && c.data.dataset != synthetic) {
+    c.data.dataset = synthetic;
     c.data.samples = std::max<std::int64_t>(c.train.batch_size, 4096);
   }
   if (o.steps < 1 || o.warmup_steps < 0) throw ConfigError("bench: --steps must be >= 1 and --warmup >= 0");

@@ -149,7 +149,7 @@ StepStats Executor::RunStep(const Batch& batch) {
   StepStats stats;
   // A GPU reads the batch from its own memory: one upload per step, ordered
   // before the first forward by the compute stream.
-  const std::byte* inputs = reinterpret_cast<const std::byte*>(batch.inputs.data());
+  const std::byte* inputs = batch.inputs.data();
   const std::int32_t* labels = batch.labels.data();
   if (inputs_ != nullptr) {
     dev_.Upload(inputs_, batch.inputs.data(), plan_.inputs.bytes());
@@ -279,10 +279,14 @@ void Executor::WriteFlightRecord(const std::string& path) const {
   std::fprintf(stderr, "baton: rank %d: flight record in %s\n", rank_, path.c_str());
 }
 
-StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples) {
+StepStats Executor::Evaluate(const Dataset& data) {
   StepStats stats;
   const int m = plan_.microbatches, rows = plan_.rows;
   const std::size_t sample_bytes = plan_.stage_input.front().WithRows(1).bytes();
+  const std::int64_t per_sample = plan_.labels_per_sample;
+  const std::byte* inputs = data.inputs.empty() ? nullptr : data.inputs.data();
+  const std::int32_t* labels = data.labels.empty() ? nullptr : data.labels.data();
+  const std::int64_t samples = data.samples;
   // Rounds of the evaluation schedule: m microbatches of `rows` samples, the
   // last round's tail shorter (or empty). Every rank knows every count, so
   // both sides of each message agree on its size.
@@ -292,14 +296,14 @@ StepStats Executor::Evaluate(const float* inputs, const std::int32_t* labels, st
           static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j) * rows, 0, rows));
     }
     const std::int64_t round = std::min<std::int64_t>(std::int64_t(m) * rows, samples - first);
-    const std::byte* in = inputs != nullptr ? reinterpret_cast<const std::byte*>(inputs) + first * sample_bytes : nullptr;
-    const std::int32_t* lab = labels != nullptr ? labels + first * plan_.labels_per_sample : nullptr;
+    const std::byte* in = inputs != nullptr ? inputs + first * sample_bytes : nullptr;
+    const std::int32_t* lab = labels != nullptr ? labels + first * per_sample : nullptr;
     if (inputs_ != nullptr && in != nullptr) {
       dev_.Upload(inputs_, in, static_cast<std::size_t>(round) * sample_bytes);
       in = inputs_;
     }
     if (labels_ != nullptr && lab != nullptr) {
-      dev_.Upload(labels_, lab, static_cast<std::size_t>(round * plan_.labels_per_sample) * sizeof(std::int32_t));
+      dev_.Upload(labels_, lab, static_cast<std::size_t>(round * per_sample) * sizeof(std::int32_t));
       lab = reinterpret_cast<const std::int32_t*>(labels_);
     }
     Run(evaluation_ops_, Mode::kEvaluate, in, lab, round_rows_.data(), &stats);

@@ -52,8 +52,10 @@ Fault FaultFromEnvironment();
 void MaybeInjectFault(const Fault& fault, int rank, std::int64_t step, std::string_view action);
 
 struct StepStats {
-  double loss_sum = 0.0;     // sum of per-sample losses (last stage's rank)
-  std::int64_t correct = 0;  // correct predictions (last stage's rank)
+  // Sums over every label (one per sample for classes, one per token for
+  // next-token data): losses and correct predictions (last stage's rank).
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
   std::int64_t samples = 0;  // samples whose loss this rank computed
 };
 
@@ -79,9 +81,10 @@ class Executor {
   void SumTiedGradients();
   // Every stage's optimizer step, then zeroed gradients: the rest of TrainStep.
   void StepOptimizers();
-  // Forward-only pass of `samples` samples (evaluation), in rounds of the
-  // plan's evaluation schedule; host pointers.
-  StepStats Evaluate(const float* inputs, const std::int32_t* labels, std::int64_t samples);
+  // Forward-only pass over every sample of `data` (evaluation), in rounds of
+  // the plan's evaluation schedule; reads the parts this rank holds.
+  // REQUIRES: data's sample and labels per sample are the plan's.
+  StepStats Evaluate(const Dataset& data);
 
   // Records every action and wait of the following steps into `events`
   // (appended; null stops recording). Reserve EventsPerStep() per step

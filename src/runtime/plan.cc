@@ -68,7 +68,8 @@ StagePlan PlanStage(const RunPlan& run, const RankResult& mine, int stage, bool 
   int layers = 0;
   for (int i = 0; i <= K; ++i) {
     const int a = first_op + i;
-    p.act.push_back(Activation(model, a, run.rows));
+    // The first stage's input is the dataset's; every other tensor the model's.
+    p.act.push_back(i == 0 && p.is_first ? run.input.WithRows(run.rows) : Activation(model, a, run.rows));
     p.block_input.push_back(model.block_input[static_cast<std::size_t>(a)]);
   }
   for (int i = 0; i < K; ++i) {
@@ -321,14 +322,33 @@ RunPlan PlanRun(const TrainConfig& c) {
   SimOptions unit;
   unit.record_timeline = false;
   plan.sim = Simulate(plan.lowered, unit);
-  plan.model = DescribeModel(c.model.layers, c.model.input);
+  plan.model = DescribeModel(c.model.layers, c.model.input, c.model.seq);
   plan.bounds = PartitionLayers(c, plan.model, plan.lowered.stages);
   plan.rows = c.train.batch_size / c.pipeline.microbatches;
   plan.batch_size = c.train.batch_size;
+  plan.input = SampleInput(c.data);
+  plan.labels_per_sample = LabelsPerSample(c.data);
   plan.checkpointing = c.pipeline.checkpointing;
   plan.keep = c.pipeline.keep;
   plan.wait_timeout_s = c.pipeline.wait_timeout_s;
   return plan;
+}
+
+TensorDesc SampleInput(const DataConfig& d) {
+  if (IsTokenDataset(d.dataset)) return {DType::kI32, {1, d.seq_len}};
+  return {DType::kF32, {1, d.features}};
+}
+
+int LabelsPerSample(const DataConfig& d) { return IsTokenDataset(d.dataset) ? d.seq_len : 1; }
+
+void CheckModelInput(const TrainConfig& c, const RunPlan& plan) {
+  const bool tokens = plan.input.dtype == DType::kI32;
+  if (tokens == plan.model.tokens && (!tokens || plan.input.shape.per_sample() == plan.model.seq)) return;
+  throw ConfigError(fmt::format(
+      "{}: data.dataset is {}: its samples are {}, but the model takes {}", c.source, EnumName(c.data.dataset),
+      ToString(plan.input),
+      plan.model.tokens ? fmt::format("{} token ids (an embedding first)", plan.model.seq)
+                        : fmt::format("{} f32 features", plan.model.input)));
 }
 
 int RankPlan::RequestId(ActionKind kind, int stage, int microbatch) const {
@@ -356,7 +376,7 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   for (int s = 0; s < S; ++s) {
     const int first_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).first;
     const int last_op = run.model.OpRange(run.bounds[s], run.bounds[s + 1]).second;
-    r.stage_input.push_back(Activation(run.model, first_op, run.rows));
+    r.stage_input.push_back(s == 0 ? run.input.WithRows(run.rows) : Activation(run.model, first_op, run.rows));
     r.stage_output.push_back(Activation(run.model, last_op, run.rows));
   }
   const RankResult& mine = run.sim.per_rank[static_cast<std::size_t>(rank)];
@@ -372,8 +392,9 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   r.has_inputs = lowered.stage_rank.front() == rank;
   r.has_labels = lowered.stage_rank.back() == rank;
   r.inputs = r.stage_input.front().WithRows(run.batch_size);
-  r.labels_per_sample = run.model.seq;
-  r.labels = {DType::kI32, {static_cast<std::int64_t>(run.batch_size) * run.model.seq}};
+  r.labels_per_sample = run.labels_per_sample;
+  r.labels = run.labels_per_sample == 1 ? TensorDesc{DType::kI32, {run.batch_size}}
+                                        : TensorDesc{DType::kI32, {run.batch_size, run.labels_per_sample}};
 
   // Message buffers: one microbatch each, for every microbatch of the step.
   r.requests = 4 * S * m;
@@ -471,6 +492,10 @@ std::string DescribePlan(const RunPlan& run) {
   return out;
 }
 
-std::string DescribeRunPlan(const TrainConfig& config) { return DescribePlan(PlanRun(config)); }
+std::string DescribeRunPlan(const TrainConfig& config) {
+  const RunPlan plan = PlanRun(config);
+  CheckModelInput(config, plan);
+  return DescribePlan(plan);
+}
 
 }  // namespace baton

@@ -39,6 +39,11 @@ struct RunPlan {
   std::vector<int> bounds;  // first top-level layer of each stage, and the layer count (size stages + 1)
   int rows = 0;             // samples per microbatch
   int batch_size = 0;
+  // One sample of the step's inputs, as the dataset gives it (dimension 0 is
+  // 1): f32[1, features], or i32[1, seq_len] token ids. The first stage's
+  // input is this with `rows` rows.
+  TensorDesc input;
+  int labels_per_sample = 1;  // 1: a class per sample; seq_len: next-token targets
   Checkpointing checkpointing = Checkpointing::kNone;
   std::vector<LayerType> keep;  // selective: the layer types whose outputs a slot keeps
   double wait_timeout_s = 300;
@@ -51,6 +56,20 @@ struct RunPlan {
 // simulates it with unit costs, describes the model and partitions it.
 // Throws ConfigError or ScheduleError with the rule; allocates no run memory.
 RunPlan PlanRun(const TrainConfig& config);
+
+// One sample's input and labels per sample of the configured dataset:
+// f32[1, features] and 1, or for token datasets i32[1, seq_len] and seq_len.
+TensorDesc SampleInput(const DataConfig& data);
+int LabelsPerSample(const DataConfig& data);
+
+// Refuses a model that cannot take the dataset's inputs, with a ConfigError
+// naming the dataset, what it gives and what the model needs. Today every
+// model starts with layers over f32 features, so token datasets (i32 ids)
+// are refused; the change that adds a token embedding replaces this check
+// with one on the first layer, and calls CheckTokens (data.h) on every
+// loaded token dataset with the model's vocabulary. Called by setup and
+// `baton validate`, after PlanRun.
+void CheckModelInput(const TrainConfig& config, const RunPlan& plan);
 
 // First top-level layer of each stage (size stages + 1). Balanced splits
 // minimise the largest stage's parameter count (or forward FLOPs); explicit
@@ -173,9 +192,9 @@ struct RankPlan {
   std::vector<int> local;                  // stage -> local index, or -1
   std::vector<StagePlan> local_stages;     // ascending stage index
   std::vector<TensorDesc> stage_input, stage_output;  // every stage, one microbatch
-  TensorDesc inputs;                       // the step's inputs (first stage's rank)
-  TensorDesc labels;                       // the step's labels (last stage's rank): one per token
-  int labels_per_sample = 1;               // tokens per sample
+  TensorDesc inputs;                       // the step's inputs (first stage's rank): plan.input, batch_size rows
+  TensorDesc labels;                       // the step's labels (last stage's rank): i32[batch_size(, labels_per_sample)]
+  int labels_per_sample = 1;
   bool has_inputs = false, has_labels = false;
   std::vector<BufferPlan> buffers;
   int requests = 0;                        // request ids are in [0, requests)

@@ -30,6 +30,7 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
                                   c.pipeline.ranks, t.size(), c.pipeline.ranks));
   }
   u.plan = PlanRun(c);
+  CheckModelInput(c, u.plan);
   u.rank_plan = PlanRank(u.plan, t.rank());
   t.Configure(u.rank_plan.requests, c.pipeline.wait_timeout_s);
   u.device = c.device == Device::kCuda ? MakeCudaRankDevice(t, c.precision) : MakeHostRankDevice(t);
@@ -45,11 +46,37 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
   u.first_rank = u.rank_plan.has_inputs;
   u.last_rank = u.rank_plan.has_labels;
   const DataConfig& d = c.data;
-  if (d.dataset == DatasetKind::kFashionMnist) {
-    u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
-    if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
-  } else {
-    u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
+  switch (d.dataset) {
+    case DatasetKind::kFashionMnist:
+      u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
+      if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
+      break;
+    case DatasetKind::kSynthetic:
+      u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
+      break;
+    case DatasetKind::kFortunes:
+      u.train = LoadFortunes(d.path, "train", d.seq_len, u.first_rank, u.last_rank);
+      if (d.validation) u.test = LoadFortunes(d.path, "validation", d.seq_len, u.first_rank, u.last_rank);
+      break;
+    case DatasetKind::kSyntheticTokens:
+      u.train = MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, u.first_rank, u.last_rank);
+      break;
+  }
+  // A token model's change calls CheckTokens(u.train / u.test, vocabulary)
+  // here, so an id the embedding cannot look up ends the job before a step.
+  for (const Dataset* data : {&u.train, &u.test}) {
+    if (data->samples > 0 && (data->sample != u.plan.input || data->labels_per_sample != u.plan.labels_per_sample)) {
+      throw ConfigError(fmt::format("{}: dataset '{}' gives {} inputs and {} labels per sample, but the plan "
+                                    "expects {} and {}",
+                                    c.source, data->name, ToString(data->sample), data->labels_per_sample,
+                                    ToString(u.plan.input), u.plan.labels_per_sample));
+    }
+  }
+  // Token ids must index the embedding: refused before anything runs.
+  if (u.plan.model.tokens) {
+    const int vocab = u.plan.model.ops.front().vocab;
+    if (!u.train.labels.empty() || !u.train.inputs.empty()) CheckTokens(u.train, vocab);
+    if (!u.test.labels.empty() || !u.test.inputs.empty()) CheckTokens(u.test, vocab);
   }
   if (u.train.samples < c.train.batch_size) {
     throw ConfigError(fmt::format("{}: train.batch_size {} is larger than the dataset ({} samples)", c.source,

@@ -115,11 +115,14 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
       t.ReduceSum(v);
       if (root) {
         const double secs = Seconds(window_start, Clock::now());
-        const double loss = v[0] / std::max(v[2], 1.0);
+        // Per label (StepStats::samples counts labels): per sample for
+        // classes, per token for next-token data.
+        const double labels = v[2];
+        const double loss = v[0] / std::max(labels, 1.0);
         summary.last_loss = loss;
         metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "loss": {:.7g}, "accuracy": {:.6g}, )"
                                   R"("samples_per_s": {:.6g}, "step_time_s": {:.6g}}})",
-                                  step, epoch, loss, v[1] / std::max(v[2], 1.0), window_samples / secs,
+                                  step, epoch, loss, v[1] / std::max(labels, 1.0), window_samples / secs,
                                   secs / std::max<std::int64_t>(1, window_samples / c.train.batch_size)));
         if (c.log.progress) {
           const double elapsed = Seconds(start, Clock::now());
@@ -132,17 +135,32 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
       window_start = Clock::now();
       window_samples = 0;
     }
-    if (epoch_end && c.data.dataset == DatasetKind::kFashionMnist && c.data.evaluate) {
-      const StepStats ev = u.exec->Evaluate(u.test.inputs.data(), u.test.labels.data(), u.test.samples);
+    // u.test holds Fashion-MNIST's test split or fortunes' validation split
+    // when the config asks for them, and nothing otherwise.
+    if (epoch_end && u.test.samples > 0) {
+      const StepStats ev = u.exec->Evaluate(u.test);
       double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
       t.ReduceSum(v);
-      if (root) {
+      if (root && !IsTokenDataset(c.data.dataset)) {
         summary.test_accuracy = v[1] / std::max(v[2], 1.0);
         metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "test_loss": {:.7g}, "test_accuracy": {:.6g}}})", step,
                                   epoch, v[0] / std::max(v[2], 1.0), summary.test_accuracy));
         if (c.log.progress) {
           std::fprintf(stderr, "%sepoch %lld: test accuracy %.2f%%, test loss %.4f\n", tty ? "\n" : "",
                        static_cast<long long>(epoch), 100 * summary.test_accuracy, v[0] / std::max(v[2], 1.0));
+        }
+      } else if (root) {
+        // Next-token data: the loss is summed over every label (token), so
+        // it is reported in nats per token, comparable with
+        // UnigramCrossEntropy (data.h).
+        const double tokens = std::max(v[2], 1.0);
+        summary.validation_loss = v[0] / tokens;
+        metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "validation_loss": {:.7g}, "validation_perplexity": )"
+                                  R"({:.6g}}})",
+                                  step, epoch, summary.validation_loss, std::exp(summary.validation_loss)));
+        if (c.log.progress) {
+          std::fprintf(stderr, "%sepoch %lld: validation loss %.4f nats/token, perplexity %.2f\n", tty ? "\n" : "",
+                       static_cast<long long>(epoch), summary.validation_loss, std::exp(summary.validation_loss));
         }
       }
       window_start = Clock::now();

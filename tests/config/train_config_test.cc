@@ -439,6 +439,138 @@ data:
   EXPECT_TRUE(Contains(msg, "t.yaml:5:13: data.features: is set by the dataset for fashion_mnist")) << msg;
 }
 
+// ---- token datasets ----
+
+constexpr const char* kFortunes = R"(model: {type: gpt, hidden: 16, heads: 2, blocks: 1}
+data:
+  dataset: fortunes
+  seq_len: 64
+)";
+
+TEST(TrainConfigTokens, FortunesDefaults) {
+  const TrainConfig c = ParseTrainConfig(kFortunes, "t.yaml");
+  EXPECT_EQ(c.data.dataset, DatasetKind::kFortunes);
+  EXPECT_TRUE(IsTokenDataset(c.data.dataset));
+  EXPECT_EQ(c.data.path, "/usr/share/games/fortunes");
+  EXPECT_EQ(c.data.seq_len, 64);
+  EXPECT_EQ(c.data.vocab, 256);
+  EXPECT_TRUE(c.data.validation);
+  EXPECT_EQ(c.data.features, 64);  // the model's input width is checked against seq_len
+  EXPECT_EQ(c.data.classes, 256);  // and its output against the vocabulary
+  const TrainConfig d =
+      ParseTrainConfig(kFortunes, "t.yaml", {"data.path=/tmp/f", "data.validation=false", "data.shuffle=true"});
+  EXPECT_EQ(d.data.path, "/tmp/f");
+  EXPECT_FALSE(d.data.validation);
+  EXPECT_TRUE(d.data.shuffle);
+}
+
+TEST(TrainConfigTokens, SyntheticTokens) {
+  const TrainConfig c = ParseTrainConfig(R"(model: {type: gpt, hidden: 8, heads: 2, blocks: 1}
+data: {dataset: synthetic_tokens, samples: 100, seq_len: 8, vocab: 50, seed: 4}
+)",
+                                         "t.yaml");
+  EXPECT_EQ(c.data.dataset, DatasetKind::kSyntheticTokens);
+  EXPECT_EQ(c.data.samples, 100);
+  EXPECT_EQ(c.data.seq_len, 8);
+  EXPECT_EQ(c.data.vocab, 50);
+  EXPECT_EQ(c.data.seed, 4u);
+  EXPECT_EQ(c.data.features, 8);
+  EXPECT_EQ(c.data.classes, 50);
+}
+
+TEST(TrainConfigTokens, SeqLenIsRequiredAndPositive) {
+  std::string msg = ErrorOf(R"(model:
+  layers: [{type: linear, out: 256}]
+data:
+  dataset: fortunes
+)");
+  EXPECT_TRUE(Contains(msg, "t.yaml:4:12: data.seq_len: a token dataset needs data.seq_len")) << msg;
+  msg = ErrorOf(kFortunes, {"data.seq_len=0"});
+  EXPECT_TRUE(Contains(msg, "data.seq_len: must be at least 1, got 0")) << msg;
+  msg = ErrorOf(R"(model:
+  layers: [{type: linear, out: 256}]
+data: {dataset: synthetic_tokens}
+)");
+  EXPECT_TRUE(Contains(msg, "data.seq_len: a token dataset needs data.seq_len")) << msg;
+}
+
+TEST(TrainConfigTokens, KeysOfOtherDatasetsAreRefused) {
+  struct Case {
+    std::string set, message;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"data.vocab=300", "data.vocab: is 256 for fortunes: every byte is a token; data.dataset is fortunes"},
+           {"data.samples=10", "data.samples: is set by the corpus and seq_len; data.dataset is fortunes"},
+           {"data.features=64", "data.features: is set by seq_len and the vocabulary for a token dataset"},
+           {"data.classes=256", "data.classes: is set by seq_len and the vocabulary for a token dataset"},
+           {"data.evaluate=true", "data.evaluate: is a fashion_mnist setting"},
+           {"data.seq_lenn=3", "unknown key 'data.seq_lenn'; did you mean 'seq_len'?"},
+       }) {
+    const std::string msg = ErrorOf(kFortunes, {k.set});
+    EXPECT_TRUE(Contains(msg, k.message)) << k.set << " gave: " << msg;
+  }
+  std::string msg = ErrorOf(kValid, {"data.seq_len=8"});
+  EXPECT_TRUE(Contains(msg, "data.seq_len: is for token datasets (fortunes, synthetic_tokens); data.dataset is "
+                            "synthetic"))
+      << msg;
+  msg = ErrorOf(kValid, {"data.validation=false"});
+  EXPECT_TRUE(Contains(msg, "data.validation: is for fortunes")) << msg;
+  msg = ErrorOf(R"(model:
+  layers: [{type: linear, out: 256}]
+data: {dataset: synthetic_tokens, seq_len: 4, path: /x}
+)");
+  EXPECT_TRUE(Contains(msg, "t.yaml:3:53: data.path: is for datasets read from files")) << msg;
+  msg = ErrorOf(R"(model:
+  layers: [{type: linear, out: 256}]
+data: {dataset: synthetic_tokens, seq_len: 4, vocab: 1}
+)");
+  EXPECT_TRUE(Contains(msg, "data.vocab: must be at least 2, got 1")) << msg;
+}
+
+TEST(TrainConfigTokens, GptShapesFollowTheDataAndAreChecked) {
+  const TrainConfig c = ParseTrainConfig(kFortunes, "t.yaml");
+  EXPECT_TRUE(c.model.gpt);
+  EXPECT_EQ(c.model.gpt_spec.vocab, 256);   // the data's vocabulary
+  EXPECT_EQ(c.model.gpt_spec.seq_len, 64);  // and sequence, unless set
+  EXPECT_EQ(c.model.seq, 64);
+  EXPECT_TRUE(c.model.gpt_spec.tied);
+  // embedding, position table, 1 block (2 residual layers), final layernorm, head
+  EXPECT_EQ(c.model.layers.size(), 6u);
+  std::string msg = ErrorOf(kFortunes, {"model.vocab=10"});
+  EXPECT_TRUE(Contains(msg, "t.yaml:1:1: model.vocab: the dataset's token ids go up to 255, beyond a vocabulary of 10") ||
+              Contains(msg, "model.vocab: the dataset's token ids go up to 255, beyond a vocabulary of 10"))
+      << msg;
+  msg = ErrorOf(kFortunes, {"model.seq_len=32"});
+  EXPECT_TRUE(Contains(msg, "model.seq_len: the position table holds 32 positions, but data.seq_len is 64")) << msg;
+  msg = ErrorOf(kFortunes, {"model.heads=3"});
+  EXPECT_TRUE(Contains(msg, "model.heads: 3 heads do not divide hidden 16")) << msg;
+  msg = ErrorOf(R"(model:
+  layers: [{type: linear, out: 256}]
+data: {dataset: fortunes, seq_len: 8}
+)");
+  EXPECT_TRUE(Contains(msg, "data.dataset fortunes gives token ids: use model: {type: gpt, ...}")) << msg;
+  msg = ErrorOf(R"(model: {type: gpt}
+data: {dataset: synthetic, features: 4, classes: 3}
+)");
+  EXPECT_TRUE(Contains(msg, "model.type: a gpt model reads token ids, but data.dataset is synthetic")) << msg;
+}
+
+TEST(TrainConfigTokens, DescribeRoundTrips) {
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{"data.validation=false"},
+        std::vector<std::string>{"data.dataset=synthetic_tokens", "data.samples=64", "data.vocab=77"}}) {
+    const TrainConfig c = ParseTrainConfig(kFortunes, "t.yaml", sets);
+    const std::string text = DescribeTrainConfig(c);
+    const TrainConfig back = ParseTrainConfig(text, "described.yaml");
+    EXPECT_EQ(back.data.dataset, c.data.dataset);
+    EXPECT_EQ(back.data.seq_len, c.data.seq_len);
+    EXPECT_EQ(back.data.vocab, c.data.vocab);
+    EXPECT_EQ(back.data.validation, c.data.validation);
+    EXPECT_EQ(back.data.samples, c.data.samples);
+    EXPECT_EQ(DescribeTrainConfig(back), text);
+  }
+}
+
 TEST(TrainConfigErrors, UnknownDataset) {
   const std::string msg = ErrorOf(R"(model:
   layers: [{type: linear, out: 10}]

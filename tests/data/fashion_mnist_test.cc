@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,11 @@ class RealFashionMnist : public ::testing::Test {
 TEST_F(RealFashionMnist, TrainSplitLoads) {
   const Dataset d = LoadFashionMnist(kRealDir, "train", true, true);
   EXPECT_EQ(d.samples, 60000);
-  EXPECT_EQ(d.features, 784);
+  EXPECT_EQ(d.sample, TensorDesc(DType::kF32, {1, 784}));
+  EXPECT_EQ(d.labels_per_sample, 1);
   EXPECT_EQ(d.classes, 10);
-  ASSERT_EQ(d.inputs.size(), 60000u * 784u);
+  const std::span<const float> x = d.inputs_as<float>();
+  ASSERT_EQ(x.size(), 60000u * 784u);
   ASSERT_EQ(d.labels.size(), 60000u);
 
   // Values read with python3's gzip module from train-labels-idx1-ubyte.gz.
@@ -55,10 +58,10 @@ TEST_F(RealFashionMnist, TrainSplitLoads) {
 
   // The first image's pixels sum to 76247 (python3: sum of bytes 16..800).
   double first_image_sum = 0.0;
-  for (int i = 0; i < 784; ++i) first_image_sum += d.inputs[i];
+  for (int i = 0; i < 784; ++i) first_image_sum += x[i];
   EXPECT_NEAR(first_image_sum, 76247.0 / 255.0, 1e-3);
 
-  const auto [lo, hi] = std::minmax_element(d.inputs.begin(), d.inputs.end());
+  const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
   EXPECT_EQ(*lo, 0.0f);
   EXPECT_EQ(*hi, 1.0f);
 
@@ -74,7 +77,7 @@ TEST_F(RealFashionMnist, TrainSplitLoads) {
 TEST_F(RealFashionMnist, TestSplitLoads) {
   const Dataset d = LoadFashionMnist(kRealDir, "test", true, true);
   EXPECT_EQ(d.samples, 10000);
-  EXPECT_EQ(d.inputs.size(), 10000u * 784u);
+  EXPECT_EQ(d.inputs_as<float>().size(), 10000u * 784u);
   ASSERT_EQ(d.labels.size(), 10000u);
   EXPECT_EQ(d.labels[0], 9);
   std::array<int, 10> histogram{};
@@ -90,7 +93,7 @@ TEST_F(RealFashionMnist, LoadsOnlyThePartsAsked) {
 
   const Dataset inputs_only = LoadFashionMnist(kRealDir, "test", true, false);
   EXPECT_EQ(inputs_only.samples, 10000);
-  EXPECT_EQ(inputs_only.inputs.size(), 10000u * 784u);
+  EXPECT_EQ(inputs_only.inputs.size(), 10000u * 784u * sizeof(float));
   EXPECT_TRUE(inputs_only.labels.empty());
 }
 
@@ -180,14 +183,15 @@ TEST_F(CraftedFashionMnist, ValidFilesLoadExactly) {
   const Dataset d = LoadFashionMnist(dir_.string(), "test", true, true);
   EXPECT_EQ(d.name, "fashion-mnist/test");
   EXPECT_EQ(d.samples, 3);
-  ASSERT_EQ(d.inputs.size(), 3u * 784u);
+  const std::span<const float> x = d.inputs_as<float>();
+  ASSERT_EQ(x.size(), 3u * 784u);
   EXPECT_EQ(d.labels, (std::vector<std::int32_t>{7, 0, 9}));
-  EXPECT_EQ(d.inputs[0], 0.0f);
-  EXPECT_EQ(d.inputs[783], 0.0f);
-  EXPECT_EQ(d.inputs[784], 1.0f);
-  EXPECT_EQ(d.inputs[2 * 784 - 1], 1.0f);
-  EXPECT_EQ(d.inputs[2 * 784], 51.0f / 255.0f);
-  EXPECT_EQ(d.inputs.back(), 51.0f / 255.0f);
+  EXPECT_EQ(x[0], 0.0f);
+  EXPECT_EQ(x[783], 0.0f);
+  EXPECT_EQ(x[784], 1.0f);
+  EXPECT_EQ(x[2 * 784 - 1], 1.0f);
+  EXPECT_EQ(x[2 * 784], 51.0f / 255.0f);
+  EXPECT_EQ(x.back(), 51.0f / 255.0f);
 }
 
 TEST_F(CraftedFashionMnist, MissingFileNamesFileAndPackage) {

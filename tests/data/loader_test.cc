@@ -1,4 +1,4 @@
-// The double-buffered batch loader, and the synthetic dataset.
+// The double-buffered batch loader (feature and token data), and the synthetic datasets.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -7,10 +7,12 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <span>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "baton/buffer.h"
 #include "baton/data.h"
 #include "baton/error.h"
 
@@ -43,11 +45,12 @@ Dataset Numbered(std::int64_t samples, int features, bool inputs = true, bool la
   Dataset d;
   d.name = "numbered";
   d.samples = samples;
-  d.features = features;
+  d.sample = {DType::kF32, {1, features}};
   d.classes = static_cast<int>(samples);
   if (inputs) {
-    d.inputs.resize(static_cast<std::size_t>(samples * features));
-    std::iota(d.inputs.begin(), d.inputs.end(), 0.0f);
+    d.inputs.resize(static_cast<std::size_t>(samples * features) * sizeof(float));
+    const std::span<float> x = d.inputs_as<float>();
+    std::iota(x.begin(), x.end(), 0.0f);
   }
   if (labels) {
     d.labels.resize(static_cast<std::size_t>(samples));
@@ -59,15 +62,18 @@ Dataset Numbered(std::int64_t samples, int features, bool inputs = true, bool la
 // Checks that row i of the batch is sample `samples[i]` of Numbered().
 void ExpectRows(const Batch& b, const std::vector<std::int64_t>& samples, int features, bool inputs, bool labels) {
   const std::size_t n = samples.size();
-  ASSERT_EQ(b.inputs.size(), inputs ? n * features : 0u);
+  const std::span<const float> x = b.inputs_as<float>();
+  ASSERT_EQ(x.size(), inputs ? n * features : 0u);
   ASSERT_EQ(b.labels.size(), labels ? n : 0u);
+  EXPECT_EQ(b.input, TensorDesc(DType::kF32, {static_cast<std::int64_t>(n), features}));
+  EXPECT_EQ(b.labels_per_sample, 1);
   for (std::size_t i = 0; i < n; ++i) {
     if (labels) {
       EXPECT_EQ(b.labels[i], samples[i]) << "row " << i;
     }
     if (inputs) {
       for (int j = 0; j < features; ++j) {
-        ASSERT_EQ(b.inputs[i * features + j], static_cast<float>(samples[i] * features + j))
+        ASSERT_EQ(x[i * features + j], static_cast<float>(samples[i] * features + j))
             << "row " << i << " col " << j;
       }
     }
@@ -143,7 +149,8 @@ TEST(BatchLoader, InputsOnly) {
     auto loader = MakeBatchLoader(d, 4, shuffle, 3);
     const Batch b = loader->Next();
     EXPECT_TRUE(b.labels.empty());
-    ASSERT_EQ(b.inputs.size(), 16u);
+    ASSERT_EQ(b.inputs_as<float>().size(), 16u);
+    ASSERT_EQ(b.inputs.size(), 16u * sizeof(float));
     if (!shuffle) ExpectRows(b, Range(0, 4), 4, true, false);
   }
 }
@@ -158,7 +165,7 @@ std::vector<std::int64_t> Order(const Dataset& d, int batch, std::uint64_t seed,
     const Batch b = loader->Next();
     EXPECT_EQ(b.index, i % loader->batches_per_epoch());
     const std::vector<std::int64_t> s = SamplesOf(b);
-    ExpectRows(b, s, d.features, true, true);  // inputs travel with their label
+    ExpectRows(b, s, static_cast<int>(d.sample_elements()), true, true);  // inputs travel with their label
     out.insert(out.end(), s.begin(), s.end());
   }
   return out;
@@ -260,6 +267,120 @@ TEST(BatchLoader, SeekOutOfRange) {
   ExpectRows(loader->Next(), Range(0, 5), 2, true, true);  // unchanged by the failed seeks
 }
 
+// ---- token data ----
+
+// A token stream whose byte k is k % 251 (every window differs, the shift
+// by one is visible), cut into windows of 6.
+std::vector<std::uint8_t> CountingTokens(std::size_t n) {
+  std::vector<std::uint8_t> t(n);
+  for (std::size_t k = 0; k < n; ++k) t[k] = static_cast<std::uint8_t>(k % 251);
+  return t;
+}
+
+// Checks that row i of a token batch is window samples[i] of seq_len over
+// CountingTokens: inputs tokens [w L, w L + L), labels [w L + 1, w L + L + 1).
+void ExpectWindows(const Batch& b, const std::vector<std::int64_t>& windows, int seq_len) {
+  const std::size_t n = windows.size(), t = static_cast<std::size_t>(seq_len);
+  EXPECT_EQ(b.input, TensorDesc(DType::kI32, {static_cast<std::int64_t>(n), seq_len}));
+  EXPECT_EQ(b.labels_per_sample, seq_len);
+  const std::span<const std::int32_t> x = b.inputs_as<std::int32_t>();
+  ASSERT_EQ(x.size(), n * t);
+  ASSERT_EQ(b.labels.size(), n * t);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t k = 0; k < t; ++k) {
+      const std::int64_t at = windows[i] * seq_len + static_cast<std::int64_t>(k);
+      ASSERT_EQ(x[i * t + k], at % 251) << "row " << i << " position " << k;
+      ASSERT_EQ(b.labels[i * t + k], (at + 1) % 251) << "row " << i << " position " << k;
+    }
+  }
+}
+
+// The window numbers of a token batch, from its first input token.
+std::vector<std::int64_t> WindowsOf(const Batch& b, int seq_len) {
+  std::vector<std::int64_t> out;
+  const std::span<const std::int32_t> x = b.inputs_as<std::int32_t>();
+  for (std::size_t i = 0; i < x.size(); i += static_cast<std::size_t>(seq_len)) out.push_back(x[i] / seq_len);
+  return out;
+}
+
+TEST(BatchLoaderTokens, InOrderBatchesAreConsecutiveWindows) {
+  const std::vector<std::uint8_t> tokens = CountingTokens(6 * 10 + 1);  // exactly 10 windows of 6
+  const Dataset d = MakeTokenWindows(tokens, 6, "counting", true, true);
+  ASSERT_EQ(d.samples, 10);
+  auto loader = MakeBatchLoader(d, 3, false, 0);
+  EXPECT_EQ(loader->batches_per_epoch(), 3);  // window 9 is dropped
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (std::int64_t k = 0; k < 3; ++k) {
+      const Batch b = loader->Next();
+      EXPECT_EQ(b.index, k);
+      ExpectWindows(b, Range(3 * k, 3 * k + 3), 6);
+    }
+  }
+}
+
+TEST(BatchLoaderTokens, ShuffleKeepsEachWindowWithItsLabels) {
+  const std::vector<std::uint8_t> tokens = CountingTokens(6 * 40 + 1);  // windows < 251 / 6 apart: unique
+  const Dataset d = MakeTokenWindows(tokens, 6, "counting", true, true);
+  auto loader = MakeBatchLoader(d, 5, true, 11);
+  std::vector<std::int64_t> epoch;
+  for (int k = 0; k < 8; ++k) {
+    const Batch b = loader->Next();
+    const std::vector<std::int64_t> w = WindowsOf(b, 6);
+    ExpectWindows(b, w, 6);
+    epoch.insert(epoch.end(), w.begin(), w.end());
+  }
+  // The documented permutation: std::shuffle(iota, mt19937_64(seed + epoch)).
+  std::vector<std::int64_t> want(40);
+  std::iota(want.begin(), want.end(), 0);
+  std::mt19937_64 rng(11);
+  std::shuffle(want.begin(), want.end(), rng);
+  EXPECT_EQ(epoch, want);
+}
+
+TEST(BatchLoaderTokens, SeekMatchesReadingThroughAndLabelsOnlyFollow) {
+  const std::vector<std::uint8_t> tokens = CountingTokens(4 * 30 + 3);  // 30 windows of 4, 2 tokens dropped
+  const Dataset full = MakeTokenWindows(tokens, 4, "counting", true, true);
+  const Dataset labels_only = MakeTokenWindows(tokens, 4, "counting", false, true);
+  ASSERT_EQ(full.samples, 30);
+  for (bool shuffle : {false, true}) {
+    auto through = MakeBatchLoader(full, 6, shuffle, 3);
+    std::vector<std::vector<std::int32_t>> seen;  // labels of epochs 0..1, 5 batches each
+    for (int i = 0; i < 10; ++i) {
+      const Batch b = through->Next();
+      seen.emplace_back(b.labels.begin(), b.labels.end());
+    }
+    auto loader = MakeBatchLoader(labels_only, 6, shuffle, 3);
+    loader->Seek(1, 2);
+    for (int i = 7; i < 10; ++i) {
+      const Batch b = loader->Next();
+      EXPECT_TRUE(b.inputs.empty());
+      EXPECT_EQ(std::vector<std::int32_t>(b.labels.begin(), b.labels.end()), seen[i]) << "shuffle " << shuffle;
+    }
+  }
+}
+
+TEST(BatchLoaderTokens, NextAllocatesNothing) {
+  const Dataset d = MakeSyntheticTokens(64, 16, 256, 2, true, true);
+  auto loader = MakeBatchLoader(d, 8, true, 1);
+  for (int i = 0; i < 20; ++i) loader->Next();
+  g_allocations = 0;
+  g_counting = true;
+  std::int64_t sum = 0;
+  for (int i = 0; i < 50; ++i) sum += loader->Next().labels[0];
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_GE(sum, 0);
+}
+
+TEST(BatchLoader, RejectsLabelsThatDoNotMatchLabelsPerSample) {
+  Dataset d = MakeSyntheticTokens(10, 4, 256, 1, true, true);
+  d.labels.pop_back();
+  EXPECT_THROW(MakeBatchLoader(d, 2, false, 0), ConfigError);
+  d = MakeSyntheticTokens(10, 4, 256, 1, true, true);
+  d.labels_per_sample = 1;
+  EXPECT_THROW(MakeBatchLoader(d, 2, false, 0), ConfigError);
+}
+
 // ---- setup errors ----
 
 TEST(BatchLoader, RejectsBadSizes) {
@@ -284,7 +405,7 @@ TEST(BatchLoader, NextAllocatesNothing) {
     g_allocations = 0;
     g_counting = true;
     double sum = 0;
-    for (int i = 0; i < 100; ++i) sum += loader->Next().inputs[0];  // crosses 8 epochs
+    for (int i = 0; i < 100; ++i) sum += loader->Next().inputs_as<float>()[0];  // crosses 8 epochs
     g_counting = false;
     EXPECT_EQ(g_allocations.load(), 0) << "shuffle " << shuffle;
     EXPECT_GE(sum, 0.0);
@@ -298,19 +419,22 @@ TEST(Synthetic, DeterministicAndInRange) {
   const Dataset b = MakeSynthetic(1000, 7, 5, 123, true, true);
   EXPECT_EQ(a.name, "synthetic");
   EXPECT_EQ(a.samples, 1000);
-  EXPECT_EQ(a.features, 7);
+  EXPECT_EQ(a.sample, TensorDesc(DType::kF32, {1, 7}));
+  EXPECT_EQ(a.labels_per_sample, 1);
   EXPECT_EQ(a.classes, 5);
-  ASSERT_EQ(a.inputs.size(), 7000u);
+  ASSERT_EQ(a.inputs_as<float>().size(), 7000u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.inputs.data()) % kBufferAlignment, 0u);
   ASSERT_EQ(a.labels.size(), 1000u);
   EXPECT_EQ(a.inputs, b.inputs);
   EXPECT_EQ(a.labels, b.labels);
 
-  const auto [lo, hi] = std::minmax_element(a.inputs.begin(), a.inputs.end());
+  const std::span<const float> x = a.inputs_as<float>();
+  const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
   EXPECT_GE(*lo, -1.0f);
   EXPECT_LT(*hi, 1.0f);
   EXPECT_LT(*lo, -0.99f);  // spread over the whole range
   EXPECT_GT(*hi, 0.99f);
-  const double mean = std::accumulate(a.inputs.begin(), a.inputs.end(), 0.0) / a.inputs.size();
+  const double mean = std::accumulate(x.begin(), x.end(), 0.0) / x.size();
   EXPECT_NEAR(mean, 0.0, 0.05);
 
   std::vector<int> histogram(5, 0);
@@ -345,6 +469,37 @@ TEST(Synthetic, RejectsBadSizes) {
   EXPECT_THROW(MakeSynthetic(0, 4, 2, 0, true, true), ConfigError);
   EXPECT_THROW(MakeSynthetic(10, 0, 2, 0, true, true), ConfigError);
   EXPECT_THROW(MakeSynthetic(10, 4, 0, 0, true, true), ConfigError);
+}
+
+TEST(SyntheticTokens, DeterministicUniformAndShiftedByOne) {
+  const Dataset a = MakeSyntheticTokens(400, 8, 16, 9, true, true);
+  const Dataset b = MakeSyntheticTokens(400, 8, 16, 9, true, true);
+  EXPECT_EQ(a.name, "synthetic_tokens");
+  EXPECT_EQ(a.sample, TensorDesc(DType::kI32, {1, 8}));
+  EXPECT_EQ(a.labels_per_sample, 8);
+  EXPECT_EQ(a.classes, 16);
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_NE(a.labels, MakeSyntheticTokens(400, 8, 16, 10, true, true).labels);
+  const std::span<const std::int32_t> x = a.inputs_as<std::int32_t>();
+  ASSERT_EQ(x.size(), 3200u);
+  ASSERT_EQ(a.labels.size(), 3200u);
+  std::vector<int> histogram(16, 0);
+  for (std::size_t i = 0; i < 400; ++i) {
+    for (std::size_t k = 0; k + 1 < 8; ++k) ASSERT_EQ(a.labels[i * 8 + k], x[i * 8 + k + 1]);
+    for (std::size_t k = 0; k < 8; ++k) {
+      ASSERT_GE(x[i * 8 + k], 0);
+      ASSERT_LT(x[i * 8 + k], 16);
+      ++histogram[static_cast<std::size_t>(x[i * 8 + k])];
+    }
+  }
+  for (int t = 0; t < 16; ++t) EXPECT_NEAR(histogram[t], 200, 60) << "token " << t;
+  // Each part alone is the same as with the other.
+  EXPECT_EQ(MakeSyntheticTokens(400, 8, 16, 9, true, false).inputs, a.inputs);
+  EXPECT_EQ(MakeSyntheticTokens(400, 8, 16, 9, false, true).labels, a.labels);
+  EXPECT_THROW(MakeSyntheticTokens(0, 8, 16, 9, true, true), ConfigError);
+  EXPECT_THROW(MakeSyntheticTokens(4, 0, 16, 9, true, true), ConfigError);
+  EXPECT_THROW(MakeSyntheticTokens(4, 8, 0, 9, true, true), ConfigError);
 }
 
 }  // namespace

@@ -69,9 +69,10 @@ long AllocationsPerStep(const std::string& schedule, const std::string& checkpoi
     st->device().SetOptimizer(c.train.optimizer);
   }
   const Dataset data = MakeSynthetic(64, c.data.features, c.data.classes, 5, true, true);
-  Batch batch{0,
-              {data.inputs.data(), std::size_t(c.train.batch_size) * c.data.features},
-              {data.labels.data(), std::size_t(c.train.batch_size)}};
+  Batch batch;
+  batch.input = data.sample.WithRows(c.train.batch_size);
+  batch.inputs = {data.inputs.data(), batch.input.bytes()};
+  batch.labels = {data.labels.data(), std::size_t(c.train.batch_size)};
   auto step = [&] { exec.TrainStep(batch); };
   step();  // warm-up: first-touch of lazily created state
   allocations = 0;

@@ -13,6 +13,7 @@
 
 #include "baton/config.h"
 #include "baton/error.h"
+#include "baton/runtime.h"
 
 namespace baton {
 namespace {
@@ -161,6 +162,57 @@ TEST(Plan, DescribesEveryStage) {
   for (const char* want : {"stage 0 on rank 0", "stage 1 on rank 1", "stage 2 on rank 1", "stage 3 on rank 0",
                            "ring capacity", "split backward", "f32[4, 12]"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+}
+
+// ---- the step's inputs follow the dataset ----
+
+TEST(Plan, FeatureInputsAreF32RowsOfTheDataset) {
+  const RunPlan run = PlanRun(Tiny({"pipeline.ranks=2"}));
+  EXPECT_EQ(run.input, TensorDesc(DType::kF32, {1, 12}));
+  EXPECT_EQ(run.labels_per_sample, 1);
+  const RankPlan first = PlanRank(run, 0);
+  EXPECT_EQ(first.inputs, TensorDesc(DType::kF32, {32, 12}));
+  EXPECT_EQ(first.stage_input[0], TensorDesc(DType::kF32, {4, 12}));
+  EXPECT_EQ(first.local_stages[0].input(), TensorDesc(DType::kF32, {4, 12}));
+  EXPECT_EQ(PlanRank(run, 1).labels, TensorDesc(DType::kI32, {32}));
+  EXPECT_NO_THROW(CheckModelInput(Tiny(), run));
+}
+
+TrainConfig TokenConfig(const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> all = {"data={dataset: synthetic_tokens, samples: 64, seq_len: 16, vocab: 4}",
+                                  "model={type: gpt, hidden: 8, heads: 2, blocks: 1}", "pipeline.ranks=2"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return Tiny(all);
+}
+
+TEST(Plan, TokenInputsAreI32RowsOfSeqLen) {
+  const TrainConfig c = TokenConfig();
+  const RunPlan run = PlanRun(c);
+  EXPECT_EQ(run.input, TensorDesc(DType::kI32, {1, 16}));
+  EXPECT_EQ(run.labels_per_sample, 16);
+  const RankPlan first = PlanRank(run, 0), last = PlanRank(run, 1);
+  EXPECT_EQ(first.inputs, TensorDesc(DType::kI32, {32, 16}));  // batch 32, 8 microbatches of 4 rows
+  EXPECT_EQ(first.stage_input[0], TensorDesc(DType::kI32, {4, 16}));
+  EXPECT_EQ(first.local_stages[0].input(), TensorDesc(DType::kI32, {4, 16}));
+  EXPECT_EQ(last.labels, TensorDesc(DType::kI32, {32, 16}));
+  EXPECT_EQ(last.labels_per_sample, 16);
+  // The embedding takes them; every tensor after it is (rows, seq, hidden).
+  EXPECT_NO_THROW(CheckModelInput(c, run));
+  EXPECT_EQ(first.local_stages[0].act[1], TensorDesc(DType::kF32, {4, 16, 8}));
+  EXPECT_EQ(last.local_stages[0].output(), TensorDesc(DType::kF32, {4, 16, 4}));  // logits over the vocabulary
+  // A model that takes features is refused token data, naming both sides.
+  RunPlan mismatched = run;
+  mismatched.model = DescribeModel({LayerSpec{LayerType::kLinear, 4}}, 16);
+  try {
+    CheckModelInput(c, mismatched);
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("data.dataset is synthetic_tokens: its samples are i32[1, 16], but the model takes 16 f32 "
+                       "features"),
+              std::string::npos)
+        << msg;
   }
 }
 
