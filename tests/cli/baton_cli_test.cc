@@ -258,11 +258,17 @@ TEST_F(BatonCliTest, UnknownScheduleName) {
   EXPECT_FALSE(fs::exists(Work() / "out.json"));
 }
 
-TEST_F(BatonCliTest, InterleavedNeedsMicrobatchesAMultipleOfRanks) {
-  const RunResult r = Run("simulate -s interleaved_1f1b -p 4 -m 6 --json out.json");
-  ExpectOneLineError(r, "multiple of the number of ranks (4)");
-  EXPECT_NE(r.err.find("6"), std::string::npos) << r.err;
+TEST_F(BatonCliTest, InterleavedNeedsAtLeastAsManyMicrobatchesAsRanks) {
+  const RunResult r = Run("simulate -s interleaved_1f1b -p 4 -m 3 --json out.json");
+  ExpectOneLineError(r, "at least the number of ranks (4)");
+  EXPECT_NE(r.err.find("got 3"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, InterleavedRunsMicrobatchesNotAMultipleOfRanks) {
+  const RunResult r = Run("simulate -s interleaved_1f1b -p 4 -m 6 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["microbatches"], 6);
 }
 
 TEST_F(BatonCliTest, ZbvNeedsTwoChunks) {
