@@ -88,9 +88,21 @@ Schedule GenerateInterleavedZb(int ranks, int microbatches, int chunks = 2);
 // DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV order): 2 chunks, "v"
 // placement, m >= 2p; OVERLAP_F_B units in the steady state.
 Schedule GenerateDualPipeV(int ranks, int microbatches);
+// The zero-bubble authors' automatic schedule (their heuristic: eight
+// settings of its three switches, the shortest kept) under
+// options.memory_limit, from options' costs and comm. One chunk.
+Schedule GenerateZbAuto(int ranks, int microbatches, const GenerateOptions& options);
+// "Pipeline Parallelism with Controllable Memory" (Qi et al. 2024), V
+// placement, 2 chunks: V-Min (about 1/3 of 1F1B's activation memory) and
+// V-Half (about 1/2) from their repeating building blocks, squeezed by the
+// authors' greedy pass; V-ZB their zero-bubble V search under
+// options.memory_limit.
+Schedule GenerateVMin(int ranks, int microbatches);
+Schedule GenerateVHalf(int ranks, int microbatches);
+Schedule GenerateVZb(int ranks, int microbatches, const GenerateOptions& options);
 
 // Names accepted by Generate(): gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2,
-// zbv, interleaved_zb, dualpipev.
+// zbv, interleaved_zb, dualpipev, zb_auto, v_min, v_half, v_zb.
 const std::vector<std::string>& GeneratorNames();
 
 // What a generator reads beyond (p, m), for tools that enumerate schedules

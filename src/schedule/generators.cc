@@ -1,7 +1,7 @@
 // Schedule generators: pure functions of ranks p, microbatches m, chunks v.
 // Rank r counts from 0; "the next" microbatch of a kind and chunk is the
 // lowest one not yet placed, so each (kind, chunk) keeps a counter.
-// dualpipev.cc holds DualPipeV.
+// dualpipev.cc, zb_auto.cc and v_schedules.cc hold the longer generators.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -283,15 +283,20 @@ Schedule GenerateZbv(int p, int m, int v) {
 }
 
 const std::vector<std::string>& GeneratorNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1",
-                                                 "zb_h2", "zbv",  "interleaved_zb",   "dualpipev"};
+  static const std::vector<std::string> names = {"gpipe",   "1f1b",  "interleaved_1f1b", "zb_h1",
+                                                 "zb_h2",   "zbv",   "interleaved_zb",   "dualpipev",
+                                                 "zb_auto", "v_min", "v_half",           "v_zb"};
   return names;
 }
 
 GeneratorTraits TraitsOf(std::string_view name) {
   if (name == "interleaved_1f1b") return {2, true, true, false, Placement::kLoop};
   if (name == "interleaved_zb") return {2, true, false, false, Placement::kLoop};
-  if (name == "zbv" || name == "dualpipev") return {2, false, false, false, Placement::kV};
+  if (name == "zbv" || name == "dualpipev" || name == "v_min" || name == "v_half") {
+    return {2, false, false, false, Placement::kV};
+  }
+  if (name == "v_zb") return {2, false, true, true, Placement::kV};
+  if (name == "zb_auto") return {1, false, true, true, Placement::kLoop};
   if (std::find(GeneratorNames().begin(), GeneratorNames().end(), name) == GeneratorNames().end()) {
     throw ScheduleError(fmt::format("unknown schedule \"{}\" (known: {})", name, fmt::join(GeneratorNames(), ", ")));
   }
@@ -310,6 +315,18 @@ Schedule Generate(std::string_view name, int p, int m, const GenerateOptions& o)
     two_chunks("DualPipeV");
     return GenerateDualPipeV(p, m);
   }
+  if (name == "v_min") {
+    two_chunks("V-Min");
+    return GenerateVMin(p, m);
+  }
+  if (name == "v_half") {
+    two_chunks("V-Half");
+    return GenerateVHalf(p, m);
+  }
+  if (name == "v_zb") {
+    two_chunks("V-ZB");
+    return GenerateVZb(p, m, o);
+  }
   const bool known = std::find(GeneratorNames().begin(), GeneratorNames().end(), name) !=
                      GeneratorNames().end();
   if (!known) {
@@ -320,6 +337,7 @@ Schedule Generate(std::string_view name, int p, int m, const GenerateOptions& o)
   if (name == "gpipe") return GenerateGPipe(p, m);
   if (name == "1f1b") return Generate1F1B(p, m);
   if (name == "zb_h1") return GenerateZbH1(p, m);
+  if (name == "zb_auto") return GenerateZbAuto(p, m, o);
   return GenerateZbH2(p, m);
 }
 

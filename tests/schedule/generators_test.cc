@@ -239,6 +239,8 @@ TEST(Generators, ConstraintsSayTheRuleAndTheValue) {
             "dualpipev: needs at least as many microbatches as stages, 2 x ranks = 8 (got 7)");
   EXPECT_EQ(ErrorOf("dualpipev", 4, 8, 3),
             "dualpipev: DualPipeV places exactly 2 chunks per rank (chunks must be 2) (got 3)");
+  EXPECT_EQ(ErrorOf("v_min", 4, 8, 1), "v_min: V-Min places exactly 2 chunks per rank (chunks must be 2) (got 1)");
+  EXPECT_EQ(ErrorOf("zb_auto", 4, 8, 2), "zb_auto: this schedule holds one chunk per rank (chunks must be 1) (got 2)");
   EXPECT_EQ(ErrorOf("zbv", 4, 8, 3), "zbv: ZB-V places exactly 2 chunks per rank (chunks must be 2) (got 3)");
   EXPECT_EQ(ErrorOf("zb_h1", 4, 3, 0), "zb_h1: needs at least as many microbatches as ranks (4) (got 3)");
   EXPECT_EQ(ErrorOf("zb_h2", 4, 2, 0), "zb_h2: needs at least as many microbatches as ranks (4) (got 2)");
@@ -272,6 +274,10 @@ TEST(Generators, OptionConstraintsSayTheRuleAndTheValue) {
   EXPECT_EQ(ErrorOf("interleaved_1f1b", 4, 8, o),
             "interleaved_1f1b: the memory limit must be at least 2.5 M_B: the first backward of the last chunk "
             "needs 5 forwards of 1/2 M_B each in flight (got 2)");
+  o.memory_limit = 0.5;
+  EXPECT_EQ(ErrorOf("zb_auto", 4, 8, o),
+            "zb_auto: the memory limit must be at least 1 M_B (one microbatch's activations), as ZB-1p is p and "
+            "ZB-2p 2p (got 0.5)");
 }
 
 }  // namespace
