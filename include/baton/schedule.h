@@ -41,8 +41,8 @@ struct Schedule {
 
 // ---- Generators: pure functions of ranks p, microbatches m, chunks v. ----
 // Each throws ScheduleError naming the rule and the value when a constraint
-// fails (p >= 1, m >= 1, m >= p for the zero-bubble schedules, ...; see
-// GeneratorNames() for each schedule's rules).
+// fails (p >= 1, m >= 1, m >= p for zb_h1/zb_h2, m >= 2p for dualpipev, the
+// chunk counts and memory limits each one allows; see each below).
 
 // What the generators beyond (p, m) take. Each field says who reads it;
 // the defaults give every generator its standard form.

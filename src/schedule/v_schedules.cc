@@ -22,8 +22,10 @@
 #include <array>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "baton/schedule.h"
@@ -143,36 +145,37 @@ long long PeakMemory(const StageSlots& s) {
 }
 
 // The authors' global order: over all ranks and kinds, the next action with
-// the smallest (slot, rank, kind, microbatch).
+// the smallest (slot, rank, kind, microbatch). A heap of each (rank, kind)'s
+// next action gives the same order as their scan of all of them: the squeeze
+// moves an action only after taking it, so the queued slots never change.
 struct Item {
   int rank = -1, kind = -1, mb = -1;
 };
 class GlobalOrder {
  public:
-  GlobalOrder(const AllSlots& slots, int kinds)
-      : slots_(slots), kinds_(kinds), next_(slots.size(), std::vector<std::size_t>(kinds, 0)) {}
-  Item Pop() {
-    Item best;
-    long long best_time = kNever;
-    for (int r = 0; r < static_cast<int>(slots_.size()); ++r) {
-      for (int k = 0; k < kinds_; ++k) {
-        if (next_[r][k] >= slots_[r][k].size()) continue;
-        const long long t = slots_[r][k][next_[r][k]];
-        if (t < best_time) {  // ties keep the smaller (rank, kind)
-          best_time = t;
-          best = {r, k, static_cast<int>(next_[r][k])};
-        }
-      }
+  GlobalOrder(const AllSlots& slots, int kinds) : slots_(slots) {
+    for (int r = 0; r < static_cast<int>(slots.size()); ++r) {
+      for (int k = 0; k < kinds; ++k) Push(r, k, 0);
     }
-    if (best.rank < 0) throw ScheduleError("v schedule: internal error: the slot table ran out early");
-    ++next_[best.rank][best.kind];
-    return best;
+  }
+  Item Pop() {
+    if (heap_.empty()) throw ScheduleError("v schedule: internal error: the slot table ran out early");
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+    const auto [time, rank, kind, mb] = heap_.back();
+    heap_.pop_back();
+    Push(rank, kind, mb + 1);
+    return {rank, kind, mb};
   }
 
  private:
-  const AllSlots& slots_;  // read afresh at each Pop: the squeeze moves slots as it goes
-  const int kinds_;
-  std::vector<std::vector<std::size_t>> next_;
+  void Push(int rank, int kind, int mb) {
+    if (mb >= static_cast<int>(slots_[rank][kind].size())) return;
+    heap_.emplace_back(slots_[rank][kind][mb], rank, kind, mb);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+  }
+
+  const AllSlots& slots_;
+  std::vector<std::tuple<long long, int, int, int>> heap_;  // (slot, rank, kind, microbatch)
 };
 
 std::size_t TotalActions(const AllSlots& slots) {
