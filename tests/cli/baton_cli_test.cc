@@ -294,9 +294,10 @@ TEST_F(BatonCliTest, MemoryLimitReachesTheGenerators) {
   const RunResult two = Run("simulate -s zb_auto -p 4 -m 8 --memory-limit 8 --json -");
   ASSERT_EQ(one.exit_code, 0) << one.err;
   ASSERT_EQ(two.exit_code, 0) << two.err;
-  EXPECT_NEAR(json::parse(one.out)["span_bubble_rate"].get<double>(), 3.0 / 27, 1e-12);
-  EXPECT_NEAR(json::parse(two.out)["span_bubble_rate"].get<double>(), 0.0, 1e-12);
-  for (const auto& rank : json::parse(one.out)["ranks_detail"]) EXPECT_LE(rank["peak_memory"].get<double>(), 4.0);
+  const json zb_1p = json::parse(one.out), zb_2p = json::parse(two.out);
+  EXPECT_NEAR(zb_1p["span_bubble_rate"].get<double>(), 3.0 / 27, 1e-12);
+  EXPECT_NEAR(zb_2p["span_bubble_rate"].get<double>(), 0.0, 1e-12);
+  for (const auto& rank : zb_1p["ranks_detail"]) EXPECT_LE(rank["peak_memory"].get<double>(), 4.0);
   ExpectOneLineError(Run("simulate -s zb_auto --memory-limit 0.5"), "at least 1 M_B");
   ExpectOneLineError(Run("simulate -s zb_auto --memory-limit -1"), "--memory-limit must be >= 0");
   ExpectOneLineError(Run("schedule show interleaved_1f1b -p 4 -m 8 --memory-limit 1"), "at least 2.5 M_B");

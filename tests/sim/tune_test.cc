@@ -295,9 +295,12 @@ TEST(Tune, SearchesThousandsOfCandidatesPerSecond) {
   EXPECT_GE(report.ranked.size(), 1000u);
   EXPECT_GT(report.simulated, report.ranked.size() / 2);
   ASSERT_NE(report.Best(), nullptr);
-  // Generous for sanitizer builds on a shared 2-core machine; a Release
-  // build does many times this (bench/schedule_bench BM_Tune).
-  EXPECT_GT(report.CandidatesPerSecond(), 100.0);
+  // Thousands a second in an optimized build (about 4,600 on this project's
+  // 2-core machine; bench/schedule_bench BM_Tune), a floor with room for a
+  // busy host. Unoptimized and sanitizer builds only report it.
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
+  EXPECT_GT(report.CandidatesPerSecond(), 1000.0);
+#endif
 }
 
 }  // namespace
