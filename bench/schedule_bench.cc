@@ -1,9 +1,13 @@
 // Schedule library speed: generate, lower, validate and simulate a large
-// schedule, reported as actions per second.
+// schedule, reported as actions per second; and the tuner's search,
+// reported as candidates per second.
 #include <benchmark/benchmark.h>
+
+#include <string>
 
 #include "baton/schedule.h"
 #include "baton/sim.h"
+#include "baton/tune.h"
 
 namespace {
 
@@ -31,7 +35,58 @@ void GenerateLowerValidateSimulate(benchmark::State& state, const char* name) {
 void BM_Interleaved1F1B(benchmark::State& state) { GenerateLowerValidateSimulate(state, "interleaved_1f1b"); }
 void BM_1F1B(benchmark::State& state) { GenerateLowerValidateSimulate(state, "1f1b"); }
 
+// The tuner over every schedule, 12 microbatch counts, 4 chunk counts, 3
+// checkpointing policies and 4 memory limits for 8 ranks and a 96-layer
+// model (per layer and sample: F 1, I 1, W 0.8, 1 MiB of activations;
+// 64 MiB of static state per layer); about 1,300 candidates.
+void BM_Tune(benchmark::State& state) {
+  constexpr int kRanks = 8, kLayers = 96, kBatch = 1024;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  baton::TuneSpace space;
+  space.ranks = kRanks;
+  space.schedules = baton::GeneratorNames();
+  space.microbatches = {8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+  space.chunks = {1, 2, 3, 4};
+  space.checkpointing = {"none", "selective", "full"};
+  space.memory_limits = {0.0, baton::kMemoryLimitFromBudget, 8.0, 16.0};
+  auto model = [&](const baton::Candidate& c) {
+    baton::CandidateCosts k;
+    const int stages = kRanks * c.chunks;
+    if (kLayers % stages != 0 || kBatch % c.microbatches != 0) {
+      k.invalid = "does not divide";
+      return k;
+    }
+    const double layers = kLayers / stages, samples = static_cast<double>(kBatch) / c.microbatches;
+    const double keep = c.checkpointing == "none" ? 1.0 : c.checkpointing == "selective" ? 0.4 : 1.0 / 8;
+    const double redo = c.checkpointing == "none" ? 0.0 : c.checkpointing == "selective" ? 0.3 : 1.0;
+    baton::Costs stage{layers * samples + 0.05, layers * samples + 0.05, 0.8 * layers * samples + 0.05};
+    stage.forward_backward = 0.85 * (stage.forward + stage.Backward());
+    k.stage_costs.assign(stages, stage);
+    k.recompute.assign(stages, redo * layers * samples);
+    k.activation_bytes.assign(stages, keep * layers * samples * kMiB);
+    k.static_bytes.assign(kRanks, kLayers / kRanks * 64 * kMiB);
+    k.latency = 0.02;
+    return k;
+  };
+  baton::TuneOptions options;
+  options.memory_bytes = 60e9;
+  std::size_t candidates = 0, simulated = 0;
+  for (auto _ : state) {
+    const baton::TuneReport report = baton::Tune(space, model, options);
+    benchmark::DoNotOptimize(report.Best());
+    candidates = report.ranked.size();
+    simulated = report.simulated;
+  }
+  state.counters["candidates"] = static_cast<double>(candidates);
+  state.counters["simulated"] = static_cast<double>(simulated);
+  state.counters["candidates_per_s"] =
+      benchmark::Counter(static_cast<double>(candidates), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["simulated_per_s"] =
+      benchmark::Counter(static_cast<double>(simulated), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
 BENCHMARK(BM_Interleaved1F1B)->Args({64, 1024, 2})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_1F1B)->Args({64, 1024, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Tune)->Unit(benchmark::kMillisecond);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "baton/action.h"
+#include "baton/costs.h"
 
 namespace baton {
 
@@ -40,27 +41,92 @@ struct Schedule {
 
 // ---- Generators: pure functions of ranks p, microbatches m, chunks v. ----
 // Each throws ScheduleError naming the rule and the value when a constraint
-// fails (p >= 1, m >= 1, m >= p for the zero-bubble schedules, m a multiple of
-// p for interleaved_1f1b, v = 2 for zbv, v = 1 for the single-chunk ones).
+// fails (p >= 1, m >= 1, m >= p for zb_h1/zb_h2, m >= 2p for dualpipev, the
+// chunk counts and memory limits each one allows; see each below).
+
+// What the generators beyond (p, m) take. Each field says who reads it;
+// the defaults give every generator its standard form.
+struct GenerateOptions {
+  // Stages per rank v; 0 = the schedule's own (2 for interleaved_1f1b,
+  // interleaved_zb, zbv, v_min, v_half, v_zb, dualpipev; 1 otherwise).
+  int chunks = 0;
+  // Activation memory one rank may hold, in units of M_B (one microbatch's
+  // activations through all of a rank's stages); 0 = the schedule's default.
+  //   zb_auto: the zero-bubble authors' M_limit (p = ZB-1p, the default;
+  //            2p = ZB-2p); at least 1.
+  //   v_zb:    default p (ZB-V's memory).
+  //   interleaved_1f1b: caps each rank's warm-up so that no rank holds more
+  //            (default: no cap); at least ((v-1)g + 1)/v, g the group size.
+  double memory_limit = 0.0;
+  // zb_auto, v_zb: the costs the search plans with. Per rank, a chunk
+  // costing 1/v (`costs`), or one per stage (`stage_costs`, which wins).
+  // v_zb uses the median stage's costs, as its authors' code does.
+  Costs costs;
+  std::vector<Costs> stage_costs;
+  double comm = 0.0;                 // zb_auto, v_zb: time of one message between ranks
+  double weight_memory_ratio = 0.5;  // zb_auto, v_zb: M_W / M_B, in [0, 1]
+  // interleaved_1f1b: microbatches per group, Megatron-LM's
+  // microbatch_group_size_per_vp_stage, in [p, m], whose last group (m mod
+  // g) must be empty or hold at least p; 0 = the smallest such g from p up
+  // (p itself when p divides m).
+  int microbatch_group = 0;
+};
 
 Schedule GenerateGPipe(int ranks, int microbatches);
 Schedule Generate1F1B(int ranks, int microbatches);
+// Megatron-LM's order, any m >= p when v > 1 (microbatch groups, the last
+// one taking the remainder); see GenerateOptions for the group size and the
+// memory-capped warm-up.
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, int chunks);
+Schedule GenerateInterleaved1F1B(int ranks, int microbatches, const GenerateOptions& options);
 Schedule GenerateZbH1(int ranks, int microbatches);
 Schedule GenerateZbH2(int ranks, int microbatches);
 Schedule GenerateZbv(int ranks, int microbatches, int chunks = 2);
+// PyTorch's ScheduleInterleavedZeroBubble: interleaved 1F1B with I/W split
+// (ZB-1p on the loop placement). m must be a multiple of max(1, m div p).
+Schedule GenerateInterleavedZb(int ranks, int microbatches, int chunks = 2);
+// DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV order): 2 chunks, "v"
+// placement, m >= 2p; OVERLAP_F_B units in the steady state.
+Schedule GenerateDualPipeV(int ranks, int microbatches);
+// The zero-bubble authors' automatic schedule (their heuristic: eight
+// settings of its three switches, the shortest kept) under
+// options.memory_limit, from options' costs and comm. One chunk.
+Schedule GenerateZbAuto(int ranks, int microbatches, const GenerateOptions& options);
+// "Pipeline Parallelism with Controllable Memory" (Qi et al. 2024), V
+// placement, 2 chunks: V-Min (about 1/3 of 1F1B's activation memory) and
+// V-Half (about 1/2) from their repeating building blocks, squeezed by the
+// authors' greedy pass; V-ZB their zero-bubble V search under
+// options.memory_limit.
+Schedule GenerateVMin(int ranks, int microbatches);
+Schedule GenerateVHalf(int ranks, int microbatches);
+Schedule GenerateVZb(int ranks, int microbatches, const GenerateOptions& options);
 
-// Names accepted by Generate(): gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv.
+// Names accepted by Generate(): gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2,
+// zbv, interleaved_zb, dualpipev, zb_auto, v_min, v_half, v_zb.
 const std::vector<std::string>& GeneratorNames();
 
+// What a generator reads beyond (p, m), for tools that enumerate schedules
+// (the tuner, the CLI).
+struct GeneratorTraits {
+  int default_chunks = 1;                  // the chunks it uses when asked for 0
+  bool any_chunks = false;                 // takes any chunk count >= 1 (else only default_chunks)
+  bool memory_limit = false;               // reads GenerateOptions::memory_limit
+  bool plans_with_costs = false;           // its order depends on GenerateOptions' costs and comm
+  Placement placement = Placement::kLoop;  // where its stages go
+};
+// Throws ScheduleError for a name not in GeneratorNames().
+GeneratorTraits TraitsOf(std::string_view name);
+
 // Runs the generator called `name`. `chunks` = 0 means the generator's
-// default (2 for interleaved_1f1b and zbv, 1 otherwise).
+// default (see GenerateOptions::chunks).
 Schedule Generate(std::string_view name, int ranks, int microbatches, int chunks = 0);
+Schedule Generate(std::string_view name, int ranks, int microbatches, const GenerateOptions& options);
 
 // A generator name, or else a path to a CSV schedule file. For a file, a
 // non-zero `ranks` / `microbatches` / `chunks` must match what the file holds.
 Schedule LoadSchedule(std::string_view name_or_path, int ranks = 0, int microbatches = 0,
                       int chunks = 0);
+Schedule LoadSchedule(std::string_view name_or_path, int ranks, int microbatches, const GenerateOptions& options);
 
 // ---- Lowering ----
 // Adds SEND/RECV actions to a compute-only schedule, the way PyTorch's

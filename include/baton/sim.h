@@ -2,7 +2,9 @@
 //
 // Semantics (docs: ARCHITECTURE.md "Simulation semantics"):
 // - Each rank runs its compute actions strictly in list order; an action
-//   starts when the rank is free and every input it needs has arrived.
+//   starts when the rank is free and every input it needs has arrived. An
+//   OVERLAP_F_B unit starts when both its parts could and costs
+//   Costs::forward_backward (default F + B); both results appear at its end.
 // - F(s,j) needs F(s-1,j); I/B(s,j) needs I/B(s+1,j) (F(s,j) on the last
 //   stage); W(s,j) needs I(s,j).
 // - A hand-over that crosses ranks arrives comm + bytes/bandwidth after its
@@ -11,7 +13,7 @@
 //   communication takes no compute time.
 // - Memory in units of M_B (one microbatch's activations through a whole
 //   rank): F adds 1/v; I frees (1-r)/v; W frees r/v; B frees 1/v, where
-//   r = M_W/M_B.
+//   r = M_W/M_B. An OVERLAP_F_B unit adds its F's share, then frees its B's.
 #ifndef BATON_SIM_H_
 #define BATON_SIM_H_
 
@@ -19,18 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "baton/costs.h"
 #include "baton/schedule.h"
 
 namespace baton {
-
-// Compute cost of one microbatch. In SimOptions::costs: through all of a
-// rank's layers (a chunk costs 1/v of it); in stage_costs: through one stage.
-// B costs backward_input + backward_weight.
-struct Costs {
-  double forward = 1.0;
-  double backward_input = 1.0;
-  double backward_weight = 1.0;
-};
 
 struct SimOptions {
   Costs costs;                     // per rank, whole rank; default F = I = W = 1
@@ -40,6 +34,11 @@ struct SimOptions {
   double message_bytes = 0.0;      // bytes of one activation / gradient message
   double weight_memory_ratio = 0.5;      // M_W / M_B, in [0, 1]
   double microbatch_memory_bytes = 0.0;  // M_B in bytes; 0 = report units only
+  // Empty, or one per stage: bytes one microbatch's forward through the
+  // stage keeps (F adds them, I frees 1 - r of them, W r, B all). When
+  // given, peak_memory_bytes is the peak of these sums instead of
+  // peak_memory x microbatch_memory_bytes, so stages may differ.
+  std::vector<double> stage_memory_bytes;
   bool record_timeline = true;           // keep every action's start/end
 };
 
@@ -57,7 +56,8 @@ struct RankResult {
   double busy = 0.0;         // sum of compute durations
   double span = 0.0;         // end - start
   double peak_memory = 0.0;  // units of M_B
-  double peak_memory_bytes = 0.0;  // peak_memory x M_B bytes (0 if not given)
+  double peak_memory_bytes = 0.0;   // peak_memory x M_B bytes, or the peak of the stage
+                                    // bytes (0 if neither is given)
   std::vector<int> stages;          // stages held by this rank, ascending
   std::vector<int> peak_in_flight;  // per entry of `stages`: most microbatches
                                     // forwarded but not yet released (B or W)

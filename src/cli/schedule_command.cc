@@ -18,6 +18,7 @@ struct ScheduleFlags {
   int ranks = 0;
   int microbatches = 0;
   int chunks = 0;
+  double memory_limit = 0.0;
   bool lowered = false;
   std::string form = "compute_only";
   std::string output = "-";
@@ -29,7 +30,14 @@ Schedule Load(const ScheduleFlags& f) {
   const bool generator = std::find(names.begin(), names.end(), f.schedule) != names.end();
   const int ranks = generator && f.ranks == 0 ? 4 : f.ranks;
   const int microbatches = generator && f.microbatches == 0 ? 8 : f.microbatches;
-  Schedule s = LoadSchedule(f.schedule, ranks, microbatches, f.chunks);
+  if (!(f.memory_limit >= 0.0)) {
+    throw ConfigError(
+        fmt::format("--memory-limit must be >= 0 (M_B; 0 = the schedule's default), got {}", f.memory_limit));
+  }
+  GenerateOptions options;
+  options.chunks = f.chunks;
+  options.memory_limit = f.memory_limit;
+  Schedule s = LoadSchedule(f.schedule, ranks, microbatches, options);
   Validate(s);
   return s;
 }
@@ -45,6 +53,8 @@ void AddCommonOptions(CLI::App* cmd, ScheduleFlags& f) {
   cmd->add_option("-p,--ranks", f.ranks, "pipeline ranks (generators: default 4; files: must match)");
   cmd->add_option("-m,--microbatches", f.microbatches, "microbatches (generators: default 8; files: must match)");
   cmd->add_option("-v,--chunks", f.chunks, "stages per rank (default: the schedule's own)");
+  cmd->add_option("--memory-limit", f.memory_limit,
+                  "activation memory a rank may hold, M_B (zb_auto, v_zb, interleaved_1f1b; default: the schedule's)");
 }
 
 }  // namespace

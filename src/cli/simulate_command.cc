@@ -1,13 +1,14 @@
 // `baton simulate`: simulate one schedule, or compare several, from flags or
 // a YAML file (flags override the file).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "baton/config.h"
 #include "baton/error.h"
@@ -27,10 +28,16 @@ struct SimulateFlags {
   std::optional<int> ranks, microbatches, chunks;
   std::optional<std::vector<double>> cost;
   std::optional<double> comm, bandwidth, message_bytes, weight_ratio, memory_bytes;
+  double memory_limit = 0.0;  // generators' memory limit, M_B (0 = each one's default)
   std::optional<std::string> compare, json, trace, svg;
 };
 
 std::string Num(double v) { return fmt::format("{:.6g}", v); }
+
+// ", F&B x" when an overlapped unit has its own cost.
+std::string ForwardBackwardText(const Costs& k) {
+  return k.forward_backward ? fmt::format(", F&B {}", Num(*k.forward_backward)) : "";
+}
 
 bool IsGenerator(std::string_view name) {
   const auto& g = GeneratorNames();
@@ -66,12 +73,15 @@ SimulateConfig Resolve(const SimulateFlags& f) {
   if (f.microbatches) c.microbatches = *f.microbatches;
   if (f.chunks) c.chunks = *f.chunks;
   if (f.cost) {
-    if (f.cost->size() != 3) {
-      throw ConfigError(fmt::format("--cost takes three numbers F,I,W (forward, backward-input, backward-weight "
-                                    "of one microbatch through a whole rank), got {}",
-                                    f.cost->size()));
+    if (f.cost->size() != 3 && f.cost->size() != 4) {
+      throw ConfigError(
+          fmt::format("--cost takes three numbers F,I,W (forward, backward-input, backward-weight "
+                      "of one microbatch through a whole rank) and optionally a fourth, F&B (an F "
+                      "and a B run as one OVERLAP_F_B unit), got {}",
+                      f.cost->size()));
     }
     c.options.costs = {(*f.cost)[0], (*f.cost)[1], (*f.cost)[2]};
+    if (f.cost->size() == 4) c.options.costs.forward_backward = (*f.cost)[3];
   }
   if (f.comm) c.options.comm = *f.comm;
   if (f.bandwidth) c.options.bandwidth = *f.bandwidth;
@@ -90,17 +100,30 @@ struct Run {
   SimResult result;
 };
 
-Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing) {
+// What the generators that plan with costs or memory (zb_auto, v_zb, the
+// interleaved warm-up) are told: the simulation's own costs and message time.
+GenerateOptions GeneratorOptions(const SimulateConfig& c, int chunks, double memory_limit) {
+  GenerateOptions g;
+  g.chunks = chunks;
+  g.memory_limit = memory_limit;
+  g.costs = c.options.costs;
+  g.stage_costs = c.options.stage_costs;
+  g.comm = c.options.comm + (c.options.bandwidth > 0.0 ? c.options.message_bytes / c.options.bandwidth : 0.0);
+  g.weight_memory_ratio = c.options.weight_memory_ratio;
+  return g;
+}
+
+Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing, double memory_limit) {
   int chunks = c.chunks;
-  // In a comparison --chunks sets the interleaved schedule's depth only; the
-  // others keep their own (1, or 2 for zbv).
-  if (comparing && IsGenerator(name) && name != "interleaved_1f1b") chunks = 0;
+  // In a comparison --chunks sets the interleaved schedules' depth only; the
+  // others keep their own (1, or 2 for the V-shaped ones).
+  if (comparing && IsGenerator(name) && name != "interleaved_1f1b" && name != "interleaved_zb") chunks = 0;
   int ranks = c.ranks, microbatches = c.microbatches;
   if (IsGenerator(name)) {
     if (ranks == 0) ranks = kDefaultRanks;
     if (microbatches == 0) microbatches = kDefaultMicrobatches;
   }
-  Run run{LoadSchedule(name, ranks, microbatches, chunks), {}};
+  Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, memory_limit)), {}};
   Validate(run.schedule);
   run.result = Simulate(run.schedule, c.options);
   return run;
@@ -113,8 +136,8 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
   out += fmt::format("{}: {} ranks, {} microbatches, {} stage{} ({} per rank), {} actions\n", r.schedule, r.ranks,
                      r.microbatches, run.schedule.stages, run.schedule.stages == 1 ? "" : "s", r.chunks,
                      run.schedule.CountActions());
-  out += fmt::format("costs per rank: F {} I {} W {} (B {}){}; comm {}; M_W/M_B {}\n", Num(k.forward),
-                     Num(k.backward_input), Num(k.backward_weight), Num(k.backward_input + k.backward_weight),
+  out += fmt::format("costs per rank: F {} I {} W {} (B {}{}){}; comm {}; M_W/M_B {}\n", Num(k.forward),
+                     Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()), ForwardBackwardText(k),
                      c.options.stage_costs.empty() ? "" : " (overridden per stage)", Num(c.options.comm),
                      Num(c.options.weight_memory_ratio));
   out += fmt::format("makespan {}   bubble {:.2f}%   span bubble {:.2f}%\n\n", Num(r.makespan), 100 * r.bubble_rate,
@@ -137,10 +160,9 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
 
 void PrintComparison(const SimulateConfig& c, const std::vector<Run>& runs) {
   const Costs& k = c.options.costs;
-  std::string out = fmt::format("costs per rank: F {} I {} W {} (B {}); comm {}; M_W/M_B {}\n\n", Num(k.forward),
-                                Num(k.backward_input), Num(k.backward_weight),
-                                Num(k.backward_input + k.backward_weight), Num(c.options.comm),
-                                Num(c.options.weight_memory_ratio));
+  std::string out = fmt::format("costs per rank: F {} I {} W {} (B {}{}); comm {}; M_W/M_B {}\n\n", Num(k.forward),
+                                Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()),
+                                ForwardBackwardText(k), Num(c.options.comm), Num(c.options.weight_memory_ratio));
   out += fmt::format("{:<18} {:>5} {:>5} {:>3} {:>10} {:>8} {:>12} {:>14} {:>9}\n", "schedule", "ranks", "mb", "v",
                      "makespan", "bubble", "span bubble", "peak mem M_B", "actions");
   for (const Run& run : runs) {
@@ -170,7 +192,11 @@ void RunSimulate(const SimulateFlags& flags) {
   // Everything is simulated before anything is written, so an error in one
   // schedule leaves no partial set of outputs.
   std::vector<Run> runs;
-  for (const std::string& name : names) runs.push_back(SimulateOne(c, name, comparing));
+  if (!(flags.memory_limit >= 0.0)) {
+    throw ConfigError(
+        fmt::format("--memory-limit must be >= 0 (M_B; 0 = each schedule's default), got {}", flags.memory_limit));
+  }
+  for (const std::string& name : names) runs.push_back(SimulateOne(c, name, comparing, flags.memory_limit));
 
   // With --json - standard output carries the JSON alone.
   if (c.json_path != "-") {
@@ -215,12 +241,17 @@ void AddSimulateCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("simulate", "Simulate a schedule: step time, bubble, memory, pictures");
   cmd->add_option("config", flags->config, "YAML simulate config (configs/*.yaml); flags override it");
   cmd->add_option("-s,--schedule", flags->schedule,
-                  "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv, or a CSV schedule file (default 1f1b)");
+                  fmt::format("{}, or a CSV schedule file (default 1f1b)", fmt::join(GeneratorNames(), ", ")));
   cmd->add_option("-p,--ranks", flags->ranks, "pipeline ranks p (default 4; a file's row count)");
   cmd->add_option("-m,--microbatches", flags->microbatches, "microbatches per step m (default 8)");
   cmd->add_option("-v,--chunks", flags->chunks, "stages per rank v (default: the schedule's own)");
-  cmd->add_option("--cost", flags->cost, "F,I,W: costs of one microbatch through a whole rank (default 1,1,1)")
+  cmd->add_option("--cost", flags->cost,
+                  "F,I,W[,F&B]: costs of one microbatch through a whole rank (default 1,1,1); F&B, an F and a B "
+                  "run as one OVERLAP_F_B unit, defaults to F+I+W")
       ->delimiter(',');
+  cmd->add_option("--memory-limit", flags->memory_limit,
+                  "activation memory a rank may hold, M_B, for the schedules that take one (zb_auto: default p, "
+                  "2p for ZB-2p; v_zb: default p; interleaved_1f1b: caps the warm-up)");
   cmd->add_option("--comm", flags->comm, "latency of one message between ranks (default 0)");
   cmd->add_option("--bandwidth", flags->bandwidth, "bytes per time unit; with --message-bytes adds bytes/bandwidth");
   cmd->add_option("--message-bytes", flags->message_bytes, "bytes of one activation or gradient message");

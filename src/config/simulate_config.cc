@@ -15,6 +15,9 @@ Costs ReadCosts(YamlMap& map, Costs fallback) {
   c.forward = map.GetNumber("forward", fallback.forward, 0.0, kInf);
   c.backward_input = map.GetNumber("backward_input", fallback.backward_input, 0.0, kInf);
   c.backward_weight = map.GetNumber("backward_weight", fallback.backward_weight, 0.0, kInf);
+  // An OVERLAP_F_B unit (DualPipe's F&B); absent: forward + B.
+  c.forward_backward = fallback.forward_backward;
+  if (map.Has("forward_backward")) c.forward_backward = map.GetNumber("forward_backward", 0.0, 0.0, kInf);
   map.Finish();
   return c;
 }

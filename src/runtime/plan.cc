@@ -34,6 +34,10 @@ Schedule ForwardOnly(const Schedule& schedule) {
   Schedule out = ComputeOnly(schedule);
   out.name = schedule.name + " (forward only)";
   for (auto& row : out.actions) {
+    // An overlapped unit (OVERLAP_F_B) contributes its forward.
+    for (Action& a : row) {
+      if (a.kind == ActionKind::kOverlapFB) a = Action{a.stage, ActionKind::kForward, a.microbatch};
+    }
     std::erase_if(row, [](const Action& a) { return a.kind != ActionKind::kForward; });
   }
   return out;
@@ -456,7 +460,11 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
     }
     break;
   }
-  for (const Action& a : lowered.actions[rank]) r.step.push_back(Resolve(r, a));
+  // An overlapped unit (DualPipeV's F&B) runs on the CPU as its two parts
+  // back to back: its F, then its B, each with its own operands and waits.
+  for (const Action& a : lowered.actions[rank]) {
+    ForEachPart(a, [&](const Action& part) { r.step.push_back(Resolve(r, part)); });
+  }
   for (const Action& a : run.evaluation.actions[rank]) r.evaluation.push_back(Resolve(r, a));
   r.sends_per_step = std::max(CountSends(lowered.actions[rank]), CountSends(run.evaluation.actions[rank]));
   return r;

@@ -17,7 +17,8 @@ struct KindText {
 };
 
 // Longest names first so that "SEND_F" is never read as a shorter prefix.
-constexpr std::array<KindText, 11> kKindTexts = {{
+constexpr std::array<KindText, 12> kKindTexts = {{
+    {ActionKind::kOverlapFB, "OVERLAP_F_B"},
     {ActionKind::kReduceGrad, "REDUCE_GRAD"},
     {ActionKind::kUnshard, "UNSHARD"},
     {ActionKind::kReshard, "RESHARD"},
@@ -40,10 +41,11 @@ std::string_view Trim(std::string_view s) {
 }
 
 [[noreturn]] void Fail(std::string_view where, std::string_view cell, std::string_view why) {
-  throw ScheduleError(fmt::format(
-      "{}: cannot read action \"{}\": {} (expected {{stage}}{{F|B|I|W|SEND_F|RECV_F|SEND_B|"
-      "RECV_B}}{{microbatch}} like \"2F0\", or UNSHARD/RESHARD/REDUCE_GRAD with no microbatch)",
-      where, cell, why));
+  throw ScheduleError(
+      fmt::format("{}: cannot read action \"{}\": {} (expected {{stage}}{{F|B|I|W|SEND_F|RECV_F|SEND_B|"
+                  "RECV_B}}{{microbatch}} like \"2F0\", UNSHARD/RESHARD/REDUCE_GRAD with no microbatch, or an "
+                  "overlapped forward and full backward like \"(0F3;1B2)OVERLAP_F_B\")",
+                  where, cell, why));
 }
 
 // Reads a run of digits as a non-negative int32.
@@ -69,13 +71,54 @@ std::string_view KindName(ActionKind kind) {
 
 std::string ToString(const Action& action) {
   if (action.kind == ActionKind::kIdle) return "";
+  if (action.kind == ActionKind::kOverlapFB) {
+    return fmt::format("({}F{};{}B{})OVERLAP_F_B", action.stage, action.microbatch, action.backward_stage,
+                       action.backward_microbatch);
+  }
   if (!HasMicrobatch(action.kind)) return fmt::format("{}{}", action.stage, KindName(action.kind));
   return fmt::format("{}{}{}", action.stage, KindName(action.kind), action.microbatch);
 }
 
+namespace {
+
+// "(0F3;1B2)OVERLAP_F_B": PyTorch's _Action with sub_actions, as its
+// __repr__ writes it. `cell` is trimmed and starts with '('.
+Action ParseOverlap(std::string_view cell, std::string_view where) {
+  constexpr std::string_view kSuffix = "OVERLAP_F_B";
+  const std::size_t close = cell.find(')');
+  if (close == std::string_view::npos) Fail(where, cell, "the '(' of an OVERLAP_F_B unit is never closed");
+  const std::string_view suffix = cell.substr(close + 1);
+  if (suffix != kSuffix) {
+    Fail(where, cell, fmt::format("a parenthesised pair must be followed by OVERLAP_F_B, not \"{}\"", suffix));
+  }
+  const std::string_view inner = cell.substr(1, close - 1);
+  const std::size_t semicolon = inner.find(';');
+  if (semicolon == std::string_view::npos || inner.find(';', semicolon + 1) != std::string_view::npos) {
+    Fail(where, cell, "an OVERLAP_F_B unit holds exactly two actions separated by ';', a forward and a full backward");
+  }
+  const std::string part_where = fmt::format("{} (in \"{}\")", where, cell);
+  const std::string_view first_text = Trim(inner.substr(0, semicolon));
+  const std::string_view second_text = Trim(inner.substr(semicolon + 1));
+  if (first_text.empty() || second_text.empty() || first_text.front() == '(' || second_text.front() == '(') {
+    Fail(where, cell, "an OVERLAP_F_B unit holds exactly two single actions, a forward and a full backward");
+  }
+  const Action forward = ParseAction(first_text, part_where);
+  const Action backward = ParseAction(second_text, part_where);
+  if (forward.kind != ActionKind::kForward || backward.kind != ActionKind::kBackward) {
+    Fail(where, cell,
+         fmt::format("an OVERLAP_F_B unit is a forward F then a full backward B (PyTorch's DualPipeV form), "
+                     "not {} then {}",
+                     KindName(forward.kind), KindName(backward.kind)));
+  }
+  return OverlapFB(forward.stage, forward.microbatch, backward.stage, backward.microbatch);
+}
+
+}  // namespace
+
 Action ParseAction(std::string_view raw, std::string_view where) {
   std::string_view cell = Trim(raw);
   if (cell.empty()) return Action{};
+  if (cell.front() == '(') return ParseOverlap(cell, where);
 
   std::size_t i = 0;
   while (i < cell.size() && IsDigit(cell[i])) ++i;
@@ -98,6 +141,9 @@ Action ParseAction(std::string_view raw, std::string_view where) {
     std::size_t end = 0;
     while (end < rest.size() && !IsDigit(rest[end])) ++end;
     Fail(where, cell, fmt::format("unknown kind \"{}\"", rest.substr(0, end)));
+  }
+  if (found->kind == ActionKind::kOverlapFB) {
+    Fail(where, cell, "OVERLAP_F_B is written as its two parts in parentheses, like \"(0F3;1B2)OVERLAP_F_B\"");
   }
   action.kind = found->kind;
   rest.remove_prefix(found->text.size());

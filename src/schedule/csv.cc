@@ -51,20 +51,22 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
     for (std::string_view cell : SplitCells(line)) {
       std::string where = fmt::format("{}: row {} (rank {}), column {}", source_name, rank + 1, rank, column + 1);
       Action a = ParseAction(cell, where);
-      if (a.kind != ActionKind::kIdle) {
-        compute_cells += IsCompute(a.kind);
+      // An OVERLAP_F_B cell holds two actions, each with its own stage.
+      ForEachPart(a, [&](const Action& part) {
+        if (part.kind == ActionKind::kIdle) return;
+        compute_cells += IsCompute(part.kind);
         ++action_cells;
-        auto [it, inserted] = first_seen.try_emplace(a.stage, rank, column);
+        auto [it, inserted] = first_seen.try_emplace(part.stage, rank, column);
         const auto& seen = it->second;
         if (!inserted && seen.first != rank) {
-          throw ScheduleError(fmt::format(
-              "{}: stage {} appears on two ranks: rank {} (\"{}\", column {}) and rank {} "
-              "(column {}); each stage must live on exactly one rank",
-              where, a.stage, rank, ToString(a), column + 1, seen.first, seen.second + 1));
+          throw ScheduleError(
+              fmt::format("{}: stage {} appears on two ranks: rank {} (\"{}\", column {}) and rank {} "
+                          "(column {}); each stage must live on exactly one rank",
+                          where, part.stage, rank, ToString(a), column + 1, seen.first, seen.second + 1));
         }
-        max_stage = std::max<long long>(max_stage, a.stage);
-        if (HasMicrobatch(a.kind)) max_mb = std::max<long long>(max_mb, a.microbatch);
-      }
+        max_stage = std::max<long long>(max_stage, part.stage);
+        if (HasMicrobatch(part.kind)) max_mb = std::max<long long>(max_mb, part.microbatch);
+      });
       row.push_back(a);
       ++column;
     }

@@ -1,53 +1,23 @@
 // Schedule generators: pure functions of ranks p, microbatches m, chunks v.
 // Rank r counts from 0; "the next" microbatch of a kind and chunk is the
 // lowest one not yet placed, so each (kind, chunk) keeps a counter.
-#include <algorithm>
-#include <array>
-
+// dualpipev.cc, zb_auto.cc and v_schedules.cc hold the longer generators.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+
 #include "baton/error.h"
 #include "baton/schedule.h"
+#include "generator_util.h"
 
 namespace baton {
+
+using namespace generators;
+
 namespace {
-
-// Keeps schedules within what a person could mean (and memory can hold).
-constexpr long long kMaxActions = 100'000'000;
-
-void Require(bool ok, std::string_view schedule, std::string_view rule, int value) {
-  if (!ok) throw ScheduleError(fmt::format("{}: {} (got {})", schedule, rule, value));
-}
-
-void CheckCommon(std::string_view name, int p, int m, int v) {
-  Require(p >= 1, name, "the number of ranks must be at least 1", p);
-  Require(m >= 1, name, "the number of microbatches must be at least 1", m);
-  Require(v >= 1, name, "the number of chunks must be at least 1", v);
-  const long long actions = 3LL * p * m * v;
-  if (actions > kMaxActions) {
-    throw ScheduleError(fmt::format(
-        "{}: {} ranks x {} microbatches x {} chunks is too large (more than {} actions)", name, p,
-        m, v, kMaxActions));
-  }
-}
-
-Schedule Empty(std::string name, int p, int m, int v, Placement placement) {
-  Schedule s;
-  s.name = std::move(name);
-  s.ranks = p;
-  s.stages = p * v;
-  s.microbatches = m;
-  s.stage_rank.resize(s.stages);
-  for (int stage = 0; stage < s.stages; ++stage) s.stage_rank[stage] = StageRank(placement, stage, p);
-  s.actions.resize(p);
-  return s;
-}
-
-Action F(int stage, int mb) { return {stage, ActionKind::kForward, mb}; }
-Action B(int stage, int mb) { return {stage, ActionKind::kBackward, mb}; }
-Action I(int stage, int mb) { return {stage, ActionKind::kBackwardInput, mb}; }
-Action W(int stage, int mb) { return {stage, ActionKind::kBackwardWeight, mb}; }
 
 // ZB-H1 and ZB-H2 differ only in the warm-up depth and when the W's start.
 Schedule ZeroBubbleH(std::string name, int p, int m, bool h2) {
@@ -107,32 +77,150 @@ Schedule Generate1F1B(int p, int m) {
   return s;
 }
 
-Schedule GenerateInterleaved1F1B(int p, int m, int v) {
-  CheckCommon("interleaved_1f1b", p, m, v);
-  Require(m % p == 0, "interleaved_1f1b",
-          fmt::format("the number of microbatches must be a multiple of the number of ranks ({})", p),
-          m);
-  Schedule s = Empty("interleaved_1f1b", p, m, v, Placement::kLoop);
+namespace {
+
+// Megatron-LM's schedule table (get_schedule_table): microbatches in groups
+// of g, each group run through all v chunks in turn before the next group;
+// the last group takes what is left of m. Entry k is the k-th forward of a
+// rank (its chunk and microbatch); the backwards walk the same table with
+// the chunks reversed.
+struct TableEntry {
+  int microbatch;
+  int chunk;
+};
+std::vector<TableEntry> ScheduleTable(int m, int v, int g) {
+  std::vector<TableEntry> table;
+  table.reserve(static_cast<std::size_t>(m) * v);
+  for (int first = 0; first < m; first += g) {
+    const int end = first + g >= m ? m : first + g;
+    for (int chunk = 0; chunk < v; ++chunk) {
+      for (int mb = first; mb < end; ++mb) table.push_back({mb, chunk});
+    }
+  }
+  return table;
+}
+
+}  // namespace
+
+Schedule GenerateInterleaved1F1B(int p, int m, const GenerateOptions& o) {
+  constexpr std::string_view kName = "interleaved_1f1b";
+  const int v = o.chunks == 0 ? 2 : o.chunks;
+  CheckCommon(kName, p, m, v);
+  // Every group must span the pipeline: rank 0 runs chunk c+1 of a group's
+  // microbatches only after rank p-1 has run chunk c of them, so a group of
+  // fewer than p microbatches leaves rank 0 waiting on work that itself
+  // waits on rank 0 (a deadlock). Megatron's table makes groups of g and a
+  // last group of m mod g, so that remainder must be 0 or at least p. The
+  // default is the smallest such g from p up (p itself when p divides m).
+  auto groups_span = [&](int size) { return m % size == 0 || m % size >= p; };
+  int g = o.microbatch_group;
+  if (v > 1) {
+    Require(m >= p, kName,
+            fmt::format("with {} chunks the number of microbatches must be at least the number of ranks ({})", v, p),
+            m);
+    if (g == 0) {
+      g = p;
+      while (!groups_span(g)) ++g;
+    }
+    Require(g >= p && g <= m, kName,
+            fmt::format("the microbatch group size must be between the number of ranks ({}) and of microbatches ({})",
+                        p, m),
+            g);
+    Require(groups_span(g), kName,
+            fmt::format("with {} microbatches in groups of {} the last group holds {}, fewer than the {} ranks it must "
+                        "span; choose a group size whose remainder m mod g is 0 or at least {}",
+                        m, g, m % g, p, p),
+            g);
+  } else {
+    g = m;  // one chunk: the table is just the microbatches in order
+  }
   const int total = m * v;  // forwards (and backwards) per rank
-  const int group = p * v;  // one round of p microbatches through all v chunks
+  // Forwards a rank must have run before its first backward: the backward
+  // of microbatch 0's last chunk needs that chunk's forward, entry (v-1)g of
+  // the table. The steady phase runs one forward before each backward, so
+  // that many warm-up forwards are the fewest that cannot deadlock; each
+  // forward in flight holds 1/v of M_B.
+  const int least_warmup = std::min((v - 1) * g, total - 1);
+  int memory_cap = total;
+  if (o.memory_limit > 0.0) {
+    const double least_limit = (least_warmup + 1.0) / v;
+    Require(o.memory_limit >= least_limit - 1e-9, kName,
+            fmt::format("the memory limit must be at least {:.4g} M_B: the first backward of the last chunk needs {} "
+                        "forwards of 1/{} M_B each in flight",
+                        least_limit, least_warmup + 1, v),
+            o.memory_limit);
+    memory_cap = static_cast<int>(std::floor(o.memory_limit * v + 1e-9)) - 1;
+  }
+  Schedule s = Empty(std::string(kName), p, m, v, Placement::kLoop);
+  const std::vector<TableEntry> table = ScheduleTable(m, v, g);
   for (int r = 0; r < p; ++r) {
     auto& out = s.actions[r];
     out.reserve(2 * total);
-    // Megatron-LM's order: the k-th forward runs chunk (k mod pv) div p on
-    // microbatch (k div pv)*p + k mod p; backwards walk the same sequence
-    // with the chunks reversed.
-    auto microbatch = [&](int k) { return (k / group) * p + k % p; };
-    auto forward = [&](int k) { return F(((k % group) / p) * p + r, microbatch(k)); };
-    auto backward = [&](int k) { return B((v - 1 - (k % group) / p) * p + r, microbatch(k)); };
+    auto forward = [&](int k) { return F(table[k].chunk * p + r, table[k].microbatch); };
+    auto backward = [&](int k) { return B((v - 1 - table[k].chunk) * p + r, table[k].microbatch); };
     // Deeper warm-up than 1F1B: each of the v-1 extra chunks needs a full
-    // round of p microbatches in flight before its backwards come back.
-    const int warmup = std::min(2 * (p - r - 1) + (v - 1) * p, total);
+    // group of g microbatches in flight before its backwards come back; a
+    // memory limit cuts it short (never below the least that can run).
+    const int warmup = std::min({2 * (p - r - 1) + (v - 1) * g, total, std::max(memory_cap, least_warmup)});
     int f = 0, b = 0;
     for (; f < warmup; ++f) out.push_back(forward(f));
     while (b < total) {
       if (f < total) out.push_back(forward(f++));
       out.push_back(backward(b++));
     }
+  }
+  return s;
+}
+
+Schedule GenerateInterleaved1F1B(int p, int m, int v) {
+  GenerateOptions o;
+  o.chunks = v;
+  return GenerateInterleaved1F1B(p, m, o);
+}
+
+Schedule GenerateInterleavedZb(int p, int m, int v) {
+  constexpr std::string_view kName = "interleaved_zb";
+  CheckCommon(kName, p, m, v);
+  // PyTorch's rounds: microbatches are taken mpr = m / rounds at a time
+  // through each chunk, which needs m to divide evenly.
+  const int rounds = std::max(1, m / p);
+  Require(
+      m % rounds == 0, kName,
+      fmt::format("the number of microbatches must be a multiple of the number of rounds max(1, m div p) = {}", rounds),
+      m);
+  const int per_round = m / rounds;
+  Schedule s = Empty(std::string(kName), p, m, v, Placement::kLoop);
+  const int total = m * v;  // forwards (and input backwards) per rank
+  for (int r = 0; r < p; ++r) {
+    auto& out = s.actions[r];
+    out.reserve(3 * total);
+    // One forward per hop from the last rank, as ZB-H1 (PyTorch's
+    // multiply_factor 1), on top of a round through the extra chunks.
+    const int warmup = std::min((v - 1) * per_round + (p - 1 - r), total);
+    auto forward_stage = [&](int step) { return ((step / per_round) % v) * p + r; };
+    auto backward_stage = [&](int step) { return (v - 1 - ((step - warmup) / per_round) % v) * p + r; };
+    std::vector<int> f(s.stages, 0), b(s.stages, 0), w(s.stages, 0);  // next microbatch per stage
+    std::vector<int> backward_steps;                                  // the step of each I, in order: W's follow them
+    backward_steps.reserve(total);
+    std::size_t weights = 0;
+    auto weight = [&] {
+      const int stage = backward_stage(backward_steps[weights++]);
+      out.push_back(W(stage, w[stage]++));
+    };
+    for (int step = 0; step < total + warmup; ++step) {
+      if (step < total) {
+        const int stage = forward_stage(step);
+        out.push_back(F(stage, f[stage]++));
+      }
+      if (step < warmup) continue;
+      const int stage = backward_stage(step);
+      out.push_back(I(stage, b[stage]++));
+      backward_steps.push_back(step);
+      // Rank r defers its W's by r steps, ZB-H1's lag, so the tail's W's
+      // fill the cool-down bubble.
+      if (step - warmup >= r) weight();
+    }
+    while (weights < backward_steps.size()) weight();
   }
   return s;
 }
@@ -195,14 +283,50 @@ Schedule GenerateZbv(int p, int m, int v) {
 }
 
 const std::vector<std::string>& GeneratorNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b",  "interleaved_1f1b",
-                                                 "zb_h1", "zb_h2", "zbv"};
+  static const std::vector<std::string> names = {"gpipe",   "1f1b",  "interleaved_1f1b", "zb_h1",
+                                                 "zb_h2",   "zbv",   "interleaved_zb",   "dualpipev",
+                                                 "zb_auto", "v_min", "v_half",           "v_zb"};
   return names;
 }
 
-Schedule Generate(std::string_view name, int p, int m, int v) {
-  if (name == "interleaved_1f1b") return GenerateInterleaved1F1B(p, m, v == 0 ? 2 : v);
+GeneratorTraits TraitsOf(std::string_view name) {
+  if (name == "interleaved_1f1b") return {2, true, true, false, Placement::kLoop};
+  if (name == "interleaved_zb") return {2, true, false, false, Placement::kLoop};
+  if (name == "zbv" || name == "dualpipev" || name == "v_min" || name == "v_half") {
+    return {2, false, false, false, Placement::kV};
+  }
+  if (name == "v_zb") return {2, false, true, true, Placement::kV};
+  if (name == "zb_auto") return {1, false, true, true, Placement::kLoop};
+  if (std::find(GeneratorNames().begin(), GeneratorNames().end(), name) == GeneratorNames().end()) {
+    throw ScheduleError(fmt::format("unknown schedule \"{}\" (known: {})", name, fmt::join(GeneratorNames(), ", ")));
+  }
+  return {1, false, false, false, Placement::kLoop};
+}
+
+Schedule Generate(std::string_view name, int p, int m, const GenerateOptions& o) {
+  const int v = o.chunks;
+  auto two_chunks = [&](std::string_view what) {
+    Require(v == 0 || v == 2, name, fmt::format("{} places exactly 2 chunks per rank (chunks must be 2)", what), v);
+  };
+  if (name == "interleaved_1f1b") return GenerateInterleaved1F1B(p, m, o);
+  if (name == "interleaved_zb") return GenerateInterleavedZb(p, m, v == 0 ? 2 : v);
   if (name == "zbv") return GenerateZbv(p, m, v == 0 ? 2 : v);
+  if (name == "dualpipev") {
+    two_chunks("DualPipeV");
+    return GenerateDualPipeV(p, m);
+  }
+  if (name == "v_min") {
+    two_chunks("V-Min");
+    return GenerateVMin(p, m);
+  }
+  if (name == "v_half") {
+    two_chunks("V-Half");
+    return GenerateVHalf(p, m);
+  }
+  if (name == "v_zb") {
+    two_chunks("V-ZB");
+    return GenerateVZb(p, m, o);
+  }
   const bool known = std::find(GeneratorNames().begin(), GeneratorNames().end(), name) !=
                      GeneratorNames().end();
   if (!known) {
@@ -213,7 +337,14 @@ Schedule Generate(std::string_view name, int p, int m, int v) {
   if (name == "gpipe") return GenerateGPipe(p, m);
   if (name == "1f1b") return Generate1F1B(p, m);
   if (name == "zb_h1") return GenerateZbH1(p, m);
+  if (name == "zb_auto") return GenerateZbAuto(p, m, o);
   return GenerateZbH2(p, m);
+}
+
+Schedule Generate(std::string_view name, int p, int m, int v) {
+  GenerateOptions o;
+  o.chunks = v;
+  return Generate(name, p, m, o);
 }
 
 }  // namespace baton

@@ -46,13 +46,16 @@ Schedule Lower(const Schedule& in) {
       const auto& row = in.actions[r];
       if (cursor[r] == row.size()) continue;
       const Action a = row[cursor[r]];
-      if (a.kind != ActionKind::kIdle) CheckIndex(in, r, cursor[r], a);
       bool ready = true;
-      if (a.kind == ActionKind::kForward) {
-        ready = a.stage == 0 || fwd_in[at(a.stage, a.microbatch)];
-      } else if (IsInputBackward(a.kind)) {
-        ready = a.stage == S - 1 || bwd_in[at(a.stage, a.microbatch)];
-      }
+      // An OVERLAP_F_B unit is placed once both its parts could run.
+      ForEachPart(a, [&](const Action& part) {
+        if (part.kind != ActionKind::kIdle) CheckIndex(in, r, cursor[r], part);
+        if (part.kind == ActionKind::kForward) {
+          ready = ready && (part.stage == 0 || fwd_in[at(part.stage, part.microbatch)]);
+        } else if (IsInputBackward(part.kind)) {
+          ready = ready && (part.stage == S - 1 || bwd_in[at(part.stage, part.microbatch)]);
+        }
+      });
       if (!ready) continue;
       ++cursor[r];
       --remaining;
@@ -60,21 +63,25 @@ Schedule Lower(const Schedule& in) {
       if (a.kind == ActionKind::kIdle) continue;  // idle slots mean nothing once messages are explicit
       out.actions[r].push_back(a);
 
-      if (a.kind == ActionKind::kForward && a.stage + 1 < S) {
-        const int next = a.stage + 1, to = in.stage_rank[next];
-        fwd_in[at(next, a.microbatch)] = 1;
-        if (to != r) {
-          out.actions[r].push_back({a.stage, ActionKind::kSendF, a.microbatch});
-          out.actions[to].push_back({next, ActionKind::kRecvF, a.microbatch});
+      // Each part's SEND follows the unit, in part order (F's, then B's),
+      // as PyTorch's _add_send_recv places them.
+      ForEachPart(a, [&](const Action& part) {
+        if (part.kind == ActionKind::kForward && part.stage + 1 < S) {
+          const int next = part.stage + 1, to = in.stage_rank[next];
+          fwd_in[at(next, part.microbatch)] = 1;
+          if (to != r) {
+            out.actions[r].push_back({part.stage, ActionKind::kSendF, part.microbatch});
+            out.actions[to].push_back({next, ActionKind::kRecvF, part.microbatch});
+          }
+        } else if (IsInputBackward(part.kind) && part.stage > 0) {
+          const int prev = part.stage - 1, to = in.stage_rank[prev];
+          bwd_in[at(prev, part.microbatch)] = 1;
+          if (to != r) {
+            out.actions[r].push_back({part.stage, ActionKind::kSendB, part.microbatch});
+            out.actions[to].push_back({prev, ActionKind::kRecvB, part.microbatch});
+          }
         }
-      } else if (IsInputBackward(a.kind) && a.stage > 0) {
-        const int prev = a.stage - 1, to = in.stage_rank[prev];
-        bwd_in[at(prev, a.microbatch)] = 1;
-        if (to != r) {
-          out.actions[r].push_back({a.stage, ActionKind::kSendB, a.microbatch});
-          out.actions[to].push_back({prev, ActionKind::kRecvB, a.microbatch});
-        }
-      }
+      });
     }
     if (!progress) {
       std::string stuck;
@@ -82,12 +89,18 @@ Schedule Lower(const Schedule& in) {
       for (int r = 0; r < p; ++r) {
         if (cursor[r] == in.actions[r].size()) continue;
         const Action a = in.actions[r][cursor[r]];
-        const bool fwd = a.kind == ActionKind::kForward;
-        const int from = fwd ? a.stage - 1 : a.stage + 1;
         if (!mark) mark = GridMark{r, static_cast<int>(cursor[r])};
-        stuck += fmt::format("  rank {}, position {}: {} waits for {} of stage {} (on rank {}), which never runs before it\n",
-                             r, cursor[r], ToString(a), fwd ? "the forward" : "the input gradient", from,
-                             in.stage_rank[from]);
+        ForEachPart(a, [&](const Action& part) {
+          const bool fwd = part.kind == ActionKind::kForward;
+          if (fwd ? part.stage == 0 || fwd_in[at(part.stage, part.microbatch)]
+                  : part.stage == S - 1 || bwd_in[at(part.stage, part.microbatch)]) {
+            return;  // this part could run; the other one waits
+          }
+          const int from = fwd ? part.stage - 1 : part.stage + 1;
+          stuck += fmt::format(
+              "  rank {}, position {}: {} waits for {} of stage {} (on rank {}), which never runs before it\n", r,
+              cursor[r], ToString(a), fwd ? "the forward" : "the input gradient", from, in.stage_rank[from]);
+        });
       }
       throw ScheduleError(fmt::format("{}: the schedule deadlocks; every unfinished rank waits on another:\n{}{}",
                                       in.name, stuck, FormatGrid(in, mark, 24)));

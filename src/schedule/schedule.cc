@@ -33,13 +33,20 @@ int StageRank(Placement placement, int stage, int ranks) {
 }
 
 Schedule LoadSchedule(std::string_view name_or_path, int ranks, int microbatches, int chunks) {
+  GenerateOptions options;
+  options.chunks = chunks;
+  return LoadSchedule(name_or_path, ranks, microbatches, options);
+}
+
+Schedule LoadSchedule(std::string_view name_or_path, int ranks, int microbatches, const GenerateOptions& options) {
   const auto& names = GeneratorNames();
+  const int chunks = options.chunks;
   if (std::find(names.begin(), names.end(), name_or_path) != names.end()) {
     if (ranks <= 0) {
       throw ScheduleError(fmt::format("schedule {}: the number of ranks must be at least 1, got {}",
                                       name_or_path, ranks));
     }
-    return Generate(name_or_path, ranks, microbatches, chunks);
+    return Generate(name_or_path, ranks, microbatches, options);
   }
   std::string path(name_or_path);
   if (!std::filesystem::exists(path)) {

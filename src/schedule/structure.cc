@@ -85,25 +85,29 @@ class Checker {
     for (int r = 0; r < s_.ranks; ++r) {
       const auto& row = s_.actions[r];
       for (int i = 0; i < static_cast<int>(row.size()); ++i) {
-        const Action& a = row[i];
-        if (a.kind == ActionKind::kIdle) continue;
-        if (a.stage < 0 || a.stage >= s_.stages) {
-          FailAt(r, i, fmt::format("stage {} does not exist (the schedule has {} stages)", a.stage, s_.stages));
-        }
-        if (s_.stage_rank[a.stage] != r) {
-          FailAt(r, i, fmt::format("stage {} lives on rank {}, so its actions cannot run on rank {}",
-                                   a.stage, s_.stage_rank[a.stage], r));
-        }
-        if (!HasMicrobatch(a.kind)) continue;
-        if (a.microbatch < 0 || a.microbatch >= s_.microbatches) {
-          FailAt(r, i, fmt::format("microbatch {} does not exist (the schedule has {} microbatches)",
-                                   a.microbatch, s_.microbatches));
-        }
-        int& seen = pos_[At(a.stage, a.microbatch, Slot(a.kind))];
-        if (seen >= 0) {
-          FailAt(r, i, fmt::format("{} appears twice on rank {}: at positions {} and {}", ToString(a), r, seen, i));
-        }
-        seen = i;
+        // Both parts of an OVERLAP_F_B unit are indexed at the unit's position.
+        ForEachPart(row[i], [&](const Action& a) {
+          if (a.kind == ActionKind::kIdle) return;
+          if (a.stage < 0 || a.stage >= s_.stages) {
+            FailAt(r, i, fmt::format("stage {} does not exist (the schedule has {} stages)", a.stage, s_.stages));
+          }
+          if (s_.stage_rank[a.stage] != r) {
+            FailAt(r, i,
+                   fmt::format("stage {} lives on rank {}, so its actions cannot run on rank {}", a.stage,
+                               s_.stage_rank[a.stage], r));
+          }
+          if (!HasMicrobatch(a.kind)) return;
+          if (a.microbatch < 0 || a.microbatch >= s_.microbatches) {
+            FailAt(r, i,
+                   fmt::format("microbatch {} does not exist (the schedule has {} microbatches)", a.microbatch,
+                               s_.microbatches));
+          }
+          int& seen = pos_[At(a.stage, a.microbatch, Slot(a.kind))];
+          if (seen >= 0) {
+            FailAt(r, i, fmt::format("{} appears twice on rank {}: at positions {} and {}", ToString(a), r, seen, i));
+          }
+          seen = i;
+        });
       }
     }
   }
@@ -135,6 +139,12 @@ class Checker {
                        mb, stage, name(ActionKind::kBackwardInput), name(ActionKind::kBackwardWeight)));
     }
     const int first_backward = b >= 0 ? b : in;
+    if (first_backward == f) {
+      FailAt(rank, f,
+             fmt::format("this OVERLAP_F_B unit runs both the forward and the backward of microbatch {} "
+                         "of stage {}; the backward needs the forward finished first",
+                         mb, stage));
+    }
     if (first_backward < f) {
       FailAt(rank, first_backward, fmt::format("the backward of microbatch {} comes before its forward {} "
                                                "(position {}) on the same rank",

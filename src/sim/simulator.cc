@@ -28,6 +28,7 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
     non_negative(fmt::format("{} forward cost", where), c.forward);
     non_negative(fmt::format("{} backward_input cost", where), c.backward_input);
     non_negative(fmt::format("{} backward_weight cost", where), c.backward_weight);
+    if (c.forward_backward) non_negative(fmt::format("{} forward_backward cost", where), *c.forward_backward);
   };
   check_costs("the per-rank", o.costs);
   if (!o.stage_costs.empty() && static_cast<int>(o.stage_costs.size()) != s.stages) {
@@ -39,6 +40,13 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
   non_negative("bandwidth", o.bandwidth);
   non_negative("message_bytes", o.message_bytes);
   non_negative("microbatch_memory_bytes", o.microbatch_memory_bytes);
+  if (!o.stage_memory_bytes.empty() && static_cast<int>(o.stage_memory_bytes.size()) != s.stages) {
+    throw ScheduleError(fmt::format("simulation: {} per-stage memory sizes given, but the schedule has {} stages",
+                                    o.stage_memory_bytes.size(), s.stages));
+  }
+  for (std::size_t i = 0; i < o.stage_memory_bytes.size(); ++i) {
+    non_negative(fmt::format("stage {} memory bytes", i), o.stage_memory_bytes[i]);
+  }
   if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
     throw ScheduleError(
         fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
@@ -78,6 +86,8 @@ class Simulator {
     double busy = 0.0;
     double memory = 0.0;
     double peak_memory = 0.0;
+    double bytes = 0.0;  // with stage_memory_bytes: the same in bytes
+    double peak_bytes = 0.0;
   };
 
   std::size_t At(int stage, int mb) const { return static_cast<std::size_t>(stage) * m_ + mb; }
@@ -92,6 +102,7 @@ class Simulator {
       const double v = stages_on_rank[s_.stage_rank[st]];
       if (o_.stage_costs.empty()) {
         cost_[st] = {o_.costs.forward / v, o_.costs.backward_input / v, o_.costs.backward_weight / v};
+        if (o_.costs.forward_backward) cost_[st].forward_backward = *o_.costs.forward_backward / v;
       } else {
         cost_[st] = o_.stage_costs[st];
       }
@@ -167,20 +178,22 @@ class Simulator {
           continue;
         }
         case ActionKind::kForward:
-          ready = st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_end_, send_f_, recv_f_);
-          duration = cost_[st].forward;
-          break;
         case ActionKind::kBackward:
         case ActionKind::kBackwardInput:
-          if (!Done(f_end_[At(st, mb)])) return;
-          ready = st == S - 1 ? f_end_[At(st, mb)] : Arrival(r, st, st + 1, mb, bwd_end_, send_b_, recv_b_);
-          duration = cost_[st].backward_input +
-                     (a.kind == ActionKind::kBackward ? cost_[st].backward_weight : 0.0);
-          break;
         case ActionKind::kBackwardWeight:
-          ready = bwd_end_[At(st, mb)];
-          duration = cost_[st].backward_weight;
+          ready = PartReady(r, a);
+          duration = PartCost(a);
           break;
+        case ActionKind::kOverlapFB: {
+          // One unit: it starts when both parts could, and both finish at its end.
+          ready = 0.0;
+          ForEachPart(a, [&](const Action& part) {
+            const double t = PartReady(r, part);
+            ready = Done(ready) && Done(t) ? std::max(ready, t) : kNotYet;
+          });
+          duration = OverlapCost(a);
+          break;
+        }
       }
       if (!Done(ready)) return;
       const double start = std::max(rs.clock, ready);
@@ -191,8 +204,51 @@ class Simulator {
       rs.busy += duration;
       if (o_.record_timeline) timeline_[r].push_back({a, start, end});
       ++rs.pc;
-      Account(rs, a, end);
+      ForEachPart(a, [&](const Action& part) { Account(rs, part, end); });
     }
+  }
+
+  // When a single compute action's inputs are all there, or kNotYet.
+  double PartReady(int r, const Action& a) const {
+    const int st = a.stage, mb = a.microbatch, S = s_.stages;
+    switch (a.kind) {
+      case ActionKind::kForward:
+        return st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_end_, send_f_, recv_f_);
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput:
+        if (!Done(f_end_[At(st, mb)])) return kNotYet;
+        return st == S - 1 ? f_end_[At(st, mb)] : Arrival(r, st, st + 1, mb, bwd_end_, send_b_, recv_b_);
+      case ActionKind::kBackwardWeight:
+        return bwd_end_[At(st, mb)];
+      default:
+        return 0.0;
+    }
+  }
+
+  double PartCost(const Action& a) const {
+    const Costs& c = cost_[a.stage];
+    switch (a.kind) {
+      case ActionKind::kForward:
+        return c.forward;
+      case ActionKind::kBackward:
+        return c.Backward();
+      case ActionKind::kBackwardInput:
+        return c.backward_input;
+      case ActionKind::kBackwardWeight:
+        return c.backward_weight;
+      default:
+        return 0.0;
+    }
+  }
+
+  // F of stage a with B of stage b: F_a + B_b less what overlapping saves,
+  // half of each stage's own saving F + B - F&B (so with equal stages it is
+  // exactly their F&B, and F + B when none is given).
+  double OverlapCost(const Action& a) const {
+    const Costs& f = cost_[a.stage];
+    const Costs& b = cost_[a.backward_stage];
+    auto saving = [](const Costs& c) { return c.forward + c.Backward() - c.ForwardBackward(); };
+    return std::max(0.0, f.forward + b.Backward() - 0.5 * (saving(f) + saving(b)));
   }
 
   // Records completion: finish times, memory, in-flight counts; wakes the
@@ -201,11 +257,19 @@ class Simulator {
     const int st = a.stage, mb = a.microbatch;
     const double unit = mem_per_chunk_[st];
     const double w_ratio = o_.weight_memory_ratio;
+    // Adds `share` of a microbatch's activations on stage st (negative frees).
+    auto hold = [&](double share) {
+      rs.memory += share * unit;
+      rs.peak_memory = std::max(rs.peak_memory, rs.memory);
+      if (!o_.stage_memory_bytes.empty()) {
+        rs.bytes += share * o_.stage_memory_bytes[st];
+        rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
+      }
+    };
     switch (a.kind) {
       case ActionKind::kForward:
         f_end_[At(st, mb)] = end;
-        rs.memory += unit;
-        rs.peak_memory = std::max(rs.peak_memory, rs.memory);
+        hold(1.0);
         peak_in_flight_[st] = std::max(peak_in_flight_[st], ++in_flight_[st]);
         if (st + 1 < s_.stages) Wake(s_.stage_rank[st + 1]);
         break;
@@ -213,15 +277,15 @@ class Simulator {
       case ActionKind::kBackwardInput:
         bwd_end_[At(st, mb)] = end;
         if (a.kind == ActionKind::kBackward) {
-          rs.memory -= unit;
+          hold(-1.0);
           --in_flight_[st];
         } else {
-          rs.memory -= (1.0 - w_ratio) * unit;
+          hold(-(1.0 - w_ratio));
         }
         if (st > 0) Wake(s_.stage_rank[st - 1]);
         break;
       case ActionKind::kBackwardWeight:
-        rs.memory -= w_ratio * unit;
+        hold(-w_ratio);
         --in_flight_[st];
         break;
       default:
@@ -271,6 +335,15 @@ class Simulator {
       }
       case ActionKind::kBackwardWeight:
         return fmt::format("waits for {}", ToString({st, ActionKind::kBackwardInput, mb}));
+      case ActionKind::kOverlapFB: {
+        std::string reasons;
+        ForEachPart(a, [&](const Action& part) {
+          if (Done(PartReady(r, part))) return;
+          reasons += fmt::format("{}its {} part {}", reasons.empty() ? "" : "; ",
+                                 part.kind == ActionKind::kForward ? "forward" : "backward", WaitReason(r, part));
+        });
+        return reasons;
+      }
       default:
         return "waits";
     }
@@ -308,7 +381,8 @@ class Simulator {
       out.busy = rs.busy;
       out.span = out.end - out.start;
       out.peak_memory = rs.peak_memory;
-      out.peak_memory_bytes = rs.peak_memory * o_.microbatch_memory_bytes;
+      out.peak_memory_bytes =
+          o_.stage_memory_bytes.empty() ? rs.peak_memory * o_.microbatch_memory_bytes : rs.peak_bytes;
       res.makespan = std::max(res.makespan, out.end);
       busy_total += rs.busy;
       max_span = std::max(max_span, out.span);

@@ -12,6 +12,8 @@
 //   colour one <path> whose segments are stroked as wide as the row, no text
 //   and no separators. About ten bytes per action instead of a hundred, and
 //   the same picture at that scale.
+// An OVERLAP_F_B unit is its F and its B side by side, half the unit's time
+// each, inside one dark outline.
 // Only SVG 1.1 presentation attributes are used (no CSS), so rsvg-convert,
 // Inkscape and browsers agree on the result.
 #include <algorithm>
@@ -454,20 +456,47 @@ void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
   // ---- What to draw ----
   std::vector<Box> boxes;
   std::array<bool, kKindStyles.size()> kind_present{};
+  // An OVERLAP_F_B unit is drawn as its F (left half) and its B (right
+  // half) inside one outline. The halves live here; reserved up front so the
+  // boxes' pointers to them stay valid.
+  std::size_t overlapped = 0;
+  for (const auto& row : result.timeline) {
+    overlapped += static_cast<std::size_t>(std::count_if(
+        row.begin(), row.end(), [](const TimedAction& t) { return t.action.kind == ActionKind::kOverlapFB; }));
+  }
+  std::vector<TimedAction> halves;
+  halves.reserve(2 * overlapped);
+  std::vector<std::pair<int, const TimedAction*>> units;  // (rank, unit) to outline
+  units.reserve(overlapped);
   int chunks = std::max(1, result.chunks);
   for (const auto& stages : rank_stages) chunks = std::max(chunks, static_cast<int>(stages.size()));
   double time_end = std::isfinite(result.makespan) ? std::max(0.0, result.makespan) : 0.0;
   if (std::isfinite(axis_end)) time_end = std::max(time_end, axis_end);
   std::vector<double> durations;
   for (int rank = 0; rank < static_cast<int>(result.timeline.size()); ++rank) {
-    for (const TimedAction& t : result.timeline[rank]) {
-      const int style = KindIndex(t.action.kind);
-      if (style < 0 || !std::isfinite(t.start) || !std::isfinite(t.end)) continue;
-      const int chunk = std::min(ChunkOf(rank_stages[rank], t.action.stage), chunks - 1);
-      boxes.push_back({rank, style, chunk, &t});
-      kind_present[style] = true;
-      time_end = std::max(time_end, t.end);
-      if (t.end > t.start) durations.push_back(t.end - t.start);
+    for (const TimedAction& unit : result.timeline[rank]) {
+      if (!std::isfinite(unit.start) || !std::isfinite(unit.end)) continue;
+      const TimedAction* parts[2] = {&unit, nullptr};
+      if (unit.action.kind == ActionKind::kOverlapFB) {
+        const double middle = (unit.start + unit.end) / 2;
+        const Action& a = unit.action;
+        halves.push_back({Action{a.stage, ActionKind::kForward, a.microbatch}, unit.start, middle});
+        parts[0] = &halves.back();
+        halves.push_back({Action{a.backward_stage, ActionKind::kBackward, a.backward_microbatch}, middle, unit.end});
+        parts[1] = &halves.back();
+        units.push_back({rank, &unit});
+      }
+      for (const TimedAction* part : parts) {
+        if (part == nullptr) continue;
+        const TimedAction& t = *part;
+        const int style = KindIndex(t.action.kind);
+        if (style < 0) continue;
+        const int chunk = std::min(ChunkOf(rank_stages[rank], t.action.stage), chunks - 1);
+        boxes.push_back({rank, style, chunk, &t});
+        kind_present[style] = true;
+        time_end = std::max(time_end, t.end);
+        if (t.end > t.start) durations.push_back(t.end - t.start);
+      }
     }
   }
   if (!(time_end > 0)) time_end = 1;  // nothing ran: still draw the empty rows
@@ -537,6 +566,8 @@ void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
     legend_width += swatch_group + 5 + TextWidth(item.text, kLegendFont) + 18;
   }
   if (!chunk_note.empty()) legend_width += TextWidth(chunk_note, kLegendFont);
+  const std::string overlap_note = units.empty() ? "" : "outlined: an F and a B run as one OVERLAP_F_B unit";
+  if (!overlap_note.empty()) legend_width += 18 + TextWidth(overlap_note, kLegendFont);
 
   const double title_y = kMargin + kTitleFont;
   const double subtitle_y = title_y + kSubtitleFont + 7;
@@ -585,6 +616,11 @@ void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
   if (!chunk_note.empty()) {
     fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", Num(lx),
                    Num(legend_y + kLegendSwatch - 1), kMuted, XmlEscape(chunk_note));
+    lx += TextWidth(chunk_note, kLegendFont) + 18;
+  }
+  if (!overlap_note.empty()) {
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", Num(lx), Num(legend_y + kLegendSwatch - 1),
+                   kMuted, XmlEscape(overlap_note));
   }
   fmt::format_to(it, "</g>\n");
 
@@ -631,6 +667,15 @@ void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
     DrawBoxLabels(buf, boxes, g, fills);
   } else {
     DrawDenseBoxes(buf, boxes, g, fills);
+  }
+  if (!units.empty()) {
+    fmt::format_to(it, "<g class=\"overlap\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\">\n", kInk);
+    for (const auto& [rank, unit] : units) {
+      const auto [x0, x1] = g.PixelSpan(*unit);
+      fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", Num(x0 + 0.75),
+                     Num(g.RowY(rank) + 0.75), Num(std::max(x1 - x0 - 1.5, kMinBoxWidth)), Num(g.row_height - 1.5));
+    }
+    fmt::format_to(it, "</g>\n");
   }
 
   // Time axis.

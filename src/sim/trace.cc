@@ -5,8 +5,9 @@
 //   {"traceEvents":[...], "displayTimeUnit":"ms", "otherData":{...}}
 // Each rank is a process (pid = rank) with one thread (tid = rank, so thread
 // ids stay unique across the trace); compute actions are complete ("X")
-// events. The events are streamed with fmt rather than built as a JSON tree:
-// a large simulation has hundreds of thousands of them.
+// events, an OVERLAP_F_B unit one event named "F&B". The events are
+// streamed with fmt rather than built as a JSON tree: a large simulation has
+// hundreds of thousands of them.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -37,6 +38,8 @@ std::string_view ComputeKindName(ActionKind kind) {
       return "I";
     case ActionKind::kBackwardWeight:
       return "W";
+    case ActionKind::kOverlapFB:
+      return "F&B";
     default:
       return "";
   }
@@ -109,8 +112,14 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_
       separator();
       fmt::format_to(it,
                      R"({{"name":"{0}","cat":"{0}","ph":"X","ts":{1},"dur":{2},)"
-                     R"("pid":{3},"tid":{3},"args":{{"stage":{4},"microbatch":{5}}}}})",
+                     R"("pid":{3},"tid":{3},"args":{{"stage":{4},"microbatch":{5})",
                      kind, ts, dur, rank, timed.action.stage, timed.action.microbatch);
+      if (timed.action.kind == ActionKind::kOverlapFB) {
+        // The unit's F is stage/microbatch; its B gets its own pair.
+        fmt::format_to(it, R"(,"backward_stage":{},"backward_microbatch":{})", timed.action.backward_stage,
+                       timed.action.backward_microbatch);
+      }
+      fmt::format_to(it, "}}}}");
       if (buffer.size() >= kFlushBytes) Flush(buffer, out);
     }
   }

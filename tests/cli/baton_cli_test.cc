@@ -258,11 +258,49 @@ TEST_F(BatonCliTest, UnknownScheduleName) {
   EXPECT_FALSE(fs::exists(Work() / "out.json"));
 }
 
-TEST_F(BatonCliTest, InterleavedNeedsMicrobatchesAMultipleOfRanks) {
-  const RunResult r = Run("simulate -s interleaved_1f1b -p 4 -m 6 --json out.json");
-  ExpectOneLineError(r, "multiple of the number of ranks (4)");
-  EXPECT_NE(r.err.find("6"), std::string::npos) << r.err;
+TEST_F(BatonCliTest, InterleavedNeedsAtLeastAsManyMicrobatchesAsRanks) {
+  const RunResult r = Run("simulate -s interleaved_1f1b -p 4 -m 3 --json out.json");
+  ExpectOneLineError(r, "at least the number of ranks (4)");
+  EXPECT_NE(r.err.find("got 3"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(Work() / "out.json"));
+}
+
+TEST_F(BatonCliTest, InterleavedRunsMicrobatchesNotAMultipleOfRanks) {
+  const RunResult r = Run("simulate -s interleaved_1f1b -p 4 -m 6 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["microbatches"], 6);
+}
+
+TEST_F(BatonCliTest, CostTakesAnOptionalOverlapTerm) {
+  // DualPipeV with F = I = W = 2 and F&B 5 per rank, so 1, 1, 1 and 2.5 per
+  // chunk: the largest idle is DeepSeek's (PP/2 - 1)(F&B + B - 3W) =
+  // 3 x (2.5 + 2 - 3).
+  const RunResult r = Run("simulate -s dualpipev -p 4 -m 10 --cost 2,2,2,5 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  double largest_idle = 0;
+  for (const auto& rank : j["ranks_detail"]) {
+    largest_idle = std::max(largest_idle, j["makespan"].get<double>() - rank["busy"].get<double>());
+  }
+  EXPECT_NEAR(largest_idle, 3 * 1.5, 1e-9);
+  const RunResult text = Run("simulate -s dualpipev -p 4 -m 10 --cost 2,2,2,5");
+  EXPECT_NE(text.out.find("F&B 5"), std::string::npos) << text.out;
+}
+
+TEST_F(BatonCliTest, MemoryLimitReachesTheGenerators) {
+  // zb_auto: ZB-2p's limit removes the bubble inside each rank's span that
+  // ZB-1p's leaves (the paper's measure; the makespan is the same 27).
+  const RunResult one = Run("simulate -s zb_auto -p 4 -m 8 --memory-limit 4 --json -");
+  const RunResult two = Run("simulate -s zb_auto -p 4 -m 8 --memory-limit 8 --json -");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const json zb_1p = json::parse(one.out), zb_2p = json::parse(two.out);
+  EXPECT_NEAR(zb_1p["span_bubble_rate"].get<double>(), 3.0 / 27, 1e-12);
+  EXPECT_NEAR(zb_2p["span_bubble_rate"].get<double>(), 0.0, 1e-12);
+  for (const auto& rank : zb_1p["ranks_detail"]) EXPECT_LE(rank["peak_memory"].get<double>(), 4.0);
+  ExpectOneLineError(Run("simulate -s zb_auto --memory-limit 0.5"), "at least 1 M_B");
+  ExpectOneLineError(Run("simulate -s zb_auto --memory-limit -1"), "--memory-limit must be >= 0");
+  ExpectOneLineError(Run("schedule show interleaved_1f1b -p 4 -m 8 --memory-limit 1"), "at least 2.5 M_B");
 }
 
 TEST_F(BatonCliTest, ZbvNeedsTwoChunks) {
@@ -284,6 +322,7 @@ TEST_F(BatonCliTest, CostNeedsThreeNumbers) {
   ExpectOneLineError(r, "--cost");
   // The rule: three numbers (F, I, W), and what was given.
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(three numbers F,I,W|3 required)"))) << r.err;
+  EXPECT_NE(r.err.find("optionally a fourth, F&B"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("2"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(Work() / "out.json"));
 }

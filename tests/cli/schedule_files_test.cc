@@ -51,6 +51,11 @@ const std::map<std::string, Expected>& KnownFiles() {
       {"zb_h1_4x8_compute_comms.csv", {27.0, {{4}, {4}, {4}, {4}}}},
       // GPipe: (m + p - 1) x (F + B) = 5 x 3.
       {"gpipe_2x4_pytorch.csv", {15.0, {{4}, {4}}}},
+      // DualPipeV: every rank busy m x (F + B) = 30, and the largest idle
+      // is DeepSeek's (PP/2 - 1)(F&B + B - 3W) = 3 x (1.5 + 1 - 1.5) with
+      // chunks of half a rank. Rank r holds 2p - r microbatches of its chunk
+      // 0 and r + 1 of its chunk 1 at their peaks: PP + 1 chunks together.
+      {"dualpipev_4x10_pytorch.csv", {33.0, {{8, 1}, {7, 2}, {6, 3}, {5, 4}}}},
   };
   return *known;
 }

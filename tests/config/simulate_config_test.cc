@@ -57,9 +57,9 @@ schedule: zb_h1
 ranks: 6
 microbatches: 12
 chunks: 1
-costs: {forward: 1.5, backward_input: 2.25, backward_weight: 0.75}
+costs: {forward: 1.5, backward_input: 2.25, backward_weight: 0.75, forward_backward: 3.5}
 stage_costs:
-  - {forward: 1, backward_input: 2, backward_weight: 3}
+  - {forward: 1, backward_input: 2, backward_weight: 3, forward_backward: 4.5}
   - forward: 4
     backward_input: 5
     backward_weight: 6
@@ -83,6 +83,9 @@ output:
   EXPECT_EQ(c.options.stage_costs[0].forward, 1.0);
   EXPECT_EQ(c.options.stage_costs[0].backward_input, 2.0);
   EXPECT_EQ(c.options.stage_costs[0].backward_weight, 3.0);
+  EXPECT_EQ(c.options.costs.forward_backward, 3.5);
+  EXPECT_EQ(c.options.stage_costs[0].forward_backward, 4.5);
+  EXPECT_FALSE(c.options.stage_costs[1].forward_backward.has_value());  // F + B
   EXPECT_EQ(c.options.stage_costs[1].forward, 4.0);
   EXPECT_EQ(c.options.stage_costs[1].backward_input, 5.0);
   EXPECT_EQ(c.options.stage_costs[1].backward_weight, 6.0);
@@ -186,6 +189,12 @@ TEST_F(SimulateConfigTest, ScalarWhereAListIsExpected) {
   const std::string msg = ErrorOf("compare.yaml", "compare: 3\n");
   EXPECT_NE(msg.find("compare.yaml:1:10: compare: expected a list of strings, got a scalar"), std::string::npos)
       << msg;
+}
+
+TEST_F(SimulateConfigTest, OverlapCostIsOptionalAndChecked) {
+  const std::string msg = ErrorOf("fb.yaml", "costs:\n  forward_backward: -1\n");
+  EXPECT_NE(msg.find("fb.yaml:2:21: costs.forward_backward"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-1"), std::string::npos) << msg;
 }
 
 TEST_F(SimulateConfigTest, WordWhereANumberIsExpected) {

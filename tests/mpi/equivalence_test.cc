@@ -101,7 +101,8 @@ TEST_P(Equivalence, MatchesSingleProcess) {
 
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
-  for (const char* s : {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zbv"}) {
+  for (const char* s : {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zbv", "dualpipev", "interleaved_zb",
+                        "zb_auto", "v_min", "v_half", "v_zb"}) {
     for (const char* p : {"none", "full", "selective"}) {
       for (int ranks : {2, 4}) cases.push_back({s, p, ranks});
     }
@@ -114,6 +115,17 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, Equivalence, ::testing::ValuesIn(AllCases
                            return info.param.schedule + "_" + info.param.checkpointing + "_" +
                                   std::to_string(info.param.ranks) + "ranks";
                          });
+
+// PyTorch's own DualPipeV order, as its _dump_csv writes it (OVERLAP_F_B
+// units, CRLF), loaded from the file and run on 4 ranks; the overlapped
+// units run as their F then their B.
+TEST(EquivalenceFiles, PyTorchDualPipeVFileMatchesOneRank) {
+  const std::vector<std::string> ten = {"pipeline.microbatches=10", "train.batch_size=40"};
+  const RunOutput ref = Train("dualpipev_ref", 1, ten);
+  std::vector<std::string> sets = ten;
+  sets.push_back("pipeline.schedule=" BATON_SOURCE_DIR "/schedules/dualpipev_4x10_pytorch.csv");
+  ExpectSame(Train("dualpipev_file", 4, sets), ref);
+}
 
 TEST(EquivalenceAdamW, FourRanksZbvMatchesOneRank) {
   const std::vector<std::string> adamw = {"train.optimizer={type: adamw, lr: 0.01, weight_decay: 0.1}"};

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "baton/error.h"
 
 namespace baton {
@@ -63,6 +66,58 @@ TEST(Action, RejectsMalformedCellsQuotingCellAndPlace) {
   EXPECT_NE(ErrorOf("99999999999F0").find("out of range"), std::string::npos);
   EXPECT_NE(ErrorOf("0UNSHARD3").find("takes no microbatch"), std::string::npos);
   EXPECT_NE(ErrorOf("1F").find("needs a microbatch"), std::string::npos);
+}
+
+TEST(Action, OverlapIsPyTorchsSubActionForm) {
+  // PyTorch's _Action with sub_actions prints "(" + ";".join(reprs) + ")"
+  // + "OVERLAP_F_B"; ScheduleDualPipeV pairs an F with a full backward B.
+  const Action a = ParseAction("(0F3;7B2)OVERLAP_F_B", "t");
+  EXPECT_EQ(a, OverlapFB(0, 3, 7, 2));
+  EXPECT_EQ(a.kind, ActionKind::kOverlapFB);
+  EXPECT_EQ(a.stage, 0);
+  EXPECT_EQ(a.microbatch, 3);
+  EXPECT_EQ(a.backward_stage, 7);
+  EXPECT_EQ(a.backward_microbatch, 2);
+  EXPECT_EQ(ToString(a), "(0F3;7B2)OVERLAP_F_B");
+  EXPECT_EQ(KindName(ActionKind::kOverlapFB), "OVERLAP_F_B");
+  EXPECT_TRUE(IsCompute(a.kind));
+  EXPECT_EQ(ParseAction(" (12F105; 3B0 )OVERLAP_F_B ", "t"), OverlapFB(12, 105, 3, 0));
+  // Its parts, in order, are what every pass tracks.
+  std::vector<Action> parts;
+  ForEachPart(a, [&](const Action& part) { parts.push_back(part); });
+  EXPECT_EQ(parts, (std::vector<Action>{{0, ActionKind::kForward, 3}, {7, ActionKind::kBackward, 2}}));
+  // A plain action is its own only part; the other fields keep their defaults.
+  parts.clear();
+  ForEachPart(Action{1, ActionKind::kBackwardInput, 4}, [&](const Action& part) { parts.push_back(part); });
+  EXPECT_EQ(parts, (std::vector<Action>{{1, ActionKind::kBackwardInput, 4}}));
+  EXPECT_EQ(ParseAction("2F0", "t").backward_stage, -1);
+}
+
+TEST(Action, RejectsMalformedOverlapsNamingTheRule) {
+  struct Case {
+    const char* cell;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"(0F3;1B2)", "must be followed by OVERLAP_F_B, not \"\""},
+      {"(0F3;1B2)OVERLAP_F_Bx", "not \"OVERLAP_F_Bx\""},
+      {"(0F3;1B2", "never closed"},
+      {"(0F3)OVERLAP_F_B", "exactly two actions separated by ';'"},
+      {"(0F3;1B2;2F0)OVERLAP_F_B", "exactly two actions separated by ';'"},
+      {"(1B2;0F3)OVERLAP_F_B", "a forward F then a full backward B (PyTorch's DualPipeV form), not B then F"},
+      {"(0F3;1I2)OVERLAP_F_B", "not F then I"},
+      {"(0F3;1SEND_B2)OVERLAP_F_B", "not F then SEND_B"},
+      {"(;1B2)OVERLAP_F_B", "exactly two single actions"},
+      {"((0F3;1B2)OVERLAP_F_B;1B2)OVERLAP_F_B", "must be followed by OVERLAP_F_B"},
+      {"0OVERLAP_F_B3", "OVERLAP_F_B is written as its two parts in parentheses"},
+      {"(0F3;1B-2)OVERLAP_F_B", "sign"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = ErrorOf(c.cell);
+    ASSERT_FALSE(msg.empty()) << c.cell << " was accepted";
+    EXPECT_NE(msg.find(c.why), std::string::npos) << c.cell << ": " << msg;
+    EXPECT_NE(msg.find("row 2 (rank 1), column 4"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

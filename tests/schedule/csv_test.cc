@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "baton/error.h"
 #include "baton/schedule.h"
@@ -107,6 +112,56 @@ TEST(Csv, HugeStageOrMicrobatchNumbersAreRefusedWithoutAllocating) {
     const std::string msg = ErrorOf(text);
     EXPECT_NE(msg.find("stages must be numbered 0..S-1 without gaps"), std::string::npos) << text << ": " << msg;
   }
+}
+
+TEST(Csv, PyTorchDualPipeVFileWithOverlappedUnitsLoadsRoundTripsAndRuns) {
+  // schedules/dualpipev_4x10_pytorch.csv: ScheduleDualPipeV's order for 4
+  // ranks and 10 microbatches as PyTorch's _dump_csv writes it (CRLF, one
+  // _Action per cell, "(0F3;7B2)OVERLAP_F_B" for an overlapped unit).
+  const std::string path = std::string(BATON_SOURCE_DIR) + "/schedules/dualpipev_4x10_pytorch.csv";
+  const Schedule s = ReadCsvFile(path);
+  EXPECT_EQ(s.ranks, 4);
+  EXPECT_EQ(s.stages, 8);
+  EXPECT_EQ(s.microbatches, 10);
+  EXPECT_EQ(s.stage_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));  // the V
+  std::size_t units = 0;
+  for (const auto& row : s.actions) {
+    units += static_cast<std::size_t>(
+        std::count_if(row.begin(), row.end(), [](const Action& a) { return a.kind == ActionKind::kOverlapFB; }));
+  }
+  EXPECT_GT(units, 0u);
+  EXPECT_NO_THROW(Validate(s));
+  // baton's generator gives the same cells, and both forms write back the
+  // same text (LF line ends) and read back identically.
+  EXPECT_EQ(s.actions, GenerateDualPipeV(4, 10).actions);
+  for (const Schedule& form : {s, Lower(s)}) {
+    const std::string text = ToCsv(form);
+    const Schedule back = FromCsv(text);
+    EXPECT_EQ(back.actions, form.actions);
+    EXPECT_EQ(ToCsv(back), text);
+    EXPECT_NO_THROW(Validate(back));
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string lf = original;
+  std::erase(lf, '\r');
+  EXPECT_EQ(ToCsv(s), lf);
+  EXPECT_NE(original.find("\r\n"), std::string::npos);  // PyTorch's csv.writer line ends
+  // It runs: with F = I = W = 1 per rank and no F&B given, each unit costs
+  // F + B of a chunk.
+  const SimResult r = Simulate(s);
+  EXPECT_GT(r.makespan, 0.0);
+  EXPECT_NEAR(r.per_rank[0].busy, 10 * 3.0, 1e-9);  // m x (F + B) over the rank's two half-cost chunks
+}
+
+TEST(Csv, OverlapCellsKeepBothStagesPlaced) {
+  // A unit names two stages; both belong to the row's rank.
+  EXPECT_NE(ErrorOf("0F0,(0F1;1B0)OVERLAP_F_B,0B1\n1F0,1B0,1F1,1B1\n").find("stage 1 appears on two ranks"),
+            std::string::npos);
+  const Schedule s = FromCsv("0F0,1F0,(0F1;1B0)OVERLAP_F_B,1F1,0B0,1B1,0B1\n");
+  EXPECT_EQ(s.stages, 2);
+  EXPECT_EQ(s.stage_rank, (std::vector<int>{0, 0}));
+  EXPECT_NO_THROW(Validate(s));
 }
 
 TEST(Csv, UnreadableFileIsAnError) {

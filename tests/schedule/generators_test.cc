@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "baton/error.h"
 #include "baton/schedule.h"
@@ -48,6 +50,95 @@ TEST(Generators, InterleavedFollowsMegatronOrder) {
                                 "3F3", "3B3", "1B2", "1B3"}));
 }
 
+std::vector<std::string> KindsOnRank(const Schedule& s, int rank, ActionKind kind) {
+  std::vector<std::string> out;
+  for (const Action& a : s.actions[rank]) {
+    if (a.kind == kind) out.push_back(ToString(a));
+  }
+  return out;
+}
+
+TEST(Generators, InterleavedWithMicrobatchGroupsFollowsMegatronsTable) {
+  // Megatron-LM's get_schedule_table docstring: "PP2 N3M5 with VP2",
+  //   virtual_microbatch_id | 0 1 2 3 4 5 6 7 8 9
+  //   microbatch_id         | 0 1 2 0 1 2 3 4 3 4
+  //   model_chunk_id        | 0 0 0 1 1 1 0 0 1 1
+  // so rank 0 (stages 0 and 2) runs its forwards in that order and its
+  // backwards in the same order with the chunks reversed.
+  GenerateOptions o;
+  o.chunks = 2;
+  o.microbatch_group = 3;
+  const Schedule s = GenerateInterleaved1F1B(2, 5, o);
+  EXPECT_EQ(KindsOnRank(s, 0, ActionKind::kForward),
+            (Strings{"0F0", "0F1", "0F2", "2F0", "2F1", "2F2", "0F3", "0F4", "2F3", "2F4"}));
+  EXPECT_EQ(KindsOnRank(s, 0, ActionKind::kBackward),
+            (Strings{"2B0", "2B1", "2B2", "0B0", "0B1", "0B2", "2B3", "2B4", "0B3", "0B4"}));
+  // Warm-up 2(p-r-1) + (v-1)g = 5 forwards on rank 0, then one F per B.
+  EXPECT_EQ(Row(s, 0)[5], "2F2");
+  EXPECT_EQ(Row(s, 0)[6], "2B0");
+  EXPECT_NO_THROW(Validate(s));
+}
+
+TEST(Generators, InterleavedAcceptsAnyMicrobatchCountFromRanksUp) {
+  // With m not a multiple of p the default group size g is the smallest
+  // from p up whose last group (Megatron's m mod g) is empty or still spans
+  // the p ranks: p=5, m=7: 7 mod 5 = 2, 7 mod 6 = 1, so one group of 7;
+  // p=4, m=10: groups of 5; p=4, m=9: 9 mod 5 = 4, groups 5 and 4;
+  // p=3, m=11: 11 mod 4 = 3, groups 4, 4, 3.
+  struct Case {
+    int p, m, group;
+  };
+  for (const Case c : {Case{5, 7, 7}, Case{4, 10, 5}, Case{4, 9, 5}, Case{4, 8, 4}, Case{3, 11, 4}}) {
+    SCOPED_TRACE("p=" + std::to_string(c.p) + " m=" + std::to_string(c.m));
+    const Schedule s = GenerateInterleaved1F1B(c.p, c.m, 2);
+    GenerateOptions o;
+    o.chunks = 2;
+    o.microbatch_group = c.group;
+    EXPECT_EQ(s.actions, GenerateInterleaved1F1B(c.p, c.m, o).actions);
+    EXPECT_NO_THROW(Validate(s));
+  }
+}
+
+TEST(Generators, InterleavedWarmUpKeepsAMemoryLimit) {
+  // Each forward in flight holds 1/v M_B; the warm-up is cut so that no
+  // rank holds more than the limit, down to the least that can run
+  // ((v-1)g + 1 forwards), and the bubble grows as the limit shrinks.
+  for (int v : {2, 3}) {
+    for (int p : {2, 4, 8}) {
+      const int m = 2 * p;
+      double previous_makespan = 0;
+      const double least = ((v - 1.0) * p + 1) / v;
+      for (double limit : {2.0 * p + 2, 1.0 * p, least + 1, least}) {
+        SCOPED_TRACE("v=" + std::to_string(v) + " p=" + std::to_string(p) + " limit=" + std::to_string(limit));
+        GenerateOptions o;
+        o.chunks = v;
+        o.memory_limit = limit;
+        const Schedule s = GenerateInterleaved1F1B(p, m, o);
+        ASSERT_NO_THROW(Validate(s));
+        const SimResult r = Simulate(s);
+        for (const RankResult& rr : r.per_rank) EXPECT_LE(rr.peak_memory, limit + 1e-12) << "rank " << rr.rank;
+        EXPECT_GE(r.makespan, previous_makespan - 1e-12);
+        previous_makespan = r.makespan;
+      }
+    }
+  }
+  // No limit and a limit above Megatron's warm-up give the same schedule.
+  GenerateOptions o;
+  o.chunks = 2;
+  o.memory_limit = 100;
+  EXPECT_EQ(GenerateInterleaved1F1B(4, 8, o).actions, GenerateInterleaved1F1B(4, 8, 2).actions);
+}
+
+TEST(Generators, InterleavedZbFollowsPyTorchsOrder) {
+  // PyTorch's ScheduleInterleavedZeroBubble for 2 ranks, 4 microbatches, 2
+  // stages per rank (its pipeline_order with the idle slots dropped).
+  const Schedule s = GenerateInterleavedZb(2, 4, 2);
+  EXPECT_EQ(Row(s, 0), (Strings{"0F0", "0F1", "2F0", "2F1", "2I0", "2W0", "0F2", "2I1", "2W1", "0F3", "0I0", "0W0",
+                                "2F2", "0I1", "0W1", "2F3", "2I2", "2W2", "2I3", "2W3", "0I2", "0W2", "0I3", "0W3"}));
+  EXPECT_EQ(Row(s, 1), (Strings{"1F0", "1F1", "3F0", "3I0", "3F1", "3I1", "3W0", "1F2", "1I0", "3W1", "1F3", "1I1",
+                                "1W0", "3F2", "3I2", "1W1", "3F3", "3I3", "3W2", "1I2", "3W3", "1I3", "1W2", "1W3"}));
+}
+
 TEST(Generators, ZbH1DefersWeightGradientsByRank) {
   const Schedule s = GenerateZbH1(4, 6);
   EXPECT_EQ(Row(s, 0), (Strings{"0F0", "0F1", "0F2", "0F3", "0I0", "0W0", "0F4", "0I1", "0W1", "0F5", "0I2", "0W2",
@@ -77,22 +168,49 @@ TEST(Generators, ZbvUsesVPlacementAndHandcraftedOrder) {
                                 "1I1", "2I2", "1I2", "1W1", "2W2", "1W2"}));
 }
 
+// Compute actions a schedule holds: F and B, or F, I and W, per stage and
+// microbatch; an OVERLAP_F_B unit is one action holding an F and a B.
+std::size_t ExpectedActions(const Schedule& s) {
+  std::size_t units = 0, split = 0;
+  for (const auto& row : s.actions) {
+    for (const Action& a : row) {
+      units += a.kind == ActionKind::kOverlapFB;
+      split += a.kind == ActionKind::kBackwardInput;
+    }
+  }
+  const std::size_t pairs = static_cast<std::size_t>(s.stages) * s.microbatches;
+  return 2 * pairs + split - units;  // each I adds a W; each unit merges an F and a B
+}
+
 TEST(Generators, EveryGeneratorIsCompleteAndValidOverAGrid) {
   for (const std::string& name : GeneratorNames()) {
-    for (int p : {1, 2, 3, 4, 8}) {
-      for (int m : {1, 2, 3, 4, 7, 8, 16}) {
-        const bool multi = name == "interleaved_1f1b" || name == "zbv";
-        for (int v : multi ? std::vector<int>{2, 3} : std::vector<int>{1}) {
-          if (name == "zbv" && v != 2) continue;
-          if (name == "interleaved_1f1b" && m % p != 0) continue;
-          if ((name == "zb_h1" || name == "zb_h2") && m < p) continue;
+    const GeneratorTraits traits = TraitsOf(name);
+    for (int p : {1, 2, 3, 4, 5, 8}) {
+      for (int m : {1, 2, 3, 4, 7, 8, 10, 16, 17}) {
+        const std::vector<int> chunks = traits.any_chunks ? std::vector<int>{1, 2, 3} : std::vector<int>{0};
+        for (int v : chunks) {
           SCOPED_TRACE(name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" + std::to_string(v));
-          const Schedule s = Generate(name, p, m, v);
+          Schedule s;
+          try {
+            s = Generate(name, p, m, v);
+          } catch (const ScheduleError& e) {
+            // Only the documented constraints may refuse a point of the grid.
+            const bool known = (name == "zb_h1" || name == "zb_h2") ? m < p
+                               : name == "dualpipev"                ? m < 2 * p
+                               : name == "interleaved_1f1b"         ? v > 1 && m < p
+                               : name == "interleaved_zb"           ? m % std::max(1, m / p) != 0
+                                                                    : false;
+            EXPECT_TRUE(known) << e.what();
+            continue;
+          }
+          const int resolved = v == 0 ? traits.default_chunks : v;
           EXPECT_EQ(s.ranks, p);
-          EXPECT_EQ(s.stages, p * v);
+          EXPECT_EQ(s.stages, p * resolved);
           EXPECT_EQ(s.microbatches, m);
-          const bool split = name.rfind("zb", 0) == 0;
-          EXPECT_EQ(s.CountActions(), static_cast<std::size_t>(p * v * m * (split ? 3 : 2)));
+          for (int stage = 0; stage < s.stages; ++stage) {
+            EXPECT_EQ(s.stage_rank[stage], StageRank(traits.placement, stage, p));
+          }
+          EXPECT_EQ(s.CountActions(), ExpectedActions(s));
           EXPECT_NO_THROW(Validate(s));
           EXPECT_NO_THROW(Validate(Lower(s)));
         }
@@ -111,8 +229,18 @@ std::string ErrorOf(const std::string& name, int p, int m, int v) {
 }
 
 TEST(Generators, ConstraintsSayTheRuleAndTheValue) {
-  EXPECT_EQ(ErrorOf("interleaved_1f1b", 4, 6, 2),
-            "interleaved_1f1b: the number of microbatches must be a multiple of the number of ranks (4) (got 6)");
+  EXPECT_EQ(ErrorOf("interleaved_1f1b", 4, 3, 2),
+            "interleaved_1f1b: with 2 chunks the number of microbatches must be at least the number of ranks (4) "
+            "(got 3)");
+  EXPECT_EQ(ErrorOf("interleaved_zb", 4, 9, 2),
+            "interleaved_zb: the number of microbatches must be a multiple of the number of rounds "
+            "max(1, m div p) = 2 (got 9)");
+  EXPECT_EQ(ErrorOf("dualpipev", 4, 7, 0),
+            "dualpipev: needs at least as many microbatches as stages, 2 x ranks = 8 (got 7)");
+  EXPECT_EQ(ErrorOf("dualpipev", 4, 8, 3),
+            "dualpipev: DualPipeV places exactly 2 chunks per rank (chunks must be 2) (got 3)");
+  EXPECT_EQ(ErrorOf("v_min", 4, 8, 1), "v_min: V-Min places exactly 2 chunks per rank (chunks must be 2) (got 1)");
+  EXPECT_EQ(ErrorOf("zb_auto", 4, 8, 2), "zb_auto: this schedule holds one chunk per rank (chunks must be 1) (got 2)");
   EXPECT_EQ(ErrorOf("zbv", 4, 8, 3), "zbv: ZB-V places exactly 2 chunks per rank (chunks must be 2) (got 3)");
   EXPECT_EQ(ErrorOf("zb_h1", 4, 3, 0), "zb_h1: needs at least as many microbatches as ranks (4) (got 3)");
   EXPECT_EQ(ErrorOf("zb_h2", 4, 2, 0), "zb_h2: needs at least as many microbatches as ranks (4) (got 2)");
@@ -120,6 +248,36 @@ TEST(Generators, ConstraintsSayTheRuleAndTheValue) {
   EXPECT_EQ(ErrorOf("gpipe", 4, 0, 0), "gpipe: the number of microbatches must be at least 1 (got 0)");
   EXPECT_EQ(ErrorOf("1f1b", 4, 8, 2), "1f1b: this schedule holds one chunk per rank (chunks must be 1) (got 2)");
   EXPECT_NE(ErrorOf("pipedream", 4, 8, 0).find("unknown schedule \"pipedream\""), std::string::npos);
+}
+
+std::string ErrorOf(const std::string& name, int p, int m, const GenerateOptions& o) {
+  try {
+    Generate(name, p, m, o);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Generators, OptionConstraintsSayTheRuleAndTheValue) {
+  GenerateOptions o;
+  o.microbatch_group = 5;
+  EXPECT_EQ(ErrorOf("interleaved_1f1b", 5, 7, o),
+            "interleaved_1f1b: with 7 microbatches in groups of 5 the last group holds 2, fewer than the 5 ranks it "
+            "must span; choose a group size whose remainder m mod g is 0 or at least 5 (got 5)");
+  o.microbatch_group = 3;
+  EXPECT_EQ(ErrorOf("interleaved_1f1b", 4, 8, o),
+            "interleaved_1f1b: the microbatch group size must be between the number of ranks (4) and of "
+            "microbatches (8) (got 3)");
+  o = {};
+  o.memory_limit = 2;  // 2 chunks: chunk 1 of microbatch 0 needs 4 + 1 forwards, 2.5 M_B
+  EXPECT_EQ(ErrorOf("interleaved_1f1b", 4, 8, o),
+            "interleaved_1f1b: the memory limit must be at least 2.5 M_B: the first backward of the last chunk "
+            "needs 5 forwards of 1/2 M_B each in flight (got 2)");
+  o.memory_limit = 0.5;
+  EXPECT_EQ(ErrorOf("zb_auto", 4, 8, o),
+            "zb_auto: the memory limit must be at least 1 M_B (one microbatch's activations), as ZB-1p is p and "
+            "ZB-2p 2p (got 0.5)");
 }
 
 }  // namespace

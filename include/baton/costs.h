@@ -1,0 +1,27 @@
+// Compute costs of one microbatch: what the simulator charges for each action
+// and what the cost-aware generators (zb_auto, v_zb) plan with.
+#ifndef BATON_COSTS_H_
+#define BATON_COSTS_H_
+
+#include <optional>
+
+namespace baton {
+
+// Cost of one microbatch. Per rank (through all of a rank's layers; a chunk
+// of v costs 1/v of it) or per stage (through one stage), as the user says.
+// B (a full backward) costs backward_input + backward_weight.
+struct Costs {
+  double forward = 1.0;
+  double backward_input = 1.0;
+  double backward_weight = 1.0;
+  // An OVERLAP_F_B unit: one chunk's F run together with another chunk's B
+  // (DualPipe's F&B). Unset: the two back to back, forward + B.
+  std::optional<double> forward_backward = std::nullopt;
+
+  double Backward() const { return backward_input + backward_weight; }
+  double ForwardBackward() const { return forward_backward.value_or(forward + Backward()); }
+};
+
+}  // namespace baton
+
+#endif  // BATON_COSTS_H_

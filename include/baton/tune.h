@@ -1,0 +1,152 @@
+// The tuner core: picks a schedule, microbatch count, chunk count and
+// checkpointing policy for a pipeline by simulating every candidate against
+// the caller's costs and a per-rank memory budget.
+//
+// Pure: it depends on the schedule and sim libraries only (no MPI, Eigen or
+// CUDA). A front end (`baton tune`) turns a run config and measured costs
+// into a TuneSpace and a CostModel, calls Tune(), prints the ranking and
+// writes the winner as a config overlay.
+//
+// Typical use:
+//
+//   TuneSpace space;
+//   space.ranks = 4;
+//   space.schedules = {"1f1b", "zb_h1", "zb_auto", "interleaved_1f1b", "dualpipev"};
+//   space.microbatches = {8, 16, 32};
+//   space.chunks = {2, 4};
+//   space.checkpointing = {"none", "selective", "full"};
+//   TuneOptions options;
+//   options.memory_bytes = 40e9;
+//   TuneReport report = Tune(space, [&](const Candidate& c) { return MyCosts(c); }, options);
+//   if (const CandidateResult* best = report.Best()) { ... best->candidate ... }
+//   else if (report.smallest) { ... "needs at least report.smallest->max_peak_bytes" ... }
+#ifndef BATON_TUNE_H_
+#define BATON_TUNE_H_
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "baton/costs.h"
+
+namespace baton {
+
+// GenerateOptions::memory_limit for a candidate, derived from the budget:
+// the most activation memory (in M_B of the candidate's heaviest rank) that
+// fits next to every rank's static bytes. Only for schedules that take a
+// memory limit (zb_auto, v_zb, interleaved_1f1b).
+inline constexpr double kMemoryLimitFromBudget = -1.0;
+
+// One point of the search.
+struct Candidate {
+  std::string schedule;       // a generator name (GeneratorNames())
+  int microbatches = 0;       // m
+  int chunks = 0;             // stages per rank v, always resolved (never 0)
+  std::string checkpointing;  // a policy name the CostModel understands
+  // The generator's memory limit in M_B: 0 = the schedule's default,
+  // kMemoryLimitFromBudget = derived from the budget, > 0 = as given.
+  double memory_limit = 0.0;
+};
+
+// What one candidate costs. Times may be in any one unit (the step time
+// comes out in it); sizes are bytes. Stage s of the candidate's
+// ranks x chunks stages sits on the rank its schedule places it on (loop
+// placement for one chunk and the interleaved schedules, V placement for
+// zbv, dualpipev, v_min, v_half, v_zb; see StageRank()).
+struct CandidateCosts {
+  // Non-empty: the candidate cannot run, and this says why (for example
+  // "22 layers do not split into 16 stages"); nothing else is read.
+  std::string invalid;
+  // One per stage: forward, input-backward and weight-backward time of one
+  // microbatch through the stage without recomputation, and optionally
+  // forward_backward (an F and a B overlapped, for dualpipev).
+  std::vector<Costs> stage_costs;
+  // Empty, or one per stage: time the checkpointing policy adds to each
+  // backward of a microbatch (redoing what the forward did not keep). It is
+  // added to backward_input (so to I and B) and to forward_backward if set.
+  std::vector<double> recompute;
+  // One per stage: bytes one microbatch's forward keeps until its backward
+  // under the policy.
+  std::vector<double> activation_bytes;
+  // One per rank: bytes the schedule does not change (parameters, gradients,
+  // optimizer state, recomputation workspace, message buffers).
+  std::vector<double> static_bytes;
+  // Share of activation_bytes still held after I until W (M_W / M_B).
+  double weight_memory_ratio = 0.5;
+  // One message between ranks (an activation or its gradient): it arrives
+  // latency + message_bytes / bandwidth after its producer ends
+  // (bandwidth 0 = bytes cost nothing).
+  double latency = 0.0;
+  double message_bytes = 0.0;
+  double bandwidth = 0.0;
+};
+
+// Called once per candidate, in the order of TuneSpace (schedules, then
+// microbatches, chunks, checkpointing, memory limits). May throw; Tune()
+// lets the exception through.
+using CostModel = std::function<CandidateCosts(const Candidate&)>;
+
+// The grid searched. Every combination is one candidate, except that a
+// schedule with a fixed chunk count (TraitsOf(name).any_chunks false) gets
+// only its own, and one that takes no memory limit only the limit 0.
+struct TuneSpace {
+  int ranks = 0;                       // p, >= 1
+  std::vector<std::string> schedules;  // generator names
+  std::vector<int> microbatches;       // m values, each >= 1
+  std::vector<int> chunks = {2};       // v values for interleaved_1f1b / interleaved_zb
+  std::vector<std::string> checkpointing = {"none"};
+  std::vector<double> memory_limits = {0.0, kMemoryLimitFromBudget};
+};
+
+struct TuneOptions {
+  double memory_bytes = 0.0;  // per-rank budget, > 0
+};
+
+// A candidate's outcome.
+struct CandidateResult {
+  Candidate candidate;
+  bool simulated = false;  // false: the cost model or generator refused it
+  bool feasible = false;   // simulated and every rank within the budget
+  // Empty when feasible; otherwise why not: the refusal, or which rank
+  // needs how much over the budget.
+  std::string why_not;
+  double step_time = 0.0;          // makespan of one step
+  double bubble_rate = 0.0;        // 1 - sum busy / (ranks x step time)
+  std::vector<double> peak_bytes;  // per rank: static + peak activation bytes
+  double max_peak_bytes = 0.0;     // the largest of peak_bytes
+  int max_peak_rank = 0;           // the rank holding it
+};
+
+struct TuneReport {
+  // Every candidate: the feasible ones by step time (ties by less memory,
+  // then by schedule name, microbatches, chunks, policy, limit); then those
+  // over the budget by memory needed; then those that could not run, in
+  // search order.
+  std::vector<CandidateResult> ranked;
+  std::size_t feasible = 0;   // the first `feasible` entries of ranked
+  std::size_t simulated = 0;  // candidates simulated
+  double seconds = 0.0;       // wall time of the whole search
+  // When no candidate fits: the simulated one needing the least memory
+  // (its max_peak_bytes) and which one it is.
+  std::optional<CandidateResult> smallest;
+
+  // The winner, or nullptr when none fits the budget.
+  const CandidateResult* Best() const { return feasible > 0 ? &ranked.front() : nullptr; }
+  double CandidatesPerSecond() const { return seconds > 0.0 ? static_cast<double>(ranked.size()) / seconds : 0.0; }
+};
+
+// Simulates every candidate of `space` with the costs `model` gives and
+// ranks them against the budget. Schedules whose order does not depend on
+// costs are generated once per (schedule, m, v, limit) and reused.
+// Throws ScheduleError when the space or options are malformed (no ranks,
+// an unknown schedule, a non-positive budget) or when the model returns
+// vectors of the wrong size (naming the candidate and the field); a
+// generator refusing a candidate is not an error but that candidate's
+// why_not.
+TuneReport Tune(const TuneSpace& space, const CostModel& model, const TuneOptions& options);
+
+}  // namespace baton
+
+#endif  // BATON_TUNE_H_

@@ -1,0 +1,271 @@
+// The tuner core: enumerate, generate, simulate, rank. See tune.h.
+#include "baton/tune.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "baton/error.h"
+#include "baton/schedule.h"
+#include "baton/sim.h"
+
+namespace baton {
+namespace {
+
+std::string Bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (std::abs(bytes) >= 1024.0 && unit < 5) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.4g} {}", bytes, kUnits[unit]);
+}
+
+std::string Describe(const Candidate& c) {
+  std::string limit;
+  if (c.memory_limit == kMemoryLimitFromBudget) limit = ", memory limit from the budget";
+  if (c.memory_limit > 0.0) limit = fmt::format(", memory limit {} M_B", c.memory_limit);
+  return fmt::format("{} with {} microbatches, {} chunks, checkpointing {}{}", c.schedule, c.microbatches, c.chunks,
+                     c.checkpointing, limit);
+}
+
+// The model's answer must fit the candidate; a mismatch is the caller's bug,
+// reported with the candidate and the field.
+void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stages) {
+  auto expect = [&](const char* field, std::size_t got, int want, const char* unit, bool may_be_empty) {
+    if ((may_be_empty && got == 0) || static_cast<int>(got) == want) return;
+    throw ScheduleError(fmt::format("tune: the cost model gave {} entries of {} for {}, which has {} {}{}", got, field,
+                                    Describe(c), want, unit, may_be_empty ? " (or give none)" : ""));
+  };
+  expect("stage_costs", k.stage_costs.size(), stages, "stages", false);
+  expect("recompute", k.recompute.size(), stages, "stages", true);
+  expect("activation_bytes", k.activation_bytes.size(), stages, "stages", false);
+  expect("static_bytes", k.static_bytes.size(), ranks, "ranks", false);
+}
+
+struct CachedSchedule {
+  std::optional<Schedule> schedule;
+  std::string error;  // the generator's refusal
+};
+
+class Tuner {
+ public:
+  Tuner(const TuneSpace& space, const CostModel& model, const TuneOptions& options)
+      : space_(space), model_(model), options_(options) {}
+
+  TuneReport Run() {
+    CheckSpace();
+    const auto start = std::chrono::steady_clock::now();
+    TuneReport report;
+    for (const std::string& name : space_.schedules) {
+      const GeneratorTraits traits = TraitsOf(name);
+      const std::vector<int> chunk_values = traits.any_chunks ? space_.chunks : std::vector<int>{traits.default_chunks};
+      std::vector<double> limits = {0.0};
+      if (traits.memory_limit) limits = space_.memory_limits;
+      for (int m : space_.microbatches) {
+        for (int v : chunk_values) {
+          for (const std::string& policy : space_.checkpointing) {
+            for (double limit : limits) {
+              Candidate c{name, m, v, policy, limit};
+              report.ranked.push_back(Evaluate(c, traits));
+              if (report.ranked.back().simulated) ++report.simulated;
+            }
+          }
+        }
+      }
+    }
+    Rank(report);
+    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return report;
+  }
+
+ private:
+  void CheckSpace() const {
+    if (space_.ranks < 1)
+      throw ScheduleError(fmt::format("tune: the number of ranks must be at least 1, got {}", space_.ranks));
+    if (!(options_.memory_bytes > 0.0) || !std::isfinite(options_.memory_bytes)) {
+      throw ScheduleError(
+          fmt::format("tune: the per-rank memory budget must be a number of bytes > 0, got {}", options_.memory_bytes));
+    }
+    if (space_.schedules.empty() || space_.microbatches.empty() || space_.checkpointing.empty()) {
+      throw ScheduleError("tune: the search space needs at least one schedule, microbatch count and policy");
+    }
+    for (const std::string& name : space_.schedules) TraitsOf(name);  // unknown names throw
+    for (double limit : space_.memory_limits) {
+      if (!(limit >= 0.0 || limit == kMemoryLimitFromBudget)) {
+        throw ScheduleError(
+            fmt::format("tune: a memory limit is 0 (the default), > 0 (M_B) or "
+                        "kMemoryLimitFromBudget, got {}",
+                        limit));
+      }
+    }
+  }
+
+  CandidateResult Evaluate(const Candidate& c, const GeneratorTraits& traits) {
+    CandidateResult r;
+    r.candidate = c;
+    const int p = space_.ranks, stages = p * c.chunks;
+    if (c.microbatches < 1 || c.chunks < 1) {
+      r.why_not = fmt::format("{} microbatches and {} chunks cannot run", c.microbatches, c.chunks);
+      return r;
+    }
+    CandidateCosts k = model_(c);
+    if (!k.invalid.empty()) {
+      r.why_not = k.invalid;
+      return r;
+    }
+    CheckSizes(c, k, p, stages);
+    // Recomputation lengthens every backward that needs the dropped
+    // activations: I or B, and an overlapped unit's B part.
+    for (std::size_t s = 0; s < k.recompute.size(); ++s) {
+      k.stage_costs[s].backward_input += k.recompute[s];
+      if (k.stage_costs[s].forward_backward) *k.stage_costs[s].forward_backward += k.recompute[s];
+    }
+
+    GenerateOptions g;
+    g.chunks = c.chunks;
+    g.memory_limit = c.memory_limit;
+    if (c.memory_limit == kMemoryLimitFromBudget) {
+      const std::optional<double> limit = LimitFromBudget(c, k, r);
+      if (!limit) return r;
+      g.memory_limit = *limit;
+    }
+    g.stage_costs = k.stage_costs;
+    g.comm = k.latency + (k.bandwidth > 0.0 ? k.message_bytes / k.bandwidth : 0.0);
+    g.weight_memory_ratio = k.weight_memory_ratio;
+
+    const Schedule* schedule = nullptr;
+    std::optional<Schedule> own;
+    try {
+      if (traits.plans_with_costs) {
+        own = Generate(c.schedule, p, c.microbatches, g);
+        CheckStructure(*own);
+        schedule = &*own;
+      } else {
+        const CachedSchedule& cached = Cached(c, g);
+        if (!cached.schedule) {
+          r.why_not = cached.error;
+          return r;
+        }
+        schedule = &*cached.schedule;
+      }
+    } catch (const ScheduleError& e) {
+      r.why_not = e.what();
+      return r;
+    }
+
+    SimOptions o;
+    o.stage_costs = std::move(k.stage_costs);
+    o.comm = k.latency;
+    o.bandwidth = k.bandwidth;
+    o.message_bytes = k.message_bytes;
+    o.weight_memory_ratio = k.weight_memory_ratio;
+    o.stage_memory_bytes = std::move(k.activation_bytes);
+    o.record_timeline = false;
+    const SimResult sim = Simulate(*schedule, o);  // options out of range throw, naming the field
+
+    r.simulated = true;
+    r.step_time = sim.makespan;
+    r.bubble_rate = sim.bubble_rate;
+    r.peak_bytes.resize(p);
+    for (int rank = 0; rank < p; ++rank) {
+      r.peak_bytes[rank] = k.static_bytes[rank] + sim.per_rank[rank].peak_memory_bytes;
+      if (r.peak_bytes[rank] > r.max_peak_bytes) {
+        r.max_peak_bytes = r.peak_bytes[rank];
+        r.max_peak_rank = rank;
+      }
+    }
+    r.feasible = r.max_peak_bytes <= options_.memory_bytes;
+    if (!r.feasible) {
+      const int worst = r.max_peak_rank;
+      r.why_not = fmt::format("rank {} needs {} ({} static + {} activations), {} over the budget of {}", worst,
+                              Bytes(r.max_peak_bytes), Bytes(k.static_bytes[worst]),
+                              Bytes(r.max_peak_bytes - k.static_bytes[worst]),
+                              Bytes(r.max_peak_bytes - options_.memory_bytes), Bytes(options_.memory_bytes));
+    }
+    return r;
+  }
+
+  // The generator memory limit (M_B) the budget leaves: on every rank, what
+  // remains after its static bytes, in units of that rank's M_B (one
+  // microbatch through all its stages); the smallest of these.
+  std::optional<double> LimitFromBudget(const Candidate& c, const CandidateCosts& k, CandidateResult& r) const {
+    const int p = space_.ranks;
+    const Placement placement = TraitsOf(c.schedule).placement;
+    std::vector<double> rank_bytes(p, 0.0);
+    for (int s = 0; s < p * c.chunks; ++s) rank_bytes[StageRank(placement, s, p)] += k.activation_bytes[s];
+    double limit = std::numeric_limits<double>::infinity();
+    for (int rank = 0; rank < p; ++rank) {
+      const double room = options_.memory_bytes - k.static_bytes[rank];
+      if (room <= 0.0) {
+        r.why_not = fmt::format("rank {}'s static bytes ({}) alone fill the budget of {}", rank,
+                                Bytes(k.static_bytes[rank]), Bytes(options_.memory_bytes));
+        return std::nullopt;
+      }
+      if (rank_bytes[rank] > 0.0) limit = std::min(limit, room / rank_bytes[rank]);
+    }
+    // Without activations any limit fits; the schedule's default is as good.
+    return std::isfinite(limit) ? limit : 0.0;
+  }
+
+  const CachedSchedule& Cached(const Candidate& c, const GenerateOptions& g) {
+    const auto key = std::make_tuple(c.schedule, c.microbatches, c.chunks, g.memory_limit);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    CachedSchedule entry;
+    try {
+      entry.schedule = Generate(c.schedule, space_.ranks, c.microbatches, g);
+      CheckStructure(*entry.schedule);
+    } catch (const ScheduleError& e) {
+      entry.schedule.reset();
+      entry.error = e.what();
+    }
+    return cache_.emplace(key, std::move(entry)).first->second;
+  }
+
+  static void Rank(TuneReport& report) {
+    auto& all = report.ranked;
+    auto key = [](const CandidateResult& r) {
+      return std::make_tuple(r.candidate.schedule, r.candidate.microbatches, r.candidate.chunks,
+                             r.candidate.checkpointing, r.candidate.memory_limit);
+    };
+    // Stable: the ones that could not run keep their search order.
+    std::stable_sort(all.begin(), all.end(), [&](const CandidateResult& a, const CandidateResult& b) {
+      auto group = [](const CandidateResult& r) { return r.feasible ? 0 : r.simulated ? 1 : 2; };
+      if (group(a) != group(b)) return group(a) < group(b);
+      if (group(a) == 0) {
+        if (a.step_time != b.step_time) return a.step_time < b.step_time;
+        if (a.max_peak_bytes != b.max_peak_bytes) return a.max_peak_bytes < b.max_peak_bytes;
+        return key(a) < key(b);
+      }
+      if (group(a) == 1) {
+        if (a.max_peak_bytes != b.max_peak_bytes) return a.max_peak_bytes < b.max_peak_bytes;
+        if (a.step_time != b.step_time) return a.step_time < b.step_time;
+        return key(a) < key(b);
+      }
+      return false;
+    });
+    report.feasible = static_cast<std::size_t>(
+        std::count_if(all.begin(), all.end(), [](const CandidateResult& r) { return r.feasible; }));
+    if (report.feasible == 0 && report.simulated > 0) report.smallest = all.front();  // least memory first
+  }
+
+  const TuneSpace& space_;
+  const CostModel& model_;
+  const TuneOptions& options_;
+  std::map<std::tuple<std::string, int, int, double>, CachedSchedule> cache_;
+};
+
+}  // namespace
+
+TuneReport Tune(const TuneSpace& space, const CostModel& model, const TuneOptions& options) {
+  return Tuner(space, model, options).Run();
+}
+
+}  // namespace baton
