@@ -12,6 +12,9 @@ rounds=${2:-3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# One BLAS thread on both sides (baton's default; torch.set_num_threads does
+# not reach OpenBLAS's own pool, which would otherwise use every core).
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 ratios=()
 for r in $(seq "$rounds"); do
   build/baton bench "$config" --set pipeline.ranks=1 --steps 10 --json "$out/baton.json" > /dev/null

@@ -43,7 +43,7 @@ class Linear final : public Layer {
   void Forward(ConstMatMap x, MatMap y) const override {
     AssertShapes(*this, x, y.rows(), y.cols());
     if (bias_) {
-      y = Bias().replicate(y.rows(), 1);
+      y.rowwise() = Bias();  // then += x W: the product adds onto the bias
     } else {
       y.setZero();
     }

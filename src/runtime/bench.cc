@@ -235,7 +235,8 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
 
   // The hardware's limit first, on rank 0 alone while the others wait.
   BenchReport report;
-  if (root) report.peak_gflops_one_core = HostGemmGflops(LinearShapes(u.plan.model), rows);
+  // Matrix rows are tokens: samples x sequence (1 for feature vectors).
+  if (root) report.peak_gflops_one_core = HostGemmGflops(LinearShapes(u.plan.model), rows * u.plan.model.seq);
   t.Barrier();
   // The probe message is one activation crossing the first stage boundary.
   const double latency = PingPong(t, u.rank_plan.stage_output.front().bytes());
@@ -356,7 +357,8 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   std::vector<double> stage_flops(u.plan.lowered.stages);
   {
     for (int s = 0; s < u.plan.lowered.stages; ++s) {
-      stage_flops[s] = 3 * u.plan.model.GemmFlopsPerRow(u.plan.bounds[s], u.plan.bounds[s + 1]) * c.train.batch_size;
+      stage_flops[s] = 3 * u.plan.model.GemmFlopsPerRow(u.plan.bounds[s], u.plan.bounds[s + 1]) *
+                       c.train.batch_size * u.plan.model.seq;
     }
   }
   double total_flops = 0;
