@@ -54,6 +54,7 @@ void AtomicFile::Fail(const std::string& what) {
 
 void AtomicFile::Append(std::span<const std::byte> bytes) {
   if (file_ == nullptr) throw OutputError(fmt::format("{}: written after it was committed", path_));
+  if (bytes.empty()) return;  // fwrite's buffer must not be null, even for 0 bytes
   errno = 0;
   if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) Fail("cannot write the file");
 }
