@@ -291,6 +291,50 @@ void AddTrainCommand(CLI::App& app) {
     if (code != 0) std::exit(code);
   });
 
+  struct TuneFlags {
+    TrainFlags train;
+    TuneRequest request;
+    std::string schedules, microbatches, chunks, policies;
+  };
+  auto tflags = std::make_shared<TuneFlags>();
+  CLI::App* tune = app.add_subcommand(
+      "tune", "Pick schedule, microbatches, chunks and checkpointing for a config and a per-rank memory budget");
+  tune->add_option("config", tflags->train.config, "YAML training config")->required();
+  tune->add_option("--set", tflags->train.set, "override a key (repeatable)");
+  tune->add_option("--memory-bytes", tflags->request.memory_bytes, "per-rank memory budget in bytes")->required();
+  tune->add_option("--costs", tflags->request.costs_path, "a baton bench --json report of this config");
+  tune->add_option("--schedules", tflags->schedules, "schedules to try (default: every generator)");
+  tune->add_option("--microbatches", tflags->microbatches, "microbatch counts (default: p, 2p, 4p, 8p dividing the batch)");
+  tune->add_option("--chunks", tflags->chunks, "chunk counts for the interleaved schedules (default 2,4)");
+  tune->add_option("--policies", tflags->policies, "checkpointing policies (default none,selective,full)");
+  tune->add_option("--top", tflags->request.top, "rows of the ranking to print (default 10)");
+  tune->add_option("--overlay", tflags->request.overlay_path, "write the winner's settings as a YAML overlay");
+  tune->callback([tflags] {
+    auto ints = [](const std::string& list) {
+      std::vector<int> out;
+      for (const std::string& v : Split(list)) {
+        try {
+          out.push_back(std::stoi(v));
+        } catch (const std::exception&) {
+          throw ConfigError(fmt::format("tune: '{}' is not a whole number", v));
+        }
+      }
+      return out;
+    };
+    TuneRequest r = tflags->request;
+    r.schedules = Split(tflags->schedules);
+    r.microbatches = ints(tflags->microbatches);
+    r.chunks = ints(tflags->chunks);
+    r.policies = Split(tflags->policies);
+    for (const std::string& p : r.policies) {
+      if (!ParseEnum<Checkpointing>(p)) {
+        throw ConfigError(fmt::format("tune: --policies: '{}' is not one of {}", p, EnumNameList<Checkpointing>()));
+      }
+    }
+    const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
+    std::cout << Tune(c, r);
+  });
+
   auto vflags = std::make_shared<TrainFlags>();
   CLI::App* validate = app.add_subcommand("validate", "Check a training config without running it");
   validate->add_option("config", vflags->config, "YAML training config")->required();

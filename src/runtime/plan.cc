@@ -365,6 +365,13 @@ std::size_t RankPlan::RingBytes() const {
   return n;
 }
 
+StagePlan PlanStageAlone(const RunPlan& run, int stage, bool split_backward) {
+  RankResult one;
+  one.stages = {stage};
+  one.peak_in_flight = {1};
+  return PlanStage(run, one, stage, split_backward);
+}
+
 RankPlan PlanRank(const RunPlan& run, int rank) {
   const Schedule& lowered = run.lowered;
   RankPlan r;

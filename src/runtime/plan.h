@@ -220,6 +220,12 @@ struct RankPlan {
 // Rank `rank`'s part of the plan. Pure.
 RankPlan PlanRank(const RunPlan& plan, int rank);
 
+// One stage's plan from `run`'s model, bounds, rows, policy and input alone
+// (its ring capacity left at 1): what a microbatch keeps, for estimates
+// (`baton tune`) that do not build a schedule. run.lowered.stages must hold
+// the stage count.
+StagePlan PlanStageAlone(const RunPlan& run, int stage, bool split_backward);
+
 // The plan as text, one line per stage (its rank, layers, parameters, ring
 // capacity and slot bytes) and one per rank's messages: for `baton validate`.
 std::string DescribePlan(const RunPlan& plan);

@@ -15,6 +15,11 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include "baton/schedule.h"
 
 namespace {
 
@@ -464,3 +469,53 @@ TEST_F(BatonCliTest, MissingConfigFileIsOneBatonError) {
 }
 
 }  // namespace
+
+namespace baton {
+namespace {
+
+// baton tune: the ranking's winner fits the budget and its overlay parses
+// as config keys; a budget nothing fits names the smallest need; costs from
+// another config are refused naming the difference.
+TEST(BatonTune, RanksCandidatesAndWritesTheWinnersOverlay) {
+  const std::string dir = ::testing::TempDir() + "/baton_tune_" + std::to_string(::getpid());
+  const std::string overlay = dir + "/overlay.yaml";
+  const std::string base = std::string("'") + BATON_BINARY + "' tune '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 ";
+  const std::string out_file = dir + "/out.txt";
+  std::filesystem::create_directories(dir);
+  auto run = [&](const std::string& args) {
+    const int status = std::system((base + args + " > '" + out_file + "' 2>&1").c_str());
+    std::ifstream in(out_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text);
+  };
+  auto [code, text] = run("--memory-bytes 1e9 --overlay '" + overlay + "'");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("   1  "), std::string::npos) << text;
+  EXPECT_NE(text.find("fit"), std::string::npos) << text;
+  const YAML::Node o = YAML::LoadFile(overlay);
+  const std::string schedule = o["pipeline"]["schedule"].as<std::string>();
+  EXPECT_NE(std::find(GeneratorNames().begin(), GeneratorNames().end(), schedule), GeneratorNames().end()) << schedule;
+  EXPECT_EQ(32 % o["pipeline"]["microbatches"].as<int>(), 0);
+  // The overlay's settings make a config that validates.
+  std::string validate = std::string("'") + BATON_BINARY + "' validate '" BATON_SOURCE_DIR +
+                         "/tests/mpi/tiny.yaml' --set pipeline.ranks=2";
+  for (const char* key : {"schedule", "microbatches", "chunks", "checkpointing"}) {
+    validate += std::string(" --set pipeline.") + key + "=" + o["pipeline"][key].as<std::string>();
+  }
+  if (o["pipeline"]["keep"]) validate += " --set 'pipeline.keep=[linear]'";
+  EXPECT_EQ(std::system((validate + " > /dev/null 2>&1").c_str()), 0) << validate;
+  std::tie(code, text) = run("--memory-bytes 1e9 --schedules 1f1b,zb_h1 --microbatches 2,4,8 --policies none,full --top 100");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("searched 12 candidates"), std::string::npos) << text;  // 2 x 3 x 2
+  std::tie(code, text) = run("--memory-bytes 10");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("nothing fits"), std::string::npos) << text;
+  EXPECT_NE(text.find("the smallest any candidate needs is"), std::string::npos) << text;
+  std::tie(code, text) = run("--memory-bytes 1e9 --policies some");
+  EXPECT_EQ(code, 2) << text;
+  EXPECT_NE(text.find("'some' is not one of none, full, selective"), std::string::npos) << text;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace baton
