@@ -157,6 +157,13 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in, int seq = 1);
 // anywhere but first, or a tied head without an embedding of its shape.
 ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input, int seq = 1);
 
+// Floats a layer of `op` allocates for its own use beside its parameters,
+// the ring slot and the stage's workspaces, when called with at most
+// `max_rows` token rows: attention's two (seq x seq) score matrices and the
+// heads' output gradient (max_rows x C); 0 for every other layer. The
+// host's layers allocate exactly this (the memory plan counts it).
+std::size_t ScratchFloats(const OpDesc& op, int max_rows);
+
 // ---- GPT ----
 // model: {type: gpt, vocab, seq_len, hidden, heads, blocks, tied}
 struct GptSpec {

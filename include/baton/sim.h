@@ -39,6 +39,10 @@ struct SimOptions {
   // given, peak_memory_bytes is the peak of these sums instead of
   // peak_memory x microbatch_memory_bytes, so stages may differ.
   std::vector<double> stage_memory_bytes;
+  // Empty, or one per rank: bytes the rank holds for the whole step
+  // (parameters, gradients, optimizer state, workspaces, message buffers),
+  // added to its peak_memory_bytes.
+  std::vector<double> rank_static_bytes;
   bool record_timeline = true;           // keep every action's start/end
 };
 
@@ -57,7 +61,7 @@ struct RankResult {
   double span = 0.0;         // end - start
   double peak_memory = 0.0;  // units of M_B
   double peak_memory_bytes = 0.0;   // peak_memory x M_B bytes, or the peak of the stage
-                                    // bytes (0 if neither is given)
+                                    // bytes (0 if neither is given); plus the rank's static bytes
   std::vector<int> stages;          // stages held by this rank, ascending
   std::vector<int> peak_in_flight;  // per entry of `stages`: most microbatches
                                     // forwarded but not yet released (B or W)

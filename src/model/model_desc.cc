@@ -185,6 +185,12 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in, int seq) {
   return op;
 }
 
+std::size_t ScratchFloats(const OpDesc& op, int max_rows) {
+  if (op.type != LayerType::kAttention) return 0;
+  const auto seq = static_cast<std::size_t>(op.seq);
+  return 2 * seq * seq + static_cast<std::size_t>(max_rows) * static_cast<std::size_t>(op.in);
+}
+
 ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input, int seq) {
   ModelDesc m;
   m.seq = seq;

@@ -335,6 +335,7 @@ RunPlan PlanRun(const TrainConfig& c) {
   plan.checkpointing = c.pipeline.checkpointing;
   plan.keep = c.pipeline.keep;
   plan.wait_timeout_s = c.pipeline.wait_timeout_s;
+  plan.optimizer_states = static_cast<int>(OptimizerStateNames(c.train.optimizer).size());
   return plan;
 }
 
@@ -477,6 +478,48 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   return r;
 }
 
+std::vector<RankMemory> PlanMemory(const RunPlan& run) {
+  const int ranks = run.lowered.ranks;
+  std::vector<RankMemory> out(static_cast<std::size_t>(ranks));
+  std::vector<double> slot_bytes(static_cast<std::size_t>(run.stages()), 0.0);
+  std::vector<double> static_bytes(static_cast<std::size_t>(ranks), 0.0);
+  for (int rank = 0; rank < ranks; ++rank) {
+    const RankPlan r = PlanRank(run, rank);
+    RankMemory& mem = out[static_cast<std::size_t>(rank)];
+    for (const StagePlan& st : r.local_stages) {
+      const std::size_t param_bytes = st.num_params * sizeof(float);
+      mem.params += param_bytes;
+      mem.grads += param_bytes;
+      mem.optimizer += param_bytes * static_cast<std::size_t>(run.optimizer_states);
+      mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
+      mem.workspaces += 3 * st.workspace_bytes + st.state_workspace_bytes;
+      const int max_rows = st.rows * st.tokens_per_sample;
+      for (int i = 0; i < st.ops(); ++i) {
+        if (st.layer[i] < 0) continue;
+        mem.layer_scratch +=
+            ScratchFloats(run.model.ops[static_cast<std::size_t>(st.first_op + i)], max_rows) * sizeof(float);
+      }
+      slot_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.slot_bytes);
+    }
+    for (const BufferPlan& b : r.buffers) mem.messages += b.tensor.bytes() * static_cast<std::size_t>(b.count);
+    if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
+    static_bytes[static_cast<std::size_t>(rank)] = static_cast<double>(mem.static_bytes());
+  }
+  // The ring slots' life in time: a slot is taken by F and freed by the
+  // stage's last backward of the microbatch (B, or W when split: I frees
+  // nothing, so M_W / M_B = 1).
+  SimOptions o;
+  o.stage_memory_bytes = slot_bytes;
+  o.rank_static_bytes = static_bytes;
+  o.weight_memory_ratio = 1.0;
+  o.record_timeline = false;
+  const SimResult sim = Simulate(run.lowered, o);
+  for (int rank = 0; rank < ranks; ++rank) {
+    out[static_cast<std::size_t>(rank)].simulated_peak = sim.per_rank[static_cast<std::size_t>(rank)].peak_memory_bytes;
+  }
+  return out;
+}
+
 std::string DescribePlan(const RunPlan& run) {
   std::string out = fmt::format("# plan: {} ranks, schedule {} ({} stages, {} microbatches of {} samples)\n",
                                 run.lowered.ranks, run.lowered.name, run.stages(), run.microbatches(), run.rows);
@@ -502,6 +545,19 @@ std::string DescribePlan(const RunPlan& run) {
     }
     out += fmt::format("#   rank {}: {} actions per step, sends {} messages ({} bytes), ring memory {} bytes\n",
                        r.rank, r.step.size(), messages, bytes, r.RingBytes());
+  }
+  // Memory per rank, in MiB: what the executor allocates, and the
+  // simulator's peak of it in time.
+  auto mib = [](double b) { return fmt::format("{:.2f}", b / (1024.0 * 1024.0)); };
+  const std::vector<RankMemory> memory = PlanMemory(run);
+  for (std::size_t rank = 0; rank < memory.size(); ++rank) {
+    const RankMemory& m = memory[rank];
+    out += fmt::format(
+        "#   rank {} memory (MiB): parameters {}, gradients {}, optimizer state {}, rings {}, workspaces {}, "
+        "layer scratch {}, message buffers {}; allocated {}, simulated peak {}\n",
+        rank, mib(double(m.params)), mib(double(m.grads)), mib(double(m.optimizer)), mib(double(m.rings)),
+        mib(double(m.workspaces)), mib(double(m.layer_scratch)), mib(double(m.messages)), mib(double(m.total())),
+        mib(m.simulated_peak));
   }
   out += fmt::format("# simulated with unit costs: bubble {:.2f}%\n", 100 * run.sim.bubble_rate);
   return out;

@@ -47,6 +47,7 @@ struct RunPlan {
   Checkpointing checkpointing = Checkpointing::kNone;
   std::vector<LayerType> keep;  // selective: the layer types whose outputs a slot keeps
   double wait_timeout_s = 300;
+  int optimizer_states = 0;  // buffers of optimizer state per parameter (SGD 0 or 1, AdamW 2)
 
   int stages() const { return lowered.stages; }
   int microbatches() const { return lowered.microbatches; }
@@ -219,6 +220,33 @@ struct RankPlan {
 
 // Rank `rank`'s part of the plan. Pure.
 RankPlan PlanRank(const RunPlan& plan, int rank);
+
+// What a rank holds, in bytes, predicted from its plan alone: everything
+// its executor allocates at setup (the host reads the step's batch in
+// place, from the loader's buffers, and allocates nothing for it).
+// `baton validate` prints it; tests/runtime/memory_test measures the heap
+// against it.
+struct RankMemory {
+  std::size_t params = 0;         // every local stage's f32 parameters
+  std::size_t grads = 0;          // as many
+  std::size_t optimizer = 0;      // optimizer state: the parameters x RunPlan::optimizer_states
+  std::size_t rings = 0;          // ring stores: per stage, capacity x slot bytes
+  std::size_t workspaces = 0;     // per stage: three activation workspaces and the state workspace
+  std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchFloats: attention's)
+  std::size_t messages = 0;       // message buffers, and the tied head's gradient inbox
+  // The simulator's memory model in bytes (unit costs): the static bytes
+  // (all but the rings) plus the peak of the ring slots live at once (a
+  // slot is live from its F to its last backward, B or W). <= total():
+  // a rank with several stages reaches each stage's peak at another time,
+  // while each ring holds its own peak.
+  double simulated_peak = 0;
+
+  std::size_t static_bytes() const { return params + grads + optimizer + workspaces + layer_scratch + messages; }
+  std::size_t total() const { return static_bytes() + rings; }
+};
+
+// Every rank's memory (RankMemory), index = rank.
+std::vector<RankMemory> PlanMemory(const RunPlan& run);
 
 // One stage's plan from `run`'s model, bounds, rows, policy and input alone
 // (its ring capacity left at 1): what a microbatch keeps, for estimates

@@ -47,6 +47,13 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
   for (std::size_t i = 0; i < o.stage_memory_bytes.size(); ++i) {
     non_negative(fmt::format("stage {} memory bytes", i), o.stage_memory_bytes[i]);
   }
+  if (!o.rank_static_bytes.empty() && static_cast<int>(o.rank_static_bytes.size()) != s.ranks) {
+    throw ScheduleError(fmt::format("simulation: {} per-rank static memory sizes given, but the schedule has {} ranks",
+                                    o.rank_static_bytes.size(), s.ranks));
+  }
+  for (std::size_t i = 0; i < o.rank_static_bytes.size(); ++i) {
+    non_negative(fmt::format("rank {} static memory bytes", i), o.rank_static_bytes[i]);
+  }
   if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
     throw ScheduleError(
         fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
@@ -382,7 +389,8 @@ class Simulator {
       out.span = out.end - out.start;
       out.peak_memory = rs.peak_memory;
       out.peak_memory_bytes =
-          o_.stage_memory_bytes.empty() ? rs.peak_memory * o_.microbatch_memory_bytes : rs.peak_bytes;
+          (o_.stage_memory_bytes.empty() ? rs.peak_memory * o_.microbatch_memory_bytes : rs.peak_bytes) +
+          (o_.rank_static_bytes.empty() ? 0.0 : o_.rank_static_bytes[static_cast<std::size_t>(r)]);
       res.makespan = std::max(res.makespan, out.end);
       busy_total += rs.busy;
       max_span = std::max(max_span, out.span);

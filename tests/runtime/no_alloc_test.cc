@@ -2,7 +2,6 @@
 // sized and allocated at setup. malloc and operator new are counted on this
 // thread while steps run (1 rank, so no MPI is involved; local hand-overs
 // between the rank's stages, split I/W backwards and recomputation are).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,42 +14,10 @@
 #include "executor.h"
 #include "plan.h"
 
-namespace {
-thread_local bool counting = false;
-thread_local long allocations = 0;
-}  // namespace
+#include "alloc_hooks.h"
 
-extern "C" void* __libc_malloc(std::size_t);
-extern "C" void* __libc_calloc(std::size_t, std::size_t);
-extern "C" void* __libc_realloc(void*, std::size_t);
-extern "C" void* __libc_memalign(std::size_t, std::size_t);
-
-extern "C" void* malloc(std::size_t n) {
-  if (counting) {
-    ++allocations;
-    // BATON_TRAP_ALLOCATION=1 stops at the first counted allocation (debugging).
-    static const bool trap = std::getenv("BATON_TRAP_ALLOCATION") != nullptr;
-    if (trap) __builtin_trap();
-  }
-  return __libc_malloc(n);
-}
-extern "C" void* calloc(std::size_t a, std::size_t b) {
-  if (counting) ++allocations;
-  return __libc_calloc(a, b);
-}
-extern "C" void* realloc(void* p, std::size_t n) {
-  if (counting) ++allocations;
-  return __libc_realloc(p, n);
-}
-extern "C" int posix_memalign(void** out, std::size_t align, std::size_t n) {
-  if (counting) ++allocations;
-  *out = __libc_memalign(align, n);
-  return *out ? 0 : ENOMEM;
-}
-extern "C" void* aligned_alloc(std::size_t align, std::size_t n) {
-  if (counting) ++allocations;
-  return __libc_memalign(align, n);
-}
+using alloc_hooks::allocations;
+using alloc_hooks::counting;
 
 namespace baton {
 namespace {

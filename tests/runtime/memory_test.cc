@@ -1,0 +1,118 @@
+// The memory plan (PlanMemory, `baton validate`'s per-rank memory lines)
+// against what setup really takes: for every rank of a plan, the heap bytes
+// that building its executor, initialising its stages and making their
+// optimizers leaves live (counted by the malloc hooks of alloc_hooks.h, an
+// independent measurement), and the ring stores' own sizes. The executor
+// is built on a transport of one process: setup sends no message.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "executor.h"
+#include "plan.h"
+
+// Last: the hooks define malloc and posix_memalign after the headers that declare them.
+#include "alloc_hooks.h"
+
+namespace baton {
+namespace {
+
+struct Case {
+  std::string name;
+  std::string config;
+  std::vector<std::string> overrides;
+};
+
+// Bytes of bookkeeping the plan does not count: the executor's bound
+// instructions, the stages' parameter names, the layers' objects, the
+// ring stores' slot tables. Small against the tensors of these models.
+constexpr long long kBookkeepingBytes = 128 * 1024;
+
+void CheckCase(const Case& c) {
+  const TrainConfig config = LoadTrainConfig(BATON_SOURCE_DIR "/" + c.config, c.overrides);
+  const RunPlan run = PlanRun(config);
+  const std::vector<RankMemory> predicted = PlanMemory(run);
+  ASSERT_EQ(predicted.size(), static_cast<std::size_t>(config.pipeline.ranks));
+  const bool one_stage_per_rank = run.stages() == run.lowered.ranks;
+  for (int rank = 0; rank < config.pipeline.ranks; ++rank) {
+    SCOPED_TRACE(c.name + ", rank " + std::to_string(rank));
+    const RankMemory& mem = predicted[static_cast<std::size_t>(rank)];
+    const RankPlan plan = PlanRank(run, rank);
+    std::unique_ptr<Transport> transport = MakeSoloTransport();
+    std::unique_ptr<RankDevice> device = MakeHostRankDevice(*transport);
+
+    alloc_hooks::live_bytes = 0;
+    alloc_hooks::counting = true;
+    auto exec = std::make_unique<Executor>(run.model, plan, config.pipeline.wait_timeout_s, *transport, *device);
+    for (auto& st : exec->stages()) {
+      st->Init(config.model.init_seed);
+      st->device().SetOptimizer(config.train.optimizer);
+    }
+    alloc_hooks::counting = false;
+    const long long measured = alloc_hooks::live_bytes;
+
+    // The tensors are all there, and little else is.
+    const auto total = static_cast<long long>(mem.total());
+    EXPECT_GE(measured, total) << "the plan counts more than setup allocates";
+    EXPECT_LE(measured, total + kBookkeepingBytes) << "setup allocates more than the plan counts";
+    std::printf("%s rank %d: predicted %lld bytes, heap after setup %lld (+%lld bookkeeping)\n", c.name.c_str(), rank,
+                total, measured, measured - total);
+
+    // The rings exactly: capacity x slot bytes of every local stage's store.
+    std::size_t rings = 0;
+    for (const auto& store : exec->stores()) rings += store->slot_bytes() * static_cast<std::size_t>(store->capacity());
+    EXPECT_EQ(rings, mem.rings);
+    // The optimizer state exactly.
+    std::size_t optimizer = 0;
+    for (auto& st : exec->stages()) {
+      for (std::span<float> s : st->device().OptimizerState()) optimizer += s.size_bytes();
+    }
+    EXPECT_EQ(optimizer, mem.optimizer);
+
+    // The simulated peak is what is live at the worst moment: never above
+    // what is allocated, and equal to it with one stage per rank (its ring
+    // is sized by that stage's own peak).
+    EXPECT_LE(mem.simulated_peak, static_cast<double>(mem.total()) + 0.5);
+    if (one_stage_per_rank) EXPECT_NEAR(mem.simulated_peak, static_cast<double>(mem.total()), 0.5);
+    EXPECT_GE(mem.simulated_peak, static_cast<double>(mem.static_bytes()) + static_cast<double>(plan.local_stages[0].slot_bytes) - 0.5);
+  }
+}
+
+const std::vector<std::string> kGpt = {"data.dataset=synthetic_tokens"};
+
+TEST(MemoryPlan, GptOneF1BSelectiveAdamW) {
+  CheckCase({"gpt 1f1b selective adamw", "configs/gpt_fortunes_1f1b.yaml", kGpt});
+}
+
+TEST(MemoryPlan, GptZbvNoRecomputation) {
+  // Two stages per rank, split backward: W's stashes in the slots.
+  std::vector<std::string> o = kGpt;
+  o.insert(o.end(), {"pipeline.schedule=zbv", "pipeline.ranks=2", "pipeline.checkpointing=none", "pipeline.keep=[]"});
+  CheckCase({"gpt zbv none", "configs/gpt_fortunes_1f1b.yaml", o});
+}
+
+TEST(MemoryPlan, GptInterleavedFullUntiedSgd) {
+  // The untied head has its own table; the tied one across ranks an inbox.
+  std::vector<std::string> o = kGpt;
+  o.insert(o.end(), {"pipeline.schedule=interleaved_1f1b", "pipeline.ranks=2", "pipeline.chunks=2",
+                     "pipeline.checkpointing=full", "pipeline.keep=[]", "model.tied=false",
+                     "train.optimizer={type: sgd, lr: 0.1, momentum: 0.9}"});
+  CheckCase({"gpt interleaved full untied sgd", "configs/gpt_fortunes_1f1b.yaml", o});
+}
+
+TEST(MemoryPlan, GptTiedAcrossRanks) {
+  std::vector<std::string> o = kGpt;
+  o.insert(o.end(), {"pipeline.schedule=zb_h1", "pipeline.ranks=3", "train.optimizer={type: sgd, lr: 0.1}"});
+  CheckCase({"gpt zb_h1 tied plain sgd", "configs/gpt_fortunes_1f1b.yaml", o});
+}
+
+TEST(MemoryPlan, MlpZbH1) {
+  CheckCase({"mlp zb_h1", "configs/synthetic_bench.yaml", {"pipeline.schedule=zb_h1", "pipeline.ranks=2"}});
+}
+
+}  // namespace
+}  // namespace baton
