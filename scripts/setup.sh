@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin libeigen3-dev libtbb-dev libopenblas-pthread-dev
   dataset-fashion-mnist
   fortunes                      # text corpus (data.dataset: fortunes, tests/data/text_test)
+  python3-torch python3-numpy   # the GPT reference test (tests/reference/gpt_reference.py)
   iproute2                      # tests/mpi/multihost_test: network namespaces and veth links
   clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, llvm-symbolizer
 )

@@ -5,18 +5,47 @@
 namespace baton {
 namespace {
 
-// Loads `path` into the stages' parameters, by PyTorch name.
-void LoadInitialWeights(const std::string& path, std::vector<std::unique_ptr<Stage>>& stages) {
+// Loads `path` into the stages' parameters, by PyTorch name. A head tied
+// to the embedding (model.tied) is the embedding's table: a file without
+// the head's tensor gives it the table (Hugging Face's tied GPT-2 files
+// leave lm_head.weight out), and one whose head differs from its table is
+// refused, since the copies would train apart.
+void LoadInitialWeights(const std::string& path, const ModelDesc& model,
+                        std::vector<std::unique_ptr<Stage>>& stages) {
   const std::vector<NamedTensor> tensors = ReadSafetensors(path);
+  auto find = [&](const std::string& name) -> const NamedTensor* {
+    for (const NamedTensor& t : tensors) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  };
+  // Head parameter name -> its embedding's.
+  std::vector<std::pair<std::string, std::string>> tied;
+  for (const OpDesc& op : model.ops) {
+    if (op.tied_to < 0) continue;
+    const OpDesc& emb = model.ops[static_cast<std::size_t>(op.tied_to)];
+    tied.emplace_back(op.name + op.params.front().name, emb.name + emb.params.front().name);
+  }
+  for (const auto& [head, table] : tied) {
+    const NamedTensor* h = find(head);
+    const NamedTensor* e = find(table);
+    if (h != nullptr && e != nullptr && (h->shape != e->shape || h->data != e->data)) {
+      throw ConfigError(fmt::format("{}: tensor '{}' differs from '{}', but model.tied is true (the head is the "
+                                    "embedding's table): leave '{}' out of the file, or set model.tied: false",
+                                    path, head, table, head));
+    }
+  }
   for (auto& st : stages) {
     for (const Stage::Param& p : st->named_params()) {
-      const NamedTensor* found = nullptr;
-      for (const NamedTensor& t : tensors) {
-        if (t.name == p.name) found = &t;
+      const NamedTensor* found = find(p.name);
+      if (found == nullptr) {
+        for (const auto& [head, table] : tied) {
+          if (head == p.name) found = find(table);
+        }
       }
       if (found == nullptr) throw ConfigError(fmt::format("{}: model.init.from has no tensor '{}'", path, p.name));
       if (found->shape != p.shape) {
-        throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], but the model needs [{}]", path, p.name,
+        throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], but the model needs [{}]", path, found->name,
                                       fmt::join(found->shape, ", "), fmt::join(p.shape, ", ")));
       }
       std::copy(found->data.begin(), found->data.end(), p.data.begin());
@@ -39,7 +68,7 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
     st->Init(c.model.init_seed);
     st->device().SetOptimizer(c.train.optimizer);
   }
-  if (!c.model.init_from.empty()) LoadInitialWeights(c.model.init_from, u.exec->stages());
+  if (!c.model.init_from.empty()) LoadInitialWeights(c.model.init_from, u.plan.model, u.exec->stages());
   for (auto& st : u.exec->stages()) st->device().PushParams();
 
   const int rank = t.rank();
