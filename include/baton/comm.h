@@ -66,6 +66,70 @@ class Transport {
   virtual int max_tag() const = 0;
 };
 
+// Collectives among the ranks that hold the same stages in the D replicas
+// of a pipeline (a replica group, data parallelism): the sums of the
+// stages' gradients. Non-blocking: a collective starts with a request id in
+// [0, max_requests) and ends with Wait(id), which has the deadline and
+// aborts the job when it passes, as the Transport's waits do. `data` must
+// stay untouched from the start to the end of its collective.
+class ReplicaGroup {
+ public:
+  virtual ~ReplicaGroup() = default;
+  virtual int rank() const = 0;  // this rank's replica, 0..size-1
+  virtual int size() const = 0;  // D
+  // Sizes the request table and sets every wait's deadline. Setup only.
+  virtual void Configure(int max_requests, double timeout_s) = 0;
+  // Starts summing `data` over the group, in place on every member.
+  virtual void StartAllReduce(int id, std::span<float> data) = 0;
+  // Starts the sum of `data` over the group, member i getting only its
+  // part: elements [displs[i], displs[i] + counts[i]) of `data`, summed, in
+  // the same place of its own `data` (the rest of it is left undefined).
+  // counts, displs: size() entries, the parts in member order, contiguous.
+  virtual void StartReduceScatter(int id, std::span<float> data, std::span<const int> counts,
+                                  std::span<const int> displs) = 0;
+  // Starts giving every member every part of `data` (parts as above; each
+  // member's own part is its input).
+  virtual void StartAllGather(int id, std::span<float> data, std::span<const int> counts,
+                              std::span<const int> displs) = 0;
+  // True once collective `id` has ended (it moves collectives along: MPI
+  // progresses non-blocking collectives only inside MPI calls).
+  virtual bool Test(int id) = 0;
+  // Waits for collective `id` (a deadline, as above).
+  virtual void Wait(int id, const WaitInfo& info) = 0;
+  // Member 0 receives every member's `mine` (the same size everywhere) in
+  // member order into `out`; blocking, for checkpoints.
+  virtual void Gather(std::span<const float> mine, std::vector<float>* out) = 0;
+  // Called once when a wait passes its deadline, before the job is aborted.
+  virtual void SetTimeoutHook(std::function<void()> hook) = 0;
+};
+
+// A group of one replica: every collective is the identity.
+std::unique_ptr<ReplicaGroup> MakeSoloReplicaGroup();
+
+// The world's P x D ranks as D replicas of a P-rank pipeline. World rank w
+// is rank w / D of pipeline w % D (Megatron-LM's order with tensor
+// parallelism 1: a replica group's D ranks are neighbours, so they share a
+// node when D divides the ranks per node, and a pipeline's ranks are D
+// apart).
+struct ReplicaLayout {
+  int pipeline_ranks = 1;  // P
+  int replicas = 1;        // D
+  int PipelineRank(int world) const { return world / replicas; }
+  int Replica(int world) const { return world % replicas; }
+  int World(int pipeline_rank, int replica) const { return pipeline_rank * replicas + replica; }
+};
+
+// This rank's pipeline and replica group as MPI sub-communicators of the
+// world (MPI_Comm_split; collective over the world): the pipeline's ranks
+// are numbered by pipeline rank. Messages name world ranks. REQUIRES: MPI
+// is initialised and the world has layout.pipeline_ranks x layout.replicas
+// ranks.
+struct Groups {
+  std::unique_ptr<Transport> pipeline;
+  std::unique_ptr<ReplicaGroup> replicas;
+};
+Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s);
+
 // Runs `work` on every rank of `t`, then the ranks agree on how it went
 // (one collective): if it threw anywhere, the lowest failing rank rethrows
 // its own exception and every other rank throws PeerFailed, so exactly one

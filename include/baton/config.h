@@ -128,6 +128,15 @@ struct TrainLoopConfig {
   OptimizerSpec optimizer;
 };
 
+// D replicas of the pipeline, their gradients summed (data parallelism).
+// The job has pipeline.ranks x size ranks; world rank w is pipeline rank
+// w / size of replica w % size (ReplicaLayout, baton/comm.h).
+struct DataParallelConfig {
+  int size = 1;               // D; train.batch_size is the global batch, each replica takes 1/D of it
+  double bucket_cap_mb = 25;  // gradients are summed in buckets of at most this many MiB (PyTorch DDP's default)
+  int zero = 0;               // 0: every replica keeps the whole optimizer state; 1: each keeps 1/D (ZeRO stage 1)
+};
+
 struct CheckpointConfig {
   std::string dir;         // empty = no checkpoints
   std::int64_t every_steps = 0;
@@ -147,6 +156,7 @@ struct TrainConfig {
   PipelineConfig pipeline;
   DataConfig data;
   TrainLoopConfig train;
+  DataParallelConfig data_parallel;
   CheckpointConfig checkpoint;
   LogConfig log;
   Device device = Device::kCpu;             // where every rank's stages compute

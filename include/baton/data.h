@@ -166,8 +166,12 @@ class BatchLoader {
 
 // REQUIRES: dataset outlives the loader; batch_size <= dataset.samples.
 // Throws ConfigError if the dataset's parts disagree with its sizes.
+// `slice_begin`, `slice_size` (0: the whole batch): each batch holds only
+// positions [slice_begin, slice_begin + slice_size) of the global batch of
+// `batch_size` samples (a data-parallel replica's share: the replicas
+// together see exactly the batches of one process).
 std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle,
-                                             std::uint64_t seed);
+                                             std::uint64_t seed, int slice_begin = 0, int slice_size = 0);
 
 // ---- safetensors (f32 only) ----
 struct NamedTensor {

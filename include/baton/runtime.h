@@ -20,8 +20,19 @@ struct TrainSummary {
   double seconds = 0.0;
 };
 
+// The communicators of a run (baton/comm.h): the world (setup, agreement,
+// logging, checkpoints), this rank's pipeline (its stages' messages; every
+// message of a step) and its replica group (the gradient sums of data
+// parallelism). Without data parallelism the pipeline may be the world and
+// the group a solo one (MakeSoloReplicaGroup).
+struct RunComms {
+  Transport& world;
+  Transport& pipeline;
+  ReplicaGroup& replicas;
+};
+
 // Runs the configured training on this rank. Collective: every rank of the
-// transport calls it with the same config. Setup errors (sizes, schedule,
+// world calls it with the same config. Setup errors (sizes, schedule,
 // data files) are agreed on by all ranks before anything runs: each rank
 // throws the same or, if only some ranks failed, the others throw a short
 // "another rank failed" error, so the job ends everywhere.
@@ -29,7 +40,7 @@ struct TrainOptions {
   bool resume = false;     // continue from the newest complete checkpoint
   std::string resume_dir;  // where to look; "" = checkpoint.dir
 };
-TrainSummary Train(const TrainConfig& config, Transport& transport, const TrainOptions& options = {});
+TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options = {});
 
 // What `baton validate` prints after the settings: the run's plan (every
 // stage's rank, layers, parameters, tensors, ring capacity and slot bytes;
@@ -105,7 +116,7 @@ struct BenchReport {
 
 // Runs warm-up and measured steps on every rank and reports on rank 0
 // (returned there; other ranks get an empty report). Collective.
-BenchReport Bench(const TrainConfig& config, Transport& transport, const BenchOptions& options);
+BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchOptions& options);
 
 // The report as JSON (the keys of BenchReport).
 std::string BenchReportJson(const BenchReport& report);

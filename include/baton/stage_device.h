@@ -57,9 +57,11 @@ class StageDevice {
   virtual void PushParams() = 0;
   virtual void PullParams() = 0;
 
-  // The optimizer over the stage's parameters, made once at setup, stepping
-  // on this device's parameters and gradients.
-  virtual void SetOptimizer(const OptimizerSpec& spec) = 0;
+  // The optimizer over the stage's parameters [first, first + count)
+  // (count 0: all of them; a part: ZeRO's shard of this replica), made once
+  // at setup, stepping on this device's parameters and gradients. Its state
+  // (OptimizerState) covers that part only.
+  virtual void SetOptimizer(const OptimizerSpec& spec, std::size_t first = 0, std::size_t count = 0) = 0;
   virtual void OptimizerStep() = 0;
   // Host views of the optimizer state, in OptimizerStateNames() order
   // (PyTorch's names); current after PullParams, pushed by PushParams.

@@ -26,11 +26,12 @@ struct TrainFlags {
 };
 
 // Every rank runs this: reads the config on rank 0, broadcasts and parses it,
-// then runs `job(transport, config, config_text)`. Errors: setup errors end
-// the job with exit code 2 on every rank (one rank prints); anything else
-// prints with the rank and aborts the whole job.
+// splits the world into pipelines and replica groups (data parallelism),
+// then runs `job(comms, config, config_text)`. Errors: setup errors end the
+// job with exit code 2 on every rank (one rank prints); anything else prints
+// with the rank and aborts the whole job.
 int RunOnAllRanks(const TrainFlags& f,
-                  const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job) {
+                  const std::function<void(const RunComms&, const TrainConfig&, const std::string&)>& job) {
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
   std::unique_ptr<Transport> transport;
@@ -50,8 +51,31 @@ int RunOnAllRanks(const TrainFlags& f,
     // and rank 0 alone reports it.
     TrainConfig config;
     Agree(*transport, [&] { config = ParseTrainConfig(text, f.config, f.set); });
+    // D replicas of a P-rank pipeline: every rank's pipeline and replica
+    // group as sub-communicators; one replica: the world is the pipeline.
+    const ReplicaLayout layout{config.pipeline.ranks, config.data_parallel.size};
+    Agree(*transport, [&] {
+      if (transport->size() != layout.pipeline_ranks * layout.replicas) {
+        if (layout.replicas == 1) {
+          throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})",
+                                        config.source, layout.pipeline_ranks, transport->size(),
+                                        layout.pipeline_ranks));
+        }
+        throw ConfigError(fmt::format(
+            "{}: pipeline.ranks {} x data_parallel.size {} = {} ranks, but the job has {} (mpirun -np {})",
+            config.source, layout.pipeline_ranks, layout.replicas, layout.pipeline_ranks * layout.replicas,
+            transport->size(), layout.pipeline_ranks * layout.replicas));
+      }
+    });
+    Groups groups;
+    if (layout.replicas > 1) {
+      groups = MakeMpiGroups(layout, config.pipeline.wait_timeout_s);
+    } else {
+      groups.replicas = MakeSoloReplicaGroup();
+    }
+    const RunComms comms{*transport, groups.pipeline ? *groups.pipeline : *transport, *groups.replicas};
     // Setup errors inside the job are raised on one rank only (the lowest that failed).
-    job(*transport, config, text);
+    job(comms, config, text);
   } catch (const PeerFailed&) {
     return 2;
   } catch (const ConfigError& e) {
@@ -71,8 +95,8 @@ int RunOnAllRanks(const TrainFlags& f,
 }
 
 int RunTrain(const TrainFlags& f) {
-  return RunOnAllRanks(f, [&](Transport& t, const TrainConfig& config, const std::string&) {
-    Train(config, t, f.options);
+  return RunOnAllRanks(f, [&](const RunComms& comms, const TrainConfig& config, const std::string&) {
+    Train(config, comms, f.options);
   });
 }
 
@@ -185,10 +209,10 @@ std::string SweepSvg(const std::vector<std::pair<std::string, BenchReport>>& row
 }
 
 int RunBench(const BenchFlags& f) {
-  return RunOnAllRanks(f.train, [&](Transport& t, const TrainConfig& config, const std::string& text) {
-    const int rank = t.rank();
+  return RunOnAllRanks(f.train, [&](const RunComms& comms, const TrainConfig& config, const std::string& text) {
+    const int rank = comms.world.rank();
     if (!f.sweep) {
-      const BenchReport report = Bench(config, t, f.options);
+      const BenchReport report = Bench(config, comms, f.options);
       if (rank == 0 && !f.options.quiet) PrintReport(report);
       return;
     }
@@ -216,7 +240,7 @@ int RunBench(const BenchFlags& f) {
             const TrainConfig c = ParseTrainConfig(text, f.train.config, sets);
             BenchOptions o = f.options;
             o.json_path = o.trace_path = o.svg_path = "";
-            rows.push_back({label, Bench(c, t, o)});
+            rows.push_back({label, Bench(c, comms, o)});
             if (rank == 0) std::fprintf(stderr, "sweep: %s: %.0f samples/s, bubble %.1f%%\n", label.c_str(),
                                         rows.back().second.samples_per_s, 100 * rows.back().second.bubble_rate);
           } catch (const PeerFailed&) {

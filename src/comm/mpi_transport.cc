@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -31,15 +33,50 @@ namespace baton {
 
 namespace {
 
+// The world rank of each rank of `comm`, for messages (people count world ranks).
+std::vector<int> WorldRanks(MPI_Comm comm) {
+  int size = 0;
+  BATON_MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_Group group, world;
+  BATON_MPI_CHECK(MPI_Comm_group(comm, &group));
+  BATON_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> mine(static_cast<std::size_t>(size)), out(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) mine[static_cast<std::size_t>(i)] = i;
+  BATON_MPI_CHECK(MPI_Group_translate_ranks(group, size, mine.data(), world, out.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return out;
+}
+
+// Between polls: spin briefly, then yield the core (ranks may outnumber
+// cores) for the first milliseconds, and only then sleep, so that a wait
+// that ends soon is not stretched by a sleep's granularity. Returns the
+// seconds waited so far (checked against the deadline every 64 polls).
+double Backoff(int spins, std::chrono::steady_clock::time_point start) {
+  if (spins < 64) return 0.0;
+  if ((spins & 63) != 0) {
+    sched_yield();
+    return 0.0;
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (waited > 0.005) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  } else {
+    sched_yield();
+  }
+  return waited;
+}
+
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(int max_requests, double timeout_s)
-      : requests_(max_requests, MPI_REQUEST_NULL), expected_(max_requests, 0), timeout_s_(timeout_s) {
-    BATON_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  // Takes `comm` (a duplicate or split of the world) and frees it.
+  MpiTransport(MPI_Comm comm, int max_requests, double timeout_s)
+      : comm_(comm), requests_(max_requests, MPI_REQUEST_NULL), expected_(max_requests, 0), timeout_s_(timeout_s) {
     // Errors come back as return codes, so they can be explained.
     BATON_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     BATON_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     BATON_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    world_ = WorldRanks(comm_);
     int* tag_ub = nullptr;
     int flag = 0;
     BATON_MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &flag));
@@ -87,8 +124,8 @@ class MpiTransport final : public Transport {
         char text[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(err, text, &len);
-        throw Error(fmt::format("rank {}: {} of stage {} microbatch {} with rank {} failed: {}{}", rank_, info.what,
-                                info.stage, info.microbatch, info.peer, std::string(text, len),
+        throw Error(fmt::format("rank {}: {} of stage {} microbatch {} with rank {} failed: {}{}", World(rank_),
+                                info.what, info.stage, info.microbatch, World(info.peer), std::string(text, len),
                                 err == MPI_ERR_TRUNCATE ? " (the message is larger than the receiver expects)" : ""));
       }
       if (done) break;
@@ -100,7 +137,8 @@ class MpiTransport final : public Transport {
       if (count != expected_[id]) {
         throw Error(fmt::format("rank {}: {} of stage {} microbatch {}: rank {} sent {} bytes, but this rank "
                                 "expects {}",
-                                rank_, info.what, info.stage, info.microbatch, info.peer, count, expected_[id]));
+                                World(rank_), info.what, info.stage, info.microbatch, World(info.peer), count,
+                                expected_[id]));
       }
     }
   }
@@ -202,8 +240,8 @@ class MpiTransport final : public Transport {
     std::fprintf(stderr,
                  "baton: rank %d: timed out waiting for %s of stage %d microbatch %d%s %s rank %d: waited %.1f s, "
                  "limit %.1f s (pipeline.wait_timeout_s); aborting the job\n",
-                 rank_, info.what, info.stage, info.microbatch, action.c_str(),
-                 std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", info.peer, waited, timeout_s_);
+                 World(rank_), info.what, info.stage, info.microbatch, action.c_str(),
+                 std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", World(info.peer), waited, timeout_s_);
     if (timeout_hook_) timeout_hook_();
     Abort(3);
   }
@@ -218,36 +256,166 @@ class MpiTransport final : public Transport {
     }
   }
 
-  // Between polls: spin briefly, then yield the core (ranks may outnumber
-  // cores) for the first milliseconds, and only then sleep, so that a wait
-  // that ends soon is not stretched by a sleep's granularity.
   void Backoff(int spins, std::chrono::steady_clock::time_point start, const WaitInfo& info) {
-    if (spins < 64) return;
-    if ((spins & 63) != 0) {
-      sched_yield();
-      return;
-    }
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited >= timeout_s_) CheckDeadline(start, info);
-    if (waited > 0.005) {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    } else {
-      sched_yield();
-    }
+    if (baton::Backoff(spins, start) >= timeout_s_) CheckDeadline(start, info);
   }
+  int World(int r) const { return r >= 0 && r < size_ ? world_[static_cast<std::size_t>(r)] : r; }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, max_tag_ = 32767;
+  std::vector<int> world_;  // world rank of each rank of comm_
   std::vector<MPI_Request> requests_;
   std::vector<long> expected_;  // receive: floats expected; send: -1
   double timeout_s_;
   std::function<void()> timeout_hook_;
 };
 
+
+class MpiReplicaGroup final : public ReplicaGroup {
+ public:
+  // Takes `comm` (this rank's replica group, split from the world) and frees it.
+  explicit MpiReplicaGroup(MPI_Comm comm) : comm_(comm) {
+    BATON_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    BATON_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    BATON_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    world_ = WorldRanks(comm_);
+  }
+  ~MpiReplicaGroup() override {
+    for (MPI_Request& r : requests_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+    MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void Configure(int max_requests, double timeout_s) override {
+    requests_.assign(static_cast<std::size_t>(max_requests), MPI_REQUEST_NULL);
+    moves_.assign(static_cast<std::size_t>(max_requests), Move{});
+    timeout_s_ = timeout_s;
+  }
+  void StartAllReduce(int id, std::span<float> data) override {
+    BATON_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), Count(data.size()), MPI_FLOAT, MPI_SUM, comm_,
+                                   &requests_[static_cast<std::size_t>(id)]));
+  }
+  void StartReduceScatter(int id, std::span<float> data, std::span<const int> counts,
+                          std::span<const int> displs) override {
+    // In place, MPI leaves this member's part at the buffer's start; Wait
+    // moves it to its own place.
+    Count(data.size());
+    const auto me = static_cast<std::size_t>(rank_);
+    moves_[static_cast<std::size_t>(id)] = {data.data(), static_cast<std::size_t>(displs[me]),
+                                            static_cast<std::size_t>(counts[me])};
+    BATON_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_,
+                                        &requests_[static_cast<std::size_t>(id)]));
+  }
+  void StartAllGather(int id, std::span<float> data, std::span<const int> counts,
+                      std::span<const int> displs) override {
+    Count(data.size());
+    BATON_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(), displs.data(),
+                                    MPI_FLOAT, comm_, &requests_[static_cast<std::size_t>(id)]));
+  }
+  bool Test(int id) override {
+    MPI_Request& r = requests_[static_cast<std::size_t>(id)];
+    if (r == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    BATON_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    if (done) Finish(id);
+    return done != 0;
+  }
+  void Wait(int id, const WaitInfo& info) override {
+    const auto start = std::chrono::steady_clock::now();
+    for (int spins = 0; !Test(id); ++spins) {
+      const double waited = baton::Backoff(spins, start);
+      if (waited < timeout_s_) continue;
+      std::string members;
+      for (int w : world_) members += fmt::format("{}{}", members.empty() ? "" : ", ", w);
+      std::fprintf(stderr,
+                   "baton: rank %d: timed out waiting for %s of stage %d with its replicas (ranks %s): waited %.1f "
+                   "s, limit %.1f s (pipeline.wait_timeout_s); aborting the job\n",
+                   world_[static_cast<std::size_t>(rank_)], info.what, info.stage, members.c_str(), waited,
+                   timeout_s_);
+      if (timeout_hook_) timeout_hook_();
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);
+    }
+  }
+  void Gather(std::span<const float> mine, std::vector<float>* out) override {
+    if (rank_ == 0) out->assign(mine.size() * static_cast<std::size_t>(size_), 0.0f);
+    MPI_Request req;
+    BATON_MPI_CHECK(MPI_Igather(mine.data(), Count(mine.size()), MPI_FLOAT, rank_ == 0 ? out->data() : nullptr,
+                                Count(mine.size()), MPI_FLOAT, 0, comm_, &req));
+    const auto start = std::chrono::steady_clock::now();
+    int done = 0;
+    for (int spins = 0;; ++spins) {
+      BATON_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      if (baton::Backoff(spins, start) >= timeout_s_) {
+        std::fprintf(stderr, "baton: rank %d: timed out gathering optimizer state from its replicas; aborting\n",
+                     world_[static_cast<std::size_t>(rank_)]);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+        std::_Exit(3);
+      }
+    }
+  }
+  void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
+
+ private:
+  struct Move {
+    float* base = nullptr;
+    std::size_t to = 0, count = 0;
+  };
+  static int Count(std::size_t n) {
+    if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+      throw Error(fmt::format("a gradient bucket of {} floats is beyond MPI's int count: lower "
+                              "data_parallel.bucket_cap_mb",
+                              n));
+    }
+    return static_cast<int>(n);
+  }
+  void Finish(int id) {
+    Move& m = moves_[static_cast<std::size_t>(id)];
+    if (m.base != nullptr && m.to != 0) std::memmove(m.base + m.to, m.base, m.count * sizeof(float));
+    m = Move{};
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> world_;
+  std::vector<MPI_Request> requests_;
+  std::vector<Move> moves_;  // per request: a reduce-scatter's part to move into place
+  double timeout_s_ = 300;
+  std::function<void()> timeout_hook_;
+};
+
 }  // namespace
 
 std::unique_ptr<Transport> MakeMpiTransport(int max_requests, double timeout_s) {
-  return std::make_unique<MpiTransport>(max_requests, timeout_s);
+  MPI_Comm comm;
+  BATON_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  return std::make_unique<MpiTransport>(comm, max_requests, timeout_s);
+}
+
+Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s) {
+  int world_rank = 0, world_size = 0;
+  BATON_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  BATON_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  if (world_size != layout.pipeline_ranks * layout.replicas) {
+    throw ConfigError(fmt::format("{} pipeline ranks x {} replicas need {} ranks, but the job has {}",
+                                  layout.pipeline_ranks, layout.replicas, layout.pipeline_ranks * layout.replicas,
+                                  world_size));
+  }
+  MPI_Comm pipeline, replicas;
+  BATON_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, layout.Replica(world_rank), layout.PipelineRank(world_rank),
+                                 &pipeline));
+  BATON_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, layout.PipelineRank(world_rank), layout.Replica(world_rank),
+                                 &replicas));
+  Groups g;
+  g.pipeline = std::make_unique<MpiTransport>(pipeline, 0, timeout_s);
+  g.replicas = std::make_unique<MpiReplicaGroup>(replicas);
+  g.replicas->Configure(0, timeout_s);
+  return g;
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {

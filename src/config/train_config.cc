@@ -355,6 +355,19 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   opt.Finish();
   train.Finish();
 
+  YamlMap dp = top.Map("data_parallel");
+  c.data_parallel.size = dp.GetInt("size", 1, 1, kMaxInt);
+  c.data_parallel.bucket_cap_mb =
+      dp.GetNumber("bucket_cap_mb", c.data_parallel.bucket_cap_mb, 1.0 / (1024 * 1024), 2047.0);
+  c.data_parallel.zero = dp.GetInt("zero", 0, 0, 1);
+  if (c.train.batch_size % (c.data_parallel.size * c.pipeline.microbatches) != 0) {
+    dp.Fail(dp.Has("size") ? dp.Node("size") : root["train"]["batch_size"], "size",
+            fmt::format("{} replicas x {} microbatches do not divide train.batch_size {}: every replica takes the "
+                        "same share of the global batch, in microbatches of the same size",
+                        c.data_parallel.size, c.pipeline.microbatches, c.train.batch_size));
+  }
+  dp.Finish();
+
   YamlMap ckpt = top.Map("checkpoint");
   c.checkpoint.dir = ckpt.Get<std::string>("dir", "");
   c.checkpoint.every_steps = ckpt.Get<long long>("every_steps", 0);
@@ -379,6 +392,10 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
 
   c.device = Choice(top, "device", c.device);
   c.precision = Choice(top, "precision", c.precision);
+  if (c.data_parallel.size > 1 && c.device == Device::kCuda) {
+    top.Fail(top.Node("device"), "device",
+             "data_parallel.size > 1 runs on device: cpu for now (the GPU's gradient sums are not built yet)");
+  }
   if (c.precision == Precision::kBF16 && c.device != Device::kCuda) {
     top.Fail(top.Node("precision"), "precision", "bf16 needs device: cuda (the CPU layers compute in fp32)");
   }
@@ -477,6 +494,9 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
       << "eps" << YAML::Value << o.eps;
   }
   e << YAML::EndMap << YAML::EndMap;
+  e << YAML::Key << "data_parallel" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "size"
+    << YAML::Value << c.data_parallel.size << YAML::Key << "bucket_cap_mb" << YAML::Value
+    << c.data_parallel.bucket_cap_mb << YAML::Key << "zero" << YAML::Value << c.data_parallel.zero << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value
     << c.checkpoint.dir << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps << YAML::Key << "keep"
     << YAML::Value << c.checkpoint.keep << YAML::EndMap;

@@ -94,7 +94,10 @@ class CudaStageDevice final : public StageDevice {
 
   // The optimizer's state lives on the device; the host copies below are
   // what checkpoints read and write (PullParams / PushParams move them).
-  void SetOptimizer(const OptimizerSpec& spec) override {
+  void SetOptimizer(const OptimizerSpec& spec, std::size_t first, std::size_t count) override {
+    if (first != 0 || (count != 0 && count != host_params_.size())) {
+      throw ConfigError("an optimizer over part of a stage (data_parallel.zero: 1) is not built for device: cuda yet");
+    }
     optimizer_ = MakeCudaOptimizer(spec, host_params_.size());
     host_state_.clear();
     for (const auto& d : optimizer_->State()) host_state_.emplace_back(d.size(), 0.0f);

@@ -33,18 +33,21 @@ namespace {
 
 class DoubleBufferedLoader final : public BatchLoader {
  public:
-  DoubleBufferedLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed)
+  DoubleBufferedLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed, int slice_begin,
+                       int slice_size)
       : data_(dataset),
         batch_size_(batch_size),
+        slice_begin_(slice_begin),
+        slice_size_(slice_size),
         sample_bytes_(dataset.sample_bytes()),
         labels_per_sample_(static_cast<std::size_t>(dataset.labels_per_sample)),
-        input_(dataset.sample.WithRows(batch_size)),
+        input_(dataset.sample.WithRows(slice_size)),
         shuffle_(shuffle),
         seed_(seed),
         batches_per_epoch_(dataset.samples / batch_size),
         has_inputs_(!dataset.inputs.empty()),
         has_labels_(!dataset.labels.empty()) {
-    const std::size_t b = static_cast<std::size_t>(batch_size);
+    const std::size_t b = static_cast<std::size_t>(slice_size);
     for (Slot& s : slots_) {
       if (has_inputs_) s.inputs.resize(b * sample_bytes_);      // (B, ...) bytes
       if (has_labels_) s.labels.resize(b * labels_per_sample_);  // (B, labels_per_sample)
@@ -119,12 +122,14 @@ class DoubleBufferedLoader final : public BatchLoader {
 
   void Fill(Slot& slot, std::int64_t epoch, std::int64_t index) {
     slot.index = index;
-    const std::size_t b = static_cast<std::size_t>(batch_size_);
+    const std::size_t b = static_cast<std::size_t>(slice_size_);
     const std::size_t f = sample_bytes_;
     const std::size_t l = labels_per_sample_;
-    const std::size_t first = static_cast<std::size_t>(index) * b;
+    const std::size_t first =
+        static_cast<std::size_t>(index) * static_cast<std::size_t>(batch_size_) + static_cast<std::size_t>(slice_begin_);
     if (!shuffle_) {
-      // Batch k is the contiguous range of samples [kB, (k+1)B).
+      // Batch k is the contiguous range of samples [kB, (k+1)B); the slice a
+      // contiguous part of it.
       if (has_inputs_) std::memcpy(slot.inputs.data(), data_.inputs.data() + first * f, b * f);
       if (has_labels_) {
         std::memcpy(slot.labels.data(), data_.labels.data() + first * l, b * l * sizeof(std::int32_t));
@@ -147,7 +152,8 @@ class DoubleBufferedLoader final : public BatchLoader {
   }
 
   const Dataset& data_;
-  const int batch_size_;
+  const int batch_size_;        // the global batch
+  const int slice_begin_, slice_size_;  // the positions of it this loader gathers
   const std::size_t sample_bytes_;       // one sample's input
   const std::size_t labels_per_sample_;
   const TensorDesc input_;                // (B, ...): what a batch's inputs are
@@ -174,8 +180,14 @@ class DoubleBufferedLoader final : public BatchLoader {
 
 }  // namespace
 
-std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed) {
+std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed,
+                                             int slice_begin, int slice_size) {
   const std::string what = fmt::format("batch loader for dataset '{}'", dataset.name);
+  if (slice_size == 0) slice_size = batch_size;
+  if (slice_begin < 0 || slice_size < 1 || slice_begin + slice_size > batch_size) {
+    throw ConfigError(fmt::format("{}: a slice of {} samples from position {} does not fit a batch of {}", what,
+                                  slice_size, slice_begin, batch_size));
+  }
   if (batch_size <= 0 || batch_size > dataset.samples) {
     throw ConfigError(fmt::format("{}: batch size must be in 1..{} (the number of samples), got {}", what,
                                   dataset.samples, batch_size));
@@ -199,7 +211,7 @@ std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_s
     throw ConfigError(fmt::format("{}: {} labels, expected {} per sample ({} samples)", what, dataset.labels.size(),
                                   dataset.labels_per_sample, dataset.samples));
   }
-  return std::make_unique<DoubleBufferedLoader>(dataset, batch_size, shuffle, seed);
+  return std::make_unique<DoubleBufferedLoader>(dataset, batch_size, shuffle, seed, slice_begin, slice_size);
 }
 
 }  // namespace baton

@@ -42,8 +42,17 @@ class HostStageDevice final : public StageDevice {
   void PushParams() override {}
   void PullParams() override {}
 
-  void SetOptimizer(const OptimizerSpec& spec) override { optimizer_ = MakeOptimizer(spec, host_params_.size()); }
-  void OptimizerStep() override { optimizer_->Step(host_params_, host_grads_); }
+  void SetOptimizer(const OptimizerSpec& spec, std::size_t first, std::size_t count) override {
+    if (count == 0) count = host_params_.size() - first;
+    if (first + count > host_params_.size()) {
+      throw Error(fmt::format("optimizer over parameters [{}, {}) of a stage of {}", first, first + count,
+                              host_params_.size()));
+    }
+    opt_params_ = host_params_.subspan(first, count);
+    opt_grads_ = host_grads_.subspan(first, count);
+    optimizer_ = MakeOptimizer(spec, count);
+  }
+  void OptimizerStep() override { optimizer_->Step(opt_params_, opt_grads_); }
   std::vector<std::span<float>> OptimizerState() override { return optimizer_->State(); }
   std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
@@ -89,6 +98,7 @@ class HostStageDevice final : public StageDevice {
   HostMemory memory_;
   std::span<float> host_params_, host_grads_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::span<float> opt_params_, opt_grads_;  // the part the optimizer updates
   LossTotals totals_;
 };
 

@@ -212,7 +212,8 @@ std::string BenchReportJson(const BenchReport& b) {
   return j.dump(2) + "\n";
 }
 
-BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o) {
+BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchOptions& o) {
+  Transport& t = comms.world;
   TrainConfig c = config;
   c.log.metrics = "";
   c.log.weights = "";
@@ -228,8 +229,9 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   }
   if (o.steps < 1 || o.warmup_steps < 0) throw ConfigError("bench: --steps must be >= 1 and --warmup >= 0");
   RunSetup u;
-  SetUpRun(c, t, u);
+  SetUpRun(c, comms, u);
   Executor& exec = *u.exec;
+  const int replicas = c.data_parallel.size;
   const int rows = u.plan.rows;
   const bool root = t.rank() == 0;
 
@@ -239,7 +241,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   if (root) report.peak_gflops_one_core = HostGemmGflops(LinearShapes(u.plan.model), rows * u.plan.model.seq);
   t.Barrier();
   // The probe message is one activation crossing the first stage boundary.
-  const double latency = PingPong(t, u.rank_plan.stage_output.front().bytes());
+  const double latency = PingPong(comms.pipeline, u.rank_plan.stage_output.front().bytes());
 
   for (int i = 0; i < o.warmup_steps; ++i) exec.TrainStep(u.loader->Next());
 
@@ -250,6 +252,10 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     t.Barrier();
     const double start = Now();
     exec.RunStep(batch);
+    // The tied gradients' sum and the end of the gradient sums over the
+    // replicas belong to the step; the optimizer does not.
+    exec.SumTiedGradients();
+    exec.FinishReductions();
     plain.push_back(Now() - start);
     exec.StepOptimizers();  // outside the clock
   }
@@ -257,6 +263,7 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
   std::vector<ActionEvent> events;
   events.reserve(exec.EventsPerStep() * o.steps);
   std::vector<double> starts, ends;
+  std::vector<ReductionTimes> reduction;
   std::vector<std::size_t> event_begin;
   exec.SetRecorder(&events);
   for (int i = 0; i < o.steps; ++i) {
@@ -267,7 +274,10 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     starts.push_back(Now());
     event_begin.push_back(events.size());
     exec.RunStep(batch);
+    exec.SumTiedGradients();
+    exec.FinishReductions();
     ends.push_back(Now());
+    reduction.push_back(exec.reduction_times());
     exec.StepOptimizers();
   }
   exec.SetRecorder(nullptr);
@@ -384,7 +394,8 @@ BenchReport Bench(const TrainConfig& config, Transport& t, const BenchOptions& o
     br.idle_s = br.wall_s - br.busy_s - br.waiting_s;
     double flops = 0;
     for (int s = 0; s < u.plan.lowered.stages; ++s) {
-      if (u.plan.lowered.stage_rank[s] == r) flops += stage_flops[s];
+      // World rank r is pipeline rank r / D: its stages, on 1/D of the batch.
+      if (u.plan.lowered.stage_rank[s] == r / replicas) flops += stage_flops[s] / replicas;
     }
     br.gflops = flops / br.wall_s / 1e9;
     report.per_rank.push_back(br);

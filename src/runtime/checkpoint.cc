@@ -38,22 +38,66 @@ std::uint32_t Crc32OfFile(const std::string& path, std::uint64_t* bytes) {
   return static_cast<std::uint32_t>(crc);
 }
 
-// The tensors of this rank's shard, in a fixed order.
-std::vector<NamedTensor> ShardTensors(RunSetup& u) {
+// Every local stage's whole optimizer state, in OptimizerStateNames order:
+// the device's own, or under ZeRO the replicas' shards gathered (a
+// collective of the replica group; the first replica gets them, the others
+// an empty list).
+std::vector<std::vector<std::vector<float>>> WholeOptimizerState(const RunComms& comms, RunSetup& u) {
+  std::vector<std::vector<std::vector<float>>> out;
+  const ReductionPlan& red = u.rank_plan.reduction;
+  auto& stages = u.exec->stages();
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    Stage& st = *stages[k];
+    const auto state = st.device().OptimizerState();
+    std::vector<std::vector<float>> whole;
+    if (!red.zero) {
+      for (const auto& buf : state) whole.emplace_back(buf.begin(), buf.end());
+      out.push_back(std::move(whole));
+      continue;
+    }
+    // Shard i is [n i / D, n (i + 1) / D): at most ceil(n / D) floats, padded to that.
+    const std::size_t n = st.params().size(), D = static_cast<std::size_t>(red.replicas);
+    const std::size_t pad = (n + D - 1) / D;
+    std::vector<float> mine(pad * state.size(), 0.0f);
+    for (std::size_t s = 0; s < state.size(); ++s) std::copy(state[s].begin(), state[s].end(), mine.begin() + s * pad);
+    std::vector<float> all;
+    comms.replicas.Gather(mine, &all);
+    if (u.replica == 0) {
+      for (std::size_t s = 0; s < state.size(); ++s) {
+        std::vector<float> buf(n);
+        for (std::size_t i = 0; i < D; ++i) {
+          const std::size_t lo = n * i / D, hi = n * (i + 1) / D;
+          const auto from = all.begin() + static_cast<std::ptrdiff_t>(i * pad * state.size() + s * pad);
+          std::copy(from, from + static_cast<std::ptrdiff_t>(hi - lo), buf.begin() + static_cast<std::ptrdiff_t>(lo));
+        }
+        whole.push_back(std::move(buf));
+      }
+    }
+    out.push_back(std::move(whole));
+  }
+  return out;
+}
+
+// The tensors of this rank's shard, in a fixed order: each parameter, then
+// its optimizer state ("{name}.exp_avg", ...). `state`: WholeOptimizerState.
+std::vector<NamedTensor> ShardTensors(RunSetup& u, const std::vector<std::vector<std::vector<float>>>& state) {
   std::vector<NamedTensor> out;
   auto& stages = u.exec->stages();
   for (std::size_t k = 0; k < stages.size(); ++k) {
     Stage& st = *stages[k];
     st.device().PullParams();
     const float* base = st.params().data();
-    const auto state = st.device().OptimizerState();
     const auto names = st.device().OptimizerStateNames();
     for (const Stage::Param& p : st.named_params()) {
       out.push_back({p.name, p.shape, {p.data.begin(), p.data.end()}});
       const std::size_t offset = static_cast<std::size_t>(p.data.data() - base);
-      for (std::size_t s = 0; s < state.size(); ++s) {
-        const float* from = state[s].data() + offset;
-        out.push_back({p.name + "." + names[s], p.shape, {from, from + p.data.size()}});
+      for (std::size_t s = 0; s < names.size(); ++s) {
+        NamedTensor nt{p.name + "." + names[s], p.shape, {}};
+        if (s < state[k].size()) {
+          const float* from = state[k][s].data() + offset;
+          nt.data.assign(from, from + p.data.size());
+        }
+        out.push_back(std::move(nt));
       }
     }
   }
@@ -96,20 +140,25 @@ std::string ConfigDigest(const TrainConfig& config) {
   return fmt::format("{:016x}", h);
 }
 
-void SaveCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_t step) {
+void SaveCheckpoint(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64_t step) {
+  Transport& t = comms.world;
   const std::string dir = StepDir(c.checkpoint.dir, step);
-  const std::string file = fmt::format("rank-{:05}.safetensors", t.rank());
+  const int pipeline_rank = comms.pipeline.rank();
+  const std::string file = fmt::format("rank-{:05}.safetensors", pipeline_rank);
+  const auto state = WholeOptimizerState(comms, u);  // a collective of each replica group
+  const bool writer = u.replica == 0;               // the replicas hold the same weights
   std::string record;
   Agree(t, [&] {
+    if (!writer) return;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, ec.message()));
-    WriteSafetensors(dir + "/" + file, ShardTensors(u));
+    WriteSafetensors(dir + "/" + file, ShardTensors(u, state));
     std::uint64_t bytes = 0;
     const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
-    record = json{{"rank", t.rank()}, {"file", file}, {"bytes", bytes}, {"crc32", crc}}.dump();
+    record = json{{"rank", pipeline_rank}, {"file", file}, {"bytes", bytes}, {"crc32", crc}}.dump();
   });
-  MaybeInjectFault(u.fault, t.rank(), step, "checkpoint");  // a crash between shards and manifest
+  MaybeInjectFault(u.fault, u.world_rank, step, "checkpoint");  // a crash between shards and manifest
   // Every shard is durable: only now may the manifest make the checkpoint real.
   std::vector<std::string> records;
   t.GatherStrings(record, &records);
@@ -120,12 +169,16 @@ void SaveCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_
     manifest["step"] = step;
     manifest["config_digest"] = ConfigDigest(c);
     manifest["schedule"] = u.plan.lowered.name;
-    manifest["ranks"] = t.size();
+    manifest["ranks"] = comms.pipeline.size();
+    manifest["data_parallel"] = comms.replicas.size();
+    manifest["zero"] = u.rank_plan.reduction.zero ? 1 : 0;
     manifest["chunks"] = u.plan.lowered.chunks();
     manifest["microbatches"] = u.plan.lowered.microbatches;
     manifest["partition"] = u.plan.bounds;
     manifest["shards"] = json::array();
-    for (const std::string& r : records) manifest["shards"].push_back(json::parse(r));
+    for (const std::string& r : records) {
+      if (!r.empty()) manifest["shards"].push_back(json::parse(r));  // the other replicas write none
+    }
     WriteTextFile(dir + "/manifest.json", manifest.dump(2) + "\n");
     // Keep the newest `keep` complete checkpoints; drop older and abandoned ones.
     const std::vector<std::int64_t> done = CompleteSteps(c.checkpoint.dir);
@@ -144,7 +197,9 @@ void SaveCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_
   });
 }
 
-std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, const std::string& dir) {
+std::int64_t LoadCheckpoint(const TrainConfig& c, const RunComms& comms, RunSetup& u, const std::string& dir) {
+  Transport& t = comms.world;
+  const int pipeline_rank = comms.pipeline.rank();
   // Rank 0 finds the newest complete checkpoint and shares its manifest.
   std::string text;
   Agree(t, [&] {
@@ -173,7 +228,7 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
       if (theirs != ours)
         diffs.push_back(fmt::format("{}: checkpoint {}, this run {}", what, theirs.dump(), ours.dump()));
     };
-    differs("ranks", m["ranks"], t.size());
+    differs("ranks (of the pipeline)", m["ranks"], comms.pipeline.size());
     differs("schedule", m["schedule"], u.plan.lowered.name);
     differs("chunks", m["chunks"], u.plan.lowered.chunks());
     differs("microbatches", m["microbatches"], u.plan.lowered.microbatches);
@@ -185,10 +240,10 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
     }
     const json* shard = nullptr;
     for (const json& s : m["shards"]) {
-      if (s["rank"] == t.rank()) shard = &s;
+      if (s["rank"] == pipeline_rank) shard = &s;
     }
     if (shard == nullptr)
-      throw ConfigError(fmt::format("{}: the manifest lists no shard for rank {}", where, t.rank()));
+      throw ConfigError(fmt::format("{}: the manifest lists no shard for rank {}", where, pipeline_rank));
     const std::string path = where + "/" + (*shard)["file"].get<std::string>();
     std::uint64_t bytes = 0;
     const std::uint32_t crc = Crc32OfFile(path, &bytes);
@@ -199,17 +254,22 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
           path, bytes, crc, (*shard)["bytes"].get<std::uint64_t>(), (*shard)["crc32"].get<std::uint32_t>()));
     }
     const std::vector<NamedTensor> saved = ReadSafetensors(path);
-    std::vector<NamedTensor> wanted = ShardTensors(u);  // names, shapes and sizes to fill
+    // Names, shapes and sizes to fill (the state's values are not needed).
+    std::vector<std::vector<std::vector<float>>> no_state(u.exec->stages().size());
+    const std::vector<NamedTensor> wanted = ShardTensors(u, no_state);
     if (saved.size() != wanted.size()) {
       throw ConfigError(
           fmt::format("{}: {} tensors, but this rank's stages need {}", path, saved.size(), wanted.size()));
     }
+    const ReductionPlan& red = u.rank_plan.reduction;
     auto& stages = u.exec->stages();
     std::size_t at = 0;
     for (std::size_t k = 0; k < stages.size(); ++k) {
       Stage& st = *stages[k];
       const float* base = st.params().data();
       auto state = st.device().OptimizerState();
+      // The part of the stage's parameters this replica's optimizer state covers.
+      const std::size_t lo = red.shard_begin[k], hi = lo + red.shard_count[k];
       for (const Stage::Param& p : st.named_params()) {
         const std::size_t offset = static_cast<std::size_t>(p.data.data() - base);
         for (std::size_t s = 0; s <= state.size(); ++s, ++at) {
@@ -219,8 +279,12 @@ std::int64_t LoadCheckpoint(const TrainConfig& c, Transport& t, RunSetup& u, con
                                           fmt::join(got.shape, ", "), wanted[at].name,
                                           fmt::join(wanted[at].shape, ", ")));
           }
-          float* to = s == 0 ? p.data.data() : state[s - 1].data() + offset;
-          std::copy(got.data.begin(), got.data.end(), to);
+          if (s == 0) {
+            std::copy(got.data.begin(), got.data.end(), p.data.data());
+            continue;
+          }
+          const std::size_t from = std::max(offset, lo), to = std::min(offset + p.data.size(), hi);
+          for (std::size_t i = from; i < to; ++i) state[s - 1][i - lo] = got.data[i - offset];
         }
       }
       st.device().set_optimizer_steps(step);

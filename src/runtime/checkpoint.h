@@ -6,6 +6,12 @@
 // durable, so a crash at any moment leaves the previous checkpoint whole.
 //
 // Layout: DIR/step-00000004/{rank-00000.safetensors, ..., manifest.json}.
+//
+// With D replicas (data parallelism) the first replica's pipeline writes
+// the shards, one per pipeline rank (the replicas hold the same weights);
+// under ZeRO the replicas' optimizer shards are gathered into it first, so
+// a checkpoint is the same whatever D wrote it, and a run with another D
+// resumes from it.
 #ifndef BATON_RUNTIME_CHECKPOINT_H_
 #define BATON_RUNTIME_CHECKPOINT_H_
 
@@ -22,13 +28,13 @@ std::string ConfigDigest(const TrainConfig& config);
 
 // Collective: every rank writes its shard of step `step`; rank 0 writes the
 // manifest and keeps the newest `checkpoint.keep` complete checkpoints.
-void SaveCheckpoint(const TrainConfig& config, Transport& t, RunSetup& u, std::int64_t step);
+void SaveCheckpoint(const TrainConfig& config, const RunComms& comms, RunSetup& u, std::int64_t step);
 
 // Collective: loads the newest complete checkpoint under `dir` into the
 // stages and optimizers and returns its step. A checkpoint whose digest,
 // ranks, schedule, chunks or partition differ from this run is refused with
 // a ConfigError saying what differs; no checkpoint is an error too.
-std::int64_t LoadCheckpoint(const TrainConfig& config, Transport& t, RunSetup& u, const std::string& dir);
+std::int64_t LoadCheckpoint(const TrainConfig& config, const RunComms& comms, RunSetup& u, const std::string& dir);
 
 }  // namespace baton
 

@@ -11,12 +11,12 @@
 namespace baton {
 
 Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_timeout_s, Transport& transport,
-                   RankDevice& device)
+                   RankDevice& device, ReplicaGroup* replicas)
     : model_(model),
       plan_(plan),
       dev_(device),
       rank_(plan.rank),
-      grad_scale_(1.0f / static_cast<float>(std::int64_t(plan.batch_size) * plan.labels_per_sample)) {
+      grad_scale_(1.0f / static_cast<float>(std::int64_t(plan.global_batch) * plan.labels_per_sample)) {
   if (plan.max_tag > transport.max_tag()) {
     throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}",
                                   plan.stages, plan.microbatches, plan.max_tag, transport.max_tag()));
@@ -44,6 +44,65 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   full_rows_.assign(static_cast<std::size_t>(plan.microbatches), plan.rows);
   round_rows_.assign(static_cast<std::size_t>(plan.microbatches), 0);
   pending_.reserve(static_cast<std::size_t>(plan.sends_per_step));
+  const ReductionPlan& red = plan.reduction;
+  if (red.active()) {
+    if (replicas == nullptr || replicas->size() != red.replicas) {
+      throw ConfigError(fmt::format("rank {}: the plan sums gradients over {} replicas, but the replica group has {}",
+                                    rank_, red.replicas, replicas ? replicas->size() : 1));
+    }
+    replicas_ = replicas;
+    replicas_->Configure(red.requests, wait_timeout_s);
+    reduce_after_.assign(plan.step.size(), -1);
+    for (std::size_t k = 0; k < red.start_after.size(); ++k) {
+      if (red.start_after[k] >= 0) reduce_after_[static_cast<std::size_t>(red.start_after[k])] = static_cast<int>(k);
+    }
+    reduce_order_.assign(red.buckets.size(), -1);
+  }
+}
+
+void Executor::StartReduction(int local) {
+  const ReductionPlan& red = plan_.reduction;
+  const auto k = static_cast<std::size_t>(local);
+  float* grads = stages_[k]->device().grads();
+  if (reduce_started_ == 0) reduction_times_.first_start = Now();
+  for (int b = red.first_bucket[k]; b < red.first_bucket[k + 1]; ++b) {
+    const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(b)];
+    const std::span<float> data(grads + bucket.offset, bucket.count);
+    if (red.zero) {
+      replicas_->StartReduceScatter(bucket.request, data, bucket.counts, bucket.displs);
+    } else {
+      replicas_->StartAllReduce(bucket.request, data);
+    }
+    reduce_order_[reduce_started_++] = b;
+  }
+}
+
+void Executor::PollReductions() {
+  // The oldest first: testing it moves every collective along.
+  while (reduce_done_ < reduce_started_) {
+    const BucketPlan& bucket = plan_.reduction.buckets[static_cast<std::size_t>(reduce_order_[reduce_done_])];
+    if (!replicas_->Test(bucket.request)) return;
+    ++reduce_done_;
+    reduction_times_.last_end = Now();
+  }
+}
+
+void Executor::FinishReductions() {
+  if (replicas_ == nullptr) return;
+  const ReductionPlan& red = plan_.reduction;
+  for (std::size_t k = 0; k < red.start_after.size(); ++k) {
+    if (red.start_after[k] < 0) StartReduction(static_cast<int>(k));
+  }
+  const double start = Now();
+  for (; reduce_done_ < reduce_started_; ++reduce_done_) {
+    const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(reduce_order_[reduce_done_])];
+    const int stage = plan_.local_stages[static_cast<std::size_t>(bucket.local)].stage;
+    replicas_->Wait(bucket.request, {"the gradient sum", stage, -1, -1});
+    reduction_times_.last_end = Now();
+  }
+  reduction_times_.exposed = Now() - start;
+  if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, Now()});
+  reduce_started_ = reduce_done_ = 0;
 }
 
 std::byte* Executor::Address(const BufferRef& ref) {
@@ -108,6 +167,7 @@ void Executor::WaitSends() {
 StepStats Executor::TrainStep(const Batch& batch) {
   const StepStats stats = RunStep(batch);
   SumTiedGradients();
+  FinishReductions();
   StepOptimizers();
   return stats;
 }
@@ -139,10 +199,19 @@ void Executor::SumTiedGradients() {
 }
 
 void Executor::StepOptimizers() {
-  for (auto& st : stages_) {
-    st->device().OptimizerStep();
-    st->ZeroGrads();
+  for (auto& st : stages_) st->device().OptimizerStep();
+  const ReductionPlan& red = plan_.reduction;
+  if (replicas_ != nullptr && red.zero) {
+    // Every replica updated its shard: gather the others' into its parameters.
+    for (const BucketPlan& b : red.buckets) {
+      float* params = stages_[static_cast<std::size_t>(b.local)]->device().params();
+      replicas_->StartAllGather(b.request + 1, {params + b.offset, b.count}, b.counts, b.displs);
+    }
+    for (const BucketPlan& b : red.buckets) {
+      replicas_->Wait(b.request + 1, {"the parameters' all-gather", plan_.local_stages[static_cast<std::size_t>(b.local)].stage, -1, -1});
+    }
   }
+  for (auto& st : stages_) st->ZeroGrads();
 }
 
 StepStats Executor::RunStep(const Batch& batch) {
@@ -166,7 +235,10 @@ StepStats Executor::RunStep(const Batch& batch) {
 void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
                    const int* rows_of, StepStats* stats) {
   const bool train = mode == Mode::kTrain;
-  for (const Op& op : ops) {
+  const bool reducing = train && replicas_ != nullptr;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    if (reducing && reduce_done_ < reduce_started_) PollReductions();
     const Instruction& in = *op.in;
     const Action& a = in.action;
     const int s = a.stage, j = a.microbatch;
@@ -248,6 +320,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     }
     dev_.Progress();
     flight.end = Now();
+    if (reducing && reduce_after_[i] >= 0) StartReduction(reduce_after_[i]);
   }
   WaitSends();
   if (train) TakeLoss(stats);

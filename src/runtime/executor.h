@@ -59,19 +59,36 @@ struct StepStats {
   std::int64_t samples = 0;  // samples whose loss this rank computed
 };
 
+// One step's gradient sums over the replicas (data parallelism), seconds on
+// the rank's monotonic clock.
+struct ReductionTimes {
+  double first_start = 0.0;  // the first bucket's collective started
+  double last_end = 0.0;     // the last one was seen to end
+  double exposed = 0.0;      // the step waited for them after its last action (not hidden)
+  double total() const { return last_end - first_start; }
+};
+
 class Executor {
  public:
   // Allocates everything `plan` lists on `device` (the host, or a GPU),
-  // which carries the messages. REQUIRES: the plan's message tags fit the
-  // transport (checked: ConfigError); `model`, `plan` and `device` outlive
-  // the executor.
+  // which carries the messages. `replicas`: the replica group that sums the
+  // gradients when the plan's reduction is active (null: one replica).
+  // REQUIRES: the plan's message tags fit the transport (checked:
+  // ConfigError); `model`, `plan`, `device` and `replicas` outlive the
+  // executor.
   Executor(const ModelDesc& model, const RankPlan& plan, double wait_timeout_s, Transport& transport,
-           RankDevice& device);
+           RankDevice& device, ReplicaGroup* replicas = nullptr);
 
   // One training step on `batch` (inputs on the first stage's rank, labels on
-  // the last's): the plan's step, then every stage's optimizer step, then
-  // zeroed gradients. Gradients are averaged over the whole batch.
+  // the last's; this replica's share of the global batch): the plan's step
+  // (each stage's gradient sums over the replicas starting after its last
+  // backward), the tied gradients' sum, the end of the gradient sums, then
+  // every stage's optimizer step (ZeRO: on its shard, then the parameters
+  // gathered), then zeroed gradients. Gradients are averaged over the whole
+  // global batch.
   StepStats TrainStep(const Batch& batch);
+  // The last TrainStep's gradient sums (zeros without replicas).
+  const ReductionTimes& reduction_times() const { return reduction_times_; }
   // The plan's step alone: gradients accumulate into the stages' gradient
   // buffers (no optimizer step).
   StepStats RunStep(const Batch& batch);
@@ -79,7 +96,11 @@ class Executor {
   // locally, or with the other copy's rank. Part of TrainStep; collective
   // between those two ranks.
   void SumTiedGradients();
-  // Every stage's optimizer step, then zeroed gradients: the rest of TrainStep.
+  // Starts the gradient sums of the stages the plan starts after the tied
+  // gradients, and waits for every stage's: part of TrainStep.
+  void FinishReductions();
+  // Every stage's optimizer step (ZeRO: its shard, then the parameters
+  // all-gathered), then zeroed gradients: the rest of TrainStep.
   void StepOptimizers();
   // Forward-only pass over every sample of `data` (evaluation), in rounds of
   // the plan's evaluation schedule; reads the parts this rank holds.
@@ -125,6 +146,10 @@ class Executor {
   void Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
            const int* rows, StepStats* stats);
   void WaitSends();
+  // Starts local stage k's gradient buckets (ReductionPlan).
+  void StartReduction(int local);
+  // Moves the gradient sums in flight along; notes those that ended.
+  void PollReductions();
   // Moves the last stage's loss totals (if it is here) into *stats.
   void TakeLoss(StepStats* stats);
   static double Now();
@@ -148,6 +173,15 @@ class Executor {
   std::byte* labels_ = nullptr;
   std::byte* tied_inbox_ = nullptr;  // the other copy's gradient (tied head across ranks)
   std::vector<Op> train_ops_, evaluation_ops_;
+  // Data parallelism: per training instruction, the local stage whose
+  // gradient sums start after it (or -1); the buckets in flight are
+  // [reduce_done_, reduce_started_) of the plan's bucket list, in the order
+  // they started.
+  ReplicaGroup* replicas_ = nullptr;
+  std::vector<int> reduce_after_;
+  std::vector<int> reduce_order_;  // bucket indices in start order (preallocated)
+  std::size_t reduce_started_ = 0, reduce_done_ = 0;
+  ReductionTimes reduction_times_;
   std::vector<int> full_rows_, round_rows_;  // per microbatch of a round
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   std::vector<ActionEvent>* events_ = nullptr;

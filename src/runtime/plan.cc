@@ -328,8 +328,12 @@ RunPlan PlanRun(const TrainConfig& c) {
   plan.sim = Simulate(plan.lowered, unit);
   plan.model = DescribeModel(c.model.layers, c.model.input, c.model.seq);
   plan.bounds = PartitionLayers(c, plan.model, plan.lowered.stages);
-  plan.rows = c.train.batch_size / c.pipeline.microbatches;
-  plan.batch_size = c.train.batch_size;
+  plan.replicas = c.data_parallel.size;
+  plan.zero = c.data_parallel.zero == 1 && plan.replicas > 1;
+  plan.bucket_cap_bytes = c.data_parallel.bucket_cap_mb * 1024 * 1024;
+  plan.global_batch = c.train.batch_size;
+  plan.batch_size = c.train.batch_size / plan.replicas;
+  plan.rows = plan.batch_size / c.pipeline.microbatches;
   plan.input = SampleInput(c.data);
   plan.labels_per_sample = LabelsPerSample(c.data);
   plan.checkpointing = c.pipeline.checkpointing;
@@ -373,7 +377,64 @@ StagePlan PlanStageAlone(const RunPlan& run, int stage, bool split_backward) {
   return PlanStage(run, one, stage, split_backward);
 }
 
-RankPlan PlanRank(const RunPlan& run, int rank) {
+namespace {
+
+// The gradient buckets of every local stage, where they start, and the
+// optimizer shards (ReductionPlan).
+ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) {
+  ReductionPlan red;
+  red.replicas = run.replicas;
+  red.replica = replica;
+  red.zero = run.zero;
+  const auto D = static_cast<std::size_t>(run.replicas);
+  const std::size_t cap =
+      std::max<std::size_t>(1, static_cast<std::size_t>(run.bucket_cap_bytes / sizeof(float)));
+  for (std::size_t k = 0; k < r.local_stages.size(); ++k) {
+    const StagePlan& st = r.local_stages[k];
+    const std::size_t n = st.num_params;
+    red.first_bucket.push_back(static_cast<int>(red.buckets.size()));
+    // Replica i's shard: [n i / D, n (i + 1) / D).
+    auto shard = [&](std::size_t i) { return n * i / D; };
+    const std::size_t mine = red.zero ? static_cast<std::size_t>(replica) : 0;
+    red.shard_begin.push_back(red.zero ? shard(mine) : 0);
+    red.shard_count.push_back(red.zero ? shard(mine + 1) - shard(mine) : n);
+    for (std::size_t at = 0; at < n; at += cap) {
+      BucketPlan b;
+      b.local = static_cast<int>(k);
+      b.offset = at;
+      b.count = std::min(cap, n - at);
+      b.request = red.requests;
+      red.requests += red.zero ? 2 : 1;
+      if (red.zero) {
+        for (std::size_t i = 0; i < D; ++i) {
+          const std::size_t lo = std::clamp(shard(i), at, at + b.count);
+          const std::size_t hi = std::clamp(shard(i + 1), at, at + b.count);
+          b.displs.push_back(static_cast<int>(lo - at));
+          b.counts.push_back(static_cast<int>(hi - lo));
+        }
+      }
+      red.buckets.push_back(std::move(b));
+    }
+    // After the stage's last gradient writer: its last B, W, or the B part
+    // of an overlapped unit (the step lists the parts).
+    int last = -1;
+    for (std::size_t i = 0; i < r.step.size(); ++i) {
+      const Action& a = r.step[i].action;
+      if (a.stage == st.stage && (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight)) {
+        last = static_cast<int>(i);
+      }
+    }
+    const bool tied = r.tied.active && (r.tied.local_embedding == static_cast<int>(k) ||
+                                        r.tied.local_head == static_cast<int>(k));
+    red.start_after.push_back(tied ? -1 : last);
+  }
+  red.first_bucket.push_back(static_cast<int>(red.buckets.size()));
+  return red;
+}
+
+}  // namespace
+
+RankPlan PlanRank(const RunPlan& run, int rank, int replica) {
   const Schedule& lowered = run.lowered;
   RankPlan r;
   r.rank = rank;
@@ -382,6 +443,7 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   r.microbatches = lowered.microbatches;
   r.rows = run.rows;
   r.batch_size = run.batch_size;
+  r.global_batch = run.global_batch;
   r.stage_rank = lowered.stage_rank;
   r.local.assign(r.stages, -1);
   const int S = r.stages, m = r.microbatches;
@@ -475,6 +537,7 @@ RankPlan PlanRank(const RunPlan& run, int rank) {
   }
   for (const Action& a : run.evaluation.actions[rank]) r.evaluation.push_back(Resolve(r, a));
   r.sends_per_step = std::max(CountSends(lowered.actions[rank]), CountSends(run.evaluation.actions[rank]));
+  r.reduction = PlanReduction(run, r, replica);
   return r;
 }
 
@@ -490,7 +553,8 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
       const std::size_t param_bytes = st.num_params * sizeof(float);
       mem.params += param_bytes;
       mem.grads += param_bytes;
-      mem.optimizer += param_bytes * static_cast<std::size_t>(run.optimizer_states);
+      const std::size_t k = static_cast<std::size_t>(r.local[st.stage]);
+      mem.optimizer += r.reduction.shard_count[k] * sizeof(float) * static_cast<std::size_t>(run.optimizer_states);
       mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
       mem.workspaces += 3 * st.workspace_bytes + st.state_workspace_bytes;
       const int max_rows = st.rows * st.tokens_per_sample;

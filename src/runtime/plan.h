@@ -38,7 +38,11 @@ struct RunPlan {
   SimResult sim;        // unit costs: the ring capacities (peak in-flight microbatches per stage)
   std::vector<int> bounds;  // first top-level layer of each stage, and the layer count (size stages + 1)
   int rows = 0;             // samples per microbatch
-  int batch_size = 0;
+  int batch_size = 0;       // samples of one pipeline step: the replica's share of the global batch
+  int global_batch = 0;     // train.batch_size: gradients are averaged over it (batch_size x replicas)
+  int replicas = 1;         // data_parallel.size
+  bool zero = false;        // data_parallel.zero: optimizer state sharded over the replicas
+  double bucket_cap_bytes = 25.0 * 1024 * 1024;
   // One sample of the step's inputs, as the dataset gives it (dimension 0 is
   // 1): f32[1, features], or i32[1, seq_len] token ids. The first stage's
   // input is this with `rows` rows.
@@ -186,9 +190,46 @@ struct TiedPlan {
   int send_request = -1, recv_request = -1, tag = -1;
 };
 
+// Data parallelism: each local stage's gradients are summed over the
+// replicas in buckets, contiguous ranges of its gradient buffer of at most
+// RunPlan::bucket_cap_bytes, each its own non-blocking collective on the
+// replica group. A stage's buckets start right after its last gradient
+// writer of the step (its last B or W: the rest of the rank's work, and the
+// other ranks' cool-down, hide them); a stage holding a tied copy starts
+// after the tied gradients are summed, at the step's end. All end before
+// the optimizer steps.
+//
+// ZeRO stage 1 (zero): replica i keeps the optimizer state of, and updates,
+// only its shard of each stage's parameters, floats [N i / D, N (i+1) / D)
+// of N; a bucket is reduce-scattered (member i receives the sum of its
+// shard's part of it), and after the optimizer step each bucket's updated
+// parts are all-gathered into every replica's parameters.
+struct BucketPlan {
+  int local = -1;          // local stage
+  std::size_t offset = 0;  // floats into the stage's gradients (and parameters)
+  std::size_t count = 0;   // floats
+  int request = -1;        // the sum's replica-group request id; ZeRO's all-gather uses request + 1
+  std::vector<int> counts, displs;  // ZeRO: each replica's part, floats from `offset`, replica order
+};
+
+struct ReductionPlan {
+  int replicas = 1;
+  int replica = 0;  // this rank's
+  bool zero = false;
+  std::vector<BucketPlan> buckets;         // grouped by local stage, ascending
+  std::vector<int> first_bucket;           // per local stage: its first bucket (size local stages + 1)
+  std::vector<int> start_after;            // per local stage: the step instruction after which its buckets
+                                           // start, or -1: after the tied gradients' sum
+  std::vector<std::size_t> shard_begin, shard_count;  // per local stage: this replica's optimizer shard (floats)
+  int requests = 0;                        // replica-group request ids are in [0, requests)
+
+  bool active() const { return replicas > 1; }
+};
+
 struct RankPlan {
   int rank = 0;
   int ranks = 0, stages = 0, microbatches = 0, rows = 0, batch_size = 0;
+  int global_batch = 0;                    // the batch gradients are averaged over (all replicas')
   std::vector<int> stage_rank;
   std::vector<int> local;                  // stage -> local index, or -1
   std::vector<StagePlan> local_stages;     // ascending stage index
@@ -205,6 +246,7 @@ struct RankPlan {
   std::vector<Instruction> evaluation;     // one evaluation round of `microbatches` microbatches
   int sends_per_step = 0;                  // the most sends in flight at once
   TiedPlan tied;
+  ReductionPlan reduction;
 
   // Request id of a message: (kind, stage, microbatch), kind = RECV_F 0,
   // RECV_B 1, SEND_F 2, SEND_B 3.
@@ -218,8 +260,9 @@ struct RankPlan {
   std::size_t RingBytes() const;
 };
 
-// Rank `rank`'s part of the plan. Pure.
-RankPlan PlanRank(const RunPlan& plan, int rank);
+// Rank `rank`'s part of the plan (in replica `replica`, which decides its
+// optimizer shard under ZeRO). Pure.
+RankPlan PlanRank(const RunPlan& plan, int rank, int replica = 0);
 
 // What a rank holds, in bytes, predicted from its plan alone: everything
 // its executor allocates at setup (the host reads the step's batch in

@@ -53,39 +53,53 @@ void LoadInitialWeights(const std::string& path, const ModelDesc& model,
   }
 }
 
-void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_metrics) {
-  if (t.size() != c.pipeline.ranks) {
-    throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})", c.source,
-                                  c.pipeline.ranks, t.size(), c.pipeline.ranks));
+void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool append_metrics) {
+  Transport& t = comms.pipeline;
+  const int world = c.pipeline.ranks * c.data_parallel.size;
+  if (comms.world.size() != world || t.size() != c.pipeline.ranks || comms.replicas.size() != c.data_parallel.size) {
+    throw ConfigError(fmt::format(
+        "{}: pipeline.ranks {} x data_parallel.size {} = {} ranks, but the job has {} ranks (mpirun -np {})",
+        c.source, c.pipeline.ranks, c.data_parallel.size, world, comms.world.size(), world));
   }
+  u.replica = comms.replicas.rank();
+  u.world_rank = comms.world.rank();
   u.plan = PlanRun(c);
   CheckModelInput(c, u.plan);
-  u.rank_plan = PlanRank(u.plan, t.rank());
+  u.rank_plan = PlanRank(u.plan, t.rank(), u.replica);
   t.Configure(u.rank_plan.requests, c.pipeline.wait_timeout_s);
   u.device = c.device == Device::kCuda ? MakeCudaRankDevice(t, c.precision) : MakeHostRankDevice(t);
-  u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, c.pipeline.wait_timeout_s, t, *u.device);
-  for (auto& st : u.exec->stages()) {
-    st->Init(c.model.init_seed);
-    st->device().SetOptimizer(c.train.optimizer);
+  u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, c.pipeline.wait_timeout_s, t, *u.device,
+                                      &comms.replicas);
+  const ReductionPlan& red = u.rank_plan.reduction;
+  for (std::size_t k = 0; k < u.exec->stages().size(); ++k) {
+    Stage& st = *u.exec->stages()[k];
+    st.Init(c.model.init_seed);
+    // ZeRO: this replica's shard only (the whole stage otherwise).
+    st.device().SetOptimizer(c.train.optimizer, red.shard_begin[k], red.shard_count[k]);
   }
   if (!c.model.init_from.empty()) LoadInitialWeights(c.model.init_from, u.plan.model, u.exec->stages());
   for (auto& st : u.exec->stages()) st->device().PushParams();
 
-  const int rank = t.rank();
+  const int rank = comms.world.rank();
   u.first_rank = u.rank_plan.has_inputs;
   u.last_rank = u.rank_plan.has_labels;
   const DataConfig& d = c.data;
+  // Evaluation runs on the first replica only (the others' would count the
+  // same samples again).
+  const bool evaluates = u.replica == 0;
   switch (d.dataset) {
     case DatasetKind::kFashionMnist:
       u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
-      if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
+      if (d.evaluate && evaluates) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
       break;
     case DatasetKind::kSynthetic:
       u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
       break;
     case DatasetKind::kFortunes:
       u.train = LoadFortunes(d.path, "train", d.seq_len, u.first_rank, u.last_rank);
-      if (d.validation) u.test = LoadFortunes(d.path, "validation", d.seq_len, u.first_rank, u.last_rank);
+      if (d.validation && evaluates) {
+        u.test = LoadFortunes(d.path, "validation", d.seq_len, u.first_rank, u.last_rank);
+      }
       break;
     case DatasetKind::kSyntheticTokens:
       u.train = MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, u.first_rank, u.last_rank);
@@ -111,7 +125,9 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
     throw ConfigError(fmt::format("{}: train.batch_size {} is larger than the dataset ({} samples)", c.source,
                                   c.train.batch_size, u.train.samples));
   }
-  u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed);
+  // This replica's share of every global batch.
+  u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed, u.replica * u.plan.batch_size,
+                             u.plan.batch_size);
   u.fault = FaultFromEnvironment();
   u.exec->set_fault(u.fault);
   // On a deadline's expiry the rank leaves its last actions next to the metrics.
@@ -120,17 +136,20 @@ void BuildSetup(const TrainConfig& c, Transport& t, RunSetup& u, bool append_met
       (metrics_dir.empty() ? std::filesystem::path(".") : metrics_dir) / fmt::format("flight-rank-{}.json", rank);
   Executor* exec = u.exec.get();
   t.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
+  comms.replicas.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
   // Opened during setup, so an unwritable path ends the job on every rank.
   if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics, append_metrics);
 }
 
 }  // namespace
 
-void SetUpRun(const TrainConfig& c, Transport& t, RunSetup& u, bool append_metrics) {
+void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool append_metrics) {
   // Setup may fail on some ranks only (a data file the last rank reads, say):
   // all ranks agree before any message of a step is sent.
   try {
-    Agree(t, [&] { BuildSetup(c, t, u, append_metrics); });
+    Agree(comms.world, [&] { BuildSetup(c, comms, u, append_metrics); });
+    // The same answer on every rank, so that all join the evaluation's reduction.
+    u.evaluation = comms.world.AllMax(u.test.samples > 0 ? 1 : 0) == 1;
   } catch (...) {
     if (u.metrics && !append_metrics) u.metrics->Discard();
     throw;

@@ -16,6 +16,7 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/error.h"
+#include "baton/runtime.h"
 #include "baton/stage_device.h"
 #include "executor.h"
 #include "plan.h"
@@ -63,6 +64,9 @@ struct RunSetup {
   bool first_rank = false, last_rank = false;
   std::unique_ptr<MetricsLog> metrics;  // rank 0
   Fault fault;                          // BATON_FAULT, for testing
+  int replica = 0;                      // this rank's replica (data parallelism)
+  bool evaluation = false;              // epochs end with an evaluation (the first replica runs it)
+  int world_rank = 0;
 };
 
 // Plans and builds `u` on every rank (PlanRun, PlanRank, then the device,
@@ -71,7 +75,7 @@ struct RunSetup {
 // failing rank throws its error and the others throw PeerFailed, and no file
 // is left behind.
 // `append_metrics`: a resumed run adds to the metrics file instead of starting it anew.
-void SetUpRun(const TrainConfig& config, Transport& transport, RunSetup& u, bool append_metrics = false);
+void SetUpRun(const TrainConfig& config, const RunComms& comms, RunSetup& u, bool append_metrics = false);
 
 }  // namespace baton
 

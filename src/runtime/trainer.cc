@@ -31,9 +31,11 @@ std::string Duration(double s) {
                    : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
-// Writes the final weights (rank 0), gathered from every rank, with
-// PyTorch nn.Sequential names in layer order.
+// Writes the final weights (rank 0), gathered from every rank of the first
+// replica's pipeline (the replicas hold the same weights), with PyTorch
+// nn.Sequential names in layer order.
 void SaveWeights(const TrainConfig& c, Transport& t, RunSetup& u) {
+  if (u.replica != 0) return;
   std::vector<float> mine;
   for (auto& st : u.exec->stages()) {
     st->device().PullParams();
@@ -73,15 +75,16 @@ void SaveWeights(const TrainConfig& c, Transport& t, RunSetup& u) {
 
 }  // namespace
 
-TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& options) {
+TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptions& options) {
   const auto start = Clock::now();
   RunSetup u;
-  SetUpRun(c, t, u, options.resume);
+  SetUpRun(c, comms, u, options.resume);
+  Transport& t = comms.world;  // logging and evaluation reduce over every rank
   std::int64_t first_step = 1;
   if (options.resume) {
     const std::string dir = options.resume_dir.empty() ? c.checkpoint.dir : options.resume_dir;
     if (dir.empty()) throw ConfigError("--resume needs a folder: give one, or set checkpoint.dir");
-    first_step = LoadCheckpoint(c, t, u, dir) + 1;
+    first_step = LoadCheckpoint(c, comms, u, dir) + 1;
   }
 
   const bool root = t.rank() == 0;
@@ -90,9 +93,15 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
   const std::int64_t total = c.train.steps > 0 ? c.train.steps : per_epoch * c.train.epochs;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   if (root && c.log.progress) {
-    std::fprintf(stderr, "baton: training %zu layers on %d ranks, %s, %d stages, %d microbatches of %d, %lld steps\n",
-                 c.model.layers.size(), t.size(), u.plan.lowered.name.c_str(), u.plan.stages(),
-                 c.pipeline.microbatches, u.plan.rows, static_cast<long long>(total));
+    std::fprintf(stderr, "baton: training %zu layers on %d ranks%s, %s, %d stages, %d microbatches of %d, %lld steps\n",
+                 c.model.layers.size(), t.size(),
+                 c.data_parallel.size > 1
+                     ? fmt::format(" ({} replicas of a {}-rank pipeline{})", c.data_parallel.size, c.pipeline.ranks,
+                                   c.data_parallel.zero ? ", optimizer state sharded" : "")
+                           .c_str()
+                     : "",
+                 u.plan.lowered.name.c_str(), u.plan.stages(), c.pipeline.microbatches, u.plan.rows,
+                 static_cast<long long>(total));
   }
 
   TrainSummary summary;
@@ -137,8 +146,9 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
     }
     // u.test holds Fashion-MNIST's test split or fortunes' validation split
     // when the config asks for them, and nothing otherwise.
-    if (epoch_end && u.test.samples > 0) {
-      const StepStats ev = u.exec->Evaluate(u.test);
+    if (epoch_end && u.evaluation) {
+      StepStats ev;
+      if (u.test.samples > 0) ev = u.exec->Evaluate(u.test);  // the first replica's pipeline
       double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
       t.ReduceSum(v);
       if (root && !IsTokenDataset(c.data.dataset)) {
@@ -166,13 +176,13 @@ TrainSummary Train(const TrainConfig& c, Transport& t, const TrainOptions& optio
       window_start = Clock::now();
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
-      SaveCheckpoint(c, t, u, step);
+      SaveCheckpoint(c, comms, u, step);
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
   }
   if (tty) std::fprintf(stderr, "\n");
-  if (!c.log.weights.empty()) SaveWeights(c, t, u);
+  if (!c.log.weights.empty()) SaveWeights(c, comms.pipeline, u);
   summary.seconds = Seconds(start, Clock::now());
   if (root && c.log.progress) {
     std::fprintf(stderr, "baton: done: %lld steps in %s%s\n", static_cast<long long>(summary.steps),

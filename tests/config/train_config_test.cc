@@ -226,7 +226,7 @@ TEST(TrainConfigFiles, MissingFileIsAConfigError) {
 TEST(TrainConfigErrors, UnknownTopLevelKeySuggestsTheNearest) {
   const std::string msg = ErrorOf(std::string(kValid) + "pipline:\n  ranks: 4\n");
   EXPECT_TRUE(Contains(msg, "t.yaml:18:1: unknown key 'pipline'; did you mean 'pipeline'?")) << msg;
-  EXPECT_TRUE(Contains(msg, "allowed here: checkpoint, data, device, log, model, pipeline, precision, train")) << msg;
+  EXPECT_TRUE(Contains(msg, "allowed here: checkpoint, data, data_parallel, device, log, model, pipeline, precision, train")) << msg;
 }
 
 TEST(TrainConfigErrors, UnknownNestedKeyNamesTheKeyPath) {
@@ -946,7 +946,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"log.progress=3", "log.progress: expected true or false, got '3'"},
         BadValue{"device=gpu", "device: 'gpu' is not one of: cpu, cuda"},
         BadValue{"precision=fp16", "precision: 'fp16' is not one of: fp32, bf16"},
-        BadValue{"precision=bf16", "precision: bf16 needs device: cuda"}));
+        BadValue{"precision=bf16", "precision: bf16 needs device: cuda"},
+        BadValue{"data_parallel.size=0", "data_parallel.size: must be at least 1, got 0"},
+        BadValue{"data_parallel.size=3", "data_parallel.size: 3 replicas x 4 microbatches do not divide train.batch_size 16"},
+        BadValue{"data_parallel.zero=2", "data_parallel.zero: must be in [0, 1], got 2"},
+        BadValue{"data_parallel.bucket_cap_mb=0", "data_parallel.bucket_cap_mb: must be in"},
+        BadValue{"data_parallel.sharded=true", "unknown key 'data_parallel.sharded'"}));
+
+TEST(TrainConfigDataParallel, ReplicasOnTheGpuAreRefusedForNow) {
+  const std::string msg = ErrorOf(kValid, {"data_parallel.size=2", "device=cuda"});
+  EXPECT_TRUE(Contains(msg, "device: data_parallel.size > 1 runs on device: cpu for now")) << msg;
+}
+
+TEST(TrainConfigDataParallel, RoundTrips) {
+  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 2, zero: 1, bucket_cap_mb: 4}"});
+  EXPECT_EQ(c.data_parallel.size, 2);
+  EXPECT_EQ(c.data_parallel.zero, 1);
+  EXPECT_DOUBLE_EQ(c.data_parallel.bucket_cap_mb, 4.0);
+  const TrainConfig again = ParseTrainConfig(DescribeTrainConfig(c), "again.yaml");
+  EXPECT_EQ(again.data_parallel.size, 2);
+  EXPECT_EQ(again.data_parallel.zero, 1);
+  EXPECT_DOUBLE_EQ(again.data_parallel.bucket_cap_mb, 4.0);
+}
 
 }  // namespace
 }  // namespace baton

@@ -100,6 +100,14 @@ TEST_F(TrainErrors, RanksDoNotMatchTheJob) {
   EXPECT_NE(r.output.find("pipeline.ranks is 4 but the job has 2 ranks"), std::string::npos) << r.output;
 }
 
+TEST_F(TrainErrors, ReplicasTimesRanksDoNotMatchTheJob) {
+  const JobResult r = Train(3, Tiny(), {"pipeline.ranks=2", "data_parallel.size=2", "pipeline.microbatches=4"});
+  ExpectCleanFailure(r);
+  EXPECT_NE(r.output.find("pipeline.ranks 2 x data_parallel.size 2 = 4 ranks, but the job has 3 (mpirun -np 4)"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(TrainErrors, UnknownKeyInTheConfig) {
   WriteFile(dir_ / "typo.yaml", R"(model:
   layers: [{type: linear, out: 8}, {type: relu}, {type: linear, out: 4}]

@@ -1,0 +1,93 @@
+// Running `baton train` under mpirun from a test and comparing its outputs
+// with another run's: shared by the multi-rank equivalence tests.
+#ifndef BATON_TESTS_MPI_RUN_HELPERS_H_
+#define BATON_TESTS_MPI_RUN_HELPERS_H_
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "baton/data.h"
+
+namespace baton_test {
+
+namespace fs = std::filesystem;
+
+struct RunOutput {
+  std::vector<double> losses;
+  std::vector<baton::NamedTensor> weights;
+};
+
+inline int Shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Trains `config` (a path under the source folder) with `np` MPI ranks and
+// the --set overrides, in a folder of its own (tests run in parallel
+// processes); returns the per-step losses and the final weights. A failing
+// run fails the test with its log.
+inline RunOutput TrainRun(const std::string& name, const std::string& config, int np,
+                          const std::vector<std::string>& sets) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("baton_run_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string cmd = "cd '" + dir.string() + "' && '" BATON_MPIEXEC "' -np " + std::to_string(np) + " '" +
+                    BATON_BINARY + "' train '" BATON_SOURCE_DIR "/" + config + "'";
+  for (const std::string& s : sets) cmd += " --set '" + s + "'";
+  cmd += " > log.txt 2>&1";
+  const int code = Shell(cmd);
+  std::ifstream log(dir / "log.txt");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(code, 0) << cmd << "\n" << text;
+  RunOutput out;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
+  }
+  if (fs::exists(dir / "weights.safetensors")) {
+    out.weights = baton::ReadSafetensors((dir / "weights.safetensors").string());
+  }
+  fs::remove_all(dir);
+  return out;
+}
+
+// Losses and every weight tensor within `tolerance` relative (to the
+// reference tensor's largest magnitude).
+inline void ExpectSameRun(const RunOutput& got, const RunOutput& ref, double tolerance = 1e-5) {
+  ASSERT_FALSE(ref.losses.empty());
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], tolerance * std::abs(ref.losses[i])) << "step " << i + 1;
+  }
+  ASSERT_FALSE(ref.weights.empty());
+  ASSERT_EQ(got.weights.size(), ref.weights.size());
+  for (std::size_t t = 0; t < ref.weights.size(); ++t) {
+    const auto& a = got.weights[t];
+    const auto& b = ref.weights[t];
+    ASSERT_EQ(a.name, b.name);
+    ASSERT_EQ(a.shape, b.shape);
+    double scale = 0, diff = 0;
+    for (std::size_t k = 0; k < b.data.size(); ++k) {
+      scale = std::max(scale, double(std::abs(b.data[k])));
+      diff = std::max(diff, double(std::abs(a.data[k] - b.data[k])));
+    }
+    EXPECT_LE(diff, tolerance * scale) << a.name;
+  }
+}
+
+}  // namespace baton_test
+
+#endif  // BATON_TESTS_MPI_RUN_HELPERS_H_
