@@ -129,6 +129,9 @@ std::string ConfigDigest(const TrainConfig& config) {
   c.train.epochs = 1;
   c.checkpoint = {};
   c.log = {};
+  // The replicas train the same model on the same batches, and a checkpoint
+  // holds the whole optimizer state: another data_parallel resumes it.
+  c.data_parallel = {};
   c.data.evaluate = true;
   const std::string text = DescribeTrainConfig(c);
   // FNV-1a, 64 bits.

@@ -23,7 +23,8 @@
 namespace baton {
 
 // A fingerprint of what a checkpoint's numbers depend on: the model, the
-// pipeline, the data and the optimizer (not the run's length or outputs).
+// pipeline, the data and the optimizer (not the run's length or outputs, nor
+// the replica count).
 std::string ConfigDigest(const TrainConfig& config);
 
 // Collective: every rank writes its shard of step `step`; rank 0 writes the

@@ -115,6 +115,9 @@ class Executor {
 
   // The step being run (for the flight record and fault injection).
   void set_step(std::int64_t step) { step_ = step; }
+  // The rank's number in the world (with replicas, not its pipeline rank):
+  // what BATON_FAULT and the flight record name. Defaults to the plan's rank.
+  void set_world_rank(int rank) { rank_ = rank; }
   void set_fault(const Fault& fault) { fault_ = fault; }
   // Writes the last actions this rank ran or was running, with timestamps,
   // as JSON (on a deadline's expiry).
@@ -159,7 +162,7 @@ class Executor {
   const ModelDesc& model_;
   const RankPlan& plan_;
   RankDevice& dev_;
-  int rank_;
+  int rank_;  // in the world
   float grad_scale_;
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<ActivationStore>> stores_;

@@ -129,6 +129,7 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool a
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed, u.replica * u.plan.batch_size,
                              u.plan.batch_size);
   u.fault = FaultFromEnvironment();
+  u.exec->set_world_rank(rank);
   u.exec->set_fault(u.fault);
   // On a deadline's expiry the rank leaves its last actions next to the metrics.
   const std::filesystem::path metrics_dir = std::filesystem::path(c.log.metrics).parent_path();

@@ -5,9 +5,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include "baton/data.h"
 
 namespace {
 
@@ -28,8 +34,11 @@ class CheckpointTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs the tiny config on 2 ranks; returns the exit code.
-  int Train(const std::string& args) {
-    const std::string cmd = "cd '" + dir_.string() + "' && timeout 120 '" BATON_MPIEXEC "' -np 2 '" + BATON_BINARY +
+  int Train(const std::string& args) { return TrainOn(2, args); }
+  // The same on `np` ranks (data parallelism: --set data_parallel.size in `args`).
+  int TrainOn(int np, const std::string& args) {
+    const std::string cmd = "cd '" + dir_.string() + "' && timeout 120 '" BATON_MPIEXEC "' -np " +
+                            std::to_string(np) + " '" + BATON_BINARY +
                             "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml'" + kCommon + " " + args +
                             " > log.txt 2>&1";
     const int status = std::system(cmd.c_str());
@@ -95,6 +104,59 @@ TEST_F(CheckpointTest, DamagedOrMissingCheckpointIsAnError) {
   EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --resume"), 2);
   EXPECT_NE(Read("log.txt").find("it is damaged"), std::string::npos) << Read("log.txt");
   EXPECT_NE(Read("log.txt").find("rank-00001.safetensors"), std::string::npos) << Read("log.txt");
+}
+
+// Two replicas of a 2-rank pipeline, optimizer state sharded (ZeRO 1): the
+// first replica writes one shard per pipeline rank (the sharded state
+// gathered into it), and a resumed run is bit-identical to an
+// uninterrupted one.
+const char* kTwoByTwo = " --set data_parallel.size=2 --set data_parallel.zero=1 --set data_parallel.bucket_cap_mb=0.001";
+
+TEST_F(CheckpointTest, DataParallelResumeIsBitIdentical) {
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) +
+                           " --set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"),
+            0)
+      << Read("log.txt");
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) + " --set train.steps=6 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  // One shard per pipeline rank: the replicas write no copies.
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_ / "ck/step-00000006")) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"manifest.json", "rank-00000.safetensors", "rank-00001.safetensors"}));
+  EXPECT_NE(Read("ck/step-00000006/manifest.json").find("\"data_parallel\": 2"), std::string::npos);
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) +
+                           " --set train.steps=10 --set checkpoint.dir=ck --set log.weights=resumed.safetensors --resume"),
+            0)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
+  const std::string whole = Read("whole.safetensors");
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(Read("resumed.safetensors"), whole);
+}
+
+// A checkpoint holds the whole optimizer state whatever D wrote it, so a
+// run with another replica count (or none) resumes from it: the same
+// training, up to the order of the gradients' sums.
+TEST_F(CheckpointTest, DataParallelCheckpointResumesWithAnotherReplicaCount) {
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) +
+                           " --set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"),
+            0)
+      << Read("log.txt");
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) + " --set train.steps=6 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck --set log.weights=one.safetensors --resume"), 0)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
+  const auto whole = baton::ReadSafetensors((dir_ / "whole.safetensors").string());
+  const auto one = baton::ReadSafetensors((dir_ / "one.safetensors").string());
+  ASSERT_EQ(whole.size(), one.size());
+  for (std::size_t t = 0; t < whole.size(); ++t) {
+    double scale = 0, diff = 0;
+    for (std::size_t k = 0; k < whole[t].data.size(); ++k) {
+      scale = std::max(scale, double(std::abs(whole[t].data[k])));
+      diff = std::max(diff, double(std::abs(one[t].data[k] - whole[t].data[k])));
+    }
+    EXPECT_LE(diff, 1e-5 * scale) << whole[t].name;
+  }
 }
 
 }  // namespace

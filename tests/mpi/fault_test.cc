@@ -27,11 +27,12 @@ class FaultTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // Runs the tiny config on 2 ranks with BATON_FAULT=fault (if any).
-  int Train(const std::string& fault, const std::string& args) {
+  // Runs the tiny config on a 2-rank pipeline (np ranks: with
+  // data_parallel.size np / 2 in `args`) with BATON_FAULT=fault (if any).
+  int Train(const std::string& fault, const std::string& args, int np = 2) {
     const std::string env = fault.empty() ? "" : "BATON_FAULT='" + fault + "' ";
-    const std::string cmd = "cd '" + dir_.string() + "' && " + env + "timeout 120 '" BATON_MPIEXEC "' -np 2 '" +
-                            BATON_BINARY + "' train '" BATON_SOURCE_DIR
+    const std::string cmd = "cd '" + dir_.string() + "' && " + env + "timeout 120 '" BATON_MPIEXEC "' -np " +
+                            std::to_string(np) + " '" + BATON_BINARY + "' train '" BATON_SOURCE_DIR
                             "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 --set pipeline.schedule=1f1b"
                             " --set log.metrics=out/metrics.jsonl " +
                             args + " > log.txt 2>&1";
@@ -95,6 +96,41 @@ TEST_F(FaultTest, RankKilledWhileCheckpointingLeavesThePreviousCheckpointToResum
       << Read("log.txt");
   EXPECT_NE(Read("log.txt").find("resumed after step 2"), std::string::npos) << Read("log.txt");
   EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
+}
+
+// Two replicas of a 2-rank pipeline (world rank = pipeline rank x 2 +
+// replica): world rank 2, the first replica's pipeline rank 1, dies after
+// writing its step-4 shard; the step-2 checkpoint stays and resumes.
+TEST_F(FaultTest, DataParallelWriterKilledWhileCheckpointingLeavesThePreviousCheckpoint) {
+  const std::string dp =
+      "--set data_parallel.size=2 --set data_parallel.zero=1 --set checkpoint.dir=ck --set checkpoint.every_steps=2"
+      " --set checkpoint.keep=3 --set data.shuffle=true --set data.samples=128 ";
+  ASSERT_EQ(Train("", dp + "--set train.steps=6 --set log.weights=whole.safetensors --set checkpoint.dir=ck0", 4), 0)
+      << Read("log.txt");
+  EXPECT_NE(Train("2:4:checkpoint:kill", dp + "--set train.steps=6", 4), 0);
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000002/manifest.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "ck/step-00000004/manifest.json"));
+  ASSERT_EQ(Train("", dp + "--set train.steps=6 --set log.weights=resumed.safetensors --resume", 4), 0)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 2"), std::string::npos) << Read("log.txt");
+  EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
+}
+
+// A replica that stalls in its backward (two replicas of a one-rank
+// pipeline): the other waits for it in the gradient sum, hits the
+// deadline, says what it waited for and with whom, leaves its flight
+// record, and the job ends non-zero.
+TEST_F(FaultTest, StalledReplicaEndsTheJobAtTheGradientSumsDeadline) {
+  EXPECT_NE(Train("1:2:B:stall",
+                  "--set pipeline.ranks=1 --set data_parallel.size=2 --set pipeline.wait_timeout_s=3 "
+                  "--set train.steps=4"),
+            0);
+  EXPECT_LT(seconds_, 3 + 12) << Read("log.txt");
+  const std::string log = Read("log.txt");
+  EXPECT_NE(log.find("rank 0: timed out waiting for the gradient sum of stage 0 with its replicas (ranks 0, 1)"),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(fs::exists(dir_ / "out/flight-rank-0.json")) << log;
 }
 
 TEST_F(FaultTest, MalformedFaultSettingIsAnError) {
