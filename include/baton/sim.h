@@ -43,8 +43,22 @@ struct SimOptions {
   // (parameters, gradients, optimizer state, workspaces, message buffers),
   // added to its peak_memory_bytes.
   std::vector<double> rank_static_bytes;
+  // Data parallelism: empty, or one per stage: the time to sum the stage's
+  // gradients over the replicas (GradientSumTime below). A stage's sum
+  // starts when its last B or W of the step ends (with reduce_at_end set
+  // for it: when its rank's last action ends, as a tied copy's does); a
+  // rank's sums run one after another, beside its compute, and the rank is
+  // done when the last has ended.
+  std::vector<double> stage_reduce_time;
+  std::vector<char> reduce_at_end;  // empty, or one per stage
   bool record_timeline = true;           // keep every action's start/end
 };
+
+// The α–β time of summing `bytes` of gradients over `replicas` ranks in
+// buckets of at most `bucket_bytes`: per bucket, a ring all-reduce's
+// 2 (D - 1) steps of `latency` plus 2 (D - 1) / D of its bytes over
+// `bandwidth` (bytes per time unit); 0 for one replica.
+double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth);
 
 // One executed compute action.
 struct TimedAction {
@@ -65,6 +79,8 @@ struct RankResult {
   std::vector<int> stages;          // stages held by this rank, ascending
   std::vector<int> peak_in_flight;  // per entry of `stages`: most microbatches
                                     // forwarded but not yet released (B or W)
+  double reduce_end = 0.0;          // with stage_reduce_time: the last gradient sum's end (>= end)
+  double exposed_reduce = 0.0;      // reduce_end - end: the sums' time not hidden behind compute
 };
 
 struct SimResult {
@@ -72,7 +88,7 @@ struct SimResult {
   int ranks = 0;
   int microbatches = 0;
   int chunks = 0;
-  double makespan = 0.0;          // max_r end_r
+  double makespan = 0.0;          // max_r end_r (with gradient sums: max_r reduce_end_r)
   double bubble_rate = 0.0;       // 1 - sum busy / (ranks x makespan)
   double span_bubble_rate = 0.0;  // 1 - sum busy / (ranks x max_r span_r)
   std::vector<RankResult> per_rank;

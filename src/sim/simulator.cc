@@ -51,6 +51,13 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
     throw ScheduleError(fmt::format("simulation: {} per-rank static memory sizes given, but the schedule has {} ranks",
                                     o.rank_static_bytes.size(), s.ranks));
   }
+  if (!o.stage_reduce_time.empty() && static_cast<int>(o.stage_reduce_time.size()) != s.stages) {
+    throw ScheduleError(fmt::format("simulation: {} per-stage gradient-sum times given, but the schedule has {} stages",
+                                    o.stage_reduce_time.size(), s.stages));
+  }
+  for (std::size_t i = 0; i < o.stage_reduce_time.size(); ++i) {
+    non_negative(fmt::format("stage {} gradient-sum time", i), o.stage_reduce_time[i]);
+  }
   for (std::size_t i = 0; i < o.rank_static_bytes.size(); ++i) {
     non_negative(fmt::format("rank {} static memory bytes", i), o.rank_static_bytes[i]);
   }
@@ -127,6 +134,7 @@ class Simulator {
     }
     in_flight_.assign(S, 0);
     peak_in_flight_.assign(S, 0);
+    grad_end_.assign(S, 0.0);
     rank_.assign(s_.ranks, RankState{});
     if (o_.record_timeline) {
       timeline_.resize(s_.ranks);
@@ -283,6 +291,7 @@ class Simulator {
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         bwd_end_[At(st, mb)] = end;
+        if (a.kind == ActionKind::kBackward) grad_end_[st] = std::max(grad_end_[st], end);
         if (a.kind == ActionKind::kBackward) {
           hold(-1.0);
           --in_flight_[st];
@@ -294,6 +303,7 @@ class Simulator {
       case ActionKind::kBackwardWeight:
         hold(-w_ratio);
         --in_flight_[st];
+        grad_end_[st] = std::max(grad_end_[st], end);
         break;
       default:
         break;
@@ -400,6 +410,24 @@ class Simulator {
       out.stages.push_back(st);
       out.peak_in_flight.push_back(peak_in_flight_[st]);
     }
+    if (!o_.stage_reduce_time.empty()) {
+      // Each rank's gradient sums, one after another, each from its stage's
+      // last gradient (or the rank's end), beside the compute.
+      for (int r = 0; r < s_.ranks; ++r) {
+        RankResult& out = res.per_rank[r];
+        std::vector<std::pair<double, int>> ready;
+        for (int st : out.stages) {
+          const bool at_end = !o_.reduce_at_end.empty() && o_.reduce_at_end[static_cast<std::size_t>(st)];
+          ready.push_back({at_end ? out.end : grad_end_[st], st});
+        }
+        std::sort(ready.begin(), ready.end());
+        double t = 0.0;
+        for (const auto& [when, st] : ready) t = std::max(t, when) + o_.stage_reduce_time[static_cast<std::size_t>(st)];
+        out.reduce_end = std::max(t, out.end);
+        out.exposed_reduce = out.reduce_end - out.end;
+        res.makespan = std::max(res.makespan, out.reduce_end);
+      }
+    }
     const double p = s_.ranks;
     res.bubble_rate = res.makespan > 0.0 ? 1.0 - busy_total / (p * res.makespan) : 0.0;
     res.span_bubble_rate = max_span > 0.0 ? 1.0 - busy_total / (p * max_span) : 0.0;
@@ -420,6 +448,7 @@ class Simulator {
   std::vector<double> send_f_, send_b_;  // lowered: (sender stage, mb) -> SEND time
   std::vector<char> recv_f_, recv_b_;    // lowered: (receiver stage, mb) -> RECV posted
   std::vector<int> in_flight_, peak_in_flight_;  // per stage
+  std::vector<double> grad_end_;                 // per stage: its last B or W's end
   std::vector<RankState> rank_;
   std::vector<std::vector<TimedAction>> timeline_;
 };
@@ -429,6 +458,14 @@ class Simulator {
 SimResult Simulate(const Schedule& schedule, const SimOptions& options) {
   CheckOptions(schedule, options);
   return Simulator(schedule, options).Run();
+}
+
+double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth) {
+  if (replicas <= 1 || bytes <= 0.0) return 0.0;
+  const double d = replicas;
+  const double buckets = bucket_bytes > 0.0 ? std::ceil(bytes / bucket_bytes) : 1.0;
+  const double moved = 2.0 * (d - 1.0) / d * bytes;
+  return buckets * 2.0 * (d - 1.0) * latency + (bandwidth > 0.0 ? moved / bandwidth : 0.0);
 }
 
 }  // namespace baton

@@ -308,3 +308,50 @@ TEST(Simulator, LoweredDeadlockFromLateReceive) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// Data parallelism: each stage's gradient sum starts at its last B or W and
+// runs beside the compute; a rank's sums run one after another.
+TEST(SimulatorGradientSums, StartAtEachStagesLastBackwardAndRunOneAfterAnother) {
+  const Schedule s = Generate("1f1b", 2, 4);
+  SimOptions o;  // F = I = W = 1, so B = 2
+  const SimResult plain = Simulate(s, o);
+  o.stage_reduce_time = {0.5, 0.5};
+  const SimResult r = Simulate(s, o);
+  // 1F1B's last action on each rank is its stage's last B.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_DOUBLE_EQ(r.per_rank[rank].reduce_end, plain.per_rank[rank].end + 0.5);
+    EXPECT_DOUBLE_EQ(r.per_rank[rank].exposed_reduce, 0.5);
+  }
+  // The last stage's sum hides behind the first stage's cool-down (one B,
+  // 2 units, later); the first stage's sum is the step's tail.
+  EXPECT_LT(r.per_rank[1].reduce_end, plain.makespan);
+  EXPECT_DOUBLE_EQ(r.makespan, plain.makespan + 0.5);
+
+  // Two stages on one rank (ZB-V): the first stage done sums first, the
+  // other after it, not before its own last W.
+  const Schedule v = Generate("zbv", 1, 2);
+  SimOptions ov;
+  const SimResult vplain = Simulate(v, ov);
+  ov.stage_reduce_time = {100.0, 0.25};
+  const SimResult vr = Simulate(v, ov);
+  EXPECT_GE(vr.per_rank[0].reduce_end, vplain.per_rank[0].end);
+  EXPECT_DOUBLE_EQ(vr.makespan, vr.per_rank[0].reduce_end);
+  // A stage summed at the rank's end (a tied copy) starts there.
+  o.reduce_at_end = {1, 0};
+  const SimResult at_end = Simulate(s, o);
+  EXPECT_DOUBLE_EQ(at_end.per_rank[0].reduce_end, plain.per_rank[0].end + 0.5);
+}
+
+TEST(SimulatorGradientSums, AlphaBetaPerBucket) {
+  // 4 replicas, 10 MB in 4 MB buckets (3 buckets): 3 x 2 x 3 steps of
+  // latency, 2 x 3/4 of the bytes over the bandwidth.
+  EXPECT_DOUBLE_EQ(GradientSumTime(10e6, 4, 4e6, 1e-5, 1e9), 3 * 6 * 1e-5 + 1.5 * 10e6 / 1e9);
+  EXPECT_DOUBLE_EQ(GradientSumTime(10e6, 1, 4e6, 1e-5, 1e9), 0.0);
+  EXPECT_THROW(Simulate(Generate("1f1b", 2, 4), SimOptions{.stage_reduce_time = {1.0}}), ScheduleError);
+}
+
+}  // namespace
+}  // namespace baton
