@@ -258,6 +258,31 @@ int CountSends(const std::vector<Action>& actions) {
 
 std::vector<int> PartitionLayers(const TrainConfig& c, const ModelDesc& model, int stages) {
   const int n = model.top_layers();
+  if (c.pipeline.partition == Partition::kLayout) {
+    // The layout was checked against the model when it was read; only the
+    // stage count waits for the schedule.
+    const PipelineLayout& layout = c.pipeline.layout;
+    if (static_cast<int>(layout.stages.size()) != stages) {
+      throw ConfigError(fmt::format(
+          "{}: pipeline.layout: lists {} stages, but the pipeline has {} ({} ranks x {} chunks, schedule {}): give "
+          "one stage per rank and chunk, in stage order (layout \"{}\")",
+          layout.where, layout.stages.size(), stages, c.pipeline.ranks, stages / std::max(c.pipeline.ranks, 1),
+          c.pipeline.schedule, layout.text));
+    }
+    std::vector<int> bounds(stages + 1, 0);
+    int first = 0;
+    for (int s = 0; s < stages; ++s) {
+      const LayoutStage& st = layout.stages[static_cast<std::size_t>(s)];
+      bounds[s] = first;
+      first += (st.embedding ? kGptEmbeddingLayers : 0) + st.blocks * kGptBlockLayers + (st.loss ? kGptLossLayers : 0);
+    }
+    if (first != n) {
+      throw ConfigError(
+          fmt::format("{}: pipeline.layout: covers {} top-level layers, but the model has {}", layout.where, first, n));
+    }
+    bounds[stages] = n;
+    return bounds;
+  }
   if (stages > n) {
     throw ConfigError(
         fmt::format("{}: pipeline needs {} stages ({} ranks x {} chunks) but the model has only {} "
