@@ -510,11 +510,15 @@ std::string DescribePlan(const RunPlan& run) {
   for (int s = 0; s < run.stages(); ++s) {
     const RankPlan& r = ranks[static_cast<std::size_t>(run.lowered.stage_rank[s])];
     const StagePlan& st = r.local_stages[static_cast<std::size_t>(r.local[s])];
+    // Forward FLOPs of the stage's matrix products for one microbatch (every
+    // token row of every sample), as `baton bench` and `baton tune` count them.
+    const double flops = run.model.GemmFlopsPerRow(st.first_layer, st.last_layer) * st.rows * run.model.seq;
     out += fmt::format(
         "#   stage {} on rank {}: layers {}..{}, ring capacity {} microbatches of {} bytes, {} parameters, "
-        "{} -> {}{}\n",
+        "{} -> {}{}, forward {:.0f} FLOPs (matrix products) per microbatch, {} parameter bytes\n",
         st.stage, r.rank, st.first_layer, st.last_layer - 1, st.ring_capacity, st.slot_bytes, st.num_params,
-        ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "");
+        ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "", flops,
+        st.num_params * sizeof(float));
   }
   for (const RankPlan& r : ranks) {
     int messages = 0;

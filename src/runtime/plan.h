@@ -229,7 +229,9 @@ RankPlan PlanRank(const RunPlan& plan, int rank);
 StagePlan PlanStageAlone(const RunPlan& run, int stage, bool split_backward);
 
 // The plan as text, one line per stage (its rank, layers, parameters, ring
-// capacity and slot bytes) and one per rank's messages: for `baton validate`.
+// capacity and slot bytes, its matrix products' forward FLOPs for one
+// microbatch and its parameter bytes) and one per rank's messages: for
+// `baton validate`.
 std::string DescribePlan(const RunPlan& plan);
 
 }  // namespace baton

@@ -249,6 +249,24 @@ TEST(PlanLayout, StageCountMustBeRanksTimesChunks) {
       << msg;
 }
 
+TEST(Plan, DescribesEachStagesForwardFlopsAndParameterBytes) {
+  // 2 blocks of width 8, vocabulary 16, 4 tokens per sample, 2 samples per
+  // microbatch: 8 token rows. Stage 0 (E) has no matrix products and
+  // (16 + 4) x 8 parameters; stage 1 every block and the tied head's copy.
+  const RunPlan run = PlanRun(GptLayout(2, "E|t*2,L", {"pipeline.ranks=2"}));
+  const std::string text = DescribePlan(run);
+  EXPECT_NE(text.find(", forward 0 FLOPs (matrix products) per microbatch, 640 parameter bytes\n"), std::string::npos)
+      << text;
+  // Per token row: attention 2 (4 C^2) + 2 seq C, the MLP 2 x 2 (4 C^2), the head 2 C vocab.
+  const double per_row = 2 * (2 * 4.0 * 64 + 2 * 4 * 8 + 2 * 2 * 4.0 * 64) + 2 * 8 * 16;
+  const std::size_t params = run.model.NumParams(2, 8);
+  const std::string line = ", forward " + std::to_string(static_cast<long long>(per_row * 8)) +
+                           " FLOPs (matrix products) per microbatch, " + std::to_string(params * 4) +
+                           " parameter bytes\n";
+  EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  EXPECT_DOUBLE_EQ(run.model.GemmFlopsPerRow(2, 8), per_row);
+}
+
 // ---- the step's inputs follow the dataset ----
 
 TEST(Plan, FeatureInputsAreF32RowsOfTheDataset) {
