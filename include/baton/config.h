@@ -21,14 +21,16 @@ namespace baton {
 // (the stage input; the rest is recomputed), selective (the stage input and
 // the outputs of the layer types in pipeline.keep).
 enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
-enum class Partition : std::uint8_t { kBalanced, kExplicit };  // explicit: pipeline.partition lists counts
+// explicit: pipeline.partition lists layer counts; layout: pipeline.layout
+// lists each stage's parts of a GPT.
+enum class Partition : std::uint8_t { kBalanced, kExplicit, kLayout };
 enum class BalanceBy : std::uint8_t { kParams, kFlops };
 // fortunes and synthetic_tokens are byte-token datasets (IsTokenDataset).
 enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kSyntheticTokens };
 enum class Device : std::uint8_t { kCpu, kCuda };
 enum class Precision : std::uint8_t { kFP32, kBF16 };
 std::string_view EnumName(Checkpointing v);  // none, full, selective
-std::string_view EnumName(Partition v);      // balanced, explicit
+std::string_view EnumName(Partition v);      // balanced, explicit, layout
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::string_view EnumName(Device v);         // cpu, cuda
@@ -81,6 +83,28 @@ struct ModelConfig {
   std::string init_from;          // optional safetensors file with all weights
 };
 
+// pipeline.layout, Megatron-LM's pipeline_model_parallel_layout for a GPT:
+// "E,t*3|t*4|t*4|t*3,L" lists the stages in stage order, separated by '|';
+// a stage lists symbols, each optionally repeated (*N): E the embedding
+// (token embedding and position table), t one transformer block, L the loss
+// end (final layernorm and LM head). Parsed and checked once: E exactly
+// once, first in stage 0; L exactly once, last in the last stage; model.blocks
+// t's; no stage empty. So a stage is fully described by the three fields
+// below. The stage count is checked against ranks x chunks where the
+// schedule is known (PartitionLayers).
+struct LayoutStage {
+  bool embedding = false;  // E: starts with the embedding (stage 0 only)
+  int blocks = 0;          // t: transformer blocks, after the embedding
+  bool loss = false;       // L: ends with the loss end (the last stage only)
+
+  bool operator==(const LayoutStage&) const = default;
+};
+struct PipelineLayout {
+  std::string text;                 // as written, for the resolved config
+  std::string where;                // "file:line:column" of the key (or the --set), for later errors
+  std::vector<LayoutStage> stages;  // in stage order
+};
+
 struct PipelineConfig {
   std::string schedule = "1f1b";      // generator or CSV schedule file
   int ranks = 1;                      // must equal the MPI world size
@@ -89,6 +113,7 @@ struct PipelineConfig {
   Partition partition = Partition::kBalanced;
   BalanceBy balance_by = BalanceBy::kParams;
   std::vector<int> partition_counts;  // layers per stage, if explicit
+  PipelineLayout layout;              // the stages' parts of a GPT, if layout
   Checkpointing checkpointing = Checkpointing::kNone;
   std::vector<LayerType> keep;        // selective: layer types whose outputs are kept
   double wait_timeout_s = 300.0;      // deadline of every blocking wait

@@ -176,12 +176,16 @@ struct GptSpec {
   double eps = 1e-5;
 };
 // The layer list of a GPT-2-style decoder with Hugging Face GPT-2's
-// parameter names: embedding + position_embedding (one top-level layer
-// "E"), then per block one top-level layer of two residual blocks
-// (x + attn(ln_1(x)), then x + mlp(ln_2(x)) with a 4x GELU MLP in Conv1D
-// layout), then the final layernorm and the LM head (one top-level layer
-// "L"; its weight is the embedding's when tied).
+// parameter names, as top-level layers (the partition's units): the
+// embedding and the position table (pipeline.layout's "E"), then per block
+// its two residual halves, x + attn(ln_1(x)) and x + mlp(ln_2(x)) with a 4x
+// GELU MLP in Conv1D layout ("t"), then the final layernorm and the LM head
+// ("L"; its weight is the embedding's when tied).
 std::vector<LayerSpec> GptLayers(const GptSpec& gpt);
+// Top-level layers of GptLayers' parts: 2 + 2 blocks + 2 in all.
+inline constexpr int kGptEmbeddingLayers = 2;  // wte, wpe
+inline constexpr int kGptBlockLayers = 2;      // attention half, MLP half
+inline constexpr int kGptLossLayers = 2;       // ln_f, lm_head
 
 // PyTorch's default initialisation of one op's parameters (nn.Linear:
 // weight and bias uniform in +-1/sqrt(in); nn.LayerNorm: weight 1, bias 0),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -98,12 +99,130 @@ std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& wi
   return out;
 }
 
+std::string_view Trim(std::string_view s) {
+  const auto space = [](char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> Split(std::string_view s, char separator) {
+  std::vector<std::string_view> out;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = s.find(separator, start);
+    out.push_back(s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
+// pipeline.layout's symbols.
+enum class LayoutSymbol : std::uint8_t { kEmbedding, kBlock, kLoss };
+
+// Reads pipeline.layout (see PipelineLayout) for a GPT of `gpt.blocks`
+// blocks. Every refusal names the key's file:line:column, the stage, the
+// token and the rule; the stage count waits for the schedule
+// (PartitionLayers).
+PipelineLayout ReadLayout(YamlMap& pipe, const GptSpec& gpt) {
+  PipelineLayout out;
+  out.text = pipe.Get<std::string>("layout", "");
+  const YAML::Node node = pipe.Node("layout");
+  out.where = pipe.Locate(node, pipe.KeyPath("layout"));
+  auto fail = [&](std::size_t stage, std::string_view token, std::string_view rule) {
+    pipe.Fail(node, "layout", fmt::format("stage {}, token '{}': {} (layout \"{}\")", stage, token, rule, out.text));
+  };
+  const std::vector<std::string_view> stages = Split(out.text, '|');
+  const std::size_t last = stages.size() - 1;
+  long long blocks = 0;  // t's so far; a count may be up to INT_MAX
+  bool embedding = false, loss = false;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const std::vector<std::string_view> tokens = Split(stages[s], ',');
+    if (tokens.size() == 1 && Trim(tokens[0]).empty()) {
+      fail(s, "", "the stage is empty: every stage holds at least one of E, t, L");
+    }
+    LayoutStage stage;
+    for (std::size_t k = 0; k < tokens.size(); ++k) {
+      const std::string_view token = Trim(tokens[k]);
+      if (token.empty()) fail(s, token, "an empty symbol (a stray ','?): a stage lists E, t or L, comma-separated");
+      const std::size_t star = token.find('*');
+      const std::string_view name = Trim(token.substr(0, star));
+      int count = 1;
+      if (star != std::string_view::npos) {
+        const std::string_view n = Trim(token.substr(star + 1));
+        const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), count);
+        if (n.empty() || ec != std::errc() || end != n.data() + n.size() || count < 1) {
+          fail(s, token,
+               fmt::format("bad repetition count '{}': *N repeats a symbol N times, N a whole number >= 1", n));
+        }
+      }
+      LayoutSymbol symbol = LayoutSymbol::kEmbedding;
+      if (name == "E") {
+        symbol = LayoutSymbol::kEmbedding;
+      } else if (name == "t") {
+        symbol = LayoutSymbol::kBlock;
+      } else if (name == "L") {
+        symbol = LayoutSymbol::kLoss;
+      } else {
+        fail(s, token,
+             fmt::format("unknown symbol '{}': a stage lists E (the embedding), t (a transformer block) and L (the "
+                         "loss end), each optionally repeated as *N",
+                         name));
+      }
+      const bool first = s == 0 && k == 0, final = s == last && k + 1 == tokens.size();
+      if (first && symbol != LayoutSymbol::kEmbedding) {
+        fail(s, token, "stage 0 must start with E (the embedding), where the token ids enter");
+      }
+      switch (symbol) {
+        case LayoutSymbol::kEmbedding:
+          if (embedding || count > 1) {
+            fail(s, token, "E (the embedding) appears more than once: it is one part, first in stage 0");
+          }
+          if (!first) fail(s, token, "E (the embedding) must come first in stage 0, where the token ids enter");
+          embedding = stage.embedding = true;
+          break;
+        case LayoutSymbol::kBlock:
+          blocks += count;
+          if (blocks > gpt.blocks) {
+            fail(s, token,
+                 fmt::format("the layout's t's reach {} here, but model.blocks is {}: every block exactly once", blocks,
+                             gpt.blocks));
+          }
+          stage.blocks += count;
+          break;
+        case LayoutSymbol::kLoss:
+          if (loss || count > 1) {
+            fail(s, token, "L (the loss end) appears more than once: it is one part, last in the last stage");
+          }
+          if (!final) {
+            fail(s, token,
+                 fmt::format("L (the loss end) must come last in the last stage (stage {}), where the labels are",
+                             last));
+          }
+          loss = stage.loss = true;
+          break;
+      }
+      if (final && symbol != LayoutSymbol::kLoss) {
+        fail(s, token,
+             fmt::format("the last stage (stage {}) must end with L (the loss end), where the labels are", last));
+      }
+    }
+    out.stages.push_back(stage);
+  }
+  if (blocks != gpt.blocks) {
+    pipe.Fail(node, "layout",
+              fmt::format("the stages hold {} t's (transformer blocks), but model.blocks is {}: every block exactly "
+                          "once (layout \"{}\")",
+                          blocks, gpt.blocks, out.text));
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
 constexpr std::array<Checkpointing, 3> kCheckpointings = {Checkpointing::kNone, Checkpointing::kFull,
                                                           Checkpointing::kSelective};
-constexpr std::array<Partition, 2> kPartitions = {Partition::kBalanced, Partition::kExplicit};
+constexpr std::array<Partition, 3> kPartitions = {Partition::kBalanced, Partition::kExplicit, Partition::kLayout};
 constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy::kFlops};
 constexpr std::array<DatasetKind, 4> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
                                                    DatasetKind::kFortunes, DatasetKind::kSyntheticTokens};
@@ -114,7 +233,9 @@ constexpr std::array<Precision, 2> kPrecisions = {Precision::kFP32, Precision::k
 std::string_view EnumName(Checkpointing v) {
   return v == Checkpointing::kNone ? "none" : v == Checkpointing::kFull ? "full" : "selective";
 }
-std::string_view EnumName(Partition v) { return v == Partition::kBalanced ? "balanced" : "explicit"; }
+std::string_view EnumName(Partition v) {
+  return v == Partition::kBalanced ? "balanced" : v == Partition::kExplicit ? "explicit" : "layout";
+}
 std::string_view EnumName(BalanceBy v) { return v == BalanceBy::kParams ? "params" : "flops"; }
 std::string_view EnumName(DatasetKind v) {
   switch (v) {
@@ -301,6 +422,23 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
     OneOf(pipe, "partition", "balanced", {"balanced"});
     c.pipeline.partition = Partition::kBalanced;
   }
+  if (pipe.Has("layout")) {
+    if (!c.model.gpt) {
+      pipe.Fail(pipe.Node("layout"), "layout",
+                "is for GPT models (model: {type: gpt, ...}); cut an MLP from model.layers with pipeline.partition: "
+                "balanced, or a list of layer counts per stage");
+    }
+    if (pipe.Has("partition")) {
+      std::vector<std::string> items;
+      for (const YAML::Node& n : partition) items.push_back(n.Scalar());
+      pipe.Fail(pipe.Node("layout"), "layout",
+                fmt::format("contradicts pipeline.partition {} ({}): both choose each stage's layers; give one",
+                            partition.IsSequence() ? fmt::format("[{}]", fmt::join(items, ", ")) : partition.Scalar(),
+                            pipe.Locate(partition, pipe.KeyPath("partition"))));
+    }
+    c.pipeline.partition = Partition::kLayout;
+    c.pipeline.layout = ReadLayout(pipe, c.model.gpt_spec);
+  }
   c.pipeline.balance_by = Choice(pipe, "balance_by", c.pipeline.balance_by);
   c.pipeline.checkpointing = Choice(pipe, "checkpointing", c.pipeline.checkpointing);
   for (const std::string& t : pipe.Get<std::vector<std::string>>("keep", {})) {
@@ -451,11 +589,12 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "ranks" << YAML::Value << p.ranks
     << YAML::Key << "microbatches" << YAML::Value << p.microbatches << YAML::Key << "chunks" << YAML::Value << p.chunks;
-  e << YAML::Key << "partition" << YAML::Value;
-  if (p.partition == Partition::kExplicit) {
-    e << YAML::Flow << p.partition_counts;
+  if (p.partition == Partition::kLayout) {
+    e << YAML::Key << "layout" << YAML::Value << YAML::DoubleQuoted << p.layout.text;
+  } else if (p.partition == Partition::kExplicit) {
+    e << YAML::Key << "partition" << YAML::Value << YAML::Flow << p.partition_counts;
   } else {
-    e << std::string(EnumName(p.partition));
+    e << YAML::Key << "partition" << YAML::Value << std::string(EnumName(p.partition));
   }
   e << YAML::Key << "balance_by" << YAML::Value << std::string(EnumName(p.balance_by)) << YAML::Key << "checkpointing"
     << YAML::Value << std::string(EnumName(p.checkpointing)) << YAML::Key << "keep" << YAML::Value << YAML::Flow

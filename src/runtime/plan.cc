@@ -258,6 +258,31 @@ int CountSends(const std::vector<Action>& actions) {
 
 std::vector<int> PartitionLayers(const TrainConfig& c, const ModelDesc& model, int stages) {
   const int n = model.top_layers();
+  if (c.pipeline.partition == Partition::kLayout) {
+    // The layout was checked against the model when it was read; only the
+    // stage count waits for the schedule.
+    const PipelineLayout& layout = c.pipeline.layout;
+    if (static_cast<int>(layout.stages.size()) != stages) {
+      throw ConfigError(fmt::format(
+          "{}: pipeline.layout: lists {} stages, but the pipeline has {} ({} ranks x {} chunks, schedule {}): give "
+          "one stage per rank and chunk, in stage order (layout \"{}\")",
+          layout.where, layout.stages.size(), stages, c.pipeline.ranks, stages / std::max(c.pipeline.ranks, 1),
+          c.pipeline.schedule, layout.text));
+    }
+    std::vector<int> bounds(stages + 1, 0);
+    int first = 0;
+    for (int s = 0; s < stages; ++s) {
+      const LayoutStage& st = layout.stages[static_cast<std::size_t>(s)];
+      bounds[s] = first;
+      first += (st.embedding ? kGptEmbeddingLayers : 0) + st.blocks * kGptBlockLayers + (st.loss ? kGptLossLayers : 0);
+    }
+    if (first != n) {
+      throw ConfigError(
+          fmt::format("{}: pipeline.layout: covers {} top-level layers, but the model has {}", layout.where, first, n));
+    }
+    bounds[stages] = n;
+    return bounds;
+  }
   if (stages > n) {
     throw ConfigError(
         fmt::format("{}: pipeline needs {} stages ({} ranks x {} chunks) but the model has only {} "
@@ -592,11 +617,15 @@ std::string DescribePlan(const RunPlan& run) {
   for (int s = 0; s < run.stages(); ++s) {
     const RankPlan& r = ranks[static_cast<std::size_t>(run.lowered.stage_rank[s])];
     const StagePlan& st = r.local_stages[static_cast<std::size_t>(r.local[s])];
+    // Forward FLOPs of the stage's matrix products for one microbatch (every
+    // token row of every sample), as `baton bench` and `baton tune` count them.
+    const double flops = run.model.GemmFlopsPerRow(st.first_layer, st.last_layer) * st.rows * run.model.seq;
     out += fmt::format(
         "#   stage {} on rank {}: layers {}..{}, ring capacity {} microbatches of {} bytes, {} parameters, "
-        "{} -> {}{}\n",
+        "{} -> {}{}, forward {:.0f} FLOPs (matrix products) per microbatch, {} parameter bytes\n",
         st.stage, r.rank, st.first_layer, st.last_layer - 1, st.ring_capacity, st.slot_bytes, st.num_params,
-        ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "");
+        ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "", flops,
+        st.num_params * sizeof(float));
   }
   for (const RankPlan& r : ranks) {
     int messages = 0;

@@ -78,7 +78,9 @@ void CheckModelInput(const TrainConfig& config, const RunPlan& plan);
 
 // First top-level layer of each stage (size stages + 1). Balanced splits
 // minimise the largest stage's parameter count (or forward FLOPs); explicit
-// counts are checked. Throws ConfigError with the rule.
+// counts are checked; a GPT's pipeline.layout is expanded (E, t and L are
+// two top-level layers each) once its stage count is checked against
+// `stages`. Throws ConfigError with the rule.
 std::vector<int> PartitionLayers(const TrainConfig& config, const ModelDesc& model, int stages);
 
 // One microbatch through one stage: its ops over activations a_0 (the stage
@@ -298,7 +300,9 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run);
 StagePlan PlanStageAlone(const RunPlan& run, int stage, bool split_backward);
 
 // The plan as text, one line per stage (its rank, layers, parameters, ring
-// capacity and slot bytes) and one per rank's messages: for `baton validate`.
+// capacity and slot bytes, its matrix products' forward FLOPs for one
+// microbatch and its parameter bytes) and one per rank's messages: for
+// `baton validate`.
 std::string DescribePlan(const RunPlan& plan);
 
 }  // namespace baton

@@ -468,6 +468,35 @@ TEST_F(BatonCliTest, MissingConfigFileIsOneBatonError) {
   ExpectOneLineError(Run("simulate nope.yaml"), "nope.yaml: no such config file");
 }
 
+// baton validate prints the resolved config with the layout as written, and
+// per stage its layers, forward matrix-product FLOPs per microbatch and
+// parameter bytes. tests/mpi/tiny_gpt.yaml: vocabulary 32, 8 tokens, width
+// 16, 2 blocks, tied head, 2 samples per microbatch (16 token rows).
+TEST_F(BatonCliTest, ValidatePrintsTheLayoutsStagesWithFlopsAndParameterBytes) {
+  const RunResult r = Run("validate '" BATON_SOURCE_DIR
+                          "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 --set 'pipeline.layout=E|t*2,L'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  layout: \"E|t*2,L\"\n"), std::string::npos) << r.out;
+  // Stage 0: wte and wpe, (32 + 8) x 16 floats, no matrix products.
+  EXPECT_NE(r.out.find("#   stage 0 on rank 0: layers 0..1, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", forward 0 FLOPs (matrix products) per microbatch, 2560 parameter bytes\n"), std::string::npos)
+      << r.out;
+  // Stage 1: per token row 2 x (attention 2 (4 x 16^2) + 2 x 8 x 16, MLP 2 x 2 x 16 x 64) + the head 2 x 16 x 32
+  // = 13824 FLOPs, x 16 rows; per block 3280 parameters, ln_f 32, the head's copy of wte 512.
+  EXPECT_NE(r.out.find("#   stage 1 on rank 1: layers 2..7, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", forward 221184 FLOPs (matrix products) per microbatch, 28416 parameter bytes\n"),
+            std::string::npos)
+      << r.out;
+  // A layout of another stage count is one error naming the --set.
+  ExpectOneLineError(Run("validate '" BATON_SOURCE_DIR
+                         "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 --set 'pipeline.layout=E|t*2|L'"),
+                     "tiny_gpt.yaml (--set pipeline.layout): pipeline.layout: lists 3 stages, but the pipeline has 2 "
+                     "(2 ranks x 1 chunks, schedule 1f1b)");
+  ExpectOneLineError(Run("validate '" BATON_SOURCE_DIR
+                         "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 --set 'pipeline.layout=E|t*3,L'"),
+                     "pipeline.layout: stage 1, token 't*3': the layout's t's reach 3 here, but model.blocks is 2");
+}
+
 }  // namespace
 
 namespace baton {

@@ -571,6 +571,145 @@ TEST(TrainConfigTokens, DescribeRoundTrips) {
   }
 }
 
+// ---------------------------------------------------------------- pipeline.layout
+
+// A GPT of 14 blocks on 4 ranks; the layout's value starts at line 6, column 11.
+std::string GptWithLayout(const std::string& layout) {
+  return R"(model: {type: gpt, hidden: 16, heads: 2, blocks: 14}
+data: {dataset: synthetic_tokens, seq_len: 8}
+pipeline:
+  ranks: 4
+  microbatches: 4
+  layout: ")" +
+         layout + R"("
+train: {batch_size: 16}
+)";
+}
+
+TEST(TrainConfigLayout, ParsesIntoOneEntryPerStage) {
+  const TrainConfig c = ParseTrainConfig(GptWithLayout("E,t*3|t*4|t*4|t*3,L"), "t.yaml");
+  EXPECT_EQ(c.pipeline.partition, Partition::kLayout);
+  EXPECT_EQ(c.pipeline.partition, "layout");
+  EXPECT_EQ(c.pipeline.layout.text, "E,t*3|t*4|t*4|t*3,L");
+  EXPECT_EQ(c.pipeline.layout.where, "t.yaml:6:11");
+  const std::vector<LayoutStage> want = {{true, 3, false}, {false, 4, false}, {false, 4, false}, {false, 3, true}};
+  EXPECT_EQ(c.pipeline.layout.stages, want);
+  // Whitespace around tokens, counts and bars; repeated symbols add up; *1.
+  const TrainConfig d = ParseTrainConfig(GptWithLayout(" E , t * 3 |t,t,t*2| t*4 |\tt*2, t*1 , L "), "t.yaml");
+  EXPECT_EQ(d.pipeline.layout.stages, want);
+  // One stage holding everything.
+  const TrainConfig one = ParseTrainConfig(GptWithLayout("E,t*14,L"), "t.yaml", {"pipeline.ranks=1"});
+  EXPECT_EQ(one.pipeline.layout.stages, (std::vector<LayoutStage>{{true, 14, true}}));
+  // Set on the command line, its errors say so.
+  const TrainConfig set = ParseTrainConfig(GptWithLayout("E,t*14,L"), "t.yaml", {"pipeline.layout=E|t*14|L"});
+  EXPECT_EQ(set.pipeline.layout.stages.size(), 3u);
+  EXPECT_EQ(set.pipeline.layout.where, "t.yaml (--set pipeline.layout)");
+  const std::string msg = ErrorOf(GptWithLayout("E,t*14,L"), {"pipeline.layout=E|t*14|x"});
+  EXPECT_TRUE(Contains(msg, "t.yaml (--set pipeline.layout): pipeline.layout: stage 2, token 'x': unknown symbol"))
+      << msg;
+}
+
+TEST(TrainConfigLayout, DescribeRoundTripsTheTextAsWritten) {
+  for (const char* layout : {"E,t*3|t*4|t*4|t*3,L", " E , t * 3 |t,t,t*2| t*4 |t*2, t*1 , L "}) {
+    const TrainConfig c = ParseTrainConfig(GptWithLayout(layout), "t.yaml");
+    const std::string text = DescribeTrainConfig(c);
+    EXPECT_TRUE(Contains(text, std::string("layout: \"") + layout + "\"")) << text;
+    EXPECT_FALSE(Contains(text, "partition:")) << text;  // the layout is the partition
+    TrainConfig back;
+    try {
+      back = ParseTrainConfig(text, "described.yaml");
+    } catch (const ConfigError& e) {
+      FAIL() << e.what() << "\n" << text;
+    }
+    EXPECT_EQ(back.pipeline.partition, Partition::kLayout);
+    EXPECT_EQ(back.pipeline.layout.text, layout);
+    EXPECT_EQ(back.pipeline.layout.stages, c.pipeline.layout.stages);
+    EXPECT_EQ(DescribeTrainConfig(back), text);
+  }
+}
+
+TEST(TrainConfigLayout, ContradictsAnExplicitPartition) {
+  std::string text = GptWithLayout("E,t*7|t*7,L");
+  text.replace(text.find("  ranks: 4"), 10, "  ranks: 2\n  partition: [16, 16]");
+  const std::string msg = ErrorOf(text);
+  EXPECT_TRUE(Contains(msg,
+                       "t.yaml:7:11: pipeline.layout: contradicts pipeline.partition [16, 16] (t.yaml:5:14): "
+                       "both choose each stage's layers; give one"))
+      << msg;
+  // The word balanced is a choice too.
+  const std::string word = ErrorOf(GptWithLayout("E,t*7|t*7,L"), {"pipeline.partition=balanced"});
+  EXPECT_TRUE(Contains(word,
+                       "t.yaml:6:11: pipeline.layout: contradicts pipeline.partition balanced (t.yaml "
+                       "(--set pipeline.partition))"))
+      << word;
+}
+
+TEST(TrainConfigLayout, IsForGptModelsOnly) {
+  const std::string msg = ErrorOf(std::string(kValid), {"pipeline.layout=E,t|L"});
+  EXPECT_TRUE(Contains(msg,
+                       "t.yaml (--set pipeline.layout): pipeline.layout: is for GPT models (model: {type: gpt, "
+                       "...}); cut an MLP from model.layers with pipeline.partition"))
+      << msg;
+  std::string text = kValid;
+  text.replace(text.find("  ranks: 2"), 10, "  ranks: 2\n  layout: E|L");
+  EXPECT_TRUE(Contains(ErrorOf(text), "t.yaml:12:11: pipeline.layout: is for GPT models")) << ErrorOf(text);
+}
+
+// One broken rule per layout: one error naming the key's place, the stage,
+// the token and the rule.
+struct BadLayout {
+  const char* layout;
+  const char* message;  // after "t.yaml:6:11: pipeline.layout: "
+};
+
+class LayoutRules : public ::testing::TestWithParam<BadLayout> {};
+
+TEST_P(LayoutRules, AreEachOneLocatedError) {
+  const BadLayout& bad = GetParam();
+  const std::string msg = ErrorOf(GptWithLayout(bad.layout));
+  EXPECT_TRUE(Contains(msg, std::string("t.yaml:6:11: pipeline.layout: ") + bad.message)) << bad.layout << ": " << msg;
+  EXPECT_TRUE(Contains(msg, std::string("(layout \"") + bad.layout + "\")")) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LayoutRules,
+    ::testing::Values(
+        BadLayout{"t*3|t*4|t*4|t*3,L", "stage 0, token 't*3': stage 0 must start with E (the embedding)"},
+        BadLayout{"t,E,t*2|t*4|t*4|t*4,L", "stage 0, token 't': stage 0 must start with E (the embedding)"},
+        BadLayout{"E,t*3|E,t*4|t*4|t*3,L", "stage 1, token 'E': E (the embedding) appears more than once"},
+        BadLayout{"E*2,t*3|t*4|t*4|t*3,L", "stage 0, token 'E*2': E (the embedding) appears more than once"},
+        BadLayout{"E,t*3|t*4|t*4|t*3", "stage 3, token 't*3': the last stage (stage 3) must end with L (the loss end)"},
+        BadLayout{"E,t*3|t*4,L|t*4|t*3,L",
+                  "stage 1, token 'L': L (the loss end) must come last in the last stage (stage 3)"},
+        BadLayout{"E,t*3|t*4|t*4|L,t*3",
+                  "stage 3, token 'L': L (the loss end) must come last in the last stage (stage 3)"},
+        BadLayout{"E,t*3|t*4|t*4|t*3,L*2", "stage 3, token 'L*2': L (the loss end) appears more than once"},
+        BadLayout{"E,t*3|t*4|t*4|t*4,L",
+                  "stage 3, token 't*4': the layout's t's reach 15 here, but model.blocks is 14: every block exactly "
+                  "once"},
+        BadLayout{"E,t*3|t*4|t*4|t*2,L",
+                  "the stages hold 13 t's (transformer blocks), but model.blocks is 14: every block exactly once"},
+        BadLayout{"E,t*3||t*4|t*4,t*3,L", "stage 1, token '': the stage is empty: every stage holds at least one"},
+        BadLayout{"E,t*3| |t*4|t*4,t*3,L", "stage 1, token '': the stage is empty"},
+        BadLayout{"", "stage 0, token '': the stage is empty"},
+        BadLayout{"E,,t*3|t*4|t*4|t*3,L", "stage 0, token '': an empty symbol (a stray ','?)"},
+        BadLayout{"E,t*3|t*4|x*4|t*3,L",
+                  "stage 2, token 'x*4': unknown symbol 'x': a stage lists E (the embedding), "
+                  "t (a transformer block) and L (the loss end)"},
+        BadLayout{"E,t*3|T*4|t*4|t*3,L", "stage 1, token 'T*4': unknown symbol 'T'"},
+        BadLayout{"E,t*3|t4|t*4|t*3,L", "stage 1, token 't4': unknown symbol 't4'"},
+        BadLayout{"E,t*3|t*0|t*4|t*3,L",
+                  "stage 1, token 't*0': bad repetition count '0': *N repeats a symbol N "
+                  "times, N a whole number >= 1"},
+        BadLayout{"E,t*3|t*x|t*4|t*3,L", "stage 1, token 't*x': bad repetition count 'x'"},
+        BadLayout{"E,t*3|t*|t*4|t*3,L", "stage 1, token 't*': bad repetition count ''"},
+        BadLayout{"E,t*3|t*-4|t*4|t*3,L", "stage 1, token 't*-4': bad repetition count '-4'"},
+        BadLayout{"E,t*3|t*2.5|t*4|t*3,L", "stage 1, token 't*2.5': bad repetition count '2.5'"},
+        BadLayout{"E,t*3|t**4|t*4|t*3,L", "stage 1, token 't**4': bad repetition count '*4'"},
+        BadLayout{"E,t*3|t*99999999999|t*4|t*3,L", "stage 1, token 't*99999999999': bad repetition count"},
+        BadLayout{"E,t*3|t*2147483647|t*4|t*3,L",
+                  "stage 1, token 't*2147483647': the layout's t's reach 2147483650 here, but model.blocks is 14"}));
+
 TEST(TrainConfigErrors, UnknownDataset) {
   const std::string msg = ErrorOf(R"(model:
   layers: [{type: linear, out: 10}]
@@ -772,6 +911,7 @@ void ExpectSameSettings(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.pipeline.chunks, b.pipeline.chunks);
   EXPECT_EQ(a.pipeline.partition, b.pipeline.partition);
   EXPECT_EQ(a.pipeline.partition_counts, b.pipeline.partition_counts);
+  EXPECT_EQ(a.pipeline.layout.text, b.pipeline.layout.text);
   EXPECT_EQ(a.pipeline.balance_by, b.pipeline.balance_by);
   EXPECT_EQ(a.pipeline.checkpointing, b.pipeline.checkpointing);
   EXPECT_EQ(a.pipeline.keep, b.pipeline.keep);

@@ -4,7 +4,8 @@
 // checkpointing policy, on 2 and 4 ranks, with the head tied to the token
 // embedding and untied, the per-step losses and the final weights equal the
 // one-rank run's within 1e-5 relative. With a tied head, its copy on the
-// last stage stays bit-identical to the embedding on the first.
+// last stage stays bit-identical to the embedding on the first. The same
+// for stages cut unevenly by pipeline.layout.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -139,5 +140,13 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, GptEquivalence, ::testing::ValuesIn(AllCa
                            return info.param.schedule + "_" + info.param.checkpointing + "_" +
                                   std::to_string(info.param.ranks) + "ranks_" + (info.param.tied ? "tied" : "untied");
                          });
+
+// pipeline.layout cuts the model unevenly (the embedding alone on rank 0,
+// or the loss end alone on rank 1): still the one-rank run's numbers.
+TEST(GptLayout, UnevenLayoutsMatchSingleProcess) {
+  ExpectSame(Train("layout_e_alone", 2, {"pipeline.layout=E|t*2,L", "model.tied=true"}), Reference(true), true);
+  ExpectSame(Train("layout_l_alone", 2, {"pipeline.layout=E,t*2|L", "pipeline.schedule=zb_h1", "model.tied=false"}),
+             Reference(false), false);
+}
 
 }  // namespace

@@ -165,6 +165,108 @@ TEST(Plan, DescribesEveryStage) {
   }
 }
 
+// ---- pipeline.layout: a GPT's stages by their parts ----
+
+// A GPT of `blocks` blocks (2 + 2 blocks + 2 top-level layers) on synthetic
+// tokens; the layout's value is at line 6, column 11 of t.yaml.
+TrainConfig GptLayout(int blocks, const std::string& layout, const std::vector<std::string>& sets = {}) {
+  const std::string text = "model: {type: gpt, hidden: 8, heads: 2, blocks: " + std::to_string(blocks) +
+                           "}\n"
+                           "data: {dataset: synthetic_tokens, samples: 64, seq_len: 4, vocab: 16}\n"
+                           "pipeline:\n"
+                           "  ranks: 4\n"
+                           "  microbatches: 8\n"
+                           "  layout: \"" +
+                           layout + "\"\ntrain: {batch_size: 16}\n";
+  return ParseTrainConfig(text, "t.yaml", sets);
+}
+
+TEST(PlanLayout, ExpandsIntoTheFirstLayerOfEachStage) {
+  // E = wte, wpe; t = a block's attention and MLP halves; L = ln_f, lm_head.
+  const TrainConfig c = GptLayout(14, "E,t*3|t*4|t*4|t*3,L");
+  const RunPlan run = PlanRun(c);
+  ASSERT_EQ(run.model.top_layers(), 32);
+  EXPECT_EQ(run.bounds, (std::vector<int>{0, 8, 16, 24, 32}));
+  EXPECT_EQ(PartitionLayers(c, run.model, 4), run.bounds);
+  // Uneven: the embedding alone, then the blocks, the loss end with two.
+  EXPECT_EQ(PlanRun(GptLayout(14, "E|t*6|t*6|t*2,L")).bounds, (std::vector<int>{0, 2, 14, 26, 32}));
+  EXPECT_EQ(PlanRun(GptLayout(2, "E,t*2|L", {"pipeline.ranks=2"})).bounds, (std::vector<int>{0, 6, 8}));
+  // The stages hold what the layout says: stage 0 the embedding and
+  // position table, the last the final layernorm and the head.
+  const RunPlan uneven = PlanRun(GptLayout(14, "E|t*6|t*6|t*2,L"));
+  const RankPlan first = PlanRank(uneven, 0), last = PlanRank(uneven, 3);
+  ASSERT_EQ(first.local_stages.size(), 1u);
+  EXPECT_EQ(uneven.model.ops[first.local_stages[0].first_op].type, LayerType::kEmbedding);
+  EXPECT_EQ(first.local_stages[0].ops(), 2);
+  EXPECT_EQ(last.local_stages[0].output(), TensorDesc(DType::kF32, {2, 4, 16}));  // logits over the vocabulary
+}
+
+TEST(PlanLayout, WithChunksStageSRunsWhereTheSchedulePlacesIt) {
+  // 2 ranks x 2 chunks: interleaved places stage s on rank s mod 2, ZB-V in a V.
+  for (const auto& [schedule, ranks_of] :
+       {std::pair<std::string, std::vector<int>>{"interleaved_1f1b", {0, 1, 0, 1}}, {"zbv", {0, 1, 1, 0}}}) {
+    const RunPlan run = PlanRun(
+        GptLayout(6, "E,t|t*2|t*2|t,L", {"pipeline.ranks=2", "pipeline.chunks=2", "pipeline.schedule=" + schedule}));
+    EXPECT_EQ(run.bounds, (std::vector<int>{0, 4, 8, 12, 16})) << schedule;
+    EXPECT_EQ(run.lowered.stage_rank, ranks_of) << schedule;
+    for (int s = 0; s < 4; ++s) {
+      const RankPlan r = PlanRank(run, ranks_of[s]);
+      const StagePlan& st = r.local_stages[static_cast<std::size_t>(r.local[s])];
+      EXPECT_EQ(st.first_layer, run.bounds[s]) << schedule << " stage " << s;
+      EXPECT_EQ(st.last_layer, run.bounds[s + 1]) << schedule << " stage " << s;
+    }
+  }
+  EXPECT_EQ(PlanRun(GptLayout(6, "E|t*5|t|L", {"pipeline.ranks=2", "pipeline.schedule=zbv"})).bounds,
+            (std::vector<int>{0, 2, 12, 14, 16}));
+}
+
+TEST(PlanLayout, StageCountMustBeRanksTimesChunks) {
+  auto error_of = [](const TrainConfig& c) {
+    try {
+      PlanRun(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no ConfigError";
+    return std::string();
+  };
+  std::string msg = error_of(GptLayout(14, "E,t*7|t*7,L"));
+  EXPECT_EQ(msg,
+            "t.yaml:6:11: pipeline.layout: lists 2 stages, but the pipeline has 4 (4 ranks x 1 chunks, schedule 1f1b): "
+            "give one stage per rank and chunk, in stage order (layout \"E,t*7|t*7,L\")");
+  msg = error_of(GptLayout(14, "E,t*7|t*7,L", {"pipeline.ranks=2", "pipeline.schedule=zbv"}));
+  EXPECT_NE(msg.find("t.yaml:6:11: pipeline.layout: lists 2 stages, but the pipeline has 4 (2 ranks x 2 chunks, "
+                     "schedule zbv)"),
+            std::string::npos)
+      << msg;
+  msg = error_of(GptLayout(14, "E,t*3|t*4|t*4|t*3,L", {"pipeline.ranks=2"}));
+  EXPECT_NE(msg.find("t.yaml:6:11: pipeline.layout: lists 4 stages, but the pipeline has 2 (2 ranks x 1 chunks"),
+            std::string::npos)
+      << msg;
+  msg = error_of(GptLayout(14, "E,t*3|t*4|t*4|t*3,L", {"pipeline.layout=E,t*14|L"}));
+  EXPECT_NE(msg.find("t.yaml (--set pipeline.layout): pipeline.layout: lists 2 stages, but the pipeline has 4"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Plan, DescribesEachStagesForwardFlopsAndParameterBytes) {
+  // 2 blocks of width 8, vocabulary 16, 4 tokens per sample, 2 samples per
+  // microbatch: 8 token rows. Stage 0 (E) has no matrix products and
+  // (16 + 4) x 8 parameters; stage 1 every block and the tied head's copy.
+  const RunPlan run = PlanRun(GptLayout(2, "E|t*2,L", {"pipeline.ranks=2"}));
+  const std::string text = DescribePlan(run);
+  EXPECT_NE(text.find(", forward 0 FLOPs (matrix products) per microbatch, 640 parameter bytes\n"), std::string::npos)
+      << text;
+  // Per token row: attention 2 (4 C^2) + 2 seq C, the MLP 2 x 2 (4 C^2), the head 2 C vocab.
+  const double per_row = 2 * (2 * 4.0 * 64 + 2 * 4 * 8 + 2 * 2 * 4.0 * 64) + 2 * 8 * 16;
+  const std::size_t params = run.model.NumParams(2, 8);
+  const std::string line = ", forward " + std::to_string(static_cast<long long>(per_row * 8)) +
+                           " FLOPs (matrix products) per microbatch, " + std::to_string(params * 4) +
+                           " parameter bytes\n";
+  EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  EXPECT_DOUBLE_EQ(run.model.GemmFlopsPerRow(2, 8), per_row);
+}
+
 // ---- the step's inputs follow the dataset ----
 
 TEST(Plan, FeatureInputsAreF32RowsOfTheDataset) {
