@@ -448,6 +448,13 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
     }
     c.pipeline.keep.push_back(*type);
   }
+  // Selective without a list keeps the outputs of the layers whose
+  // recomputation costs matrix products (linear and attention: Megatron-LM's
+  // selective recomputation keeps them too) and recomputes the cheap
+  // element-wise parts (gelu, relu, layernorm, the residual adds).
+  if (c.pipeline.checkpointing == Checkpointing::kSelective && !pipe.Has("keep")) {
+    c.pipeline.keep = {LayerType::kLinear, LayerType::kAttention};
+  }
   if (!c.pipeline.keep.empty() && c.pipeline.checkpointing != Checkpointing::kSelective) {
     pipe.Fail(pipe.Node("keep"), "keep", "only applies with checkpointing: selective");
   }

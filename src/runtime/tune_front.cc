@@ -82,10 +82,11 @@ std::string Tune(const TrainConfig& config, const TuneRequest& req) {
   // Limits a config can state: the schedules' own (an overlay names no limit).
   space.memory_limits = {0.0};
 
-  const std::vector<LayerType> keep =
-      !config.pipeline.keep.empty() ? config.pipeline.keep
-      : config.model.gpt            ? std::vector<LayerType>{LayerType::kAttention}
-                                    : std::vector<LayerType>{LayerType::kLinear};
+  // The config's list, or selective's default (train_config.cc): the
+  // outputs of the layers with matrix products.
+  const std::vector<LayerType> keep = !config.pipeline.keep.empty()
+                                          ? config.pipeline.keep
+                                          : std::vector<LayerType>{LayerType::kLinear, LayerType::kAttention};
   auto costs = [&](const Candidate& c) {
     CandidateCosts out;
     if (batch % c.microbatches != 0) {

@@ -362,6 +362,13 @@ pipeline:
   EXPECT_TRUE(Contains(msg, "t.yaml:6:9: pipeline.keep: 'conv' is not a layer type")) << msg;
 }
 
+TEST(TrainConfig, SelectiveWithoutAListKeepsTheLayersWithMatrixProducts) {
+  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"pipeline.checkpointing=selective"});
+  EXPECT_EQ(c.pipeline.keep, (std::vector<LayerType>{LayerType::kLinear, LayerType::kAttention}));
+  const TrainConfig none = ParseTrainConfig(kValid, "t.yaml", {"pipeline.checkpointing=selective", "pipeline.keep=[]"});
+  EXPECT_TRUE(none.pipeline.keep.empty());
+}
+
 TEST(TrainConfigErrors, KeepWithoutSelective) {
   const std::string msg = ErrorOf(R"(model:
   layers: [{type: linear, out: 3}]

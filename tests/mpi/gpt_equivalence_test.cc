@@ -117,8 +117,8 @@ TEST_P(GptEquivalence, MatchesSingleProcess) {
       c.schedule + "_" + c.checkpointing + "_" + std::to_string(c.ranks) + (c.tied ? "_tied" : "_untied");
   std::vector<std::string> sets = {"pipeline.schedule=" + c.schedule, "pipeline.checkpointing=" + c.checkpointing,
                                    std::string("model.tied=") + (c.tied ? "true" : "false")};
-  // The transformer's sensible selective policy: keep what attention
-  // computes, recompute the cheap parts.
+  // Keep only what attention computes: the MLP's products are recomputed
+  // too (more than the default, which keeps linear outputs as well).
   if (c.checkpointing == "selective") sets.push_back("pipeline.keep=[attention]");
   ExpectSame(Train(name, c.ranks, sets), Reference(c.tied), c.tied);
 }
