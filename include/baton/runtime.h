@@ -111,6 +111,14 @@ struct BenchReport {
   double goal_gflops = 0;            // 0.95 (1 - bubble) x ranks x peak
   double record_cost_per_event_s = 0;
   double step_time_unrecorded_s = 0;  // median step time without recording
+  // Data parallelism (replicas > 1): the gradient sums over the replicas.
+  int replicas = 1;
+  double allreduce_step_latency_s = 0;   // alpha: one step of a ring all-reduce (measured: a 1-float sum / 2 (D - 1))
+  double allreduce_bandwidth_Bps = 0;    // beta^-1: bytes a second (measured: a large sum)
+  double reduction_s = 0;                // a rank's sums per step, first start to last end (median over steps, mean over ranks)
+  double reduction_exposed_s = 0;        // the step's tail: the last sum's end after the last action's (median)
+  double reduction_hidden_fraction = 0;  // the sums' time before the step's last action ends, over their whole time
+  double predicted_reduction_s = 0;      // the alpha-beta model's time of the largest stage's sums
   std::vector<BenchRank> per_rank;
 };
 

@@ -135,6 +135,13 @@ void PrintReport(const BenchReport& b) {
                      b.predicted_step_time_s * 1e3, b.measured_over_predicted,
                      b.predicted_step_time_mean_costs_s * 1e3, 100 * b.action_time_spread);
   out += fmt::format("message latency  {:.1f} us one way (rank 0 <-> 1, one activation)\n", b.message_latency_s * 1e6);
+  if (b.replicas > 1) {
+    out += fmt::format(
+        "gradient sums    {} replicas: {:.3f} ms per step per rank, {:.0f}% hidden behind the pipeline's compute, "
+        "{:.3f} ms after it; all-reduce {:.1f} us a ring step, {:.2f} GB/s: {:.3f} ms for the largest stage\n",
+        b.replicas, b.reduction_s * 1e3, 100 * b.reduction_hidden_fraction, b.reduction_exposed_s * 1e3,
+        b.allreduce_step_latency_s * 1e6, b.allreduce_bandwidth_Bps / 1e9, b.predicted_reduction_s * 1e3);
+  }
   out += fmt::format("compute          {:.2f} GFLOP/s in all = {:.3f} of {} x one-core peak {:.2f} GFLOP/s; "
                      "goal 0.95 (1 - bubble) x {} x peak = {:.2f}\n",
                      b.gflops_total, b.fraction_of_peak, b.ranks, b.peak_gflops_one_core, b.ranks, b.goal_gflops);

@@ -65,18 +65,35 @@ double PingPong(Transport& t, std::size_t bytes) {
   return Median(trips) / 2;
 }
 
+// The replica group's all-reduce of `floats` floats: the median of 30
+// (after 5 unmeasured), collective over the group. Outside any step.
+double AllReduceTime(ReplicaGroup& g, std::size_t floats, double timeout_s) {
+  std::vector<float> buf(std::max<std::size_t>(floats, 1), 1.0f);
+  g.Configure(1, timeout_s);
+  std::vector<double> times;
+  for (int i = 0; i < 35; ++i) {
+    const double start = Now();
+    g.StartAllReduce(0, buf);
+    g.Wait(0, {"the all-reduce probe", -1, i, -1});
+    if (i >= 5) times.push_back(Now() - start);
+  }
+  return Median(times);
+}
+
 // Compute events are named as in the simulator's trace ("F", "I", ...);
 // waits by what they wait for.
 std::string_view EventName(ActionKind k) {
   if (IsCompute(k)) return KindName(k);
   if (k == ActionKind::kRecvF) return "wait RECV_F";
   if (k == ActionKind::kRecvB) return "wait RECV_B";
+  if (k == ActionKind::kReduceGrad) return "wait gradient sums";
   return "wait SEND";
 }
 
 // Per rank and step, gathered on rank 0.
 struct StepRecord {
   double wall = 0, busy = 0, waiting = 0;
+  double reduction_start = 0, reduction_end = 0;  // the gradient sums (ReductionTimes), from the step's start
   std::vector<ActionEvent> events;  // times relative to the step's start
 };
 
@@ -200,6 +217,15 @@ std::string BenchReportJson(const BenchReport& b) {
   j["goal_gflops"] = b.goal_gflops;
   j["record_cost_per_event_s"] = b.record_cost_per_event_s;
   j["step_time_unrecorded_s"] = b.step_time_unrecorded_s;
+  j["replicas"] = b.replicas;
+  if (b.replicas > 1) {
+    j["allreduce_step_latency_s"] = b.allreduce_step_latency_s;
+    j["allreduce_bandwidth_Bps"] = b.allreduce_bandwidth_Bps;
+    j["reduction_s"] = b.reduction_s;
+    j["reduction_exposed_s"] = b.reduction_exposed_s;
+    j["reduction_hidden_fraction"] = b.reduction_hidden_fraction;
+    j["predicted_reduction_s"] = b.predicted_reduction_s;
+  }
   auto& ranks = j["per_rank"] = nlohmann::ordered_json::array();
   for (const BenchRank& r : b.per_rank) {
     ranks.push_back({{"rank", r.rank},
@@ -242,6 +268,23 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   t.Barrier();
   // The probe message is one activation crossing the first stage boundary.
   const double latency = PingPong(comms.pipeline, u.rank_plan.stage_output.front().bytes());
+
+  // Data parallelism: the replica groups' all-reduce, small and large, for
+  // the alpha-beta model (each group at once, as in a step).
+  double ar_alpha = 0, ar_bandwidth = 0;
+  std::size_t largest_stage = 0;
+  for (const StagePlan& st : u.rank_plan.local_stages) largest_stage = std::max(largest_stage, st.num_params);
+  if (replicas > 1) {
+    const double d = replicas;
+    const std::size_t big = std::max<std::size_t>(largest_stage, 1 << 18);
+    const double small_t = AllReduceTime(comms.replicas, 1, c.pipeline.wait_timeout_s);
+    const double big_t = AllReduceTime(comms.replicas, big, c.pipeline.wait_timeout_s);
+    ar_alpha = small_t / (2 * (d - 1));
+    ar_bandwidth = 2 * (d - 1) / d * double(big) * sizeof(float) / std::max(big_t - small_t, 1e-9);
+    // The executor's own request table again.
+    comms.replicas.Configure(u.rank_plan.reduction.requests, c.pipeline.wait_timeout_s);
+  }
+  t.Barrier();
 
   for (int i = 0; i < o.warmup_steps; ++i) exec.TrainStep(u.loader->Next());
 
@@ -304,6 +347,8 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     mine.push_back(float(ends[k] - starts[k]));
     mine.push_back(float(busy));
     mine.push_back(float(waiting));
+    mine.push_back(float(reduction[k].total() > 0 ? reduction[k].first_start - starts[k] : 0.0));
+    mine.push_back(float(reduction[k].total() > 0 ? reduction[k].last_end - starts[k] : 0.0));
     mine.push_back(float(event_begin[k + 1] - event_begin[k]));
     for (std::size_t e = event_begin[k]; e < event_begin[k + 1]; ++e) {
       const ActionEvent& ev = events[e];
@@ -312,6 +357,8 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     }
   }
   mine.push_back(float(Median(plain)));
+  mine.push_back(float(ar_alpha));
+  mine.push_back(float(ar_bandwidth / 1e6));  // MB/s: a float holds it
   std::vector<float> all;
   t.GatherToRoot(mine, &all);
   if (!root) return {};
@@ -327,6 +374,8 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
       s.wall = all[at++];
       s.busy = all[at++];
       s.waiting = all[at++];
+      s.reduction_start = all[at++];
+      s.reduction_end = all[at++];
       const int n = static_cast<int>(all[at++]);
       for (int e = 0; e < n; ++e, at += 5) {
         s.events.push_back({static_cast<ActionKind>(int(all[at])), int(all[at + 1]), int(all[at + 2]),
@@ -334,8 +383,41 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
       }
     }
     plain_medians.push_back(all[at++]);
+    if (r == 0) {
+      report.allreduce_step_latency_s = all[at];
+      report.allreduce_bandwidth_Bps = double(all[at + 1]) * 1e6;
+    }
+    at += 2;
   }
-
+  report.replicas = replicas;
+  if (replicas > 1) {
+    // Hidden: the part of a rank's sums before the step's last action on
+    // any rank ends (the pipeline's cool-down); exposed: the rest, which
+    // lengthens the step.
+    std::vector<double> per_step, exposed_step;
+    double total = 0, hidden = 0;
+    for (int k = 0; k < o.steps; ++k) {
+      double compute_end = 0, sum = 0, tail = 0;
+      for (int r = 0; r < p; ++r) {
+        for (const ActionEvent& e : rec[r][k].events) {
+          if (IsCompute(e.kind)) compute_end = std::max(compute_end, e.end);
+        }
+      }
+      for (int r = 0; r < p; ++r) {
+        const StepRecord& sr = rec[r][k];
+        const double length = sr.reduction_end - sr.reduction_start;
+        sum += length;
+        total += length;
+        hidden += std::clamp(compute_end - sr.reduction_start, 0.0, length);
+        tail = std::max(tail, sr.reduction_end - compute_end);
+      }
+      per_step.push_back(sum / p);
+      exposed_step.push_back(std::max(tail, 0.0));
+    }
+    report.reduction_s = Median(per_step);
+    report.reduction_exposed_s = Median(exposed_step);
+    report.reduction_hidden_fraction = total > 0 ? hidden / total : 0;
+  }
   report.schedule = u.plan.lowered.name;
   report.ranks = p;
   report.microbatches = u.plan.lowered.microbatches;
@@ -424,9 +506,30 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   // Medians as the issue of record; means as well, because on a noisy
   // machine the spread of action times stretches real steps past the sum of
   // typical costs, and the mean-cost prediction shows how much of a gap that is.
+  // The gradient sums: the alpha-beta time of each stage's buckets; a tied
+  // copy's stage sums at its rank's end.
+  std::vector<double> reduce_time;
+  std::vector<char> reduce_at_end;
+  if (replicas > 1) {
+    reduce_time.assign(u.plan.lowered.stages, 0.0);
+    reduce_at_end.assign(u.plan.lowered.stages, 0);
+    for (int r = 0; r < u.plan.lowered.ranks; ++r) {
+      const RankPlan rp = PlanRank(u.plan, r);
+      for (std::size_t k = 0; k < rp.local_stages.size(); ++k) {
+        const StagePlan& st = rp.local_stages[k];
+        reduce_time[st.stage] =
+            GradientSumTime(double(st.num_params) * sizeof(float), replicas, u.plan.bucket_cap_bytes,
+                            report.allreduce_step_latency_s, report.allreduce_bandwidth_Bps);
+        reduce_at_end[st.stage] = rp.reduction.start_after[k] < 0;
+        report.predicted_reduction_s = std::max(report.predicted_reduction_s, reduce_time[st.stage]);
+      }
+    }
+  }
   auto costs_from = [&](auto statistic) {
     SimOptions sim;
     sim.comm = latency;
+    sim.stage_reduce_time = reduce_time;
+    sim.reduce_at_end = reduce_at_end;
     sim.stage_costs.resize(u.plan.lowered.stages, Costs{0, 0, 0});
     for (auto& [key, v] : costs) {
       Costs& cs = sim.stage_costs[key.first];
@@ -479,8 +582,9 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     for (int k = 0; k < o.steps; ++k) order[k] = k;
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return makespans[a] < makespans[b]; });
     const std::size_t k = order[o.steps / 2];
+    // The first replica's pipeline: world rank = pipeline rank x D.
     std::vector<const StepRecord*> step_of_rank;
-    for (int r = 0; r < p; ++r) step_of_rank.push_back(&rec[r][k]);
+    for (int r = 0; r < u.plan.lowered.ranks; ++r) step_of_rank.push_back(&rec[r * replicas][k]);
     SimResult measured =
         AsSimResult(fmt::format("{}: measured step {} (ms)", report.schedule, k), u.plan.lowered, step_of_rank);
     SimResult simulated = predicted;
