@@ -175,13 +175,16 @@ class MultiHostTest : public ::testing::Test {
   }
 
   // The mpirun command for rank 0 in namespace A (on host SUBNET.1) and rank
-  // 1 in namespace B (host SUBNET.2): MPI messages over the `data` subnet,
-  // Open MPI's own daemon traffic over `control`.
+  // 1 in namespace B (host SUBNET.2) — with `per_host` ranks per host, ranks
+  // [0, per_host) in A and the rest in B — : MPI messages over the `data`
+  // subnet, Open MPI's own daemon traffic over `control`.
   std::string Command(const std::string& data, const std::string& control, const std::string& mca,
-                      const std::string& sets) const {
+                      const std::string& sets, int per_host = 1) const {
+    const std::string n = std::to_string(per_host);
     return "cd '" + dir_.string() + "' && BATON_NETNS_HOSTS='" + control + ".1=" + ns_a_ + " " + control +
-           ".2=" + ns_b_ + "' ip netns exec " + ns_a_ + " '" BATON_MPIEXEC "' -np 2 --host " + control + ".1:1," +
-           control + ".2:1 --mca plm_rsh_agent '" BATON_SOURCE_DIR "/tests/mpi/netns_agent.sh'" +
+           ".2=" + ns_b_ + "' ip netns exec " + ns_a_ + " '" BATON_MPIEXEC "' -np " + std::to_string(2 * per_host) +
+           " --host " + control + ".1:" + n + "," + control + ".2:" + n +
+           " --mca plm_rsh_agent '" BATON_SOURCE_DIR "/tests/mpi/netns_agent.sh'" +
            " --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include " + data + ".0/24 --mca oob_tcp_if_include " +
            control + ".0/24 " + mca +
            " '" BATON_BINARY "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " + sets +
@@ -245,6 +248,34 @@ TEST_F(MultiHostTest, TrainsOverTcpBetweenNamespacesExactlyAsOnOneHost) {
   fs::create_directories(one);
   ASSERT_EQ(Shell("cd '" + one.string() +
                   "' && '" BATON_MPIEXEC "' -np 2 '" BATON_BINARY "' train '" BATON_SOURCE_DIR
+                  "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " +
+                  sets + " > log.txt 2>&1"),
+            0)
+      << Read(one / "log.txt");
+  const RunOutput one_host = Outputs(one);
+  ASSERT_EQ(one_host.losses.size(), 6u);
+  EXPECT_EQ(two_hosts.losses, one_host.losses);
+  ASSERT_FALSE(one_host.weights.empty());
+  EXPECT_TRUE(two_hosts.weights == one_host.weights) << "final weights differ";
+}
+
+// Two replicas of a 2-rank pipeline over the two hosts: world ranks 0 and 1
+// (pipeline rank 0 of both replicas: a replica group) in namespace A, 2 and
+// 3 in B, so the stages' messages cross the link and each replica group's
+// gradient sums stay on its host; the same bits as on one host.
+TEST_F(MultiHostTest, TwoByTwoAcrossNamespacesExactlyAsOnOneHost) {
+  Link("bd", "10.231.1");
+  const std::string sets =
+      "--set train.steps=6 --set data.shuffle=true --set data_parallel.size=2 --set data_parallel.zero=1";
+  const int code = Shell(Command("10.231.1", "10.231.1", "", sets, 2));
+  ASSERT_EQ(code, 0) << Read(dir_ / "log.txt");
+  const RunOutput two_hosts = Outputs(dir_);
+  EXPECT_GT(TxBytes("bd"), 6 * 8 * 2 * 2 * 16 * 4);
+
+  const fs::path one = dir_ / "one_host";
+  fs::create_directories(one);
+  ASSERT_EQ(Shell("cd '" + one.string() +
+                  "' && '" BATON_MPIEXEC "' -np 4 '" BATON_BINARY "' train '" BATON_SOURCE_DIR
                   "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " +
                   sets + " > log.txt 2>&1"),
             0)
