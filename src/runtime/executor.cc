@@ -57,15 +57,26 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
       if (red.start_after[k] >= 0) reduce_after_[static_cast<std::size_t>(red.start_after[k])] = static_cast<int>(k);
     }
     reduce_order_.assign(red.buckets.size(), -1);
+    reduce_next_.assign(red.first_bucket.begin() + 1, red.first_bucket.end());
   }
 }
 
-void Executor::StartReduction(int local) {
+// Starts a stage's buckets as its last backward of the step finishes them.
+struct Executor::BucketStarter final : GradientsReady {
+  BucketStarter(Executor* e, int local) : exec(e), local(local) {}
+  void Ready(std::size_t from) override { exec->StartReduction(local, from); }
+  Executor* exec;
+  int local;
+};
+
+void Executor::StartReduction(int local, std::size_t from) {
   const ReductionPlan& red = plan_.reduction;
   const auto k = static_cast<std::size_t>(local);
   float* grads = stages_[k]->device().grads();
-  if (reduce_started_ == 0) reduction_times_.first_start = Now();
-  for (int b = red.first_bucket[k]; b < red.first_bucket[k + 1]; ++b) {
+  int& next = reduce_next_[k];
+  while (next > red.first_bucket[k] && red.buckets[static_cast<std::size_t>(next - 1)].offset >= from) {
+    const int b = --next;
+    if (reduce_started_ == 0) reduction_times_.first_start = Now();
     const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(b)];
     const std::span<float> data(grads + bucket.offset, bucket.count);
     if (red.zero) {
@@ -103,6 +114,7 @@ void Executor::FinishReductions() {
   reduction_times_.exposed = Now() - start;
   if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, Now()});
   reduce_started_ = reduce_done_ = 0;
+  reduce_next_.assign(red.first_bucket.begin() + 1, red.first_bucket.end());
 }
 
 std::byte* Executor::Address(const BufferRef& ref) {
@@ -301,8 +313,11 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const double start = events_ ? Now() : 0.0;
         const bool full = a.kind == ActionKind::kBackward;
+        // The stage's last gradient writer of the step starts its sums as it goes.
+        BucketStarter starter(this, in.local);
+        const bool last = reducing && reduce_after_[i] >= 0;
         st.Backward(store.Get(j).data(), ConstView{op.input, st.plan().output()},
-                    View{op.output, st.plan().input()}, full);
+                    View{op.output, st.plan().input()}, full, last ? &starter : nullptr);
         if (full) store.Release(j);
         if (events_) events_->push_back({a.kind, s, j, start, Now()});
         break;
@@ -310,7 +325,9 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
       case ActionKind::kBackwardWeight: {
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const double start = events_ ? Now() : 0.0;
-        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(store.Get(j).data());
+        BucketStarter starter(this, in.local);
+        const bool last = reducing && reduce_after_[i] >= 0;
+        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(store.Get(j).data(), last ? &starter : nullptr);
         store.Release(j);
         if (events_) events_->push_back({ActionKind::kBackwardWeight, s, j, start, Now()});
         break;

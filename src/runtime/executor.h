@@ -143,14 +143,16 @@ class Executor {
     ActionKind kind;
   };
   enum class Mode { kTrain, kEvaluate };
+  struct BucketStarter;
   std::vector<Op> Bind(const std::vector<Instruction>& instructions);
   std::byte* Address(const BufferRef& ref);
   // Runs `ops` once; microbatch j has rows[j] samples (evaluation: 0 = skip it).
   void Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
            const int* rows, StepStats* stats);
   void WaitSends();
-  // Starts local stage k's gradient buckets (ReductionPlan).
-  void StartReduction(int local);
+  // Starts local stage k's gradient buckets (ReductionPlan) that lie in
+  // [from, end) of its gradients and have not started, last bucket first.
+  void StartReduction(int local, std::size_t from = 0);
   // Moves the gradient sums in flight along; notes those that ended.
   void PollReductions();
   // Moves the last stage's loss totals (if it is here) into *stats.
@@ -183,6 +185,7 @@ class Executor {
   ReplicaGroup* replicas_ = nullptr;
   std::vector<int> reduce_after_;
   std::vector<int> reduce_order_;  // bucket indices in start order (preallocated)
+  std::vector<int> reduce_next_;   // per local stage: one past its next bucket to start (they start last first)
   std::size_t reduce_started_ = 0, reduce_done_ = 0;
   ReductionTimes reduction_times_;
   std::vector<int> full_rows_, round_rows_;  // per microbatch of a round

@@ -103,7 +103,7 @@ void Stage::Recompute(std::byte* slot) {
   }
 }
 
-void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full) {
+void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready) {
   Recompute(slot);
   const int K = plan_.ops();
   const int rows = plan_.rows;
@@ -127,19 +127,29 @@ void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full) {
       if (gin.data != nullptr || stash != nullptr) {
         device_->BackwardInput(plan_.layer[i], x, Saved(i, slot), gout, gin, stash);
       }
-      if (params && full) device_->BackwardWeight(plan_.layer[i], x, Saved(i, slot), gout, stash);
+      if (params && full) {
+        device_->BackwardWeight(plan_.layer[i], x, Saved(i, slot), gout, stash);
+        if (ready != nullptr) ready->Ready(ParamsFrom(i));
+      }
     }
     if (gin.data != nullptr && plan_.block_input[i]) device_->AddInto(Workspace(ws_skip_, i, rows), gin);
   }
 }
 
-void Stage::BackwardWeight(std::byte* slot) {
+void Stage::BackwardWeight(std::byte* slot, GradientsReady* ready) {
   Recompute(slot);
-  for (int i = 0; i < plan_.ops(); ++i) {
+  // Last op first, as B goes: each op adds into its own gradients only, so
+  // the order changes no bit, and the gradients become final from the end.
+  for (int i = plan_.ops() - 1; i >= 0; --i) {
     if (plan_.layer[i] < 0 || !model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) continue;
     device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows), Saved(i, slot),
                             ConstView(slot + plan_.wgrad_offset[i], plan_.act[i + 1]), Stash(i, slot));
+    if (ready != nullptr) ready->Ready(ParamsFrom(i));
   }
+}
+
+std::size_t Stage::ParamsFrom(int i) const {
+  return model_.ops[static_cast<std::size_t>(plan_.first_op + i)].param_offset - plan_.param_offset;
 }
 
 }  // namespace baton

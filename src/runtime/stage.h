@@ -23,6 +23,18 @@
 
 namespace baton {
 
+// Told, during a backward, that the stage's gradients from float `from` to
+// the end of its gradient buffer are final for the step (data parallelism
+// starts their sums then, as PyTorch DDP's hooks do). Called as the
+// backward passes each op with parameters, last op first.
+class GradientsReady {
+ public:
+  virtual void Ready(std::size_t from) = 0;
+
+ protected:
+  ~GradientsReady() = default;
+};
+
 class Stage {
  public:
   // REQUIRES: `plan` is a stage of a plan of `model`; both outlive the stage.
@@ -63,9 +75,11 @@ class Stage {
   // I (full = false) or B (full = true). dy: the output gradient, ignored
   // on the last stage (its gradient is the slot's dlogits). dx: the input
   // gradient, or a null view when no one needs it (stage 0).
-  void Backward(std::byte* slot, ConstView dy, View dx, bool full);
-  // W: weight gradients from the slot's kept inputs and output gradients.
-  void BackwardWeight(std::byte* slot);
+  // `ready` (optional): told as each op's weight gradients are done (B only).
+  void Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready = nullptr);
+  // W: weight gradients from the slot's kept inputs and output gradients,
+  // last op first; `ready` as for Backward.
+  void BackwardWeight(std::byte* slot, GradientsReady* ready = nullptr);
   // The loss and correct predictions added since the last call.
   LossTotals TakeLossTotals() { return device_->TakeLossTotals(); }
 
@@ -80,6 +94,8 @@ class Stage {
   // Runs op i for `rows` samples.
   void RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out);
   void Recompute(std::byte* slot);
+  // Op i's first parameter, in floats from the stage's first.
+  std::size_t ParamsFrom(int i) const;
 
   const ModelDesc& model_;
   const StagePlan& plan_;
