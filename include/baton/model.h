@@ -256,6 +256,28 @@ std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::size_t 
 // time. No step of the same shapes can do its products faster.
 double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows);
 
+// Metering the host's matrix products (`baton bench`): while a meter runs
+// on a thread, every SGEMM the layers call there is timed, its FLOPs
+// (2 m n k) added up and its shape kept, so a step's products can be
+// replayed bare, outside any action, and the two rates compared.
+struct GemmCall {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  float beta = 0.0f;
+};
+struct GemmTotals {
+  double seconds = 0.0;
+  double flops = 0.0;
+  std::vector<GemmCall> calls;  // the first max_calls products' shapes, in order
+};
+// Starts metering this thread's products, keeping at most `max_calls` shapes.
+void StartGemmMeter(std::size_t max_calls);
+// Stops it and returns what it saw.
+GemmTotals StopGemmMeter();
+// Seconds this thread's BLAS takes for `calls` run back to back on buffers
+// of their sizes: the best of several rounds, each long enough to time.
+double BareGemmSeconds(const std::vector<GemmCall>& calls);
+
 // The CPU kernels OpenBLAS chose when it loaded ("SkylakeX", "Haswell", ...).
 std::string HostBlasCore();
 // The OPENBLAS_CORETYPE this CPU can run, when OpenBLAS fell back to generic

@@ -111,6 +111,14 @@ struct BenchReport {
   double goal_gflops = 0;            // 0.95 (1 - bubble) x ranks x peak
   double record_cost_per_event_s = 0;
   double step_time_unrecorded_s = 0;  // median step time without recording
+  // The host's matrix products, call by call (baton/model.h's GEMM meter):
+  // their rate inside the recorded steps' actions, the rate of the same
+  // calls replayed bare outside any action, and bare time / inside time
+  // (1: the products run inside actions as fast as SGEMM alone can).
+  double gemm_gflop_per_step = 0;  // the products' FLOPs in one step, all ranks (as the calls counted them)
+  double gemm_gflops_inside = 0;
+  double gemm_gflops_bare = 0;
+  double gemm_inside_over_bare = 0;
   // Data parallelism (replicas > 1): the gradient sums over the replicas.
   int replicas = 1;
   double allreduce_step_latency_s = 0;   // alpha: one step of a ring all-reduce (measured: a 1-float sum / 2 (D - 1))

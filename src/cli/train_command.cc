@@ -135,6 +135,11 @@ void PrintReport(const BenchReport& b) {
                      b.predicted_step_time_s * 1e3, b.measured_over_predicted,
                      b.predicted_step_time_mean_costs_s * 1e3, 100 * b.action_time_spread);
   out += fmt::format("message latency  {:.1f} us one way (rank 0 <-> 1, one activation)\n", b.message_latency_s * 1e6);
+  if (b.gemm_gflops_inside > 0) {
+    out += fmt::format("products         {:.2f} GFLOP/s inside actions, call by call; the same calls bare {:.2f} GFLOP/s: "
+                       "{:.3f} of the bare SGEMM time (goal >= 0.9)\n",
+                       b.gemm_gflops_inside, b.gemm_gflops_bare, b.gemm_inside_over_bare);
+  }
   if (b.replicas > 1) {
     out += fmt::format(
         "gradient sums    {} replicas: {:.3f} ms per step per rank, {:.0f}% hidden behind the pipeline's compute, "

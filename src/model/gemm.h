@@ -24,6 +24,13 @@ namespace baton::model_detail {
 // Sets OpenBLAS's threads once per process (1, or OPENBLAS_NUM_THREADS).
 void InitBlasThreads();
 
+// The running GEMM meter of this thread (StartGemmMeter), or null.
+struct GemmMeter;
+extern thread_local GemmMeter* tls_gemm_meter;
+// Time and shape of one product, for the meter.
+double MeterNow();
+void MeterAdd(GemmMeter* meter, bool trans_a, bool trans_b, long m, long n, long k, float beta, double seconds);
+
 template <typename M>
 constexpr bool kRowMajor = (int(std::remove_reference_t<M>::Flags) & Eigen::RowMajorBit) != 0;
 
@@ -45,12 +52,17 @@ void Product(Dst&& c, const Lhs& a, const Rhs& b, float beta) {
     return;
   }
   InitBlasThreads();
+  GemmMeter* meter = tls_gemm_meter;
+  const double start = meter != nullptr ? MeterNow() : 0.0;
   // A column-major view is the transpose of a row-major matrix whose leading
   // dimension is its outer stride.
   cblas_sgemm(CblasRowMajor, kRowMajor<Lhs> ? CblasNoTrans : CblasTrans, kRowMajor<Rhs> ? CblasNoTrans : CblasTrans,
               static_cast<blasint>(c.rows()), static_cast<blasint>(c.cols()), static_cast<blasint>(a.cols()), 1.0f,
               a.data(), static_cast<blasint>(a.outerStride()), b.data(), static_cast<blasint>(b.outerStride()), beta,
               c.data(), static_cast<blasint>(c.outerStride()));
+  if (meter != nullptr) {
+    MeterAdd(meter, !kRowMajor<Lhs>, !kRowMajor<Rhs>, c.rows(), c.cols(), a.cols(), beta, MeterNow() - start);
+  }
 }
 
 // c += a * b.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "baton/model.h"
+#include "gemm.h"
 #include "layers.h"
 
 namespace baton {
@@ -81,6 +82,77 @@ std::string BetterBlasCore() {
   if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return "";
+}
+
+namespace model_detail {
+
+struct GemmMeter {
+  GemmTotals totals;
+  std::size_t max_calls = 0;
+};
+thread_local GemmMeter* tls_gemm_meter = nullptr;
+
+double MeterNow() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void MeterAdd(GemmMeter* meter, bool trans_a, bool trans_b, long m, long n, long k, float beta, double seconds) {
+  meter->totals.seconds += seconds;
+  meter->totals.flops += 2.0 * double(m) * double(n) * double(k);
+  if (meter->totals.calls.size() < meter->max_calls) {
+    meter->totals.calls.push_back({trans_a, trans_b, int(m), int(n), int(k), beta});
+  }
+}
+
+}  // namespace model_detail
+
+void StartGemmMeter(std::size_t max_calls) {
+  delete model_detail::tls_gemm_meter;
+  model_detail::tls_gemm_meter = new model_detail::GemmMeter;
+  model_detail::tls_gemm_meter->max_calls = max_calls;
+  model_detail::tls_gemm_meter->totals.calls.reserve(max_calls);
+}
+
+GemmTotals StopGemmMeter() {
+  GemmTotals out;
+  if (model_detail::tls_gemm_meter != nullptr) out = std::move(model_detail::tls_gemm_meter->totals);
+  delete model_detail::tls_gemm_meter;
+  model_detail::tls_gemm_meter = nullptr;
+  return out;
+}
+
+double BareGemmSeconds(const std::vector<GemmCall>& calls) {
+  if (calls.empty()) return 0.0;
+  model_detail::InitBlasThreads();
+  // One set of operands per call, as the step has its own buffers.
+  std::vector<std::vector<float>> a, b, c;
+  for (const GemmCall& g : calls) {
+    a.emplace_back(std::size_t(g.m) * g.k, 0.5f);
+    b.emplace_back(std::size_t(g.k) * g.n, 0.25f);
+    c.emplace_back(std::size_t(g.m) * g.n, 0.0f);
+  }
+  auto pass = [&] {
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const GemmCall& g = calls[i];
+      cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m,
+                  g.n, g.k, 1.0f, a[i].data(), g.trans_a ? g.m : g.k, b[i].data(), g.trans_b ? g.k : g.n, g.beta,
+                  c[i].data(), g.n);
+    }
+  };
+  pass();
+  double best = 1e300;
+  for (int round = 0; round < 5; ++round) {
+    int passes = 0;
+    const double start = Now();
+    double now = start;
+    while (now - start < 0.05 || passes == 0) {
+      pass();
+      ++passes;
+      now = Now();
+    }
+    best = std::min(best, (now - start) / passes);
+  }
+  return best;
 }
 
 }  // namespace baton

@@ -217,6 +217,10 @@ std::string BenchReportJson(const BenchReport& b) {
   j["goal_gflops"] = b.goal_gflops;
   j["record_cost_per_event_s"] = b.record_cost_per_event_s;
   j["step_time_unrecorded_s"] = b.step_time_unrecorded_s;
+  j["gemm_gflop_per_step"] = b.gemm_gflop_per_step;
+  j["gemm_gflops_inside"] = b.gemm_gflops_inside;
+  j["gemm_gflops_bare"] = b.gemm_gflops_bare;
+  j["gemm_inside_over_bare"] = b.gemm_inside_over_bare;
   j["replicas"] = b.replicas;
   if (b.replicas > 1) {
     j["allreduce_step_latency_s"] = b.allreduce_step_latency_s;
@@ -309,6 +313,8 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   std::vector<ReductionTimes> reduction;
   std::vector<std::size_t> event_begin;
   exec.SetRecorder(&events);
+  // The products inside the actions, timed call by call (host layers).
+  StartGemmMeter(std::size_t(1) << 22);
   for (int i = 0; i < o.steps; ++i) {
     // The batch is fetched before the clock starts: a step is the schedule's
     // work, from a barrier to the rank's last action.
@@ -325,6 +331,10 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   }
   exec.SetRecorder(nullptr);
   event_begin.push_back(events.size());
+  GemmTotals gemm = StopGemmMeter();
+  // One step's calls (every step makes the same), replayed bare.
+  gemm.calls.resize(std::min(gemm.calls.size(), gemm.calls.size() / std::size_t(o.steps)));
+  const double gemm_bare_step = BareGemmSeconds(gemm.calls);
 
   // The cost of recording one event: two clock reads and a store.
   double record_cost = 0;
@@ -359,6 +369,9 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   mine.push_back(float(Median(plain)));
   mine.push_back(float(ar_alpha));
   mine.push_back(float(ar_bandwidth / 1e6));  // MB/s: a float holds it
+  mine.push_back(float(gemm.flops / o.steps / 1e9));  // GFLOP a step
+  mine.push_back(float(gemm.seconds / o.steps));
+  mine.push_back(float(gemm_bare_step));
   std::vector<float> all;
   t.GatherToRoot(mine, &all);
   if (!root) return {};
@@ -367,6 +380,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   const int p = t.size();
   std::vector<std::vector<StepRecord>> rec(p, std::vector<StepRecord>(o.steps));
   std::vector<double> plain_medians;
+  double gemm_gflop = 0, gemm_inside_s = 0, gemm_bare_s = 0;  // per step, summed over ranks
   std::size_t at = 0;
   for (int r = 0; r < p; ++r) {
     for (int k = 0; k < o.steps; ++k) {
@@ -387,9 +401,18 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
       report.allreduce_step_latency_s = all[at];
       report.allreduce_bandwidth_Bps = double(all[at + 1]) * 1e6;
     }
-    at += 2;
+    gemm_gflop += all[at + 2];
+    gemm_inside_s += all[at + 3];
+    gemm_bare_s += all[at + 4];
+    at += 5;
   }
   report.replicas = replicas;
+  if (gemm_inside_s > 0 && gemm_bare_s > 0) {
+    report.gemm_gflop_per_step = gemm_gflop;
+    report.gemm_gflops_inside = gemm_gflop / gemm_inside_s;
+    report.gemm_gflops_bare = gemm_gflop / gemm_bare_s;
+    report.gemm_inside_over_bare = gemm_bare_s / gemm_inside_s;
+  }
   if (replicas > 1) {
     // Hidden: the part of a rank's sums before the step's last action on
     // any rank ends (the pipeline's cool-down); exposed: the rest, which

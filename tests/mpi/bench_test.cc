@@ -55,6 +55,15 @@ TEST_F(BenchTest, ReportHasItsKeysAndBusyWaitingIdleAddUpToWall) {
   EXPECT_EQ(r["schedule"], "zb_h1");
   EXPECT_EQ(r["ranks"], 2);
   EXPECT_EQ(r["steps"], 4);
+  // The products counted call by call: tiny.yaml's linears (12->32, 32->32,
+  // 32->24, 24->16, 16->4) at 32 samples, forward, input and weight
+  // gradient, less the input gradient of the first (stage 0 needs none).
+  const double linears = 12 * 32 + 32 * 32 + 32 * 24 + 24 * 16 + 16 * 4;
+  const double flops = 3 * 2 * 32 * linears - 2 * 32 * 12 * 32;
+  EXPECT_NEAR(r["gemm_gflop_per_step"].get<double>() * 1e9, flops, 1e-4 * flops);
+  EXPECT_GT(r["gemm_gflops_inside"].get<double>(), 0);
+  EXPECT_GT(r["gemm_gflops_bare"].get<double>(), 0);
+  EXPECT_EQ(r["replicas"], 1);
   const double step = r["step_time_median_s"];
   EXPECT_GT(step, 0);
   EXPECT_LE(r["step_time_min_s"].get<double>(), step);
@@ -91,6 +100,25 @@ TEST_F(BenchTest, ReportHasItsKeysAndBusyWaitingIdleAddUpToWall) {
   const std::string svg((std::istreambuf_iterator<char>(sin)), std::istreambuf_iterator<char>());
   EXPECT_NE(svg.find("measured step"), std::string::npos);
   EXPECT_NE(svg.find("simulated from the measured costs"), std::string::npos);
+}
+
+// Two replicas of a one-rank pipeline: the gradient sums are measured and
+// predicted.
+TEST_F(BenchTest, DataParallelReportsTheGradientSums) {
+  ASSERT_EQ(Run("--set pipeline.ranks=1 --set data_parallel.size=2 --set data_parallel.bucket_cap_mb=0.001 --steps 4 "
+                "--warmup 1 --json r.json"),
+            0)
+      << Log();
+  std::ifstream in(dir_ / "r.json");
+  const nlohmann::json r = nlohmann::json::parse(in);
+  EXPECT_EQ(r["replicas"], 2);
+  EXPECT_GT(r["reduction_s"].get<double>(), 0);
+  EXPECT_GE(r["reduction_hidden_fraction"].get<double>(), 0);
+  EXPECT_LE(r["reduction_hidden_fraction"].get<double>(), 1);
+  EXPECT_GT(r["allreduce_step_latency_s"].get<double>(), 0);
+  EXPECT_GT(r["allreduce_bandwidth_Bps"].get<double>(), 0);
+  EXPECT_GT(r["predicted_reduction_s"].get<double>(), 0);
+  EXPECT_NE(Log().find("gradient sums    2 replicas"), std::string::npos) << Log();
 }
 
 TEST_F(BenchTest, SweepWritesOneRowPerCombination) {
