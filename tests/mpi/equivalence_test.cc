@@ -2,58 +2,24 @@
 // every generator and every checkpointing policy, on 2 and 4 ranks, the
 // per-step losses and the final weights equal those of the same config on
 // one rank (1f1b, no checkpointing) within 1e-5 relative.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
-#include "baton/data.h"
+#include "run_helpers.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct RunOutput {
-  std::vector<double> losses;
-  std::vector<baton::NamedTensor> weights;
-};
-
-int Shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using baton_test::RunOutput;
 
 // Runs the tiny config on `ranks` ranks with extra --set overrides.
-RunOutput Train(const std::string& name, int ranks, const std::vector<std::string>& sets) {
-  // Tests run in parallel processes: each gets its own folders.
-  const fs::path dir = fs::path(::testing::TempDir()) / ("baton_equiv_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::string cmd = "cd '" + dir.string() + "' && '" BATON_MPIEXEC "' -np " + std::to_string(ranks) + " '" +
-                    BATON_BINARY + "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=" +
-                    std::to_string(ranks);
-  for (const std::string& s : sets) cmd += " --set '" + s + "'";
-  cmd += " > log.txt 2>&1";
-  const int code = Shell(cmd);
-  std::ifstream log(dir / "log.txt");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(code, 0) << cmd << "\n" << text;
-  RunOutput out;
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
-  }
-  if (fs::exists(dir / "weights.safetensors")) out.weights = baton::ReadSafetensors((dir / "weights.safetensors").string());
-  fs::remove_all(dir);
-  return out;
+RunOutput Train(const std::string& name, int ranks, std::vector<std::string> sets) {
+  sets.insert(sets.begin(), "pipeline.ranks=" + std::to_string(ranks));
+  return baton_test::TrainRun("equiv_" + name, "tests/mpi/tiny.yaml", ranks, sets);
 }
 
 const RunOutput& Reference() {
@@ -63,24 +29,8 @@ const RunOutput& Reference() {
 
 void ExpectSame(const RunOutput& got, const RunOutput& ref) {
   ASSERT_EQ(ref.losses.size(), 4u);
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i + 1;
-  }
-  ASSERT_EQ(got.weights.size(), ref.weights.size());
   ASSERT_EQ(ref.weights.size(), 14u);  // 5 linear + 2 layernorm, weight and bias each
-  for (std::size_t t = 0; t < ref.weights.size(); ++t) {
-    const auto& a = got.weights[t];
-    const auto& b = ref.weights[t];
-    ASSERT_EQ(a.name, b.name);
-    ASSERT_EQ(a.shape, b.shape);
-    double scale = 0, diff = 0;
-    for (std::size_t k = 0; k < b.data.size(); ++k) {
-      scale = std::max(scale, double(std::abs(b.data[k])));
-      diff = std::max(diff, double(std::abs(a.data[k] - b.data[k])));
-    }
-    EXPECT_LE(diff, 1e-5 * scale) << a.name;
-  }
+  baton_test::ExpectSameRun(got, ref);
 }
 
 struct Case {

@@ -6,57 +6,23 @@
 // one-rank run's within 1e-5 relative. With a tied head, its copy on the
 // last stage stays bit-identical to the embedding on the first. The same
 // for stages cut unevenly by pipeline.layout.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
-#include "baton/data.h"
+#include "run_helpers.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using baton_test::RunOutput;
 
-struct RunOutput {
-  std::vector<double> losses;
-  std::vector<baton::NamedTensor> weights;
-};
-
-int Shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-RunOutput Train(const std::string& name, int ranks, const std::vector<std::string>& sets) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("baton_gpt_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::string cmd = "cd '" + dir.string() + "' && '" BATON_MPIEXEC "' -np " + std::to_string(ranks) + " '" +
-                    BATON_BINARY + "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=" +
-                    std::to_string(ranks);
-  for (const std::string& s : sets) cmd += " --set '" + s + "'";
-  cmd += " > log.txt 2>&1";
-  const int code = Shell(cmd);
-  std::ifstream log(dir / "log.txt");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(code, 0) << cmd << "\n" << text;
-  RunOutput out;
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
-  }
-  if (fs::exists(dir / "weights.safetensors")) {
-    out.weights = baton::ReadSafetensors((dir / "weights.safetensors").string());
-  }
-  fs::remove_all(dir);
-  return out;
+RunOutput Train(const std::string& name, int ranks, std::vector<std::string> sets) {
+  sets.insert(sets.begin(), "pipeline.ranks=" + std::to_string(ranks));
+  return baton_test::TrainRun("gpt_" + name, "tests/mpi/tiny_gpt.yaml", ranks, sets);
 }
 
 const baton::NamedTensor* Find(const RunOutput& r, const std::string& name) {
@@ -68,25 +34,9 @@ const baton::NamedTensor* Find(const RunOutput& r, const std::string& name) {
 
 void ExpectSame(const RunOutput& got, const RunOutput& ref, bool tied) {
   ASSERT_EQ(ref.losses.size(), 3u);
-  ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i + 1;
-  }
   // wte, wpe, per block ln_1 (2), attn (4), ln_2 (2), c_fc (2), c_proj (2), ln_f (2), lm_head.
   ASSERT_EQ(ref.weights.size(), 2u + 2 * 12 + 2 + 1);
-  ASSERT_EQ(got.weights.size(), ref.weights.size());
-  for (std::size_t t = 0; t < ref.weights.size(); ++t) {
-    const auto& a = got.weights[t];
-    const auto& b = ref.weights[t];
-    ASSERT_EQ(a.name, b.name);
-    ASSERT_EQ(a.shape, b.shape);
-    double scale = 0, diff = 0;
-    for (std::size_t k = 0; k < b.data.size(); ++k) {
-      scale = std::max(scale, double(std::abs(b.data[k])));
-      diff = std::max(diff, double(std::abs(a.data[k] - b.data[k])));
-    }
-    EXPECT_LE(diff, 1e-5 * scale) << a.name;
-  }
+  baton_test::ExpectSameRun(got, ref);
   const auto* wte = Find(got, "transformer.wte.weight");
   const auto* head = Find(got, "lm_head.weight");
   ASSERT_TRUE(wte != nullptr && head != nullptr);

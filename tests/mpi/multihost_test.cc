@@ -233,6 +233,18 @@ RunOutput Outputs(const fs::path& dir) {
   return r;
 }
 
+// The same run on this host alone: `np` ranks of tests/mpi/tiny.yaml's
+// 2-rank pipeline with `sets`, in DIR/one_host.
+RunOutput OneHost(const fs::path& dir, int np, const std::string& sets) {
+  const fs::path one = dir / "one_host";
+  fs::create_directories(one);
+  const int code = Shell("cd '" + one.string() + "' && '" BATON_MPIEXEC "' -np " + std::to_string(np) + " '" BATON_BINARY
+                         "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " + sets +
+                         " > log.txt 2>&1");
+  EXPECT_EQ(code, 0) << Read(one / "log.txt");
+  return Outputs(one);
+}
+
 TEST_F(MultiHostTest, TrainsOverTcpBetweenNamespacesExactlyAsOnOneHost) {
   Link("bd", "10.231.1");
   const std::string sets = "--set train.steps=6 --set data.shuffle=true";
@@ -244,15 +256,7 @@ TEST_F(MultiHostTest, TrainsOverTcpBetweenNamespacesExactlyAsOnOneHost) {
   // floats each: 24 KiB at least.
   EXPECT_GT(TxBytes("bd"), 6 * 8 * 2 * 4 * 16 * 4);
 
-  const fs::path one = dir_ / "one_host";
-  fs::create_directories(one);
-  ASSERT_EQ(Shell("cd '" + one.string() +
-                  "' && '" BATON_MPIEXEC "' -np 2 '" BATON_BINARY "' train '" BATON_SOURCE_DIR
-                  "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " +
-                  sets + " > log.txt 2>&1"),
-            0)
-      << Read(one / "log.txt");
-  const RunOutput one_host = Outputs(one);
+  const RunOutput one_host = OneHost(dir_, 2, sets);
   ASSERT_EQ(one_host.losses.size(), 6u);
   EXPECT_EQ(two_hosts.losses, one_host.losses);
   ASSERT_FALSE(one_host.weights.empty());
@@ -272,15 +276,7 @@ TEST_F(MultiHostTest, TwoByTwoAcrossNamespacesExactlyAsOnOneHost) {
   const RunOutput two_hosts = Outputs(dir_);
   EXPECT_GT(TxBytes("bd"), 6 * 8 * 2 * 2 * 16 * 4);
 
-  const fs::path one = dir_ / "one_host";
-  fs::create_directories(one);
-  ASSERT_EQ(Shell("cd '" + one.string() +
-                  "' && '" BATON_MPIEXEC "' -np 4 '" BATON_BINARY "' train '" BATON_SOURCE_DIR
-                  "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " +
-                  sets + " > log.txt 2>&1"),
-            0)
-      << Read(one / "log.txt");
-  const RunOutput one_host = Outputs(one);
+  const RunOutput one_host = OneHost(dir_, 4, sets);
   ASSERT_EQ(one_host.losses.size(), 6u);
   EXPECT_EQ(two_hosts.losses, one_host.losses);
   ASSERT_FALSE(one_host.weights.empty());
