@@ -95,6 +95,7 @@ struct BenchReport {
   int warmup_steps = 0, steps = 0;
   double step_time_median_s = 0, step_time_min_s = 0, step_time_max_s = 0;
   double samples_per_s = 0;
+  double tokens_per_s = 0;           // samples_per_s x tokens per sample (the sequence; 1 for feature vectors)
   double bubble_rate = 0;            // measured, the simulator's definition
   double simulated_bubble_rate = 0;  // from measured costs
   double predicted_step_time_s = 0;  // simulator, from measured per-action costs and latency

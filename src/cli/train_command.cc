@@ -126,8 +126,9 @@ void PrintReport(const BenchReport& b) {
   std::string out = fmt::format(
       "bench {}: {} ranks, {} microbatches, {} chunk(s) per rank, batch {}; {} warm-up + {} measured steps\n",
       b.schedule, b.ranks, b.microbatches, b.chunks, b.batch_size, b.warmup_steps, b.steps);
-  out += fmt::format("step time        median {:.3f} ms (min {:.3f}, max {:.3f}); {:.0f} samples/s\n",
-                     b.step_time_median_s * 1e3, b.step_time_min_s * 1e3, b.step_time_max_s * 1e3, b.samples_per_s);
+  out += fmt::format("step time        median {:.3f} ms (min {:.3f}, max {:.3f}); {:.0f} samples/s{}\n",
+                     b.step_time_median_s * 1e3, b.step_time_min_s * 1e3, b.step_time_max_s * 1e3, b.samples_per_s,
+                     b.tokens_per_s > b.samples_per_s ? fmt::format(" ({:.0f} tokens/s)", b.tokens_per_s) : "");
   out += fmt::format("bubble           measured {:.2f}%, simulated from measured costs {:.2f}%\n", 100 * b.bubble_rate,
                      100 * b.simulated_bubble_rate);
   out += fmt::format("prediction       simulator {:.3f} ms from median action costs; measured / predicted = {:.3f}"

@@ -201,6 +201,7 @@ std::string BenchReportJson(const BenchReport& b) {
   j["step_time_min_s"] = b.step_time_min_s;
   j["step_time_max_s"] = b.step_time_max_s;
   j["samples_per_s"] = b.samples_per_s;
+  j["tokens_per_s"] = b.tokens_per_s;
   j["bubble_rate"] = b.bubble_rate;
   j["simulated_bubble_rate"] = b.simulated_bubble_rate;
   j["predicted_step_time_s"] = b.predicted_step_time_s;
@@ -466,6 +467,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   report.step_time_min_s = *std::min_element(makespans.begin(), makespans.end());
   report.step_time_max_s = *std::max_element(makespans.begin(), makespans.end());
   report.samples_per_s = c.train.batch_size / report.step_time_median_s;
+  report.tokens_per_s = report.samples_per_s * u.plan.model.seq;
   report.bubble_rate = Median(bubbles);
 
   // FLOPs of each stage's linears per step: forward, input and weight gradient.
