@@ -20,6 +20,26 @@ namespace {
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// Seconds one `pass()` takes: once to warm up, then the best of 5 rounds of
+// at least 50 ms each.
+template <typename Pass>
+double BestSecondsPerPass(Pass&& pass) {
+  pass();
+  double best = 1e300;
+  for (int round = 0; round < 5; ++round) {
+    int passes = 0;
+    const double start = Now();
+    double now = start;
+    while (now - start < 0.05 || passes == 0) {
+      pass();
+      ++passes;
+      now = Now();
+    }
+    best = std::min(best, (now - start) / passes);
+  }
+  return best;
+}
+
 }  // namespace
 
 double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) {
@@ -53,20 +73,7 @@ double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) 
       layers[i]->BackwardWeight(x, dy);
     }
   };
-  pass();
-  double best = 0;
-  for (int round = 0; round < 5; ++round) {
-    int passes = 0;
-    const double start = Now();
-    double now = start;
-    while (now - start < 0.05) {
-      pass();
-      ++passes;
-      now = Now();
-    }
-    best = std::max(best, flops_per_pass * passes / (now - start) / 1e9);
-  }
-  return best;
+  return flops_per_pass / BestSecondsPerPass(pass) / 1e9;
 }
 
 std::string HostBlasCore() { return openblas_get_corename(); }
@@ -139,20 +146,7 @@ double BareGemmSeconds(const std::vector<GemmCall>& calls) {
                   c[i].data(), g.n);
     }
   };
-  pass();
-  double best = 1e300;
-  for (int round = 0; round < 5; ++round) {
-    int passes = 0;
-    const double start = Now();
-    double now = start;
-    while (now - start < 0.05 || passes == 0) {
-      pass();
-      ++passes;
-      now = Now();
-    }
-    best = std::min(best, (now - start) / passes);
-  }
-  return best;
+  return BestSecondsPerPass(pass);
 }
 
 }  // namespace baton

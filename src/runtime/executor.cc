@@ -220,7 +220,8 @@ void Executor::StepOptimizers() {
       replicas_->StartAllGather(b.request + 1, {params + b.offset, b.count}, b.counts, b.displs);
     }
     for (const BucketPlan& b : red.buckets) {
-      replicas_->Wait(b.request + 1, {"the parameters' all-gather", plan_.local_stages[static_cast<std::size_t>(b.local)].stage, -1, -1});
+      const int stage = plan_.local_stages[static_cast<std::size_t>(b.local)].stage;
+      replicas_->Wait(b.request + 1, {"the parameters' all-gather", stage, -1, -1});
     }
   }
   for (auto& st : stages_) st->ZeroGrads();
