@@ -51,6 +51,14 @@ struct SimOptions {
   // done when the last has ended.
   std::vector<double> stage_reduce_time;
   std::vector<char> reduce_at_end;  // empty, or one per stage
+  // Ranks sharing cores (more processes than cores on a node): empty, or
+  // one entry per rank naming its pool, an index into pool_cores (the
+  // cores of the pool, > 0, fractions allowed). While n ranks of a pool
+  // compute, each proceeds at min(1, cores / n) of its speed (processor
+  // sharing, as the kernel's fair scheduler shares them), so the costs are
+  // those of a rank alone on a core. Empty: every rank has a core.
+  std::vector<int> core_pool;
+  std::vector<double> pool_cores;
   bool record_timeline = true;           // keep every action's start/end
 };
 

@@ -61,6 +61,26 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
   for (std::size_t i = 0; i < o.rank_static_bytes.size(); ++i) {
     non_negative(fmt::format("rank {} static memory bytes", i), o.rank_static_bytes[i]);
   }
+  if (!o.core_pool.empty() && static_cast<int>(o.core_pool.size()) != s.ranks) {
+    throw ScheduleError(fmt::format("simulation: {} core pools given for the ranks, but the schedule has {} ranks",
+                                    o.core_pool.size(), s.ranks));
+  }
+  if (o.core_pool.empty() && !o.pool_cores.empty()) {
+    throw ScheduleError("simulation: pool_cores given without core_pool (which pool each rank is in)");
+  }
+  for (std::size_t r = 0; r < o.core_pool.size(); ++r) {
+    if (o.core_pool[r] < 0 || o.core_pool[r] >= static_cast<int>(o.pool_cores.size())) {
+      throw ScheduleError(fmt::format("simulation: rank {} is in core pool {}, but there are {} pools (0..{})", r,
+                                      o.core_pool[r], o.pool_cores.size(),
+                                      static_cast<int>(o.pool_cores.size()) - 1));
+    }
+  }
+  for (std::size_t k = 0; k < o.pool_cores.size(); ++k) {
+    if (!(o.pool_cores[k] > 0.0) || !std::isfinite(o.pool_cores[k])) {
+      throw ScheduleError(fmt::format("simulation: core pool {} must have a finite number of cores > 0, got {}", k,
+                                      o.pool_cores[k]));
+    }
+  }
   if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
     throw ScheduleError(
         fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
@@ -79,11 +99,15 @@ class Simulator {
     work_.reserve(s_.ranks);
     queued_.assign(s_.ranks, 1);
     for (int r = s_.ranks - 1; r >= 0; --r) work_.push_back(r);
-    while (!work_.empty()) {
-      const int r = work_.back();
-      work_.pop_back();
-      queued_[r] = 0;
-      Advance(r);
+    if (Shared()) {
+      RunShared();
+    } else {
+      while (!work_.empty()) {
+        const int r = work_.back();
+        work_.pop_back();
+        queued_[r] = 0;
+        Advance(r);
+      }
     }
     for (int r = 0; r < s_.ranks; ++r) {
       if (rank_[r].pc < s_.actions[r].size()) ReportDeadlock();
@@ -103,6 +127,16 @@ class Simulator {
     double bytes = 0.0;  // with stage_memory_bytes: the same in bytes
     double peak_bytes = 0.0;
   };
+
+  // Some pool has more ranks than cores.
+  bool Shared() const {
+    std::vector<int> ranks(o_.pool_cores.size(), 0);
+    for (int pool : o_.core_pool) ++ranks[static_cast<std::size_t>(pool)];
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      if (ranks[k] > o_.pool_cores[k]) return true;
+    }
+    return false;
+  }
 
   std::size_t At(int stage, int mb) const { return static_cast<std::size_t>(stage) * m_ + mb; }
 
@@ -157,15 +191,17 @@ class Simulator {
     return Done(t) ? t + comm_time_ : kNotYet;
   }
 
-  // Runs rank r's actions until one must wait.
-  void Advance(int r) {
+  // Rank r's next compute action, after running the markers and sends
+  // before it at the rank's clock: false if the rank has no more actions or
+  // a send's data is not produced yet; else `a`, when its inputs are all
+  // there (`ready`, kNotYet if not known yet) and its cost.
+  bool NextCompute(int r, Action& a, double& ready, double& duration) {
     RankState& rs = rank_[r];
     const auto& row = s_.actions[r];
     const int S = s_.stages;
     while (rs.pc < row.size()) {
-      const Action a = row[rs.pc];
+      a = row[rs.pc];
       const int st = a.stage, mb = a.microbatch;
-      double ready = 0.0, duration = 0.0;
       switch (a.kind) {
         case ActionKind::kIdle:
         case ActionKind::kUnshard:
@@ -185,7 +221,7 @@ class Simulator {
         case ActionKind::kSendB: {
           const bool fwd = a.kind == ActionKind::kSendF;
           const double produced = (fwd ? f_end_ : bwd_end_)[At(st, mb)];
-          if (!Done(produced)) return;
+          if (!Done(produced)) return false;
           (fwd ? send_f_ : send_b_)[At(st, mb)] = std::max(rs.clock, produced);
           ++rs.pc;
           const int to = fwd ? st + 1 : st - 1;
@@ -198,7 +234,7 @@ class Simulator {
         case ActionKind::kBackwardWeight:
           ready = PartReady(r, a);
           duration = PartCost(a);
-          break;
+          return true;
         case ActionKind::kOverlapFB: {
           // One unit: it starts when both parts could, and both finish at its end.
           ready = 0.0;
@@ -207,19 +243,107 @@ class Simulator {
             ready = Done(ready) && Done(t) ? std::max(ready, t) : kNotYet;
           });
           duration = OverlapCost(a);
-          break;
+          return true;
         }
       }
-      if (!Done(ready)) return;
+    }
+    return false;
+  }
+
+  // Rank r's compute action `a` ran from `start` to `end`.
+  void Finish(int r, const Action& a, double start, double end) {
+    RankState& rs = rank_[r];
+    rs.clock = end;
+    if (!Done(rs.start)) rs.start = start;
+    rs.end = end;
+    rs.busy += end - start;
+    if (o_.record_timeline) timeline_[r].push_back({a, start, end});
+    ++rs.pc;
+    ForEachPart(a, [&](const Action& part) { Account(rs, part, end); });
+  }
+
+  // Runs rank r's actions until one must wait.
+  void Advance(int r) {
+    RankState& rs = rank_[r];
+    Action a;
+    double ready = 0.0, duration = 0.0;
+    while (NextCompute(r, a, ready, duration) && Done(ready)) {
       const double start = std::max(rs.clock, ready);
-      const double end = start + duration;
-      rs.clock = end;
-      if (!Done(rs.start)) rs.start = start;
-      rs.end = end;
-      rs.busy += duration;
-      if (o_.record_timeline) timeline_[r].push_back({a, start, end});
-      ++rs.pc;
-      ForEachPart(a, [&](const Action& part) { Account(rs, part, end); });
+      Finish(r, a, start, start + duration);
+    }
+  }
+
+  // With ranks sharing cores the ranks' times depend on one another, so
+  // time advances globally, from one action's start or end to the next:
+  // while n ranks of a pool compute, each proceeds at min(1, cores / n) of
+  // its speed (processor sharing).
+  void RunShared() {
+    const int R = s_.ranks;
+    struct Live {
+      bool running = false;
+      Action action;
+      double start = 0.0;
+      double left = 0.0;           // cost still to do
+      double wake = kNotYet;       // blocked: when its inputs arrive, if known
+    };
+    std::vector<Live> live(R);
+    const int pools = static_cast<int>(o_.pool_cores.size());
+    std::vector<int> computing(pools);
+    double now = 0.0;
+    for (;;) {
+      // Every rank not computing goes as far as it can at `now`; an action
+      // of no cost ends at once, which may let others go on.
+      for (bool again = true; again;) {
+        again = false;
+        for (int r = 0; r < R; ++r) {
+          Live& l = live[r];
+          if (l.running) continue;
+          rank_[r].clock = now;
+          Action a;
+          double ready = 0.0, duration = 0.0;
+          const std::size_t pc = rank_[r].pc;
+          l.wake = kNotYet;
+          bool has = false;
+          while ((has = NextCompute(r, a, ready, duration)) && Done(ready) && ready <= now) {
+            if (duration > 0.0) {
+              l = Live{true, a, now, duration, kNotYet};
+              break;
+            }
+            Finish(r, a, now, now);
+          }
+          if (!l.running && has && Done(ready) && ready > now) l.wake = ready;
+          if (rank_[r].pc != pc) again = true;
+        }
+      }
+      std::fill(computing.begin(), computing.end(), 0);
+      for (int r = 0; r < R; ++r) {
+        if (live[r].running) ++computing[o_.core_pool[r]];
+      }
+      auto rate = [&](int r) {
+        const int pool = o_.core_pool[r];
+        return std::min(1.0, o_.pool_cores[pool] / computing[pool]);
+      };
+      // The next start or end: the earliest rank's.
+      std::vector<double>& until = until_;
+      until.assign(R, std::numeric_limits<double>::infinity());
+      double next = std::numeric_limits<double>::infinity();
+      for (int r = 0; r < R; ++r) {
+        if (live[r].running) until[r] = now + live[r].left / rate(r);
+        if (!live[r].running && Done(live[r].wake)) until[r] = live[r].wake;
+        next = std::min(next, until[r]);
+      }
+      if (!std::isfinite(next)) break;  // done, or stuck
+      for (int r = 0; r < R; ++r) {
+        Live& l = live[r];
+        if (!l.running) continue;
+        if (until[r] <= next) {
+          l.running = false;
+          Finish(r, l.action, l.start, next);
+        } else {
+          l.left -= (next - now) * rate(r);
+        }
+      }
+      now = next;
     }
   }
 
@@ -450,6 +574,7 @@ class Simulator {
   std::vector<int> in_flight_, peak_in_flight_;  // per stage
   std::vector<double> grad_end_;                 // per stage: its last B or W's end
   std::vector<RankState> rank_;
+  std::vector<double> until_;  // shared cores: per rank, its next start or end
   std::vector<std::vector<TimedAction>> timeline_;
 };
 

@@ -353,5 +353,144 @@ TEST(SimulatorGradientSums, AlphaBetaPerBucket) {
   EXPECT_THROW(Simulate(Generate("1f1b", 2, 4), SimOptions{.stage_reduce_time = {1.0}}), ScheduleError);
 }
 
+// ---- Ranks sharing cores (processor sharing) ----
+
+double TotalWork(const SimResult& r) {
+  double work = 0;
+  for (const auto& row : r.timeline) {
+    for (const TimedAction& a : row) work += a.end - a.start;
+  }
+  return work;
+}
+
+SimOptions OnePool(SimOptions o, int ranks, double cores) {
+  o.core_pool.assign(ranks, 0);
+  o.pool_cores = {cores};
+  return o;
+}
+
+TEST(SimulatorSharedCores, OneCoreRunsAllTheWorkBackToBack) {
+  // With one core and no communication cost some rank can always compute,
+  // so the core never idles: the step is the sum of every action's cost.
+  for (const char* name : {"gpipe", "1f1b", "zb_h1", "zbv", "interleaved_1f1b"}) {
+    for (const Shape sh : {Shape{2, 4}, Shape{4, 8}, Shape{3, 6}}) {
+      if (std::string(name) == "interleaved_1f1b" && sh.m % sh.p != 0) continue;
+      for (const Costs& c : kCostSets) {
+        const Schedule s = Generate(name, sh.p, sh.m);
+        SimOptions o = WithCosts(c.forward, c.backward_input, c.backward_weight);
+        const SimResult alone = Simulate(s, o);
+        const SimResult shared = Simulate(s, OnePool(o, sh.p, 1.0));
+        EXPECT_NEAR(shared.makespan, TotalWork(alone), kEps * TotalWork(alone)) << name << " " << sh.p << "x" << sh.m;
+        const SimResult lowered = Simulate(Lower(s), OnePool(o, sh.p, 1.0));
+        EXPECT_NEAR(lowered.makespan, shared.makespan, kEps * shared.makespan) << name;
+      }
+    }
+  }
+}
+
+TEST(SimulatorSharedCores, HalfACoreEachDoublesEveryTime) {
+  // Every rank alone in a pool of half a core runs at half speed: with the
+  // latency doubled too, every time doubles.
+  for (const char* name : {"1f1b", "zb_h1", "zbv"}) {
+    const Schedule s = Lower(Generate(name, 4, 8));
+    SimOptions o = WithCosts(1, 0.7, 0.4);
+    o.comm = 0.3;
+    const SimResult alone = Simulate(s, o);
+    o.comm = 0.6;
+    o.core_pool = {0, 1, 2, 3};
+    o.pool_cores = {0.5, 0.5, 0.5, 0.5};
+    const SimResult shared = Simulate(s, o);
+    EXPECT_NEAR(shared.makespan, 2 * alone.makespan, kEps) << name;
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(shared.timeline[r].size(), alone.timeline[r].size());
+      for (std::size_t k = 0; k < alone.timeline[r].size(); ++k) {
+        EXPECT_NEAR(shared.timeline[r][k].start, 2 * alone.timeline[r][k].start, kEps) << name;
+        EXPECT_NEAR(shared.timeline[r][k].end, 2 * alone.timeline[r][k].end, kEps) << name;
+      }
+    }
+    EXPECT_NEAR(shared.bubble_rate, alone.bubble_rate, kEps) << name;
+  }
+}
+
+TEST(SimulatorSharedCores, TwoRanksOnOneCoreShareItEvenly) {
+  // Two ranks on one core, each starting at once (gpipe, 2 stages, first
+  // microbatch on rank 0 only; then F(1,0) on rank 1 beside F(0,1) on rank
+  // 0): a closed-form timeline. F = 1, B = 0 (weightless stages).
+  const Schedule s = Generate("gpipe", 2, 2);
+  SimOptions o = WithCosts(1, 0, 0);
+  const SimResult r = Simulate(s, OnePool(o, 2, 1.0));
+  // 0F0 alone [0, 1]; 0F1 and 1F0 together at half speed [1, 3]; 1F1 alone [3, 4].
+  ASSERT_GE(r.timeline[0].size(), 2u);
+  EXPECT_NEAR(r.timeline[0][0].end, 1, kEps);
+  EXPECT_NEAR(r.timeline[0][1].start, 1, kEps);
+  EXPECT_NEAR(r.timeline[0][1].end, 3, kEps);
+  EXPECT_NEAR(r.timeline[1][0].start, 1, kEps);
+  EXPECT_NEAR(r.timeline[1][0].end, 3, kEps);
+  EXPECT_NEAR(r.timeline[1][1].end, 4, kEps);
+}
+
+TEST(SimulatorSharedCores, BetweenAloneAndTheWorkOverTheCores) {
+  // 4 ranks on 2 cores: each rank runs at least at half speed, so the step
+  // is at most twice the step alone, at least that step, and at least the
+  // whole work over two cores.
+  for (const char* name : {"1f1b", "zb_h1", "zbv", "gpipe"}) {
+    for (const Costs& c : kCostSets) {
+      const Schedule s = Generate(name, 4, 8);
+      SimOptions o = WithCosts(c.forward, c.backward_input, c.backward_weight);
+      o.comm = 0.05;
+      const SimResult alone = Simulate(s, o);
+      const SimResult shared = Simulate(s, OnePool(o, 4, 2.0));
+      EXPECT_GE(shared.makespan, alone.makespan - kEps) << name;
+      EXPECT_GE(shared.makespan, TotalWork(alone) / 2 - kEps) << name;
+      EXPECT_LE(shared.makespan, 2 * alone.makespan + kEps) << name;
+    }
+  }
+}
+
+TEST(SimulatorSharedCores, EnoughCoresChangeNothing) {
+  const Schedule s = Generate("zb_h1", 4, 8);
+  SimOptions o = WithCosts(1, 0.5, 0.7);
+  o.comm = 0.1;
+  const SimResult alone = Simulate(s, o);
+  o.core_pool = {0, 0, 1, 1};
+  o.pool_cores = {2, 3};
+  EXPECT_DOUBLE_EQ(Simulate(s, o).makespan, alone.makespan);
+}
+
+TEST(SimulatorSharedCores, DeadlocksAreStillNamed) {
+  std::istringstream csv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
+  const Schedule s = ReadCsv(csv, "deadlock.csv");
+  try {
+    Simulate(s, OnePool(SimOptions{}, 2, 1.0));
+    FAIL() << "no deadlock reported";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1, position 0 (1F1): waits for 0F1 on rank 0"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SimulatorSharedCores, BadPoolsAreRefused) {
+  const Schedule s = Generate("1f1b", 2, 4);
+  auto error = [&](SimOptions o) {
+    try {
+      Simulate(s, o);
+    } catch (const ScheduleError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  SimOptions o;
+  o.core_pool = {0};
+  o.pool_cores = {1};
+  EXPECT_NE(error(o).find("1 core pools given for the ranks, but the schedule has 2 ranks"), std::string::npos);
+  o.core_pool = {0, 1};
+  EXPECT_NE(error(o).find("rank 1 is in core pool 1, but there are 1 pools"), std::string::npos);
+  o.core_pool = {0, 0};
+  o.pool_cores = {0};
+  EXPECT_NE(error(o).find("core pool 0 must have a finite number of cores > 0, got 0"), std::string::npos);
+  o.core_pool = {};
+  EXPECT_NE(error(o).find("pool_cores given without core_pool"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace baton
