@@ -108,8 +108,15 @@ struct BenchReport {
   std::string blas_core;             // the CPU kernels OpenBLAS runs (HostBlasCore)
   double gflops_while_busy = 0;      // the model's GEMM FLOPs / compute time (busy), per rank
   double busy_fraction_of_peak = 0;  // gflops_while_busy / peak: the products inside actions against bare SGEMM
-  double fraction_of_peak = 0;       // gflops_total / (ranks x peak)
-  double goal_gflops = 0;            // 0.95 (1 - bubble) x ranks x peak
+  // Cores: the CPUs the ranks may run on, over all hosts; shared when a
+  // host runs more ranks than it has. Then the simulator shares them
+  // (SimOptions::core_pool), its costs are the actions' CPU times, and the
+  // ranks that compute at once are at most the cores.
+  int cores = 0;
+  bool cores_shared = false;
+  double cpu_outside_actions = 0;    // shared: the most any rank's step CPU time exceeds its actions', a fraction
+  double fraction_of_peak = 0;       // gflops_total / (min(ranks, cores if shared) x peak)
+  double goal_gflops = 0;            // 0.95 (1 - bubble) x min(ranks, cores if shared) x peak
   double record_cost_per_event_s = 0;
   double step_time_unrecorded_s = 0;  // median step time without recording
   // The host's matrix products, call by call (baton/model.h's GEMM meter):

@@ -11,6 +11,8 @@
 //   producer ends (after its SEND, in a lowered schedule, whose consumer also
 //   needs the RECV posted earlier in its own list). Sends never block and
 //   communication takes no compute time.
+// - Ranks sharing cores (SimOptions::core_pool): while n ranks of a pool
+//   compute, each runs at min(1, cores / n) of its speed.
 // - Memory in units of M_B (one microbatch's activations through a whole
 //   rank): F adds 1/v; I frees (1-r)/v; W frees r/v; B frees 1/v, where
 //   r = M_W/M_B. An OVERLAP_F_B unit adds its F's share, then frees its B's.

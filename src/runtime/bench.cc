@@ -17,6 +17,7 @@
 #include "baton/files.h"
 #include "baton/runtime.h"
 #include "baton/sim.h"
+#include "cores.h"
 #include "setup.h"
 
 namespace baton {
@@ -94,6 +95,7 @@ std::string_view EventName(ActionKind k) {
 struct StepRecord {
   double wall = 0, busy = 0, waiting = 0;
   double reduction_start = 0, reduction_end = 0;  // the gradient sums (ReductionTimes), from the step's start
+  double cpu = 0;  // the rank's CPU seconds in the step (actions, waits, messages, sums)
   std::vector<ActionEvent> events;  // times relative to the step's start
 };
 
@@ -209,6 +211,9 @@ std::string BenchReportJson(const BenchReport& b) {
   j["predicted_step_time_mean_costs_s"] = b.predicted_step_time_mean_costs_s;
   j["action_time_spread"] = b.action_time_spread;
   j["message_latency_s"] = b.message_latency_s;
+  j["cores"] = b.cores;
+  j["cores_shared"] = b.cores_shared;
+  j["cpu_outside_actions"] = b.cpu_outside_actions;
   j["gflops_total"] = b.gflops_total;
   j["peak_gflops_one_core"] = b.peak_gflops_one_core;
   j["blas_core"] = b.blas_core;
@@ -273,6 +278,8 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   t.Barrier();
   // The probe message is one activation crossing the first stage boundary.
   const double latency = PingPong(comms.pipeline, u.rank_plan.stage_output.front().bytes());
+  std::vector<std::string> signatures;
+  t.GatherStrings(CoreSignature(), &signatures);
 
   // Data parallelism: the replica groups' all-reduce, small and large, for
   // the alpha-beta model (each group at once, as in a step).
@@ -310,7 +317,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   // Recorded steps: each starts at a barrier, so rank clocks line up.
   std::vector<ActionEvent> events;
   events.reserve(exec.EventsPerStep() * o.steps);
-  std::vector<double> starts, ends;
+  std::vector<double> starts, ends, step_cpu;
   std::vector<ReductionTimes> reduction;
   std::vector<std::size_t> event_begin;
   exec.SetRecorder(&events);
@@ -322,11 +329,13 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     const Batch batch = u.loader->Next();
     t.Barrier();
     starts.push_back(Now());
+    const double cpu_start = Executor::CpuNow();
     event_begin.push_back(events.size());
     exec.RunStep(batch);
     exec.SumTiedGradients();
     exec.FinishReductions();
     ends.push_back(Now());
+    step_cpu.push_back(Executor::CpuNow() - cpu_start);
     reduction.push_back(exec.reduction_times());
     exec.StepOptimizers();
   }
@@ -337,17 +346,18 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   gemm.calls.resize(std::min(gemm.calls.size(), gemm.calls.size() / std::size_t(o.steps)));
   const double gemm_bare_step = BareGemmSeconds(gemm.calls);
 
-  // The cost of recording one event: two clock reads and a store.
+  // The cost of recording one event: two reads of each clock and a store.
   double record_cost = 0;
   {
     std::vector<ActionEvent> probe;
     probe.reserve(100000);
     const double start = Now();
-    for (int i = 0; i < 100000; ++i) probe.push_back({ActionKind::kForward, 0, i, Now(), Now()});
+    for (int i = 0; i < 100000; ++i) probe.push_back({ActionKind::kForward, 0, i, Now(), Now(), Executor::CpuNow() - Executor::CpuNow()});
     record_cost = (Now() - start) / 100000;
   }
 
-  // Pack per step: wall, busy, waiting, events, then the events (5 floats each).
+  // Pack per step: wall, busy, waiting, the sums' start and end, CPU time,
+  // events, then the events (6 floats each).
   std::vector<float> mine;
   for (int k = 0; k < o.steps; ++k) {
     double busy = 0, waiting = 0;
@@ -360,11 +370,12 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     mine.push_back(float(waiting));
     mine.push_back(float(reduction[k].total() > 0 ? reduction[k].first_start - starts[k] : 0.0));
     mine.push_back(float(reduction[k].total() > 0 ? reduction[k].last_end - starts[k] : 0.0));
+    mine.push_back(float(step_cpu[k]));
     mine.push_back(float(event_begin[k + 1] - event_begin[k]));
     for (std::size_t e = event_begin[k]; e < event_begin[k + 1]; ++e) {
       const ActionEvent& ev = events[e];
       mine.insert(mine.end(), {float(ev.kind), float(ev.stage), float(ev.microbatch), float(ev.start - starts[k]),
-                               float(ev.end - starts[k])});
+                               float(ev.end - starts[k]), float(ev.cpu)});
     }
   }
   mine.push_back(float(Median(plain)));
@@ -391,10 +402,11 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
       s.waiting = all[at++];
       s.reduction_start = all[at++];
       s.reduction_end = all[at++];
+      s.cpu = all[at++];
       const int n = static_cast<int>(all[at++]);
-      for (int e = 0; e < n; ++e, at += 5) {
+      for (int e = 0; e < n; ++e, at += 6) {
         s.events.push_back({static_cast<ActionKind>(int(all[at])), int(all[at + 1]), int(all[at + 2]),
-                            all[at + 3], all[at + 4]});
+                            all[at + 3], all[at + 4], all[at + 5]});
       }
     }
     plain_medians.push_back(all[at++]);
@@ -507,24 +519,53 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     br.gflops = flops / br.wall_s / 1e9;
     report.per_rank.push_back(br);
   }
+  // Ranks sharing cores compute at most on the cores there are.
+  const CoreSharing sharing = FindCoreSharing(signatures, u.plan.lowered.ranks, replicas);
+  report.cores = sharing.cores;
+  report.cores_shared = sharing.shared;
+  const int computing = sharing.shared ? std::min(p, sharing.cores) : p;
   report.gflops_total = total_flops / report.step_time_median_s / 1e9;
-  report.fraction_of_peak = report.gflops_total / (p * report.peak_gflops_one_core);
+  report.fraction_of_peak = report.gflops_total / (computing * report.peak_gflops_one_core);
   report.blas_core = HostBlasCore();
   {
+    // While computing: over the actions' wall time, or their CPU time where
+    // the wall time includes waiting for a core.
     double busy = 0;
-    for (const BenchRank& r : report.per_rank) busy += r.busy_s;
+    for (int r = 0; r < p; ++r) {
+      for (const StepRecord& s : rec[r]) {
+        for (const ActionEvent& e : s.events) {
+          if (IsCompute(e.kind)) busy += (sharing.shared ? e.cpu : e.end - e.start) / o.steps;
+        }
+      }
+    }
     report.gflops_while_busy = busy > 0 ? total_flops / busy / 1e9 : 0;
     report.busy_fraction_of_peak = report.gflops_while_busy / report.peak_gflops_one_core;
   }
-  report.goal_gflops = 0.95 * (1 - report.bubble_rate) * p * report.peak_gflops_one_core;
+  report.goal_gflops = 0.95 * (1 - report.bubble_rate) * computing * report.peak_gflops_one_core;
 
   // The simulator, fed the measured median cost of every (stage, kind) and
   // the measured latency, predicts the step time.
+  // With ranks sharing cores, an action's wall time includes waiting for a
+  // core; the simulator shares them itself, so the cost is the CPU time.
+  // The rank's CPU time outside its actions (polling, messages, sums) takes
+  // the same cores: it is charged to the rank's actions in proportion.
   std::map<std::pair<int, ActionKind>, std::vector<double>> costs;
   for (int r = 0; r < p; ++r) {
+    double scale = 1.0;
+    if (sharing.shared) {
+      double in_actions = 0, in_steps = 0;
+      for (const StepRecord& s : rec[r]) {
+        in_steps += s.cpu;
+        for (const ActionEvent& e : s.events) {
+          if (IsCompute(e.kind)) in_actions += e.cpu;
+        }
+      }
+      if (in_actions > 0) scale = std::max(1.0, in_steps / in_actions);
+      report.cpu_outside_actions = std::max(report.cpu_outside_actions, scale - 1.0);
+    }
     for (const StepRecord& s : rec[r]) {
       for (const ActionEvent& e : s.events) {
-        if (IsCompute(e.kind)) costs[{e.stage, e.kind}].push_back(e.end - e.start);
+        if (IsCompute(e.kind)) costs[{e.stage, e.kind}].push_back(sharing.shared ? scale * e.cpu : e.end - e.start);
       }
     }
   }
@@ -555,6 +596,8 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     sim.comm = latency;
     sim.stage_reduce_time = reduce_time;
     sim.reduce_at_end = reduce_at_end;
+    sim.core_pool = sharing.core_pool;
+    sim.pool_cores = sharing.pool_cores;
     sim.stage_costs.resize(u.plan.lowered.stages, Costs{0, 0, 0});
     for (auto& [key, v] : costs) {
       Costs& cs = sim.stage_costs[key.first];

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 
 #include "baton/error.h"
 
@@ -156,6 +157,18 @@ double Executor::Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+double Executor::CpuNow() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+Executor::Stamp Executor::Mark() const { return events_ ? Stamp{Now(), CpuNow()} : Stamp{}; }
+
+void Executor::Record(ActionKind kind, int stage, int microbatch, Stamp start) {
+  if (events_) events_->push_back({kind, stage, microbatch, start.wall, Now(), CpuNow() - start.cpu});
+}
+
 std::size_t Executor::EventsPerStep() const {
   // At most one event per action plus one wait per receive and per send.
   return 2 * plan_.step.size() + pending_.capacity();
@@ -284,7 +297,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         }
         Stage& st = *stages_[static_cast<std::size_t>(in.local)];
         const ConstView x{in.in.kind == BufferRef::kInputs ? inputs + op.input_offset : op.input, tensor};
-        const double start = events_ ? Now() : 0.0;
+        const Stamp start = Mark();
         std::byte* slot = nullptr;
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         if (train) {
@@ -302,7 +315,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
           st.Forward(x, slot, View{op.output, st.plan().output().WithRows(rows)}, &written);
         }
         if (train) store.CountInPlace(written);
-        if (events_) events_->push_back({ActionKind::kForward, s, j, start, Now()});
+        Record(ActionKind::kForward, s, j, start);
         break;
       }
       case ActionKind::kBackward:
@@ -312,7 +325,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         }
         Stage& st = *stages_[static_cast<std::size_t>(in.local)];
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
-        const double start = events_ ? Now() : 0.0;
+        const Stamp start = Mark();
         const bool full = a.kind == ActionKind::kBackward;
         // The stage's last gradient writer of the step starts its sums as it goes.
         BucketStarter starter(this, in.local);
@@ -320,17 +333,17 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         st.Backward(store.Get(j).data(), ConstView{op.input, st.plan().output()},
                     View{op.output, st.plan().input()}, full, last ? &starter : nullptr);
         if (full) store.Release(j);
-        if (events_) events_->push_back({a.kind, s, j, start, Now()});
+        Record(a.kind, s, j, start);
         break;
       }
       case ActionKind::kBackwardWeight: {
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
-        const double start = events_ ? Now() : 0.0;
+        const Stamp start = Mark();
         BucketStarter starter(this, in.local);
         const bool last = reducing && reduce_after_[i] >= 0;
         stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(store.Get(j).data(), last ? &starter : nullptr);
         store.Release(j);
-        if (events_) events_->push_back({ActionKind::kBackwardWeight, s, j, start, Now()});
+        Record(ActionKind::kBackwardWeight, s, j, start);
         break;
       }
       default:

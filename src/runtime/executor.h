@@ -33,6 +33,7 @@ struct ActionEvent {
   int microbatch = 0;
   double start = 0.0;
   double end = 0.0;
+  double cpu = 0.0;  // compute actions: CPU seconds the rank's thread spent in it
 };
 
 // A fault to inject, for testing how runs fail (BATON_FAULT, see fault.cc):
@@ -111,6 +112,7 @@ class Executor {
   // (appended; null stops recording). Reserve EventsPerStep() per step
   // beforehand and recording allocates nothing.
   void SetRecorder(std::vector<ActionEvent>* events) { events_ = events; }
+  static double CpuNow();  // the calling thread's CPU time, seconds (recorded actions' cost)
   std::size_t EventsPerStep() const;
 
   // The step being run (for the flight record and fault injection).
@@ -158,6 +160,12 @@ class Executor {
   // Moves the last stage's loss totals (if it is here) into *stats.
   void TakeLoss(StepStats* stats);
   static double Now();
+  // With a recorder: an action's start, on the wall and CPU clocks.
+  struct Stamp {
+    double wall = 0.0, cpu = 0.0;
+  };
+  Stamp Mark() const;
+  void Record(ActionKind kind, int stage, int microbatch, Stamp start);
   // Waits for receive / send `id`, recording the wait when a recorder is set.
   void WaitRecorded(int id, const WaitInfo& info, ActionKind kind, int stage, int microbatch);
 

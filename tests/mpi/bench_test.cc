@@ -1,5 +1,6 @@
 // `baton bench` under mpirun on a tiny config: the report has its keys and
 // sane numbers, and the trace, picture and sweep files are written.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +25,9 @@ class BenchTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  int Run(const std::string& args) {
-    const std::string cmd = "cd '" + dir_.string() + "' && timeout 300 '" BATON_MPIEXEC "' -np 2 '" + BATON_BINARY +
+  int Run(const std::string& args, int ranks = 2) {
+    const std::string cmd = "cd '" + dir_.string() + "' && timeout 300 '" BATON_MPIEXEC "' -np " +
+                            std::to_string(ranks) + " '" + BATON_BINARY +
                             "' bench '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 " + args +
                             " > log.txt 2>&1";
     const int status = std::system(cmd.c_str());
@@ -119,6 +121,28 @@ TEST_F(BenchTest, DataParallelReportsTheGradientSums) {
   EXPECT_GT(r["allreduce_bandwidth_Bps"].get<double>(), 0);
   EXPECT_GT(r["predicted_reduction_s"].get<double>(), 0);
   EXPECT_NE(Log().find("gradient sums    2 replicas"), std::string::npos) << Log();
+}
+
+// 2 x 2: four ranks on this host. Where it has fewer CPUs than that they
+// share them, and the report says so (the simulator then shares them too).
+TEST_F(BenchTest, TwoByTwoReportsWhetherRanksShareCores) {
+  ASSERT_EQ(Run("--set data_parallel.size=2 --steps 3 --warmup 1 --json r.json", 4), 0) << Log();
+  std::ifstream in(dir_ / "r.json");
+  const nlohmann::json r = nlohmann::json::parse(in);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  EXPECT_EQ(r["ranks"], 4);
+  // The union of the ranks' CPU sets (mpirun may bind them to fewer CPUs
+  // than this process may use).
+  const int cores = r["cores"].get<int>();
+  EXPECT_GE(cores, 1);
+  EXPECT_LE(cores, cpus);
+  EXPECT_EQ(r["cores_shared"].get<bool>(), cores < 4);
+  EXPECT_GE(r["cpu_outside_actions"].get<double>(), 0);
+  EXPECT_GT(r["predicted_step_time_s"].get<double>(), 0);
+  EXPECT_EQ(Log().find("4 ranks share " + std::to_string(cores) + " cores") != std::string::npos, cores < 4) << Log();
 }
 
 TEST_F(BenchTest, SweepWritesOneRowPerCombination) {
