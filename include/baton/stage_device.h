@@ -123,6 +123,12 @@ class RankDevice : public Memory {
   virtual bool Idle(int id) const = 0;
   // Moves messages along (a GPU posts sends whose staging copies are done).
   virtual void Progress() = 0;
+  // Data parallelism: the group this device's gradient buckets are summed
+  // through, given the replicas' group `host` (host memory) and the largest
+  // bucket, in floats, of each request id. Host memory sums through `host`
+  // itself; a GPU stages each bucket through pinned host memory. Setup only;
+  // the device owns what it returns.
+  virtual ReplicaGroup& GradientGroup(ReplicaGroup& host, const std::vector<std::size_t>& floats_per_request) = 0;
 };
 
 std::unique_ptr<RankDevice> MakeHostRankDevice(Transport& transport);

@@ -2,7 +2,8 @@
 // devices, so several ranks may share one), one compute stream for all of the
 // rank's stages (work handed from one local stage to the next is then in
 // order without events), the device ring store, and messages through the
-// host-staged transport; the ring stores take their memory from it.
+// host-staged transport, and gradient sums over replicas staged the same
+// way; the ring stores take their memory from it.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "cuda_stage_device.h"
 #include "cuda_util.h"
 #include "device_memory.h"
+#include "staged_replica_group.h"
 #include "staged_transport.h"
 
 namespace baton {
@@ -62,6 +64,10 @@ class CudaRankDevice final : public RankDevice {
   void WaitSend(int id, const WaitInfo& info) override { staged_->WaitSend(id, info); }
   bool Idle(int id) const override { return staged_->Idle(id); }
   void Progress() override { staged_->Progress(); }
+  ReplicaGroup& GradientGroup(ReplicaGroup& host, const std::vector<std::size_t>& floats_per_request) override {
+    gradient_group_ = cuda::MakeStagedReplicaGroup(host, stream_.get(), floats_per_request);
+    return *gradient_group_;
+  }
 
  private:
   Transport& t_;
@@ -70,6 +76,7 @@ class CudaRankDevice final : public RankDevice {
   cuda::Event ready_;
   cuda::DeviceMemory memory_;
   std::unique_ptr<cuda::DeviceTransport> staged_;
+  std::unique_ptr<ReplicaGroup> gradient_group_;
 };
 
 }  // namespace

@@ -51,7 +51,15 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
       throw ConfigError(fmt::format("rank {}: the plan sums gradients over {} replicas, but the replica group has {}",
                                     rank_, red.replicas, replicas ? replicas->size() : 1));
     }
-    replicas_ = replicas;
+    // The largest collective of each request id, for a device that stages
+    // them (a bucket's sum; under ZeRO its parameters' all-gather, id + 1).
+    std::vector<std::size_t> floats(static_cast<std::size_t>(red.requests), 0);
+    for (const BucketPlan& b : red.buckets) {
+      for (int id : {b.request, red.zero ? b.request + 1 : b.request}) {
+        floats[static_cast<std::size_t>(id)] = std::max(floats[static_cast<std::size_t>(id)], b.count);
+      }
+    }
+    replicas_ = &dev_.GradientGroup(*replicas, floats);
     replicas_->Configure(red.requests, wait_timeout_s);
     reduce_after_.assign(plan.step.size(), -1);
     for (std::size_t k = 0; k < red.start_after.size(); ++k) {

@@ -29,6 +29,7 @@ class HostRankDevice final : public RankDevice {
   void WaitSend(int id, const WaitInfo& info) override { t_.Wait(id, info); }
   bool Idle(int id) const override { return t_.Idle(id); }
   void Progress() override {}
+  ReplicaGroup& GradientGroup(ReplicaGroup& host, const std::vector<std::size_t>&) override { return host; }
 
  private:
   Transport& t_;

@@ -1,7 +1,7 @@
 // `baton train` with device: cuda against the CPU: the tiny config's
 // per-step losses and final weights on the GPU — one rank; 2 and 4 ranks
 // sharing one GPU over the host-staged transport; one rank holding 2 chunks
-// (ZB-V) — equal the CPU pipeline's within 1e-4 relative in FP32, and within
+// (ZB-V); two replicas of two ranks, their gradients summed — equal the CPU pipeline's within 1e-4 relative in FP32, and within
 // 5e-2 in BF16. Skips, saying so, without a CUDA device.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -101,6 +101,17 @@ TEST_F(CudaTrain, FourRanksShareOneGpuWithSplitBackward) {
 
 TEST_F(CudaTrain, OneRankHoldingTwoChunks) {
   ExpectClose(Train("zbv", 1, {"device=cuda", "pipeline.schedule=zbv"}), Cpu(1, "zbv"), 1e-4);
+}
+
+// 2 x 2: two replicas of a two-rank pipeline, four ranks on one GPU, the
+// gradient buckets summed through pinned host memory: the CPU pipeline's
+// losses and weights (which equal the one-rank run's, data_parallel_test).
+TEST_F(CudaTrain, TwoReplicasOfTwoRanksSumTheirGradients) {
+  ExpectClose(Train("dp", 4, {"device=cuda", "pipeline.ranks=2", "data_parallel.size=2"}), Cpu(2, "1f1b"), 1e-4);
+  ExpectClose(Train("dp_small_buckets", 4,
+                    {"device=cuda", "pipeline.ranks=2", "pipeline.schedule=zb_h1",
+                     "data_parallel={size: 2, bucket_cap_mb: 0.001}"}),
+              Cpu(2, "zb_h1"), 1e-4);
 }
 
 TEST_F(CudaTrain, Bf16StaysCloseToFp32) {
