@@ -2,7 +2,7 @@
 # On a machine with a CUDA GPU: build with the CUDA backend, run its tests
 # (which skip without a GPU) and its benchmarks, and keep what they print in
 # ${OUT:-out/gpu} (gpu.txt, tests.txt, cuda_store_bench.json, cuda_p2p_bench.json,
-# bench_cuda.json).
+# bench_cuda.json, bench_cuda_dp.json).
 #
 #   ./scripts/gpu_check.sh
 set -euo pipefail
@@ -30,3 +30,7 @@ mpirun -np 2 build-gpu/bench/cuda_p2p_bench --json "$out/cuda_p2p_bench.json"
 # samples/s (per-action times there are host-side enqueue times).
 mpirun -np 2 build-gpu/baton bench configs/synthetic_bench.yaml --set pipeline.ranks=2 --set device=cuda \
   --steps 20 --json "$out/bench_cuda.json"
+# Two replicas of a one-rank pipeline on the GPU: the gradient sums staged
+# through pinned host memory, their time and hidden share.
+mpirun -np 2 build-gpu/baton bench configs/synthetic_bench.yaml --set pipeline.ranks=1 --set data_parallel.size=2 \
+  --set device=cuda --steps 20 --json "$out/bench_cuda_dp.json"
