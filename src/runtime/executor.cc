@@ -391,14 +391,16 @@ void Executor::WriteFlightRecord(const std::string& path) const {
   std::fprintf(stderr, "baton: rank %d: flight record in %s\n", rank_, path.c_str());
 }
 
-StepStats Executor::Evaluate(const Dataset& data) {
+StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64_t end) {
   StepStats stats;
   const int m = plan_.microbatches, rows = plan_.rows;
   const std::size_t sample_bytes = plan_.stage_input.front().WithRows(1).bytes();
   const std::int64_t per_sample = plan_.labels_per_sample;
-  const std::byte* inputs = data.inputs.empty() ? nullptr : data.inputs.data();
-  const std::int32_t* labels = data.labels.empty() ? nullptr : data.labels.data();
-  const std::int64_t samples = data.samples;
+  begin = std::clamp<std::int64_t>(begin, 0, data.samples);
+  end = std::clamp<std::int64_t>(end, begin, data.samples);
+  const std::byte* inputs = data.inputs.empty() ? nullptr : data.inputs.data() + begin * sample_bytes;
+  const std::int32_t* labels = data.labels.empty() ? nullptr : data.labels.data() + begin * per_sample;
+  const std::int64_t samples = end - begin;
   // Rounds of the evaluation schedule: m microbatches of `rows` samples, the
   // last round's tail shorter (or empty). Every rank knows every count, so
   // both sides of each message agree on its size.

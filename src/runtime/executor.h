@@ -106,7 +106,9 @@ class Executor {
   // Forward-only pass over every sample of `data` (evaluation), in rounds of
   // the plan's evaluation schedule; reads the parts this rank holds.
   // REQUIRES: data's sample and labels per sample are the plan's.
-  StepStats Evaluate(const Dataset& data);
+  StepStats Evaluate(const Dataset& data) { return Evaluate(data, 0, data.samples); }
+  // The same over samples [begin, end) of `data` (a replica's share).
+  StepStats Evaluate(const Dataset& data, std::int64_t begin, std::int64_t end);
 
   // Records every action and wait of the following steps into `events`
   // (appended; null stops recording). Reserve EventsPerStep() per step

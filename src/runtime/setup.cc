@@ -84,20 +84,17 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool a
   u.first_rank = u.rank_plan.has_inputs;
   u.last_rank = u.rank_plan.has_labels;
   const DataConfig& d = c.data;
-  // Evaluation runs on the first replica only (the others' would count the
-  // same samples again).
-  const bool evaluates = u.replica == 0;
   switch (d.dataset) {
     case DatasetKind::kFashionMnist:
       u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
-      if (d.evaluate && evaluates) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
+      if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
       break;
     case DatasetKind::kSynthetic:
       u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
       break;
     case DatasetKind::kFortunes:
       u.train = LoadFortunes(d.path, "train", d.seq_len, u.first_rank, u.last_rank);
-      if (d.validation && evaluates) {
+      if (d.validation) {
         u.test = LoadFortunes(d.path, "validation", d.seq_len, u.first_rank, u.last_rank);
       }
       break;
@@ -124,6 +121,11 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool a
   if (u.train.samples < c.train.batch_size) {
     throw ConfigError(fmt::format("{}: train.batch_size {} is larger than the dataset ({} samples)", c.source,
                                   c.train.batch_size, u.train.samples));
+  }
+  {
+    const std::int64_t n = u.test.samples, d = c.data_parallel.size;
+    u.eval_begin = n * u.replica / d;
+    u.eval_end = n * (u.replica + 1) / d;
   }
   // This replica's share of every global batch.
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, d.shuffle, d.seed, u.replica * u.plan.batch_size,

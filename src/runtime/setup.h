@@ -65,7 +65,10 @@ struct RunSetup {
   std::unique_ptr<MetricsLog> metrics;  // rank 0
   Fault fault;                          // BATON_FAULT, for testing
   int replica = 0;                      // this rank's replica (data parallelism)
-  bool evaluation = false;              // epochs end with an evaluation (the first replica runs it)
+  bool evaluation = false;              // epochs end with an evaluation
+  // This replica's share of the evaluation set: samples [eval_begin,
+  // eval_end) of `test` (replica r of D: [r N / D, (r + 1) N / D)).
+  std::int64_t eval_begin = 0, eval_end = 0;
   int world_rank = 0;
 };
 

@@ -148,13 +148,14 @@ TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptio
     // when the config asks for them, and nothing otherwise.
     if (epoch_end && u.evaluation) {
       StepStats ev;
-      if (u.test.samples > 0) ev = u.exec->Evaluate(u.test);  // the first replica's pipeline
+      if (u.test.samples > 0) ev = u.exec->Evaluate(u.test, u.eval_begin, u.eval_end);  // this replica's share
       double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
       t.ReduceSum(v);
       if (root && !IsTokenDataset(c.data.dataset)) {
         summary.test_accuracy = v[1] / std::max(v[2], 1.0);
-        metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "test_loss": {:.7g}, "test_accuracy": {:.6g}}})", step,
-                                  epoch, v[0] / std::max(v[2], 1.0), summary.test_accuracy));
+        metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "test_loss": {:.7g}, "test_accuracy": {:.6g}, )"
+                                  R"("test_samples": {:.0f}}})",
+                                  step, epoch, v[0] / std::max(v[2], 1.0), summary.test_accuracy, v[2]));
         if (c.log.progress) {
           std::fprintf(stderr, "%sepoch %lld: test accuracy %.2f%%, test loss %.4f\n", tty ? "\n" : "",
                        static_cast<long long>(epoch), 100 * summary.test_accuracy, v[0] / std::max(v[2], 1.0));
@@ -166,8 +167,8 @@ TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptio
         const double tokens = std::max(v[2], 1.0);
         summary.validation_loss = v[0] / tokens;
         metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "validation_loss": {:.7g}, "validation_perplexity": )"
-                                  R"({:.6g}}})",
-                                  step, epoch, summary.validation_loss, std::exp(summary.validation_loss)));
+                                  R"({:.6g}, "validation_tokens": {:.0f}}})",
+                                  step, epoch, summary.validation_loss, std::exp(summary.validation_loss), v[2]));
         if (c.log.progress) {
           std::fprintf(stderr, "%sepoch %lld: validation loss %.4f nats/token, perplexity %.2f\n", tty ? "\n" : "",
                        static_cast<long long>(epoch), summary.validation_loss, std::exp(summary.validation_loss));

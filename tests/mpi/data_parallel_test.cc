@@ -5,9 +5,11 @@
 // SGD with momentum and AdamW, the optimizer state whole or sharded (ZeRO
 // stage 1), with buckets small enough that every stage has several. The
 // GPT's tied head sums its copies' gradients across the pipeline and across
-// the replicas.
+// the replicas. Each replica evaluates its own share of the validation
+// set, and together they report the one-rank run's loss.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,34 @@ TEST(DataParallelGpt, TiedHeadAcrossRanksAndReplicas) {
         TrainRun("dp_gpt_" + std::to_string(zero), kTinyGpt, 4,
                  {"pipeline.ranks=2", "pipeline.schedule=zb_h1", "data_parallel.size=2",
                   "data_parallel.zero=" + std::to_string(zero), kSmallBuckets, sgd});
+    ExpectSameRun(got, ref);
+  }
+}
+
+TEST(DataParallelEvaluation, ReplicasShareTheValidationSet) {
+  // The tiny GPT on fortunes' byte windows: replica r of D evaluates
+  // windows [r N / D, (r + 1) N / D); the shares' sums make the one-rank
+  // validation loss (only the grouping of the sum differs).
+  if (!std::filesystem::exists("/usr/share/games/fortunes")) {
+    GTEST_SKIP() << "/usr/share/games/fortunes not present: install the Debian package fortunes";
+  }
+  const std::vector<std::string> common = {"data={dataset: fortunes, seq_len: 8}", "model.vocab=256",
+                                           "train.steps=2", "pipeline.microbatches=4",
+                                           "train.optimizer={type: sgd, lr: 0.1}"};
+  const RunOutput ref = TrainRun("dp_eval_ref", kTinyGpt, 1, common);
+  ASSERT_EQ(ref.evaluation.size(), 1u);
+  ASSERT_EQ(ref.evaluated.size(), 1u);
+  EXPECT_GT(ref.evaluated[0], 1000);
+  for (auto [p, d] : {std::pair{2, 2}, std::pair{1, 4}}) {
+    SCOPED_TRACE(std::to_string(p) + " x " + std::to_string(d));
+    std::vector<std::string> sets = common;
+    sets.push_back("pipeline.ranks=" + std::to_string(p));
+    sets.push_back("data_parallel.size=" + std::to_string(d));
+    const RunOutput got = TrainRun("dp_eval_" + std::to_string(p) + "x" + std::to_string(d), kTinyGpt, p * d, sets);
+    ASSERT_EQ(got.evaluation.size(), 1u);
+    ASSERT_EQ(got.evaluated.size(), 1u);
+    EXPECT_EQ(got.evaluated[0], ref.evaluated[0]) << "every token once";
+    EXPECT_NEAR(got.evaluation[0], ref.evaluation[0], 1e-6 * ref.evaluation[0]);
     ExpectSameRun(got, ref);
   }
 }

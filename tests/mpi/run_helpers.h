@@ -27,6 +27,8 @@ namespace fs = std::filesystem;
 struct RunOutput {
   std::vector<double> losses;
   std::vector<baton::NamedTensor> weights;
+  std::vector<double> evaluation;  // each evaluation's loss (test_loss or validation_loss)
+  std::vector<double> evaluated;   // and how much it covered (test_samples or validation_tokens)
 };
 
 inline int Shell(const std::string& command) {
@@ -56,6 +58,12 @@ inline RunOutput TrainRun(const std::string& name, const std::string& config, in
   for (std::string line; std::getline(metrics, line);) {
     const auto j = nlohmann::json::parse(line);
     if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
+    for (const char* key : {"test_loss", "validation_loss"}) {
+      if (j.contains(key)) out.evaluation.push_back(j[key].get<double>());
+    }
+    for (const char* key : {"test_samples", "validation_tokens"}) {
+      if (j.contains(key)) out.evaluated.push_back(j[key].get<double>());
+    }
   }
   if (fs::exists(dir / "weights.safetensors")) {
     out.weights = baton::ReadSafetensors((dir / "weights.safetensors").string());
