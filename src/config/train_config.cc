@@ -537,11 +537,6 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
 
   c.device = Choice(top, "device", c.device);
   c.precision = Choice(top, "precision", c.precision);
-  if (c.data_parallel.size > 1 && c.data_parallel.zero == 1 && c.device == Device::kCuda) {
-    top.Fail(top.Node("device"), "device",
-             "data_parallel.zero: 1 runs on device: cpu for now (the GPU optimizer updates whole stages, not one "
-             "replica's part of them)");
-  }
   if (c.precision == Precision::kBF16 && c.device != Device::kCuda) {
     top.Fail(top.Node("precision"), "precision", "bf16 needs device: cuda (the CPU layers compute in fp32)");
   }

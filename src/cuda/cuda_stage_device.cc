@@ -94,15 +94,22 @@ class CudaStageDevice final : public StageDevice {
 
   // The optimizer's state lives on the device; the host copies below are
   // what checkpoints read and write (PullParams / PushParams move them).
+  // Over parameters [first, first + count) (count 0: to the end): ZeRO's
+  // shard of this replica, or the whole stage.
   void SetOptimizer(const OptimizerSpec& spec, std::size_t first, std::size_t count) override {
-    if (first != 0 || (count != 0 && count != host_params_.size())) {
-      throw ConfigError("an optimizer over part of a stage (data_parallel.zero: 1) is not built for device: cuda yet");
+    if (count == 0) count = host_params_.size() - first;
+    if (first + count > host_params_.size()) {
+      throw Error(fmt::format("optimizer over parameters [{}, {}) of a stage of {}", first, first + count,
+                              host_params_.size()));
     }
-    optimizer_ = MakeCudaOptimizer(spec, host_params_.size());
+    optimizer_first_ = first;
+    optimizer_ = MakeCudaOptimizer(spec, count);
     host_state_.clear();
     for (const auto& d : optimizer_->State()) host_state_.emplace_back(d.size(), 0.0f);
   }
-  void OptimizerStep() override { optimizer_->Step(ctx_, params_.data(), grads_.data()); }
+  void OptimizerStep() override {
+    optimizer_->Step(ctx_, params_.data() + optimizer_first_, grads_.data() + optimizer_first_);
+  }
   std::vector<std::span<float>> OptimizerState() override {
     std::vector<std::span<float>> out;
     for (auto& h : host_state_) out.emplace_back(h);
@@ -170,6 +177,7 @@ class CudaStageDevice final : public StageDevice {
   std::span<float> host_params_, host_grads_;
   DeviceBuffer<double> loss_;
   DeviceBuffer<unsigned long long> correct_;
+  std::size_t optimizer_first_ = 0;  // the optimizer's first parameter
   PinnedBuffer<double> totals_host_;  // [loss sum, correct count's bits]
   std::unique_ptr<CudaOptimizer> optimizer_;
   std::vector<FloatBuffer> host_state_;

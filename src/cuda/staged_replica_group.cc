@@ -29,28 +29,22 @@ class StagedReplicaGroup final : public ReplicaGroup {
   }
 
   void StartAllReduce(int id, std::span<float> data) override {
-    Request& r = At(id);
-    if (r.state != kIdle) throw Error(fmt::format("gradient sums on the GPU: request {} started twice", id));
-    if (data.size() > r.pinned.size()) {
-      throw Error(fmt::format("gradient sums on the GPU: request {} has {} floats of staging, bucket of {}", id,
-                              r.pinned.size(), data.size()));
-    }
-    r.device = data;
-    // The copy waits for everything enqueued so far on the compute stream,
-    // which includes the kernels that wrote these gradients.
-    r.event.Record(compute_);
-    r.event.BlockStream(comm_.get());
-    BATON_CUDA_CHECK(cudaMemcpyAsync(r.pinned.data(), data.data(), data.size_bytes(), cudaMemcpyDeviceToHost,
-                                     comm_.get()));
-    r.event.Record(comm_.get());
-    r.state = kDown;
+    Start(id, kAllReduce, data, {}, {}, {0, data.size()}, {0, data.size()});
   }
 
-  void StartReduceScatter(int, std::span<float>, std::span<const int>, std::span<const int>) override {
-    throw Error("gradient sums on the GPU: ZeRO's reduce-scatter is not built (data_parallel.zero: 0 on cuda)");
+  // The whole bucket down, the sum scattered on the host, this member's part up.
+  void StartReduceScatter(int id, std::span<float> data, std::span<const int> counts,
+                          std::span<const int> displs) override {
+    const Part mine = Mine(counts, displs);
+    Start(id, kReduceScatter, data, counts, displs, {0, data.size()}, mine);
   }
-  void StartAllGather(int, std::span<float>, std::span<const int>, std::span<const int>) override {
-    throw Error("gradient sums on the GPU: ZeRO's all-gather is not built (data_parallel.zero: 0 on cuda)");
+
+  // This member's part down (the optimizer's kernels wrote it), every part
+  // gathered on the host, the whole bucket up.
+  void StartAllGather(int id, std::span<float> data, std::span<const int> counts,
+                      std::span<const int> displs) override {
+    const Part mine = Mine(counts, displs);
+    Start(id, kAllGather, data, counts, displs, mine, {0, data.size()});
   }
 
   bool Test(int id) override {
@@ -81,10 +75,17 @@ class StagedReplicaGroup final : public ReplicaGroup {
 
  private:
   enum State { kIdle, kDown, kSum, kUp };
+  enum Kind { kAllReduce, kReduceScatter, kAllGather };
+  struct Part {
+    std::size_t offset = 0, count = 0;  // floats from the bucket's start
+  };
   struct Request {
     PinnedBuffer<float> pinned;
     Event event;
     std::span<float> device;
+    Kind kind = kAllReduce;
+    std::span<const int> counts, displs;
+    Part up;  // what comes back to the device
     State state = kIdle;
   };
 
@@ -95,16 +96,58 @@ class StagedReplicaGroup final : public ReplicaGroup {
     return requests_[static_cast<std::size_t>(id)];
   }
 
-  // The bucket is in pinned memory: sum it over the replicas there.
+  Part Mine(std::span<const int> counts, std::span<const int> displs) const {
+    const auto me = static_cast<std::size_t>(host_.rank());
+    if (counts.size() != static_cast<std::size_t>(host_.size()) || displs.size() != counts.size()) {
+      throw Error(fmt::format("gradient sums on the GPU: {} parts for {} replicas", counts.size(), host_.size()));
+    }
+    return {static_cast<std::size_t>(displs[me]), static_cast<std::size_t>(counts[me])};
+  }
+
+  // Copies `down` of the bucket into pinned memory once the compute stream's
+  // work so far (which wrote it) is done.
+  void Start(int id, Kind kind, std::span<float> data, std::span<const int> counts, std::span<const int> displs,
+             Part down, Part up) {
+    Request& r = At(id);
+    if (r.state != kIdle) throw Error(fmt::format("gradient sums on the GPU: request {} started twice", id));
+    if (data.size() > r.pinned.size()) {
+      throw Error(fmt::format("gradient sums on the GPU: request {} has {} floats of staging, bucket of {}", id,
+                              r.pinned.size(), data.size()));
+    }
+    r.device = data;
+    r.kind = kind;
+    r.counts = counts;
+    r.displs = displs;
+    r.up = up;
+    r.event.Record(compute_);
+    r.event.BlockStream(comm_.get());
+    BATON_CUDA_CHECK(cudaMemcpyAsync(r.pinned.data() + down.offset, data.data() + down.offset,
+                                     down.count * sizeof(float), cudaMemcpyDeviceToHost, comm_.get()));
+    r.event.Record(comm_.get());
+    r.state = kDown;
+  }
+
+  // The input is in pinned memory: the collective runs there.
   void StartSum(int id, Request& r) {
-    host_.StartAllReduce(id, {r.pinned.data(), r.device.size()});
+    const std::span<float> pinned(r.pinned.data(), r.device.size());
+    switch (r.kind) {
+      case kAllReduce:
+        host_.StartAllReduce(id, pinned);
+        break;
+      case kReduceScatter:
+        host_.StartReduceScatter(id, pinned, r.counts, r.displs);
+        break;
+      case kAllGather:
+        host_.StartAllGather(id, pinned, r.counts, r.displs);
+        break;
+    }
     r.state = kSum;
   }
 
-  // The sum is in pinned memory: copy it back into the bucket.
+  // The result is in pinned memory: copy its part back into the bucket.
   void StartUp(Request& r) {
-    BATON_CUDA_CHECK(cudaMemcpyAsync(r.device.data(), r.pinned.data(), r.device.size_bytes(), cudaMemcpyHostToDevice,
-                                     comm_.get()));
+    BATON_CUDA_CHECK(cudaMemcpyAsync(r.device.data() + r.up.offset, r.pinned.data() + r.up.offset,
+                                     r.up.count * sizeof(float), cudaMemcpyHostToDevice, comm_.get()));
     r.event.Record(comm_.get());
     r.state = kUp;
   }

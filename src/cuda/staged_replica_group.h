@@ -13,10 +13,13 @@
 //           the compute stream waits for it on the GPU (Wait), so the
 //           optimizer's kernels read the sums.
 //
+// ZeRO stage 1 the same way: a reduce-scatter copies the whole bucket down
+// and only this member's summed part up; an all-gather copies this member's
+// part (the updated parameters) down and the whole bucket up.
+//
 // The host reads nothing per microbatch: one copy each way per bucket and
-// step. ZeRO's reduce-scatter and all-gather are not built here (the GPU
-// optimizer updates whole stages); configuration refuses them first.
-// NCCL (ncclAllReduce on the comm stream) would sit beside this.
+// step. NCCL (ncclAllReduce and friends on the comm stream) would sit
+// beside this.
 #ifndef BATON_CUDA_STAGED_REPLICA_GROUP_H_
 #define BATON_CUDA_STAGED_REPLICA_GROUP_H_
 

@@ -1,7 +1,8 @@
 // `baton train` with device: cuda against the CPU: the tiny config's
 // per-step losses and final weights on the GPU — one rank; 2 and 4 ranks
 // sharing one GPU over the host-staged transport; one rank holding 2 chunks
-// (ZB-V); two replicas of two ranks, their gradients summed — equal the CPU pipeline's within 1e-4 relative in FP32, and within
+// (ZB-V); two replicas of two ranks, their gradients summed, with and
+// without ZeRO — equal the CPU pipeline's within 1e-4 relative in FP32, and within
 // 5e-2 in BF16. Skips, saying so, without a CUDA device.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -112,6 +113,16 @@ TEST_F(CudaTrain, TwoReplicasOfTwoRanksSumTheirGradients) {
                     {"device=cuda", "pipeline.ranks=2", "pipeline.schedule=zb_h1",
                      "data_parallel={size: 2, bucket_cap_mb: 0.001}"}),
               Cpu(2, "zb_h1"), 1e-4);
+}
+
+// ZeRO stage 1 on the GPU: each replica's optimizer steps its shard, the
+// buckets reduce-scattered and the parameters all-gathered through pinned
+// host memory.
+TEST_F(CudaTrain, ShardedOptimizerStateOverTwoReplicas) {
+  ExpectClose(Train("zero", 4,
+                    {"device=cuda", "pipeline.ranks=2", "train.optimizer={type: adamw, lr: 0.01}",
+                     "data_parallel={size: 2, zero: 1, bucket_cap_mb: 0.001}"}),
+              Train("zero_cpu", 2, {"pipeline.ranks=2", "train.optimizer={type: adamw, lr: 0.01}"}), 1e-4);
 }
 
 TEST_F(CudaTrain, Bf16StaysCloseToFp32) {
