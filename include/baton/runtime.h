@@ -115,8 +115,15 @@ struct BenchReport {
   int cores = 0;
   bool cores_shared = false;
   double cpu_outside_actions = 0;    // shared: the most any rank's step CPU time exceeds its actions', a fraction
+  // Shared: the share of the cores' time no rank used, measured (1 - the
+  // ranks' CPU time in the step / (cores x step time), median over steps)
+  // and simulated (1 - the simulated work / (cores x step time)). The
+  // bubble rates above count ranks' wall time in actions, which includes
+  // waiting for a core.
+  double core_idle_rate = 0;
+  double simulated_core_idle_rate = 0;
   double fraction_of_peak = 0;       // gflops_total / (min(ranks, cores if shared) x peak)
-  double goal_gflops = 0;            // 0.95 (1 - bubble) x min(ranks, cores if shared) x peak
+  double goal_gflops = 0;            // 0.95 (1 - bubble, or core_idle_rate if shared) x min(ranks, cores if shared) x peak
   double record_cost_per_event_s = 0;
   double step_time_unrecorded_s = 0;  // median step time without recording
   // The host's matrix products, call by call (baton/model.h's GEMM meter):

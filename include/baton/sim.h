@@ -82,6 +82,7 @@ struct RankResult {
   double start = 0.0;        // first compute action's start
   double end = 0.0;          // last compute action's end
   double busy = 0.0;         // sum of compute durations
+  double work = 0.0;         // sum of its actions' costs (= busy unless ranks share cores)
   double span = 0.0;         // end - start
   double peak_memory = 0.0;  // units of M_B
   double peak_memory_bytes = 0.0;   // peak_memory x M_B bytes, or the peak of the stage

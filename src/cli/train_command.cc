@@ -151,12 +151,15 @@ void PrintReport(const BenchReport& b) {
   const int computing = b.cores_shared ? std::min(b.ranks, b.cores) : b.ranks;
   if (b.cores_shared) {
     out += fmt::format("cores            {} ranks share {} cores: the simulator shares them too, each action costing "
-                       "its CPU time (and its share of the rank's CPU time outside actions: up to {:.0f}% more)\n",
-                       b.ranks, b.cores, 100 * b.cpu_outside_actions);
+                       "its CPU time (and its share of the rank's CPU time outside actions: up to {:.0f}% more); "
+                       "cores idle: measured {:.2f}%, simulated {:.2f}%\n",
+                       b.ranks, b.cores, 100 * b.cpu_outside_actions, 100 * b.core_idle_rate,
+                       100 * b.simulated_core_idle_rate);
   }
   out += fmt::format("compute          {:.2f} GFLOP/s in all = {:.3f} of {} x one-core peak {:.2f} GFLOP/s; "
-                     "goal 0.95 (1 - bubble) x {} x peak = {:.2f}\n",
-                     b.gflops_total, b.fraction_of_peak, computing, b.peak_gflops_one_core, computing, b.goal_gflops);
+                     "goal 0.95 (1 - {}) x {} x peak = {:.2f}\n",
+                     b.gflops_total, b.fraction_of_peak, computing, b.peak_gflops_one_core,
+                     b.cores_shared ? "cores idle" : "bubble", computing, b.goal_gflops);
   out += fmt::format("while computing  {:.2f} GFLOP/s per rank = {:.3f} of the bare SGEMM rate ({} kernels)\n",
                      b.gflops_while_busy, b.busy_fraction_of_peak, b.blas_core);
   out += fmt::format("recording        {:.0f} ns per event; step median without recording {:.3f} ms\n\n",

@@ -214,6 +214,8 @@ std::string BenchReportJson(const BenchReport& b) {
   j["cores"] = b.cores;
   j["cores_shared"] = b.cores_shared;
   j["cpu_outside_actions"] = b.cpu_outside_actions;
+  j["core_idle_rate"] = b.core_idle_rate;
+  j["simulated_core_idle_rate"] = b.simulated_core_idle_rate;
   j["gflops_total"] = b.gflops_total;
   j["peak_gflops_one_core"] = b.peak_gflops_one_core;
   j["blas_core"] = b.blas_core;
@@ -541,7 +543,18 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     report.gflops_while_busy = busy > 0 ? total_flops / busy / 1e9 : 0;
     report.busy_fraction_of_peak = report.gflops_while_busy / report.peak_gflops_one_core;
   }
-  report.goal_gflops = 0.95 * (1 - report.bubble_rate) * computing * report.peak_gflops_one_core;
+  if (sharing.shared) {
+    std::vector<double> idle;
+    for (int k = 0; k < o.steps; ++k) {
+      double cpu = 0;
+      for (int r = 0; r < p; ++r) cpu += rec[r][k].cpu;
+      idle.push_back(makespans[k] > 0 ? 1 - cpu / (computing * makespans[k]) : 0);
+    }
+    report.core_idle_rate = Median(idle);
+  }
+  // With shared cores the cores' idle share is the bubble that limits the rate.
+  report.goal_gflops = 0.95 * (1 - (sharing.shared ? report.core_idle_rate : report.bubble_rate)) * computing *
+                       report.peak_gflops_one_core;
 
   // The simulator, fed the measured median cost of every (stage, kind) and
   // the measured latency, predicts the step time.
@@ -623,6 +636,15 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   const SimResult predicted = Simulate(u.plan.lowered, costs_from([](const std::vector<double>& v) { return Median(v); }));
   report.predicted_step_time_s = predicted.makespan;
   report.simulated_bubble_rate = predicted.bubble_rate;
+  if (sharing.shared) {
+    // The simulated pipeline's cores: each pool's, as many as it has ranks at most.
+    std::vector<int> ranks_in(sharing.pool_cores.size(), 0);
+    for (int pool : sharing.core_pool) ++ranks_in[static_cast<std::size_t>(pool)];
+    double cores = 0, work = 0;
+    for (std::size_t k = 0; k < ranks_in.size(); ++k) cores += std::min<double>(sharing.pool_cores[k], ranks_in[k]);
+    for (const RankResult& rr : predicted.per_rank) work += rr.work;
+    report.simulated_core_idle_rate = predicted.makespan > 0 ? 1 - work / (cores * predicted.makespan) : 0;
+  }
   report.measured_over_predicted = report.step_time_median_s / predicted.makespan;
   SimOptions mean_costs = costs_from([](const std::vector<double>& v) {
     double sum = 0;

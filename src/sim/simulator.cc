@@ -122,6 +122,7 @@ class Simulator {
     double start = kNotYet;  // first compute start
     double end = 0.0;
     double busy = 0.0;
+    double work = 0.0;
     double memory = 0.0;
     double peak_memory = 0.0;
     double bytes = 0.0;  // with stage_memory_bytes: the same in bytes
@@ -250,13 +251,14 @@ class Simulator {
     return false;
   }
 
-  // Rank r's compute action `a` ran from `start` to `end`.
-  void Finish(int r, const Action& a, double start, double end) {
+  // Rank r's compute action `a`, of cost `cost`, ran from `start` to `end`.
+  void Finish(int r, const Action& a, double start, double end, double cost) {
     RankState& rs = rank_[r];
     rs.clock = end;
     if (!Done(rs.start)) rs.start = start;
     rs.end = end;
     rs.busy += end - start;
+    rs.work += cost;
     if (o_.record_timeline) timeline_[r].push_back({a, start, end});
     ++rs.pc;
     ForEachPart(a, [&](const Action& part) { Account(rs, part, end); });
@@ -269,7 +271,7 @@ class Simulator {
     double ready = 0.0, duration = 0.0;
     while (NextCompute(r, a, ready, duration) && Done(ready)) {
       const double start = std::max(rs.clock, ready);
-      Finish(r, a, start, start + duration);
+      Finish(r, a, start, start + duration, duration);
     }
   }
 
@@ -283,6 +285,7 @@ class Simulator {
       bool running = false;
       Action action;
       double start = 0.0;
+      double cost = 0.0;
       double left = 0.0;           // cost still to do
       double wake = kNotYet;       // blocked: when its inputs arrive, if known
     };
@@ -306,10 +309,10 @@ class Simulator {
           bool has = false;
           while ((has = NextCompute(r, a, ready, duration)) && Done(ready) && ready <= now) {
             if (duration > 0.0) {
-              l = Live{true, a, now, duration, kNotYet};
+              l = Live{true, a, now, duration, duration, kNotYet};
               break;
             }
-            Finish(r, a, now, now);
+            Finish(r, a, now, now, 0.0);
           }
           if (!l.running && has && Done(ready) && ready > now) l.wake = ready;
           if (rank_[r].pc != pc) again = true;
@@ -338,7 +341,7 @@ class Simulator {
         if (!l.running) continue;
         if (until[r] <= next) {
           l.running = false;
-          Finish(r, l.action, l.start, next);
+          Finish(r, l.action, l.start, next, l.cost);
         } else {
           l.left -= (next - now) * rate(r);
         }
@@ -520,6 +523,7 @@ class Simulator {
       out.start = Done(rs.start) ? rs.start : 0.0;
       out.end = rs.end;
       out.busy = rs.busy;
+      out.work = rs.work;
       out.span = out.end - out.start;
       out.peak_memory = rs.peak_memory;
       out.peak_memory_bytes =

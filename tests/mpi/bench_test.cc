@@ -141,6 +141,13 @@ TEST_F(BenchTest, TwoByTwoReportsWhetherRanksShareCores) {
   EXPECT_LE(cores, cpus);
   EXPECT_EQ(r["cores_shared"].get<bool>(), cores < 4);
   EXPECT_GE(r["cpu_outside_actions"].get<double>(), 0);
+  if (cores < 4) {
+    // The cores' idle share, measured and simulated: fractions.
+    for (const char* key : {"core_idle_rate", "simulated_core_idle_rate"}) {
+      EXPECT_GT(r[key].get<double>(), -0.05) << key;
+      EXPECT_LT(r[key].get<double>(), 1.0) << key;
+    }
+  }
   EXPECT_GT(r["predicted_step_time_s"].get<double>(), 0);
   EXPECT_EQ(Log().find("4 ranks share " + std::to_string(cores) + " cores") != std::string::npos, cores < 4) << Log();
 }

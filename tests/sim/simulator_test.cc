@@ -381,6 +381,13 @@ TEST(SimulatorSharedCores, OneCoreRunsAllTheWorkBackToBack) {
         const SimResult alone = Simulate(s, o);
         const SimResult shared = Simulate(s, OnePool(o, sh.p, 1.0));
         EXPECT_NEAR(shared.makespan, TotalWork(alone), kEps * TotalWork(alone)) << name << " " << sh.p << "x" << sh.m;
+        // Work is the costs either way; busy is the work only alone.
+        double work = 0;
+        for (int r = 0; r < sh.p; ++r) {
+          work += shared.per_rank[r].work;
+          EXPECT_NEAR(alone.per_rank[r].work, alone.per_rank[r].busy, kEps) << name;
+        }
+        EXPECT_NEAR(work, TotalWork(alone), kEps * TotalWork(alone)) << name;
         const SimResult lowered = Simulate(Lower(s), OnePool(o, sh.p, 1.0));
         EXPECT_NEAR(lowered.makespan, shared.makespan, kEps * shared.makespan) << name;
       }
