@@ -60,6 +60,7 @@ struct SimulateConfig {
   int microbatches = 8;
   int chunks = 0;
   SimOptions options;
+  double cores = 0;  // > 0: every rank shares this many cores (SimOptions::core_pool); 0: a core each
   std::vector<std::string> compare;
   std::string json_path;
   std::string trace_path;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -27,7 +28,7 @@ struct SimulateFlags {
   std::optional<std::string> schedule;
   std::optional<int> ranks, microbatches, chunks;
   std::optional<std::vector<double>> cost;
-  std::optional<double> comm, bandwidth, message_bytes, weight_ratio, memory_bytes;
+  std::optional<double> comm, bandwidth, message_bytes, weight_ratio, memory_bytes, cores;
   double memory_limit = 0.0;  // generators' memory limit, M_B (0 = each one's default)
   std::optional<std::string> compare, json, trace, svg;
 };
@@ -37,6 +38,11 @@ std::string Num(double v) { return fmt::format("{:.6g}", v); }
 // ", F&B x" when an overlapped unit has its own cost.
 std::string ForwardBackwardText(const Costs& k) {
   return k.forward_backward ? fmt::format(", F&B {}", Num(*k.forward_backward)) : "";
+}
+
+// "; ranks share 2 cores" when they do.
+std::string CoresText(const SimulateConfig& c) {
+  return c.cores > 0 ? fmt::format("; ranks share {} cores", Num(c.cores)) : "";
 }
 
 bool IsGenerator(std::string_view name) {
@@ -88,6 +94,12 @@ SimulateConfig Resolve(const SimulateFlags& f) {
   if (f.message_bytes) c.options.message_bytes = *f.message_bytes;
   if (f.weight_ratio) c.options.weight_memory_ratio = *f.weight_ratio;
   if (f.memory_bytes) c.options.microbatch_memory_bytes = *f.memory_bytes;
+  if (f.cores) {
+    if (!(*f.cores >= 0.0) || !std::isfinite(*f.cores)) {
+      throw ConfigError(fmt::format("--cores must be a number >= 0 (0: a core per rank), got {}", *f.cores));
+    }
+    c.cores = *f.cores;
+  }
   if (f.compare) c.compare = SplitList(*f.compare);
   if (f.json) c.json_path = *f.json;
   if (f.trace) c.trace_path = *f.trace;
@@ -125,7 +137,12 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   }
   Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, memory_limit)), {}};
   Validate(run.schedule);
-  run.result = Simulate(run.schedule, c.options);
+  SimOptions options = c.options;
+  if (c.cores > 0) {
+    options.core_pool.assign(static_cast<std::size_t>(run.schedule.ranks), 0);
+    options.pool_cores = {c.cores};
+  }
+  run.result = Simulate(run.schedule, options);
   return run;
 }
 
@@ -136,10 +153,10 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
   out += fmt::format("{}: {} ranks, {} microbatches, {} stage{} ({} per rank), {} actions\n", r.schedule, r.ranks,
                      r.microbatches, run.schedule.stages, run.schedule.stages == 1 ? "" : "s", r.chunks,
                      run.schedule.CountActions());
-  out += fmt::format("costs per rank: F {} I {} W {} (B {}{}){}; comm {}; M_W/M_B {}\n", Num(k.forward),
+  out += fmt::format("costs per rank: F {} I {} W {} (B {}{}){}; comm {}; M_W/M_B {}{}\n", Num(k.forward),
                      Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()), ForwardBackwardText(k),
                      c.options.stage_costs.empty() ? "" : " (overridden per stage)", Num(c.options.comm),
-                     Num(c.options.weight_memory_ratio));
+                     Num(c.options.weight_memory_ratio), CoresText(c));
   out += fmt::format("makespan {}   bubble {:.2f}%   span bubble {:.2f}%\n\n", Num(r.makespan), 100 * r.bubble_rate,
                      100 * r.span_bubble_rate);
   const bool bytes = c.options.microbatch_memory_bytes > 0;
@@ -160,9 +177,10 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
 
 void PrintComparison(const SimulateConfig& c, const std::vector<Run>& runs) {
   const Costs& k = c.options.costs;
-  std::string out = fmt::format("costs per rank: F {} I {} W {} (B {}{}); comm {}; M_W/M_B {}\n\n", Num(k.forward),
-                                Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()),
-                                ForwardBackwardText(k), Num(c.options.comm), Num(c.options.weight_memory_ratio));
+  std::string out = fmt::format("costs per rank: F {} I {} W {} (B {}{}); comm {}; M_W/M_B {}{}\n\n",
+                                Num(k.forward), Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()),
+                                ForwardBackwardText(k), Num(c.options.comm), Num(c.options.weight_memory_ratio),
+                                CoresText(c));
   out += fmt::format("{:<18} {:>5} {:>5} {:>3} {:>10} {:>8} {:>12} {:>14} {:>9}\n", "schedule", "ranks", "mb", "v",
                      "makespan", "bubble", "span bubble", "peak mem M_B", "actions");
   for (const Run& run : runs) {
@@ -257,6 +275,9 @@ void AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--message-bytes", flags->message_bytes, "bytes of one activation or gradient message");
   cmd->add_option("--weight-memory-ratio", flags->weight_ratio, "M_W/M_B: activations still held after I (0.5)");
   cmd->add_option("--memory-bytes", flags->memory_bytes, "M_B in bytes, to report peak memory in bytes too");
+  cmd->add_option("--cores", flags->cores,
+                  "the ranks share this many cores: while n compute, each runs at min(1, cores/n) of its speed "
+                  "(default 0: a core per rank)");
   cmd->add_option("--compare", flags->compare, "comma-separated schedules to compare under the same costs");
   cmd->add_option("--json", flags->json, "write the numbers as JSON to PATH ('-' for standard output)");
   cmd->add_option("--trace", flags->trace, "write a Chrome trace (Perfetto) to PATH");

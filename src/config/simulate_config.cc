@@ -51,6 +51,7 @@ SimulateConfig LoadSimulateConfig(const std::string& path) {
   c.options.microbatch_memory_bytes = memory.GetNumber("microbatch_bytes", 0.0, 0.0, kInf);
   memory.Finish();
 
+  c.cores = top.GetNumber("cores", 0.0, 0.0, kInf);
   c.compare = top.Get<std::vector<std::string>>("compare", {});
 
   YamlMap output = top.Map("output");

@@ -172,6 +172,27 @@ TEST_F(BatonCliTest, MemoryBytesAddPeakMemoryBytes) {
   EXPECT_DOUBLE_EQ(j["ranks_detail"][1]["peak_memory_bytes"].get<double>(), 1000.0);
 }
 
+TEST_F(BatonCliTest, CoresSharedByTheRanks) {
+  // One core for four ranks: the work back to back, 4 x 8 x (F + I + W) = 96.
+  const RunResult one = Run("simulate -s 1f1b -p 4 -m 8 --cores 1 --json -");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_DOUBLE_EQ(json::parse(one.out)["makespan"].get<double>(), 96.0);
+  // From a file, overridden by the flag; two cores: between 96 / 2 and 33 x 2.
+  WriteWork("run.yaml", "schedule: 1f1b\nranks: 4\nmicrobatches: 8\ncores: 1\n");
+  const RunResult two = Run("simulate run.yaml --cores 2 --json -");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const double makespan = json::parse(two.out)["makespan"].get<double>();
+  EXPECT_GE(makespan, 48.0);
+  EXPECT_LE(makespan, 66.0);
+  const RunResult file = Run("simulate run.yaml");
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_NE(file.out.find("ranks share 1 cores"), std::string::npos) << file.out;
+  EXPECT_NE(file.out.find("makespan 96"), std::string::npos) << file.out;
+  const RunResult bad = Run("simulate --cores -1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--cores must be a number >= 0"), std::string::npos) << bad.err;
+}
+
 TEST_F(BatonCliTest, CompareGivesAnArrayInTheGivenOrder) {
   const RunResult r = Run("simulate --compare gpipe,1f1b,zb_h1 --json -");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -65,6 +65,7 @@ stage_costs:
     backward_weight: 6
 comm: {latency: 0.125, bandwidth: 1000, message_bytes: 4096}
 memory: {weight_ratio: 0.25, microbatch_bytes: 1048576}
+cores: 2.5
 compare: [gpipe, 1f1b, zbv]
 output:
   json: out/{schedule}.json
@@ -94,6 +95,7 @@ output:
   EXPECT_EQ(c.options.message_bytes, 4096.0);
   EXPECT_EQ(c.options.weight_memory_ratio, 0.25);
   EXPECT_EQ(c.options.microbatch_memory_bytes, 1048576.0);
+  EXPECT_EQ(c.cores, 2.5);
   EXPECT_EQ(c.compare, (std::vector<std::string>{"gpipe", "1f1b", "zbv"}));
   EXPECT_EQ(c.json_path, "out/{schedule}.json");
   EXPECT_EQ(c.trace_path, "out/trace.json");
