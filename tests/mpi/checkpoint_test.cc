@@ -49,6 +49,15 @@ class CheckpointTest : public ::testing::Test {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
 
+  // The last run resumed after step 6 and ended with the uninterrupted
+  // run's weights (whole.safetensors), bit for bit (resumed.safetensors).
+  void ExpectResumedLikeWhole() {
+    EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
+    const std::string whole = Read("whole.safetensors");
+    ASSERT_FALSE(whole.empty());
+    EXPECT_EQ(Read("resumed.safetensors"), whole);
+  }
+
   fs::path dir_;
 };
 
@@ -67,10 +76,7 @@ TEST_F(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
   EXPECT_FALSE(fs::exists(dir_ / "ck/step-00000002")) << "keep: 2 keeps only the newest two";
   ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck --set log.weights=resumed.safetensors --resume"), 0)
       << Read("log.txt");
-  EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
-  const std::string whole = Read("whole.safetensors");
-  ASSERT_FALSE(whole.empty());
-  EXPECT_EQ(Read("resumed.safetensors"), whole);
+  ExpectResumedLikeWhole();
 }
 
 TEST_F(CheckpointTest, UnfinishedNewestCheckpointFallsBackToThePrevious) {
@@ -128,10 +134,7 @@ TEST_F(CheckpointTest, DataParallelResumeIsBitIdentical) {
                            " --set train.steps=10 --set checkpoint.dir=ck --set log.weights=resumed.safetensors --resume"),
             0)
       << Read("log.txt");
-  EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
-  const std::string whole = Read("whole.safetensors");
-  ASSERT_FALSE(whole.empty());
-  EXPECT_EQ(Read("resumed.safetensors"), whole);
+  ExpectResumedLikeWhole();
 }
 
 // A checkpoint holds the whole optimizer state whatever D wrote it, so a

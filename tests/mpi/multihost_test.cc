@@ -245,6 +245,14 @@ RunOutput OneHost(const fs::path& dir, int np, const std::string& sets) {
   return Outputs(one);
 }
 
+// Six steps' losses and the final weights, bit for bit.
+void ExpectSameAsOneHost(const RunOutput& two_hosts, const RunOutput& one_host) {
+  ASSERT_EQ(one_host.losses.size(), 6u);
+  EXPECT_EQ(two_hosts.losses, one_host.losses);
+  ASSERT_FALSE(one_host.weights.empty());
+  EXPECT_TRUE(two_hosts.weights == one_host.weights) << "final weights differ";
+}
+
 TEST_F(MultiHostTest, TrainsOverTcpBetweenNamespacesExactlyAsOnOneHost) {
   Link("bd", "10.231.1");
   const std::string sets = "--set train.steps=6 --set data.shuffle=true";
@@ -256,11 +264,7 @@ TEST_F(MultiHostTest, TrainsOverTcpBetweenNamespacesExactlyAsOnOneHost) {
   // floats each: 24 KiB at least.
   EXPECT_GT(TxBytes("bd"), 6 * 8 * 2 * 4 * 16 * 4);
 
-  const RunOutput one_host = OneHost(dir_, 2, sets);
-  ASSERT_EQ(one_host.losses.size(), 6u);
-  EXPECT_EQ(two_hosts.losses, one_host.losses);
-  ASSERT_FALSE(one_host.weights.empty());
-  EXPECT_TRUE(two_hosts.weights == one_host.weights) << "final weights differ";
+  ExpectSameAsOneHost(two_hosts, OneHost(dir_, 2, sets));
 }
 
 // Two replicas of a 2-rank pipeline over the two hosts: world ranks 0 and 1
@@ -276,11 +280,7 @@ TEST_F(MultiHostTest, TwoByTwoAcrossNamespacesExactlyAsOnOneHost) {
   const RunOutput two_hosts = Outputs(dir_);
   EXPECT_GT(TxBytes("bd"), 6 * 8 * 2 * 2 * 16 * 4);
 
-  const RunOutput one_host = OneHost(dir_, 4, sets);
-  ASSERT_EQ(one_host.losses.size(), 6u);
-  EXPECT_EQ(two_hosts.losses, one_host.losses);
-  ASSERT_FALSE(one_host.weights.empty());
-  EXPECT_TRUE(two_hosts.weights == one_host.weights) << "final weights differ";
+  ExpectSameAsOneHost(two_hosts, OneHost(dir_, 4, sets));
 }
 
 TEST_F(MultiHostTest, DataLinkCutEndsTheJobAtTheDeadlineWithTheMessage) {
