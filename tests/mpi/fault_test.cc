@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
 
 namespace {
 
@@ -57,7 +59,12 @@ TEST_F(FaultTest, StalledRankEndsTheJobWithinTheDeadlineNamingThePeer) {
   EXPECT_LT(seconds_, 3 + 12) << Read("log.txt");
   const std::string log = Read("log.txt");
   EXPECT_NE(log.find("baton: rank 0: timed out waiting for RECV_B of stage 0 microbatch"), std::string::npos) << log;
-  EXPECT_NE(log.find("from rank 1: waited 3.0 s, limit 3.0 s"), std::string::npos) << log;
+  // The wait as measured: at least the limit, and not much more on a
+  // loaded host (the wait polls; the message rounds to 0.1 s).
+  std::smatch waited;
+  ASSERT_TRUE(std::regex_search(log, waited, std::regex(R"(from rank 1: waited ([0-9.]+) s, limit 3\.0 s)"))) << log;
+  EXPECT_GE(std::stod(waited[1].str()), 3.0) << log;
+  EXPECT_LT(std::stod(waited[1].str()), 3.0 + 2.0) << log;
   // The flight record: rank 0's last actions, the one it was waiting in still running.
   const auto record = nlohmann::json::parse(Read("out/flight-rank-0.json"));
   EXPECT_EQ(record["rank"], 0);
