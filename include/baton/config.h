@@ -28,13 +28,13 @@ enum class BalanceBy : std::uint8_t { kParams, kFlops };
 // fortunes and synthetic_tokens are byte-token datasets (IsTokenDataset).
 enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kSyntheticTokens };
 enum class Device : std::uint8_t { kCpu, kCuda };
-enum class Precision : std::uint8_t { kFP32, kBF16 };
+enum class Precision : std::uint8_t { kFP32, kBF16, kTF32 };
 std::string_view EnumName(Checkpointing v);  // none, full, selective
 std::string_view EnumName(Partition v);      // balanced, explicit, layout
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::string_view EnumName(Device v);         // cpu, cuda
-std::string_view EnumName(Precision v);      // fp32, bf16
+std::string_view EnumName(Precision v);      // fp32, bf16, tf32
 std::span<const Checkpointing> EnumValues(Checkpointing);
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
@@ -186,7 +186,7 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   LogConfig log;
   Device device = Device::kCpu;             // where every rank's stages compute
-  Precision precision = Precision::kFP32;  // linear layers' operands (bf16: cuda only)
+  Precision precision = Precision::kFP32;  // linear layers' products (bf16, tf32: cuda only)
 };
 
 // Parses a training config from YAML text, applying `overrides` ("a.b=value",

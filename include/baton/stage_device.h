@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/comm.h"
@@ -63,6 +64,11 @@ class StageDevice {
   // (OptimizerState) covers that part only.
   virtual void SetOptimizer(const OptimizerSpec& spec, std::size_t first = 0, std::size_t count = 0) = 0;
   virtual void OptimizerStep() = 0;
+  // Every replica's update of the parameters is in (the optimizer step, and
+  // with ZeRO the all-gather): the device refreshes what it derives from
+  // them once per update rather than on every call (a GPU's BF16 weight
+  // copies). PushParams does it too. Nothing derived on the host.
+  virtual void ParamsUpdated() = 0;
   // Host views of the optimizer state, in OptimizerStateNames() order
   // (PyTorch's names); current after PullParams, pushed by PushParams.
   virtual std::vector<std::span<float>> OptimizerState() = 0;
@@ -129,6 +135,17 @@ class RankDevice : public Memory {
   // itself; a GPU stages each bucket through pinned host memory. Setup only;
   // the device owns what it returns.
   virtual ReplicaGroup& GradientGroup(ReplicaGroup& host, const std::vector<std::size_t>& floats_per_request) = 0;
+
+  // `baton bench`'s hardware reference: this device's matrix-product rate,
+  // GFLOP/s, at a model's linear shapes (in, out) with `rows` rows — each
+  // layer's forward, input-gradient and weight-gradient products as a step
+  // runs them, through the layers' own code, in the run's precision
+  // (OpenBLAS on the host; cuBLAS on a GPU, timed with CUDA events). Outside
+  // steps only; allocates what it needs and frees it.
+  virtual double GemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) = 0;
+  // What computed those products: OpenBLAS's kernels on the host
+  // ("Haswell"), "cuBLAS <precision>, <GPU name>" on a GPU.
+  virtual std::string GemmKernels() const = 0;
 };
 
 std::unique_ptr<RankDevice> MakeHostRankDevice(Transport& transport);

@@ -156,11 +156,11 @@ void PrintReport(const BenchReport& b) {
                        b.ranks, b.cores, 100 * b.cpu_outside_actions, 100 * b.core_idle_rate,
                        100 * b.simulated_core_idle_rate);
   }
-  out += fmt::format("compute          {:.2f} GFLOP/s in all = {:.3f} of {} x one-core peak {:.2f} GFLOP/s; "
+  out += fmt::format("compute          {:.2f} GFLOP/s in all = {:.3f} of {} x one rank's peak {:.2f} GFLOP/s; "
                      "goal 0.95 (1 - {}) x {} x peak = {:.2f}\n",
                      b.gflops_total, b.fraction_of_peak, computing, b.peak_gflops_one_core,
                      b.cores_shared ? "cores idle" : "bubble", computing, b.goal_gflops);
-  out += fmt::format("while computing  {:.2f} GFLOP/s per rank = {:.3f} of the bare SGEMM rate ({} kernels)\n",
+  out += fmt::format("while computing  {:.2f} GFLOP/s per rank = {:.3f} of the bare product rate ({})\n",
                      b.gflops_while_busy, b.busy_fraction_of_peak, b.blas_core);
   out += fmt::format("recording        {:.0f} ns per event; step median without recording {:.3f} ms\n\n",
                      b.record_cost_per_event_s * 1e9, b.step_time_unrecorded_s * 1e3);

@@ -227,7 +227,7 @@ constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy:
 constexpr std::array<DatasetKind, 4> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
                                                    DatasetKind::kFortunes, DatasetKind::kSyntheticTokens};
 constexpr std::array<Device, 2> kDevices = {Device::kCpu, Device::kCuda};
-constexpr std::array<Precision, 2> kPrecisions = {Precision::kFP32, Precision::kBF16};
+constexpr std::array<Precision, 3> kPrecisions = {Precision::kFP32, Precision::kBF16, Precision::kTF32};
 }  // namespace
 
 std::string_view EnumName(Checkpointing v) {
@@ -250,7 +250,9 @@ std::string_view EnumName(DatasetKind v) {
   }
 }
 std::string_view EnumName(Device v) { return v == Device::kCpu ? "cpu" : "cuda"; }
-std::string_view EnumName(Precision v) { return v == Precision::kFP32 ? "fp32" : "bf16"; }
+std::string_view EnumName(Precision v) {
+  return v == Precision::kFP32 ? "fp32" : v == Precision::kBF16 ? "bf16" : "tf32";
+}
 std::span<const Checkpointing> EnumValues(Checkpointing) { return kCheckpointings; }
 std::span<const Partition> EnumValues(Partition) { return kPartitions; }
 std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
@@ -537,8 +539,9 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
 
   c.device = Choice(top, "device", c.device);
   c.precision = Choice(top, "precision", c.precision);
-  if (c.precision == Precision::kBF16 && c.device != Device::kCuda) {
-    top.Fail(top.Node("precision"), "precision", "bf16 needs device: cuda (the CPU layers compute in fp32)");
+  if (c.precision != Precision::kFP32 && c.device != Device::kCuda) {
+    top.Fail(top.Node("precision"), "precision",
+             std::string(EnumName(c.precision)) + " needs device: cuda (the CPU layers compute in fp32)");
   }
   top.Finish();
   return c;

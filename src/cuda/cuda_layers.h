@@ -4,15 +4,18 @@
 //
 // Matrices are row-major (rows = samples, columns = features) in device
 // memory, exactly as on the CPU. Linear layers multiply through cuBLAS, in
-// FP32, or in BF16 with FP32 accumulation (parameters, gradients and
-// activations stay FP32; operands are rounded to BF16 just before the
-// multiply). Activations, layernorm and the loss are CUDA kernels. Forward
-// (F), input-gradient backward (I) and weight-gradient backward (W) are
-// separate calls, as on the CPU.
+// FP32; in TF32 (FP32 data, tensor-core products with FP32 accumulation); or
+// in BF16 with FP32 accumulation: parameters, gradients and activations stay
+// FP32, the weights' BF16 copy is made once per parameter update
+// (RefreshWeights), and the activation operands are rounded to BF16 just
+// before the multiply. Activations, layernorm and the loss are CUDA kernels.
+// Forward (F), input-gradient backward (I) and weight-gradient backward (W)
+// are separate calls, as on the CPU.
 //
 // Every call only enqueues work on ctx.stream: nothing here synchronises the
 // host with the device. Scratch memory (BF16 operand copies, layernorm
-// statistics) is allocated once at construction for up to `max_rows` rows.
+// statistics) and the weights' BF16 copy are allocated once at construction,
+// for up to `max_rows` rows.
 #ifndef BATON_CUDA_CUDA_LAYERS_H_
 #define BATON_CUDA_CUDA_LAYERS_H_
 
@@ -47,6 +50,13 @@ class CudaLayer : public DescribedLayer {
     params_ = params;
     grads_ = grads;
   }
+
+  // The parameters changed (bound, loaded, or stepped by the optimizer):
+  // refreshes what the layer derives from them — in BF16, the weights' BF16
+  // copy that every BF16 call multiplies with. Enqueued on ctx.stream, so
+  // calls enqueued after it see the new copy. No-op in FP32 and TF32, and
+  // for layers without weights.
+  virtual void RefreshWeights(const Context& ctx) { (void)ctx; }
 
   // y = f(x).  x: (rows, in)  y: (rows, out), device.  Overwrites y.
   // REQUIRES: rows <= the max_rows given at construction.

@@ -17,6 +17,7 @@
 #include "cuda_stage_device.h"
 #include "cuda_util.h"
 #include "device_memory.h"
+#include "gemm_rate.h"
 #include "staged_replica_group.h"
 #include "staged_transport.h"
 
@@ -67,6 +68,16 @@ class CudaRankDevice final : public RankDevice {
   ReplicaGroup& GradientGroup(ReplicaGroup& host, const std::vector<std::size_t>& floats_per_request) override {
     gradient_group_ = cuda::MakeStagedReplicaGroup(host, stream_.get(), floats_per_request);
     return *gradient_group_;
+  }
+  // cuBLAS in the run's precision, on this rank's stream: no CPU product
+  // on a GPU run.
+  double GemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) override {
+    return cuda::LinearGflops(stream_.get(), precision_, shapes, rows);
+  }
+  std::string GemmKernels() const override {
+    int device = 0;
+    BATON_CUDA_CHECK(cudaGetDevice(&device));
+    return fmt::format("cuBLAS {}, {}", EnumName(precision_), cuda::DeviceDescription(device));
   }
 
  private:

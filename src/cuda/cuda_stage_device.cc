@@ -75,6 +75,7 @@ class CudaStageDevice final : public StageDevice {
                                          cudaMemcpyHostToDevice, ctx_.stream));
       }
     }
+    ParamsUpdated();
     BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the host buffers may change after this returns
   }
   void PullParams() override {
@@ -109,6 +110,11 @@ class CudaStageDevice final : public StageDevice {
   }
   void OptimizerStep() override {
     optimizer_->Step(ctx_, params_.data() + optimizer_first_, grads_.data() + optimizer_first_);
+  }
+  // On the compute stream, behind the optimizer's kernels and (ZeRO) the
+  // all-gather's copies, which that stream waits for.
+  void ParamsUpdated() override {
+    for (auto& l : layers_) l->RefreshWeights(ctx_);
   }
   std::vector<std::span<float>> OptimizerState() override {
     std::vector<std::span<float>> out;

@@ -284,11 +284,19 @@ class CudaLinear final : public SizedLayer {
         dy_bf16_(static_cast<std::size_t>(max_rows) * op.out),
         w_bf16_(static_cast<std::size_t>(op.out) * op.in) {}
 
+  // Once per parameter update, not per call: the weights' BF16 rounding.
+  void RefreshWeights(const Context& ctx) override {
+    if (ctx.precision != Precision::kBF16) return;
+    const std::size_t n = w_bf16_.size();
+    RoundToBf16Kernel<<<BlocksFor(n), kThreads, 0, ctx.stream>>>(params_, w_bf16_.data(), n);
+    BATON_CUDA_CHECK_LAUNCH();
+  }
+
   void Forward(const Context& ctx, const float* x, float* y, int rows) const override {
     CheckRows(rows);
     if (rows == 0) return;
     const int in = in_features(), out = out_features();
-    const void* w = Operand(ctx, params_, w_bf16_, static_cast<std::size_t>(out) * in);
+    const void* w = Weights(ctx);
     const void* xa = Operand(ctx, x, x_bf16_, static_cast<std::size_t>(rows) * in);
     Gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, xa, in, 0.0f, y, out);
     if (bias_) {
@@ -303,7 +311,7 @@ class CudaLinear final : public SizedLayer {
     CheckRows(rows);
     if (rows == 0) return;
     const int in = in_features(), out = out_features();
-    const void* w = Operand(ctx, params_, w_bf16_, static_cast<std::size_t>(out) * in);
+    const void* w = Weights(ctx);
     const void* dya = Operand(ctx, dy, dy_bf16_, static_cast<std::size_t>(rows) * out);
     Gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dya, out, 0.0f, dx, in);
   }
@@ -319,11 +327,17 @@ class CudaLinear final : public SizedLayer {
   }
 
  private:
-  // A GEMM operand as the precision wants it: the FP32 data itself, or its
-  // BF16 rounding staged in `scratch`.
+  // The weight operand: the FP32 weights, or in BF16 their copy from the
+  // last RefreshWeights.
+  const void* Weights(const Context& ctx) const {
+    return ctx.precision == Precision::kBF16 ? static_cast<const void*>(w_bf16_.data()) : params_;
+  }
+
+  // An activation operand as the precision wants it: the FP32 data itself,
+  // or its BF16 rounding staged in `scratch`.
   const void* Operand(const Context& ctx, const float* data, DeviceBuffer<__nv_bfloat16>& scratch,
                       std::size_t n) const {
-    if (ctx.precision == Precision::kFP32) return data;
+    if (ctx.precision != Precision::kBF16) return data;
     RoundToBf16Kernel<<<BlocksFor(n), kThreads, 0, ctx.stream>>>(data, scratch.data(), n);
     BATON_CUDA_CHECK_LAUNCH();
     return scratch.data();
@@ -336,6 +350,11 @@ class CudaLinear final : public SizedLayer {
     if (ctx.precision == Precision::kFP32) {
       BATON_CUBLAS_CHECK(cublasSgemm(ctx.cublas, op_a, op_b, m, n, k, &alpha, static_cast<const float*>(a), lda,
                                      static_cast<const float*>(b), ldb, &beta, c, ldc));
+    } else if (ctx.precision == Precision::kTF32) {
+      // FP32 data, tensor-core products with inputs rounded to TF32 (10-bit
+      // mantissa), FP32 accumulation: torch.backends.cuda.matmul.allow_tf32.
+      BATON_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb,
+                                      &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
     } else {
       BATON_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
                                       &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -343,10 +362,11 @@ class CudaLinear final : public SizedLayer {
   }
 
   bool bias_;
-  // BF16 roundings of the operands, rewritten by every BF16 call.
+  // BF16 roundings of the activation operands, rewritten by every BF16 call,
+  // and of the weights, rewritten by RefreshWeights.
   mutable DeviceBuffer<__nv_bfloat16> x_bf16_;   // (max_rows, in)
   mutable DeviceBuffer<__nv_bfloat16> dy_bf16_;  // (max_rows, out)
-  mutable DeviceBuffer<__nv_bfloat16> w_bf16_;   // (out, in)
+  DeviceBuffer<__nv_bfloat16> w_bf16_;           // (out, in)
 };
 
 // ---- relu: y = max(x, 0) ----

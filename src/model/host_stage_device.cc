@@ -53,6 +53,7 @@ class HostStageDevice final : public StageDevice {
     optimizer_ = MakeOptimizer(spec, count);
   }
   void OptimizerStep() override { optimizer_->Step(opt_params_, opt_grads_); }
+  void ParamsUpdated() override {}  // the layers read the parameters themselves
   std::vector<std::span<float>> OptimizerState() override { return optimizer_->State(); }
   std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }

@@ -276,7 +276,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   // The hardware's limit first, on rank 0 alone while the others wait.
   BenchReport report;
   // Matrix rows are tokens: samples x sequence (1 for feature vectors).
-  if (root) report.peak_gflops_one_core = HostGemmGflops(LinearShapes(u.plan.model), rows * u.plan.model.seq);
+  if (root) report.peak_gflops_one_core = u.device->GemmGflops(LinearShapes(u.plan.model), rows * u.plan.model.seq);
   t.Barrier();
   // The probe message is one activation crossing the first stage boundary.
   const double latency = PingPong(comms.pipeline, u.rank_plan.stage_output.front().bytes());
@@ -528,7 +528,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   const int computing = sharing.shared ? std::min(p, sharing.cores) : p;
   report.gflops_total = total_flops / report.step_time_median_s / 1e9;
   report.fraction_of_peak = report.gflops_total / (computing * report.peak_gflops_one_core);
-  report.blas_core = HostBlasCore();
+  report.blas_core = u.device->GemmKernels();
   {
     // While computing: over the actions' wall time, or their CPU time where
     // the wall time includes waiting for a core.

@@ -245,7 +245,10 @@ void Executor::StepOptimizers() {
       replicas_->Wait(b.request + 1, {"the parameters' all-gather", stage, -1, -1});
     }
   }
-  for (auto& st : stages_) st->ZeroGrads();
+  for (auto& st : stages_) {
+    st->device().ParamsUpdated();
+    st->ZeroGrads();
+  }
 }
 
 StepStats Executor::RunStep(const Batch& batch) {

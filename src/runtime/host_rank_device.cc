@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "baton/model.h"
 #include "baton/stage_device.h"
 #include "baton/store.h"
 
@@ -30,6 +31,10 @@ class HostRankDevice final : public RankDevice {
   bool Idle(int id) const override { return t_.Idle(id); }
   void Progress() override {}
   ReplicaGroup& GradientGroup(ReplicaGroup& host, const std::vector<std::size_t>&) override { return host; }
+  double GemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) override {
+    return HostGemmGflops(shapes, rows);
+  }
+  std::string GemmKernels() const override { return HostBlasCore(); }
 
  private:
   Transport& t_;

@@ -1,6 +1,6 @@
 // The CUDA layers and loss against the CPU ones (baton/model.h) on random
 // inputs: every layer type's forward, input-gradient and weight-gradient
-// backward in FP32 (and linear in BF16), the residual additions, and
+// backward in FP32 (and linear in BF16 and TF32), the residual additions, and
 // cross-entropy's loss, gradient and correct count, ties included. Odd sizes
 // and sizes past one block's threads exercise the kernels' index arithmetic.
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@
 #include "baton/error.h"
 #include "baton/model.h"
 #include "cuda_layers.h"
+#include "gemm_rate.h"
 #include "layers.h"
 
 namespace baton::cuda {
@@ -173,6 +174,7 @@ class CudaLayerTest : public CudaTest, public testing::WithParamInterface<LayerC
     layer->Bind(params.data(), grads.data());
     Context ctx = ctx_;
     ctx.precision = precision;
+    layer->RefreshWeights(ctx);  // as a stage does after binding and after every update
     layer->Forward(ctx, x.data(), y.data(), c.rows);
     layer->BackwardInput(ctx, x.data(), dy.data(), dx.data(), c.rows);
     layer->BackwardWeight(ctx, x.data(), dy.data(), c.rows);
@@ -194,21 +196,71 @@ TEST_P(CudaLayerTest, Fp32MatchesCpu) {
   ExpectClose(got.grads, want.grads, kTolerance, "backward-weight grads (added to the prefilled ones)");
 }
 
-// BF16 operands with FP32 accumulation: each operand carries a relative
-// rounding error of up to 2^-9, so the products are compared loosely; and
-// they must differ from FP32 at all, or the BF16 path did not run. Only
-// linear layers: precision changes nothing else.
-class CudaLinearBf16Test : public CudaLayerTest {};
+// Reduced-precision products, compared loosely with the CPU's FP32; and they
+// must differ from FP32 at all, or the reduced path did not run. Only linear
+// layers: precision changes nothing else.
+class CudaLinearPrecisionTest : public CudaLayerTest {
+ protected:
+  void ExpectNearCpu(Precision precision, double tolerance) {
+    MakeInputs();
+    const Pass want = RunCpu();
+    const Pass got = RunCuda(precision);
+    const std::string name(EnumName(precision));
+    ExpectClose(got.y, want.y, tolerance, name + " forward y");
+    ExpectClose(got.dx, want.dx, tolerance, name + " backward-input dx");
+    ExpectClose(got.grads, want.grads, tolerance, name + " backward-weight grads");
+    EXPECT_GT(Compare(got.y, want.y).max_abs, 0.0) << name << " forward equals the fp32 reference bit for bit";
+  }
+};
+class CudaLinearBf16Test : public CudaLinearPrecisionTest {};
+class CudaLinearTf32Test : public CudaLinearPrecisionTest {};
 
-TEST_P(CudaLinearBf16Test, NearCpu) {
+// BF16 operands with FP32 accumulation: each operand carries a relative
+// rounding error of up to 2^-9.
+TEST_P(CudaLinearBf16Test, NearCpu) { ExpectNearCpu(Precision::kBF16, 2e-2); }
+
+// TF32 products: FP32 data, inputs rounded to a 10-bit mantissa inside the
+// tensor cores (relative error up to 2^-11 per operand), FP32 accumulation.
+TEST_P(CudaLinearTf32Test, NearCpu) { ExpectNearCpu(Precision::kTF32, 5e-3); }
+
+// The BF16 weight copy is made by RefreshWeights, once per update, not on
+// every call: a forward after new weights but before the refresh still
+// multiplies with the old copy; after the refresh it equals, bit for bit, a
+// fresh layer's forward over the new weights.
+TEST_P(CudaLinearBf16Test, WeightCopyFollowsRefreshWeights) {
   MakeInputs();
-  const Pass want = RunCpu();
-  const Pass got = RunCuda(Precision::kBF16);
-  constexpr double kTolerance = 2e-2;
-  ExpectClose(got.y, want.y, kTolerance, "bf16 forward y");
-  ExpectClose(got.dx, want.dx, kTolerance, "bf16 backward-input dx");
-  ExpectClose(got.grads, want.grads, kTolerance, "bf16 backward-weight grads");
-  EXPECT_GT(Compare(got.y, want.y).max_abs, 0.0) << "bf16 forward equals the fp32 reference bit for bit";
+  const LayerCase& c = GetParam();
+  std::unique_ptr<CudaLayer> layer = MakeCudaLayer(c.spec, c.in, c.max_rows);
+  const int out = layer->out_features();
+  const std::size_t y_size = static_cast<std::size_t>(c.rows) * out;
+  std::vector<float> doubled = params_;  // the weights doubled, the bias as it was
+  for (std::size_t i = 0; i < static_cast<std::size_t>(out) * c.in; ++i) doubled[i] *= 2.0f;
+  DeviceBuffer<float> params = Upload(params_, ctx_.stream), grads = Upload(grads_, ctx_.stream);
+  DeviceBuffer<float> x = Upload(x_, ctx_.stream), y(y_size);
+  layer->Bind(params.data(), grads.data());
+  Context ctx = ctx_;
+  ctx.precision = Precision::kBF16;
+  layer->RefreshWeights(ctx);
+  layer->Forward(ctx, x.data(), y.data(), c.rows);
+  const std::vector<float> before = Download(y.data(), y_size, ctx_.stream);
+
+  const DeviceBuffer<float> twice = Upload(doubled, ctx_.stream);
+  ASSERT_EQ(cudaMemcpyAsync(params.data(), twice.data(), params.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream),
+            cudaSuccess);
+  layer->Forward(ctx, x.data(), y.data(), c.rows);
+  EXPECT_EQ(Download(y.data(), y_size, ctx_.stream), before) << "the BF16 weights changed without a refresh";
+  layer->RefreshWeights(ctx);
+  layer->Forward(ctx, x.data(), y.data(), c.rows);
+  const std::vector<float> after = Download(y.data(), y_size, ctx_.stream);
+  EXPECT_NE(after, before);
+
+  std::unique_ptr<CudaLayer> fresh = MakeCudaLayer(c.spec, c.in, c.max_rows);
+  DeviceBuffer<float> fresh_params = Upload(doubled, ctx_.stream), fresh_grads = Upload(grads_, ctx_.stream);
+  DeviceBuffer<float> fresh_y(y_size);
+  fresh->Bind(fresh_params.data(), fresh_grads.data());
+  fresh->RefreshWeights(ctx);
+  fresh->Forward(ctx, x.data(), fresh_y.data(), c.rows);
+  EXPECT_EQ(after, Download(fresh_y.data(), y_size, ctx_.stream));
 }
 
 TEST_P(CudaLayerTest, RowsBeyondMaxRowsAreRefused) {
@@ -240,6 +292,7 @@ const LayerCase kLinearCases[] = {
 std::string CaseName(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(Linear, CudaLinearBf16Test, testing::ValuesIn(kLinearCases), CaseName);
+INSTANTIATE_TEST_SUITE_P(Linear, CudaLinearTf32Test, testing::ValuesIn(kLinearCases), CaseName);
 
 INSTANTIATE_TEST_SUITE_P(Linear, CudaLayerTest, testing::ValuesIn(kLinearCases), CaseName);
 
@@ -263,8 +316,26 @@ TEST(CudaLayerSetup, RefusesBadSpecs) {
 TEST(CudaLayerSetup, ParsesPrecision) {
   EXPECT_EQ(ParseEnum<Precision>("fp32"), Precision::kFP32);
   EXPECT_EQ(ParseEnum<Precision>("bf16"), Precision::kBF16);
+  EXPECT_EQ(ParseEnum<Precision>("tf32"), Precision::kTF32);
   EXPECT_FALSE(ParseEnum<Precision>("fp16"));
   EXPECT_FALSE(ParseEnum<Precision>("FP32"));
+}
+
+// ---- The products' rate (baton bench's hardware reference) ----
+
+using CudaGemmRateTest = CudaTest;
+
+// Every precision's products run and give a finite, positive rate at a
+// model's shapes (two layers, rows not a multiple of a tile); no shapes, 0.
+TEST_F(CudaGemmRateTest, EveryPrecisionRuns) {
+  const std::vector<std::pair<int, int>> shapes = {{300, 130}, {130, 64}};
+  for (Precision p : {Precision::kFP32, Precision::kTF32, Precision::kBF16}) {
+    const double gflops = LinearGflops(ctx_.stream, p, shapes, 200);
+    EXPECT_TRUE(std::isfinite(gflops)) << EnumName(p);
+    EXPECT_GT(gflops, 0.0) << EnumName(p);
+  }
+  EXPECT_EQ(LinearGflops(ctx_.stream, Precision::kFP32, {}, 200), 0.0);
+  EXPECT_EQ(cudaStreamSynchronize(ctx_.stream), cudaSuccess);
 }
 
 // ---- Residual additions ----

@@ -2,8 +2,8 @@
 // per-step losses and final weights on the GPU — one rank; 2 and 4 ranks
 // sharing one GPU over the host-staged transport; one rank holding 2 chunks
 // (ZB-V); two replicas of two ranks, their gradients summed, with and
-// without ZeRO — equal the CPU pipeline's within 1e-4 relative in FP32, and within
-// 5e-2 in BF16. Skips, saying so, without a CUDA device.
+// without ZeRO — equal the CPU pipeline's within 1e-4 relative in FP32,
+// within 1e-2 in TF32 and within 5e-2 in BF16. Skips, saying so, without a CUDA device.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -127,6 +127,20 @@ TEST_F(CudaTrain, ShardedOptimizerStateOverTwoReplicas) {
 
 TEST_F(CudaTrain, Bf16StaysCloseToFp32) {
   ExpectClose(Train("bf16", 2, {"device=cuda", "precision=bf16"}), Cpu(2, "1f1b"), 5e-2);
+}
+
+// BF16 with ZeRO: the weights' BF16 copies are refreshed after the
+// all-gather brings the other replica's shard, not only after this
+// replica's optimizer step.
+TEST_F(CudaTrain, Bf16WithShardedOptimizerState) {
+  ExpectClose(Train("bf16_zero", 4,
+                    {"device=cuda", "precision=bf16", "pipeline.ranks=2", "train.optimizer={type: adamw, lr: 0.01}",
+                     "data_parallel={size: 2, zero: 1, bucket_cap_mb: 0.001}"}),
+              Train("bf16_zero_cpu", 2, {"pipeline.ranks=2", "train.optimizer={type: adamw, lr: 0.01}"}), 5e-2);
+}
+
+TEST_F(CudaTrain, Tf32StaysCloseToFp32) {
+  ExpectClose(Train("tf32", 2, {"device=cuda", "precision=tf32"}), Cpu(2, "1f1b"), 1e-2);
 }
 
 }  // namespace
