@@ -71,8 +71,8 @@ step "CUDA tests" cuda_tests
 step "slot writes (store bench)" build-gpu/bench/cuda_store_bench --benchmark_format=json \
   --benchmark_out="$out/cuda_store_bench.json" --benchmark_out_format=json
 step "transport (p2p bench)" mpirun -np 2 build-gpu/bench/cuda_p2p_bench --json "$out/cuda_p2p_bench.json"
-# Whole training steps on the GPU: 2 ranks sharing it, 1F1B, step time and
-# samples/s (per-action times there are host-side enqueue times).
+# Whole training steps on the GPU: 2 ranks sharing it, 1F1B: step time,
+# samples/s, and the actions' GPU times (CUDA events).
 step "bench, 2 ranks" mpirun -np 2 build-gpu/baton bench configs/synthetic_bench.yaml --set pipeline.ranks=2 \
   --set device=cuda --steps 20 --json "$out/bench_cuda.json"
 # Two replicas of a one-rank pipeline on the GPU: the gradient sums staged

@@ -105,7 +105,11 @@ struct BenchReport {
   double message_latency_s = 0;      // one-way, rank 0 <-> 1, activation-sized message
   double gflops_total = 0;
   double peak_gflops_one_core = 0;   // the model's GEMM shapes (F, I, W products) on one rank's BLAS, same run
-  std::string blas_core;             // the CPU kernels OpenBLAS runs (HostBlasCore)
+  std::string blas_core;             // what computed the peak's products (RankDevice::GemmKernels)
+  // What timed the compute actions: "host" (the host's clock), or "device"
+  // (a GPU's CUDA events on the compute stream, read once after the step;
+  // the step then ends when the GPU has done its work).
+  std::string action_clock = "host";
   double gflops_while_busy = 0;      // the model's GEMM FLOPs / compute time (busy), per rank
   double busy_fraction_of_peak = 0;  // gflops_while_busy / peak: the products inside actions against bare SGEMM
   // Cores: the CPUs the ranks may run on, over all hosts; shared when a

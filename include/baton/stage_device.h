@@ -146,6 +146,24 @@ class RankDevice : public Memory {
   // What computed those products: OpenBLAS's kernels on the host
   // ("Haswell"), "cuBLAS <precision>, <GPU name>" on a GPU.
   virtual std::string GemmKernels() const = 0;
+
+  // The device's own clock, for `baton bench`. A GPU computes after the host
+  // has enqueued the work, so the host's clock times only the enqueueing:
+  // its actions are timed by marks the device passes in its own order (CUDA
+  // events on the compute stream). The host computes as it goes: no clock
+  // (has_clock false; the host's clock times its actions).
+  virtual bool has_clock() const = 0;
+  // Waits until the device has done all the work enqueued so far.
+  virtual void Synchronize() = 0;
+  // Starts a step's clock at mark 0, where the device reaches this call,
+  // with room for `marks` more. Outside steps (it may allocate).
+  virtual void StartClock(std::size_t marks) = 0;
+  // A mark where the device reaches this point of its work: its index.
+  // Throws Error past the room StartClock made.
+  virtual int MarkClock() = 0;
+  // Waits for the last mark, then writes the seconds from mark 0 to each
+  // mark since StartClock, in index order (mark 0 included: 0).
+  virtual void ReadClock(std::vector<double>* seconds) = 0;
 };
 
 std::unique_ptr<RankDevice> MakeHostRankDevice(Transport& transport);

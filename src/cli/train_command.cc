@@ -162,8 +162,10 @@ void PrintReport(const BenchReport& b) {
                      b.cores_shared ? "cores idle" : "bubble", computing, b.goal_gflops);
   out += fmt::format("while computing  {:.2f} GFLOP/s per rank = {:.3f} of the bare product rate ({})\n",
                      b.gflops_while_busy, b.busy_fraction_of_peak, b.blas_core);
-  out += fmt::format("recording        {:.0f} ns per event; step median without recording {:.3f} ms\n\n",
-                     b.record_cost_per_event_s * 1e9, b.step_time_unrecorded_s * 1e3);
+  out += fmt::format("recording        {:.0f} ns per event; step median without recording {:.3f} ms; actions timed "
+                     "by {}\n\n",
+                     b.record_cost_per_event_s * 1e9, b.step_time_unrecorded_s * 1e3,
+                     b.action_clock == "device" ? "the device (CUDA events on the compute stream)" : "the host's clock");
   out += fmt::format("{:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}\n", "rank", "wall ms", "busy ms", "waiting ms",
                      "idle ms", "GFLOP/s");
   for (const BenchRank& r : b.per_rank) {

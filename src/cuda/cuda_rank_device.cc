@@ -80,6 +80,33 @@ class CudaRankDevice final : public RankDevice {
     return fmt::format("cuBLAS {}, {}", EnumName(precision_), cuda::DeviceDescription(device));
   }
 
+  // The clock: timing events recorded on the compute stream, read once
+  // after the step.
+  bool has_clock() const override { return true; }
+  void Synchronize() override { BATON_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+  void StartClock(std::size_t marks) override {
+    while (clock_.size() < marks + 1) clock_.emplace_back(/*timing=*/true);
+    marked_ = 0;
+    MarkClock();
+  }
+  int MarkClock() override {
+    if (marked_ >= clock_.size()) {
+      throw Error(fmt::format("device clock: mark {} past the {} StartClock made room for", marked_, clock_.size()));
+    }
+    clock_[marked_].Record(stream_.get());
+    return static_cast<int>(marked_++);
+  }
+  void ReadClock(std::vector<double>* seconds) override {
+    seconds->assign(marked_, 0.0);
+    if (marked_ == 0) return;
+    BATON_CUDA_CHECK(cudaEventSynchronize(clock_[marked_ - 1].get()));
+    for (std::size_t i = 1; i < marked_; ++i) {
+      float ms = 0;
+      BATON_CUDA_CHECK(cudaEventElapsedTime(&ms, clock_[0].get(), clock_[i].get()));
+      (*seconds)[i] = 1e-3 * static_cast<double>(ms);
+    }
+  }
+
  private:
   Transport& t_;
   Precision precision_;
@@ -88,6 +115,8 @@ class CudaRankDevice final : public RankDevice {
   cuda::DeviceMemory memory_;
   std::unique_ptr<cuda::DeviceTransport> staged_;
   std::unique_ptr<ReplicaGroup> gradient_group_;
+  std::vector<cuda::Event> clock_;  // timing events: mark 0 starts the step
+  std::size_t marked_ = 0;          // marks recorded since StartClock
 };
 
 }  // namespace

@@ -219,6 +219,7 @@ std::string BenchReportJson(const BenchReport& b) {
   j["gflops_total"] = b.gflops_total;
   j["peak_gflops_one_core"] = b.peak_gflops_one_core;
   j["blas_core"] = b.blas_core;
+  j["action_clock"] = b.action_clock;
   j["gflops_while_busy"] = b.gflops_while_busy;
   j["busy_fraction_of_peak"] = b.busy_fraction_of_peak;
   j["fraction_of_peak"] = b.fraction_of_peak;
@@ -303,9 +304,14 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   for (int i = 0; i < o.warmup_steps; ++i) exec.TrainStep(u.loader->Next());
 
   // Unrecorded steps: the baseline that shows what recording costs.
+  // On a GPU a step ends when the device has done its work: the host waits
+  // for it (outside steps, for the optimizer's work too, so that each step
+  // starts on an idle device).
+  RankDevice& device = *u.device;
   std::vector<double> plain;
   for (int i = 0; i < o.steps; ++i) {
     const Batch batch = u.loader->Next();
+    device.Synchronize();
     t.Barrier();
     const double start = Now();
     exec.RunStep(batch);
@@ -313,6 +319,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     // replicas belong to the step; the optimizer does not.
     exec.SumTiedGradients();
     exec.FinishReductions();
+    device.Synchronize();
     plain.push_back(Now() - start);
     exec.StepOptimizers();  // outside the clock
   }
@@ -329,14 +336,19 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
     // The batch is fetched before the clock starts: a step is the schedule's
     // work, from a barrier to the rank's last action.
     const Batch batch = u.loader->Next();
+    device.Synchronize();
     t.Barrier();
     starts.push_back(Now());
+    exec.StartDeviceClock();
     const double cpu_start = Executor::CpuNow();
     event_begin.push_back(events.size());
     exec.RunStep(batch);
     exec.SumTiedGradients();
     exec.FinishReductions();
-    ends.push_back(Now());
+    const double host_end = Now();
+    // A GPU's compute actions as the device ran them; the step ends when
+    // the device is done.
+    ends.push_back(std::max(host_end, exec.ApplyDeviceClock(event_begin.back(), starts.back())));
     step_cpu.push_back(Executor::CpuNow() - cpu_start);
     reduction.push_back(exec.reduction_times());
     exec.StepOptimizers();
@@ -529,6 +541,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   report.gflops_total = total_flops / report.step_time_median_s / 1e9;
   report.fraction_of_peak = report.gflops_total / (computing * report.peak_gflops_one_core);
   report.blas_core = u.device->GemmKernels();
+  report.action_clock = u.device->has_clock() ? "device" : "host";
   {
     // While computing: over the actions' wall time, or their CPU time where
     // the wall time includes waiting for a core.

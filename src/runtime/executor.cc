@@ -171,10 +171,36 @@ double Executor::CpuNow() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-Executor::Stamp Executor::Mark() const { return events_ ? Stamp{Now(), CpuNow()} : Stamp{}; }
+Executor::Stamp Executor::Mark() const {
+  if (!events_) return {};
+  return {Now(), CpuNow(), device_clock_ ? dev_.MarkClock() : -1};
+}
 
 void Executor::Record(ActionKind kind, int stage, int microbatch, Stamp start) {
-  if (events_) events_->push_back({kind, stage, microbatch, start.wall, Now(), CpuNow() - start.cpu});
+  if (!events_) return;
+  const int end_mark = device_clock_ ? dev_.MarkClock() : -1;
+  events_->push_back({kind, stage, microbatch, start.wall, Now(), CpuNow() - start.cpu, start.mark, end_mark});
+}
+
+void Executor::StartDeviceClock() {
+  if (!device_clock_) return;
+  // Two marks per compute action, and one for the step's end.
+  const std::size_t marks = 2 * plan_.step.size() + 1;
+  dev_.StartClock(marks);
+  clock_seconds_.reserve(marks + 1);
+}
+
+double Executor::ApplyDeviceClock(std::size_t first, double step_start) {
+  if (!device_clock_) return step_start;
+  const int end = dev_.MarkClock();
+  dev_.ReadClock(&clock_seconds_);
+  for (std::size_t e = first; e < events_->size(); ++e) {
+    ActionEvent& ev = (*events_)[e];
+    if (ev.start_mark < 0) continue;
+    ev.start = step_start + clock_seconds_[static_cast<std::size_t>(ev.start_mark)];
+    ev.end = step_start + clock_seconds_[static_cast<std::size_t>(ev.end_mark)];
+  }
+  return step_start + clock_seconds_[static_cast<std::size_t>(end)];
 }
 
 std::size_t Executor::EventsPerStep() const {

@@ -26,7 +26,9 @@ namespace baton {
 // One timed interval of a step, for `baton bench`: a compute action (kind
 // F, B, I or W) or a wait for a message (kind RECV_F or RECV_B: a receive;
 // SEND_F or SEND_B: a send's completion). Times are seconds on the rank's
-// monotonic clock.
+// monotonic clock; on a device with its own clock (a GPU), a compute
+// action's are where the device ran it, once ApplyDeviceClock has put them
+// on the host's timeline.
 struct ActionEvent {
   ActionKind kind = ActionKind::kForward;
   int stage = 0;
@@ -34,6 +36,9 @@ struct ActionEvent {
   double start = 0.0;
   double end = 0.0;
   double cpu = 0.0;  // compute actions: CPU seconds the rank's thread spent in it
+  // Compute actions on a device with a clock: its marks (RankDevice::MarkClock)
+  // at the action's start and end; -1 otherwise.
+  int start_mark = -1, end_mark = -1;
 };
 
 // A fault to inject, for testing how runs fail (BATON_FAULT, see fault.cc):
@@ -113,7 +118,19 @@ class Executor {
   // Records every action and wait of the following steps into `events`
   // (appended; null stops recording). Reserve EventsPerStep() per step
   // beforehand and recording allocates nothing.
-  void SetRecorder(std::vector<ActionEvent>* events) { events_ = events; }
+  void SetRecorder(std::vector<ActionEvent>* events) {
+    events_ = events;
+    device_clock_ = events != nullptr && dev_.has_clock();
+  }
+  // With a recorder on a device with a clock (a GPU): StartDeviceClock at
+  // the step's start (host time `step_start`), then after the step
+  // ApplyDeviceClock waits for the device and rewrites the compute events
+  // recorded since `first` with the device's times, as step_start + the
+  // device's seconds since the start; it returns when the device finished
+  // the step's work (host timeline). Without a device clock, StartDeviceClock
+  // does nothing and ApplyDeviceClock returns step_start.
+  void StartDeviceClock();
+  double ApplyDeviceClock(std::size_t first, double step_start);
   static double CpuNow();  // the calling thread's CPU time, seconds (recorded actions' cost)
   std::size_t EventsPerStep() const;
 
@@ -165,6 +182,7 @@ class Executor {
   // With a recorder: an action's start, on the wall and CPU clocks.
   struct Stamp {
     double wall = 0.0, cpu = 0.0;
+    int mark = -1;  // the device clock's mark, if it has one
   };
   Stamp Mark() const;
   void Record(ActionKind kind, int stage, int microbatch, Stamp start);
@@ -198,6 +216,8 @@ class Executor {
   std::vector<int> reduce_next_;   // per local stage: one past its next bucket to start (they start last first)
   std::size_t reduce_started_ = 0, reduce_done_ = 0;
   ReductionTimes reduction_times_;
+  bool device_clock_ = false;           // recording, with the device's clock
+  std::vector<double> clock_seconds_;   // ApplyDeviceClock's reading (reserved once)
   std::vector<int> full_rows_, round_rows_;  // per microbatch of a round
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   std::vector<ActionEvent>* events_ = nullptr;

@@ -35,6 +35,13 @@ class HostRankDevice final : public RankDevice {
     return HostGemmGflops(shapes, rows);
   }
   std::string GemmKernels() const override { return HostBlasCore(); }
+  // The host computes as it goes: nothing to wait for, and no clock but the
+  // host's.
+  bool has_clock() const override { return false; }
+  void Synchronize() override {}
+  void StartClock(std::size_t) override {}
+  int MarkClock() override { return -1; }
+  void ReadClock(std::vector<double>* seconds) override { seconds->clear(); }
 
  private:
   Transport& t_;

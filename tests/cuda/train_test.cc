@@ -3,7 +3,8 @@
 // sharing one GPU over the host-staged transport; one rank holding 2 chunks
 // (ZB-V); two replicas of two ranks, their gradients summed, with and
 // without ZeRO — equal the CPU pipeline's within 1e-4 relative in FP32,
-// within 1e-2 in TF32 and within 5e-2 in BF16. Skips, saying so, without a CUDA device.
+// within 1e-2 in TF32 and within 5e-2 in BF16; and `baton bench` timing
+// the actions on the GPU. Skips, saying so, without a CUDA device.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -137,6 +138,39 @@ TEST_F(CudaTrain, Bf16WithShardedOptimizerState) {
                     {"device=cuda", "precision=bf16", "pipeline.ranks=2", "train.optimizer={type: adamw, lr: 0.01}",
                      "data_parallel={size: 2, zero: 1, bucket_cap_mb: 0.001}"}),
               Train("bf16_zero_cpu", 2, {"pipeline.ranks=2", "train.optimizer={type: adamw, lr: 0.01}"}), 5e-2);
+}
+
+// `baton bench` on the GPU: the compute actions timed by CUDA events on the
+// compute stream (action_clock "device"), the hardware reference through
+// cuBLAS, and per rank the actions' GPU time (one stream: they do not
+// overlap) within the step, which ends when the GPU is done.
+TEST_F(CudaTrain, BenchTimesActionsOnTheDevice) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("baton_cuda_bench_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string cmd = "cd '" + dir.string() +
+                          "' && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                          "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 300 '" BATON_MPIEXEC "' -np 2 '" BATON_BINARY
+                          "' bench '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 --set device=cuda "
+                          "--steps 4 --warmup 1 --json r.json > log.txt 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream log(dir / "log.txt");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << text;
+  std::ifstream in(dir / "r.json");
+  const nlohmann::json r = nlohmann::json::parse(in);
+  EXPECT_EQ(r["action_clock"], "device");
+  EXPECT_EQ(r["blas_core"].get<std::string>().rfind("cuBLAS fp32, ", 0), 0u) << r["blas_core"];
+  EXPECT_GT(r["peak_gflops_one_core"].get<double>(), 0);
+  EXPECT_GE(r["bubble_rate"].get<double>(), 0);
+  EXPECT_LT(r["bubble_rate"].get<double>(), 1);
+  ASSERT_EQ(r["per_rank"].size(), 2u);
+  for (const auto& rank : r["per_rank"]) {
+    const double wall = rank["wall_s"], busy = rank["busy_s"];
+    EXPECT_GT(busy, 0);
+    EXPECT_LE(busy, wall * 1.001) << "the GPU's action time exceeds the step";
+  }
+  fs::remove_all(dir);
 }
 
 TEST_F(CudaTrain, Tf32StaysCloseToFp32) {
