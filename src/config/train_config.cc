@@ -446,7 +446,12 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   for (const std::string& t : pipe.Get<std::vector<std::string>>("keep", {})) {
     const std::optional<LayerType> type = ParseEnum<LayerType>(t);
     if (!type || *type == LayerType::kResidual) {
-      pipe.Fail(pipe.Node("keep"), "keep", fmt::format("'{}' is not a layer type (linear, relu, gelu, layernorm)", t));
+      std::vector<std::string_view> layers;  // every layer type; a residual add is not a layer
+      for (LayerType l : EnumValues(LayerType{})) {
+        if (l != LayerType::kResidual) layers.push_back(EnumName(l));
+      }
+      pipe.Fail(pipe.Node("keep"), "keep",
+                fmt::format("'{}' is not a layer type ({})", t, fmt::join(layers, ", ")));
     }
     c.pipeline.keep.push_back(*type);
   }

@@ -1,5 +1,5 @@
-// The CUDA backend's foundations: one checking macro for CUDA runtime and
-// cuBLAS calls (a failure throws baton::Error naming the call, file:line and
+// The CUDA backend's foundations: checking macros for CUDA runtime calls,
+// kernel launches and cuBLAS calls (a failure throws baton::Error naming the call, file:line and
 // the library's own error string; main prints it once and aborts the job),
 // and move-only owners of device memory, pinned host memory, streams, events
 // and cuBLAS handles. Every allocation happens at setup; nothing here

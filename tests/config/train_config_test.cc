@@ -360,6 +360,7 @@ pipeline:
   keep: [linear, conv]
 )");
   EXPECT_TRUE(Contains(msg, "t.yaml:6:9: pipeline.keep: 'conv' is not a layer type")) << msg;
+  EXPECT_TRUE(Contains(msg, "attention")) << msg;  // every layer type is listed
 }
 
 TEST(TrainConfig, SelectiveWithoutAListKeepsTheLayersWithMatrixProducts) {
