@@ -29,6 +29,7 @@
 
 #include "baton/config.h"
 #include "baton/model.h"
+#include "baton/view.h"
 #include "cuda_util.h"
 
 namespace baton::cuda {
@@ -58,6 +59,18 @@ class CudaLayer : public DescribedLayer {
   // for layers without weights.
   virtual void RefreshWeights(const Context& ctx) { (void)ctx; }
 
+  // The stage's calls (StageDevice): tensors as views (token ids for an
+  // embedding; (samples, seq, features) for attention), with the op's saved
+  // state and stash (OpDesc::saved_per_row and stash_per_row floats per
+  // token row, device memory; null for layers without them). Per-row layers
+  // run the matrix calls below over (every token row, features); I with a
+  // null dx does nothing for them, but attention still leaves W its stash.
+  virtual void ForwardOp(const Context& ctx, const ConstView& x, const View& y, float* saved) const;
+  virtual void BackwardInputOp(const Context& ctx, const ConstView& x, const float* saved, const ConstView& dy,
+                               const View& dx, float* stash) const;
+  virtual void BackwardWeightOp(const Context& ctx, const ConstView& x, const float* saved, const ConstView& dy,
+                                const float* stash);
+
   // y = f(x).  x: (rows, in)  y: (rows, out), device.  Overwrites y.
   // REQUIRES: rows <= the max_rows given at construction.
   virtual void Forward(const Context& ctx, const float* x, float* y, int rows) const = 0;
@@ -75,9 +88,10 @@ class CudaLayer : public DescribedLayer {
   float* grads_ = nullptr;
 };
 
-// The linear, relu, gelu (tanh form) or layernorm layer `op` describes, for
-// up to `max_rows` rows per call. Throws ConfigError for max_rows < 1 or an
-// add (not a layer).
+// The layer `op` describes — linear (nn.Linear or Conv1D layout), relu, gelu
+// (tanh form), layernorm, embedding, position embedding or causal
+// self-attention — for up to `max_rows` token rows per call. Throws
+// ConfigError for max_rows < 1 or an add (not a layer).
 std::unique_ptr<CudaLayer> MakeCudaLayer(const OpDesc& op, int max_rows);
 // DescribeLayer + MakeCudaLayer. Throws ConfigError as DescribeLayer.
 std::unique_ptr<CudaLayer> MakeCudaLayer(const LayerSpec& spec, int in, int max_rows);

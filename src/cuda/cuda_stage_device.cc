@@ -35,15 +35,7 @@ class CudaStageDevice final : public StageDevice {
     return buffers_.back().data();
   }
 
-  void AddLayer(const OpDesc& op, int max_rows) override {
-    if (op.type == LayerType::kEmbedding || op.type == LayerType::kPositionEmbedding ||
-        op.type == LayerType::kAttention) {
-      throw ConfigError(fmt::format("device: cuda: the CUDA backend has no {} layer yet (op {}); train this model "
-                                    "with device: cpu",
-                                    EnumName(op.type), op.name));
-    }
-    layers_.push_back(MakeCudaLayer(op, max_rows));
-  }
+  void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeCudaLayer(op, max_rows)); }
 
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;
@@ -125,17 +117,19 @@ class CudaStageDevice final : public StageDevice {
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
-  // The CUDA layers (all per-row) keep no saved state and leave no stash.
-  void Forward(int layer, const ConstView& x, const View& y, std::byte*) override {
-    layers_[layer]->Forward(ctx_, x.as<float>(), y.as<float>(), Rows(x));
+  // Saved state and stash (attention's) are floats in the ring slot.
+  void Forward(int layer, const ConstView& x, const View& y, std::byte* saved) override {
+    Layer(layer).ForwardOp(ctx_, x, y, reinterpret_cast<float*>(saved));
   }
-  void BackwardInput(int layer, const ConstView& x, const std::byte*, const ConstView& dy, const View& dx,
-                     std::byte*) override {
-    if (dx.data == nullptr) return;
-    layers_[layer]->BackwardInput(ctx_, x.as<float>(), dy.as<float>(), dx.as<float>(), Rows(x));
+  void BackwardInput(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy, const View& dx,
+                     std::byte* stash) override {
+    Layer(layer).BackwardInputOp(ctx_, x, reinterpret_cast<const float*>(saved), dy, dx,
+                                 reinterpret_cast<float*>(stash));
   }
-  void BackwardWeight(int layer, const ConstView& x, const std::byte*, const ConstView& dy, const std::byte*) override {
-    layers_[layer]->BackwardWeight(ctx_, x.as<float>(), dy.as<float>(), Rows(x));
+  void BackwardWeight(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
+                      const std::byte* stash) override {
+    Layer(layer).BackwardWeightOp(ctx_, x, reinterpret_cast<const float*>(saved), dy,
+                                  reinterpret_cast<const float*>(stash));
   }
   void Add(const ConstView& a, const ConstView& b, const View& out) override {
     cuda::Add(ctx_, a.as<float>(), b.as<float>(), out.as<float>(), Elements(out));
@@ -173,6 +167,7 @@ class CudaStageDevice final : public StageDevice {
 
  private:
   static int Rows(const ConstView& v) { return static_cast<int>(v.desc.matrix_rows()); }
+  CudaLayer& Layer(int layer) { return *layers_[static_cast<std::size_t>(layer)]; }
   static std::size_t Elements(const ConstView& v) { return static_cast<std::size_t>(v.desc.elements()); }
 
   CublasHandle cublas_;

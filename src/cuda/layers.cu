@@ -18,38 +18,17 @@
 
 #include "baton/error.h"
 #include "cuda_layers.h"
+#include "kernels.cuh"
 
 namespace baton::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over n elements: one element per thread up to
-// a cap past which each thread takes several (the cap keeps the count an int).
-int BlocksFor(std::size_t n) {
-  const std::size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(std::min<std::size_t>(blocks, 1 << 16));
-}
-
-// Threads for one block per row of `cols` elements: whole warps (the
-// reductions shuffle across full warps), no more than the row can use.
-int RowThreads(int cols) { return std::clamp((cols + 31) / 32 * 32, 32, kThreads); }
-
-// Sum of v over the block, returned to every thread. REQUIRES: blockDim.x is a
-// multiple of 32 and at most 1024; every thread of the block calls it.
-// `shared` holds 32 floats; the closing barrier lets the next call reuse it.
-__device__ float BlockSum(float v, float* shared) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  const int warps = static_cast<int>(blockDim.x / 32);
-  v = lane < warps ? shared[lane] : 0.0f;
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  __syncthreads();
-  return v;
-}
+using detail::BlockSum;
+using detail::BlocksFor;
+using detail::kThreads;
+using detail::RowThreads;
+using detail::SizedLayer;
 
 __global__ void RoundToBf16Kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, std::size_t n) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -90,11 +69,6 @@ __global__ void AddColumnSumsKernel(const float* __restrict__ m, int rows, int c
   }
 }
 
-void LaunchAddColumnSums(cudaStream_t stream, const float* m, int rows, int cols, float* out) {
-  const dim3 block(32, kSumRows);
-  AddColumnSumsKernel<<<(cols + 31) / 32, block, 0, stream>>>(m, rows, cols, out);
-  BATON_CUDA_CHECK_LAUNCH();
-}
 
 __global__ void ReluForwardKernel(const float* __restrict__ x, float* __restrict__ y, std::size_t n) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -243,27 +217,6 @@ __global__ void LayerNormBackwardWeightKernel(const float* __restrict__ x, const
   }
 }
 
-// Layers that bound the rows of a call by the scratch sized at construction.
-class SizedLayer : public CudaLayer {
- public:
-  // Layers without weights have no weight gradient, but a call beyond the
-  // rows they were made for is still refused.
-  void BackwardWeight(const Context&, const float*, const float*, int rows) override { CheckRows(rows); }
-
- protected:
-  SizedLayer(const OpDesc& op, int max_rows) : CudaLayer(op), max_rows_(max_rows) {}
-
-  void CheckRows(int rows) const {
-    if (rows < 0 || rows > max_rows_) {
-      throw Error("cuda " + std::string(EnumName(Type())) + " layer (" + std::to_string(in_features()) + " -> " +
-                  std::to_string(out_features()) + " features): " + std::to_string(rows) +
-                  " rows given, the layer was made for 0 to " + std::to_string(max_rows_));
-    }
-  }
-
-  int max_rows_;
-};
-
 // ---- linear: y = x W^T + b, PyTorch's nn.Linear ----
 //
 // cuBLAS is column-major: a row-major (r, c) matrix with leading dimension c
@@ -272,6 +225,11 @@ class SizedLayer : public CudaLayer {
 //   F: y^T (out, rows)  = W (out, in) x^T (in, rows)   -> A = W as (in, out), op T
 //   I: dx^T (in, rows)  = W^T (in, out) dy^T (out, rows)
 //   W: dW^T (in, out)  += x^T (in, rows) dy (rows, out) -> B = dy as (out, rows), op T
+// With conv1d (GPT-2's Conv1D) the weight is stored (in, out), to cuBLAS
+// (out, in) = W^T:
+//   F: y^T (out, rows)  = W^T x^T                       -> A = W as (out, in), op N
+//   I: dx^T (in, rows)  = W dy^T                        -> A = W as (out, in), op T
+//   W: dW^T (out, in)  += dy^T (out, rows) x (rows, in) -> B = x as (in, rows), op T
 class CudaLinear final : public SizedLayer {
  public:
   // The BF16 copies are sized for the largest call whatever the precision:
@@ -280,6 +238,7 @@ class CudaLinear final : public SizedLayer {
   CudaLinear(const OpDesc& op, int max_rows)
       : SizedLayer(op, max_rows),
         bias_(op.bias),
+        conv1d_(op.conv1d),
         x_bf16_(static_cast<std::size_t>(max_rows) * op.in),
         dy_bf16_(static_cast<std::size_t>(max_rows) * op.out),
         w_bf16_(static_cast<std::size_t>(op.out) * op.in) {}
@@ -298,12 +257,12 @@ class CudaLinear final : public SizedLayer {
     const int in = in_features(), out = out_features();
     const void* w = Weights(ctx);
     const void* xa = Operand(ctx, x, x_bf16_, static_cast<std::size_t>(rows) * in);
-    Gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, xa, in, 0.0f, y, out);
-    if (bias_) {
-      const std::size_t n = static_cast<std::size_t>(rows) * out;
-      AddBiasKernel<<<BlocksFor(n), kThreads, 0, ctx.stream>>>(params_ + static_cast<std::size_t>(out) * in, y, n, out);
-      BATON_CUDA_CHECK_LAUNCH();
+    if (conv1d_) {
+      Gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, out, rows, in, w, out, xa, in, 0.0f, y, out);
+    } else {
+      Gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, xa, in, 0.0f, y, out);
     }
+    if (bias_) detail::LaunchAddBias(ctx.stream, params_ + static_cast<std::size_t>(out) * in, y, rows, out);
   }
 
   void BackwardInput(const Context& ctx, const float* x, const float* dy, float* dx, int rows) const override {
@@ -313,7 +272,11 @@ class CudaLinear final : public SizedLayer {
     const int in = in_features(), out = out_features();
     const void* w = Weights(ctx);
     const void* dya = Operand(ctx, dy, dy_bf16_, static_cast<std::size_t>(rows) * out);
-    Gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dya, out, 0.0f, dx, in);
+    if (conv1d_) {
+      Gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, in, rows, out, w, out, dya, out, 0.0f, dx, in);
+    } else {
+      Gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dya, out, 0.0f, dx, in);
+    }
   }
 
   void BackwardWeight(const Context& ctx, const float* x, const float* dy, int rows) override {
@@ -322,8 +285,12 @@ class CudaLinear final : public SizedLayer {
     const int in = in_features(), out = out_features();
     const void* xa = Operand(ctx, x, x_bf16_, static_cast<std::size_t>(rows) * in);
     const void* dya = Operand(ctx, dy, dy_bf16_, static_cast<std::size_t>(rows) * out);
-    Gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, xa, in, dya, out, 1.0f, grads_, in);
-    if (bias_) LaunchAddColumnSums(ctx.stream, dy, rows, out, grads_ + static_cast<std::size_t>(out) * in);
+    if (conv1d_) {
+      Gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, out, in, rows, dya, out, xa, in, 1.0f, grads_, out);
+    } else {
+      Gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, xa, in, dya, out, 1.0f, grads_, in);
+    }
+    if (bias_) detail::LaunchAddColumnSums(ctx.stream, dy, rows, out, grads_ + static_cast<std::size_t>(out) * in);
   }
 
  private:
@@ -362,11 +329,12 @@ class CudaLinear final : public SizedLayer {
   }
 
   bool bias_;
+  bool conv1d_;  // weight stored (in, out)
   // BF16 roundings of the activation operands, rewritten by every BF16 call,
   // and of the weights, rewritten by RefreshWeights.
   mutable DeviceBuffer<__nv_bfloat16> x_bf16_;   // (max_rows, in)
   mutable DeviceBuffer<__nv_bfloat16> dy_bf16_;  // (max_rows, out)
-  DeviceBuffer<__nv_bfloat16> w_bf16_;           // (out, in)
+  DeviceBuffer<__nv_bfloat16> w_bf16_;           // the weight's layout: (out, in), or (in, out) with conv1d
 };
 
 // ---- relu: y = max(x, 0) ----
@@ -455,6 +423,63 @@ class CudaLayerNorm final : public SizedLayer {
 
 }  // namespace
 
+namespace detail {
+
+void LaunchAddBias(cudaStream_t stream, const float* bias, float* y, int rows, int cols) {
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  if (n == 0) return;
+  AddBiasKernel<<<BlocksFor(n), kThreads, 0, stream>>>(bias, y, n, cols);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchAddColumnSums(cudaStream_t stream, const float* m, int rows, int cols, float* out) {
+  if (cols == 0) return;
+  const dim3 block(32, kSumRows);
+  AddColumnSumsKernel<<<(cols + 31) / 32, block, 0, stream>>>(m, rows, cols, out);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+cublasComputeType_t F32Compute(const Context& ctx) {
+  return ctx.precision == Precision::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+}  // namespace
+
+void GemmF32(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
+             int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  const float alpha = 1.0f;
+  BATON_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb,
+                                  &beta, c, CUDA_R_32F, ldc, F32Compute(ctx), CUBLAS_GEMM_DEFAULT));
+}
+
+void GemmF32Batched(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                    const float* a, int lda, long long stride_a, const float* b, int ldb, long long stride_b,
+                    float beta, float* c, int ldc, long long stride_c, int batch) {
+  const float alpha = 1.0f;
+  BATON_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, stride_a,
+                                                b, CUDA_R_32F, ldb, stride_b, &beta, c, CUDA_R_32F, ldc, stride_c,
+                                                batch, F32Compute(ctx), CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace detail
+
+// The per-row layers' view calls: the matrix calls over (every token row,
+// features).
+void CudaLayer::ForwardOp(const Context& ctx, const ConstView& x, const View& y, float*) const {
+  Forward(ctx, x.as<float>(), y.as<float>(), static_cast<int>(x.desc.matrix_rows()));
+}
+
+void CudaLayer::BackwardInputOp(const Context& ctx, const ConstView& x, const float*, const ConstView& dy,
+                                const View& dx, float*) const {
+  if (dx.data == nullptr) return;
+  BackwardInput(ctx, x.as<float>(), dy.as<float>(), dx.as<float>(), static_cast<int>(x.desc.matrix_rows()));
+}
+
+void CudaLayer::BackwardWeightOp(const Context& ctx, const ConstView& x, const float*, const ConstView& dy,
+                                 const float*) {
+  BackwardWeight(ctx, x.as<float>(), dy.as<float>(), static_cast<int>(x.desc.matrix_rows()));
+}
+
 std::unique_ptr<CudaLayer> MakeCudaLayer(const OpDesc& op, int max_rows) {
   if (max_rows < 1) {
     throw ConfigError("cuda " + std::string(EnumName(op.type)) + " layer: max_rows must be >= 1, got " +
@@ -469,6 +494,10 @@ std::unique_ptr<CudaLayer> MakeCudaLayer(const OpDesc& op, int max_rows) {
       return std::make_unique<CudaGelu>(op, max_rows);
     case LayerType::kLayerNorm:
       return std::make_unique<CudaLayerNorm>(op, max_rows);
+    case LayerType::kEmbedding:
+    case LayerType::kPositionEmbedding:
+    case LayerType::kAttention:
+      return detail::MakeTransformerLayer(op, max_rows);
     case LayerType::kResidual:
       break;
   }

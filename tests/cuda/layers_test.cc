@@ -276,6 +276,12 @@ TEST_P(CudaLayerTest, RowsBeyondMaxRowsAreRefused) {
   EXPECT_EQ(cudaStreamSynchronize(ctx_.stream), cudaSuccess);
 }
 
+LayerSpec Conv1d(int out) {
+  LayerSpec s = Spec("linear", out);
+  s.conv1d = true;
+  return s;
+}
+
 LayerSpec LayerNormSpec() {
   LayerSpec s = Spec("layernorm");
   s.eps = 1e-5;
@@ -287,6 +293,9 @@ const LayerCase kLinearCases[] = {
     // rows == max_rows, products larger than one cuBLAS tile
     LayerCase{"linear_300_to_130", Spec("linear", 130), 300, 200, 200},
     LayerCase{"linear_no_bias_one_row", Spec("linear", 10, false), 64, 1, 8},
+    // GPT-2's Conv1D layout: the weight stored (in, out)
+    LayerCase{"conv1d_37_to_23", Conv1d(23), 37, 19, 32},
+    LayerCase{"conv1d_300_to_130", Conv1d(130), 300, 200, 200},
 };
 
 std::string CaseName(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
@@ -320,6 +329,132 @@ TEST(CudaLayerSetup, ParsesPrecision) {
   EXPECT_FALSE(ParseEnum<Precision>("fp16"));
   EXPECT_FALSE(ParseEnum<Precision>("FP32"));
 }
+
+// ---- Transformer layers: embedding, position embedding, attention ----
+//
+// Through the stage's view calls, against the host layers' (which the model
+// tests check against a naive double-precision reference and finite
+// differences): outputs, input gradients, the gradients added into
+// prefilled ones, and what attention saves for backward and leaves W.
+
+struct TransformerCase {
+  std::string name;
+  LayerSpec spec;
+  int in = 0;  // features in (1 token id per row for an embedding)
+  int samples = 0, seq = 0;
+};
+
+void PrintTo(const TransformerCase& c, std::ostream* os) { *os << c.name; }
+
+LayerSpec Embedding(int vocab, int out) {
+  LayerSpec s = Spec("embedding", out);
+  s.vocab = vocab;
+  return s;
+}
+LayerSpec Positions(int positions) {
+  LayerSpec s = Spec("position_embedding");
+  s.positions = positions;
+  return s;
+}
+LayerSpec Attention(int heads) {
+  LayerSpec s = Spec("attention");
+  s.heads = heads;
+  return s;
+}
+
+class CudaTransformerTest : public CudaTest, public testing::WithParamInterface<TransformerCase> {};
+
+TEST_P(CudaTransformerTest, MatchesTheHostLayer) {
+  const TransformerCase& c = GetParam();
+  const OpDesc op = DescribeLayer(c.spec, c.in, c.seq);
+  const int rows = c.samples * c.seq;
+  const bool ids = op.type == LayerType::kEmbedding;
+  std::mt19937_64 rng(77);
+  const std::vector<float> params = Random(op.num_params, rng), grads0 = Random(op.num_params, rng);
+  const std::vector<float> dy = Random(static_cast<std::size_t>(rows) * op.out, rng);
+  std::vector<float> x = Random(static_cast<std::size_t>(rows) * op.in, rng, -2.0f, 2.0f);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows));
+  for (std::size_t r = 0; r < tokens.size(); ++r) tokens[r] = static_cast<std::int32_t>((r * 7 + r / 3) % op.vocab);
+  const TensorDesc in_desc = ids ? TensorDesc(DType::kI32, {c.samples, c.seq}) : TensorDesc(DType::kF32, {c.samples, c.seq, op.in});
+  const TensorDesc out_desc(DType::kF32, {c.samples, c.seq, op.out});
+  const std::size_t saved_n = op.saved_per_row * rows, stash_n = op.stash_per_row * rows;
+
+  // The host layer.
+  std::unique_ptr<Layer> host = MakeLayer(op, rows);
+  std::vector<float> hp = params, hg = grads0, hy(static_cast<std::size_t>(rows) * op.out),
+                     hdx(static_cast<std::size_t>(rows) * op.in), hsaved(saved_n), hstash(stash_n);
+  host->Bind(hp.data(), hg.data());
+  const auto* hx = ids ? reinterpret_cast<const std::byte*>(tokens.data()) : reinterpret_cast<const std::byte*>(x.data());
+  const ConstView hxv{hx, in_desc};
+  const ConstView hdyv{reinterpret_cast<const std::byte*>(dy.data()), out_desc};
+  host->Forward(hxv, View{reinterpret_cast<std::byte*>(hy.data()), out_desc}, hsaved.data());
+  const View hdxv = ids ? View{} : View{reinterpret_cast<std::byte*>(hdx.data()), in_desc};
+  host->BackwardInput(hxv, hsaved.data(), hdyv, hdxv, hstash.data());
+  host->BackwardWeight(hxv, hsaved.data(), hdyv, hstash.data());
+
+  // The CUDA layer.
+  std::unique_ptr<CudaLayer> gpu = MakeCudaLayer(op, rows);
+  DeviceBuffer<float> dp = Upload(params, ctx_.stream), dg = Upload(grads0, ctx_.stream), ddy = Upload(dy, ctx_.stream);
+  DeviceBuffer<float> dxf = Upload(x, ctx_.stream), dy_out(hy.size()), ddx(hdx.size()), dsaved(std::max<std::size_t>(saved_n, 1)),
+                      dstash(std::max<std::size_t>(stash_n, 1));
+  DeviceBuffer<std::int32_t> dtok = Upload(tokens, ctx_.stream);
+  gpu->Bind(dp.data(), dg.data());
+  gpu->RefreshWeights(ctx_);
+  const auto* gx = ids ? reinterpret_cast<const std::byte*>(dtok.data()) : reinterpret_cast<const std::byte*>(dxf.data());
+  const ConstView gxv{gx, in_desc};
+  const ConstView gdyv{reinterpret_cast<const std::byte*>(ddy.data()), out_desc};
+  gpu->ForwardOp(ctx_, gxv, View{reinterpret_cast<std::byte*>(dy_out.data()), out_desc}, dsaved.data());
+  const View gdxv = ids ? View{} : View{reinterpret_cast<std::byte*>(ddx.data()), in_desc};
+  gpu->BackwardInputOp(ctx_, gxv, dsaved.data(), gdyv, gdxv, dstash.data());
+  gpu->BackwardWeightOp(ctx_, gxv, dsaved.data(), gdyv, dstash.data());
+
+  constexpr double kTolerance = 1e-4;
+  ExpectClose(Download(dy_out.data(), hy.size(), ctx_.stream), hy, kTolerance, "forward y");
+  if (!ids) ExpectClose(Download(ddx.data(), hdx.size(), ctx_.stream), hdx, kTolerance, "backward-input dx");
+  ExpectClose(Download(dg.data(), hg.size(), ctx_.stream), hg, kTolerance, "weight gradients (added)");
+  if (saved_n > 0) ExpectClose(Download(dsaved.data(), saved_n, ctx_.stream), hsaved, kTolerance, "saved state");
+  if (stash_n > 0) ExpectClose(Download(dstash.data(), stash_n, ctx_.stream), hstash, kTolerance, "stash (qkv gradient)");
+}
+
+// Attention without dx (the first stage's input needs none) still leaves W
+// the whole qkv gradient.
+TEST_F(CudaTest, AttentionWithoutDxStillStashesForW) {
+  const OpDesc op = DescribeLayer(Attention(2), 8, 5);
+  const int samples = 2, rows = samples * 5;
+  std::mt19937_64 rng(5);
+  const std::vector<float> params = Random(op.num_params, rng), x = Random(static_cast<std::size_t>(rows) * 8, rng),
+                           dy = Random(static_cast<std::size_t>(rows) * 8, rng);
+  const TensorDesc desc(DType::kF32, {samples, 5, 8});
+  std::unique_ptr<Layer> host = MakeLayer(op, rows);
+  std::vector<float> hp = params, hg(op.num_params), hy(x.size()), hsaved(op.saved_per_row * rows),
+                     hstash(op.stash_per_row * rows);
+  host->Bind(hp.data(), hg.data());
+  const ConstView hxv{reinterpret_cast<const std::byte*>(x.data()), desc};
+  host->Forward(hxv, View{reinterpret_cast<std::byte*>(hy.data()), desc}, hsaved.data());
+  host->BackwardInput(hxv, hsaved.data(), ConstView{reinterpret_cast<const std::byte*>(dy.data()), desc}, View{},
+                      hstash.data());
+
+  std::unique_ptr<CudaLayer> gpu = MakeCudaLayer(op, rows);
+  DeviceBuffer<float> dp = Upload(params, ctx_.stream), dg(op.num_params), dx = Upload(x, ctx_.stream),
+                      ddy = Upload(dy, ctx_.stream), y(x.size()), saved(hsaved.size()), stash(hstash.size());
+  gpu->Bind(dp.data(), dg.data());
+  const ConstView gxv{reinterpret_cast<const std::byte*>(dx.data()), desc};
+  gpu->ForwardOp(ctx_, gxv, View{reinterpret_cast<std::byte*>(y.data()), desc}, saved.data());
+  gpu->BackwardInputOp(ctx_, gxv, saved.data(), ConstView{reinterpret_cast<const std::byte*>(ddy.data()), desc}, View{},
+                       stash.data());
+  ExpectClose(Download(stash.data(), hstash.size(), ctx_.stream), hstash, 1e-4, "stash without dx");
+}
+
+const TransformerCase kTransformerCases[] = {
+    TransformerCase{"embedding_11_by_5", Embedding(11, 5), 1, 3, 7},  // tokens repeat: their gradients add up
+    TransformerCase{"positions_12_of_16", Positions(16), 12, 3, 12},
+    TransformerCase{"attention_3_heads_seq_7", Attention(3), 12, 3, 7},
+    // rows longer than a warp and than one block's threads in the row kernels
+    TransformerCase{"attention_4_heads_seq_300", Attention(4), 64, 2, 300},
+};
+
+std::string TransformerName(const testing::TestParamInfo<TransformerCase>& info) { return info.param.name; }
+INSTANTIATE_TEST_SUITE_P(Transformer, CudaTransformerTest, testing::ValuesIn(kTransformerCases), TransformerName);
 
 // ---- The products' rate (baton bench's hardware reference) ----
 

@@ -29,7 +29,9 @@ struct RunOutput {
   std::vector<baton::NamedTensor> weights;
 };
 
-RunOutput Train(const std::string& name, int ranks, const std::vector<std::string>& sets) {
+// `config`: relative to the source tree.
+RunOutput Train(const std::string& name, int ranks, const std::vector<std::string>& sets,
+                const std::string& config = "tests/mpi/tiny.yaml") {
   const fs::path dir = fs::path(::testing::TempDir()) / ("baton_cuda_train_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -37,7 +39,7 @@ RunOutput Train(const std::string& name, int ranks, const std::vector<std::strin
                     "' && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
                     "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 300 '" BATON_MPIEXEC "' -np " +
                     std::to_string(ranks) +
-                    " '" BATON_BINARY "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=" +
+                    " '" BATON_BINARY "' train '" BATON_SOURCE_DIR "/" + config + "' --set pipeline.ranks=" +
                     std::to_string(ranks);
   for (const std::string& s : sets) cmd += " --set '" + s + "'";
   cmd += " > log.txt 2>&1";
@@ -171,6 +173,16 @@ TEST_F(CudaTrain, BenchTimesActionsOnTheDevice) {
     EXPECT_LE(busy, wall * 1.001) << "the GPU's action time exceeds the step";
   }
   fs::remove_all(dir);
+}
+
+// A GPT (embedding, position table, attention blocks, tied head) on the
+// GPU, 2 ranks sharing it, against the CPU pipeline.
+TEST_F(CudaTrain, GptOnTwoRanks) {
+  const std::vector<std::string> sets = {"pipeline.ranks=2", "train.steps=4"};
+  std::vector<std::string> gpu = sets;
+  gpu.push_back("device=cuda");
+  ExpectClose(Train("gpt", 2, gpu, "tests/mpi/tiny_gpt.yaml"), Train("gpt_cpu", 2, sets, "tests/mpi/tiny_gpt.yaml"),
+              1e-4);
 }
 
 TEST_F(CudaTrain, Tf32StaysCloseToFp32) {
