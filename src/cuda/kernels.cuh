@@ -6,6 +6,7 @@
 #define BATON_CUDA_KERNELS_CUH_
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 
