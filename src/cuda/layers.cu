@@ -310,23 +310,21 @@ class CudaLinear final : public SizedLayer {
     return scratch.data();
   }
 
-  // C (m, n) = alpha op(A) op(B) + beta C, column-major, FP32 C, alpha = 1.
+  // C (m, n) = op(A) op(B) + beta C, column-major, FP32 C: FP32 or TF32
+  // products on the FP32 data (detail::GemmF32), or BF16 operands with FP32
+  // accumulation.
   static void Gemm(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                    const void* a, int lda, const void* b, int ldb, float beta, float* c, int ldc) {
-    const float alpha = 1.0f;
-    if (ctx.precision == Precision::kFP32) {
-      BATON_CUBLAS_CHECK(cublasSgemm(ctx.cublas, op_a, op_b, m, n, k, &alpha, static_cast<const float*>(a), lda,
-                                     static_cast<const float*>(b), ldb, &beta, c, ldc));
-    } else if (ctx.precision == Precision::kTF32) {
-      // FP32 data, tensor-core products with inputs rounded to TF32 (10-bit
-      // mantissa), FP32 accumulation: torch.backends.cuda.matmul.allow_tf32.
-      BATON_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb,
-                                      &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
-    } else {
-      BATON_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
-                                      &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (ctx.precision != Precision::kBF16) {
+      detail::GemmF32(ctx, op_a, op_b, m, n, k, static_cast<const float*>(a), lda, static_cast<const float*>(b), ldb,
+                      beta, c, ldc);
+      return;
     }
+    const float alpha = 1.0f;
+    BATON_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                                    &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
+
 
   bool bias_;
   bool conv1d_;  // weight stored (in, out)
@@ -445,6 +443,8 @@ cublasComputeType_t F32Compute(const Context& ctx) {
 }
 }  // namespace
 
+// TF32: FP32 data, tensor-core products with inputs rounded to TF32 (10-bit
+// mantissa), FP32 accumulation, as torch.backends.cuda.matmul.allow_tf32.
 void GemmF32(const Context& ctx, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
              int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   const float alpha = 1.0f;
