@@ -47,7 +47,7 @@ void BM_Tune(benchmark::State& state) {
   space.schedules = baton::GeneratorNames();
   space.microbatches = {8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
   space.chunks = {1, 2, 3, 4};
-  space.checkpointing = {"none", "selective", "full"};
+  space.checkpointing = {baton::Checkpointing::kNone, baton::Checkpointing::kSelective, baton::Checkpointing::kFull};
   space.memory_limits = {0.0, baton::kMemoryLimitFromBudget, 8.0, 16.0};
   auto model = [&](const baton::Candidate& c) {
     baton::CandidateCosts k;

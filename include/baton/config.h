@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "baton/choices.h"
 #include "baton/model.h"
 #include "baton/named_enum.h"
 #include "baton/sim.h"
@@ -17,30 +18,19 @@
 namespace baton {
 
 // ---- Config choices, parsed once (spelled in configs as EnumName gives) ----
-// What a microbatch keeps for its backward: none (every layer's input), full
-// (the stage input; the rest is recomputed), selective (the stage input and
-// the outputs of the layer types in pipeline.keep).
-enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
+// Checkpointing, Device and Precision: baton/choices.h.
 // explicit: pipeline.partition lists layer counts; layout: pipeline.layout
 // lists each stage's parts of a GPT.
 enum class Partition : std::uint8_t { kBalanced, kExplicit, kLayout };
 enum class BalanceBy : std::uint8_t { kParams, kFlops };
 // fortunes and synthetic_tokens are byte-token datasets (IsTokenDataset).
 enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kSyntheticTokens };
-enum class Device : std::uint8_t { kCpu, kCuda };
-enum class Precision : std::uint8_t { kFP32, kBF16, kTF32 };
-std::string_view EnumName(Checkpointing v);  // none, full, selective
 std::string_view EnumName(Partition v);      // balanced, explicit, layout
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
-std::string_view EnumName(Device v);         // cpu, cuda
-std::string_view EnumName(Precision v);      // fp32, bf16, tf32
-std::span<const Checkpointing> EnumValues(Checkpointing);
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
 std::span<const DatasetKind> EnumValues(DatasetKind);
-std::span<const Device> EnumValues(Device);
-std::span<const Precision> EnumValues(Precision);
 
 // What `baton simulate` runs. Keys of the YAML file (all optional):
 //   schedule: 1f1b            # generator name or CSV schedule file

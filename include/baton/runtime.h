@@ -62,7 +62,7 @@ struct TuneRequest {
   std::vector<std::string> schedules; // empty: every generator
   std::vector<int> microbatches;      // empty: p, 2p, 4p, 8p that divide the batch
   std::vector<int> chunks;            // empty: 2, 4
-  std::vector<std::string> policies;  // empty: none, selective, full
+  std::vector<Checkpointing> policies;  // empty: none, selective, full
   int top = 10;                       // rows printed
   std::string overlay_path;           // the winner's settings as YAML ("" = none)
 };

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "baton/choices.h"
 #include "baton/comm.h"
-#include "baton/config.h"
 #include "baton/model.h"
 #include "baton/store.h"
 #include "baton/view.h"

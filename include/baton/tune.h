@@ -14,7 +14,7 @@
 //   space.schedules = {"1f1b", "zb_h1", "zb_auto", "interleaved_1f1b", "dualpipev"};
 //   space.microbatches = {8, 16, 32};
 //   space.chunks = {2, 4};
-//   space.checkpointing = {"none", "selective", "full"};
+//   space.checkpointing = {Checkpointing::kNone, Checkpointing::kSelective, Checkpointing::kFull};
 //   TuneOptions options;
 //   options.memory_bytes = 40e9;
 //   TuneReport report = Tune(space, [&](const Candidate& c) { return MyCosts(c); }, options);
@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "baton/choices.h"
 #include "baton/costs.h"
 
 namespace baton {
@@ -44,7 +45,7 @@ struct Candidate {
   std::string schedule;       // a generator name (GeneratorNames())
   int microbatches = 0;       // m
   int chunks = 0;             // stages per rank v, always resolved (never 0)
-  std::string checkpointing;  // a policy name the CostModel understands
+  Checkpointing checkpointing = Checkpointing::kNone;
   // The generator's memory limit in M_B: 0 = the schedule's default,
   // kMemoryLimitFromBudget = derived from the budget, > 0 = as given.
   double memory_limit = 0.0;
@@ -96,7 +97,7 @@ struct TuneSpace {
   std::vector<std::string> schedules;  // generator names
   std::vector<int> microbatches;       // m values, each >= 1
   std::vector<int> chunks = {2};       // v values for interleaved_1f1b / interleaved_zb
-  std::vector<std::string> checkpointing = {"none"};
+  std::vector<Checkpointing> checkpointing = {Checkpointing::kNone};
   std::vector<double> memory_limits = {0.0, kMemoryLimitFromBudget};
 };
 

@@ -373,11 +373,12 @@ void AddTrainCommand(CLI::App& app) {
     r.schedules = Split(tflags->schedules);
     r.microbatches = ints(tflags->microbatches);
     r.chunks = ints(tflags->chunks);
-    r.policies = Split(tflags->policies);
-    for (const std::string& p : r.policies) {
-      if (!ParseEnum<Checkpointing>(p)) {
+    for (const std::string& p : Split(tflags->policies)) {
+      const std::optional<Checkpointing> policy = ParseEnum<Checkpointing>(p);
+      if (!policy) {
         throw ConfigError(fmt::format("tune: --policies: '{}' is not one of {}", p, EnumNameList<Checkpointing>()));
       }
+      r.policies.push_back(*policy);
     }
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
     std::cout << Tune(c, r);

@@ -220,19 +220,12 @@ PipelineLayout ReadLayout(YamlMap& pipe, const GptSpec& gpt) {
 }  // namespace
 
 namespace {
-constexpr std::array<Checkpointing, 3> kCheckpointings = {Checkpointing::kNone, Checkpointing::kFull,
-                                                          Checkpointing::kSelective};
 constexpr std::array<Partition, 3> kPartitions = {Partition::kBalanced, Partition::kExplicit, Partition::kLayout};
 constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy::kFlops};
 constexpr std::array<DatasetKind, 4> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
                                                    DatasetKind::kFortunes, DatasetKind::kSyntheticTokens};
-constexpr std::array<Device, 2> kDevices = {Device::kCpu, Device::kCuda};
-constexpr std::array<Precision, 3> kPrecisions = {Precision::kFP32, Precision::kBF16, Precision::kTF32};
 }  // namespace
 
-std::string_view EnumName(Checkpointing v) {
-  return v == Checkpointing::kNone ? "none" : v == Checkpointing::kFull ? "full" : "selective";
-}
 std::string_view EnumName(Partition v) {
   return v == Partition::kBalanced ? "balanced" : v == Partition::kExplicit ? "explicit" : "layout";
 }
@@ -249,16 +242,9 @@ std::string_view EnumName(DatasetKind v) {
       return "synthetic_tokens";
   }
 }
-std::string_view EnumName(Device v) { return v == Device::kCpu ? "cpu" : "cuda"; }
-std::string_view EnumName(Precision v) {
-  return v == Precision::kFP32 ? "fp32" : v == Precision::kBF16 ? "bf16" : "tf32";
-}
-std::span<const Checkpointing> EnumValues(Checkpointing) { return kCheckpointings; }
 std::span<const Partition> EnumValues(Partition) { return kPartitions; }
 std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
 std::span<const DatasetKind> EnumValues(DatasetKind) { return kDatasets; }
-std::span<const Device> EnumValues(Device) { return kDevices; }
-std::span<const Precision> EnumValues(Precision) { return kPrecisions; }
 
 TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& source,
                              const std::vector<std::string>& overrides) {

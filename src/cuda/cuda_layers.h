@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "baton/config.h"
+#include "baton/choices.h"
 #include "baton/model.h"
 #include "baton/view.h"
 #include "cuda_util.h"

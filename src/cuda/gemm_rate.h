@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "baton/config.h"
+#include "baton/choices.h"
 #include "cuda_util.h"
 
 namespace baton::cuda {

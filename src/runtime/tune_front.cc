@@ -78,7 +78,9 @@ std::string Tune(const TrainConfig& config, const TuneRequest& req) {
     }
   }
   space.chunks = req.chunks.empty() ? std::vector<int>{2, 4} : req.chunks;
-  space.checkpointing = req.policies.empty() ? std::vector<std::string>{"none", "selective", "full"} : req.policies;
+  space.checkpointing = req.policies.empty() ? std::vector<Checkpointing>{Checkpointing::kNone, Checkpointing::kSelective,
+                                                                            Checkpointing::kFull}
+                                             : req.policies;
   // Limits a config can state: the schedules' own (an overlay names no limit).
   space.memory_limits = {0.0};
 
@@ -98,7 +100,7 @@ std::string Tune(const TrainConfig& config, const TuneRequest& req) {
     run.model = model;
     run.rows = batch / c.microbatches;
     run.batch_size = batch;
-    run.checkpointing = *ParseEnum<Checkpointing>(c.checkpointing);
+    run.checkpointing = c.checkpointing;
     run.keep = run.checkpointing == Checkpointing::kSelective ? keep : std::vector<LayerType>{};
     run.input = SampleInput(config.data);
     run.lowered.stages = stages;
@@ -147,7 +149,7 @@ std::string Tune(const TrainConfig& config, const TuneRequest& req) {
   for (std::size_t i = 0; i < rows; ++i) {
     const CandidateResult& r = report.ranked[i];
     text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:>10} {:>6.1f}% {:>12}  {}\n", i + 1, r.candidate.schedule,
-                        r.candidate.microbatches, r.candidate.chunks, r.candidate.checkpointing,
+                        r.candidate.microbatches, r.candidate.chunks, EnumName(r.candidate.checkpointing),
                         r.simulated ? fmt::format("{:.2f}", r.step_time * 1e3) : "-", 100 * r.bubble_rate,
                         r.simulated ? mib(r.max_peak_bytes) : "-", r.feasible ? "yes" : "no: " + r.why_not);
   }
@@ -160,7 +162,7 @@ std::string Tune(const TrainConfig& config, const TuneRequest& req) {
       text += fmt::format("nothing fits {} per rank: the smallest any candidate needs is {} ({} m{} v{} {})\n",
                           mib(req.memory_bytes), mib(report.smallest->max_peak_bytes),
                           report.smallest->candidate.schedule, report.smallest->candidate.microbatches,
-                          report.smallest->candidate.chunks, report.smallest->candidate.checkpointing);
+                          report.smallest->candidate.chunks, EnumName(report.smallest->candidate.checkpointing));
     } else {
       text += "no candidate could run (see why above)\n";
     }
@@ -171,8 +173,8 @@ std::string Tune(const TrainConfig& config, const TuneRequest& req) {
       "# baton tune {}: the best of {} candidates under {} per rank (predicted {:.2f} ms, bubble {:.1f}%)\n"
       "pipeline:\n  schedule: {}\n  microbatches: {}\n  chunks: {}\n  checkpointing: {}\n",
       config.source, report.ranked.size(), mib(req.memory_bytes), best->step_time * 1e3, 100 * best->bubble_rate,
-      c.schedule, c.microbatches, TraitsOf(c.schedule).any_chunks ? c.chunks : 0, c.checkpointing);
-  if (c.checkpointing == "selective") {
+      c.schedule, c.microbatches, TraitsOf(c.schedule).any_chunks ? c.chunks : 0, EnumName(c.checkpointing));
+  if (c.checkpointing == Checkpointing::kSelective) {
     std::vector<std::string> names;
     for (LayerType t : keep) names.emplace_back(EnumName(t));
     overlay += fmt::format("  keep: [{}]\n", fmt::join(names, ", "));

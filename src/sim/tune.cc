@@ -32,7 +32,7 @@ std::string Describe(const Candidate& c) {
   if (c.memory_limit == kMemoryLimitFromBudget) limit = ", memory limit from the budget";
   if (c.memory_limit > 0.0) limit = fmt::format(", memory limit {} M_B", c.memory_limit);
   return fmt::format("{} with {} microbatches, {} chunks, checkpointing {}{}", c.schedule, c.microbatches, c.chunks,
-                     c.checkpointing, limit);
+                     EnumName(c.checkpointing), limit);
 }
 
 // The model's answer must fit the candidate; a mismatch is the caller's bug,
@@ -70,7 +70,7 @@ class Tuner {
       if (traits.memory_limit) limits = space_.memory_limits;
       for (int m : space_.microbatches) {
         for (int v : chunk_values) {
-          for (const std::string& policy : space_.checkpointing) {
+          for (Checkpointing policy : space_.checkpointing) {
             for (double limit : limits) {
               Candidate c{name, m, v, policy, limit};
               report.ranked.push_back(Evaluate(c, traits));
@@ -233,7 +233,7 @@ class Tuner {
     auto& all = report.ranked;
     auto key = [](const CandidateResult& r) {
       return std::make_tuple(r.candidate.schedule, r.candidate.microbatches, r.candidate.chunks,
-                             r.candidate.checkpointing, r.candidate.memory_limit);
+                             EnumName(r.candidate.checkpointing), r.candidate.memory_limit);
     };
     // Stable: the ones that could not run keep their search order.
     std::stable_sort(all.begin(), all.end(), [&](const CandidateResult& a, const CandidateResult& b) {

@@ -64,7 +64,7 @@ TuneSpace FullSpace(int ranks) {
   space.schedules = GeneratorNames();
   space.microbatches = {4, 8, 16, 32, 64};
   space.chunks = {1, 2, 3, 4};
-  space.checkpointing = {"none", "selective", "full"};
+  space.checkpointing = {baton::Checkpointing::kNone, baton::Checkpointing::kSelective, baton::Checkpointing::kFull};
   return space;
 }
 
@@ -121,7 +121,7 @@ TEST(Tune, RanksEveryCandidateAsDirectSimulationDoes) {
   std::size_t feasible = 0;
   for (const CandidateResult& r : report.ranked) {
     SCOPED_TRACE(r.candidate.schedule + " m=" + std::to_string(r.candidate.microbatches) +
-                 " v=" + std::to_string(r.candidate.chunks) + " " + r.candidate.checkpointing + " limit " +
+                 " v=" + std::to_string(r.candidate.chunks) + " " + std::string(EnumName(r.candidate.checkpointing)) + " limit " +
                  std::to_string(r.candidate.memory_limit));
     const auto direct = Direct(r.candidate, model(r.candidate, p), p, options.memory_bytes);
     ASSERT_EQ(direct.has_value(), r.simulated) << r.why_not;
@@ -164,7 +164,7 @@ TEST(Tune, PeakBytesAreStaticPlusActivationsAndRecomputeLengthensBackwards) {
   space.ranks = p;
   space.schedules = {"1f1b", "gpipe"};
   space.microbatches = {m};
-  space.checkpointing = {"none", "full"};
+  space.checkpointing = {baton::Checkpointing::kNone, baton::Checkpointing::kFull};
   const double act = 3e6, stat = 5e8;
   auto model = [&](const Candidate& c) {
     CandidateCosts k;
