@@ -9,6 +9,7 @@
 
 #include <iosfwd>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -101,20 +102,40 @@ Schedule GenerateVMin(int ranks, int microbatches);
 Schedule GenerateVHalf(int ranks, int microbatches);
 Schedule GenerateVZb(int ranks, int microbatches, const GenerateOptions& options);
 
-// Names accepted by Generate(): gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2,
-// zbv, interleaved_zb, dualpipev, zb_auto, v_min, v_half, v_zb.
-const std::vector<std::string>& GeneratorNames();
-
-// What a generator reads beyond (p, m), for tools that enumerate schedules
-// (the tuner, the CLI).
+// ---- The registry: every generator and what it is ----
+// What a generator reads beyond (p, m) and what its schedules hold, for
+// every tool that enumerates schedules or plans for one (the tuner, the
+// plan, the CLI, the config checks): they read these, never the name.
 struct GeneratorTraits {
   int default_chunks = 1;                  // the chunks it uses when asked for 0
   bool any_chunks = false;                 // takes any chunk count >= 1 (else only default_chunks)
+  bool split_backward = false;             // runs I and W apart (a slot keeps W's output gradients)
+  bool overlapped_units = false;           // holds OVERLAP_F_B units
   bool memory_limit = false;               // reads GenerateOptions::memory_limit
   bool plans_with_costs = false;           // its order depends on GenerateOptions' costs and comm
   Placement placement = Placement::kLoop;  // where its stages go
 };
-// Throws ScheduleError for a name not in GeneratorNames().
+
+struct GeneratorEntry {
+  std::string_view name;   // as configs and flags spell it: "interleaved_1f1b"
+  std::string_view title;  // as papers and messages name it: "interleaved 1F1B"
+  GeneratorTraits traits;
+  // The generator, given options whose chunks are resolved (never 0) and
+  // allowed by the traits.
+  Schedule (*generate)(int ranks, int microbatches, const GenerateOptions& options);
+};
+
+// Every generator, in the order users see them listed: gpipe, 1f1b,
+// interleaved_1f1b, zb_h1, zb_h2, zbv, interleaved_zb, dualpipev, zb_auto,
+// v_min, v_half, v_zb.
+std::span<const GeneratorEntry> Generators();
+// The entry called `name`, or null.
+const GeneratorEntry* FindGenerator(std::string_view name);
+// The same; throws ScheduleError naming the known ones for an unknown name.
+const GeneratorEntry& GeneratorOf(std::string_view name);
+// The registry's names, in its order.
+const std::vector<std::string>& GeneratorNames();
+// GeneratorOf(name).traits.
 GeneratorTraits TraitsOf(std::string_view name);
 
 // Runs the generator called `name`. `chunks` = 0 means the generator's

@@ -26,8 +26,7 @@ struct ScheduleFlags {
 
 // Generators get defaults (4 ranks, 8 microbatches); a file keeps its own.
 Schedule Load(const ScheduleFlags& f) {
-  const auto& names = GeneratorNames();
-  const bool generator = std::find(names.begin(), names.end(), f.schedule) != names.end();
+  const bool generator = FindGenerator(f.schedule) != nullptr;
   const int ranks = generator && f.ranks == 0 ? 4 : f.ranks;
   const int microbatches = generator && f.microbatches == 0 ? 8 : f.microbatches;
   if (!(f.memory_limit >= 0.0)) {

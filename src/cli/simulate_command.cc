@@ -45,10 +45,7 @@ std::string CoresText(const SimulateConfig& c) {
   return c.cores > 0 ? fmt::format("; ranks share {} cores", Num(c.cores)) : "";
 }
 
-bool IsGenerator(std::string_view name) {
-  const auto& g = GeneratorNames();
-  return std::find(g.begin(), g.end(), name) != g.end();
-}
+bool IsGenerator(std::string_view name) { return FindGenerator(name) != nullptr; }
 
 std::vector<std::string> SplitList(std::string_view s) {
   std::vector<std::string> out;
@@ -127,9 +124,10 @@ GenerateOptions GeneratorOptions(const SimulateConfig& c, int chunks, double mem
 
 Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing, double memory_limit) {
   int chunks = c.chunks;
-  // In a comparison --chunks sets the interleaved schedules' depth only; the
-  // others keep their own (1, or 2 for the V-shaped ones).
-  if (comparing && IsGenerator(name) && name != "interleaved_1f1b" && name != "interleaved_zb") chunks = 0;
+  // In a comparison --chunks sets the depth of the schedules that take any
+  // (the interleaved ones) only; the others keep their own (1, or 2 for the
+  // V-shaped ones).
+  if (comparing && IsGenerator(name) && !TraitsOf(name).any_chunks) chunks = 0;
   int ranks = c.ranks, microbatches = c.microbatches;
   if (IsGenerator(name)) {
     if (ranks == 0) ranks = kDefaultRanks;

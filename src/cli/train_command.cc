@@ -14,6 +14,7 @@
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/runtime.h"
+#include "baton/schedule.h"
 #include "commands.h"
 
 namespace baton {
@@ -249,17 +250,23 @@ int RunBench(const BenchFlags& f) {
     const std::vector<std::string> chunks =
         f.chunks_list.empty() ? std::vector<std::string>{"0"} : Split(f.chunks_list);
     for (const std::string& sched : Split(f.schedules)) {
-      const bool multi = sched == "interleaved_1f1b" || sched == "zbv";
-      // The chunk list applies to interleaved_1f1b; the others have their own.
+      // The chunk list applies to the schedules that take any chunk count;
+      // the others have their own (a schedule file its file's).
+      const GeneratorEntry* generator = FindGenerator(sched);
+      const bool any_chunks = generator != nullptr && generator->traits.any_chunks;
+      const bool multi = generator != nullptr && (any_chunks || generator->traits.default_chunks > 1);
       const std::vector<std::string> own = {"0"};
-      const std::vector<std::string>& vs = sched == "interleaved_1f1b" ? chunks : own;
+      const std::vector<std::string>& vs = any_chunks ? chunks : own;
       for (const std::string& m : mbs) {
         for (const std::string& v : vs) {
           std::vector<std::string> sets = f.train.set;
           sets.push_back("pipeline.schedule=" + sched);
           sets.push_back("pipeline.microbatches=" + m);
           sets.push_back("pipeline.chunks=" + (multi ? v : std::string("0")));
-          const std::string label = fmt::format("{} m{}{}", sched, m, multi ? fmt::format(" v{}", v == "0" ? "2" : v) : "");
+          const std::string label =
+              fmt::format("{} m{}{}", sched, m,
+                          multi ? fmt::format(" v{}", v == "0" ? std::to_string(generator->traits.default_chunks) : v)
+                                : "");
           try {
             const TrainConfig c = ParseTrainConfig(text, f.train.config, sets);
             BenchOptions o = f.options;
@@ -332,7 +339,7 @@ void AddTrainCommand(CLI::App& app) {
   bench->add_flag("--sweep", bflags->sweep, "measure every schedule x microbatches x chunks combination");
   bench->add_option("--schedules", bflags->schedules, "sweep: schedules (default 1f1b,zb_h1)");
   bench->add_option("--microbatches", bflags->microbatches_list, "sweep: microbatch counts, e.g. 4,8,16");
-  bench->add_option("--chunks", bflags->chunks_list, "sweep: chunk counts for interleaved_1f1b, e.g. 2,4");
+  bench->add_option("--chunks", bflags->chunks_list, "sweep: chunk counts for the schedules that take any (interleaved_1f1b, interleaved_zb), e.g. 2,4");
   bench->add_option("--sweep-out", bflags->sweep_out, "sweep: writes PATH.csv, PATH.json, PATH.svg (out/sweep)");
   bench->callback([bflags] {
     const int code = RunBench(*bflags);

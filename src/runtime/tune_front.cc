@@ -16,12 +16,6 @@
 namespace baton {
 namespace {
 
-// Schedules that run I and W apart keep each op's output gradient (and
-// attention's stash) for W: a larger slot.
-bool SplitsBackward(const std::string& schedule) {
-  return schedule.find("zb") != std::string::npos || schedule.rfind("v_", 0) == 0 || schedule == "dualpipev";
-}
-
 double OptimizerStates(const OptimizerSpec& o) { return static_cast<double>(OptimizerStateNames(o).size()); }
 
 }  // namespace
@@ -110,8 +104,11 @@ std::string Tune(const TrainConfig& config, const TuneRequest& req) {
       out.invalid = e.what();
       return out;
     }
-    const bool split = SplitsBackward(c.schedule);
-    const Placement placement = TraitsOf(c.schedule).placement;
+    // Schedules that run I and W apart keep each op's output gradient (and
+    // attention's stash) for W: a larger slot.
+    const GeneratorTraits traits = TraitsOf(c.schedule);
+    const bool split = traits.split_backward;
+    const Placement placement = traits.placement;
     const double token_rows = double(run.rows) * model.seq;
     out.static_bytes.assign(static_cast<std::size_t>(p), 0.0);
     for (int s = 0; s < stages; ++s) {

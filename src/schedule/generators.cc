@@ -282,63 +282,87 @@ Schedule GenerateZbv(int p, int m, int v) {
   return s;
 }
 
+namespace {
+
+// Adapters from the registry's one signature to each generator's own; by
+// then GenerateOptions::chunks holds the chunk count the schedule runs with.
+Schedule RunGPipe(int p, int m, const GenerateOptions&) { return GenerateGPipe(p, m); }
+Schedule Run1F1B(int p, int m, const GenerateOptions&) { return Generate1F1B(p, m); }
+Schedule RunZbH1(int p, int m, const GenerateOptions&) { return GenerateZbH1(p, m); }
+Schedule RunZbH2(int p, int m, const GenerateOptions&) { return GenerateZbH2(p, m); }
+Schedule RunZbv(int p, int m, const GenerateOptions& o) { return GenerateZbv(p, m, o.chunks); }
+Schedule RunInterleavedZb(int p, int m, const GenerateOptions& o) { return GenerateInterleavedZb(p, m, o.chunks); }
+Schedule RunDualPipeV(int p, int m, const GenerateOptions&) { return GenerateDualPipeV(p, m); }
+Schedule RunVMin(int p, int m, const GenerateOptions&) { return GenerateVMin(p, m); }
+Schedule RunVHalf(int p, int m, const GenerateOptions&) { return GenerateVHalf(p, m); }
+
+// Traits, field by field: default chunks, any chunk count, split backward,
+// overlapped units, memory limit, plans with costs, placement.
+constexpr GeneratorTraits kOneChunk{1, false, false, false, false, false, Placement::kLoop};
+constexpr GeneratorTraits kOneChunkSplit{1, false, true, false, false, false, Placement::kLoop};
+constexpr GeneratorTraits kTwoChunksV{2, false, true, false, false, false, Placement::kV};
+
+// The registry: every generator, in the order users see them listed.
+constexpr GeneratorEntry kGenerators[] = {
+    {"gpipe", "GPipe", kOneChunk, RunGPipe},
+    {"1f1b", "1F1B", kOneChunk, Run1F1B},
+    {"interleaved_1f1b", "interleaved 1F1B", {2, true, false, false, true, false, Placement::kLoop},
+     GenerateInterleaved1F1B},
+    {"zb_h1", "ZB-H1", kOneChunkSplit, RunZbH1},
+    {"zb_h2", "ZB-H2", kOneChunkSplit, RunZbH2},
+    {"zbv", "ZB-V", kTwoChunksV, RunZbv},
+    {"interleaved_zb", "interleaved zero bubble", {2, true, true, false, false, false, Placement::kLoop},
+     RunInterleavedZb},
+    {"dualpipev", "DualPipeV", {2, false, true, true, false, false, Placement::kV}, RunDualPipeV},
+    {"zb_auto", "ZB automatic", {1, false, true, false, true, true, Placement::kLoop}, GenerateZbAuto},
+    {"v_min", "V-Min", kTwoChunksV, RunVMin},
+    {"v_half", "V-Half", kTwoChunksV, RunVHalf},
+    {"v_zb", "V-ZB", {2, false, true, false, true, true, Placement::kV}, GenerateVZb},
+};
+
+}  // namespace
+
+std::span<const GeneratorEntry> Generators() { return kGenerators; }
+
+const GeneratorEntry* FindGenerator(std::string_view name) {
+  for (const GeneratorEntry& g : kGenerators) {
+    if (g.name == name) return &g;
+  }
+  return nullptr;
+}
+
+const GeneratorEntry& GeneratorOf(std::string_view name) {
+  const GeneratorEntry* g = FindGenerator(name);
+  if (g == nullptr) {
+    throw ScheduleError(fmt::format("unknown schedule \"{}\" (known: {})", name, fmt::join(GeneratorNames(), ", ")));
+  }
+  return *g;
+}
+
 const std::vector<std::string>& GeneratorNames() {
-  static const std::vector<std::string> names = {"gpipe",   "1f1b",  "interleaved_1f1b", "zb_h1",
-                                                 "zb_h2",   "zbv",   "interleaved_zb",   "dualpipev",
-                                                 "zb_auto", "v_min", "v_half",           "v_zb"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const GeneratorEntry& g : kGenerators) out.emplace_back(g.name);
+    return out;
+  }();
   return names;
 }
 
-GeneratorTraits TraitsOf(std::string_view name) {
-  if (name == "interleaved_1f1b") return {2, true, true, false, Placement::kLoop};
-  if (name == "interleaved_zb") return {2, true, false, false, Placement::kLoop};
-  if (name == "zbv" || name == "dualpipev" || name == "v_min" || name == "v_half") {
-    return {2, false, false, false, Placement::kV};
-  }
-  if (name == "v_zb") return {2, false, true, true, Placement::kV};
-  if (name == "zb_auto") return {1, false, true, true, Placement::kLoop};
-  if (std::find(GeneratorNames().begin(), GeneratorNames().end(), name) == GeneratorNames().end()) {
-    throw ScheduleError(fmt::format("unknown schedule \"{}\" (known: {})", name, fmt::join(GeneratorNames(), ", ")));
-  }
-  return {1, false, false, false, Placement::kLoop};
-}
+GeneratorTraits TraitsOf(std::string_view name) { return GeneratorOf(name).traits; }
 
 Schedule Generate(std::string_view name, int p, int m, const GenerateOptions& o) {
+  const GeneratorEntry& g = GeneratorOf(name);
   const int v = o.chunks;
-  auto two_chunks = [&](std::string_view what) {
-    Require(v == 0 || v == 2, name, fmt::format("{} places exactly 2 chunks per rank (chunks must be 2)", what), v);
-  };
-  if (name == "interleaved_1f1b") return GenerateInterleaved1F1B(p, m, o);
-  if (name == "interleaved_zb") return GenerateInterleavedZb(p, m, v == 0 ? 2 : v);
-  if (name == "zbv") return GenerateZbv(p, m, v == 0 ? 2 : v);
-  if (name == "dualpipev") {
-    two_chunks("DualPipeV");
-    return GenerateDualPipeV(p, m);
+  if (!g.traits.any_chunks) {
+    const int own = g.traits.default_chunks;
+    Require(v == 0 || v == own, name,
+            own == 1 ? std::string("this schedule holds one chunk per rank (chunks must be 1)")
+                     : fmt::format("{} places exactly {} chunks per rank (chunks must be {})", g.title, own, own),
+            v);
   }
-  if (name == "v_min") {
-    two_chunks("V-Min");
-    return GenerateVMin(p, m);
-  }
-  if (name == "v_half") {
-    two_chunks("V-Half");
-    return GenerateVHalf(p, m);
-  }
-  if (name == "v_zb") {
-    two_chunks("V-ZB");
-    return GenerateVZb(p, m, o);
-  }
-  const bool known = std::find(GeneratorNames().begin(), GeneratorNames().end(), name) !=
-                     GeneratorNames().end();
-  if (!known) {
-    throw ScheduleError(fmt::format("unknown schedule \"{}\" (known: {})", name,
-                                    fmt::join(GeneratorNames(), ", ")));
-  }
-  Require(v == 0 || v == 1, name, "this schedule holds one chunk per rank (chunks must be 1)", v);
-  if (name == "gpipe") return GenerateGPipe(p, m);
-  if (name == "1f1b") return Generate1F1B(p, m);
-  if (name == "zb_h1") return GenerateZbH1(p, m);
-  if (name == "zb_auto") return GenerateZbAuto(p, m, o);
-  return GenerateZbH2(p, m);
+  GenerateOptions resolved = o;
+  if (resolved.chunks == 0) resolved.chunks = g.traits.default_chunks;
+  return g.generate(p, m, resolved);
 }
 
 Schedule Generate(std::string_view name, int p, int m, int v) {

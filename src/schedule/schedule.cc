@@ -39,9 +39,8 @@ Schedule LoadSchedule(std::string_view name_or_path, int ranks, int microbatches
 }
 
 Schedule LoadSchedule(std::string_view name_or_path, int ranks, int microbatches, const GenerateOptions& options) {
-  const auto& names = GeneratorNames();
   const int chunks = options.chunks;
-  if (std::find(names.begin(), names.end(), name_or_path) != names.end()) {
+  if (FindGenerator(name_or_path) != nullptr) {
     if (ranks <= 0) {
       throw ScheduleError(fmt::format("schedule {}: the number of ranks must be at least 1, got {}",
                                       name_or_path, ranks));
@@ -52,7 +51,7 @@ Schedule LoadSchedule(std::string_view name_or_path, int ranks, int microbatches
   if (!std::filesystem::exists(path)) {
     throw ScheduleError(fmt::format(
         "schedule \"{}\" is neither a generator ({}) nor an existing schedule file", path,
-        fmt::join(names, ", ")));
+        fmt::join(GeneratorNames(), ", ")));
   }
   Schedule s = ReadCsvFile(path);
   auto check = [&](std::string_view what, int wanted, int got) {

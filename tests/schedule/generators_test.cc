@@ -219,6 +219,34 @@ TEST(Generators, EveryGeneratorIsCompleteAndValidOverAGrid) {
   }
 }
 
+// The registry's traits say what the generated schedules hold: a split
+// backward exactly when I actions appear, overlapped units exactly when
+// OVERLAP_F_B does, the default chunk count, and the placement.
+TEST(Generators, RegistryTraitsDescribeWhatEachGeneratorMakes) {
+  ASSERT_EQ(Generators().size(), GeneratorNames().size());
+  for (const GeneratorEntry& g : Generators()) {
+    SCOPED_TRACE(std::string(g.name));
+    EXPECT_EQ(FindGenerator(g.name), &g);
+    EXPECT_FALSE(g.title.empty());
+    const Schedule s = Generate(g.name, 4, 16, 0);
+    EXPECT_EQ(s.chunks(), g.traits.default_chunks);
+    bool split = false, overlapped = false;
+    for (const auto& row : s.actions) {
+      for (const Action& a : row) {
+        split |= a.kind == ActionKind::kBackwardInput;
+        overlapped |= a.kind == ActionKind::kOverlapFB;
+      }
+    }
+    EXPECT_EQ(split, g.traits.split_backward);
+    EXPECT_EQ(overlapped, g.traits.overlapped_units);
+    for (int stage = 0; stage < s.stages; ++stage) {
+      EXPECT_EQ(s.stage_rank[stage], StageRank(g.traits.placement, stage, 4));
+    }
+  }
+  EXPECT_EQ(FindGenerator("pipedream"), nullptr);
+  EXPECT_THROW(GeneratorOf("pipedream"), ScheduleError);
+}
+
 std::string ErrorOf(const std::string& name, int p, int m, int v) {
   try {
     Generate(name, p, m, v);
