@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "baton/host.h"
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/data.h"

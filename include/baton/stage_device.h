@@ -102,8 +102,6 @@ class StageDevice {
   virtual LossTotals TakeLossTotals() = 0;
 };
 
-// The host: Eigen layers over host memory.
-std::unique_ptr<StageDevice> MakeHostStageDevice();
 
 // What a rank's executor computes on and moves messages with: host memory and
 // the host Transport, or one GPU's memory and the host-staged transport. Its
@@ -166,7 +164,6 @@ class RankDevice : public Memory {
   virtual void ReadClock(std::vector<double>* seconds) = 0;
 };
 
-std::unique_ptr<RankDevice> MakeHostRankDevice(Transport& transport);
 // One GPU (local rank modulo the devices on the node) computing its linear
 // layers in `precision`. Throws ConfigError where baton was built without
 // CUDA or no device is visible.

@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "baton/error.h"
-#include "baton/model.h"
+#include "baton/host.h"
 #include "commands.h"
 
 namespace {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "baton/host.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/runtime.h"

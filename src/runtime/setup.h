@@ -17,6 +17,7 @@
 #include "baton/data.h"
 #include "baton/error.h"
 #include "baton/runtime.h"
+#include "baton/host.h"
 #include "baton/stage_device.h"
 #include "executor.h"
 #include "plan.h"

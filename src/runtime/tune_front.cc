@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "baton/host.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/runtime.h"

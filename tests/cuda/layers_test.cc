@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "baton/error.h"
+#include "baton/host.h"
 #include "baton/model.h"
 #include "cuda_layers.h"
 #include "gemm_rate.h"

@@ -16,6 +16,7 @@
 
 #include <cstring>
 
+#include "baton/host.h"
 #include "baton/config.h"
 #include "cuda_stage_device.h"
 #include "plan.h"

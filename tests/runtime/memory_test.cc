@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "baton/host.h"
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "executor.h"

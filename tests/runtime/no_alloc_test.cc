@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "baton/host.h"
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/data.h"

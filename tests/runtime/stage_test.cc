@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "baton/host.h"
 #include "baton/config.h"
 #include "baton/error.h"
 #include "plan.h"

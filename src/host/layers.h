@@ -1,6 +1,6 @@
 // The host layers (Eigen) and the loss: the CPU backend's kernels. Private
-// to src/model: the runtime reaches them through the host StageDevice
-// (baton/stage_device.h), tests through this folder's include path.
+// to src/host: the executor reaches them through the host StageDevice
+// (baton/host.h), tests through this folder's include path.
 //
 // Every layer's forward, input-gradient backward (I) and weight-gradient
 // backward (W) are separate calls, so split schedules (zb_h1, zb_h2, zbv) run
@@ -8,8 +8,8 @@
 // parameters and gradients are views into a stage-wide buffer bound once
 // (Bind), activations are views the caller provides. A layer's parameter
 // layout is its OpDesc's (baton/model.h), the same on every backend.
-#ifndef BATON_MODEL_LAYERS_H_
-#define BATON_MODEL_LAYERS_H_
+#ifndef BATON_HOST_LAYERS_H_
+#define BATON_HOST_LAYERS_H_
 
 #include <Eigen/Core>
 
@@ -92,4 +92,4 @@ double CrossEntropy(ConstMatMap logits, std::span<const std::int32_t> labels, fl
 
 }  // namespace baton
 
-#endif  // BATON_MODEL_LAYERS_H_
+#endif  // BATON_HOST_LAYERS_H_

@@ -10,6 +10,7 @@
 
 #include "baton/buffer.h"
 #include "baton/error.h"
+#include "baton/host.h"
 #include "baton/model.h"
 
 namespace baton {
@@ -17,31 +18,6 @@ namespace {
 
 using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
-
-}  // namespace
-
-void CheckOptimizerSpec(const OptimizerSpec& s) {
-  auto fail = [&](std::string_view field, double value, std::string_view rule) {
-    throw ConfigError(fmt::format("optimizer ({}): {} must be {}, got {}", EnumName(s.type), field, rule, value));
-  };
-  // Written as !(ok) so that NaN fails every rule.
-  if (!(s.lr > 0.0) || !std::isfinite(s.lr)) fail("lr", s.lr, "a finite number > 0");
-  if (!(s.momentum >= 0.0) || !std::isfinite(s.momentum)) fail("momentum", s.momentum, "a finite number >= 0");
-  if (!(s.weight_decay >= 0.0) || !std::isfinite(s.weight_decay)) {
-    fail("weight_decay", s.weight_decay, "a finite number >= 0");
-  }
-  if (!(s.beta1 >= 0.0 && s.beta1 < 1.0)) fail("beta1", s.beta1, "in [0, 1)");
-  if (!(s.beta2 >= 0.0 && s.beta2 < 1.0)) fail("beta2", s.beta2, "in [0, 1)");
-  if (!(s.eps > 0.0) || !std::isfinite(s.eps)) fail("eps", s.eps, "a finite number > 0");
-}
-
-std::vector<std::string> OptimizerStateNames(const OptimizerSpec& s) {
-  if (s.type == OptimizerType::kAdamW) return {"exp_avg", "exp_avg_sq"};
-  if (s.momentum != 0.0) return {"momentum_buffer"};
-  return {};
-}
-
-namespace {
 
 void CheckSizes(std::string_view type, std::size_t expected, std::span<float> params, std::span<const float> grads) {
   if (params.size() != expected || grads.size() != expected) {

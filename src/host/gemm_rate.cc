@@ -11,7 +11,7 @@
 #include <iterator>
 #include <string>
 
-#include "baton/model.h"
+#include "baton/host.h"
 #include "gemm.h"
 #include "layers.h"
 
@@ -91,7 +91,7 @@ std::string BetterBlasCore() {
   return "";
 }
 
-namespace model_detail {
+namespace host_detail {
 
 struct GemmMeter {
   GemmTotals totals;
@@ -111,26 +111,26 @@ void MeterAdd(GemmMeter* meter, bool trans_a, bool trans_b, long m, long n, long
   }
 }
 
-}  // namespace model_detail
+}  // namespace host_detail
 
 void StartGemmMeter(std::size_t max_calls) {
-  delete model_detail::tls_gemm_meter;
-  model_detail::tls_gemm_meter = new model_detail::GemmMeter;
-  model_detail::tls_gemm_meter->max_calls = max_calls;
-  model_detail::tls_gemm_meter->totals.calls.reserve(max_calls);
+  delete host_detail::tls_gemm_meter;
+  host_detail::tls_gemm_meter = new host_detail::GemmMeter;
+  host_detail::tls_gemm_meter->max_calls = max_calls;
+  host_detail::tls_gemm_meter->totals.calls.reserve(max_calls);
 }
 
 GemmTotals StopGemmMeter() {
   GemmTotals out;
-  if (model_detail::tls_gemm_meter != nullptr) out = std::move(model_detail::tls_gemm_meter->totals);
-  delete model_detail::tls_gemm_meter;
-  model_detail::tls_gemm_meter = nullptr;
+  if (host_detail::tls_gemm_meter != nullptr) out = std::move(host_detail::tls_gemm_meter->totals);
+  delete host_detail::tls_gemm_meter;
+  host_detail::tls_gemm_meter = nullptr;
   return out;
 }
 
 double BareGemmSeconds(const std::vector<GemmCall>& calls) {
   if (calls.empty()) return 0.0;
-  model_detail::InitBlasThreads();
+  host_detail::InitBlasThreads();
   // One set of operands per call, as the step has its own buffers.
   std::vector<std::vector<float>> a, b, c;
   for (const GemmCall& g : calls) {

@@ -22,8 +22,8 @@
 namespace baton {
 namespace {
 
-using model_detail::AddProduct;
-using model_detail::Product;
+using host_detail::AddProduct;
+using host_detail::Product;
 using RowVectorMap = Eigen::Map<Eigen::RowVectorXf>;
 using ConstRowVectorMap = Eigen::Map<const Eigen::RowVectorXf>;
 
@@ -319,7 +319,7 @@ void Layer::BackwardInput(ConstMatMap, ConstMatMap, MatMap) const {
   throw Error(fmt::format("layer {} ({}) has no per-row form", desc().name, EnumName(Type())));
 }
 
-namespace model_detail {
+namespace host_detail {
 
 void InitBlasThreads() {
   // OpenBLAS reads OPENBLAS_NUM_THREADS itself; without it, one thread.
@@ -330,7 +330,7 @@ void InitBlasThreads() {
   (void)done;
 }
 
-}  // namespace model_detail
+}  // namespace host_detail
 
 std::unique_ptr<Layer> MakeLayer(const OpDesc& op, int max_rows) {
   switch (op.type) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "baton/error.h"
-#include "baton/stage_device.h"
+#include "baton/host.h"
 #include "baton/store.h"
 #include "layers.h"
 

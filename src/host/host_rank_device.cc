@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include "baton/model.h"
+#include "baton/host.h"
 #include "baton/stage_device.h"
 #include "baton/store.h"
 

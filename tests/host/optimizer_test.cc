@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "baton/error.h"
+#include "baton/host.h"
 #include "baton/model.h"
 
 namespace baton {

@@ -10,8 +10,8 @@
 namespace baton {
 namespace {
 
-using model_detail::AddProduct;
-using model_detail::Product;
+using host_detail::AddProduct;
+using host_detail::Product;
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Mat = Eigen::Map<RowMatrix>;
 using ConstMat = Eigen::Map<const RowMatrix>;

@@ -11,15 +11,15 @@
 // processes, and a process per core is how a pipeline fills a machine.
 // With any thread count an element of the result is one thread's sum, so
 // runs stay bit-reproducible.
-#ifndef BATON_MODEL_GEMM_H_
-#define BATON_MODEL_GEMM_H_
+#ifndef BATON_HOST_GEMM_H_
+#define BATON_HOST_GEMM_H_
 
 #include <cblas.h>
 
 #include <Eigen/Core>
 #include <type_traits>
 
-namespace baton::model_detail {
+namespace baton::host_detail {
 
 // Sets OpenBLAS's threads once per process (1, or OPENBLAS_NUM_THREADS).
 void InitBlasThreads();
@@ -71,6 +71,6 @@ void AddProduct(Dst&& c, const Lhs& a, const Rhs& b) {
   Product(std::forward<Dst>(c), a, b, 1.0f);
 }
 
-}  // namespace baton::model_detail
+}  // namespace baton::host_detail
 
-#endif  // BATON_MODEL_GEMM_H_
+#endif  // BATON_HOST_GEMM_H_

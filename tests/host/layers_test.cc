@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "baton/error.h"
+#include "baton/host.h"
 #include "baton/model.h"
 #include "layers.h"
 

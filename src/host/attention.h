@@ -13,8 +13,8 @@
 // (samples, seq, 3C) for W. All sizes are declared up front (SavedFloats,
 // StashFloats) so the ring slot is sized before anything runs; the only
 // scratch is one (seq x seq) score matrix, allocated at construction.
-#ifndef BATON_MODEL_ATTENTION_H_
-#define BATON_MODEL_ATTENTION_H_
+#ifndef BATON_HOST_ATTENTION_H_
+#define BATON_HOST_ATTENTION_H_
 
 #include <cstddef>
 #include <span>
@@ -78,4 +78,4 @@ class CausalSelfAttention {
 
 }  // namespace baton
 
-#endif  // BATON_MODEL_ATTENTION_H_
+#endif  // BATON_HOST_ATTENTION_H_
