@@ -12,7 +12,7 @@
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "executor.h"
-#include "plan.h"
+#include "baton/plan.h"
 
 namespace {
 

@@ -42,36 +42,6 @@ struct TrainOptions {
 };
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options = {});
 
-// What `baton validate` prints after the settings: the run's plan (every
-// stage's rank, layers, parameters, tensors, ring capacity and slot bytes;
-// every rank's actions and messages; the unit-cost bubble). Plans only: no
-// MPI, nothing allocated. Throws ConfigError or ScheduleError as a run would.
-std::string DescribeRunPlan(const TrainConfig& config);
-
-// ---- `baton tune` ----
-// Searches schedule x microbatches x chunks x checkpointing policy for the
-// config's model on its ranks with the simulator (baton/tune.h), from costs
-// estimated per stage: the stage's matrix-product FLOPs of one microbatch
-// (forward; input and weight gradient alike) over a GEMM rate, plus what the
-// policy recomputes; memory from the plan of each stage (its ring slot) and
-// each rank's parameters, gradients, optimizer state, workspaces and message
-// buffers.
-struct TuneRequest {
-  double memory_bytes = 0;            // per-rank budget, > 0
-  std::string costs_path;             // a `baton bench --json` report: its rate inside actions and latency
-  std::vector<std::string> schedules; // empty: every generator
-  std::vector<int> microbatches;      // empty: p, 2p, 4p, 8p that divide the batch
-  std::vector<int> chunks;            // empty: 2, 4
-  std::vector<Checkpointing> policies;  // empty: none, selective, full
-  int top = 10;                       // rows printed
-  std::string overlay_path;           // the winner's settings as YAML ("" = none)
-};
-// The ranked table as text (and the overlay written). Throws ConfigError for
-// a bad request or a costs file that does not match the config (ranks,
-// model), naming the difference; nothing fitting is not an error: the text
-// says the smallest memory any candidate needs, and which.
-std::string Tune(const TrainConfig& config, const TuneRequest& request);
-
 // ---- `baton bench` ----
 struct BenchOptions {
   int warmup_steps = 3;

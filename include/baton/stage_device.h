@@ -1,6 +1,6 @@
 // Where a rank computes and keeps its memory: the device seams.
 //
-// The rank plan (src/runtime/plan.h) decides everything: which ops run,
+// The rank plan (baton/plan.h) decides everything: which ops run,
 // what each microbatch keeps in its ring slot, which messages go where. A
 // StageDevice runs one stage's ops — on the host with the Eigen layers, or
 // on a CUDA device (src/cuda/cuda_stage_device.h) with the CUDA layers — and

@@ -13,6 +13,8 @@
 #include "baton/config.h"
 #include "baton/error.h"
 #include "baton/files.h"
+#include "baton/host.h"
+#include "baton/plan.h"
 #include "baton/runtime.h"
 #include "baton/schedule.h"
 #include "commands.h"
@@ -303,6 +305,23 @@ int RunBench(const BenchFlags& f) {
   });
 }
 
+// `baton tune` without a bench report: this process's SGEMM at the model's
+// linear shapes and a microbatch's rows, and 20 us a message.
+TuneRates MeasuredTuneRates(const TrainConfig& config) {
+  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
+  std::vector<std::pair<int, int>> shapes;
+  for (const OpDesc& op : model.ops) {
+    if (op.type == LayerType::kLinear) shapes.push_back({op.in, op.out});
+  }
+  const int rows = std::max(1, config.train.batch_size / std::max(1, config.pipeline.microbatches)) * model.seq;
+  TuneRates rates;
+  rates.gemm_flops_per_s = HostGemmGflops(shapes, rows) * 1e9;
+  rates.latency_s = 20e-6;
+  rates.source = fmt::format("this machine's SGEMM at the model's shapes ({:.1f} GFLOP/s), 20 us a message",
+                             rates.gemm_flops_per_s / 1e9);
+  return rates;
+}
+
 void RunValidate(const TrainFlags& f) {
   const TrainConfig c = LoadTrainConfig(f.config, f.set);
   const std::string plan = DescribeRunPlan(c);
@@ -349,6 +368,7 @@ void AddTrainCommand(CLI::App& app) {
   struct TuneFlags {
     TrainFlags train;
     TuneRequest request;
+    std::string costs_path;
     std::string schedules, microbatches, chunks, policies;
   };
   auto tflags = std::make_shared<TuneFlags>();
@@ -357,7 +377,7 @@ void AddTrainCommand(CLI::App& app) {
   tune->add_option("config", tflags->train.config, "YAML training config")->required();
   tune->add_option("--set", tflags->train.set, "override a key (repeatable)");
   tune->add_option("--memory-bytes", tflags->request.memory_bytes, "per-rank memory budget in bytes")->required();
-  tune->add_option("--costs", tflags->request.costs_path, "a baton bench --json report of this config");
+  tune->add_option("--costs", tflags->costs_path, "a baton bench --json report of this config");
   tune->add_option("--schedules", tflags->schedules, "schedules to try (default: every generator)");
   tune->add_option("--microbatches", tflags->microbatches, "microbatch counts (default: p, 2p, 4p, 8p dividing the batch)");
   tune->add_option("--chunks", tflags->chunks, "chunk counts for the interleaved schedules (default 2,4)");
@@ -388,7 +408,8 @@ void AddTrainCommand(CLI::App& app) {
       r.policies.push_back(*policy);
     }
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
-    std::cout << Tune(c, r);
+    const TuneRates rates = tflags->costs_path.empty() ? MeasuredTuneRates(c) : TuneRatesFromBenchReport(tflags->costs_path, c);
+    std::cout << Tune(c, r, rates);
   });
 
   auto vflags = std::make_shared<TrainFlags>();

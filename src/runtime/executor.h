@@ -18,7 +18,7 @@
 #include "baton/data.h"
 #include "baton/stage_device.h"
 #include "baton/store.h"
-#include "plan.h"
+#include "baton/plan.h"
 #include "stage.h"
 
 namespace baton {

@@ -20,7 +20,7 @@
 #include "baton/host.h"
 #include "baton/stage_device.h"
 #include "executor.h"
-#include "plan.h"
+#include "baton/plan.h"
 
 namespace baton {
 

@@ -19,7 +19,7 @@
 #include "baton/model.h"
 #include "baton/stage_device.h"
 #include "baton/view.h"
-#include "plan.h"
+#include "baton/plan.h"
 
 namespace baton {
 

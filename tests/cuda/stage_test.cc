@@ -19,7 +19,7 @@
 #include "baton/host.h"
 #include "baton/config.h"
 #include "cuda_stage_device.h"
-#include "plan.h"
+#include "baton/plan.h"
 #include "cuda_util.h"
 
 namespace baton {

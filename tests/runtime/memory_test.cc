@@ -14,7 +14,7 @@
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "executor.h"
-#include "plan.h"
+#include "baton/plan.h"
 
 // Last: the hooks define malloc and posix_memalign after the headers that declare them.
 #include "alloc_hooks.h"

@@ -13,7 +13,7 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "executor.h"
-#include "plan.h"
+#include "baton/plan.h"
 
 #include "alloc_hooks.h"
 

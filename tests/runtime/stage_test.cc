@@ -7,7 +7,7 @@
 #include "baton/host.h"
 #include "baton/config.h"
 #include "baton/error.h"
-#include "plan.h"
+#include "baton/plan.h"
 
 namespace baton {
 namespace {

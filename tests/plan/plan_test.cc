@@ -3,7 +3,7 @@
 // ranks (every send meets exactly one receive with the same tag, size and
 // request kind on its peer), local hand-overs, slot layouts, and the
 // forward-only evaluation schedule.
-#include "plan.h"
+#include "baton/plan.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 
 #include "baton/config.h"
 #include "baton/error.h"
-#include "baton/runtime.h"
+#include "baton/plan.h"
 
 namespace baton {
 namespace {

@@ -12,10 +12,11 @@
 //                          peer and tensor; the step and evaluation as
 //                          instructions with every operand resolved
 //
-// The executor (executor.h) allocates what a RankPlan lists and interprets
-// its instructions; it decides nothing.
-#ifndef BATON_RUNTIME_PLAN_H_
-#define BATON_RUNTIME_PLAN_H_
+// The executor (src/executor) allocates what a RankPlan lists and
+// interprets its instructions; it decides nothing. The plan library
+// (src/plan) links neither MPI nor a device.
+#ifndef BATON_PLAN_H_
+#define BATON_PLAN_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "baton/action.h"
+#include "baton/choices.h"
 #include "baton/config.h"
 #include "baton/model.h"
 #include "baton/schedule.h"
@@ -52,6 +54,7 @@ struct RunPlan {
   std::vector<LayerType> keep;  // selective: the layer types whose outputs a slot keeps
   double wait_timeout_s = 300;
   int optimizer_states = 0;  // buffers of optimizer state per parameter (SGD 0 or 1, AdamW 2)
+  Device device = Device::kCpu;  // where the stages compute: whose layers' scratch the memory counts
 
   int stages() const { return lowered.stages; }
   int microbatches() const { return lowered.microbatches; }
@@ -62,19 +65,36 @@ struct RunPlan {
 // Throws ConfigError or ScheduleError with the rule; allocates no run memory.
 RunPlan PlanRun(const TrainConfig& config);
 
+// The parts of a plan that need no schedule: `model` partitioned into
+// `stages` stages, the microbatch's shape (config.pipeline.microbatches),
+// the checkpointing policy, the replicas, the optimizer's state count and
+// the device. PlanRun starts from it; `baton tune` prices a candidate with
+// it before any schedule exists. `lowered` holds only the stage count.
+// Throws ConfigError as PartitionLayers.
+RunPlan PlanShape(const TrainConfig& config, ModelDesc model, int stages);
+
 // One sample's input and labels per sample of the configured dataset:
 // f32[1, features] and 1, or for token datasets i32[1, seq_len] and seq_len.
 TensorDesc SampleInput(const DataConfig& data);
 int LabelsPerSample(const DataConfig& data);
 
 // Refuses a model that cannot take the dataset's inputs, with a ConfigError
-// naming the dataset, what it gives and what the model needs. Today every
-// model starts with layers over f32 features, so token datasets (i32 ids)
-// are refused; the change that adds a token embedding replaces this check
-// with one on the first layer, and calls CheckTokens (data.h) on every
-// loaded token dataset with the model's vocabulary. Called by setup and
-// `baton validate`, after PlanRun.
+// naming the dataset, what it gives and what the model needs: token ids
+// (i32) for a model that starts with an embedding, of its sequence length,
+// and f32 features for any other. Called by setup and `baton validate`,
+// after PlanRun; setup then checks every loaded token id against the
+// embedding's vocabulary (CheckTokens, baton/data.h).
 void CheckModelInput(const TrainConfig& config, const RunPlan& plan);
+
+// Replica i's shard of n floats over D replicas (ZeRO stage 1): floats
+// [n i / D, n (i + 1) / D). The shards of 0..D-1 tile [0, n) in order.
+struct Shard {
+  std::size_t begin = 0, count = 0;
+};
+inline Shard ShardOf(std::size_t n, int i, int replicas) {
+  const auto D = static_cast<std::size_t>(replicas), k = static_cast<std::size_t>(i);
+  return {n * k / D, n * (k + 1) / D - n * k / D};
+}
 
 // First top-level layer of each stage (size stages + 1). Balanced splits
 // minimise the largest stage's parameter count (or forward FLOPs); explicit
@@ -269,15 +289,15 @@ RankPlan PlanRank(const RunPlan& plan, int rank, int replica = 0);
 // What a rank holds, in bytes, predicted from its plan alone: everything
 // its executor allocates at setup (the host reads the step's batch in
 // place, from the loader's buffers, and allocates nothing for it).
-// `baton validate` prints it; tests/runtime/memory_test measures the heap
+// `baton validate` prints it; tests/executor/memory_test measures the heap
 // against it.
 struct RankMemory {
   std::size_t params = 0;         // every local stage's f32 parameters
   std::size_t grads = 0;          // as many
-  std::size_t optimizer = 0;      // optimizer state: the parameters x RunPlan::optimizer_states
+  std::size_t optimizer = 0;      // optimizer state: the parameters (this replica's shard) x RunPlan::optimizer_states
   std::size_t rings = 0;          // ring stores: per stage, capacity x slot bytes
   std::size_t workspaces = 0;     // per stage: three activation workspaces and the state workspace
-  std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchFloats: attention's)
+  std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchFloats on the run's device)
   std::size_t messages = 0;       // message buffers, and the tied head's gradient inbox
   // The simulator's memory model in bytes (unit costs): the static bytes
   // (all but the rings) plus the peak of the ring slots live at once (a
@@ -288,16 +308,21 @@ struct RankMemory {
 
   std::size_t static_bytes() const { return params + grads + optimizer + workspaces + layer_scratch + messages; }
   std::size_t total() const { return static_bytes() + rings; }
+  RankMemory& operator+=(const RankMemory& o);
 };
 
 // Every rank's memory (RankMemory), index = rank.
 std::vector<RankMemory> PlanMemory(const RunPlan& run);
 
-// One stage's plan from `run`'s model, bounds, rows, policy and input alone
-// (its ring capacity left at 1): what a microbatch keeps, for estimates
-// (`baton tune`) that do not build a schedule. run.lowered.stages must hold
-// the stage count.
-StagePlan PlanStageAlone(const RunPlan& run, int stage, bool split_backward);
+// What one microbatch through stage `stage` keeps, and its static memory,
+// where no schedule exists yet (`baton tune`): `shape` from PlanShape, the
+// stage's backward split or not. Its ring capacity is left at 1.
+StagePlan PlanStageAlone(const RunPlan& shape, int stage, bool split_backward);
+// Every rank's static bytes (RankMemory::static_bytes: all but the rings)
+// for `shape`'s stages placed by `placement` on `ranks` ranks, each stage's
+// backward split or not: the same sums PlanMemory makes, before a schedule
+// exists.
+std::vector<double> PlanStaticBytes(const RunPlan& shape, Placement placement, int ranks, bool split_backward);
 
 // The plan as text, one line per stage (its rank, layers, parameters, ring
 // capacity and slot bytes, its matrix products' forward FLOPs for one
@@ -305,6 +330,42 @@ StagePlan PlanStageAlone(const RunPlan& run, int stage, bool split_backward);
 // `baton validate`.
 std::string DescribePlan(const RunPlan& plan);
 
+// What `baton validate` prints after the settings: PlanRun, CheckModelInput
+// and DescribePlan. Plans only: no MPI, nothing allocated. Throws
+// ConfigError or ScheduleError as a run would.
+std::string DescribeRunPlan(const TrainConfig& config);
+
+// ---- `baton tune` ----
+// Searches schedule x microbatches x chunks x checkpointing policy for the
+// config's model on its ranks with the simulator (baton/tune.h), from costs
+// estimated per stage: the stage's matrix-product FLOPs of one microbatch
+// (forward; input and weight gradient alike) over a GEMM rate, plus what the
+// policy recomputes; memory from the plan of each stage (PlanShape,
+// PlanStaticBytes: the sums PlanMemory makes).
+struct TuneRequest {
+  double memory_bytes = 0;              // per-rank budget, > 0
+  std::vector<std::string> schedules;   // empty: every generator
+  std::vector<int> microbatches;        // empty: p, 2p, 4p, 8p that divide the batch
+  std::vector<int> chunks;              // empty: 2, 4
+  std::vector<Checkpointing> policies;  // empty: none, selective, full
+  int top = 10;                         // rows printed
+  std::string overlay_path;             // the winner's settings as YAML ("" = none)
+};
+// What the estimate prices with.
+struct TuneRates {
+  double gemm_flops_per_s = 0;  // the matrix products' rate inside actions
+  double latency_s = 20e-6;     // one message between ranks
+  std::string source;           // where they came from, for the printout
+};
+// The rate inside actions and the message latency of a `baton bench --json`
+// report of this config. Throws ConfigError for a file that is no report or
+// does not match the config (ranks, batch), naming the difference.
+TuneRates TuneRatesFromBenchReport(const std::string& path, const TrainConfig& config);
+// The ranked table as text (and the overlay written). Throws ConfigError for
+// a bad request; nothing fitting is not an error: the text says the smallest
+// memory any candidate needs, and which.
+std::string Tune(const TrainConfig& config, const TuneRequest& request, const TuneRates& rates);
+
 }  // namespace baton
 
-#endif  // BATON_RUNTIME_PLAN_H_
+#endif  // BATON_PLAN_H_

@@ -1,0 +1,104 @@
+// What a rank holds, in bytes, from its plan alone (RankMemory): one set of
+// sums, used by `baton validate`'s memory lines and by `baton tune` before
+// any schedule exists.
+#include "internal.h"
+
+namespace baton {
+
+RankMemory& RankMemory::operator+=(const RankMemory& o) {
+  params += o.params;
+  grads += o.grads;
+  optimizer += o.optimizer;
+  rings += o.rings;
+  workspaces += o.workspaces;
+  layer_scratch += o.layer_scratch;
+  messages += o.messages;
+  return *this;
+}
+
+namespace plan_detail {
+
+RankMemory StageMemory(const RunPlan& run, const StagePlan& st, std::size_t optimizer_floats,
+                       const std::vector<BufferPlan>& buffers) {
+  RankMemory mem;
+  const std::size_t param_bytes = st.num_params * sizeof(float);
+  mem.params = param_bytes;
+  mem.grads = param_bytes;
+  mem.optimizer = optimizer_floats * sizeof(float) * static_cast<std::size_t>(run.optimizer_states);
+  mem.workspaces = 3 * st.workspace_bytes + st.state_workspace_bytes;
+  const int max_rows = st.rows * st.tokens_per_sample;
+  for (int i = 0; i < st.ops(); ++i) {
+    if (st.layer[i] < 0) continue;
+    mem.layer_scratch += ScratchFloats(run.model.ops[static_cast<std::size_t>(st.first_op + i)], max_rows) * sizeof(float);
+  }
+  for (const BufferPlan& b : buffers) mem.messages += b.tensor.bytes() * static_cast<std::size_t>(b.count);
+  return mem;
+}
+
+}  // namespace plan_detail
+
+std::vector<RankMemory> PlanMemory(const RunPlan& run) {
+  const int ranks = run.lowered.ranks;
+  std::vector<RankMemory> out(static_cast<std::size_t>(ranks));
+  std::vector<double> slot_bytes(static_cast<std::size_t>(run.stages()), 0.0);
+  std::vector<double> static_bytes(static_cast<std::size_t>(ranks), 0.0);
+  for (int rank = 0; rank < ranks; ++rank) {
+    const RankPlan r = PlanRank(run, rank);
+    RankMemory& mem = out[static_cast<std::size_t>(rank)];
+    for (const StagePlan& st : r.local_stages) {
+      const auto k = static_cast<std::size_t>(r.local[st.stage]);
+      std::vector<BufferPlan> buffers;
+      for (const BufferPlan& b : r.buffers) {
+        if (b.local == static_cast<int>(k)) buffers.push_back(b);
+      }
+      mem += plan_detail::StageMemory(run, st, r.reduction.shard_count[k], buffers);
+      mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
+      slot_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.slot_bytes);
+    }
+    if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
+    static_bytes[static_cast<std::size_t>(rank)] = static_cast<double>(mem.static_bytes());
+  }
+  // The ring slots' life in time: a slot is taken by F and freed by the
+  // stage's last backward of the microbatch (B, or W when split: I frees
+  // nothing, so M_W / M_B = 1).
+  SimOptions o;
+  o.stage_memory_bytes = slot_bytes;
+  o.rank_static_bytes = static_bytes;
+  o.weight_memory_ratio = 1.0;
+  o.record_timeline = false;
+  const SimResult sim = Simulate(run.lowered, o);
+  for (int rank = 0; rank < ranks; ++rank) {
+    out[static_cast<std::size_t>(rank)].simulated_peak = sim.per_rank[static_cast<std::size_t>(rank)].peak_memory_bytes;
+  }
+  return out;
+}
+
+std::vector<double> PlanStaticBytes(const RunPlan& shape, Placement placement, int ranks, bool split_backward) {
+  const int S = shape.stages();
+  const int m = shape.batch_size / std::max(shape.rows, 1);
+  std::vector<RankMemory> mem(static_cast<std::size_t>(ranks));
+  for (int s = 0; s < S; ++s) {
+    const int rank = StageRank(placement, s, ranks);
+    const StagePlan st = PlanStageAlone(shape, s, split_backward);
+    const bool prev_remote = s > 0 && StageRank(placement, s - 1, ranks) != rank;
+    const bool next_remote = s + 1 < S && StageRank(placement, s + 1, ranks) != rank;
+    // ZeRO: the largest replica's shard (the last; shards differ by a float at most).
+    const std::size_t optimizer = shape.zero ? ShardOf(st.num_params, shape.replicas - 1, shape.replicas).count : st.num_params;
+    mem[static_cast<std::size_t>(rank)] +=
+        plan_detail::StageMemory(shape, st, optimizer, plan_detail::StageBuffers(st, 0, S, m, prev_remote, next_remote));
+  }
+  // A tied head's gradient inbox, where its copies are on two ranks.
+  const plan_detail::TiedStages tied = plan_detail::FindTiedStages(shape.model, shape.bounds);
+  if (tied.embedding >= 0) {
+    const int re = StageRank(placement, tied.embedding, ranks), rh = StageRank(placement, tied.head, ranks);
+    if (re != rh) {
+      mem[static_cast<std::size_t>(re)].messages += tied.floats * sizeof(float);
+      mem[static_cast<std::size_t>(rh)].messages += tied.floats * sizeof(float);
+    }
+  }
+  std::vector<double> out;
+  for (const RankMemory& r : mem) out.push_back(static_cast<double>(r.static_bytes()));
+  return out;
+}
+
+}  // namespace baton

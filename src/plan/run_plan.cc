@@ -1,0 +1,95 @@
+// The run plan from a config: the schedule (loaded, lowered, validated,
+// simulated with unit costs), the model, its partition and the shapes.
+#include <fmt/format.h>
+
+#include "baton/error.h"
+#include "internal.h"
+
+namespace baton {
+namespace {
+
+// The schedule's forwards alone, in each rank's order: evaluation runs them.
+// Removing backwards removes only waits, so a schedule that finishes still
+// does.
+Schedule ForwardOnly(const Schedule& schedule) {
+  Schedule out = ComputeOnly(schedule);
+  out.name = schedule.name + " (forward only)";
+  for (auto& row : out.actions) {
+    // An overlapped unit (OVERLAP_F_B) contributes its forward.
+    for (Action& a : row) {
+      if (a.kind == ActionKind::kOverlapFB) a = Action{a.stage, ActionKind::kForward, a.microbatch};
+    }
+    std::erase_if(row, [](const Action& a) { return a.kind != ActionKind::kForward; });
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace plan_detail {
+
+TensorDesc Activation(const ModelDesc& m, int a, int rows) {
+  if (a == 0 && m.tokens) return {DType::kI32, {rows, m.seq}};
+  const int width = m.width[static_cast<std::size_t>(a)];
+  if (m.seq > 1) return {DType::kF32, {rows, m.seq, width}};
+  return {DType::kF32, {rows, width}};
+}
+
+}  // namespace plan_detail
+
+RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
+  RunPlan plan;
+  plan.lowered.stages = stages;
+  plan.model = std::move(model);
+  plan.bounds = PartitionLayers(c, plan.model, stages);
+  plan.replicas = c.data_parallel.size;
+  plan.zero = c.data_parallel.zero == 1 && plan.replicas > 1;
+  plan.bucket_cap_bytes = c.data_parallel.bucket_cap_mb * 1024 * 1024;
+  plan.global_batch = c.train.batch_size;
+  plan.batch_size = c.train.batch_size / plan.replicas;
+  plan.rows = plan.batch_size / c.pipeline.microbatches;
+  plan.input = SampleInput(c.data);
+  plan.labels_per_sample = LabelsPerSample(c.data);
+  plan.checkpointing = c.pipeline.checkpointing;
+  plan.keep = c.pipeline.keep;
+  plan.wait_timeout_s = c.pipeline.wait_timeout_s;
+  plan.optimizer_states = static_cast<int>(OptimizerStateNames(c.train.optimizer).size());
+  plan.device = c.device;
+  return plan;
+}
+
+RunPlan PlanRun(const TrainConfig& c) {
+  // The schedule first: its errors come before the model's and the partition's.
+  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
+  Validate(s);
+  Schedule lowered = Lower(s);
+  Validate(lowered);
+  RunPlan plan = PlanShape(c, DescribeModel(c.model.layers, c.model.input, c.model.seq), lowered.stages);
+  plan.lowered = std::move(lowered);
+  // Derived from a validated schedule, and Lower itself refuses an order
+  // that cannot progress (CheckStructure would ask for backwards).
+  plan.evaluation = Lower(ForwardOnly(plan.lowered));
+  SimOptions unit;
+  unit.record_timeline = false;
+  plan.sim = Simulate(plan.lowered, unit);
+  return plan;
+}
+
+TensorDesc SampleInput(const DataConfig& d) {
+  if (IsTokenDataset(d.dataset)) return {DType::kI32, {1, d.seq_len}};
+  return {DType::kF32, {1, d.features}};
+}
+
+int LabelsPerSample(const DataConfig& d) { return IsTokenDataset(d.dataset) ? d.seq_len : 1; }
+
+void CheckModelInput(const TrainConfig& c, const RunPlan& plan) {
+  const bool tokens = plan.input.dtype == DType::kI32;
+  if (tokens == plan.model.tokens && (!tokens || plan.input.shape.per_sample() == plan.model.seq)) return;
+  throw ConfigError(fmt::format(
+      "{}: data.dataset is {}: its samples are {}, but the model takes {}", c.source, EnumName(c.data.dataset),
+      ToString(plan.input),
+      plan.model.tokens ? fmt::format("{} token ids (an embedding first)", plan.model.seq)
+                        : fmt::format("{} f32 features", plan.model.input)));
+}
+
+}  // namespace baton
