@@ -6,8 +6,8 @@
 # Left out:
 # - the multi-rank tests (label mpi): under LeakSanitizer every rank reports
 #   Open MPI's own allocations (libmpi, libopen-pal, its plugins) as leaks;
-# - runtime_no_alloc_test and runtime_memory_test: they replace malloc to
-#   count allocations (tests/runtime/alloc_hooks.h), and the
+# - executor_no_alloc_test and executor_memory_test: they replace malloc to
+#   count allocations (tests/executor/alloc_hooks.h), and the
 #   sanitizers replace malloc too (memory from its malloc would reach ASan's
 #   free); it is not even built, since the build runs each test program to
 #   list its tests.
@@ -28,8 +28,8 @@ CC=gcc CXX=g++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebIn
 # backend is left out of this build: the sanitizers cover host code).
 targets=()
 while read -r module file; do
-  if [ "$module" = mpi ] || [ "$module" = cuda ] || [ "${module}_${file}" = runtime_no_alloc_test ] ||
-    [ "${module}_${file}" = runtime_memory_test ]; then continue; fi
+  if [ "$module" = mpi ] || [ "$module" = cuda ] || [ "${module}_${file}" = executor_no_alloc_test ] ||
+    [ "${module}_${file}" = executor_memory_test ]; then continue; fi
   targets+=("${module}_${file}")
 done < <(sed -n 's/^baton_add_test(\([a-z_]*\) \([a-z_]*\).*/\1 \2/p' tests/CMakeLists.txt)
 cmake --build build-asan -j "$(nproc)" --target "${targets[@]}"
@@ -39,4 +39,4 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # Unbuilt test programs are listed as <target>_NOT_BUILT; those are the ones
 # left out above.
 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -LE mpi \
-  -E '^(mpi_[a-z_]+|runtime_no_alloc_test|runtime_memory_test)_NOT_BUILT$' "$@"
+  -E '^(mpi_[a-z_]+|executor_no_alloc_test|executor_memory_test)_NOT_BUILT$' "$@"

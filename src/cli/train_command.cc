@@ -15,7 +15,8 @@
 #include "baton/files.h"
 #include "baton/host.h"
 #include "baton/plan.h"
-#include "baton/runtime.h"
+#include "baton/bench.h"
+#include "baton/train.h"
 #include "baton/schedule.h"
 #include "commands.h"
 

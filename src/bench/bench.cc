@@ -16,7 +16,7 @@
 #include "baton/host.h"
 #include "baton/error.h"
 #include "baton/files.h"
-#include "baton/runtime.h"
+#include "baton/bench.h"
 #include "baton/sim.h"
 #include "cores.h"
 #include "setup.h"

@@ -16,7 +16,7 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/error.h"
-#include "baton/runtime.h"
+#include "baton/train.h"
 #include "baton/host.h"
 #include "baton/stage_device.h"
 #include "executor.h"

@@ -13,7 +13,7 @@
 
 #include "baton/data.h"
 #include "baton/error.h"
-#include "baton/runtime.h"
+#include "baton/train.h"
 #include "checkpoint.h"
 #include "executor.h"
 #include "setup.h"

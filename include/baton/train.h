@@ -1,0 +1,47 @@
+// Training (src/train): `baton train` on every rank of an MPI job.
+#ifndef BATON_TRAIN_H_
+#define BATON_TRAIN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+
+namespace baton {
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  int epochs_done = 0;
+  double last_loss = 0.0;       // mean loss of the last step (rank 0)
+  double test_accuracy = -1.0;  // at the last evaluation (rank 0), -1 if none
+  double validation_loss = -1.0;  // next-token data: nats per token at the last evaluation (rank 0)
+  double seconds = 0.0;
+};
+
+// The communicators of a run (baton/comm.h): the world (setup, agreement,
+// logging, checkpoints), this rank's pipeline (its stages' messages; every
+// message of a step) and its replica group (the gradient sums of data
+// parallelism). Without data parallelism the pipeline may be the world and
+// the group a solo one (MakeSoloReplicaGroup).
+struct RunComms {
+  Transport& world;
+  Transport& pipeline;
+  ReplicaGroup& replicas;
+};
+
+// Runs the configured training on this rank. Collective: every rank of the
+// world calls it with the same config. Setup errors (sizes, schedule,
+// data files) are agreed on by all ranks before anything runs: each rank
+// throws the same or, if only some ranks failed, the others throw a short
+// "another rank failed" error, so the job ends everywhere.
+struct TrainOptions {
+  bool resume = false;     // continue from the newest complete checkpoint
+  std::string resume_dir;  // where to look; "" = checkpoint.dir
+};
+TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options = {});
+
+}  // namespace baton
+
+#endif  // BATON_TRAIN_H_
