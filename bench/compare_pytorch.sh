@@ -10,7 +10,7 @@
 # `baton bench` runs on synthetic data of the config's shapes (a token
 # dataset such as fortunes becomes synthetic_tokens, no files read), as
 # bench/pytorch_step.py does. baton's step clock leaves the optimizer out
-# (src/runtime/bench.cc), so each round also gives PyTorch's forward and
+# (src/bench), so each round also gives PyTorch's forward and
 # backward alone against it ("like for like").
 set -euo pipefail
 cd "$(dirname "$0")/.."

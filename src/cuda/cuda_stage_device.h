@@ -1,4 +1,4 @@
-// A StageDevice on a CUDA device: the stage's plan (src/runtime/stage.h) run
+// A StageDevice on a CUDA device: the stage's plan (src/executor/stage.h) run
 // with the CUDA layers on one compute stream, parameters and gradients in
 // device memory with a host copy for initialisation, weights and
 // checkpoints, and the loss totals kept on the device until the host takes
