@@ -70,11 +70,15 @@ struct SimOptions {
 // `bandwidth` (bytes per time unit); 0 for one replica.
 double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth);
 
-// One executed compute action.
+// One executed compute action; or, in a measured timeline (`baton bench`),
+// a wait for a message or for the gradient sums (wait true: the action's
+// kind says what for: RECV_F, RECV_B, SEND_F or SEND_B, REDUCE_GRAD).
 struct TimedAction {
   Action action;
   double start = 0.0;
   double end = 0.0;
+  bool wait = false;
+  int step = -1;  // the measured step it belongs to, where a timeline holds several (-1: one step)
 };
 
 struct RankResult {
@@ -119,8 +123,11 @@ void Validate(const Schedule& schedule);
 // ---- Exporters ----
 // Chrome Trace Event JSON (Perfetto, chrome://tracing): one process per rank,
 // compute actions as complete ("X") events named "F", "B", "I", "W" with
-// stage and microbatch in args. One time unit is written as `us_per_unit`
-// microseconds.
+// stage and microbatch in args (and the step, where a timed action has one);
+// measured waits (TimedAction::wait) as events named "wait RECV_F", "wait
+// RECV_B", "wait SEND" or "wait gradient sums", category "wait"; other
+// communication actions are left out. One time unit is written as
+// `us_per_unit` microseconds.
 void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_unit = 1000.0);
 
 // SVG picture of the timeline: ranks as rows, time left to right, one colour
@@ -128,6 +135,15 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_
 // `axis_end` > 0 stretches the time axis to at least that time, so that two
 // pictures drawn one above the other share a scale.
 void WriteSvg(const SimResult& result, std::ostream& out, double axis_end = 0.0);
+
+// Two or more pictures (WriteSvg) one above the other in one SVG, on one
+// time scale: a measured step above its simulation, say.
+void WriteSvgStack(const std::vector<SimResult>& results, std::ostream& out);
+
+// Multiplies every time of `result` (the timeline, the ranks' start, end,
+// busy, work, span and gradient sums' end, the makespan) by `factor`: a
+// simulation in seconds drawn in milliseconds, say.
+void ScaleTimes(SimResult& result, double factor);
 
 // Machine-readable summary with keys schedule, ranks, microbatches, chunks,
 // makespan, bubble_rate, span_bubble_rate, ranks_detail[{rank, start, end,

@@ -23,9 +23,12 @@ std::string CoreSignature() {
   return out;
 }
 
-CoreSharing FindCoreSharing(const std::vector<std::string>& signatures, int pipeline_ranks, int replicas) {
+CoreSharing FindCoreSharing(const std::vector<std::string>& signatures, const ReplicaLayout& layout) {
   CoreSharing c;
-  if (signatures.size() != static_cast<std::size_t>(pipeline_ranks) * static_cast<std::size_t>(replicas)) return c;
+  const int pipeline_ranks = layout.pipeline_ranks;
+  if (signatures.size() != static_cast<std::size_t>(pipeline_ranks) * static_cast<std::size_t>(layout.replicas)) {
+    return c;
+  }
   std::vector<std::string> hosts;
   std::vector<std::set<int>> cpus;
   std::vector<int> world_ranks, host_of(signatures.size());
@@ -47,7 +50,9 @@ CoreSharing FindCoreSharing(const std::vector<std::string>& signatures, int pipe
     }
   }
   std::vector<int> simulated(hosts.size(), 0);
-  for (int k = 0; k < pipeline_ranks; ++k) ++simulated[host_of[static_cast<std::size_t>(k * replicas)]];
+  // Pipeline rank k is simulated where its first replica runs.
+  auto host_of_pipeline_rank = [&](int k) { return host_of[static_cast<std::size_t>(layout.World(k, 0))]; };
+  for (int k = 0; k < pipeline_ranks; ++k) ++simulated[host_of_pipeline_rank(k)];
   std::vector<int> pool_of_host(hosts.size(), -1);
   for (std::size_t h = 0; h < hosts.size(); ++h) {
     const int n = std::max<int>(1, static_cast<int>(cpus[h].size()));
@@ -58,7 +63,7 @@ CoreSharing FindCoreSharing(const std::vector<std::string>& signatures, int pipe
     c.pool_cores.push_back(double(n) * simulated[h] / world_ranks[h]);
   }
   for (int k = 0; k < pipeline_ranks; ++k) {
-    c.core_pool.push_back(pool_of_host[static_cast<std::size_t>(host_of[static_cast<std::size_t>(k * replicas)])]);
+    c.core_pool.push_back(pool_of_host[static_cast<std::size_t>(host_of_pipeline_rank(k))]);
   }
   if (!c.shared) {
     c.core_pool.clear();

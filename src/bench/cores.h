@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "baton/comm.h"
+
 namespace baton {
 
 // This rank's host and the CPUs it may run on: "host 0,1,".
@@ -21,13 +23,13 @@ struct CoreSharing {
   std::vector<double> pool_cores;
 };
 
-// From every world rank's CoreSignature (in world order), for a pipeline of
-// `pipeline_ranks` replicated `replicas` times (world rank = pipeline rank x
-// D + replica). Pipeline rank k is simulated in the pool of the host of
-// world rank k D; a pool's cores are its host's scaled by the pipeline
+// From every world rank's CoreSignature (in world order), for `layout`'s
+// pipeline replicated D times (world rank = pipeline rank x D + replica).
+// Pipeline rank k is simulated in the pool of the host of its first
+// replica's world rank; a pool's cores are its host's scaled by the pipeline
 // ranks simulated there over the world ranks running there (a simulated
 // rank stands for its D replicas).
-CoreSharing FindCoreSharing(const std::vector<std::string>& signatures, int pipeline_ranks, int replicas);
+CoreSharing FindCoreSharing(const std::vector<std::string>& signatures, const ReplicaLayout& layout);
 
 }  // namespace baton
 

@@ -177,7 +177,7 @@ class MpiTransport final : public Transport {
     std::vector<int> counts(size_), displs(size_);
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Igather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_, &req));
-    WaitCollective(&req, "gather of checkpoint shard records");
+    WaitCollective(&req, "gather of every rank's record");
     int total = 0;
     for (int r = 0; r < size_; ++r) {
       displs[r] = total;
@@ -186,7 +186,7 @@ class MpiTransport final : public Transport {
     std::string all(rank_ == 0 ? static_cast<std::size_t>(total) : 0, '\0');
     BATON_MPI_CHECK(MPI_Igatherv(mine.data(), n, MPI_CHAR, rank_ == 0 ? all.data() : nullptr, counts.data(),
                                  displs.data(), MPI_CHAR, 0, comm_, &req));
-    WaitCollective(&req, "gather of checkpoint shard records");
+    WaitCollective(&req, "gather of every rank's record");
     if (rank_ != 0) return;
     out->clear();
     for (int r = 0; r < size_; ++r) out->push_back(all.substr(displs[r], counts[r]));

@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <ctime>
 
 #include "baton/error.h"
+#include "baton/timing.h"
 
 namespace baton {
 
@@ -85,7 +84,7 @@ void Executor::StartReduction(int local, std::size_t from) {
   int& next = reduce_next_[k];
   while (next > red.first_bucket[k] && red.buckets[static_cast<std::size_t>(next - 1)].offset >= from) {
     const int b = --next;
-    if (reduce_started_ == 0) reduction_times_.first_start = Now();
+    if (reduce_started_ == 0) reduction_times_.first_start = MonotonicSeconds();
     const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(b)];
     const std::span<float> data(grads + bucket.offset, bucket.count);
     if (red.zero) {
@@ -103,7 +102,7 @@ void Executor::PollReductions() {
     const BucketPlan& bucket = plan_.reduction.buckets[static_cast<std::size_t>(reduce_order_[reduce_done_])];
     if (!replicas_->Test(bucket.request)) return;
     ++reduce_done_;
-    reduction_times_.last_end = Now();
+    reduction_times_.last_end = MonotonicSeconds();
   }
 }
 
@@ -113,15 +112,15 @@ void Executor::FinishReductions() {
   for (std::size_t k = 0; k < red.start_after.size(); ++k) {
     if (red.start_after[k] < 0) StartReduction(static_cast<int>(k));
   }
-  const double start = Now();
+  const double start = MonotonicSeconds();
   for (; reduce_done_ < reduce_started_; ++reduce_done_) {
     const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(reduce_order_[reduce_done_])];
     const int stage = plan_.local_stages[static_cast<std::size_t>(bucket.local)].stage;
     replicas_->Wait(bucket.request, {"the gradient sum", stage, -1, -1});
-    reduction_times_.last_end = Now();
+    reduction_times_.last_end = MonotonicSeconds();
   }
-  reduction_times_.exposed = Now() - start;
-  if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, Now()});
+  reduction_times_.exposed = MonotonicSeconds() - start;
+  if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, MonotonicSeconds()});
   reduce_started_ = reduce_done_ = 0;
   reduce_next_.assign(red.first_bucket.begin() + 1, red.first_bucket.end());
 }
@@ -161,25 +160,16 @@ std::vector<Executor::Op> Executor::Bind(const std::vector<Instruction>& instruc
   return ops;
 }
 
-double Executor::Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Executor::CpuNow() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 Executor::Stamp Executor::Mark() const {
   if (!events_) return {};
-  return {Now(), CpuNow(), device_clock_ ? dev_.MarkClock() : -1};
+  return {MonotonicSeconds(), ThreadCpuSeconds(), device_clock_ ? dev_.MarkClock() : -1};
 }
 
 void Executor::Record(ActionKind kind, int stage, int microbatch, Stamp start) {
   if (!events_) return;
   const int end_mark = device_clock_ ? dev_.MarkClock() : -1;
-  events_->push_back({kind, stage, microbatch, start.wall, Now(), CpuNow() - start.cpu, start.mark, end_mark});
+  events_->push_back({kind, stage, microbatch, start.wall, MonotonicSeconds(), ThreadCpuSeconds() - start.cpu, start.mark, end_mark});
 }
 
 void Executor::StartDeviceClock() {
@@ -209,13 +199,13 @@ std::size_t Executor::EventsPerStep() const {
 }
 
 void Executor::WaitRecorded(int id, const WaitInfo& info, ActionKind kind, int stage, int microbatch) {
-  const double start = events_ ? Now() : 0.0;
+  const double start = events_ ? MonotonicSeconds() : 0.0;
   if (kind == ActionKind::kSendF || kind == ActionKind::kSendB) {
     dev_.WaitSend(id, info);
   } else {
     dev_.WaitRecv(id, info);
   }
-  if (events_) events_->push_back({kind, stage, microbatch, start, Now()});
+  if (events_) events_->push_back({kind, stage, microbatch, start, MonotonicSeconds()});
 }
 
 void Executor::WaitSends() {
@@ -223,11 +213,14 @@ void Executor::WaitSends() {
   pending_.clear();
 }
 
-StepStats Executor::TrainStep(const Batch& batch) {
+StepStats Executor::TrainStep(const Batch& batch, StepObserver* observer) {
+  if (observer != nullptr) observer->StepStarts();
   const StepStats stats = RunStep(batch);
   SumTiedGradients();
   FinishReductions();
+  if (observer != nullptr) observer->GradientsDone();
   StepOptimizers();
+  if (observer != nullptr) observer->StepEnds();
   return stats;
 }
 
@@ -309,7 +302,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     const int rows = rows_of[j];
     if (rows == 0) continue;  // past the end of the evaluation data
     Flight& flight = flight_[flight_next_++ % kFlight];
-    flight = {step_, a, Now(), -1};
+    flight = {step_, a, MonotonicSeconds(), -1};
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     }
@@ -387,7 +380,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         break;
     }
     dev_.Progress();
-    flight.end = Now();
+    flight.end = MonotonicSeconds();
     if (reducing && reduce_after_[i] >= 0) StartReduction(reduce_after_[i]);
   }
   WaitSends();
@@ -403,7 +396,7 @@ void Executor::TakeLoss(StepStats* stats) {
 }
 
 void Executor::WriteFlightRecord(const std::string& path) const {
-  std::string out = fmt::format("{{\"rank\": {}, \"step\": {}, \"now\": {:.6f}, \"actions\": [", rank_, step_, Now());
+  std::string out = fmt::format("{{\"rank\": {}, \"step\": {}, \"now\": {:.6f}, \"actions\": [", rank_, step_, MonotonicSeconds());
   const std::size_t n = std::min(flight_next_, kFlight);
   for (std::size_t k = 0; k < n; ++k) {
     const Flight& f = flight_[(flight_next_ - n + k) % kFlight];

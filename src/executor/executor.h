@@ -16,30 +16,13 @@
 #include "baton/action.h"
 #include "baton/comm.h"
 #include "baton/data.h"
+#include "baton/events.h"
 #include "baton/stage_device.h"
 #include "baton/store.h"
 #include "baton/plan.h"
 #include "stage.h"
 
 namespace baton {
-
-// One timed interval of a step, for `baton bench`: a compute action (kind
-// F, B, I or W) or a wait for a message (kind RECV_F or RECV_B: a receive;
-// SEND_F or SEND_B: a send's completion). Times are seconds on the rank's
-// monotonic clock; on a device with its own clock (a GPU), a compute
-// action's are where the device ran it, once ApplyDeviceClock has put them
-// on the host's timeline.
-struct ActionEvent {
-  ActionKind kind = ActionKind::kForward;
-  int stage = 0;
-  int microbatch = 0;
-  double start = 0.0;
-  double end = 0.0;
-  double cpu = 0.0;  // compute actions: CPU seconds the rank's thread spent in it
-  // Compute actions on a device with a clock: its marks (RankDevice::MarkClock)
-  // at the action's start and end; -1 otherwise.
-  int start_mark = -1, end_mark = -1;
-};
 
 // A fault to inject, for testing how runs fail (BATON_FAULT, see fault.cc):
 // on `rank`, at step `step`, when action `action` ("F", "B", "I", "W", or
@@ -74,6 +57,23 @@ struct ReductionTimes {
   double total() const { return last_end - first_start; }
 };
 
+// Told where a training step is, between TrainStep's phases: `baton
+// bench` times steps through it instead of running a copy of the step.
+class StepObserver {
+ public:
+  // Before the step's first action (the batch in hand, nothing enqueued).
+  virtual void StepStarts() {}
+  // The step's gradients are final everywhere they are summed: its
+  // actions, the tied gradients' sum and the sums over the replicas are
+  // done; the optimizer is next.
+  virtual void GradientsDone() {}
+  // The optimizer has stepped and the gradients are zeroed.
+  virtual void StepEnds() {}
+
+ protected:
+  ~StepObserver() = default;
+};
+
 class Executor {
  public:
   // Allocates everything `plan` lists on `device` (the host, or a GPU),
@@ -92,22 +92,13 @@ class Executor {
   // every stage's optimizer step (ZeRO: on its shard, then the parameters
   // gathered), then zeroed gradients. Gradients are averaged over the whole
   // global batch.
-  StepStats TrainStep(const Batch& batch);
+  // `observer` (optional) is told as the step passes each phase.
+  StepStats TrainStep(const Batch& batch, StepObserver* observer = nullptr);
   // The last TrainStep's gradient sums (zeros without replicas).
   const ReductionTimes& reduction_times() const { return reduction_times_; }
   // The plan's step alone: gradients accumulate into the stages' gradient
   // buffers (no optimizer step).
   StepStats RunStep(const Batch& batch);
-  // Sums the tied head's and embedding's gradients (plan.h TiedPlan):
-  // locally, or with the other copy's rank. Part of TrainStep; collective
-  // between those two ranks.
-  void SumTiedGradients();
-  // Starts the gradient sums of the stages the plan starts after the tied
-  // gradients, and waits for every stage's: part of TrainStep.
-  void FinishReductions();
-  // Every stage's optimizer step (ZeRO: its shard, then the parameters
-  // all-gathered), then zeroed gradients: the rest of TrainStep.
-  void StepOptimizers();
   // Forward-only pass over every sample of `data` (evaluation), in rounds of
   // the plan's evaluation schedule; reads the parts this rank holds.
   // REQUIRES: data's sample and labels per sample are the plan's.
@@ -131,7 +122,6 @@ class Executor {
   // does nothing and ApplyDeviceClock returns step_start.
   void StartDeviceClock();
   double ApplyDeviceClock(std::size_t first, double step_start);
-  static double CpuNow();  // the calling thread's CPU time, seconds (recorded actions' cost)
   std::size_t EventsPerStep() const;
 
   // The step being run (for the flight record and fault injection).
@@ -149,6 +139,16 @@ class Executor {
   std::vector<std::unique_ptr<ActivationStore>>& stores() { return stores_; }
 
  private:
+  // Sums the tied head's and embedding's gradients (plan.h TiedPlan):
+  // locally, or with the other copy's rank. Part of TrainStep; collective
+  // between those two ranks.
+  void SumTiedGradients();
+  // Starts the gradient sums of the stages the plan starts after the tied
+  // gradients, and waits for every stage's: part of TrainStep.
+  void FinishReductions();
+  // Every stage's optimizer step (ZeRO: its shard, then the parameters
+  // all-gathered), then zeroed gradients: the rest of TrainStep.
+  void StepOptimizers();
   // An instruction with its memory: the plan's BufferRefs made pointers.
   struct Op {
     const Instruction* in;
@@ -178,7 +178,6 @@ class Executor {
   void PollReductions();
   // Moves the last stage's loss totals (if it is here) into *stats.
   void TakeLoss(StepStats* stats);
-  static double Now();
   // With a recorder: an action's start, on the wall and CPU clocks.
   struct Stamp {
     double wall = 0.0, cpu = 0.0;

@@ -12,13 +12,13 @@
 #include <string>
 
 #include "baton/host.h"
+#include "baton/timing.h"
 #include "gemm.h"
 #include "layers.h"
 
 namespace baton {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Seconds one `pass()` takes: once to warm up, then the best of 5 rounds of
 // at least 50 ms each.
@@ -28,12 +28,12 @@ double BestSecondsPerPass(Pass&& pass) {
   double best = 1e300;
   for (int round = 0; round < 5; ++round) {
     int passes = 0;
-    const double start = Now();
+    const double start = MonotonicSeconds();
     double now = start;
     while (now - start < 0.05 || passes == 0) {
       pass();
       ++passes;
-      now = Now();
+      now = MonotonicSeconds();
     }
     best = std::min(best, (now - start) / passes);
   }
@@ -99,9 +99,7 @@ struct GemmMeter {
 };
 thread_local GemmMeter* tls_gemm_meter = nullptr;
 
-double MeterNow() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double MeterNow() { return MonotonicSeconds(); }
 
 void MeterAdd(GemmMeter* meter, bool trans_a, bool trans_b, long m, long n, long k, float beta, double seconds) {
   meter->totals.seconds += seconds;

@@ -21,7 +21,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
+#include <sstream>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -698,6 +700,52 @@ void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
   fmt::format_to(it, "</g>\n</svg>\n");
 
   out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+}
+
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+// The value of attribute `attr` in an <svg> element's text, 0 if absent.
+double SvgSize(const std::string& svg, std::string_view attr) {
+  const std::size_t at = svg.find(std::string(attr) + "=\"");
+  return at == std::string::npos ? 0.0 : std::atof(svg.c_str() + at + attr.size() + 2);
+}
+
+// The <svg> element itself, without the XML declaration before it.
+std::string_view SvgElement(const std::string& svg) {
+  const std::size_t at = svg.find("<svg");
+  return at == std::string::npos ? std::string_view(svg) : std::string_view(svg).substr(at);
+}
+
+}  // namespace
+
+void WriteSvgStack(const std::vector<SimResult>& results, std::ostream& out) {
+  double axis = 0;
+  for (const SimResult& r : results) axis = std::max(axis, r.makespan);
+  std::vector<std::string> pictures;
+  double width = 0, height = 0;
+  for (const SimResult& r : results) {
+    std::ostringstream one;
+    WriteSvg(r, one, axis);
+    pictures.push_back(one.str());
+    width = std::max(width, SvgSize(pictures.back(), "width"));
+    height += SvgSize(pictures.back(), "height");
+  }
+  // Each picture is a complete <svg> element, nested at its height.
+  out << fmt::format(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+      "height=\"{}\" viewBox=\"0 0 {} {}\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      width, height, width, height);
+  double y = 0;
+  for (const std::string& svg : pictures) {
+    std::string element(SvgElement(svg));
+    if (y > 0) element.insert(4, fmt::format(" y=\"{}\"", y));
+    out << element << "\n";
+    y += SvgSize(svg, "height");
+  }
+  out << "</svg>\n";
 }
 
 }  // namespace baton

@@ -5,7 +5,8 @@
 //   {"traceEvents":[...], "displayTimeUnit":"ms", "otherData":{...}}
 // Each rank is a process (pid = rank) with one thread (tid = rank, so thread
 // ids stay unique across the trace); compute actions are complete ("X")
-// events, an OVERLAP_F_B unit one event named "F&B". The events are
+// events, an OVERLAP_F_B unit one event named "F&B"; a measured timeline's
+// waits are events too, on the same thread (a rank waits or computes). The events are
 // streamed with fmt rather than built as a JSON tree: a large simulation has
 // hundreds of thousands of them.
 #include <algorithm>
@@ -42,6 +43,20 @@ std::string_view ComputeKindName(ActionKind kind) {
       return "F&B";
     default:
       return "";
+  }
+}
+
+// A measured wait, by what it waited for.
+std::string_view WaitName(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kRecvF:
+      return "wait RECV_F";
+    case ActionKind::kRecvB:
+      return "wait RECV_B";
+    case ActionKind::kReduceGrad:
+      return "wait gradient sums";
+    default:
+      return "wait SEND";
   }
 }
 
@@ -103,7 +118,7 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_
 
   for (std::size_t rank = 0; rank < result.timeline.size(); ++rank) {
     for (const TimedAction& timed : result.timeline[rank]) {
-      const std::string_view kind = ComputeKindName(timed.action.kind);
+      const std::string_view kind = timed.wait ? WaitName(timed.action.kind) : ComputeKindName(timed.action.kind);
       if (kind.empty()) continue;  // communication takes no compute time
       // Both ends are rounded, so back-to-back actions touch exactly and
       // Perfetto never sees a sliver of overlap it would have to nest.
@@ -111,9 +126,10 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_
       const double dur = ToMicroseconds(timed.end, us_per_unit) - ts;
       separator();
       fmt::format_to(it,
-                     R"({{"name":"{0}","cat":"{0}","ph":"X","ts":{1},"dur":{2},)"
+                     R"({{"name":"{0}","cat":"{6}","ph":"X","ts":{1},"dur":{2},)"
                      R"("pid":{3},"tid":{3},"args":{{"stage":{4},"microbatch":{5})",
-                     kind, ts, dur, rank, timed.action.stage, timed.action.microbatch);
+                     kind, ts, dur, rank, timed.action.stage, timed.action.microbatch, timed.wait ? "wait" : kind);
+      if (timed.step >= 0) fmt::format_to(it, R"(,"step":{})", timed.step);
       if (timed.action.kind == ActionKind::kOverlapFB) {
         // The unit's F is stage/microbatch; its B gets its own pair.
         fmt::format_to(it, R"(,"backward_stage":{},"backward_microbatch":{})", timed.action.backward_stage,
