@@ -1,17 +1,15 @@
 #include <mpi.h>
-#include <sched.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "baton/comm.h"
+#include "baton/deadline.h"
 #include "baton/error.h"
 
 // Every MPI call goes through here: a failure names the call, the place and
@@ -46,25 +44,6 @@ std::vector<int> WorldRanks(MPI_Comm comm) {
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   return out;
-}
-
-// Between polls: spin briefly, then yield the core (ranks may outnumber
-// cores) for the first milliseconds, and only then sleep, so that a wait
-// that ends soon is not stretched by a sleep's granularity. Returns the
-// seconds waited so far (checked against the deadline every 64 polls).
-double Backoff(int spins, std::chrono::steady_clock::time_point start) {
-  if (spins < 64) return 0.0;
-  if ((spins & 63) != 0) {
-    sched_yield();
-    return 0.0;
-  }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (waited > 0.005) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  } else {
-    sched_yield();
-  }
-  return waited;
 }
 
 class MpiTransport final : public Transport {
@@ -115,7 +94,7 @@ class MpiTransport final : public Transport {
 
   void Wait(int id, const WaitInfo& info) override {
     MPI_Status status;
-    const auto start = std::chrono::steady_clock::now();
+    Deadline deadline(timeout_s_);
     int done = 0;
     for (int spins = 0;; ++spins) {
       const int rc = MPI_Test(&requests_[id], &done, &status);
@@ -129,7 +108,7 @@ class MpiTransport final : public Transport {
                                 err == MPI_ERR_TRUNCATE ? " (the message is larger than the receiver expects)" : ""));
       }
       if (done) break;
-      Backoff(spins, start, info);
+      if (deadline.Poll(spins)) Expire(deadline, info);
     }
     if (expected_[id] >= 0) {
       int count = 0;
@@ -232,33 +211,29 @@ class MpiTransport final : public Transport {
     }
     return static_cast<int>(bytes);
   }
-  void CheckDeadline(std::chrono::steady_clock::time_point start, const WaitInfo& info) {
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited < timeout_s_) return;
+  // What a wait was for, in the deadline's message: "RECV_B of stage 0
+  // microbatch 3 (action 0B3) from rank 1".
+  [[noreturn]] void Expire(const Deadline& deadline, const WaitInfo& info) {
     const std::string action =
         *info.action ? fmt::format(" (action {}{}{})", info.stage, info.action, info.microbatch) : std::string();
-    std::fprintf(stderr,
-                 "baton: rank %d: timed out waiting for %s of stage %d microbatch %d%s %s rank %d: waited %.1f s, "
-                 "limit %.1f s (pipeline.wait_timeout_s); aborting the job\n",
-                 World(rank_), info.what, info.stage, info.microbatch, action.c_str(),
-                 std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", World(info.peer), waited, timeout_s_);
-    if (timeout_hook_) timeout_hook_();
-    Abort(3);
+    std::string what = info.what;
+    if (info.stage >= 0 || info.microbatch >= 0) {
+      what += fmt::format(" of stage {} microbatch {}{} {} rank {}", info.stage, info.microbatch, action,
+                          std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", World(info.peer));
+    }
+    deadline.Expire(World(rank_), what, timeout_hook_, [this] { Abort(3); });
   }
 
   void WaitCollective(MPI_Request* req, const char* what) {
-    const auto start = std::chrono::steady_clock::now();
+    Deadline deadline(timeout_s_);
     int done = 0;
     for (int spins = 0;; ++spins) {
       BATON_MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
       if (done) return;
-      Backoff(spins, start, WaitInfo{what, -1, -1, -1});
+      if (deadline.Poll(spins)) Expire(deadline, WaitInfo{what, -1, -1, -1});
     }
   }
 
-  void Backoff(int spins, std::chrono::steady_clock::time_point start, const WaitInfo& info) {
-    if (baton::Backoff(spins, start) >= timeout_s_) CheckDeadline(start, info);
-  }
   int World(int r) const { return r >= 0 && r < size_ ? world_[static_cast<std::size_t>(r)] : r; }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -323,21 +298,9 @@ class MpiReplicaGroup final : public ReplicaGroup {
     return done != 0;
   }
   void Wait(int id, const WaitInfo& info) override {
-    const auto start = std::chrono::steady_clock::now();
+    Deadline deadline(timeout_s_);
     for (int spins = 0; !Test(id); ++spins) {
-      const double waited = baton::Backoff(spins, start);
-      if (waited < timeout_s_) continue;
-      std::string members;
-      for (int w : world_) members += fmt::format("{}{}", members.empty() ? "" : ", ", w);
-      std::fprintf(stderr,
-                   "baton: rank %d: timed out waiting for %s of stage %d with its replicas (ranks %s): waited %.1f "
-                   "s, limit %.1f s (pipeline.wait_timeout_s); aborting the job\n",
-                   world_[static_cast<std::size_t>(rank_)], info.what, info.stage, members.c_str(), waited,
-                   timeout_s_);
-      if (timeout_hook_) timeout_hook_();
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
-      std::_Exit(3);
+      if (deadline.Poll(spins)) Expire(deadline, fmt::format("{} of stage {}", info.what, info.stage));
     }
   }
   void Gather(std::span<const float> mine, std::vector<float>* out) override {
@@ -345,23 +308,24 @@ class MpiReplicaGroup final : public ReplicaGroup {
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Igather(mine.data(), Count(mine.size()), MPI_FLOAT, rank_ == 0 ? out->data() : nullptr,
                                 Count(mine.size()), MPI_FLOAT, 0, comm_, &req));
-    const auto start = std::chrono::steady_clock::now();
+    Deadline deadline(timeout_s_);
     int done = 0;
     for (int spins = 0;; ++spins) {
       BATON_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
       if (done) return;
-      if (baton::Backoff(spins, start) >= timeout_s_) {
-        std::fprintf(stderr, "baton: rank %d: timed out gathering optimizer state from its replicas; aborting\n",
-                     world_[static_cast<std::size_t>(rank_)]);
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-        std::_Exit(3);
-      }
+      if (deadline.Poll(spins)) Expire(deadline, "the gather of the optimizer state");
     }
   }
   void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
 
  private:
+  // "WHAT with its replicas (ranks 0, 1)", then the job ends.
+  [[noreturn]] void Expire(const Deadline& deadline, const std::string& what) {
+    std::string members;
+    for (int w : world_) members += fmt::format("{}{}", members.empty() ? "" : ", ", w);
+    deadline.Expire(world_[static_cast<std::size_t>(rank_)], fmt::format("{} with its replicas (ranks {})", what, members),
+                    timeout_hook_, [] { MpiSession::AbortWorld(3); });
+  }
   struct Move {
     float* base = nullptr;
     std::size_t to = 0, count = 0;

@@ -1,15 +1,14 @@
 #include "staged_transport.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 
 #include <chrono>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "baton/deadline.h"
 #include "baton/error.h"
 
 namespace baton::cuda {
@@ -90,9 +89,9 @@ class StagedTransport final : public DeviceTransport {
     // copy only waits for GPU work that was queued before it, so this wait
     // ends as soon as the GPU gets there; the deadline only catches a hung GPU.
     if (r.copy_pending) {
-      const auto start = std::chrono::steady_clock::now();
+      Deadline deadline(timeout_s_);
       for (int spins = 0; !events_[id].Done(); ++spins) {
-        Backoff(spins, start, [&] {
+        Poll(deadline, spins, [&] {
           return fmt::format(
               "the host-to-device copy of the last message on request id {} to finish before "
               "receiving {} bytes from rank {} (tag {}) into it",
@@ -152,11 +151,11 @@ class StagedTransport final : public DeviceTransport {
     if (r.state == RequestState::kStaging) {
       // The staging copy waits only for GPU work queued before it, so this
       // loop ends unless the GPU hangs; the deadline turns that into a message.
-      const auto start = std::chrono::steady_clock::now();
+      Deadline deadline(timeout_s_);
       for (int spins = 0;; ++spins) {
         PostStaged();
         if (r.state != RequestState::kStaging) break;
-        Backoff(spins, start, [&] {
+        Poll(deadline, spins, [&] {
           const std::string action =
               *info.action ? fmt::format(" (action {}{}{})", info.stage, info.action, info.microbatch) : std::string();
           return fmt::format("the device-to-host staging copy of {} of stage {} microbatch {}{} to rank {}", info.what,
@@ -176,11 +175,11 @@ class StagedTransport final : public DeviceTransport {
   // Posts every staged send, waiting (polling, with the deadline) for their
   // staging copies.
   void FlushStaged(const WaitInfo& info) {
-    const auto start = std::chrono::steady_clock::now();
+    Deadline deadline(timeout_s_);
     for (int spins = 0;; ++spins) {
       PostStaged();
       if (staging_count_ == 0) return;
-      Backoff(spins, start, [&] {
+      Poll(deadline, spins, [&] {
         return fmt::format(
             "the device-to-host staging copies of this rank's sends, before waiting for {} of stage {} "
             "microbatch {} from rank {}",
@@ -247,32 +246,14 @@ class StagedTransport final : public DeviceTransport {
     return "?";
   }
 
-  // As the MPI transport's waits: spin briefly, then yield the core (ranks
-  // may outnumber cores and GPUs), and sleep only once the wait is long, so
-  // that a short wait is not stretched by a sleep's granularity. `what`
-  // builds the text of the deadline message only when it is needed.
+  // As the MPI transport's waits (baton/deadline.h); `what` builds the
+  // text of the deadline's message only when it is needed. The host
+  // transport's timeout hook (the executor's flight record) is not
+  // reachable through Transport, so only the message is printed.
   template <typename What>
-  void Backoff(int spins, std::chrono::steady_clock::time_point start, const What& what) {
-    if (spins < 64) return;
-    if ((spins & 63) != 0) {
-      sched_yield();
-      return;
-    }
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited >= timeout_s_) {
-      // The host transport's timeout hook (the executor's flight record) is
-      // not reachable through Transport, so only the message is printed here.
-      std::fprintf(stderr,
-                   "baton: rank %d: timed out waiting for %s: waited %.1f s, limit %.1f s "
-                   "(pipeline.wait_timeout_s); the GPU made no progress; aborting the job\n",
-                   host_.rank(), what().c_str(), waited, timeout_s_);
-      host_.Abort(3);
-    }
-    if (waited > 0.005) {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    } else {
-      sched_yield();
-    }
+  void Poll(Deadline& deadline, int spins, const What& what) {
+    if (!deadline.Poll(spins)) return;
+    deadline.Expire(host_.rank(), what() + " (the GPU made no progress)", {}, [this] { host_.Abort(3); });
   }
 
   Transport& host_;

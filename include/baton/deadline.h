@@ -1,0 +1,43 @@
+// How every blocking wait in baton polls, and how it ends when its deadline
+// passes: a wait spins briefly, then yields its core (ranks may outnumber
+// cores and GPUs), and sleeps only once it has been long, so that a short
+// wait is not stretched by a sleep's granularity; past the deadline, the
+// rank says what it waited for and the job ends, so that no rank hangs.
+#ifndef BATON_DEADLINE_H_
+#define BATON_DEADLINE_H_
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace baton {
+
+class Deadline {
+ public:
+  // Starts now; `limit_s` is pipeline.wait_timeout_s.
+  explicit Deadline(double limit_s) : start_(std::chrono::steady_clock::now()), limit_s_(limit_s) {}
+
+  // Between two polls that found the wait not done (spins counts them from
+  // 0): backs off, and says whether the deadline has passed (it looks at
+  // the clock every 64 polls).
+  bool Poll(int spins);
+
+  double waited_s() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  double limit_s() const { return limit_s_; }
+
+  // The end of a wait whose deadline passed: one line on stderr, "baton:
+  // rank R: timed out waiting for WHAT: waited W s, limit L s
+  // (pipeline.wait_timeout_s); aborting the job", then `hook` if any (the
+  // executor's flight record), then `abort` (the job's: MPI_Abort). Never
+  // returns.
+  [[noreturn]] void Expire(int rank, const std::string& what, const std::function<void()>& hook,
+                           const std::function<void()>& abort) const;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  double limit_s_;
+};
+
+}  // namespace baton
+
+#endif  // BATON_DEADLINE_H_
