@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "baton/choices.h"
 #include "baton/named_enum.h"
 
 namespace baton {
@@ -102,6 +104,15 @@ struct OpDesc {
   double balance_params() const { return is_layer() ? static_cast<double>(num_params) + 1 : 0.0; }
 };
 
+// A parameter tensor of the model under its PyTorch name: where its floats
+// lie among the model's (ops' parameters are laid out one after the other).
+struct NamedParam {
+  std::string name;                 // "3.weight", "h.0.attn.c_attn.bias"
+  std::vector<std::int64_t> shape;  // PyTorch's
+  std::size_t offset = 0;           // floats from the model's first parameter
+  std::size_t size = 0;             // floats
+};
+
 struct ModelDesc {
   int input = 0;                 // features of a_0 (1 for token ids)
   int seq = 1;                   // tokens per sample; 1: samples are feature vectors (MLPs)
@@ -123,6 +134,40 @@ struct ModelDesc {
   double GemmFlopsPerRow(int first_layer, int last_layer) const;
   // Partition weight of top-level layer t: parameters (plus one per layer) or forward multiply-adds.
   double BalanceWeight(int t, bool by_flops) const;
+  // The parameters of top-level layers [first_layer, last_layer), in order:
+  // the one place their names are made.
+  std::vector<NamedParam> Params(int first_layer, int last_layer) const;
+  std::vector<NamedParam> Params() const { return Params(0, top_layers()); }
+  // A tied head's weight and the embedding table it is (their names), or
+  // nothing without a tied head.
+  std::optional<std::pair<std::string, std::string>> TiedParams() const;
+};
+
+// Causal self-attention's layout, GPT-2's, that both backends index
+// through: its parameters, floats from the op's first — c_attn.weight
+// [C, 3C] (Conv1D), c_attn.bias [3C], c_proj.weight [C, C], c_proj.bias
+// [C] — and what a call of n samples of T tokens saves for the backward
+// passes, floats from the saved state's first — the projected q, k, v
+// (n T, 3C), each row's softmax log-sum-exp per head (n, H, T), the heads'
+// output before projection (n T, C) — and what I leaves W: the qkv
+// gradient (n T, 3C).
+struct AttentionLayout {
+  std::size_t c = 0, heads = 0, seq = 0;  // width C, heads H, tokens T
+
+  AttentionLayout(int width, int heads, int seq)
+      : c(static_cast<std::size_t>(width)), heads(static_cast<std::size_t>(heads)), seq(static_cast<std::size_t>(seq)) {}
+  explicit AttentionLayout(const OpDesc& op) : AttentionLayout(op.in, op.heads, op.seq) {}
+  std::size_t w_qkv() const { return 0; }
+  std::size_t b_qkv() const { return 3 * c * c; }
+  std::size_t w_proj() const { return b_qkv() + 3 * c; }
+  std::size_t b_proj() const { return w_proj() + c * c; }
+  std::size_t params() const { return b_proj() + c; }
+  std::size_t saved_qkv(std::size_t) const { return 0; }
+  std::size_t saved_lse(std::size_t samples) const { return samples * seq * 3 * c; }
+  std::size_t saved_ctx(std::size_t samples) const { return saved_lse(samples) + samples * heads * seq; }
+  // Per token row: what a call saves, and what I leaves for W.
+  std::size_t saved_per_row() const { return 4 * c + heads; }
+  std::size_t stash_per_row() const { return 3 * c; }
 };
 
 // What a layer is, on any backend: its op's description, with the
@@ -157,12 +202,17 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in, int seq = 1);
 // anywhere but first, or a tied head without an embedding of its shape.
 ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input, int seq = 1);
 
-// Floats a layer of `op` allocates for its own use beside its parameters,
-// the ring slot and the stage's workspaces, when called with at most
-// `max_rows` token rows: attention's two (seq x seq) score matrices and the
-// heads' output gradient (max_rows x C); 0 for every other layer. The
-// host's layers allocate exactly this (the memory plan counts it).
-std::size_t ScratchFloats(const OpDesc& op, int max_rows);
+// Bytes a layer of `op` allocates for its own use on `device` beside its
+// parameters, the ring slot and the stage's workspaces, when called with at
+// most `max_rows` token rows. On the host only attention keeps any: the
+// heads' output gradient (max_rows x C floats) and two score matrices of
+// one head at a time (seq x seq floats each). On a GPU attention keeps every
+// head's at once (its heads are one batched product), a linear layer BF16
+// copies of its weight and of the largest activation operands (x and dy),
+// and a layernorm each row's mean and 1/std. Each backend's layers allocate
+// exactly this (StageDevice::ScratchBytes reports what they did), and the
+// memory plan counts it.
+std::size_t ScratchBytes(const OpDesc& op, int max_rows, Device device);
 
 // ---- GPT ----
 // model: {type: gpt, vocab, seq_len, hidden, heads, blocks, tied}

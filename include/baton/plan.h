@@ -297,7 +297,7 @@ struct RankMemory {
   std::size_t optimizer = 0;      // optimizer state: the parameters (this replica's shard) x RunPlan::optimizer_states
   std::size_t rings = 0;          // ring stores: per stage, capacity x slot bytes
   std::size_t workspaces = 0;     // per stage: three activation workspaces and the state workspace
-  std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchFloats on the run's device)
+  std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchBytes on the run's device)
   std::size_t messages = 0;       // message buffers, and the tied head's gradient inbox
   // The simulator's memory model in bytes (unit costs): the static bytes
   // (all but the rings) plus the peak of the ring slots live at once (a

@@ -100,6 +100,9 @@ class StageDevice {
   // The totals since the last call, and resets them. On a GPU this is the
   // step's one read of device data by the host.
   virtual LossTotals TakeLossTotals() = 0;
+  // Bytes the layers added so far allocated for their own use: what the
+  // memory plan counts as their scratch (ScratchBytes, baton/model.h).
+  virtual std::size_t ScratchBytes() const = 0;
 };
 
 

@@ -59,6 +59,10 @@ class CudaLayer : public DescribedLayer {
   // for layers without weights.
   virtual void RefreshWeights(const Context& ctx) { (void)ctx; }
 
+  // Bytes of device memory the layer allocated for its own use
+  // (ScratchBytes, baton/model.h).
+  virtual std::size_t ScratchBytes() const { return 0; }
+
   // The stage's calls (StageDevice): tensors as views (token ids for an
   // embedding; (samples, seq, features) for attention), with the op's saved
   // state and stash (OpDesc::saved_per_row and stash_per_row floats per

@@ -36,6 +36,11 @@ class CudaStageDevice final : public StageDevice {
   }
 
   void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeCudaLayer(op, max_rows)); }
+  std::size_t ScratchBytes() const override {
+    std::size_t bytes = 0;
+    for (const auto& l : layers_) bytes += l->ScratchBytes();
+    return bytes;
+  }
 
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;

@@ -243,6 +243,8 @@ class CudaLinear final : public SizedLayer {
         dy_bf16_(static_cast<std::size_t>(max_rows) * op.out),
         w_bf16_(static_cast<std::size_t>(op.out) * op.in) {}
 
+  std::size_t ScratchBytes() const override { return x_bf16_.bytes() + dy_bf16_.bytes() + w_bf16_.bytes(); }
+
   // Once per parameter update, not per call: the weights' BF16 rounding.
   void RefreshWeights(const Context& ctx) override {
     if (ctx.precision != Precision::kBF16) return;
@@ -401,6 +403,8 @@ class CudaLayerNorm final : public SizedLayer {
     LayerNormBackwardInputKernel<<<rows, RowThreads(in), 0, ctx.stream>>>(x, dy, params_, dx, rows, in, eps_);
     BATON_CUDA_CHECK_LAUNCH();
   }
+
+  std::size_t ScratchBytes() const override { return stats_.bytes(); }
 
   void BackwardWeight(const Context& ctx, const float* x, const float* dy, int rows) override {
     CheckRows(rows);

@@ -202,6 +202,7 @@ class CudaAttention final : public ViewLayer {
  public:
   CudaAttention(const OpDesc& op, int max_rows)
       : ViewLayer(op, max_rows),
+        layout_(op),
         t_(op.seq),
         c_(op.in),
         h_(op.heads),
@@ -210,13 +211,16 @@ class CudaAttention final : public ViewLayer {
         dprobs_(scores_.size()),
         dctx_(static_cast<std::size_t>(max_rows) * op.in) {}
 
+  std::size_t ScratchBytes() const override { return scores_.bytes() + dprobs_.bytes() + dctx_.bytes(); }
+
   void ForwardOp(const Context& ctx, const ConstView& x, const View& y, float* saved) const override {
     const int samples = Samples(x), rows = samples * t_;
     CheckRows(rows);
     if (rows == 0) return;
-    float* qkv = saved;                                              // (rows, 3C)
-    float* lse = qkv + static_cast<std::size_t>(rows) * 3 * c_;      // (samples, H, T)
-    float* ctxs = lse + static_cast<std::size_t>(samples) * h_ * t_;  // (rows, C)
+    const auto count = static_cast<std::size_t>(samples);
+    float* qkv = saved + layout_.saved_qkv(count);   // (rows, 3C)
+    float* lse = saved + layout_.saved_lse(count);   // (samples, H, T)
+    float* ctxs = saved + layout_.saved_ctx(count);  // (rows, C)
     // qkv = x W_qkv + b_qkv:  qkv^T (3C, rows) = W_qkv^T (3C, C) x^T (C, rows)
     GemmF32(ctx, CUBLAS_OP_N, CUBLAS_OP_N, 3 * c_, rows, c_, WQkv(params_), 3 * c_, x.as<float>(), c_, 0.0f, qkv,
             3 * c_);
@@ -245,8 +249,8 @@ class CudaAttention final : public ViewLayer {
     const int samples = Samples(x), rows = samples * t_;
     CheckRows(rows);
     if (rows == 0) return;
-    const float* qkv = saved;
-    const float* lse = qkv + static_cast<std::size_t>(rows) * 3 * c_;
+    const float* qkv = saved + layout_.saved_qkv(static_cast<std::size_t>(samples));
+    const float* lse = saved + layout_.saved_lse(static_cast<std::size_t>(samples));
     float* dqkv = stash;  // (rows, 3C)
     // dctx = dy W_proj^T:  dctx^T (C, rows) = W_proj (C, C) dy^T; W_proj's
     // storage is W_proj^T to cuBLAS, so op T.
@@ -293,7 +297,7 @@ class CudaAttention final : public ViewLayer {
     const int samples = Samples(x), rows = samples * t_;
     CheckRows(rows);
     if (rows == 0) return;
-    const float* ctxs = saved + static_cast<std::size_t>(rows) * 3 * c_ + static_cast<std::size_t>(samples) * h_ * t_;
+    const float* ctxs = saved + layout_.saved_ctx(static_cast<std::size_t>(samples));
     // dW_proj (C, C) += ctx^T dy:  its storage dW_proj^T = dy^T ctx.
     GemmF32(ctx, CUBLAS_OP_N, CUBLAS_OP_T, c_, c_, rows, dy.as<float>(), c_, ctxs, c_, 1.0f, WProj(grads_), c_);
     LaunchAddColumnSums(ctx.stream, dy.as<float>(), rows, c_, BProj(grads_));
@@ -304,16 +308,17 @@ class CudaAttention final : public ViewLayer {
   }
 
  private:
-  // GPT-2's order: c_attn.weight [C, 3C], c_attn.bias [3C], c_proj.weight [C, C], c_proj.bias [C].
+  // GPT-2's order and layout (AttentionLayout, as the host's).
   template <typename T>
-  T* WQkv(T* p) const { return p; }
+  T* WQkv(T* p) const { return p + layout_.w_qkv(); }
   template <typename T>
-  T* BQkv(T* p) const { return p + static_cast<std::size_t>(c_) * 3 * c_; }
+  T* BQkv(T* p) const { return p + layout_.b_qkv(); }
   template <typename T>
-  T* WProj(T* p) const { return BQkv(p) + 3 * static_cast<std::size_t>(c_); }
+  T* WProj(T* p) const { return p + layout_.w_proj(); }
   template <typename T>
-  T* BProj(T* p) const { return WProj(p) + static_cast<std::size_t>(c_) * c_; }
+  T* BProj(T* p) const { return p + layout_.b_proj(); }
 
+  AttentionLayout layout_;
   int t_, c_, h_, d_;
   // One sample's heads at a time: scores then probabilities (H, T, T), their
   // gradients (H, T, T); the heads' output gradient (max_rows, C).

@@ -11,16 +11,12 @@ Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<Stag
       device_->AddLayer(model_.ops[static_cast<std::size_t>(plan_.first_op + i)], plan_.rows * plan_.tokens_per_sample);
     }
   }
-  // Parameters: one buffer for the stage, carved into the ops' views.
+  // Parameters: one buffer for the stage, carved into the named views the
+  // model description gives.
   params_.assign(plan_.num_params, 0.0f);
   grads_.assign(plan_.num_params, 0.0f);
-  for (int i = 0; i < plan_.ops(); ++i) {
-    const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
-    const std::size_t at = op.param_offset - plan_.param_offset;
-    for (const ParamInfo& p : op.params) {
-      named_.push_back({op.name + p.name, std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
-                        {params_.data() + at + p.offset, p.size}});
-    }
+  for (NamedParam& p : model_.Params(plan_.first_layer, plan_.last_layer)) {
+    named_.push_back({std::move(p.name), std::move(p.shape), {params_.data() + (p.offset - plan_.param_offset), p.size}});
   }
   device_->BindParams(params_, grads_);
   ws_act_ = device_->Allocate(plan_.workspace_bytes);

@@ -25,31 +25,28 @@ using RowVector = Eigen::Map<Eigen::RowVectorXf>;
 
 CausalSelfAttention::CausalSelfAttention(const AttentionShape& shape, int max_samples)
     : shape_(shape),
+      layout_(shape.hidden, shape.heads, shape.seq),
       scores_(static_cast<std::size_t>(shape.seq) * shape.seq),
       dprobs_(static_cast<std::size_t>(shape.seq) * shape.seq),
       dctx_(static_cast<std::size_t>(max_samples) * shape.seq * shape.hidden) {}
 
-std::size_t CausalSelfAttention::NumParams() const {
-  const auto C = static_cast<std::size_t>(shape_.hidden);
-  return C * 3 * C + 3 * C + C * C + C;
-}
+std::size_t CausalSelfAttention::NumParams() const { return layout_.params(); }
 
 std::size_t CausalSelfAttention::SavedFloats(int samples) const {
-  const auto rows = static_cast<std::size_t>(samples) * shape_.seq;
-  return rows * 3 * shape_.hidden + static_cast<std::size_t>(samples) * shape_.heads * shape_.seq +
-         rows * shape_.hidden;
+  return static_cast<std::size_t>(samples) * shape_.seq * layout_.saved_per_row();
 }
 
 std::size_t CausalSelfAttention::StashFloats(int samples) const {
-  return static_cast<std::size_t>(samples) * shape_.seq * 3 * shape_.hidden;
+  return static_cast<std::size_t>(samples) * shape_.seq * layout_.stash_per_row();
 }
 
 void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples) {
   const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
   const Eigen::Index rows = Eigen::Index(samples) * T;
-  float* qkv = saved;                                  // (rows, 3C)
-  float* lse = qkv + rows * 3 * C;                      // (samples, H, T)
-  float* ctx = lse + Eigen::Index(samples) * H * T;     // (rows, C)
+  const auto count = static_cast<std::size_t>(samples);
+  float* qkv = saved + layout_.saved_qkv(count);  // (rows, 3C)
+  float* lse = saved + layout_.saved_lse(count);  // (samples, H, T)
+  float* ctx = saved + layout_.saved_ctx(count);  // (rows, C)
   Mat q_k_v(qkv, rows, 3 * C);
   q_k_v.rowwise() = ConstRowVector(p.b_qkv, 3 * C);
   AddProduct(q_k_v, ConstMat(x, rows, C), ConstMat(p.w_qkv, C, 3 * C));
@@ -91,8 +88,8 @@ void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* s
                                         float* stash, int samples) {
   const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
   const Eigen::Index rows = Eigen::Index(samples) * T;
-  const float* qkv = saved;
-  const float* lse = qkv + rows * 3 * C;
+  const float* qkv = saved + layout_.saved_qkv(static_cast<std::size_t>(samples));
+  const float* lse = saved + layout_.saved_lse(static_cast<std::size_t>(samples));
   float* dqkv = stash;  // (rows, 3C)
   Mat dctx(dctx_.data(), rows, C);
   Product(dctx, ConstMat(dy, rows, C), ConstMat(p.w_proj, C, C).transpose(), 0.0f);  // dy Wp^T
@@ -136,9 +133,9 @@ void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* s
 
 void CausalSelfAttention::BackwardWeight(const AttentionGrads& g, const float* x, const float* saved,
                                          const float* dy, const float* stash, int samples) {
-  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads;
+  const int T = shape_.seq, C = shape_.hidden;
   const Eigen::Index rows = Eigen::Index(samples) * T;
-  const float* ctx = saved + rows * 3 * C + Eigen::Index(samples) * H * T;
+  const float* ctx = saved + layout_.saved_ctx(static_cast<std::size_t>(samples));
   const ConstMat dout(dy, rows, C), dqkv(stash, rows, 3 * C);
   AddProduct(Mat(g.w_proj, C, C), ConstMat(ctx, rows, C).transpose(), dout);  // ctx^T dy
   RowVector(g.b_proj, C).noalias() += dout.colwise().sum();

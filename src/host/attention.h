@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "baton/buffer.h"
+#include "baton/model.h"
 
 namespace baton {
 
@@ -31,8 +32,8 @@ struct AttentionShape {
   int head_size() const { return hidden / heads; }
 };
 
-// Parameters, in GPT-2's order: c_attn.weight [C, 3C], c_attn.bias [3C],
-// c_proj.weight [C, C], c_proj.bias [C].
+// Parameters, in GPT-2's order and layout (AttentionLayout, baton/model.h):
+// c_attn.weight [C, 3C], c_attn.bias [3C], c_proj.weight [C, C], c_proj.bias [C].
 struct AttentionParams {
   const float* w_qkv;
   const float* b_qkv;
@@ -58,6 +59,9 @@ class CausalSelfAttention {
   std::size_t SavedFloats(int samples) const;
   // Floats I leaves for W: the gradient of qkv.
   std::size_t StashFloats(int samples) const;
+  // Bytes of its own scratch: one head's scores and their gradient, the
+  // heads' output gradient.
+  std::size_t ScratchBytes() const { return (scores_.size() + dprobs_.size() + dctx_.size()) * sizeof(float); }
 
   // y = attention(x). x, y: (samples, seq, C). Writes `saved` (SavedFloats).
   void Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples);
@@ -71,6 +75,7 @@ class CausalSelfAttention {
 
  private:
   AttentionShape shape_;
+  AttentionLayout layout_;  // where the parameters and saved state lie (baton/model.h)
   FloatBuffer scores_;  // (seq, seq): one head's scores, then probabilities, then their gradient
   FloatBuffer dprobs_;  // (seq, seq)
   FloatBuffer dctx_;    // (max_samples, seq, C): the heads' output gradient

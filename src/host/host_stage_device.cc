@@ -28,6 +28,11 @@ class HostStageDevice final : public StageDevice {
 
   std::byte* Allocate(std::size_t bytes) override { return memory_.Allocate(bytes); }
   void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeLayer(op, max_rows)); }
+  std::size_t ScratchBytes() const override {
+    std::size_t bytes = 0;
+    for (const auto& l : layers_) bytes += l->ScratchBytes();
+    return bytes;
+  }
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;
     host_grads_ = host_grads;

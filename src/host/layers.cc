@@ -279,16 +279,17 @@ class Attention final : public Layer {
                      float* stash) const override {
     attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x));
   }
+  std::size_t ScratchBytes() const override { return attention_.ScratchBytes(); }
   void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash) override {
-    const auto c = static_cast<std::size_t>(in_features());
-    attention_.BackwardWeight({grads_, grads_ + 3 * c * c, grads_ + 3 * c * c + 3 * c, grads_ + 4 * c * c + 3 * c},
+    const AttentionLayout at(desc());
+    attention_.BackwardWeight({grads_ + at.w_qkv(), grads_ + at.b_qkv(), grads_ + at.w_proj(), grads_ + at.b_proj()},
                               x.as<float>(), saved, dy.as<float>(), stash, Samples(x));
   }
 
  private:
   AttentionParams Params(const float* p) const {
-    const auto c = static_cast<std::size_t>(in_features());
-    return {p, p + 3 * c * c, p + 3 * c * c + 3 * c, p + 4 * c * c + 3 * c};
+    const AttentionLayout at(desc());
+    return {p + at.w_qkv(), p + at.b_qkv(), p + at.w_proj(), p + at.b_proj()};
   }
   int Samples(const ConstView& x) const { return static_cast<int>(x.desc.matrix_rows() / desc().seq); }
 
@@ -318,6 +319,7 @@ void Layer::Forward(ConstMatMap, MatMap) const {
 void Layer::BackwardInput(ConstMatMap, ConstMatMap, MatMap) const {
   throw Error(fmt::format("layer {} ({}) has no per-row form", desc().name, EnumName(Type())));
 }
+
 
 namespace host_detail {
 

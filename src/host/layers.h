@@ -60,6 +60,9 @@ class Layer : public DescribedLayer {
                              float* stash) const;
   virtual void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash);
 
+  // Bytes the layer allocated for its own use (ScratchBytes, baton/model.h).
+  virtual std::size_t ScratchBytes() const { return 0; }
+
   // The per-row forms. x: (rows, in)  y, dy: (rows, out)  dx: (rows, in).
   // REQUIRES: dx does not alias x or dy.
   virtual void Forward(ConstMatMap x, MatMap y) const;

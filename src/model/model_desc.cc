@@ -153,12 +153,13 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in, int seq) {
       }
       op.heads = spec.heads;
       const auto c = static_cast<std::size_t>(in);
-      op.params = {{"c_attn.weight", {in, 3 * in}, 0, 3 * c * c},
-                   {"c_attn.bias", {3 * in}, 3 * c * c, 3 * c},
-                   {"c_proj.weight", {in, in}, 3 * c * c + 3 * c, c * c},
-                   {"c_proj.bias", {in}, 4 * c * c + 3 * c, c}};
-      op.saved_per_row = 4 * c + static_cast<std::size_t>(spec.heads);  // qkv, log-sum-exp per head, heads' output
-      op.stash_per_row = 3 * c;                                          // the qkv gradient
+      const AttentionLayout at(op);
+      op.params = {{"c_attn.weight", {in, 3 * in}, at.w_qkv(), 3 * c * c},
+                   {"c_attn.bias", {3 * in}, at.b_qkv(), 3 * c},
+                   {"c_proj.weight", {in, in}, at.w_proj(), c * c},
+                   {"c_proj.bias", {in}, at.b_proj(), c}};
+      op.saved_per_row = at.saved_per_row();  // qkv, log-sum-exp per head, heads' output
+      op.stash_per_row = at.stash_per_row();  // the qkv gradient
       // Per token: the projections, and scores and weighted values against
       // the sequence (quadratic in it over the whole sample).
       op.flops_per_row = 4.0 * in * in + 2.0 * seq * in;
@@ -185,10 +186,24 @@ OpDesc DescribeLayer(const LayerSpec& spec, int in, int seq) {
   return op;
 }
 
-std::size_t ScratchFloats(const OpDesc& op, int max_rows) {
-  if (op.type != LayerType::kAttention) return 0;
-  const auto seq = static_cast<std::size_t>(op.seq);
-  return 2 * seq * seq + static_cast<std::size_t>(max_rows) * static_cast<std::size_t>(op.in);
+std::size_t ScratchBytes(const OpDesc& op, int max_rows, Device device) {
+  const auto rows = static_cast<std::size_t>(max_rows);
+  const auto in = static_cast<std::size_t>(op.in), out = static_cast<std::size_t>(op.out);
+  const bool gpu = device == Device::kCuda;
+  constexpr std::size_t kF32 = 4, kBf16 = 2;
+  switch (op.type) {
+    case LayerType::kAttention: {
+      const auto seq = static_cast<std::size_t>(op.seq);
+      const std::size_t heads = gpu ? static_cast<std::size_t>(op.heads) : 1;
+      return (2 * heads * seq * seq + rows * in) * kF32;
+    }
+    case LayerType::kLinear:
+      return gpu ? (rows * in + rows * out + in * out) * kBf16 : 0;
+    case LayerType::kLayerNorm:
+      return gpu ? 2 * rows * kF32 : 0;
+    default:
+      return 0;
+  }
 }
 
 ModelDesc DescribeModel(const std::vector<LayerSpec>& layers, int input, int seq) {
@@ -236,6 +251,28 @@ double ModelDesc::BalanceWeight(int t, bool by_flops) const {
     w += by_flops ? op.flops_per_row : op.balance_params();
   }
   return w;
+}
+
+std::vector<NamedParam> ModelDesc::Params(int first_layer, int last_layer) const {
+  const auto [a, b] = OpRange(first_layer, last_layer);
+  std::vector<NamedParam> out;
+  for (int i = a; i < b; ++i) {
+    const OpDesc& op = ops[static_cast<std::size_t>(i)];
+    for (const ParamInfo& p : op.params) {
+      out.push_back({op.name + p.name, std::vector<std::int64_t>(p.shape.begin(), p.shape.end()),
+                     op.param_offset + p.offset, p.size});
+    }
+  }
+  return out;
+}
+
+std::optional<std::pair<std::string, std::string>> ModelDesc::TiedParams() const {
+  for (const OpDesc& op : ops) {
+    if (op.tied_to < 0) continue;
+    const OpDesc& table = ops[static_cast<std::size_t>(op.tied_to)];
+    return std::make_pair(op.name + op.params.front().name, table.name + table.params.front().name);
+  }
+  return std::nullopt;
 }
 
 void InitParams(const OpDesc& op, std::span<float> params, std::mt19937_64& rng) {

@@ -29,7 +29,8 @@ RankMemory StageMemory(const RunPlan& run, const StagePlan& st, std::size_t opti
   const int max_rows = st.rows * st.tokens_per_sample;
   for (int i = 0; i < st.ops(); ++i) {
     if (st.layer[i] < 0) continue;
-    mem.layer_scratch += ScratchFloats(run.model.ops[static_cast<std::size_t>(st.first_op + i)], max_rows) * sizeof(float);
+    const OpDesc& op = run.model.ops[static_cast<std::size_t>(st.first_op + i)];
+    mem.layer_scratch += ScratchBytes(op, max_rows, run.device);
   }
   for (const BufferPlan& b : buffers) mem.messages += b.tensor.bytes() * static_cast<std::size_t>(b.count);
   return mem;

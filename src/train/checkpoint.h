@@ -12,13 +12,18 @@
 // under ZeRO the replicas' optimizer shards are gathered into it first, so
 // a checkpoint is the same whatever D wrote it, and a run with another D
 // resumes from it.
-#ifndef BATON_RUNTIME_CHECKPOINT_H_
-#define BATON_RUNTIME_CHECKPOINT_H_
+#ifndef BATON_TRAIN_CHECKPOINT_H_
+#define BATON_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
-#include "setup.h"
+#include "baton/config.h"
+#include "baton/plan.h"
+#include "baton/train.h"
+#include "params.h"
 
 namespace baton {
 
@@ -27,16 +32,41 @@ namespace baton {
 // the replica count).
 std::string ConfigDigest(const TrainConfig& config);
 
-// Collective: every rank writes its shard of step `step`; rank 0 writes the
-// manifest and keeps the newest `checkpoint.keep` complete checkpoints.
-void SaveCheckpoint(const TrainConfig& config, const RunComms& comms, RunSetup& u, std::int64_t step);
+// What a checkpoint records of its run, and what a run must match to resume
+// from one.
+struct CheckpointRun {
+  std::string digest;               // ConfigDigest of the run's config
+  std::string schedule;             // the lowered schedule's name
+  int ranks = 0;                    // of the pipeline
+  int chunks = 0, microbatches = 0;
+  std::vector<int> partition;       // first top-level layer of each stage
+  int data_parallel = 1;            // replicas (recorded; another count resumes)
+  bool zero = false;                // optimizer state sharded (recorded)
+};
+CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan);
+
+// Where checkpoints go and how many stay.
+struct CheckpointPlace {
+  std::string dir;
+  int keep = 1;  // the newest complete checkpoints kept
+};
+
+// Collective: every rank of the first replica writes its shard of step
+// `step` (the other replicas only lend their optimizer shards under ZeRO);
+// rank 0 writes the manifest and keeps the newest `place.keep` complete
+// checkpoints. `between` runs on every rank after the shards are durable
+// and before the manifest (fault injection tests a crash there).
+void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, const RunComms& comms, ParamStore& store,
+                    std::int64_t step, const std::function<void()>& between = {});
 
 // Collective: loads the newest complete checkpoint under `dir` into the
-// stages and optimizers and returns its step. A checkpoint whose digest,
-// ranks, schedule, chunks or partition differ from this run is refused with
-// a ConfigError saying what differs; no checkpoint is an error too.
-std::int64_t LoadCheckpoint(const TrainConfig& config, const RunComms& comms, RunSetup& u, const std::string& dir);
+// parameters and optimizers and returns its step. A checkpoint whose
+// digest, ranks, schedule, chunks, microbatches or partition differ from
+// `run` is refused with a ConfigError saying what differs; no checkpoint
+// is an error too.
+std::int64_t LoadCheckpoint(const std::string& dir, const CheckpointRun& run, const RunComms& comms,
+                            ParamStore& store);
 
 }  // namespace baton
 
-#endif  // BATON_RUNTIME_CHECKPOINT_H_
+#endif  // BATON_TRAIN_CHECKPOINT_H_

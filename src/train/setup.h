@@ -20,6 +20,7 @@
 #include "baton/host.h"
 #include "baton/stage_device.h"
 #include "executor.h"
+#include "params.h"
 #include "baton/plan.h"
 
 namespace baton {
@@ -60,6 +61,7 @@ struct RunSetup {
   RankPlan rank_plan;                  // this rank's
   std::unique_ptr<RankDevice> device;  // before exec: the stages compute on it
   std::unique_ptr<Executor> exec;
+  std::unique_ptr<ParamStore> params;  // the executor's stages' parameters, named, and their optimizer state
   Dataset train, test;
   std::unique_ptr<BatchLoader> loader;
   bool first_rank = false, last_rank = false;
@@ -74,7 +76,8 @@ struct RunSetup {
 };
 
 // Plans and builds `u` on every rank (PlanRun, PlanRank, then the device,
-// the executor, initial weights, optimizers, data, the metrics file), then
+// the executor, the parameter store: initial weights and optimizers; the
+// data, the metrics file), then
 // all ranks Agree: on success it returns everywhere; otherwise the lowest
 // failing rank throws its error and the others throw PeerFailed, and no file
 // is left behind.

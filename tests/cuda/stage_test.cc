@@ -86,6 +86,18 @@ std::byte* Bytes(T* p) {
   return reinterpret_cast<std::byte*>(p);
 }
 
+// The stage's layers allocated what the memory plan counts as their
+// scratch on `device` (ScratchBytes), as the device reports it.
+void ExpectPlannedScratch(const RunPlan& run, const StagePlan& sp, const Stage& stage, Device device) {
+  std::size_t planned = 0;
+  for (int i = 0; i < sp.ops(); ++i) {
+    if (sp.layer[i] < 0) continue;
+    planned += ScratchBytes(run.model.ops[static_cast<std::size_t>(sp.first_op + i)], sp.rows * sp.tokens_per_sample,
+                            device);
+  }
+  EXPECT_EQ(const_cast<Stage&>(stage).device().ScratchBytes(), planned) << EnumName(device);
+}
+
 void Compare(const Case& k) {
   const auto [sets, rank] = Settings(k);
   const RunPlan run = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets));
@@ -100,6 +112,8 @@ void Compare(const Case& k) {
   host.Init(11);
   gpu.Init(11);
   gpu.device().PushParams();
+  ExpectPlannedScratch(run, sp, host, Device::kCpu);
+  ExpectPlannedScratch(run, sp, gpu, Device::kCuda);
 
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -172,6 +186,21 @@ class CudaStage : public ::testing::TestWithParam<Case> {
 };
 
 TEST_P(CudaStage, MatchesTheHostStage) { Compare(GetParam()); }
+
+// The GPT's layers on the GPU (attention keeps every head's scores at
+// once) allocate what the memory plan counts for device: cuda.
+TEST(CudaStageScratch, GptLayersAllocateWhatThePlanCounts) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA stage runs only on a GPU machine";
+  const RunPlan run = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml",
+                                              {"data.dataset=synthetic_tokens", "device=cuda"}));
+  const RankPlan plan = PlanRank(run, 0);
+  cuda::Stream stream;
+  for (const StagePlan& sp : plan.local_stages) {
+    Stage gpu(run.model, sp, cuda::MakeCudaStageDevice(stream.get(), Precision::kFP32));
+    ExpectPlannedScratch(run, sp, gpu, Device::kCuda);
+  }
+  EXPECT_GT(PlanMemory(run)[0].layer_scratch, 0u);
+}
 
 INSTANTIATE_TEST_SUITE_P(
     PoliciesAndSplits, CudaStage,

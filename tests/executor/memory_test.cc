@@ -73,6 +73,10 @@ void CheckCase(const Case& c) {
       for (std::span<float> s : st->device().OptimizerState()) optimizer += s.size_bytes();
     }
     EXPECT_EQ(optimizer, mem.optimizer);
+    // The layers' scratch exactly, as the host device reports it.
+    std::size_t scratch = 0;
+    for (auto& st : exec->stages()) scratch += st->device().ScratchBytes();
+    EXPECT_EQ(scratch, mem.layer_scratch);
 
     // The simulated peak is what is live at the worst moment: never above
     // what is allocated, and equal to it with one stage per rank (its ring

@@ -318,5 +318,26 @@ TEST(Plan, TokenInputsAreI32RowsOfSeqLen) {
   }
 }
 
+// ZeRO's shards: replica i of D keeps floats [n i / D, n (i + 1) / D), so
+// the shards tile [0, n) in order, differ by at most one float, and the last
+// is the largest.
+TEST(Plan, ShardsTileTheFloatsInOrder) {
+  for (std::size_t n : {0u, 1u, 7u, 10u, 1000u, 1001u}) {
+    for (int d : {1, 2, 3, 4, 7}) {
+      std::size_t at = 0, least = n, most = 0;
+      for (int i = 0; i < d; ++i) {
+        const Shard s = ShardOf(n, i, d);
+        EXPECT_EQ(s.begin, at) << n << " over " << d;
+        at += s.count;
+        least = std::min(least, s.count);
+        most = std::max(most, s.count);
+      }
+      EXPECT_EQ(at, n);
+      EXPECT_LE(most - least, 1u);
+      EXPECT_EQ(ShardOf(n, d - 1, d).count, most);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace baton

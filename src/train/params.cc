@@ -1,0 +1,197 @@
+#include "params.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+const NamedTensor* Find(const std::vector<NamedTensor>& tensors, const std::string& name) {
+  for (const NamedTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+ParamStore::ParamStore(const RunPlan& run, const RankPlan& rank, std::vector<std::unique_ptr<Stage>>& stages)
+    : run_(run), rank_(rank), stages_(stages) {}
+
+void ParamStore::Initialize(std::uint64_t seed, const OptimizerSpec& optimizer) {
+  const ReductionPlan& red = rank_.reduction;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    stages_[k]->Init(seed);
+    // ZeRO: this replica's shard only (the whole stage otherwise).
+    stages_[k]->device().SetOptimizer(optimizer, red.shard_begin[k], red.shard_count[k]);
+  }
+  Push();
+}
+
+void ParamStore::Pull() {
+  for (auto& st : stages_) st->device().PullParams();
+}
+
+void ParamStore::Push() {
+  for (auto& st : stages_) st->device().PushParams();
+}
+
+void ParamStore::LoadInitial(const std::vector<NamedTensor>& tensors, const std::string& source) {
+  const auto tied = run_.model.TiedParams();  // (head, table)
+  if (tied) {
+    const NamedTensor* h = Find(tensors, tied->first);
+    const NamedTensor* e = Find(tensors, tied->second);
+    if (h != nullptr && e != nullptr && (h->shape != e->shape || h->data != e->data)) {
+      throw ConfigError(fmt::format("{}: tensor '{}' differs from '{}', but model.tied is true (the head is the "
+                                    "embedding's table): leave '{}' out of the file, or set model.tied: false",
+                                    source, tied->first, tied->second, tied->first));
+    }
+  }
+  for (auto& st : stages_) {
+    for (const Stage::Param& p : st->named_params()) {
+      const NamedTensor* found = Find(tensors, p.name);
+      if (found == nullptr && tied && tied->first == p.name) found = Find(tensors, tied->second);
+      if (found == nullptr) throw ConfigError(fmt::format("{}: model.init.from has no tensor '{}'", source, p.name));
+      if (found->shape != p.shape) {
+        throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], but the model needs [{}]", source, found->name,
+                                      fmt::join(found->shape, ", "), fmt::join(p.shape, ", ")));
+      }
+      std::copy(found->data.begin(), found->data.end(), p.data.begin());
+    }
+  }
+  Push();
+}
+
+std::vector<std::string> ParamStore::StateNames() const {
+  return stages_.empty() ? std::vector<std::string>{} : stages_.front()->device().OptimizerStateNames();
+}
+
+OptimizerStates ParamStore::WholeState(ReplicaGroup& replicas) {
+  const ReductionPlan& red = rank_.reduction;
+  OptimizerStates out;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const auto state = stages_[k]->device().OptimizerState();
+    std::vector<std::vector<float>> whole;
+    if (!red.zero) {
+      for (const auto& buf : state) whole.emplace_back(buf.begin(), buf.end());
+      out.push_back(std::move(whole));
+      continue;
+    }
+    // Every shard padded to the largest (the last: shards differ by a float
+    // at most), gathered on the first replica, and laid back in place.
+    const std::size_t n = stages_[k]->params().size();
+    const std::size_t pad = ShardOf(n, red.replicas - 1, red.replicas).count;
+    std::vector<float> mine(pad * state.size(), 0.0f);
+    for (std::size_t s = 0; s < state.size(); ++s) std::copy(state[s].begin(), state[s].end(), mine.begin() + s * pad);
+    std::vector<float> all;
+    replicas.Gather(mine, &all);
+    if (rank_.reduction.replica == 0) {
+      for (std::size_t s = 0; s < state.size(); ++s) {
+        std::vector<float> buf(n);
+        for (int i = 0; i < red.replicas; ++i) {
+          const Shard shard = ShardOf(n, i, red.replicas);
+          const auto from = all.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(i) * state.size() + s) * pad);
+          std::copy(from, from + static_cast<std::ptrdiff_t>(shard.count), buf.begin() + static_cast<std::ptrdiff_t>(shard.begin));
+        }
+        whole.push_back(std::move(buf));
+      }
+    }
+    out.push_back(std::move(whole));
+  }
+  return out;
+}
+
+std::vector<NamedTensor> ParamStore::CheckpointTensors(const OptimizerStates& state) const {
+  std::vector<NamedTensor> out;
+  const std::vector<std::string> names = StateNames();
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const Stage& st = *stages_[k];
+    const float* base = stages_[k]->params().data();
+    for (const Stage::Param& p : st.named_params()) {
+      out.push_back({p.name, p.shape, {p.data.begin(), p.data.end()}});
+      const auto offset = static_cast<std::size_t>(p.data.data() - base);
+      for (std::size_t s = 0; s < names.size(); ++s) {
+        NamedTensor nt{p.name + "." + names[s], p.shape, {}};
+        if (k < state.size() && s < state[k].size()) {
+          const float* from = state[k][s].data() + offset;
+          nt.data.assign(from, from + p.data.size());
+        }
+        out.push_back(std::move(nt));
+      }
+    }
+  }
+  return out;
+}
+
+void ParamStore::Restore(const std::vector<NamedTensor>& saved, const std::string& source, std::int64_t step) {
+  const std::vector<NamedTensor> wanted = CheckpointTensors({});
+  if (saved.size() != wanted.size()) {
+    throw ConfigError(fmt::format("{}: {} tensors, but this rank's stages need {}", source, saved.size(), wanted.size()));
+  }
+  const ReductionPlan& red = rank_.reduction;
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    Stage& st = *stages_[k];
+    const float* base = st.params().data();
+    auto state = st.device().OptimizerState();
+    // The part of the stage's parameters this replica's optimizer state covers.
+    const std::size_t lo = red.shard_begin[k], hi = lo + red.shard_count[k];
+    for (const Stage::Param& p : st.named_params()) {
+      const auto offset = static_cast<std::size_t>(p.data.data() - base);
+      for (std::size_t s = 0; s <= state.size(); ++s, ++at) {
+        const NamedTensor& got = saved[at];
+        if (got.name != wanted[at].name || got.shape != wanted[at].shape) {
+          throw ConfigError(fmt::format("{}: tensor {} is '{}' [{}], expected '{}' [{}]", source, at, got.name,
+                                        fmt::join(got.shape, ", "), wanted[at].name, fmt::join(wanted[at].shape, ", ")));
+        }
+        if (s == 0) {
+          std::copy(got.data.begin(), got.data.end(), p.data.data());
+          continue;
+        }
+        const std::size_t from = std::max(offset, lo), to = std::min(offset + p.data.size(), hi);
+        for (std::size_t i = from; i < to; ++i) state[s - 1][i - lo] = got.data[i - offset];
+      }
+    }
+    st.device().set_optimizer_steps(step);
+  }
+  Push();
+}
+
+std::vector<float> ParamStore::LocalFloats() const {
+  std::vector<float> out;
+  for (const auto& st : stages_) out.insert(out.end(), st->params().begin(), st->params().end());
+  return out;
+}
+
+void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& run, const ParamStore& store) {
+  std::vector<float> all;
+  pipeline.GatherToRoot(store.LocalFloats(), &all);
+  if (pipeline.rank() != 0) return;
+  // Each rank sent its stages' parameters in stage order, and a stage's are
+  // contiguous in the model's: the whole model's parameters, in place.
+  const ModelDesc& model = run.model;
+  std::vector<float> whole(model.num_params);
+  std::size_t at = 0;
+  for (int r = 0; r < pipeline.size(); ++r) {
+    for (int s = 0; s < run.stages(); ++s) {
+      if (run.lowered.stage_rank[s] != r) continue;
+      const std::size_t first = model.ops[static_cast<std::size_t>(model.OpRange(run.bounds[s], run.bounds[s + 1]).first)].param_offset;
+      const std::size_t n = model.NumParams(run.bounds[s], run.bounds[s + 1]);
+      std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n),
+                whole.begin() + static_cast<std::ptrdiff_t>(first));
+      at += n;
+    }
+  }
+  std::vector<NamedTensor> tensors;
+  for (NamedParam& p : model.Params()) {
+    const auto from = whole.begin() + static_cast<std::ptrdiff_t>(p.offset);
+    tensors.push_back({std::move(p.name), std::move(p.shape), {from, from + static_cast<std::ptrdiff_t>(p.size)}});
+  }
+  WriteSafetensors(path, tensors);
+}
+
+}  // namespace baton

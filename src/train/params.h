@@ -1,0 +1,83 @@
+// The parameters of a rank's stages and their optimizer state, under
+// PyTorch's names: the one owner that knows where a named tensor lies (which
+// stage, which floats: the model description's ranges), when the host copies
+// are current (Pull, Push), and which part of the optimizer state this
+// replica keeps (ZeRO's shard, ShardOf). Initialisation, model.init.from,
+// checkpoints and the final weights go through it, never through a stage's
+// device.
+#ifndef BATON_TRAIN_PARAMS_H_
+#define BATON_TRAIN_PARAMS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/data.h"
+#include "baton/plan.h"
+#include "stage.h"
+
+namespace baton {
+
+// Every local stage's whole optimizer state: [local stage][buffer] floats,
+// buffers in the optimizer's StateNames() order.
+using OptimizerStates = std::vector<std::vector<std::vector<float>>>;
+
+class ParamStore {
+ public:
+  // REQUIRES: `stages` are the executor's for `rank` of `run`; all outlive
+  // the store.
+  ParamStore(const RunPlan& run, const RankPlan& rank, std::vector<std::unique_ptr<Stage>>& stages);
+
+  // PyTorch's default init, each op from its own stream (the weights do not
+  // depend on the partition); an optimizer per stage over this replica's
+  // shard; then the parameters to the device.
+  void Initialize(std::uint64_t seed, const OptimizerSpec& optimizer);
+  // Device -> host copies of the parameters and optimizer state (no-op on
+  // the host), and back. Never inside a step.
+  void Pull();
+  void Push();
+
+  // model.init.from: every local parameter from the tensor of its name,
+  // shapes checked. A head tied to the embedding is its table: a file
+  // without the head's tensor gives it the table (Hugging Face's tied GPT-2
+  // files leave lm_head.weight out), and one whose head differs from its
+  // table is refused, since the copies would train apart. Throws
+  // ConfigError naming `source`. Pushes.
+  void LoadInitial(const std::vector<NamedTensor>& tensors, const std::string& source);
+
+  // The optimizer state's names (PyTorch's: "exp_avg", ...).
+  std::vector<std::string> StateNames() const;
+  // Collective over the replica group under ZeRO (each replica keeps its
+  // shard; the first gets them all, the others an empty list); without
+  // ZeRO, this rank's own. Pull first.
+  OptimizerStates WholeState(ReplicaGroup& replicas);
+  // The tensors of a checkpoint shard, in a fixed order: each parameter,
+  // then its optimizer state ("{name}.exp_avg", ...) from `state` (empty
+  // tensors where `state` has none). Pull first.
+  std::vector<NamedTensor> CheckpointTensors(const OptimizerStates& state) const;
+  // Restores a checkpoint shard read from `source`: the parameters, and
+  // this replica's shard of the optimizer state, after `step` steps; then
+  // pushes. Throws ConfigError for a tensor out of order or of another
+  // shape.
+  void Restore(const std::vector<NamedTensor>& saved, const std::string& source, std::int64_t step);
+
+  // The local stages' parameters, in stage order (host copies; Pull first):
+  // what the final weights gather from every rank.
+  std::vector<float> LocalFloats() const;
+
+ private:
+  const RunPlan& run_;
+  const RankPlan& rank_;
+  std::vector<std::unique_ptr<Stage>>& stages_;
+};
+
+// Rank 0 of `pipeline` writes every stage's parameters as one safetensors
+// file at `path`, in the model's order with PyTorch's names; every rank of
+// the pipeline sends its own (collective over `pipeline`). Pull first.
+void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& run, const ParamStore& store);
+
+}  // namespace baton
+
+#endif  // BATON_TRAIN_PARAMS_H_
