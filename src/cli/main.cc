@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -13,13 +14,30 @@
 
 namespace {
 
+// The commands that compute on the host: they load OpenBLAS (the others,
+// `simulate`, `schedule`, `validate` and --help, never do).
+bool ComputesOnTheHost(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with('-')) continue;  // no option before the command takes a value
+    return arg == "train" || arg == "bench" || arg == "tune";
+  }
+  return false;
+}
+
 // OpenBLAS picks its CPU kernels once, when it loads, from the CPU's model
 // number; one older than the CPU falls back to generic SSE3 kernels at about
-// a third of the speed. Start again, once, with the kernels the CPU can run
-// named in OPENBLAS_CORETYPE (nothing has run yet: MPI is not initialised).
+// a third of the speed. Then start again, once, with the kernels the CPU
+// can run named in OPENBLAS_CORETYPE (nothing has run yet: MPI is not
+// initialised).
 void UseTheCpusBlasKernels(char** argv) {
   if (std::getenv("BATON_BLAS_RESTARTED") != nullptr) return;
-  const std::string core = baton::BetterBlasCore();
+  std::string core;
+  try {
+    core = baton::BetterBlasCore();
+  } catch (const baton::Error&) {
+    return;  // OpenBLAS cannot load: the run says so when it first computes
+  }
   if (core.empty()) return;
   ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
   ::setenv("BATON_BLAS_RESTARTED", "1", 1);
@@ -29,7 +47,7 @@ void UseTheCpusBlasKernels(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  UseTheCpusBlasKernels(argv);
+  if (ComputesOnTheHost(argc, argv)) UseTheCpusBlasKernels(argv);
   CLI::App app{"baton: pipeline-parallel training schedules - generate, check, simulate, draw"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "baton 0.1.0");

@@ -1,4 +1,5 @@
-// Matrix products for the host layers, through OpenBLAS's SGEMM (CBLAS).
+// Matrix products for the host layers, through OpenBLAS's SGEMM (CBLAS),
+// loaded on first use (blas.h).
 //
 // The layers hand in Eigen views (Maps of row-major matrices and their
 // transposes); Product reads each operand's storage order and leading
@@ -8,21 +9,19 @@
 //
 // Threads: OpenBLAS computes with one thread per rank unless the user sets
 // OPENBLAS_NUM_THREADS, as PyTorch users set OMP_NUM_THREADS: ranks are
-// processes, and a process per core is how a pipeline fills a machine.
+// processes, and a process per core is how a pipeline fills a machine
+// (LoadedBlas).
 // With any thread count an element of the result is one thread's sum, so
 // runs stay bit-reproducible.
 #ifndef BATON_HOST_GEMM_H_
 #define BATON_HOST_GEMM_H_
 
-#include <cblas.h>
-
 #include <Eigen/Core>
 #include <type_traits>
 
-namespace baton::host_detail {
+#include "blas.h"
 
-// Sets OpenBLAS's threads once per process (1, or OPENBLAS_NUM_THREADS).
-void InitBlasThreads();
+namespace baton::host_detail {
 
 // The running GEMM meter of this thread (StartGemmMeter), or null.
 struct GemmMeter;
@@ -51,12 +50,12 @@ void Product(Dst&& c, const Lhs& a, const Rhs& b, float beta) {
     if (beta == 0.0f) c.setZero();
     return;
   }
-  InitBlasThreads();
+  const Blas& blas = LoadedBlas();
   GemmMeter* meter = tls_gemm_meter;
   const double start = meter != nullptr ? MeterNow() : 0.0;
   // A column-major view is the transpose of a row-major matrix whose leading
   // dimension is its outer stride.
-  cblas_sgemm(CblasRowMajor, kRowMajor<Lhs> ? CblasNoTrans : CblasTrans, kRowMajor<Rhs> ? CblasNoTrans : CblasTrans,
+  blas.sgemm(CblasRowMajor, kRowMajor<Lhs> ? CblasNoTrans : CblasTrans, kRowMajor<Rhs> ? CblasNoTrans : CblasTrans,
               static_cast<blasint>(c.rows()), static_cast<blasint>(c.cols()), static_cast<blasint>(a.cols()), 1.0f,
               a.data(), static_cast<blasint>(a.outerStride()), b.data(), static_cast<blasint>(b.outerStride()), beta,
               c.data(), static_cast<blasint>(c.outerStride()));

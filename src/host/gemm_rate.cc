@@ -5,8 +5,6 @@
 #include <memory>
 #include <vector>
 
-#include <cblas.h>
-
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -76,7 +74,7 @@ double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) 
   return flops_per_pass / BestSecondsPerPass(pass) / 1e9;
 }
 
-std::string HostBlasCore() { return openblas_get_corename(); }
+std::string HostBlasCore() { return host_detail::LoadedBlas().corename(); }
 
 std::string BetterBlasCore() {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
@@ -128,7 +126,7 @@ GemmTotals StopGemmMeter() {
 
 double BareGemmSeconds(const std::vector<GemmCall>& calls) {
   if (calls.empty()) return 0.0;
-  host_detail::InitBlasThreads();
+  const host_detail::Blas& blas = host_detail::LoadedBlas();
   // One set of operands per call, as the step has its own buffers.
   std::vector<std::vector<float>> a, b, c;
   for (const GemmCall& g : calls) {
@@ -139,7 +137,7 @@ double BareGemmSeconds(const std::vector<GemmCall>& calls) {
   auto pass = [&] {
     for (std::size_t i = 0; i < calls.size(); ++i) {
       const GemmCall& g = calls[i];
-      cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m,
+      blas.sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m,
                   g.n, g.k, 1.0f, a[i].data(), g.trans_a ? g.m : g.k, b[i].data(), g.trans_b ? g.k : g.n, g.beta,
                   c[i].data(), g.n);
     }

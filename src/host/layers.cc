@@ -321,20 +321,10 @@ void Layer::BackwardInput(ConstMatMap, ConstMatMap, MatMap) const {
 }
 
 
-namespace host_detail {
-
-void InitBlasThreads() {
-  // OpenBLAS reads OPENBLAS_NUM_THREADS itself; without it, one thread.
-  static const bool done = [] {
-    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
-}
-
-}  // namespace host_detail
-
 std::unique_ptr<Layer> MakeLayer(const OpDesc& op, int max_rows) {
+  // Layers with matrix products load OpenBLAS when they are made (setup),
+  // so that no step loads it.
+  if (op.type == LayerType::kLinear || op.type == LayerType::kAttention) host_detail::LoadedBlas();
   switch (op.type) {
     case LayerType::kEmbedding:
       return std::make_unique<Embedding>(op);
