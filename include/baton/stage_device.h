@@ -167,10 +167,21 @@ class RankDevice : public Memory {
   virtual void ReadClock(std::vector<double>* seconds) = 0;
 };
 
-// One GPU (local rank modulo the devices on the node) computing its linear
-// layers in `precision`. Throws ConfigError where baton was built without
-// CUDA or no device is visible.
-std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport& transport, Precision precision);
+// The device the rank's stages compute on. `device` kCpu: the host
+// (baton/host.h). kCuda: one GPU (local rank modulo the devices on the
+// node) computing its linear layers in `precision`, from the CUDA backend
+// module, libbaton_cuda.so, which the first such call loads from beside the
+// executable (BATON_CUDA_MODULE names another file): `baton` itself links
+// no CUDA library. Throws ConfigError, naming what is missing and where it
+// looked, where the module is not there (a build without CUDA), cannot load
+// (no CUDA runtime libraries), is of another build, or sees no GPU.
+std::unique_ptr<RankDevice> MakeRankDevice(Device device, Transport& transport, Precision precision);
+
+// What the CUDA module and the executable that loads it must agree on:
+// bumped whenever these interfaces (RankDevice, StageDevice, Transport,
+// ReplicaGroup, Memory) change, so a module of another build is refused
+// rather than called.
+inline constexpr int kDeviceSeamVersion = 1;
 
 }  // namespace baton
 

@@ -13,6 +13,7 @@
 
 #include "baton/error.h"
 #include "baton/stage_device.h"
+#include "cuda_rank_device.h"
 #include "cuda_layers.h"
 #include "cuda_stage_device.h"
 #include "cuda_util.h"
@@ -121,6 +122,8 @@ class CudaRankDevice final : public RankDevice {
 
 }  // namespace
 
+namespace cuda {
+
 std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport& transport, Precision p) {
   const int devices = cuda::DeviceCount();
   if (devices == 0) {
@@ -133,4 +136,5 @@ std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport& transport, Precision p
   return std::make_unique<CudaRankDevice>(transport, p);
 }
 
+}  // namespace cuda
 }  // namespace baton

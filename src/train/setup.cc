@@ -65,7 +65,7 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool a
   CheckModelInput(c, u.plan);
   u.rank_plan = PlanRank(u.plan, t.rank(), u.replica);
   t.Configure(u.rank_plan.requests, c.pipeline.wait_timeout_s);
-  u.device = c.device == Device::kCuda ? MakeCudaRankDevice(t, c.precision) : MakeHostRankDevice(t);
+  u.device = MakeRankDevice(c.device, t, c.precision);
   u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, c.pipeline.wait_timeout_s, t, *u.device,
                                       &comms.replicas);
   u.params = std::make_unique<ParamStore>(u.plan, u.rank_plan, u.exec->stages());

@@ -279,6 +279,28 @@ TEST_F(TrainErrors, CudaDeviceWhereThereIsNone) {
   EXPECT_TRUE(explained) << r.output;
 }
 
+// device: cuda loads the CUDA backend module; one that is not where it is
+// looked for, or is not baton's module, is one clear error naming the file.
+TEST_F(TrainErrors, CudaModuleThatIsMissingOrForeignIsNamed) {
+  auto train = [&](const std::string& module) {
+    return Shell("cd '" + dir_.string() + "' && BATON_CUDA_MODULE='" + module + "' timeout 60 '" BATON_MPIEXEC
+                 "' -np 1 -x BATON_CUDA_MODULE '" BATON_BINARY "' train '" + Tiny() +
+                 "' --set device=cuda > log.txt 2>&1");
+  };
+  const std::string missing = (dir_ / "nowhere" / "libbaton_cuda.so").string();
+  EXPECT_EQ(train(missing), 2);
+  std::string log = ReadAll(dir_ / "log.txt");
+  EXPECT_NE(log.find("device: cuda: "), std::string::npos) << log;
+  EXPECT_NE(log.find(missing), std::string::npos) << log;  // where it looked
+  EXPECT_EQ(Count(log, "baton: error"), 1u) << log;
+  // A shared object that is not the module (zlib's).
+  const std::string foreign = (dir_ / "libbaton_cuda.so").string();
+  fs::copy_file(ZLIB_LIBRARY, foreign);
+  EXPECT_EQ(train(foreign), 2);
+  log = ReadAll(dir_ / "log.txt");
+  EXPECT_NE(log.find(foreign + " is not baton's CUDA backend module"), std::string::npos) << log;
+}
+
 TEST(Validate, TinyConfigIsValidAndPrintsThePlan) {
   const fs::path log = fs::path(::testing::TempDir()) / ("baton_validate_" + std::to_string(::getpid()) + ".txt");
   const std::string cmd =
