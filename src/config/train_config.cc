@@ -246,9 +246,12 @@ std::span<const Partition> EnumValues(Partition) { return kPartitions; }
 std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
 std::span<const DatasetKind> EnumValues(DatasetKind) { return kDatasets; }
 
-TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& source,
-                             const std::vector<std::string>& overrides) {
-  YAML::Node root = LoadYamlText(yaml_text, source);
+namespace {
+
+// --set overrides applied to the document; returns their key paths (list
+// indices in a --set path, "model.layers.0.out", are written [0]).
+std::shared_ptr<std::set<std::string>> ApplyOverrides(YAML::Node& root, const std::vector<std::string>& overrides,
+                                                      const std::string& source) {
   auto overridden = std::make_shared<std::set<std::string>>();
   for (const std::string& o : overrides) {
     // List indices in a --set path ("model.layers.0.out") are written [0] in key paths.
@@ -264,11 +267,12 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
     }
     overridden->insert(key_path);
   }
-  YamlMap top(root, source, "", overridden);
-  TrainConfig c;
-  c.source = source;
+  return overridden;
+}
 
-  // data first: the model's widths depend on the dataset.
+// data: the dataset and its keys; a key another dataset reads is refused by
+// name. Read first: the model's widths depend on the dataset.
+void ReadData(YamlMap& top, TrainConfig& c) {
   YamlMap data = top.Map("data");
   c.data.dataset = Choice(data, "dataset", c.data.dataset);
   const DatasetKind kind = c.data.dataset;
@@ -320,65 +324,77 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   }
   data.Finish();
 
+}
+
+// model: {type: gpt, vocab, seq_len, hidden, heads, blocks, tied}
+void ReadGpt(YamlMap& model, TrainConfig& c) {
+  OneOf(model, "type", "gpt", {"gpt"});
+  GptSpec& g = c.model.gpt_spec;
+  c.model.gpt = true;
+  if (!IsTokenDataset(c.data.dataset)) {
+    model.Fail(model.Node("type"), "type",
+               fmt::format("a gpt model reads token ids, but data.dataset is {} (use fortunes or synthetic_tokens)",
+                           EnumName(c.data.dataset)));
+  }
+  g.vocab = model.GetInt("vocab", c.data.vocab, 1, kMaxInt);
+  if (g.vocab < c.data.vocab) {
+    model.Fail(model.Node("vocab"), "vocab",
+               fmt::format("the dataset's token ids go up to {}, beyond a vocabulary of {}", c.data.vocab - 1,
+                           g.vocab));
+  }
+  g.seq_len = model.GetInt("seq_len", c.data.seq_len, 1, kMaxInt);
+  if (g.seq_len < c.data.seq_len) {
+    model.Fail(model.Node("seq_len"), "seq_len",
+               fmt::format("the position table holds {} positions, but data.seq_len is {}", g.seq_len,
+                           c.data.seq_len));
+  }
+  g.hidden = model.GetInt("hidden", g.hidden, 1, kMaxInt);
+  g.heads = model.GetInt("heads", g.heads, 1, kMaxInt);
+  if (g.hidden % g.heads != 0) {
+    model.Fail(model.Node("heads"), "heads",
+               fmt::format("{} heads do not divide hidden {} (each head takes hidden / heads features)", g.heads,
+                           g.hidden));
+  }
+  g.blocks = model.GetInt("blocks", g.blocks, 1, kMaxInt);
+  g.tied = model.Get("tied", g.tied);
+  g.eps = model.GetNumber("eps", g.eps, std::numeric_limits<double>::min(), 1.0);
+  if (model.Has("layers") || model.Has("input")) {
+    model.Fail(model.Has("layers") ? model.Node("layers") : model.Node("input"),
+               model.Has("layers") ? "layers" : "input", "is set by type: gpt");
+  }
+  c.model.layers = GptLayers(g);
+  c.model.seq = c.data.seq_len;
+  c.model.input = 1;
+}
+
+// model: {layers: [...]}: an MLP from the dataset's features to its classes.
+void ReadLayerList(YamlMap& model, TrainConfig& c) {
+  if (IsTokenDataset(c.data.dataset)) {
+    model.Fail(model.Node("layers"), "layers",
+               fmt::format("data.dataset {} gives token ids: use model: {{type: gpt, ...}}", EnumName(c.data.dataset)));
+  }
+  c.model.input = model.GetInt("input", c.data.features, 1, kMaxInt);
+  if (c.model.input != c.data.features) {
+    model.Fail(model.Node("input"), "input",
+               fmt::format("the dataset has {} features, but the model takes {}", c.data.features, c.model.input));
+  }
+  int width = c.model.input;
+  int layer_count = 0;
+  c.model.layers = ReadLayers(model, "layers", width, 0, &layer_count);
+  if (width != c.data.classes) {
+    model.Fail(model.Node("layers"), "layers",
+               fmt::format("the last layer gives {} outputs, but the dataset has {} classes (cross_entropy needs "
+                           "one logit per class)",
+                           width, c.data.classes));
+  }
+}
+
+void ReadModel(YamlMap& top, TrainConfig& c) {
   YamlMap model = top.Map("model");
   if (model.Has("type")) {
-    // model: {type: gpt, vocab, seq_len, hidden, heads, blocks, tied}
-    OneOf(model, "type", "gpt", {"gpt"});
-    GptSpec& g = c.model.gpt_spec;
-    c.model.gpt = true;
-    if (!IsTokenDataset(c.data.dataset)) {
-      model.Fail(model.Node("type"), "type",
-                 fmt::format("a gpt model reads token ids, but data.dataset is {} (use fortunes or synthetic_tokens)",
-                             EnumName(c.data.dataset)));
-    }
-    g.vocab = model.GetInt("vocab", c.data.vocab, 1, kMaxInt);
-    if (g.vocab < c.data.vocab) {
-      model.Fail(model.Node("vocab"), "vocab",
-                 fmt::format("the dataset's token ids go up to {}, beyond a vocabulary of {}", c.data.vocab - 1,
-                             g.vocab));
-    }
-    g.seq_len = model.GetInt("seq_len", c.data.seq_len, 1, kMaxInt);
-    if (g.seq_len < c.data.seq_len) {
-      model.Fail(model.Node("seq_len"), "seq_len",
-                 fmt::format("the position table holds {} positions, but data.seq_len is {}", g.seq_len,
-                             c.data.seq_len));
-    }
-    g.hidden = model.GetInt("hidden", g.hidden, 1, kMaxInt);
-    g.heads = model.GetInt("heads", g.heads, 1, kMaxInt);
-    if (g.hidden % g.heads != 0) {
-      model.Fail(model.Node("heads"), "heads",
-                 fmt::format("{} heads do not divide hidden {} (each head takes hidden / heads features)", g.heads,
-                             g.hidden));
-    }
-    g.blocks = model.GetInt("blocks", g.blocks, 1, kMaxInt);
-    g.tied = model.Get("tied", g.tied);
-    g.eps = model.GetNumber("eps", g.eps, std::numeric_limits<double>::min(), 1.0);
-    if (model.Has("layers") || model.Has("input")) {
-      model.Fail(model.Has("layers") ? model.Node("layers") : model.Node("input"),
-                 model.Has("layers") ? "layers" : "input", "is set by type: gpt");
-    }
-    c.model.layers = GptLayers(g);
-    c.model.seq = c.data.seq_len;
-    c.model.input = 1;
+    ReadGpt(model, c);
   } else {
-    if (IsTokenDataset(c.data.dataset)) {
-      model.Fail(model.Node("layers"), "layers",
-                 fmt::format("data.dataset {} gives token ids: use model: {{type: gpt, ...}}", EnumName(c.data.dataset)));
-    }
-    c.model.input = model.GetInt("input", c.data.features, 1, kMaxInt);
-    if (c.model.input != c.data.features) {
-      model.Fail(model.Node("input"), "input",
-                 fmt::format("the dataset has {} features, but the model takes {}", c.data.features, c.model.input));
-    }
-    int width = c.model.input;
-    int layer_count = 0;
-    c.model.layers = ReadLayers(model, "layers", width, 0, &layer_count);
-    if (width != c.data.classes) {
-      model.Fail(model.Node("layers"), "layers",
-                 fmt::format("the last layer gives {} outputs, but the dataset has {} classes (cross_entropy needs "
-                             "one logit per class)",
-                             width, c.data.classes));
-    }
+    ReadLayerList(model, c);
   }
   OneOf(model, "loss", "cross_entropy", {"cross_entropy"});
   YamlMap init = model.Map("init");
@@ -387,11 +403,11 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   init.Finish();
   model.Finish();
 
-  YamlMap pipe = top.Map("pipeline");
-  c.pipeline.schedule = pipe.Get<std::string>("schedule", c.pipeline.schedule);
-  c.pipeline.ranks = pipe.GetInt("ranks", c.pipeline.ranks, 1, kMaxInt);
-  c.pipeline.microbatches = pipe.GetInt("microbatches", c.pipeline.microbatches, 1, kMaxInt);
-  c.pipeline.chunks = pipe.GetInt("chunks", c.pipeline.chunks, 0, kMaxInt);
+}
+
+// pipeline.partition (balanced, or a list of layer counts) and
+// pipeline.layout (a GPT's stages), which contradict each other.
+void ReadPartition(YamlMap& pipe, TrainConfig& c) {
   YAML::Node partition = pipe.Node("partition");
   if (partition.IsDefined() && partition.IsSequence()) {
     c.pipeline.partition = Partition::kExplicit;
@@ -427,8 +443,10 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
     c.pipeline.partition = Partition::kLayout;
     c.pipeline.layout = ReadLayout(pipe, c.model.gpt_spec);
   }
-  c.pipeline.balance_by = Choice(pipe, "balance_by", c.pipeline.balance_by);
-  c.pipeline.checkpointing = Choice(pipe, "checkpointing", c.pipeline.checkpointing);
+}
+
+// pipeline.keep: the layer types selective checkpointing keeps.
+void ReadKeep(YamlMap& pipe, TrainConfig& c) {
   for (const std::string& t : pipe.Get<std::vector<std::string>>("keep", {})) {
     const std::optional<LayerType> type = ParseEnum<LayerType>(t);
     if (!type || *type == LayerType::kResidual) {
@@ -451,22 +469,25 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   if (!c.pipeline.keep.empty() && c.pipeline.checkpointing != Checkpointing::kSelective) {
     pipe.Fail(pipe.Node("keep"), "keep", "only applies with checkpointing: selective");
   }
+}
+
+void ReadPipeline(YamlMap& top, TrainConfig& c) {
+  YamlMap pipe = top.Map("pipeline");
+  c.pipeline.schedule = pipe.Get<std::string>("schedule", c.pipeline.schedule);
+  c.pipeline.ranks = pipe.GetInt("ranks", c.pipeline.ranks, 1, kMaxInt);
+  c.pipeline.microbatches = pipe.GetInt("microbatches", c.pipeline.microbatches, 1, kMaxInt);
+  c.pipeline.chunks = pipe.GetInt("chunks", c.pipeline.chunks, 0, kMaxInt);
+  ReadPartition(pipe, c);
+  c.pipeline.balance_by = Choice(pipe, "balance_by", c.pipeline.balance_by);
+  c.pipeline.checkpointing = Choice(pipe, "checkpointing", c.pipeline.checkpointing);
+  ReadKeep(pipe, c);
   c.pipeline.wait_timeout_s = pipe.GetNumber("wait_timeout_s", c.pipeline.wait_timeout_s, 1e-3, 1e7);
   pipe.Finish();
 
-  YamlMap train = top.Map("train");
-  c.train.batch_size = train.GetInt("batch_size", c.train.batch_size, 1, kMaxInt);
-  c.train.epochs = train.GetInt("epochs", c.train.epochs, 1, kMaxInt);
-  c.train.steps = train.Get<long long>("steps", 0);
-  if (c.train.steps < 0) train.Fail(train.Node("steps"), "steps", "must be >= 0 (0 = run the epochs)");
-  if (c.train.batch_size % c.pipeline.microbatches != 0) {
-    pipe.Fail(root["pipeline"]["microbatches"], "microbatches",
-              fmt::format("{} microbatches do not divide train.batch_size {}: every microbatch must hold the same "
-                          "number of samples",
-                          c.pipeline.microbatches, c.train.batch_size));
-  }
+}
+
+void ReadOptimizer(YamlMap& train, OptimizerSpec& o) {
   YamlMap opt = train.Map("optimizer");
-  OptimizerSpec& o = c.train.optimizer;
   o.type = Choice(opt, "type", o.type);
   o.lr = opt.GetNumber("lr", o.lr, std::numeric_limits<double>::min(), kInf);
   o.momentum = opt.GetNumber("momentum", o.momentum, 0.0, kInf);
@@ -491,8 +512,27 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
              "is an adamw setting");
   }
   opt.Finish();
+}
+
+void ReadTrain(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
+  YamlMap train = top.Map("train");
+  c.train.batch_size = train.GetInt("batch_size", c.train.batch_size, 1, kMaxInt);
+  c.train.epochs = train.GetInt("epochs", c.train.epochs, 1, kMaxInt);
+  c.train.steps = train.Get<long long>("steps", 0);
+  if (c.train.steps < 0) train.Fail(train.Node("steps"), "steps", "must be >= 0 (0 = run the epochs)");
+  if (c.train.batch_size % c.pipeline.microbatches != 0) {
+    // Said of pipeline.microbatches, where the count is chosen.
+    top.Map("pipeline").Fail(root["pipeline"]["microbatches"], "microbatches",
+              fmt::format("{} microbatches do not divide train.batch_size {}: every microbatch must hold the same "
+                          "number of samples",
+                          c.pipeline.microbatches, c.train.batch_size));
+  }
+  ReadOptimizer(train, c.train.optimizer);
   train.Finish();
 
+}
+
+void ReadDataParallel(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
   YamlMap dp = top.Map("data_parallel");
   c.data_parallel.size = dp.GetInt("size", 1, 1, kMaxInt);
   c.data_parallel.bucket_cap_mb =
@@ -506,6 +546,9 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   }
   dp.Finish();
 
+}
+
+void ReadCheckpoint(YamlMap& top, TrainConfig& c) {
   YamlMap ckpt = top.Map("checkpoint");
   c.checkpoint.dir = ckpt.Get<std::string>("dir", "");
   c.checkpoint.every_steps = ckpt.Get<long long>("every_steps", 0);
@@ -520,6 +563,9 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   }
   ckpt.Finish();
 
+}
+
+void ReadLog(YamlMap& top, TrainConfig& c) {
   YamlMap log = top.Map("log");
   c.log.every_steps = log.Get<long long>("every_steps", c.log.every_steps);
   if (c.log.every_steps < 0) log.Fail(log.Node("every_steps"), "every_steps", "must be >= 0 (0 = off)");
@@ -528,6 +574,23 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   c.log.progress = log.Get("progress", c.log.progress);
   log.Finish();
 
+}
+
+}  // namespace
+
+TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& source,
+                             const std::vector<std::string>& overrides) {
+  YAML::Node root = LoadYamlText(yaml_text, source);
+  YamlMap top(root, source, "", ApplyOverrides(root, overrides, source));
+  TrainConfig c;
+  c.source = source;
+  ReadData(top, c);
+  ReadModel(top, c);
+  ReadPipeline(top, c);
+  ReadTrain(top, root, c);
+  ReadDataParallel(top, root, c);
+  ReadCheckpoint(top, c);
+  ReadLog(top, c);
   c.device = Choice(top, "device", c.device);
   c.precision = Choice(top, "precision", c.precision);
   if (c.precision != Precision::kFP32 && c.device != Device::kCuda) {

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <set>
 #include <string>
@@ -98,31 +99,34 @@ void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& t
   file.Commit();
 }
 
-std::vector<NamedTensor> ReadSafetensors(const std::string& path) {
-  auto error = [&](const std::string& what) {
-    return ConfigError(fmt::format("safetensors file '{}': {}", path, what));
-  };
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw error(fmt::format("cannot open: {}", Errno()));
-  std::error_code ec;
-  const std::uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw error(fmt::format("cannot read its size: {}", ec.message()));
+namespace {
 
+// A tensor's header entry, checked, and where its bytes lie in the data buffer.
+struct Entry {
+  NamedTensor tensor;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+
+using ErrorFor = std::function<ConfigError(const std::string&)>;
+
+// The 8-byte header length and the JSON header it announces, in range.
+nlohmann::json ReadHeader(std::FILE* f, std::uint64_t file_size, const ErrorFor& error, std::uint64_t* header_size) {
   unsigned char length[8];
-  if (file_size < 8 || std::fread(length, 1, 8, f.get()) != 8) {
+  if (file_size < 8 || std::fread(length, 1, 8, f) != 8) {
     throw error(fmt::format("truncated: {} bytes, shorter than the 8-byte header length", file_size));
   }
-  std::uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= std::uint64_t{length[i]} << (8 * i);
-  if (header_size > file_size - 8 || header_size > kMaxHeaderBytes) {
+  *header_size = 0;
+  for (int i = 0; i < 8; ++i) *header_size |= std::uint64_t{length[i]} << (8 * i);
+  if (*header_size > file_size - 8 || *header_size > kMaxHeaderBytes) {
     throw error(
         fmt::format("header length {} is out of range: it must be at most the file size minus 8 ({}) and at "
                     "most {} bytes",
-                    header_size, file_size - 8, kMaxHeaderBytes));
+                    *header_size, file_size - 8, kMaxHeaderBytes));
   }
-  std::string json(header_size, '\0');
-  if (std::fread(json.data(), 1, json.size(), f.get()) != json.size()) {
-    throw error(fmt::format("truncated while reading its {}-byte header", header_size));
+  std::string json(*header_size, '\0');
+  if (std::fread(json.data(), 1, json.size(), f) != json.size()) {
+    throw error(fmt::format("truncated while reading its {}-byte header", *header_size));
   }
   nlohmann::json header;
   try {
@@ -131,58 +135,52 @@ std::vector<NamedTensor> ReadSafetensors(const std::string& path) {
     throw error(fmt::format("the header is not valid JSON: {}", e.what()));
   }
   if (!header.is_object()) throw error("the header must be a JSON object of tensors");
+  return header;
+}
 
-  const std::uint64_t buffer_size = file_size - 8 - header_size;
-  struct Entry {
-    NamedTensor tensor;
-    std::uint64_t begin = 0;
-    std::uint64_t end = 0;
-  };
-  std::vector<Entry> entries;
-  entries.reserve(header.size());
-  for (const auto& item : header.items()) {
-    // Named copies: older clang cannot capture structured bindings in lambdas.
-    const std::string& name = item.key();
-    const auto& info = item.value();
-    if (name == kMetadataKey) continue;
-    auto bad = [&](const std::string& what) { return error(fmt::format("tensor '{}': {}", name, what)); };
-    if (!info.is_object()) throw bad("the entry must be an object with dtype, shape and data_offsets");
-    const auto dtype = info.find("dtype");
-    if (dtype == info.end() || !dtype->is_string()) throw bad("missing \"dtype\" string");
-    if (dtype->get<std::string>() != "F32") {
-      throw bad(fmt::format("dtype \"{}\" is not supported (only F32)", dtype->get<std::string>()));
-    }
-    Entry e;
-    e.tensor.name = name;
-    const auto shape = info.find("shape");
-    if (shape == info.end() || !shape->is_array()) throw bad("missing \"shape\" array");
-    for (const auto& d : *shape) {
-      if (!d.is_number_unsigned()) throw bad(fmt::format("shape {} must hold non-negative integers", shape->dump()));
-      const auto u = d.get<std::uint64_t>();
-      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-        throw bad(fmt::format("shape {} has a dimension out of range", shape->dump()));
-      }
-      e.tensor.shape.push_back(static_cast<std::int64_t>(u));
-    }
-    const auto offsets = info.find("data_offsets");
-    if (offsets == info.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
-        !(*offsets)[1].is_number_unsigned()) {
-      throw bad("\"data_offsets\" must be [begin, end] with non-negative integers");
-    }
-    e.begin = (*offsets)[0].get<std::uint64_t>();
-    e.end = (*offsets)[1].get<std::uint64_t>();
-    if (e.begin > e.end || e.end > buffer_size) {
-      throw bad(fmt::format("data_offsets [{}, {}] lie outside the {}-byte data buffer", e.begin, e.end, buffer_size));
-    }
-    std::uint64_t elements = 0;
-    if (!Elements(e.tensor.shape, buffer_size / sizeof(float), &elements) ||
-        elements * sizeof(float) != e.end - e.begin) {
-      throw bad(fmt::format("shape {} does not match data_offsets [{}, {}] ({} bytes, 4 per F32 value)", shape->dump(),
-                            e.begin, e.end, e.end - e.begin));
-    }
-    entries.push_back(std::move(e));
+// One tensor's entry: F32, a shape of non-negative dimensions, and data
+// offsets inside the buffer that hold exactly its values.
+Entry ParseEntry(const std::string& name, const nlohmann::json& info, std::uint64_t buffer_size,
+                 const ErrorFor& error) {
+  auto bad = [&](const std::string& what) { return error(fmt::format("tensor '{}': {}", name, what)); };
+  if (!info.is_object()) throw bad("the entry must be an object with dtype, shape and data_offsets");
+  const auto dtype = info.find("dtype");
+  if (dtype == info.end() || !dtype->is_string()) throw bad("missing \"dtype\" string");
+  if (dtype->get<std::string>() != "F32") {
+    throw bad(fmt::format("dtype \"{}\" is not supported (only F32)", dtype->get<std::string>()));
   }
+  Entry e;
+  e.tensor.name = name;
+  const auto shape = info.find("shape");
+  if (shape == info.end() || !shape->is_array()) throw bad("missing \"shape\" array");
+  for (const auto& d : *shape) {
+    if (!d.is_number_unsigned()) throw bad(fmt::format("shape {} must hold non-negative integers", shape->dump()));
+    const auto u = d.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw bad(fmt::format("shape {} has a dimension out of range", shape->dump()));
+    }
+    e.tensor.shape.push_back(static_cast<std::int64_t>(u));
+  }
+  const auto offsets = info.find("data_offsets");
+  if (offsets == info.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+      !(*offsets)[1].is_number_unsigned()) {
+    throw bad("\"data_offsets\" must be [begin, end] with non-negative integers");
+  }
+  e.begin = (*offsets)[0].get<std::uint64_t>();
+  e.end = (*offsets)[1].get<std::uint64_t>();
+  if (e.begin > e.end || e.end > buffer_size) {
+    throw bad(fmt::format("data_offsets [{}, {}] lie outside the {}-byte data buffer", e.begin, e.end, buffer_size));
+  }
+  std::uint64_t elements = 0;
+  if (!Elements(e.tensor.shape, buffer_size / sizeof(float), &elements) || elements * sizeof(float) != e.end - e.begin) {
+    throw bad(fmt::format("shape {} does not match data_offsets [{}, {}] ({} bytes, 4 per F32 value)", shape->dump(),
+                          e.begin, e.end, e.end - e.begin));
+  }
+  return e;
+}
 
+// In offset order, the entries tile the data buffer: no gap, no overlap.
+void CheckTiling(std::vector<Entry>& entries, std::uint64_t buffer_size, const ErrorFor& error) {
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -198,7 +196,29 @@ std::vector<NamedTensor> ReadSafetensors(const std::string& path) {
   if (expected != buffer_size) {
     throw error(fmt::format("the tensors cover {} bytes but the data buffer holds {}", expected, buffer_size));
   }
+}
 
+}  // namespace
+
+std::vector<NamedTensor> ReadSafetensors(const std::string& path) {
+  const ErrorFor error = [&](const std::string& what) {
+    return ConfigError(fmt::format("safetensors file '{}': {}", path, what));
+  };
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw error(fmt::format("cannot open: {}", Errno()));
+  std::error_code ec;
+  const std::uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw error(fmt::format("cannot read its size: {}", ec.message()));
+  std::uint64_t header_size = 0;
+  const nlohmann::json header = ReadHeader(f.get(), file_size, error, &header_size);
+  const std::uint64_t buffer_size = file_size - 8 - header_size;
+  std::vector<Entry> entries;
+  entries.reserve(header.size());
+  for (const auto& item : header.items()) {
+    if (item.key() == kMetadataKey) continue;
+    entries.push_back(ParseEntry(item.key(), item.value(), buffer_size, error));
+  }
+  CheckTiling(entries, buffer_size, error);
   std::vector<NamedTensor> out;
   out.reserve(entries.size());
   for (Entry& e : entries) {

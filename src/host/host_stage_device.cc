@@ -20,7 +20,6 @@ namespace {
 ConstMatMap Matrix(const ConstView& v) {
   return ConstMatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last());
 }
-MatMap Matrix(const View& v) { return MatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last()); }
 
 class HostStageDevice final : public StageDevice {
  public:

@@ -392,9 +392,31 @@ class VZbSearch {
     }
   }
 
+  // One pass of the authors' greedy placement under the allowance
+  // `approved_in` (per stage; empty: none yet): the warm-up, then rounds of
+  // backwards and forwards, W's filling where a stage would otherwise wait.
   Result Attempt(bool fill_f, bool fill_b, const std::vector<double>& approved_in) {
-    const std::vector<double> approved = approved_in.empty() ? std::vector<double>(S_, -1.0) : approved_in;
-    const double max_approved = *std::max_element(approved.begin(), approved.end());
+    Reset(approved_in);
+    WarmUp();
+    for (int round = 0; round < 2 * M_; ++round) {
+      for (int i = 0; i < S_; ++i) {
+        while (mem_[i] + g_.memory[1] > g_.limit + kTolerance) PutW(i);
+      }
+      PlaceBackwards(fill_b);
+      PlaceForwards(fill_f);
+    }
+    for (int i = 0; i < S_; ++i) {
+      while (!pending_w_[i].empty()) PutW(i);
+    }
+    Result r;
+    r.max_bubble = MaxStageBubble(-1);
+    r.order = order_;
+    return r;
+  }
+
+  void Reset(const std::vector<double>& approved_in) {
+    approved_ = approved_in.empty() ? std::vector<double>(S_, -1.0) : approved_in;
+    max_approved_ = *std::max_element(approved_.begin(), approved_.end());
     count_.assign(S_, std::array<int, 6>{});
     end_.assign(6 * static_cast<std::size_t>(S_) * M_, -1.0);
     clock_.assign(S_, 0.0);
@@ -402,17 +424,33 @@ class VZbSearch {
     bubble_.assign(S_, 0.0);
     pending_w_.assign(S_, {});
     order_.assign(S_, {});
+  }
 
-    auto max_stage_bubble = [&](int stage) {
-      double b = *std::max_element(bubble_.begin(), bubble_.end());
-      if (stage >= 0) b = std::max(b, max_approved - approved[stage]);
-      return b;
-    };
-    // The authors index end_time[-1] (the last entry) where no producer
-    // exists; kept so the choices match theirs.
-    auto end_or_last = [&](long long id) { return id >= 0 ? end_[id] : end_.back(); };
-    const double f_mem = g_.memory[0], w_cost = g_.cost[2];
+  double MaxStageBubble(int stage) const {
+    double b = *std::max_element(bubble_.begin(), bubble_.end());
+    if (stage >= 0) b = std::max(b, max_approved_ - approved_[stage]);
+    return b;
+  }
+  // The authors index end_time[-1] (the last entry) where no producer
+  // exists; kept so the choices match theirs.
+  double EndOrLast(long long id) const { return id >= 0 ? end_[id] : end_.back(); }
 
+  // Before a stage's unit that waits for `from`: W's while they fit before
+  // it arrives, and one more where the wait would exceed the stage's share
+  // of the bubble and `fill` allows.
+  void FillWaitWithW(int i, long long from, bool fill) {
+    const double w_cost = g_.cost[2];
+    while (!pending_w_[i].empty() && from >= 0 && end_[from] + g_.comm >= clock_[i] + w_cost) PutW(i);
+    if (!pending_w_[i].empty() && EndOrLast(from) + g_.comm - clock_[i] > MaxStageBubble(i) - bubble_[i]) {
+      if (fill) PutW(i);
+    }
+  }
+
+  // The forwards of chunk 0 down the V, chunk 1's first back up as memory
+  // and arrivals allow, then each stage's forwards until it has as many as
+  // the one before it.
+  void WarmUp() {
+    const double f_mem = g_.memory[0];
     for (int i = 0; i < S_; ++i) Put(0, 0, i);
     for (int i = S_ - 1; i >= 0; --i) {
       if (i == S_ - 1) {
@@ -436,66 +474,58 @@ class VZbSearch {
         chunk = 1 - chunk;
       }
     }
-    for (int round = 0; round < 2 * M_; ++round) {
-      for (int i = 0; i < S_; ++i) {
-        while (mem_[i] + g_.memory[1] > g_.limit + kTolerance) PutW(i);
-      }
-      std::vector<int> b0, b1;
-      for (int i = 0; i < S_; ++i) {
-        if (count_[i][3] >= count_[i][2]) {
-          b0.push_back(i);
-        } else if (i == S_ - 1) {
-          b1.push_back(i);
-        } else if (end_[Id(1, 1, i + 1, count_[i][3])] >= 0 || count_[i][2] >= M_) {
-          b1.push_back(i);
-        } else {
-          b0.push_back(i);
-        }
-      }
-      std::vector<std::pair<int, int>> backwards;  // (rank, chunk)
-      for (auto it = b1.rbegin(); it != b1.rend(); ++it) backwards.push_back({*it, 1});
-      for (int i : b0) backwards.push_back({i, 0});
-      for (const auto& [i, c] : backwards) {
-        long long from = -1;
-        if (c == 1 && i < S_ - 1) from = static_cast<long long>(Id(1, 1, i + 1, count_[i][3]));
-        if (c == 0 && i > 0) from = static_cast<long long>(Id(1, 0, i - 1, count_[i][2]));
-        while (!pending_w_[i].empty() && from >= 0 && end_[from] + g_.comm >= clock_[i] + w_cost) PutW(i);
-        if (!pending_w_[i].empty() && end_or_last(from) + g_.comm - clock_[i] > max_stage_bubble(i) - bubble_[i]) {
-          if (c == 1 || fill_b) PutW(i);
-        }
-        Put(1, c, i);
-      }
-      for (int i = 0; i < S_; ++i) {
-        if (count_[i][1] >= M_) continue;
-        int item = -1;
-        if (count_[i][1] >= count_[i][0]) {
-          item = 0;
-        } else if (i == S_ - 1) {
-          item = 1;
-        } else if (end_[Id(0, 1, i + 1, count_[i][1])] >= 0) {
-          item = 1;
-        } else if (count_[i][0] < M_) {
-          if (i == 0 || end_[Id(0, 0, i - 1, count_[i][0])] >= 0) item = 0;
-        }
-        if (item < 0) continue;
-        while (mem_[i] + f_mem > g_.limit + kTolerance) PutW(i);
-        long long from = -1;
-        if (item == 0 && i > 0) from = static_cast<long long>(Id(0, 0, i - 1, count_[i][0]));
-        if (item == 1 && i < S_ - 1) from = static_cast<long long>(Id(0, 1, i + 1, count_[i][1]));
-        while (!pending_w_[i].empty() && from >= 0 && end_[from] + g_.comm >= clock_[i] + w_cost) PutW(i);
-        if (!pending_w_[i].empty() && end_or_last(from) + g_.comm - clock_[i] > max_stage_bubble(i) - bubble_[i]) {
-          if (fill_f) PutW(i);
-        }
-        Put(0, item, i);
-      }
-    }
+  }
+
+  // A round's backwards: chunk 1's (where their input gradient has come)
+  // from the bottom of the V up, then chunk 0's.
+  void PlaceBackwards(bool fill_b) {
+    std::vector<int> b0, b1;
     for (int i = 0; i < S_; ++i) {
-      while (!pending_w_[i].empty()) PutW(i);
+      if (count_[i][3] >= count_[i][2]) {
+        b0.push_back(i);
+      } else if (i == S_ - 1) {
+        b1.push_back(i);
+      } else if (end_[Id(1, 1, i + 1, count_[i][3])] >= 0 || count_[i][2] >= M_) {
+        b1.push_back(i);
+      } else {
+        b0.push_back(i);
+      }
     }
-    Result r;
-    r.max_bubble = max_stage_bubble(-1);
-    r.order = order_;
-    return r;
+    std::vector<std::pair<int, int>> backwards;  // (rank, chunk)
+    for (auto it = b1.rbegin(); it != b1.rend(); ++it) backwards.push_back({*it, 1});
+    for (int i : b0) backwards.push_back({i, 0});
+    for (const auto& [i, c] : backwards) {
+      long long from = -1;
+      if (c == 1 && i < S_ - 1) from = static_cast<long long>(Id(1, 1, i + 1, count_[i][3]));
+      if (c == 0 && i > 0) from = static_cast<long long>(Id(1, 0, i - 1, count_[i][2]));
+      FillWaitWithW(i, from, c == 1 || fill_b);
+      Put(1, c, i);
+    }
+  }
+
+  // A round's forwards: on each stage, the chunk whose input is there.
+  void PlaceForwards(bool fill_f) {
+    const double f_mem = g_.memory[0];
+    for (int i = 0; i < S_; ++i) {
+      if (count_[i][1] >= M_) continue;
+      int item = -1;
+      if (count_[i][1] >= count_[i][0]) {
+        item = 0;
+      } else if (i == S_ - 1) {
+        item = 1;
+      } else if (end_[Id(0, 1, i + 1, count_[i][1])] >= 0) {
+        item = 1;
+      } else if (count_[i][0] < M_) {
+        if (i == 0 || end_[Id(0, 0, i - 1, count_[i][0])] >= 0) item = 0;
+      }
+      if (item < 0) continue;
+      while (mem_[i] + f_mem > g_.limit + kTolerance) PutW(i);
+      long long from = -1;
+      if (item == 0 && i > 0) from = static_cast<long long>(Id(0, 0, i - 1, count_[i][0]));
+      if (item == 1 && i < S_ - 1) from = static_cast<long long>(Id(0, 1, i + 1, count_[i][1]));
+      FillWaitWithW(i, from, fill_f);
+      Put(0, item, i);
+    }
   }
 
   void PutW(int stage) {
@@ -540,6 +570,8 @@ class VZbSearch {
   std::vector<double> end_, clock_, mem_, bubble_;
   std::vector<std::deque<int>> pending_w_;  // per rank: chunks of I's whose W has not run
   std::vector<std::vector<Action>> order_;
+  std::vector<double> approved_;  // per stage: the bubble an attempt may leave (-1: none given)
+  double max_approved_ = -1;
 };
 
 }  // namespace

@@ -449,32 +449,39 @@ void DrawDenseBoxes(Buffer& buf, const std::vector<Box>& boxes, const Geometry& 
   if (!boxes.empty()) fmt::format_to(it, "\"/>\n");
 }
 
-}  // namespace
-
-void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
-  const int ranks = std::max(result.ranks, static_cast<int>(result.timeline.size()));
-  const std::vector<std::vector<int>> rank_stages = RankStages(result, ranks);
-
-  // ---- What to draw ----
+// What a timeline holds to draw: its boxes (an OVERLAP_F_B unit as its F,
+// left half, and its B, right half, inside one outline), which kinds occur,
+// the chunks, the time the axis spans and the boxes' durations.
+struct Scene {
+  int ranks = 0;
+  int chunks = 1;
+  std::vector<std::vector<int>> rank_stages;
   std::vector<Box> boxes;
   std::array<bool, kKindStyles.size()> kind_present{};
-  // An OVERLAP_F_B unit is drawn as its F (left half) and its B (right
-  // half) inside one outline. The halves live here; reserved up front so the
-  // boxes' pointers to them stay valid.
+  // The halves of the overlapped units (reserved up front so the boxes'
+  // pointers to them stay valid) and the units to outline (rank, unit).
+  std::vector<TimedAction> halves;
+  std::vector<std::pair<int, const TimedAction*>> units;
+  double time_end = 0;
+  std::vector<double> durations;
+  std::vector<std::vector<Rgb>> fills;  // [style][chunk]
+};
+
+Scene Collect(const SimResult& result, double axis_end) {
+  Scene sc;
+  sc.ranks = std::max(result.ranks, static_cast<int>(result.timeline.size()));
+  sc.rank_stages = RankStages(result, sc.ranks);
   std::size_t overlapped = 0;
   for (const auto& row : result.timeline) {
     overlapped += static_cast<std::size_t>(std::count_if(
         row.begin(), row.end(), [](const TimedAction& t) { return t.action.kind == ActionKind::kOverlapFB; }));
   }
-  std::vector<TimedAction> halves;
-  halves.reserve(2 * overlapped);
-  std::vector<std::pair<int, const TimedAction*>> units;  // (rank, unit) to outline
-  units.reserve(overlapped);
-  int chunks = std::max(1, result.chunks);
-  for (const auto& stages : rank_stages) chunks = std::max(chunks, static_cast<int>(stages.size()));
-  double time_end = std::isfinite(result.makespan) ? std::max(0.0, result.makespan) : 0.0;
-  if (std::isfinite(axis_end)) time_end = std::max(time_end, axis_end);
-  std::vector<double> durations;
+  sc.halves.reserve(2 * overlapped);
+  sc.units.reserve(overlapped);
+  sc.chunks = std::max(1, result.chunks);
+  for (const auto& stages : sc.rank_stages) sc.chunks = std::max(sc.chunks, static_cast<int>(stages.size()));
+  sc.time_end = std::isfinite(result.makespan) ? std::max(0.0, result.makespan) : 0.0;
+  if (std::isfinite(axis_end)) sc.time_end = std::max(sc.time_end, axis_end);
   for (int rank = 0; rank < static_cast<int>(result.timeline.size()); ++rank) {
     for (const TimedAction& unit : result.timeline[rank]) {
       if (!std::isfinite(unit.start) || !std::isfinite(unit.end)) continue;
@@ -482,223 +489,262 @@ void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
       if (unit.action.kind == ActionKind::kOverlapFB) {
         const double middle = (unit.start + unit.end) / 2;
         const Action& a = unit.action;
-        halves.push_back({Action{a.stage, ActionKind::kForward, a.microbatch}, unit.start, middle});
-        parts[0] = &halves.back();
-        halves.push_back({Action{a.backward_stage, ActionKind::kBackward, a.backward_microbatch}, middle, unit.end});
-        parts[1] = &halves.back();
-        units.push_back({rank, &unit});
+        sc.halves.push_back({Action{a.stage, ActionKind::kForward, a.microbatch}, unit.start, middle});
+        parts[0] = &sc.halves.back();
+        sc.halves.push_back({Action{a.backward_stage, ActionKind::kBackward, a.backward_microbatch}, middle, unit.end});
+        parts[1] = &sc.halves.back();
+        sc.units.push_back({rank, &unit});
       }
       for (const TimedAction* part : parts) {
         if (part == nullptr) continue;
         const TimedAction& t = *part;
         const int style = KindIndex(t.action.kind);
         if (style < 0) continue;
-        const int chunk = std::min(ChunkOf(rank_stages[rank], t.action.stage), chunks - 1);
-        boxes.push_back({rank, style, chunk, &t});
-        kind_present[style] = true;
-        time_end = std::max(time_end, t.end);
-        if (t.end > t.start) durations.push_back(t.end - t.start);
+        const int chunk = std::min(ChunkOf(sc.rank_stages[rank], t.action.stage), sc.chunks - 1);
+        sc.boxes.push_back({rank, style, chunk, &t});
+        sc.kind_present[style] = true;
+        sc.time_end = std::max(sc.time_end, t.end);
+        if (t.end > t.start) sc.durations.push_back(t.end - t.start);
       }
     }
   }
-  if (!(time_end > 0)) time_end = 1;  // nothing ran: still draw the empty rows
-  std::vector<std::vector<Rgb>> fills(kKindStyles.size());
+  if (!(sc.time_end > 0)) sc.time_end = 1;  // nothing ran: still draw the empty rows
+  sc.fills.resize(kKindStyles.size());
   for (std::size_t s = 0; s < kKindStyles.size(); ++s) {
-    for (int c = 0; c < chunks; ++c) {
-      fills[s].push_back(ChunkShade(kKindStyles[s].color, c, chunks));
-    }
+    for (int c = 0; c < sc.chunks; ++c) sc.fills[s].push_back(ChunkShade(kKindStyles[s].color, c, sc.chunks));
   }
+  return sc;
+}
 
-  // ---- Scale ----
-  // The short end of the common durations (F, I, W rather than B) sets the
-  // scale, so the short boxes still hold their numbers.
-  double typical = time_end / 8;
-  if (!durations.empty()) {
-    auto short_end = durations.begin() + static_cast<std::ptrdiff_t>(durations.size() / 5);
-    std::nth_element(durations.begin(), short_end, durations.end());
+struct LegendItem {
+  int style;
+  std::string text;
+};
+
+// Where everything goes: the scale (the short end of the common durations,
+// F, I, W rather than B, sets it, so the short boxes still hold their
+// numbers), the rows, the texts and the picture's size.
+struct Layout {
+  Geometry g;
+  double plot_width = 0, row_gap = 0;
+  bool detailed = false;
+  std::string title, subtitle;
+  int label_every = 1;
+  double label_font = 0;
+  std::vector<LegendItem> legend;
+  std::string chunk_note, overlap_note;
+  double title_y = 0, subtitle_y = 0, legend_y = 0, rows_bottom = 0, axis_y = 0, width = 0, height = 0;
+};
+
+Layout Arrange(const SimResult& result, Scene& sc) {
+  Layout l;
+  double typical = sc.time_end / 8;
+  if (!sc.durations.empty()) {
+    auto short_end = sc.durations.begin() + static_cast<std::ptrdiff_t>(sc.durations.size() / 5);
+    std::nth_element(sc.durations.begin(), short_end, sc.durations.end());
     typical = *short_end;
   }
-  const double plot_width =
-      std::clamp(time_end / typical * kTargetBoxWidth, kMinPlotWidth, kMaxPlotWidth);
-  Geometry g;
-  g.px_per_unit = plot_width / time_end;
-  g.row_pitch =
-      std::clamp(std::floor(kRowsHeight / std::max(1, ranks)), kMinRowPitch, kMaxRowPitch);
-  const double row_gap = g.row_pitch >= 16 ? 4 : g.row_pitch >= 8 ? 2 : 1;
-  g.row_height = g.row_pitch - row_gap;
-  const bool detailed =
-      boxes.size() <= kMaxDetailedBoxes && typical * g.px_per_unit >= kMinDetailedBoxWidth;
+  l.plot_width = std::clamp(sc.time_end / typical * kTargetBoxWidth, kMinPlotWidth, kMaxPlotWidth);
+  Geometry& g = l.g;
+  g.px_per_unit = l.plot_width / sc.time_end;
+  g.row_pitch = std::clamp(std::floor(kRowsHeight / std::max(1, sc.ranks)), kMinRowPitch, kMaxRowPitch);
+  l.row_gap = g.row_pitch >= 16 ? 4 : g.row_pitch >= 8 ? 2 : 1;
+  g.row_height = g.row_pitch - l.row_gap;
+  l.detailed = sc.boxes.size() <= kMaxDetailedBoxes && typical * g.px_per_unit >= kMinDetailedBoxWidth;
 
-  // ---- Text ----
-  const std::string title = result.schedule.empty() ? "schedule" : result.schedule;
-  const int shown_ranks = result.ranks > 0 ? result.ranks : ranks;
-  const std::string chunk_text =
-      result.chunks > 0 ? std::to_string(result.chunks) : std::to_string(chunks);
-  std::string subtitle = fmt::format("p = {} · m = {} · v = {}    makespan {} · bubble {} %",
-                                     shown_ranks, result.microbatches, chunk_text,
-                                     Num(result.makespan, 3), Num(100 * result.bubble_rate, 1));
+  l.title = result.schedule.empty() ? "schedule" : result.schedule;
+  const int shown_ranks = result.ranks > 0 ? result.ranks : sc.ranks;
+  const std::string chunk_text = result.chunks > 0 ? std::to_string(result.chunks) : std::to_string(sc.chunks);
+  l.subtitle = fmt::format("p = {} · m = {} · v = {}    makespan {} · bubble {} %", shown_ranks, result.microbatches,
+                           chunk_text, Num(result.makespan, 3), Num(100 * result.bubble_rate, 1));
   if (std::abs(result.span_bubble_rate - result.bubble_rate) >= 0.0005) {
-    subtitle += fmt::format(" (span {} %)", Num(100 * result.span_bubble_rate, 1));
+    l.subtitle += fmt::format(" (span {} %)", Num(100 * result.span_bubble_rate, 1));
   }
-
   // Label every rank while the labels fit their rows, else every k-th.
-  const int label_every = static_cast<int>(std::ceil(kLabelFont * 1.1 / g.row_pitch));
-  const double label_font = std::min(kLabelFont, std::max(8.0, g.row_pitch * 0.75));
-  const double label_width = TextWidth(fmt::format("rank {}", std::max(0, ranks - 1)), label_font);
+  l.label_every = static_cast<int>(std::ceil(kLabelFont * 1.1 / g.row_pitch));
+  l.label_font = std::min(kLabelFont, std::max(8.0, g.row_pitch * 0.75));
+  const double label_width = TextWidth(fmt::format("rank {}", std::max(0, sc.ranks - 1)), l.label_font);
   g.left = std::round(kMargin + label_width + 8);
 
   // Legend entries and their widths, to lay them out on one line.
-  struct LegendItem {
-    int style;
-    std::string text;
-  };
-  std::vector<LegendItem> legend;
   for (std::size_t s = 0; s < kKindStyles.size(); ++s) {
-    if (!kind_present[s]) continue;
-    legend.push_back(
-        {static_cast<int>(s), fmt::format("{}  {}", kKindStyles[s].name, kKindStyles[s].label)});
+    if (sc.kind_present[s]) l.legend.push_back({static_cast<int>(s), fmt::format("{}  {}", kKindStyles[s].name, kKindStyles[s].label)});
   }
-  const std::string chunk_note =
-      chunks > 1 ? (chunks == 2 ? "light = chunk 1"
-                                : fmt::format("lighter = later chunk (0…{})", chunks - 1))
-                 : "";
-  const double swatch_group = chunks * kLegendSwatch;
+  l.chunk_note = sc.chunks > 1 ? (sc.chunks == 2 ? "light = chunk 1" : fmt::format("lighter = later chunk (0…{})", sc.chunks - 1))
+                               : "";
   double legend_width = 0;
-  for (const LegendItem& item : legend) {
-    legend_width += swatch_group + 5 + TextWidth(item.text, kLegendFont) + 18;
+  for (const LegendItem& item : l.legend) {
+    legend_width += sc.chunks * kLegendSwatch + 5 + TextWidth(item.text, kLegendFont) + 18;
   }
-  if (!chunk_note.empty()) legend_width += TextWidth(chunk_note, kLegendFont);
-  const std::string overlap_note = units.empty() ? "" : "outlined: an F and a B run as one OVERLAP_F_B unit";
-  if (!overlap_note.empty()) legend_width += 18 + TextWidth(overlap_note, kLegendFont);
+  if (!l.chunk_note.empty()) legend_width += TextWidth(l.chunk_note, kLegendFont);
+  l.overlap_note = sc.units.empty() ? "" : "outlined: an F and a B run as one OVERLAP_F_B unit";
+  if (!l.overlap_note.empty()) legend_width += 18 + TextWidth(l.overlap_note, kLegendFont);
 
-  const double title_y = kMargin + kTitleFont;
-  const double subtitle_y = title_y + kSubtitleFont + 7;
-  const double legend_y = subtitle_y + 12;  // top of the swatches
-  g.rows_top = legend_y + kLegendSwatch + 14;
-  const double rows_bottom = g.rows_top + ranks * g.row_pitch - row_gap;
-  const double axis_y = rows_bottom + 5;
-  const double height = axis_y + 5 + kTickFont + 6 + kTickFont + kMargin;
-  const double width =
-      std::max({g.X(time_end) + kMargin + 4, kMargin * 2 + TextWidth(title, kTitleFont, true),
-                kMargin * 2 + TextWidth(subtitle, kSubtitleFont), g.left + legend_width + kMargin});
+  l.title_y = kMargin + kTitleFont;
+  l.subtitle_y = l.title_y + kSubtitleFont + 7;
+  l.legend_y = l.subtitle_y + 12;  // top of the swatches
+  g.rows_top = l.legend_y + kLegendSwatch + 14;
+  l.rows_bottom = g.rows_top + sc.ranks * g.row_pitch - l.row_gap;
+  l.axis_y = l.rows_bottom + 5;
+  l.height = l.axis_y + 5 + kTickFont + 6 + kTickFont + kMargin;
+  l.width = std::max({g.X(sc.time_end) + kMargin + 4, kMargin * 2 + TextWidth(l.title, kTitleFont, true),
+                      kMargin * 2 + TextWidth(l.subtitle, kSubtitleFont), g.left + legend_width + kMargin});
+  return l;
+}
 
-  Buffer buf;
+// The <svg> element's start, the title and the metrics.
+void DrawHeader(Buffer& buf, const Layout& l) {
   auto it = std::back_inserter(buf);
   fmt::format_to(it,
                  "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" "
                  "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"{2}\">\n",
-                 Num(std::ceil(width)), Num(std::ceil(height)), kFontFamily);
-  fmt::format_to(it, "<title>{}</title>\n", XmlEscape(title));
+                 Num(std::ceil(l.width)), Num(std::ceil(l.height)), kFontFamily);
+  fmt::format_to(it, "<title>{}</title>\n", XmlEscape(l.title));
   fmt::format_to(it, "<rect width=\"100%\" height=\"100%\" fill=\"{}\"/>\n", kBackground);
-
-  // Title and metrics.
   fmt::format_to(it,
                  "<text x=\"{}\" y=\"{}\" font-size=\"{}\" font-weight=\"bold\" fill=\"{}\">{}"
                  "</text>\n",
-                 Num(kMargin), Num(title_y), Num(kTitleFont), kInk, XmlEscape(title));
-  fmt::format_to(
-      it, "<text x=\"{}\" y=\"{}\" font-size=\"{}\" fill=\"{}\" xml:space=\"preserve\">{}</text>\n",
-      Num(kMargin), Num(subtitle_y), Num(kSubtitleFont), kMuted, XmlEscape(subtitle));
+                 Num(kMargin), Num(l.title_y), Num(kTitleFont), kInk, XmlEscape(l.title));
+  fmt::format_to(it, "<text x=\"{}\" y=\"{}\" font-size=\"{}\" fill=\"{}\" xml:space=\"preserve\">{}</text>\n",
+                 Num(kMargin), Num(l.subtitle_y), Num(kSubtitleFont), kMuted, XmlEscape(l.subtitle));
+}
 
-  // Legend.
-  double lx = g.left;
+// One swatch per chunk and the kind's name for every kind drawn; the notes.
+void DrawLegend(Buffer& buf, const Layout& l, const Scene& sc) {
+  auto it = std::back_inserter(buf);
+  double lx = l.g.left;
   fmt::format_to(it, "<g class=\"legend\" font-size=\"{}\" fill=\"{}\" xml:space=\"preserve\">\n",
                  Num(kLegendFont), kInk);
-  for (const LegendItem& item : legend) {
-    for (int c = 0; c < chunks; ++c) {
+  for (const LegendItem& item : l.legend) {
+    for (int c = 0; c < sc.chunks; ++c) {
       fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n",
-                     Num(lx + c * kLegendSwatch), Num(legend_y), Num(kLegendSwatch),
-                     Num(kLegendSwatch), Hex(fills[item.style][c]));
+                     Num(lx + c * kLegendSwatch), Num(l.legend_y), Num(kLegendSwatch), Num(kLegendSwatch),
+                     Hex(sc.fills[item.style][c]));
     }
-    lx += swatch_group + 5;
-    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">{}</text>\n", Num(lx),
-                   Num(legend_y + kLegendSwatch - 1), XmlEscape(item.text));
+    lx += sc.chunks * kLegendSwatch + 5;
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">{}</text>\n", Num(lx), Num(l.legend_y + kLegendSwatch - 1),
+                   XmlEscape(item.text));
     lx += TextWidth(item.text, kLegendFont) + 18;
   }
-  if (!chunk_note.empty()) {
+  if (!l.chunk_note.empty()) {
     fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", Num(lx),
-                   Num(legend_y + kLegendSwatch - 1), kMuted, XmlEscape(chunk_note));
-    lx += TextWidth(chunk_note, kLegendFont) + 18;
+                   Num(l.legend_y + kLegendSwatch - 1), kMuted, XmlEscape(l.chunk_note));
+    lx += TextWidth(l.chunk_note, kLegendFont) + 18;
   }
-  if (!overlap_note.empty()) {
-    fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", Num(lx), Num(legend_y + kLegendSwatch - 1),
-                   kMuted, XmlEscape(overlap_note));
+  if (!l.overlap_note.empty()) {
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", Num(lx),
+                   Num(l.legend_y + kLegendSwatch - 1), kMuted, XmlEscape(l.overlap_note));
   }
   fmt::format_to(it, "</g>\n");
+}
 
-  // Row bands and rank labels.
+// Row bands and rank labels.
+void DrawRows(Buffer& buf, const Layout& l, int ranks) {
+  auto it = std::back_inserter(buf);
   fmt::format_to(it, "<g class=\"bands\" fill=\"{}\">\n", kRowBand);
   for (int rank = 0; rank < ranks; ++rank) {
-    fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", Num(g.left),
-                   Num(g.RowY(rank)), Num(plot_width), Num(g.row_height));
+    fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", Num(l.g.left),
+                   Num(l.g.RowY(rank)), Num(l.plot_width), Num(l.g.row_height));
   }
   fmt::format_to(it, "</g>\n");
   fmt::format_to(it, "<g class=\"ranks\" font-size=\"{}\" fill=\"{}\" text-anchor=\"end\">\n",
-                 Num(label_font), kInk);
-  for (int rank = 0; rank < ranks; rank += label_every) {
-    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">rank {}</text>\n", Num(g.left - 8),
-                   Num(g.RowY(rank) + g.row_height / 2 + 0.35 * label_font), rank);
+                 Num(l.label_font), kInk);
+  for (int rank = 0; rank < ranks; rank += l.label_every) {
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">rank {}</text>\n", Num(l.g.left - 8),
+                   Num(l.g.RowY(rank) + l.g.row_height / 2 + 0.35 * l.label_font), rank);
   }
   fmt::format_to(it, "</g>\n");
+}
 
-  // Time grid: ticks every 1-2-5 step, at least ~60 px apart.
-  const double step = TickStep(time_end, std::clamp(plot_width / 60, 2.0, 12.0));
-  const int tick_decimals = std::max(0, -static_cast<int>(std::floor(std::log10(step) + 1e-9)));
-  std::vector<double> ticks;
-  for (int k = 0; k * step <= time_end * (1 + 1e-9); ++k) ticks.push_back(k * step);
-  // Gridlines go under the boxes: visible in idle time, hidden elsewhere.
-  fmt::format_to(it, "<g class=\"grid\" stroke=\"{}\" stroke-width=\"1\">\n", kBackground);
-  for (double t : ticks) {
-    if (t == 0) continue;
-    fmt::format_to(it, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", Num(g.TickX(t)),
-                   Num(g.rows_top), Num(rows_bottom));
-  }
-  fmt::format_to(it, "</g>\n");
-
-  // The boxes. `boxes` is in rank, then time order until it is sorted here.
+// The boxes, in kind and chunk order (one path per colour when dense), and
+// the overlapped units' outlines. `boxes` is in rank, then time order until
+// it is sorted here.
+void DrawBoxes(Buffer& buf, const Layout& l, Scene& sc) {
+  auto it = std::back_inserter(buf);
   Buffer separators;
-  if (detailed) DrawSeparators(separators, boxes, g);
-  std::stable_sort(boxes.begin(), boxes.end(), [](const Box& a, const Box& b) {
+  if (l.detailed) DrawSeparators(separators, sc.boxes, l.g);
+  std::stable_sort(sc.boxes.begin(), sc.boxes.end(), [](const Box& a, const Box& b) {
     if (a.style != b.style) return a.style < b.style;
     if (a.chunk != b.chunk) return a.chunk < b.chunk;
     return a.rank < b.rank;
   });
-  if (detailed) {
-    DrawDetailedBoxes(buf, boxes, g, fills, boxes.size() <= kMaxTooltipBoxes);
+  if (l.detailed) {
+    DrawDetailedBoxes(buf, sc.boxes, l.g, sc.fills, sc.boxes.size() <= kMaxTooltipBoxes);
     buf.append(separators);
-    DrawBoxLabels(buf, boxes, g, fills);
+    DrawBoxLabels(buf, sc.boxes, l.g, sc.fills);
   } else {
-    DrawDenseBoxes(buf, boxes, g, fills);
+    DrawDenseBoxes(buf, sc.boxes, l.g, sc.fills);
   }
-  if (!units.empty()) {
-    fmt::format_to(it, "<g class=\"overlap\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\">\n", kInk);
-    for (const auto& [rank, unit] : units) {
-      const auto [x0, x1] = g.PixelSpan(*unit);
-      fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", Num(x0 + 0.75),
-                     Num(g.RowY(rank) + 0.75), Num(std::max(x1 - x0 - 1.5, kMinBoxWidth)), Num(g.row_height - 1.5));
-    }
-    fmt::format_to(it, "</g>\n");
-  }
-
-  // Time axis.
-  fmt::format_to(it, "<g class=\"axis\" stroke=\"{}\" stroke-width=\"1\">\n", kMuted);
-  fmt::format_to(it, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\"/>\n", Num(g.left),
-                 Num(g.X(time_end)), Num(axis_y + 0.5));
-  for (double t : ticks) {
-    fmt::format_to(it, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", Num(g.TickX(t)),
-                   Num(axis_y + 0.5), Num(axis_y + 5));
+  if (sc.units.empty()) return;
+  fmt::format_to(it, "<g class=\"overlap\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\">\n", kInk);
+  for (const auto& [rank, unit] : sc.units) {
+    const auto [x0, x1] = l.g.PixelSpan(*unit);
+    fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", Num(x0 + 0.75),
+                   Num(l.g.RowY(rank) + 0.75), Num(std::max(x1 - x0 - 1.5, kMinBoxWidth)), Num(l.g.row_height - 1.5));
   }
   fmt::format_to(it, "</g>\n");
-  fmt::format_to(it, "<g class=\"ticks\" font-size=\"{}\" fill=\"{}\" text-anchor=\"middle\">\n",
-                 Num(kTickFont), kMuted);
-  for (double t : ticks) {
-    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">{}</text>\n", Num(g.X(t)),
-                   Num(axis_y + 5 + kTickFont), Num(t, tick_decimals));
-  }
-  fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">time</text>\n",
-                 Num(g.left + plot_width / 2), Num(axis_y + 5 + kTickFont + 6 + kTickFont), kInk);
-  fmt::format_to(it, "</g>\n</svg>\n");
+}
 
+// The time axis and its ticks (every 1-2-5 step, at least ~60 px apart),
+// and the gridlines under the boxes (visible in idle time only): drawn in
+// two parts around the boxes.
+struct Ticks {
+  std::vector<double> at;
+  int decimals = 0;
+};
+Ticks TicksOf(const Layout& l, double time_end) {
+  Ticks t;
+  const double step = TickStep(time_end, std::clamp(l.plot_width / 60, 2.0, 12.0));
+  t.decimals = std::max(0, -static_cast<int>(std::floor(std::log10(step) + 1e-9)));
+  for (int k = 0; k * step <= time_end * (1 + 1e-9); ++k) t.at.push_back(k * step);
+  return t;
+}
+
+void DrawGrid(Buffer& buf, const Layout& l, const Ticks& ticks) {
+  auto it = std::back_inserter(buf);
+  fmt::format_to(it, "<g class=\"grid\" stroke=\"{}\" stroke-width=\"1\">\n", kBackground);
+  for (double t : ticks.at) {
+    if (t == 0) continue;
+    fmt::format_to(it, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", Num(l.g.TickX(t)),
+                   Num(l.g.rows_top), Num(l.rows_bottom));
+  }
+  fmt::format_to(it, "</g>\n");
+}
+
+void DrawAxis(Buffer& buf, const Layout& l, const Ticks& ticks, double time_end) {
+  auto it = std::back_inserter(buf);
+  fmt::format_to(it, "<g class=\"axis\" stroke=\"{}\" stroke-width=\"1\">\n", kMuted);
+  fmt::format_to(it, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\"/>\n", Num(l.g.left),
+                 Num(l.g.X(time_end)), Num(l.axis_y + 0.5));
+  for (double t : ticks.at) {
+    fmt::format_to(it, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>\n", Num(l.g.TickX(t)),
+                   Num(l.axis_y + 0.5), Num(l.axis_y + 5));
+  }
+  fmt::format_to(it, "</g>\n");
+  fmt::format_to(it, "<g class=\"ticks\" font-size=\"{}\" fill=\"{}\" text-anchor=\"middle\">\n", Num(kTickFont),
+                 kMuted);
+  for (double t : ticks.at) {
+    fmt::format_to(it, "<text x=\"{}\" y=\"{}\">{}</text>\n", Num(l.g.X(t)), Num(l.axis_y + 5 + kTickFont),
+                   Num(t, ticks.decimals));
+  }
+  fmt::format_to(it, "<text x=\"{}\" y=\"{}\" fill=\"{}\">time</text>\n", Num(l.g.left + l.plot_width / 2),
+                 Num(l.axis_y + 5 + kTickFont + 6 + kTickFont), kInk);
+  fmt::format_to(it, "</g>\n</svg>\n");
+}
+
+}  // namespace
+
+void WriteSvg(const SimResult& result, std::ostream& out, double axis_end) {
+  Scene scene = Collect(result, axis_end);
+  const Layout layout = Arrange(result, scene);
+  const Ticks ticks = TicksOf(layout, scene.time_end);
+  Buffer buf;
+  DrawHeader(buf, layout);
+  DrawLegend(buf, layout, scene);
+  DrawRows(buf, layout, scene.ranks);
+  DrawGrid(buf, layout, ticks);
+  DrawBoxes(buf, layout, scene);
+  DrawAxis(buf, layout, ticks, scene.time_end);
   out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
 }
 
