@@ -7,6 +7,8 @@
 // settings.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -670,6 +672,8 @@ struct BadLayout {
   const char* message;  // after "t.yaml:6:11: pipeline.layout: "
 };
 
+void PrintTo(const BadLayout& b, std::ostream* os) { *os << "layout \"" << b.layout << "\""; }
+
 class LayoutRules : public ::testing::TestWithParam<BadLayout> {};
 
 TEST_P(LayoutRules, AreEachOneLocatedError) {
@@ -1043,6 +1047,8 @@ struct BadValue {
   const char* set;
   const char* message;
 };
+
+void PrintTo(const BadValue& b, std::ostream* os) { *os << "--set " << b.set; }
 
 class EveryKeyIsChecked : public ::testing::TestWithParam<BadValue> {};
 

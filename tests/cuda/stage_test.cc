@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -32,6 +34,11 @@ struct Case {
   Checkpointing policy = Checkpointing::kNone;
   bool split = false;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "layers " << c.first << ".." << c.last - 1 << ", checkpointing " << EnumName(c.policy)
+      << (c.split ? ", split backward" : "");
+}
 
 // The run settings that put layers [first, last) of tiny.yaml on one rank's
 // only stage, and that rank: 4 rows per microbatch; ZB-H1 splits backward.

@@ -9,6 +9,8 @@
 // set, and together they report the one-rank run's loss.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -38,6 +40,12 @@ struct Case {
   std::string schedule, optimizer;
   int zero;
 };
+
+// ctest lists a case by what it runs, not by its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.replicas << " replicas of a " << c.pipeline << "-rank " << c.schedule << " pipeline, " << c.optimizer
+      << (c.zero ? ", ZeRO" : "");
+}
 
 class DataParallel : public ::testing::TestWithParam<Case> {};
 

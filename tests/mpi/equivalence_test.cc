@@ -4,6 +4,8 @@
 // one rank (1f1b, no checkpointing) within 1e-5 relative.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -38,6 +40,11 @@ struct Case {
   std::string checkpointing;
   int ranks;
 };
+
+// ctest lists a case by what it runs, not by its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.schedule << ", checkpointing " << c.checkpointing << ", " << c.ranks << " ranks";
+}
 
 class Equivalence : public ::testing::TestWithParam<Case> {};
 

@@ -8,6 +8,8 @@
 // for stages cut unevenly by pipeline.layout.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -58,6 +60,12 @@ struct Case {
   int ranks;
   bool tied;
 };
+
+// ctest lists a case by what it runs, not by its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.schedule << ", checkpointing " << c.checkpointing << ", " << c.ranks << " ranks, "
+      << (c.tied ? "tied" : "untied") << " head";
+}
 
 class GptEquivalence : public ::testing::TestWithParam<Case> {};
 
