@@ -141,7 +141,14 @@ struct ModelDesc {
   // A tied head's weight and the embedding table it is (their names), or
   // nothing without a tied head.
   std::optional<std::pair<std::string, std::string>> TiedParams() const;
+  // The (in, out) shapes of the linear layers, in order: what the devices'
+  // product-rate probes multiply (RankDevice::GemmGflops).
+  std::vector<std::pair<int, int>> LinearShapes() const;
 };
+
+// FLOPs of one pass of a product-rate probe: each (in, out) shape's
+// forward, input-gradient and weight-gradient products at `rows` rows.
+double ProbeFlops(const std::vector<std::pair<int, int>>& shapes, int rows);
 
 // Causal self-attention's layout, GPT-2's, that both backends index
 // through: its parameters, floats from the op's first — c_attn.weight

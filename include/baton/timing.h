@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <vector>
 
 namespace baton {
@@ -20,6 +22,19 @@ inline double ThreadCpuSeconds() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The seconds one pass of a probe takes, as every product-rate probe
+// measures it: one pass to warm up (and to size the rounds), then the best
+// of 5 rounds of at least 50 ms each. `time(n)` runs n passes back to back
+// and returns their seconds, on whatever clock times the work (the host's,
+// or a GPU's events).
+inline double BestSecondsPerPass(const std::function<double(int)>& time) {
+  const double once = std::max(time(1), 1e-7);
+  const int passes = static_cast<int>(std::clamp(std::ceil(0.05 / once), 1.0, 1e6));
+  double best = 1e300;
+  for (int round = 0; round < 5; ++round) best = std::min(best, time(passes) / passes);
+  return best;
 }
 
 // The median (the mean of the middle two for an even count); 0 for none.

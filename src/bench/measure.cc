@@ -9,15 +9,6 @@
 namespace baton {
 namespace {
 
-// The model's linear shapes (in, out), in order: the hardware reference's GEMMs.
-std::vector<std::pair<int, int>> LinearShapes(const ModelDesc& model) {
-  std::vector<std::pair<int, int>> shapes;
-  for (const OpDesc& op : model.ops) {
-    if (op.type == LayerType::kLinear) shapes.push_back({op.in, op.out});
-  }
-  return shapes;
-}
-
 // One-way latency between ranks 0 and 1 for a message of `bytes`: half the
 // median round trip (0 on other ranks).
 double PingPong(Transport& t, std::size_t bytes) {
@@ -173,7 +164,7 @@ RankRecord MeasureRank(RunSetup& u, const RunComms& comms, const BenchOptions& o
   r.rank = t.rank();
   // The hardware's limit first, on rank 0 alone while the others wait.
   // Matrix rows are tokens: samples x sequence (1 for feature vectors).
-  if (t.rank() == 0) r.peak_gflops = u.device->GemmGflops(LinearShapes(u.plan.model), u.plan.rows * u.plan.model.seq);
+  if (t.rank() == 0) r.peak_gflops = u.device->GemmGflops(u.plan.model.LinearShapes(), u.plan.rows * u.plan.model.seq);
   t.Barrier();
   // The probe message is one activation crossing the first stage boundary.
   r.message_latency_s = PingPong(comms.pipeline, u.rank_plan.stage_output.front().bytes());

@@ -310,13 +310,9 @@ int RunBench(const BenchFlags& f) {
 // linear shapes and a microbatch's rows, and 20 us a message.
 TuneRates MeasuredTuneRates(const TrainConfig& config) {
   const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
-  std::vector<std::pair<int, int>> shapes;
-  for (const OpDesc& op : model.ops) {
-    if (op.type == LayerType::kLinear) shapes.push_back({op.in, op.out});
-  }
   const int rows = std::max(1, config.train.batch_size / std::max(1, config.pipeline.microbatches)) * model.seq;
   TuneRates rates;
-  rates.gemm_flops_per_s = HostGemmGflops(shapes, rows) * 1e9;
+  rates.gemm_flops_per_s = HostGemmGflops(model.LinearShapes(), rows) * 1e9;
   rates.latency_s = 20e-6;
   rates.source = fmt::format("this machine's SGEMM at the model's shapes ({:.1f} GFLOP/s), 20 us a message",
                              rates.gemm_flops_per_s / 1e9);

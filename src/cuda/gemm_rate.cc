@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "baton/model.h"
+#include "baton/timing.h"
 #include "cuda_layers.h"
 #include "cuda_util.h"
 
@@ -29,7 +30,6 @@ double LinearGflops(cudaStream_t stream, Precision precision, const std::vector<
   std::vector<std::unique_ptr<CudaLayer>> layers;
   std::vector<DeviceBuffer<float>> params, grads;
   std::size_t widest = 0;
-  double flops_per_pass = 0;
   for (auto [in, out] : shapes) {
     LayerSpec spec;
     spec.type = LayerType::kLinear;
@@ -43,7 +43,6 @@ double LinearGflops(cudaStream_t stream, Precision precision, const std::vector<
     layers.back()->Bind(params.back().data(), grads.back().data());
     layers.back()->RefreshWeights(ctx);
     widest = std::max<std::size_t>(widest, static_cast<std::size_t>(std::max(in, out)));
-    flops_per_pass += 3 * 2.0 * rows * in * out;
   }
   DeviceBuffer<float> x(static_cast<std::size_t>(rows) * widest), y(x.size()), dx(x.size());
   BATON_CUDA_CHECK(cudaMemsetAsync(x.data(), 0x3c, x.bytes(), stream));
@@ -65,13 +64,8 @@ double LinearGflops(cudaStream_t stream, Precision precision, const std::vector<
     BATON_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
     return 1e-3 * static_cast<double>(ms);
   };
-  // Warm up (cuBLAS picks its kernels, the clocks rise), then the best of 5
-  // rounds of at least 50 ms each, as on the host.
-  const double once = std::max(seconds(1), 1e-7);
-  const int passes = static_cast<int>(std::clamp(std::ceil(0.05 / once), 1.0, 1e6));
-  double best = 1e300;
-  for (int round = 0; round < 5; ++round) best = std::min(best, seconds(passes) / passes);
-  return flops_per_pass / best / 1e9;
+  // The warm-up pass lets cuBLAS pick its kernels and the clocks rise.
+  return ProbeFlops(shapes, rows) / BestSecondsPerPass(seconds) / 1e9;
 }
 
 }  // namespace baton::cuda

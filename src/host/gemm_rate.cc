@@ -18,24 +18,14 @@ namespace baton {
 namespace {
 
 
-// Seconds one `pass()` takes: once to warm up, then the best of 5 rounds of
-// at least 50 ms each.
+// The seconds of `passes` calls of `pass`, on the host's clock.
 template <typename Pass>
-double BestSecondsPerPass(Pass&& pass) {
-  pass();
-  double best = 1e300;
-  for (int round = 0; round < 5; ++round) {
-    int passes = 0;
+std::function<double(int)> HostTimer(Pass& pass) {
+  return [&pass](int passes) {
     const double start = MonotonicSeconds();
-    double now = start;
-    while (now - start < 0.05 || passes == 0) {
-      pass();
-      ++passes;
-      now = MonotonicSeconds();
-    }
-    best = std::min(best, (now - start) / passes);
-  }
-  return best;
+    for (int i = 0; i < passes; ++i) pass();
+    return MonotonicSeconds() - start;
+  };
 }
 
 }  // namespace
@@ -46,7 +36,6 @@ double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) 
   // (rows, out) x (out, in), weight gradient (out, rows) x (rows, in).
   std::vector<std::unique_ptr<Layer>> layers;
   std::vector<std::vector<float>> params, grads, xs, ys, dxs;
-  double flops_per_pass = 0;
   for (auto [in, out] : shapes) {
     LayerSpec spec;
     spec.type = LayerType::kLinear;
@@ -59,7 +48,6 @@ double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) 
     xs.emplace_back(std::size_t(rows) * in, 0.5f);
     ys.emplace_back(std::size_t(rows) * out, 0.0f);
     dxs.emplace_back(std::size_t(rows) * in, 0.0f);
-    flops_per_pass += 3 * 2.0 * rows * in * out;
   }
   auto pass = [&] {
     for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -71,7 +59,7 @@ double HostGemmGflops(const std::vector<std::pair<int, int>>& shapes, int rows) 
       layers[i]->BackwardWeight(x, dy);
     }
   };
-  return flops_per_pass / BestSecondsPerPass(pass) / 1e9;
+  return ProbeFlops(shapes, rows) / BestSecondsPerPass(HostTimer(pass)) / 1e9;
 }
 
 std::string HostBlasCore() { return host_detail::LoadedBlas().corename(); }
@@ -142,7 +130,7 @@ double BareGemmSeconds(const std::vector<GemmCall>& calls) {
                   c[i].data(), g.n);
     }
   };
-  return BestSecondsPerPass(pass);
+  return BestSecondsPerPass(HostTimer(pass));
 }
 
 }  // namespace baton

@@ -275,6 +275,20 @@ std::optional<std::pair<std::string, std::string>> ModelDesc::TiedParams() const
   return std::nullopt;
 }
 
+std::vector<std::pair<int, int>> ModelDesc::LinearShapes() const {
+  std::vector<std::pair<int, int>> shapes;
+  for (const OpDesc& op : ops) {
+    if (op.type == LayerType::kLinear) shapes.push_back({op.in, op.out});
+  }
+  return shapes;
+}
+
+double ProbeFlops(const std::vector<std::pair<int, int>>& shapes, int rows) {
+  double flops = 0;
+  for (const auto& [in, out] : shapes) flops += 3 * 2.0 * rows * in * out;
+  return flops;
+}
+
 void InitParams(const OpDesc& op, std::span<float> params, std::mt19937_64& rng) {
   switch (op.type) {
     case LayerType::kEmbedding:
