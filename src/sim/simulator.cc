@@ -25,11 +25,14 @@ namespace {
 constexpr double kNotYet = std::numeric_limits<double>::quiet_NaN();
 bool Done(double t) { return !std::isnan(t); }
 
-// Bits of Simulator::flags_, per (stage, microbatch).
-constexpr std::uint8_t kForwardDone = 1;   // its F has run
-constexpr std::uint8_t kBackwardDone = 2;  // its I or B has run
-constexpr std::uint8_t kRecvF = 4;         // lowered: its RECV_F is posted
-constexpr std::uint8_t kRecvB = 8;         // lowered: its RECV_B is posted
+// Bits of Simulator::flags_, per (stage, microbatch). 16 bits, not 8: a
+// store through a character type may alias any object, and the compiler
+// would then reload every member after each.
+using Flags = std::uint16_t;
+constexpr Flags kForwardDone = 1;   // its F has run
+constexpr Flags kBackwardDone = 2;  // its I or B has run
+constexpr Flags kRecvF = 4;         // lowered: its RECV_F is posted
+constexpr Flags kRecvB = 8;         // lowered: its RECV_B is posted
 
 void CheckOptions(const Schedule& s, const SimOptions& o) {
   auto non_negative = [](std::string_view what, double v) {
@@ -207,8 +210,7 @@ class Simulator {
   // producers' times (f_time_ or b_time_), `done` and `posted` the flags
   // saying the producer ran and the RECV is posted. A local hand-over is
   // there by r's clock, so any time not after it will do: 0.
-  double Arrival(int r, int to, int from, int mb, const std::vector<double>& time, std::uint8_t done,
-                 std::uint8_t posted) const {
+  double Arrival(int r, int to, int from, int mb, const std::vector<double>& time, Flags done, Flags posted) const {
     const std::size_t produced = At(from, mb);
     if (s_.stage_rank[from] == r) return flags_[produced] & done ? 0.0 : kNotYet;
     if (lowered_ && !(flags_[At(to, mb)] & posted)) return kNotYet;
@@ -223,8 +225,9 @@ class Simulator {
   bool NextCompute(int r, Action& a, double& ready, double& duration) {
     RankState& rs = rank_[r];
     const auto& row = s_.actions[r];
+    const std::size_t size = row.size();
     const int S = s_.stages;
-    while (rs.pc < row.size()) {
+    while (rs.pc < size) {
       a = row[rs.pc];
       const int st = a.stage, mb = a.microbatch;
       switch (a.kind) {
@@ -619,7 +622,7 @@ class Simulator {
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
   double comm_time_ = 0.0;
   // Per (stage, mb): kForwardDone, kBackwardDone, kRecvF, kRecvB.
-  std::vector<std::uint8_t> flags_;
+  std::vector<Flags> flags_;
   // Per (stage, mb), what a consumer on another rank reads: when its F / its
   // I or B ended, or in the lowered form when that result's SEND ran.
   std::vector<double> f_time_, b_time_;
