@@ -6,11 +6,17 @@
 namespace baton {
 namespace {
 
-void CheckIndex(const Schedule& s, int rank, std::size_t pos, const Action& a) {
+[[noreturn]] void IndexError(const Schedule& s, int rank, std::size_t pos, const Action& a) {
+  throw ScheduleError(fmt::format(
+      "{}: rank {}, position {}: action {} is outside the schedule's {} stages x {} microbatches",
+      s.name, rank, pos, ToString(a), s.stages, s.microbatches));
+}
+
+// Looked at for every action, so kept apart from the error's formatting,
+// which would keep it from being inlined.
+inline void CheckIndex(const Schedule& s, int rank, std::size_t pos, const Action& a) {
   if (a.stage < 0 || a.stage >= s.stages || (HasMicrobatch(a.kind) && (a.microbatch < 0 || a.microbatch >= s.microbatches))) {
-    throw ScheduleError(fmt::format(
-        "{}: rank {}, position {}: action {} is outside the schedule's {} stages x {} microbatches",
-        s.name, rank, pos, ToString(a), s.stages, s.microbatches));
+    IndexError(s, rank, pos, a);
   }
 }
 
