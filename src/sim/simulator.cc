@@ -18,6 +18,7 @@
 
 #include "baton/error.h"
 #include "baton/sim.h"
+#include "completion.h"
 
 namespace baton {
 namespace {
@@ -33,6 +34,8 @@ constexpr Flags kForwardDone = 1;   // its F has run
 constexpr Flags kBackwardDone = 2;  // its I or B has run
 constexpr Flags kRecvF = 4;         // lowered: its RECV_F is posted
 constexpr Flags kRecvB = 8;         // lowered: its RECV_B is posted
+constexpr Flags kSentF = 16;        // lowered: its SEND_F has run
+constexpr Flags kSentB = 32;        // lowered: its SEND_B has run
 
 void CheckOptions(const Schedule& s, const SimOptions& o) {
   auto non_negative = [](std::string_view what, double v) {
@@ -115,11 +118,14 @@ std::size_t RowBytes(const Schedule& s) {
 
 class Simulator {
  public:
-  Simulator(const Schedule& s, const SimOptions& o)
+  // `timed` false: only whether each rank can finish is wanted (Validate);
+  // the ranks still run their actions, but no times cross ranks.
+  Simulator(const Schedule& s, const SimOptions& o, bool timed = true)
       : s_(s),
         o_(o),
         m_(s.microbatches),
         lowered_(s.IsLowered()),
+        timed_(timed),
         record_timeline_(o.record_timeline),
         track_gradients_(!o.stage_reduce_time.empty()),
         stage_bytes_(o.stage_memory_bytes.empty() ? nullptr : o.stage_memory_bytes.data()),
@@ -193,8 +199,10 @@ class Simulator {
     comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
     const std::size_t n = static_cast<std::size_t>(S) * m_;
     flags_.assign(n, 0);
-    f_time_.assign(n, kNotYet);
-    b_time_.assign(n, kNotYet);
+    if (timed_) {
+      f_time_.assign(n, kNotYet);
+      b_time_.assign(n, kNotYet);
+    }
     in_flight_.assign(S, 0);
     peak_in_flight_.assign(S, 0);
     if (track_gradients_) grad_end_.assign(S, 0.0);
@@ -207,15 +215,18 @@ class Simulator {
 
   // When the input of a compute action of stage `to` on rank r arrives from
   // stage `from`, or kNotYet if it cannot be known yet. `time` holds the
-  // producers' times (f_time_ or b_time_), `done` and `posted` the flags
-  // saying the producer ran and the RECV is posted. A local hand-over is
-  // there by r's clock, so any time not after it will do: 0.
-  double Arrival(int r, int to, int from, int mb, const std::vector<double>& time, Flags done, Flags posted) const {
+  // producers' times (f_time_ or b_time_); `done`, `sent` and `posted` are
+  // the flags saying the producer ran, its SEND ran and the RECV is posted.
+  // A local hand-over is there by r's clock, so any time not after it will
+  // do: 0 (and untimed, for every input).
+  double Arrival(int r, int to, int from, int mb, const std::vector<double>& time, Flags done, Flags sent,
+                 Flags posted) const {
     const std::size_t produced = At(from, mb);
-    if (s_.stage_rank[from] == r) return flags_[produced] & done ? 0.0 : kNotYet;
+    const Flags there = flags_[produced];
+    if (s_.stage_rank[from] == r) return there & done ? 0.0 : kNotYet;
     if (lowered_ && !(flags_[At(to, mb)] & posted)) return kNotYet;
-    const double t = time[produced];
-    return Done(t) ? t + comm_time_ : kNotYet;
+    if (!(there & (lowered_ ? sent : done))) return kNotYet;
+    return timed_ ? time[produced] + comm_time_ : 0.0;
   }
 
   // Rank r's next compute action, after running the markers and sends
@@ -248,9 +259,11 @@ class Simulator {
         case ActionKind::kSendF:
         case ActionKind::kSendB: {
           const bool fwd = a.kind == ActionKind::kSendF;
-          if (!(flags_[At(st, mb)] & (fwd ? kForwardDone : kBackwardDone))) return false;
+          Flags& flags = flags_[At(st, mb)];
+          if (!(flags & (fwd ? kForwardDone : kBackwardDone))) return false;
+          flags |= fwd ? kSentF : kSentB;
           // Its data was made earlier on this rank, so it leaves at the rank's clock.
-          (fwd ? f_time_ : b_time_)[At(st, mb)] = rs.clock;
+          if (timed_) (fwd ? f_time_ : b_time_)[At(st, mb)] = rs.clock;
           ++rs.pc;
           const int to = fwd ? st + 1 : st - 1;
           if (to >= 0 && to < S) Wake(s_.stage_rank[to]);
@@ -391,12 +404,12 @@ class Simulator {
     const int st = a.stage, mb = a.microbatch, S = s_.stages;
     switch (a.kind) {
       case ActionKind::kForward:
-        return st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_time_, kForwardDone, kRecvF);
+        return st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_time_, kForwardDone, kSentF, kRecvF);
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         // Its own F ran on this rank; on the last stage that is all it needs.
         if (!(flags_[At(st, mb)] & kForwardDone)) return kNotYet;
-        return st == S - 1 ? 0.0 : Arrival(r, st, st + 1, mb, b_time_, kBackwardDone, kRecvB);
+        return st == S - 1 ? 0.0 : Arrival(r, st, st + 1, mb, b_time_, kBackwardDone, kSentB, kRecvB);
       case ActionKind::kBackwardWeight:
         return flags_[At(st, mb)] & kBackwardDone ? 0.0 : kNotYet;  // its I, on this rank
       default:
@@ -450,7 +463,7 @@ class Simulator {
     // wakes it, and one on this rank needs no time, only the done flag.
     auto hand_over = [&](int to, std::vector<double>& time) {
       if (lowered_) return;
-      time[At(st, mb)] = end;
+      if (timed_) time[At(st, mb)] = end;
       if (to >= 0 && to < s_.stages) Wake(s_.stage_rank[to]);
     };
     switch (a.kind) {
@@ -612,6 +625,7 @@ class Simulator {
   const SimOptions& o_;
   const int m_;
   const bool lowered_;
+  const bool timed_;
   const bool record_timeline_;
   const bool track_gradients_;       // stage_reduce_time given
   const double* const stage_bytes_;  // stage_memory_bytes, or null
@@ -621,10 +635,11 @@ class Simulator {
   std::vector<Costs> cost_;            // per stage, one microbatch
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
   double comm_time_ = 0.0;
-  // Per (stage, mb): kForwardDone, kBackwardDone, kRecvF, kRecvB.
+  // Per (stage, mb): kForwardDone, kBackwardDone, kRecvF, kRecvB, kSentF, kSentB.
   std::vector<Flags> flags_;
-  // Per (stage, mb), what a consumer on another rank reads: when its F / its
-  // I or B ended, or in the lowered form when that result's SEND ran.
+  // Timed, per (stage, mb), what a consumer on another rank reads once the
+  // flags say it is there: when its F / its I or B ended, or in the lowered
+  // form when that result's SEND ran.
   std::vector<double> f_time_, b_time_;
   std::vector<int> in_flight_, peak_in_flight_;  // per stage
   std::vector<double> grad_end_;                 // with stage_reduce_time, per stage: its last B or W's end
@@ -638,6 +653,12 @@ class Simulator {
 SimResult Simulate(const Schedule& schedule, const SimOptions& options) {
   CheckOptions(schedule, options);
   return Simulator(schedule, options).Run();
+}
+
+void CheckCompletion(const Schedule& schedule) {
+  SimOptions unit;
+  unit.record_timeline = false;
+  Simulator(schedule, unit, /*timed=*/false).Run();
 }
 
 double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth) {
