@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   argc = kept_args;
 #if defined(__GLIBC__)
   if (keep_freed_memory) {
-    mallopt(M_MMAP_MAX, 0);             // every block from the heap,
+    mallopt(M_MMAP_MAX, 0);              // every block from the heap,
     mallopt(M_TRIM_THRESHOLD, INT_MAX);  // which is never trimmed
   }
   benchmark::AddCustomContext("freed_memory", keep_freed_memory ? "kept" : "returned (glibc's defaults)");

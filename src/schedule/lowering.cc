@@ -7,9 +7,9 @@ namespace baton {
 namespace {
 
 [[noreturn]] void IndexError(const Schedule& s, int rank, std::size_t pos, const Action& a) {
-  throw ScheduleError(fmt::format(
-      "{}: rank {}, position {}: action {} is outside the schedule's {} stages x {} microbatches",
-      s.name, rank, pos, ToString(a), s.stages, s.microbatches));
+  throw ScheduleError(
+      fmt::format("{}: rank {}, position {}: action {} is outside the schedule's {} stages x {} microbatches", s.name,
+                  rank, pos, ToString(a), s.stages, s.microbatches));
 }
 
 // Looked at for every action, so kept apart from the error's formatting,

@@ -72,8 +72,7 @@ class QuickCheck {
       for (const Action& a : s_.actions[r]) {
         if (a.kind == ActionKind::kIdle) continue;
         // The Checker explains an OVERLAP_F_B unit of one (stage, microbatch).
-        if (a.kind == ActionKind::kOverlapFB && a.stage == a.backward_stage &&
-            a.microbatch == a.backward_microbatch) {
+        if (a.kind == ActionKind::kOverlapFB && a.stage == a.backward_stage && a.microbatch == a.backward_microbatch) {
           return false;
         }
         bool ok = true;
@@ -88,9 +87,7 @@ class QuickCheck {
   static constexpr std::uint8_t Bit(ActionKind k) { return static_cast<std::uint8_t>(1u << Slot(k)); }
 
   // Messages cross from stage `from` to stage `to` when both exist on different ranks.
-  bool Crosses(int from, int to) const {
-    return to >= 0 && to < s_.stages && s_.stage_rank[from] != s_.stage_rank[to];
-  }
+  bool Crosses(int from, int to) const { return to >= 0 && to < s_.stages && s_.stage_rank[from] != s_.stage_rank[to]; }
 
   // Rank r's next action `a` (not an OVERLAP_F_B unit): false if it breaks a rule.
   bool See(int r, const Action& a) {
