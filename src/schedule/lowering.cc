@@ -20,34 +20,6 @@ inline void CheckIndex(const Schedule& s, int rank, std::size_t pos, const Actio
   }
 }
 
-// Each rank's row length once lowered: its compute actions, a SEND for
-// each result that crosses to another rank, and the RECV that SEND places on
-// the receiving rank. Actions outside the schedule are not counted here;
-// Lower rejects them.
-std::vector<std::size_t> LoweredSizes(const Schedule& in) {
-  const int p = in.ranks, S = in.stages;
-  std::vector<std::size_t> sizes(p, 0);
-  auto message = [&](int from, int to_stage) {
-    if (to_stage < 0 || to_stage >= S) return;
-    const int to = in.stage_rank[to_stage];
-    if (to == from || to < 0 || to >= p) return;
-    ++sizes[from];
-    ++sizes[to];
-  };
-  for (int r = 0; r < p; ++r) {
-    for (const Action& a : in.actions[r]) {
-      if (a.kind == ActionKind::kIdle) continue;
-      ++sizes[r];
-      ForEachPart(a, [&](const Action& part) {
-        if (part.stage < 0 || part.stage >= S) return;
-        if (part.kind == ActionKind::kForward) message(r, part.stage + 1);
-        if (IsInputBackward(part.kind)) message(r, part.stage - 1);
-      });
-    }
-  }
-  return sizes;
-}
-
 }  // namespace
 
 Schedule Lower(const Schedule& in) {
@@ -60,10 +32,12 @@ Schedule Lower(const Schedule& in) {
   out.microbatches = m;
   out.stage_rank = in.stage_rank;
   out.actions.resize(p);
-  // Each row is sized exactly once: growing rows by doubling would copy them
-  // and touch up to twice the memory the lowered schedule needs.
-  const std::vector<std::size_t> sizes = LoweredSizes(in);
-  for (int r = 0; r < p; ++r) out.actions[r].reserve(sizes[r]);
+  // A row is reserved once, at most three entries per action: the action,
+  // its SEND, and the RECV another rank's SEND places before it (an
+  // OVERLAP_F_B unit has two of each, and its row may grow). Growing rows by
+  // doubling instead copied them and touched up to twice the memory the
+  // lowered schedule needs; capacity reserved and never written costs none.
+  for (int r = 0; r < p; ++r) out.actions[r].reserve(3 * in.actions[r].size());
 
   // fwd_in[s*m+j]: the input of F(s,j) is on stage s's rank (received, or
   // handed over locally). bwd_in[s*m+j]: likewise the output gradient of
