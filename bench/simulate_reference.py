@@ -112,9 +112,8 @@ def simulate(rows, stages, microbatches, stage_rank):
     recv_b = [False] * n
 
     pc = [0] * ranks
-    clock = [0.0] * ranks
-    first = [None] * ranks
-    last = [0.0] * ranks
+    clock = [0.0] * ranks   # when the rank is free
+    last = [0.0] * ranks    # its last compute action's end
     busy = [0.0] * ranks
     work = list(range(ranks - 1, -1, -1))  # ranks that may go on; rank 0 on top
     queued = [True] * ranks
@@ -192,8 +191,6 @@ def simulate(rows, stages, microbatches, stage_rank):
                 start = max(clock[r], ready)
                 end = start + duration
                 clock[r] = end
-                if first[r] is None:
-                    first[r] = start
                 last[r] = end
                 busy[r] += end - start
                 if kind == OVERLAP:
