@@ -154,6 +154,9 @@ class QuickCheck {
   std::vector<std::uint8_t> seen_;  // (stage, microbatch) -> Bit() of each kind seen so far
 };
 
+// Finds and explains the first error: each action's place and duplicates,
+// then each (stage, microbatch)'s actions, then the messages.
+// REQUIRES: CheckShape passed.
 class Checker {
  public:
   explicit Checker(const Schedule& s) : s_(s) {}
