@@ -136,6 +136,9 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, memory_limit)), {}};
   Validate(run.schedule);
   SimOptions options = c.options;
+  // Only the pictures draw the timeline; keeping every action's times costs
+  // more memory than the schedule itself.
+  options.record_timeline = !c.svg_path.empty() || !c.trace_path.empty();
   if (c.cores > 0) {
     options.core_pool.assign(static_cast<std::size_t>(run.schedule.ranks), 0);
     options.pool_cores = {c.cores};

@@ -6,11 +6,17 @@
 namespace baton {
 namespace {
 
-void CheckIndex(const Schedule& s, int rank, std::size_t pos, const Action& a) {
+[[noreturn]] void IndexError(const Schedule& s, int rank, std::size_t pos, const Action& a) {
+  throw ScheduleError(
+      fmt::format("{}: rank {}, position {}: action {} is outside the schedule's {} stages x {} microbatches", s.name,
+                  rank, pos, ToString(a), s.stages, s.microbatches));
+}
+
+// Looked at for every action, so kept apart from the error's formatting,
+// which would keep it from being inlined.
+inline void CheckIndex(const Schedule& s, int rank, std::size_t pos, const Action& a) {
   if (a.stage < 0 || a.stage >= s.stages || (HasMicrobatch(a.kind) && (a.microbatch < 0 || a.microbatch >= s.microbatches))) {
-    throw ScheduleError(fmt::format(
-        "{}: rank {}, position {}: action {} is outside the schedule's {} stages x {} microbatches",
-        s.name, rank, pos, ToString(a), s.stages, s.microbatches));
+    IndexError(s, rank, pos, a);
   }
 }
 
@@ -26,8 +32,12 @@ Schedule Lower(const Schedule& in) {
   out.microbatches = m;
   out.stage_rank = in.stage_rank;
   out.actions.resize(p);
-  // A compute action adds at most one SEND here and one RECV elsewhere.
-  for (int r = 0; r < p; ++r) out.actions[r].reserve(in.actions[r].size() * 2);
+  // A row is reserved once, at most three entries per action: the action,
+  // its SEND, and the RECV another rank's SEND places before it (an
+  // OVERLAP_F_B unit has two of each, and its row may grow). Growing rows by
+  // doubling instead copied them and touched up to twice the memory the
+  // lowered schedule needs; capacity reserved and never written costs none.
+  for (int r = 0; r < p; ++r) out.actions[r].reserve(3 * in.actions[r].size());
 
   // fwd_in[s*m+j]: the input of F(s,j) is on stage s's rank (received, or
   // handed over locally). bwd_in[s*m+j]: likewise the output gradient of

@@ -1,7 +1,13 @@
 // Structural checks of a schedule: placement, completeness, per-rank order,
 // and the SEND/RECV pairing of lowered schedules. No timing: whether the
 // schedule can run to completion is the simulator's question (Validate).
+//
+// Two passes share the rules. QuickCheck vouches for a correct schedule in
+// one walk over each rank with a byte per (stage, microbatch); the Checker
+// keeps every action's position, which it needs only to name the first
+// error, and runs when QuickCheck cannot vouch for a schedule.
 #include <array>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -16,7 +22,7 @@ constexpr int kGridSteps = 24;
 // Index of a kind among those that carry a microbatch and may appear once
 // per (stage, microbatch).
 constexpr int kTracked = 8;
-int Slot(ActionKind k) {
+constexpr int Slot(ActionKind k) {
   switch (k) {
     case ActionKind::kForward: return 0;
     case ActionKind::kBackward: return 1;
@@ -30,12 +36,132 @@ int Slot(ActionKind k) {
   }
 }
 
+// The rank x stage x microbatch shape: rows, placement, sizes.
+void CheckShape(const Schedule& s) {
+  if (s.ranks < 1 || static_cast<int>(s.actions.size()) != s.ranks) {
+    throw ScheduleError(fmt::format("{}: the schedule has {} rows for {} ranks", s.name, s.actions.size(), s.ranks));
+  }
+  if (s.stages < 1 || static_cast<int>(s.stage_rank.size()) != s.stages) {
+    throw ScheduleError(fmt::format("{}: {} stages but a placement for {}", s.name, s.stages, s.stage_rank.size()));
+  }
+  if (s.microbatches < 1) {
+    throw ScheduleError(fmt::format("{}: the schedule has no microbatch", s.name));
+  }
+  for (int stage = 0; stage < s.stages; ++stage) {
+    if (s.stage_rank[stage] < 0 || s.stage_rank[stage] >= s.ranks) {
+      throw ScheduleError(fmt::format("{}: stage {} is placed on rank {}, which does not exist ({} ranks)", s.name,
+                                      stage, s.stage_rank[stage], s.ranks));
+    }
+  }
+}
+
+// True only if the Checker would find nothing wrong. Walks each rank in
+// order keeping, per (stage, microbatch), which kinds it has seen; every
+// rule of the Checker is a rule about one rank's order (all actions of a
+// stage live on its rank), so each is checked when its later action comes,
+// and completeness at the end. Anything else it cannot vouch for (such as
+// a RECV_F on the first stage, which the Checker lets pass) answers false.
+// REQUIRES: CheckShape passed.
+class QuickCheck {
+ public:
+  explicit QuickCheck(const Schedule& s) : s_(s), lowered_(s.IsLowered()) {}
+
+  bool Run() {
+    seen_.assign(static_cast<std::size_t>(s_.stages) * s_.microbatches, 0);
+    for (int r = 0; r < s_.ranks; ++r) {
+      for (const Action& a : s_.actions[r]) {
+        if (a.kind == ActionKind::kIdle) continue;
+        // The Checker explains an OVERLAP_F_B unit of one (stage, microbatch).
+        if (a.kind == ActionKind::kOverlapFB && a.stage == a.backward_stage && a.microbatch == a.backward_microbatch) {
+          return false;
+        }
+        bool ok = true;
+        ForEachPart(a, [&](const Action& part) { ok = ok && See(r, part); });
+        if (!ok) return false;
+      }
+    }
+    return Complete();
+  }
+
+ private:
+  static constexpr std::uint8_t Bit(ActionKind k) { return static_cast<std::uint8_t>(1u << Slot(k)); }
+
+  // Messages cross from stage `from` to stage `to` when both exist on different ranks.
+  bool Crosses(int from, int to) const { return to >= 0 && to < s_.stages && s_.stage_rank[from] != s_.stage_rank[to]; }
+
+  // Rank r's next action `a` (not an OVERLAP_F_B unit): false if it breaks a rule.
+  bool See(int r, const Action& a) {
+    const int st = a.stage, mb = a.microbatch;
+    if (st < 0 || st >= s_.stages || s_.stage_rank[st] != r) return false;
+    if (!HasMicrobatch(a.kind)) return true;
+    if (mb < 0 || mb >= s_.microbatches) return false;
+    std::uint8_t& seen = seen_[static_cast<std::size_t>(st) * s_.microbatches + mb];
+    const std::uint8_t forward = Bit(ActionKind::kForward), full = Bit(ActionKind::kBackward);
+    const std::uint8_t input = Bit(ActionKind::kBackwardInput), weight = Bit(ActionKind::kBackwardWeight);
+    if (seen & Bit(a.kind)) return false;  // twice
+    bool ok = true;
+    switch (a.kind) {
+      case ActionKind::kForward:
+        ok = !lowered_ || !Crosses(st, st - 1) || (seen & Bit(ActionKind::kRecvF));
+        break;
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput:
+        ok = (seen & forward) && !(seen & (a.kind == ActionKind::kBackward ? input | weight : full)) &&
+             (!lowered_ || !Crosses(st, st + 1) || (seen & Bit(ActionKind::kRecvB)));
+        break;
+      case ActionKind::kBackwardWeight:
+        ok = (seen & input) && !(seen & full);
+        break;
+      case ActionKind::kSendF:
+        ok = Crosses(st, st + 1) && (seen & forward);
+        break;
+      case ActionKind::kSendB:
+        ok = Crosses(st, st - 1) && (seen & (full | input));
+        break;
+      case ActionKind::kRecvF:
+        ok = Crosses(st, st - 1) && !(seen & forward);
+        break;
+      case ActionKind::kRecvB:
+        ok = Crosses(st, st + 1) && !(seen & (full | input));
+        break;
+      default:
+        break;
+    }
+    seen |= Bit(a.kind);
+    return ok;
+  }
+
+  // Every (stage, microbatch) has its F and one B or one I and one W, and in
+  // a lowered schedule every hand-over that crosses ranks its SEND and RECV.
+  bool Complete() const {
+    const std::uint8_t backward = Bit(ActionKind::kBackward);
+    const std::uint8_t split = Bit(ActionKind::kBackwardInput) | Bit(ActionKind::kBackwardWeight);
+    for (int st = 0; st < s_.stages; ++st) {
+      const std::uint8_t* seen = &seen_[static_cast<std::size_t>(st) * s_.microbatches];
+      std::uint8_t needed = Bit(ActionKind::kForward);
+      if (lowered_ && Crosses(st, st - 1)) needed |= Bit(ActionKind::kRecvF) | Bit(ActionKind::kSendB);
+      if (lowered_ && Crosses(st, st + 1)) needed |= Bit(ActionKind::kSendF) | Bit(ActionKind::kRecvB);
+      for (int mb = 0; mb < s_.microbatches; ++mb) {
+        if ((seen[mb] & needed) != needed) return false;
+        if (!(seen[mb] & backward) && (seen[mb] & split) != split) return false;
+      }
+    }
+    return true;
+  }
+
+  const Schedule& s_;
+  const bool lowered_;
+  std::vector<std::uint8_t> seen_;  // (stage, microbatch) -> Bit() of each kind seen so far
+};
+
+// Finds and explains the first error: each action's place and duplicates,
+// then each (stage, microbatch)'s actions, then the messages.
+// REQUIRES: CheckShape passed.
 class Checker {
  public:
   explicit Checker(const Schedule& s) : s_(s) {}
 
   void Run() {
-    CheckShape();
     Index();
     for (int stage = 0; stage < s_.stages; ++stage) {
       for (int mb = 0; mb < s_.microbatches; ++mb) CheckMicrobatch(stage, mb);
@@ -51,26 +177,6 @@ class Checker {
   }
   [[noreturn]] void Fail(const std::string& why) const {
     throw ScheduleError(fmt::format("{}: {}\n{}", s_.name, why, FormatGrid(s_, std::nullopt, kGridSteps)));
-  }
-
-  void CheckShape() const {
-    if (s_.ranks < 1 || static_cast<int>(s_.actions.size()) != s_.ranks) {
-      throw ScheduleError(fmt::format("{}: the schedule has {} rows for {} ranks", s_.name,
-                                      s_.actions.size(), s_.ranks));
-    }
-    if (s_.stages < 1 || static_cast<int>(s_.stage_rank.size()) != s_.stages) {
-      throw ScheduleError(fmt::format("{}: {} stages but a placement for {}", s_.name, s_.stages,
-                                      s_.stage_rank.size()));
-    }
-    if (s_.microbatches < 1) {
-      throw ScheduleError(fmt::format("{}: the schedule has no microbatch", s_.name));
-    }
-    for (int stage = 0; stage < s_.stages; ++stage) {
-      if (s_.stage_rank[stage] < 0 || s_.stage_rank[stage] >= s_.ranks) {
-        throw ScheduleError(fmt::format("{}: stage {} is placed on rank {}, which does not exist ({} ranks)",
-                                        s_.name, stage, s_.stage_rank[stage], s_.ranks));
-      }
-    }
   }
 
   std::size_t At(int stage, int mb, int slot) const {
@@ -218,6 +324,9 @@ class Checker {
 
 }  // namespace
 
-void CheckStructure(const Schedule& schedule) { Checker(schedule).Run(); }
+void CheckStructure(const Schedule& schedule) {
+  CheckShape(schedule);
+  if (!QuickCheck(schedule).Run()) Checker(schedule).Run();
+}
 
 }  // namespace baton

@@ -3,20 +3,39 @@
 // global event queue each rank advances as far as its inputs allow, and a
 // rank is revisited only when an action it may be waiting for completes.
 // That makes a simulation linear in the number of actions.
+//
+// A rank's clock only moves forward, so a result made earlier on the same
+// rank is always there by the time the rank looks for it: for those inputs
+// the simulator keeps only whether they are done, and times only for what
+// crosses ranks. That keeps the per-(stage, microbatch) state small, which
+// is what a large simulation's speed depends on.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "baton/error.h"
 #include "baton/sim.h"
+#include "completion.h"
 
 namespace baton {
 namespace {
 
 constexpr double kNotYet = std::numeric_limits<double>::quiet_NaN();
 bool Done(double t) { return !std::isnan(t); }
+
+// Bits of Simulator::flags_, per (stage, microbatch). 16 bits, not 8: a
+// store through a character type may alias any object, and the compiler
+// would then reload every member after each.
+using Flags = std::uint16_t;
+constexpr Flags kForwardDone = 1;   // its F has run
+constexpr Flags kBackwardDone = 2;  // its I or B has run
+constexpr Flags kRecvF = 4;         // lowered: its RECV_F is posted
+constexpr Flags kRecvB = 8;         // lowered: its RECV_B is posted
+constexpr Flags kSentF = 16;        // lowered: its SEND_F has run
+constexpr Flags kSentB = 32;        // lowered: its SEND_B has run
 
 void CheckOptions(const Schedule& s, const SimOptions& o) {
   auto non_negative = [](std::string_view what, double v) {
@@ -87,10 +106,30 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
   }
 }
 
+// Lists of actions up to this size stay in a core's cache (1 MiB of L2 on
+// the machines baton is measured on), where prefetching them only costs.
+constexpr std::size_t kCachedRowBytes = std::size_t{1} << 20;
+
+std::size_t RowBytes(const Schedule& s) {
+  std::size_t actions = 0;
+  for (const auto& row : s.actions) actions += row.size();
+  return actions * sizeof(Action);
+}
+
 class Simulator {
  public:
-  Simulator(const Schedule& s, const SimOptions& o)
-      : s_(s), o_(o), m_(s.microbatches), lowered_(s.IsLowered()) {}
+  // `timed` false: only whether each rank can finish is wanted (Validate);
+  // the ranks still run their actions, but no times cross ranks.
+  Simulator(const Schedule& s, const SimOptions& o, bool timed = true)
+      : s_(s),
+        o_(o),
+        m_(s.microbatches),
+        lowered_(s.IsLowered()),
+        timed_(timed),
+        record_timeline_(o.record_timeline),
+        track_gradients_(!o.stage_reduce_time.empty()),
+        stage_bytes_(o.stage_memory_bytes.empty() ? nullptr : o.stage_memory_bytes.data()),
+        prefetch_(RowBytes(s) > kCachedRowBytes) {}
 
   SimResult Run() {
     Prepare();
@@ -159,37 +198,35 @@ class Simulator {
     }
     comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
     const std::size_t n = static_cast<std::size_t>(S) * m_;
-    f_end_.assign(n, kNotYet);
-    bwd_end_.assign(n, kNotYet);
-    if (lowered_) {
-      send_f_.assign(n, kNotYet);
-      send_b_.assign(n, kNotYet);
-      recv_f_.assign(n, 0);
-      recv_b_.assign(n, 0);
+    flags_.assign(n, 0);
+    if (timed_) {
+      f_time_.assign(n, kNotYet);
+      b_time_.assign(n, kNotYet);
     }
     in_flight_.assign(S, 0);
     peak_in_flight_.assign(S, 0);
-    grad_end_.assign(S, 0.0);
+    if (track_gradients_) grad_end_.assign(S, 0.0);
     rank_.assign(s_.ranks, RankState{});
-    if (o_.record_timeline) {
+    if (record_timeline_) {
       timeline_.resize(s_.ranks);
       for (int r = 0; r < s_.ranks; ++r) timeline_[r].reserve(s_.actions[r].size());
     }
   }
 
-  // When the input of a compute action arrives on rank r, or kNotYet if it
-  // cannot be known yet. `from` is the producing stage, `end` its finish
-  // times, `sent`/`posted` the lowered form's SEND times and RECV flags.
-  double Arrival(int r, int to, int from, int mb, const std::vector<double>& end, const std::vector<double>& sent,
-                 const std::vector<char>& posted) const {
-    if (s_.stage_rank[from] == r) return end[At(from, mb)];  // local hand-over
-    if (!lowered_) {
-      const double produced = end[At(from, mb)];
-      return Done(produced) ? produced + comm_time_ : kNotYet;
-    }
-    if (!posted[At(to, mb)]) return kNotYet;
-    const double t = sent[At(from, mb)];
-    return Done(t) ? t + comm_time_ : kNotYet;
+  // When the input of a compute action of stage `to` on rank r arrives from
+  // stage `from`, or kNotYet if it cannot be known yet. `time` holds the
+  // producers' times (f_time_ or b_time_); `done`, `sent` and `posted` are
+  // the flags saying the producer ran, its SEND ran and the RECV is posted.
+  // A local hand-over is there by r's clock, so any time not after it will
+  // do: 0 (and untimed, for every input).
+  double Arrival(int r, int to, int from, int mb, const std::vector<double>& time, Flags done, Flags sent,
+                 Flags posted) const {
+    const std::size_t produced = At(from, mb);
+    const Flags there = flags_[produced];
+    if (s_.stage_rank[from] == r) return there & done ? 0.0 : kNotYet;
+    if (lowered_ && !(flags_[At(to, mb)] & posted)) return kNotYet;
+    if (!(there & (lowered_ ? sent : done))) return kNotYet;
+    return timed_ ? time[produced] + comm_time_ : 0.0;
   }
 
   // Rank r's next compute action, after running the markers and sends
@@ -199,8 +236,9 @@ class Simulator {
   bool NextCompute(int r, Action& a, double& ready, double& duration) {
     RankState& rs = rank_[r];
     const auto& row = s_.actions[r];
+    const std::size_t size = row.size();
     const int S = s_.stages;
-    while (rs.pc < row.size()) {
+    while (rs.pc < size) {
       a = row[rs.pc];
       const int st = a.stage, mb = a.microbatch;
       switch (a.kind) {
@@ -211,19 +249,21 @@ class Simulator {
           ++rs.pc;
           continue;
         case ActionKind::kRecvF:
-          recv_f_[At(st, mb)] = 1;
+          flags_[At(st, mb)] |= kRecvF;
           ++rs.pc;
           continue;
         case ActionKind::kRecvB:
-          recv_b_[At(st, mb)] = 1;
+          flags_[At(st, mb)] |= kRecvB;
           ++rs.pc;
           continue;
         case ActionKind::kSendF:
         case ActionKind::kSendB: {
           const bool fwd = a.kind == ActionKind::kSendF;
-          const double produced = (fwd ? f_end_ : bwd_end_)[At(st, mb)];
-          if (!Done(produced)) return false;
-          (fwd ? send_f_ : send_b_)[At(st, mb)] = std::max(rs.clock, produced);
+          Flags& flags = flags_[At(st, mb)];
+          if (!(flags & (fwd ? kForwardDone : kBackwardDone))) return false;
+          flags |= fwd ? kSentF : kSentB;
+          // Its data was made earlier on this rank, so it leaves at the rank's clock.
+          if (timed_) (fwd ? f_time_ : b_time_)[At(st, mb)] = rs.clock;
           ++rs.pc;
           const int to = fwd ? st + 1 : st - 1;
           if (to >= 0 && to < S) Wake(s_.stage_rank[to]);
@@ -259,7 +299,7 @@ class Simulator {
     rs.end = end;
     rs.busy += end - start;
     rs.work += cost;
-    if (o_.record_timeline) timeline_[r].push_back({a, start, end});
+    if (record_timeline_) timeline_[r].push_back({a, start, end});
     ++rs.pc;
     ForEachPart(a, [&](const Action& part) { Account(rs, part, end); });
   }
@@ -272,6 +312,15 @@ class Simulator {
     while (NextCompute(r, a, ready, duration) && Done(ready)) {
       const double start = std::max(rs.clock, ready);
       Finish(r, a, start, start + duration, duration);
+    }
+    // The rank resumes here once woken, after other ranks have run: fetch
+    // its next actions (about three cache lines) now, so that reading its
+    // list then does not wait on memory.
+    const auto& row = s_.actions[r];
+    if (prefetch_ && rs.pc + 9 < row.size()) {
+      __builtin_prefetch(&row[rs.pc + 3]);
+      __builtin_prefetch(&row[rs.pc + 6]);
+      __builtin_prefetch(&row[rs.pc + 9]);
     }
   }
 
@@ -355,13 +404,14 @@ class Simulator {
     const int st = a.stage, mb = a.microbatch, S = s_.stages;
     switch (a.kind) {
       case ActionKind::kForward:
-        return st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_end_, send_f_, recv_f_);
+        return st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_time_, kForwardDone, kSentF, kRecvF);
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
-        if (!Done(f_end_[At(st, mb)])) return kNotYet;
-        return st == S - 1 ? f_end_[At(st, mb)] : Arrival(r, st, st + 1, mb, bwd_end_, send_b_, recv_b_);
+        // Its own F ran on this rank; on the last stage that is all it needs.
+        if (!(flags_[At(st, mb)] & kForwardDone)) return kNotYet;
+        return st == S - 1 ? 0.0 : Arrival(r, st, st + 1, mb, b_time_, kBackwardDone, kSentB, kRecvB);
       case ActionKind::kBackwardWeight:
-        return bwd_end_[At(st, mb)];
+        return flags_[At(st, mb)] & kBackwardDone ? 0.0 : kNotYet;  // its I, on this rank
       default:
         return 0.0;
     }
@@ -393,8 +443,8 @@ class Simulator {
     return std::max(0.0, f.forward + b.Backward() - 0.5 * (saving(f) + saving(b)));
   }
 
-  // Records completion: finish times, memory, in-flight counts; wakes the
-  // rank that may be waiting for this result.
+  // Records completion: done flags and the times other ranks need, memory,
+  // in-flight counts; wakes the rank that may be waiting for this result.
   void Account(RankState& rs, const Action& a, double end) {
     const int st = a.stage, mb = a.microbatch;
     const double unit = mem_per_chunk_[st];
@@ -403,34 +453,42 @@ class Simulator {
     auto hold = [&](double share) {
       rs.memory += share * unit;
       rs.peak_memory = std::max(rs.peak_memory, rs.memory);
-      if (!o_.stage_memory_bytes.empty()) {
-        rs.bytes += share * o_.stage_memory_bytes[st];
+      if (stage_bytes_ != nullptr) {
+        rs.bytes += share * stage_bytes_[st];
         rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
       }
     };
+    // The consumer's rank may go on now in the compute-only form; in the
+    // lowered form a consumer on another rank waits for the SEND, which
+    // wakes it, and one on this rank needs no time, only the done flag.
+    auto hand_over = [&](int to, std::vector<double>& time) {
+      if (lowered_) return;
+      if (timed_) time[At(st, mb)] = end;
+      if (to >= 0 && to < s_.stages) Wake(s_.stage_rank[to]);
+    };
     switch (a.kind) {
       case ActionKind::kForward:
-        f_end_[At(st, mb)] = end;
+        flags_[At(st, mb)] |= kForwardDone;
         hold(1.0);
         peak_in_flight_[st] = std::max(peak_in_flight_[st], ++in_flight_[st]);
-        if (st + 1 < s_.stages) Wake(s_.stage_rank[st + 1]);
+        hand_over(st + 1, f_time_);
         break;
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
-        bwd_end_[At(st, mb)] = end;
-        if (a.kind == ActionKind::kBackward) grad_end_[st] = std::max(grad_end_[st], end);
+        flags_[At(st, mb)] |= kBackwardDone;
+        if (a.kind == ActionKind::kBackward && track_gradients_) grad_end_[st] = std::max(grad_end_[st], end);
         if (a.kind == ActionKind::kBackward) {
           hold(-1.0);
           --in_flight_[st];
         } else {
           hold(-(1.0 - w_ratio));
         }
-        if (st > 0) Wake(s_.stage_rank[st - 1]);
+        hand_over(st - 1, b_time_);
         break;
       case ActionKind::kBackwardWeight:
         hold(-w_ratio);
         --in_flight_[st];
-        grad_end_[st] = std::max(grad_end_[st], end);
+        if (track_gradients_) grad_end_[st] = std::max(grad_end_[st], end);
         break;
       default:
         break;
@@ -457,7 +515,7 @@ class Simulator {
       case ActionKind::kForward: {
         const Action prev{st - 1, ActionKind::kForward, mb};
         if (s_.stage_rank[st - 1] == r || !lowered_) return fmt::format("waits for {}", where(prev));
-        if (!recv_f_[At(st, mb)]) {
+        if (!(flags_[At(st, mb)] & kRecvF)) {
           return fmt::format("waits for {}, which is not posted before it", ToString({st, ActionKind::kRecvF, mb}));
         }
         return fmt::format("waits for {} from rank {}", ToString({st - 1, ActionKind::kSendF, mb}),
@@ -465,13 +523,13 @@ class Simulator {
       }
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput: {
-        if (!Done(f_end_[At(st, mb)])) {
+        if (!(flags_[At(st, mb)] & kForwardDone)) {
           return fmt::format("waits for its own forward {}", ToString({st, ActionKind::kForward, mb}));
         }
         const std::string next = fmt::format("the input gradient of stage {} microbatch {} (rank {})", st + 1, mb,
                                              st + 1 < S ? s_.stage_rank[st + 1] : r);
         if (st + 1 >= S || s_.stage_rank[st + 1] == r || !lowered_) return "waits for " + next;
-        if (!recv_b_[At(st, mb)]) {
+        if (!(flags_[At(st, mb)] & kRecvB)) {
           return fmt::format("waits for {}, which is not posted before it", ToString({st, ActionKind::kRecvB, mb}));
         }
         return fmt::format("waits for {} from rank {}", ToString({st + 1, ActionKind::kSendB, mb}),
@@ -567,16 +625,24 @@ class Simulator {
   const SimOptions& o_;
   const int m_;
   const bool lowered_;
+  const bool timed_;
+  const bool record_timeline_;
+  const bool track_gradients_;       // stage_reduce_time given
+  const double* const stage_bytes_;  // stage_memory_bytes, or null
+  const bool prefetch_;              // the ranks' lists are larger than a cache holds
   std::vector<int> work_;     // ranks to advance
   std::vector<char> queued_;  // rank is in work_
   std::vector<Costs> cost_;            // per stage, one microbatch
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
   double comm_time_ = 0.0;
-  std::vector<double> f_end_, bwd_end_;  // (stage, mb) -> finish time of F / of I or B
-  std::vector<double> send_f_, send_b_;  // lowered: (sender stage, mb) -> SEND time
-  std::vector<char> recv_f_, recv_b_;    // lowered: (receiver stage, mb) -> RECV posted
+  // Per (stage, mb): kForwardDone, kBackwardDone, kRecvF, kRecvB, kSentF, kSentB.
+  std::vector<Flags> flags_;
+  // Timed, per (stage, mb), what a consumer on another rank reads once the
+  // flags say it is there: when its F / its I or B ended, or in the lowered
+  // form when that result's SEND ran.
+  std::vector<double> f_time_, b_time_;
   std::vector<int> in_flight_, peak_in_flight_;  // per stage
-  std::vector<double> grad_end_;                 // per stage: its last B or W's end
+  std::vector<double> grad_end_;                 // with stage_reduce_time, per stage: its last B or W's end
   std::vector<RankState> rank_;
   std::vector<double> until_;  // shared cores: per rank, its next start or end
   std::vector<std::vector<TimedAction>> timeline_;
@@ -587,6 +653,12 @@ class Simulator {
 SimResult Simulate(const Schedule& schedule, const SimOptions& options) {
   CheckOptions(schedule, options);
   return Simulator(schedule, options).Run();
+}
+
+void CheckCompletion(const Schedule& schedule) {
+  SimOptions unit;
+  unit.record_timeline = false;
+  Simulator(schedule, unit, /*timed=*/false).Run();
 }
 
 double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth) {
