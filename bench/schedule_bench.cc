@@ -5,14 +5,11 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
-#include <climits>
 #include <string>
 #include <string_view>
 
+#include "baton/heap.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "baton/tune.h"
@@ -112,17 +109,10 @@ BENCHMARK(BM_Interleaved1F1B)->Args({64, 1024, 2})->Unit(benchmark::kMillisecond
 BENCHMARK(BM_1F1B)->Args({64, 1024, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Tune)->Unit(benchmark::kMillisecond);
 
-// glibc gives memory back to the system once more than M_TRIM_THRESHOLD lies
-// free at the top of its heap, and serves blocks over M_MMAP_THRESHOLD with
-// mappings of their own, unmapped on free; both thresholds move with the
-// sizes freed so far. Whether an iteration reused the pages the previous one
-// freed, or faulted in fresh ones (11-16 us per 4 KiB page on the virtual
-// machines baton is measured on: 60 ms and more for the 21 MB that the
-// 64 x 1024 x 2 schedule and its lowered form hold), hinged on allocation
-// sizes anywhere in the process, and one build measured 25 ms or 100 ms by
-// it. Freed memory is kept, so that an iteration measures the library's
-// work, as in a process that simulates many schedules; page_faults shows
-// what is left. --return_freed_memory measures with glibc's defaults.
+// Freed memory is kept (baton/heap.h), as baton's own main keeps it, so
+// that an iteration measures the library's work and not the kernel's page
+// faults; page_faults shows what is left. --return_freed_memory measures
+// with glibc's defaults.
 int main(int argc, char** argv) {
   bool keep_freed_memory = true;
   int kept_args = 1;
@@ -134,13 +124,8 @@ int main(int argc, char** argv) {
     }
   }
   argc = kept_args;
-#if defined(__GLIBC__)
-  if (keep_freed_memory) {
-    mallopt(M_MMAP_MAX, 0);              // every block from the heap,
-    mallopt(M_TRIM_THRESHOLD, INT_MAX);  // which is never trimmed
-  }
+  if (keep_freed_memory) baton::KeepFreedMemory();
   benchmark::AddCustomContext("freed_memory", keep_freed_memory ? "kept" : "returned (glibc's defaults)");
-#endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "baton/error.h"
+#include "baton/heap.h"
 #include "baton/host.h"
 #include "commands.h"
 
@@ -47,6 +48,7 @@ void UseTheCpusBlasKernels(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  baton::KeepFreedMemory();
   if (ComputesOnTheHost(argc, argv)) UseTheCpusBlasKernels(argv);
   CLI::App app{"baton: pipeline-parallel training schedules - generate, check, simulate, draw"};
   app.require_subcommand(1);
