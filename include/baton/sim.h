@@ -116,8 +116,10 @@ struct SimResult {
 // grid; or if the options are out of range.
 SimResult Simulate(const Schedule& schedule, const SimOptions& options = {});
 
-// CheckStructure() and a dependency check (a simulation with unit costs):
-// throws ScheduleError for anything that would stop the schedule finishing.
+// CheckStructure() and a dependency check (the simulator's advance without
+// times: which actions can run once their inputs are there): throws
+// ScheduleError, as Simulate would, for anything that would stop the
+// schedule finishing.
 void Validate(const Schedule& schedule);
 
 // ---- Exporters ----
