@@ -4,9 +4,11 @@
 // checkpoints).
 #include "cuda_stage_device.h"
 
+#include <numeric>
 #include <fmt/format.h>
 
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "baton/buffer.h"
@@ -37,9 +39,8 @@ class CudaStageDevice final : public StageDevice {
 
   void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeCudaLayer(op, max_rows)); }
   std::size_t ScratchBytes() const override {
-    std::size_t bytes = 0;
-    for (const auto& l : layers_) bytes += l->ScratchBytes();
-    return bytes;
+    return std::accumulate(layers_.begin(), layers_.end(), std::size_t{0},
+                           [](std::size_t sum, const auto& l) { return sum + l->ScratchBytes(); });
   }
 
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {

@@ -1,6 +1,7 @@
 // The host StageDevice: the Eigen layers, in host memory. The parameters
 // the layers use are the stage's own host buffers, so pushing and pulling
 // them are no-ops.
+#include <numeric>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,9 +29,8 @@ class HostStageDevice final : public StageDevice {
   std::byte* Allocate(std::size_t bytes) override { return memory_.Allocate(bytes); }
   void AddLayer(const OpDesc& op, int max_rows) override { layers_.push_back(MakeLayer(op, max_rows)); }
   std::size_t ScratchBytes() const override {
-    std::size_t bytes = 0;
-    for (const auto& l : layers_) bytes += l->ScratchBytes();
-    return bytes;
+    return std::accumulate(layers_.begin(), layers_.end(), std::size_t{0},
+                           [](std::size_t sum, const auto& l) { return sum + l->ScratchBytes(); });
   }
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;
