@@ -1,11 +1,11 @@
 // The host StageDevice: the Eigen layers, in host memory. The parameters
 // the layers use are the stage's own host buffers, so pushing and pulling
 // them are no-ops.
-#include <numeric>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <utility>
 #include <vector>
 
