@@ -21,11 +21,13 @@ namespace baton {
 // Checkpointing, Device and Precision: baton/choices.h.
 // explicit: pipeline.partition lists layer counts; layout: pipeline.layout
 // lists each stage's parts of a GPT.
-enum class Partition : std::uint8_t { kBalanced, kExplicit, kLayout };
+// kAuto: searched at start-up from a profile (pipeline.partition: auto, or
+// a GPT's pipeline.layout: auto), then explicit or a layout.
+enum class Partition : std::uint8_t { kBalanced, kExplicit, kLayout, kAuto };
 enum class BalanceBy : std::uint8_t { kParams, kFlops };
 // fortunes and synthetic_tokens are byte-token datasets (IsTokenDataset).
 enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kSyntheticTokens };
-std::string_view EnumName(Partition v);      // balanced, explicit, layout
+std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::span<const Partition> EnumValues(Partition);
@@ -108,6 +110,10 @@ struct PipelineConfig {
   Checkpointing checkpointing = Checkpointing::kNone;
   std::vector<LayerType> keep;        // selective: layer types whose outputs are kept
   double wait_timeout_s = 300.0;      // deadline of every blocking wait
+  // Automatic placement (kAuto): the profile to place from ("" = profile
+  // at start-up), and the per-rank memory the placement must fit (0 = any).
+  std::string profile;
+  double memory_bytes = 0;
 };
 
 // Inputs and labels per dataset:

@@ -20,13 +20,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "baton/action.h"
 #include "baton/choices.h"
 #include "baton/config.h"
 #include "baton/model.h"
+#include "baton/profile.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "baton/view.h"
@@ -323,6 +326,16 @@ StagePlan PlanStageAlone(const RunPlan& shape, int stage, bool split_backward);
 // backward split or not: the same sums PlanMemory makes, before a schedule
 // exists.
 std::vector<double> PlanStaticBytes(const RunPlan& shape, Placement placement, int ranks, bool split_backward);
+// PlanStaticBytes for many placements of one shape (its microbatches,
+// policy and model; only `bounds` varying): each stage's static memory is
+// planned once per layer range and neighbourhood and remembered.
+class StaticBytesCache {
+ public:
+  std::vector<double> operator()(const RunPlan& shape, Placement placement, int ranks, bool split_backward);
+
+ private:
+  std::map<std::tuple<int, int, bool, bool, bool>, RankMemory> memo_;
+};
 
 // The plan as text, one line per stage (its rank, layers, parameters, ring
 // capacity and slot bytes, its matrix products' forward FLOPs for one
@@ -335,36 +348,94 @@ std::string DescribePlan(const RunPlan& plan);
 // ConfigError or ScheduleError as a run would.
 std::string DescribeRunPlan(const TrainConfig& config);
 
-// ---- `baton tune` ----
-// Searches schedule x microbatches x chunks x checkpointing policy for the
-// config's model on its ranks with the simulator (baton/tune.h), from costs
-// estimated per stage: the stage's matrix-product FLOPs of one microbatch
-// (forward; input and weight gradient alike) over a GEMM rate, plus what the
-// policy recomputes; memory from the plan of each stage (PlanShape,
-// PlanStaticBytes: the sums PlanMemory makes).
+// ---- Costs from a profile (baton/profile.h) ----
+// One stage of top-level layers [first_layer, last_layer) for one
+// microbatch of `shape` (its rows and checkpointing policy), from the
+// profiled layers at those rows: F, I and W summed over its layers (B's
+// measured total shared out over I and W when the backward is not split);
+// what the policy drops is recomputed (each dropped op's forward) inside
+// I, and again inside W when W runs apart (as Stage does); and the bytes
+// one microbatch keeps in its slot.
+struct StagePrice {
+  Costs costs;            // recomputation included
+  double recompute = 0;   // seconds of it in one backward (I, or B)
+  double slot_bytes = 0;
+};
+StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& layers, int stage, bool split_backward);
+
+// How a run's ranks share the machine's cores, as `baton bench` simulates
+// it: p pipeline ranks x D replicas on one host of `cores` CPUs share them
+// when p x D > cores (every pipeline rank in pool 0, of cores x p / (p x D)
+// cores); else a core each (both empty).
+void ShareCores(int ranks, int replicas, int cores, std::vector<int>* core_pool, std::vector<double>* pool_cores);
+
+// The simulator's options for a run's plan from each stage's costs (seconds
+// of one microbatch), one message's latency, its bytes over a bandwidth
+// (0: free) and the core pools: what `baton bench` predicts a measured step
+// with (adding the replicas' gradient sums), and what the profile predicts
+// a plan with.
+SimOptions CostedSimOptions(std::vector<Costs> stage_costs, double latency, double bandwidth, double message_bytes,
+                            std::vector<int> core_pool, std::vector<double> pool_cores);
+
+// A plan's step predicted from a profile: its stages priced (PriceStage),
+// the profile's message costs, the cores shared as the run would share
+// them; and each rank's peak memory (PlanMemory's static bytes plus the
+// slots live at the simulated peak).
+struct ProfilePrediction {
+  SimResult sim;
+  std::vector<double> peak_bytes;  // per rank
+};
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile);
+
+// ---- `baton tune` and placement ----
+// Searches schedule x microbatches x chunks x checkpointing policy x
+// placement for the config's model on its ranks with the simulator
+// (baton/tune.h), from the profile's costs (PriceStage) and each stage's
+// memory from its plan (PlanShape, PlanStageAlone, StaticBytesCache: the
+// sums PlanMemory makes).
 struct TuneRequest {
   double memory_bytes = 0;              // per-rank budget, > 0
   std::vector<std::string> schedules;   // empty: every generator
   std::vector<int> microbatches;        // empty: p, 2p, 4p, 8p that divide the batch
   std::vector<int> chunks;              // empty: 2, 4
   std::vector<Checkpointing> policies;  // empty: none, selective, full
+  bool placement = true;                // search the placement (false: the config's partition)
   int top = 10;                         // rows printed
   std::string overlay_path;             // the winner's settings as YAML ("" = none)
 };
-// What the estimate prices with.
-struct TuneRates {
-  double gemm_flops_per_s = 0;  // the matrix products' rate inside actions
-  double latency_s = 20e-6;     // one message between ranks
-  std::string source;           // where they came from, for the printout
-};
-// The rate inside actions and the message latency of a `baton bench --json`
-// report of this config. Throws ConfigError for a file that is no report or
-// does not match the config (ranks, batch), naming the difference.
-TuneRates TuneRatesFromBenchReport(const std::string& path, const TrainConfig& config);
+// The microbatch counts tune tries by default: p, 2p, 4p, 8p that divide
+// the batch (each replica's share), and the config's own.
+std::vector<int> DefaultMicrobatches(const TrainConfig& config);
 // The ranked table as text (and the overlay written). Throws ConfigError for
 // a bad request; nothing fitting is not an error: the text says the smallest
 // memory any candidate needs, and which.
-std::string Tune(const TrainConfig& config, const TuneRequest& request, const TuneRates& rates);
+std::string Tune(const TrainConfig& config, const TuneRequest& request, const Profile& profile,
+                 const std::string& profile_source);
+
+// Where a stage may start: a GPT's part boundaries (after E, each t), an
+// MLP's every top-level layer.
+std::vector<int> PlacementCuts(const TrainConfig& config, const ModelDesc& model);
+// Stage bounds as the config writes them: a GPT's layout ("E,t*2|t*2,L"),
+// an MLP's partition counts ("[3, 2, 4]").
+std::string LayoutText(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds);
+// The config with its placement set to `bounds` (an explicit partition, or
+// a GPT's layout).
+TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds);
+
+// pipeline.partition: auto / pipeline.layout: auto: the placement of the
+// config's schedule, microbatches, chunks and policy that the placement
+// search finds fastest under pipeline.memory_bytes (0: any memory).
+// Throws ConfigError when the schedule is not a generator's, or nothing
+// fits (naming the least memory any placement needs, and which).
+struct PlacementChoice {
+  std::vector<int> bounds;
+  std::string layout;             // LayoutText
+  double step_s = 0;              // predicted
+  std::vector<double> peak_bytes; // per rank, predicted
+  std::size_t layouts = 0, simulated = 0;
+  double seconds = 0;             // the search's
+};
+PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile);
 
 }  // namespace baton
 

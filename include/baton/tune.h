@@ -49,6 +49,10 @@ struct Candidate {
   // The generator's memory limit in M_B: 0 = the schedule's default,
   // kMemoryLimitFromBudget = derived from the budget, > 0 = as given.
   double memory_limit = 0.0;
+  // The placement: the first top-level layer of each stage and the layer
+  // count (ranks x chunks + 1 entries); empty = the cost model's own.
+  // Filled by the placement search (TuneSpace::cuts).
+  std::vector<int> bounds;
 };
 
 // What one candidate costs. Times may be in any one unit (the step time
@@ -82,6 +86,10 @@ struct CandidateCosts {
   double latency = 0.0;
   double message_bytes = 0.0;
   double bandwidth = 0.0;
+  // Ranks sharing cores (SimOptions::core_pool, pool_cores): per rank its
+  // pool, per pool its cores; empty = a core per rank.
+  std::vector<int> core_pool;
+  std::vector<double> pool_cores;
 };
 
 // Called once per candidate, in the order of TuneSpace (schedules, then
@@ -99,6 +107,18 @@ struct TuneSpace {
   std::vector<int> chunks = {2};       // v values for interleaved_1f1b / interleaved_zb
   std::vector<Checkpointing> checkpointing = {Checkpointing::kNone};
   std::vector<double> memory_limits = {0.0, kMemoryLimitFromBudget};
+  // The placement search: where a stage may start (top-level layer indices
+  // in (0, layers), ascending) for a model of `layers` top-level layers.
+  // Empty: no search (the cost model places the stages). Otherwise every
+  // candidate is searched over every contiguous placement of its stages on
+  // these cuts: each placement's lower bound (the busiest rank's, or
+  // shared cores', compute) orders them, and they are simulated in that
+  // order until the bound reaches the best feasible step found: exact, and
+  // deterministic. More than `max_layouts` placements: the candidate is
+  // refused, saying so.
+  std::vector<int> cuts;
+  int layers = 0;
+  std::size_t max_layouts = 1000000;
 };
 
 struct TuneOptions {
@@ -118,6 +138,8 @@ struct CandidateResult {
   std::vector<double> peak_bytes;  // per rank: static + peak activation bytes
   double max_peak_bytes = 0.0;     // the largest of peak_bytes
   int max_peak_rank = 0;           // the rank holding it
+  // The placement search: placements priced (bounded) and simulated.
+  std::size_t layouts = 0, layouts_simulated = 0;
 };
 
 struct TuneReport {
@@ -128,6 +150,9 @@ struct TuneReport {
   std::vector<CandidateResult> ranked;
   std::size_t feasible = 0;   // the first `feasible` entries of ranked
   std::size_t simulated = 0;  // candidates simulated
+  // The placement search: schedule x m x v x policy x placement points
+  // searched (priced and bounded, or simulated), and how many simulated.
+  std::size_t layouts = 0, layouts_simulated = 0;
   double seconds = 0.0;       // wall time of the whole search
   // When no candidate fits: the simulated one needing the least memory
   // (its max_peak_bytes) and which one it is.
@@ -135,7 +160,12 @@ struct TuneReport {
 
   // The winner, or nullptr when none fits the budget.
   const CandidateResult* Best() const { return feasible > 0 ? &ranked.front() : nullptr; }
-  double CandidatesPerSecond() const { return seconds > 0.0 ? static_cast<double>(ranked.size()) / seconds : 0.0; }
+  // Points searched per second: with the placement search, every
+  // placement of every candidate (`layouts`).
+  double CandidatesPerSecond() const {
+    const std::size_t n = layouts > 0 ? layouts : ranked.size();
+    return seconds > 0.0 ? static_cast<double>(n) / seconds : 0.0;
+  }
 };
 
 // Simulates every candidate of `space` with the costs `model` gives and

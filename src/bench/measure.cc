@@ -9,8 +9,8 @@
 namespace baton {
 namespace {
 
-// One-way latency between ranks 0 and 1 for a message of `bytes`: half the
-// median round trip (0 on other ranks).
+}  // namespace
+
 double PingPong(Transport& t, std::size_t bytes) {
   if (t.size() < 2 || t.rank() > 1) return 0.0;
   std::vector<std::byte> buf(std::max<std::size_t>(bytes, 1), std::byte{1});
@@ -33,6 +33,8 @@ double PingPong(Transport& t, std::size_t bytes) {
   }
   return Median(trips) / 2;
 }
+
+namespace {
 
 // The replica group's all-reduce of `floats` floats: the median of 30
 // (after 5 unmeasured), collective over the group. Outside any step.

@@ -4,16 +4,40 @@
 #ifndef BATON_CLI_COMMANDS_H_
 #define BATON_CLI_COMMANDS_H_
 
+#include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/profile.h"
 
 namespace baton {
 
 void AddSimulateCommand(CLI::App& app);
 void AddScheduleCommand(CLI::App& app);
-void AddTrainCommand(CLI::App& app);  // train and validate
+void AddTrainCommand(CLI::App& app);  // train, bench, tune and validate
+void AddProfileCommand(CLI::App& app);
+
+// Every rank of the MPI job (one process without mpirun): rank 0 reads the
+// config and broadcasts it, every rank parses it, then runs `job(world,
+// config, config_text)`. Returns 0, or 2 after a config, schedule or
+// output error (one rank prints it); aborts the job on anything else.
+int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
+                  const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job);
+
+// The profile at `path` checked against the config and this machine, or
+// (empty path) one measured now in this process; `source` says which.
+Profile ProfileFor(const TrainConfig& config, const std::string& path, std::string* source);
+
+// An automatic placement (Partition::kAuto) searched on rank 0, from
+// pipeline.profile or a short profile measured now, printed, and
+// broadcast: the config with that placement on every rank (others as
+// given). Collective over `world`.
+TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world);
 
 // Writes `content` to `path` through a temporary file renamed into place, so
 // a failure never leaves a half-written file; "-" writes to standard output.

@@ -21,7 +21,7 @@ bool ComputesOnTheHost(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg.starts_with('-')) continue;  // no option before the command takes a value
-    return arg == "train" || arg == "bench" || arg == "tune";
+    return arg == "train" || arg == "bench" || arg == "tune" || arg == "profile";
   }
   return false;
 }
@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   baton::AddSimulateCommand(app);
   baton::AddScheduleCommand(app);
   baton::AddTrainCommand(app);
+  baton::AddProfileCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

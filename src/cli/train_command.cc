@@ -5,6 +5,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,27 +16,16 @@
 #include "baton/files.h"
 #include "baton/host.h"
 #include "baton/plan.h"
+#include "baton/profile.h"
 #include "baton/bench.h"
 #include "baton/train.h"
 #include "baton/schedule.h"
 #include "commands.h"
 
 namespace baton {
-namespace {
 
-struct TrainFlags {
-  std::string config;
-  std::vector<std::string> set;
-  TrainOptions options;
-};
-
-// Every rank runs this: reads the config on rank 0, broadcasts and parses it,
-// splits the world into pipelines and replica groups (data parallelism),
-// then runs `job(comms, config, config_text)`. Errors: setup errors end the
-// job with exit code 2 on every rank (one rank prints); anything else prints
-// with the rank and aborts the whole job.
-int RunOnAllRanks(const TrainFlags& f,
-                  const std::function<void(const RunComms&, const TrainConfig&, const std::string&)>& job) {
+int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
+                  const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job) {
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
   std::unique_ptr<Transport> transport;
@@ -48,38 +38,14 @@ int RunOnAllRanks(const TrainFlags& f,
     // launching node needs the file.
     std::string text;
     Agree(*transport, [&] {
-      if (rank == 0) text = ReadTextFile(f.config);
+      if (rank == 0) text = ReadTextFile(config_path);
     });
     transport->BroadcastString(&text);
     // Every rank parses the same text: a config error is the same everywhere,
     // and rank 0 alone reports it.
     TrainConfig config;
-    Agree(*transport, [&] { config = ParseTrainConfig(text, f.config, f.set); });
-    // D replicas of a P-rank pipeline: every rank's pipeline and replica
-    // group as sub-communicators; one replica: the world is the pipeline.
-    const ReplicaLayout layout{config.pipeline.ranks, config.data_parallel.size};
-    Agree(*transport, [&] {
-      if (transport->size() != layout.pipeline_ranks * layout.replicas) {
-        if (layout.replicas == 1) {
-          throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})",
-                                        config.source, layout.pipeline_ranks, transport->size(),
-                                        layout.pipeline_ranks));
-        }
-        throw ConfigError(fmt::format(
-            "{}: pipeline.ranks {} x data_parallel.size {} = {} ranks, but the job has {} (mpirun -np {})",
-            config.source, layout.pipeline_ranks, layout.replicas, layout.pipeline_ranks * layout.replicas,
-            transport->size(), layout.pipeline_ranks * layout.replicas));
-      }
-    });
-    Groups groups;
-    if (layout.replicas > 1) {
-      groups = MakeMpiGroups(layout, config.pipeline.wait_timeout_s);
-    } else {
-      groups.replicas = MakeSoloReplicaGroup();
-    }
-    const RunComms comms{*transport, groups.pipeline ? *groups.pipeline : *transport, *groups.replicas};
-    // Setup errors inside the job are raised on one rank only (the lowest that failed).
-    job(comms, config, text);
+    Agree(*transport, [&] { config = ParseTrainConfig(text, config_path, set); });
+    job(*transport, config, text);
   } catch (const PeerFailed&) {
     return 2;
   } catch (const ConfigError& e) {
@@ -96,6 +62,49 @@ int RunOnAllRanks(const TrainFlags& f,
     MpiSession::AbortWorld(1);
   }
   return 0;
+}
+
+namespace {
+
+struct TrainFlags {
+  std::string config;
+  std::vector<std::string> set;
+  TrainOptions options;
+};
+
+// Every rank runs this: reads the config on rank 0, broadcasts and parses it,
+// splits the world into pipelines and replica groups (data parallelism),
+// places the stages where the config asks for an automatic placement, then
+// runs `job(comms, config, config_text)`. Errors as RunOnAnyRanks.
+int RunOnAllRanks(const TrainFlags& f,
+                  const std::function<void(const RunComms&, const TrainConfig&, const std::string&)>& job) {
+  return RunOnAnyRanks(f.config, f.set, [&](Transport& world, const TrainConfig& config, const std::string& text) {
+    // D replicas of a P-rank pipeline: every rank's pipeline and replica
+    // group as sub-communicators; one replica: the world is the pipeline.
+    const ReplicaLayout layout{config.pipeline.ranks, config.data_parallel.size};
+    Agree(world, [&] {
+      if (world.size() != layout.pipeline_ranks * layout.replicas) {
+        if (layout.replicas == 1) {
+          throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})",
+                                        config.source, layout.pipeline_ranks, world.size(), layout.pipeline_ranks));
+        }
+        throw ConfigError(fmt::format(
+            "{}: pipeline.ranks {} x data_parallel.size {} = {} ranks, but the job has {} (mpirun -np {})",
+            config.source, layout.pipeline_ranks, layout.replicas, layout.pipeline_ranks * layout.replicas,
+            world.size(), layout.pipeline_ranks * layout.replicas));
+      }
+    });
+    const TrainConfig placed = ResolvePlacement(config, world);
+    Groups groups;
+    if (layout.replicas > 1) {
+      groups = MakeMpiGroups(layout, config.pipeline.wait_timeout_s);
+    } else {
+      groups.replicas = MakeSoloReplicaGroup();
+    }
+    const RunComms comms{world, groups.pipeline ? *groups.pipeline : world, *groups.replicas};
+    // Setup errors inside the job are raised on one rank only (the lowest that failed).
+    job(comms, placed, text);
+  });
 }
 
 int RunTrain(const TrainFlags& f) {
@@ -306,23 +315,37 @@ int RunBench(const BenchFlags& f) {
   });
 }
 
-// `baton tune` without a bench report: this process's SGEMM at the model's
-// linear shapes and a microbatch's rows, and 20 us a message.
-TuneRates MeasuredTuneRates(const TrainConfig& config) {
-  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
-  const int rows = std::max(1, config.train.batch_size / std::max(1, config.pipeline.microbatches)) * model.seq;
-  TuneRates rates;
-  rates.gemm_flops_per_s = HostGemmGflops(model.LinearShapes(), rows) * 1e9;
-  rates.latency_s = 20e-6;
-  rates.source = fmt::format("this machine's SGEMM at the model's shapes ({:.1f} GFLOP/s), 20 us a message",
-                             rates.gemm_flops_per_s / 1e9);
-  return rates;
-}
-
-void RunValidate(const TrainFlags& f) {
-  const TrainConfig c = LoadTrainConfig(f.config, f.set);
-  const std::string plan = DescribeRunPlan(c);
-  std::cout << DescribeTrainConfig(c) << plan << "ok: " << f.config << " is valid\n";
+// `baton validate`: the settings and the plan; with a profile, the
+// automatic placement searched and the step and memory it predicts.
+void RunValidate(const TrainFlags& f, const std::string& profile_path) {
+  TrainConfig c = LoadTrainConfig(f.config, f.set);
+  std::string text = DescribeTrainConfig(c);
+  if (c.pipeline.partition == Partition::kAuto && profile_path.empty()) {
+    std::cout << text << "the placement (auto) is searched when the run starts; give --profile FILE to see it now\n"
+              << "ok: " << f.config << " is valid\n";
+    return;
+  }
+  std::optional<Profile> profile;
+  if (!profile_path.empty()) {
+    std::string source;
+    profile = ProfileFor(c, profile_path, &source);
+    if (c.pipeline.partition == Partition::kAuto) {
+      const PlacementChoice choice = ChoosePlacement(c, *profile);
+      text += fmt::format("placement (auto): {} ({} placements searched, {} simulated)\n", choice.layout,
+                          choice.layouts, choice.simulated);
+      c = WithPlacement(c, DescribeModel(c.model.layers, c.model.input, c.model.seq), choice.bounds);
+    }
+  }
+  text += DescribeRunPlan(c);
+  if (profile) {
+    const RunPlan plan = PlanRun(c);
+    const ProfilePrediction pred = PredictFromProfile(plan, *profile);
+    std::vector<std::string> peaks;
+    for (double b : pred.peak_bytes) peaks.push_back(fmt::format("{:.1f}", b / (1024.0 * 1024.0)));
+    text += fmt::format("predicted from {}: step {:.2f} ms, bubble {:.1f}%, peak memory per rank [{}] MiB\n",
+                        profile_path, pred.sim.makespan * 1e3, 100 * pred.sim.bubble_rate, fmt::join(peaks, ", "));
+  }
+  std::cout << text << "ok: " << f.config << " is valid\n";
 }
 
 }  // namespace
@@ -365,7 +388,8 @@ void AddTrainCommand(CLI::App& app) {
   struct TuneFlags {
     TrainFlags train;
     TuneRequest request;
-    std::string costs_path;
+    std::string profile_path;
+    bool config_placement = false;
     std::string schedules, microbatches, chunks, policies;
   };
   auto tflags = std::make_shared<TuneFlags>();
@@ -374,7 +398,10 @@ void AddTrainCommand(CLI::App& app) {
   tune->add_option("config", tflags->train.config, "YAML training config")->required();
   tune->add_option("--set", tflags->train.set, "override a key (repeatable)");
   tune->add_option("--memory-bytes", tflags->request.memory_bytes, "per-rank memory budget in bytes")->required();
-  tune->add_option("--costs", tflags->costs_path, "a baton bench --json report of this config");
+  tune->add_option("--profile", tflags->profile_path,
+                   "a baton profile of this config (default: profile it first, in this process)");
+  tune->add_flag("--keep-placement", tflags->config_placement,
+                 "keep the config's placement (default: search each candidate's placement)");
   tune->add_option("--schedules", tflags->schedules, "schedules to try (default: every generator)");
   tune->add_option("--microbatches", tflags->microbatches, "microbatch counts (default: p, 2p, 4p, 8p dividing the batch)");
   tune->add_option("--chunks", tflags->chunks, "chunk counts for the interleaved schedules (default 2,4)");
@@ -405,15 +432,20 @@ void AddTrainCommand(CLI::App& app) {
       r.policies.push_back(*policy);
     }
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
-    const TuneRates rates = tflags->costs_path.empty() ? MeasuredTuneRates(c) : TuneRatesFromBenchReport(tflags->costs_path, c);
-    std::cout << Tune(c, r, rates);
+    r.placement = !tflags->config_placement;
+    std::string source;
+    const Profile profile = ProfileFor(c, tflags->profile_path, &source);
+    std::cout << Tune(c, r, profile, source);
   });
 
   auto vflags = std::make_shared<TrainFlags>();
+  auto vprofile = std::make_shared<std::string>();
   CLI::App* validate = app.add_subcommand("validate", "Check a training config without running it");
   validate->add_option("config", vflags->config, "YAML training config")->required();
   validate->add_option("--set", vflags->set, "override a key (repeatable)");
-  validate->callback([vflags] { RunValidate(*vflags); });
+  validate->add_option("--profile", *vprofile,
+                       "a baton profile of this config: place an automatic placement, and predict the step and memory");
+  validate->callback([vflags, vprofile] { RunValidate(*vflags, *vprofile); });
 }
 
 }  // namespace baton

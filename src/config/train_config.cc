@@ -220,14 +220,15 @@ PipelineLayout ReadLayout(YamlMap& pipe, const GptSpec& gpt) {
 }  // namespace
 
 namespace {
-constexpr std::array<Partition, 3> kPartitions = {Partition::kBalanced, Partition::kExplicit, Partition::kLayout};
+constexpr std::array<Partition, 4> kPartitions = {Partition::kBalanced, Partition::kExplicit, Partition::kLayout,
+                                                  Partition::kAuto};
 constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy::kFlops};
 constexpr std::array<DatasetKind, 4> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
                                                    DatasetKind::kFortunes, DatasetKind::kSyntheticTokens};
 }  // namespace
 
 std::string_view EnumName(Partition v) {
-  return v == Partition::kBalanced ? "balanced" : v == Partition::kExplicit ? "explicit" : "layout";
+  return v == Partition::kBalanced ? "balanced" : v == Partition::kExplicit ? "explicit" : v == Partition::kLayout ? "layout" : "auto";
 }
 std::string_view EnumName(BalanceBy v) { return v == BalanceBy::kParams ? "params" : "flops"; }
 std::string_view EnumName(DatasetKind v) {
@@ -422,11 +423,26 @@ void ReadPartition(YamlMap& pipe, TrainConfig& c) {
       c.pipeline.partition_counts.push_back(v);
     }
   } else {
-    // Only the word "balanced": an explicit partition is written as its list.
-    OneOf(pipe, "partition", "balanced", {"balanced"});
-    c.pipeline.partition = Partition::kBalanced;
+    // The words "balanced" and "auto" (an MLP's placement searched at
+    // start-up): an explicit partition is written as its list.
+    const std::string word = OneOf(pipe, "partition", "balanced", {"balanced", "auto"});
+    c.pipeline.partition = word == "auto" ? Partition::kAuto : Partition::kBalanced;
+    if (word == "auto" && c.model.gpt) {
+      pipe.Fail(partition, "partition", "a GPT is placed by its parts: write pipeline.layout: auto");
+    }
   }
-  if (pipe.Has("layout")) {
+  if (pipe.Has("layout") && pipe.Node("layout").IsScalar() && pipe.Node("layout").Scalar() == "auto") {
+    if (!c.model.gpt) {
+      pipe.Fail(pipe.Node("layout"), "layout",
+                "is for GPT models (model: {type: gpt, ...}); an MLP's placement is searched with pipeline.partition: "
+                "auto");
+    }
+    if (pipe.Has("partition")) {
+      pipe.Fail(pipe.Node("layout"), "layout", "contradicts pipeline.partition: both choose each stage's layers; give one");
+    }
+    pipe.Get<std::string>("layout", "");  // read
+    c.pipeline.partition = Partition::kAuto;
+  } else if (pipe.Has("layout")) {
     if (!c.model.gpt) {
       pipe.Fail(pipe.Node("layout"), "layout",
                 "is for GPT models (model: {type: gpt, ...}); cut an MLP from model.layers with pipeline.partition: "
@@ -482,6 +498,16 @@ void ReadPipeline(YamlMap& top, TrainConfig& c) {
   c.pipeline.checkpointing = Choice(pipe, "checkpointing", c.pipeline.checkpointing);
   ReadKeep(pipe, c);
   c.pipeline.wait_timeout_s = pipe.GetNumber("wait_timeout_s", c.pipeline.wait_timeout_s, 1e-3, 1e7);
+  c.pipeline.profile = pipe.Get<std::string>("profile", "");
+  c.pipeline.memory_bytes = pipe.GetNumber("memory_bytes", 0.0, 0.0, 1e18);
+  if (c.pipeline.partition != Partition::kAuto) {
+    for (const char* key : {"profile", "memory_bytes"}) {
+      if (pipe.Has(key)) {
+        pipe.Fail(pipe.Node(key), key,
+                  "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: auto)");
+      }
+    }
+  }
   pipe.Finish();
 
 }
@@ -649,7 +675,11 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "ranks" << YAML::Value << p.ranks
     << YAML::Key << "microbatches" << YAML::Value << p.microbatches << YAML::Key << "chunks" << YAML::Value << p.chunks;
-  if (p.partition == Partition::kLayout) {
+  if (p.partition == Partition::kAuto) {
+    e << YAML::Key << (c.model.gpt ? "layout" : "partition") << YAML::Value << "auto";
+    e << YAML::Key << "profile" << YAML::Value << p.profile << YAML::Key << "memory_bytes" << YAML::Value
+      << p.memory_bytes;
+  } else if (p.partition == Partition::kLayout) {
     e << YAML::Key << "layout" << YAML::Value << YAML::DoubleQuoted << p.layout.text;
   } else if (p.partition == Partition::kExplicit) {
     e << YAML::Key << "partition" << YAML::Value << YAML::Flow << p.partition_counts;

@@ -1,6 +1,8 @@
 // What a rank holds, in bytes, from its plan alone (RankMemory): one set of
 // sums, used by `baton validate`'s memory lines and by `baton tune` before
 // any schedule exists.
+#include <algorithm>
+
 #include "internal.h"
 
 namespace baton {
@@ -74,19 +76,29 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
   return out;
 }
 
-std::vector<double> PlanStaticBytes(const RunPlan& shape, Placement placement, int ranks, bool split_backward) {
+std::vector<double> StaticBytesCache::operator()(const RunPlan& shape, Placement placement, int ranks,
+                                                 bool split_backward) {
   const int S = shape.stages();
   const int m = shape.batch_size / std::max(shape.rows, 1);
   std::vector<RankMemory> mem(static_cast<std::size_t>(ranks));
   for (int s = 0; s < S; ++s) {
     const int rank = StageRank(placement, s, ranks);
-    const StagePlan st = PlanStageAlone(shape, s, split_backward);
     const bool prev_remote = s > 0 && StageRank(placement, s - 1, ranks) != rank;
     const bool next_remote = s + 1 < S && StageRank(placement, s + 1, ranks) != rank;
-    // ZeRO: the largest replica's shard (the last; shards differ by a float at most).
-    const std::size_t optimizer = shape.zero ? ShardOf(st.num_params, shape.replicas - 1, shape.replicas).count : st.num_params;
-    mem[static_cast<std::size_t>(rank)] +=
-        plan_detail::StageMemory(shape, st, optimizer, plan_detail::StageBuffers(st, 0, S, m, prev_remote, next_remote));
+    const auto key = std::make_tuple(shape.bounds[static_cast<std::size_t>(s)],
+                                     shape.bounds[static_cast<std::size_t>(s) + 1], split_backward, prev_remote,
+                                     next_remote);
+    auto it = memo_.find(key);
+    if (it == memo_.end()) {
+      const StagePlan st = PlanStageAlone(shape, s, split_backward);
+      // ZeRO: the largest replica's shard (the last; shards differ by a float at most).
+      const std::size_t optimizer =
+          shape.zero ? ShardOf(st.num_params, shape.replicas - 1, shape.replicas).count : st.num_params;
+      it = memo_.emplace(key, plan_detail::StageMemory(shape, st, optimizer,
+                                                       plan_detail::StageBuffers(st, 0, S, m, prev_remote, next_remote)))
+               .first;
+    }
+    mem[static_cast<std::size_t>(rank)] += it->second;
   }
   // A tied head's gradient inbox, where its copies are on two ranks.
   const plan_detail::TiedStages tied = plan_detail::FindTiedStages(shape.model, shape.bounds);
@@ -100,6 +112,10 @@ std::vector<double> PlanStaticBytes(const RunPlan& shape, Placement placement, i
   std::vector<double> out;
   for (const RankMemory& r : mem) out.push_back(static_cast<double>(r.static_bytes()));
   return out;
+}
+
+std::vector<double> PlanStaticBytes(const RunPlan& shape, Placement placement, int ranks, bool split_backward) {
+  return StaticBytesCache()(shape, placement, ranks, split_backward);
 }
 
 }  // namespace baton

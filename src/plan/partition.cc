@@ -100,6 +100,12 @@ std::vector<int> BalancedBounds(const ModelDesc& model, int stages, bool by_flop
 std::vector<int> PartitionLayers(const TrainConfig& c, const ModelDesc& model, int stages) {
   const int n = model.top_layers();
   if (c.pipeline.partition == Partition::kLayout) return LayoutBounds(c, model, stages);
+  if (c.pipeline.partition == Partition::kAuto) {
+    throw ConfigError(fmt::format(
+        "{}: the automatic placement is searched when the run starts (or by `baton validate --profile FILE`), from "
+        "a profile: this step needs the stages placed first",
+        c.source));
+  }
   if (stages > n) {
     throw ConfigError(
         fmt::format("{}: pipeline needs {} stages ({} ranks x {} chunks) but the model has only {} "

@@ -1,13 +1,15 @@
-// `baton tune`: the tuner core (baton/tune.h) fed costs and memory from the
-// config's model through the plan: every candidate's stages are planned by
+// `baton tune` and the automatic placement: the tuner core (baton/tune.h)
+// fed each candidate's costs from a profile through PriceStage, and its
+// memory through the plan: every candidate's stages are planned by
 // PlanShape and PlanStageAlone, and its ranks' static bytes summed by
-// PlanStaticBytes, as PlanMemory sums them for a run.
+// StaticBytesCache, as PlanMemory sums them for a run.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
+#include <map>
+#include <memory>
 
 #include "baton/error.h"
 #include "baton/files.h"
@@ -26,90 +28,146 @@ std::vector<LayerType> SelectiveKeep(const TrainConfig& config) {
                                        : std::vector<LayerType>{LayerType::kLinear, LayerType::kAttention};
 }
 
-TuneSpace SpaceOf(const TrainConfig& config, const TuneRequest& req) {
-  const int p = config.pipeline.ranks, batch = config.train.batch_size;
-  TuneSpace space;
-  space.ranks = p;
-  space.schedules = req.schedules.empty() ? GeneratorNames() : req.schedules;
-  space.microbatches = req.microbatches;
-  if (space.microbatches.empty()) {
-    for (int k : {1, 2, 4, 8}) {
-      if (batch % (k * p) == 0) space.microbatches.push_back(k * p);
-    }
+// The profile's message cost: measured, or 20 us and no bandwidth limit.
+double Latency(const Profile& profile) { return profile.latency_s > 0 ? profile.latency_s : 20e-6; }
+
+// Prices the candidates of one config from one profile, remembering each
+// shape (microbatches, policy, stage count) and each stage's price.
+class ProfilePricer {
+ public:
+  ProfilePricer(const TrainConfig& config, const Profile& profile)
+      : config_(config), profile_(profile), model_(DescribeModel(config.model.layers, config.model.input, config.model.seq)) {
+    ShareCores(config.pipeline.ranks, config.data_parallel.size, profile.identity.cores, &core_pool_, &pool_cores_);
   }
+
+  const ModelDesc& model() const { return model_; }
+
+  CandidateCosts operator()(const Candidate& c) {
+    CandidateCosts out;
+    const int p = config_.pipeline.ranks, batch = config_.train.batch_size / config_.data_parallel.size;
+    if (batch % c.microbatches != 0) {
+      out.invalid = fmt::format("{} microbatches do not divide the batch of {}", c.microbatches, batch);
+      return out;
+    }
+    Shape* shape = ShapeOf(c, p * c.chunks, &out.invalid);
+    if (shape == nullptr) return out;
+    if (!c.bounds.empty()) shape->plan.bounds = c.bounds;
+    const GeneratorTraits traits = TraitsOf(c.schedule);
+    double message_bytes = 0;
+    for (int s = 0; s < shape->plan.stages(); ++s) {
+      const StagePrice& price = shape->Price(s, traits.split_backward);
+      out.stage_costs.push_back(price.costs);
+      out.activation_bytes.push_back(price.slot_bytes);
+      if (s + 1 < shape->plan.stages()) {
+        const int a = model_.top_begin[static_cast<std::size_t>(shape->plan.bounds[static_cast<std::size_t>(s) + 1])];
+        message_bytes = std::max(message_bytes, double(shape->plan.rows) * model_.seq * model_.width[a] * 4.0);
+      }
+    }
+    out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
+    out.weight_memory_ratio = 1.0;  // a ring slot is held until its W
+    out.latency = Latency(profile_);
+    out.bandwidth = profile_.bandwidth_Bps;
+    out.message_bytes = message_bytes;
+    out.core_pool = core_pool_;
+    out.pool_cores = pool_cores_;
+    return out;
+  }
+
+ private:
+  struct Shape {
+    RunPlan plan;
+    std::vector<LayerProfile> layers;
+    std::map<std::tuple<int, int, bool>, StagePrice> prices;
+    StaticBytesCache statics;
+
+    const StagePrice& Price(int s, bool split) {
+      const auto key = std::make_tuple(plan.bounds[static_cast<std::size_t>(s)],
+                                       plan.bounds[static_cast<std::size_t>(s) + 1], split);
+      auto it = prices.find(key);
+      if (it == prices.end()) it = prices.emplace(key, PriceStage(plan, layers, s, split)).first;
+      return it->second;
+    }
+  };
+
+  Shape* ShapeOf(const Candidate& c, int stages, std::string* invalid) {
+    const auto key = std::make_tuple(c.microbatches, static_cast<int>(c.checkpointing), stages);
+    auto it = shapes_.find(key);
+    if (it != shapes_.end()) return it->second.get();
+    TrainConfig planned = config_;
+    planned.pipeline.microbatches = c.microbatches;
+    planned.pipeline.checkpointing = c.checkpointing;
+    planned.pipeline.keep =
+        c.checkpointing == Checkpointing::kSelective ? SelectiveKeep(config_) : std::vector<LayerType>{};
+    // A placement the search sets, or the config's (auto: balanced until searched).
+    if (!c.bounds.empty() || planned.pipeline.partition == Partition::kAuto) {
+      planned.pipeline.partition = Partition::kBalanced;
+    }
+    auto shape = std::make_unique<Shape>();
+    try {
+      shape->plan = PlanShape(planned, model_, stages);
+    } catch (const ConfigError& e) {
+      *invalid = e.what();
+      return nullptr;
+    }
+    shape->layers = LayersAt(profile_, shape->plan.rows);
+    return shapes_.emplace(key, std::move(shape)).first->second.get();
+  }
+
+  const TrainConfig& config_;
+  const Profile& profile_;
+  ModelDesc model_;
+  std::vector<int> core_pool_;
+  std::vector<double> pool_cores_;
+  std::map<std::tuple<int, int, int>, std::unique_ptr<Shape>> shapes_;
+};
+
+TuneSpace SpaceOf(const TrainConfig& config, const ModelDesc& model, const TuneRequest& req) {
+  TuneSpace space;
+  space.ranks = config.pipeline.ranks;
+  space.schedules = req.schedules.empty() ? GeneratorNames() : req.schedules;
+  space.microbatches = req.microbatches.empty() ? DefaultMicrobatches(config) : req.microbatches;
   space.chunks = req.chunks.empty() ? std::vector<int>{2, 4} : req.chunks;
   space.checkpointing = req.policies.empty() ? std::vector<Checkpointing>{Checkpointing::kNone, Checkpointing::kSelective,
                                                                             Checkpointing::kFull}
                                              : req.policies;
   // Limits a config can state: the schedules' own (an overlay names no limit).
   space.memory_limits = {0.0};
+  if (req.placement || config.pipeline.partition == Partition::kAuto) {
+    space.cuts = PlacementCuts(config, model);
+    space.layers = model.top_layers();
+  }
   return space;
 }
 
-// One candidate's costs: each stage's matrix-product FLOPs over the rate
-// (I and W priced like F), what its policy recomputes, its slot, and every
-// rank's static bytes, all from the candidate's own plan.
-CandidateCosts PriceCandidate(const TrainConfig& config, const ModelDesc& model, const TuneRates& rates,
-                              const Candidate& c) {
-  CandidateCosts out;
-  const int p = config.pipeline.ranks, batch = config.train.batch_size;
-  if (batch % c.microbatches != 0) {
-    out.invalid = fmt::format("{} microbatches do not divide the batch of {}", c.microbatches, batch);
-    return out;
-  }
-  TrainConfig planned = config;
-  planned.pipeline.microbatches = c.microbatches;
-  planned.pipeline.checkpointing = c.checkpointing;
-  planned.pipeline.keep = c.checkpointing == Checkpointing::kSelective ? SelectiveKeep(config) : std::vector<LayerType>{};
-  RunPlan shape;
-  try {
-    shape = PlanShape(planned, model, p * c.chunks);
-  } catch (const ConfigError& e) {
-    out.invalid = e.what();
-    return out;
-  }
-  // Schedules that run I and W apart keep each op's output gradient (and
-  // attention's stash) for W: a larger slot.
-  const GeneratorTraits traits = TraitsOf(c.schedule);
-  const double token_rows = double(shape.rows) * model.seq;
-  for (int s = 0; s < shape.stages(); ++s) {
-    const StagePlan st = PlanStageAlone(shape, s, traits.split_backward);
-    const double f = model.GemmFlopsPerRow(st.first_layer, st.last_layer) * token_rows / rates.gemm_flops_per_s;
-    out.stage_costs.push_back(Costs{f, f, f});
-    // What the policy drops, forward again inside backward.
-    double recompute = 0;
-    for (int i = 0; i + 1 < st.ops(); ++i) {
-      if (!st.kept[i + 1]) recompute += model.ops[static_cast<std::size_t>(st.first_op + i)].gemm_flops_per_row;
-    }
-    out.recompute.push_back(recompute * token_rows / rates.gemm_flops_per_s);
-    out.activation_bytes.push_back(static_cast<double>(st.slot_bytes));
-  }
-  out.static_bytes = PlanStaticBytes(shape, traits.placement, p, traits.split_backward);
-  out.weight_memory_ratio = 1.0;  // a ring slot is held until its W
-  out.latency = rates.latency_s;
-  out.message_bytes = 0;
-  return out;
-}
-
-std::string Table(const TuneReport& report, int top) {
-  std::string text = fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:>10} {:>7} {:>12}  {}\n", "rank", "schedule", "m",
-                                 "v", "policy", "step ms", "bubble", "peak/rank", "fits");
+std::string Table(const TrainConfig& config, const ModelDesc& model, const TuneReport& report, int top) {
+  std::string text = fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:>10} {:>7} {:>12}  {:<24} {}\n", "rank",
+                                 "schedule", "m", "v", "policy", "step ms", "bubble", "peak/rank", "layout", "fits");
   const std::size_t rows = std::min<std::size_t>(report.ranked.size(), static_cast<std::size_t>(std::max(top, 1)));
   for (std::size_t i = 0; i < rows; ++i) {
     const CandidateResult& r = report.ranked[i];
-    text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:>10} {:>6.1f}% {:>12}  {}\n", i + 1, r.candidate.schedule,
-                        r.candidate.microbatches, r.candidate.chunks, EnumName(r.candidate.checkpointing),
-                        r.simulated ? fmt::format("{:.2f}", r.step_time * 1e3) : "-", 100 * r.bubble_rate,
-                        r.simulated ? Mib(r.max_peak_bytes) : "-", r.feasible ? "yes" : "no: " + r.why_not);
+    const std::string layout = r.candidate.bounds.empty() ? "(config's)" : LayoutText(config, model, r.candidate.bounds);
+    text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:>10} {:>6.1f}% {:>12}  {:<24} {}\n", i + 1,
+                        r.candidate.schedule, r.candidate.microbatches, r.candidate.chunks,
+                        EnumName(r.candidate.checkpointing), r.simulated ? fmt::format("{:.2f}", r.step_time * 1e3) : "-",
+                        100 * r.bubble_rate, r.simulated ? Mib(r.max_peak_bytes) : "-", layout,
+                        r.feasible ? "yes" : "no: " + r.why_not);
   }
-  text += fmt::format("searched {} candidates ({} simulated) in {:.3f} s: {:.0f} per second; {} fit\n",
-                      report.ranked.size(), report.simulated, report.seconds, report.CandidatesPerSecond(),
-                      report.feasible);
+  if (report.layouts > 0) {
+    text += fmt::format(
+        "searched {} candidates x their placements: {} points ({} simulated, the rest bounded) in {:.3f} s: {:.0f} "
+        "per second; {} fit\n",
+        report.ranked.size(), report.layouts, report.layouts_simulated, report.seconds, report.CandidatesPerSecond(),
+        report.feasible);
+  } else {
+    text += fmt::format("searched {} candidates ({} simulated) in {:.3f} s: {:.0f} per second; {} fit\n",
+                        report.ranked.size(), report.simulated, report.seconds, report.CandidatesPerSecond(),
+                        report.feasible);
+  }
   return text;
 }
 
 // The winner's settings as a YAML overlay of the config.
-std::string Overlay(const TrainConfig& config, const TuneReport& report, double budget) {
+std::string Overlay(const TrainConfig& config, const ModelDesc& model, const TuneReport& report, double budget) {
   const CandidateResult& best = *report.Best();
   const Candidate& c = best.candidate;
   std::string overlay = fmt::format(
@@ -122,63 +180,234 @@ std::string Overlay(const TrainConfig& config, const TuneReport& report, double 
     for (LayerType t : SelectiveKeep(config)) names.emplace_back(EnumName(t));
     overlay += fmt::format("  keep: [{}]\n", fmt::join(names, ", "));
   }
+  if (!c.bounds.empty()) {
+    overlay += fmt::format("  {}: {}\n", config.model.gpt ? "layout" : "partition",
+                           config.model.gpt ? "\"" + LayoutText(config, model, c.bounds) + "\""
+                                            : LayoutText(config, model, c.bounds));
+  }
   return overlay;
 }
 
 }  // namespace
 
-TuneRates TuneRatesFromBenchReport(const std::string& path, const TrainConfig& config) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ReadTextFile(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(fmt::format("{}: not a baton bench report: {}", path, e.what()));
+StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& layers, int stage, bool split_backward) {
+  const StagePlan st = PlanStageAlone(shape, stage, split_backward);
+  const ModelDesc& model = shape.model;
+  StagePrice out;
+  double f = 0, i = 0, w = 0, b = 0;
+  for (int t = st.first_layer; t < st.last_layer; ++t) {
+    const LayerProfile& l = layers[static_cast<std::size_t>(t)];
+    f += l.forward;
+    i += l.backward_input;
+    w += l.backward_weight;
+    b += l.backward;
   }
-  const int p = config.pipeline.ranks, batch = config.train.batch_size;
-  std::vector<std::string> diffs;
-  if (j.value("ranks", -1) != p) diffs.push_back(fmt::format("ranks: report {}, config {}", j.value("ranks", -1), p));
-  if (j.value("batch_size", -1) != batch) {
-    diffs.push_back(fmt::format("batch_size: report {}, config {}", j.value("batch_size", -1), batch));
+  // What the policy drops: op k's output, redone from its input.
+  for (int k = 0; k + 1 < st.ops(); ++k) {
+    if (st.kept[k + 1]) continue;
+    const int op = st.first_op + k;
+    const int top = model.ops[static_cast<std::size_t>(op)].top;
+    const LayerProfile& l = layers[static_cast<std::size_t>(top)];
+    const auto within = static_cast<std::size_t>(op - model.top_begin[static_cast<std::size_t>(top)]);
+    if (within < l.op_forward.size()) out.recompute += l.op_forward[within];
   }
-  if (!j.contains("gflops_while_busy") || !(j["gflops_while_busy"].get<double>() > 0)) {
-    diffs.push_back("the report has no gflops_while_busy (made by an older baton bench?)");
+  if (!split_backward && i + w > 0) {
+    // One B: the measured B, in I and W's proportions.
+    i *= b / (i + w);
+    w = b - i;
   }
-  if (!diffs.empty()) {
-    throw ConfigError(fmt::format("{}: the costs do not match {}:\n  {}", path, config.source,
-                                  fmt::format("{}", fmt::join(diffs, "\n  "))));
-  }
-  TuneRates rates;
-  rates.gemm_flops_per_s = j["gflops_while_busy"].get<double>() * 1e9;
-  rates.latency_s = j.value("message_latency_s", rates.latency_s);
-  rates.source = fmt::format("{} (products at {:.1f} GFLOP/s inside actions, {:.1f} us a message)", path,
-                             rates.gemm_flops_per_s / 1e9, rates.latency_s * 1e6);
-  return rates;
+  out.costs = Costs{f, i + out.recompute, w + (split_backward ? out.recompute : 0.0)};
+  out.slot_bytes = static_cast<double>(st.slot_bytes);
+  return out;
 }
 
-std::string Tune(const TrainConfig& config, const TuneRequest& req, const TuneRates& rates) {
+void ShareCores(int ranks, int replicas, int cores, std::vector<int>* core_pool, std::vector<double>* pool_cores) {
+  core_pool->clear();
+  pool_cores->clear();
+  const int world = ranks * replicas;
+  if (cores <= 0 || world <= cores) return;
+  core_pool->assign(static_cast<std::size_t>(ranks), 0);
+  pool_cores->assign(1, double(cores) * ranks / world);
+}
+
+SimOptions CostedSimOptions(std::vector<Costs> stage_costs, double latency, double bandwidth, double message_bytes,
+                            std::vector<int> core_pool, std::vector<double> pool_cores) {
+  SimOptions sim;
+  sim.stage_costs = std::move(stage_costs);
+  sim.comm = latency;
+  sim.bandwidth = bandwidth;
+  sim.message_bytes = message_bytes;
+  sim.core_pool = std::move(core_pool);
+  sim.pool_cores = std::move(pool_cores);
+  return sim;
+}
+
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile) {
+  const std::vector<LayerProfile> layers = LayersAt(profile, plan.rows);
+  // Split where the schedule runs I for the stage, as PlanRank decides.
+  std::vector<char> split(static_cast<std::size_t>(plan.stages()), 0);
+  for (const std::vector<Action>& rank : plan.lowered.actions) {
+    for (const Action& a : rank) {
+      if (a.kind == ActionKind::kBackwardInput) split[static_cast<std::size_t>(a.stage)] = 1;
+    }
+  }
+  std::vector<Costs> costs;
+  double message_bytes = 0;
+  for (int s = 0; s < plan.stages(); ++s) {
+    costs.push_back(PriceStage(plan, layers, s, split[static_cast<std::size_t>(s)] != 0).costs);
+    if (s + 1 < plan.stages()) {
+      const int a = plan.model.top_begin[static_cast<std::size_t>(plan.bounds[static_cast<std::size_t>(s) + 1])];
+      message_bytes = std::max(message_bytes, double(plan.rows) * plan.model.seq * plan.model.width[a] * 4.0);
+    }
+  }
+  std::vector<int> pool;
+  std::vector<double> cores;
+  ShareCores(plan.lowered.ranks, plan.replicas, profile.identity.cores, &pool, &cores);
+  SimOptions o = CostedSimOptions(std::move(costs), Latency(profile), profile.bandwidth_Bps, message_bytes,
+                                  std::move(pool), std::move(cores));
+  ProfilePrediction out;
+  out.sim = Simulate(plan.lowered, o);
+  for (const RankMemory& m : PlanMemory(plan)) out.peak_bytes.push_back(static_cast<double>(m.static_bytes()) + m.simulated_peak);
+  return out;
+}
+
+std::vector<int> DefaultMicrobatches(const TrainConfig& config) {
+  const int p = config.pipeline.ranks, batch = config.train.batch_size / config.data_parallel.size;
+  std::vector<int> out;
+  for (int k : {1, 2, 4, 8}) {
+    if (batch % (k * p) == 0) out.push_back(k * p);
+  }
+  if (batch % config.pipeline.microbatches == 0 &&
+      std::find(out.begin(), out.end(), config.pipeline.microbatches) == out.end()) {
+    out.push_back(config.pipeline.microbatches);
+    std::sort(out.begin(), out.end());
+  }
+  return out;
+}
+
+std::vector<int> PlacementCuts(const TrainConfig& config, const ModelDesc& model) {
+  std::vector<int> cuts;
+  const int n = model.top_layers();
+  if (config.model.gpt) {
+    for (int t = kGptEmbeddingLayers; t <= n - kGptLossLayers; t += kGptBlockLayers) cuts.push_back(t);
+  } else {
+    for (int t = 1; t < n; ++t) cuts.push_back(t);
+  }
+  return cuts;
+}
+
+std::string LayoutText(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds) {
+  const int n = model.top_layers();
+  std::vector<std::string> stages;
+  for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const int a = bounds[s], b = bounds[s + 1];
+    if (!config.model.gpt) {
+      stages.push_back(std::to_string(b - a));
+      continue;
+    }
+    std::vector<std::string> parts;
+    if (a == 0) parts.emplace_back("E");
+    const int blocks = (std::min(b, n - kGptLossLayers) - std::max(a, kGptEmbeddingLayers)) / kGptBlockLayers;
+    if (blocks == 1) parts.emplace_back("t");
+    if (blocks > 1) parts.push_back(fmt::format("t*{}", blocks));
+    if (b == n) parts.emplace_back("L");
+    stages.push_back(fmt::format("{}", fmt::join(parts, ",")));
+  }
+  return config.model.gpt ? fmt::format("{}", fmt::join(stages, "|")) : fmt::format("[{}]", fmt::join(stages, ", "));
+}
+
+TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds) {
+  TrainConfig c = config;
+  const std::string text = LayoutText(config, model, bounds);
+  if (config.model.gpt) {
+    c.pipeline.partition = Partition::kLayout;
+    c.pipeline.layout = PipelineLayout{};
+    c.pipeline.layout.text = text;
+    c.pipeline.layout.where = fmt::format("{}: pipeline.layout (placed automatically)", config.source);
+    const int n = model.top_layers();
+    for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
+      LayoutStage st;
+      st.embedding = bounds[s] == 0;
+      st.loss = bounds[s + 1] == n;
+      st.blocks = (std::min(bounds[s + 1], n - kGptLossLayers) - std::max(bounds[s], kGptEmbeddingLayers)) /
+                  kGptBlockLayers;
+      c.pipeline.layout.stages.push_back(st);
+    }
+  } else {
+    c.pipeline.partition = Partition::kExplicit;
+    c.pipeline.partition_counts.clear();
+    for (std::size_t s = 0; s + 1 < bounds.size(); ++s) c.pipeline.partition_counts.push_back(bounds[s + 1] - bounds[s]);
+  }
+  return c;
+}
+
+PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile) {
+  const std::string& name = config.pipeline.schedule;
+  const std::vector<std::string> names = GeneratorNames();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw ConfigError(fmt::format("{}: an automatic placement needs a generated schedule (one of {}), not \"{}\"",
+                                  config.source, fmt::join(names, ", "), name));
+  }
+  ProfilePricer pricer(config, profile);
+  TuneSpace space;
+  space.ranks = config.pipeline.ranks;
+  space.schedules = {name};
+  space.microbatches = {config.pipeline.microbatches};
+  const GeneratorTraits traits = TraitsOf(name);
+  space.chunks = {config.pipeline.chunks > 0 ? config.pipeline.chunks : traits.default_chunks};
+  space.checkpointing = {config.pipeline.checkpointing};
+  space.memory_limits = {0.0};
+  space.cuts = PlacementCuts(config, pricer.model());
+  space.layers = pricer.model().top_layers();
+  TuneOptions options;
+  options.memory_bytes = config.pipeline.memory_bytes > 0 ? config.pipeline.memory_bytes : 1e300;
+  const TuneReport report = baton::Tune(space, std::ref(pricer), options);
+  const CandidateResult& r = report.ranked.front();
+  if (!r.feasible) {
+    if (r.simulated) {
+      throw ConfigError(fmt::format(
+          "{}: no placement of {} fits pipeline.memory_bytes {} per rank: the smallest any needs is {} (layout {}, "
+          "rank {})",
+          config.source, name, Mib(options.memory_bytes), Mib(r.max_peak_bytes),
+          LayoutText(config, pricer.model(), r.candidate.bounds), r.max_peak_rank));
+    }
+    throw ConfigError(fmt::format("{}: no placement of {} can run: {}", config.source, name, r.why_not));
+  }
+  PlacementChoice out;
+  out.bounds = r.candidate.bounds;
+  out.layout = LayoutText(config, pricer.model(), out.bounds);
+  out.step_s = r.step_time;
+  out.peak_bytes = r.peak_bytes;
+  out.layouts = report.layouts;
+  out.simulated = report.layouts_simulated;
+  out.seconds = report.seconds;
+  return out;
+}
+
+std::string Tune(const TrainConfig& config, const TuneRequest& req, const Profile& profile,
+                 const std::string& profile_source) {
   if (!(req.memory_bytes > 0)) throw ConfigError("tune: --memory-bytes must be a number of bytes > 0");
-  if (!(rates.gemm_flops_per_s > 0)) throw ConfigError("tune: the products' rate must be > 0 FLOP/s");
-  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
+  ProfilePricer pricer(config, profile);
   TuneOptions options;
   options.memory_bytes = req.memory_bytes;
-  const TuneReport report = baton::Tune(
-      SpaceOf(config, req), [&](const Candidate& c) { return PriceCandidate(config, model, rates, c); }, options);
+  const TuneReport report = baton::Tune(SpaceOf(config, pricer.model(), req), std::ref(pricer), options);
 
   std::string text = fmt::format("tune: {} ranks, batch {}, per-rank budget {}; costs from {}\n", config.pipeline.ranks,
-                                 config.train.batch_size, Mib(req.memory_bytes), rates.source);
-  text += Table(report, req.top);
+                                 config.train.batch_size, Mib(req.memory_bytes), profile_source);
+  text += Table(config, pricer.model(), report, req.top);
   if (report.Best() == nullptr) {
     if (report.smallest) {
       const Candidate& s = report.smallest->candidate;
-      text += fmt::format("nothing fits {} per rank: the smallest any candidate needs is {} ({} m{} v{} {})\n",
+      text += fmt::format("nothing fits {} per rank: the smallest any candidate needs is {} ({} m{} v{} {}{})\n",
                           Mib(req.memory_bytes), Mib(report.smallest->max_peak_bytes), s.schedule, s.microbatches,
-                          s.chunks, EnumName(s.checkpointing));
+                          s.chunks, EnumName(s.checkpointing),
+                          s.bounds.empty() ? "" : ", layout " + LayoutText(config, pricer.model(), s.bounds));
     } else {
       text += "no candidate could run (see why above)\n";
     }
     return text;
   }
-  const std::string overlay = Overlay(config, report, req.memory_bytes);
+  const std::string overlay = Overlay(config, pricer.model(), report, req.memory_bytes);
   if (!req.overlay_path.empty()) {
     WriteTextFile(req.overlay_path, overlay);
     text += fmt::format("wrote the winner's settings to {}\n", req.overlay_path);

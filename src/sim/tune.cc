@@ -72,9 +72,11 @@ class Tuner {
         for (int v : chunk_values) {
           for (Checkpointing policy : space_.checkpointing) {
             for (double limit : limits) {
-              Candidate c{name, m, v, policy, limit};
-              report.ranked.push_back(Evaluate(c, traits));
+              Candidate c{name, m, v, policy, limit, {}};
+              report.ranked.push_back(space_.cuts.empty() ? Price(c, traits) : SearchPlacement(c, traits));
               if (report.ranked.back().simulated) ++report.simulated;
+              report.layouts += report.ranked.back().layouts;
+              report.layouts_simulated += report.ranked.back().layouts_simulated;
             }
           }
         }
@@ -107,15 +109,129 @@ class Tuner {
     }
   }
 
-  CandidateResult Evaluate(const Candidate& c, const GeneratorTraits& traits) {
+  // One candidate, placed by the cost model.
+  CandidateResult Price(const Candidate& c, const GeneratorTraits& traits) {
+    if (c.microbatches < 1 || c.chunks < 1) return Refused(c, "{} microbatches and {} chunks cannot run");
+    return Evaluate(c, traits, model_(c));
+  }
+
+  CandidateResult Refused(const Candidate& c, const char* format) const {
+    CandidateResult r;
+    r.candidate = c;
+    r.why_not = fmt::format(fmt::runtime(format), c.microbatches, c.chunks);
+    return r;
+  }
+
+  // Every placement of the candidate's ranks x chunks stages on the space's
+  // cuts, in ascending order.
+  std::vector<std::vector<int>> Placements(int stages) const {
+    std::vector<std::vector<int>> out;
+    const int n = static_cast<int>(space_.cuts.size()), k = stages - 1;
+    if (k > n || k < 0) return out;
+    std::vector<int> pick(static_cast<std::size_t>(k));
+    for (int i = 0; i < k; ++i) pick[i] = i;
+    while (true) {
+      std::vector<int> bounds{0};
+      for (int i : pick) bounds.push_back(space_.cuts[static_cast<std::size_t>(i)]);
+      bounds.push_back(space_.layers);
+      out.push_back(std::move(bounds));
+      if (out.size() > space_.max_layouts) return out;
+      int i = k - 1;
+      while (i >= 0 && pick[i] == n - k + i) --i;
+      if (i < 0) return out;
+      ++pick[i];
+      for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
+    }
+  }
+
+  // No placement can be faster than its busiest rank's compute, nor than
+  // the compute of each core pool spread over its cores.
+  double LowerBound(const Candidate& c, const CandidateCosts& k) const {
+    const int p = space_.ranks;
+    const Placement placement = TraitsOf(c.schedule).placement;
+    std::vector<double> busy(static_cast<std::size_t>(p), 0.0);
+    for (std::size_t s = 0; s < k.stage_costs.size(); ++s) {
+      const Costs& cs = k.stage_costs[s];
+      const double r = k.recompute.empty() ? 0.0 : k.recompute[s];
+      busy[StageRank(placement, static_cast<int>(s), p)] += c.microbatches * (cs.forward + cs.Backward() + r);
+    }
+    double bound = *std::max_element(busy.begin(), busy.end());
+    if (!k.core_pool.empty()) {
+      std::vector<double> work(k.pool_cores.size(), 0.0), ranks(k.pool_cores.size(), 0.0);
+      for (int rank = 0; rank < p; ++rank) {
+        work[static_cast<std::size_t>(k.core_pool[rank])] += busy[rank];
+        ranks[static_cast<std::size_t>(k.core_pool[rank])] += 1;
+      }
+      for (std::size_t q = 0; q < work.size(); ++q) {
+        if (ranks[q] > 0) bound = std::max(bound, work[q] / std::min(ranks[q], k.pool_cores[q]));
+      }
+    }
+    return bound;
+  }
+
+  // The candidate at its fastest feasible placement (branch and bound on
+  // LowerBound); none feasible: the placement needing the least memory.
+  CandidateResult SearchPlacement(const Candidate& base, const GeneratorTraits& traits) {
+    if (base.microbatches < 1 || base.chunks < 1) return Refused(base, "{} microbatches and {} chunks cannot run");
+    const int stages = space_.ranks * base.chunks;
+    std::vector<std::vector<int>> layouts = Placements(stages);
+    if (layouts.empty()) {
+      CandidateResult r = Refused(base, "");
+      r.why_not = fmt::format("{} top-level parts do not split into {} stages", space_.cuts.size() + 1, stages);
+      return r;
+    }
+    if (layouts.size() > space_.max_layouts) {
+      CandidateResult r = Refused(base, "");
+      r.why_not = fmt::format("more than {} placements of {} stages: too many to search", space_.max_layouts, stages);
+      return r;
+    }
+    struct Point {
+      double bound;
+      std::size_t index;
+      CandidateCosts costs;
+    };
+    std::vector<Point> points;
+    std::string invalid;
+    for (std::size_t i = 0; i < layouts.size(); ++i) {
+      Candidate c = base;
+      c.bounds = layouts[i];
+      CandidateCosts k = model_(c);
+      if (!k.invalid.empty()) {
+        if (invalid.empty()) invalid = k.invalid;
+        continue;
+      }
+      CheckSizes(c, k, space_.ranks, stages);
+      const double bound = LowerBound(c, k);
+      points.push_back({bound, i, std::move(k)});
+    }
+    std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) { return a.bound < b.bound; });
+    CandidateResult best, smallest;
+    best.candidate = base;
+    best.why_not = invalid.empty() ? "no placement could run" : invalid;
+    std::size_t simulated = 0;
+    for (Point& pt : points) {
+      if (best.feasible && pt.bound >= best.step_time) break;
+      Candidate c = base;
+      c.bounds = layouts[pt.index];
+      CandidateResult r = Evaluate(c, traits, std::move(pt.costs));
+      if (!r.simulated) {
+        if (!best.simulated) best.why_not = r.why_not;
+        continue;
+      }
+      ++simulated;
+      if (r.feasible && (!best.feasible || r.step_time < best.step_time)) best = r;
+      if (!r.feasible && (!smallest.simulated || r.max_peak_bytes < smallest.max_peak_bytes)) smallest = r;
+    }
+    CandidateResult& out = best.feasible || !smallest.simulated ? best : smallest;
+    out.layouts = layouts.size();
+    out.layouts_simulated = simulated;
+    return out;
+  }
+
+  CandidateResult Evaluate(const Candidate& c, const GeneratorTraits& traits, CandidateCosts k) {
     CandidateResult r;
     r.candidate = c;
     const int p = space_.ranks, stages = p * c.chunks;
-    if (c.microbatches < 1 || c.chunks < 1) {
-      r.why_not = fmt::format("{} microbatches and {} chunks cannot run", c.microbatches, c.chunks);
-      return r;
-    }
-    CandidateCosts k = model_(c);
     if (!k.invalid.empty()) {
       r.why_not = k.invalid;
       return r;
@@ -167,6 +283,8 @@ class Tuner {
     o.message_bytes = k.message_bytes;
     o.weight_memory_ratio = k.weight_memory_ratio;
     o.stage_memory_bytes = std::move(k.activation_bytes);
+    o.core_pool = std::move(k.core_pool);
+    o.pool_cores = std::move(k.pool_cores);
     o.record_timeline = false;
     const SimResult sim = Simulate(*schedule, o);  // options out of range throw, naming the field
 

@@ -1,0 +1,264 @@
+// `baton profile`: each top-level layer of the config's model run alone, as
+// a one-layer stage on the configured device, through the executor's own
+// Stage (the same calls a step makes), timed; and the messages between two
+// ranks. See baton/profile.h and profile_measure.h.
+#include "profile_measure.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "baton/error.h"
+#include "baton/timing.h"
+#include "measure.h"
+#include "stage.h"
+
+namespace baton {
+namespace {
+
+// The plan of one stage per top-level layer at `rows` samples a
+// microbatch: no checkpointing, the backward split (so I and W can be
+// timed apart), one replica.
+RunPlan LayerShape(const TrainConfig& config, const ModelDesc& model, int rows) {
+  TrainConfig c = config;
+  c.train.batch_size = rows;
+  c.pipeline.microbatches = 1;
+  c.data_parallel.size = 1;
+  c.data_parallel.zero = 0;
+  c.pipeline.checkpointing = Checkpointing::kNone;
+  c.pipeline.keep.clear();
+  c.pipeline.partition = Partition::kExplicit;
+  c.pipeline.partition_counts.assign(static_cast<std::size_t>(model.top_layers()), 1);
+  return PlanShape(c, model, model.top_layers());
+}
+
+// Device memory holding `bytes` of host data.
+std::byte* Put(RankDevice& device, StageDevice& stage, const void* data, std::size_t bytes) {
+  std::byte* p = stage.Allocate(std::max<std::size_t>(bytes, 64));
+  if (bytes > 0) device.Upload(p, data, bytes);
+  return p;
+}
+
+// A tensor's worth of data a layer can take: token ids in [0, vocab) or
+// class ids in [0, classes) for i32, small values for f32.
+std::vector<std::byte> Fill(const TensorDesc& t, int id_range, std::mt19937& rng) {
+  std::vector<std::byte> out(t.bytes());
+  if (t.dtype == DType::kI32) {
+    auto* ids = reinterpret_cast<std::int32_t*>(out.data());
+    std::uniform_int_distribution<int> pick(0, std::max(id_range, 1) - 1);
+    for (std::int64_t i = 0; i < t.elements(); ++i) ids[i] = pick(rng);
+  } else {
+    auto* v = reinterpret_cast<float*>(out.data());
+    std::normal_distribution<float> pick(0.0f, 0.5f);
+    for (std::int64_t i = 0; i < t.elements(); ++i) v[i] = pick(rng);
+  }
+  return out;
+}
+
+class LayerTimer {
+ public:
+  LayerTimer(RankDevice& device, const ProfileOptions& o) : device_(device), options_(o) {}
+
+  // The median of the timed calls of `call`, after the warm-up ones.
+  template <typename Call>
+  double Time(Call call) {
+    for (int i = 0; i < options_.warmup; ++i) call();
+    device_.Synchronize();
+    std::vector<double> t;
+    for (int i = 0; i < options_.repetitions; ++i) {
+      const double start = MonotonicSeconds();
+      call();
+      device_.Synchronize();
+      t.push_back(MonotonicSeconds() - start);
+    }
+    return Median(t);
+  }
+
+ private:
+  RankDevice& device_;
+  const ProfileOptions& options_;
+};
+
+LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileOptions& o, std::mt19937& rng) {
+  const ModelDesc& model = shape.model;
+  const StagePlan plan = PlanStageAlone(shape, t, /*split_backward=*/true);
+  Stage stage(model, plan, device.MakeStageDevice());
+  stage.Init(1);
+  StageDevice& dev = stage.device();
+  const int id_range = model.ops.front().vocab > 0 ? model.ops.front().vocab : model.classes();
+  const std::vector<std::byte> x_host = Fill(plan.input(), id_range, rng);
+  const ConstView x(Put(device, dev, x_host.data(), x_host.size()), plan.input());
+  // Microbatches in flight each have a slot of their own: the calls go
+  // round a few, so that a call finds its slot's memory as cold as in a
+  // run rather than in cache from the call before.
+  const std::size_t slot_bytes = std::max<std::size_t>(plan.slot_bytes, 64);
+  const std::size_t slot_count = std::clamp<std::size_t>((64u << 20) / slot_bytes, 1, 16);
+  std::vector<std::byte*> slots;
+  for (std::size_t k = 0; k < slot_count; ++k) slots.push_back(dev.Allocate(slot_bytes));
+  std::size_t next = 0;
+  std::byte* slot = slots.front();
+  auto rotate = [&] { slot = slots[next++ % slots.size()]; };
+  const View y(dev.Allocate(std::max<std::size_t>(plan.output().bytes(), 64)), plan.output());
+  const std::vector<std::byte> dy_host = Fill(plan.output(), 1, rng);
+  const ConstView dy(Put(device, dev, dy_host.data(), dy_host.size()), plan.output());
+  const View dx(plan.is_first ? nullptr : dev.Allocate(plan.input().bytes()), plan.input());
+  const TensorDesc labels_shape = shape.labels_per_sample > 1
+                                     ? TensorDesc(DType::kI32, Shape{plan.rows, shape.labels_per_sample})
+                                     : TensorDesc(DType::kI32, Shape{plan.rows});
+  const std::vector<std::byte> labels_host = Fill(labels_shape, model.classes(), rng);
+  const ConstView labels(Put(device, dev, labels_host.data(), labels_host.size()), labels_shape);
+  const float scale = 1.0f / static_cast<float>(plan.rows);
+
+  LayerTimer timer(device, o);
+  LayerProfile out;
+  std::size_t written = 0;
+  auto forward = [&] {
+    rotate();
+    // The slot holds the stage input, as the executor leaves it.
+    device.Copy(slot, x.data, x.bytes());
+    if (plan.is_last) {
+      stage.ForwardLoss(x, slot, labels, scale, &written);
+    } else {
+      stage.Forward(x, slot, y, &written);
+    }
+  };
+  out.forward = timer.Time(forward);
+  out.backward_input = timer.Time([&] {
+    rotate();
+    stage.Backward(slot, dy, dx, /*full=*/false);
+  });
+  out.backward_weight = timer.Time([&] {
+    rotate();
+    stage.BackwardWeight(slot);
+  });
+  out.backward = timer.Time([&] {
+    rotate();
+    stage.Backward(slot, dy, dx, /*full=*/true);
+  });
+  stage.TakeLossTotals();
+  // Each op's forward alone: what recomputing it costs.
+  for (int k = 0; k < plan.ops(); ++k) {
+    const TensorDesc& in = plan.act[static_cast<std::size_t>(k)];
+    const TensorDesc& outd = plan.act[static_cast<std::size_t>(k) + 1];
+    const ConstView a(k == 0 ? x.data : dev.Allocate(in.bytes()), in);
+    const View b(dev.Allocate(outd.bytes()), outd);
+    std::byte* saved = plan.saved_bytes[static_cast<std::size_t>(k)] > 0
+                           ? dev.Allocate(plan.saved_bytes[static_cast<std::size_t>(k)])
+                           : nullptr;
+    const int layer = plan.layer[static_cast<std::size_t>(k)];
+    out.op_forward.push_back(timer.Time([&] {
+      if (layer >= 0) {
+        dev.Forward(layer, a, b, saved);
+      } else {
+        dev.Add(a, a, b);
+      }
+    }));
+  }
+  out.saved_bytes = static_cast<double>(plan.slot_bytes);
+  return out;
+}
+
+// Latency and bandwidth between ranks 0 and 1: a small message's one-way
+// time, and a large one's bytes over its time beyond that.
+void ProfileMessages(Transport& world, Profile& p) {
+  if (world.size() < 2) return;
+  world.Configure(2, 60.0);
+  const double small = PingPong(world, 8);
+  constexpr std::size_t kLarge = 4 << 20;
+  const double large = PingPong(world, kLarge);
+  if (world.rank() != 0) return;
+  p.latency_s = small;
+  p.bandwidth_Bps = large > small ? double(kLarge) / (large - small) : 0.0;
+}
+
+}  // namespace
+
+std::string MachineName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const std::size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown processor";
+}
+
+int MachineCores() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
+
+ProfileIdentity ThisMachineIdentity(const TrainConfig& config, const ModelDesc& model) {
+  std::string machine = MachineName();
+  if (config.device == Device::kCuda) {
+    std::unique_ptr<Transport> solo = MakeSoloTransport();
+    const std::unique_ptr<RankDevice> device = MakeRankDevice(config.device, *solo, config.precision);
+    machine += ", " + device->GemmKernels();
+  }
+  return IdentityOf(config, model, machine, MachineCores());
+}
+
+Profile MeasureProfile(const TrainConfig& config, Transport& world, const ProfileOptions& o) {
+  if (o.repetitions < 1 || o.warmup < 0) throw ConfigError("profile: --repetitions must be >= 1 and --warmup >= 0");
+  const double start = MonotonicSeconds();
+  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
+  Profile p;
+  p.config = config.source;
+  p.repetitions = o.repetitions;
+  std::vector<int> rows = o.rows;
+  if (rows.empty()) {
+    for (int m : DefaultMicrobatches(config)) rows.push_back(config.train.batch_size / config.data_parallel.size / m);
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  for (int r : rows) {
+    if (r < 1) throw ConfigError(fmt::format("profile: a microbatch of {} rows: rows must be >= 1", r));
+  }
+  ProfileMessages(world, p);
+  // Every rank at once, as the run's ranks compute at once (they share the
+  // memory system); rank 0's times count. A failure ends every rank (Agree).
+  Agree(world, [&] {
+    std::unique_ptr<Transport> solo = MakeSoloTransport();
+    const std::unique_ptr<RankDevice> device = MakeRankDevice(config.device, *solo, config.precision);
+    p.identity = IdentityOf(config, model, MachineName() + (device->host_memory() ? "" : ", " + device->GemmKernels()),
+                            MachineCores());
+    std::mt19937 rng(7);
+    for (int r : rows) {
+      const RunPlan shape = LayerShape(config, model, r);
+      ProfileRows pr;
+      pr.rows = r;
+      for (int t = 0; t < model.top_layers(); ++t) pr.layers.push_back(ProfileLayer(shape, t, *device, o, rng));
+      p.rows.push_back(std::move(pr));
+    }
+  });
+  p.seconds = MonotonicSeconds() - start;
+  return p;
+}
+
+std::string DescribeProfile(const Profile& p) {
+  std::string text = fmt::format("profile of {} on {} ({} CPUs), {} {}: {} repetitions a median, {:.2f} s\n", p.config,
+                                 p.identity.machine, p.identity.cores, p.identity.device, p.identity.precision,
+                                 p.repetitions, p.seconds);
+  if (p.latency_s > 0) {
+    text += fmt::format("messages between ranks 0 and 1: {:.1f} us latency, {:.2f} GB/s\n", p.latency_s * 1e6,
+                        p.bandwidth_Bps / 1e9);
+  } else {
+    text += "messages: not measured (one process; run under mpirun -np 2 to measure them)\n";
+  }
+  for (const ProfileRows& r : p.rows) {
+    text += fmt::format("{} rows a microbatch:\n  {:>5}  {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", r.rows, "layer",
+                        "F ms", "I ms", "W ms", "B ms", "saved", "what");
+    for (std::size_t t = 0; t < r.layers.size(); ++t) {
+      const LayerProfile& l = r.layers[t];
+      text += fmt::format("  {:>5}  {:>10.4f} {:>10.4f} {:>10.4f} {:>10.4f} {:>9.1f} KiB  {}\n", t, l.forward * 1e3,
+                          l.backward_input * 1e3, l.backward_weight * 1e3, l.backward * 1e3, l.saved_bytes / 1024,
+                          p.identity.layers[t]);
+    }
+  }
+  return text;
+}
+
+}  // namespace baton

@@ -1,0 +1,136 @@
+// `baton profile CONFIG`, profiles for `baton tune` and `baton validate`,
+// and the automatic placement (pipeline.partition: auto, pipeline.layout:
+// auto) at a run's start.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/error.h"
+#include "baton/files.h"
+#include "baton/plan.h"
+#include "baton/profile.h"
+#include "baton/timing.h"
+#include "commands.h"
+#include "profile_measure.h"
+
+namespace baton {
+namespace {
+
+std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1024.0)); }
+
+std::vector<int> Ints(const std::string& list, const char* what) {
+  std::vector<int> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string v = list.substr(start, comma - start);
+    if (!v.empty()) {
+      try {
+        std::size_t used = 0;
+        out.push_back(std::stoi(v, &used));
+        if (used != v.size()) throw std::invalid_argument(v);
+      } catch (const std::exception&) {
+        throw ConfigError(fmt::format("profile: {}: '{}' is not a whole number", what, v));
+      }
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Profile ProfileFor(const TrainConfig& config, const std::string& path, std::string* source) {
+  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
+  if (!path.empty()) {
+    Profile p = ReadProfile(path);
+    CheckProfile(p, ThisMachineIdentity(config, model), path);
+    *source = fmt::format("the profile {}", path);
+    return p;
+  }
+  std::unique_ptr<Transport> solo = MakeSoloTransport();
+  Profile p = MeasureProfile(config, *solo, ProfileOptions{});
+  *source = fmt::format("a profile measured now ({:.2f} s, one process; messages at 20 us)", p.seconds);
+  return p;
+}
+
+TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world) {
+  if (config.pipeline.partition != Partition::kAuto) return config;
+  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
+  std::string bounds_text;
+  Agree(world, [&] {
+    if (world.rank() != 0) return;
+    const double start = MonotonicSeconds();
+    std::string source;
+    Profile profile;
+    if (!config.pipeline.profile.empty()) {
+      profile = ReadProfile(config.pipeline.profile);
+      CheckProfile(profile, ThisMachineIdentity(config, model), config.pipeline.profile);
+      source = fmt::format("from {}", config.pipeline.profile);
+    } else {
+      // A short profile at the run's own microbatch.
+      ProfileOptions o;
+      o.rows = {config.train.batch_size / config.data_parallel.size / config.pipeline.microbatches};
+      o.warmup = 1;
+      o.repetitions = 3;
+      std::unique_ptr<Transport> solo = MakeSoloTransport();
+      profile = MeasureProfile(config, *solo, o);
+      source = fmt::format("profiled at start-up in {:.2f} s", profile.seconds);
+    }
+    const PlacementChoice choice = ChoosePlacement(config, profile);
+    std::vector<std::string> peaks;
+    for (double b : choice.peak_bytes) peaks.push_back(Mib(b));
+    std::printf(
+        "placement: %s %s (searched %zu placements, %zu simulated, in %.3f s; costs %s): predicted step %.2f ms, "
+        "peak memory per rank [%s] MiB (%.2f s in all)\n",
+        config.model.gpt ? "layout" : "partition", choice.layout.c_str(), choice.layouts, choice.simulated,
+        choice.seconds, source.c_str(), choice.step_s * 1e3, fmt::format("{}", fmt::join(peaks, ", ")).c_str(),
+        MonotonicSeconds() - start);
+    std::fflush(stdout);
+    bounds_text = fmt::format("{}", fmt::join(choice.bounds, ","));
+  });
+  world.BroadcastString(&bounds_text);
+  std::vector<int> bounds;
+  for (const int b : Ints(bounds_text, "bounds")) bounds.push_back(b);
+  return WithPlacement(config, model, bounds);
+}
+
+void AddProfileCommand(CLI::App& app) {
+  struct Flags {
+    std::string config, out = "out/profile.json", rows;
+    std::vector<std::string> set;
+    ProfileOptions options;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "profile",
+      "Measure each top-level layer's F, I, W, B and recomputation on the configured device (and, under mpirun -np "
+      "2, the messages between ranks): the costs baton tune and automatic placement plan with");
+  cmd->add_option("config", f->config, "YAML training config")->required();
+  cmd->add_option("--set", f->set, "override a key (repeatable)");
+  cmd->add_option("--out", f->out, "the profile's JSON file (default out/profile.json)");
+  cmd->add_option("--rows", f->rows,
+                  "samples per microbatch to profile, e.g. 4,8,16 (default: those of p, 2p, 4p, 8p microbatches and "
+                  "the config's own)");
+  cmd->add_option("--warmup", f->options.warmup, "untimed calls before each median (default 2)");
+  cmd->add_option("--repetitions", f->options.repetitions, "timed calls a median (default 7)");
+  cmd->callback([f] {
+    ProfileOptions o = f->options;
+    o.rows = Ints(f->rows, "--rows");
+    const int code = RunOnAnyRanks(f->config, f->set, [&](Transport& world, const TrainConfig& config, const std::string&) {
+      const Profile p = MeasureProfile(config, world, o);
+      if (world.rank() != 0) return;
+      WriteOutput(f->out, ProfileJson(p));
+      std::cout << DescribeProfile(p) << "wrote " << f->out << "\n";
+    });
+    if (code != 0) std::exit(code);
+  });
+}
+
+}  // namespace baton
