@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The tuner against measurement: runs `baton tune` on a config, then
-# `baton bench` on each of its top K feasible candidates, and reports the
-# measured step of its pick against the best measured among them (goal:
-# the pick within 5% of the best). Timings on a shared machine are noisy:
+# The tuner against measurement: profiles the config, runs `baton tune` on
+# it, then `baton bench` on each of its top K feasible candidates (each at
+# the placement the tuner found), on the config's own settings, and on the
+# config with `balance_by: params` and `flops`. Reports each one's
+# predicted and measured step (measured / predicted, goal within 1.10 both
+# ways) and the pick's measured step against the best measured (goal: the
+# pick within 5% of the best). Timings on a shared machine are noisy:
 # ROUNDS rounds bench the candidates alternately and the medians count.
-#   bench/tune_check.sh [CONFIG] [RANKS] [MEMORY_BYTES] [K] [ROUNDS]
+#   bench/tune_check.sh [CONFIG] [RANKS] [MEMORY_BYTES] [K] [ROUNDS] [--set KEY=VALUE ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=${1:-configs/synthetic_bench.yaml}
@@ -12,33 +15,56 @@ ranks=${2:-2}
 memory=${3:-28e6}
 top=${4:-5}
 rounds=${5:-3}
+shift $(( $# < 5 ? $# : 5 ))
+sets=(--set pipeline.ranks="$ranks")
+while [ $# -gt 0 ]; do sets+=("$1" "$2"); shift 2; done
 baton=${BATON:-build/baton}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+np=$ranks; [ "$ranks" -lt 2 ] && np=2
 
-# The ranking: rows "rank schedule m v policy step-ms bubble peak MiB fits".
-"$baton" tune "$config" --set pipeline.ranks="$ranks" --memory-bytes "$memory" --top 50 > "$out/tune.txt"
-awk '$NF == "yes" && $1 ~ /^[0-9]+$/ {print $2, $3, $4, $5, $6}' "$out/tune.txt" | head -n "$top" > "$out/top.txt"
+# The profile: as many processes as the run has ranks computing at once (at
+# most the cores), so that they share the machine as the run's ranks do.
+mpirun -np "$np" "$baton" profile "$config" "${sets[@]}" --out "$out/profile.json" < /dev/null > "$out/profile.txt"
+# The ranking: rows "rank schedule m v policy step-ms bubble peak MiB layout fits".
+"$baton" tune "$config" "${sets[@]}" --memory-bytes "$memory" --top 200 --profile "$out/profile.json" > "$out/tune.txt"
+awk '$NF == "yes" && $1 ~ /^[0-9]+$/ {print $2, $3, $4, $5, $6, $10}' "$out/tune.txt" | head -n "$top" > "$out/top.txt"
 [ -s "$out/top.txt" ] || { cat "$out/tune.txt"; echo "tune_check: no feasible candidate" >&2; exit 1; }
-echo "tune: $(tail -n +1 "$out/tune.txt" | grep -m1 '^searched')"
+echo "tune: $(grep -m1 '^searched' "$out/tune.txt")"
+
+# The config's own settings, and balanced by params and by flops: what
+# validate --profile predicts for each.
+predict() {
+  "$baton" validate "$config" "${sets[@]}" "$@" --profile "$out/profile.json" | sed -n 's/.*: step \([0-9.]*\) ms.*/\1/p'
+}
+lines=()
+while read -r schedule m v policy predicted layout; do
+  key=partition; case "$layout" in E*) key=layout;; esac
+  lines+=("tuner|$schedule m$m v$v $policy $layout|$predicted|--set pipeline.schedule=$schedule --set pipeline.microbatches=$m --set pipeline.chunks=$v --set pipeline.checkpointing=$policy --set pipeline.$key=$layout")
+done < "$out/top.txt"
+lines+=("config|the config's own settings|$(predict)|")
+for by in params flops; do
+  lines+=("balance|balance_by: $by|$(predict --set pipeline.balance_by=$by)|--set pipeline.balance_by=$by")
+done
+printf '%s\n' "${lines[@]}" > "$out/cases.txt"
 
 for r in $(seq "$rounds"); do
   i=0
-  while read -r schedule m v policy predicted; do
+  while IFS='|' read -r kind label predicted args; do
     i=$((i + 1))
-    mpirun -np "$ranks" "$baton" bench "$config" --set pipeline.ranks="$ranks" --set pipeline.schedule="$schedule" \
-      --set pipeline.microbatches="$m" --set pipeline.chunks="$v" --set pipeline.checkpointing="$policy" \
-      --steps 10 --json "$out/c$i.r$r.json" < /dev/null > /dev/null 2>&1 || echo "tune_check: bench of $schedule m$m v$v $policy failed" >&2
-  done < "$out/top.txt"
+    # shellcheck disable=SC2086
+    mpirun -np "$ranks" "$baton" bench "$config" "${sets[@]}" $args --steps 10 --json "$out/c$i.r$r.json" \
+      < /dev/null > /dev/null 2>&1 || echo "tune_check: bench of $label failed" >&2
+  done < "$out/cases.txt"
 done
 
 /usr/bin/python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-rows = [l.split() for l in open(out + "/top.txt")]
+rows = [l.rstrip("\n").split("|") for l in open(out + "/cases.txt")]
 measured = []
-for i, (schedule, m, v, policy, predicted) in enumerate(rows, 1):
+for i, (kind, label, predicted, args) in enumerate(rows, 1):
     times = []
     for r in range(1, rounds + 1):
         try:
@@ -47,10 +73,11 @@ for i, (schedule, m, v, policy, predicted) in enumerate(rows, 1):
             pass
     med = statistics.median(times) if times else float("nan")
     measured.append(med)
-    print(f"  {i}. {schedule:<16} m{m:<3} v{v:<2} {policy:<9} predicted {float(predicted):7.2f} ms  "
-          f"measured {med * 1e3:7.2f} ms (rounds: {', '.join(f'{t * 1e3:.1f}' for t in times)})")
+    p = float(predicted) if predicted else float("nan")
+    print(f"  {i:2}. {kind:<7} {label:<44} predicted {p:7.2f} ms  measured {med * 1e3:7.2f} ms  "
+          f"measured/predicted {med * 1e3 / p:5.3f}  (rounds: {', '.join(f'{t * 1e3:.1f}' for t in times)})")
 best = min(measured)
 pick = measured[0]
-print(f"the tuner's pick measures {pick * 1e3:.2f} ms, the best of its top {len(rows)} {best * 1e3:.2f} ms: "
+print(f"the tuner's pick measures {pick * 1e3:.2f} ms, the best of all {len(rows)} measured {best * 1e3:.2f} ms: "
       f"pick / best = {pick / best:.3f} (goal <= 1.05)")
 PY

@@ -416,7 +416,7 @@ std::string Tune(const TrainConfig& config, const TuneRequest& request, const Pr
 // MLP's every top-level layer.
 std::vector<int> PlacementCuts(const TrainConfig& config, const ModelDesc& model);
 // Stage bounds as the config writes them: a GPT's layout ("E,t*2|t*2,L"),
-// an MLP's partition counts ("[3, 2, 4]").
+// an MLP's partition counts ("[3,2,4]").
 std::string LayoutText(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds);
 // The config with its placement set to `bounds` (an explicit partition, or
 // a GPT's layout).

@@ -80,6 +80,11 @@ struct CandidateCosts {
   std::vector<double> static_bytes;
   // Share of activation_bytes still held after I until W (M_W / M_B).
   double weight_memory_ratio = 0.5;
+  // How activation memory is held. false: as it lives, the rank's peak of
+  // the stages' live microbatches at once (the simulator's memory). true:
+  // in ring stores allocated up front, each stage's ring as deep as its own
+  // peak in flight (baton's runs): a rank holds the sum of those.
+  bool ring_memory = false;
   // One message between ranks (an activation or its gradient): it arrives
   // latency + message_bytes / bandwidth after its producer ends
   // (bandwidth 0 = bytes cost nothing).

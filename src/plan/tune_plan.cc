@@ -65,6 +65,7 @@ class ProfilePricer {
     }
     out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
     out.weight_memory_ratio = 1.0;  // a ring slot is held until its W
+    out.ring_memory = true;         // each stage's ring as deep as its peak, allocated at setup
     out.latency = Latency(profile_);
     out.bandwidth = profile_.bandwidth_Bps;
     out.message_bytes = message_bytes;
@@ -267,7 +268,8 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
                                   std::move(pool), std::move(cores));
   ProfilePrediction out;
   out.sim = Simulate(plan.lowered, o);
-  for (const RankMemory& m : PlanMemory(plan)) out.peak_bytes.push_back(static_cast<double>(m.static_bytes()) + m.simulated_peak);
+  // What the run allocates: the static bytes and every stage's ring.
+  for (const RankMemory& m : PlanMemory(plan)) out.peak_bytes.push_back(static_cast<double>(m.total()));
   return out;
 }
 
@@ -313,7 +315,7 @@ std::string LayoutText(const TrainConfig& config, const ModelDesc& model, const 
     if (b == n) parts.emplace_back("L");
     stages.push_back(fmt::format("{}", fmt::join(parts, ",")));
   }
-  return config.model.gpt ? fmt::format("{}", fmt::join(stages, "|")) : fmt::format("[{}]", fmt::join(stages, ", "));
+  return config.model.gpt ? fmt::format("{}", fmt::join(stages, "|")) : fmt::format("[{}]", fmt::join(stages, ","));
 }
 
 TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds) {

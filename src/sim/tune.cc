@@ -293,7 +293,15 @@ class Tuner {
     r.bubble_rate = sim.bubble_rate;
     r.peak_bytes.resize(p);
     for (int rank = 0; rank < p; ++rank) {
-      r.peak_bytes[rank] = k.static_bytes[rank] + sim.per_rank[rank].peak_memory_bytes;
+      const RankResult& rr = sim.per_rank[rank];
+      double activations = rr.peak_memory_bytes;
+      if (k.ring_memory) {
+        activations = 0;
+        for (std::size_t i = 0; i < rr.stages.size(); ++i) {
+          activations += rr.peak_in_flight[i] * o.stage_memory_bytes[static_cast<std::size_t>(rr.stages[i])];
+        }
+      }
+      r.peak_bytes[rank] = k.static_bytes[rank] + activations;
       if (r.peak_bytes[rank] > r.max_peak_bytes) {
         r.max_peak_bytes = r.peak_bytes[rank];
         r.max_peak_rank = rank;

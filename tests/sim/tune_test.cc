@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <optional>
+#include <random>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -298,6 +301,151 @@ TEST(Tune, SearchesThousandsOfCandidates) {
   // The rate itself (thousands a second in an optimized build, about 4,600
   // on this project's 2-core machine) is a speed goal: bench/schedule_bench
   // BM_Tune measures it; a timed assertion here failed on a busy host.
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+// A layered model for the placement search: each top-level layer its own
+// F, I, W, kept bytes and parameter bytes; a stage costs the sums of its
+// layers' (and a fixed 0.02 per action), a rank holds its stages'
+// parameters.
+struct LayeredModel {
+  std::vector<double> f, i, w, bytes, params;
+
+  explicit LayeredModel(int layers, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> u(0.2, 2.0);
+    for (int t = 0; t < layers; ++t) {
+      f.push_back(u(rng));
+      i.push_back(u(rng));
+      w.push_back(0.7 * u(rng));
+      bytes.push_back(1e6 * u(rng));
+      params.push_back(4e6 * u(rng));
+    }
+  }
+
+  CandidateCosts operator()(const Candidate& c, int ranks, const std::vector<int>& bounds) const {
+    CandidateCosts k;
+    const int stages = ranks * c.chunks;
+    const Placement placement = TraitsOf(c.schedule).placement;
+    k.static_bytes.assign(ranks, 0.0);
+    for (int s = 0; s < stages; ++s) {
+      Costs cs{0.02, 0.02, 0.02};
+      double b = 0;
+      for (int t = bounds[s]; t < bounds[s + 1]; ++t) {
+        cs.forward += f[t];
+        cs.backward_input += i[t];
+        cs.backward_weight += w[t];
+        b += bytes[t] * 8.0 / c.microbatches;
+        k.static_bytes[StageRank(placement, s, ranks)] += params[t];
+      }
+      k.stage_costs.push_back(cs);
+      k.activation_bytes.push_back(b);
+    }
+    k.latency = 0.01;
+    return k;
+  }
+};
+
+// Every contiguous placement of `stages` stages over `layers` layers.
+std::vector<std::vector<int>> AllPlacements(int layers, int stages) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> bounds{0};
+  std::function<void(int)> extend = [&](int from) {
+    if (static_cast<int>(bounds.size()) == stages) {
+      bounds.push_back(layers);
+      out.push_back(bounds);
+      bounds.pop_back();
+      return;
+    }
+    for (int b = from + 1; b <= layers - (stages - static_cast<int>(bounds.size())); ++b) {
+      bounds.push_back(b);
+      extend(b);
+      bounds.pop_back();
+    }
+  };
+  extend(0);
+  return out;
+}
+
+// The placement search against brute force: every contiguous placement of
+// each candidate simulated on its own (the tuner without a search, one
+// placement at a time); the search finds the same fastest feasible step,
+// under a generous budget and under one that rules the fastest out, and
+// the same least memory when nothing fits.
+TEST(TunePlacement, FindsWhatSimulatingEveryPlacementFinds) {
+  const int layers = 7;
+  for (unsigned seed : {1u, 2u}) {
+    const LayeredModel model(layers, seed);
+    for (int ranks : {2, 3}) {
+      for (const std::string schedule : {"1f1b", "zb_h1", "interleaved_1f1b", "zbv", "zb_auto"}) {
+        const int v = TraitsOf(schedule).any_chunks ? 2 : TraitsOf(schedule).default_chunks;
+        if (ranks * v > layers) continue;
+        const Candidate base{schedule, 6, v, Checkpointing::kNone, 0.0, {}};
+        // Brute force: the fastest feasible, and the least memory, over all placements.
+        auto brute = [&](double budget) {
+          double best = std::numeric_limits<double>::infinity(), least = best;
+          for (const std::vector<int>& bounds : AllPlacements(layers, ranks * v)) {
+            TuneSpace one;
+            one.ranks = ranks;
+            one.schedules = {schedule};
+            one.microbatches = {6};
+            one.chunks = {v};
+            one.memory_limits = {0.0};
+            TuneOptions o;
+            o.memory_bytes = budget;
+            const TuneReport r =
+                Tune(one, [&](const Candidate& c) { return model(c, ranks, bounds); }, o);
+            const CandidateResult& c = r.ranked.front();
+            if (!c.simulated) continue;
+            if (c.feasible) best = std::min(best, c.step_time);
+            least = std::min(least, c.max_peak_bytes);
+          }
+          return std::make_pair(best, least);
+        };
+        TuneSpace space;
+        space.ranks = ranks;
+        space.schedules = {schedule};
+        space.microbatches = {6};
+        space.chunks = {v};
+        space.memory_limits = {0.0};
+        for (int t = 1; t < layers; ++t) space.cuts.push_back(t);
+        space.layers = layers;
+        auto search = [&](double budget) {
+          TuneOptions o;
+          o.memory_bytes = budget;
+          return Tune(space, [&](const Candidate& c) { return model(c, ranks, c.bounds); }, o);
+        };
+        const std::string what = schedule + " on " + std::to_string(ranks) + " ranks, seed " + std::to_string(seed);
+        const auto [fastest, least] = brute(1e18);
+        TuneReport r = search(1e18);
+        ASSERT_TRUE(r.ranked.front().feasible) << what;
+        EXPECT_DOUBLE_EQ(r.ranked.front().step_time, fastest) << what;
+        EXPECT_EQ(r.ranked.front().candidate.bounds.size(), static_cast<std::size_t>(ranks * v + 1)) << what;
+        EXPECT_EQ(r.layouts, AllPlacements(layers, ranks * v).size()) << what;
+        EXPECT_LE(r.layouts_simulated, r.layouts) << what;
+        // A budget between the least and the fastest's memory.
+        const double fastest_peak = r.ranked.front().max_peak_bytes;
+        if (fastest_peak > least) {
+          const double budget = 0.5 * (least + fastest_peak);
+          const double constrained = brute(budget).first;
+          r = search(budget);
+          ASSERT_TRUE(r.ranked.front().feasible) << what;
+          EXPECT_DOUBLE_EQ(r.ranked.front().step_time, constrained) << what;
+          EXPECT_LE(r.ranked.front().max_peak_bytes, budget) << what;
+        }
+        // Nothing fits: the least memory any placement needs.
+        r = search(0.5 * least);
+        ASSERT_FALSE(r.ranked.front().feasible) << what;
+        ASSERT_TRUE(r.smallest.has_value()) << what;
+        EXPECT_DOUBLE_EQ(r.smallest->max_peak_bytes, least) << what;
+      }
+    }
+  }
 }
 
 }  // namespace

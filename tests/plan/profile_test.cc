@@ -1,0 +1,208 @@
+// Profiles without a device: their file round trip, the refusal of a
+// profile of another model or machine, an empty one, costs between
+// profiled row counts, a stage's price against its layers' sums and what
+// its policy recomputes, and the automatic placement against every
+// placement predicted one by one.
+#include "baton/profile.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "baton/config.h"
+#include "baton/error.h"
+#include "baton/plan.h"
+
+namespace baton {
+namespace {
+
+TrainConfig Tiny(const std::vector<std::string>& sets = {}) {
+  return LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets);
+}
+
+ModelDesc ModelOf(const TrainConfig& c) { return DescribeModel(c.model.layers, c.model.input, c.model.seq); }
+
+// A made-up profile of `config`'s model: layer t at r rows costs about r
+// times its own random rates; each op's forward a share of the layer's.
+Profile MadeUp(const TrainConfig& config, const std::vector<int>& rows, unsigned seed) {
+  const ModelDesc model = ModelOf(config);
+  Profile p;
+  p.identity = IdentityOf(config, model, "test machine", 64);
+  p.config = config.source;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  std::vector<double> rate;
+  for (int t = 0; t < model.top_layers(); ++t) rate.push_back(u(rng) * 1e-5);
+  for (int r : rows) {
+    ProfileRows pr;
+    pr.rows = r;
+    for (int t = 0; t < model.top_layers(); ++t) {
+      LayerProfile l;
+      l.forward = rate[t] * r;
+      l.backward_input = 1.1 * rate[t] * r;
+      l.backward_weight = 0.8 * rate[t] * r;
+      l.backward = 1.85 * rate[t] * r;
+      const auto [first, last] = model.OpRange(t, t + 1);
+      for (int k = first; k < last; ++k) l.op_forward.push_back(l.forward / (last - first));
+      l.saved_bytes = 1000.0 * r;
+      pr.layers.push_back(l);
+    }
+    p.rows.push_back(pr);
+  }
+  return p;
+}
+
+TEST(Profile, RoundTripsThroughItsFile) {
+  const TrainConfig c = Tiny();
+  Profile p = MadeUp(c, {4, 8}, 1);
+  p.latency_s = 3e-6;
+  p.bandwidth_Bps = 5e9;
+  const Profile q = ParseProfile(ProfileJson(p), "p.json");
+  EXPECT_EQ(q.identity.layers, p.identity.layers);
+  EXPECT_EQ(q.identity.machine, "test machine");
+  EXPECT_EQ(q.identity.cores, 64);
+  ASSERT_EQ(q.rows.size(), 2u);
+  EXPECT_EQ(q.rows[1].rows, 8);
+  EXPECT_DOUBLE_EQ(q.rows[1].layers[3].backward_weight, p.rows[1].layers[3].backward_weight);
+  EXPECT_EQ(q.rows[0].layers[2].op_forward, p.rows[0].layers[2].op_forward);
+  EXPECT_DOUBLE_EQ(q.latency_s, 3e-6);
+  EXPECT_NO_THROW(CheckProfile(q, p.identity, "p.json"));
+}
+
+void ExpectRefused(const std::function<void()>& f, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "not refused; expected: " << text;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+TEST(Profile, AProfileOfAnotherModelOrMachineIsRefusedNamingTheDifference) {
+  const TrainConfig c = Tiny();
+  const Profile p = MadeUp(c, {4}, 1);
+  const TrainConfig wider = Tiny({"model.layers.6.out=20"});
+  ExpectRefused([&] { CheckProfile(p, IdentityOf(wider, ModelOf(wider), "test machine", 64), "p.json"); },
+                "p.json: the profile does not match this run: layer 6 is \"linear 24->16\" in the profile, "
+                "\"linear 24->20\" in the model");
+  ExpectRefused([&] { CheckProfile(p, IdentityOf(c, ModelOf(c), "another machine", 64), "p.json"); },
+                "measured on \"test machine\", this is \"another machine\"");
+  ExpectRefused([&] { CheckProfile(p, IdentityOf(c, ModelOf(c), "test machine", 8), "p.json"); },
+                "measured with 64 CPUs, 8 here");
+  const TrainConfig deeper = Tiny({"model.layers=[{type: linear, out: 4}]"});
+  ExpectRefused([&] { CheckProfile(p, IdentityOf(deeper, ModelOf(deeper), "test machine", 64), "p.json"); },
+                "it has 9 top-level layers, the model 1");
+}
+
+TEST(Profile, AnEmptyOrForeignFileIsOneClearError) {
+  ExpectRefused([] { ParseProfile("", "e.json"); }, "e.json: not a baton profile");
+  ExpectRefused([] { ParseProfile("{}", "e.json"); }, "e.json: not a baton profile (no \"format\"");
+  ExpectRefused([] { ParseProfile("{\"format\": 99}", "e.json"); }, "a profile of format 99");
+  const TrainConfig c = Tiny();
+  Profile p = MadeUp(c, {4}, 1);
+  p.rows.clear();
+  ExpectRefused([&] { ParseProfile(ProfileJson(p), "e.json"); }, "e.json: the profile holds no measurements");
+}
+
+TEST(Profile, CostsBetweenProfiledRowsAreLinear) {
+  const Profile p = MadeUp(Tiny(), {4, 8}, 3);
+  bool exact = false;
+  std::vector<LayerProfile> at = LayersAt(p, 8, &exact);
+  EXPECT_TRUE(exact);
+  EXPECT_DOUBLE_EQ(at[0].forward, p.rows[1].layers[0].forward);
+  at = LayersAt(p, 6, &exact);
+  EXPECT_FALSE(exact);
+  EXPECT_NEAR(at[5].backward, 0.5 * (p.rows[0].layers[5].backward + p.rows[1].layers[5].backward), 1e-15);
+  at = LayersAt(p, 16);  // beyond: in proportion to the nearest
+  EXPECT_NEAR(at[2].forward, 2 * p.rows[1].layers[2].forward, 1e-15);
+  at = LayersAt(p, 2);
+  EXPECT_NEAR(at[2].saved_bytes, 0.5 * p.rows[0].layers[2].saved_bytes, 1e-9);
+}
+
+// A stage costs its layers' sums; full checkpointing recomputes every op's
+// forward but the stage's last, inside I and again inside W when split.
+TEST(Profile, AStageCostsItsLayersAndWhatItsPolicyRecomputes) {
+  const TrainConfig none = Tiny({"pipeline.ranks=2", "pipeline.partition=[4, 5]", "train.batch_size=32"});
+  const TrainConfig full = Tiny({"pipeline.ranks=2", "pipeline.partition=[4, 5]", "pipeline.checkpointing=full"});
+  const Profile p = MadeUp(none, {4}, 5);
+  const std::vector<LayerProfile>& l = p.rows[0].layers;
+  const RunPlan a = PlanShape(none, ModelOf(none), 2);
+  const RunPlan b = PlanShape(full, ModelOf(full), 2);
+  ASSERT_EQ(a.rows, 4);
+  const ModelDesc model = ModelOf(none);
+  double f = 0, i = 0, w = 0, bsum = 0, redo = 0;
+  for (int t = 0; t < 4; ++t) {
+    f += l[t].forward;
+    i += l[t].backward_input;
+    w += l[t].backward_weight;
+    bsum += l[t].backward;
+    for (double x : l[t].op_forward) redo += x;
+  }
+  const auto [first, last] = model.OpRange(0, 4);
+  redo -= l[3].op_forward.back();  // the stage's last op is never recomputed
+  (void)first;
+  (void)last;
+  StagePrice s = PriceStage(a, l, 0, /*split_backward=*/true);
+  EXPECT_DOUBLE_EQ(s.costs.forward, f);
+  EXPECT_DOUBLE_EQ(s.costs.backward_input, i);
+  EXPECT_DOUBLE_EQ(s.costs.backward_weight, w);
+  EXPECT_EQ(s.recompute, 0.0);
+  s = PriceStage(a, l, 0, /*split_backward=*/false);
+  EXPECT_NEAR(s.costs.Backward(), bsum, 1e-15);
+  s = PriceStage(b, l, 0, /*split_backward=*/true);
+  EXPECT_NEAR(s.recompute, redo, 1e-15);
+  EXPECT_NEAR(s.costs.backward_input, i + redo, 1e-15);
+  EXPECT_NEAR(s.costs.backward_weight, w + redo, 1e-15);
+  EXPECT_LT(s.slot_bytes, PriceStage(a, l, 0, true).slot_bytes);
+}
+
+// pipeline.partition: auto chooses what predicting every contiguous
+// placement one by one (PlanRun, PredictFromProfile) finds fastest, and
+// its layout reads back as the same placement.
+TEST(Profile, AutomaticPlacementIsTheFastestOfEveryPlacementPredicted) {
+  for (const std::string schedule : {"1f1b", "zb_h1", "gpipe"}) {
+    for (unsigned seed : {1u, 2u, 3u}) {
+      TrainConfig c = Tiny({"pipeline.ranks=3", "pipeline.schedule=" + schedule, "pipeline.partition=auto"});
+      const Profile p = MadeUp(c, {4}, seed);
+      const PlacementChoice choice = ChoosePlacement(c, p);
+      const ModelDesc model = ModelOf(c);
+      double best = std::numeric_limits<double>::infinity();
+      for (int a = 1; a < 9; ++a) {
+        for (int b = a + 1; b < 9; ++b) {
+          const RunPlan plan = PlanRun(WithPlacement(c, model, {0, a, b, 9}));
+          best = std::min(best, PredictFromProfile(plan, p).sim.makespan);
+        }
+      }
+      EXPECT_NEAR(choice.step_s, best, 1e-12 * best) << schedule << " seed " << seed;
+      const RunPlan placed = PlanRun(WithPlacement(c, model, choice.bounds));
+      EXPECT_EQ(placed.bounds, choice.bounds);
+      EXPECT_NEAR(PredictFromProfile(placed, p).sim.makespan, choice.step_s, 1e-12 * best);
+      EXPECT_EQ(choice.layouts, 28u);  // C(8, 2)
+      // Its memory per rank is what the run allocates (memory_test measures the heap against it).
+      const std::vector<RankMemory> mem = PlanMemory(placed);
+      ASSERT_EQ(choice.peak_bytes.size(), mem.size());
+      for (std::size_t r = 0; r < mem.size(); ++r) {
+        EXPECT_DOUBLE_EQ(choice.peak_bytes[r], static_cast<double>(mem[r].total())) << schedule << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(Profile, APlacementBudgetNothingFitsNamesTheLeastAnyNeeds) {
+  const TrainConfig c =
+      Tiny({"pipeline.ranks=2", "pipeline.partition=auto", "pipeline.memory_bytes=1000"});
+  const Profile p = MadeUp(c, {4}, 1);
+  ExpectRefused([&] { ChoosePlacement(c, p); }, "no placement of 1f1b fits pipeline.memory_bytes");
+  ExpectRefused([&] { ChoosePlacement(c, p); }, "the smallest any needs is");
+  const TrainConfig gpt = LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml",
+                                          {"pipeline.ranks=2", "pipeline.layout=auto"});
+  const PlacementChoice g = ChoosePlacement(gpt, MadeUp(gpt, {2}, 1));
+  EXPECT_EQ(g.layout.front(), 'E');
+  EXPECT_EQ(g.layout.back(), 'L');
+  EXPECT_EQ(g.layouts, 3u);  // after E, after each of 2 blocks
+}
+
+}  // namespace
+}  // namespace baton
