@@ -23,6 +23,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 np=$ranks; [ "$ranks" -lt 2 ] && np=2
+cores=$(nproc); [ "$np" -gt "$cores" ] && np=$cores; [ "$np" -lt 1 ] && np=1
 
 # The profile: as many processes as the run has ranks computing at once (at
 # most the cores), so that they share the machine as the run's ranks do.
@@ -38,33 +39,36 @@ echo "tune: $(grep -m1 '^searched' "$out/tune.txt")"
 predict() {
   "$baton" validate "$config" "${sets[@]}" "$@" --profile "$out/profile.json" | sed -n 's/.*: step \([0-9.]*\) ms.*/\1/p'
 }
+# One line a case: kind, label, predicted ms, then its --set values; tab-separated.
+T=$'\t'
 lines=()
 while read -r schedule m v policy predicted layout; do
   key=partition; case "$layout" in E*) key=layout;; esac
-  lines+=("tuner|$schedule m$m v$v $policy $layout|$predicted|--set pipeline.schedule=$schedule --set pipeline.microbatches=$m --set pipeline.chunks=$v --set pipeline.checkpointing=$policy --set pipeline.$key=$layout")
+  lines+=("tuner${T}$schedule m$m v$v $policy $layout${T}$predicted${T}pipeline.schedule=$schedule${T}pipeline.microbatches=$m${T}pipeline.chunks=$v${T}pipeline.checkpointing=$policy${T}pipeline.$key=$layout")
 done < "$out/top.txt"
-lines+=("config|the config's own settings|$(predict)|")
+lines+=("config${T}the config's own settings${T}$(predict)")
 for by in params flops; do
-  lines+=("balance|balance_by: $by|$(predict --set pipeline.balance_by=$by)|--set pipeline.balance_by=$by")
+  lines+=("balance${T}balance_by: $by${T}$(predict --set pipeline.balance_by=$by)${T}pipeline.balance_by=$by")
 done
 printf '%s\n' "${lines[@]}" > "$out/cases.txt"
 
 for r in $(seq "$rounds"); do
   i=0
-  while IFS='|' read -r kind label predicted args; do
+  while IFS=$'\t' read -r -a fields; do
     i=$((i + 1))
-    # shellcheck disable=SC2086
-    mpirun -np "$ranks" "$baton" bench "$config" "${sets[@]}" $args --steps 10 --json "$out/c$i.r$r.json" \
-      < /dev/null > /dev/null 2>&1 || echo "tune_check: bench of $label failed" >&2
+    args=()
+    for kv in "${fields[@]:3}"; do args+=(--set "$kv"); done
+    mpirun -np "$ranks" "$baton" bench "$config" "${sets[@]}" "${args[@]}" --steps 10 --json "$out/c$i.r$r.json" \
+      < /dev/null > /dev/null 2>&1 || echo "tune_check: bench of ${fields[1]} failed" >&2
   done < "$out/cases.txt"
 done
 
 /usr/bin/python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-rows = [l.rstrip("\n").split("|") for l in open(out + "/cases.txt")]
+rows = [l.rstrip("\n").split("\t") for l in open(out + "/cases.txt")]
 measured = []
-for i, (kind, label, predicted, args) in enumerate(rows, 1):
+for i, (kind, label, predicted, *args) in enumerate(rows, 1):
     times = []
     for r in range(1, rounds + 1):
         try:

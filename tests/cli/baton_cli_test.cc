@@ -569,3 +569,65 @@ TEST(BatonTune, RanksCandidatesAndWritesTheWinnersOverlay) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// baton profile writes a profile that tune and validate take; one of
+// another model, or an empty file, is refused with one clear error.
+TEST(BatonProfile, ProfilesAConfigForTuneAndValidateAndRefusesAForeignOne) {
+  const std::string dir = ::testing::TempDir() + "/baton_profile_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string profile = dir + "/profile.json", out_file = dir + "/out.txt";
+  const std::string tiny = "'" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 ";
+  auto run = [&](const std::string& args) {
+    const int status = std::system(("'" + std::string(BATON_BINARY) + "' " + args + " > '" + out_file + "' 2>&1").c_str());
+    std::ifstream in(out_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text);
+  };
+  auto [code, text] = run("profile " + tiny + "--rows 4,8 --repetitions 3 --out '" + profile + "'");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("8 rows a microbatch"), std::string::npos) << text;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(profile));
+  EXPECT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["layers"].size(), 9u);
+
+  std::tie(code, text) = run("tune " + tiny + "--memory-bytes 1e9 --top 3 --profile '" + profile + "'");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("costs from the profile " + profile), std::string::npos) << text;
+  EXPECT_NE(text.find("placements:"), std::string::npos) << text;
+  EXPECT_NE(text.find("  partition: ["), std::string::npos) << text;  // the overlay places the stages
+
+  std::tie(code, text) = run("validate " + tiny + "--set pipeline.partition=auto --profile '" + profile + "'");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("placement (auto): ["), std::string::npos) << text;
+  EXPECT_NE(text.find("predicted from " + profile + ": step "), std::string::npos) << text;
+  std::tie(code, text) = run("validate " + tiny + "--set pipeline.partition=auto");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("searched when the run starts"), std::string::npos) << text;
+
+  // Another model: refused, naming the first difference.
+  std::tie(code, text) =
+      run("tune " + tiny + "--set model.layers.6.out=20 --memory-bytes 1e9 --profile '" + profile + "'");
+  EXPECT_EQ(code, 2) << text;
+  EXPECT_NE(text.find("the profile does not match this run: layer 6 is \"linear 24->16\" in the profile, \"linear "
+                      "24->20\" in the model"),
+            std::string::npos)
+      << text;
+  // An empty file.
+  std::ofstream(dir + "/empty.json").close();
+  std::tie(code, text) = run("validate " + tiny + "--profile '" + dir + "/empty.json'");
+  EXPECT_EQ(code, 2) << text;
+  EXPECT_NE(text.find("empty.json: not a baton profile"), std::string::npos) << text;
+  // An automatic placement under a budget nothing fits names the least any placement needs.
+  std::tie(code, text) = run("validate " + tiny +
+                             "--set pipeline.partition=auto --set pipeline.memory_bytes=1000 --profile '" + profile + "'");
+  EXPECT_EQ(code, 2) << text;
+  EXPECT_NE(text.find("no placement of 1f1b fits pipeline.memory_bytes"), std::string::npos) << text;
+  EXPECT_NE(text.find("the smallest any needs is"), std::string::npos) << text;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1128,3 +1128,34 @@ TEST(TrainConfigDataParallel, RoundTrips) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// The automatic placement's keys: partition: auto for an MLP, layout: auto
+// for a GPT, profile and memory_bytes only with them.
+TEST(TrainConfigPlacement, AutoAndItsKeysAreReadAndMisuseIsRefused) {
+  TrainConfig c = ParseTrainConfig(kValid, "t.yaml",
+                                   {"pipeline.partition=auto", "pipeline.profile=p.json", "pipeline.memory_bytes=1e9"});
+  EXPECT_EQ(c.pipeline.partition, Partition::kAuto);
+  EXPECT_EQ(c.pipeline.profile, "p.json");
+  EXPECT_EQ(c.pipeline.memory_bytes, 1e9);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(c), "partition: auto"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.profile=p.json"}),
+                       "pipeline.profile: only applies with an automatic placement"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.memory_bytes=5"}),
+                       "pipeline.memory_bytes: only applies with an automatic placement"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.partition=auto", "pipeline.memory_bytes=-1"}), "memory_bytes"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.layout=auto"}), "is for GPT models"));
+  const std::string gpt = std::string(R"(model: {type: gpt, vocab: 32, seq_len: 8, hidden: 16, heads: 2, blocks: 2}
+data: {dataset: synthetic_tokens, seq_len: 8, vocab: 32}
+pipeline: {ranks: 2, microbatches: 2}
+train: {batch_size: 4}
+)");
+  c = ParseTrainConfig(gpt, "g.yaml", {"pipeline.layout=auto"});
+  EXPECT_EQ(c.pipeline.partition, Partition::kAuto);
+  EXPECT_TRUE(Contains(ErrorOf(gpt, {"pipeline.partition=auto"}), "write pipeline.layout: auto"));
+}
+
+}  // namespace
+}  // namespace baton
