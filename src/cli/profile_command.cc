@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -123,12 +124,19 @@ void AddProfileCommand(CLI::App& app) {
   cmd->callback([f] {
     ProfileOptions o = f->options;
     o.rows = Ints(f->rows, "--rows");
-    const int code = RunOnAnyRanks(f->config, f->set, [&](Transport& world, const TrainConfig& config, const std::string&) {
+    auto job = [&](Transport& world, const TrainConfig& config, const std::string&) {
       const Profile p = MeasureProfile(config, world, o);
       if (world.rank() != 0) return;
       WriteOutput(f->out, ProfileJson(p));
       std::cout << DescribeProfile(p) << "wrote " << f->out << "\n";
-    });
+    };
+    // Not started by mpirun: one process, without MPI (errors go to main).
+    if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
+      const std::unique_ptr<Transport> solo = MakeSoloTransport();
+      job(*solo, LoadTrainConfig(f->config, f->set), "");
+      return;
+    }
+    const int code = RunOnAnyRanks(f->config, f->set, job);
     if (code != 0) std::exit(code);
   });
 }
