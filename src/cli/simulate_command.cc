@@ -13,6 +13,8 @@
 
 #include "baton/config.h"
 #include "baton/error.h"
+#include "baton/plan.h"
+#include "baton/profile.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "commands.h"
@@ -31,6 +33,8 @@ struct SimulateFlags {
   std::optional<double> comm, bandwidth, message_bytes, weight_ratio, memory_bytes, cores;
   double memory_limit = 0.0;  // generators' memory limit, M_B (0 = each one's default)
   std::optional<std::string> compare, json, trace, svg;
+  std::string profile;           // with a training config: its step from a baton profile
+  std::vector<std::string> set;  // the training config's overrides
 };
 
 std::string Num(double v) { return fmt::format("{:.6g}", v); }
@@ -195,7 +199,50 @@ void PrintComparison(const SimulateConfig& c, const std::vector<Run>& runs) {
   std::cout << out;
 }
 
+// A training config's step from a profile: its plan (placed, for an
+// automatic placement) simulated with each stage's profiled costs.
+void RunSimulateProfile(const SimulateFlags& flags) {
+  if (flags.config.empty()) throw ConfigError("simulate --profile: give the training config the profile is of");
+  TrainConfig config = LoadTrainConfig(flags.config, flags.set);
+  std::string source;
+  const Profile profile = ProfileFor(config, flags.profile, &source);
+  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
+  if (config.pipeline.partition == Partition::kAuto) {
+    config = WithPlacement(config, model, ChoosePlacement(config, profile).bounds);
+  }
+  const RunPlan plan = PlanRun(config);
+  const ProfilePrediction p = PredictFromProfile(plan, profile);
+  const SimResult& r = p.sim;
+  std::string out = fmt::format("{}: {} ranks, {} microbatches of {} samples, {} stages ({}), costs from {}\n",
+                                r.schedule, r.ranks, r.microbatches, plan.rows, plan.stages(),
+                                LayoutText(config, model, plan.bounds), source);
+  out += fmt::format("step {:.3f} ms   bubble {:.2f}%\n", r.makespan * 1e3, 100 * r.bubble_rate);
+  out += fmt::format("{:>4}  {:>10}  {:>7}  {:>14}  {}\n", "rank", "busy ms", "idle", "memory MiB", "stages");
+  for (const RankResult& rr : r.per_rank) {
+    out += fmt::format("{:>4}  {:>10.3f}  {:>6.2f}%  {:>14.1f}  {}\n", rr.rank, rr.busy * 1e3,
+                       100 * (1 - rr.busy / r.makespan), p.peak_bytes[static_cast<std::size_t>(rr.rank)] / 1048576.0,
+                       fmt::join(rr.stages, ","));
+  }
+  if (flags.json.value_or("") != "-") std::cout << out;
+  if (flags.svg) {
+    std::ostringstream svg;
+    WriteSvg(r, svg);
+    WriteOutput(ExpandPath(*flags.svg, r.schedule), svg.str());
+  }
+  if (flags.trace) {
+    std::ostringstream trace;
+    WriteChromeTrace(r, trace);
+    WriteOutput(ExpandPath(*flags.trace, r.schedule), trace.str());
+  }
+  if (flags.json) WriteOutput(*flags.json, ToJson(r) + "\n");
+}
+
 void RunSimulate(const SimulateFlags& flags) {
+  if (!flags.profile.empty()) {
+    RunSimulateProfile(flags);
+    return;
+  }
+  if (!flags.set.empty()) throw ConfigError("simulate: --set is for a training config with --profile");
   const SimulateConfig c = Resolve(flags);
   const bool comparing = !c.compare.empty();
   const std::vector<std::string> names = comparing ? c.compare : std::vector<std::string>{c.schedule};
@@ -258,7 +305,11 @@ void RunSimulate(const SimulateFlags& flags) {
 void AddSimulateCommand(CLI::App& app) {
   auto flags = std::make_shared<SimulateFlags>();
   CLI::App* cmd = app.add_subcommand("simulate", "Simulate a schedule: step time, bubble, memory, pictures");
-  cmd->add_option("config", flags->config, "YAML simulate config (configs/*.yaml); flags override it");
+  cmd->add_option("config", flags->config,
+                  "YAML simulate config (configs/*.yaml); flags override it. With --profile: a training config");
+  cmd->add_option("--profile", flags->profile,
+                  "a baton profile of the training config CONFIG: simulate its step from the profiled costs");
+  cmd->add_option("--set", flags->set, "with --profile: override a key of the training config (repeatable)");
   cmd->add_option("-s,--schedule", flags->schedule,
                   fmt::format("{}, or a CSV schedule file (default 1f1b)", fmt::join(GeneratorNames(), ", ")));
   cmd->add_option("-p,--ranks", flags->ranks, "pipeline ranks p (default 4; a file's row count)");

@@ -603,6 +603,10 @@ TEST(BatonProfile, ProfilesAConfigForTuneAndValidateAndRefusesAForeignOne) {
   ASSERT_EQ(code, 0) << text;
   EXPECT_NE(text.find("placement (auto): ["), std::string::npos) << text;
   EXPECT_NE(text.find("predicted from " + profile + ": step "), std::string::npos) << text;
+  std::tie(code, text) = run("simulate " + tiny + "--set pipeline.schedule=zb_h1 --profile '" + profile + "'");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("zb_h1: 2 ranks, 8 microbatches of 4 samples, 2 stages"), std::string::npos) << text;
+  EXPECT_NE(text.find("costs from the profile " + profile), std::string::npos) << text;
   std::tie(code, text) = run("validate " + tiny + "--set pipeline.partition=auto");
   ASSERT_EQ(code, 0) << text;
   EXPECT_NE(text.find("searched when the run starts"), std::string::npos) << text;
