@@ -59,6 +59,10 @@ struct Profile {
   // else 0 (not measured).
   double latency_s = 0;
   double bandwidth_Bps = 0;
+  // The share of a core a rank waiting for a message takes from a rank
+  // computing on the same core (the executor polls): measured with rank 1
+  // waiting beside rank 0's compute on one CPU; 0 when not measured.
+  double waiting_share = 0;
   double seconds = 0;               // how long profiling took
   int repetitions = 0;              // timed calls per median
 };

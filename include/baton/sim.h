@@ -61,6 +61,11 @@ struct SimOptions {
   // those of a rank alone on a core. Empty: every rank has a core.
   std::vector<int> core_pool;
   std::vector<double> pool_cores;
+  // With core pools: the share of a core a rank takes while it waits for
+  // its inputs (polling for messages) — 0: none; then while n ranks of a
+  // pool compute and w wait, each computing one proceeds at
+  // min(1, cores / (n + waiting_share x w)) of its speed.
+  double waiting_share = 0.0;
   bool record_timeline = true;           // keep every action's start/end
 };
 

@@ -95,6 +95,7 @@ struct CandidateCosts {
   // pool, per pool its cores; empty = a core per rank.
   std::vector<int> core_pool;
   std::vector<double> pool_cores;
+  double waiting_share = 0.0;  // SimOptions::waiting_share
 };
 
 // Called once per candidate, in the order of TuneSpace (schedules, then

@@ -5,9 +5,13 @@
 #include "profile_measure.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -175,6 +179,72 @@ void ProfileMessages(Transport& world, Profile& p) {
   p.bandwidth_Bps = large > small ? double(kLarge) / (large - small) : 0.0;
 }
 
+// A fixed amount of arithmetic (about 30 ms on one core), not optimised away.
+double Spin() {
+  volatile double x = 1.0;
+  for (int i = 0; i < 20000000; ++i) x = x * 1.0000001 + 1e-9;
+  return x;
+}
+
+// What a waiting rank costs a computing one on the same CPU: ranks 0 and 1
+// both on rank 0's first CPU; rank 0 times the same arithmetic while rank 1
+// sleeps, then while rank 1 waits for a message (the transport's own wait,
+// as the executor waits), three times each; the share is the median
+// slowdown. Affinities are restored after.
+void ProfileWaiting(Transport& world, Profile& p) {
+  if (world.size() < 2 || world.rank() > 1) return;
+  cpu_set_t saved, one;
+  if (sched_getaffinity(0, sizeof saved, &saved) != 0) return;
+  int cpu = 0;
+  if (world.rank() == 0) {
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &saved)) ++cpu;
+  }
+  // Both ranks take rank 0's CPU (a two-rank exchange: 1 sends, 0 receives).
+  std::byte token[8] = {};
+  if (world.rank() == 0) {
+    std::memcpy(token, &cpu, sizeof cpu);
+    world.Isend(0, token, sizeof token, 1, 97);
+    world.Wait(0, {"SEND (waiting probe)", -1, 0, 1});
+  } else {
+    world.Irecv(1, token, sizeof token, 0, 97);
+    world.Wait(1, {"RECV (waiting probe)", -1, 0, 0});
+    std::memcpy(&cpu, token, sizeof cpu);
+  }
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  sched_setaffinity(0, sizeof one, &one);
+  std::vector<double> ratio;
+  auto send = [&](int tag, int round) {
+    world.Isend(0, token, sizeof token, 1 - world.rank(), tag);
+    world.Wait(0, {"SEND (waiting probe)", -1, round, 1 - world.rank()});
+  };
+  auto receive = [&](int tag, int round) {
+    world.Irecv(1, token, sizeof token, 1 - world.rank(), tag);
+    world.Wait(1, {"RECV (waiting probe)", -1, round, 1 - world.rank()});
+  };
+  for (int round = 0; round < 3; ++round) {
+    if (world.rank() == 0) {
+      double start = MonotonicSeconds();
+      Spin();  // alone: rank 1 sleeps
+      const double alone = MonotonicSeconds() - start;
+      send(96, round);
+      receive(94, round);  // rank 1 is about to wait
+      start = MonotonicSeconds();
+      Spin();  // beside rank 1 waiting for the next message
+      const double shared = MonotonicSeconds() - start;
+      send(95, round);
+      ratio.push_back(shared / alone - 1.0);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      receive(96, round);
+      send(94, round);
+      receive(95, round);
+    }
+  }
+  sched_setaffinity(0, sizeof saved, &saved);
+  if (world.rank() == 0) p.waiting_share = std::clamp(Median(ratio), 0.0, 1.0);
+}
+
 }  // namespace
 
 std::string MachineName() {
@@ -218,6 +288,7 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
     if (r < 1) throw ConfigError(fmt::format("profile: a microbatch of {} rows: rows must be >= 1", r));
   }
   ProfileMessages(world, p);
+  ProfileWaiting(world, p);
   // Every rank at once, as the run's ranks compute at once (they share the
   // memory system); rank 0's times count. A failure ends every rank (Agree).
   Agree(world, [&] {
@@ -243,8 +314,10 @@ std::string DescribeProfile(const Profile& p) {
                                  p.identity.machine, p.identity.cores, p.identity.device, p.identity.precision,
                                  p.repetitions, p.seconds);
   if (p.latency_s > 0) {
-    text += fmt::format("messages between ranks 0 and 1: {:.1f} us latency, {:.2f} GB/s\n", p.latency_s * 1e6,
-                        p.bandwidth_Bps / 1e9);
+    text += fmt::format(
+        "messages between ranks 0 and 1: {:.1f} us latency, {:.2f} GB/s; a waiting rank takes {:.0f}% of a core it "
+        "shares with a computing one\n",
+        p.latency_s * 1e6, p.bandwidth_Bps / 1e9, 100 * p.waiting_share);
   } else {
     text += "messages: not measured (one process; run under mpirun -np 2 to measure them)\n";
   }

@@ -58,6 +58,7 @@ std::string ProfileJson(const Profile& p) {
   j["layers"] = p.identity.layers;
   j["latency_s"] = p.latency_s;
   j["bandwidth_Bps"] = p.bandwidth_Bps;
+  j["waiting_share"] = p.waiting_share;
   j["seconds"] = p.seconds;
   j["repetitions"] = p.repetitions;
   auto& rows = j["rows"] = nlohmann::ordered_json::array();
@@ -91,6 +92,7 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
     p.identity.layers = j.at("layers").get<std::vector<std::string>>();
     p.latency_s = j.value("latency_s", 0.0);
     p.bandwidth_Bps = j.value("bandwidth_Bps", 0.0);
+    p.waiting_share = j.value("waiting_share", 0.0);
     p.seconds = j.value("seconds", 0.0);
     p.repetitions = j.value("repetitions", 0);
     for (const auto& e : j.at("rows")) {

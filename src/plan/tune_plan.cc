@@ -71,6 +71,7 @@ class ProfilePricer {
     out.message_bytes = message_bytes;
     out.core_pool = core_pool_;
     out.pool_cores = pool_cores_;
+    out.waiting_share = profile_.waiting_share;
     return out;
   }
 
@@ -266,6 +267,7 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
   ShareCores(plan.lowered.ranks, plan.replicas, profile.identity.cores, &pool, &cores);
   SimOptions o = CostedSimOptions(std::move(costs), Latency(profile), profile.bandwidth_Bps, message_bytes,
                                   std::move(pool), std::move(cores));
+  o.waiting_share = profile.waiting_share;
   ProfilePrediction out;
   out.sim = Simulate(plan.lowered, o);
   // What the run allocates: the static bytes and every stage's ring.

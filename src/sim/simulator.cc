@@ -94,6 +94,9 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
                                       static_cast<int>(o.pool_cores.size()) - 1));
     }
   }
+  if (!(o.waiting_share >= 0.0 && o.waiting_share <= 1.0)) {
+    throw ScheduleError(fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.waiting_share));
+  }
   for (std::size_t k = 0; k < o.pool_cores.size(); ++k) {
     if (!(o.pool_cores[k] > 0.0) || !std::isfinite(o.pool_cores[k])) {
       throw ScheduleError(fmt::format("simulation: core pool {} must have a finite number of cores > 0, got {}", k,
@@ -337,10 +340,11 @@ class Simulator {
       double cost = 0.0;
       double left = 0.0;           // cost still to do
       double wake = kNotYet;       // blocked: when its inputs arrive, if known
+      bool waiting = false;        // not computing, with actions left (polling for its inputs)
     };
     std::vector<Live> live(R);
     const int pools = static_cast<int>(o_.pool_cores.size());
-    std::vector<int> computing(pools);
+    std::vector<double> computing(pools);  // the pool's load: computing ranks, and waiting ones' share
     double now = 0.0;
     for (;;) {
       // Every rank not computing goes as far as it can at `now`; an action
@@ -364,12 +368,14 @@ class Simulator {
             Finish(r, a, now, now, 0.0);
           }
           if (!l.running && has && Done(ready) && ready > now) l.wake = ready;
+          l.waiting = !l.running && has;
           if (rank_[r].pc != pc) again = true;
         }
       }
-      std::fill(computing.begin(), computing.end(), 0);
+      std::fill(computing.begin(), computing.end(), 0.0);
       for (int r = 0; r < R; ++r) {
-        if (live[r].running) ++computing[o_.core_pool[r]];
+        if (live[r].running) computing[o_.core_pool[r]] += 1.0;
+        if (live[r].waiting) computing[o_.core_pool[r]] += o_.waiting_share;
       }
       auto rate = [&](int r) {
         const int pool = o_.core_pool[r];

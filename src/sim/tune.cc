@@ -285,6 +285,7 @@ class Tuner {
     o.stage_memory_bytes = std::move(k.activation_bytes);
     o.core_pool = std::move(k.core_pool);
     o.pool_cores = std::move(k.pool_cores);
+    o.waiting_share = k.waiting_share;
     o.record_timeline = false;
     const SimResult sim = Simulate(*schedule, o);  // options out of range throw, naming the field
 

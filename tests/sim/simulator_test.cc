@@ -395,6 +395,23 @@ TEST(SimulatorSharedCores, OneCoreRunsAllTheWorkBackToBack) {
   }
 }
 
+TEST(SimulatorSharedCores, AWaitingRankTakesItsShareOfTheCore) {
+  // Two ranks on one core, one microbatch: F0, F1, B1, B0 one after
+  // another. While one computes the other waits (it has work left) and
+  // takes `share` of the core, until rank 1 is done: B0 runs alone.
+  for (const char* name : {"gpipe", "1f1b"}) {
+    for (double share : {0.0, 0.25, 1.0}) {
+      SimOptions o = OnePool(WithCosts(1, 1, 1), 2, 1.0);
+      o.waiting_share = share;
+      const SimResult r = Simulate(Generate(name, 2, 1), o);
+      EXPECT_NEAR(r.makespan, (1 + 1 + 2) * (1 + share) + 2, kEps) << name << " share " << share;
+    }
+  }
+  SimOptions bad = OnePool(WithCosts(1, 1, 1), 2, 1.0);
+  bad.waiting_share = 1.5;
+  EXPECT_THROW(Simulate(Generate("1f1b", 2, 1), bad), ScheduleError);
+}
+
 TEST(SimulatorSharedCores, HalfACoreEachDoublesEveryTime) {
   // Every rank alone in a pool of half a core runs at half speed: with the
   // latency doubled too, every time doubles.
