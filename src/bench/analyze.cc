@@ -195,19 +195,20 @@ CostSamples ActionCosts(const std::vector<RankRecord>& records, const CoreSharin
 template <typename Statistic>
 SimOptions PredictionOptions(const RunPlan& plan, const CostSamples& costs, const CoreSharing& sharing,
                              const BenchReport& report, Statistic statistic) {
-  SimOptions sim;
-  sim.comm = report.message_latency_s;
-  sim.core_pool = sharing.core_pool;
-  sim.pool_cores = sharing.pool_cores;
-  sim.stage_costs.resize(static_cast<std::size_t>(plan.stages()), Costs{0, 0, 0});
+  std::vector<Costs> stage_costs(static_cast<std::size_t>(plan.stages()), Costs{0, 0, 0});
   for (const auto& [key, v] : costs) {
-    Costs& cs = sim.stage_costs[static_cast<std::size_t>(key.first)];
+    Costs& cs = stage_costs[static_cast<std::size_t>(key.first)];
     if (key.second == ActionKind::kForward) cs.forward = statistic(v);
     if (key.second == ActionKind::kBackward || key.second == ActionKind::kBackwardInput) {
       cs.backward_input = statistic(v);
     }
     if (key.second == ActionKind::kBackwardWeight) cs.backward_weight = statistic(v);
   }
+  // The measured latency is an activation-sized message's: no bandwidth term.
+  // Waiting ranks' share of shared cores is in the measured costs already
+  // (ActionCosts charges each rank's CPU time outside its actions to them).
+  SimOptions sim = CostedSimOptions(std::move(stage_costs), report.message_latency_s, 0.0, 0.0, sharing.core_pool,
+                                    sharing.pool_cores);
   if (plan.replicas > 1) {
     sim.stage_reduce_time.assign(static_cast<std::size_t>(plan.stages()), 0.0);
     sim.reduce_at_end.assign(static_cast<std::size_t>(plan.stages()), 0);
