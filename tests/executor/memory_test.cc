@@ -115,6 +115,20 @@ TEST(MemoryPlan, GptTiedAcrossRanks) {
   CheckCase({"gpt zb_h1 tied plain sgd", "configs/gpt_fortunes_1f1b.yaml", o});
 }
 
+// Placements baton tune picked (uneven, by the placement search): the
+// memory it predicted for them is PlanMemory's total (profile_test), which
+// setup allocates.
+TEST(MemoryPlan, TunedPlacements) {
+  std::vector<std::string> o = kGpt;
+  o.insert(o.end(), {"pipeline.schedule=zbv", "pipeline.ranks=2", "pipeline.checkpointing=none", "pipeline.keep=[]",
+                     "pipeline.layout=E,t|t|t|t,L", "pipeline.microbatches=4"});
+  CheckCase({"gpt zbv m4 E,t|t|t|t,L", "configs/gpt_fortunes_1f1b.yaml", o});
+  CheckCase({"mlp interleaved_1f1b m8 v2 selective [2,1,3,3]",
+             "configs/synthetic_bench.yaml",
+             {"pipeline.schedule=interleaved_1f1b", "pipeline.ranks=2", "pipeline.chunks=2",
+              "pipeline.microbatches=8", "pipeline.checkpointing=selective", "pipeline.partition=[2,1,3,3]"}});
+}
+
 TEST(MemoryPlan, MlpZbH1) {
   CheckCase({"mlp zb_h1", "configs/synthetic_bench.yaml", {"pipeline.schedule=zb_h1", "pipeline.ranks=2"}});
 }
