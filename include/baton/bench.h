@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "baton/config.h"
+#include "baton/costs.h"
 #include "baton/train.h"
 
 namespace baton {
@@ -38,6 +39,11 @@ struct BenchReport {
   double bubble_rate = 0;            // measured, the simulator's definition
   double simulated_bubble_rate = 0;  // from measured costs
   double predicted_step_time_s = 0;  // simulator, from measured per-action costs and latency
+  // Per stage: the median measured cost of each kind of action (seconds;
+  // B's in backward_input with backward_weight 0 where the backward is not
+  // split): what the prediction simulated, and what a profile's
+  // PriceStage estimates before the run.
+  std::vector<Costs> stage_costs;
   double measured_over_predicted = 0;
   double predicted_step_time_mean_costs_s = 0;  // the same from mean costs
   double action_time_spread = 0;     // median over (stage, kind) of (p90 - p10) / median

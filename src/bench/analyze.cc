@@ -233,6 +233,7 @@ SimResult Predict(const RunPlan& plan, const std::vector<RankRecord>& records, c
                   BenchReport& report) {
   const CostSamples costs = ActionCosts(records, sharing, report);
   const SimOptions median = PredictionOptions(plan, costs, sharing, report, Median);
+  report.stage_costs = median.stage_costs;
   for (double t : median.stage_reduce_time) report.predicted_reduction_s = std::max(report.predicted_reduction_s, t);
   SimResult predicted = Simulate(plan.lowered, median);
   report.predicted_step_time_s = predicted.makespan;

@@ -91,6 +91,10 @@ std::string BenchReportJson(const BenchReport& b) {
     j["reduction_hidden_fraction"] = b.reduction_hidden_fraction;
     j["predicted_reduction_s"] = b.predicted_reduction_s;
   }
+  auto& stages = j["stage_costs_s"] = nlohmann::ordered_json::array();
+  for (const Costs& c : b.stage_costs) {
+    stages.push_back({{"forward", c.forward}, {"backward_input", c.backward_input}, {"backward_weight", c.backward_weight}});
+  }
   auto& ranks = j["per_rank"] = nlohmann::ordered_json::array();
   for (const BenchRank& r : b.per_rank) {
     ranks.push_back({{"rank", r.rank},

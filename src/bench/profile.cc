@@ -72,12 +72,17 @@ class LayerTimer {
   double Time(Call call) {
     for (int i = 0; i < options_.warmup; ++i) call();
     device_.Synchronize();
+    // At least `repetitions` calls, and more (up to ten times as many) until
+    // they add up to 20 ms: short calls are the noisiest.
     std::vector<double> t;
-    for (int i = 0; i < options_.repetitions; ++i) {
+    double total = 0;
+    while (static_cast<int>(t.size()) < options_.repetitions ||
+           (total < 0.02 && static_cast<int>(t.size()) < 10 * options_.repetitions)) {
       const double start = MonotonicSeconds();
       call();
       device_.Synchronize();
       t.push_back(MonotonicSeconds() - start);
+      total += t.back();
     }
     return Median(t);
   }

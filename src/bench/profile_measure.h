@@ -18,7 +18,7 @@ namespace baton {
 struct ProfileOptions {
   std::vector<int> rows;  // samples per microbatch; empty: those of DefaultMicrobatches
   int warmup = 2;         // untimed calls before each median
-  int repetitions = 7;    // timed calls a median
+  int repetitions = 7;    // timed calls a median, at least (more, up to 10x, until they take 20 ms)
 };
 
 // Collective over `world`: ranks 0 and 1 time messages (with two ranks or

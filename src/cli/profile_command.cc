@@ -57,7 +57,10 @@ Profile ProfileFor(const TrainConfig& config, const std::string& path, std::stri
   }
   std::unique_ptr<Transport> solo = MakeSoloTransport();
   Profile p = MeasureProfile(config, *solo, ProfileOptions{});
-  *source = fmt::format("a profile measured now ({:.2f} s, one process; messages at 20 us)", p.seconds);
+  *source = fmt::format(
+      "a profile measured now ({:.2f} s, one process: messages at 20 us, and waiting ranks take no share of cores "
+      "they share; mpirun -np 2 baton profile measures both)",
+      p.seconds);
   return p;
 }
 
