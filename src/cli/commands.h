@@ -44,6 +44,10 @@ TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world);
 // Creates missing parent folders.
 void WriteOutput(const std::string& path, std::string_view content);
 
+// A comma-separated list of whole numbers ("4,8,16"; empty items skipped).
+// Throws ConfigError "<what>: '<item>' is not a whole number".
+std::vector<int> WholeNumbers(const std::string& list, const std::string& what);
+
 // Replaces "{schedule}" in a path with the schedule's name.
 std::string ExpandPath(std::string_view pattern, std::string_view schedule);
 

@@ -24,27 +24,6 @@ namespace {
 
 std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1024.0)); }
 
-std::vector<int> Ints(const std::string& list, const char* what) {
-  std::vector<int> out;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    std::size_t comma = list.find(',', start);
-    if (comma == std::string::npos) comma = list.size();
-    const std::string v = list.substr(start, comma - start);
-    if (!v.empty()) {
-      try {
-        std::size_t used = 0;
-        out.push_back(std::stoi(v, &used));
-        if (used != v.size()) throw std::invalid_argument(v);
-      } catch (const std::exception&) {
-        throw ConfigError(fmt::format("profile: {}: '{}' is not a whole number", what, v));
-      }
-    }
-    start = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 Profile ProfileFor(const TrainConfig& config, const std::string& path, std::string* source) {
@@ -101,7 +80,7 @@ TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world) {
   });
   world.BroadcastString(&bounds_text);
   std::vector<int> bounds;
-  for (const int b : Ints(bounds_text, "bounds")) bounds.push_back(b);
+  for (const int b : WholeNumbers(bounds_text, "placement")) bounds.push_back(b);
   return WithPlacement(config, model, bounds);
 }
 
@@ -126,7 +105,7 @@ void AddProfileCommand(CLI::App& app) {
   cmd->add_option("--repetitions", f->options.repetitions, "timed calls a median (default 7)");
   cmd->callback([f] {
     ProfileOptions o = f->options;
-    o.rows = Ints(f->rows, "--rows");
+    o.rows = WholeNumbers(f->rows, "profile: --rows");
     auto job = [&](Transport& world, const TrainConfig& config, const std::string&) {
       const Profile p = MeasureProfile(config, world, o);
       if (world.rank() != 0) return;

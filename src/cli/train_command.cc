@@ -409,21 +409,10 @@ void AddTrainCommand(CLI::App& app) {
   tune->add_option("--top", tflags->request.top, "rows of the ranking to print (default 10)");
   tune->add_option("--overlay", tflags->request.overlay_path, "write the winner's settings as a YAML overlay");
   tune->callback([tflags] {
-    auto ints = [](const std::string& list) {
-      std::vector<int> out;
-      for (const std::string& v : Split(list)) {
-        try {
-          out.push_back(std::stoi(v));
-        } catch (const std::exception&) {
-          throw ConfigError(fmt::format("tune: '{}' is not a whole number", v));
-        }
-      }
-      return out;
-    };
     TuneRequest r = tflags->request;
     r.schedules = Split(tflags->schedules);
-    r.microbatches = ints(tflags->microbatches);
-    r.chunks = ints(tflags->chunks);
+    r.microbatches = WholeNumbers(tflags->microbatches, "tune");
+    r.chunks = WholeNumbers(tflags->chunks, "tune");
     for (const std::string& p : Split(tflags->policies)) {
       const std::optional<Checkpointing> policy = ParseEnum<Checkpointing>(p);
       if (!policy) {
