@@ -106,6 +106,10 @@ inline Shard ShardOf(std::size_t n, int i, int replicas) {
 // `stages`. Throws ConfigError with the rule.
 std::vector<int> PartitionLayers(const TrainConfig& config, const ModelDesc& model, int stages);
 
+// Whether `schedule` runs stage `stage`'s backward split (an I for it on
+// some rank; a schedule file may split some stages only).
+bool SplitsBackward(const Schedule& schedule, int stage);
+
 // One microbatch through one stage: its ops over activations a_0 (the stage
 // input) .. a_K (its output), and what its ring slot keeps.
 //

@@ -303,8 +303,7 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
   Agree(world, [&] {
     std::unique_ptr<Transport> solo = MakeSoloTransport();
     const std::unique_ptr<RankDevice> device = MakeRankDevice(config.device, *solo, config.precision);
-    p.identity = IdentityOf(config, model, MachineName() + (device->host_memory() ? "" : ", " + device->GemmKernels()),
-                            MachineCores());
+    p.identity = ThisMachineIdentity(config, model);
     std::mt19937 rng(7);
     for (int r : rows) {
       const RunPlan shape = LayerShape(config, model, r);

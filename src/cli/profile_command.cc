@@ -53,9 +53,7 @@ TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world) {
     std::string source;
     Profile profile;
     if (!config.pipeline.profile.empty()) {
-      profile = ReadProfile(config.pipeline.profile);
-      CheckProfile(profile, ThisMachineIdentity(config, model), config.pipeline.profile);
-      source = fmt::format("from {}", config.pipeline.profile);
+      profile = ProfileFor(config, config.pipeline.profile, &source);
     } else {
       // A short profile at the run's own microbatch.
       ProfileOptions o;
@@ -64,13 +62,13 @@ TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world) {
       o.repetitions = 3;
       std::unique_ptr<Transport> solo = MakeSoloTransport();
       profile = MeasureProfile(config, *solo, o);
-      source = fmt::format("profiled at start-up in {:.2f} s", profile.seconds);
+      source = fmt::format("a profile measured at start-up in {:.2f} s", profile.seconds);
     }
     const PlacementChoice choice = ChoosePlacement(config, profile);
     std::vector<std::string> peaks;
     for (double b : choice.peak_bytes) peaks.push_back(Mib(b));
     std::printf(
-        "placement: %s %s (searched %zu placements, %zu simulated, in %.3f s; costs %s): predicted step %.2f ms, "
+        "placement: %s %s (searched %zu placements, %zu simulated, in %.3f s; costs from %s): predicted step %.2f ms, "
         "peak memory per rank [%s] MiB (%.2f s in all)\n",
         config.model.gpt ? "layout" : "partition", choice.layout.c_str(), choice.layouts, choice.simulated,
         choice.seconds, source.c_str(), choice.step_s * 1e3, fmt::format("{}", fmt::join(peaks, ", ")).c_str(),

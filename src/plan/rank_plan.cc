@@ -233,12 +233,7 @@ void PlanStages(const RunPlan& run, RankPlan& r) {
   const RankResult& mine = run.sim.per_rank[static_cast<std::size_t>(r.rank)];
   for (int s = 0; s < r.stages; ++s) {
     if (lowered.stage_rank[s] != r.rank) continue;
-    // Split where the schedule runs I for the stage (a schedule file may
-    // split some stages only).
-    bool split = false;
-    for (const Action& a : lowered.actions[r.rank]) {
-      if (a.stage == s && a.kind == ActionKind::kBackwardInput) split = true;
-    }
+    const bool split = SplitsBackward(lowered, s);
     // The ring holds the simulator's peak in-flight microbatches.
     const auto at = std::find(mine.stages.begin(), mine.stages.end(), s) - mine.stages.begin();
     r.local[s] = static_cast<int>(r.local_stages.size());
@@ -283,6 +278,15 @@ std::size_t RankPlan::RingBytes() const {
   std::size_t n = 0;
   for (const StagePlan& st : local_stages) n += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
   return n;
+}
+
+bool SplitsBackward(const Schedule& schedule, int stage) {
+  for (const std::vector<Action>& rank : schedule.actions) {
+    for (const Action& a : rank) {
+      if (a.stage == stage && a.kind == ActionKind::kBackwardInput) return true;
+    }
+  }
+  return false;
 }
 
 RankPlan PlanRank(const RunPlan& run, int rank, int replica) {

@@ -31,6 +31,27 @@ std::vector<LayerType> SelectiveKeep(const TrainConfig& config) {
 // The profile's message cost: measured, or 20 us and no bandwidth limit.
 double Latency(const Profile& profile) { return profile.latency_s > 0 ? profile.latency_s : 20e-6; }
 
+// The largest message between two stages of a placement: the activation
+// (f32) entering each stage but the first, for `rows` samples.
+double LargestMessageBytes(const ModelDesc& model, const std::vector<int>& bounds, int rows) {
+  double bytes = 0;
+  for (std::size_t s = 1; s + 1 < bounds.size(); ++s) {
+    const int a = model.top_begin[static_cast<std::size_t>(bounds[s])];
+    bytes = std::max(bytes, double(rows) * model.seq * model.width[static_cast<std::size_t>(a)] * sizeof(float));
+  }
+  return bytes;
+}
+
+// A GPT stage of top-level layers [first, last) as a layout's parts.
+LayoutStage GptParts(const ModelDesc& model, int first, int last) {
+  const int n = model.top_layers();
+  LayoutStage st;
+  st.embedding = first == 0;
+  st.loss = last == n;
+  st.blocks = (std::min(last, n - kGptLossLayers) - std::max(first, kGptEmbeddingLayers)) / kGptBlockLayers;
+  return st;
+}
+
 // Prices the candidates of one config from one profile, remembering each
 // shape (microbatches, policy, stage count) and each stage's price.
 class ProfilePricer {
@@ -53,22 +74,17 @@ class ProfilePricer {
     if (shape == nullptr) return out;
     if (!c.bounds.empty()) shape->plan.bounds = c.bounds;
     const GeneratorTraits traits = TraitsOf(c.schedule);
-    double message_bytes = 0;
     for (int s = 0; s < shape->plan.stages(); ++s) {
       const StagePrice& price = shape->Price(s, traits.split_backward);
       out.stage_costs.push_back(price.costs);
       out.activation_bytes.push_back(price.slot_bytes);
-      if (s + 1 < shape->plan.stages()) {
-        const int a = model_.top_begin[static_cast<std::size_t>(shape->plan.bounds[static_cast<std::size_t>(s) + 1])];
-        message_bytes = std::max(message_bytes, double(shape->plan.rows) * model_.seq * model_.width[a] * 4.0);
-      }
     }
     out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
     out.weight_memory_ratio = 1.0;  // a ring slot is held until its W
     out.ring_memory = true;         // each stage's ring as deep as its peak, allocated at setup
     out.latency = Latency(profile_);
     out.bandwidth = profile_.bandwidth_Bps;
-    out.message_bytes = message_bytes;
+    out.message_bytes = LargestMessageBytes(model_, shape->plan.bounds, shape->plan.rows);
     out.core_pool = core_pool_;
     out.pool_cores = pool_cores_;
     out.waiting_share = profile_.waiting_share;
@@ -246,27 +262,16 @@ SimOptions CostedSimOptions(std::vector<Costs> stage_costs, double latency, doub
 
 ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile) {
   const std::vector<LayerProfile> layers = LayersAt(profile, plan.rows);
-  // Split where the schedule runs I for the stage, as PlanRank decides.
-  std::vector<char> split(static_cast<std::size_t>(plan.stages()), 0);
-  for (const std::vector<Action>& rank : plan.lowered.actions) {
-    for (const Action& a : rank) {
-      if (a.kind == ActionKind::kBackwardInput) split[static_cast<std::size_t>(a.stage)] = 1;
-    }
-  }
   std::vector<Costs> costs;
-  double message_bytes = 0;
   for (int s = 0; s < plan.stages(); ++s) {
-    costs.push_back(PriceStage(plan, layers, s, split[static_cast<std::size_t>(s)] != 0).costs);
-    if (s + 1 < plan.stages()) {
-      const int a = plan.model.top_begin[static_cast<std::size_t>(plan.bounds[static_cast<std::size_t>(s) + 1])];
-      message_bytes = std::max(message_bytes, double(plan.rows) * plan.model.seq * plan.model.width[a] * 4.0);
-    }
+    costs.push_back(PriceStage(plan, layers, s, SplitsBackward(plan.lowered, s)).costs);
   }
   std::vector<int> pool;
   std::vector<double> cores;
   ShareCores(plan.lowered.ranks, plan.replicas, profile.identity.cores, &pool, &cores);
-  SimOptions o = CostedSimOptions(std::move(costs), Latency(profile), profile.bandwidth_Bps, message_bytes,
-                                  std::move(pool), std::move(cores));
+  SimOptions o = CostedSimOptions(std::move(costs), Latency(profile), profile.bandwidth_Bps,
+                                  LargestMessageBytes(plan.model, plan.bounds, plan.rows), std::move(pool),
+                                  std::move(cores));
   o.waiting_share = profile.waiting_share;
   ProfilePrediction out;
   out.sim = Simulate(plan.lowered, o);
@@ -301,7 +306,6 @@ std::vector<int> PlacementCuts(const TrainConfig& config, const ModelDesc& model
 }
 
 std::string LayoutText(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds) {
-  const int n = model.top_layers();
   std::vector<std::string> stages;
   for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
     const int a = bounds[s], b = bounds[s + 1];
@@ -309,12 +313,12 @@ std::string LayoutText(const TrainConfig& config, const ModelDesc& model, const 
       stages.push_back(std::to_string(b - a));
       continue;
     }
+    const LayoutStage st = GptParts(model, a, b);
     std::vector<std::string> parts;
-    if (a == 0) parts.emplace_back("E");
-    const int blocks = (std::min(b, n - kGptLossLayers) - std::max(a, kGptEmbeddingLayers)) / kGptBlockLayers;
-    if (blocks == 1) parts.emplace_back("t");
-    if (blocks > 1) parts.push_back(fmt::format("t*{}", blocks));
-    if (b == n) parts.emplace_back("L");
+    if (st.embedding) parts.emplace_back("E");
+    if (st.blocks == 1) parts.emplace_back("t");
+    if (st.blocks > 1) parts.push_back(fmt::format("t*{}", st.blocks));
+    if (st.loss) parts.emplace_back("L");
     stages.push_back(fmt::format("{}", fmt::join(parts, ",")));
   }
   return config.model.gpt ? fmt::format("{}", fmt::join(stages, "|")) : fmt::format("[{}]", fmt::join(stages, ","));
@@ -322,21 +326,12 @@ std::string LayoutText(const TrainConfig& config, const ModelDesc& model, const 
 
 TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, const std::vector<int>& bounds) {
   TrainConfig c = config;
-  const std::string text = LayoutText(config, model, bounds);
   if (config.model.gpt) {
     c.pipeline.partition = Partition::kLayout;
     c.pipeline.layout = PipelineLayout{};
-    c.pipeline.layout.text = text;
+    c.pipeline.layout.text = LayoutText(config, model, bounds);
     c.pipeline.layout.where = fmt::format("{}: pipeline.layout (placed automatically)", config.source);
-    const int n = model.top_layers();
-    for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
-      LayoutStage st;
-      st.embedding = bounds[s] == 0;
-      st.loss = bounds[s + 1] == n;
-      st.blocks = (std::min(bounds[s + 1], n - kGptLossLayers) - std::max(bounds[s], kGptEmbeddingLayers)) /
-                  kGptBlockLayers;
-      c.pipeline.layout.stages.push_back(st);
-    }
+    for (std::size_t s = 0; s + 1 < bounds.size(); ++s) c.pipeline.layout.stages.push_back(GptParts(model, bounds[s], bounds[s + 1]));
   } else {
     c.pipeline.partition = Partition::kExplicit;
     c.pipeline.partition_counts.clear();

@@ -111,15 +111,18 @@ class Tuner {
 
   // One candidate, placed by the cost model.
   CandidateResult Price(const Candidate& c, const GeneratorTraits& traits) {
-    if (c.microbatches < 1 || c.chunks < 1) return Refused(c, "{} microbatches and {} chunks cannot run");
+    if (c.microbatches < 1 || c.chunks < 1) return Refused(c, CannotRun(c));
     return Evaluate(c, traits, model_(c));
   }
 
-  CandidateResult Refused(const Candidate& c, const char* format) const {
+  static CandidateResult Refused(const Candidate& c, std::string why) {
     CandidateResult r;
     r.candidate = c;
-    r.why_not = fmt::format(fmt::runtime(format), c.microbatches, c.chunks);
+    r.why_not = std::move(why);
     return r;
+  }
+  static std::string CannotRun(const Candidate& c) {
+    return fmt::format("{} microbatches and {} chunks cannot run", c.microbatches, c.chunks);
   }
 
   // Every placement of the candidate's ranks x chunks stages on the space's
@@ -146,9 +149,8 @@ class Tuner {
 
   // No placement can be faster than its busiest rank's compute, nor than
   // the compute of each core pool spread over its cores.
-  double LowerBound(const Candidate& c, const CandidateCosts& k) const {
+  double LowerBound(const Candidate& c, Placement placement, const CandidateCosts& k) const {
     const int p = space_.ranks;
-    const Placement placement = TraitsOf(c.schedule).placement;
     std::vector<double> busy(static_cast<std::size_t>(p), 0.0);
     for (std::size_t s = 0; s < k.stage_costs.size(); ++s) {
       const Costs& cs = k.stage_costs[s];
@@ -172,18 +174,15 @@ class Tuner {
   // The candidate at its fastest feasible placement (branch and bound on
   // LowerBound); none feasible: the placement needing the least memory.
   CandidateResult SearchPlacement(const Candidate& base, const GeneratorTraits& traits) {
-    if (base.microbatches < 1 || base.chunks < 1) return Refused(base, "{} microbatches and {} chunks cannot run");
+    if (base.microbatches < 1 || base.chunks < 1) return Refused(base, CannotRun(base));
     const int stages = space_.ranks * base.chunks;
     std::vector<std::vector<int>> layouts = Placements(stages);
     if (layouts.empty()) {
-      CandidateResult r = Refused(base, "");
-      r.why_not = fmt::format("{} top-level parts do not split into {} stages", space_.cuts.size() + 1, stages);
-      return r;
+      return Refused(base, fmt::format("{} top-level parts do not split into {} stages", space_.cuts.size() + 1, stages));
     }
     if (layouts.size() > space_.max_layouts) {
-      CandidateResult r = Refused(base, "");
-      r.why_not = fmt::format("more than {} placements of {} stages: too many to search", space_.max_layouts, stages);
-      return r;
+      return Refused(base,
+                     fmt::format("more than {} placements of {} stages: too many to search", space_.max_layouts, stages));
     }
     struct Point {
       double bound;
@@ -201,7 +200,7 @@ class Tuner {
         continue;
       }
       CheckSizes(c, k, space_.ranks, stages);
-      const double bound = LowerBound(c, k);
+      const double bound = LowerBound(c, traits.placement, k);
       points.push_back({bound, i, std::move(k)});
     }
     std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) { return a.bound < b.bound; });

@@ -10,43 +10,14 @@
 
 namespace {
 
-using baton_test::fs::path;
-
-// Runs `baton train` with `sets` in a folder of its own and returns what it
-// printed and its weights.
-std::pair<std::string, baton_test::RunOutput> TrainPrinting(const std::string& name, const std::string& config,
-                                                            int np, const std::vector<std::string>& sets) {
-  const path dir = path(::testing::TempDir()) / ("baton_place_" + std::to_string(::getpid()) + "_" + name);
-  baton_test::fs::remove_all(dir);
-  baton_test::fs::create_directories(dir);
-  std::string cmd = "cd '" + dir.string() + "' && '" BATON_MPIEXEC "' -np " + std::to_string(np) + " '" +
-                    BATON_BINARY + "' train '" BATON_SOURCE_DIR "/" + config + "'";
-  for (const std::string& s : sets) cmd += " --set '" + s + "'";
-  cmd += " > log.txt 2>&1";
-  const int code = baton_test::Shell(cmd);
-  std::ifstream log(dir / "log.txt");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(code, 0) << cmd << "\n" << text;
-  baton_test::RunOutput out;
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
-  }
-  if (baton_test::fs::exists(dir / "weights.safetensors")) {
-    out.weights = baton::ReadSafetensors((dir / "weights.safetensors").string());
-  }
-  baton_test::fs::remove_all(dir);
-  return {text, out};
-}
-
 void ExpectAutoTrainsItsPrintedPlacement(const std::string& config, const std::string& key, int np,
                                          const std::vector<std::string>& extra) {
   std::vector<std::string> sets = extra;
   sets.push_back("pipeline.ranks=" + std::to_string(np));
   std::vector<std::string> automatic = sets;
   automatic.push_back("pipeline." + key + "=auto");
-  const auto [text, placed] = TrainPrinting("auto", config, np, automatic);
+  std::string text, text2;
+  const baton_test::RunOutput placed = baton_test::TrainRun("place_auto", config, np, automatic, &text);
   std::smatch m;
   const std::regex line("placement: " + key + " (\\S+) \\(searched (\\d+) placements.*predicted step ([0-9.]+) ms");
   ASSERT_TRUE(std::regex_search(text, m, line)) << text;
@@ -55,7 +26,7 @@ void ExpectAutoTrainsItsPrintedPlacement(const std::string& config, const std::s
   EXPECT_GT(std::stod(m[3]), 0.0);
   std::vector<std::string> explicit_sets = sets;
   explicit_sets.push_back("pipeline." + key + "=" + layout);
-  const auto [text2, given] = TrainPrinting("given", config, np, explicit_sets);
+  const baton_test::RunOutput given = baton_test::TrainRun("place_given", config, np, explicit_sets, &text2);
   EXPECT_EQ(text2.find("placement:"), std::string::npos) << text2;
   baton_test::ExpectSameRun(placed, given, 0.0);
 }

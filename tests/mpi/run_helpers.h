@@ -39,9 +39,9 @@ inline int Shell(const std::string& command) {
 // Trains `config` (a path under the source folder) with `np` MPI ranks and
 // the --set overrides, in a folder of its own (tests run in parallel
 // processes); returns the per-step losses and the final weights. A failing
-// run fails the test with its log.
+// run fails the test with its log. `log` (optional): what the run printed.
 inline RunOutput TrainRun(const std::string& name, const std::string& config, int np,
-                          const std::vector<std::string>& sets) {
+                          const std::vector<std::string>& sets, std::string* log_text = nullptr) {
   const fs::path dir = fs::path(::testing::TempDir()) / ("baton_run_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -53,6 +53,7 @@ inline RunOutput TrainRun(const std::string& name, const std::string& config, in
   std::ifstream log(dir / "log.txt");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_EQ(code, 0) << cmd << "\n" << text;
+  if (log_text != nullptr) *log_text = text;
   RunOutput out;
   std::ifstream metrics(dir / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
