@@ -23,10 +23,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 np=$ranks; [ "$ranks" -lt 2 ] && np=2
-cores=$(nproc); [ "$np" -gt "$cores" ] && np=$cores; [ "$np" -lt 1 ] && np=1
-
-# The profile: as many processes as the run has ranks computing at once (at
-# most the cores), so that they share the machine as the run's ranks do.
+# The profile: as many processes as the run has ranks, so that they share
+# the machine as the run's ranks do (more ranks than cores: the profile then
+# times each call by its CPU time, and the simulator shares the cores).
 mpirun -np "$np" "$baton" profile "$config" "${sets[@]}" --out "$out/profile.json" < /dev/null > "$out/profile.txt"
 # The ranking: rows "rank schedule m v policy step-ms bubble peak MiB layout fits".
 "$baton" tune "$config" "${sets[@]}" --memory-bytes "$memory" --top 200 --profile "$out/profile.json" > "$out/tune.txt"

@@ -65,6 +65,13 @@ struct Profile {
   double waiting_share = 0;
   double seconds = 0;               // how long profiling took
   int repetitions = 0;              // timed calls per median
+  // The processes that profiled at once (each the run's rank would be),
+  // and whether they were more than the machine's CPUs: then each call is
+  // timed by its CPU time, since its wall time includes waiting for a core
+  // (the simulator shares the cores itself, as `baton bench` does), and
+  // the time each keeps losing to the others' use of its caches is in it.
+  int processes = 1;
+  bool cpu_clock = false;
 };
 
 // What `config`'s model is, on the config's device, on `machine` with

@@ -65,7 +65,10 @@ std::vector<std::byte> Fill(const TensorDesc& t, int id_range, std::mt19937& rng
 
 class LayerTimer {
  public:
-  LayerTimer(RankDevice& device, const ProfileOptions& o) : device_(device), options_(o) {}
+  // `cpu_clock`: time calls by the thread's CPU time (processes sharing
+  // cores), else by the wall clock.
+  LayerTimer(RankDevice& device, const ProfileOptions& o, bool cpu_clock)
+      : device_(device), options_(o), cpu_clock_(cpu_clock) {}
 
   // The median of the timed calls of `call`, after the warm-up ones.
   template <typename Call>
@@ -78,21 +81,25 @@ class LayerTimer {
     double total = 0;
     while (static_cast<int>(t.size()) < options_.repetitions ||
            (total < 0.02 && static_cast<int>(t.size()) < 10 * options_.repetitions)) {
-      const double start = MonotonicSeconds();
+      const double start = Now();
       call();
       device_.Synchronize();
-      t.push_back(MonotonicSeconds() - start);
+      t.push_back(Now() - start);
       total += t.back();
     }
     return Median(t);
   }
 
  private:
+  double Now() const { return cpu_clock_ ? ThreadCpuSeconds() : MonotonicSeconds(); }
+
   RankDevice& device_;
   const ProfileOptions& options_;
+  bool cpu_clock_;
 };
 
-LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileOptions& o, std::mt19937& rng) {
+LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileOptions& o, bool cpu_clock,
+                          std::mt19937& rng) {
   const ModelDesc& model = shape.model;
   const StagePlan plan = PlanStageAlone(shape, t, /*split_backward=*/true);
   Stage stage(model, plan, device.MakeStageDevice());
@@ -122,7 +129,7 @@ LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const
   const ConstView labels(Put(device, dev, labels_host.data(), labels_host.size()), labels_shape);
   const float scale = 1.0f / static_cast<float>(plan.rows);
 
-  LayerTimer timer(device, o);
+  LayerTimer timer(device, o, cpu_clock);
   LayerProfile out;
   std::size_t written = 0;
   auto forward = [&] {
@@ -173,13 +180,26 @@ LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const
 
 // Latency and bandwidth between ranks 0 and 1: a small message's one-way
 // time, and a large one's bytes over its time beyond that.
+// The other ranks wait meanwhile as a pipeline's waiting ranks do (the
+// transport's own wait, for a message rank 0 sends at the end): where they
+// share cores with ranks 0 and 1, their polling is in the times.
 void ProfileMessages(Transport& world, Profile& p) {
   if (world.size() < 2) return;
-  world.Configure(2, 60.0);
+  world.Configure(std::max(2, world.size()), 60.0);
+  std::byte token[8] = {};
+  if (world.rank() >= 2) {
+    world.Irecv(0, token, sizeof token, 0, 91);
+    world.Wait(0, {"RECV (end of the message probe)", -1, 0, 0});
+    return;
+  }
   const double small = PingPong(world, 8);
   constexpr std::size_t kLarge = 4 << 20;
   const double large = PingPong(world, kLarge);
   if (world.rank() != 0) return;
+  for (int r = 2; r < world.size(); ++r) {
+    world.Isend(r, token, sizeof token, r, 91);
+  }
+  for (int r = 2; r < world.size(); ++r) world.Wait(r, {"SEND (end of the message probe)", -1, 0, r});
   p.latency_s = small;
   p.bandwidth_Bps = large > small ? double(kLarge) / (large - small) : 0.0;
 }
@@ -254,6 +274,66 @@ void ProfileWaiting(Transport& world, Profile& p) {
   if (world.rank() == 0) p.waiting_share = std::clamp(Median(ratio), 0.0, 1.0);
 }
 
+// The same where the processes are more than the CPUs, as the run's ranks
+// would be: nobody pinned. The first `cores` ranks compute; the others wait,
+// each for a message its partner sends after each piece, as pipeline ranks
+// wait between actions. Computing ranks time 20 pieces while the others
+// sleep, then 20 beside them waiting; with c computing and w waiting
+// ranks, a slowdown r means the waiting ones took c*r/(1+r) cores between
+// them: each a share c*r/((1+r)*w) of a core. Rank 0's median of three
+// rounds counts.
+void ProfileSharedWaiting(Transport& world, int cores, Profile& p) {
+  const int n = world.size(), c = cores, w = n - cores, me = world.rank();
+  world.Configure(n + 1, 60.0);
+  std::byte token[8] = {};
+  std::vector<int> waiters;  // a computing rank's partners
+  for (int j = c; j < n; ++j) {
+    if ((j - c) % c == me) waiters.push_back(j);
+  }
+  const int partner = me >= c ? (me - c) % c : -1;
+  constexpr int kPieces = 20;
+  std::vector<double> ratio;
+  for (int round = 0; round < 3; ++round) {
+    world.Barrier();
+    if (me < c) {
+      double start = MonotonicSeconds();
+      for (int k = 0; k < kPieces; ++k) Spin();  // alone: the others sleep
+      const double alone = MonotonicSeconds() - start;
+      // The waiting ranks wake and say so.
+      for (std::size_t k = 0; k < waiters.size(); ++k) world.Irecv(static_cast<int>(k), token, sizeof token, waiters[k], 93);
+      for (std::size_t k = 0; k < waiters.size(); ++k) {
+        world.Wait(static_cast<int>(k), {"RECV (waiting probe)", -1, round, waiters[k]});
+      }
+      start = MonotonicSeconds();
+      for (int k = 0; k < kPieces; ++k) {
+        Spin();  // beside ranks waiting for this piece's message
+        for (std::size_t q = 0; q < waiters.size(); ++q) {
+          world.Isend(static_cast<int>(q), token, sizeof token, waiters[q], 92);
+        }
+        for (std::size_t q = 0; q < waiters.size(); ++q) {
+          world.Wait(static_cast<int>(q), {"SEND (waiting probe)", -1, round, waiters[q]});
+        }
+      }
+      const double shared = MonotonicSeconds() - start;
+      ratio.push_back(shared / alone - 1.0);
+    } else {
+      // Long enough for 20 pieces on a core each (about 30 ms).
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      world.Isend(0, token, sizeof token, partner, 93);
+      world.Wait(0, {"SEND (waiting probe)", -1, round, partner});
+      for (int k = 0; k < kPieces; ++k) {
+        world.Irecv(0, token, sizeof token, partner, 92);
+        world.Wait(0, {"RECV (waiting probe)", -1, round, partner});
+      }
+    }
+  }
+  world.Barrier();
+  if (me == 0) {
+    const double r = std::max(0.0, Median(ratio));
+    p.waiting_share = std::clamp(double(c) * r / ((1.0 + r) * double(w)), 0.0, 1.0);
+  }
+}
+
 }  // namespace
 
 std::string MachineName() {
@@ -297,9 +377,16 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
     if (r < 1) throw ConfigError(fmt::format("profile: a microbatch of {} rows: rows must be >= 1", r));
   }
   ProfileMessages(world, p);
-  ProfileWaiting(world, p);
+  if (world.size() > MachineCores()) {
+    ProfileSharedWaiting(world, MachineCores(), p);
+  } else {
+    ProfileWaiting(world, p);
+  }
   // Every rank at once, as the run's ranks compute at once (they share the
-  // memory system); rank 0's times count. A failure ends every rank (Agree).
+  // memory system, and where they are more than the CPUs, the CPUs);
+  // rank 0's times count. A failure ends every rank (Agree).
+  p.processes = world.size();
+  p.cpu_clock = config.device == Device::kCpu && world.size() > MachineCores();
   Agree(world, [&] {
     std::unique_ptr<Transport> solo = MakeSoloTransport();
     const std::unique_ptr<RankDevice> device = MakeRankDevice(config.device, *solo, config.precision);
@@ -309,7 +396,7 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
       const RunPlan shape = LayerShape(config, model, r);
       ProfileRows pr;
       pr.rows = r;
-      for (int t = 0; t < model.top_layers(); ++t) pr.layers.push_back(ProfileLayer(shape, t, *device, o, rng));
+      for (int t = 0; t < model.top_layers(); ++t) pr.layers.push_back(ProfileLayer(shape, t, *device, o, p.cpu_clock, rng));
       p.rows.push_back(std::move(pr));
     }
   });
@@ -328,6 +415,12 @@ std::string DescribeProfile(const Profile& p) {
         p.latency_s * 1e6, p.bandwidth_Bps / 1e9, 100 * p.waiting_share);
   } else {
     text += "messages: not measured (one process; run under mpirun -np 2 to measure them)\n";
+  }
+  if (p.cpu_clock) {
+    text += fmt::format(
+        "{} processes shared {} CPUs: each call timed by its CPU time (waiting for a core left out; the simulator "
+        "shares the cores)\n",
+        p.processes, p.identity.cores);
   }
   for (const ProfileRows& r : p.rows) {
     text += fmt::format("{} rows a microbatch:\n  {:>5}  {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", r.rows, "layer",

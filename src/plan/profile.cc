@@ -60,6 +60,8 @@ std::string ProfileJson(const Profile& p) {
   j["bandwidth_Bps"] = p.bandwidth_Bps;
   j["waiting_share"] = p.waiting_share;
   j["seconds"] = p.seconds;
+  j["processes"] = p.processes;
+  j["clock"] = p.cpu_clock ? "cpu" : "wall";
   j["repetitions"] = p.repetitions;
   auto& rows = j["rows"] = nlohmann::ordered_json::array();
   for (const ProfileRows& r : p.rows) {
@@ -94,6 +96,13 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
     p.bandwidth_Bps = j.value("bandwidth_Bps", 0.0);
     p.waiting_share = j.value("waiting_share", 0.0);
     p.seconds = j.value("seconds", 0.0);
+    p.processes = j.value("processes", 1);
+    const std::string clock = j.value("clock", std::string("wall"));
+    if (clock != "wall" && clock != "cpu") {
+      throw ConfigError(fmt::format("{}: clock \"{}\": a profile's clock is \"wall\" or \"cpu\"", path, clock));
+    }
+    p.cpu_clock = clock == "cpu";
+    if (p.processes < 1) throw ConfigError(fmt::format("{}: processes {}: must be >= 1", path, p.processes));
     p.repetitions = j.value("repetitions", 0);
     for (const auto& e : j.at("rows")) {
       ProfileRows r;

@@ -68,7 +68,15 @@ TEST(Profile, RoundTripsThroughItsFile) {
   EXPECT_DOUBLE_EQ(q.rows[1].layers[3].backward_weight, p.rows[1].layers[3].backward_weight);
   EXPECT_EQ(q.rows[0].layers[2].op_forward, p.rows[0].layers[2].op_forward);
   EXPECT_DOUBLE_EQ(q.latency_s, 3e-6);
+  EXPECT_EQ(q.processes, 1);
+  EXPECT_FALSE(q.cpu_clock);
   EXPECT_NO_THROW(CheckProfile(q, p.identity, "p.json"));
+  // Four processes on fewer CPUs: timed by CPU time, and said so.
+  p.processes = 4;
+  p.cpu_clock = true;
+  const Profile shared = ParseProfile(ProfileJson(p), "p.json");
+  EXPECT_EQ(shared.processes, 4);
+  EXPECT_TRUE(shared.cpu_clock);
 }
 
 void ExpectRefused(const std::function<void()>& f, const std::string& text) {
@@ -104,6 +112,11 @@ TEST(Profile, AnEmptyOrForeignFileIsOneClearError) {
   Profile p = MadeUp(c, {4}, 1);
   p.rows.clear();
   ExpectRefused([&] { ParseProfile(ProfileJson(p), "e.json"); }, "e.json: the profile holds no measurements");
+  std::string json = ProfileJson(MadeUp(c, {4}, 1));
+  const std::size_t at = json.find("\"wall\"");
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, 6, "\"sundial\"");
+  ExpectRefused([&] { ParseProfile(json, "e.json"); }, "e.json: clock \"sundial\": a profile's clock is");
 }
 
 TEST(Profile, CostsBetweenProfiledRowsAreLinear) {
