@@ -14,6 +14,7 @@
 #include "baton/model.h"
 #include "baton/named_enum.h"
 #include "baton/sim.h"
+#include "baton/slices.h"
 
 namespace baton {
 
@@ -51,6 +52,16 @@ struct SimulateConfig {
   int ranks = 4;
   int microbatches = 8;
   int chunks = 0;
+  // Sequence slices for the schedules that take them (seq1f1b, zb_h1,
+  // zb_h2): k, the split, the tokens a sequence has (the cuts fall
+  // between them; 0 = 1024 a slice), and the shares of a sequence's
+  // compute and activations that grow with the keys a token attends to
+  // (SliceSequence).
+  int seq_slices = 1;
+  SeqSplit seq_split = SeqSplit::kEven;
+  int seq_len = 0;
+  double attention_cost_share = 0.0;
+  double attention_memory_share = 0.0;
   SimOptions options;
   double cores = 0;  // > 0: every rank shares this many cores (SimOptions::core_pool); 0: a core each
   std::vector<std::string> compare;

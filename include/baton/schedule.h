@@ -29,11 +29,21 @@ struct Schedule {
   std::string name;       // generator name or file path
   int ranks = 0;          // number of rows
   int stages = 0;         // S = ranks x chunks
-  int microbatches = 0;   // m
+  int microbatches = 0;   // the pipeline's units: m, or m x slices
+  // Sequence slices (Seq1F1B): each microbatch's sequence cut into k
+  // slices, each slice a unit of its own: unit u = j x k + s is slice s of
+  // microbatch j, and `microbatches` counts units (m x k). On every stage a
+  // slice's forward comes after the forward of the slice before it (its
+  // attention reads their keys and values) and its input backward (B or I)
+  // before theirs (it sends gradients into their keys and values). 1: whole
+  // sequences, every schedule's form without slices.
+  int slices = 1;
   std::vector<int> stage_rank;                 // stage -> rank, size `stages`
   std::vector<std::vector<Action>> actions;    // per rank, execution order
 
   int chunks() const { return ranks > 0 ? stages / ranks : 0; }
+  // Whole microbatches (sequences): microbatches / slices.
+  int sequences() const { return slices > 0 ? microbatches / slices : 0; }
   // True when any action is a SEND/RECV (the compute_comms form).
   bool IsLowered() const;
   // Number of actions that are not idle, over all ranks.
@@ -71,6 +81,10 @@ struct GenerateOptions {
   // g) must be empty or hold at least p; 0 = the smallest such g from p up
   // (p itself when p divides m).
   int microbatch_group = 0;
+  // seq1f1b, zb_h1, zb_h2 (GeneratorTraits::slices): each microbatch's
+  // sequence in this many slices (Schedule::slices); 0 or 1 = whole. The
+  // others refuse more than 1.
+  int slices = 0;
 };
 
 Schedule GenerateGPipe(int ranks, int microbatches);
@@ -80,8 +94,14 @@ Schedule Generate1F1B(int ranks, int microbatches);
 // memory-capped warm-up.
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, int chunks);
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, const GenerateOptions& options);
-Schedule GenerateZbH1(int ranks, int microbatches);
-Schedule GenerateZbH2(int ranks, int microbatches);
+// Seq1F1B (Sun et al. 2024): 1F1B over the slices of each microbatch's
+// sequence, `slices` units a microbatch; forwards in unit order, backwards
+// microbatch by microbatch with each one's slices last to first; rank r
+// warms up with p - r - 1 + slices - 1 forwards. slices = 1 is 1F1B.
+Schedule GenerateSeq1F1B(int ranks, int microbatches, int slices);
+// ZB-H1 and ZB-H2, optionally over sequence slices as Seq1F1B orders them.
+Schedule GenerateZbH1(int ranks, int microbatches, int slices = 1);
+Schedule GenerateZbH2(int ranks, int microbatches, int slices = 1);
 Schedule GenerateZbv(int ranks, int microbatches, int chunks = 2);
 // PyTorch's ScheduleInterleavedZeroBubble: interleaved 1F1B with I/W split
 // (ZB-1p on the loop placement). m must be a multiple of max(1, m div p).
@@ -114,6 +134,8 @@ struct GeneratorTraits {
   bool memory_limit = false;               // reads GenerateOptions::memory_limit
   bool plans_with_costs = false;           // its order depends on GenerateOptions' costs and comm
   Placement placement = Placement::kLoop;  // where its stages go
+  bool slices = false;                     // runs sequence slices (GenerateOptions::slices)
+  std::string_view one_slice_is;           // with one slice it is this generator's schedule (seq1f1b: 1f1b)
 };
 
 struct GeneratorEntry {
@@ -126,7 +148,7 @@ struct GeneratorEntry {
 };
 
 // Every generator, in the order users see them listed: gpipe, 1f1b,
-// interleaved_1f1b, zb_h1, zb_h2, zbv, interleaved_zb, dualpipev, zb_auto,
+// seq1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv, interleaved_zb, dualpipev, zb_auto,
 // v_min, v_half, v_zb.
 std::span<const GeneratorEntry> Generators();
 // The entry called `name`, or null.
@@ -185,6 +207,9 @@ std::string FormatGrid(const Schedule& schedule, std::optional<GridMark> mark = 
 
 // ---- CSV ----
 // One row per rank (row index = rank), one action per cell, empty cell = idle.
+// A sliced schedule (slices > 1) starts with the line "# seq_slices: k" and
+// its cells number units (j x k + s); PyTorch's reader does not know that
+// line (nor has it a runtime for slices).
 // Reading accepts files written by baton and by PyTorch's _dump_csv (CRLF
 // line ends, ragged rows); stages, microbatches and stage_rank are inferred
 // from the cells. Errors quote the cell and give row (rank) and column.

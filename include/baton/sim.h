@@ -16,6 +16,8 @@
 // - Memory in units of M_B (one microbatch's activations through a whole
 //   rank): F adds 1/v; I frees (1-r)/v; W frees r/v; B frees 1/v, where
 //   r = M_W/M_B. An OVERLAP_F_B unit adds its F's share, then frees its B's.
+// - Sliced schedules: a unit (slice s) costs slice_cost[s] of a whole
+//   microbatch's time and holds slice_memory[s] of its memory and message.
 #ifndef BATON_SIM_H_
 #define BATON_SIM_H_
 
@@ -66,6 +68,13 @@ struct SimOptions {
   // pool compute and w wait, each computing one proceeds at
   // min(1, cores / (n + waiting_share x w)) of its speed.
   double waiting_share = 0.0;
+  // Sliced schedules (Schedule::slices k > 1): slice s's share of a whole
+  // microbatch's compute (slice_cost) and of its activations and messages
+  // (slice_memory), k entries each, in (0, 1]; empty: 1/k each. Every cost
+  // and memory size above stays a whole microbatch's, so a sliced schedule's
+  // peak memory reads in the unsliced schedules' unit.
+  std::vector<double> slice_cost;
+  std::vector<double> slice_memory;
   bool record_timeline = true;           // keep every action's start/end
 };
 
@@ -106,7 +115,8 @@ struct RankResult {
 struct SimResult {
   std::string schedule;
   int ranks = 0;
-  int microbatches = 0;
+  int microbatches = 0;           // units: microbatches x slices
+  int slices = 1;                 // sequence slices a microbatch (Schedule::slices)
   int chunks = 0;
   double makespan = 0.0;          // max_r end_r (with gradient sums: max_r reduce_end_r)
   double bubble_rate = 0.0;       // 1 - sum busy / (ranks x makespan)
@@ -152,7 +162,8 @@ void WriteSvgStack(const std::vector<SimResult>& results, std::ostream& out);
 // simulation in seconds drawn in milliseconds, say.
 void ScaleTimes(SimResult& result, double factor);
 
-// Machine-readable summary with keys schedule, ranks, microbatches, chunks,
+// Machine-readable summary with keys schedule, ranks, microbatches (units),
+// slices, chunks,
 // makespan, bubble_rate, span_bubble_rate, ranks_detail[{rank, start, end,
 // busy, span, peak_memory, peak_in_flight}].
 std::string ToJson(const SimResult& result);

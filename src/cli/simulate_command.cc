@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "baton/config.h"
 #include "baton/error.h"
@@ -17,6 +18,7 @@
 #include "baton/profile.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
+#include "baton/slices.h"
 #include "commands.h"
 
 namespace baton {
@@ -31,6 +33,9 @@ struct SimulateFlags {
   std::optional<int> ranks, microbatches, chunks;
   std::optional<std::vector<double>> cost;
   std::optional<double> comm, bandwidth, message_bytes, weight_ratio, memory_bytes, cores;
+  std::optional<int> seq_slices, seq_len;
+  std::optional<std::string> seq_split;
+  std::optional<double> attention_cost_share, attention_memory_share;
   double memory_limit = 0.0;  // generators' memory limit, M_B (0 = each one's default)
   std::optional<std::string> compare, json, trace, svg;
   std::string profile;           // with a training config: its step from a baton profile
@@ -79,6 +84,28 @@ SimulateConfig Resolve(const SimulateFlags& f) {
   if (f.ranks) c.ranks = *f.ranks;
   if (f.microbatches) c.microbatches = *f.microbatches;
   if (f.chunks) c.chunks = *f.chunks;
+  if (f.seq_slices) {
+    if (*f.seq_slices < 1) throw ConfigError(fmt::format("--seq-slices must be at least 1, got {}", *f.seq_slices));
+    c.seq_slices = *f.seq_slices;
+  }
+  if (f.seq_len) {
+    if (*f.seq_len < 1) throw ConfigError(fmt::format("--seq-len must be at least 1, got {}", *f.seq_len));
+    c.seq_len = *f.seq_len;
+  }
+  if (f.seq_split) {
+    const std::optional<SeqSplit> split = ParseEnum<SeqSplit>(*f.seq_split);
+    if (!split) {
+      throw ConfigError(fmt::format("--seq-split '{}' is not one of: {}", *f.seq_split, EnumNameList<SeqSplit>()));
+    }
+    c.seq_split = *split;
+  }
+  for (const auto& [flag, value, target] :
+       {std::tuple{"--attention-cost-share", f.attention_cost_share, &c.attention_cost_share},
+        std::tuple{"--attention-memory-share", f.attention_memory_share, &c.attention_memory_share}}) {
+    if (!value) continue;
+    if (!(*value >= 0.0 && *value <= 1.0)) throw ConfigError(fmt::format("{} must be in [0, 1], got {}", flag, *value));
+    *target = *value;
+  }
   if (f.cost) {
     if (f.cost->size() != 3 && f.cost->size() != 4) {
       throw ConfigError(
@@ -111,13 +138,28 @@ SimulateConfig Resolve(const SimulateFlags& f) {
 struct Run {
   Schedule schedule;
   SimResult result;
+  std::optional<SequenceSlices> slices;  // a sliced schedule's cuts and shares
 };
+
+// The slices of a sequence of --seq-len tokens (default 1024 a slice).
+SequenceSlices SlicesOf(const SimulateConfig& c, int k) {
+  const int len = c.seq_len > 0 ? c.seq_len : 1024 * k;
+  return SliceSequence(len, k, c.seq_split, c.attention_cost_share, c.attention_memory_share);
+}
+
+// "0.250 0.250 ..." : shares, three decimals.
+std::string SharesText(const std::vector<double>& shares) {
+  std::string out;
+  for (double v : shares) out += fmt::format("{}{:.3f}", out.empty() ? "" : " ", v);
+  return out;
+}
 
 // What the generators that plan with costs or memory (zb_auto, v_zb, the
 // interleaved warm-up) are told: the simulation's own costs and message time.
-GenerateOptions GeneratorOptions(const SimulateConfig& c, int chunks, double memory_limit) {
+GenerateOptions GeneratorOptions(const SimulateConfig& c, int chunks, int slices, double memory_limit) {
   GenerateOptions g;
   g.chunks = chunks;
+  g.slices = slices;
   g.memory_limit = memory_limit;
   g.costs = c.options.costs;
   g.stage_costs = c.options.stage_costs;
@@ -132,14 +174,25 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   // (the interleaved ones) only; the others keep their own (1, or 2 for the
   // V-shaped ones).
   if (comparing && IsGenerator(name) && !TraitsOf(name).any_chunks) chunks = 0;
+  // Likewise --seq-slices slices the schedules that take slices only.
+  const int slices = comparing && IsGenerator(name) && !TraitsOf(name).slices ? 1 : c.seq_slices;
   int ranks = c.ranks, microbatches = c.microbatches;
   if (IsGenerator(name)) {
     if (ranks == 0) ranks = kDefaultRanks;
     if (microbatches == 0) microbatches = kDefaultMicrobatches;
   }
-  Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, memory_limit)), {}};
+  Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, slices, memory_limit)), {}};
+  if (!IsGenerator(name) && c.seq_slices > 1 && run.schedule.slices != c.seq_slices) {
+    throw ConfigError(fmt::format("{}: the file holds {} slice(s) a microbatch, but --seq-slices is {}", name,
+                                  run.schedule.slices, c.seq_slices));
+  }
   Validate(run.schedule);
   SimOptions options = c.options;
+  if (run.schedule.slices > 1) {
+    run.slices = SlicesOf(c, run.schedule.slices);
+    options.slice_cost = run.slices->cost;
+    options.slice_memory = run.slices->memory;
+  }
   // Only the pictures draw the timeline; keeping every action's times costs
   // more memory than the schedule itself.
   options.record_timeline = !c.svg_path.empty() || !c.trace_path.empty();
@@ -155,9 +208,18 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
   const SimResult& r = run.result;
   const Costs& k = c.options.costs;
   std::string out;
-  out += fmt::format("{}: {} ranks, {} microbatches, {} stage{} ({} per rank), {} actions\n", r.schedule, r.ranks,
-                     r.microbatches, run.schedule.stages, run.schedule.stages == 1 ? "" : "s", r.chunks,
-                     run.schedule.CountActions());
+  const std::string units =
+      r.slices > 1 ? fmt::format("{} microbatches x {} slices ({} units)", run.schedule.sequences(), r.slices,
+                                 r.microbatches)
+                   : fmt::format("{} microbatches", r.microbatches);
+  out += fmt::format("{}: {} ranks, {}, {} stage{} ({} per rank), {} actions\n", r.schedule, r.ranks, units,
+                     run.schedule.stages, run.schedule.stages == 1 ? "" : "s", r.chunks, run.schedule.CountActions());
+  if (run.slices) {
+    const SequenceSlices& sl = *run.slices;
+    out += fmt::format("slices: {} split of {} tokens at {}; compute shares {}; memory shares {}\n",
+                       EnumName(c.seq_split), sl.cuts.back(), CutsText(sl.cuts), SharesText(sl.cost),
+                       SharesText(sl.memory));
+  }
   out += fmt::format("costs per rank: F {} I {} W {} (B {}{}){}; comm {}; M_W/M_B {}{}\n", Num(k.forward),
                      Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()), ForwardBackwardText(k),
                      c.options.stage_costs.empty() ? "" : " (overridden per stage)", Num(c.options.comm),
@@ -192,8 +254,10 @@ void PrintComparison(const SimulateConfig& c, const std::vector<Run>& runs) {
     const SimResult& r = run.result;
     double peak = 0;
     for (const RankResult& rr : r.per_rank) peak = std::max(peak, rr.peak_memory);
+    const std::string mb = r.slices > 1 ? fmt::format("{}x{}", run.schedule.sequences(), r.slices)
+                                        : std::to_string(r.microbatches);
     out += fmt::format("{:<18} {:>5} {:>5} {:>3} {:>10} {:>7.2f}% {:>11.2f}% {:>14.3f} {:>9}\n", r.schedule, r.ranks,
-                       r.microbatches, r.chunks, Num(r.makespan), 100 * r.bubble_rate, 100 * r.span_bubble_rate, peak,
+                       mb, r.chunks, Num(r.makespan), 100 * r.bubble_rate, 100 * r.span_bubble_rate, peak,
                        run.schedule.CountActions());
   }
   std::cout << out;
@@ -330,6 +394,17 @@ void AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--cores", flags->cores,
                   "the ranks share this many cores: while n compute, each runs at min(1, cores/n) of its speed "
                   "(default 0: a core per rank)");
+  cmd->add_option("--seq-slices", flags->seq_slices,
+                  "cut each microbatch's sequence into k slices, each a unit of the pipeline (seq1f1b, zb_h1, "
+                  "zb_h2; default 1); memory still reads in whole microbatches (M_B)");
+  cmd->add_option("--seq-split", flags->seq_split,
+                  "even (equal tokens) or compute (cuts placed so that slices cost about the same)");
+  cmd->add_option("--seq-len", flags->seq_len, "tokens a sequence has, for the cuts (default 1024 a slice)");
+  cmd->add_option("--attention-cost-share", flags->attention_cost_share,
+                  "share of a sequence's compute that grows with the keys a token attends to (causal attention; "
+                  "default 0: a slice costs its share of the tokens)");
+  cmd->add_option("--attention-memory-share", flags->attention_memory_share,
+                  "share of a sequence's activations that grows with the keys (attention probabilities; default 0)");
   cmd->add_option("--compare", flags->compare, "comma-separated schedules to compare under the same costs");
   cmd->add_option("--json", flags->json, "write the numbers as JSON to PATH ('-' for standard output)");
   cmd->add_option("--trace", flags->trace, "write a Chrome trace (Perfetto) to PATH");

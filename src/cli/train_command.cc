@@ -402,7 +402,7 @@ void AddTrainCommand(CLI::App& app) {
                    "a baton profile of this config (default: profile it first, in this process)");
   tune->add_flag("--keep-placement", tflags->config_placement,
                  "keep the config's placement (default: search each candidate's placement)");
-  tune->add_option("--schedules", tflags->schedules, "schedules to try (default: every generator)");
+  tune->add_option("--schedules", tflags->schedules, "schedules to try (default: every generator but seq1f1b, which without slices is 1f1b)");
   tune->add_option("--microbatches", tflags->microbatches, "microbatch counts (default: p, 2p, 4p, 8p dividing the batch)");
   tune->add_option("--chunks", tflags->chunks, "chunk counts for the interleaved schedules (default 2,4)");
   tune->add_option("--policies", tflags->policies, "checkpointing policies (default none,selective,full)");

@@ -35,6 +35,11 @@ SimulateConfig LoadSimulateConfig(const std::string& path) {
   c.ranks = top.GetInt("ranks", c.ranks, 1, kMaxInt);
   c.microbatches = top.GetInt("microbatches", c.microbatches, 1, kMaxInt);
   c.chunks = top.GetInt("chunks", c.chunks, 0, kMaxInt);
+  c.seq_slices = top.GetInt("seq_slices", c.seq_slices, 1, kMaxInt);
+  c.seq_split = Choice(top, "seq_split", c.seq_split);
+  c.seq_len = top.GetInt("seq_len", c.seq_len, 0, kMaxInt);  // 0: 1024 a slice
+  c.attention_cost_share = top.GetNumber("attention_cost_share", 0.0, 0.0, 1.0);
+  c.attention_memory_share = top.GetNumber("attention_memory_share", 0.0, 0.0, 1.0);
 
   YamlMap costs = top.Map("costs");
   c.options.costs = ReadCosts(costs, c.options.costs);

@@ -33,20 +33,6 @@ std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, cons
   return v;
 }
 
-// A config choice, parsed into its enum here once; without a fallback the
-// key is required.
-template <NamedEnum E>
-E Choice(YamlMap& map, std::string_view key, std::optional<E> fallback) {
-  const std::string v = map.Get<std::string>(key, fallback ? std::string(EnumName(*fallback)) : std::string());
-  const std::optional<E> e = ParseEnum<E>(v);
-  if (!e) map.Fail(map.Node(key), key, fmt::format("'{}' is not one of: {}", v, EnumNameList<E>()));
-  return *e;
-}
-template <NamedEnum E>
-E Choice(YamlMap& map, std::string_view key, E fallback) {
-  return Choice(map, key, std::optional<E>(fallback));
-}
-
 std::vector<std::string> Names(const std::vector<LayerType>& types) {
   std::vector<std::string> out;
   for (LayerType t : types) out.emplace_back(EnumName(t));

@@ -14,6 +14,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "baton/named_enum.h"
+
 namespace baton {
 
 // Parses a file; a missing file or a YAML syntax error becomes a ConfigError.
@@ -90,6 +92,20 @@ template <>
 std::optional<bool> YamlMap::Optional<bool>(std::string_view key);
 template <>
 std::optional<std::vector<std::string>> YamlMap::Optional<std::vector<std::string>>(std::string_view key);
+
+// A config choice, parsed into its enum once, where it is read; without a
+// fallback the key is required.
+template <NamedEnum E>
+E Choice(YamlMap& map, std::string_view key, std::optional<E> fallback) {
+  const std::string v = map.Get<std::string>(key, fallback ? std::string(EnumName(*fallback)) : std::string());
+  const std::optional<E> e = ParseEnum<E>(v);
+  if (!e) map.Fail(map.Node(key), key, "'" + v + "' is not one of: " + EnumNameList<E>());
+  return *e;
+}
+template <NamedEnum E>
+E Choice(YamlMap& map, std::string_view key, E fallback) {
+  return Choice(map, key, std::optional<E>(fallback));
+}
 
 }  // namespace baton
 

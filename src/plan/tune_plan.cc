@@ -142,7 +142,15 @@ class ProfilePricer {
 TuneSpace SpaceOf(const TrainConfig& config, const ModelDesc& model, const TuneRequest& req) {
   TuneSpace space;
   space.ranks = config.pipeline.ranks;
-  space.schedules = req.schedules.empty() ? GeneratorNames() : req.schedules;
+  // Every generator by default, less those that without slices are another
+  // one's schedule (seq1f1b: 1f1b).
+  if (req.schedules.empty()) {
+    for (const GeneratorEntry& g : Generators()) {
+      if (g.traits.one_slice_is.empty()) space.schedules.emplace_back(g.name);
+    }
+  } else {
+    space.schedules = req.schedules;
+  }
   space.microbatches = req.microbatches.empty() ? DefaultMicrobatches(config) : req.microbatches;
   space.chunks = req.chunks.empty() ? std::vector<int>{2, 4} : req.chunks;
   space.checkpointing = req.policies.empty() ? std::vector<Checkpointing>{Checkpointing::kNone, Checkpointing::kSelective,

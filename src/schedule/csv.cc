@@ -1,9 +1,11 @@
 #include <algorithm>
-#include <map>
+#include <charconv>
 #include <fstream>
 #include <istream>
+#include <map>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -31,6 +33,25 @@ std::vector<std::string_view> SplitCells(std::string_view line) {
   return cells;
 }
 
+// "# seq_slices: k", the header line of a sliced schedule: k.
+int ReadSlicesLine(const std::string& line, std::string_view source_name) {
+  constexpr std::string_view kKey = "# seq_slices:";
+  long long k = 0;
+  const std::size_t at = line.find_first_not_of(' ', kKey.size());
+  if (line.rfind(kKey, 0) == 0 && at != std::string::npos) {
+    const char* first = line.data() + at;
+    const char* last = line.data() + line.size();
+    const auto [end, ec] = std::from_chars(first, last, k);
+    if (ec != std::errc() || end != last) k = 0;
+  }
+  if (k < 1 || k > 1'000'000) {
+    throw ScheduleError(fmt::format("{}: row 1: \"{}\": the one header line a schedule file may have is "
+                                    "\"# seq_slices: k\", k a whole number >= 1",
+                                    source_name, line));
+  }
+  return static_cast<int>(k);
+}
+
 }  // namespace
 
 Schedule ReadCsv(std::istream& in, std::string_view source_name) {
@@ -43,8 +64,13 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
   // make the reader allocate in proportion to the number it names.
   std::map<int, std::pair<int, int>> first_seen;
   long long max_stage = -1, max_mb = -1, compute_cells = 0, action_cells = 0;
+  bool first_line = true;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();  // PyTorch writes CRLF
+    if (std::exchange(first_line, false) && line.rfind("#", 0) == 0) {
+      s.slices = ReadSlicesLine(line, source_name);
+      continue;
+    }
     const int rank = static_cast<int>(rows.size());
     auto& row = rows.emplace_back();
     int column = 0;
@@ -116,6 +142,11 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
   s.ranks = static_cast<int>(rows.size());
   s.stages = static_cast<int>(max_stage + 1);
   s.microbatches = static_cast<int>(max_mb + 1);
+  if (s.microbatches % s.slices != 0) {
+    throw ScheduleError(fmt::format("{}: the file has {} units, which is not a whole number of sequences of {} slices "
+                                    "(seq_slices); units number j x {} + s",
+                                    source_name, s.microbatches, s.slices, s.slices));
+  }
   s.stage_rank.resize(s.stages);
   for (int stage = 0; stage < s.stages; ++stage) s.stage_rank[stage] = first_seen[stage].first;
   s.actions = std::move(rows);
@@ -130,6 +161,7 @@ Schedule ReadCsvFile(const std::string& path) {
 
 void WriteCsv(const Schedule& s, std::ostream& out) {
   std::string line;
+  if (s.slices > 1) out << "# seq_slices: " << s.slices << '\n';
   for (const auto& row : s.actions) {
     line.clear();
     for (std::size_t i = 0; i < row.size(); ++i) {

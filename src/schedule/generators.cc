@@ -20,25 +20,55 @@ using namespace generators;
 namespace {
 
 // ZB-H1 and ZB-H2 differ only in the warm-up depth and when the W's start.
-Schedule ZeroBubbleH(std::string name, int p, int m, bool h2) {
-  CheckCommon(name, p, m, 1);
+// With k slices a sequence the units are m x k, forwards in unit order and
+// input backwards in BackwardUnit's; the first backward (the last slice of
+// microbatch 0) waits for all k slices' forwards, so the warm-up is k - 1
+// units longer.
+Schedule ZeroBubbleH(std::string name, int p, int m, bool h2, int k) {
+  CheckCommon(name, p, m * k, 1);
   Require(m >= p, name, fmt::format("needs at least as many microbatches as ranks ({})", p), m);
-  Schedule s = Empty(std::move(name), p, m, 1, Placement::kLoop);
+  const int n = m * k;
+  Schedule s = Empty(std::move(name), p, n, 1, Placement::kLoop);
+  s.slices = k;
   for (int r = 0; r < p; ++r) {
     auto& out = s.actions[r];
-    out.reserve(3 * m);
-    const int warmup = h2 ? std::min(2 * (p - r - 1), m) : p - r - 1;
+    out.reserve(3 * n);
+    const int warmup = std::min((h2 ? 2 * (p - r - 1) : p - r - 1) + k - 1, n);
     // W's wait until the rank has a bubble to fill: from iteration r (H1),
     // from 2r (H2); the ones still pending run at the end, in order.
     const int w_from = h2 ? 2 * r : r;
     int f = 0, b = 0, w = 0;
     for (; f < warmup; ++f) out.push_back(F(r, f));
-    for (int i = 0; i < m; ++i) {
-      if (f < m) out.push_back(F(r, f++));
-      out.push_back(I(r, b++));
-      if (i >= w_from) out.push_back(W(r, w++));
+    for (int i = 0; i < n; ++i) {
+      if (f < n) out.push_back(F(r, f++));
+      out.push_back(I(r, BackwardUnit(b++, k)));
+      if (i >= w_from) out.push_back(W(r, BackwardUnit(w++, k)));
     }
-    while (w < m) out.push_back(W(r, w++));
+    while (w < n) out.push_back(W(r, BackwardUnit(w++, k)));
+  }
+  return s;
+}
+
+// 1F1B over units: without slices Generate1F1B; with k slices Seq1F1B.
+Schedule OneFOneB(std::string name, int p, int m, int k) {
+  CheckCommon(name, p, m * k, 1);
+  const int n = m * k;
+  Schedule s = Empty(std::move(name), p, n, 1, Placement::kLoop);
+  s.slices = k;
+  for (int r = 0; r < p; ++r) {
+    auto& out = s.actions[r];
+    out.reserve(2 * n);
+    // Rank r must hold p-r-1 forwards in flight before its first backward can
+    // arrive: the backward of microbatch 0 starts on the last rank only after
+    // microbatch 0 has passed the p-r-1 ranks after r. With slices that
+    // first backward is the last slice's, after k - 1 more forwards.
+    const int warmup = std::min(p - r - 1 + k - 1, n);
+    int f = 0, b = 0;
+    for (; f < warmup; ++f) out.push_back(F(r, f));
+    while (b < n) {
+      if (f < n) out.push_back(F(r, f++));
+      out.push_back(B(r, BackwardUnit(b++, k)));
+    }
   }
   return s;
 }
@@ -57,24 +87,11 @@ Schedule GenerateGPipe(int p, int m) {
   return s;
 }
 
-Schedule Generate1F1B(int p, int m) {
-  CheckCommon("1f1b", p, m, 1);
-  Schedule s = Empty("1f1b", p, m, 1, Placement::kLoop);
-  for (int r = 0; r < p; ++r) {
-    auto& out = s.actions[r];
-    out.reserve(2 * m);
-    // Rank r must hold p-r-1 forwards in flight before its first backward can
-    // arrive: the backward of microbatch 0 starts on the last rank only after
-    // microbatch 0 has passed the p-r-1 ranks after r.
-    const int warmup = std::min(p - r - 1, m);
-    int f = 0, b = 0;
-    for (; f < warmup; ++f) out.push_back(F(r, f));
-    while (b < m) {
-      if (f < m) out.push_back(F(r, f++));
-      out.push_back(B(r, b++));
-    }
-  }
-  return s;
+Schedule Generate1F1B(int p, int m) { return OneFOneB("1f1b", p, m, 1); }
+
+Schedule GenerateSeq1F1B(int p, int m, int slices) {
+  Require(slices >= 1, "seq1f1b", "the number of sequence slices must be at least 1", slices);
+  return OneFOneB("seq1f1b", p, m, slices);
 }
 
 namespace {
@@ -225,8 +242,14 @@ Schedule GenerateInterleavedZb(int p, int m, int v) {
   return s;
 }
 
-Schedule GenerateZbH1(int p, int m) { return ZeroBubbleH("zb_h1", p, m, /*h2=*/false); }
-Schedule GenerateZbH2(int p, int m) { return ZeroBubbleH("zb_h2", p, m, /*h2=*/true); }
+Schedule GenerateZbH1(int p, int m, int slices) {
+  Require(slices >= 1, "zb_h1", "the number of sequence slices must be at least 1", slices);
+  return ZeroBubbleH("zb_h1", p, m, /*h2=*/false, slices);
+}
+Schedule GenerateZbH2(int p, int m, int slices) {
+  Require(slices >= 1, "zb_h2", "the number of sequence slices must be at least 1", slices);
+  return ZeroBubbleH("zb_h2", p, m, /*h2=*/true, slices);
+}
 
 Schedule GenerateZbv(int p, int m, int v) {
   CheckCommon("zbv", p, m, v);
@@ -288,8 +311,9 @@ namespace {
 // then GenerateOptions::chunks holds the chunk count the schedule runs with.
 Schedule RunGPipe(int p, int m, const GenerateOptions&) { return GenerateGPipe(p, m); }
 Schedule Run1F1B(int p, int m, const GenerateOptions&) { return Generate1F1B(p, m); }
-Schedule RunZbH1(int p, int m, const GenerateOptions&) { return GenerateZbH1(p, m); }
-Schedule RunZbH2(int p, int m, const GenerateOptions&) { return GenerateZbH2(p, m); }
+Schedule RunSeq1F1B(int p, int m, const GenerateOptions& o) { return GenerateSeq1F1B(p, m, o.slices); }
+Schedule RunZbH1(int p, int m, const GenerateOptions& o) { return GenerateZbH1(p, m, o.slices); }
+Schedule RunZbH2(int p, int m, const GenerateOptions& o) { return GenerateZbH2(p, m, o.slices); }
 Schedule RunZbv(int p, int m, const GenerateOptions& o) { return GenerateZbv(p, m, o.chunks); }
 Schedule RunInterleavedZb(int p, int m, const GenerateOptions& o) { return GenerateInterleavedZb(p, m, o.chunks); }
 Schedule RunDualPipeV(int p, int m, const GenerateOptions&) { return GenerateDualPipeV(p, m); }
@@ -297,19 +321,20 @@ Schedule RunVMin(int p, int m, const GenerateOptions&) { return GenerateVMin(p, 
 Schedule RunVHalf(int p, int m, const GenerateOptions&) { return GenerateVHalf(p, m); }
 
 // Traits, field by field: default chunks, any chunk count, split backward,
-// overlapped units, memory limit, plans with costs, placement.
+// overlapped units, memory limit, plans with costs, placement, slices.
 constexpr GeneratorTraits kOneChunk{1, false, false, false, false, false, Placement::kLoop};
-constexpr GeneratorTraits kOneChunkSplit{1, false, true, false, false, false, Placement::kLoop};
+constexpr GeneratorTraits kOneChunkSplitSliced{1, false, true, false, false, false, Placement::kLoop, true};
 constexpr GeneratorTraits kTwoChunksV{2, false, true, false, false, false, Placement::kV};
 
 // The registry: every generator, in the order users see them listed.
 constexpr GeneratorEntry kGenerators[] = {
     {"gpipe", "GPipe", kOneChunk, RunGPipe},
     {"1f1b", "1F1B", kOneChunk, Run1F1B},
+    {"seq1f1b", "Seq1F1B", {1, false, false, false, false, false, Placement::kLoop, true, "1f1b"}, RunSeq1F1B},
     {"interleaved_1f1b", "interleaved 1F1B", {2, true, false, false, true, false, Placement::kLoop},
      GenerateInterleaved1F1B},
-    {"zb_h1", "ZB-H1", kOneChunkSplit, RunZbH1},
-    {"zb_h2", "ZB-H2", kOneChunkSplit, RunZbH2},
+    {"zb_h1", "ZB-H1", kOneChunkSplitSliced, RunZbH1},
+    {"zb_h2", "ZB-H2", kOneChunkSplitSliced, RunZbH2},
     {"zbv", "ZB-V", kTwoChunksV, RunZbv},
     {"interleaved_zb", "interleaved zero bubble", {2, true, true, false, false, false, Placement::kLoop},
      RunInterleavedZb},
@@ -360,8 +385,20 @@ Schedule Generate(std::string_view name, int p, int m, const GenerateOptions& o)
                      : fmt::format("{} places exactly {} chunks per rank (chunks must be {})", g.title, own, own),
             v);
   }
+  if (o.slices > 1 && !g.traits.slices) {
+    std::vector<std::string> sliced;
+    for (const GeneratorEntry& e : kGenerators) {
+      if (e.traits.slices) sliced.emplace_back(e.name);
+    }
+    Require(false, name,
+            fmt::format("{} does not run sequence slices (seq_slices must be 1; the schedules that do: {}{})", g.title,
+                        fmt::join(sliced, ", "), name == "1f1b" ? "; 1F1B over slices is seq1f1b" : ""),
+            o.slices);
+  }
+  Require(o.slices >= 0, name, "the number of sequence slices must be at least 1", o.slices);
   GenerateOptions resolved = o;
   if (resolved.chunks == 0) resolved.chunks = g.traits.default_chunks;
+  if (resolved.slices == 0) resolved.slices = 1;
   return g.generate(p, m, resolved);
 }
 

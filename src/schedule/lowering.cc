@@ -30,6 +30,7 @@ Schedule Lower(const Schedule& in) {
   out.ranks = p;
   out.stages = S;
   out.microbatches = m;
+  out.slices = in.slices;
   out.stage_rank = in.stage_rank;
   out.actions.resize(p);
   // A row is reserved once, at most three entries per action: the action,

@@ -47,6 +47,10 @@ void CheckShape(const Schedule& s) {
   if (s.microbatches < 1) {
     throw ScheduleError(fmt::format("{}: the schedule has no microbatch", s.name));
   }
+  if (s.slices < 1 || s.microbatches % s.slices != 0) {
+    throw ScheduleError(fmt::format("{}: {} units are not a whole number of sequences of {} slices", s.name,
+                                    s.microbatches, s.slices));
+  }
   for (int stage = 0; stage < s.stages; ++stage) {
     if (s.stage_rank[stage] < 0 || s.stage_rank[stage] >= s.ranks) {
       throw ScheduleError(fmt::format("{}: stage {} is placed on rank {}, which does not exist ({} ranks)", s.name,
@@ -86,6 +90,8 @@ class QuickCheck {
  private:
   static constexpr std::uint8_t Bit(ActionKind k) { return static_cast<std::uint8_t>(1u << Slot(k)); }
 
+  std::size_t Index(int st, int mb) const { return static_cast<std::size_t>(st) * s_.microbatches + mb; }
+
   // Messages cross from stage `from` to stage `to` when both exist on different ranks.
   bool Crosses(int from, int to) const { return to >= 0 && to < s_.stages && s_.stage_rank[from] != s_.stage_rank[to]; }
 
@@ -95,19 +101,21 @@ class QuickCheck {
     if (st < 0 || st >= s_.stages || s_.stage_rank[st] != r) return false;
     if (!HasMicrobatch(a.kind)) return true;
     if (mb < 0 || mb >= s_.microbatches) return false;
-    std::uint8_t& seen = seen_[static_cast<std::size_t>(st) * s_.microbatches + mb];
+    std::uint8_t& seen = seen_[Index(st, mb)];
     const std::uint8_t forward = Bit(ActionKind::kForward), full = Bit(ActionKind::kBackward);
     const std::uint8_t input = Bit(ActionKind::kBackwardInput), weight = Bit(ActionKind::kBackwardWeight);
     if (seen & Bit(a.kind)) return false;  // twice
     bool ok = true;
     switch (a.kind) {
       case ActionKind::kForward:
-        ok = !lowered_ || !Crosses(st, st - 1) || (seen & Bit(ActionKind::kRecvF));
+        ok = (!lowered_ || !Crosses(st, st - 1) || (seen & Bit(ActionKind::kRecvF))) &&
+             (mb % s_.slices == 0 || (seen_[Index(st, mb - 1)] & forward));
         break;
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         ok = (seen & forward) && !(seen & (a.kind == ActionKind::kBackward ? input | weight : full)) &&
-             (!lowered_ || !Crosses(st, st + 1) || (seen & Bit(ActionKind::kRecvB)));
+             (!lowered_ || !Crosses(st, st + 1) || (seen & Bit(ActionKind::kRecvB))) &&
+             (mb % s_.slices == s_.slices - 1 || (seen_[Index(st, mb + 1)] & (full | input)));
         break;
       case ActionKind::kBackwardWeight:
         ok = (seen & input) && !(seen & full);
@@ -260,6 +268,41 @@ class Checker {
       FailAt(rank, w, fmt::format("{} comes before {} (position {}): the weight gradient needs the input "
                                   "gradient's backward first",
                                   name(ActionKind::kBackwardWeight), name(ActionKind::kBackwardInput), in));
+    }
+    if (s_.slices > 1) CheckSliceOrder(stage, mb, f, first_backward);
+  }
+
+  // Slice s of a sequence runs forward after slice s-1 and backward before
+  // it, on each stage. `f` and `back` are unit mb's forward and input
+  // backward positions.
+  void CheckSliceOrder(int stage, int mb, int f, int back) const {
+    const int k = s_.slices, slice = mb % k, rank = s_.stage_rank[stage];
+    auto input_backward = [&](int u) {
+      const int full = Pos(stage, u, ActionKind::kBackward);
+      return full >= 0 ? full : Pos(stage, u, ActionKind::kBackwardInput);
+    };
+    auto backward_name = [&](int u) {
+      return ToString(Action{stage, Pos(stage, u, ActionKind::kBackward) >= 0 ? ActionKind::kBackward
+                                                                               : ActionKind::kBackwardInput, u});
+    };
+    if (slice > 0) {
+      const int before = Pos(stage, mb - 1, ActionKind::kForward);
+      if (before >= 0 && f <= before) {
+        FailAt(rank, f, fmt::format("{} (slice {} of microbatch {}) runs forward before {} (slice {}, position {}): "
+                                    "a slice's attention reads the keys and values of the slices before it, so "
+                                    "their forwards come first",
+                                    ToString(Action{stage, ActionKind::kForward, mb}), slice, mb / k,
+                                    ToString(Action{stage, ActionKind::kForward, mb - 1}), slice - 1, before));
+      }
+    }
+    if (slice < k - 1) {
+      const int later = input_backward(mb + 1);
+      if (later >= 0 && back <= later) {
+        FailAt(rank, back, fmt::format("{} (slice {} of microbatch {}) runs backward before {} (slice {}, position "
+                                       "{}): a later slice's backward sends gradients into this slice's keys and "
+                                       "values, so it comes first",
+                                       backward_name(mb), slice, mb / k, backward_name(mb + 1), slice + 1, later));
+      }
     }
   }
 

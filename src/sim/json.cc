@@ -9,6 +9,7 @@ std::string ToJson(const SimResult& r) {
   j["schedule"] = r.schedule;
   j["ranks"] = r.ranks;
   j["microbatches"] = r.microbatches;
+  j["slices"] = r.slices;
   j["chunks"] = r.chunks;
   j["makespan"] = r.makespan;
   j["bubble_rate"] = r.bubble_rate;

@@ -103,6 +103,17 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
                                       o.pool_cores[k]));
     }
   }
+  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slice_cost}, std::pair{"slice_memory", &o.slice_memory}}) {
+    if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {
+      throw ScheduleError(fmt::format("simulation: {} {} shares given, but the schedule has {} slices a microbatch",
+                                      shares->size(), what, s.slices));
+    }
+    for (std::size_t i = 0; i < shares->size(); ++i) {
+      if (!((*shares)[i] > 0.0 && (*shares)[i] <= 1.0)) {
+        throw ScheduleError(fmt::format("simulation: {} of slice {} must be in (0, 1], got {}", what, i, (*shares)[i]));
+      }
+    }
+  }
   if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
     throw ScheduleError(
         fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
@@ -199,7 +210,17 @@ class Simulator {
       }
       mem_per_chunk_[st] = 1.0 / v;
     }
-    comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
+    // Per slice: its cost, memory and message shares (whole units: 1).
+    const int k = s_.slices;
+    auto shares = [&](const std::vector<double>& given) {
+      return given.empty() ? std::vector<double>(static_cast<std::size_t>(k), 1.0 / k) : given;
+    };
+    slice_cost_ = shares(o_.slice_cost);
+    slice_memory_ = shares(o_.slice_memory);
+    slice_comm_.clear();
+    for (double share : slice_memory_) {
+      slice_comm_.push_back(o_.comm + (o_.bandwidth > 0.0 ? share * o_.message_bytes / o_.bandwidth : 0.0));
+    }
     const std::size_t n = static_cast<std::size_t>(S) * m_;
     flags_.assign(n, 0);
     if (timed_) {
@@ -229,7 +250,7 @@ class Simulator {
     if (s_.stage_rank[from] == r) return there & done ? 0.0 : kNotYet;
     if (lowered_ && !(flags_[At(to, mb)] & posted)) return kNotYet;
     if (!(there & (lowered_ ? sent : done))) return kNotYet;
-    return timed_ ? time[produced] + comm_time_ : 0.0;
+    return timed_ ? time[produced] + slice_comm_[SliceOf(mb)] : 0.0;
   }
 
   // Rank r's next compute action, after running the markers and sends
@@ -423,7 +444,10 @@ class Simulator {
     }
   }
 
-  double PartCost(const Action& a) const {
+  double PartCost(const Action& a) const { return SliceCost(a.microbatch) * WholeCost(a); }
+
+  // A whole microbatch's cost of the action's kind on its stage.
+  double WholeCost(const Action& a) const {
     const Costs& c = cost_[a.stage];
     switch (a.kind) {
       case ActionKind::kForward:
@@ -438,6 +462,8 @@ class Simulator {
         return 0.0;
     }
   }
+  double SliceCost(int unit) const { return slice_cost_[SliceOf(unit)]; }
+  std::size_t SliceOf(int unit) const { return s_.slices == 1 ? 0 : static_cast<std::size_t>(unit % s_.slices); }
 
   // F of stage a with B of stage b: F_a + B_b less what overlapping saves,
   // half of each stage's own saving F + B - F&B (so with equal stages it is
@@ -445,22 +471,24 @@ class Simulator {
   double OverlapCost(const Action& a) const {
     const Costs& f = cost_[a.stage];
     const Costs& b = cost_[a.backward_stage];
+    const double fs = SliceCost(a.microbatch), bs = SliceCost(a.backward_microbatch);
     auto saving = [](const Costs& c) { return c.forward + c.Backward() - c.ForwardBackward(); };
-    return std::max(0.0, f.forward + b.Backward() - 0.5 * (saving(f) + saving(b)));
+    return std::max(0.0, fs * f.forward + bs * b.Backward() - 0.5 * (fs * saving(f) + bs * saving(b)));
   }
 
   // Records completion: done flags and the times other ranks need, memory,
   // in-flight counts; wakes the rank that may be waiting for this result.
   void Account(RankState& rs, const Action& a, double end) {
     const int st = a.stage, mb = a.microbatch;
-    const double unit = mem_per_chunk_[st];
+    const double slice = slice_memory_[SliceOf(mb)];
+    const double unit = mem_per_chunk_[st] * slice;
     const double w_ratio = o_.weight_memory_ratio;
     // Adds `share` of a microbatch's activations on stage st (negative frees).
     auto hold = [&](double share) {
       rs.memory += share * unit;
       rs.peak_memory = std::max(rs.peak_memory, rs.memory);
       if (stage_bytes_ != nullptr) {
-        rs.bytes += share * stage_bytes_[st];
+        rs.bytes += share * slice * stage_bytes_[st];
         rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
       }
     };
@@ -577,6 +605,7 @@ class Simulator {
     res.schedule = s_.name;
     res.ranks = s_.ranks;
     res.microbatches = s_.microbatches;
+    res.slices = s_.slices;
     res.chunks = s_.chunks();
     res.per_rank.resize(s_.ranks);
     double busy_total = 0.0, max_span = 0.0;
@@ -640,7 +669,7 @@ class Simulator {
   std::vector<char> queued_;  // rank is in work_
   std::vector<Costs> cost_;            // per stage, one microbatch
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
-  double comm_time_ = 0.0;
+  std::vector<double> slice_cost_, slice_memory_, slice_comm_;  // per slice (one entry without slices)
   // Per (stage, mb): kForwardDone, kBackwardDone, kRecvF, kRecvB, kSentF, kSentB.
   std::vector<Flags> flags_;
   // Timed, per (stage, mb), what a consumer on another rank reads once the

@@ -103,8 +103,8 @@ void ExpectSummaryShape(const json& j) {
   ASSERT_TRUE(j.is_object()) << j.dump();
   std::set<std::string> keys;
   for (const auto& [key, value] : j.items()) keys.insert(key);
-  EXPECT_EQ(keys, (std::set<std::string>{"schedule", "ranks", "microbatches", "chunks", "makespan", "bubble_rate",
-                                         "span_bubble_rate", "ranks_detail"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"schedule", "ranks", "microbatches", "slices", "chunks", "makespan",
+                                         "bubble_rate", "span_bubble_rate", "ranks_detail"}));
   ASSERT_TRUE(j["ranks_detail"].is_array());
   ASSERT_EQ(j["ranks_detail"].size(), j["ranks"].get<std::size_t>());
   const std::set<std::string> required = {"rank", "start", "end", "busy", "span", "peak_memory", "peak_in_flight"};
@@ -280,7 +280,7 @@ TEST_F(BatonCliTest, ConfigOutputPathIsUsed) {
 TEST_F(BatonCliTest, UnknownScheduleName) {
   const RunResult r = Run("simulate -s 1f1c --json out.json");
   ExpectOneLineError(r, "\"1f1c\" is neither a generator");
-  EXPECT_NE(r.err.find("gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpipe, 1f1b, seq1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(Work() / "out.json"));
 }
 
