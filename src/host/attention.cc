@@ -133,14 +133,134 @@ void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* s
 
 void CausalSelfAttention::BackwardWeight(const AttentionGrads& g, const float* x, const float* saved,
                                          const float* dy, const float* stash, int samples) {
-  const int T = shape_.seq, C = shape_.hidden;
-  const Eigen::Index rows = Eigen::Index(samples) * T;
   const float* ctx = saved + layout_.saved_ctx(static_cast<std::size_t>(samples));
+  WeightGrads(g, x, ctx, dy, stash, Eigen::Index(samples) * shape_.seq);
+}
+
+void CausalSelfAttention::WeightGrads(const AttentionGrads& g, const float* x, const float* ctx, const float* dy,
+                                      const float* stash, Eigen::Index rows) const {
+  const int C = shape_.hidden;
   const ConstMat dout(dy, rows, C), dqkv(stash, rows, 3 * C);
   AddProduct(Mat(g.w_proj, C, C), ConstMat(ctx, rows, C).transpose(), dout);  // ctx^T dy
   RowVector(g.b_proj, C).noalias() += dout.colwise().sum();
   AddProduct(Mat(g.w_qkv, C, 3 * C), ConstMat(x, rows, C).transpose(), dqkv);  // x^T dqkv
   RowVector(g.b_qkv, 3 * C).noalias() += dqkv.colwise().sum();
+}
+
+// ---- Slices ----
+// A slice's saved state: each sample's rows' log-sum-exp per head
+// (samples, H, L), then the heads' output (samples, L, C); L = its tokens.
+
+std::size_t CausalSelfAttention::SliceSavedFloats(int samples, int tokens) const {
+  return static_cast<std::size_t>(samples) * tokens * (shape_.hidden + shape_.heads);
+}
+
+std::size_t CausalSelfAttention::SliceStashFloats(int samples, int tokens) const {
+  return static_cast<std::size_t>(samples) * tokens * 3 * shape_.hidden;
+}
+
+void CausalSelfAttention::ForwardSlice(const AttentionParams& p, const float* x, float* y, float* saved,
+                                       int samples, const SequenceSlice& sl) {
+  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+  const int b = sl.begin, e = sl.end, L = sl.tokens();
+  float* lse = saved;                                         // (samples, H, L)
+  float* ctx = saved + std::size_t(samples) * H * L;          // (samples, L, C)
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  for (int n = 0; n < samples; ++n) {
+    float* base = sl.qkv + Eigen::Index(n) * T * 3 * C;  // the sample's sequence
+    // This slice's rows of q, k, v, in place in the sequence's.
+    Mat own(base + Eigen::Index(b) * 3 * C, L, 3 * C);
+    own.rowwise() = ConstRowVector(p.b_qkv, 3 * C);
+    AddProduct(own, ConstMat(x + Eigen::Index(n) * L * C, L, C), ConstMat(p.w_qkv, C, 3 * C));
+    Mat s(scores_.data(), L, e);
+    for (int h = 0; h < H; ++h) {
+      const ConstStrided q(base + Eigen::Index(b) * 3 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided k(base + C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided v(base + 2 * C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      Product(s, q, k.transpose(), 0.0f);  // (L, e)
+      // Row i is token b + i: it attends to tokens 0..b+i.
+      float* row_lse = lse + (Eigen::Index(n) * H + h) * L;
+      for (int i = 0; i < L; ++i) {
+        auto r = s.row(i);
+        const int last = b + i;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j <= last; ++j) m = std::max(m, r(j) * scale);
+        float sum = 0.0f;
+        for (int j = 0; j <= last; ++j) {
+          r(j) = std::exp(r(j) * scale - m);
+          sum += r(j);
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j <= last; ++j) r(j) *= inv;
+        for (int j = last + 1; j < e; ++j) r(j) = 0.0f;
+        row_lse[i] = m + std::log(sum);
+      }
+      Strided out(ctx + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
+      Product(out, s, v, 0.0f);  // (L, D) = (L, e) (e, D)
+    }
+  }
+  const Eigen::Index rows = Eigen::Index(samples) * L;
+  Mat out(y, rows, C);
+  out.rowwise() = ConstRowVector(p.b_proj, C);
+  AddProduct(out, ConstMat(ctx, rows, C), ConstMat(p.w_proj, C, C));
+}
+
+void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const float* saved, const float* dy,
+                                             float* dx, float* stash, int samples, const SequenceSlice& sl) {
+  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+  const int b = sl.begin, e = sl.end, L = sl.tokens();
+  const float* lse = saved;
+  const Eigen::Index rows = Eigen::Index(samples) * L;
+  // The last slice is the sequence's first backward: its gradients start here.
+  if (e == T) Mat(sl.dqkv, Eigen::Index(samples) * T, 3 * C).setZero();
+  Mat dctx(dctx_.data(), rows, C);
+  Product(dctx, ConstMat(dy, rows, C), ConstMat(p.w_proj, C, C).transpose(), 0.0f);  // dy Wp^T
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Mat prob(scores_.data(), L, e), dprob(dprobs_.data(), L, e);
+  for (int n = 0; n < samples; ++n) {
+    const float* base = sl.qkv + Eigen::Index(n) * T * 3 * C;
+    float* dbase = sl.dqkv + Eigen::Index(n) * T * 3 * C;
+    for (int h = 0; h < H; ++h) {
+      const ConstStrided q(base + Eigen::Index(b) * 3 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided k(base + C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided v(base + 2 * C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided dc(dctx_.data() + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
+      Product(prob, q, k.transpose(), 0.0f);
+      const float* row_lse = lse + (Eigen::Index(n) * H + h) * L;
+      for (int i = 0; i < L; ++i) {
+        const int last = b + i;
+        for (int j = 0; j <= last; ++j) prob(i, j) = std::exp(prob(i, j) * scale - row_lse[i]);
+        for (int j = last + 1; j < e; ++j) prob(i, j) = 0.0f;
+      }
+      Strided dv(dbase + 2 * C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      AddProduct(dv, prob.transpose(), dc);     // += P^T dctx, keys 0..e
+      Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
+      for (int i = 0; i < L; ++i) {
+        const int last = b + i;
+        float dot = 0.0f;
+        for (int j = 0; j <= last; ++j) dot += prob(i, j) * dprob(i, j);
+        for (int j = 0; j <= last; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
+        for (int j = last + 1; j < e; ++j) dprob(i, j) = 0.0f;
+      }
+      Strided dq(dbase + Eigen::Index(b) * 3 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+      Strided dk(dbase + C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      Product(dq, dprob, k, 0.0f);           // dS K: this slice's queries alone
+      AddProduct(dk, dprob.transpose(), q);  // += dS^T Q, keys 0..e
+    }
+    // The slice's own rows are final now: W's stash.
+    Mat(stash + Eigen::Index(n) * L * 3 * C, L, 3 * C) = ConstMat(dbase + Eigen::Index(b) * 3 * C, L, 3 * C);
+  }
+  if (dx != nullptr) {
+    Product(Mat(dx, rows, C), ConstMat(stash, rows, 3 * C), ConstMat(p.w_qkv, C, 3 * C).transpose(), 0.0f);
+  }
+}
+
+void CausalSelfAttention::BackwardWeightSlice(const AttentionGrads& g, const float* x, const float* saved,
+                                              const float* dy, const float* stash, int samples,
+                                              const SequenceSlice& sl) {
+  const int L = sl.tokens();
+  const float* ctx = saved + std::size_t(samples) * shape_.heads * L;
+  WeightGrads(g, x, ctx, dy, stash, Eigen::Index(samples) * L);
 }
 
 }  // namespace baton

@@ -20,6 +20,8 @@
 #include <span>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "baton/buffer.h"
 #include "baton/model.h"
 
@@ -45,6 +47,24 @@ struct AttentionGrads {
   float* b_qkv;
   float* w_proj;
   float* b_proj;
+};
+
+// One slice of each sample's sequence (Seq1F1B): tokens [begin, end) of
+// T. The sequence's projected q, k, v live in one place for all its
+// slices, `qkv` (samples, T, 3C): a slice's forward writes its own rows
+// there and reads the keys and values of rows [0, end). Their gradients
+// live in `dqkv` (samples, T, 3C): a slice's input backward writes its
+// rows' dq and ADDS into the key and value gradients of rows [0, end);
+// the slices run backward last first (the last slice, end = T, starts
+// dqkv at zero), so a slice's own rows are final once its own backward has
+// added to them. Both stay with the sequence until its first slice's
+// backward is done.
+struct SequenceSlice {
+  int begin = 0;
+  int end = 0;
+  float* qkv = nullptr;
+  float* dqkv = nullptr;
+  int tokens() const { return end - begin; }
 };
 
 class CausalSelfAttention {
@@ -73,7 +93,26 @@ class CausalSelfAttention {
   void BackwardWeight(const AttentionGrads& g, const float* x, const float* saved, const float* dy,
                       const float* stash, int samples);
 
+  // The same three calls for one slice of each sample's sequence: x, y, dy
+  // and dx are the slice's tokens (samples, tokens, C); the slice keeps
+  // its rows' log-sum-exp and heads' output (SliceSavedFloats), the
+  // sequence's q, k, v and their gradients are the slice's `qkv` and
+  // `dqkv`, and I leaves the slice's own rows of dqkv for W
+  // (SliceStashFloats).
+  std::size_t SliceSavedFloats(int samples, int tokens) const;
+  std::size_t SliceStashFloats(int samples, int tokens) const;
+  void ForwardSlice(const AttentionParams& p, const float* x, float* y, float* saved, int samples,
+                    const SequenceSlice& slice);
+  void BackwardInputSlice(const AttentionParams& p, const float* saved, const float* dy, float* dx, float* stash,
+                          int samples, const SequenceSlice& slice);
+  void BackwardWeightSlice(const AttentionGrads& g, const float* x, const float* saved, const float* dy,
+                           const float* stash, int samples, const SequenceSlice& slice);
+
  private:
+  // W for `rows` token rows: from x, the heads' output ctx, dy and dqkv.
+  void WeightGrads(const AttentionGrads& g, const float* x, const float* ctx, const float* dy, const float* dqkv,
+                   Eigen::Index rows) const;
+
   AttentionShape shape_;
   AttentionLayout layout_;  // where the parameters and saved state lie (baton/model.h)
   FloatBuffer scores_;  // (seq, seq): one head's scores, then probabilities, then their gradient

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace baton {
@@ -152,6 +153,84 @@ TEST(Attention, AnOutputDoesNotDependOnLaterTokens) {
   att.Forward(p, x.data(), y2.data(), saved.data(), 1);
   for (int i = 0; i < 4 * C; ++i) EXPECT_EQ(y[i], y2[i]) << "token " << i / C << " saw a later token";
   EXPECT_NE(y[4 * C], y2[4 * C]);
+}
+
+// The sequence in slices (Seq1F1B): forwards slice by slice in order, input
+// backwards last slice first, each weight backward after its own input
+// backward, against the whole sequence at once: the same outputs, input
+// and weight gradients to float rounding (the sums over keys are split
+// differently).
+void ExpectSlicesMatchTheWholeSequence(const std::vector<int>& cuts) {
+  const int samples = 2, T = cuts.back(), C = 8, H = 2;
+  CausalSelfAttention att({T, C, H}, samples);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const std::size_t n = std::size_t(samples) * T * C;
+  std::vector<float> w(att.NumParams()), x(n), dy(n);
+  for (float& v : w) v = 0.5f * u(rng);
+  for (float& v : x) v = u(rng);
+  for (float& v : dy) v = u(rng);
+  const AttentionParams p{w.data(), w.data() + C * 3 * C, w.data() + C * 3 * C + 3 * C,
+                          w.data() + C * 3 * C + 3 * C + C * C};
+  auto grads_of = [&](std::vector<float>& g) {
+    return AttentionGrads{g.data(), g.data() + C * 3 * C, g.data() + C * 3 * C + 3 * C,
+                          g.data() + C * 3 * C + 3 * C + C * C};
+  };
+  // The whole sequence.
+  std::vector<float> y(n), dx(n), saved(att.SavedFloats(samples)), stash(att.StashFloats(samples));
+  std::vector<float> g(att.NumParams(), 0.0f);
+  att.Forward(p, x.data(), y.data(), saved.data(), samples);
+  att.BackwardInput(p, saved.data(), dy.data(), dx.data(), stash.data(), samples);
+  att.BackwardWeight(grads_of(g), x.data(), saved.data(), dy.data(), stash.data(), samples);
+
+  // Slices: each a (samples, L, C) tensor of its tokens.
+  const int k = static_cast<int>(cuts.size()) - 1;
+  std::vector<float> qkv(std::size_t(samples) * T * 3 * C, 1e30f), dqkv(qkv.size(), 1e30f);  // garbage first
+  std::vector<std::vector<float>> xs(k), ys(k), dys(k), dxs(k), saveds(k), stashes(k);
+  std::vector<SequenceSlice> slices(k);
+  auto take = [&](const std::vector<float>& whole, int s) {
+    std::vector<float> out;
+    for (int m = 0; m < samples; ++m) {
+      const float* from = whole.data() + (std::size_t(m) * T + cuts[s]) * C;
+      out.insert(out.end(), from, from + std::size_t(cuts[s + 1] - cuts[s]) * C);
+    }
+    return out;
+  };
+  for (int s = 0; s < k; ++s) {
+    slices[s] = {cuts[s], cuts[s + 1], qkv.data(), dqkv.data()};
+    const int L = slices[s].tokens();
+    xs[s] = take(x, s);
+    dys[s] = take(dy, s);
+    ys[s].assign(std::size_t(samples) * L * C, 0.0f);
+    dxs[s].assign(ys[s].size(), 0.0f);
+    saveds[s].assign(att.SliceSavedFloats(samples, L), 0.0f);
+    stashes[s].assign(att.SliceStashFloats(samples, L), 0.0f);
+  }
+  for (int s = 0; s < k; ++s) att.ForwardSlice(p, xs[s].data(), ys[s].data(), saveds[s].data(), samples, slices[s]);
+  std::vector<float> gs(att.NumParams(), 0.0f);
+  for (int s = k - 1; s >= 0; --s) {
+    att.BackwardInputSlice(p, saveds[s].data(), dys[s].data(), dxs[s].data(), stashes[s].data(), samples, slices[s]);
+    att.BackwardWeightSlice(grads_of(gs), xs[s].data(), saveds[s].data(), dys[s].data(), stashes[s].data(),
+                            samples, slices[s]);
+  }
+  auto expect_near = [](float got, float want, const std::string& what) {
+    EXPECT_NEAR(got, want, 1e-5f * std::max(1.0f, std::abs(want))) << what;
+  };
+  for (int s = 0; s < k; ++s) {
+    const std::vector<float> y_want = take(y, s), dx_want = take(dx, s);
+    for (std::size_t i = 0; i < y_want.size(); ++i) {
+      expect_near(ys[s][i], y_want[i], "y, slice " + std::to_string(s));
+      expect_near(dxs[s][i], dx_want[i], "dx, slice " + std::to_string(s));
+    }
+  }
+  for (std::size_t i = 0; i < g.size(); ++i) expect_near(gs[i], g[i], "weight gradient " + std::to_string(i));
+}
+
+TEST(Attention, SlicesOfTheSequenceGiveTheWholeSequencesOutputsAndGradients) {
+  ExpectSlicesMatchTheWholeSequence({0, 12});             // one slice: the whole sequence
+  ExpectSlicesMatchTheWholeSequence({0, 3, 6, 9, 12});    // even
+  ExpectSlicesMatchTheWholeSequence({0, 5, 8, 10, 12});   // later slices shorter (compute split)
+  ExpectSlicesMatchTheWholeSequence({0, 1, 2, 11, 12});   // one-token slices
 }
 
 }  // namespace
