@@ -125,6 +125,11 @@ struct PipelineConfig {
   // at start-up), and the per-rank memory the placement must fit (0 = any).
   std::string profile;
   double memory_bytes = 0;
+  // Sequence slices (Seq1F1B): each microbatch's sequence cut into this
+  // many slices, each a unit of the schedule (a GPT only; seq1f1b, zb_h1,
+  // zb_h2), where the cuts fall (slices.h).
+  int seq_slices = 1;
+  SeqSplit seq_split = SeqSplit::kEven;
 };
 
 // Inputs and labels per dataset:

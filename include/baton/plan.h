@@ -58,9 +58,20 @@ struct RunPlan {
   double wait_timeout_s = 300;
   int optimizer_states = 0;  // buffers of optimizer state per parameter (SGD 0 or 1, AdamW 2)
   Device device = Device::kCpu;  // where the stages compute: whose layers' scratch the memory counts
+  // Sequence slices (pipeline.seq_slices): each microbatch's sequence in
+  // `slices` slices, the schedule's units (unit u = microbatch u / k,
+  // slice u mod k); `cuts` their k + 1 token boundaries, `slice_tokens`
+  // the longest slice (what slots and messages are sized for). Without
+  // slices: 1, {0, seq}, seq.
+  int slices = 1;
+  std::vector<int> cuts;
+  int slice_tokens = 1;
 
   int stages() const { return lowered.stages; }
-  int microbatches() const { return lowered.microbatches; }
+  int microbatches() const { return lowered.microbatches; }  // units: microbatches x slices
+  // Unit u's slice of each sample's sequence: tokens [SliceBegin, SliceEnd).
+  int SliceBegin(int unit) const { return cuts[static_cast<std::size_t>(unit % slices)]; }
+  int SliceEnd(int unit) const { return cuts[static_cast<std::size_t>(unit % slices) + 1]; }
 };
 
 // Loads and checks the schedule (generator or file), lowers and validates it,
@@ -153,6 +164,22 @@ struct StagePlan {
   std::vector<std::size_t> ws_saved_offset, ws_stash_offset;  // per op: in the state workspace
   std::size_t state_workspace_bytes = 0;
   int tokens_per_sample = 1;              // the sequence (1 for MLPs)
+  // Sequence slices (RunPlan::slices > 1): the activations above are one
+  // slice's of `slice_tokens` tokens (the longest; a unit's own views take
+  // its slice's tokens). Each attention op keeps its sequence's q, k, v and
+  // their gradients in a sequence slot (SequenceSlice, host/attention.h):
+  // `sequence_bytes` a sequence, at `sequence_offset` per op, in one of
+  // `sequence_capacity` slots; microbatch j's slot in training
+  // `sequence_slot[j]`, in evaluation `evaluation_sequence_slot[j]`. Units
+  // take ring slots by `slot_of` (a sequence's slices release theirs last
+  // first, so not unit mod capacity). All empty or 0 without slices.
+  int slices = 1;
+  int slice_tokens = 0;
+  std::size_t sequence_bytes = 0;
+  std::vector<std::size_t> sequence_offset;  // per op
+  int sequence_capacity = 0;
+  std::vector<int> sequence_slot, evaluation_sequence_slot;  // per microbatch (sequence)
+  std::vector<int> slot_of;                                  // per unit
   std::size_t num_params = 0;             // floats
   std::size_t param_offset = 0;           // floats, from the model's first parameter
 
@@ -274,6 +301,11 @@ struct RankPlan {
   std::vector<Instruction> step;           // one training step
   std::vector<Instruction> evaluation;     // one evaluation round of `microbatches` microbatches
   int sends_per_step = 0;                  // the most sends in flight at once
+  // Sequence slices (RunPlan's): k, the cuts, the longest slice; unit j is
+  // slice j mod k of microbatch j / k. 1, {0, seq}, seq without slices.
+  int slices = 1;
+  std::vector<int> cuts;
+  int slice_tokens = 0;
   TiedPlan tied;
   ReductionPlan reduction;
 
@@ -303,6 +335,7 @@ struct RankMemory {
   std::size_t grads = 0;          // as many
   std::size_t optimizer = 0;      // optimizer state: the parameters (this replica's shard) x RunPlan::optimizer_states
   std::size_t rings = 0;          // ring stores: per stage, capacity x slot bytes
+  std::size_t sequences = 0;      // sequence slices: per stage, its sequence slots (StagePlan::sequence_bytes)
   std::size_t workspaces = 0;     // per stage: three activation workspaces and the state workspace
   std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchBytes on the run's device)
   std::size_t messages = 0;       // message buffers, and the tied head's gradient inbox
@@ -313,7 +346,9 @@ struct RankMemory {
   // while each ring holds its own peak.
   double simulated_peak = 0;
 
-  std::size_t static_bytes() const { return params + grads + optimizer + workspaces + layer_scratch + messages; }
+  std::size_t static_bytes() const {
+    return params + grads + optimizer + workspaces + layer_scratch + messages + sequences;
+  }
   std::size_t total() const { return static_bytes() + rings; }
   RankMemory& operator+=(const RankMemory& o);
 };

@@ -103,6 +103,16 @@ class StageDevice {
   // Bytes the layers added so far allocated for their own use: what the
   // memory plan counts as their scratch (ScratchBytes, baton/model.h).
   virtual std::size_t ScratchBytes() const = 0;
+  // Sequence slices (Seq1F1B): the layer calls that follow compute tokens
+  // [begin, end) of each sample's sequence, their tensors (samples,
+  // end - begin, ...); `sequences[layer]` is an attention layer's part of
+  // the microbatch's sequence slot (StagePlan::sequence_offset), null for
+  // the others. begin = end = 0: whole sequences (the default).
+  struct Slice {
+    int begin = 0, end = 0;
+    std::span<std::byte* const> sequences;
+  };
+  virtual void SetSlice(const Slice& slice) = 0;
 };
 
 

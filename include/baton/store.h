@@ -53,8 +53,11 @@ class HostMemory final : public Memory {
 class ActivationStore {
  public:
   // Takes capacity x slot_bytes bytes from `memory`, which must outlive the
-  // store. A capacity below 1 is taken as 1.
-  ActivationStore(std::string name, std::size_t slot_bytes, int capacity, Memory& memory);
+  // store. A capacity below 1 is taken as 1. `slot_of` (optional): the
+  // slot of each microbatch, instead of j mod capacity (sequence slices,
+  // whose slices release their slots last first); each in [0, capacity).
+  ActivationStore(std::string name, std::size_t slot_bytes, int capacity, Memory& memory,
+                  std::vector<int> slot_of = {});
   ActivationStore(const ActivationStore&) = delete;
   ActivationStore& operator=(const ActivationStore&) = delete;
   ActivationStore(ActivationStore&&) = default;
@@ -82,7 +85,9 @@ class ActivationStore {
   const std::string& name() const { return name_; }
 
  private:
-  int SlotOf(int microbatch) const { return microbatch % capacity_; }
+  int SlotOf(int microbatch) const {
+    return slot_of_.empty() ? microbatch % capacity_ : slot_of_[static_cast<std::size_t>(microbatch)];
+  }
   std::span<std::byte> Slot(int slot) const;
 
   std::string name_;
@@ -91,6 +96,7 @@ class ActivationStore {
   Memory* memory_;
   std::byte* data_;          // (capacity, slot_bytes), the memory's
   std::vector<int> holder_;  // per slot: microbatch, or -1
+  std::vector<int> slot_of_;
   int in_use_ = 0;
   std::uint64_t bytes_written_ = 0, bytes_copied_ = 0, writes_ = 0;
 };

@@ -72,6 +72,13 @@ struct TensorDesc {
     t.shape.dims[0] = static_cast<std::int32_t>(rows);
     return t;
   }
+  // The same sequence tensor with `tokens` tokens a sample (dimension 1):
+  // a slice of each sample's sequence. REQUIRES: rank >= 2.
+  TensorDesc WithTokens(std::int64_t tokens) const {
+    TensorDesc t = *this;
+    t.shape.dims[1] = static_cast<std::int32_t>(tokens);
+    return t;
+  }
   // Rows of the matrix a per-row kernel sees: the product of every dimension
   // but the last (multiplied, not divided: kernels ask for it on every call).
   std::int64_t matrix_rows() const {

@@ -181,11 +181,9 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
     if (ranks == 0) ranks = kDefaultRanks;
     if (microbatches == 0) microbatches = kDefaultMicrobatches;
   }
-  Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, slices, memory_limit)), {}};
-  if (!IsGenerator(name) && c.seq_slices > 1 && run.schedule.slices != c.seq_slices) {
-    throw ConfigError(fmt::format("{}: the file holds {} slice(s) a microbatch, but --seq-slices is {}", name,
-                                  run.schedule.slices, c.seq_slices));
-  }
+  // A file's slices are its own unless --seq-slices asks for some.
+  const int asked = IsGenerator(name) || c.seq_slices > 1 ? slices : 0;
+  Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, asked, memory_limit)), {}};
   Validate(run.schedule);
   SimOptions options = c.options;
   if (run.schedule.slices > 1) {

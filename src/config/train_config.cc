@@ -473,6 +473,40 @@ void ReadKeep(YamlMap& pipe, TrainConfig& c) {
   }
 }
 
+// pipeline.seq_slices and seq_split: a GPT's sequences in slices, for a
+// schedule that runs them.
+void ReadSlices(YamlMap& pipe, TrainConfig& c) {
+  c.pipeline.seq_slices = pipe.GetInt("seq_slices", 1, 1, kMaxInt);
+  c.pipeline.seq_split = Choice(pipe, "seq_split", c.pipeline.seq_split);
+  const int k = c.pipeline.seq_slices;
+  if (k == 1) {
+    if (pipe.Has("seq_split")) pipe.Fail(pipe.Node("seq_split"), "seq_split", "only applies with pipeline.seq_slices > 1");
+    return;
+  }
+  const YAML::Node node = pipe.Node("seq_slices");
+  if (!c.model.gpt) {
+    pipe.Fail(node, "seq_slices", "slices a GPT's sequences (model: {type: gpt, ...}); this model has none");
+  }
+  const int seq = c.model.seq;
+  if (k > seq) pipe.Fail(node, "seq_slices", fmt::format("{} slices of a sequence of {} tokens: at most one a token", k, seq));
+  if (c.pipeline.seq_split == SeqSplit::kEven && seq % k != 0) {
+    pipe.Fail(node, "seq_slices",
+              fmt::format("{} does not divide the sequence length {}: an even split needs equal slices (or write "
+                          "pipeline.seq_split: compute)",
+                          k, seq));
+  }
+  const GeneratorEntry* g = FindGenerator(c.pipeline.schedule);
+  if (g != nullptr && !g->traits.slices) {
+    std::vector<std::string> sliced;
+    for (const GeneratorEntry& e : Generators()) {
+      if (e.traits.slices) sliced.emplace_back(e.name);
+    }
+    pipe.Fail(node, "seq_slices",
+              fmt::format("{} does not run sequence slices; the schedules that do: {}{}", g->title,
+                          fmt::join(sliced, ", "), g->name == "1f1b" ? " (1F1B over slices is seq1f1b)" : ""));
+  }
+}
+
 void ReadPipeline(YamlMap& top, TrainConfig& c) {
   YamlMap pipe = top.Map("pipeline");
   c.pipeline.schedule = pipe.Get<std::string>("schedule", c.pipeline.schedule);
@@ -486,6 +520,7 @@ void ReadPipeline(YamlMap& top, TrainConfig& c) {
   c.pipeline.wait_timeout_s = pipe.GetNumber("wait_timeout_s", c.pipeline.wait_timeout_s, 1e-3, 1e7);
   c.pipeline.profile = pipe.Get<std::string>("profile", "");
   c.pipeline.memory_bytes = pipe.GetNumber("memory_bytes", 0.0, 0.0, 1e18);
+  ReadSlices(pipe, c);
   if (c.pipeline.partition != Partition::kAuto) {
     for (const char* key : {"profile", "memory_bytes"}) {
       if (pipe.Has(key)) {
@@ -605,6 +640,10 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   ReadLog(top, c);
   c.device = Choice(top, "device", c.device);
   c.precision = Choice(top, "precision", c.precision);
+  if (c.pipeline.seq_slices > 1 && c.device == Device::kCuda) {
+    top.Map("pipeline").Fail(root["pipeline"]["seq_slices"], "seq_slices",
+                             "sequence slices run on the CPU layers only so far (device: cpu)");
+  }
   if (c.precision != Precision::kFP32 && c.device != Device::kCuda) {
     top.Fail(top.Node("precision"), "precision",
              std::string(EnumName(c.precision)) + " needs device: cuda (the CPU layers compute in fp32)");

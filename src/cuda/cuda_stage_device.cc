@@ -145,6 +145,10 @@ class CudaStageDevice final : public StageDevice {
     BATON_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
   }
   void Zero(const View& dst) override { BATON_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.bytes(), ctx_.stream)); }
+  // The config refuses slices with device: cuda; a plan that gets here anyway is a bug.
+  void SetSlice(const Slice& slice) override {
+    if (slice.end > 0) throw Error("the CUDA layers do not run sequence slices (pipeline.seq_slices needs device: cpu)");
+  }
   void CrossEntropy(const ConstView& logits, const ConstView& labels, float grad_scale, const View& dlogits) override {
     cuda::CrossEntropy(ctx_, logits.as<float>(), labels.as<std::int32_t>(), Rows(logits),
                        static_cast<int>(logits.desc.shape.last()), grad_scale, dlogits.as<float>(), loss_.data(),

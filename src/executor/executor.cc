@@ -24,10 +24,19 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   for (const StagePlan& sp : plan.local_stages) {
     stages_.push_back(std::make_unique<Stage>(model, sp, dev_.MakeStageDevice()));
   }
-  // Ring stores sized by the simulator's peak in-flight counts.
+  // Ring stores sized by the simulator's peak in-flight counts (sliced: by
+  // the plan's slot of each unit); sequence slots where slices need them.
   for (const StagePlan& sp : plan.local_stages) {
-    stores_.push_back(std::make_unique<ActivationStore>(
-        fmt::format("rank {} stage {} activation store", rank_, sp.stage), sp.slot_bytes, sp.ring_capacity, dev_));
+    stores_.push_back(std::make_unique<ActivationStore>(fmt::format("rank {} stage {} activation store", rank_, sp.stage),
+                                                        sp.slot_bytes, sp.ring_capacity, dev_, sp.slot_of));
+    sequences_.push_back(sp.sequence_bytes > 0
+                             ? dev_.Allocate(sp.sequence_bytes * static_cast<std::size_t>(sp.sequence_capacity))
+                             : nullptr);
+  }
+  if (plan.slices > 1) {
+    const auto slice = static_cast<std::size_t>(plan.rows) * static_cast<std::size_t>(plan.slice_tokens);
+    if (plan.has_inputs) slice_inputs_ = dev_.Allocate(slice * SizeOf(plan.inputs.dtype));
+    if (plan.has_labels) slice_labels_ = reinterpret_cast<std::int32_t*>(dev_.Allocate(slice * sizeof(std::int32_t)));
   }
   buffers_.assign(plan.local_stages.size(), {});
   for (const BufferPlan& b : plan.buffers) {
@@ -288,6 +297,42 @@ StepStats Executor::RunStep(const Batch& batch) {
   return stats;
 }
 
+void Executor::SetSlice(int local, int j, bool train) {
+  const StagePlan& sp = plan_.local_stages[static_cast<std::size_t>(local)];
+  const auto seq = static_cast<std::size_t>(j / plan_.slices);
+  std::byte* slot = nullptr;
+  if (sp.sequence_bytes > 0) {
+    const int s = train ? sp.sequence_slot[seq] : sp.evaluation_sequence_slot[seq];
+    slot = sequences_[static_cast<std::size_t>(local)] + static_cast<std::size_t>(s) * sp.sequence_bytes;
+  }
+  const auto slice = static_cast<std::size_t>(j % plan_.slices);
+  stages_[static_cast<std::size_t>(local)]->SetSlice(plan_.cuts[slice], plan_.cuts[slice + 1], slot);
+}
+
+const std::byte* Executor::GatherInputs(const std::byte* inputs, int j, int rows) {
+  const auto slice = static_cast<std::size_t>(j % plan_.slices);
+  const std::size_t width = SizeOf(plan_.inputs.dtype), seq = static_cast<std::size_t>(plan_.cuts.back());
+  const auto begin = static_cast<std::size_t>(plan_.cuts[slice]);
+  const auto tokens = static_cast<std::size_t>(plan_.cuts[slice + 1]) - begin;
+  const std::size_t first = static_cast<std::size_t>(j / plan_.slices) * static_cast<std::size_t>(plan_.rows);
+  for (std::size_t n = 0; n < static_cast<std::size_t>(rows); ++n) {
+    dev_.Copy(slice_inputs_ + n * tokens * width, inputs + ((first + n) * seq + begin) * width, tokens * width);
+  }
+  return slice_inputs_;
+}
+
+const std::int32_t* Executor::GatherLabels(const std::int32_t* labels, int j, int rows) {
+  const auto slice = static_cast<std::size_t>(j % plan_.slices);
+  const auto seq = static_cast<std::size_t>(plan_.cuts.back()), begin = static_cast<std::size_t>(plan_.cuts[slice]);
+  const auto tokens = static_cast<std::size_t>(plan_.cuts[slice + 1]) - begin;
+  const std::size_t first = static_cast<std::size_t>(j / plan_.slices) * static_cast<std::size_t>(plan_.rows);
+  for (std::size_t n = 0; n < static_cast<std::size_t>(rows); ++n) {
+    dev_.Copy(reinterpret_cast<std::byte*>(slice_labels_ + n * tokens),
+              reinterpret_cast<const std::byte*>(labels + (first + n) * seq + begin), tokens * sizeof(std::int32_t));
+  }
+  return slice_labels_;
+}
+
 void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
                    const int* rows_of, StepStats* stats) {
   const bool train = mode == Mode::kTrain;
@@ -306,7 +351,13 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     }
-    const TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
+    const bool sliced = plan_.slices > 1;
+    TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
+    if (sliced && in.tensor.elements() > 0) {
+      const auto slice = static_cast<std::size_t>(j % plan_.slices);
+      tensor = tensor.WithTokens(plan_.cuts[slice + 1] - plan_.cuts[slice]);
+    }
+    if (sliced && IsCompute(a.kind)) SetSlice(in.local, j, train);
     switch (a.kind) {
       case ActionKind::kRecvF:
       case ActionKind::kRecvB:
@@ -326,7 +377,10 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
                        j);
         }
         Stage& st = *stages_[static_cast<std::size_t>(in.local)];
-        const ConstView x{in.in.kind == BufferRef::kInputs ? inputs + op.input_offset : op.input, tensor};
+        const std::byte* first_input = in.in.kind != BufferRef::kInputs ? nullptr
+                                       : sliced                         ? GatherInputs(inputs, j, rows)
+                                                                        : inputs + op.input_offset;
+        const ConstView x{first_input != nullptr ? first_input : op.input, tensor};
         const Stamp start = Mark();
         std::byte* slot = nullptr;
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
@@ -337,12 +391,13 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         std::size_t written = 0;
         if (in.labels.kind == BufferRef::kLabels) {
           // One label per token: the loss averages over every token of the batch.
-          const std::int64_t tokens = std::int64_t(rows) * plan_.labels_per_sample;
-          const ConstView l{reinterpret_cast<const std::byte*>(labels + op.labels), {DType::kI32, {tokens}}};
+          const std::int64_t tokens = std::int64_t(rows) * (sliced ? tensor.shape[1] : plan_.labels_per_sample);
+          const std::int32_t* mine = sliced ? GatherLabels(labels, j, rows) : labels + op.labels;
+          const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
           st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written);
           stats->samples += tokens;
         } else {
-          st.Forward(x, slot, View{op.output, st.plan().output().WithRows(rows)}, &written);
+          st.Forward(x, slot, View{op.output, st.Shaped(st.plan().output(), rows)}, &written);
         }
         if (train) store.CountInPlace(written);
         Record(ActionKind::kForward, s, j, start);
@@ -360,8 +415,8 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         // The stage's last gradient writer of the step starts its sums as it goes.
         BucketStarter starter(this, in.local);
         const bool last = reducing && reduce_after_[i] >= 0;
-        st.Backward(store.Get(j).data(), ConstView{op.input, st.plan().output()},
-                    View{op.output, st.plan().input()}, full, last ? &starter : nullptr);
+        st.Backward(store.Get(j).data(), ConstView{op.input, st.Shaped(st.plan().output(), rows)},
+                    View{op.output, st.Shaped(st.plan().input(), rows)}, full, last ? &starter : nullptr);
         if (full) store.Release(j);
         Record(a.kind, s, j, start);
         break;
@@ -416,7 +471,7 @@ void Executor::WriteFlightRecord(const std::string& path) const {
 StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64_t end) {
   StepStats stats;
   const int m = plan_.microbatches, rows = plan_.rows;
-  const std::size_t sample_bytes = plan_.stage_input.front().WithRows(1).bytes();
+  const std::size_t sample_bytes = plan_.inputs.WithRows(1).bytes();  // a whole sequence, sliced or not
   const std::int64_t per_sample = plan_.labels_per_sample;
   begin = std::clamp<std::int64_t>(begin, 0, data.samples);
   end = std::clamp<std::int64_t>(end, begin, data.samples);
@@ -426,12 +481,14 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
   // Rounds of the evaluation schedule: m microbatches of `rows` samples, the
   // last round's tail shorter (or empty). Every rank knows every count, so
   // both sides of each message agree on its size.
-  for (std::int64_t first = 0; first < samples; first += std::int64_t(m) * rows) {
+  // Sliced, unit j is a slice of microbatch j / k: m / k microbatches a round.
+  const int k = plan_.slices, sequences = m / k;
+  for (std::int64_t first = 0; first < samples; first += std::int64_t(sequences) * rows) {
     for (int j = 0; j < m; ++j) {
       round_rows_[static_cast<std::size_t>(j)] =
-          static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j) * rows, 0, rows));
+          static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j / k) * rows, 0, rows));
     }
-    const std::int64_t round = std::min<std::int64_t>(std::int64_t(m) * rows, samples - first);
+    const std::int64_t round = std::min<std::int64_t>(std::int64_t(sequences) * rows, samples - first);
     const std::byte* in = inputs != nullptr ? inputs + first * sample_bytes : nullptr;
     const std::int32_t* lab = labels != nullptr ? labels + first * per_sample : nullptr;
     if (inputs_ != nullptr && in != nullptr) {

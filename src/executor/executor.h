@@ -217,7 +217,20 @@ class Executor {
   ReductionTimes reduction_times_;
   bool device_clock_ = false;           // recording, with the device's clock
   std::vector<double> clock_seconds_;   // ApplyDeviceClock's reading (reserved once)
-  std::vector<int> full_rows_, round_rows_;  // per microbatch of a round
+  std::vector<int> full_rows_, round_rows_;  // per microbatch (unit) of a round
+  // Sequence slices: per local stage its sequence slots (StagePlan); a
+  // slice's token ids (first stage) and labels (last), gathered from the
+  // batch's whole sequences.
+  std::vector<std::byte*> sequences_;
+  std::byte* slice_inputs_ = nullptr;
+  std::int32_t* slice_labels_ = nullptr;
+  // Sliced: sets local stage `local`'s slice for unit j (training or
+  // evaluation sequence slots).
+  void SetSlice(int local, int j, bool train);
+  // Sliced: unit j's token ids (from a batch's `inputs`, rows a microbatch)
+  // and labels, gathered; returns where.
+  const std::byte* GatherInputs(const std::byte* inputs, int j, int rows);
+  const std::int32_t* GatherLabels(const std::int32_t* labels, int j, int rows);
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   std::vector<ActionEvent>* events_ = nullptr;
   // Flight record: the last kFlight actions (a ring), always kept.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace baton {
 
 Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device)
@@ -9,6 +11,7 @@ Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<Stag
   for (int i = 0; i < plan_.ops(); ++i) {
     if (plan_.layer[i] >= 0) {
       device_->AddLayer(model_.ops[static_cast<std::size_t>(plan_.first_op + i)], plan_.rows * plan_.tokens_per_sample);
+      layer_sequences_.push_back(nullptr);
     }
   }
   // Parameters: one buffer for the stage, carved into the named views the
@@ -50,13 +53,27 @@ void Stage::Init(std::uint64_t seed) {
 }
 
 View Stage::Workspace(std::byte* base, int i, int rows) const {
-  return {base + plan_.workspace_offset[i], plan_.act[i].WithRows(rows)};
+  return {base + plan_.workspace_offset[i], Shaped(plan_.act[i], rows)};
 }
 
 View Stage::Act(int i, std::byte* slot, int rows, const std::byte* x) {
-  if (slot != nullptr && plan_.kept[i]) return {slot + plan_.kept_offset[i], plan_.act[i].WithRows(rows)};
-  if (i == 0 && slot == nullptr) return {const_cast<std::byte*>(x), plan_.act[0].WithRows(rows)};
+  if (slot != nullptr && plan_.kept[i]) return {slot + plan_.kept_offset[i], Shaped(plan_.act[i], rows)};
+  if (i == 0 && slot == nullptr) return {const_cast<std::byte*>(x), Shaped(plan_.act[0], rows)};
   return Workspace(ws_act_, i, rows);
+}
+
+void Stage::SetSlice(int begin, int end, std::byte* sequence_slot) {
+  tokens_ = end - begin;
+  std::fill(layer_sequences_.begin(), layer_sequences_.end(), nullptr);
+  if (sequence_slot != nullptr) {
+    for (int i = 0; i < plan_.ops(); ++i) {
+      const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
+      if (op.type == LayerType::kAttention) {
+        layer_sequences_[static_cast<std::size_t>(plan_.layer[i])] = sequence_slot + plan_.sequence_offset[i];
+      }
+    }
+  }
+  device_->SetSlice({begin, end, layer_sequences_});
 }
 
 void Stage::RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out) {
@@ -73,7 +90,7 @@ void Stage::Forward(ConstView x, std::byte* slot, View y, std::size_t* written) 
   const int rows = static_cast<int>(x.desc.shape[0]);
   for (int i = 0; i < K; ++i) {
     RunOp(i, slot, rows, x.data, i + 1 == K ? y : Act(i + 1, slot, rows));
-    if (slot != nullptr && i + 1 < K && plan_.kept[i + 1]) *written += plan_.act[i + 1].WithRows(rows).bytes();
+    if (slot != nullptr && i + 1 < K && plan_.kept[i + 1]) *written += Shaped(plan_.act[i + 1], rows).bytes();
   }
 }
 
@@ -106,7 +123,7 @@ void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, Gradient
   for (int i = 0; i < K; ++i) {
     if (plan_.block_input[i]) device_->Zero(Workspace(ws_skip_, i, rows));
   }
-  const ConstView top = plan_.is_last ? ConstView(slot + plan_.dlogits_offset, plan_.act[K]) : dy;
+  const ConstView top = plan_.is_last ? ConstView(slot + plan_.dlogits_offset, Shaped(plan_.act[K], rows)) : dy;
   for (int i = K - 1; i >= 0; --i) {
     const ConstView gout = i + 1 == K ? top : ConstView(Workspace(ws_grad_, i + 1, rows));
     const View gin = i == 0 ? dx : Workspace(ws_grad_, i, rows);
@@ -118,7 +135,7 @@ void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, Gradient
       const View x = Act(i, slot, rows);
       const bool params = model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params();
       // W runs later and needs this output gradient: keep it in the slot.
-      if (params && !full) device_->Copy(View{slot + plan_.wgrad_offset[i], plan_.act[i + 1]}, gout);
+      if (params && !full) device_->Copy(View{slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], rows)}, gout);
       std::byte* stash = Stash(i, slot);
       if (gin.data != nullptr || stash != nullptr) {
         device_->BackwardInput(plan_.layer[i], x, Saved(i, slot), gout, gin, stash);
@@ -139,7 +156,7 @@ void Stage::BackwardWeight(std::byte* slot, GradientsReady* ready) {
   for (int i = plan_.ops() - 1; i >= 0; --i) {
     if (plan_.layer[i] < 0 || !model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) continue;
     device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows), Saved(i, slot),
-                            ConstView(slot + plan_.wgrad_offset[i], plan_.act[i + 1]), Stash(i, slot));
+                            ConstView(slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], plan_.rows)), Stash(i, slot));
     if (ready != nullptr) ready->Ready(ParamsFrom(i));
   }
 }

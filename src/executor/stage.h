@@ -83,6 +83,19 @@ class Stage {
   // The loss and correct predictions added since the last call.
   LossTotals TakeLossTotals() { return device_->TakeLossTotals(); }
 
+  // Sequence slices (StagePlan::slices > 1): the calls that follow run the
+  // slice [begin, end) of each sample's sequence, whose q, k, v and their
+  // gradients live in `sequence_slot` (StagePlan::sequence_bytes); the
+  // views they take and give are the slice's (Shaped). begin = end = 0:
+  // whole sequences.
+  void SetSlice(int begin, int end, std::byte* sequence_slot);
+  // Activation-shaped tensor `t` of the plan for `rows` samples and the
+  // current slice's tokens.
+  TensorDesc Shaped(const TensorDesc& t, int rows) const {
+    const TensorDesc r = t.WithRows(rows);
+    return tokens_ > 0 ? r.WithTokens(tokens_) : r;
+  }
+
  private:
   // Activation i for `rows` samples: in the slot if kept and there is a
   // slot, else in the workspace (a_0 without a slot: `x`).
@@ -108,6 +121,8 @@ class Stage {
   std::byte* ws_grad_ = nullptr;
   std::byte* ws_skip_ = nullptr;
   std::byte* ws_state_ = nullptr;  // layers' saved states and stashes (state_workspace_bytes)
+  int tokens_ = 0;                          // the current slice's tokens (0: whole sequences)
+  std::vector<std::byte*> layer_sequences_;  // per device layer: its part of the sequence slot
 };
 
 }  // namespace baton

@@ -97,6 +97,11 @@ class HostStageDevice final : public StageDevice {
                                             grad_scale, dlogits.as<float>(), &totals_.correct);
   }
   LossTotals TakeLossTotals() override { return std::exchange(totals_, LossTotals{}); }
+  void SetSlice(const Slice& slice) override {
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      layers_[l]->SetSlice(slice.begin, slice.end, l < slice.sequences.size() ? slice.sequences[l] : nullptr);
+    }
+  }
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;

@@ -249,8 +249,10 @@ class PositionEmbedding final : public Layer {
     const auto samples = static_cast<std::size_t>(x.desc.shape[0]);
     const float* in = x.as<float>();
     float* out = y.as<float>();
+    // A slice's tokens take their positions in the sequence.
+    const float* table = params_ + static_cast<std::size_t>(slice_begin_) * static_cast<std::size_t>(out_features());
     for (std::size_t n = 0; n < samples; ++n) {
-      for (std::size_t k = 0; k < per_sample; ++k) out[n * per_sample + k] = in[n * per_sample + k] + params_[k];
+      for (std::size_t k = 0; k < per_sample; ++k) out[n * per_sample + k] = in[n * per_sample + k] + table[k];
     }
   }
   void BackwardInput(const ConstView&, const float*, const ConstView& dy, const View& dx, float*) const override {
@@ -260,8 +262,9 @@ class PositionEmbedding final : public Layer {
     const std::size_t per_sample = static_cast<std::size_t>(dy.desc.shape.per_sample());
     const auto samples = static_cast<std::size_t>(dy.desc.shape[0]);
     const float* g = dy.as<float>();
+    float* table = grads_ + static_cast<std::size_t>(slice_begin_) * static_cast<std::size_t>(out_features());
     for (std::size_t n = 0; n < samples; ++n) {
-      for (std::size_t k = 0; k < per_sample; ++k) grads_[k] += g[n * per_sample + k];
+      for (std::size_t k = 0; k < per_sample; ++k) table[k] += g[n * per_sample + k];
     }
   }
 };
@@ -270,20 +273,33 @@ class PositionEmbedding final : public Layer {
 class Attention final : public Layer {
  public:
   Attention(const OpDesc& op, int max_samples)
-      : Layer(op), attention_({op.seq, op.in, op.heads}, std::max(max_samples, 1)) {}
+      : Layer(op), max_samples_(std::max(max_samples, 1)), attention_({op.seq, op.in, op.heads}, max_samples_) {}
 
   void Forward(const ConstView& x, const View& y, float* saved) const override {
-    attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x));
+    if (sliced()) {
+      attention_.ForwardSlice(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), Sequence());
+    } else {
+      attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x));
+    }
   }
   void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx,
                      float* stash) const override {
-    attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x));
+    if (sliced()) {
+      attention_.BackwardInputSlice(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x),
+                                    Sequence());
+    } else {
+      attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x));
+    }
   }
   std::size_t ScratchBytes() const override { return attention_.ScratchBytes(); }
   void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash) override {
     const AttentionLayout at(desc());
-    attention_.BackwardWeight({grads_ + at.w_qkv(), grads_ + at.b_qkv(), grads_ + at.w_proj(), grads_ + at.b_proj()},
-                              x.as<float>(), saved, dy.as<float>(), stash, Samples(x));
+    const AttentionGrads g{grads_ + at.w_qkv(), grads_ + at.b_qkv(), grads_ + at.w_proj(), grads_ + at.b_proj()};
+    if (sliced()) {
+      attention_.BackwardWeightSlice(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x), Sequence());
+    } else {
+      attention_.BackwardWeight(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x));
+    }
   }
 
  private:
@@ -291,8 +307,15 @@ class Attention final : public Layer {
     const AttentionLayout at(desc());
     return {p + at.w_qkv(), p + at.b_qkv(), p + at.w_proj(), p + at.b_proj()};
   }
-  int Samples(const ConstView& x) const { return static_cast<int>(x.desc.matrix_rows() / desc().seq); }
+  int Samples(const ConstView& x) const { return static_cast<int>(x.desc.shape[0]); }
+  // The slice and its sequence's q, k, v and their gradients (for up to
+  // max_samples_ samples: AttentionLayout::sequence_floats).
+  SequenceSlice Sequence() const {
+    float* base = reinterpret_cast<float*>(sequence_);
+    return {slice_begin_, slice_end_, base, base + AttentionLayout(desc()).sequence_dqkv(std::size_t(max_samples_))};
+  }
 
+  int max_samples_;
   mutable CausalSelfAttention attention_;  // its scratch is rewritten by every call
 };
 

@@ -63,6 +63,15 @@ class Layer : public DescribedLayer {
   // Bytes the layer allocated for its own use (ScratchBytes, baton/model.h).
   virtual std::size_t ScratchBytes() const { return 0; }
 
+  // Sequence slices: the calls that follow compute tokens [begin, end) of
+  // each sample's sequence (0, 0: whole sequences); `sequence`: an
+  // attention layer's part of the microbatch's sequence slot.
+  void SetSlice(int begin, int end, std::byte* sequence) {
+    slice_begin_ = begin;
+    slice_end_ = end;
+    sequence_ = sequence;
+  }
+
   // The per-row forms. x: (rows, in)  y, dy: (rows, out)  dx: (rows, in).
   // REQUIRES: dx does not alias x or dy.
   virtual void Forward(ConstMatMap x, MatMap y) const;
@@ -73,6 +82,9 @@ class Layer : public DescribedLayer {
   explicit Layer(OpDesc desc) : DescribedLayer(std::move(desc)) {}
   float* params_ = nullptr;
   float* grads_ = nullptr;
+  int slice_begin_ = 0, slice_end_ = 0;
+  std::byte* sequence_ = nullptr;
+  bool sliced() const { return slice_end_ > 0; }
 };
 
 // The layer an op describes, called with at most `max_rows` token rows

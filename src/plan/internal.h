@@ -12,7 +12,13 @@ namespace baton::plan_detail {
 // Activation a of the model for `rows` samples: token ids (i32, (rows,
 // seq)) entering a model that embeds them; (rows, seq, features) for
 // sequences; (rows, features) for feature vectors.
-TensorDesc Activation(const ModelDesc& model, int a, int rows);
+// `tokens` > 0: a slice of that many tokens of each sample's sequence.
+TensorDesc Activation(const ModelDesc& model, int a, int rows, int tokens = 0);
+
+// The share of a model's forward multiply-adds that attends over the keys
+// (attention's scores and weighted values), for the compute split of a
+// sequence's slices.
+double AttentionCostShare(const ModelDesc& model);
 
 // Stage `stage`'s plan: what a microbatch keeps, where in its slot, its
 // workspaces; its ring capacity `capacity` microbatches.

@@ -12,6 +12,7 @@ RankMemory& RankMemory::operator+=(const RankMemory& o) {
   grads += o.grads;
   optimizer += o.optimizer;
   rings += o.rings;
+  sequences += o.sequences;
   workspaces += o.workspaces;
   layer_scratch += o.layer_scratch;
   messages += o.messages;
@@ -28,6 +29,12 @@ RankMemory StageMemory(const RunPlan& run, const StagePlan& st, std::size_t opti
   mem.grads = param_bytes;
   mem.optimizer = optimizer_floats * sizeof(float) * static_cast<std::size_t>(run.optimizer_states);
   mem.workspaces = 3 * st.workspace_bytes + st.state_workspace_bytes;
+  // Sliced: the first stage gathers a slice's token ids, the last its labels.
+  if (run.slices > 1) {
+    const auto slice = static_cast<std::size_t>(st.rows) * static_cast<std::size_t>(run.slice_tokens);
+    if (st.is_first) mem.workspaces += slice * SizeOf(run.input.dtype);
+    if (st.is_last) mem.workspaces += slice * sizeof(std::int32_t);
+  }
   const int max_rows = st.rows * st.tokens_per_sample;
   for (int i = 0; i < st.ops(); ++i) {
     if (st.layer[i] < 0) continue;
@@ -56,6 +63,7 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
       }
       mem += plan_detail::StageMemory(run, st, r.reduction.shard_count[k], buffers);
       mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
+      mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity);
       slot_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.slot_bytes);
     }
     if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
@@ -68,6 +76,7 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
   o.stage_memory_bytes = slot_bytes;
   o.rank_static_bytes = static_bytes;
   o.weight_memory_ratio = 1.0;
+  o.slice_memory.assign(static_cast<std::size_t>(run.lowered.slices), 1.0);  // a slice holds a whole slot
   o.record_timeline = false;
   const SimResult sim = Simulate(run.lowered, o);
   for (int rank = 0; rank < ranks; ++rank) {

@@ -222,13 +222,62 @@ void PlanTied(const RunPlan& run, RankPlan& r) {
   }
 }
 
+// The lowest free slot of `held` (per slot: taken or not), taken.
+int TakeSlot(std::vector<char>& held) {
+  std::size_t at = std::find(held.begin(), held.end(), 0) - held.begin();
+  if (at == held.size()) held.push_back(0);
+  held[at] = 1;
+  return static_cast<int>(at);
+}
+
+// Sequence slices on stage p.stage of rank `rank`, in the order the rank
+// runs its actions: each unit takes the lowest free ring slot at its F and
+// frees it at its last backward (B, or W); each microbatch takes a
+// sequence slot at its first slice's F and frees it after its units' last
+// backwards (training), or after its last slice's F (evaluation).
+void PlanSliceSlots(const RunPlan& run, int rank, StagePlan& p) {
+  const int k = run.slices, units = run.microbatches(), sequences = units / k;
+  p.slot_of.assign(static_cast<std::size_t>(units), -1);
+  p.sequence_slot.assign(static_cast<std::size_t>(sequences), -1);
+  p.evaluation_sequence_slot.assign(static_cast<std::size_t>(sequences), -1);
+  std::vector<char> slots, seq_slots;
+  std::vector<int> left(static_cast<std::size_t>(sequences), k);  // units not yet released
+  for (const Action& a : run.lowered.actions[static_cast<std::size_t>(rank)]) {
+    ForEachPart(a, [&](const Action& part) {
+      if (part.stage != p.stage || !IsCompute(part.kind)) return;
+      const auto u = static_cast<std::size_t>(part.microbatch), j = u / static_cast<std::size_t>(k);
+      if (part.kind == ActionKind::kForward) {
+        p.slot_of[u] = TakeSlot(slots);
+        if (p.sequence_slot[j] < 0) p.sequence_slot[j] = TakeSlot(seq_slots);
+        return;
+      }
+      if (part.kind == ActionKind::kBackwardInput) return;  // W releases
+      slots[static_cast<std::size_t>(p.slot_of[u])] = 0;
+      if (--left[j] == 0) seq_slots[static_cast<std::size_t>(p.sequence_slot[j])] = 0;
+    });
+  }
+  p.ring_capacity = std::max<int>(1, static_cast<int>(slots.size()));
+  std::vector<char> eval_slots;
+  std::vector<int> forwarded(static_cast<std::size_t>(sequences), 0);
+  for (const Action& a : run.evaluation.actions[static_cast<std::size_t>(rank)]) {
+    if (a.stage != p.stage || a.kind != ActionKind::kForward) continue;
+    const auto j = static_cast<std::size_t>(a.microbatch / k);
+    if (p.evaluation_sequence_slot[j] < 0) p.evaluation_sequence_slot[j] = TakeSlot(eval_slots);
+    if (++forwarded[j] == k) eval_slots[static_cast<std::size_t>(p.evaluation_sequence_slot[j])] = 0;
+  }
+  p.sequence_capacity = static_cast<int>(std::max(seq_slots.size(), eval_slots.size()));
+}
+
 // Every stage's boundary tensors, and the rank's own stages.
 void PlanStages(const RunPlan& run, RankPlan& r) {
   const Schedule& lowered = run.lowered;
+  const int tokens = run.slices > 1 ? run.slice_tokens : 0;  // a slice's, or the sequence's
   for (int s = 0; s < r.stages; ++s) {
     const auto [first_op, last_op] = run.model.OpRange(run.bounds[s], run.bounds[s + 1]);
-    r.stage_input.push_back(s == 0 ? run.input.WithRows(run.rows) : plan_detail::Activation(run.model, first_op, run.rows));
-    r.stage_output.push_back(plan_detail::Activation(run.model, last_op, run.rows));
+    TensorDesc in = s == 0 ? run.input.WithRows(run.rows) : plan_detail::Activation(run.model, first_op, run.rows, tokens);
+    if (s == 0 && tokens > 0) in = in.WithTokens(tokens);
+    r.stage_input.push_back(in);
+    r.stage_output.push_back(plan_detail::Activation(run.model, last_op, run.rows, tokens));
   }
   const RankResult& mine = run.sim.per_rank[static_cast<std::size_t>(r.rank)];
   for (int s = 0; s < r.stages; ++s) {
@@ -238,6 +287,7 @@ void PlanStages(const RunPlan& run, RankPlan& r) {
     const auto at = std::find(mine.stages.begin(), mine.stages.end(), s) - mine.stages.begin();
     r.local[s] = static_cast<int>(r.local_stages.size());
     r.local_stages.push_back(plan_detail::PlanStage(run, s, split, mine.peak_in_flight[static_cast<std::size_t>(at)]));
+    if (run.slices > 1) PlanSliceSlots(run, r.rank, r.local_stages.back());
   }
 }
 
@@ -299,12 +349,15 @@ RankPlan PlanRank(const RunPlan& run, int rank, int replica) {
   r.rows = run.rows;
   r.batch_size = run.batch_size;
   r.global_batch = run.global_batch;
+  r.slices = run.slices;
+  r.cuts = run.cuts;
+  r.slice_tokens = run.slice_tokens;
   r.stage_rank = lowered.stage_rank;
   r.local.assign(r.stages, -1);
   PlanStages(run, r);
   r.has_inputs = lowered.stage_rank.front() == rank;
   r.has_labels = lowered.stage_rank.back() == rank;
-  r.inputs = r.stage_input.front().WithRows(run.batch_size);
+  r.inputs = run.input.WithRows(run.batch_size);  // whole sequences, however they are sliced
   r.labels_per_sample = run.labels_per_sample;
   r.labels = run.labels_per_sample == 1 ? TensorDesc{DType::kI32, {run.batch_size}}
                                         : TensorDesc{DType::kI32, {run.batch_size, run.labels_per_sample}};

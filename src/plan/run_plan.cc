@@ -2,7 +2,10 @@
 // simulated with unit costs), the model, its partition and the shapes.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "baton/error.h"
+#include "baton/slices.h"
 #include "internal.h"
 
 namespace baton {
@@ -28,11 +31,21 @@ Schedule ForwardOnly(const Schedule& schedule) {
 
 namespace plan_detail {
 
-TensorDesc Activation(const ModelDesc& m, int a, int rows) {
-  if (a == 0 && m.tokens) return {DType::kI32, {rows, m.seq}};
+TensorDesc Activation(const ModelDesc& m, int a, int rows, int tokens) {
+  if (tokens <= 0) tokens = m.seq;
+  if (a == 0 && m.tokens) return {DType::kI32, {rows, tokens}};
   const int width = m.width[static_cast<std::size_t>(a)];
-  if (m.seq > 1) return {DType::kF32, {rows, m.seq, width}};
+  if (m.seq > 1) return {DType::kF32, {rows, tokens, width}};
   return {DType::kF32, {rows, width}};
+}
+
+double AttentionCostShare(const ModelDesc& m) {
+  double quadratic = 0, all = 0;
+  for (const OpDesc& op : m.ops) {
+    all += op.flops_per_row;
+    if (op.type == LayerType::kAttention) quadratic += 2.0 * op.seq * op.in;
+  }
+  return all > 0 ? std::clamp(quadratic / all, 0.0, 1.0) : 0.0;
 }
 
 }  // namespace plan_detail
@@ -55,12 +68,26 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   plan.wait_timeout_s = c.pipeline.wait_timeout_s;
   plan.optimizer_states = static_cast<int>(OptimizerStateNames(c.train.optimizer).size());
   plan.device = c.device;
+  // Slices: the cuts of a sequence (the compute split from the share of
+  // the model's work that attends over the keys; the saved state grows
+  // with the tokens alone).
+  plan.slices = c.pipeline.seq_slices;
+  plan.cuts = SliceSequence(plan.model.seq, plan.slices, c.pipeline.seq_split,
+                            plan_detail::AttentionCostShare(plan.model), 0.0)
+                  .cuts;
+  plan.slice_tokens = 0;
+  for (int s = 0; s < plan.slices; ++s) {
+    plan.slice_tokens = std::max(plan.slice_tokens, plan.cuts[static_cast<std::size_t>(s) + 1] - plan.cuts[static_cast<std::size_t>(s)]);
+  }
   return plan;
 }
 
 RunPlan PlanRun(const TrainConfig& c) {
   // The schedule first: its errors come before the model's and the partition's.
-  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, c.pipeline.chunks);
+  GenerateOptions options;
+  options.chunks = c.pipeline.chunks;
+  options.slices = c.pipeline.seq_slices;
+  Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, options);
   Validate(s);
   Schedule lowered = Lower(s);
   Validate(lowered);
@@ -71,6 +98,10 @@ RunPlan PlanRun(const TrainConfig& c) {
   plan.evaluation = Lower(ForwardOnly(plan.lowered));
   SimOptions unit;
   unit.record_timeline = false;
+  if (plan.lowered.slices != plan.slices) {
+    throw ConfigError(fmt::format("{}: the schedule {} holds {} slice(s) a microbatch, but pipeline.seq_slices is {}",
+                                  c.source, c.pipeline.schedule, plan.lowered.slices, plan.slices));
+  }
   plan.sim = Simulate(plan.lowered, unit);
   return plan;
 }

@@ -13,10 +13,13 @@ void PlanOps(const RunPlan& run, StagePlan& p) {
   const ModelDesc& model = run.model;
   const int K = p.ops();
   int layers = 0;
+  const int tokens = run.slices > 1 ? run.slice_tokens : 0;  // a slice's, or the sequence's
   for (int i = 0; i <= K; ++i) {
     const int a = p.first_op + i;
     // The first stage's input is the dataset's; every other tensor the model's.
-    p.act.push_back(i == 0 && p.is_first ? run.input.WithRows(run.rows) : Activation(model, a, run.rows));
+    TensorDesc t = i == 0 && p.is_first ? run.input.WithRows(run.rows) : Activation(model, a, run.rows, tokens);
+    if (i == 0 && p.is_first && tokens > 0) t = t.WithTokens(tokens);
+    p.act.push_back(t);
     p.block_input.push_back(model.block_input[static_cast<std::size_t>(a)]);
   }
   for (int i = 0; i < K; ++i) {
@@ -54,7 +57,8 @@ void PlanKept(const RunPlan& run, StagePlan& p) {
 // both also have a place in the state workspace.
 void PlanLayerState(const RunPlan& run, StagePlan& p) {
   const int K = p.ops();
-  const auto token_rows = static_cast<std::size_t>(run.rows) * static_cast<std::size_t>(run.model.seq);
+  const int tokens = run.slices > 1 ? run.slice_tokens : run.model.seq;
+  const auto token_rows = static_cast<std::size_t>(run.rows) * static_cast<std::size_t>(tokens);
   p.saved_bytes.assign(K, 0);
   p.stash_bytes.assign(K, 0);
   p.saved_in_slot.assign(K, 0);
@@ -66,7 +70,11 @@ void PlanLayerState(const RunPlan& run, StagePlan& p) {
   std::size_t state = 0;
   for (int i = 0; i < K; ++i) {
     const OpDesc& op = run.model.ops[static_cast<std::size_t>(p.first_op + i)];
-    p.saved_bytes[i] = token_rows * op.saved_per_row * sizeof(float);
+    // A slice of attention keeps its rows' statistics and heads' output;
+    // its q, k, v live with the sequence (PlanSequence).
+    const std::size_t saved_per_row =
+        run.slices > 1 && op.type == LayerType::kAttention ? AttentionLayout(op).slice_saved_per_row() : op.saved_per_row;
+    p.saved_bytes[i] = token_rows * saved_per_row * sizeof(float);
     p.stash_bytes[i] = token_rows * op.stash_per_row * sizeof(float);
     p.ws_saved_offset[i] = state;
     state += p.saved_bytes[i];
@@ -123,6 +131,21 @@ void PlanSlot(const RunPlan& run, StagePlan& p) {
   p.workspace_bytes = ws;
 }
 
+// Sequence slices: each attention op's sequence slot part, the sequence's
+// q, k, v and their gradients for `rows` samples (SequenceSlice).
+void PlanSequence(const RunPlan& run, StagePlan& p) {
+  p.slices = run.slices;
+  if (run.slices == 1) return;
+  p.slice_tokens = run.slice_tokens;
+  p.sequence_offset.assign(static_cast<std::size_t>(p.ops()), 0);
+  for (int i = 0; i < p.ops(); ++i) {
+    const OpDesc& op = run.model.ops[static_cast<std::size_t>(p.first_op + i)];
+    if (op.type != LayerType::kAttention) continue;
+    p.sequence_offset[static_cast<std::size_t>(i)] = p.sequence_bytes;
+    p.sequence_bytes += AttentionLayout(op).sequence_floats(static_cast<std::size_t>(run.rows)) * sizeof(float);
+  }
+}
+
 }  // namespace
 
 StagePlan PlanStage(const RunPlan& run, int stage, bool split_backward, int capacity) {
@@ -145,6 +168,7 @@ StagePlan PlanStage(const RunPlan& run, int stage, bool split_backward, int capa
   PlanKept(run, p);
   PlanLayerState(run, p);
   PlanSlot(run, p);
+  PlanSequence(run, p);
   p.ring_capacity = capacity;
   return p;
 }

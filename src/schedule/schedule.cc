@@ -61,8 +61,9 @@ Schedule LoadSchedule(std::string_view name_or_path, int ranks, int microbatches
     }
   };
   check("ranks (rows)", ranks, s.ranks);
-  check("microbatches", microbatches, s.microbatches);
+  check("microbatches", microbatches, s.sequences());
   check("chunks per rank", chunks, s.chunks());
+  check("sequence slices a microbatch", options.slices, s.slices);
   return s;
 }
 

@@ -25,13 +25,21 @@ std::byte* HostMemory::Allocate(std::size_t bytes) {
 
 void HostMemory::Copy(std::byte* dst, const std::byte* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
 
-ActivationStore::ActivationStore(std::string name, std::size_t slot_bytes, int capacity, Memory& memory)
+ActivationStore::ActivationStore(std::string name, std::size_t slot_bytes, int capacity, Memory& memory,
+                                 std::vector<int> slot_of)
     : name_(std::move(name)),
       slot_bytes_(slot_bytes),
       capacity_(std::max(capacity, 1)),
       memory_(&memory),
       data_(memory.Allocate(slot_bytes * static_cast<std::size_t>(std::max(capacity, 1)))),
-      holder_(std::max(capacity, 1), -1) {}
+      holder_(std::max(capacity, 1), -1),
+      slot_of_(std::move(slot_of)) {
+  for (int s : slot_of_) {
+    if (s < 0 || s >= capacity_) {
+      throw Error(fmt::format("{}: a microbatch is given slot {} of a ring of {}", name_, s, capacity_));
+    }
+  }
+}
 
 std::span<std::byte> ActivationStore::Slot(int slot) const {
   return {data_ + static_cast<std::size_t>(slot) * slot_bytes_, slot_bytes_};
