@@ -66,6 +66,9 @@ struct RunPlan {
   int slices = 1;
   std::vector<int> cuts;
   int slice_tokens = 1;
+  // Per slice: its share of a whole microbatch's compute (attention over
+  // more keys the later it is) and of its tokens (SliceSequence).
+  std::vector<double> slice_cost, slice_token_share;
 
   int stages() const { return lowered.stages; }
   int microbatches() const { return lowered.microbatches; }  // units: microbatches x slices

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "baton/timing.h"
 #include "cores.h"
@@ -163,8 +164,11 @@ void AnalyzeCompute(const std::vector<RankRecord>& records, const CoreSharing& s
 // shares them itself, so the cost is the CPU time, and the rank's CPU time
 // outside its actions (polling, messages, sums) takes the same cores: it is
 // charged to the rank's actions in proportion.
-using CostSamples = std::map<std::pair<int, ActionKind>, std::vector<double>>;
-CostSamples ActionCosts(const std::vector<RankRecord>& records, const CoreSharing& sharing, BenchReport& report) {
+// Keyed by (stage, kind, slice): a sequence's slices cost more the later
+// they are (their attention reads more keys); slice 0 without slices.
+using CostSamples = std::map<std::tuple<int, ActionKind, int>, std::vector<double>>;
+CostSamples ActionCosts(const std::vector<RankRecord>& records, const CoreSharing& sharing, int slices,
+                        BenchReport& report) {
   CostSamples costs;
   for (const RankRecord& r : records) {
     double scale = 1.0;
@@ -181,7 +185,9 @@ CostSamples ActionCosts(const std::vector<RankRecord>& records, const CoreSharin
     }
     for (const StepRecord& s : r.steps) {
       for (const ActionEvent& e : s.events) {
-        if (IsCompute(e.kind)) costs[{e.stage, e.kind}].push_back(sharing.shared ? scale * e.cpu : e.end - e.start);
+        if (IsCompute(e.kind)) {
+          costs[{e.stage, e.kind, e.microbatch % slices}].push_back(sharing.shared ? scale * e.cpu : e.end - e.start);
+        }
       }
     }
   }
@@ -195,20 +201,31 @@ CostSamples ActionCosts(const std::vector<RankRecord>& records, const CoreSharin
 template <typename Statistic>
 SimOptions PredictionOptions(const RunPlan& plan, const CostSamples& costs, const CoreSharing& sharing,
                              const BenchReport& report, Statistic statistic) {
+  // A whole microbatch's cost per stage: the sum of its slices'; each
+  // slice's share of it, over every stage and kind.
   std::vector<Costs> stage_costs(static_cast<std::size_t>(plan.stages()), Costs{0, 0, 0});
+  std::vector<double> slice_cost(static_cast<std::size_t>(plan.slices), 0.0);
   for (const auto& [key, v] : costs) {
-    Costs& cs = stage_costs[static_cast<std::size_t>(key.first)];
-    if (key.second == ActionKind::kForward) cs.forward = statistic(v);
-    if (key.second == ActionKind::kBackward || key.second == ActionKind::kBackwardInput) {
-      cs.backward_input = statistic(v);
-    }
-    if (key.second == ActionKind::kBackwardWeight) cs.backward_weight = statistic(v);
+    const auto [stage, kind, slice] = key;
+    Costs& cs = stage_costs[static_cast<std::size_t>(stage)];
+    const double t = statistic(v);
+    if (kind == ActionKind::kForward) cs.forward += t;
+    if (kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput) cs.backward_input += t;
+    if (kind == ActionKind::kBackwardWeight) cs.backward_weight += t;
+    slice_cost[static_cast<std::size_t>(slice)] += t;
   }
   // The measured latency is an activation-sized message's: no bandwidth term.
   // Waiting ranks' share of shared cores is in the measured costs already
   // (ActionCosts charges each rank's CPU time outside its actions to them).
   SimOptions sim = CostedSimOptions(std::move(stage_costs), report.message_latency_s, 0.0, 0.0, sharing.core_pool,
                                     sharing.pool_cores);
+  if (plan.slices > 1) {
+    const double total = std::accumulate(slice_cost.begin(), slice_cost.end(), 0.0);
+    if (total > 0) {
+      for (double& c : slice_cost) c = std::max(c / total, 1e-9);
+      sim.slice_cost = slice_cost;
+    }
+  }
   if (plan.replicas > 1) {
     sim.stage_reduce_time.assign(static_cast<std::size_t>(plan.stages()), 0.0);
     sim.reduce_at_end.assign(static_cast<std::size_t>(plan.stages()), 0);
@@ -231,7 +248,7 @@ SimOptions PredictionOptions(const RunPlan& plan, const CostSamples& costs, cons
 // step past the sum of typical costs), and the spread itself.
 SimResult Predict(const RunPlan& plan, const std::vector<RankRecord>& records, const CoreSharing& sharing,
                   BenchReport& report) {
-  const CostSamples costs = ActionCosts(records, sharing, report);
+  const CostSamples costs = ActionCosts(records, sharing, plan.slices, report);
   const SimOptions median = PredictionOptions(plan, costs, sharing, report, Median);
   report.stage_costs = median.stage_costs;
   for (double t : median.stage_reduce_time) report.predicted_reduction_s = std::max(report.predicted_reduction_s, t);

@@ -715,6 +715,10 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << YAML::Value << std::string(EnumName(p.checkpointing)) << YAML::Key << "keep" << YAML::Value << YAML::Flow
     << Names(p.keep) << YAML::Key << "wait_timeout_s"
     << YAML::Value << p.wait_timeout_s;
+  if (p.seq_slices > 1) {
+    e << YAML::Key << "seq_slices" << YAML::Value << p.seq_slices << YAML::Key << "seq_split" << YAML::Value
+      << std::string(EnumName(p.seq_split));
+  }
   e << YAML::EndMap;
   const DataConfig& d = c.data;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value

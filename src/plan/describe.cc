@@ -1,13 +1,24 @@
 // The plan as text, for `baton validate`.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "baton/plan.h"
+#include "baton/slices.h"
 
 namespace baton {
 
 std::string DescribePlan(const RunPlan& run) {
-  std::string out = fmt::format("# plan: {} ranks, schedule {} ({} stages, {} microbatches of {} samples)\n",
-                                run.lowered.ranks, run.lowered.name, run.stages(), run.microbatches(), run.rows);
+  std::string out = fmt::format("# plan: {} ranks, schedule {} ({} stages, {} microbatches of {} samples{})\n",
+                                run.lowered.ranks, run.lowered.name, run.stages(), run.lowered.sequences(), run.rows,
+                                run.slices > 1 ? fmt::format(", each in {} slices: {} units", run.slices,
+                                                             run.microbatches())
+                                               : "");
+  if (run.slices > 1) {
+    std::vector<int> tokens;
+    for (int s = 0; s < run.slices; ++s) tokens.push_back(run.cuts[s + 1] - run.cuts[s]);
+    out += fmt::format("# sequence slices: tokens {} of {} ({} tokens a slice)\n", CutsText(run.cuts),
+                       run.cuts.back(), fmt::join(tokens, ", "));
+  }
   std::vector<RankPlan> ranks;
   for (int rank = 0; rank < run.lowered.ranks; ++rank) ranks.push_back(PlanRank(run, rank));
   for (int s = 0; s < run.stages(); ++s) {
@@ -17,10 +28,14 @@ std::string DescribePlan(const RunPlan& run) {
     // token row of every sample), as `baton bench` and `baton tune` count them.
     const double flops = run.model.GemmFlopsPerRow(st.first_layer, st.last_layer) * st.rows * run.model.seq;
     out += fmt::format(
-        "#   stage {} on rank {}: layers {}..{}, ring capacity {} microbatches of {} bytes, {} parameters, "
+        "#   stage {} on rank {}: layers {}..{}, ring capacity {} {} of {} bytes{}, {} parameters, "
         "{} -> {}{}, forward {:.0f} FLOPs (matrix products) per microbatch, {} parameter bytes\n",
-        st.stage, r.rank, st.first_layer, st.last_layer - 1, st.ring_capacity, st.slot_bytes, st.num_params,
-        ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "", flops,
+        st.stage, r.rank, st.first_layer, st.last_layer - 1, st.ring_capacity, run.slices > 1 ? "slices" : "microbatches",
+        st.slot_bytes,
+        st.sequence_bytes > 0 ? fmt::format(", {} sequence slots of {} bytes (keys and values)", st.sequence_capacity,
+                                            st.sequence_bytes)
+                              : "",
+        st.num_params, ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "", flops,
         st.num_params * sizeof(float));
   }
   for (const RankPlan& r : ranks) {
@@ -29,7 +44,8 @@ std::string DescribePlan(const RunPlan& run) {
     for (const Instruction& in : r.step) {
       if (in.action.kind == ActionKind::kSendF || in.action.kind == ActionKind::kSendB) {
         ++messages;
-        bytes += in.tensor.bytes();
+        const int j = in.action.microbatch;
+        bytes += run.slices > 1 ? in.tensor.WithTokens(run.SliceEnd(j) - run.SliceBegin(j)).bytes() : in.tensor.bytes();
       }
     }
     out += fmt::format("#   rank {}: {} actions per step, sends {} messages ({} bytes), ring memory {} bytes\n",
@@ -43,9 +59,10 @@ std::string DescribePlan(const RunPlan& run) {
     const RankMemory& m = memory[rank];
     out += fmt::format(
         "#   rank {} memory (MiB): parameters {}, gradients {}, optimizer state {}, rings {}, workspaces {}, "
-        "layer scratch {}, message buffers {}; allocated {}, simulated peak {}\n",
+        "layer scratch {}, message buffers {}{}; allocated {}, simulated peak {}\n",
         rank, mib(double(m.params)), mib(double(m.grads)), mib(double(m.optimizer)), mib(double(m.rings)),
-        mib(double(m.workspaces)), mib(double(m.layer_scratch)), mib(double(m.messages)), mib(double(m.total())),
+        mib(double(m.workspaces)), mib(double(m.layer_scratch)), mib(double(m.messages)),
+        m.sequences > 0 ? ", sequence slots " + mib(double(m.sequences)) : "", mib(double(m.total())),
         mib(m.simulated_peak));
   }
   out += fmt::format("# simulated with unit costs: bubble {:.2f}%\n", 100 * run.sim.bubble_rate);

@@ -72,9 +72,11 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   // the model's work that attends over the keys; the saved state grows
   // with the tokens alone).
   plan.slices = c.pipeline.seq_slices;
-  plan.cuts = SliceSequence(plan.model.seq, plan.slices, c.pipeline.seq_split,
-                            plan_detail::AttentionCostShare(plan.model), 0.0)
-                  .cuts;
+  const SequenceSlices sliced = SliceSequence(plan.model.seq, plan.slices, c.pipeline.seq_split,
+                                              plan_detail::AttentionCostShare(plan.model), 0.0);
+  plan.cuts = sliced.cuts;
+  plan.slice_cost = sliced.cost;
+  plan.slice_token_share = sliced.memory;  // nothing quadratic: the tokens' shares
   plan.slice_tokens = 0;
   for (int s = 0; s < plan.slices; ++s) {
     plan.slice_tokens = std::max(plan.slice_tokens, plan.cuts[static_cast<std::size_t>(s) + 1] - plan.cuts[static_cast<std::size_t>(s)]);

@@ -281,6 +281,12 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
                                   LargestMessageBytes(plan.model, plan.bounds, plan.rows), std::move(pool),
                                   std::move(cores));
   o.waiting_share = profile.waiting_share;
+  if (plan.slices > 1) {
+    // A slice costs its share of a whole microbatch's profiled work, and
+    // its messages carry its tokens.
+    o.slice_cost = plan.slice_cost;
+    o.slice_memory = plan.slice_token_share;
+  }
   ProfilePrediction out;
   out.sim = Simulate(plan.lowered, o);
   // What the run allocates: the static bytes and every stage's ring.

@@ -1126,6 +1126,47 @@ TEST(TrainConfigDataParallel, RoundTrips) {
   EXPECT_DOUBLE_EQ(again.data_parallel.bucket_cap_mb, 4.0);
 }
 
+TEST(TrainConfigSlices, SeqSlicesAreReadAndWhatCannotBeSlicedIsRefusedWhereItIsSet) {
+  const std::string gpt = std::string(R"(model: {type: gpt, vocab: 32, seq_len: 8, hidden: 16, heads: 2, blocks: 2}
+data: {dataset: synthetic_tokens, seq_len: 8, vocab: 32}
+pipeline: {ranks: 2, microbatches: 2, schedule: seq1f1b, seq_slices: 4}
+train: {batch_size: 4}
+)");
+  TrainConfig c = ParseTrainConfig(gpt, "g.yaml");
+  EXPECT_EQ(c.pipeline.seq_slices, 4);
+  EXPECT_EQ(c.pipeline.seq_split, SeqSplit::kEven);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(c), "seq_slices: 4"));
+  c = ParseTrainConfig(gpt, "g.yaml", {"pipeline.seq_slices=3", "pipeline.seq_split=compute"});
+  EXPECT_EQ(c.pipeline.seq_split, SeqSplit::kCompute);
+  auto error = [&](const std::vector<std::string>& sets) {
+    try {
+      ParseTrainConfig(gpt, "g.yaml", sets);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "accepted";
+    return std::string();
+  };
+  // The key's place in the file (or its --set), the value and the rule.
+  std::string three = gpt;
+  three.replace(three.find("seq_slices: 4"), 13, "seq_slices: 3");
+  EXPECT_TRUE(Contains(ErrorOf(three), "t.yaml:3:"));
+  EXPECT_TRUE(Contains(ErrorOf(three), "3 does not divide the sequence length 8"));
+  EXPECT_TRUE(Contains(error({"pipeline.seq_slices=3"}), "(--set pipeline.seq_slices)"));
+  EXPECT_TRUE(Contains(error({"pipeline.seq_slices=9", "pipeline.seq_split=compute"}),
+                       "9 slices of a sequence of 8 tokens"));
+  EXPECT_TRUE(Contains(error({"pipeline.schedule=1f1b"}), "1F1B does not run sequence slices"));
+  EXPECT_TRUE(Contains(error({"pipeline.schedule=1f1b"}), "1F1B over slices is seq1f1b"));
+  EXPECT_TRUE(Contains(error({"pipeline.seq_slices=1", "pipeline.seq_split=compute"}),
+                       "seq_split: only applies with pipeline.seq_slices > 1"));
+  EXPECT_TRUE(Contains(error({"pipeline.seq_split=halves"}), "'halves' is not one of: even, compute"));
+  EXPECT_TRUE(Contains(error({"pipeline.seq_slices=0"}), "seq_slices"));
+  EXPECT_TRUE(Contains(error({"device=cuda"}), "sequence slices run on the CPU layers only so far"));
+  // An MLP has no sequence.
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.seq_slices=2"}),
+                       "slices a GPT's sequences (model: {type: gpt, ...}); this model has none"));
+}
+
 }  // namespace
 }  // namespace baton
 

@@ -129,6 +129,18 @@ TEST(MemoryPlan, TunedPlacements) {
               "pipeline.microbatches=8", "pipeline.checkpointing=selective", "pipeline.partition=[2,1,3,3]"}});
 }
 
+// Sequence slices: ring slots of a slice, the sequences' keys and values
+// in their own slots, the gathered slice inputs and labels.
+TEST(MemoryPlan, GptSequenceSlices) {
+  std::vector<std::string> o = kGpt;
+  o.insert(o.end(), {"pipeline.schedule=seq1f1b", "pipeline.seq_slices=4"});
+  CheckCase({"gpt seq1f1b 4 slices", "configs/gpt_fortunes_1f1b.yaml", o});
+  o = kGpt;
+  o.insert(o.end(), {"pipeline.schedule=zb_h1", "pipeline.ranks=2", "pipeline.seq_slices=3",
+                     "pipeline.seq_split=compute", "pipeline.checkpointing=full", "pipeline.keep=[]"});
+  CheckCase({"gpt zb_h1 3 compute slices full", "configs/gpt_fortunes_1f1b.yaml", o});
+}
+
 TEST(MemoryPlan, MlpZbH1) {
   CheckCase({"mlp zb_h1", "configs/synthetic_bench.yaml", {"pipeline.schedule=zb_h1", "pipeline.ranks=2"}});
 }
