@@ -177,11 +177,10 @@ struct AttentionLayout {
   std::size_t stash_per_row() const { return 3 * c; }
   // Sequence slices: what a slice saves per token row (log-sum-exp per
   // head, the heads' output: its q, k, v live with the sequence), and the
-  // sequence's q, k, v and their gradients for `samples` samples: qkv
-  // (samples, T, 3C), then dqkv (samples, T, 3C).
+  // sequence's q, k, v (samples, T, 3C) for `samples` samples: as many
+  // floats again hold their gradients while the sequence runs backward.
   std::size_t slice_saved_per_row() const { return c + heads; }
-  std::size_t sequence_floats(std::size_t samples) const { return 2 * samples * seq * 3 * c; }
-  std::size_t sequence_dqkv(std::size_t samples) const { return samples * seq * 3 * c; }
+  std::size_t sequence_floats(std::size_t samples) const { return samples * seq * 3 * c; }
 };
 
 // What a layer is, on any backend: its op's description, with the

@@ -169,20 +169,24 @@ struct StagePlan {
   int tokens_per_sample = 1;              // the sequence (1 for MLPs)
   // Sequence slices (RunPlan::slices > 1): the activations above are one
   // slice's of `slice_tokens` tokens (the longest; a unit's own views take
-  // its slice's tokens). Each attention op keeps its sequence's q, k, v and
-  // their gradients in a sequence slot (SequenceSlice, host/attention.h):
-  // `sequence_bytes` a sequence, at `sequence_offset` per op, in one of
-  // `sequence_capacity` slots; microbatch j's slot in training
-  // `sequence_slot[j]`, in evaluation `evaluation_sequence_slot[j]`. Units
-  // take ring slots by `slot_of` (a sequence's slices release theirs last
-  // first, so not unit mod capacity). All empty or 0 without slices.
+  // its slice's tokens). Each attention op keeps its sequence's q, k, v in
+  // a sequence slot (SequenceSlice, host/attention.h): `sequence_bytes` a
+  // sequence, at `sequence_offset` per op, in one of `sequence_capacity`
+  // slots, from its first slice's forward to its last backward (B or W) on
+  // the stage; microbatch j's slot in training `sequence_slot[j]`, in
+  // evaluation `evaluation_sequence_slot[j]`. Their gradients take a
+  // gradient slot of as many bytes, at the same offsets, from the
+  // sequence's first input backward (its last slice's) to its last (its
+  // first slice's): `gradient_slot[j]` of `gradient_capacity`. Units take
+  // ring slots by `slot_of` (a sequence's slices release theirs last first,
+  // so not unit mod capacity). All empty or 0 without slices.
   int slices = 1;
   int slice_tokens = 0;
   std::size_t sequence_bytes = 0;
   std::vector<std::size_t> sequence_offset;  // per op
-  int sequence_capacity = 0;
-  std::vector<int> sequence_slot, evaluation_sequence_slot;  // per microbatch (sequence)
-  std::vector<int> slot_of;                                  // per unit
+  int sequence_capacity = 0, gradient_capacity = 0;
+  std::vector<int> sequence_slot, evaluation_sequence_slot, gradient_slot;  // per microbatch (sequence)
+  std::vector<int> slot_of;                                                // per unit
   std::size_t num_params = 0;             // floats
   std::size_t param_offset = 0;           // floats, from the model's first parameter
 
@@ -338,7 +342,7 @@ struct RankMemory {
   std::size_t grads = 0;          // as many
   std::size_t optimizer = 0;      // optimizer state: the parameters (this replica's shard) x RunPlan::optimizer_states
   std::size_t rings = 0;          // ring stores: per stage, capacity x slot bytes
-  std::size_t sequences = 0;      // sequence slices: per stage, its sequence slots (StagePlan::sequence_bytes)
+  std::size_t sequences = 0;      // sequence slices: per stage, its sequence and gradient slots (StagePlan)
   std::size_t workspaces = 0;     // per stage: three activation workspaces and the state workspace
   std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchBytes on the run's device)
   std::size_t messages = 0;       // message buffers, and the tied head's gradient inbox

@@ -106,11 +106,13 @@ class StageDevice {
   // Sequence slices (Seq1F1B): the layer calls that follow compute tokens
   // [begin, end) of each sample's sequence, their tensors (samples,
   // end - begin, ...); `sequences[layer]` is an attention layer's part of
-  // the microbatch's sequence slot (StagePlan::sequence_offset), null for
-  // the others. begin = end = 0: whole sequences (the default).
+  // the microbatch's sequence slot (its q, k, v; StagePlan::sequence_offset)
+  // and `gradients[layer]` of its gradient slot (their gradients, during
+  // the sequence's backward), null for the others. begin = end = 0: whole
+  // sequences (the default).
   struct Slice {
     int begin = 0, end = 0;
-    std::span<std::byte* const> sequences;
+    std::span<std::byte* const> sequences, gradients;
   };
   virtual void SetSlice(const Slice& slice) = 0;
 };

@@ -32,6 +32,9 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
     sequences_.push_back(sp.sequence_bytes > 0
                              ? dev_.Allocate(sp.sequence_bytes * static_cast<std::size_t>(sp.sequence_capacity))
                              : nullptr);
+    gradients_.push_back(sp.sequence_bytes > 0
+                             ? dev_.Allocate(sp.sequence_bytes * static_cast<std::size_t>(sp.gradient_capacity))
+                             : nullptr);
   }
   if (plan.slices > 1) {
     const auto slice = static_cast<std::size_t>(plan.rows) * static_cast<std::size_t>(plan.slice_tokens);
@@ -300,13 +303,16 @@ StepStats Executor::RunStep(const Batch& batch) {
 void Executor::SetSlice(int local, int j, bool train) {
   const StagePlan& sp = plan_.local_stages[static_cast<std::size_t>(local)];
   const auto seq = static_cast<std::size_t>(j / plan_.slices);
-  std::byte* slot = nullptr;
+  std::byte *slot = nullptr, *gradient = nullptr;
   if (sp.sequence_bytes > 0) {
     const int s = train ? sp.sequence_slot[seq] : sp.evaluation_sequence_slot[seq];
     slot = sequences_[static_cast<std::size_t>(local)] + static_cast<std::size_t>(s) * sp.sequence_bytes;
+    // A gradient slot from the sequence's first input backward to its last.
+    const int g = train ? sp.gradient_slot[seq] : -1;
+    if (g >= 0) gradient = gradients_[static_cast<std::size_t>(local)] + static_cast<std::size_t>(g) * sp.sequence_bytes;
   }
   const auto slice = static_cast<std::size_t>(j % plan_.slices);
-  stages_[static_cast<std::size_t>(local)]->SetSlice(plan_.cuts[slice], plan_.cuts[slice + 1], slot);
+  stages_[static_cast<std::size_t>(local)]->SetSlice(plan_.cuts[slice], plan_.cuts[slice + 1], slot, gradient);
 }
 
 const std::byte* Executor::GatherInputs(const std::byte* inputs, int j, int rows) {

@@ -218,10 +218,10 @@ class Executor {
   bool device_clock_ = false;           // recording, with the device's clock
   std::vector<double> clock_seconds_;   // ApplyDeviceClock's reading (reserved once)
   std::vector<int> full_rows_, round_rows_;  // per microbatch (unit) of a round
-  // Sequence slices: per local stage its sequence slots (StagePlan); a
+  // Sequence slices: per local stage its sequence and gradient slots (StagePlan); a
   // slice's token ids (first stage) and labels (last), gathered from the
   // batch's whole sequences.
-  std::vector<std::byte*> sequences_;
+  std::vector<std::byte*> sequences_, gradients_;
   std::byte* slice_inputs_ = nullptr;
   std::int32_t* slice_labels_ = nullptr;
   // Sliced: sets local stage `local`'s slice for unit j (training or

@@ -12,6 +12,7 @@ Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<Stag
     if (plan_.layer[i] >= 0) {
       device_->AddLayer(model_.ops[static_cast<std::size_t>(plan_.first_op + i)], plan_.rows * plan_.tokens_per_sample);
       layer_sequences_.push_back(nullptr);
+      layer_gradients_.push_back(nullptr);
     }
   }
   // Parameters: one buffer for the stage, carved into the named views the
@@ -62,18 +63,16 @@ View Stage::Act(int i, std::byte* slot, int rows, const std::byte* x) {
   return Workspace(ws_act_, i, rows);
 }
 
-void Stage::SetSlice(int begin, int end, std::byte* sequence_slot) {
+void Stage::SetSlice(int begin, int end, std::byte* sequence_slot, std::byte* gradient_slot) {
   tokens_ = end - begin;
-  std::fill(layer_sequences_.begin(), layer_sequences_.end(), nullptr);
-  if (sequence_slot != nullptr) {
-    for (int i = 0; i < plan_.ops(); ++i) {
-      const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
-      if (op.type == LayerType::kAttention) {
-        layer_sequences_[static_cast<std::size_t>(plan_.layer[i])] = sequence_slot + plan_.sequence_offset[i];
-      }
-    }
+  for (int i = 0; i < plan_.ops(); ++i) {
+    const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
+    if (op.type != LayerType::kAttention) continue;
+    const auto l = static_cast<std::size_t>(plan_.layer[i]);
+    layer_sequences_[l] = sequence_slot != nullptr ? sequence_slot + plan_.sequence_offset[i] : nullptr;
+    layer_gradients_[l] = gradient_slot != nullptr ? gradient_slot + plan_.sequence_offset[i] : nullptr;
   }
-  device_->SetSlice({begin, end, layer_sequences_});
+  device_->SetSlice({begin, end, layer_sequences_, layer_gradients_});
 }
 
 void Stage::RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out) {

@@ -84,11 +84,12 @@ class Stage {
   LossTotals TakeLossTotals() { return device_->TakeLossTotals(); }
 
   // Sequence slices (StagePlan::slices > 1): the calls that follow run the
-  // slice [begin, end) of each sample's sequence, whose q, k, v and their
-  // gradients live in `sequence_slot` (StagePlan::sequence_bytes); the
-  // views they take and give are the slice's (Shaped). begin = end = 0:
-  // whole sequences.
-  void SetSlice(int begin, int end, std::byte* sequence_slot);
+  // slice [begin, end) of each sample's sequence, whose q, k, v live in
+  // `sequence_slot` and their gradients in `gradient_slot` (null outside
+  // the sequence's backward; StagePlan::sequence_bytes each); the views
+  // they take and give are the slice's (Shaped). begin = end = 0: whole
+  // sequences.
+  void SetSlice(int begin, int end, std::byte* sequence_slot, std::byte* gradient_slot);
   // Activation-shaped tensor `t` of the plan for `rows` samples and the
   // current slice's tokens.
   TensorDesc Shaped(const TensorDesc& t, int rows) const {
@@ -122,7 +123,7 @@ class Stage {
   std::byte* ws_skip_ = nullptr;
   std::byte* ws_state_ = nullptr;  // layers' saved states and stashes (state_workspace_bytes)
   int tokens_ = 0;                          // the current slice's tokens (0: whole sequences)
-  std::vector<std::byte*> layer_sequences_;  // per device layer: its part of the sequence slot
+  std::vector<std::byte*> layer_sequences_, layer_gradients_;  // per device layer: its part of the slots
 };
 
 }  // namespace baton

@@ -99,7 +99,8 @@ class HostStageDevice final : public StageDevice {
   LossTotals TakeLossTotals() override { return std::exchange(totals_, LossTotals{}); }
   void SetSlice(const Slice& slice) override {
     for (std::size_t l = 0; l < layers_.size(); ++l) {
-      layers_[l]->SetSlice(slice.begin, slice.end, l < slice.sequences.size() ? slice.sequences[l] : nullptr);
+      layers_[l]->SetSlice(slice.begin, slice.end, l < slice.sequences.size() ? slice.sequences[l] : nullptr,
+                           l < slice.gradients.size() ? slice.gradients[l] : nullptr);
     }
   }
 

@@ -273,7 +273,7 @@ class PositionEmbedding final : public Layer {
 class Attention final : public Layer {
  public:
   Attention(const OpDesc& op, int max_samples)
-      : Layer(op), max_samples_(std::max(max_samples, 1)), attention_({op.seq, op.in, op.heads}, max_samples_) {}
+      : Layer(op), attention_({op.seq, op.in, op.heads}, std::max(max_samples, 1)) {}
 
   void Forward(const ConstView& x, const View& y, float* saved) const override {
     if (sliced()) {
@@ -308,14 +308,11 @@ class Attention final : public Layer {
     return {p + at.w_qkv(), p + at.b_qkv(), p + at.w_proj(), p + at.b_proj()};
   }
   int Samples(const ConstView& x) const { return static_cast<int>(x.desc.shape[0]); }
-  // The slice and its sequence's q, k, v and their gradients (for up to
-  // max_samples_ samples: AttentionLayout::sequence_floats).
+  // The slice and its sequence's q, k, v and their gradients.
   SequenceSlice Sequence() const {
-    float* base = reinterpret_cast<float*>(sequence_);
-    return {slice_begin_, slice_end_, base, base + AttentionLayout(desc()).sequence_dqkv(std::size_t(max_samples_))};
+    return {slice_begin_, slice_end_, reinterpret_cast<float*>(sequence_), reinterpret_cast<float*>(gradient_)};
   }
 
-  int max_samples_;
   mutable CausalSelfAttention attention_;  // its scratch is rewritten by every call
 };
 

@@ -64,12 +64,14 @@ class Layer : public DescribedLayer {
   virtual std::size_t ScratchBytes() const { return 0; }
 
   // Sequence slices: the calls that follow compute tokens [begin, end) of
-  // each sample's sequence (0, 0: whole sequences); `sequence`: an
-  // attention layer's part of the microbatch's sequence slot.
-  void SetSlice(int begin, int end, std::byte* sequence) {
+  // each sample's sequence (0, 0: whole sequences); `sequence` and
+  // `gradient`: an attention layer's parts of the microbatch's sequence
+  // and gradient slots.
+  void SetSlice(int begin, int end, std::byte* sequence, std::byte* gradient) {
     slice_begin_ = begin;
     slice_end_ = end;
     sequence_ = sequence;
+    gradient_ = gradient;
   }
 
   // The per-row forms. x: (rows, in)  y, dy: (rows, out)  dx: (rows, in).
@@ -84,6 +86,7 @@ class Layer : public DescribedLayer {
   float* grads_ = nullptr;
   int slice_begin_ = 0, slice_end_ = 0;
   std::byte* sequence_ = nullptr;
+  std::byte* gradient_ = nullptr;
   bool sliced() const { return slice_end_ > 0; }
 };
 

@@ -63,7 +63,7 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
       }
       mem += plan_detail::StageMemory(run, st, r.reduction.shard_count[k], buffers);
       mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
-      mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity);
+      mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity + st.gradient_capacity);
       slot_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.slot_bytes);
     }
     if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);

@@ -234,14 +234,17 @@ int TakeSlot(std::vector<char>& held) {
 // runs its actions: each unit takes the lowest free ring slot at its F and
 // frees it at its last backward (B, or W); each microbatch takes a
 // sequence slot at its first slice's F and frees it after its units' last
-// backwards (training), or after its last slice's F (evaluation).
+// backwards (training), or after its last slice's F (evaluation), and a
+// gradient slot from its first input backward (B or I) to its last.
 void PlanSliceSlots(const RunPlan& run, int rank, StagePlan& p) {
   const int k = run.slices, units = run.microbatches(), sequences = units / k;
   p.slot_of.assign(static_cast<std::size_t>(units), -1);
   p.sequence_slot.assign(static_cast<std::size_t>(sequences), -1);
   p.evaluation_sequence_slot.assign(static_cast<std::size_t>(sequences), -1);
-  std::vector<char> slots, seq_slots;
-  std::vector<int> left(static_cast<std::size_t>(sequences), k);  // units not yet released
+  p.gradient_slot.assign(static_cast<std::size_t>(sequences), -1);
+  std::vector<char> slots, seq_slots, grad_slots;
+  std::vector<int> left(static_cast<std::size_t>(sequences), k);      // units not yet released
+  std::vector<int> backward(static_cast<std::size_t>(sequences), 0);  // input backwards run
   for (const Action& a : run.lowered.actions[static_cast<std::size_t>(rank)]) {
     ForEachPart(a, [&](const Action& part) {
       if (part.stage != p.stage || !IsCompute(part.kind)) return;
@@ -250,6 +253,10 @@ void PlanSliceSlots(const RunPlan& run, int rank, StagePlan& p) {
         p.slot_of[u] = TakeSlot(slots);
         if (p.sequence_slot[j] < 0) p.sequence_slot[j] = TakeSlot(seq_slots);
         return;
+      }
+      if (part.kind != ActionKind::kBackwardWeight) {  // B or I: the input gradient
+        if (backward[j]++ == 0) p.gradient_slot[j] = TakeSlot(grad_slots);
+        if (backward[j] == k) grad_slots[static_cast<std::size_t>(p.gradient_slot[j])] = 0;
       }
       if (part.kind == ActionKind::kBackwardInput) return;  // W releases
       slots[static_cast<std::size_t>(p.slot_of[u])] = 0;
@@ -266,6 +273,7 @@ void PlanSliceSlots(const RunPlan& run, int rank, StagePlan& p) {
     if (++forwarded[j] == k) eval_slots[static_cast<std::size_t>(p.evaluation_sequence_slot[j])] = 0;
   }
   p.sequence_capacity = static_cast<int>(std::max(seq_slots.size(), eval_slots.size()));
+  p.gradient_capacity = static_cast<int>(grad_slots.size());
 }
 
 // Every stage's boundary tensors, and the rank's own stages.
