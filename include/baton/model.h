@@ -175,12 +175,13 @@ struct AttentionLayout {
   // Per token row: what a call saves, and what I leaves for W.
   std::size_t saved_per_row() const { return 4 * c + heads; }
   std::size_t stash_per_row() const { return 3 * c; }
-  // Sequence slices: what a slice saves per token row (log-sum-exp per
-  // head, the heads' output: its q, k, v live with the sequence), and the
-  // sequence's q, k, v (samples, T, 3C) for `samples` samples: as many
-  // floats again hold their gradients while the sequence runs backward.
-  std::size_t slice_saved_per_row() const { return c + heads; }
-  std::size_t sequence_floats(std::size_t samples) const { return samples * seq * 3 * c; }
+  // Sequence slices: what a slice saves per token row (its queries, the
+  // log-sum-exp per head, the heads' output: its keys and values live
+  // with the sequence), and the sequence's keys and values (samples, T,
+  // 2C) for `samples` samples: as many floats again hold their gradients
+  // while the sequence runs backward.
+  std::size_t slice_saved_per_row() const { return 2 * c + heads; }
+  std::size_t sequence_floats(std::size_t samples) const { return samples * seq * 2 * c; }
 };
 
 // What a layer is, on any backend: its op's description, with the

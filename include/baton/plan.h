@@ -347,16 +347,15 @@ struct RankMemory {
   std::size_t layer_scratch = 0;  // the layers' own scratch (ScratchBytes on the run's device)
   std::size_t messages = 0;       // message buffers, and the tied head's gradient inbox
   // The simulator's memory model in bytes (unit costs): the static bytes
-  // (all but the rings) plus the peak of the ring slots live at once (a
-  // slot is live from its F to its last backward, B or W). <= total():
+  // (all but the rings and sequence slots) plus the peak of the ring slots
+  // live at once (a slot is live from its F to its last backward, B or W)
+  // and, sliced, of the sequences' and their gradients' slots. <= total():
   // a rank with several stages reaches each stage's peak at another time,
   // while each ring holds its own peak.
   double simulated_peak = 0;
 
-  std::size_t static_bytes() const {
-    return params + grads + optimizer + workspaces + layer_scratch + messages + sequences;
-  }
-  std::size_t total() const { return static_bytes() + rings; }
+  std::size_t static_bytes() const { return params + grads + optimizer + workspaces + layer_scratch + messages; }
+  std::size_t total() const { return static_bytes() + rings + sequences; }
   RankMemory& operator+=(const RankMemory& o);
 };
 

@@ -17,7 +17,9 @@
 //   rank): F adds 1/v; I frees (1-r)/v; W frees r/v; B frees 1/v, where
 //   r = M_W/M_B. An OVERLAP_F_B unit adds its F's share, then frees its B's.
 // - Sliced schedules: a unit (slice s) costs slice_cost[s] of a whole
-//   microbatch's time and holds slice_memory[s] of its memory and message.
+//   microbatch's time and holds slice_memory[s] of its memory and message;
+//   its sequence holds sequence_memory while any of its slices is live on
+//   the stage, and as much again while it runs backward.
 #ifndef BATON_SIM_H_
 #define BATON_SIM_H_
 
@@ -75,6 +77,14 @@ struct SimOptions {
   // peak memory reads in the unsliced schedules' unit.
   std::vector<double> slice_cost;
   std::vector<double> slice_memory;
+  // Sliced schedules: what a microbatch's sequence holds on a stage besides
+  // its slices' own activations (the keys and values its later slices
+  // read), a share of M_B, from its first slice's F to the last backward
+  // (B or W) of its slices there; and as much again for their gradients,
+  // from its first input backward (B or I) to its last. With
+  // stage_memory_bytes: `stage_sequence_bytes`, per stage, in bytes.
+  double sequence_memory = 0.0;
+  std::vector<double> stage_sequence_bytes;
   bool record_timeline = true;           // keep every action's start/end
 };
 

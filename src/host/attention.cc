@@ -148,11 +148,13 @@ void CausalSelfAttention::WeightGrads(const AttentionGrads& g, const float* x, c
 }
 
 // ---- Slices ----
-// A slice's saved state: each sample's rows' log-sum-exp per head
-// (samples, H, L), then the heads' output (samples, L, C); L = its tokens.
+// A slice's saved state: its own q (samples, L, C), then each sample's
+// rows' log-sum-exp per head (samples, H, L), then the heads' output
+// (samples, L, C); L = its tokens. Its k and v are written into the
+// sequence's (samples, T, 2C), where the later slices read them.
 
 std::size_t CausalSelfAttention::SliceSavedFloats(int samples, int tokens) const {
-  return static_cast<std::size_t>(samples) * tokens * (shape_.hidden + shape_.heads);
+  return static_cast<std::size_t>(samples) * tokens * (2 * shape_.hidden + shape_.heads);
 }
 
 std::size_t CausalSelfAttention::SliceStashFloats(int samples, int tokens) const {
@@ -163,20 +165,24 @@ void CausalSelfAttention::ForwardSlice(const AttentionParams& p, const float* x,
                                        int samples, const SequenceSlice& sl) {
   const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
   const int b = sl.begin, e = sl.end, L = sl.tokens();
-  float* lse = saved;                                         // (samples, H, L)
-  float* ctx = saved + std::size_t(samples) * H * L;          // (samples, L, C)
+  const Eigen::Index rows = Eigen::Index(samples) * L;
+  float* q_all = saved;                                   // (samples, L, C)
+  float* lse = saved + rows * C;                          // (samples, H, L)
+  float* ctx = lse + Eigen::Index(samples) * H * L;       // (samples, L, C)
+  // q of the slice's rows into its own state, k and v into the sequence's.
+  Mat(q_all, rows, C).rowwise() = ConstRowVector(p.b_qkv, C);
+  AddProduct(Mat(q_all, rows, C), ConstMat(x, rows, C), ConstMat(p.w_qkv, C, 3 * C).leftCols(C));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int n = 0; n < samples; ++n) {
-    float* base = sl.qkv + Eigen::Index(n) * T * 3 * C;  // the sample's sequence
-    // This slice's rows of q, k, v, in place in the sequence's.
-    Mat own(base + Eigen::Index(b) * 3 * C, L, 3 * C);
-    own.rowwise() = ConstRowVector(p.b_qkv, 3 * C);
-    AddProduct(own, ConstMat(x + Eigen::Index(n) * L * C, L, C), ConstMat(p.w_qkv, C, 3 * C));
+    float* kv = sl.kv + Eigen::Index(n) * T * 2 * C;  // the sample's sequence: (T, 2C)
+    Strided own(kv + Eigen::Index(b) * 2 * C, L, 2 * C, Eigen::OuterStride<>(2 * C));
+    own.rowwise() = ConstRowVector(p.b_qkv + C, 2 * C);
+    AddProduct(own, ConstMat(x + Eigen::Index(n) * L * C, L, C), ConstMat(p.w_qkv, C, 3 * C).rightCols(2 * C));
     Mat s(scores_.data(), L, e);
     for (int h = 0; h < H; ++h) {
-      const ConstStrided q(base + Eigen::Index(b) * 3 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided k(base + C + h * D, e, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided v(base + 2 * C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided q(q_all + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
+      const ConstStrided k(kv + h * D, e, D, Eigen::OuterStride<>(2 * C));
+      const ConstStrided v(kv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       Product(s, q, k.transpose(), 0.0f);  // (L, e)
       // Row i is token b + i: it attends to tokens 0..b+i.
       float* row_lse = lse + (Eigen::Index(n) * H + h) * L;
@@ -199,7 +205,6 @@ void CausalSelfAttention::ForwardSlice(const AttentionParams& p, const float* x,
       Product(out, s, v, 0.0f);  // (L, D) = (L, e) (e, D)
     }
   }
-  const Eigen::Index rows = Eigen::Index(samples) * L;
   Mat out(y, rows, C);
   out.rowwise() = ConstRowVector(p.b_proj, C);
   AddProduct(out, ConstMat(ctx, rows, C), ConstMat(p.w_proj, C, C));
@@ -209,21 +214,23 @@ void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const flo
                                              float* dx, float* stash, int samples, const SequenceSlice& sl) {
   const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
   const int b = sl.begin, e = sl.end, L = sl.tokens();
-  const float* lse = saved;
   const Eigen::Index rows = Eigen::Index(samples) * L;
+  const float* q_all = saved;
+  const float* lse = saved + rows * C;
   // The last slice is the sequence's first backward: its gradients start here.
-  if (e == T) Mat(sl.dqkv, Eigen::Index(samples) * T, 3 * C).setZero();
+  if (e == T) Mat(sl.dkv, Eigen::Index(samples) * T, 2 * C).setZero();
   Mat dctx(dctx_.data(), rows, C);
   Product(dctx, ConstMat(dy, rows, C), ConstMat(p.w_proj, C, C).transpose(), 0.0f);  // dy Wp^T
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   Mat prob(scores_.data(), L, e), dprob(dprobs_.data(), L, e);
   for (int n = 0; n < samples; ++n) {
-    const float* base = sl.qkv + Eigen::Index(n) * T * 3 * C;
-    float* dbase = sl.dqkv + Eigen::Index(n) * T * 3 * C;
+    const float* kv = sl.kv + Eigen::Index(n) * T * 2 * C;
+    float* dkv = sl.dkv + Eigen::Index(n) * T * 2 * C;
+    float* own = stash + Eigen::Index(n) * L * 3 * C;  // the slice's rows of dq, dk, dv
     for (int h = 0; h < H; ++h) {
-      const ConstStrided q(base + Eigen::Index(b) * 3 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided k(base + C + h * D, e, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided v(base + 2 * C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      const ConstStrided q(q_all + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
+      const ConstStrided k(kv + h * D, e, D, Eigen::OuterStride<>(2 * C));
+      const ConstStrided v(kv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       const ConstStrided dc(dctx_.data() + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
       Product(prob, q, k.transpose(), 0.0f);
       const float* row_lse = lse + (Eigen::Index(n) * H + h) * L;
@@ -232,7 +239,7 @@ void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const flo
         for (int j = 0; j <= last; ++j) prob(i, j) = std::exp(prob(i, j) * scale - row_lse[i]);
         for (int j = last + 1; j < e; ++j) prob(i, j) = 0.0f;
       }
-      Strided dv(dbase + 2 * C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      Strided dv(dkv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       AddProduct(dv, prob.transpose(), dc);     // += P^T dctx, keys 0..e
       Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
       for (int i = 0; i < L; ++i) {
@@ -242,13 +249,14 @@ void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const flo
         for (int j = 0; j <= last; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
         for (int j = last + 1; j < e; ++j) dprob(i, j) = 0.0f;
       }
-      Strided dq(dbase + Eigen::Index(b) * 3 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
-      Strided dk(dbase + C + h * D, e, D, Eigen::OuterStride<>(3 * C));
+      Strided dq(own + h * D, L, D, Eigen::OuterStride<>(3 * C));
+      Strided dk(dkv + h * D, e, D, Eigen::OuterStride<>(2 * C));
       Product(dq, dprob, k, 0.0f);           // dS K: this slice's queries alone
       AddProduct(dk, dprob.transpose(), q);  // += dS^T Q, keys 0..e
     }
-    // The slice's own rows are final now: W's stash.
-    Mat(stash + Eigen::Index(n) * L * 3 * C, L, 3 * C) = ConstMat(dbase + Eigen::Index(b) * 3 * C, L, 3 * C);
+    // The slice's own rows of dk and dv are final now: W's stash, beside dq.
+    Strided(own + C, L, 2 * C, Eigen::OuterStride<>(3 * C)) =
+        ConstMat(dkv + Eigen::Index(b) * 2 * C, L, 2 * C);
   }
   if (dx != nullptr) {
     Product(Mat(dx, rows, C), ConstMat(stash, rows, 3 * C), ConstMat(p.w_qkv, C, 3 * C).transpose(), 0.0f);
@@ -258,9 +266,9 @@ void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const flo
 void CausalSelfAttention::BackwardWeightSlice(const AttentionGrads& g, const float* x, const float* saved,
                                               const float* dy, const float* stash, int samples,
                                               const SequenceSlice& sl) {
-  const int L = sl.tokens();
-  const float* ctx = saved + std::size_t(samples) * shape_.heads * L;
-  WeightGrads(g, x, ctx, dy, stash, Eigen::Index(samples) * L);
+  const Eigen::Index rows = Eigen::Index(samples) * sl.tokens();
+  const float* ctx = saved + rows * shape_.hidden + rows * shape_.heads;  // past q and the log-sum-exp
+  WeightGrads(g, x, ctx, dy, stash, rows);
 }
 
 }  // namespace baton

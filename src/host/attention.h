@@ -50,20 +50,19 @@ struct AttentionGrads {
 };
 
 // One slice of each sample's sequence (Seq1F1B): tokens [begin, end) of
-// T. The sequence's projected q, k, v live in one place for all its
-// slices, `qkv` (samples, T, 3C): a slice's forward writes its own rows
-// there and reads the keys and values of rows [0, end). Their gradients
-// live in `dqkv` (samples, T, 3C): a slice's input backward writes its
-// rows' dq and ADDS into the key and value gradients of rows [0, end);
-// the slices run backward last first (the last slice, end = T, starts
-// dqkv at zero), so a slice's own rows are final once its own backward has
-// added to them. Both stay with the sequence until its first slice's
-// backward is done.
+// T. The sequence's keys and values live in one place for all its slices,
+// `kv` (samples, T, 2C: k then v a row): a slice's forward writes its own
+// rows there and reads rows [0, end); its queries are its own. Their
+// gradients live in `dkv` (samples, T, 2C): a slice's input backward ADDS
+// into rows [0, end); the slices run backward last first (the last slice,
+// end = T, starts dkv at zero), so a slice's own rows are final once its
+// own backward has added to them. `kv` stays with the sequence until its
+// slices' last backward, `dkv` while the sequence runs backward.
 struct SequenceSlice {
   int begin = 0;
   int end = 0;
-  float* qkv = nullptr;
-  float* dqkv = nullptr;
+  float* kv = nullptr;
+  float* dkv = nullptr;
   int tokens() const { return end - begin; }
 };
 
@@ -95,9 +94,9 @@ class CausalSelfAttention {
 
   // The same three calls for one slice of each sample's sequence: x, y, dy
   // and dx are the slice's tokens (samples, tokens, C); the slice keeps
-  // its rows' log-sum-exp and heads' output (SliceSavedFloats), the
-  // sequence's q, k, v and their gradients are the slice's `qkv` and
-  // `dqkv`, and I leaves the slice's own rows of dqkv for W
+  // its rows' queries, log-sum-exp and heads' output (SliceSavedFloats),
+  // the sequence's keys and values and their gradients are the slice's
+  // `kv` and `dkv`, and I leaves the slice's own rows of dq, dk, dv for W
   // (SliceStashFloats).
   std::size_t SliceSavedFloats(int samples, int tokens) const;
   std::size_t SliceStashFloats(int samples, int tokens) const;

@@ -310,7 +310,7 @@ class Attention final : public Layer {
   int Samples(const ConstView& x) const { return static_cast<int>(x.desc.shape[0]); }
   // The slice and its sequence's q, k, v and their gradients.
   SequenceSlice Sequence() const {
-    return {slice_begin_, slice_end_, reinterpret_cast<float*>(sequence_), reinterpret_cast<float*>(gradient_)};
+    return {slice_begin_, slice_end_, reinterpret_cast<float*>(sequence_), reinterpret_cast<float*>(gradient_)};  // kv, dkv
   }
 
   mutable CausalSelfAttention attention_;  // its scratch is rewritten by every call

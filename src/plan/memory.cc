@@ -51,6 +51,7 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
   const int ranks = run.lowered.ranks;
   std::vector<RankMemory> out(static_cast<std::size_t>(ranks));
   std::vector<double> slot_bytes(static_cast<std::size_t>(run.stages()), 0.0);
+  std::vector<double> sequence_bytes(static_cast<std::size_t>(run.stages()), 0.0);
   std::vector<double> static_bytes(static_cast<std::size_t>(ranks), 0.0);
   for (int rank = 0; rank < ranks; ++rank) {
     const RankPlan r = PlanRank(run, rank);
@@ -65,6 +66,7 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
       mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
       mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity + st.gradient_capacity);
       slot_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.slot_bytes);
+      sequence_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.sequence_bytes);
     }
     if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
     static_bytes[static_cast<std::size_t>(rank)] = static_cast<double>(mem.static_bytes());
@@ -77,6 +79,7 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
   o.rank_static_bytes = static_bytes;
   o.weight_memory_ratio = 1.0;
   o.slice_memory.assign(static_cast<std::size_t>(run.lowered.slices), 1.0);  // a slice holds a whole slot
+  if (run.slices > 1) o.stage_sequence_bytes = sequence_bytes;
   o.record_timeline = false;
   const SimResult sim = Simulate(run.lowered, o);
   for (int rank = 0; rank < ranks; ++rank) {

@@ -114,6 +114,11 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
       }
     }
   }
+  non_negative("sequence_memory", o.sequence_memory);
+  if (!o.stage_sequence_bytes.empty() && static_cast<int>(o.stage_sequence_bytes.size()) != s.stages) {
+    throw ScheduleError(fmt::format("simulation: {} per-stage sequence sizes given, but the schedule has {} stages",
+                                    o.stage_sequence_bytes.size(), s.stages));
+  }
   if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
     throw ScheduleError(
         fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
@@ -217,6 +222,13 @@ class Simulator {
     };
     slice_cost_ = shares(o_.slice_cost);
     slice_memory_ = shares(o_.slice_memory);
+    sequences_live_ = o_.sequence_memory > 0.0 || !o_.stage_sequence_bytes.empty();
+    if (sequences_live_) {
+      // Per (stage, sequence): its slices not yet released, its input backwards run.
+      const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(s_.sequences());
+      sequence_left_.assign(n, k);
+      sequence_backward_.assign(n, 0);
+    }
     slice_comm_.clear();
     for (double share : slice_memory_) {
       slice_comm_.push_back(o_.comm + (o_.bandwidth > 0.0 ? share * o_.message_bytes / o_.bandwidth : 0.0));
@@ -500,6 +512,25 @@ class Simulator {
       if (timed_) time[At(st, mb)] = end;
       if (to >= 0 && to < s_.stages) Wake(s_.stage_rank[to]);
     };
+    // The sequence's keys and values, and their gradients.
+    auto sequence = [&](double share) {
+      rs.memory += share * o_.sequence_memory * mem_per_chunk_[st];
+      rs.peak_memory = std::max(rs.peak_memory, rs.memory);
+      if (stage_bytes_ != nullptr && !o_.stage_sequence_bytes.empty()) {
+        rs.bytes += share * o_.stage_sequence_bytes[static_cast<std::size_t>(st)];
+        rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
+      }
+    };
+    if (sequences_live_) {
+      const std::size_t at = static_cast<std::size_t>(st) * static_cast<std::size_t>(s_.sequences()) +
+                             static_cast<std::size_t>(mb / s_.slices);
+      const bool releases = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight;
+      const bool input = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput;
+      if (a.kind == ActionKind::kForward && sequence_left_[at] == s_.slices && mb % s_.slices == 0) sequence(1.0);
+      if (input && sequence_backward_[at]++ == 0) sequence(1.0);
+      if (input && sequence_backward_[at] == s_.slices) sequence(-1.0);
+      if (releases && --sequence_left_[at] == 0) sequence(-1.0);
+    }
     switch (a.kind) {
       case ActionKind::kForward:
         flags_[At(st, mb)] |= kForwardDone;
@@ -670,6 +701,8 @@ class Simulator {
   std::vector<Costs> cost_;            // per stage, one microbatch
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
   std::vector<double> slice_cost_, slice_memory_, slice_comm_;  // per slice (one entry without slices)
+  bool sequences_live_ = false;                                  // sequence_memory is modelled
+  std::vector<int> sequence_left_, sequence_backward_;           // per (stage, sequence)
   // Per (stage, mb): kForwardDone, kBackwardDone, kRecvF, kRecvB, kSentF, kSentB.
   std::vector<Flags> flags_;
   // Timed, per (stage, mb), what a consumer on another rank reads once the

@@ -185,7 +185,7 @@ void ExpectSlicesMatchTheWholeSequence(const std::vector<int>& cuts) {
 
   // Slices: each a (samples, L, C) tensor of its tokens.
   const int k = static_cast<int>(cuts.size()) - 1;
-  std::vector<float> qkv(std::size_t(samples) * T * 3 * C, 1e30f), dqkv(qkv.size(), 1e30f);  // garbage first
+  std::vector<float> kv(std::size_t(samples) * T * 2 * C, 1e30f), dkv(kv.size(), 1e30f);  // garbage first
   std::vector<std::vector<float>> xs(k), ys(k), dys(k), dxs(k), saveds(k), stashes(k);
   std::vector<SequenceSlice> slices(k);
   auto take = [&](const std::vector<float>& whole, int s) {
@@ -197,7 +197,7 @@ void ExpectSlicesMatchTheWholeSequence(const std::vector<int>& cuts) {
     return out;
   };
   for (int s = 0; s < k; ++s) {
-    slices[s] = {cuts[s], cuts[s + 1], qkv.data(), dqkv.data()};
+    slices[s] = {cuts[s], cuts[s + 1], kv.data(), dkv.data()};
     const int L = slices[s].tokens();
     xs[s] = take(x, s);
     dys[s] = take(dy, s);
