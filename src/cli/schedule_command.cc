@@ -18,6 +18,7 @@ struct ScheduleFlags {
   int ranks = 0;
   int microbatches = 0;
   int chunks = 0;
+  int slices = 0;  // 0: a generator's whole sequences, a file's own
   double memory_limit = 0.0;
   bool lowered = false;
   std::string form = "compute_only";
@@ -36,15 +37,19 @@ Schedule Load(const ScheduleFlags& f) {
   GenerateOptions options;
   options.chunks = f.chunks;
   options.memory_limit = f.memory_limit;
+  if (f.slices < 0) throw ConfigError(fmt::format("--seq-slices must be at least 1, got {}", f.slices));
+  options.slices = f.slices;
   Schedule s = LoadSchedule(f.schedule, ranks, microbatches, options);
   Validate(s);
   return s;
 }
 
 std::string Summary(const Schedule& s) {
-  return fmt::format("{}: {} ranks, {} stages ({} per rank), {} microbatches, {} actions, {} form", s.name, s.ranks,
-                     s.stages, s.chunks(), s.microbatches, s.CountActions(),
-                     s.IsLowered() ? "compute_comms" : "compute_only");
+  const std::string units = s.slices > 1 ? fmt::format("{} microbatches x {} slices ({} units)", s.sequences(),
+                                                      s.slices, s.microbatches)
+                                       : fmt::format("{} microbatches", s.microbatches);
+  return fmt::format("{}: {} ranks, {} stages ({} per rank), {}, {} actions, {} form", s.name, s.ranks, s.stages,
+                     s.chunks(), units, s.CountActions(), s.IsLowered() ? "compute_comms" : "compute_only");
 }
 
 void AddCommonOptions(CLI::App* cmd, ScheduleFlags& f) {
@@ -54,6 +59,8 @@ void AddCommonOptions(CLI::App* cmd, ScheduleFlags& f) {
   cmd->add_option("-v,--chunks", f.chunks, "stages per rank (default: the schedule's own)");
   cmd->add_option("--memory-limit", f.memory_limit,
                   "activation memory a rank may hold, M_B (zb_auto, v_zb, interleaved_1f1b; default: the schedule's)");
+  cmd->add_option("--seq-slices", f.slices,
+                  "each microbatch's sequence in k slices, the units j*k+s (seq1f1b, zb_h1, zb_h2; files: must match)");
 }
 
 }  // namespace

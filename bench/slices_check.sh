@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Sequence slices (Seq1F1B) against whole sequences on the GPT of
+# configs/gpt_fortunes_1f1b.yaml with 1024-token sequences:
+#   1. activation memory per rank (ring slots, and the sequences' key and
+#      value slots), as the plan allocates it (tests/executor/memory_test
+#      asserts the heap equals it), for 1F1B and seq1f1b with k = 2, 4, 8
+#      slices, next to the simulator's peak in whole microbatches (M_B) and
+#      the closed form (p + k - 1) / k (1F1B: p);
+#   2. `baton bench` of 1F1B, of 1F1B at less memory (smaller microbatches;
+#      full recomputation) and of the sliced schedules: step, bubble
+#      (measured and simulated from the measured costs), measured /
+#      predicted, and activation memory.
+#   bench/slices_check.sh [RANKS (memory table)] [RANKS (bench)] [STEPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mem_ranks=${1:-4}
+ranks=${2:-2}
+steps=${3:-5}
+baton=${BATON:-build/baton}
+config=configs/gpt_fortunes_1f1b.yaml
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+common=(--set data.dataset=synthetic_tokens --set data.seq_len=1024 --set train.batch_size=8
+        --set pipeline.checkpointing=none --set pipeline.keep=[])
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# Activation MiB (rings + sequence slots) of each rank, from validate.
+activation() {
+  "$baton" validate "$config" "${common[@]}" "$@" | /usr/bin/python3 -c '
+import re, sys
+out = []
+for line in sys.stdin:
+    m = re.search(r"rank \d+ memory \(MiB\):.* rings ([0-9.]+),.*?(?:sequence slots ([0-9.]+))?; allocated", line)
+    if m:
+        out.append("%.2f" % (float(m.group(1)) + float(m.group(2) or 0)))
+print(" ".join(out))'
+}
+# The simulator's peak (M_B) of each rank, unit costs.
+simulated() {
+  "$baton" simulate -s "$1" -p "$mem_ranks" -m 8 --seq-slices "$2" --json - |
+    /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join("%.3f" % r["peak_memory"] for r in d["ranks_detail"]))'
+}
+
+echo "activation memory per rank, $mem_ranks ranks, 8 microbatches of 1 sequence of 1024 tokens (MiB: ring slots + key/value slots)"
+printf '%-8s %-4s %-36s %-30s %s\n' schedule k "allocated MiB per rank" "simulated M_B per rank" "(p+k-1)/k"
+for k in 1 2 4 8; do
+  s=seq1f1b; [ "$k" = 1 ] && s=1f1b
+  mib=$(activation --set pipeline.ranks="$mem_ranks" --set pipeline.microbatches=8 --set pipeline.schedule=$s --set pipeline.seq_slices=$k)
+  sim=$(simulated $s "$k")
+  printf '%-8s %-4s %-36s %-30s %.3f\n' $s "$k" "$mib" "$sim" "$(echo "($mem_ranks + $k - 1) / $k" | bc -l)"
+done
+
+echo
+echo "baton bench, $ranks ranks, batch 8 of 1024 tokens, $steps steps"
+cases=(
+  "1f1b m4|--set pipeline.schedule=1f1b --set pipeline.microbatches=4"
+  "1f1b m8 (smaller microbatches)|--set pipeline.schedule=1f1b --set pipeline.microbatches=8"
+  "1f1b m4 full recomputation|--set pipeline.schedule=1f1b --set pipeline.microbatches=4 --set pipeline.checkpointing=full"
+  "seq1f1b m4 k2|--set pipeline.schedule=seq1f1b --set pipeline.microbatches=4 --set pipeline.seq_slices=2"
+  "seq1f1b m4 k4|--set pipeline.schedule=seq1f1b --set pipeline.microbatches=4 --set pipeline.seq_slices=4"
+  "seq1f1b m4 k4 compute split|--set pipeline.schedule=seq1f1b --set pipeline.microbatches=4 --set pipeline.seq_slices=4 --set pipeline.seq_split=compute"
+  "seq1f1b m4 k8|--set pipeline.schedule=seq1f1b --set pipeline.microbatches=4 --set pipeline.seq_slices=8"
+  "zb_h1 m4 k4|--set pipeline.schedule=zb_h1 --set pipeline.microbatches=4 --set pipeline.seq_slices=4"
+)
+printf '%-30s %10s %9s %10s %10s  %s\n' case "step ms" bubble simulated "meas/pred" "activation MiB per rank"
+for c in "${cases[@]}"; do
+  label=${c%%|*}
+  read -r -a args <<< "${c#*|}"
+  mib=$(activation --set pipeline.ranks="$ranks" "${args[@]}")
+  mpirun -np "$ranks" "$baton" bench "$config" "${common[@]}" --set pipeline.ranks="$ranks" "${args[@]}" \
+    --steps "$steps" --json "$out/b.json" < /dev/null > /dev/null 2>&1 || { echo "$label: bench failed" >&2; continue; }
+  /usr/bin/python3 - "$out/b.json" "$label" "$mib" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("%-30s %10.1f %8.1f%% %9.1f%% %10.3f  %s" % (sys.argv[2], d["step_time_median_s"] * 1e3, 100 * d["bubble_rate"],
+      100 * d["simulated_bubble_rate"], d["measured_over_predicted"], sys.argv[3]))
+PY
+done
