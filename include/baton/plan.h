@@ -404,7 +404,8 @@ std::string DescribeRunPlan(const TrainConfig& config);
 struct StagePrice {
   Costs costs;            // recomputation included
   double recompute = 0;   // seconds of it in one backward (I, or B)
-  double slot_bytes = 0;
+  double slot_bytes = 0;  // sliced: one slice's
+  double sequence_bytes = 0;  // sliced: a sequence's key/value slot (StagePlan::sequence_bytes)
 };
 StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& layers, int stage, bool split_backward);
 
@@ -444,6 +445,10 @@ struct TuneRequest {
   std::vector<int> microbatches;        // empty: p, 2p, 4p, 8p that divide the batch
   std::vector<int> chunks;              // empty: 2, 4
   std::vector<Checkpointing> policies;  // empty: none, selective, full
+  // Sequence slices to try (a GPT; seq1f1b, zb_h1, zb_h2) and their splits;
+  // empty: the config's own.
+  std::vector<int> slices;
+  std::vector<SeqSplit> seq_splits;
   bool placement = true;                // search the placement (false: the config's partition)
   int top = 10;                         // rows printed
   std::string overlay_path;             // the winner's settings as YAML ("" = none)

@@ -118,6 +118,10 @@ struct RankResult {
   std::vector<int> stages;          // stages held by this rank, ascending
   std::vector<int> peak_in_flight;  // per entry of `stages`: most microbatches
                                     // forwarded but not yet released (B or W)
+  // Sliced schedules, per entry of `stages`: most sequences with a slice
+  // live at once (first slice's F to their slices' last B or W), and most
+  // running backward (first input backward to last). Empty without slices.
+  std::vector<int> peak_sequences, peak_backward_sequences;
   double reduce_end = 0.0;          // with stage_reduce_time: the last gradient sum's end (>= end)
   double exposed_reduce = 0.0;      // reduce_end - end: the sums' time not hidden behind compute
 };

@@ -53,6 +53,10 @@ struct Candidate {
   // count (ranks x chunks + 1 entries); empty = the cost model's own.
   // Filled by the placement search (TuneSpace::cuts).
   std::vector<int> bounds;
+  // Sequence slices a microbatch (seq1f1b, zb_h1, zb_h2) and where they
+  // are cut; 1: whole sequences.
+  int slices = 1;
+  SeqSplit seq_split = SeqSplit::kEven;
 };
 
 // What one candidate costs. Times may be in any one unit (the step time
@@ -96,6 +100,14 @@ struct CandidateCosts {
   std::vector<int> core_pool;
   std::vector<double> pool_cores;
   double waiting_share = 0.0;  // SimOptions::waiting_share
+  // A sliced candidate (Candidate::slices > 1): each slice's share of a
+  // microbatch's time and of its tokens (its message), k entries each
+  // (empty: 1/k); with ring_memory, per stage the bytes of one slice's
+  // ring slot (`slot_bytes`; empty: activation_bytes) and of a sequence's
+  // key/value slot, held by each live sequence and again by each sequence
+  // running backward (`sequence_bytes`; empty: none).
+  std::vector<double> slice_cost, slice_memory;
+  std::vector<double> slot_bytes, sequence_bytes;
 };
 
 // Called once per candidate, in the order of TuneSpace (schedules, then
@@ -113,6 +125,11 @@ struct TuneSpace {
   std::vector<int> chunks = {2};       // v values for interleaved_1f1b / interleaved_zb
   std::vector<Checkpointing> checkpointing = {Checkpointing::kNone};
   std::vector<double> memory_limits = {0.0, kMemoryLimitFromBudget};
+  // Sequence slices: every k for the schedules that run slices
+  // (GeneratorTraits::slices; a schedule that with one slice is another's,
+  // seq1f1b, only k > 1), each split for k > 1; the others k = 1.
+  std::vector<int> slices = {1};
+  std::vector<SeqSplit> seq_splits = {SeqSplit::kEven};
   // The placement search: where a stage may start (top-level layer indices
   // in (0, layers), ascending) for a model of `layers` top-level layers.
   // Empty: no search (the cost model places the stages). Otherwise every

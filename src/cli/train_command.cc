@@ -390,7 +390,7 @@ void AddTrainCommand(CLI::App& app) {
     TuneRequest request;
     std::string profile_path;
     bool config_placement = false;
-    std::string schedules, microbatches, chunks, policies;
+    std::string schedules, microbatches, chunks, policies, slices, splits;
   };
   auto tflags = std::make_shared<TuneFlags>();
   CLI::App* tune = app.add_subcommand(
@@ -406,6 +406,9 @@ void AddTrainCommand(CLI::App& app) {
   tune->add_option("--microbatches", tflags->microbatches, "microbatch counts (default: p, 2p, 4p, 8p dividing the batch)");
   tune->add_option("--chunks", tflags->chunks, "chunk counts for the interleaved schedules (default 2,4)");
   tune->add_option("--policies", tflags->policies, "checkpointing policies (default none,selective,full)");
+  tune->add_option("--seq-slices", tflags->slices,
+                   "a GPT's sequence slices to try, e.g. 1,2,4 (seq1f1b, zb_h1, zb_h2; default: the config's)");
+  tune->add_option("--seq-splits", tflags->splits, "with slices: even, compute or both (default: the config's)");
   tune->add_option("--top", tflags->request.top, "rows of the ranking to print (default 10)");
   tune->add_option("--overlay", tflags->request.overlay_path, "write the winner's settings as a YAML overlay");
   tune->callback([tflags] {
@@ -419,6 +422,14 @@ void AddTrainCommand(CLI::App& app) {
         throw ConfigError(fmt::format("tune: --policies: '{}' is not one of {}", p, EnumNameList<Checkpointing>()));
       }
       r.policies.push_back(*policy);
+    }
+    r.slices = WholeNumbers(tflags->slices, "tune");
+    for (const std::string& s : Split(tflags->splits)) {
+      const std::optional<SeqSplit> split = ParseEnum<SeqSplit>(s);
+      if (!split) {
+        throw ConfigError(fmt::format("tune: --seq-splits: '{}' is not one of {}", s, EnumNameList<SeqSplit>()));
+      }
+      r.seq_splits.push_back(*split);
     }
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
     r.placement = !tflags->config_placement;

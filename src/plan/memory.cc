@@ -91,7 +91,8 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
 std::vector<double> StaticBytesCache::operator()(const RunPlan& shape, Placement placement, int ranks,
                                                  bool split_backward) {
   const int S = shape.stages();
-  const int m = shape.batch_size / std::max(shape.rows, 1);
+  // The step's units: its microbatches, each in its slices (a message buffer each).
+  const int m = shape.batch_size / std::max(shape.rows, 1) * shape.slices;
   std::vector<RankMemory> mem(static_cast<std::size_t>(ranks));
   for (int s = 0; s < S; ++s) {
     const int rank = StageRank(placement, s, ranks);

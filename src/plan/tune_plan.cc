@@ -80,6 +80,17 @@ class ProfilePricer {
       out.activation_bytes.push_back(price.slot_bytes);
     }
     out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
+    if (c.slices > 1) {
+      // A slice costs its share of the microbatch's profiled work, sends its
+      // tokens, holds a slice's slot; its sequence a key/value slot.
+      out.slice_cost = shape->plan.slice_cost;
+      out.slice_memory = shape->plan.slice_token_share;
+      for (int s = 0; s < shape->plan.stages(); ++s) {
+        const StagePrice& price = shape->Price(s, traits.split_backward);
+        out.slot_bytes.push_back(price.slot_bytes);
+        out.sequence_bytes.push_back(price.sequence_bytes);
+      }
+    }
     out.weight_memory_ratio = 1.0;  // a ring slot is held until its W
     out.ring_memory = true;         // each stage's ring as deep as its peak, allocated at setup
     out.latency = Latency(profile_);
@@ -108,12 +119,15 @@ class ProfilePricer {
   };
 
   Shape* ShapeOf(const Candidate& c, int stages, std::string* invalid) {
-    const auto key = std::make_tuple(c.microbatches, static_cast<int>(c.checkpointing), stages);
+    const auto key = std::make_tuple(c.microbatches, static_cast<int>(c.checkpointing), stages, c.slices,
+                                     static_cast<int>(c.seq_split));
     auto it = shapes_.find(key);
     if (it != shapes_.end()) return it->second.get();
     TrainConfig planned = config_;
     planned.pipeline.microbatches = c.microbatches;
     planned.pipeline.checkpointing = c.checkpointing;
+    planned.pipeline.seq_slices = c.slices;
+    planned.pipeline.seq_split = c.seq_split;
     planned.pipeline.keep =
         c.checkpointing == Checkpointing::kSelective ? SelectiveKeep(config_) : std::vector<LayerType>{};
     // A placement the search sets, or the config's (auto: balanced until searched).
@@ -136,7 +150,7 @@ class ProfilePricer {
   ModelDesc model_;
   std::vector<int> core_pool_;
   std::vector<double> pool_cores_;
-  std::map<std::tuple<int, int, int>, std::unique_ptr<Shape>> shapes_;
+  std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<Shape>> shapes_;
 };
 
 TuneSpace SpaceOf(const TrainConfig& config, const ModelDesc& model, const TuneRequest& req) {
@@ -158,6 +172,8 @@ TuneSpace SpaceOf(const TrainConfig& config, const ModelDesc& model, const TuneR
                                              : req.policies;
   // Limits a config can state: the schedules' own (an overlay names no limit).
   space.memory_limits = {0.0};
+  space.slices = req.slices.empty() ? std::vector<int>{config.pipeline.seq_slices} : req.slices;
+  space.seq_splits = req.seq_splits.empty() ? std::vector<SeqSplit>{config.pipeline.seq_split} : req.seq_splits;
   if (req.placement || config.pipeline.partition == Partition::kAuto) {
     space.cuts = PlacementCuts(config, model);
     space.layers = model.top_layers();
@@ -166,15 +182,20 @@ TuneSpace SpaceOf(const TrainConfig& config, const ModelDesc& model, const TuneR
 }
 
 std::string Table(const TrainConfig& config, const ModelDesc& model, const TuneReport& report, int top) {
-  std::string text = fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:>10} {:>7} {:>12}  {:<24} {}\n", "rank",
-                                 "schedule", "m", "v", "policy", "step ms", "bubble", "peak/rank", "layout", "fits");
+  std::string text = fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:<10} {:>10} {:>7} {:>12}  {:<24} {}\n", "rank",
+                                 "schedule", "m", "v", "policy", "slices", "step ms", "bubble", "peak/rank", "layout",
+                                 "fits");
   const std::size_t rows = std::min<std::size_t>(report.ranked.size(), static_cast<std::size_t>(std::max(top, 1)));
   for (std::size_t i = 0; i < rows; ++i) {
     const CandidateResult& r = report.ranked[i];
     const std::string layout = r.candidate.bounds.empty() ? "(config's)" : LayoutText(config, model, r.candidate.bounds);
-    text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:>10} {:>6.1f}% {:>12}  {:<24} {}\n", i + 1,
+    const std::string slices = r.candidate.slices > 1
+                                   ? fmt::format("{}:{}", r.candidate.slices, EnumName(r.candidate.seq_split))
+                                   : "1";
+    text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:<10} {:>10} {:>6.1f}% {:>12}  {:<24} {}\n", i + 1,
                         r.candidate.schedule, r.candidate.microbatches, r.candidate.chunks,
-                        EnumName(r.candidate.checkpointing), r.simulated ? fmt::format("{:.2f}", r.step_time * 1e3) : "-",
+                        EnumName(r.candidate.checkpointing), slices,
+                        r.simulated ? fmt::format("{:.2f}", r.step_time * 1e3) : "-",
                         100 * r.bubble_rate, r.simulated ? Mib(r.max_peak_bytes) : "-", layout,
                         r.feasible ? "yes" : "no: " + r.why_not);
   }
@@ -205,6 +226,10 @@ std::string Overlay(const TrainConfig& config, const ModelDesc& model, const Tun
     std::vector<std::string> names;
     for (LayerType t : SelectiveKeep(config)) names.emplace_back(EnumName(t));
     overlay += fmt::format("  keep: [{}]\n", fmt::join(names, ", "));
+  }
+  if (c.slices > 1 || config.pipeline.seq_slices > 1) {
+    overlay += fmt::format("  seq_slices: {}\n", c.slices);
+    if (c.slices > 1) overlay += fmt::format("  seq_split: {}\n", EnumName(c.seq_split));
   }
   if (!c.bounds.empty()) {
     overlay += fmt::format("  {}: {}\n", config.model.gpt ? "layout" : "partition",
@@ -244,6 +269,7 @@ StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& lay
   }
   out.costs = Costs{f, i + out.recompute, w + (split_backward ? out.recompute : 0.0)};
   out.slot_bytes = static_cast<double>(st.slot_bytes);
+  out.sequence_bytes = static_cast<double>(st.sequence_bytes);
   return out;
 }
 
@@ -370,6 +396,8 @@ PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profil
   space.chunks = {config.pipeline.chunks > 0 ? config.pipeline.chunks : traits.default_chunks};
   space.checkpointing = {config.pipeline.checkpointing};
   space.memory_limits = {0.0};
+  space.slices = {config.pipeline.seq_slices};
+  space.seq_splits = {config.pipeline.seq_split};
   space.cuts = PlacementCuts(config, pricer.model());
   space.layers = pricer.model().top_layers();
   TuneOptions options;

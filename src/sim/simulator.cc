@@ -222,7 +222,11 @@ class Simulator {
     };
     slice_cost_ = shares(o_.slice_cost);
     slice_memory_ = shares(o_.slice_memory);
-    sequences_live_ = o_.sequence_memory > 0.0 || !o_.stage_sequence_bytes.empty();
+    sequences_live_ = s_.slices > 1;
+    live_sequences_.assign(S, 0);
+    peak_sequences_.assign(S, 0);
+    backward_sequences_.assign(S, 0);
+    peak_backward_sequences_.assign(S, 0);
     if (sequences_live_) {
       // Per (stage, sequence): its slices not yet released, its input backwards run.
       const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(s_.sequences());
@@ -526,10 +530,22 @@ class Simulator {
                              static_cast<std::size_t>(mb / s_.slices);
       const bool releases = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight;
       const bool input = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput;
-      if (a.kind == ActionKind::kForward && sequence_left_[at] == s_.slices && mb % s_.slices == 0) sequence(1.0);
-      if (input && sequence_backward_[at]++ == 0) sequence(1.0);
-      if (input && sequence_backward_[at] == s_.slices) sequence(-1.0);
-      if (releases && --sequence_left_[at] == 0) sequence(-1.0);
+      if (a.kind == ActionKind::kForward && sequence_left_[at] == s_.slices && mb % s_.slices == 0) {
+        sequence(1.0);
+        peak_sequences_[st] = std::max(peak_sequences_[st], ++live_sequences_[st]);
+      }
+      if (input && sequence_backward_[at]++ == 0) {
+        sequence(1.0);
+        peak_backward_sequences_[st] = std::max(peak_backward_sequences_[st], ++backward_sequences_[st]);
+      }
+      if (input && sequence_backward_[at] == s_.slices) {
+        sequence(-1.0);
+        --backward_sequences_[st];
+      }
+      if (releases && --sequence_left_[at] == 0) {
+        sequence(-1.0);
+        --live_sequences_[st];
+      }
     }
     switch (a.kind) {
       case ActionKind::kForward:
@@ -661,6 +677,10 @@ class Simulator {
       RankResult& out = res.per_rank[s_.stage_rank[st]];
       out.stages.push_back(st);
       out.peak_in_flight.push_back(peak_in_flight_[st]);
+      if (s_.slices > 1) {
+        out.peak_sequences.push_back(peak_sequences_[st]);
+        out.peak_backward_sequences.push_back(peak_backward_sequences_[st]);
+      }
     }
     if (!o_.stage_reduce_time.empty()) {
       // Each rank's gradient sums, one after another, each from its stage's
@@ -701,7 +721,9 @@ class Simulator {
   std::vector<Costs> cost_;            // per stage, one microbatch
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
   std::vector<double> slice_cost_, slice_memory_, slice_comm_;  // per slice (one entry without slices)
-  bool sequences_live_ = false;                                  // sequence_memory is modelled
+  bool sequences_live_ = false;                                  // sliced: sequences are counted
+  std::vector<int> live_sequences_, peak_sequences_;             // per stage
+  std::vector<int> backward_sequences_, peak_backward_sequences_;  // per stage
   std::vector<int> sequence_left_, sequence_backward_;           // per (stage, sequence)
   // Per (stage, mb): kForwardDone, kBackwardDone, kRecvF, kRecvB, kSentF, kSentB.
   std::vector<Flags> flags_;

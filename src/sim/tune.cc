@@ -47,6 +47,10 @@ void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stag
   expect("recompute", k.recompute.size(), stages, "stages", true);
   expect("activation_bytes", k.activation_bytes.size(), stages, "stages", false);
   expect("static_bytes", k.static_bytes.size(), ranks, "ranks", false);
+  expect("slot_bytes", k.slot_bytes.size(), stages, "stages", true);
+  expect("sequence_bytes", k.sequence_bytes.size(), stages, "stages", true);
+  expect("slice_cost", k.slice_cost.size(), c.slices, "slices", true);
+  expect("slice_memory", k.slice_memory.size(), c.slices, "slices", true);
 }
 
 struct CachedSchedule {
@@ -68,15 +72,28 @@ class Tuner {
       const std::vector<int> chunk_values = traits.any_chunks ? space_.chunks : std::vector<int>{traits.default_chunks};
       std::vector<double> limits = {0.0};
       if (traits.memory_limit) limits = space_.memory_limits;
+      // Slices where the schedule runs them (and k = 1 unless it is then
+      // another schedule); a split for each k > 1.
+      std::vector<std::pair<int, SeqSplit>> slicings;
+      for (int k : traits.slices ? space_.slices : std::vector<int>{1}) {
+        if (k == 1 && !traits.one_slice_is.empty()) continue;
+        if (k == 1) {
+          slicings.emplace_back(1, SeqSplit::kEven);
+          continue;
+        }
+        for (SeqSplit split : space_.seq_splits) slicings.emplace_back(k, split);
+      }
       for (int m : space_.microbatches) {
         for (int v : chunk_values) {
           for (Checkpointing policy : space_.checkpointing) {
             for (double limit : limits) {
-              Candidate c{name, m, v, policy, limit, {}};
-              report.ranked.push_back(space_.cuts.empty() ? Price(c, traits) : SearchPlacement(c, traits));
-              if (report.ranked.back().simulated) ++report.simulated;
-              report.layouts += report.ranked.back().layouts;
-              report.layouts_simulated += report.ranked.back().layouts_simulated;
+              for (const auto& [k, split] : slicings) {
+                Candidate c{name, m, v, policy, limit, {}, k, split};
+                report.ranked.push_back(space_.cuts.empty() ? Price(c, traits) : SearchPlacement(c, traits));
+                if (report.ranked.back().simulated) ++report.simulated;
+                report.layouts += report.ranked.back().layouts;
+                report.layouts_simulated += report.ranked.back().layouts_simulated;
+              }
             }
           }
         }
@@ -95,8 +112,13 @@ class Tuner {
       throw ScheduleError(
           fmt::format("tune: the per-rank memory budget must be a number of bytes > 0, got {}", options_.memory_bytes));
     }
-    if (space_.schedules.empty() || space_.microbatches.empty() || space_.checkpointing.empty()) {
-      throw ScheduleError("tune: the search space needs at least one schedule, microbatch count and policy");
+    if (space_.schedules.empty() || space_.microbatches.empty() || space_.checkpointing.empty() ||
+        space_.slices.empty() || space_.seq_splits.empty()) {
+      throw ScheduleError(
+          "tune: the search space needs at least one schedule, microbatch count, policy, slice count and split");
+    }
+    for (int k : space_.slices) {
+      if (k < 1) throw ScheduleError(fmt::format("tune: a slice count is at least 1, got {}", k));
     }
     for (const std::string& name : space_.schedules) TraitsOf(name);  // unknown names throw
     for (double limit : space_.memory_limits) {
@@ -245,6 +267,7 @@ class Tuner {
 
     GenerateOptions g;
     g.chunks = c.chunks;
+    g.slices = c.slices;
     g.memory_limit = c.memory_limit;
     if (c.memory_limit == kMemoryLimitFromBudget) {
       const std::optional<double> limit = LimitFromBudget(c, k, r);
@@ -285,6 +308,8 @@ class Tuner {
     o.core_pool = std::move(k.core_pool);
     o.pool_cores = std::move(k.pool_cores);
     o.waiting_share = k.waiting_share;
+    o.slice_cost = std::move(k.slice_cost);
+    o.slice_memory = std::move(k.slice_memory);
     o.record_timeline = false;
     const SimResult sim = Simulate(*schedule, o);  // options out of range throw, naming the field
 
@@ -296,9 +321,16 @@ class Tuner {
       const RankResult& rr = sim.per_rank[rank];
       double activations = rr.peak_memory_bytes;
       if (k.ring_memory) {
+        // Each stage's ring as deep as its peak; sliced, its slots a slice's,
+        // and its sequences' key/value slots (and gradient slots) as many as
+        // are live at once.
         activations = 0;
         for (std::size_t i = 0; i < rr.stages.size(); ++i) {
-          activations += rr.peak_in_flight[i] * o.stage_memory_bytes[static_cast<std::size_t>(rr.stages[i])];
+          const auto s = static_cast<std::size_t>(rr.stages[i]);
+          activations += rr.peak_in_flight[i] * (k.slot_bytes.empty() ? o.stage_memory_bytes[s] : k.slot_bytes[s]);
+          if (!k.sequence_bytes.empty() && i < rr.peak_sequences.size()) {
+            activations += (rr.peak_sequences[i] + rr.peak_backward_sequences[i]) * k.sequence_bytes[s];
+          }
         }
       }
       r.peak_bytes[rank] = k.static_bytes[rank] + activations;
@@ -341,7 +373,7 @@ class Tuner {
   }
 
   const CachedSchedule& Cached(const Candidate& c, const GenerateOptions& g) {
-    const auto key = std::make_tuple(c.schedule, c.microbatches, c.chunks, g.memory_limit);
+    const auto key = std::make_tuple(c.schedule, c.microbatches, c.chunks, g.memory_limit, c.slices);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     CachedSchedule entry;
@@ -359,7 +391,8 @@ class Tuner {
     auto& all = report.ranked;
     auto key = [](const CandidateResult& r) {
       return std::make_tuple(r.candidate.schedule, r.candidate.microbatches, r.candidate.chunks,
-                             EnumName(r.candidate.checkpointing), r.candidate.memory_limit);
+                             EnumName(r.candidate.checkpointing), r.candidate.memory_limit, r.candidate.slices,
+                             EnumName(r.candidate.seq_split));
     };
     // Stable: the ones that could not run keep their search order.
     std::stable_sort(all.begin(), all.end(), [&](const CandidateResult& a, const CandidateResult& b) {
@@ -385,7 +418,7 @@ class Tuner {
   const TuneSpace& space_;
   const CostModel& model_;
   const TuneOptions& options_;
-  std::map<std::tuple<std::string, int, int, double>, CachedSchedule> cache_;
+  std::map<std::tuple<std::string, int, int, double, int>, CachedSchedule> cache_;
 };
 
 }  // namespace

@@ -203,6 +203,36 @@ TEST(Profile, AutomaticPlacementIsTheFastestOfEveryPlacementPredicted) {
   }
 }
 
+// Sliced (seq1f1b, zb_h1 over 2 and 4 slices of the tiny GPT's sequence):
+// the tuner prices the slices' rings and the sequences' key/value slots
+// from the simulator's peaks; that is what the plan's walk over the
+// rank's actions allocates (PlanMemory), and the step what the placed
+// plan predicts.
+TEST(Profile, SlicedPlacementsCostWhatThePlanAllocates) {
+  for (const std::string schedule : {"seq1f1b", "zb_h1"}) {
+    for (const std::string k : {"2", "4"}) {
+      for (const std::string split : {"even", "compute"}) {
+        const TrainConfig gpt = LoadTrainConfig(
+            BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml",
+            {"pipeline.ranks=2", "pipeline.layout=auto", "pipeline.schedule=" + schedule, "pipeline.seq_slices=" + k,
+             "pipeline.seq_split=" + split});
+        const Profile p = MadeUp(gpt, {2}, 1);
+        const PlacementChoice choice = ChoosePlacement(gpt, p);
+        const RunPlan placed = PlanRun(WithPlacement(gpt, ModelOf(gpt), choice.bounds));
+        ASSERT_EQ(placed.slices, std::stoi(k));
+        EXPECT_NEAR(PredictFromProfile(placed, p).sim.makespan, choice.step_s, 1e-12 * choice.step_s);
+        const std::vector<RankMemory> mem = PlanMemory(placed);
+        ASSERT_EQ(choice.peak_bytes.size(), mem.size());
+        for (std::size_t r = 0; r < mem.size(); ++r) {
+          EXPECT_GT(mem[r].sequences, 0u);
+          EXPECT_DOUBLE_EQ(choice.peak_bytes[r], static_cast<double>(mem[r].total()))
+              << schedule << " k " << k << " " << split << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(Profile, APlacementBudgetNothingFitsNamesTheLeastAnyNeeds) {
   const TrainConfig c =
       Tiny({"pipeline.ranks=2", "pipeline.partition=auto", "pipeline.memory_bytes=1000"});

@@ -194,6 +194,51 @@ TEST(Tune, PeakBytesAreStaticPlusActivationsAndRecomputeLengthensBackwards) {
   EXPECT_EQ(report.ranked[0].candidate.checkpointing, "none");
 }
 
+// The slice axis: seq1f1b only sliced (unsliced it is 1f1b), 1f1b only
+// whole, zb_h1 both, each k > 1 with each split; a sliced candidate's step
+// and ring memory from the closed forms: 1F1B over m k units of 3/k (F, I,
+// W = 1 a microbatch), rank 0 holding p + k - 1 slices of a slot each, and
+// its sequences' key/value slots at their peak. By hand for p = 4, k = 4:
+// rank 0 runs F0..F5, then F6 B3, F7 B2, F8 B1, F9 B0: before B0 frees
+// microbatch 0, microbatches 0, 1 and 2 (units 8, 9) are live, and one
+// runs backward: 3 + 1 slots.
+TEST(Tune, SlicesAreOneMoreAxisAndPriceTheirSlotsAndSequences) {
+  const int p = 4, m = 8;
+  TuneSpace space;
+  space.ranks = p;
+  space.schedules = {"1f1b", "seq1f1b", "zb_h1"};
+  space.microbatches = {m};
+  space.slices = {1, 2, 4};
+  space.seq_splits = {SeqSplit::kEven, SeqSplit::kCompute};
+  const double slot = 1e6, sequence = 3e6, stat = 1e8;
+  auto model = [&](const Candidate& c) {
+    CandidateCosts k;
+    k.stage_costs.assign(p, Costs{1, 1, 1});
+    k.activation_bytes.assign(p, 4 * slot);
+    k.static_bytes.assign(p, stat);
+    k.ring_memory = true;
+    if (c.slices > 1) {
+      k.slot_bytes.assign(p, slot);
+      k.sequence_bytes.assign(p, sequence);
+    }
+    return k;
+  };
+  TuneOptions options;
+  options.memory_bytes = 1e12;
+  const TuneReport report = Tune(space, model, options);
+  // 1f1b: k 1; seq1f1b: k 2, 4 x 2 splits; zb_h1: k 1, and 2, 4 x 2 splits.
+  ASSERT_EQ(report.ranked.size(), 1u + 4u + 5u);
+  for (const CandidateResult& r : report.ranked) {
+    const Candidate& c = r.candidate;
+    EXPECT_TRUE(c.schedule != "1f1b" || c.slices == 1);
+    EXPECT_TRUE(c.schedule != "seq1f1b" || c.slices > 1);
+    if (c.schedule != "seq1f1b" || c.slices != 4) continue;
+    const int n = m * c.slices;
+    EXPECT_NEAR(r.step_time, (n + p - 1) * 3.0 / c.slices, 1e-9);
+    EXPECT_NEAR(r.peak_bytes[0], stat + (p + c.slices - 1) * slot + (3 + 1) * sequence, 1e-3);
+  }
+}
+
 TEST(Tune, ABudgetNothingFitsIsAnsweredWithTheSmallestNeed) {
   const int p = 4;
   const ToyModel model;
