@@ -135,6 +135,18 @@ std::vector<std::string> Split(const std::string& s) {
   return out;
 }
 
+// A comma-separated list of a named enum's values, for tune's `flag`.
+template <NamedEnum E>
+std::vector<E> EnumList(const std::string& text, const char* flag) {
+  std::vector<E> out;
+  for (const std::string& word : Split(text)) {
+    const std::optional<E> value = ParseEnum<E>(word);
+    if (!value) throw ConfigError(fmt::format("tune: {}: '{}' is not one of {}", flag, word, EnumNameList<E>()));
+    out.push_back(*value);
+  }
+  return out;
+}
+
 void PrintReport(const BenchReport& b) {
   std::string out = fmt::format(
       "bench {}: {} ranks, {} microbatches, {} chunk(s) per rank, batch {}; {} warm-up + {} measured steps\n",
@@ -416,21 +428,9 @@ void AddTrainCommand(CLI::App& app) {
     r.schedules = Split(tflags->schedules);
     r.microbatches = WholeNumbers(tflags->microbatches, "tune");
     r.chunks = WholeNumbers(tflags->chunks, "tune");
-    for (const std::string& p : Split(tflags->policies)) {
-      const std::optional<Checkpointing> policy = ParseEnum<Checkpointing>(p);
-      if (!policy) {
-        throw ConfigError(fmt::format("tune: --policies: '{}' is not one of {}", p, EnumNameList<Checkpointing>()));
-      }
-      r.policies.push_back(*policy);
-    }
+    r.policies = EnumList<Checkpointing>(tflags->policies, "--policies");
     r.slices = WholeNumbers(tflags->slices, "tune");
-    for (const std::string& s : Split(tflags->splits)) {
-      const std::optional<SeqSplit> split = ParseEnum<SeqSplit>(s);
-      if (!split) {
-        throw ConfigError(fmt::format("tune: --seq-splits: '{}' is not one of {}", s, EnumNameList<SeqSplit>()));
-      }
-      r.seq_splits.push_back(*split);
-    }
+    r.seq_splits = EnumList<SeqSplit>(tflags->splits, "--seq-splits");
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
     r.placement = !tflags->config_placement;
     std::string source;

@@ -21,6 +21,48 @@ using ConstStrided = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 using ConstRowVector = Eigen::Map<const Eigen::RowVectorXf>;
 using RowVector = Eigen::Map<Eigen::RowVectorXf>;
 
+// Row i of `s` holds the scores of token `first + i`, which attends to
+// tokens 0..first+i: they become its softmax (of the scores times
+// `scale`), the rest zero, and lse[i] its log-sum-exp.
+void CausalSoftmax(Mat& s, int first, float scale, float* lse) {
+  for (Eigen::Index i = 0; i < s.rows(); ++i) {
+    auto r = s.row(i);
+    const Eigen::Index last = first + i;
+    float m = -std::numeric_limits<float>::infinity();
+    for (Eigen::Index j = 0; j <= last; ++j) m = std::max(m, r(j) * scale);
+    float sum = 0.0f;
+    for (Eigen::Index j = 0; j <= last; ++j) {
+      r(j) = std::exp(r(j) * scale - m);
+      sum += r(j);
+    }
+    const float inv = 1.0f / sum;
+    for (Eigen::Index j = 0; j <= last; ++j) r(j) *= inv;
+    for (Eigen::Index j = last + 1; j < s.cols(); ++j) r(j) = 0.0f;
+    lse[i] = m + std::log(sum);
+  }
+}
+
+// The same probabilities again, from the scores and the saved log-sum-exp.
+void CausalProbabilities(Mat& prob, int first, float scale, const float* lse) {
+  for (Eigen::Index i = 0; i < prob.rows(); ++i) {
+    const Eigen::Index last = first + i;
+    for (Eigen::Index j = 0; j <= last; ++j) prob(i, j) = std::exp(prob(i, j) * scale - lse[i]);
+    for (Eigen::Index j = last + 1; j < prob.cols(); ++j) prob(i, j) = 0.0f;
+  }
+}
+
+// Softmax backward, row by row: dprob (the probabilities' gradient)
+// becomes the scores' gradient p (dp - sum_k p_k dp_k), times `scale`.
+void SoftmaxBackward(const Mat& prob, Mat& dprob, int first, float scale) {
+  for (Eigen::Index i = 0; i < prob.rows(); ++i) {
+    const Eigen::Index last = first + i;
+    float dot = 0.0f;
+    for (Eigen::Index j = 0; j <= last; ++j) dot += prob(i, j) * dprob(i, j);
+    for (Eigen::Index j = 0; j <= last; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
+    for (Eigen::Index j = last + 1; j < prob.cols(); ++j) dprob(i, j) = 0.0f;
+  }
+}
+
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const AttentionShape& shape, int max_samples)
@@ -60,21 +102,7 @@ void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, floa
       const ConstStrided v(base + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Product(s, q, k.transpose(), 0.0f);  // (T, T) = (T, D) (D, T)
       // Row i attends to positions 0..i: softmax over them, zero beyond.
-      float* row_lse = lse + (Eigen::Index(n) * H + h) * T;
-      for (int i = 0; i < T; ++i) {
-        auto r = s.row(i);
-        float m = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j <= i; ++j) m = std::max(m, r(j) * scale);
-        float sum = 0.0f;
-        for (int j = 0; j <= i; ++j) {
-          r(j) = std::exp(r(j) * scale - m);
-          sum += r(j);
-        }
-        const float inv = 1.0f / sum;
-        for (int j = 0; j <= i; ++j) r(j) *= inv;
-        for (int j = i + 1; j < T; ++j) r(j) = 0.0f;
-        row_lse[i] = m + std::log(sum);
-      }
+      CausalSoftmax(s, 0, scale, lse + (Eigen::Index(n) * H + h) * T);
       Strided out(ctx + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
       Product(out, s, v, 0.0f);  // (T, D) = (T, T) (T, D)
     }
@@ -105,21 +133,11 @@ void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* s
       const ConstStrided dc(dctx_.data() + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
       // The probabilities again, from the scores and the saved log-sum-exp.
       Product(prob, q, k.transpose(), 0.0f);
-      const float* row_lse = lse + (Eigen::Index(n) * H + h) * T;
-      for (int i = 0; i < T; ++i) {
-        for (int j = 0; j <= i; ++j) prob(i, j) = std::exp(prob(i, j) * scale - row_lse[i]);
-        for (int j = i + 1; j < T; ++j) prob(i, j) = 0.0f;
-      }
+      CausalProbabilities(prob, 0, scale, lse + (Eigen::Index(n) * H + h) * T);
       Strided dv(dbase + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Product(dv, prob.transpose(), dc, 0.0f);  // P^T dctx
       Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
-      // Softmax backward, row by row: ds = p (dp - sum_k p_k dp_k), then the scale.
-      for (int i = 0; i < T; ++i) {
-        float dot = 0.0f;
-        for (int j = 0; j <= i; ++j) dot += prob(i, j) * dprob(i, j);
-        for (int j = 0; j <= i; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
-        for (int j = i + 1; j < T; ++j) dprob(i, j) = 0.0f;
-      }
+      SoftmaxBackward(prob, dprob, 0, scale);
       Strided dq(dbase + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Strided dk(dbase + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Product(dq, dprob, k, 0.0f);              // dS K
@@ -185,22 +203,7 @@ void CausalSelfAttention::ForwardSlice(const AttentionParams& p, const float* x,
       const ConstStrided v(kv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       Product(s, q, k.transpose(), 0.0f);  // (L, e)
       // Row i is token b + i: it attends to tokens 0..b+i.
-      float* row_lse = lse + (Eigen::Index(n) * H + h) * L;
-      for (int i = 0; i < L; ++i) {
-        auto r = s.row(i);
-        const int last = b + i;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j <= last; ++j) m = std::max(m, r(j) * scale);
-        float sum = 0.0f;
-        for (int j = 0; j <= last; ++j) {
-          r(j) = std::exp(r(j) * scale - m);
-          sum += r(j);
-        }
-        const float inv = 1.0f / sum;
-        for (int j = 0; j <= last; ++j) r(j) *= inv;
-        for (int j = last + 1; j < e; ++j) r(j) = 0.0f;
-        row_lse[i] = m + std::log(sum);
-      }
+      CausalSoftmax(s, b, scale, lse + (Eigen::Index(n) * H + h) * L);
       Strided out(ctx + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
       Product(out, s, v, 0.0f);  // (L, D) = (L, e) (e, D)
     }
@@ -233,22 +236,11 @@ void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const flo
       const ConstStrided v(kv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       const ConstStrided dc(dctx_.data() + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
       Product(prob, q, k.transpose(), 0.0f);
-      const float* row_lse = lse + (Eigen::Index(n) * H + h) * L;
-      for (int i = 0; i < L; ++i) {
-        const int last = b + i;
-        for (int j = 0; j <= last; ++j) prob(i, j) = std::exp(prob(i, j) * scale - row_lse[i]);
-        for (int j = last + 1; j < e; ++j) prob(i, j) = 0.0f;
-      }
+      CausalProbabilities(prob, b, scale, lse + (Eigen::Index(n) * H + h) * L);
       Strided dv(dkv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       AddProduct(dv, prob.transpose(), dc);     // += P^T dctx, keys 0..e
       Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
-      for (int i = 0; i < L; ++i) {
-        const int last = b + i;
-        float dot = 0.0f;
-        for (int j = 0; j <= last; ++j) dot += prob(i, j) * dprob(i, j);
-        for (int j = 0; j <= last; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
-        for (int j = last + 1; j < e; ++j) dprob(i, j) = 0.0f;
-      }
+      SoftmaxBackward(prob, dprob, b, scale);
       Strided dq(own + h * D, L, D, Eigen::OuterStride<>(3 * C));
       Strided dk(dkv + h * D, e, D, Eigen::OuterStride<>(2 * C));
       Product(dq, dprob, k, 0.0f);           // dS K: this slice's queries alone
