@@ -265,6 +265,12 @@ struct Geometry {
   double rows_top = 0;
   double row_pitch = 24;  // row height plus the gap below it
   double row_height = 20;
+  int slices = 1;         // sequence slices: units are labelled "microbatch.slice"
+
+  // A unit's label: its microbatch, or with slices "j.s".
+  std::string Label(int unit) const {
+    return slices > 1 ? fmt::format("{}.{}", unit / slices, unit % slices) : std::to_string(unit);
+  }
 
   double X(double t) const { return left + t * px_per_unit; }
   // A box's left and right edge, on whole pixels so the boxes stay crisp.
@@ -321,8 +327,9 @@ void DrawDetailedBoxes(Buffer& buf, const std::vector<Box>& boxes, const Geometr
     fmt::format_to(it, "<rect class=\"box\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"", Num(x0),
                    Num(g.RowY(box.rank)), Num(std::max(x1 - x0, kMinBoxWidth)), Num(g.row_height));
     if (tooltips) {
-      fmt::format_to(it, "><title>{}{}{} on rank {}, time {} to {}</title></rect>\n",
-                     t.action.stage, kKindStyles[box.style].name, t.action.microbatch, box.rank,
+      fmt::format_to(it, "><title>{}{}{}{} on rank {}, time {} to {}</title></rect>\n",
+                     t.action.stage, kKindStyles[box.style].name, t.action.microbatch,
+                     g.slices > 1 ? " (microbatch.slice " + g.Label(t.action.microbatch) + ")" : "", box.rank,
                      Num(t.start, 3), Num(t.end, 3));
     } else {
       fmt::format_to(it, "/>\n");
@@ -339,7 +346,7 @@ void DrawBoxLabels(Buffer& buf, const std::vector<Box>& boxes, const Geometry& g
   std::vector<double> fitting(boxes.size());
   for (std::size_t i = 0; i < boxes.size(); ++i) {
     const TimedAction& t = *boxes[i].timed;
-    const double digits = static_cast<double>(std::to_string(t.action.microbatch).size());
+    const double digits = static_cast<double>(g.Label(t.action.microbatch).size());
     const auto [x0, x1] = g.PixelSpan(t);
     fitting[i] = (x1 - x0 - kBoxTextPadding) / (digits * kCharWidth);
   }
@@ -354,7 +361,7 @@ void DrawBoxLabels(Buffer& buf, const std::vector<Box>& boxes, const Geometry& g
     for (const Box& box : boxes) {
       if (TextColorOn(fills[box.style][box.chunk]) != color) continue;
       const TimedAction& t = *box.timed;
-      const std::string label = std::to_string(t.action.microbatch);
+      const std::string label = g.Label(t.action.microbatch);
       const auto [x0, x1] = g.PixelSpan(t);
       if (x1 - x0 < TextWidth(label, font) + kBoxTextPadding) continue;
       if (!open) {
@@ -547,6 +554,7 @@ Layout Arrange(const SimResult& result, Scene& sc) {
   l.plot_width = std::clamp(sc.time_end / typical * kTargetBoxWidth, kMinPlotWidth, kMaxPlotWidth);
   Geometry& g = l.g;
   g.px_per_unit = l.plot_width / sc.time_end;
+  g.slices = std::max(result.slices, 1);
   g.row_pitch = std::clamp(std::floor(kRowsHeight / std::max(1, sc.ranks)), kMinRowPitch, kMaxRowPitch);
   l.row_gap = g.row_pitch >= 16 ? 4 : g.row_pitch >= 8 ? 2 : 1;
   g.row_height = g.row_pitch - l.row_gap;
@@ -555,8 +563,11 @@ Layout Arrange(const SimResult& result, Scene& sc) {
   l.title = result.schedule.empty() ? "schedule" : result.schedule;
   const int shown_ranks = result.ranks > 0 ? result.ranks : sc.ranks;
   const std::string chunk_text = result.chunks > 0 ? std::to_string(result.chunks) : std::to_string(sc.chunks);
-  l.subtitle = fmt::format("p = {} · m = {} · v = {}    makespan {} · bubble {} %", shown_ranks, result.microbatches,
-                           chunk_text, Num(result.makespan, 3), Num(100 * result.bubble_rate, 1));
+  const std::string m_text = result.slices > 1 ? fmt::format("{} × {} slices", result.microbatches / result.slices,
+                                                             result.slices)
+                                               : std::to_string(result.microbatches);
+  l.subtitle = fmt::format("p = {} · m = {} · v = {}    makespan {} · bubble {} %", shown_ranks, m_text, chunk_text,
+                           Num(result.makespan, 3), Num(100 * result.bubble_rate, 1));
   if (std::abs(result.span_bubble_rate - result.bubble_rate) >= 0.0005) {
     l.subtitle += fmt::format(" (span {} %)", Num(100 * result.span_bubble_rate, 1));
   }

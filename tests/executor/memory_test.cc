@@ -82,7 +82,9 @@ void CheckCase(const Case& c) {
     // what is allocated, and equal to it with one stage per rank (its ring
     // is sized by that stage's own peak).
     EXPECT_LE(mem.simulated_peak, static_cast<double>(mem.total()) + 0.5);
-    if (one_stage_per_rank) EXPECT_NEAR(mem.simulated_peak, static_cast<double>(mem.total()), 0.5);
+    if (one_stage_per_rank) {
+      EXPECT_NEAR(mem.simulated_peak, static_cast<double>(mem.total()), 0.5);
+    }
     EXPECT_GE(mem.simulated_peak, static_cast<double>(mem.static_bytes()) + static_cast<double>(plan.local_stages[0].slot_bytes) - 0.5);
   }
 }

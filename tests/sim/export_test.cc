@@ -212,6 +212,17 @@ TEST(SvgTest, BoxesShowTheirMicrobatch) {
   EXPECT_EQ(CountAll(boxes, ">1</text>"), 4u);
 }
 
+// Sequence slices: a unit is labelled microbatch.slice, and the title
+// counts microbatches and slices.
+TEST(SvgTest, SlicesAreLabelledMicrobatchDotSlice) {
+  const std::string svg = Svg(Simulate(GenerateSeq1F1B(2, 2, 2)));
+  const std::string boxes = svg.substr(0, svg.find("<g class=\"axis\""));
+  // Each rank runs F and B of microbatch 1's slice 0 (unit 2): two labels each.
+  EXPECT_EQ(CountAll(boxes, ">1.0</text>"), 4u);
+  EXPECT_EQ(CountAll(boxes, ">0.1</text>"), 4u);
+  EXPECT_NE(svg.find("m = 2 × 2 slices"), std::string::npos);
+}
+
 TEST(SvgTest, TitleCarriesScheduleAndMetrics) {
   const std::string svg = Svg(TwoRankResult());
   EXPECT_NE(svg.find(">1f1b</text>"), std::string::npos);
