@@ -4,8 +4,9 @@
 #   1. activation memory per rank (ring slots, and the sequences' key and
 #      value slots), as the plan allocates it (tests/executor/memory_test
 #      asserts the heap equals it), for 1F1B and seq1f1b with k = 2, 4, 8
-#      slices, next to the simulator's peak in whole microbatches (M_B) and
-#      the closed form (p + k - 1) / k (1F1B: p);
+#      slices; the simulator's peak of the same slots (given their bytes);
+#      and its peak in whole microbatches (M_B, slices only) next to the
+#      closed form (p + k - 1) / k (1F1B: p);
 #   2. `baton bench` of 1F1B, of 1F1B at less memory (smaller microbatches;
 #      full recomputation) and of the sliced schedules: step, bubble
 #      (measured and simulated from the measured costs), measured /
@@ -35,6 +36,19 @@ for line in sys.stdin:
         out.append("%.2f" % (float(m.group(1)) + float(m.group(2) or 0)))
 print(" ".join(out))'
 }
+# The plan's simulated peak of the same (the simulator given each stage's
+# slot and key/value slot bytes): simulated peak less the static bytes.
+simulated_bytes() {
+  "$baton" validate "$config" "${common[@]}" "$@" | /usr/bin/python3 -c '
+import re, sys
+out = []
+for line in sys.stdin:
+    m = re.search(r"rank \d+ memory \(MiB\):.* rings ([0-9.]+),.*?(?:sequence slots ([0-9.]+))?; allocated ([0-9.]+), simulated peak ([0-9.]+)", line)
+    if m:
+        rings, seq, alloc, peak = float(m.group(1)), float(m.group(2) or 0), float(m.group(3)), float(m.group(4))
+        out.append("%.2f" % (peak - (alloc - rings - seq)))
+print(" ".join(out))'
+}
 # The simulator's peak (M_B) of each rank, unit costs.
 simulated() {
   "$baton" simulate -s "$1" -p "$mem_ranks" -m 8 --seq-slices "$2" --json - |
@@ -42,12 +56,14 @@ simulated() {
 }
 
 echo "activation memory per rank, $mem_ranks ranks, 8 microbatches of 1 sequence of 1024 tokens (MiB: ring slots + key/value slots)"
-printf '%-8s %-4s %-36s %-30s %s\n' schedule k "allocated MiB per rank" "simulated M_B per rank" "(p+k-1)/k"
+printf '%-8s %-4s %-30s %-30s %-30s %s\n' schedule k "allocated MiB per rank" "simulated MiB per rank" "simulated M_B per rank" "(p+k-1)/k"
 for k in 1 2 4 8; do
   s=seq1f1b; [ "$k" = 1 ] && s=1f1b
-  mib=$(activation --set pipeline.ranks="$mem_ranks" --set pipeline.microbatches=8 --set pipeline.schedule=$s --set pipeline.seq_slices=$k)
+  sets=(--set pipeline.ranks="$mem_ranks" --set pipeline.microbatches=8 --set pipeline.schedule=$s --set pipeline.seq_slices=$k)
+  mib=$(activation "${sets[@]}")
+  simmib=$(simulated_bytes "${sets[@]}")
   sim=$(simulated $s "$k")
-  printf '%-8s %-4s %-36s %-30s %.3f\n' $s "$k" "$mib" "$sim" "$(echo "($mem_ranks + $k - 1) / $k" | bc -l)"
+  printf '%-8s %-4s %-30s %-30s %-30s %.3f\n' $s "$k" "$mib" "$simmib" "$sim" "$(echo "($mem_ranks + $k - 1) / $k" | bc -l)"
 done
 
 echo
