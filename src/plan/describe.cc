@@ -32,7 +32,7 @@ std::string DescribePlan(const RunPlan& run) {
         "{} -> {}{}, forward {:.0f} FLOPs (matrix products) per microbatch, {} parameter bytes\n",
         st.stage, r.rank, st.first_layer, st.last_layer - 1, st.ring_capacity, run.slices > 1 ? "slices" : "microbatches",
         st.slot_bytes,
-        st.sequence_bytes > 0 ? fmt::format(", {} sequence slots (q, k, v) and {} gradient slots of {} bytes",
+        st.sequence_bytes > 0 ? fmt::format(", {} key/value slots and {} gradient slots of {} bytes",
                                             st.sequence_capacity, st.gradient_capacity, st.sequence_bytes)
                               : "",
         st.num_params, ToString(st.input()), ToString(st.output()), st.split_backward ? ", split backward" : "", flops,
