@@ -52,8 +52,8 @@ struct SimulateConfig {
   int ranks = 4;
   int microbatches = 8;
   int chunks = 0;
-  // Sequence slices for the schedules that take them (seq1f1b, zb_h1,
-  // zb_h2): k, the split, the tokens a sequence has (the cuts fall
+  // Sequence slices for the schedules that take them (every generator but
+  // 1f1b): k, the split, the tokens a sequence has (the cuts fall
   // between them; 0 = 1024 a slice), and the shares of a sequence's
   // compute and activations that grow with the keys a token attends to
   // (SliceSequence).
@@ -126,8 +126,8 @@ struct PipelineConfig {
   std::string profile;
   double memory_bytes = 0;
   // Sequence slices (Seq1F1B): each microbatch's sequence cut into this
-  // many slices, each a unit of the schedule (a GPT only; seq1f1b, zb_h1,
-  // zb_h2), where the cuts fall (slices.h).
+  // many slices, each a unit of the schedule (a GPT only; any generator
+  // but 1f1b, whose sliced form is seq1f1b), where the cuts fall (slices.h).
   int seq_slices = 1;
   SeqSplit seq_split = SeqSplit::kEven;
 };

@@ -445,7 +445,7 @@ struct TuneRequest {
   std::vector<int> microbatches;        // empty: p, 2p, 4p, 8p that divide the batch
   std::vector<int> chunks;              // empty: 2, 4
   std::vector<Checkpointing> policies;  // empty: none, selective, full
-  // Sequence slices to try (a GPT; seq1f1b, zb_h1, zb_h2) and their splits;
+  // Sequence slices to try (a GPT; the schedules that run them) and their splits;
   // empty: the config's own.
   std::vector<int> slices;
   std::vector<SeqSplit> seq_splits;

@@ -81,9 +81,10 @@ struct GenerateOptions {
   // g) must be empty or hold at least p; 0 = the smallest such g from p up
   // (p itself when p divides m).
   int microbatch_group = 0;
-  // seq1f1b, zb_h1, zb_h2 (GeneratorTraits::slices): each microbatch's
-  // sequence in this many slices (Schedule::slices); 0 or 1 = whole. The
-  // others refuse more than 1.
+  // GeneratorTraits::slices (every generator but 1f1b): each microbatch's
+  // sequence in this many slices (Schedule::slices); 0 or 1 = whole:
+  // seq1f1b, zb_h1, zb_h2 in their own sliced order, the others by
+  // expanding their order (ExpandSlices). 1f1b refuses more than 1.
   int slices = 0;
 };
 
@@ -94,6 +95,16 @@ Schedule Generate1F1B(int ranks, int microbatches);
 // memory-capped warm-up.
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, int chunks);
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, const GenerateOptions& options);
+// A schedule over whole microbatches with each action expanded in place
+// into its k slices: F(s, j) into F(s, jk), ..., F(s, jk + k - 1); B, I
+// and W (s, j) into the same for jk + k - 1 down to jk; an OVERLAP_F_B unit
+// into k units pairing the forward's slice i with the backward's slice
+// k - 1 - i. Valid for any valid schedule (a slice waits only on the same
+// slice upstream, which comes in the same order), with the fill and drain
+// a slice long instead of a microbatch, and its memory: it holds as many
+// whole microbatches as the schedule it expands. k = 1: the schedule.
+Schedule ExpandSlices(const Schedule& whole, int slices);
+
 // Seq1F1B (Sun et al. 2024): 1F1B over the slices of each microbatch's
 // sequence, `slices` units a microbatch; forwards in unit order, backwards
 // microbatch by microbatch with each one's slices last to first; rank r
@@ -136,6 +147,9 @@ struct GeneratorTraits {
   Placement placement = Placement::kLoop;  // where its stages go
   bool slices = false;                     // runs sequence slices (GenerateOptions::slices)
   std::string_view one_slice_is;           // with one slice it is this generator's schedule (seq1f1b: 1f1b)
+  // Slices by its whole-microbatch order with every action expanded in
+  // place into its k slices (ExpandSlices); false: its own sliced order.
+  bool expands_slices = false;
 };
 
 struct GeneratorEntry {

@@ -53,7 +53,7 @@ struct Candidate {
   // count (ranks x chunks + 1 entries); empty = the cost model's own.
   // Filled by the placement search (TuneSpace::cuts).
   std::vector<int> bounds;
-  // Sequence slices a microbatch (seq1f1b, zb_h1, zb_h2) and where they
+  // Sequence slices a microbatch (GeneratorTraits::slices) and where they
   // are cut; 1: whole sequences.
   int slices = 1;
   SeqSplit seq_split = SeqSplit::kEven;

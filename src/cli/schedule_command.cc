@@ -60,7 +60,7 @@ void AddCommonOptions(CLI::App* cmd, ScheduleFlags& f) {
   cmd->add_option("--memory-limit", f.memory_limit,
                   "activation memory a rank may hold, M_B (zb_auto, v_zb, interleaved_1f1b; default: the schedule's)");
   cmd->add_option("--seq-slices", f.slices,
-                  "each microbatch's sequence in k slices, the units j*k+s (seq1f1b, zb_h1, zb_h2; files: must match)");
+                  "each microbatch's sequence in k slices, the units j*k+s (every generator but 1f1b; files: must match)");
 }
 
 }  // namespace

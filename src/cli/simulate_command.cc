@@ -393,8 +393,8 @@ void AddSimulateCommand(CLI::App& app) {
                   "the ranks share this many cores: while n compute, each runs at min(1, cores/n) of its speed "
                   "(default 0: a core per rank)");
   cmd->add_option("--seq-slices", flags->seq_slices,
-                  "cut each microbatch's sequence into k slices, each a unit of the pipeline (seq1f1b, zb_h1, "
-                  "zb_h2; default 1); memory still reads in whole microbatches (M_B)");
+                  "cut each microbatch's sequence into k slices, each a unit of the pipeline (every schedule "
+                  "but 1f1b, whose sliced form is seq1f1b; default 1); memory still reads in whole microbatches (M_B)");
   cmd->add_option("--seq-split", flags->seq_split,
                   "even (equal tokens) or compute (cuts placed so that slices cost about the same)");
   cmd->add_option("--seq-len", flags->seq_len, "tokens a sequence has, for the cuts (default 1024 a slice)");

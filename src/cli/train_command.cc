@@ -419,7 +419,7 @@ void AddTrainCommand(CLI::App& app) {
   tune->add_option("--chunks", tflags->chunks, "chunk counts for the interleaved schedules (default 2,4)");
   tune->add_option("--policies", tflags->policies, "checkpointing policies (default none,selective,full)");
   tune->add_option("--seq-slices", tflags->slices,
-                   "a GPT's sequence slices to try, e.g. 1,2,4 (seq1f1b, zb_h1, zb_h2; default: the config's)");
+                   "a GPT's sequence slices to try, e.g. 1,2,4 (every schedule but 1f1b; default: the config's)");
   tune->add_option("--seq-splits", tflags->splits, "with slices: even, compute or both (default: the config's)");
   tune->add_option("--top", tflags->request.top, "rows of the ranking to print (default 10)");
   tune->add_option("--overlay", tflags->request.overlay_path, "write the winner's settings as a YAML overlay");

@@ -305,6 +305,36 @@ Schedule GenerateZbv(int p, int m, int v) {
   return s;
 }
 
+Schedule ExpandSlices(const Schedule& whole, int k) {
+  Require(k >= 1, whole.name, "the number of sequence slices must be at least 1", k);
+  Require(whole.slices == 1, whole.name, "expands a schedule of whole microbatches (slices 1)", whole.slices);
+  CheckCommon(whole.name, whole.ranks, whole.microbatches * k, std::max(whole.chunks(), 1));
+  Schedule s = whole;
+  s.microbatches = whole.microbatches * k;
+  s.slices = k;
+  for (std::size_t r = 0; r < s.actions.size(); ++r) {
+    std::vector<Action>& out = s.actions[r];
+    out.clear();
+    out.reserve(whole.actions[r].size() * static_cast<std::size_t>(k));
+    for (const Action& a : whole.actions[r]) {
+      if (!HasMicrobatch(a.kind)) {
+        out.push_back(a);
+        continue;
+      }
+      for (int i = 0; i < k; ++i) {
+        Action part = a;
+        // Forwards go slice by slice, backwards last slice first.
+        const bool forward = a.kind == ActionKind::kForward || a.kind == ActionKind::kSendF ||
+                             a.kind == ActionKind::kRecvF || a.kind == ActionKind::kOverlapFB;
+        part.microbatch = a.microbatch * k + (forward ? i : k - 1 - i);
+        if (a.kind == ActionKind::kOverlapFB) part.backward_microbatch = a.backward_microbatch * k + (k - 1 - i);
+        out.push_back(part);
+      }
+    }
+  }
+  return s;
+}
+
 namespace {
 
 // Adapters from the registry's one signature to each generator's own; by
@@ -321,28 +351,30 @@ Schedule RunVMin(int p, int m, const GenerateOptions&) { return GenerateVMin(p, 
 Schedule RunVHalf(int p, int m, const GenerateOptions&) { return GenerateVHalf(p, m); }
 
 // Traits, field by field: default chunks, any chunk count, split backward,
-// overlapped units, memory limit, plans with costs, placement, slices.
+// overlapped units, memory limit, plans with costs, placement, slices, the
+// schedule it is with one slice, slices by expansion.
 constexpr GeneratorTraits kOneChunk{1, false, false, false, false, false, Placement::kLoop};
+constexpr GeneratorTraits kOneChunkExpands{1, false, false, false, false, false, Placement::kLoop, true, {}, true};
 constexpr GeneratorTraits kOneChunkSplitSliced{1, false, true, false, false, false, Placement::kLoop, true};
-constexpr GeneratorTraits kTwoChunksV{2, false, true, false, false, false, Placement::kV};
+constexpr GeneratorTraits kTwoChunksV{2, false, true, false, false, false, Placement::kV, true, {}, true};
 
 // The registry: every generator, in the order users see them listed.
 constexpr GeneratorEntry kGenerators[] = {
-    {"gpipe", "GPipe", kOneChunk, RunGPipe},
+    {"gpipe", "GPipe", kOneChunkExpands, RunGPipe},
     {"1f1b", "1F1B", kOneChunk, Run1F1B},
     {"seq1f1b", "Seq1F1B", {1, false, false, false, false, false, Placement::kLoop, true, "1f1b"}, RunSeq1F1B},
-    {"interleaved_1f1b", "interleaved 1F1B", {2, true, false, false, true, false, Placement::kLoop},
+    {"interleaved_1f1b", "interleaved 1F1B", {2, true, false, false, true, false, Placement::kLoop, true, {}, true},
      GenerateInterleaved1F1B},
     {"zb_h1", "ZB-H1", kOneChunkSplitSliced, RunZbH1},
     {"zb_h2", "ZB-H2", kOneChunkSplitSliced, RunZbH2},
     {"zbv", "ZB-V", kTwoChunksV, RunZbv},
-    {"interleaved_zb", "interleaved zero bubble", {2, true, true, false, false, false, Placement::kLoop},
+    {"interleaved_zb", "interleaved zero bubble", {2, true, true, false, false, false, Placement::kLoop, true, {}, true},
      RunInterleavedZb},
-    {"dualpipev", "DualPipeV", {2, false, true, true, false, false, Placement::kV}, RunDualPipeV},
-    {"zb_auto", "ZB automatic", {1, false, true, false, true, true, Placement::kLoop}, GenerateZbAuto},
+    {"dualpipev", "DualPipeV", {2, false, true, true, false, false, Placement::kV, true, {}, true}, RunDualPipeV},
+    {"zb_auto", "ZB automatic", {1, false, true, false, true, true, Placement::kLoop, true, {}, true}, GenerateZbAuto},
     {"v_min", "V-Min", kTwoChunksV, RunVMin},
     {"v_half", "V-Half", kTwoChunksV, RunVHalf},
-    {"v_zb", "V-ZB", {2, false, true, false, true, true, Placement::kV}, GenerateVZb},
+    {"v_zb", "V-ZB", {2, false, true, false, true, true, Placement::kV, true, {}, true}, GenerateVZb},
 };
 
 }  // namespace
@@ -399,6 +431,11 @@ Schedule Generate(std::string_view name, int p, int m, const GenerateOptions& o)
   GenerateOptions resolved = o;
   if (resolved.chunks == 0) resolved.chunks = g.traits.default_chunks;
   if (resolved.slices == 0) resolved.slices = 1;
+  if (g.traits.expands_slices && resolved.slices > 1) {
+    const int k = resolved.slices;
+    resolved.slices = 1;
+    return ExpandSlices(g.generate(p, m, resolved), k);
+  }
   return g.generate(p, m, resolved);
 }
 

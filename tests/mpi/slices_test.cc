@@ -93,6 +93,18 @@ TEST(SlicedGptPolicies, CheckpointingAndTheComputeSplitMatchSingleProcess) {
                             Reference(true));
 }
 
+// The schedules that slice by expanding their whole-microbatch order:
+// V-shaped and interleaved stages, overlapped units, GPipe.
+TEST(SlicedGptExpanded, ExpandedSchedulesMatchSingleProcess) {
+  for (const char* schedule : {"zbv", "interleaved_1f1b", "dualpipev", "gpipe", "interleaved_zb"}) {
+    SCOPED_TRACE(schedule);
+    baton_test::ExpectSameRun(Train(std::string("expanded_") + schedule, 2,
+                                    {std::string("pipeline.schedule=") + schedule, "pipeline.seq_slices=2",
+                                     "model.tied=true"}),
+                              Reference(true));
+  }
+}
+
 // Evaluation runs the slices' forwards too: the validation loss of the
 // tiny GPT on fortunes' byte windows, sliced on 2 ranks, is the one-rank
 // run's over the same tokens.

@@ -81,12 +81,21 @@ TEST(Slices, Seq1F1BMatchesItsClosedForms) {
 }
 
 TEST(Slices, EverySlicedScheduleIsValidAndItsLoweredFormTakesAsLong) {
-  for (std::string_view name : {"seq1f1b", "zb_h1", "zb_h2"}) {
-    EXPECT_TRUE(TraitsOf(name).slices) << name;
-    for (int p : {1, 2, 3, 4, 8}) {
+  for (const GeneratorEntry& g : Generators()) {
+    const std::string_view name = g.name;
+    EXPECT_EQ(g.traits.slices, name != "1f1b") << name;
+    if (!g.traits.slices) continue;
+    for (int p : {1, 2, 3, 4}) {
       for (int m : {p, 2 * p, 3 * p + 1}) {
-        for (int k : {1, 2, 3, 4, 8}) {
+        // Whatever the generator makes of (p, m) whole, sliced.
+        try {
+          Generate(name, p, m);
+        } catch (const ScheduleError&) {
+          continue;
+        }
+        for (int k : {1, 2, 3, 4}) {
           const Schedule s = Sliced(name, p, m, k);
+          ASSERT_EQ(s.slices, k) << name;
           ASSERT_NO_THROW(Validate(s)) << name << " " << p << " " << m << " " << k;
           const Schedule lowered = Lower(s);
           EXPECT_EQ(lowered.slices, k);
@@ -98,6 +107,36 @@ TEST(Slices, EverySlicedScheduleIsValidAndItsLoweredFormTakesAsLong) {
       }
     }
   }
+}
+
+// Expanding a whole-microbatch order (every action into its slices in
+// place) keeps its memory and shortens its fill and drain: GPipe over m k
+// slices of 1/k takes (m k + p - 1) 3 / k with F = 1, B = 2, holds all m
+// microbatches; 1F1B expanded holds p (Seq1F1B: (p + k - 1)/k).
+TEST(Slices, ExpansionKeepsTheMemoryAndShortensTheFill) {
+  SimOptions o;
+  o.costs = {1.0, 1.0, 1.0};
+  for (int k : {2, 4}) {
+    const SimResult gpipe = Simulate(Sliced("gpipe", 4, 8, k), o);
+    EXPECT_NEAR(gpipe.makespan, (8 * k + 3) * 3.0 / k, 1e-9);
+    EXPECT_NEAR(gpipe.per_rank[0].peak_memory, 8.0, 1e-9);
+    const Schedule expanded = ExpandSlices(Generate1F1B(4, 8), k);
+    ASSERT_NO_THROW(Validate(expanded));
+    EXPECT_NEAR(Simulate(expanded, o).per_rank[0].peak_memory, 4.0, 1e-9);
+    EXPECT_NEAR(Simulate(GenerateSeq1F1B(4, 8, k), o).per_rank[0].peak_memory, (4.0 + k - 1) / k, 1e-9);
+  }
+  // In place: F(0, j) becomes F(0, jk..jk+k-1), B(0, j) the same last first.
+  const Schedule one = ExpandSlices(GenerateGPipe(1, 2), 2);
+  EXPECT_EQ(Row(one, 0), (Strings{"0F0", "0F1", "0F2", "0F3", "0B1", "0B0", "0B3", "0B2"}));
+  // An overlapped unit pairs the forward's slice i with the backward's k-1-i.
+  const Schedule dual = Sliced("dualpipev", 2, 4, 2);
+  bool paired = false;
+  for (const Action& a : dual.actions[0]) {
+    if (a.kind != ActionKind::kOverlapFB) continue;
+    EXPECT_EQ(a.microbatch % 2 + a.backward_microbatch % 2, 1) << ToString(a);
+    paired = true;
+  }
+  EXPECT_TRUE(paired);
 }
 
 TEST(Slices, ZeroBubbleOverSlicesHasLessBubbleAndMemoryThanWholeSequences) {
@@ -116,11 +155,11 @@ TEST(Slices, SchedulesWithoutSlicesRefuseThemNamingThoseThatTakeThem) {
   } catch (const ScheduleError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("1F1B does not run sequence slices"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("seq1f1b, zb_h1, zb_h2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the schedules that do: gpipe, seq1f1b"), std::string::npos) << msg;
     EXPECT_NE(msg.find("1F1B over slices is seq1f1b"), std::string::npos) << msg;
   }
-  EXPECT_THROW(Sliced("interleaved_1f1b", 4, 8, 2), ScheduleError);
   EXPECT_THROW(GenerateSeq1F1B(4, 8, 0), ScheduleError);
+  EXPECT_THROW(ExpandSlices(GenerateSeq1F1B(4, 8, 2), 2), ScheduleError);  // already sliced
 }
 
 TEST(Slices, ASliceForwardBeforeTheSliceBeforeItIsExplained) {
