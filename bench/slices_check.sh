@@ -25,29 +25,21 @@ common=(--set data.dataset=synthetic_tokens --set data.seq_len=1024 --set train.
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# Activation MiB (rings + sequence slots) of each rank, from validate.
+# Activation MiB of each rank, from validate: "ALLOCATED|SIMULATED", each a
+# list over the ranks. Allocated: rings plus key/value and gradient slots.
+# Simulated: the plan's simulated peak of the same (the simulator given
+# each stage's slot and key/value slot bytes), its peak less the static bytes.
 activation() {
   "$baton" validate "$config" "${common[@]}" "$@" | /usr/bin/python3 -c '
 import re, sys
-out = []
-for line in sys.stdin:
-    m = re.search(r"rank \d+ memory \(MiB\):.* rings ([0-9.]+),.*?(?:sequence slots ([0-9.]+))?; allocated", line)
-    if m:
-        out.append("%.2f" % (float(m.group(1)) + float(m.group(2) or 0)))
-print(" ".join(out))'
-}
-# The plan's simulated peak of the same (the simulator given each stage's
-# slot and key/value slot bytes): simulated peak less the static bytes.
-simulated_bytes() {
-  "$baton" validate "$config" "${common[@]}" "$@" | /usr/bin/python3 -c '
-import re, sys
-out = []
+allocated, simulated = [], []
 for line in sys.stdin:
     m = re.search(r"rank \d+ memory \(MiB\):.* rings ([0-9.]+),.*?(?:sequence slots ([0-9.]+))?; allocated ([0-9.]+), simulated peak ([0-9.]+)", line)
     if m:
-        rings, seq, alloc, peak = float(m.group(1)), float(m.group(2) or 0), float(m.group(3)), float(m.group(4))
-        out.append("%.2f" % (peak - (alloc - rings - seq)))
-print(" ".join(out))'
+        slots = float(m.group(1)) + float(m.group(2) or 0)
+        allocated.append("%.2f" % slots)
+        simulated.append("%.2f" % (float(m.group(4)) - (float(m.group(3)) - slots)))
+print(" ".join(allocated) + "|" + " ".join(simulated))'
 }
 # The simulator's peak (M_B) of each rank, unit costs.
 simulated() {
@@ -60,8 +52,9 @@ printf '%-8s %-4s %-30s %-30s %-30s %s\n' schedule k "allocated MiB per rank" "s
 for k in 1 2 4 8; do
   s=seq1f1b; [ "$k" = 1 ] && s=1f1b
   sets=(--set pipeline.ranks="$mem_ranks" --set pipeline.microbatches=8 --set pipeline.schedule=$s --set pipeline.seq_slices=$k)
-  mib=$(activation "${sets[@]}")
-  simmib=$(simulated_bytes "${sets[@]}")
+  both=$(activation "${sets[@]}")
+  mib=${both%%|*}
+  simmib=${both#*|}
   sim=$(simulated $s "$k")
   printf '%-8s %-4s %-30s %-30s %-30s %.3f\n' $s "$k" "$mib" "$simmib" "$sim" "$(echo "($mem_ranks + $k - 1) / $k" | bc -l)"
 done
@@ -83,6 +76,7 @@ for c in "${cases[@]}"; do
   label=${c%%|*}
   read -r -a args <<< "${c#*|}"
   mib=$(activation --set pipeline.ranks="$ranks" "${args[@]}")
+  mib=${mib%%|*}
   mpirun -np "$ranks" "$baton" bench "$config" "${common[@]}" --set pipeline.ranks="$ranks" "${args[@]}" \
     --steps "$steps" --json "$out/b.json" < /dev/null > /dev/null 2>&1 || { echo "$label: bench failed" >&2; continue; }
   /usr/bin/python3 - "$out/b.json" "$label" "$mib" <<'PY'
