@@ -315,27 +315,24 @@ void Executor::SetSlice(int local, int j, bool train) {
   stages_[static_cast<std::size_t>(local)]->SetSlice(plan_.cuts[slice], plan_.cuts[slice + 1], slot, gradient);
 }
 
-const std::byte* Executor::GatherInputs(const std::byte* inputs, int j, int rows) {
-  const auto slice = static_cast<std::size_t>(j % plan_.slices);
-  const std::size_t width = SizeOf(plan_.inputs.dtype), seq = static_cast<std::size_t>(plan_.cuts.back());
-  const auto begin = static_cast<std::size_t>(plan_.cuts[slice]);
-  const auto tokens = static_cast<std::size_t>(plan_.cuts[slice + 1]) - begin;
-  const std::size_t first = static_cast<std::size_t>(j / plan_.slices) * static_cast<std::size_t>(plan_.rows);
-  for (std::size_t n = 0; n < static_cast<std::size_t>(rows); ++n) {
-    dev_.Copy(slice_inputs_ + n * tokens * width, inputs + ((first + n) * seq + begin) * width, tokens * width);
-  }
-  return slice_inputs_;
-}
-
-const std::int32_t* Executor::GatherLabels(const std::int32_t* labels, int j, int rows) {
+void Executor::GatherSlice(std::byte* dst, const std::byte* batch, std::size_t width, int j, int rows) {
   const auto slice = static_cast<std::size_t>(j % plan_.slices);
   const auto seq = static_cast<std::size_t>(plan_.cuts.back()), begin = static_cast<std::size_t>(plan_.cuts[slice]);
   const auto tokens = static_cast<std::size_t>(plan_.cuts[slice + 1]) - begin;
   const std::size_t first = static_cast<std::size_t>(j / plan_.slices) * static_cast<std::size_t>(plan_.rows);
   for (std::size_t n = 0; n < static_cast<std::size_t>(rows); ++n) {
-    dev_.Copy(reinterpret_cast<std::byte*>(slice_labels_ + n * tokens),
-              reinterpret_cast<const std::byte*>(labels + (first + n) * seq + begin), tokens * sizeof(std::int32_t));
+    dev_.Copy(dst + n * tokens * width, batch + ((first + n) * seq + begin) * width, tokens * width);
   }
+}
+
+const std::byte* Executor::GatherInputs(const std::byte* inputs, int j, int rows) {
+  GatherSlice(slice_inputs_, inputs, SizeOf(plan_.inputs.dtype), j, rows);
+  return slice_inputs_;
+}
+
+const std::int32_t* Executor::GatherLabels(const std::int32_t* labels, int j, int rows) {
+  GatherSlice(reinterpret_cast<std::byte*>(slice_labels_), reinterpret_cast<const std::byte*>(labels),
+              sizeof(std::int32_t), j, rows);
   return slice_labels_;
 }
 

@@ -231,6 +231,9 @@ class Executor {
   // and labels, gathered; returns where.
   const std::byte* GatherInputs(const std::byte* inputs, int j, int rows);
   const std::int32_t* GatherLabels(const std::int32_t* labels, int j, int rows);
+  // Unit j's tokens of each of its `rows` samples, `width` bytes a token,
+  // from a batch of whole sequences into `dst`.
+  void GatherSlice(std::byte* dst, const std::byte* batch, std::size_t width, int j, int rows);
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   std::vector<ActionEvent>* events_ = nullptr;
   // Flight record: the last kFlight actions (a ring), always kept.

@@ -78,18 +78,17 @@ class ProfilePricer {
       const StagePrice& price = shape->Price(s, traits.split_backward);
       out.stage_costs.push_back(price.costs);
       out.activation_bytes.push_back(price.slot_bytes);
-    }
-    out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
-    if (c.slices > 1) {
-      // A slice costs its share of the microbatch's profiled work, sends its
-      // tokens, holds a slice's slot; its sequence a key/value slot.
-      out.slice_cost = shape->plan.slice_cost;
-      out.slice_memory = shape->plan.slice_token_share;
-      for (int s = 0; s < shape->plan.stages(); ++s) {
-        const StagePrice& price = shape->Price(s, traits.split_backward);
+      if (c.slices > 1) {
+        // A slice holds a slice's slot; its sequence a key/value slot.
         out.slot_bytes.push_back(price.slot_bytes);
         out.sequence_bytes.push_back(price.sequence_bytes);
       }
+    }
+    out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
+    if (c.slices > 1) {
+      // A slice costs its share of the microbatch's profiled work and sends its tokens.
+      out.slice_cost = shape->plan.slice_cost;
+      out.slice_memory = shape->plan.slice_token_share;
     }
     out.weight_memory_ratio = 1.0;  // a ring slot is held until its W
     out.ring_memory = true;         // each stage's ring as deep as its peak, allocated at setup
