@@ -109,13 +109,13 @@ class QuickCheck {
     switch (a.kind) {
       case ActionKind::kForward:
         ok = (!lowered_ || !Crosses(st, st - 1) || (seen & Bit(ActionKind::kRecvF))) &&
-             (mb % s_.slices == 0 || (seen_[Index(st, mb - 1)] & forward));
+             (s_.slices == 1 || mb % s_.slices == 0 || (seen_[Index(st, mb - 1)] & forward));
         break;
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         ok = (seen & forward) && !(seen & (a.kind == ActionKind::kBackward ? input | weight : full)) &&
              (!lowered_ || !Crosses(st, st + 1) || (seen & Bit(ActionKind::kRecvB))) &&
-             (mb % s_.slices == s_.slices - 1 || (seen_[Index(st, mb + 1)] & (full | input)));
+             (s_.slices == 1 || mb % s_.slices == s_.slices - 1 || (seen_[Index(st, mb + 1)] & (full | input)));
         break;
       case ActionKind::kBackwardWeight:
         ok = (seen & input) && !(seen & full);

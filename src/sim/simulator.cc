@@ -233,6 +233,8 @@ class Simulator {
       sequence_left_.assign(n, k);
       sequence_backward_.assign(n, 0);
     }
+    sliced_ = k > 1;
+    comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
     slice_comm_.clear();
     for (double share : slice_memory_) {
       slice_comm_.push_back(o_.comm + (o_.bandwidth > 0.0 ? share * o_.message_bytes / o_.bandwidth : 0.0));
@@ -266,7 +268,7 @@ class Simulator {
     if (s_.stage_rank[from] == r) return there & done ? 0.0 : kNotYet;
     if (lowered_ && !(flags_[At(to, mb)] & posted)) return kNotYet;
     if (!(there & (lowered_ ? sent : done))) return kNotYet;
-    return timed_ ? time[produced] + slice_comm_[SliceOf(mb)] : 0.0;
+    return timed_ ? time[produced] + (sliced_ ? slice_comm_[SliceOf(mb)] : comm_time_) : 0.0;
   }
 
   // Rank r's next compute action, after running the markers and sends
@@ -460,7 +462,7 @@ class Simulator {
     }
   }
 
-  double PartCost(const Action& a) const { return SliceCost(a.microbatch) * WholeCost(a); }
+  double PartCost(const Action& a) const { return sliced_ ? SliceCost(a.microbatch) * WholeCost(a) : WholeCost(a); }
 
   // A whole microbatch's cost of the action's kind on its stage.
   double WholeCost(const Action& a) const {
@@ -479,7 +481,7 @@ class Simulator {
     }
   }
   double SliceCost(int unit) const { return slice_cost_[SliceOf(unit)]; }
-  std::size_t SliceOf(int unit) const { return s_.slices == 1 ? 0 : static_cast<std::size_t>(unit % s_.slices); }
+  std::size_t SliceOf(int unit) const { return static_cast<std::size_t>(unit % s_.slices); }
 
   // F of stage a with B of stage b: F_a + B_b less what overlapping saves,
   // half of each stage's own saving F + B - F&B (so with equal stages it is
@@ -492,11 +494,48 @@ class Simulator {
     return std::max(0.0, fs * f.forward + bs * b.Backward() - 0.5 * (fs * saving(f) + bs * saving(b)));
   }
 
+  // Sliced schedules: a sequence's key/value slot, held from its first
+  // slice's F to its slices' last B or W on the stage, and its gradient
+  // slot, from its first input backward to its last. Apart from Account,
+  // which stays small on the path every schedule takes.
+  [[gnu::noinline]] void AccountSequence(RankState& rs, const Action& a) {
+    const int st = a.stage, mb = a.microbatch;
+    // The sequence's keys and values, and their gradients.
+    auto sequence = [&](double share) {
+      rs.memory += share * o_.sequence_memory * mem_per_chunk_[st];
+      rs.peak_memory = std::max(rs.peak_memory, rs.memory);
+      if (stage_bytes_ != nullptr && !o_.stage_sequence_bytes.empty()) {
+        rs.bytes += share * o_.stage_sequence_bytes[static_cast<std::size_t>(st)];
+        rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
+      }
+    };
+    const std::size_t at = static_cast<std::size_t>(st) * static_cast<std::size_t>(s_.sequences()) +
+                           static_cast<std::size_t>(mb / s_.slices);
+    const bool releases = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight;
+    const bool input = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput;
+    if (a.kind == ActionKind::kForward && sequence_left_[at] == s_.slices && mb % s_.slices == 0) {
+      sequence(1.0);
+      peak_sequences_[st] = std::max(peak_sequences_[st], ++live_sequences_[st]);
+    }
+    if (input && sequence_backward_[at]++ == 0) {
+      sequence(1.0);
+      peak_backward_sequences_[st] = std::max(peak_backward_sequences_[st], ++backward_sequences_[st]);
+    }
+    if (input && sequence_backward_[at] == s_.slices) {
+      sequence(-1.0);
+      --backward_sequences_[st];
+    }
+    if (releases && --sequence_left_[at] == 0) {
+      sequence(-1.0);
+      --live_sequences_[st];
+    }
+  }
+
   // Records completion: done flags and the times other ranks need, memory,
   // in-flight counts; wakes the rank that may be waiting for this result.
   void Account(RankState& rs, const Action& a, double end) {
     const int st = a.stage, mb = a.microbatch;
-    const double slice = slice_memory_[SliceOf(mb)];
+    const double slice = sliced_ ? slice_memory_[SliceOf(mb)] : 1.0;
     const double unit = mem_per_chunk_[st] * slice;
     const double w_ratio = o_.weight_memory_ratio;
     // Adds `share` of a microbatch's activations on stage st (negative frees).
@@ -516,37 +555,7 @@ class Simulator {
       if (timed_) time[At(st, mb)] = end;
       if (to >= 0 && to < s_.stages) Wake(s_.stage_rank[to]);
     };
-    // The sequence's keys and values, and their gradients.
-    auto sequence = [&](double share) {
-      rs.memory += share * o_.sequence_memory * mem_per_chunk_[st];
-      rs.peak_memory = std::max(rs.peak_memory, rs.memory);
-      if (stage_bytes_ != nullptr && !o_.stage_sequence_bytes.empty()) {
-        rs.bytes += share * o_.stage_sequence_bytes[static_cast<std::size_t>(st)];
-        rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
-      }
-    };
-    if (sequences_live_) {
-      const std::size_t at = static_cast<std::size_t>(st) * static_cast<std::size_t>(s_.sequences()) +
-                             static_cast<std::size_t>(mb / s_.slices);
-      const bool releases = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight;
-      const bool input = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput;
-      if (a.kind == ActionKind::kForward && sequence_left_[at] == s_.slices && mb % s_.slices == 0) {
-        sequence(1.0);
-        peak_sequences_[st] = std::max(peak_sequences_[st], ++live_sequences_[st]);
-      }
-      if (input && sequence_backward_[at]++ == 0) {
-        sequence(1.0);
-        peak_backward_sequences_[st] = std::max(peak_backward_sequences_[st], ++backward_sequences_[st]);
-      }
-      if (input && sequence_backward_[at] == s_.slices) {
-        sequence(-1.0);
-        --backward_sequences_[st];
-      }
-      if (releases && --sequence_left_[at] == 0) {
-        sequence(-1.0);
-        --live_sequences_[st];
-      }
-    }
+    if (sequences_live_) AccountSequence(rs, a);
     switch (a.kind) {
       case ActionKind::kForward:
         flags_[At(st, mb)] |= kForwardDone;
@@ -720,7 +729,11 @@ class Simulator {
   std::vector<char> queued_;  // rank is in work_
   std::vector<Costs> cost_;            // per stage, one microbatch
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
-  std::vector<double> slice_cost_, slice_memory_, slice_comm_;  // per slice (one entry without slices)
+  // Sliced schedules, per slice: cost, memory and message shares, and the
+  // message time; whole microbatches: comm_time_.
+  bool sliced_ = false;
+  double comm_time_ = 0.0;
+  std::vector<double> slice_cost_, slice_memory_, slice_comm_;
   bool sequences_live_ = false;                                  // sliced: sequences are counted
   std::vector<int> live_sequences_, peak_sequences_;             // per stage
   std::vector<int> backward_sequences_, peak_backward_sequences_;  // per stage
