@@ -275,7 +275,7 @@ class Simulator {
   // before it at the rank's clock: false if the rank has no more actions or
   // a send's data is not produced yet; else `a`, when its inputs are all
   // there (`ready`, kNotYet if not known yet) and its cost.
-  bool NextCompute(int r, Action& a, double& ready, double& duration) {
+  [[gnu::always_inline]] inline bool NextCompute(int r, Action& a, double& ready, double& duration) {
     RankState& rs = rank_[r];
     const auto& row = s_.actions[r];
     const std::size_t size = row.size();
