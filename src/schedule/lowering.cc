@@ -1,3 +1,5 @@
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include "baton/error.h"
@@ -40,12 +42,17 @@ Schedule Lower(const Schedule& in) {
   // lowered schedule needs; capacity reserved and never written costs none.
   for (int r = 0; r < p; ++r) out.actions[r].reserve(3 * in.actions[r].size());
 
-  // fwd_in[s*m+j]: the input of F(s,j) is on stage s's rank (received, or
-  // handed over locally). bwd_in[s*m+j]: likewise the output gradient of
-  // I/B(s,j). The first stage's input and the last stage's gradient (from
-  // the loss) are always there.
-  std::vector<char> fwd_in(static_cast<std::size_t>(S) * m, 0), bwd_in(static_cast<std::size_t>(S) * m, 0);
+  // in[s*m+j] & kForwardIn: the input of F(s,j) is on stage s's rank
+  // (received, or handed over locally); & kBackwardIn: likewise the output
+  // gradient of I/B(s,j). The first stage's input and the last stage's
+  // gradient (from the loss) are always there. 16 bits, not 8: a store
+  // through a character type may alias anything, and the rows' ends would
+  // be reloaded after each.
+  constexpr std::uint16_t kForwardIn = 1, kBackwardIn = 2;
+  std::vector<std::uint16_t> in_flags(static_cast<std::size_t>(S) * m, 0);
   auto at = [m](int stage, int mb) { return static_cast<std::size_t>(stage) * m + mb; };
+  auto fwd_in = [&](int stage, int mb) { return (in_flags[at(stage, mb)] & kForwardIn) != 0; };
+  auto bwd_in = [&](int stage, int mb) { return (in_flags[at(stage, mb)] & kBackwardIn) != 0; };
 
   std::vector<std::size_t> cursor(p, 0);
   std::size_t remaining = 0;
@@ -57,14 +64,18 @@ Schedule Lower(const Schedule& in) {
       const auto& row = in.actions[r];
       if (cursor[r] == row.size()) continue;
       const Action a = row[cursor[r]];
+      // Each pass takes about one action from each of the rows, too many
+      // streams for the hardware to fetch ahead of: fetch a few passes'
+      // worth ahead of this row's cursor.
+      if (cursor[r] + 12 < row.size()) __builtin_prefetch(&row[cursor[r] + 12]);
       bool ready = true;
       // An OVERLAP_F_B unit is placed once both its parts could run.
       ForEachPart(a, [&](const Action& part) {
         if (part.kind != ActionKind::kIdle) CheckIndex(in, r, cursor[r], part);
         if (part.kind == ActionKind::kForward) {
-          ready = ready && (part.stage == 0 || fwd_in[at(part.stage, part.microbatch)]);
+          ready = ready && (part.stage == 0 || fwd_in(part.stage, part.microbatch));
         } else if (IsInputBackward(part.kind)) {
-          ready = ready && (part.stage == S - 1 || bwd_in[at(part.stage, part.microbatch)]);
+          ready = ready && (part.stage == S - 1 || bwd_in(part.stage, part.microbatch));
         }
       });
       if (!ready) continue;
@@ -72,21 +83,25 @@ Schedule Lower(const Schedule& in) {
       --remaining;
       progress = true;
       if (a.kind == ActionKind::kIdle) continue;  // idle slots mean nothing once messages are explicit
-      out.actions[r].push_back(a);
+      auto& mine = out.actions[r];
+      // Likewise for the lines this row is about to be written into (a
+      // write to a line not in the cache waits for it to be read first).
+      if (mine.size() + 16 < mine.capacity()) __builtin_prefetch(mine.data() + mine.size() + 16, 1);
+      mine.push_back(a);
 
       // Each part's SEND follows the unit, in part order (F's, then B's),
       // as PyTorch's _add_send_recv places them.
       ForEachPart(a, [&](const Action& part) {
         if (part.kind == ActionKind::kForward && part.stage + 1 < S) {
           const int next = part.stage + 1, to = in.stage_rank[next];
-          fwd_in[at(next, part.microbatch)] = 1;
+          in_flags[at(next, part.microbatch)] |= kForwardIn;
           if (to != r) {
             out.actions[r].push_back({part.stage, ActionKind::kSendF, part.microbatch});
             out.actions[to].push_back({next, ActionKind::kRecvF, part.microbatch});
           }
         } else if (IsInputBackward(part.kind) && part.stage > 0) {
           const int prev = part.stage - 1, to = in.stage_rank[prev];
-          bwd_in[at(prev, part.microbatch)] = 1;
+          in_flags[at(prev, part.microbatch)] |= kBackwardIn;
           if (to != r) {
             out.actions[r].push_back({part.stage, ActionKind::kSendB, part.microbatch});
             out.actions[to].push_back({prev, ActionKind::kRecvB, part.microbatch});
@@ -103,8 +118,8 @@ Schedule Lower(const Schedule& in) {
         if (!mark) mark = GridMark{r, static_cast<int>(cursor[r])};
         ForEachPart(a, [&](const Action& part) {
           const bool fwd = part.kind == ActionKind::kForward;
-          if (fwd ? part.stage == 0 || fwd_in[at(part.stage, part.microbatch)]
-                  : part.stage == S - 1 || bwd_in[at(part.stage, part.microbatch)]) {
+          if (fwd ? part.stage == 0 || fwd_in(part.stage, part.microbatch)
+                  : part.stage == S - 1 || bwd_in(part.stage, part.microbatch)) {
             return;  // this part could run; the other one waits
           }
           const int from = fwd ? part.stage - 1 : part.stage + 1;

@@ -70,7 +70,13 @@ class QuickCheck {
  public:
   explicit QuickCheck(const Schedule& s) : s_(s), lowered_(s.IsLowered()) {}
 
-  bool Run() {
+  bool Run() { return s_.slices > 1 ? Walk<true>() : Walk<false>(); }
+
+ private:
+  // Whole microbatches and slices take separate instances, so that the
+  // common case carries no test for slices per action.
+  template <bool kSliced>
+  bool Walk() {
     seen_.assign(static_cast<std::size_t>(s_.stages) * s_.microbatches, 0);
     for (int r = 0; r < s_.ranks; ++r) {
       for (const Action& a : s_.actions[r]) {
@@ -80,14 +86,13 @@ class QuickCheck {
           return false;
         }
         bool ok = true;
-        ForEachPart(a, [&](const Action& part) { ok = ok && See(r, part); });
+        ForEachPart(a, [&](const Action& part) { ok = ok && See<kSliced>(r, part); });
         if (!ok) return false;
       }
     }
     return Complete();
   }
 
- private:
   static constexpr std::uint8_t Bit(ActionKind k) { return static_cast<std::uint8_t>(1u << Slot(k)); }
 
   std::size_t Index(int st, int mb) const { return static_cast<std::size_t>(st) * s_.microbatches + mb; }
@@ -96,6 +101,7 @@ class QuickCheck {
   bool Crosses(int from, int to) const { return to >= 0 && to < s_.stages && s_.stage_rank[from] != s_.stage_rank[to]; }
 
   // Rank r's next action `a` (not an OVERLAP_F_B unit): false if it breaks a rule.
+  template <bool kSliced>
   bool See(int r, const Action& a) {
     const int st = a.stage, mb = a.microbatch;
     if (st < 0 || st >= s_.stages || s_.stage_rank[st] != r) return false;
@@ -109,13 +115,13 @@ class QuickCheck {
     switch (a.kind) {
       case ActionKind::kForward:
         ok = (!lowered_ || !Crosses(st, st - 1) || (seen & Bit(ActionKind::kRecvF))) &&
-             (s_.slices == 1 || mb % s_.slices == 0 || (seen_[Index(st, mb - 1)] & forward));
+             (!kSliced || mb % s_.slices == 0 || (seen_[Index(st, mb - 1)] & forward));
         break;
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         ok = (seen & forward) && !(seen & (a.kind == ActionKind::kBackward ? input | weight : full)) &&
              (!lowered_ || !Crosses(st, st + 1) || (seen & Bit(ActionKind::kRecvB))) &&
-             (s_.slices == 1 || mb % s_.slices == s_.slices - 1 || (seen_[Index(st, mb + 1)] & (full | input)));
+             (!kSliced || mb % s_.slices == s_.slices - 1 || (seen_[Index(st, mb + 1)] & (full | input)));
         break;
       case ActionKind::kBackwardWeight:
         ok = (seen & input) && !(seen & full);

@@ -135,6 +135,10 @@ std::size_t RowBytes(const Schedule& s) {
   return actions * sizeof(Action);
 }
 
+// Which instance of the simulator's loop runs: completion only (no times,
+// memory or costs: Validate), whole microbatches, or slices.
+enum class Pass { kCompletion, kWhole, kSliced };
+
 class Simulator {
  public:
   // `timed` false: only whether each rank can finish is wanted (Validate);
@@ -157,15 +161,14 @@ class Simulator {
     work_.reserve(s_.ranks);
     queued_.assign(s_.ranks, 1);
     for (int r = s_.ranks - 1; r >= 0; --r) work_.push_back(r);
-    if (Shared()) {
-      RunShared();
+    // Completion, whole microbatches and slices take separate instances of
+    // the loop, so that none carries another's work or tests per action.
+    if (!timed_) {
+      RunDependencies<Pass::kCompletion>();
+    } else if (Shared()) {
+      sliced_ ? RunShared<Pass::kSliced>() : RunShared<Pass::kWhole>();
     } else {
-      while (!work_.empty()) {
-        const int r = work_.back();
-        work_.pop_back();
-        queued_[r] = 0;
-        Advance(r);
-      }
+      sliced_ ? RunDependencies<Pass::kSliced>() : RunDependencies<Pass::kWhole>();
     }
     for (int r = 0; r < s_.ranks; ++r) {
       if (rank_[r].pc < s_.actions[r].size()) ReportDeadlock();
@@ -222,18 +225,17 @@ class Simulator {
     };
     slice_cost_ = shares(o_.slice_cost);
     slice_memory_ = shares(o_.slice_memory);
-    sequences_live_ = s_.slices > 1;
+    sliced_ = k > 1;
     live_sequences_.assign(S, 0);
     peak_sequences_.assign(S, 0);
     backward_sequences_.assign(S, 0);
     peak_backward_sequences_.assign(S, 0);
-    if (sequences_live_) {
+    if (sliced_) {
       // Per (stage, sequence): its slices not yet released, its input backwards run.
       const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(s_.sequences());
       sequence_left_.assign(n, k);
       sequence_backward_.assign(n, 0);
     }
-    sliced_ = k > 1;
     comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
     slice_comm_.clear();
     for (double share : slice_memory_) {
@@ -261,6 +263,7 @@ class Simulator {
   // the flags saying the producer ran, its SEND ran and the RECV is posted.
   // A local hand-over is there by r's clock, so any time not after it will
   // do: 0 (and untimed, for every input).
+  template <Pass kPass>
   double Arrival(int r, int to, int from, int mb, const std::vector<double>& time, Flags done, Flags sent,
                  Flags posted) const {
     const std::size_t produced = At(from, mb);
@@ -268,13 +271,15 @@ class Simulator {
     if (s_.stage_rank[from] == r) return there & done ? 0.0 : kNotYet;
     if (lowered_ && !(flags_[At(to, mb)] & posted)) return kNotYet;
     if (!(there & (lowered_ ? sent : done))) return kNotYet;
-    return timed_ ? time[produced] + (sliced_ ? slice_comm_[SliceOf(mb)] : comm_time_) : 0.0;
+    if constexpr (kPass == Pass::kCompletion) return 0.0;
+    return time[produced] + (kPass == Pass::kSliced ? slice_comm_[SliceOf(mb)] : comm_time_);
   }
 
   // Rank r's next compute action, after running the markers and sends
   // before it at the rank's clock: false if the rank has no more actions or
   // a send's data is not produced yet; else `a`, when its inputs are all
   // there (`ready`, kNotYet if not known yet) and its cost.
+  template <Pass kPass>
   [[gnu::always_inline]] inline bool NextCompute(int r, Action& a, double& ready, double& duration) {
     RankState& rs = rank_[r];
     const auto& row = s_.actions[r];
@@ -305,7 +310,7 @@ class Simulator {
           if (!(flags & (fwd ? kForwardDone : kBackwardDone))) return false;
           flags |= fwd ? kSentF : kSentB;
           // Its data was made earlier on this rank, so it leaves at the rank's clock.
-          if (timed_) (fwd ? f_time_ : b_time_)[At(st, mb)] = rs.clock;
+          if constexpr (kPass != Pass::kCompletion) (fwd ? f_time_ : b_time_)[At(st, mb)] = rs.clock;
           ++rs.pc;
           const int to = fwd ? st + 1 : st - 1;
           if (to >= 0 && to < S) Wake(s_.stage_rank[to]);
@@ -315,17 +320,17 @@ class Simulator {
         case ActionKind::kBackward:
         case ActionKind::kBackwardInput:
         case ActionKind::kBackwardWeight:
-          ready = PartReady(r, a);
-          duration = PartCost(a);
+          ready = PartReady<kPass>(r, a);
+          if constexpr (kPass != Pass::kCompletion) duration = PartCost<kPass>(a);
           return true;
         case ActionKind::kOverlapFB: {
           // One unit: it starts when both parts could, and both finish at its end.
           ready = 0.0;
           ForEachPart(a, [&](const Action& part) {
-            const double t = PartReady(r, part);
+            const double t = PartReady<kPass>(r, part);
             ready = Done(ready) && Done(t) ? std::max(ready, t) : kNotYet;
           });
-          duration = OverlapCost(a);
+          if constexpr (kPass != Pass::kCompletion) duration = OverlapCost<kPass>(a);
           return true;
         }
       }
@@ -334,26 +339,48 @@ class Simulator {
   }
 
   // Rank r's compute action `a`, of cost `cost`, ran from `start` to `end`.
-  void Finish(int r, const Action& a, double start, double end, double cost) {
+  template <Pass kPass>
+  [[gnu::always_inline]] inline void Finish(int r, const Action& a, double start, double end, double cost) {
     RankState& rs = rank_[r];
-    rs.clock = end;
-    if (!Done(rs.start)) rs.start = start;
-    rs.end = end;
-    rs.busy += end - start;
-    rs.work += cost;
-    if (record_timeline_) timeline_[r].push_back({a, start, end});
+    if constexpr (kPass != Pass::kCompletion) {
+      rs.clock = end;
+      if (!Done(rs.start)) rs.start = start;
+      rs.end = end;
+      rs.busy += end - start;
+      rs.work += cost;
+      if (record_timeline_) timeline_[r].push_back({a, start, end});
+    }
     ++rs.pc;
-    ForEachPart(a, [&](const Action& part) { Account(rs, part, end); });
+    // ForEachPart spelled out: its lambda, called from three places, would
+    // be left out of line.
+    if (a.kind == ActionKind::kOverlapFB) {
+      Account<kPass>(rs, Action{a.stage, ActionKind::kForward, a.microbatch}, end);
+      Account<kPass>(rs, Action{a.backward_stage, ActionKind::kBackward, a.backward_microbatch}, end);
+    } else {
+      Account<kPass>(rs, a, end);
+    }
+  }
+
+  // Each rank in turn as far as its inputs allow, until none can go on.
+  template <Pass kPass>
+  void RunDependencies() {
+    while (!work_.empty()) {
+      const int r = work_.back();
+      work_.pop_back();
+      queued_[r] = 0;
+      Advance<kPass>(r);
+    }
   }
 
   // Runs rank r's actions until one must wait.
-  void Advance(int r) {
+  template <Pass kPass>
+  [[gnu::always_inline]] inline void Advance(int r) {
     RankState& rs = rank_[r];
     Action a;
     double ready = 0.0, duration = 0.0;
-    while (NextCompute(r, a, ready, duration) && Done(ready)) {
+    while (NextCompute<kPass>(r, a, ready, duration) && Done(ready)) {
       const double start = std::max(rs.clock, ready);
-      Finish(r, a, start, start + duration, duration);
+      Finish<kPass>(r, a, start, start + duration, duration);
     }
     // The rank resumes here once woken, after other ranks have run: fetch
     // its next actions (about three cache lines) now, so that reading its
@@ -370,6 +397,7 @@ class Simulator {
   // time advances globally, from one action's start or end to the next:
   // while n ranks of a pool compute, each proceeds at min(1, cores / n) of
   // its speed (processor sharing).
+  template <Pass kPass>
   void RunShared() {
     const int R = s_.ranks;
     struct Live {
@@ -399,12 +427,12 @@ class Simulator {
           const std::size_t pc = rank_[r].pc;
           l.wake = kNotYet;
           bool has = false;
-          while ((has = NextCompute(r, a, ready, duration)) && Done(ready) && ready <= now) {
+          while ((has = NextCompute<kPass>(r, a, ready, duration)) && Done(ready) && ready <= now) {
             if (duration > 0.0) {
               l = Live{true, a, now, duration, duration, kNotYet};
               break;
             }
-            Finish(r, a, now, now, 0.0);
+            Finish<kPass>(r, a, now, now, 0.0);
           }
           if (!l.running && has && Done(ready) && ready > now) l.wake = ready;
           l.waiting = !l.running && has;
@@ -435,7 +463,7 @@ class Simulator {
         if (!l.running) continue;
         if (until[r] <= next) {
           l.running = false;
-          Finish(r, l.action, l.start, next, l.cost);
+          Finish<kPass>(r, l.action, l.start, next, l.cost);
         } else {
           l.left -= (next - now) * rate(r);
         }
@@ -445,16 +473,17 @@ class Simulator {
   }
 
   // When a single compute action's inputs are all there, or kNotYet.
+  template <Pass kPass>
   double PartReady(int r, const Action& a) const {
     const int st = a.stage, mb = a.microbatch, S = s_.stages;
     switch (a.kind) {
       case ActionKind::kForward:
-        return st == 0 ? 0.0 : Arrival(r, st, st - 1, mb, f_time_, kForwardDone, kSentF, kRecvF);
+        return st == 0 ? 0.0 : Arrival<kPass>(r, st, st - 1, mb, f_time_, kForwardDone, kSentF, kRecvF);
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         // Its own F ran on this rank; on the last stage that is all it needs.
         if (!(flags_[At(st, mb)] & kForwardDone)) return kNotYet;
-        return st == S - 1 ? 0.0 : Arrival(r, st, st + 1, mb, b_time_, kBackwardDone, kSentB, kRecvB);
+        return st == S - 1 ? 0.0 : Arrival<kPass>(r, st, st + 1, mb, b_time_, kBackwardDone, kSentB, kRecvB);
       case ActionKind::kBackwardWeight:
         return flags_[At(st, mb)] & kBackwardDone ? 0.0 : kNotYet;  // its I, on this rank
       default:
@@ -462,7 +491,11 @@ class Simulator {
     }
   }
 
-  double PartCost(const Action& a) const { return sliced_ ? SliceCost(a.microbatch) * WholeCost(a) : WholeCost(a); }
+  template <Pass kPass>
+  double PartCost(const Action& a) const {
+    if constexpr (kPass == Pass::kSliced) return SliceCost(a.microbatch) * WholeCost(a);
+    return WholeCost(a);
+  }
 
   // A whole microbatch's cost of the action's kind on its stage.
   double WholeCost(const Action& a) const {
@@ -486,10 +519,12 @@ class Simulator {
   // F of stage a with B of stage b: F_a + B_b less what overlapping saves,
   // half of each stage's own saving F + B - F&B (so with equal stages it is
   // exactly their F&B, and F + B when none is given).
+  template <Pass kPass>
   double OverlapCost(const Action& a) const {
     const Costs& f = cost_[a.stage];
     const Costs& b = cost_[a.backward_stage];
-    const double fs = SliceCost(a.microbatch), bs = SliceCost(a.backward_microbatch);
+    constexpr bool sliced = kPass == Pass::kSliced;
+    const double fs = sliced ? SliceCost(a.microbatch) : 1.0, bs = sliced ? SliceCost(a.backward_microbatch) : 1.0;
     auto saving = [](const Costs& c) { return c.forward + c.Backward() - c.ForwardBackward(); };
     return std::max(0.0, fs * f.forward + bs * b.Backward() - 0.5 * (fs * saving(f) + bs * saving(b)));
   }
@@ -533,13 +568,15 @@ class Simulator {
 
   // Records completion: done flags and the times other ranks need, memory,
   // in-flight counts; wakes the rank that may be waiting for this result.
-  void Account(RankState& rs, const Action& a, double end) {
+  template <Pass kPass>
+  [[gnu::always_inline]] inline void Account(RankState& rs, const Action& a, double end) {
     const int st = a.stage, mb = a.microbatch;
-    const double slice = sliced_ ? slice_memory_[SliceOf(mb)] : 1.0;
+    const double slice = kPass == Pass::kSliced ? slice_memory_[SliceOf(mb)] : 1.0;
     const double unit = mem_per_chunk_[st] * slice;
     const double w_ratio = o_.weight_memory_ratio;
     // Adds `share` of a microbatch's activations on stage st (negative frees).
-    auto hold = [&](double share) {
+    auto hold = [&](double share) __attribute__((always_inline)) {
+      if constexpr (kPass == Pass::kCompletion) return;
       rs.memory += share * unit;
       rs.peak_memory = std::max(rs.peak_memory, rs.memory);
       if (stage_bytes_ != nullptr) {
@@ -550,17 +587,17 @@ class Simulator {
     // The consumer's rank may go on now in the compute-only form; in the
     // lowered form a consumer on another rank waits for the SEND, which
     // wakes it, and one on this rank needs no time, only the done flag.
-    auto hand_over = [&](int to, std::vector<double>& time) {
+    auto hand_over = [&](int to, std::vector<double>& time) __attribute__((always_inline)) {
       if (lowered_) return;
-      if (timed_) time[At(st, mb)] = end;
+      if constexpr (kPass != Pass::kCompletion) time[At(st, mb)] = end;
       if (to >= 0 && to < s_.stages) Wake(s_.stage_rank[to]);
     };
-    if (sequences_live_) AccountSequence(rs, a);
+    if constexpr (kPass == Pass::kSliced) AccountSequence(rs, a);
     switch (a.kind) {
       case ActionKind::kForward:
         flags_[At(st, mb)] |= kForwardDone;
         hold(1.0);
-        peak_in_flight_[st] = std::max(peak_in_flight_[st], ++in_flight_[st]);
+        if constexpr (kPass != Pass::kCompletion) peak_in_flight_[st] = std::max(peak_in_flight_[st], ++in_flight_[st]);
         hand_over(st + 1, f_time_);
         break;
       case ActionKind::kBackward:
@@ -569,7 +606,7 @@ class Simulator {
         if (a.kind == ActionKind::kBackward && track_gradients_) grad_end_[st] = std::max(grad_end_[st], end);
         if (a.kind == ActionKind::kBackward) {
           hold(-1.0);
-          --in_flight_[st];
+          if constexpr (kPass != Pass::kCompletion) --in_flight_[st];
         } else {
           hold(-(1.0 - w_ratio));
         }
@@ -577,7 +614,7 @@ class Simulator {
         break;
       case ActionKind::kBackwardWeight:
         hold(-w_ratio);
-        --in_flight_[st];
+        if constexpr (kPass != Pass::kCompletion) --in_flight_[st];
         if (track_gradients_) grad_end_[st] = std::max(grad_end_[st], end);
         break;
       default:
@@ -585,7 +622,7 @@ class Simulator {
     }
   }
 
-  void Wake(int r) {
+  [[gnu::always_inline]] inline void Wake(int r) {
     if (!queued_[r]) {
       queued_[r] = 1;
       work_.push_back(r);
@@ -630,7 +667,7 @@ class Simulator {
       case ActionKind::kOverlapFB: {
         std::string reasons;
         ForEachPart(a, [&](const Action& part) {
-          if (Done(PartReady(r, part))) return;
+          if (Done(PartReady<Pass::kWhole>(r, part))) return;
           reasons += fmt::format("{}its {} part {}", reasons.empty() ? "" : "; ",
                                  part.kind == ActionKind::kForward ? "forward" : "backward", WaitReason(r, part));
         });
@@ -734,7 +771,6 @@ class Simulator {
   bool sliced_ = false;
   double comm_time_ = 0.0;
   std::vector<double> slice_cost_, slice_memory_, slice_comm_;
-  bool sequences_live_ = false;                                  // sliced: sequences are counted
   std::vector<int> live_sequences_, peak_sequences_;             // per stage
   std::vector<int> backward_sequences_, peak_backward_sequences_;  // per stage
   std::vector<int> sequence_left_, sequence_backward_;           // per (stage, sequence)
