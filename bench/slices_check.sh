@@ -5,8 +5,9 @@
 #      value slots), as the plan allocates it (tests/executor/memory_test
 #      asserts the heap equals it), for 1F1B and seq1f1b with k = 2, 4, 8
 #      slices; the simulator's peak of the same slots (given their bytes);
-#      and its peak in whole microbatches (M_B, slices only) next to the
-#      closed form (p + k - 1) / k (1F1B: p);
+#      and the unit-level simulator's peak in whole microbatches (M_B),
+#      with each stage's key/value share (--kv-memory-share) and with the
+#      slices only, next to the closed form (p + k - 1) / k (1F1B: p);
 #   2. `baton bench` of 1F1B, of 1F1B at less memory (smaller microbatches;
 #      full recomputation) and of the sliced schedules: step, bubble
 #      (measured and simulated from the measured costs), measured /
@@ -41,22 +42,48 @@ for line in sys.stdin:
         simulated.append("%.2f" % (float(m.group(4)) - (float(m.group(3)) - slots)))
 print(" ".join(allocated) + "|" + " ".join(simulated))'
 }
-# The simulator's peak (M_B) of each rank, unit costs.
+# Per stage (one a rank): its slot bytes, and its key/value slot bytes (0
+# unsliced), from validate's stage lines.
+slots() {
+  "$baton" validate "$config" "${common[@]}" "$@" | /usr/bin/python3 -c '
+import re, sys
+for line in sys.stdin:
+    m = re.search(r"stage \d+ on rank \d+: .*ring capacity \d+ \w+ of (\d+) bytes(?:, \d+ key/value slots and \d+ gradient slots of (\d+) bytes)?", line)
+    if m:
+        print(m.group(1), m.group(2) or 0)'
+}
+# The simulator's peak (M_B) of rank $4, unit costs, with the key/value share $3.
 simulated() {
-  "$baton" simulate -s "$1" -p "$mem_ranks" -m 8 --seq-slices "$2" --json - |
-    /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join("%.3f" % r["peak_memory"] for r in d["ranks_detail"]))'
+  "$baton" simulate -s "$1" -p "$mem_ranks" -m 8 --seq-slices "$2" --kv-memory-share "$3" --json - |
+    /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.3f" % d["ranks_detail"][int(sys.argv[1])]["peak_memory"])' "$4"
 }
 
-echo "activation memory per rank, $mem_ranks ranks, 8 microbatches of 1 sequence of 1024 tokens (MiB: ring slots + key/value slots)"
-printf '%-8s %-4s %-30s %-30s %-30s %s\n' schedule k "allocated MiB per rank" "simulated MiB per rank" "simulated M_B per rank" "(p+k-1)/k"
+echo "activation memory per rank, $mem_ranks ranks, 8 microbatches of 1 sequence of 1024 tokens"
+echo "(MiB: ring slots + key/value slots; M_B: the rank's 1F1B slot, a whole microbatch's activations;"
+echo " x: the key/value slot over that slot, the share --kv-memory-share takes)"
+printf '%-8s %-3s %-26s %-26s %-26s %-26s %-26s %s\n' schedule k "allocated MiB" "simulated MiB (plan)" \
+  "allocated M_B" "simulated M_B (with x)" "simulated M_B (slices)" "(p+k-1)/k"
+base=(--set pipeline.ranks="$mem_ranks" --set pipeline.microbatches=8)
+mapfile -t whole < <(slots "${base[@]}" --set pipeline.schedule=1f1b)
 for k in 1 2 4 8; do
   s=seq1f1b; [ "$k" = 1 ] && s=1f1b
-  sets=(--set pipeline.ranks="$mem_ranks" --set pipeline.microbatches=8 --set pipeline.schedule=$s --set pipeline.seq_slices=$k)
+  sets=("${base[@]}" --set pipeline.schedule=$s --set pipeline.seq_slices=$k)
   both=$(activation "${sets[@]}")
   mib=${both%%|*}
   simmib=${both#*|}
-  sim=$(simulated $s "$k")
-  printf '%-8s %-4s %-30s %-30s %-30s %.3f\n' $s "$k" "$mib" "$simmib" "$sim" "$(echo "($mem_ranks + $k - 1) / $k" | bc -l)"
+  mapfile -t sliced < <(slots "${sets[@]}")
+  read -r -a mibs <<< "$mib"
+  alloc_mb="" with_kv="" slices_only=""
+  for ((r = 0; r < mem_ranks; r++)); do
+    read -r whole_slot _ <<< "${whole[$r]}"
+    read -r _ kv_slot <<< "${sliced[$r]}"
+    x=$(/usr/bin/python3 -c "print($kv_slot / $whole_slot)")
+    alloc_mb+="$(/usr/bin/python3 -c "print('%.3f' % (${mibs[$r]} * 1048576 / $whole_slot))") "
+    with_kv+="$(simulated $s "$k" "$x" $r) "
+    slices_only+="$(simulated $s "$k" 0 $r) "
+  done
+  printf '%-8s %-3s %-26s %-26s %-26s %-26s %-26s %.3f\n' $s "$k" "$mib" "$simmib" "$alloc_mb" "$with_kv" "$slices_only" \
+    "$(echo "($mem_ranks + $k - 1) / $k" | bc -l)"
 done
 
 echo

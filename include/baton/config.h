@@ -56,12 +56,15 @@ struct SimulateConfig {
   // 1f1b): k, the split, the tokens a sequence has (the cuts fall
   // between them; 0 = 1024 a slice), and the shares of a sequence's
   // compute and activations that grow with the keys a token attends to
-  // (SliceSequence).
+  // (SliceSequence); and the share of a whole microbatch's activations that
+  // is its sequence's keys and values, kept in one place while any of its
+  // slices is live (SimOptions::sequence_memory; the slices hold the rest).
   int seq_slices = 1;
   SeqSplit seq_split = SeqSplit::kEven;
   int seq_len = 0;
   double attention_cost_share = 0.0;
   double attention_memory_share = 0.0;
+  double kv_memory_share = 0.0;
   SimOptions options;
   double cores = 0;  // > 0: every rank shares this many cores (SimOptions::core_pool); 0: a core each
   std::vector<std::string> compare;

@@ -77,6 +77,9 @@ struct SimOptions {
   // peak memory reads in the unsliced schedules' unit.
   std::vector<double> slice_cost;
   std::vector<double> slice_memory;
+  // Slice s's share of a whole microbatch's message (its tokens' share of
+  // the hidden states); empty: slice_memory.
+  std::vector<double> slice_message;
   // Sliced schedules: what a microbatch's sequence holds on a stage besides
   // its slices' own activations (the keys and values its later slices
   // read), a share of M_B, from its first slice's F to the last backward

@@ -35,7 +35,7 @@ struct SimulateFlags {
   std::optional<double> comm, bandwidth, message_bytes, weight_ratio, memory_bytes, cores;
   std::optional<int> seq_slices, seq_len;
   std::optional<std::string> seq_split;
-  std::optional<double> attention_cost_share, attention_memory_share;
+  std::optional<double> attention_cost_share, attention_memory_share, kv_memory_share;
   double memory_limit = 0.0;  // generators' memory limit, M_B (0 = each one's default)
   std::optional<std::string> compare, json, trace, svg;
   std::string profile;           // with a training config: its step from a baton profile
@@ -105,6 +105,13 @@ SimulateConfig Resolve(const SimulateFlags& f) {
     if (!value) continue;
     if (!(*value >= 0.0 && *value <= 1.0)) throw ConfigError(fmt::format("{} must be in [0, 1], got {}", flag, *value));
     *target = *value;
+  }
+  if (f.kv_memory_share) {
+    if (!(*f.kv_memory_share >= 0.0 && *f.kv_memory_share < 1.0)) {
+      throw ConfigError(fmt::format("--kv-memory-share must be in [0, 1) (the slices hold the rest), got {}",
+                                    *f.kv_memory_share));
+    }
+    c.kv_memory_share = *f.kv_memory_share;
   }
   if (f.cost) {
     if (f.cost->size() != 3 && f.cost->size() != 4) {
@@ -183,13 +190,24 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   }
   // A file's slices are its own unless --seq-slices asks for some.
   const int asked = IsGenerator(name) || c.seq_slices > 1 ? slices : 0;
-  Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, asked, memory_limit)), {}};
+  Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, asked, memory_limit)), {}, {}};
   Validate(run.schedule);
   SimOptions options = c.options;
   if (run.schedule.slices > 1) {
     run.slices = SlicesOf(c, run.schedule.slices);
     options.slice_cost = run.slices->cost;
+    // The sequence's keys and values are held apart from its slices, which
+    // hold the rest of a microbatch's activations; a slice's message is its
+    // tokens' share of the hidden states.
+    const double kv = c.kv_memory_share;
     options.slice_memory = run.slices->memory;
+    for (double& share : options.slice_memory) share *= 1.0 - kv;
+    options.sequence_memory = kv;
+    const std::vector<int>& cuts = run.slices->cuts;
+    options.slice_message.clear();
+    for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
+      options.slice_message.push_back(static_cast<double>(cuts[s + 1] - cuts[s]) / cuts.back());
+    }
   }
   // Only the pictures draw the timeline; keeping every action's times costs
   // more memory than the schedule itself.
@@ -214,9 +232,13 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
                      run.schedule.stages, run.schedule.stages == 1 ? "" : "s", r.chunks, run.schedule.CountActions());
   if (run.slices) {
     const SequenceSlices& sl = *run.slices;
-    out += fmt::format("slices: {} split of {} tokens at {}; compute shares {}; memory shares {}\n",
+    out += fmt::format("slices: {} split of {} tokens at {}; compute shares {}; memory shares {}{}\n",
                        EnumName(c.seq_split), sl.cuts.back(), CutsText(sl.cuts), SharesText(sl.cost),
-                       SharesText(sl.memory));
+                       SharesText(sl.memory),
+                       c.kv_memory_share > 0.0
+                           ? fmt::format(" of the {} the slices hold; keys and values {} M_B a sequence",
+                                         Num(1.0 - c.kv_memory_share), Num(c.kv_memory_share))
+                           : "");
   }
   out += fmt::format("costs per rank: F {} I {} W {} (B {}{}){}; comm {}; M_W/M_B {}{}\n", Num(k.forward),
                      Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()), ForwardBackwardText(k),
@@ -403,6 +425,10 @@ void AddSimulateCommand(CLI::App& app) {
                   "default 0: a slice costs its share of the tokens)");
   cmd->add_option("--attention-memory-share", flags->attention_memory_share,
                   "share of a sequence's activations that grows with the keys (attention probabilities; default 0)");
+  cmd->add_option("--kv-memory-share", flags->kv_memory_share,
+                  "share of a microbatch's activations that is its sequence's keys and values, held whole from "
+                  "its first slice's forward to its slices' last backward, and as much again for their gradients "
+                  "while it runs backward (default 0: counted in the slices)");
   cmd->add_option("--compare", flags->compare, "comma-separated schedules to compare under the same costs");
   cmd->add_option("--json", flags->json, "write the numbers as JSON to PATH ('-' for standard output)");
   cmd->add_option("--trace", flags->trace, "write a Chrome trace (Perfetto) to PATH");

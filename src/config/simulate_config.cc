@@ -40,6 +40,7 @@ SimulateConfig LoadSimulateConfig(const std::string& path) {
   c.seq_len = top.GetInt("seq_len", c.seq_len, 0, kMaxInt);  // 0: 1024 a slice
   c.attention_cost_share = top.GetNumber("attention_cost_share", 0.0, 0.0, 1.0);
   c.attention_memory_share = top.GetNumber("attention_memory_share", 0.0, 0.0, 1.0);
+  c.kv_memory_share = top.GetNumber("kv_memory_share", 0.0, 0.0, 1.0);
 
   YamlMap costs = top.Map("costs");
   c.options.costs = ReadCosts(costs, c.options.costs);

@@ -103,7 +103,8 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
                                       o.pool_cores[k]));
     }
   }
-  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slice_cost}, std::pair{"slice_memory", &o.slice_memory}}) {
+  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slice_cost}, std::pair{"slice_memory", &o.slice_memory},
+                                     std::pair{"slice_message", &o.slice_message}}) {
     if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {
       throw ScheduleError(fmt::format("simulation: {} {} shares given, but the schedule has {} slices a microbatch",
                                       shares->size(), what, s.slices));
@@ -238,7 +239,7 @@ class Simulator {
     }
     comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
     slice_comm_.clear();
-    for (double share : slice_memory_) {
+    for (double share : o_.slice_message.empty() ? slice_memory_ : o_.slice_message) {
       slice_comm_.push_back(o_.comm + (o_.bandwidth > 0.0 ? share * o_.message_bytes / o_.bandwidth : 0.0));
     }
     const std::size_t n = static_cast<std::size_t>(S) * m_;

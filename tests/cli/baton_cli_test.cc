@@ -193,6 +193,38 @@ TEST_F(BatonCliTest, CoresSharedByTheRanks) {
   EXPECT_NE(bad.err.find("--cores must be a number >= 0"), std::string::npos) << bad.err;
 }
 
+// Sliced, the kept keys and values count apart from the slices: on the
+// last rank seq1f1b (k = 2) holds, once its first sequence runs backward,
+// that sequence's first slice, its keys and values and their gradients,
+// and the next sequence's first slice and keys and values:
+// 2 x (1 - x) / 2 + 3 x = 1 + 2x M_B. Without the share, the slices'
+// (p - r + k - 1) / k.
+TEST_F(BatonCliTest, KeyValueShareCountsTheSequencesApartFromTheSlices) {
+  const RunResult plain = Run("simulate -s seq1f1b -p 4 -m 8 --seq-slices 2 --json -");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const json p = json::parse(plain.out);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_DOUBLE_EQ(p["ranks_detail"][rank]["peak_memory"].get<double>(), (4 - rank + 1) / 2.0) << "rank " << rank;
+  }
+  const RunResult kv = Run("simulate -s seq1f1b -p 4 -m 8 --seq-slices 2 --kv-memory-share 0.2 --json -");
+  ASSERT_EQ(kv.exit_code, 0) << kv.err;
+  const json k = json::parse(kv.out);
+  EXPECT_NEAR(k["ranks_detail"][3]["peak_memory"].get<double>(), 1.0 + 2 * 0.2, 1e-12);
+  EXPECT_DOUBLE_EQ(k["makespan"].get<double>(), p["makespan"].get<double>());  // memory only
+  WriteWork("run.yaml", "schedule: seq1f1b\nranks: 4\nmicrobatches: 8\nseq_slices: 2\nkv_memory_share: 0.2\n");
+  const RunResult file = Run("simulate run.yaml --json -");
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_EQ(json::parse(file.out)["ranks_detail"], k["ranks_detail"]);
+  const RunResult text = Run("simulate run.yaml");
+  EXPECT_NE(text.out.find("keys and values 0.2 M_B a sequence"), std::string::npos) << text.out;
+  ExpectOneLineError(Run("simulate -s seq1f1b --seq-slices 2 --kv-memory-share 1"),
+                     "--kv-memory-share must be in [0, 1)");
+  WriteWork("bad.yaml", "schedule: seq1f1b\nseq_slices: 2\nkv_memory_share: -0.5\n");
+  const RunResult bad = Run("simulate bad.yaml");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("kv_memory_share"), std::string::npos) << bad.err;
+}
+
 TEST_F(BatonCliTest, CompareGivesAnArrayInTheGivenOrder) {
   const RunResult r = Run("simulate --compare gpipe,1f1b,zb_h1 --json -");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -14,6 +14,8 @@
 #include "baton/config.h"
 #include "baton/error.h"
 #include "baton/plan.h"
+#include "baton/sim.h"
+#include "baton/slices.h"
 
 namespace baton {
 namespace {
@@ -337,6 +339,49 @@ TEST(Plan, ShardsTileTheFloatsInOrder) {
       EXPECT_EQ(ShardOf(n, d - 1, d).count, most);
     }
   }
+}
+
+// The unit-level simulator (`baton simulate --seq-slices k
+// --kv-memory-share x`) against what the plan allocates for a sliced run:
+// with x the stage's key/value slot over its whole-microbatch slot (both
+// the plan's), a rank's peak in M_B times that slot is its ring and
+// sequence slots' bytes. Even split, so k slices' slots and the key/value
+// slot make up the whole microbatch's.
+TEST(Plan, SlicedMemoryInMicrobatchesIsWhatTheRunAllocates) {
+  int with_attention = 0;
+  for (const int ranks : {2, 4}) {
+    for (const int k : {2, 4}) {
+      const std::vector<std::string> sets = {"pipeline.ranks=" + std::to_string(ranks)};
+      const RunPlan whole = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", sets));
+      std::vector<std::string> sliced_sets = sets;
+      sliced_sets.push_back("pipeline.schedule=seq1f1b");
+      sliced_sets.push_back("pipeline.seq_slices=" + std::to_string(k));
+      const RunPlan sliced = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", sliced_sets));
+      const std::vector<RankMemory> memory = PlanMemory(sliced);
+      const std::vector<RankPlan> whole_ranks = AllRanks(whole), sliced_ranks = AllRanks(sliced);
+      for (int r = 0; r < ranks; ++r) {
+        const StagePlan& w = whole_ranks[static_cast<std::size_t>(r)].local_stages.at(0);
+        const StagePlan& s = sliced_ranks[static_cast<std::size_t>(r)].local_stages.at(0);
+        with_attention += s.sequence_bytes > 0 ? 1 : 0;  // a stage without attention keeps none
+        ASSERT_EQ(static_cast<std::size_t>(k) * s.slot_bytes + s.sequence_bytes, w.slot_bytes) << "rank " << r;
+        const double kv = static_cast<double>(s.sequence_bytes) / static_cast<double>(w.slot_bytes);
+        const SequenceSlices shares = SliceSequence(whole.model.seq, k, SeqSplit::kEven, 0.0, 0.0);
+        SimOptions o;
+        o.slice_cost = shares.cost;
+        o.slice_memory = shares.memory;
+        for (double& m : o.slice_memory) m *= 1.0 - kv;
+        o.sequence_memory = kv;
+        GenerateOptions g;
+        g.slices = k;
+        const SimResult sim = Simulate(Lower(Generate("seq1f1b", ranks, 8, g)), o);
+        EXPECT_NEAR(sim.per_rank[static_cast<std::size_t>(r)].peak_memory * static_cast<double>(w.slot_bytes),
+                    static_cast<double>(memory[static_cast<std::size_t>(r)].rings + memory[static_cast<std::size_t>(r)].sequences),
+                    1e-6 * static_cast<double>(w.slot_bytes))
+            << ranks << " ranks, k " << k << ", rank " << r;
+      }
+    }
+  }
+  EXPECT_GE(with_attention, 4);
 }
 
 }  // namespace
