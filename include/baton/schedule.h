@@ -67,7 +67,8 @@ struct GenerateOptions {
   //            2p = ZB-2p); at least 1.
   //   v_zb:    default p (ZB-V's memory).
   //   interleaved_1f1b: caps each rank's warm-up so that no rank holds more
-  //            (default: no cap); at least ((v-1)g + 1)/v, g the group size.
+  //            (default: no cap); at least ((v-1)g + 1)/v, g the group size
+  //            (with k slices ((v-1)gk + k)/(vk), a unit holding 1/(vk)).
   double memory_limit = 0.0;
   // zb_auto, v_zb: the costs the search plans with. Per rank, a chunk
   // costing 1/v (`costs`), or one per stage (`stage_costs`, which wins).
@@ -79,12 +80,14 @@ struct GenerateOptions {
   // interleaved_1f1b: microbatches per group, Megatron-LM's
   // microbatch_group_size_per_vp_stage, in [p, m], whose last group (m mod
   // g) must be empty or hold at least p; 0 = the smallest such g from p up
-  // (p itself when p divides m).
+  // (p itself when p divides m). With k slices the groups are of whole
+  // sequences and p counts units: g k >= p, and (m mod g) k 0 or >= p.
   int microbatch_group = 0;
   // GeneratorTraits::slices (every generator but 1f1b): each microbatch's
   // sequence in this many slices (Schedule::slices); 0 or 1 = whole:
-  // seq1f1b, zb_h1, zb_h2 in their own sliced order, the others by
-  // expanding their order (ExpandSlices). 1f1b refuses more than 1.
+  // seq1f1b, zb_h1, zb_h2 and interleaved_1f1b in their own sliced order,
+  // the others by expanding their order (ExpandSlices). 1f1b refuses more
+  // than 1.
   int slices = 0;
 };
 
@@ -92,7 +95,8 @@ Schedule GenerateGPipe(int ranks, int microbatches);
 Schedule Generate1F1B(int ranks, int microbatches);
 // Megatron-LM's order, any m >= p when v > 1 (microbatch groups, the last
 // one taking the remainder); see GenerateOptions for the group size and the
-// memory-capped warm-up.
+// memory-capped warm-up. With slices, the same table over units (m k >= p),
+// groups of whole sequences, each sequence's backwards last slice first.
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, int chunks);
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, const GenerateOptions& options);
 // A schedule over whole microbatches with each action expanded in place

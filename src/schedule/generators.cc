@@ -122,26 +122,41 @@ std::vector<TableEntry> ScheduleTable(int m, int v, int g) {
 Schedule GenerateInterleaved1F1B(int p, int m, const GenerateOptions& o) {
   constexpr std::string_view kName = "interleaved_1f1b";
   const int v = o.chunks == 0 ? 2 : o.chunks;
-  CheckCommon(kName, p, m, v);
+  // With k slices a sequence the table's entries are units (slice s of
+  // microbatch j is unit j k + s) and its groups whole sequences, so that a
+  // sequence's slices go through the chunks together; the backwards walk a
+  // group's units with each sequence's slices last first (BackwardUnit).
+  const int k = std::max(o.slices, 1);
+  const int n = m * k;  // units
+  CheckCommon(kName, p, n, v);
   // Every group must span the pipeline: rank 0 runs chunk c+1 of a group's
   // microbatches only after rank p-1 has run chunk c of them, so a group of
-  // fewer than p microbatches leaves rank 0 waiting on work that itself
-  // waits on rank 0 (a deadlock). Megatron's table makes groups of g and a
-  // last group of m mod g, so that remainder must be 0 or at least p. The
-  // default is the smallest such g from p up (p itself when p divides m).
-  auto groups_span = [&](int size) { return m % size == 0 || m % size >= p; };
+  // fewer than p units leaves rank 0 waiting on work that itself waits on
+  // rank 0 (a deadlock). Megatron's table makes groups of g and a last
+  // group of m mod g, so that remainder must be 0 or at least p units. The
+  // default is the smallest such g from p units up (p itself when p
+  // divides m, without slices). g counts microbatches.
+  auto groups_span = [&](int size) { return m % size == 0 || (m % size) * k >= p; };
   int g = o.microbatch_group;
   if (v > 1) {
-    Require(m >= p, kName,
-            fmt::format("with {} chunks the number of microbatches must be at least the number of ranks ({})", v, p),
-            m);
+    Require(n >= p, kName,
+            k == 1 ? fmt::format("with {} chunks the number of microbatches must be at least the number of ranks ({})",
+                                 v, p)
+                   : fmt::format("with {} chunks the number of units (microbatches x {} slices) must be at least the "
+                                 "number of ranks ({})",
+                                 v, k, p),
+            k == 1 ? m : n);
     if (g == 0) {
-      g = p;
+      g = (p + k - 1) / k;
       while (!groups_span(g)) ++g;
     }
-    Require(g >= p && g <= m, kName,
-            fmt::format("the microbatch group size must be between the number of ranks ({}) and of microbatches ({})",
-                        p, m),
+    Require(g * k >= p && g <= m, kName,
+            k == 1 ? fmt::format("the microbatch group size must be between the number of ranks ({}) and of "
+                                 "microbatches ({})",
+                                 p, m)
+                   : fmt::format("the microbatch group size must be at most the number of microbatches ({}), and its "
+                                 "{} slices each at least the number of ranks ({})",
+                                 m, k, p),
             g);
     Require(groups_span(g), kName,
             fmt::format("with {} microbatches in groups of {} the last group holds {}, fewer than the {} ranks it must "
@@ -151,34 +166,40 @@ Schedule GenerateInterleaved1F1B(int p, int m, const GenerateOptions& o) {
   } else {
     g = m;  // one chunk: the table is just the microbatches in order
   }
-  const int total = m * v;  // forwards (and backwards) per rank
+  const int group = g * k;   // units a group
+  const int total = n * v;   // forwards (and backwards) per rank
   // Forwards a rank must have run before its first backward: the backward
-  // of microbatch 0's last chunk needs that chunk's forward, entry (v-1)g of
-  // the table. The steady phase runs one forward before each backward, so
-  // that many warm-up forwards are the fewest that cannot deadlock; each
-  // forward in flight holds 1/v of M_B.
-  const int least_warmup = std::min((v - 1) * g, total - 1);
+  // of the last chunk of unit k-1 (microbatch 0's last slice) needs that
+  // chunk's forward, entry (v-1) g k + k - 1 of the table. The steady phase
+  // runs one forward before each backward, so that many warm-up forwards
+  // are the fewest that cannot deadlock; each forward in flight holds
+  // 1/(v k) of M_B.
+  const int least_warmup = std::min((v - 1) * group + k - 1, total - 1);
   int memory_cap = total;
   if (o.memory_limit > 0.0) {
-    const double least_limit = (least_warmup + 1.0) / v;
+    const double per = 1.0 / (static_cast<double>(v) * k);
+    const double least_limit = (least_warmup + 1.0) * per;
     Require(o.memory_limit >= least_limit - 1e-9, kName,
             fmt::format("the memory limit must be at least {:.4g} M_B: the first backward of the last chunk needs {} "
                         "forwards of 1/{} M_B each in flight",
-                        least_limit, least_warmup + 1, v),
+                        least_limit, least_warmup + 1, v * k),
             o.memory_limit);
-    memory_cap = static_cast<int>(std::floor(o.memory_limit * v + 1e-9)) - 1;
+    memory_cap = static_cast<int>(std::floor(o.memory_limit * v * k + 1e-9)) - 1;
   }
-  Schedule s = Empty(std::string(kName), p, m, v, Placement::kLoop);
-  const std::vector<TableEntry> table = ScheduleTable(m, v, g);
+  Schedule s = Empty(std::string(kName), p, n, v, Placement::kLoop);
+  s.slices = k;
+  const std::vector<TableEntry> table = ScheduleTable(n, v, group);
   for (int r = 0; r < p; ++r) {
     auto& out = s.actions[r];
     out.reserve(2 * total);
-    auto forward = [&](int k) { return F(table[k].chunk * p + r, table[k].microbatch); };
-    auto backward = [&](int k) { return B((v - 1 - table[k].chunk) * p + r, table[k].microbatch); };
+    auto forward = [&](int e) { return F(table[e].chunk * p + r, table[e].microbatch); };
+    auto backward = [&](int e) { return B((v - 1 - table[e].chunk) * p + r, BackwardUnit(table[e].microbatch, k)); };
     // Deeper warm-up than 1F1B: each of the v-1 extra chunks needs a full
-    // group of g microbatches in flight before its backwards come back; a
-    // memory limit cuts it short (never below the least that can run).
-    const int warmup = std::min({2 * (p - r - 1) + (v - 1) * g, total, std::max(memory_cap, least_warmup)});
+    // group in flight before its backwards come back, and the first
+    // backward is a sequence's last slice; a memory limit cuts it short
+    // (never below the least that can run).
+    const int warmup =
+        std::min({2 * (p - r - 1) + (v - 1) * group + k - 1, total, std::max(memory_cap, least_warmup)});
     int f = 0, b = 0;
     for (; f < warmup; ++f) out.push_back(forward(f));
     while (b < total) {
@@ -363,7 +384,7 @@ constexpr GeneratorEntry kGenerators[] = {
     {"gpipe", "GPipe", kOneChunkExpands, RunGPipe},
     {"1f1b", "1F1B", kOneChunk, Run1F1B},
     {"seq1f1b", "Seq1F1B", {1, false, false, false, false, false, Placement::kLoop, true, "1f1b"}, RunSeq1F1B},
-    {"interleaved_1f1b", "interleaved 1F1B", {2, true, false, false, true, false, Placement::kLoop, true, {}, true},
+    {"interleaved_1f1b", "interleaved 1F1B", {2, true, false, false, true, false, Placement::kLoop, true},
      GenerateInterleaved1F1B},
     {"zb_h1", "ZB-H1", kOneChunkSplitSliced, RunZbH1},
     {"zb_h2", "ZB-H2", kOneChunkSplitSliced, RunZbH2},

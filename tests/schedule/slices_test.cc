@@ -148,6 +148,60 @@ TEST(Slices, ZeroBubbleOverSlicesHasLessBubbleAndMemoryThanWholeSequences) {
   EXPECT_LT(sliced.per_rank[0].peak_memory, whole.per_rank[0].peak_memory);
 }
 
+// Interleaved 1F1B over slices: Megatron's table over units, in groups of
+// whole sequences (the fewest that span the p ranks: ceil(p/k) sequences
+// here, m being a multiple of it), backwards last slice first. Rank r warms
+// up with 2(p - r - 1) + (v - 1) G + k - 1 units (G the group's units, the
+// last k - 1 for the first backward, a sequence's last slice), so with one
+// more forward before its first backward it holds that many units of
+// 1/(v k) M_B. Valid, lowered included, for v up to 4 and fewer
+// microbatches than ranks where the units span them; and it holds less
+// than the whole-microbatch order's (2(p - r - 1) + (v - 1) p + 1)/v.
+TEST(Slices, InterleavedOverSlicesWarmsUpInUnits) {
+  SimOptions o;
+  o.costs = {1.0, 1.0, 1.0};
+  for (int p : {1, 2, 3, 4}) {
+    for (int v : {2, 3, 4}) {
+      for (int k : {1, 2, 3, 4}) {
+        const int g = (p + k - 1) / k;  // sequences a group
+        for (int m : {g, 2 * g, 3 * g}) {
+          if (m * k < p) continue;
+          GenerateOptions go;
+          go.chunks = v;
+          go.slices = k;
+          const Schedule s = Generate("interleaved_1f1b", p, m, go);
+          ASSERT_EQ(s.slices, k);
+          ASSERT_NO_THROW(Validate(s)) << p << " " << v << " " << k << " " << m;
+          ASSERT_NO_THROW(Validate(Lower(s))) << p << " " << v << " " << k << " " << m;
+          const SimResult r = Simulate(s, o);
+          const int total = m * k * v;
+          for (int rank = 0; rank < p; ++rank) {
+            const int held = std::min(2 * (p - rank - 1) + (v - 1) * g * k + k, total);
+            EXPECT_NEAR(r.per_rank[rank].peak_memory, static_cast<double>(held) / (v * k), 1e-9)
+                << "p " << p << " v " << v << " k " << k << " m " << m << " rank " << rank;
+          }
+          if (k > 1 && p > 1 && m >= p) {
+            go.slices = 1;
+            EXPECT_LT(r.per_rank[0].peak_memory, Simulate(Generate("interleaved_1f1b", p, m, go), o).per_rank[0].peak_memory);
+          }
+        }
+      }
+    }
+  }
+  // Fewer units than ranks cannot span the pipeline: one clear error.
+  GenerateOptions go;
+  go.slices = 2;
+  try {
+    Generate("interleaved_1f1b", 4, 1, go);
+    ADD_FAILURE() << "1 microbatch of 2 slices on 4 ranks was accepted";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("the number of units (microbatches x 2 slices) must be at least the number "
+                                         "of ranks (4)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Slices, SchedulesWithoutSlicesRefuseThemNamingThoseThatTakeThem) {
   try {
     Sliced("1f1b", 4, 8, 2);
