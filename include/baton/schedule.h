@@ -85,7 +85,7 @@ struct GenerateOptions {
   int microbatch_group = 0;
   // GeneratorTraits::slices (every generator but 1f1b): each microbatch's
   // sequence in this many slices (Schedule::slices); 0 or 1 = whole:
-  // seq1f1b, zb_h1, zb_h2 and interleaved_1f1b in their own sliced order,
+  // seq1f1b, zb_h1, zb_h2, interleaved_1f1b and zbv in their own sliced order,
   // the others by expanding their order (ExpandSlices). 1f1b refuses more
   // than 1.
   int slices = 0;
@@ -117,7 +117,7 @@ Schedule GenerateSeq1F1B(int ranks, int microbatches, int slices);
 // ZB-H1 and ZB-H2, optionally over sequence slices as Seq1F1B orders them.
 Schedule GenerateZbH1(int ranks, int microbatches, int slices = 1);
 Schedule GenerateZbH2(int ranks, int microbatches, int slices = 1);
-Schedule GenerateZbv(int ranks, int microbatches, int chunks = 2);
+Schedule GenerateZbv(int ranks, int microbatches, int chunks = 2, int slices = 1);
 // PyTorch's ScheduleInterleavedZeroBubble: interleaved 1F1B with I/W split
 // (ZB-1p on the loop placement). m must be a multiple of max(1, m div p).
 Schedule GenerateInterleavedZb(int ranks, int microbatches, int chunks = 2);

@@ -272,10 +272,18 @@ Schedule GenerateZbH2(int p, int m, int slices) {
   return ZeroBubbleH("zb_h2", p, m, /*h2=*/true, slices);
 }
 
-Schedule GenerateZbv(int p, int m, int v) {
+// With k slices a sequence the same pattern runs over the m k units:
+// forwards in unit order, input backwards and W's in BackwardUnit's order
+// (each sequence's slices last first), and each chunk k - 1 units deeper in
+// the warm-up and the cool-down, as the first backward is the first
+// sequence's last slice.
+Schedule GenerateZbv(int p, int m, int v, int slices) {
+  const int k = std::max(slices, 1);
+  m *= k;  // units
   CheckCommon("zbv", p, m, v);
   Require(v == 2, "zbv", "ZB-V places exactly 2 chunks per rank (chunks must be 2)", v);
   Schedule s = Empty("zbv", p, m, 2, Placement::kV);
+  s.slices = k;
   // Built for n >= 2p-1 microbatches (the handcrafted pattern's minimum);
   // actions of microbatches >= m are dropped afterwards.
   const int n = std::max(m, 2 * p - 1);
@@ -288,16 +296,19 @@ Schedule GenerateZbv(int p, int m, int v) {
       if (a.microbatch < m) out.push_back(a);
     };
     auto do_f = [&](int c) { emit(F(stage[c], f[c]++)); };
-    auto do_i = [&](int c) { emit(I(stage[c], i[c]++)); };
-    auto do_w = [&](int c) { emit(W(stage[c], w[c]++)); };
+    auto do_i = [&](int c) { emit(I(stage[c], BackwardUnit(i[c]++, k))); };
+    auto do_w = [&](int c) { emit(W(stage[c], BackwardUnit(w[c]++, k))); };
 
-    // Warm-up: fill the V down (chunk 0) and back up (chunk 1).
-    for (int k = 0; k < 2 * (p - r) - 1; ++k) do_f(0);
-    for (int k = 0; k < r; ++k) {
+    // Warm-up: fill the V down (chunk 0) and back up (chunk 1); with
+    // slices, k - 1 units deeper on each chunk, as the first backward is
+    // the first sequence's last slice.
+    for (int x = 0; x < 2 * (p - r) - 1 + k - 1; ++x) do_f(0);
+    for (int x = 0; x < r; ++x) {
       do_f(1);
       do_f(0);
     }
-    for (int k = 0; k < p - r; ++k) {
+    for (int x = 0; x < k - 1; ++x) do_f(1);
+    for (int x = 0; x < p - r; ++x) {
       do_f(1);
       do_i(1);
       do_w(1);
@@ -311,15 +322,21 @@ Schedule GenerateZbv(int p, int m, int v) {
       do_i(1);
       do_w(1);
     }
-    // Cool-down: drain the input gradients first, W's fill the tail.
-    for (int k = 0; k < r; ++k) {
+    // Cool-down: drain the input gradients first, W's fill the tail (with
+    // slices, k - 1 more of each chunk: the warm-up's).
+    for (int x = 0; x < r + k - 1; ++x) {
       do_i(0);
       do_i(1);
     }
-    for (int k = 0; k < p - r; ++k) {
+    for (int x = 0; x < p - r; ++x) {
       do_i(0);
       do_w(0);
     }
+    while (i[0] < n) {
+      do_i(0);
+      do_w(0);
+    }
+    while (i[1] < n) do_i(1);
     while (w[1] < n) do_w(1);
     while (w[0] < n) do_w(0);
   }
@@ -365,7 +382,7 @@ Schedule Run1F1B(int p, int m, const GenerateOptions&) { return Generate1F1B(p, 
 Schedule RunSeq1F1B(int p, int m, const GenerateOptions& o) { return GenerateSeq1F1B(p, m, o.slices); }
 Schedule RunZbH1(int p, int m, const GenerateOptions& o) { return GenerateZbH1(p, m, o.slices); }
 Schedule RunZbH2(int p, int m, const GenerateOptions& o) { return GenerateZbH2(p, m, o.slices); }
-Schedule RunZbv(int p, int m, const GenerateOptions& o) { return GenerateZbv(p, m, o.chunks); }
+Schedule RunZbv(int p, int m, const GenerateOptions& o) { return GenerateZbv(p, m, o.chunks, o.slices); }
 Schedule RunInterleavedZb(int p, int m, const GenerateOptions& o) { return GenerateInterleavedZb(p, m, o.chunks); }
 Schedule RunDualPipeV(int p, int m, const GenerateOptions&) { return GenerateDualPipeV(p, m); }
 Schedule RunVMin(int p, int m, const GenerateOptions&) { return GenerateVMin(p, m); }
@@ -388,7 +405,7 @@ constexpr GeneratorEntry kGenerators[] = {
      GenerateInterleaved1F1B},
     {"zb_h1", "ZB-H1", kOneChunkSplitSliced, RunZbH1},
     {"zb_h2", "ZB-H2", kOneChunkSplitSliced, RunZbH2},
-    {"zbv", "ZB-V", kTwoChunksV, RunZbv},
+    {"zbv", "ZB-V", {2, false, true, false, false, false, Placement::kV, true}, RunZbv},
     {"interleaved_zb", "interleaved zero bubble", {2, true, true, false, false, false, Placement::kLoop, true, {}, true},
      RunInterleavedZb},
     {"dualpipev", "DualPipeV", {2, false, true, true, false, false, Placement::kV, true, {}, true}, RunDualPipeV},

@@ -202,6 +202,26 @@ TEST(Slices, InterleavedOverSlicesWarmsUpInUnits) {
   }
 }
 
+// ZB-V over slices runs its pattern over units, each chunk k - 1 units
+// deeper: every rank holds less than the whole-microbatch ZB-V, with no
+// more bubble (F = I = W = 1 a microbatch).
+TEST(Slices, ZbvOverSlicesHoldsLessWithNoMoreBubble) {
+  SimOptions o;
+  o.costs = {1.0, 1.0, 1.0};
+  for (int p : {2, 3, 4}) {
+    for (int m : {2 * p, 3 * p}) {
+      const SimResult whole = Simulate(GenerateZbv(p, m), o);
+      for (int k : {2, 3, 4}) {
+        const SimResult sliced = Simulate(GenerateZbv(p, m, 2, k), o);
+        EXPECT_LE(sliced.bubble_rate, whole.bubble_rate + 1e-12) << p << " " << m << " " << k;
+        for (int r = 0; r < p; ++r) {
+          EXPECT_LT(sliced.per_rank[r].peak_memory, whole.per_rank[r].peak_memory) << p << " " << m << " " << k << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(Slices, SchedulesWithoutSlicesRefuseThemNamingThoseThatTakeThem) {
   try {
     Sliced("1f1b", 4, 8, 2);
