@@ -97,6 +97,10 @@ cases=(
   "seq1f1b m4 k4 compute split|--set pipeline.schedule=seq1f1b --set pipeline.microbatches=4 --set pipeline.seq_slices=4 --set pipeline.seq_split=compute"
   "seq1f1b m4 k8|--set pipeline.schedule=seq1f1b --set pipeline.microbatches=4 --set pipeline.seq_slices=8"
   "zb_h1 m4 k4|--set pipeline.schedule=zb_h1 --set pipeline.microbatches=4 --set pipeline.seq_slices=4"
+  "interleaved_1f1b m4 (v 2)|--set pipeline.schedule=interleaved_1f1b --set pipeline.microbatches=4"
+  "interleaved_1f1b m4 k4|--set pipeline.schedule=interleaved_1f1b --set pipeline.microbatches=4 --set pipeline.seq_slices=4"
+  "zbv m4|--set pipeline.schedule=zbv --set pipeline.microbatches=4"
+  "zbv m4 k4|--set pipeline.schedule=zbv --set pipeline.microbatches=4 --set pipeline.seq_slices=4"
 )
 printf '%-30s %10s %9s %10s %10s  %s\n' case "step ms" bubble simulated "meas/pred" "activation MiB per rank"
 for c in "${cases[@]}"; do
