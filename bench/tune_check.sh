@@ -27,9 +27,9 @@ np=$ranks; [ "$ranks" -lt 2 ] && np=2
 # the machine as the run's ranks do (more ranks than cores: the profile then
 # times each call by its CPU time, and the simulator shares the cores).
 mpirun -np "$np" "$baton" profile "$config" "${sets[@]}" --out "$out/profile.json" < /dev/null > "$out/profile.txt"
-# The ranking: rows "rank schedule m v policy step-ms bubble peak MiB layout fits".
+# The ranking: rows "rank schedule m v policy slices step-ms bubble peak MiB layout fits".
 "$baton" tune "$config" "${sets[@]}" --memory-bytes "$memory" --top 200 --profile "$out/profile.json" > "$out/tune.txt"
-awk '$NF == "yes" && $1 ~ /^[0-9]+$/ {print $2, $3, $4, $5, $6, $10}' "$out/tune.txt" | head -n "$top" > "$out/top.txt"
+awk -v top="$top" '$NF == "yes" && $1 ~ /^[0-9]+$/ && n < top {print $2, $3, $4, $5, $6, $7, $11; n++}' "$out/tune.txt" > "$out/top.txt"
 [ -s "$out/top.txt" ] || { cat "$out/tune.txt"; echo "tune_check: no feasible candidate" >&2; exit 1; }
 echo "tune: $(grep -m1 '^searched' "$out/tune.txt")"
 
@@ -41,9 +41,10 @@ predict() {
 # One line a case: kind, label, predicted ms, then its --set values; tab-separated.
 T=$'\t'
 lines=()
-while read -r schedule m v policy predicted layout; do
+while read -r schedule m v policy slices predicted layout; do
   key=partition; case "$layout" in E*) key=layout;; esac
-  lines+=("tuner${T}$schedule m$m v$v $policy $layout${T}$predicted${T}pipeline.schedule=$schedule${T}pipeline.microbatches=$m${T}pipeline.chunks=$v${T}pipeline.checkpointing=$policy${T}pipeline.$key=$layout")
+  sliced=""; [ "$slices" != 1 ] && sliced=" k$slices"
+  lines+=("tuner${T}$schedule m$m v$v $policy$sliced $layout${T}$predicted${T}pipeline.schedule=$schedule${T}pipeline.microbatches=$m${T}pipeline.chunks=$v${T}pipeline.checkpointing=$policy${T}pipeline.seq_slices=$slices${T}pipeline.$key=$layout")
 done < "$out/top.txt"
 lines+=("config${T}the config's own settings${T}$(predict)")
 for by in params flops; do

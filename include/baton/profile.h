@@ -60,9 +60,21 @@ struct Profile {
   double latency_s = 0;
   double bandwidth_Bps = 0;
   // The share of a core a rank waiting for a message takes from a rank
-  // computing on the same core (the executor polls): measured with rank 1
-  // waiting beside rank 0's compute on one CPU; 0 when not measured.
+  // computing on the same core (the executor polls), as the simulator
+  // charges it (SimOptions::waiting_share): measured with rank 1 waiting
+  // beside rank 0's compute on one CPU; 0 when not measured. With more
+  // processes than CPUs, fitted instead to a short run of the config's own
+  // pipeline (`calibration`), and the probe's reading kept in
+  // `probed_waiting_share`.
   double waiting_share = 0;
+  double probed_waiting_share = 0;
+  // Ranks sharing cores: the run the waiting share was fitted to (its
+  // schedule, microbatches and placement), its measured median step and
+  // the step the simulator gave it from this profile before the fit;
+  // empty / 0 when not calibrated.
+  std::string calibration;
+  double calibration_step_s = 0;
+  double calibration_unfitted_step_s = 0;
   double seconds = 0;               // how long profiling took
   int repetitions = 0;              // timed calls per median
   // The processes that profiled at once (each the run's rank would be),

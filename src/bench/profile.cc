@@ -422,6 +422,14 @@ std::string DescribeProfile(const Profile& p) {
         "shares the cores)\n",
         p.processes, p.identity.cores);
   }
+  if (!p.calibration.empty()) {
+    text += fmt::format(
+        "core sharing fitted to the config's own pipeline ({}): measured {:.2f} ms a step, {:.2f} ms simulated with "
+        "the probe's waiting share ({:.0f}%); the simulator gives the measured step with a waiting rank taking {:.0f}% "
+        "of a core\n",
+        p.calibration, p.calibration_step_s * 1e3, p.calibration_unfitted_step_s * 1e3, 100 * p.probed_waiting_share,
+        100 * p.waiting_share);
+  }
   for (const ProfileRows& r : p.rows) {
     text += fmt::format("{} rows a microbatch:\n  {:>5}  {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", r.rows, "layer",
                         "F ms", "I ms", "W ms", "B ms", "saved", "what");

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 
+#include "baton/bench.h"
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/error.h"
@@ -23,6 +24,35 @@ namespace baton {
 namespace {
 
 std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1024.0)); }
+
+// Ranks sharing cores (more processes than CPUs): how much a waiting rank
+// slows the computing ones depends on how the system schedules polling
+// processes, which the probe's two pinned processes do not reproduce. So
+// the config's own pipeline runs `steps` measured steps (after two
+// untimed) on every rank, as `baton bench` runs them, and rank 0 fits the
+// simulator's one parameter for it, the waiting share, to the measured
+// median step. An automatic placement is calibrated at the balanced one.
+void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Profile& p) {
+  if (world.size() != config.pipeline.ranks || config.data_parallel.size != 1) return;
+  TrainConfig run = config;
+  if (run.pipeline.partition == Partition::kAuto) run.pipeline.partition = Partition::kBalanced;
+  const std::unique_ptr<ReplicaGroup> solo = MakeSoloReplicaGroup();
+  const RunComms comms{world, world, *solo};
+  BenchOptions bench;
+  bench.warmup_steps = 2;
+  bench.steps = steps;
+  bench.quiet = true;
+  const BenchReport measured = Bench(run, comms, bench);
+  if (world.rank() != 0) return;
+  const RunPlan plan = PlanRun(run);
+  p.probed_waiting_share = p.waiting_share;
+  p.calibration_unfitted_step_s = PredictFromProfile(plan, p).sim.makespan;
+  p.calibration_step_s = measured.step_time_median_s;
+  p.waiting_share = FitWaitingShare(plan, p, measured.step_time_median_s);
+  p.calibration = fmt::format("{} m{} v{} {} {}", run.pipeline.schedule, run.pipeline.microbatches,
+                              plan.lowered.chunks(), EnumName(run.pipeline.checkpointing),
+                              LayoutText(run, plan.model, plan.bounds));
+}
 
 }  // namespace
 
@@ -87,6 +117,7 @@ void AddProfileCommand(CLI::App& app) {
     std::string config, out = "out/profile.json", rows;
     std::vector<std::string> set;
     ProfileOptions options;
+    int calibrate_steps = 5;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
@@ -101,11 +132,16 @@ void AddProfileCommand(CLI::App& app) {
                   "the config's own)");
   cmd->add_option("--warmup", f->options.warmup, "untimed calls before each median (default 2)");
   cmd->add_option("--repetitions", f->options.repetitions, "timed calls a median (default 7)");
+  cmd->add_option("--calibrate-steps", f->calibrate_steps,
+                  "with more processes than CPUs: measured steps of the config's own pipeline that the waiting share "
+                  "is fitted to (default 5; 0: keep the probe's)");
   cmd->callback([f] {
     ProfileOptions o = f->options;
     o.rows = WholeNumbers(f->rows, "profile: --rows");
     auto job = [&](Transport& world, const TrainConfig& config, const std::string&) {
-      const Profile p = MeasureProfile(config, world, o);
+      if (f->calibrate_steps < 0) throw ConfigError("profile: --calibrate-steps must be >= 0");
+      Profile p = MeasureProfile(config, world, o);
+      if (p.cpu_clock && f->calibrate_steps > 0) CalibrateSharing(world, config, f->calibrate_steps, p);
       if (world.rank() != 0) return;
       WriteOutput(f->out, ProfileJson(p));
       std::cout << DescribeProfile(p) << "wrote " << f->out << "\n";

@@ -59,6 +59,12 @@ std::string ProfileJson(const Profile& p) {
   j["latency_s"] = p.latency_s;
   j["bandwidth_Bps"] = p.bandwidth_Bps;
   j["waiting_share"] = p.waiting_share;
+  if (!p.calibration.empty()) {
+    j["probed_waiting_share"] = p.probed_waiting_share;
+    j["calibration"] = {{"run", p.calibration},
+                        {"measured_step_s", p.calibration_step_s},
+                        {"unfitted_step_s", p.calibration_unfitted_step_s}};
+  }
   j["seconds"] = p.seconds;
   j["processes"] = p.processes;
   j["clock"] = p.cpu_clock ? "cpu" : "wall";
@@ -95,6 +101,14 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
     p.latency_s = j.value("latency_s", 0.0);
     p.bandwidth_Bps = j.value("bandwidth_Bps", 0.0);
     p.waiting_share = j.value("waiting_share", 0.0);
+    p.probed_waiting_share = j.value("probed_waiting_share", p.waiting_share);
+    if (j.contains("calibration")) {
+      const nlohmann::json& c = j.at("calibration");
+      p.calibration = c.at("run").get<std::string>();
+      p.calibration_step_s = c.at("measured_step_s").get<double>();
+      p.calibration_unfitted_step_s = c.value("unfitted_step_s", 0.0);
+    }
+
     p.seconds = j.value("seconds", 0.0);
     p.processes = j.value("processes", 1);
     const std::string clock = j.value("clock", std::string("wall"));

@@ -319,6 +319,21 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
   return out;
 }
 
+double FitWaitingShare(const RunPlan& plan, Profile profile, double measured_step_s) {
+  auto step = [&](double share) {
+    profile.waiting_share = share;
+    return PredictFromProfile(plan, profile).sim.makespan;
+  };
+  double lo = 0.0, hi = 1.0;
+  if (measured_step_s <= step(lo)) return lo;
+  if (measured_step_s >= step(hi)) return hi;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (step(mid) < measured_step_s ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
 std::vector<int> DefaultMicrobatches(const TrainConfig& config) {
   const int p = config.pipeline.ranks, batch = config.train.batch_size / config.data_parallel.size;
   std::vector<int> out;

@@ -4,6 +4,8 @@
 // trains: the same losses and the same weights, bit for bit, on every rank.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <regex>
 
 #include "run_helpers.h"
@@ -37,6 +39,39 @@ TEST(Placement, GptLayoutAutoTrainsItsPrintedLayoutBitForBit) {
 
 TEST(Placement, MlpPartitionAutoTrainsItsPrintedPartitionBitForBit) {
   ExpectAutoTrainsItsPrintedPlacement("tests/mpi/tiny.yaml", "partition", 3, {"pipeline.schedule=zb_h1"});
+}
+
+// `baton profile` under mpirun with more processes than CPUs fits the
+// waiting share to a short run of the config's own pipeline, and says so
+// in the profile: the run, its measured step, the step the probe's share
+// gave it, and the probe's share; with enough CPUs it keeps the probe's.
+TEST(Placement, AProfileOfRanksSharingCoresFitsTheWaitingShareToARun) {
+  const baton_test::fs::path dir =
+      baton_test::fs::path(::testing::TempDir()) / ("baton_profile_shared_" + std::to_string(::getpid()));
+  baton_test::fs::create_directories(dir);
+  const std::string out = (dir / "p.json").string();
+  const std::string cmd = "'" BATON_MPIEXEC "' -np 4 '" BATON_BINARY "' profile '" BATON_SOURCE_DIR
+                          "/tests/mpi/tiny.yaml' --set pipeline.ranks=4 --set pipeline.microbatches=4 --rows 4 "
+                          "--repetitions 2 --calibrate-steps 3 --out '" + out + "' > '" + (dir / "log.txt").string() +
+                          "' 2>&1";
+  ASSERT_EQ(baton_test::Shell(cmd), 0) << cmd;
+  std::ifstream in(out);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::ifstream log_in(dir / "log.txt");
+  const std::string log((std::istreambuf_iterator<char>(log_in)), std::istreambuf_iterator<char>());
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= 4) {
+    EXPECT_FALSE(j.contains("calibration")) << j.dump();
+  } else {
+    ASSERT_TRUE(j.contains("calibration")) << j.dump();
+    EXPECT_EQ(j["calibration"]["run"].get<std::string>().rfind("1f1b m4 v1 none ", 0), 0u) << j.dump();
+    EXPECT_GT(j["calibration"]["measured_step_s"].get<double>(), 0.0);
+    EXPECT_GT(j["calibration"]["unfitted_step_s"].get<double>(), 0.0);
+    EXPECT_GE(j["waiting_share"].get<double>(), 0.0);
+    EXPECT_LE(j["waiting_share"].get<double>(), 1.0);
+    EXPECT_TRUE(j.contains("probed_waiting_share"));
+    EXPECT_NE(log.find("core sharing fitted to the config's own pipeline (1f1b m4"), std::string::npos) << log;
+  }
+  baton_test::fs::remove_all(dir);
 }
 
 }  // namespace

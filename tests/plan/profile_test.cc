@@ -77,6 +77,41 @@ TEST(Profile, RoundTripsThroughItsFile) {
   const Profile shared = ParseProfile(ProfileJson(p), "p.json");
   EXPECT_EQ(shared.processes, 4);
   EXPECT_TRUE(shared.cpu_clock);
+  EXPECT_TRUE(shared.calibration.empty());
+  // The waiting share fitted to a run of the config's own pipeline, with
+  // the probe's reading and the run kept.
+  p.waiting_share = 0.7;
+  p.probed_waiting_share = 0.01;
+  p.calibration = "1f1b m8 v1 none [2,2]";
+  p.calibration_step_s = 0.04;
+  p.calibration_unfitted_step_s = 0.033;
+  const Profile fitted = ParseProfile(ProfileJson(p), "p.json");
+  EXPECT_DOUBLE_EQ(fitted.waiting_share, 0.7);
+  EXPECT_DOUBLE_EQ(fitted.probed_waiting_share, 0.01);
+  EXPECT_EQ(fitted.calibration, "1f1b m8 v1 none [2,2]");
+  EXPECT_DOUBLE_EQ(fitted.calibration_step_s, 0.04);
+  EXPECT_DOUBLE_EQ(fitted.calibration_unfitted_step_s, 0.033);
+}
+
+// Four ranks on two cores: the waiting share FitWaitingShare finds for a
+// step the simulator gave at a known share is that share; a step below
+// what no sharing gives fits 0, one above what full sharing gives fits 1.
+TEST(Profile, TheWaitingShareFitsTheStepItWasSimulatedAt) {
+  const TrainConfig c = Tiny({"pipeline.ranks=4"});
+  Profile p = MadeUp(c, {4}, 3);
+  p.identity.cores = 2;
+  const RunPlan plan = PlanRun(c);
+  auto step = [&](double share) {
+    Profile q = p;
+    q.waiting_share = share;
+    return PredictFromProfile(plan, q).sim.makespan;
+  };
+  ASSERT_LT(step(0.0), step(1.0));  // waiting ranks do slow the others
+  for (double share : {0.1, 0.37, 0.8}) {
+    EXPECT_NEAR(FitWaitingShare(plan, p, step(share)), share, 1e-6) << share;
+  }
+  EXPECT_EQ(FitWaitingShare(plan, p, 0.5 * step(0.0)), 0.0);
+  EXPECT_EQ(FitWaitingShare(plan, p, 2.0 * step(1.0)), 1.0);
 }
 
 void ExpectRefused(const std::function<void()>& f, const std::string& text) {
