@@ -436,7 +436,7 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
 // The waiting share in [0, 1] at which PredictFromProfile gives `plan` the
 // step `measured_step_s` (bisection; the step grows with the share): 0 or
 // 1 where the measured step lies beyond what either gives.
-double FitWaitingShare(const RunPlan& plan, Profile profile, double measured_step_s);
+double FitWaitingShare(const RunPlan& plan, const Profile& profile, double measured_step_s);
 
 
 // ---- `baton tune` and placement ----

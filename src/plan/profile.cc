@@ -108,7 +108,6 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
       p.calibration_step_s = c.at("measured_step_s").get<double>();
       p.calibration_unfitted_step_s = c.value("unfitted_step_s", 0.0);
     }
-
     p.seconds = j.value("seconds", 0.0);
     p.processes = j.value("processes", 1);
     const std::string clock = j.value("clock", std::string("wall"));

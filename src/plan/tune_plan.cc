@@ -293,7 +293,11 @@ SimOptions CostedSimOptions(std::vector<Costs> stage_costs, double latency, doub
   return sim;
 }
 
-ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile) {
+namespace {
+
+// The simulator's options for `plan` from the profile: each stage priced
+// from its layers, messages and core sharing as profiled.
+SimOptions ProfileSimOptions(const RunPlan& plan, const Profile& profile) {
   const std::vector<LayerProfile> layers = LayersAt(profile, plan.rows);
   std::vector<Costs> costs;
   for (int s = 0; s < plan.stages(); ++s) {
@@ -312,17 +316,26 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
     o.slice_cost = plan.slice_cost;
     o.slice_memory = plan.slice_token_share;
   }
+  return o;
+}
+
+}  // namespace
+
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile) {
   ProfilePrediction out;
-  out.sim = Simulate(plan.lowered, o);
+  out.sim = Simulate(plan.lowered, ProfileSimOptions(plan, profile));
   // What the run allocates: the static bytes and every stage's ring.
   for (const RankMemory& m : PlanMemory(plan)) out.peak_bytes.push_back(static_cast<double>(m.total()));
   return out;
 }
 
-double FitWaitingShare(const RunPlan& plan, Profile profile, double measured_step_s) {
+double FitWaitingShare(const RunPlan& plan, const Profile& profile, double measured_step_s) {
+  // The stages are priced once; only the share changes between simulations.
+  SimOptions o = ProfileSimOptions(plan, profile);
+  o.record_timeline = false;
   auto step = [&](double share) {
-    profile.waiting_share = share;
-    return PredictFromProfile(plan, profile).sim.makespan;
+    o.waiting_share = share;
+    return Simulate(plan.lowered, o).makespan;
   };
   double lo = 0.0, hi = 1.0;
   if (measured_step_s <= step(lo)) return lo;

@@ -668,7 +668,9 @@ class Simulator {
       case ActionKind::kOverlapFB: {
         std::string reasons;
         ForEachPart(a, [&](const Action& part) {
-          if (Done(PartReady<Pass::kWhole>(r, part))) return;
+          // Only whether it could start counts: no times (the completion
+          // check, which reports deadlocks too, keeps none).
+          if (Done(PartReady<Pass::kCompletion>(r, part))) return;
           reasons += fmt::format("{}its {} part {}", reasons.empty() ? "" : "; ",
                                  part.kind == ActionKind::kForward ? "forward" : "backward", WaitReason(r, part));
         });
