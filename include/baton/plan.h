@@ -433,10 +433,21 @@ struct ProfilePrediction {
 };
 ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile);
 
-// The waiting share in [0, 1] at which PredictFromProfile gives `plan` the
-// step `measured_step_s` (bisection; the step grows with the share): 0 or
-// 1 where the measured step lies beyond what either gives.
-double FitWaitingShare(const RunPlan& plan, const Profile& profile, double measured_step_s);
+// The factor on a profiled action's cost for a run of `ranks` x `replicas`
+// processes on the profile's machine: the profile's shared_core_cost where
+// they share its cores (ShareCores), else 1.
+double SharedCoreCost(const Profile& profile, int ranks, int replicas);
+
+// The shared_core_cost at which PredictFromProfile's steps for `plans`
+// (whose ranks share cores) are as far above their `measured_step_s` as
+// below, in the mean of log(simulated / measured): the measured step
+// itself for one plan. Bisection over [kMinSharedCoreCost,
+// kMaxSharedCoreCost] (every step grows with the factor), an end where
+// the measured steps lie beyond what either gives.
+inline constexpr double kMinSharedCoreCost = 0.5;
+inline constexpr double kMaxSharedCoreCost = 4.0;
+double FitSharedCoreCost(const std::vector<RunPlan>& plans, const Profile& profile,
+                         const std::vector<double>& measured_step_s);
 
 
 // ---- `baton tune` and placement ----

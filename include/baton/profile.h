@@ -51,7 +51,7 @@ struct ProfileIdentity {
 };
 
 struct Profile {
-  static constexpr int kFormat = 1;
+  static constexpr int kFormat = 2;  // 2: shared_core_cost and calibration runs
   ProfileIdentity identity;
   std::string config;               // the config it was made from (information only)
   std::vector<ProfileRows> rows;    // ascending rows
@@ -62,19 +62,25 @@ struct Profile {
   // The share of a core a rank waiting for a message takes from a rank
   // computing on the same core (the executor polls), as the simulator
   // charges it (SimOptions::waiting_share): measured with rank 1 waiting
-  // beside rank 0's compute on one CPU; 0 when not measured. With more
-  // processes than CPUs, fitted instead to a short run of the config's own
-  // pipeline (`calibration`), and the probe's reading kept in
-  // `probed_waiting_share`.
+  // beside rank 0's compute on one CPU; 0 when not measured.
   double waiting_share = 0;
-  double probed_waiting_share = 0;
-  // Ranks sharing cores: the run the waiting share was fitted to (its
-  // schedule, microbatches and placement), its measured median step and
-  // the step the simulator gave it from this profile before the fit;
-  // empty / 0 when not calibrated.
-  std::string calibration;
-  double calibration_step_s = 0;
-  double calibration_unfitted_step_s = 0;
+  // Ranks sharing cores (more processes than CPUs): the factor on every
+  // action's profiled cost while ranks share cores (the CPU a rank spends
+  // outside its actions: polling, yielding, messages; and the caches it
+  // shares), fitted to short runs of the config's own pipeline
+  // and a zero-bubble order of it (`calibration`); 1 when not calibrated.
+  // Applied only to runs whose ranks share cores (SharedCoreCost).
+  double shared_core_cost = 1;
+  // Ranks sharing cores: the runs the factor was fitted to, each with its
+  // measured median step and the steps the simulator gives it from this
+  // profile before the fit (factor 1) and after; empty when not calibrated.
+  struct Calibration {
+    std::string run;  // schedule, microbatches, chunks, policy and placement
+    double measured_step_s = 0;
+    double unfitted_step_s = 0;
+    double fitted_step_s = 0;  // simulated with the fitted factor
+  };
+  std::vector<Calibration> calibration;
   double seconds = 0;               // how long profiling took
   int repetitions = 0;              // timed calls per median
   // The processes that profiled at once (each the run's rank would be),

@@ -423,12 +423,15 @@ std::string DescribeProfile(const Profile& p) {
         p.processes, p.identity.cores);
   }
   if (!p.calibration.empty()) {
-    text += fmt::format(
-        "core sharing fitted to the config's own pipeline ({}): measured {:.2f} ms a step, {:.2f} ms simulated with "
-        "the probe's waiting share ({:.0f}%); the simulator gives the measured step with a waiting rank taking {:.0f}% "
-        "of a core\n",
-        p.calibration, p.calibration_step_s * 1e3, p.calibration_unfitted_step_s * 1e3, 100 * p.probed_waiting_share,
-        100 * p.waiting_share);
+    text += fmt::format("core sharing fitted to runs of the config's own pipeline: each action costs {:.3f}x its "
+                        "profiled time while ranks share cores\n",
+                        p.shared_core_cost);
+    for (const Profile::Calibration& c : p.calibration) {
+      text += fmt::format("  {:<44} measured {:8.2f} ms a step; simulated {:8.2f} ms from the profiled costs, "
+                          "{:8.2f} ms with the factor\n",
+                          c.run, c.measured_step_s * 1e3, c.unfitted_step_s * 1e3,
+                          c.fitted_step_s * 1e3);
+    }
   }
   for (const ProfileRows& r : p.rows) {
     text += fmt::format("{} rows a microbatch:\n  {:>5}  {:>10} {:>10} {:>10} {:>10} {:>12}  {}\n", r.rows, "layer",

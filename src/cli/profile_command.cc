@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "baton/bench.h"
 #include "baton/comm.h"
@@ -16,6 +18,7 @@
 #include "baton/files.h"
 #include "baton/plan.h"
 #include "baton/profile.h"
+#include "baton/schedule.h"
 #include "baton/timing.h"
 #include "commands.h"
 #include "profile_measure.h"
@@ -25,33 +28,69 @@ namespace {
 
 std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1024.0)); }
 
-// Ranks sharing cores (more processes than CPUs): how much a waiting rank
-// slows the computing ones depends on how the system schedules polling
-// processes, which the probe's two pinned processes do not reproduce. So
-// the config's own pipeline runs `steps` measured steps (after two
-// untimed) on every rank, as `baton bench` runs them, and rank 0 fits the
-// simulator's one parameter for it, the waiting share, to the measured
-// median step. An automatic placement is calibrated at the balanced one.
+// Ranks sharing cores (more processes than CPUs): what a rank costs the
+// others beyond its actions (polling and yielding while it waits, its
+// messages, the caches they share) depends on how the system schedules
+// the processes, which the probe's two pinned processes do not reproduce.
+// So the config's own pipeline runs `steps` measured steps (after three
+// untimed) on every rank, as `baton bench` runs them, and so does a
+// zero-bubble order of it (OtherOrder), whose ranks wait less; rank 0
+// fits one factor on every action's profiled cost
+// (Profile::shared_core_cost) to both measured median steps, since the
+// tuner ranks both kinds. An automatic placement is calibrated at the
+// balanced one.
+// The calibration's second run: the config's pipeline with the other kind
+// of backward at the same microbatches, policy and placement: zb_h1 (its
+// input and weight gradients apart, its ranks waiting less) for a schedule
+// that runs B whole, 1F1B (seq1f1b over slices) for one that splits it.
+// None for more than one chunk a rank, or where that schedule does not
+// plan the config.
+std::optional<TrainConfig> OtherOrder(const TrainConfig& own, const RunPlan& plan) {
+  if (plan.lowered.chunks() != 1) return std::nullopt;
+  try {
+    TrainConfig other = WithPlacement(own, plan.model, plan.bounds);
+    other.pipeline.schedule = !TraitsOf(own.pipeline.schedule).split_backward
+                                  ? "zb_h1"
+                                  : (own.pipeline.seq_slices > 1 ? "seq1f1b" : "1f1b");
+    PlanRun(other);
+    return other;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Profile& p) {
   if (world.size() != config.pipeline.ranks || config.data_parallel.size != 1) return;
-  TrainConfig run = config;
-  if (run.pipeline.partition == Partition::kAuto) run.pipeline.partition = Partition::kBalanced;
+  TrainConfig own = config;
+  if (own.pipeline.partition == Partition::kAuto) own.pipeline.partition = Partition::kBalanced;
+  std::vector<RunPlan> plans{PlanRun(own)};
+  std::vector<TrainConfig> runs{own};
+  if (std::optional<TrainConfig> other = OtherOrder(own, plans.front())) {
+    plans.push_back(PlanRun(*other));
+    runs.push_back(*std::move(other));
+  }
   const std::unique_ptr<ReplicaGroup> solo = MakeSoloReplicaGroup();
   const RunComms comms{world, world, *solo};
   BenchOptions bench;
-  bench.warmup_steps = 2;
+  bench.warmup_steps = 3;
   bench.steps = steps;
   bench.quiet = true;
-  const BenchReport measured = Bench(run, comms, bench);
+  std::vector<double> measured;
+  for (const TrainConfig& run : runs) measured.push_back(Bench(run, comms, bench).step_time_median_s);
   if (world.rank() != 0) return;
-  const RunPlan plan = PlanRun(run);
-  p.probed_waiting_share = p.waiting_share;
-  p.calibration_unfitted_step_s = PredictFromProfile(plan, p).sim.makespan;
-  p.calibration_step_s = measured.step_time_median_s;
-  p.waiting_share = FitWaitingShare(plan, p, measured.step_time_median_s);
-  p.calibration = fmt::format("{} m{} v{} {} {}", run.pipeline.schedule, run.pipeline.microbatches,
-                              plan.lowered.chunks(), EnumName(run.pipeline.checkpointing),
-                              LayoutText(run, plan.model, plan.bounds));
+  p.shared_core_cost = 1.0;
+  p.calibration.clear();
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const TrainConfig& run = runs[k];
+    p.calibration.push_back(Profile::Calibration{
+        fmt::format("{} m{} v{} {} {}", run.pipeline.schedule, run.pipeline.microbatches, plans[k].lowered.chunks(),
+                    EnumName(run.pipeline.checkpointing), LayoutText(run, plans[k].model, plans[k].bounds)),
+        measured[k], PredictFromProfile(plans[k], p).sim.makespan, 0.0});
+  }
+  p.shared_core_cost = FitSharedCoreCost(plans, p, measured);
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    p.calibration[k].fitted_step_s = PredictFromProfile(plans[k], p).sim.makespan;
+  }
 }
 
 }  // namespace
@@ -117,7 +156,7 @@ void AddProfileCommand(CLI::App& app) {
     std::string config, out = "out/profile.json", rows;
     std::vector<std::string> set;
     ProfileOptions options;
-    int calibrate_steps = 5;
+    int calibrate_steps = 10;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
@@ -133,8 +172,8 @@ void AddProfileCommand(CLI::App& app) {
   cmd->add_option("--warmup", f->options.warmup, "untimed calls before each median (default 2)");
   cmd->add_option("--repetitions", f->options.repetitions, "timed calls a median (default 7)");
   cmd->add_option("--calibrate-steps", f->calibrate_steps,
-                  "with more processes than CPUs: measured steps of the config's own pipeline that the waiting share "
-                  "is fitted to (default 5; 0: keep the probe's)");
+                  "with more processes than CPUs: measured steps of the config's own pipeline that the cost of "
+                  "actions on shared cores is fitted to (default 10; 0: no fit, factor 1)");
   cmd->callback([f] {
     ProfileOptions o = f->options;
     o.rows = WholeNumbers(f->rows, "profile: --rows");

@@ -60,10 +60,14 @@ std::string ProfileJson(const Profile& p) {
   j["bandwidth_Bps"] = p.bandwidth_Bps;
   j["waiting_share"] = p.waiting_share;
   if (!p.calibration.empty()) {
-    j["probed_waiting_share"] = p.probed_waiting_share;
-    j["calibration"] = {{"run", p.calibration},
-                        {"measured_step_s", p.calibration_step_s},
-                        {"unfitted_step_s", p.calibration_unfitted_step_s}};
+    j["shared_core_cost"] = p.shared_core_cost;
+    auto& runs = j["calibration"] = nlohmann::ordered_json::array();
+    for (const Profile::Calibration& c : p.calibration) {
+      runs.push_back({{"run", c.run},
+                      {"measured_step_s", c.measured_step_s},
+                      {"unfitted_step_s", c.unfitted_step_s},
+                      {"fitted_step_s", c.fitted_step_s}});
+    }
   }
   j["seconds"] = p.seconds;
   j["processes"] = p.processes;
@@ -101,12 +105,16 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
     p.latency_s = j.value("latency_s", 0.0);
     p.bandwidth_Bps = j.value("bandwidth_Bps", 0.0);
     p.waiting_share = j.value("waiting_share", 0.0);
-    p.probed_waiting_share = j.value("probed_waiting_share", p.waiting_share);
+    p.shared_core_cost = j.value("shared_core_cost", 1.0);
+    if (!(p.shared_core_cost > 0)) {
+      throw ConfigError(fmt::format("{}: shared_core_cost {}: must be > 0", path, p.shared_core_cost));
+    }
     if (j.contains("calibration")) {
-      const nlohmann::json& c = j.at("calibration");
-      p.calibration = c.at("run").get<std::string>();
-      p.calibration_step_s = c.at("measured_step_s").get<double>();
-      p.calibration_unfitted_step_s = c.value("unfitted_step_s", 0.0);
+      for (const nlohmann::json& c : j.at("calibration")) {
+        p.calibration.push_back(Profile::Calibration{c.at("run").get<std::string>(),
+                                                     c.at("measured_step_s").get<double>(),
+                                                     c.value("unfitted_step_s", 0.0), c.value("fitted_step_s", 0.0)});
+      }
     }
     p.seconds = j.value("seconds", 0.0);
     p.processes = j.value("processes", 1);

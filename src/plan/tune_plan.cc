@@ -21,6 +21,15 @@ namespace {
 
 std::string Mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
 
+// A stage's costs with every action `scale` times as long.
+Costs Scaled(Costs c, double scale) {
+  c.forward *= scale;
+  c.backward_input *= scale;
+  c.backward_weight *= scale;
+  if (c.forward_backward) *c.forward_backward *= scale;
+  return c;
+}
+
 // The config's list, or selective's default (train_config.cc): the outputs
 // of the layers with matrix products.
 std::vector<LayerType> SelectiveKeep(const TrainConfig& config) {
@@ -59,6 +68,7 @@ class ProfilePricer {
   ProfilePricer(const TrainConfig& config, const Profile& profile)
       : config_(config), profile_(profile), model_(DescribeModel(config.model.layers, config.model.input, config.model.seq)) {
     ShareCores(config.pipeline.ranks, config.data_parallel.size, profile.identity.cores, &core_pool_, &pool_cores_);
+    cost_scale_ = SharedCoreCost(profile, config.pipeline.ranks, config.data_parallel.size);
   }
 
   const ModelDesc& model() const { return model_; }
@@ -76,7 +86,7 @@ class ProfilePricer {
     const GeneratorTraits traits = TraitsOf(c.schedule);
     for (int s = 0; s < shape->plan.stages(); ++s) {
       const StagePrice& price = shape->Price(s, traits.split_backward);
-      out.stage_costs.push_back(price.costs);
+      out.stage_costs.push_back(Scaled(price.costs, cost_scale_));
       out.activation_bytes.push_back(price.slot_bytes);
       if (c.slices > 1) {
         // A slice holds a slice's slot; its sequence a key/value slot.
@@ -149,6 +159,7 @@ class ProfilePricer {
   ModelDesc model_;
   std::vector<int> core_pool_;
   std::vector<double> pool_cores_;
+  double cost_scale_ = 1.0;  // SharedCoreCost
   std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<Shape>> shapes_;
 };
 
@@ -303,6 +314,8 @@ SimOptions ProfileSimOptions(const RunPlan& plan, const Profile& profile) {
   for (int s = 0; s < plan.stages(); ++s) {
     costs.push_back(PriceStage(plan, layers, s, SplitsBackward(plan.lowered, s)).costs);
   }
+  const double scale = SharedCoreCost(profile, plan.lowered.ranks, plan.replicas);
+  for (Costs& c : costs) c = Scaled(c, scale);
   std::vector<int> pool;
   std::vector<double> cores;
   ShareCores(plan.lowered.ranks, plan.replicas, profile.identity.cores, &pool, &cores);
@@ -329,20 +342,44 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
   return out;
 }
 
-double FitWaitingShare(const RunPlan& plan, const Profile& profile, double measured_step_s) {
-  // The stages are priced once; only the share changes between simulations.
-  SimOptions o = ProfileSimOptions(plan, profile);
-  o.record_timeline = false;
-  auto step = [&](double share) {
-    o.waiting_share = share;
-    return Simulate(plan.lowered, o).makespan;
+double SharedCoreCost(const Profile& profile, int ranks, int replicas) {
+  std::vector<int> pool;
+  std::vector<double> cores;
+  ShareCores(ranks, replicas, profile.identity.cores, &pool, &cores);
+  return pool.empty() ? 1.0 : profile.shared_core_cost;
+}
+
+double FitSharedCoreCost(const std::vector<RunPlan>& plans, const Profile& profile,
+                         const std::vector<double>& measured_step_s) {
+  if (plans.empty() || plans.size() != measured_step_s.size()) {
+    throw ConfigError(fmt::format("FitSharedCoreCost: {} plans and {} measured steps: one step a plan, at least one",
+                                  plans.size(), measured_step_s.size()));
+  }
+  // The stages are priced once at factor 1; only the factor changes
+  // between simulations.
+  Profile unscaled = profile;
+  unscaled.shared_core_cost = 1.0;
+  std::vector<SimOptions> options;
+  for (const RunPlan& plan : plans) {
+    options.push_back(ProfileSimOptions(plan, unscaled));
+    options.back().record_timeline = false;
+  }
+  // The mean log ratio of simulated to measured steps at `scale`.
+  auto error = [&](double scale) {
+    double sum = 0;
+    for (std::size_t k = 0; k < plans.size(); ++k) {
+      SimOptions o = options[k];
+      for (Costs& c : o.stage_costs) c = Scaled(c, scale);
+      sum += std::log(Simulate(plans[k].lowered, o).makespan / measured_step_s[k]);
+    }
+    return sum / static_cast<double>(plans.size());
   };
-  double lo = 0.0, hi = 1.0;
-  if (measured_step_s <= step(lo)) return lo;
-  if (measured_step_s >= step(hi)) return hi;
+  double lo = kMinSharedCoreCost, hi = kMaxSharedCoreCost;
+  if (error(lo) >= 0) return lo;
+  if (error(hi) <= 0) return hi;
   for (int i = 0; i < 40; ++i) {
     const double mid = 0.5 * (lo + hi);
-    (step(mid) < measured_step_s ? lo : hi) = mid;
+    (error(mid) < 0 ? lo : hi) = mid;
   }
   return 0.5 * (lo + hi);
 }

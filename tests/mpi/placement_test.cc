@@ -6,8 +6,12 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <regex>
 
+#include "baton/config.h"
+#include "baton/plan.h"
+#include "baton/profile.h"
 #include "run_helpers.h"
 
 namespace {
@@ -41,11 +45,12 @@ TEST(Placement, MlpPartitionAutoTrainsItsPrintedPartitionBitForBit) {
   ExpectAutoTrainsItsPrintedPlacement("tests/mpi/tiny.yaml", "partition", 3, {"pipeline.schedule=zb_h1"});
 }
 
-// `baton profile` under mpirun with more processes than CPUs fits the
-// waiting share to a short run of the config's own pipeline, and says so
-// in the profile: the run, its measured step, the step the probe's share
-// gave it, and the probe's share; with enough CPUs it keeps the probe's.
-TEST(Placement, AProfileOfRanksSharingCoresFitsTheWaitingShareToARun) {
+// `baton profile` under mpirun with more processes than CPUs fits the cost
+// of actions on shared cores to a short run of the config's own pipeline,
+// and says so in the profile: the run, its measured step, the step the
+// profiled costs gave it, and the factor, which then gives the measured
+// step; with enough CPUs there is no fit.
+TEST(Placement, AProfileOfRanksSharingCoresFitsTheirCostToARun) {
   const baton_test::fs::path dir =
       baton_test::fs::path(::testing::TempDir()) / ("baton_profile_shared_" + std::to_string(::getpid()));
   baton_test::fs::create_directories(dir);
@@ -63,13 +68,39 @@ TEST(Placement, AProfileOfRanksSharingCoresFitsTheWaitingShareToARun) {
     EXPECT_FALSE(j.contains("calibration")) << j.dump();
   } else {
     ASSERT_TRUE(j.contains("calibration")) << j.dump();
-    EXPECT_EQ(j["calibration"]["run"].get<std::string>().rfind("1f1b m4 v1 none ", 0), 0u) << j.dump();
-    EXPECT_GT(j["calibration"]["measured_step_s"].get<double>(), 0.0);
-    EXPECT_GT(j["calibration"]["unfitted_step_s"].get<double>(), 0.0);
-    EXPECT_GE(j["waiting_share"].get<double>(), 0.0);
-    EXPECT_LE(j["waiting_share"].get<double>(), 1.0);
-    EXPECT_TRUE(j.contains("probed_waiting_share"));
-    EXPECT_NE(log.find("core sharing fitted to the config's own pipeline (1f1b m4"), std::string::npos) << log;
+    // The config's own pipeline, then zb_h1 at its placement.
+    ASSERT_EQ(j["calibration"].size(), 2u) << j.dump();
+    EXPECT_EQ(j["calibration"][0]["run"].get<std::string>().rfind("1f1b m4 v1 none ", 0), 0u) << j.dump();
+    EXPECT_EQ(j["calibration"][1]["run"].get<std::string>().rfind("zb_h1 m4 v1 none ", 0), 0u) << j.dump();
+    const double scale = j["shared_core_cost"].get<double>();
+    EXPECT_GE(scale, baton::kMinSharedCoreCost);
+    EXPECT_LE(scale, baton::kMaxSharedCoreCost);
+    // Each run's steps as the profile simulates them, before and with the
+    // factor; within the fit's range, the measured steps lie on both sides
+    // of the simulated ones (their log errors cancel).
+    const baton::Profile p = baton::ReadProfile(out);
+    const baton::TrainConfig own = baton::LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml",
+                                                          {"pipeline.ranks=4", "pipeline.microbatches=4"});
+    const baton::RunPlan own_plan = baton::PlanRun(own);
+    baton::TrainConfig zb = baton::WithPlacement(own, own_plan.model, own_plan.bounds);
+    zb.pipeline.schedule = "zb_h1";
+    double log_error = 0;
+    for (std::size_t k = 0; k < 2; ++k) {
+      const std::string schedule = k == 0 ? "1f1b" : "zb_h1";
+      const baton::RunPlan plan = k == 0 ? own_plan : baton::PlanRun(zb);
+      const baton::Profile::Calibration& c = p.calibration[k];
+      EXPECT_GT(c.measured_step_s, 0.0);
+      EXPECT_NEAR(baton::PredictFromProfile(plan, p).sim.makespan, c.fitted_step_s, 1e-9) << schedule;
+      baton::Profile unscaled = p;
+      unscaled.shared_core_cost = 1.0;
+      EXPECT_NEAR(baton::PredictFromProfile(plan, unscaled).sim.makespan, c.unfitted_step_s, 1e-9) << schedule;
+      log_error += std::log(c.fitted_step_s / c.measured_step_s);
+    }
+    if (scale > baton::kMinSharedCoreCost && scale < baton::kMaxSharedCoreCost) {
+      EXPECT_NEAR(log_error, 0.0, 1e-6);
+    }
+    EXPECT_NE(log.find("core sharing fitted to runs of the config's own pipeline"), std::string::npos) << log;
+    EXPECT_NE(log.find("  zb_h1 m4 v1 none "), std::string::npos) << log;
   }
   baton_test::fs::remove_all(dir);
 }

@@ -78,40 +78,60 @@ TEST(Profile, RoundTripsThroughItsFile) {
   EXPECT_EQ(shared.processes, 4);
   EXPECT_TRUE(shared.cpu_clock);
   EXPECT_TRUE(shared.calibration.empty());
-  // The waiting share fitted to a run of the config's own pipeline, with
-  // the probe's reading and the run kept.
-  p.waiting_share = 0.7;
-  p.probed_waiting_share = 0.01;
-  p.calibration = "1f1b m8 v1 none [2,2]";
-  p.calibration_step_s = 0.04;
-  p.calibration_unfitted_step_s = 0.033;
+  EXPECT_DOUBLE_EQ(shared.shared_core_cost, 1.0);
+  // The cost on shared cores fitted to runs of the config's own pipeline,
+  // with the runs kept.
+  p.waiting_share = 0.01;
+  p.shared_core_cost = 1.27;
+  p.calibration = {{"1f1b m8 v1 none [2,2]", 0.04, 0.033, 0.041}, {"zb_h1 m8 v1 none [2,2]", 0.039, 0.03, 0.038}};
   const Profile fitted = ParseProfile(ProfileJson(p), "p.json");
-  EXPECT_DOUBLE_EQ(fitted.waiting_share, 0.7);
-  EXPECT_DOUBLE_EQ(fitted.probed_waiting_share, 0.01);
-  EXPECT_EQ(fitted.calibration, "1f1b m8 v1 none [2,2]");
-  EXPECT_DOUBLE_EQ(fitted.calibration_step_s, 0.04);
-  EXPECT_DOUBLE_EQ(fitted.calibration_unfitted_step_s, 0.033);
+  EXPECT_DOUBLE_EQ(fitted.waiting_share, 0.01);
+  EXPECT_DOUBLE_EQ(fitted.shared_core_cost, 1.27);
+  ASSERT_EQ(fitted.calibration.size(), 2u);
+  EXPECT_EQ(fitted.calibration[1].run, "zb_h1 m8 v1 none [2,2]");
+  EXPECT_DOUBLE_EQ(fitted.calibration[1].measured_step_s, 0.039);
+  EXPECT_DOUBLE_EQ(fitted.calibration[1].unfitted_step_s, 0.03);
+  EXPECT_DOUBLE_EQ(fitted.calibration[1].fitted_step_s, 0.038);
 }
 
-// Four ranks on two cores: the waiting share FitWaitingShare finds for a
-// step the simulator gave at a known share is that share; a step below
-// what no sharing gives fits 0, one above what full sharing gives fits 1.
-TEST(Profile, TheWaitingShareFitsTheStepItWasSimulatedAt) {
+// Four ranks on two cores: the cost factor FitSharedCoreCost finds for a
+// step the simulator gave at a known factor is that factor (whatever the
+// profile held before); a step below what the least factor gives fits the
+// least, one above what the most gives fits the most. On enough cores the
+// factor does not apply.
+TEST(Profile, TheSharedCoreCostFitsTheStepItWasSimulatedAt) {
   const TrainConfig c = Tiny({"pipeline.ranks=4"});
   Profile p = MadeUp(c, {4}, 3);
   p.identity.cores = 2;
+  p.waiting_share = 0.02;
+  p.shared_core_cost = 2.0;
   const RunPlan plan = PlanRun(c);
-  auto step = [&](double share) {
+  auto step = [&](double scale) {
     Profile q = p;
-    q.waiting_share = share;
+    q.shared_core_cost = scale;
     return PredictFromProfile(plan, q).sim.makespan;
   };
-  ASSERT_LT(step(0.0), step(1.0));  // waiting ranks do slow the others
-  for (double share : {0.1, 0.37, 0.8}) {
-    EXPECT_NEAR(FitWaitingShare(plan, p, step(share)), share, 1e-6) << share;
+  ASSERT_LT(step(1.0), step(1.1));  // the factor does slow the step
+  for (double scale : {0.8, 1.0, 1.27, 2.5}) {
+    EXPECT_NEAR(FitSharedCoreCost({plan}, p, {step(scale)}), scale, 1e-6) << scale;
   }
-  EXPECT_EQ(FitWaitingShare(plan, p, 0.5 * step(0.0)), 0.0);
-  EXPECT_EQ(FitWaitingShare(plan, p, 2.0 * step(1.0)), 1.0);
+  EXPECT_EQ(FitSharedCoreCost({plan}, p, {0.5 * step(kMinSharedCoreCost)}), kMinSharedCoreCost);
+  EXPECT_EQ(FitSharedCoreCost({plan}, p, {2.0 * step(kMaxSharedCoreCost)}), kMaxSharedCoreCost);
+  // Two runs, one measured 10% above the step the factor gives it and one
+  // 10% below: the factor itself, where the log errors cancel.
+  const RunPlan zb = PlanRun(Tiny({"pipeline.ranks=4", "pipeline.schedule=zb_h1"}));
+  Profile at = p;
+  at.shared_core_cost = 1.3;
+  const double zb_step = PredictFromProfile(zb, at).sim.makespan;
+  EXPECT_NEAR(FitSharedCoreCost({plan, zb}, p, {step(1.3) * 1.1, zb_step / 1.1}), 1.3, 1e-6);
+  EXPECT_THROW(FitSharedCoreCost({plan, zb}, p, {step(1.3)}), ConfigError);
+  EXPECT_EQ(SharedCoreCost(p, 4, 1), 2.0);
+  EXPECT_EQ(SharedCoreCost(p, 2, 1), 1.0);
+  EXPECT_EQ(SharedCoreCost(p, 2, 2), 2.0);
+  p.identity.cores = 4;
+  Profile unscaled = p;
+  unscaled.shared_core_cost = 1.0;
+  EXPECT_EQ(PredictFromProfile(plan, p).sim.makespan, PredictFromProfile(plan, unscaled).sim.makespan);
 }
 
 void ExpectRefused(const std::function<void()>& f, const std::string& text) {
@@ -143,6 +163,9 @@ TEST(Profile, AnEmptyOrForeignFileIsOneClearError) {
   ExpectRefused([] { ParseProfile("", "e.json"); }, "e.json: not a baton profile");
   ExpectRefused([] { ParseProfile("{}", "e.json"); }, "e.json: not a baton profile (no \"format\"");
   ExpectRefused([] { ParseProfile("{\"format\": 99}", "e.json"); }, "a profile of format 99");
+  // The format before: its fitted waiting share means something else now.
+  ExpectRefused([] { ParseProfile("{\"format\": 1}", "e.json"); },
+                "e.json: a profile of format 1, but this baton reads format 2: profile again");
   const TrainConfig c = Tiny();
   Profile p = MadeUp(c, {4}, 1);
   p.rows.clear();
@@ -211,9 +234,15 @@ TEST(Profile, AStageCostsItsLayersAndWhatItsPolicyRecomputes) {
 // its layout reads back as the same placement.
 TEST(Profile, AutomaticPlacementIsTheFastestOfEveryPlacementPredicted) {
   for (const std::string schedule : {"1f1b", "zb_h1", "gpipe"}) {
-    for (unsigned seed : {1u, 2u, 3u}) {
+    for (unsigned seed : {1u, 2u, 3u, 4u}) {
       TrainConfig c = Tiny({"pipeline.ranks=3", "pipeline.schedule=" + schedule, "pipeline.partition=auto"});
-      const Profile p = MadeUp(c, {4}, seed);
+      Profile p = MadeUp(c, {4}, seed);
+      if (seed == 4) {
+        // Three ranks sharing two cores, each action costing 1.4x its
+        // profiled time there: the search and the prediction both apply it.
+        p.identity.cores = 2;
+        p.shared_core_cost = 1.4;
+      }
       const PlacementChoice choice = ChoosePlacement(c, p);
       const ModelDesc model = ModelOf(c);
       double best = std::numeric_limits<double>::infinity();
