@@ -190,7 +190,9 @@ TEST(BenchRender, TraceHoldsEveryEventAndTheSvgBothTimelines) {
   for (const auto& e : t["traceEvents"]) {
     if (e["ph"] != "X") continue;
     (e["cat"] == "wait" ? waits : compute) += 1;
-    if (e["cat"] == "wait") EXPECT_EQ(e["name"], "wait RECV_F");
+    if (e["cat"] == "wait") {
+      EXPECT_EQ(e["name"], "wait RECV_F");
+    }
     steps.insert(e["args"]["step"].get<int>());
   }
   EXPECT_EQ(compute, 2u * 2 * 2 * kMicrobatches);  // 2 steps x 2 ranks x (F + B) x m

@@ -53,7 +53,9 @@ TEST(Plan, EverySendMeetsOneReceiveOfTheSameSizeOnItsPeer) {
       for (const RankPlan& r : ranks) {
         for (const Instruction& in : evaluation ? r.evaluation : r.step) {
           const ActionKind k = in.action.kind;
-          if (evaluation) EXPECT_TRUE(k == ActionKind::kForward || IsComm(k)) << ToString(in.action);
+          if (evaluation) {
+            EXPECT_TRUE(k == ActionKind::kForward || IsComm(k)) << ToString(in.action);
+          }
           if (k == ActionKind::kSendF || k == ActionKind::kSendB) {
             EXPECT_TRUE(sent.insert({{r.rank, in.peer, in.tag}, in.tensor.bytes()}).second) << "a tag sent twice";
             EXPECT_EQ(r.message_bytes[in.request], in.tensor.bytes());
@@ -111,9 +113,15 @@ TEST(Plan, StagesOnOneRankHandOverWithoutMessages) {
       EXPECT_EQ(in.out.kind, BufferRef::kInboxF);
       EXPECT_EQ(in.out.local, 1);
     }
-    if (in.action.kind == ActionKind::kForward && in.action.stage == 2) EXPECT_EQ(in.wait, -1);
-    if (IsComm(in.action.kind)) EXPECT_TRUE(in.action.stage == 1 || in.action.stage == 2);
-    if (in.action.kind == ActionKind::kSendF) EXPECT_EQ(in.action.stage, 2);  // only 2 -> 3 crosses ranks
+    if (in.action.kind == ActionKind::kForward && in.action.stage == 2) {
+      EXPECT_EQ(in.wait, -1);
+    }
+    if (IsComm(in.action.kind)) {
+      EXPECT_TRUE(in.action.stage == 1 || in.action.stage == 2);
+    }
+    if (in.action.kind == ActionKind::kSendF) {
+      EXPECT_EQ(in.action.stage, 2);  // only 2 -> 3 crosses ranks
+    }
   }
   EXPECT_TRUE(r1.local_stages[0].split_backward);
 }
@@ -307,7 +315,9 @@ TEST(Plan, TokenInputsAreI32RowsOfSeqLen) {
   EXPECT_EQ(last.local_stages[0].output(), TensorDesc(DType::kF32, {4, 16, 4}));  // logits over the vocabulary
   // A model that takes features is refused token data, naming both sides.
   RunPlan mismatched = run;
-  mismatched.model = DescribeModel({LayerSpec{LayerType::kLinear, 4}}, 16);
+  LayerSpec linear4;
+  linear4.out = 4;
+  mismatched.model = DescribeModel({linear4}, 16);
   try {
     CheckModelInput(c, mismatched);
     ADD_FAILURE() << "no ConfigError";
