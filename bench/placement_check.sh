@@ -21,8 +21,9 @@ while [ $# -gt 0 ]; do sets+=("$1" "$2"); shift 2; done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# The profile: as many processes as the run has ranks (with more than the
+# CPUs, it is fitted to runs of the config's pipeline sharing them).
 np=$ranks; [ "$ranks" -lt 2 ] && np=2
-cores=$(nproc); [ "$np" -gt "$cores" ] && np=$cores; [ "$np" -lt 1 ] && np=1
 
 mpirun -np "$np" "$baton" profile "$config" "${sets[@]}" --out "$out/profile.json" < /dev/null > /dev/null
 # What auto picks, as validate prints it.
