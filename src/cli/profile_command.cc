@@ -101,6 +101,12 @@ Profile ProfileFor(const TrainConfig& config, const std::string& path, std::stri
     Profile p = ReadProfile(path);
     CheckProfile(p, ThisMachineIdentity(config, model), path);
     *source = fmt::format("the profile {}", path);
+    const double scale = SharedCoreCost(p, config.pipeline.ranks, config.data_parallel.size);
+    if (scale != 1.0) {
+      *source += fmt::format(" ({} processes sharing {} CPUs: each action at {:.3f}x its profiled time, as fitted to "
+                             "the profile's calibration runs)",
+                             config.pipeline.ranks * config.data_parallel.size, p.identity.cores, scale);
+    }
     return p;
   }
   std::unique_ptr<Transport> solo = MakeSoloTransport();

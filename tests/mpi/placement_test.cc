@@ -2,6 +2,7 @@
 // and `pipeline.partition: auto` (an MLP) print the placement they chose,
 // and train exactly what the printed placement, written in the config,
 // trains: the same losses and the same weights, bit for bit, on every rank.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -101,6 +102,18 @@ TEST(Placement, AProfileOfRanksSharingCoresFitsTheirCostToARun) {
     }
     EXPECT_NE(log.find("core sharing fitted to runs of the config's own pipeline"), std::string::npos) << log;
     EXPECT_NE(log.find("  zb_h1 m4 v1 none "), std::string::npos) << log;
+    // The tuner says what it applies.
+    const std::string tuned = (dir / "tune.txt").string();
+    const std::string tune = "'" BATON_BINARY "' tune '" BATON_SOURCE_DIR
+                             "/tests/mpi/tiny.yaml' --set pipeline.ranks=4 --set pipeline.microbatches=4 --top 1 --memory-bytes 1e9 "
+                             "--profile '" + out + "' > '" + tuned + "' 2>&1";
+    ASSERT_EQ(baton_test::Shell(tune), 0) << tune;
+    std::ifstream tune_in(tuned);
+    const std::string tune_text((std::istreambuf_iterator<char>(tune_in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(tune_text.find(fmt::format("4 processes sharing {} CPUs: each action at {:.3f}x its profiled time",
+                                         j["cores"].get<int>(), scale)),
+              std::string::npos)
+        << tune_text;
   }
   baton_test::fs::remove_all(dir);
 }
