@@ -449,6 +449,28 @@ inline constexpr double kMaxSharedCoreCost = 4.0;
 double FitSharedCoreCost(const std::vector<RunPlan>& plans, const Profile& profile,
                          const std::vector<double>& measured_step_s);
 
+// With three or more calibration runs (their placements apart, so that
+// their ranks wait differently): the waiting share and the factor that
+// together fit them best, least squares of log(simulated / measured):
+// every share of a core in steps of 1 / kSharedWaitingSteps, each with
+// the factor FitSharedCoreCost gives at it. With fewer: the profile's
+// waiting share and that factor.
+struct SharedCoresFit {
+  double scale = 1.0;
+  double waiting_share = 0.0;
+  double squared_error = 0.0;
+};
+inline constexpr int kSharedWaitingSteps = 20;
+SharedCoresFit FitSharedCores(const std::vector<RunPlan>& plans, const Profile& profile,
+                              const std::vector<double>& measured_step_s);
+
+// The contiguous placement of the model's top-level layers over `stages`
+// stages (cut where PlacementCuts allows) whose costliest stage, in the
+// layers' profiled F + B, costs least (the first such); empty when there
+// are fewer places to cut than stages need.
+std::vector<int> BottleneckPlacement(const TrainConfig& config, const ModelDesc& model,
+                                     const std::vector<LayerProfile>& layers, int stages);
+
 
 // ---- `baton tune` and placement ----
 // Searches schedule x microbatches x chunks x checkpointing policy x

@@ -62,13 +62,18 @@ struct Profile {
   // The share of a core a rank waiting for a message takes from a rank
   // computing on the same core (the executor polls), as the simulator
   // charges it (SimOptions::waiting_share): measured with rank 1 waiting
-  // beside rank 0's compute on one CPU; 0 when not measured.
+  // beside rank 0's compute on one CPU; 0 when not measured. With more
+  // processes than CPUs, fitted with shared_core_cost where the
+  // calibration's runs can tell it (FitSharedCores), the probe's reading
+  // kept in `probed_waiting_share`.
   double waiting_share = 0;
+  double probed_waiting_share = 0;
   // Ranks sharing cores (more processes than CPUs): the factor on every
   // action's profiled cost while ranks share cores (the CPU a rank spends
   // outside its actions: polling, yielding, messages; and the caches it
-  // shares), fitted to short runs of the config's own pipeline
-  // and a zero-bubble order of it (`calibration`); 1 when not calibrated.
+  // shares), fitted to short runs of the config's own pipeline, a
+  // zero-bubble order of it and its placement evened out (`calibration`);
+  // 1 when not calibrated.
   // Applied only to runs whose ranks share cores (SharedCoreCost).
   double shared_core_cost = 1;
   // Ranks sharing cores: the runs the factor was fitted to, each with its

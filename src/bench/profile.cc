@@ -412,7 +412,8 @@ std::string DescribeProfile(const Profile& p) {
     text += fmt::format(
         "messages between ranks 0 and 1: {:.1f} us latency, {:.2f} GB/s; a waiting rank takes {:.0f}% of a core it "
         "shares with a computing one\n",
-        p.latency_s * 1e6, p.bandwidth_Bps / 1e9, 100 * p.waiting_share);
+        p.latency_s * 1e6, p.bandwidth_Bps / 1e9,
+        100 * (p.calibration.empty() ? p.waiting_share : p.probed_waiting_share));
   } else {
     text += "messages: not measured (one process; run under mpirun -np 2 to measure them)\n";
   }
@@ -423,12 +424,12 @@ std::string DescribeProfile(const Profile& p) {
         p.processes, p.identity.cores);
   }
   if (!p.calibration.empty()) {
-    text += fmt::format("core sharing fitted to runs of the config's own pipeline: each action costs {:.3f}x its "
-                        "profiled time while ranks share cores\n",
-                        p.shared_core_cost);
+    text += fmt::format("core sharing fitted to runs of the config's own pipeline: while ranks share cores, each "
+                        "action costs {:.3f}x its profiled time and a waiting rank takes {:.0f}% of a core\n",
+                        p.shared_core_cost, 100 * p.waiting_share);
     for (const Profile::Calibration& c : p.calibration) {
       text += fmt::format("  {:<44} measured {:8.2f} ms a step; simulated {:8.2f} ms from the profiled costs, "
-                          "{:8.2f} ms with the factor\n",
+                          "{:8.2f} ms fitted\n",
                           c.run, c.measured_step_s * 1e3, c.unfitted_step_s * 1e3,
                           c.fitted_step_s * 1e3);
     }

@@ -28,17 +28,6 @@ namespace {
 
 std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1024.0)); }
 
-// Ranks sharing cores (more processes than CPUs): what a rank costs the
-// others beyond its actions (polling and yielding while it waits, its
-// messages, the caches they share) depends on how the system schedules
-// the processes, which the probe's two pinned processes do not reproduce.
-// So the config's own pipeline runs `steps` measured steps (after three
-// untimed) on every rank, as `baton bench` runs them, and so does a
-// zero-bubble order of it (OtherOrder), whose ranks wait less; rank 0
-// fits one factor on every action's profiled cost
-// (Profile::shared_core_cost) to both measured median steps, since the
-// tuner ranks both kinds. An automatic placement is calibrated at the
-// balanced one.
 // The calibration's second run: the config's pipeline with the other kind
 // of backward at the same microbatches, policy and placement: zb_h1 (its
 // input and weight gradients apart, its ranks waiting less) for a schedule
@@ -59,6 +48,37 @@ std::optional<TrainConfig> OtherOrder(const TrainConfig& own, const RunPlan& pla
   }
 }
 
+// The calibration's third run: the config's pipeline with its layers
+// placed to even out the stages' profiled costs (BottleneckPlacement),
+// where that is another placement; its ranks wait differently, which
+// tells how much a waiting rank takes of a shared core. None for more than
+// one chunk a rank.
+std::optional<std::vector<int>> OtherPlacement(const TrainConfig& own, const RunPlan& plan, const Profile& p) {
+  if (plan.lowered.chunks() != 1) return std::nullopt;
+  const std::vector<int> bounds =
+      BottleneckPlacement(own, plan.model, LayersAt(p, plan.rows), static_cast<int>(plan.bounds.size()) - 1);
+  if (bounds.empty() || bounds == plan.bounds) return std::nullopt;
+  try {
+    PlanRun(WithPlacement(own, plan.model, bounds));
+    return bounds;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Ranks sharing cores (more processes than CPUs): what a rank costs the
+// others beyond its actions (polling and yielding while it waits, its
+// messages, the caches they share) depends on how the system schedules
+// the processes, which the probe's two pinned processes do not reproduce.
+// So the config's own pipeline runs `steps` measured steps (after three
+// untimed) on every rank, as `baton bench` runs them; so does a
+// zero-bubble order of it (OtherOrder), whose ranks wait in other places,
+// and, where that is another placement, the config's own with its stages'
+// costs evened out (OtherPlacement), whose ranks wait less. Rank 0 fits
+// the factor on every action's profiled cost (Profile::shared_core_cost)
+// and, with the third run, the waiting share to the measured median steps
+// (FitSharedCores). An automatic placement is calibrated at the balanced
+// one.
 void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Profile& p) {
   if (world.size() != config.pipeline.ranks || config.data_parallel.size != 1) return;
   TrainConfig own = config;
@@ -68,6 +88,20 @@ void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Pr
   if (std::optional<TrainConfig> other = OtherOrder(own, plans.front())) {
     plans.push_back(PlanRun(*other));
     runs.push_back(*std::move(other));
+  }
+  // Rank 0's profile chooses it (each rank measured its own), for all.
+  std::string apart_text;
+  if (world.rank() == 0) {
+    if (const std::optional<std::vector<int>> bounds = OtherPlacement(own, plans.front(), p)) {
+      apart_text = fmt::format("{}", fmt::join(*bounds, ","));
+    }
+  }
+  world.BroadcastString(&apart_text);
+  if (!apart_text.empty()) {
+    std::vector<int> bounds;
+    for (const int b : WholeNumbers(apart_text, "calibration placement")) bounds.push_back(b);
+    runs.push_back(WithPlacement(own, plans.front().model, bounds));
+    plans.push_back(PlanRun(runs.back()));
   }
   const std::unique_ptr<ReplicaGroup> solo = MakeSoloReplicaGroup();
   const RunComms comms{world, world, *solo};
@@ -79,6 +113,7 @@ void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Pr
   for (const TrainConfig& run : runs) measured.push_back(Bench(run, comms, bench).step_time_median_s);
   if (world.rank() != 0) return;
   p.shared_core_cost = 1.0;
+  p.probed_waiting_share = p.waiting_share;
   p.calibration.clear();
   for (std::size_t k = 0; k < runs.size(); ++k) {
     const TrainConfig& run = runs[k];
@@ -87,7 +122,9 @@ void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Pr
                     EnumName(run.pipeline.checkpointing), LayoutText(run, plans[k].model, plans[k].bounds)),
         measured[k], PredictFromProfile(plans[k], p).sim.makespan, 0.0});
   }
-  p.shared_core_cost = FitSharedCoreCost(plans, p, measured);
+  const SharedCoresFit fit = FitSharedCores(plans, p, measured);
+  p.shared_core_cost = fit.scale;
+  p.waiting_share = fit.waiting_share;
   for (std::size_t k = 0; k < runs.size(); ++k) {
     p.calibration[k].fitted_step_s = PredictFromProfile(plans[k], p).sim.makespan;
   }

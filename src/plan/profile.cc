@@ -61,6 +61,7 @@ std::string ProfileJson(const Profile& p) {
   j["waiting_share"] = p.waiting_share;
   if (!p.calibration.empty()) {
     j["shared_core_cost"] = p.shared_core_cost;
+    j["probed_waiting_share"] = p.probed_waiting_share;
     auto& runs = j["calibration"] = nlohmann::ordered_json::array();
     for (const Profile::Calibration& c : p.calibration) {
       runs.push_back({{"run", c.run},
@@ -106,6 +107,7 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
     p.bandwidth_Bps = j.value("bandwidth_Bps", 0.0);
     p.waiting_share = j.value("waiting_share", 0.0);
     p.shared_core_cost = j.value("shared_core_cost", 1.0);
+    p.probed_waiting_share = j.value("probed_waiting_share", p.waiting_share);
     if (!(p.shared_core_cost > 0)) {
       throw ConfigError(fmt::format("{}: shared_core_cost {}: must be > 0", path, p.shared_core_cost));
     }

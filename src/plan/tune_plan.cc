@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -349,39 +350,115 @@ double SharedCoreCost(const Profile& profile, int ranks, int replicas) {
   return pool.empty() ? 1.0 : profile.shared_core_cost;
 }
 
+namespace {
+
+// The calibration runs' simulator options at factor 1 (the stages priced
+// once), and each one's step at a factor and a waiting share.
+struct CalibrationFit {
+  const std::vector<RunPlan>& plans;
+  const std::vector<double>& measured;
+  std::vector<SimOptions> options;
+
+  CalibrationFit(const std::vector<RunPlan>& p, const Profile& profile, const std::vector<double>& m)
+      : plans(p), measured(m) {
+    if (plans.empty() || plans.size() != measured.size()) {
+      throw ConfigError(fmt::format("fitting shared cores: {} plans and {} measured steps: one step a plan, at least one",
+                                    plans.size(), measured.size()));
+    }
+    Profile unscaled = profile;
+    unscaled.shared_core_cost = 1.0;
+    for (const RunPlan& plan : plans) {
+      options.push_back(ProfileSimOptions(plan, unscaled));
+      options.back().record_timeline = false;
+    }
+  }
+  // log(simulated / measured) of run k.
+  double LogError(std::size_t k, double scale, double share) const {
+    SimOptions o = options[k];
+    for (Costs& c : o.stage_costs) c = Scaled(c, scale);
+    o.waiting_share = share;
+    return std::log(Simulate(plans[k].lowered, o).makespan / measured[k]);
+  }
+  double MeanLogError(double scale, double share) const {
+    double sum = 0;
+    for (std::size_t k = 0; k < plans.size(); ++k) sum += LogError(k, scale, share);
+    return sum / static_cast<double>(plans.size());
+  }
+  // The factor at which the mean log error is 0 (bisection; an end of the
+  // range where the measured steps lie beyond it).
+  double Scale(double share) const {
+    double lo = kMinSharedCoreCost, hi = kMaxSharedCoreCost;
+    if (MeanLogError(lo, share) >= 0) return lo;
+    if (MeanLogError(hi, share) <= 0) return hi;
+    for (int i = 0; i < 40; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (MeanLogError(mid, share) < 0 ? lo : hi) = mid;
+    }
+    return 0.5 * (lo + hi);
+  }
+};
+
+}  // namespace
+
 double FitSharedCoreCost(const std::vector<RunPlan>& plans, const Profile& profile,
                          const std::vector<double>& measured_step_s) {
-  if (plans.empty() || plans.size() != measured_step_s.size()) {
-    throw ConfigError(fmt::format("FitSharedCoreCost: {} plans and {} measured steps: one step a plan, at least one",
-                                  plans.size(), measured_step_s.size()));
+  const CalibrationFit fit(plans, profile, measured_step_s);
+  return fit.Scale(profile.waiting_share);
+}
+
+SharedCoresFit FitSharedCores(const std::vector<RunPlan>& plans, const Profile& profile,
+                              const std::vector<double>& measured_step_s) {
+  const CalibrationFit fit(plans, profile, measured_step_s);
+  SharedCoresFit best{fit.Scale(profile.waiting_share), profile.waiting_share, 0.0};
+  if (plans.size() < 3) return best;
+  best.squared_error = std::numeric_limits<double>::infinity();
+  for (int i = 0; i <= kSharedWaitingSteps; ++i) {
+    const double share = double(i) / kSharedWaitingSteps;
+    const double scale = fit.Scale(share);
+    double error = 0;
+    for (std::size_t k = 0; k < plans.size(); ++k) error += std::pow(fit.LogError(k, scale, share), 2);
+    if (error < best.squared_error) best = SharedCoresFit{scale, share, error};
   }
-  // The stages are priced once at factor 1; only the factor changes
-  // between simulations.
-  Profile unscaled = profile;
-  unscaled.shared_core_cost = 1.0;
-  std::vector<SimOptions> options;
-  for (const RunPlan& plan : plans) {
-    options.push_back(ProfileSimOptions(plan, unscaled));
-    options.back().record_timeline = false;
+  return best;
+}
+
+std::vector<int> BottleneckPlacement(const TrainConfig& config, const ModelDesc& model,
+                                     const std::vector<LayerProfile>& layers, int stages) {
+  const int n = model.top_layers();
+  std::vector<int> points{0};
+  for (int c : PlacementCuts(config, model)) points.push_back(c);
+  points.push_back(n);
+  const int P = static_cast<int>(points.size());
+  std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0.0);
+  for (int l = 0; l < n; ++l) {
+    const LayerProfile& lp = layers[static_cast<std::size_t>(l)];
+    prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] + lp.forward + lp.backward;
   }
-  // The mean log ratio of simulated to measured steps at `scale`.
-  auto error = [&](double scale) {
-    double sum = 0;
-    for (std::size_t k = 0; k < plans.size(); ++k) {
-      SimOptions o = options[k];
-      for (Costs& c : o.stage_costs) c = Scaled(c, scale);
-      sum += std::log(Simulate(plans[k].lowered, o).makespan / measured_step_s[k]);
+  auto cost = [&](int a, int b) { return prefix[static_cast<std::size_t>(points[b])] - prefix[static_cast<std::size_t>(points[a])]; };
+  // best[s][j]: the least bottleneck of s stages over points[0..j]; from[s][j] its last cut.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(stages) + 1, std::vector<double>(P, inf));
+  std::vector<std::vector<int>> from(static_cast<std::size_t>(stages) + 1, std::vector<int>(P, -1));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= stages; ++s) {
+    for (int j = 1; j < P; ++j) {
+      for (int i = 0; i < j; ++i) {
+        const double v = std::max(best[s - 1][i], cost(i, j));
+        if (v < best[s][j]) {
+          best[s][j] = v;
+          from[s][j] = i;
+        }
+      }
     }
-    return sum / static_cast<double>(plans.size());
-  };
-  double lo = kMinSharedCoreCost, hi = kMaxSharedCoreCost;
-  if (error(lo) >= 0) return lo;
-  if (error(hi) <= 0) return hi;
-  for (int i = 0; i < 40; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (error(mid) < 0 ? lo : hi) = mid;
   }
-  return 0.5 * (lo + hi);
+  if (!std::isfinite(best[stages][P - 1])) return {};
+  std::vector<int> bounds{n};
+  for (int s = stages, j = P - 1; s > 0; --s) {
+    j = from[s][j];
+    bounds.push_back(points[j]);
+  }
+  std::reverse(bounds.begin(), bounds.end());
+  return bounds;
 }
 
 std::vector<int> DefaultMicrobatches(const TrainConfig& config) {

@@ -69,32 +69,41 @@ TEST(Placement, AProfileOfRanksSharingCoresFitsTheirCostToARun) {
     EXPECT_FALSE(j.contains("calibration")) << j.dump();
   } else {
     ASSERT_TRUE(j.contains("calibration")) << j.dump();
-    // The config's own pipeline, then zb_h1 at its placement.
-    ASSERT_EQ(j["calibration"].size(), 2u) << j.dump();
-    EXPECT_EQ(j["calibration"][0]["run"].get<std::string>().rfind("1f1b m4 v1 none ", 0), 0u) << j.dump();
-    EXPECT_EQ(j["calibration"][1]["run"].get<std::string>().rfind("zb_h1 m4 v1 none ", 0), 0u) << j.dump();
-    const double scale = j["shared_core_cost"].get<double>();
-    EXPECT_GE(scale, baton::kMinSharedCoreCost);
-    EXPECT_LE(scale, baton::kMaxSharedCoreCost);
-    // Each run's steps as the profile simulates them, before and with the
-    // factor; within the fit's range, the measured steps lie on both sides
-    // of the simulated ones (their log errors cancel).
+    // The config's own pipeline, zb_h1 at its placement, and the own at
+    // the placement that evens out the profiled costs where that differs.
     const baton::Profile p = baton::ReadProfile(out);
     const baton::TrainConfig own = baton::LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml",
                                                           {"pipeline.ranks=4", "pipeline.microbatches=4"});
     const baton::RunPlan own_plan = baton::PlanRun(own);
     baton::TrainConfig zb = baton::WithPlacement(own, own_plan.model, own_plan.bounds);
     zb.pipeline.schedule = "zb_h1";
+    std::vector<baton::RunPlan> plans{own_plan, baton::PlanRun(zb)};
+    const std::vector<int> even = baton::BottleneckPlacement(own, own_plan.model, baton::LayersAt(p, own_plan.rows), 4);
+    if (even != own_plan.bounds) plans.push_back(baton::PlanRun(baton::WithPlacement(own, own_plan.model, even)));
+    ASSERT_EQ(j["calibration"].size(), plans.size()) << j.dump();
+    EXPECT_EQ(j["calibration"][0]["run"].get<std::string>().rfind("1f1b m4 v1 none ", 0), 0u) << j.dump();
+    EXPECT_EQ(j["calibration"][1]["run"].get<std::string>().rfind("zb_h1 m4 v1 none ", 0), 0u) << j.dump();
+    const double scale = j["shared_core_cost"].get<double>();
+    EXPECT_GE(scale, baton::kMinSharedCoreCost);
+    EXPECT_LE(scale, baton::kMaxSharedCoreCost);
+    EXPECT_GE(p.waiting_share, 0.0);
+    EXPECT_LE(p.waiting_share, 1.0);
+    if (plans.size() < 3) {
+      EXPECT_EQ(p.waiting_share, p.probed_waiting_share);
+    }
+    // Each run's steps as the profile simulates them, before the fit (the
+    // probe's share, factor 1) and after; within the fit's range, the
+    // measured steps lie on both sides of the simulated ones (their log
+    // errors cancel).
     double log_error = 0;
-    for (std::size_t k = 0; k < 2; ++k) {
-      const std::string schedule = k == 0 ? "1f1b" : "zb_h1";
-      const baton::RunPlan plan = k == 0 ? own_plan : baton::PlanRun(zb);
+    for (std::size_t k = 0; k < plans.size(); ++k) {
       const baton::Profile::Calibration& c = p.calibration[k];
       EXPECT_GT(c.measured_step_s, 0.0);
-      EXPECT_NEAR(baton::PredictFromProfile(plan, p).sim.makespan, c.fitted_step_s, 1e-9) << schedule;
-      baton::Profile unscaled = p;
-      unscaled.shared_core_cost = 1.0;
-      EXPECT_NEAR(baton::PredictFromProfile(plan, unscaled).sim.makespan, c.unfitted_step_s, 1e-9) << schedule;
+      EXPECT_NEAR(baton::PredictFromProfile(plans[k], p).sim.makespan, c.fitted_step_s, 1e-9) << k;
+      baton::Profile before = p;
+      before.shared_core_cost = 1.0;
+      before.waiting_share = p.probed_waiting_share;
+      EXPECT_NEAR(baton::PredictFromProfile(plans[k], before).sim.makespan, c.unfitted_step_s, 1e-9) << k;
       log_error += std::log(c.fitted_step_s / c.measured_step_s);
     }
     if (scale > baton::kMinSharedCoreCost && scale < baton::kMaxSharedCoreCost) {

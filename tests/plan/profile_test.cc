@@ -229,6 +229,82 @@ TEST(Profile, AStageCostsItsLayersAndWhatItsPolicyRecomputes) {
   EXPECT_LT(s.slot_bytes, PriceStage(a, l, 0, true).slot_bytes);
 }
 
+// Three runs whose ranks wait differently (1F1B, ZB-H1, and 1F1B at
+// another placement), their steps simulated at a known factor and waiting
+// share: FitSharedCores finds both (the share on its grid). With two runs
+// it keeps the profile's share and fits the factor alone.
+TEST(Profile, TheSharedCoresFitFindsTheFactorAndTheWaitingShareOfThreeRuns) {
+  const TrainConfig c = Tiny({"pipeline.ranks=4"});
+  Profile p = MadeUp(c, {4}, 3);
+  p.identity.cores = 2;
+  p.waiting_share = 0.0;
+  const ModelDesc model = ModelOf(c);
+  const RunPlan own = PlanRun(WithPlacement(c, model, {0, 1, 2, 3, 9}));
+  TrainConfig zb = WithPlacement(c, model, own.bounds);
+  zb.pipeline.schedule = "zb_h1";
+  const std::vector<RunPlan> plans{own, PlanRun(zb), PlanRun(WithPlacement(c, model, {0, 3, 5, 7, 9}))};
+  for (const double share : {0.0, 0.35, 0.8}) {
+    Profile truth = p;
+    truth.shared_core_cost = 1.3;
+    truth.waiting_share = share;
+    std::vector<double> measured;
+    for (const RunPlan& plan : plans) measured.push_back(PredictFromProfile(plan, truth).sim.makespan);
+    const SharedCoresFit fit = FitSharedCores(plans, p, measured);
+    EXPECT_NEAR(fit.waiting_share, share, 1e-12) << share;
+    EXPECT_NEAR(fit.scale, 1.3, 1e-6) << share;
+    EXPECT_LT(fit.squared_error, 1e-10) << share;
+    // Two runs: the profile's share (0 here), the factor fitted alone.
+    const SharedCoresFit two = FitSharedCores({plans[0], plans[1]}, p, {measured[0], measured[1]});
+    EXPECT_EQ(two.waiting_share, 0.0);
+    EXPECT_NEAR(two.scale, FitSharedCoreCost({plans[0], plans[1]}, p, {measured[0], measured[1]}), 1e-12);
+  }
+}
+
+// BottleneckPlacement against every contiguous placement of the tiny MLP's
+// 9 layers over 2 to 4 stages: the least costliest stage (F + B).
+TEST(Profile, TheBottleneckPlacementIsTheLeastCostliestStageOfEveryPlacement) {
+  const TrainConfig c = Tiny();
+  const ModelDesc model = ModelOf(c);
+  for (unsigned seed : {1u, 2u, 3u}) {
+    const std::vector<LayerProfile> layers = MadeUp(c, {4}, seed).rows.front().layers;
+    auto stage = [&](int a, int b) {
+      double t = 0;
+      for (int l = a; l < b; ++l) t += layers[l].forward + layers[l].backward;
+      return t;
+    };
+    for (int stages = 2; stages <= 4; ++stages) {
+      double best = std::numeric_limits<double>::infinity();
+      std::vector<int> cut(stages + 1, 0);
+      cut[stages] = 9;
+      // Every increasing choice of the stages - 1 inner cuts in 1..8.
+      std::function<void(int, int)> walk = [&](int k, int from) {
+        if (k == stages) {
+          double worst = 0;
+          for (int s = 0; s < stages; ++s) worst = std::max(worst, stage(cut[s], cut[s + 1]));
+          best = std::min(best, worst);
+          return;
+        }
+        for (int x = from; x <= 9 - (stages - k); ++x) {
+          cut[k] = x;
+          walk(k + 1, x + 1);
+        }
+      };
+      walk(1, 1);
+      const std::vector<int> found = BottleneckPlacement(c, model, layers, stages);
+      ASSERT_EQ(found.size(), static_cast<std::size_t>(stages) + 1);
+      EXPECT_EQ(found.front(), 0);
+      EXPECT_EQ(found.back(), 9);
+      double worst = 0;
+      for (int s = 0; s < stages; ++s) {
+        EXPECT_LT(found[s], found[s + 1]);
+        worst = std::max(worst, stage(found[s], found[s + 1]));
+      }
+      EXPECT_DOUBLE_EQ(worst, best) << "seed " << seed << ", " << stages << " stages";
+    }
+  }
+  EXPECT_TRUE(BottleneckPlacement(c, model, MadeUp(c, {4}, 1).rows.front().layers, 10).empty());
+}
+
 // pipeline.partition: auto chooses what predicting every contiguous
 // placement one by one (PlanRun, PredictFromProfile) finds fastest, and
 // its layout reads back as the same placement.
