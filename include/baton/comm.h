@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton {
@@ -51,11 +52,15 @@ class Transport {
   // ranks pass their part and get nothing).
   virtual void GatherToRoot(std::span<const float> mine, std::vector<float>* out) = 0;
   // Rank 0 receives every rank's string, in rank order (others get nothing).
-  virtual void GatherStrings(const std::string& mine, std::vector<std::string>* out) = 0;
+  // `what` names the wait in the deadline's message.
+  virtual void GatherStrings(const std::string& mine, std::vector<std::string>* out,
+                             std::string_view what = "a gather of every rank's record") = 0;
   // Broadcasts rank 0's bytes to every rank.
   virtual void BroadcastString(std::string* text) = 0;
-  // Largest of `value` over ranks, on every rank (a collective).
-  virtual int AllMax(int value) = 0;
+  // Largest of `value` over ranks, on every rank (a collective). `what`
+  // names the wait in the deadline's message ("rank 0 reading the config
+  // file x.yaml").
+  virtual int AllMax(int value, std::string_view what = "an agreement of every rank") = 0;
   virtual void Barrier() = 0;
   // Called once when a wait passes its deadline, after the one-line message and
   // before the job is aborted (the executor dumps its flight record here).
@@ -65,6 +70,11 @@ class Transport {
   // Largest tag this transport carries.
   virtual int max_tag() const = 0;
 };
+
+// A collective that passes its deadline names the ranks that never reached
+// it: every rank but 0 tells rank 0 when a collective wait has lasted a
+// second, and rank 0, whose deadline comes first, lists the ranks it heard
+// nothing from ("timed out waiting for X: rank 1 did not arrive").
 
 // Collectives among the ranks that hold the same stages in the D replicas
 // of a pipeline (a replica group, data parallelism): the sums of the
@@ -134,8 +144,9 @@ Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s);
 // (one collective): if it threw anywhere, the lowest failing rank rethrows
 // its own exception and every other rank throws PeerFailed, so exactly one
 // rank reports and none is left waiting. Returns normally everywhere when it
-// succeeded everywhere.
-void Agree(Transport& t, const std::function<void()>& work);
+// succeeded everywhere. `what` says what the ranks wait for, should a rank
+// not arrive before the deadline ("rank 0 writing the manifest of ...").
+void Agree(Transport& t, std::string_view what, const std::function<void()>& work);
 
 // Open MPI (MPI_Isend/MPI_Irecv on a duplicate of MPI_COMM_WORLD).
 // REQUIRES: MPI is initialised (MpiSession). `timeout_s` is every wait's deadline.

@@ -28,12 +28,17 @@ enum class Partition : std::uint8_t { kBalanced, kExplicit, kLayout, kAuto };
 enum class BalanceBy : std::uint8_t { kParams, kFlops };
 // fortunes and synthetic_tokens are byte-token datasets (IsTokenDataset).
 enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kSyntheticTokens };
+// A step whose loss or gradients are not finite: the run stops there, or the
+// step's update is skipped (the parameters and optimizer state unchanged).
+enum class OnNonFinite : std::uint8_t { kStop, kSkip };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
+std::string_view EnumName(OnNonFinite v);    // stop, skip
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
 std::span<const DatasetKind> EnumValues(DatasetKind);
+std::span<const OnNonFinite> EnumValues(OnNonFinite);
 
 // What `baton simulate` runs. Keys of the YAML file (all optional):
 //   schedule: 1f1b            # generator name or CSV schedule file
@@ -167,6 +172,7 @@ struct TrainLoopConfig {
   int epochs = 1;                // used when steps == 0
   std::int64_t steps = 0;        // > 0: stop after this many steps
   OptimizerSpec optimizer;
+  OnNonFinite on_nonfinite = OnNonFinite::kStop;  // a step with a non-finite loss or gradient
 };
 
 // D replicas of the pipeline, their gradients summed (data parallelism).

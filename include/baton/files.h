@@ -1,14 +1,22 @@
-// Files baton writes: always whole or not at all.
+// Files baton writes and reads: outputs always whole or not at all, inputs
+// read with a size cap, and the checks a run makes of its paths before it
+// starts.
 //
 // Every output file (weights, checkpoints, manifests, reports, traces,
 // pictures) is written under a temporary name in the same folder, flushed
 // and synced, then renamed into place and the rename synced, so that a crash
-// at any moment leaves the old file or the new one, never a part. Failures
-// are OutputErrors naming the path and the reason.
+// at any moment leaves the old file or the new one, never a part. A target
+// that exists and is not a regular file (/dev/null, a FIFO) is written
+// through instead, never replaced; a symbolic link is followed, so the file
+// it names is replaced and the link stays. Failures are OutputErrors naming
+// the path and the reason.
 #ifndef BATON_FILES_H_
 #define BATON_FILES_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -21,7 +29,8 @@ namespace baton {
 // it was. Creates missing parent folders.
 class AtomicFile {
  public:
-  // Throws OutputError if the folder or the temporary file cannot be made.
+  // Throws OutputError if the target is a folder, or the folder or the
+  // temporary file cannot be made.
   explicit AtomicFile(std::string path);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -30,22 +39,78 @@ class AtomicFile {
   // Throws OutputError if the bytes cannot be written.
   void Append(std::span<const std::byte> bytes);
   void Append(std::string_view text) { Append(std::as_bytes(std::span<const char>(text.data(), text.size()))); }
-  // Flushes, syncs, renames into place and syncs the folder. Throws OutputError.
+  // Flushes, syncs, renames into place and syncs the folder (written
+  // through: flushes). Throws OutputError.
   void Commit();
 
  private:
   [[noreturn]] void Fail(const std::string& what);
 
-  std::string path_, tmp_;
+  std::string path_, tmp_;  // tmp_ empty: written through (the target is not a regular file)
   std::FILE* file_ = nullptr;
 };
 
 // Writes `content` to `path` as an AtomicFile. Throws OutputError.
 void WriteTextFile(const std::string& path, std::string_view content);
 
+// The most bytes ReadTextFile reads by default: configs, manifests and
+// schedule files are far smaller, and a file without an end (a device) or a
+// huge one is refused rather than read into memory.
+inline constexpr std::size_t kMaxTextFileBytes = 16u << 20;
+
 // Reads a whole file into a string; ConfigError if it cannot (files baton
-// reads are inputs: configs, schedules, manifests).
-std::string ReadTextFile(const std::string& path);
+// reads are inputs: configs, schedules, manifests): missing, a folder, or
+// over `max_bytes` (the error names the cap). `what` names the file in
+// messages ("config file", "schedule file").
+std::string ReadTextFile(const std::string& path, std::string_view what = "config file",
+                         std::size_t max_bytes = kMaxTextFileBytes);
+
+// Which file a path names, to compare inputs and outputs: the device and
+// inode of an existing file (links and other spellings of it compare
+// equal), else the absolute path with "." and ".." resolved.
+struct FileId {
+  bool exists = false;
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string path;  // absolute; for a file that does not exist yet
+  bool operator==(const FileId& o) const {
+    return exists == o.exists && (exists ? device == o.device && inode == o.inode : path == o.path);
+  }
+};
+FileId IdOf(const std::string& path);
+
+// An output file a run will write (`key` names the setting, e.g.
+// "log.weights"): throws OutputError, before anything runs, if it could not
+// be written — a folder stands there, a parent is a file, or the nearest
+// existing folder or the file itself is not writable. Creates nothing.
+void CheckOutputFile(const std::string& path, std::string_view key);
+// The same for an output folder (checkpoint.dir): a file stands there, or
+// it (or its nearest existing parent) is not writable.
+void CheckOutputFolder(const std::string& path, std::string_view key);
+
+// An exclusive lock on `path` (created if missing, never truncated) for the
+// life of the object: flock(2), released by the kernel when the process
+// ends however it ends. Move-only.
+class FileLock {
+ public:
+  FileLock() = default;
+  // Returns false (holding nothing) if another process holds the lock;
+  // throws OutputError if the file cannot be opened.
+  bool TryLock(const std::string& path);
+  // Releases the lock and removes the file if `remove`.
+  void Release(bool remove = false);
+  ~FileLock() { Release(); }
+  FileLock(FileLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  FileLock& operator=(FileLock&& o) noexcept;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
 
 }  // namespace baton
 

@@ -361,6 +361,9 @@ struct RankMemory {
 
 // Every rank's memory (RankMemory), index = rank.
 std::vector<RankMemory> PlanMemory(const RunPlan& run);
+// One rank's memory from its plan, without the simulated peak (0): what
+// training setup checks against the node's memory before allocating.
+RankMemory RankMemoryOf(const RunPlan& run, const RankPlan& rank);
 
 // What one microbatch through stage `stage` keeps, and its static memory,
 // where no schedule exists yet (`baton tune`): `shape` from PlanShape, the

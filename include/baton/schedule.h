@@ -7,6 +7,7 @@
 #ifndef BATON_SCHEDULE_H_
 #define BATON_SCHEDULE_H_
 
+#include <cstddef>
 #include <iosfwd>
 #include <optional>
 #include <span>
@@ -230,7 +231,10 @@ std::string FormatGrid(const Schedule& schedule, std::optional<GridMark> mark = 
 // line (nor has it a runtime for slices).
 // Reading accepts files written by baton and by PyTorch's _dump_csv (CRLF
 // line ends, ragged rows); stages, microbatches and stage_rank are inferred
-// from the cells. Errors quote the cell and give row (rank) and column.
+// from the cells. Errors quote the cell (escaped, cut; error.h Quote) and
+// give row (rank) and column. A file over kMaxScheduleFileBytes is refused
+// before its actions take memory.
+inline constexpr std::size_t kMaxScheduleFileBytes = 16u << 20;
 Schedule ReadCsv(std::istream& in, std::string_view source_name);
 Schedule ReadCsvFile(const std::string& path);
 // Writes the schedule as it is (compute_only or compute_comms form).

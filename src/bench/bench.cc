@@ -110,7 +110,10 @@ std::string BenchReportJson(const BenchReport& b) {
 BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchOptions& o) {
   const TrainConfig c = BenchConfig(config, o);
   RunSetup u;
-  SetUpRun(c, comms, u);
+  SetupOptions setup;
+  setup.training = false;
+  setup.extra_outputs = {{"--json", o.json_path}, {"--trace", o.trace_path}, {"--svg", o.svg_path}};
+  SetUpRun(c, comms, u, setup);
   const RankRecord mine = MeasureRank(u, comms, o);
   const std::vector<RankRecord> records = GatherRecords(comms.world, mine);
   if (comms.world.rank() != 0) return {};

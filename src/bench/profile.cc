@@ -387,7 +387,7 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
   // rank 0's times count. A failure ends every rank (Agree).
   p.processes = world.size();
   p.cpu_clock = config.device == Device::kCpu && world.size() > MachineCores();
-  Agree(world, [&] {
+  Agree(world, "every rank profiling the layers", [&] {
     std::unique_ptr<Transport> solo = MakeSoloTransport();
     const std::unique_ptr<RankDevice> device = MakeRankDevice(config.device, *solo, config.precision);
     p.identity = ThisMachineIdentity(config, model);

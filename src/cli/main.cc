@@ -63,16 +63,16 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   } catch (const baton::ConfigError& e) {
-    std::cerr << "baton: error: " << e.what() << "\n";
+    std::cerr << "baton: error: " << baton::ForTerminal(e.what()) << "\n";
     return 2;
   } catch (const baton::ScheduleError& e) {
-    std::cerr << "baton: error: " << e.what() << "\n";
+    std::cerr << "baton: error: " << baton::ForTerminal(e.what()) << "\n";
     return 2;
   } catch (const baton::OutputError& e) {
-    std::cerr << "baton: error: " << e.what() << "\n";
+    std::cerr << "baton: error: " << baton::ForTerminal(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "baton: internal error: " << e.what() << "\n";
+    std::cerr << "baton: internal error: " << baton::ForTerminal(e.what()) << "\n";
     return 1;
   }
   return 0;

@@ -159,7 +159,7 @@ TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world) {
   if (config.pipeline.partition != Partition::kAuto) return config;
   const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
   std::string bounds_text;
-  Agree(world, [&] {
+  Agree(world, "rank 0 placing the stages (partition: auto)", [&] {
     if (world.rank() != 0) return;
     const double start = MonotonicSeconds();
     std::string source;

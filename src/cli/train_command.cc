@@ -1,7 +1,12 @@
 // `baton train CONFIG` (under mpirun) and `baton validate CONFIG`.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -24,41 +29,105 @@
 
 namespace baton {
 
+namespace {
+
+// pipeline.wait_timeout_s from the command line, if given there: the
+// deadline of the waits before the config is read (the config's own value
+// is known only after rank 0 has read it). Malformed: the default, and the
+// config's parse reports it.
+double StartupTimeout(const std::vector<std::string>& set) {
+  double timeout = PipelineConfig{}.wait_timeout_s;
+  for (const std::string& s : set) {
+    constexpr std::string_view kKey = "pipeline.wait_timeout_s=";
+    if (s.rfind(kKey, 0) != 0) continue;
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str() + kKey.size(), &end);
+    if (end != s.c_str() + kKey.size() && *end == '\0' && std::isfinite(v) && v > 0) timeout = v;
+  }
+  return timeout;
+}
+
+// The message a rank leaves when it is told to stop (SIGTERM from mpirun or
+// a scheduler, SIGINT from Ctrl-C): written by the handler itself, so it is
+// formatted beforehand.
+char g_stop_message[160];
+std::size_t g_stop_length = 0;
+
+extern "C" void OnStopSignal(int signal) {
+  // Only async-signal-safe calls: write and _exit.
+  if (g_stop_length > 0) {
+    const char* name = signal == SIGINT ? " SIGINT\n" : " SIGTERM\n";
+    ssize_t ignored = ::write(STDERR_FILENO, g_stop_message, g_stop_length);
+    ignored = ::write(STDERR_FILENO, name, std::strlen(name));
+    (void)ignored;
+  }
+  std::_Exit(128 + signal);
+}
+
+void HandleStopSignals(int rank) {
+  const std::string text = fmt::format(
+      "baton: rank {}: stopped before the run ended: no weights written; the last complete checkpoint (if any) is "
+      "kept; signal",
+      rank);
+  g_stop_length = std::min(text.size(), sizeof g_stop_message);
+  std::memcpy(g_stop_message, text.data(), g_stop_length);
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGINT, &action, nullptr);
+}
+
+// The errors every rank agreed on (or that end on the one rank left):
+// said once, exit code 2. Any other error is one rank's, mid-step, and ends
+// the whole job.
+bool Explained(const Error& e) {
+  return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
+         dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
+         dynamic_cast<const RunError*>(&e) != nullptr;
+}
+
+}  // namespace
+
 int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
                   const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job) {
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
+  HandleStopSignals(rank);
   std::unique_ptr<Transport> transport;
   auto report = [rank](const std::exception& e) {
-    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(), e.what());
+    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(),
+                 ForTerminal(e.what()).c_str());
   };
   try {
-    transport = MakeMpiTransport();
+    transport = MakeMpiTransport(0, StartupTimeout(set));
     // The config is read on rank 0 only and broadcast: on many nodes only the
     // launching node needs the file.
     std::string text;
-    Agree(*transport, [&] {
+    Agree(*transport, fmt::format("rank 0 reading the config file {}", Quote(config_path, 200)), [&] {
       if (rank == 0) text = ReadTextFile(config_path);
     });
     transport->BroadcastString(&text);
     // Every rank parses the same text: a config error is the same everywhere,
     // and rank 0 alone reports it.
     TrainConfig config;
-    Agree(*transport, [&] { config = ParseTrainConfig(text, config_path, set); });
+    Agree(*transport, "every rank parsing the config", [&] { config = ParseTrainConfig(text, config_path, set); });
+    transport->Configure(0, config.pipeline.wait_timeout_s);
     job(*transport, config, text);
   } catch (const PeerFailed&) {
     return 2;
-  } catch (const ConfigError& e) {
+  } catch (const Error& e) {
+    if (!Explained(e)) {
+      std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
+      MpiSession::AbortWorld(1);
+    }
     report(e);
     return 2;
-  } catch (const ScheduleError& e) {
-    report(e);
-    return 2;
-  } catch (const OutputError& e) {
-    report(e);
-    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "baton: rank %d: error: out of memory (an allocation failed outside setup's checks)\n", rank);
+    MpiSession::AbortWorld(1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, e.what());
+    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
     MpiSession::AbortWorld(1);
   }
   return 0;
@@ -82,7 +151,7 @@ int RunOnAllRanks(const TrainFlags& f,
     // D replicas of a P-rank pipeline: every rank's pipeline and replica
     // group as sub-communicators; one replica: the world is the pipeline.
     const ReplicaLayout layout{config.pipeline.ranks, config.data_parallel.size};
-    Agree(world, [&] {
+    Agree(world, "every rank checking the job's size", [&] {
       if (world.size() != layout.pipeline_ranks * layout.replicas) {
         if (layout.replicas == 1) {
           throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})",

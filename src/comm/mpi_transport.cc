@@ -1,6 +1,11 @@
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -60,11 +65,18 @@ class MpiTransport final : public Transport {
     int flag = 0;
     BATON_MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &flag));
     max_tag_ = flag ? *tag_ub : 32767;
+    BATON_MPI_CHECK(MPI_Comm_dup(comm_, &notes_comm_));
+    BATON_MPI_CHECK(MPI_Comm_set_errhandler(notes_comm_, MPI_ERRORS_RETURN));
   }
   ~MpiTransport() override {
     for (MPI_Request& r : requests_) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     }
+    if (rank_ == 0) DrainNotes(0.0, -1);
+    for (MPI_Request& r : note_requests_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+    MPI_Comm_free(&notes_comm_);
     MPI_Comm_free(&comm_);
   }
 
@@ -151,12 +163,13 @@ class MpiTransport final : public Transport {
     WaitCollective(&req, "gather of the final weights");
   }
 
-  void GatherStrings(const std::string& mine, std::vector<std::string>* out) override {
+  void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override {
+    const std::string label(what);
     int n = static_cast<int>(mine.size());
     std::vector<int> counts(size_), displs(size_);
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Igather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_, &req));
-    WaitCollective(&req, "gather of every rank's record");
+    WaitCollective(&req, label.c_str());
     int total = 0;
     for (int r = 0; r < size_; ++r) {
       displs[r] = total;
@@ -165,7 +178,7 @@ class MpiTransport final : public Transport {
     std::string all(rank_ == 0 ? static_cast<std::size_t>(total) : 0, '\0');
     BATON_MPI_CHECK(MPI_Igatherv(mine.data(), n, MPI_CHAR, rank_ == 0 ? all.data() : nullptr, counts.data(),
                                  displs.data(), MPI_CHAR, 0, comm_, &req));
-    WaitCollective(&req, "gather of every rank's record");
+    WaitCollective(&req, label.c_str());
     if (rank_ != 0) return;
     out->clear();
     for (int r = 0; r < size_; ++r) out->push_back(all.substr(displs[r], counts[r]));
@@ -181,11 +194,11 @@ class MpiTransport final : public Transport {
     WaitCollective(&req, "broadcast of the config");
   }
 
-  int AllMax(int value) override {
+  int AllMax(int value, std::string_view what) override {
     int out = 0;
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT, MPI_MAX, comm_, &req));
-    WaitCollective(&req, "agreement on setup");
+    WaitCollective(&req, std::string(what).c_str());
     return out;
   }
 
@@ -224,14 +237,75 @@ class MpiTransport final : public Transport {
     deadline.Expire(World(rank_), what, timeout_hook_, [this] { Abort(3); });
   }
 
+  // A collective's wait. Rank 0's deadline comes first, by kNoteGrace, so
+  // that it is rank 0 that reports, naming the ranks that never arrived.
   void WaitCollective(MPI_Request* req, const char* what) {
+    const std::int64_t number = ++collectives_;
     Deadline deadline(timeout_s_);
+    bool noted = false;
     int done = 0;
     for (int spins = 0;; ++spins) {
       BATON_MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
       if (done) return;
-      if (deadline.Poll(spins)) Expire(deadline, WaitInfo{what, -1, -1, -1});
+      const bool passed = deadline.Poll(spins);
+      if (!noted && rank_ != 0 && (spins & 63) == 0 && spins > 0 && deadline.waited_s() > NoteAfter()) {
+        SendNote(number);
+        noted = true;
+      }
+      if (!passed || (rank_ != 0 && deadline.waited_s() < timeout_s_ + kNoteGrace)) continue;
+      if (rank_ != 0 || size_ == 1) Expire(deadline, WaitInfo{what, -1, -1, -1});
+      const std::vector<int> missing = MissingRanks(number);
+      std::string text = what;
+      if (!missing.empty()) {
+        std::string ranks;
+        for (int r : missing) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", World(r));
+        text += fmt::format(": rank{} {} did not arrive", missing.size() > 1 ? "s" : "", ranks);
+      }
+      deadline.Expire(World(rank_), text, timeout_hook_, [this] { Abort(3); });
     }
+  }
+
+  // How long a collective waits before a rank tells rank 0 it is there.
+  double NoteAfter() const { return std::min(1.0, timeout_s_ / 4); }
+  static constexpr double kNoteGrace = 1.0;
+
+  void SendNote(std::int64_t number) {
+    note_values_.push_back(std::make_unique<long long>(number));
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (MPI_Isend(note_values_.back().get(), 1, MPI_LONG_LONG, 0, 0, notes_comm_, &r) == MPI_SUCCESS) {
+      note_requests_.push_back(r);
+    }
+  }
+  // Rank 0: takes the notes that came (for up to `grace` seconds more, or
+  // until every rank's for collective `number` is in); returns who noted
+  // `number`.
+  std::vector<bool> DrainNotes(double grace, std::int64_t number) {
+    std::vector<bool> noted(static_cast<std::size_t>(size_), false);
+    noted[0] = true;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
+    for (;;) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, 0, notes_comm_, &flag, &status) != MPI_SUCCESS) break;
+      if (flag) {
+        long long value = 0;
+        MPI_Recv(&value, 1, MPI_LONG_LONG, status.MPI_SOURCE, 0, notes_comm_, MPI_STATUS_IGNORE);
+        if (value == number) noted[static_cast<std::size_t>(status.MPI_SOURCE)] = true;
+        continue;
+      }
+      if (std::find(noted.begin(), noted.end(), false) == noted.end()) break;
+      if (std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return noted;
+  }
+  std::vector<int> MissingRanks(std::int64_t number) {
+    const std::vector<bool> noted = DrainNotes(0.5, number);
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!noted[static_cast<std::size_t>(r)]) missing.push_back(r);
+    }
+    return missing;
   }
 
   int World(int r) const { return r >= 0 && r < size_ ? world_[static_cast<std::size_t>(r)] : r; }
@@ -243,6 +317,12 @@ class MpiTransport final : public Transport {
   std::vector<long> expected_;  // receive: floats expected; send: -1
   double timeout_s_;
   std::function<void()> timeout_hook_;
+  // Arrival notes of slow collectives (WaitCollective), on a communicator
+  // of their own: the collectives' numbers, in the order every rank starts them.
+  MPI_Comm notes_comm_ = MPI_COMM_NULL;
+  std::int64_t collectives_ = 0;
+  std::vector<std::unique_ptr<long long>> note_values_;  // each note's buffer, kept until the end
+  std::vector<MPI_Request> note_requests_;
 };
 
 

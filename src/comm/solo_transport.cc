@@ -22,9 +22,11 @@ class SoloTransport final : public Transport {
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override {
     out->assign(mine.begin(), mine.end());
   }
-  void GatherStrings(const std::string& mine, std::vector<std::string>* out) override { *out = {mine}; }
+  void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view) override {
+    *out = {mine};
+  }
   void BroadcastString(std::string*) override {}
-  int AllMax(int value) override { return value; }
+  int AllMax(int value, std::string_view) override { return value; }
   void SetTimeoutHook(std::function<void()>) override {}
   void Barrier() override {}
   [[noreturn]] void Abort(int code) override { std::_Exit(code); }

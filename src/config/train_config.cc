@@ -28,7 +28,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, const std::vector<std::string>& allowed) {
   std::string v = map.Get<std::string>(key, fallback);
   if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
-    map.Fail(map.Node(key), key, fmt::format("'{}' is not one of: {}", v, fmt::join(allowed, ", ")));
+    map.Fail(map.Node(key), key, fmt::format("{} is not one of: {}", Quote(v), fmt::join(allowed, ", ")));
   }
   return v;
 }
@@ -232,6 +232,11 @@ std::string_view EnumName(DatasetKind v) {
 std::span<const Partition> EnumValues(Partition) { return kPartitions; }
 std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
 std::span<const DatasetKind> EnumValues(DatasetKind) { return kDatasets; }
+std::string_view EnumName(OnNonFinite v) { return v == OnNonFinite::kStop ? "stop" : "skip"; }
+std::span<const OnNonFinite> EnumValues(OnNonFinite) {
+  static constexpr std::array<OnNonFinite, 2> kValues = {OnNonFinite::kStop, OnNonFinite::kSkip};
+  return kValues;
+}
 
 namespace {
 
@@ -403,7 +408,7 @@ void ReadPartition(YamlMap& pipe, TrainConfig& c) {
       try {
         v = n.as<int>();
       } catch (const YAML::Exception&) {
-        pipe.Fail(n, "partition", fmt::format("expected a layer count, got '{}'", n.Scalar()));
+        pipe.Fail(n, "partition", fmt::format("expected a layer count, got {}", Quote(n.Scalar())));
       }
       if (v < 1) pipe.Fail(n, "partition", fmt::format("every stage needs at least one layer, got {}", v));
       c.pipeline.partition_counts.push_back(v);
@@ -457,7 +462,7 @@ void ReadKeep(YamlMap& pipe, TrainConfig& c) {
         if (l != LayerType::kResidual) layers.push_back(EnumName(l));
       }
       pipe.Fail(pipe.Node("keep"), "keep",
-                fmt::format("'{}' is not a layer type ({})", t, fmt::join(layers, ", ")));
+                fmt::format("{} is not a layer type ({})", Quote(t), fmt::join(layers, ", ")));
     }
     c.pipeline.keep.push_back(*type);
   }
@@ -575,6 +580,7 @@ void ReadTrain(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
                           c.pipeline.microbatches, c.train.batch_size));
   }
   ReadOptimizer(train, c.train.optimizer);
+  c.train.on_nonfinite = Choice(train, "on_nonfinite", c.train.on_nonfinite);
   train.Finish();
 
 }
@@ -628,6 +634,7 @@ void ReadLog(YamlMap& top, TrainConfig& c) {
 TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& source,
                              const std::vector<std::string>& overrides) {
   YAML::Node root = LoadYamlText(yaml_text, source);
+  if (root.IsNull() && overrides.empty()) throw EmptyConfig(source);
   YamlMap top(root, source, "", ApplyOverrides(root, overrides, source));
   TrainConfig c;
   c.source = source;
@@ -741,7 +748,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   const OptimizerSpec& o = c.train.optimizer;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "batch_size" << YAML::Value
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"
-    << YAML::Value << c.train.steps;
+    << YAML::Value << c.train.steps << YAML::Key << "on_nonfinite" << YAML::Value
+    << std::string(EnumName(c.train.on_nonfinite));
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value
     << std::string(EnumName(o.type)) << YAML::Key << "lr" << YAML::Value << o.lr << YAML::Key << "weight_decay" << YAML::Value
     << o.weight_decay;

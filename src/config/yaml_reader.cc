@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "baton/error.h"
+#include "baton/files.h"
 
 namespace baton {
 namespace {
@@ -38,23 +39,28 @@ std::string_view NodeKind(const YAML::Node& n) {
 
 }  // namespace
 
-YAML::Node LoadYamlFile(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw ConfigError(fmt::format("{}: no such config file", path));
-  try {
-    return YAML::LoadFile(path);
-  } catch (const YAML::ParserException& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}: cannot read the config file: {}", path, e.msg));
-  }
+YAML::Node LoadYamlFile(const std::string& path) { return LoadYamlText(ReadTextFile(path), path); }
+
+ConfigError EmptyConfig(const std::string& source) {
+  return ConfigError(fmt::format("{}: the config file is empty (or holds only comments): a config is a mapping of "
+                                 "sections (see configs/)",
+                                 source));
 }
 
 YAML::Node LoadYamlText(const std::string& text, const std::string& source) {
+  YAML::Node root;
   try {
-    return YAML::Load(text);
+    root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
+  // The settings are a mapping of sections; say so before any key is looked up.
+  if (!root.IsNull() && !root.IsMap()) {
+    throw ConfigError(fmt::format("{}:{}:{}: the config must be a mapping of sections (model:, pipeline:, ...), "
+                                  "but it is {}",
+                                  source, root.Mark().line + 1, root.Mark().column + 1, NodeKind(root)));
+  }
+  return root;
 }
 
 std::string ApplyOverride(YAML::Node& root, const std::string& assignment, const std::string& source) {
@@ -128,8 +134,8 @@ YamlMap::YamlMap(YAML::Node node, std::string file, std::string path,
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (!seen.insert(key).second) {
-      throw ConfigError(fmt::format("{}: duplicate key '{}': each key may appear once", Locate(it->first, KeyPath(key)),
-                                    KeyPath(key)));
+      throw ConfigError(fmt::format("{}: duplicate key {}: each key may appear once", Locate(it->first, KeyPath(key)),
+                                    Quote(KeyPath(key))));
     }
   }
 }
@@ -191,7 +197,7 @@ std::optional<long long> YamlMap::Optional<long long>(std::string_view key) {
   long long v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size()) {
-    Fail(n, key, fmt::format("expected an integer, got '{}'", s));
+    Fail(n, key, fmt::format("expected an integer, got {}", Quote(s)));
   }
   return v;
 }
@@ -216,7 +222,7 @@ std::optional<double> YamlMap::Optional<double>(std::string_view key) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
-    Fail(n, key, fmt::format("expected a finite number, got '{}'", s));
+    Fail(n, key, fmt::format("expected a finite number, got {}", Quote(s)));
   }
   return v;
 }
@@ -228,7 +234,7 @@ std::optional<bool> YamlMap::Optional<bool>(std::string_view key) {
   const std::string s = n.IsScalar() ? n.Scalar() : "";
   if (s == "true" || s == "True") return true;
   if (s == "false" || s == "False") return false;
-  Fail(n, key, fmt::format("expected true or false, got '{}'", s));
+  Fail(n, key, fmt::format("expected true or false, got {}", Quote(s)));
 }
 
 template <>
@@ -301,8 +307,8 @@ void YamlMap::Finish() const {
     }
     std::string allowed;
     for (const std::string& k : known_) allowed += (allowed.empty() ? "" : ", ") + k;
-    throw ConfigError(fmt::format("{}: unknown key '{}'{} (allowed here: {})", Locate(it->first, KeyPath(key)),
-                                  KeyPath(key), best.empty() ? "" : fmt::format("; did you mean '{}'?", best),
+    throw ConfigError(fmt::format("{}: unknown key {}{} (allowed here: {})", Locate(it->first, KeyPath(key)),
+                                  Quote(KeyPath(key)), best.empty() ? "" : fmt::format("; did you mean '{}'?", best),
                                   allowed));
   }
 }

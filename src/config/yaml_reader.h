@@ -14,14 +14,20 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "baton/error.h"
 #include "baton/named_enum.h"
 
 namespace baton {
 
-// Parses a file; a missing file or a YAML syntax error becomes a ConfigError.
+// Parses a file (read with ReadTextFile's size cap); a missing or oversized
+// file, a YAML syntax error or a top level that is not a mapping becomes a
+// ConfigError (an empty file is null: the caller decides).
 YAML::Node LoadYamlFile(const std::string& path);
-// Parses YAML text read from `source` (for messages).
+// Parses YAML text read from `source` (for messages): null for an empty
+// text; a top level that is neither null nor a mapping is a ConfigError.
 YAML::Node LoadYamlText(const std::string& text, const std::string& source);
+// "SOURCE: the config file is empty ...".
+ConfigError EmptyConfig(const std::string& source);
 // Applies "a.b.c=value" (value in YAML syntax; list items by index) to root,
 // creating missing mappings. Throws ConfigError for a malformed assignment.
 // Returns the key path it set ("a.b.c").

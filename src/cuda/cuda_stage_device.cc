@@ -121,6 +121,13 @@ class CudaStageDevice final : public StageDevice {
   }
   std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
+  double GradientSquares(std::size_t first, std::size_t count) override {
+    if (count == 0) return 0.0;
+    // cuBLAS's norm on the compute stream; the host pointer mode waits for it.
+    float norm = 0.0f;
+    BATON_CUBLAS_CHECK(cublasSnrm2(cublas_.get(), static_cast<int>(count), grads_.data() + first, 1, &norm));
+    return static_cast<double>(norm) * norm;
+  }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   // Saved state and stash (attention's) are floats in the ring slot.

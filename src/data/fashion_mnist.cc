@@ -174,6 +174,12 @@ Dataset LoadFashionMnist(const std::string& dir, const std::string& split, bool 
     throw ConfigError(fmt::format("Fashion-MNIST: unknown split '{}' (allowed: train, test)", split));
   }
   const std::filesystem::path base(dir);
+  std::error_code ec;
+  if (std::filesystem::exists(base, ec) && !std::filesystem::is_directory(base, ec)) {
+    throw ConfigError(fmt::format("data.path: Fashion-MNIST folder '{}' is a file, not a folder: data.path names "
+                                  "the folder holding train-images-idx3-ubyte.gz and the others",
+                                  dir));
+  }
   const std::string images_path = (base / (prefix + "-images-idx3-ubyte.gz")).string();
   const std::string labels_path = (base / (prefix + "-labels-idx1-ubyte.gz")).string();
 

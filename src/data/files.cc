@@ -1,13 +1,13 @@
 #include "baton/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -27,11 +27,58 @@ void SyncFolder(const fs::path& target) {
   ::close(dir);
 }
 
+// `path` with a symbolic link (at the end, or a chain of them) followed; the
+// path itself if it is not a link or the link is broken.
+std::string FollowLinks(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;
+  const fs::path target = fs::canonical(path, ec);
+  return ec ? path : target.string();
+}
+
+// The nearest existing folder at or above `p` (for a path that does not
+// exist yet): where creating it would start. Throws OutputError if a file
+// stands on the way.
+fs::path NearestFolder(const fs::path& p, std::string_view key, const std::string& path) {
+  fs::path at = fs::absolute(p).lexically_normal();
+  for (;;) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(at, ec);
+    if (fs::exists(st)) {
+      if (!fs::is_directory(st)) {
+        throw OutputError(fmt::format("{}: {}: '{}' is a file, not a folder, so nothing can be created under it", key,
+                                      path, at.string()));
+      }
+      return at;
+    }
+    if (!at.has_parent_path() || at.parent_path() == at) return at;
+    at = at.parent_path();
+  }
+}
+
+void CheckWritableFolder(const fs::path& folder, std::string_view key, const std::string& path) {
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw OutputError(fmt::format("{}: {}: the folder '{}' is not writable: {}", key, path, folder.string(),
+                                  std::strerror(errno)));
+  }
+}
+
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(fmt::format("{}.tmp.{}", path_, ::getpid())) {
+AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
   const fs::path target(path_);
   std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::is_directory(st)) throw OutputError(fmt::format("{}: is a folder, not a file", path_));
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    // A device or a FIFO: written through (replacing /dev/null would break
+    // the machine; a FIFO's reader wants the bytes).
+    file_ = std::fopen(path_.c_str(), "wb");
+    if (file_ == nullptr) throw OutputError(fmt::format("{}: cannot open it for writing: {}", path_, std::strerror(errno)));
+    return;
+  }
+  tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
+  ec.clear();
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   if (ec) throw OutputError(fmt::format("{}: cannot create the folder: {}", path_, ec.message()));
   file_ = std::fopen(tmp_.c_str(), "wb");
@@ -41,14 +88,14 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(fmt::for
 AtomicFile::~AtomicFile() {
   if (file_ == nullptr) return;
   std::fclose(file_);
-  std::remove(tmp_.c_str());
+  if (!tmp_.empty()) std::remove(tmp_.c_str());
 }
 
 void AtomicFile::Fail(const std::string& what) {
   const int err = errno;
   if (file_ != nullptr) std::fclose(file_);
   file_ = nullptr;
-  std::remove(tmp_.c_str());
+  if (!tmp_.empty()) std::remove(tmp_.c_str());
   throw OutputError(fmt::format("{}: {}{}", path_, what, err != 0 ? fmt::format(": {}", std::strerror(err)) : ""));
 }
 
@@ -62,6 +109,13 @@ void AtomicFile::Append(std::span<const std::byte> bytes) {
 void AtomicFile::Commit() {
   if (file_ == nullptr) throw OutputError(fmt::format("{}: committed twice", path_));
   errno = 0;
+  if (tmp_.empty()) {  // written through: a device may not sync, but must take every byte
+    if (std::fflush(file_) != 0) Fail("cannot write the file");
+    const int closed = std::fclose(file_);
+    file_ = nullptr;
+    if (closed != 0) throw OutputError(fmt::format("{}: cannot write the file: {}", path_, std::strerror(errno)));
+    return;
+  }
   // Written in full and flushed to disk before it takes the real name, and
   // the rename made durable, so a crash leaves the old file or the new one.
   if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) Fail("cannot write the file");
@@ -86,12 +140,106 @@ void WriteTextFile(const std::string& path, std::string_view content) {
   file.Commit();
 }
 
-std::string ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: no such config file (or it cannot be read)", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+std::string ReadTextFile(const std::string& path, std::string_view what, std::size_t max_bytes) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) throw ConfigError(fmt::format("{}: no such {}", path, what));
+  if (fs::is_directory(st)) throw ConfigError(fmt::format("{}: is a folder, not a {}", path, what));
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw ConfigError(fmt::format("{}: cannot read the {}: {}", path, what, std::strerror(errno)));
+  if (fs::is_regular_file(st)) {
+    const std::uintmax_t size = fs::file_size(path, ec);
+    if (!ec && size > max_bytes) {
+      std::fclose(f);
+      throw ConfigError(fmt::format("{}: the {} is {} bytes; baton reads at most {} MiB of it", path, what, size,
+                                    max_bytes >> 20));
+    }
+  }
+  // Read up to one byte past the cap: a FIFO or a device has no size to ask.
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const std::size_t got = std::fread(buf, 1, sizeof buf, f);
+    text.append(buf, got);
+    if (text.size() > max_bytes) {
+      std::fclose(f);
+      throw ConfigError(fmt::format("{}: the {} is over {} MiB; baton reads at most that much of it", path, what,
+                                    max_bytes >> 20));
+    }
+    if (got < sizeof buf) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw ConfigError(fmt::format("{}: cannot read the {}", path, what));
+  return text;
+}
+
+FileId IdOf(const std::string& path) {
+  FileId id;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    id.exists = true;
+    id.device = st.st_dev;
+    id.inode = st.st_ino;
+  }
+  std::error_code ec;
+  const fs::path abs = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  id.path = ec ? fs::absolute(path).lexically_normal().string() : abs.string();
+  return id;
+}
+
+void CheckOutputFile(const std::string& path, std::string_view key) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st)) {
+    if (fs::is_directory(st)) throw OutputError(fmt::format("{}: {}: is a folder, not a file", key, path));
+    if (!fs::is_regular_file(st)) {  // written through: it must take writes
+      if (::access(path.c_str(), W_OK) != 0) {
+        throw OutputError(fmt::format("{}: {}: cannot be written: {}", key, path, std::strerror(errno)));
+      }
+      return;
+    }
+  }
+  // A regular file is replaced by a rename in its folder: the folder must be writable.
+  const fs::path target = fs::absolute(FollowLinks(path)).lexically_normal();
+  CheckWritableFolder(NearestFolder(target.parent_path(), key, path), key, path);
+}
+
+void CheckOutputFolder(const std::string& path, std::string_view key) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st)) throw OutputError(fmt::format("{}: {}: is a file, not a folder", key, path));
+  CheckWritableFolder(NearestFolder(fs::path(path), key, path), key, path);
+}
+
+bool FileLock::TryLock(const std::string& path) {
+  Release();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw OutputError(fmt::format("{}: cannot open the lock file: {}", path, std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return false;
+  }
+  fd_ = fd;
+  path_ = path;
+  return true;
+}
+
+void FileLock::Release(bool remove) {
+  if (fd_ < 0) return;
+  if (remove) ::unlink(path_.c_str());
+  ::close(fd_);
+  fd_ = -1;
+}
+
+FileLock& FileLock::operator=(FileLock&& o) noexcept {
+  if (this != &o) {
+    Release();
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    o.fd_ = -1;
+  }
+  return *this;
 }
 
 }  // namespace baton

@@ -62,6 +62,11 @@ void ForEachEntry(const std::vector<std::uint8_t>& text, F entry) {
 
 TextCorpus ReadFortuneFolder(const std::string& dir) {
   std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    throw ConfigError(fmt::format("data.path: fortunes folder '{}' is a file, not a folder: data.path names the "
+                                  "folder of fortune files (like /usr/share/games/fortunes)",
+                                  dir));
+  }
   if (!std::filesystem::is_directory(dir, ec)) {
     throw ConfigError(fmt::format("fortunes folder '{}' not found; {}", dir, kPackageHint));
   }

@@ -226,14 +226,47 @@ void Executor::WaitSends() {
 }
 
 StepStats Executor::TrainStep(const Batch& batch, StepObserver* observer) {
+  const StepStats stats = ComputeGradients(batch, observer);
+  ApplyGradients(observer);
+  return stats;
+}
+
+StepStats Executor::ComputeGradients(const Batch& batch, StepObserver* observer) {
   if (observer != nullptr) observer->StepStarts();
   const StepStats stats = RunStep(batch);
   SumTiedGradients();
   FinishReductions();
   if (observer != nullptr) observer->GradientsDone();
+  return stats;
+}
+
+void Executor::ApplyGradients(StepObserver* observer) {
   StepOptimizers();
   if (observer != nullptr) observer->StepEnds();
-  return stats;
+}
+
+void Executor::DiscardGradients() {
+  for (auto& st : stages_) st->ZeroGrads();
+}
+
+double Executor::GradientSquares() {
+  const ReductionPlan& red = plan_.reduction;
+  double sum = 0.0;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    StageDevice& dev = stages_[k]->device();
+    if (replicas_ != nullptr && red.zero) {
+      // After the reduce-scatter only this replica's part of each bucket is summed.
+      for (const BucketPlan& b : red.buckets) {
+        if (b.local != static_cast<int>(k)) continue;
+        const auto me = static_cast<std::size_t>(replicas_->rank());
+        sum += dev.GradientSquares(b.offset + static_cast<std::size_t>(b.displs[me]),
+                                   static_cast<std::size_t>(b.counts[me]));
+      }
+    } else {
+      sum += dev.GradientSquares(0, plan_.local_stages[k].num_params);
+    }
+  }
+  return sum;
 }
 
 void Executor::SumTiedGradients() {

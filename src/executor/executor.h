@@ -37,6 +37,13 @@ struct Fault {
 // Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall"); none if
 // unset. Throws ConfigError if it is malformed.
 Fault FaultFromEnvironment();
+// Throws ConfigError if `fault` (none: nothing) could never fire in a run
+// of `world` ranks over steps [first_step, last_step]: a rank the job does
+// not have, a step the run does not take, an action the fault's rank does
+// not run (checked on that rank, `rank`, against its `plan`), or a
+// checkpoint at a step where none is written (`checkpoint_every` 0: none).
+void CheckFault(const Fault& fault, int world, int rank, const RankPlan& plan, std::int64_t first_step,
+                std::int64_t last_step, std::int64_t checkpoint_every);
 // Triggers `fault` if it matches (rank, step, action).
 void MaybeInjectFault(const Fault& fault, int rank, std::int64_t step, std::string_view action);
 
@@ -94,6 +101,17 @@ class Executor {
   // global batch.
   // `observer` (optional) is told as the step passes each phase.
   StepStats TrainStep(const Batch& batch, StepObserver* observer = nullptr);
+  // TrainStep in its two halves, for a caller that checks the gradients
+  // between them: the plan's step, the tied gradients' sum and the end of
+  // the sums over the replicas (the gradients are final), then either the
+  // optimizers' step or the gradients dropped (the parameters unchanged).
+  StepStats ComputeGradients(const Batch& batch, StepObserver* observer = nullptr);
+  void ApplyGradients(StepObserver* observer = nullptr);
+  void DiscardGradients();
+  // After ComputeGradients: the sum of squares of the gradients this rank
+  // holds final (under ZeRO its shard of each stage; non-finite if any of
+  // them is a NaN or an infinity).
+  double GradientSquares();
   // The last TrainStep's gradient sums (zeros without replicas).
   const ReductionTimes& reduction_times() const { return reduction_times_; }
   // The plan's step alone: gradients accumulate into the stages' gradient

@@ -1,8 +1,10 @@
 // Fault injection, for testing only: BATON_FAULT="RANK:STEP:ACTION:MODE".
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +53,43 @@ Fault FaultFromEnvironment() {
     throw bad("unknown mode '" + parts[3] + "'");
   }
   return f;
+}
+
+void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::int64_t first_step,
+                std::int64_t last_step, std::int64_t checkpoint_every) {
+  if (f.mode == Fault::kNone) return;
+  const std::string spec = std::getenv("BATON_FAULT") != nullptr ? std::getenv("BATON_FAULT") : "";
+  auto never = [&](const std::string& why) {
+    return ConfigError(fmt::format("BATON_FAULT={}: {}: the fault would never fire, so a test built on it would "
+                                   "test nothing",
+                                   Quote(spec), why));
+  };
+  if (f.rank < 0 || f.rank >= world) {
+    throw never(fmt::format("rank {} is not in this job ({} ranks: 0..{})", f.rank, world, world - 1));
+  }
+  if (f.step < first_step || f.step > last_step) {
+    throw never(fmt::format("step {} is not in this run (steps {}..{}{})", f.step, first_step, last_step,
+                            first_step > 1 ? fmt::format(", resumed after step {}", first_step - 1) : ""));
+  }
+  if (f.action == "checkpoint") {
+    if (checkpoint_every <= 0 || f.step % checkpoint_every != 0) {
+      throw never(checkpoint_every <= 0 ? std::string("the run writes no checkpoints")
+                                        : fmt::format("no checkpoint is written at step {} (checkpoint.every_steps "
+                                                      "{})",
+                                                      f.step, checkpoint_every));
+    }
+    return;
+  }
+  if (rank != f.rank) return;
+  std::vector<std::string> kinds;
+  for (const Instruction& in : plan.step) {
+    if (!IsCompute(in.action.kind)) continue;
+    const std::string name(KindName(in.action.kind));
+    if (name == f.action) return;
+    if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) kinds.push_back(name);
+  }
+  throw never(fmt::format("rank {} runs no {} action in this schedule (it runs {})", f.rank, f.action,
+                          fmt::join(kinds, ", ")));
 }
 
 void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_view action) {

@@ -3,6 +3,8 @@
 // them are no-ops.
 #include <fmt/format.h>
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -61,6 +63,13 @@ class HostStageDevice final : public StageDevice {
   std::vector<std::span<float>> OptimizerState() override { return optimizer_->State(); }
   std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
+  double GradientSquares(std::size_t first, std::size_t count) override {
+    // Eigen's reduction, vectorized; in double, so that only a NaN or an
+    // infinity among the gradients makes it non-finite.
+    return Eigen::Map<const Eigen::VectorXf>(host_grads_.data() + first, static_cast<Eigen::Index>(count))
+        .cast<double>()
+        .squaredNorm();
+  }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   void Forward(int layer, const ConstView& x, const View& y, std::byte* saved) override {

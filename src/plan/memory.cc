@@ -47,6 +47,22 @@ RankMemory StageMemory(const RunPlan& run, const StagePlan& st, std::size_t opti
 
 }  // namespace plan_detail
 
+RankMemory RankMemoryOf(const RunPlan& run, const RankPlan& r) {
+  RankMemory mem;
+  for (const StagePlan& st : r.local_stages) {
+    const auto k = static_cast<std::size_t>(r.local[st.stage]);
+    std::vector<BufferPlan> buffers;
+    for (const BufferPlan& b : r.buffers) {
+      if (b.local == static_cast<int>(k)) buffers.push_back(b);
+    }
+    mem += plan_detail::StageMemory(run, st, r.reduction.shard_count[k], buffers);
+    mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
+    mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity + st.gradient_capacity);
+  }
+  if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
+  return mem;
+}
+
 std::vector<RankMemory> PlanMemory(const RunPlan& run) {
   const int ranks = run.lowered.ranks;
   std::vector<RankMemory> out(static_cast<std::size_t>(ranks));
@@ -56,19 +72,11 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
   for (int rank = 0; rank < ranks; ++rank) {
     const RankPlan r = PlanRank(run, rank);
     RankMemory& mem = out[static_cast<std::size_t>(rank)];
+    mem = RankMemoryOf(run, r);
     for (const StagePlan& st : r.local_stages) {
-      const auto k = static_cast<std::size_t>(r.local[st.stage]);
-      std::vector<BufferPlan> buffers;
-      for (const BufferPlan& b : r.buffers) {
-        if (b.local == static_cast<int>(k)) buffers.push_back(b);
-      }
-      mem += plan_detail::StageMemory(run, st, r.reduction.shard_count[k], buffers);
-      mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
-      mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity + st.gradient_capacity);
       slot_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.slot_bytes);
       sequence_bytes[static_cast<std::size_t>(st.stage)] = static_cast<double>(st.sequence_bytes);
     }
-    if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
     static_bytes[static_cast<std::size_t>(rank)] = static_cast<double>(mem.static_bytes());
   }
   // The ring slots' life in time: a slot is taken by F and freed by the

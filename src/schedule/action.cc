@@ -42,10 +42,10 @@ std::string_view Trim(std::string_view s) {
 
 [[noreturn]] void Fail(std::string_view where, std::string_view cell, std::string_view why) {
   throw ScheduleError(
-      fmt::format("{}: cannot read action \"{}\": {} (expected {{stage}}{{F|B|I|W|SEND_F|RECV_F|SEND_B|"
+      fmt::format("{}: cannot read action {}: {} (expected {{stage}}{{F|B|I|W|SEND_F|RECV_F|SEND_B|"
                   "RECV_B}}{{microbatch}} like \"2F0\", UNSHARD/RESHARD/REDUCE_GRAD with no microbatch, or an "
                   "overlapped forward and full backward like \"(0F3;1B2)OVERLAP_F_B\")",
-                  where, cell, why));
+                  where, Quote(cell, 80, '"'), why));
 }
 
 // Reads a run of digits as a non-negative int32.

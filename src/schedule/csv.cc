@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <filesystem>
 #include <charconv>
 #include <fstream>
 #include <istream>
@@ -45,9 +46,9 @@ int ReadSlicesLine(const std::string& line, std::string_view source_name) {
     if (ec != std::errc() || end != last) k = 0;
   }
   if (k < 1 || k > 1'000'000) {
-    throw ScheduleError(fmt::format("{}: row 1: \"{}\": the one header line a schedule file may have is "
+    throw ScheduleError(fmt::format("{}: row 1: {}: the one header line a schedule file may have is "
                                     "\"# seq_slices: k\", k a whole number >= 1",
-                                    source_name, line));
+                                    source_name, Quote(line)));
   }
   return static_cast<int>(k);
 }
@@ -65,7 +66,15 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
   std::map<int, std::pair<int, int>> first_seen;
   long long max_stage = -1, max_mb = -1, compute_cells = 0, action_cells = 0;
   bool first_line = true;
+  std::size_t bytes = 0;
   while (std::getline(in, line)) {
+    // A schedule of 64 ranks x 1,024 microbatches is a few MiB; a bigger
+    // file is refused before its actions take memory.
+    bytes += line.size() + 1;
+    if (bytes > kMaxScheduleFileBytes) {
+      throw ScheduleError(fmt::format("{}: the schedule file is over {} MiB (at row {}); baton reads at most that much",
+                                      source_name, kMaxScheduleFileBytes >> 20, rows.size() + 1));
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();  // PyTorch writes CRLF
     if (std::exchange(first_line, false) && line.rfind("#", 0) == 0) {
       s.slices = ReadSlicesLine(line, source_name);
@@ -154,9 +163,23 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
 }
 
 Schedule ReadCsvFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ScheduleError(fmt::format("{}: is a folder, not a schedule file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ScheduleError(fmt::format("{}: cannot open the schedule file", path));
-  return ReadCsv(in, path);
+  // At most one byte past the cap, so that a file without line breaks or
+  // without an end (a device) is refused rather than read whole.
+  std::string text(kMaxScheduleFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxScheduleFileBytes) {
+    throw ScheduleError(fmt::format("{}: the schedule file is over {} MiB; baton reads at most that much", path,
+                                    kMaxScheduleFileBytes >> 20));
+  }
+  std::istringstream stream(std::move(text));
+  return ReadCsv(stream, path);
 }
 
 void WriteCsv(const Schedule& s, std::ostream& out) {

@@ -18,8 +18,15 @@ HostMemory::HostMemory() = default;
 HostMemory::~HostMemory() = default;
 
 std::byte* HostMemory::Allocate(std::size_t bytes) {
-  blocks_.push_back(std::make_unique<Block>());
-  blocks_.back()->bytes.assign(bytes, std::byte{0});
+  const std::size_t before = blocks_.size();
+  try {
+    blocks_.push_back(std::make_unique<Block>());
+    blocks_.back()->bytes.assign(bytes, std::byte{0});
+  } catch (const std::bad_alloc&) {
+    blocks_.resize(before);
+    throw ResourceError(fmt::format("out of memory: cannot allocate {} bytes ({:.1f} MiB) of host memory", bytes,
+                                    static_cast<double>(bytes) / (1 << 20)));
+  }
   return blocks_.back()->bytes.data();
 }
 

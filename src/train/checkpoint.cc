@@ -5,9 +5,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "baton/error.h"
 #include "baton/files.h"
@@ -18,13 +22,28 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kFormat = "baton-checkpoint-1";
+// Format 2 added the run's identity and settings; format 1 manifests had
+// neither, so a run cannot tell whether it owns them.
+constexpr const char* kFormat = "baton-checkpoint-2";
+constexpr const char* kLockFile = ".baton-lock";
 
-std::string StepDir(const std::string& dir, std::int64_t step) { return fmt::format("{}/step-{:08}", dir, step); }
+std::string StepName(std::int64_t step) { return fmt::format("step-{:08}", step); }
+std::string StepDir(const std::string& dir, std::int64_t step) { return dir + "/" + StepName(step); }
+
+// The step of a folder named "step-" and digits only; -1 for any other name.
+std::int64_t StepOf(const std::string& name) {
+  if (name.size() <= 5 || name.rfind("step-", 0) != 0 || name.size() > 5 + 18) return -1;
+  std::int64_t step = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
 
 std::uint32_t Crc32OfFile(const std::string& path, std::uint64_t* bytes) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot read the checkpoint shard", path));
+  if (!in) throw ConfigError(fmt::format("{}: cannot read the checkpoint shard: {}", path, std::strerror(errno)));
   std::vector<char> buf(1 << 20);
   uLong crc = crc32(0L, Z_NULL, 0);
   *bytes = 0;
@@ -35,97 +54,92 @@ std::uint32_t Crc32OfFile(const std::string& path, std::uint64_t* bytes) {
     crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(got));
     *bytes += static_cast<std::uint64_t>(got);
   }
+  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read the checkpoint shard", path));
   return static_cast<std::uint32_t>(crc);
 }
 
-std::vector<std::int64_t> CompleteSteps(const std::string& dir) {
-  std::vector<std::int64_t> steps;
+// A step folder under a checkpoint folder, and what its manifest says.
+struct StepFolder {
+  std::int64_t step = 0;
+  std::string name;
+  bool complete = false;     // holds a manifest.json
+  std::string run_id;        // the manifest's ("" if incomplete or unreadable)
+  std::int64_t total = 0;    // the run's length, from the manifest
+};
+
+// Every step folder under `dir`, by step.
+std::vector<StepFolder> StepFolders(const std::string& dir) {
+  std::vector<StepFolder> out;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return steps;
+  if (!fs::is_directory(dir, ec)) return out;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "manifest.json")) continue;
-    try {
-      steps.push_back(std::stoll(name.substr(5)));
-    } catch (const std::exception&) {
+    const std::int64_t step = StepOf(name);
+    if (step < 0 || !entry.is_directory(ec)) continue;
+    StepFolder f;
+    f.step = step;
+    f.name = name;
+    const fs::path manifest = entry.path() / "manifest.json";
+    f.complete = fs::exists(manifest, ec);
+    if (f.complete) {
+      try {
+        const json m = json::parse(ReadTextFile(manifest.string(), "checkpoint manifest"));
+        f.run_id = m.value("run_id", "");
+        f.total = m.value("train_steps", std::int64_t{0});
+      } catch (const std::exception&) {
+        // Unreadable: nobody's; never pruned, and it blocks a new run.
+      }
+    }
+    out.push_back(std::move(f));
+  }
+  std::sort(out.begin(), out.end(), [](const StepFolder& a, const StepFolder& b) { return a.step < b.step; });
+  return out;
+}
+
+std::string Describe(const StepFolder& f) {
+  if (!f.complete) return f.name + " (unfinished)";
+  if (f.run_id.empty()) return f.name + " (no run identity: another baton's, or unreadable)";
+  return fmt::format("{} (run {}, step {} of {})", f.name, f.run_id, f.step, f.total);
+}
+
+// The settings text as "key.path" -> value, for saying what differs:
+// "train.steps" -> "300", "model.layers[2]" -> "{type: relu}".
+std::map<std::string, std::string> Flatten(const std::string& yaml) {
+  std::map<std::string, std::string> out;
+  std::vector<std::pair<int, std::string>> parents;  // (indent, key)
+  std::map<std::string, int> items;                  // list items seen under a key
+  std::size_t start = 0;
+  while (start < yaml.size()) {
+    std::size_t end = yaml.find('\n', start);
+    if (end == std::string::npos) end = yaml.size();
+    const std::string line = yaml.substr(start, end - start);
+    start = end + 1;
+    const std::size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    const int indent = static_cast<int>(first);
+    while (!parents.empty() && parents.back().first >= indent) parents.pop_back();
+    std::string prefix;
+    for (const auto& [i, k] : parents) prefix += (prefix.empty() ? "" : ".") + k;
+    if (line.compare(first, 2, "- ") == 0) {
+      // A list item of the innermost key at a smaller indent.
+      std::string& base = prefix;
+      const int n = items[base]++;
+      out[fmt::format("{}[{}]", base, n)] = line.substr(first + 2);
+      continue;
+    }
+    const std::size_t colon = line.find(':', first);
+    if (colon == std::string::npos) continue;
+    const std::string key = line.substr(first, colon - first);
+    std::string value = colon + 1 < line.size() ? line.substr(colon + 1) : "";
+    if (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.empty()) {
+      parents.emplace_back(indent, key);
+    } else {
+      out[path] = value;
     }
   }
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
-}  // namespace
-
-std::string ConfigDigest(const TrainConfig& config) {
-  TrainConfig c = config;
-  c.source.clear();
-  c.train.steps = 0;
-  c.train.epochs = 1;
-  c.checkpoint = {};
-  c.log = {};
-  // The replicas train the same model on the same batches, and a checkpoint
-  // holds the whole optimizer state: another data_parallel resumes it.
-  c.data_parallel = {};
-  c.data.evaluate = true;
-  const std::string text = DescribeTrainConfig(c);
-  // FNV-1a, 64 bits.
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
-}
-
-CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan) {
-  CheckpointRun run;
-  run.digest = ConfigDigest(config);
-  run.schedule = plan.lowered.name;
-  run.ranks = plan.lowered.ranks;
-  run.chunks = plan.lowered.chunks();
-  run.microbatches = plan.lowered.microbatches;
-  run.partition = plan.bounds;
-  run.data_parallel = plan.replicas;
-  run.zero = plan.zero;
-  return run;
-}
-
-namespace {
-
-// Rank 0: the manifest of step `step` from every shard's record, written
-// last; then the older and abandoned checkpoints beyond `place.keep` go.
-void WriteManifest(const CheckpointPlace& place, const CheckpointRun& run, std::int64_t step,
-                   const std::vector<std::string>& records) {
-  json manifest;
-  manifest["format"] = kFormat;
-  manifest["step"] = step;
-  manifest["config_digest"] = run.digest;
-  manifest["schedule"] = run.schedule;
-  manifest["ranks"] = run.ranks;
-  manifest["data_parallel"] = run.data_parallel;
-  manifest["zero"] = run.zero ? 1 : 0;
-  manifest["chunks"] = run.chunks;
-  manifest["microbatches"] = run.microbatches;
-  manifest["partition"] = run.partition;
-  manifest["shards"] = json::array();
-  for (const std::string& r : records) {
-    if (!r.empty()) manifest["shards"].push_back(json::parse(r));  // the other replicas write none
-  }
-  WriteTextFile(StepDir(place.dir, step) + "/manifest.json", manifest.dump(2) + "\n");
-  // Keep the newest `keep` complete checkpoints; drop older and abandoned ones.
-  const std::vector<std::int64_t> done = CompleteSteps(place.dir);
-  const auto keep = static_cast<std::size_t>(place.keep);
-  std::error_code ec;
-  for (std::size_t i = 0; i + keep < done.size(); ++i) fs::remove_all(StepDir(place.dir, done[i]), ec);
-  const std::int64_t oldest_kept = done.size() > keep ? done[done.size() - keep] : (done.empty() ? 0 : done.front());
-  for (const auto& entry : fs::directory_iterator(place.dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || fs::exists(entry.path() / "manifest.json")) continue;
-    try {
-      if (std::stoll(name.substr(5)) < oldest_kept) fs::remove_all(entry.path(), ec);
-    } catch (const std::exception&) {
-    }
-  }
+  return out;
 }
 
 // The manifest's run against this one: what differs, one line each.
@@ -139,31 +153,272 @@ std::vector<std::string> Differences(const json& m, const CheckpointRun& run) {
   differs("chunks", m["chunks"], run.chunks);
   differs("microbatches", m["microbatches"], run.microbatches);
   differs("partition (first layer of each stage)", m["partition"], run.partition);
-  differs("config digest (model, pipeline, data or optimizer settings)", m["config_digest"], run.digest);
+  if (m.value("config_digest", "") != run.digest) {
+    const auto theirs = Flatten(m.value("settings", "")), ours = Flatten(run.settings);
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : theirs) keys.push_back(k);
+    for (const auto& [k, v] : ours) {
+      if (!theirs.count(k)) keys.push_back(k);
+    }
+    std::sort(keys.begin(), keys.end());
+    bool named = false;
+    for (const std::string& k : keys) {
+      const auto a = theirs.find(k), b = ours.find(k);
+      const std::string va = a == theirs.end() ? "(none)" : a->second, vb = b == ours.end() ? "(none)" : b->second;
+      if (va == vb) continue;
+      diffs.push_back(fmt::format("{}: checkpoint {}, this run {}", k, va, vb));
+      named = true;
+    }
+    if (!named) diffs.push_back("the settings' digest (model, pipeline, data, optimizer or length) differs");
+  }
   return diffs;
 }
 
-// This pipeline rank's shard of the manifest's checkpoint under `dir`,
+// Rank 0: the manifest of step `step` from every shard's record, written
+// last; then this run's older checkpoints beyond `place.keep`, and its
+// unfinished step folders older than the oldest kept, go.
+void WriteManifest(const CheckpointPlace& place, const CheckpointRun& run, std::int64_t step,
+                   const std::vector<std::string>& records) {
+  json manifest;
+  manifest["format"] = kFormat;
+  manifest["step"] = step;
+  manifest["run_id"] = run.run_id;
+  manifest["train_steps"] = run.total_steps;
+  manifest["config_digest"] = run.digest;
+  manifest["settings"] = run.settings;
+  manifest["schedule"] = run.schedule;
+  manifest["ranks"] = run.ranks;
+  manifest["data_parallel"] = run.data_parallel;
+  manifest["zero"] = run.zero ? 1 : 0;
+  manifest["chunks"] = run.chunks;
+  manifest["microbatches"] = run.microbatches;
+  manifest["partition"] = run.partition;
+  manifest["shards"] = json::array();
+  for (const std::string& r : records) {
+    if (!r.empty()) manifest["shards"].push_back(json::parse(r));  // the other replicas write none
+  }
+  WriteTextFile(StepDir(place.dir, step) + "/manifest.json", manifest.dump(2) + "\n");
+  std::vector<std::int64_t> mine;
+  const std::vector<StepFolder> folders = StepFolders(place.dir);
+  for (const StepFolder& f : folders) {
+    if (f.complete && f.run_id == run.run_id) mine.push_back(f.step);
+  }
+  const auto keep = static_cast<std::size_t>(place.keep);
+  std::error_code ec;
+  for (std::size_t i = 0; i + keep < mine.size(); ++i) fs::remove_all(StepDir(place.dir, mine[i]), ec);
+  const std::int64_t oldest_kept = mine.size() > keep ? mine[mine.size() - keep] : (mine.empty() ? 0 : mine.front());
+  for (const StepFolder& f : folders) {
+    if (!f.complete && f.step < oldest_kept) fs::remove_all(StepDir(place.dir, f.step), ec);
+  }
+}
+
+// This pipeline rank's shard of the manifest's checkpoint in `where`,
 // checked against its recorded size and CRC-32, read.
 std::vector<NamedTensor> ReadShard(const json& m, const std::string& where, int pipeline_rank, std::string* path) {
   const json* shard = nullptr;
   for (const json& s : m["shards"]) {
-    if (s["rank"] == pipeline_rank) shard = &s;
+    if (s.value("rank", -1) == pipeline_rank) shard = &s;
   }
   if (shard == nullptr) throw ConfigError(fmt::format("{}: the manifest lists no shard for rank {}", where, pipeline_rank));
-  *path = where + "/" + (*shard)["file"].get<std::string>();
+  *path = where + "/" + shard->value("file", "");
+  std::error_code ec;
+  if (!fs::is_regular_file(*path, ec)) {
+    throw ConfigError(fmt::format("{}: the checkpoint shard of pipeline rank {} is missing: the checkpoint is "
+                                  "incomplete (resume from another step folder)",
+                                  *path, pipeline_rank));
+  }
   std::uint64_t bytes = 0;
   const std::uint32_t crc = Crc32OfFile(*path, &bytes);
-  if (bytes != (*shard)["bytes"].get<std::uint64_t>() || crc != (*shard)["crc32"].get<std::uint32_t>()) {
+  const auto want_bytes = shard->value("bytes", std::uint64_t{0});
+  const auto want_crc = shard->value("crc32", std::uint32_t{0});
+  if (bytes != want_bytes || crc != want_crc) {
     throw ConfigError(fmt::format(
-        "{}: the shard has {} bytes and CRC-32 {:08x}, but the manifest records {} "
-        "and {:08x}: it is damaged",
-        *path, bytes, crc, (*shard)["bytes"].get<std::uint64_t>(), (*shard)["crc32"].get<std::uint32_t>()));
+        "{}: the shard has {} bytes and CRC-32 {:08x}, but the manifest records {} and {:08x}: it is damaged", *path,
+        bytes, crc, want_bytes, want_crc));
   }
   return ReadSafetensors(*path);
 }
 
+json ParseManifest(const std::string& text, const std::string& where) {
+  json m;
+  try {
+    m = json::parse(text);
+  } catch (const json::exception& e) {
+    throw ConfigError(fmt::format("{}: the checkpoint manifest is not valid JSON: {}", where, e.what()));
+  }
+  if (!m.is_object()) throw ConfigError(fmt::format("{}: not a baton checkpoint manifest", where));
+  const std::string format = m.value("format", "");
+  if (format == "baton-checkpoint-1") {
+    throw ConfigError(fmt::format("{}: a checkpoint of an earlier baton (format 1), which records no run identity "
+                                  "or settings; this baton resumes only format 2 checkpoints",
+                                  where));
+  }
+  if (format != kFormat || !m.contains("step") || !m["step"].is_number_integer() || !m.contains("shards")) {
+    throw ConfigError(fmt::format("{}: not a baton checkpoint manifest ({})", where, kFormat));
+  }
+  return m;
+}
+
 }  // namespace
+
+std::string MathSettings(const TrainConfig& config) {
+  TrainConfig c = config;
+  c.source.clear();
+  c.checkpoint = {};
+  c.log = {};
+  // The replicas train the same model on the same batches, and a checkpoint
+  // holds the whole optimizer state: another data_parallel resumes it.
+  c.data_parallel = {};
+  c.data.evaluate = true;
+  c.data.validation = true;
+  // How long a wait may take, and what an automatic placement was chosen
+  // from, change no number (the placement is recorded as the partition).
+  c.pipeline.wait_timeout_s = 0;
+  c.pipeline.profile.clear();
+  c.pipeline.memory_bytes = 0;
+  return DescribeTrainConfig(c);
+}
+
+std::string ConfigDigest(const TrainConfig& config) {
+  const std::string text = MathSettings(config);
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan, std::int64_t total_steps) {
+  CheckpointRun run;
+  run.settings = MathSettings(config);
+  run.digest = ConfigDigest(config);
+  run.schedule = plan.lowered.name;
+  run.ranks = plan.lowered.ranks;
+  run.chunks = plan.lowered.chunks();
+  run.microbatches = plan.lowered.microbatches;
+  run.partition = plan.bounds;
+  run.total_steps = total_steps;
+  run.data_parallel = plan.replicas;
+  run.zero = plan.zero;
+  return run;
+}
+
+std::string NewRunId() {
+  std::random_device random;
+  const std::uint64_t id = (std::uint64_t{random()} << 32) ^ random();
+  return fmt::format("{:016x}", id);
+}
+
+ResumePoint FindResumePoint(const std::string& from) {
+  std::error_code ec;
+  if (!fs::is_directory(from, ec)) {
+    throw ConfigError(fmt::format("{}: no complete checkpoint to resume from: {}", from,
+                                  fs::exists(from, ec) ? "it is a file, not a folder" : "no such folder"));
+  }
+  ResumePoint p;
+  const std::string name = fs::path(from).lexically_normal().filename().string();
+  if (fs::exists(fs::path(from) / "manifest.json", ec) || StepOf(name) >= 0) {
+    // A step folder, named: it must be complete.
+    p.folder = from;
+    if (!fs::exists(fs::path(from) / "manifest.json", ec)) {
+      throw ConfigError(fmt::format("{}: this checkpoint is unfinished (no manifest.json: the run stopped while "
+                                    "writing it); resume from its folder's newest complete checkpoint instead",
+                                    from));
+    }
+  } else {
+    std::vector<StepFolder> complete;
+    for (StepFolder& f : StepFolders(from)) {
+      if (f.complete) complete.push_back(std::move(f));
+    }
+    if (complete.empty()) {
+      throw ConfigError(fmt::format(
+          "{}: no complete checkpoint to resume from (a step-NNNNNNNN folder with a manifest.json)", from));
+    }
+    p.folder = StepDir(from, complete.back().step);
+  }
+  p.manifest = ReadTextFile(p.folder + "/manifest.json", "checkpoint manifest");
+  const json m = ParseManifest(p.manifest, p.folder);
+  p.step = m["step"].get<std::int64_t>();
+  p.run_id = m.value("run_id", "");
+  return p;
+}
+
+void CheckResumable(const ResumePoint& point, const CheckpointRun& run) {
+  const json m = ParseManifest(point.manifest, point.folder);
+  const std::vector<std::string> diffs = Differences(m, run);
+  if (!diffs.empty()) {
+    throw ConfigError(fmt::format("{}: cannot resume: the checkpoint does not match this run:\n  {}\n"
+                                  "(a resumed run continues the run that wrote the checkpoint: only the deadline, "
+                                  "logging, checkpointing and the replica count may change; to train a finished or "
+                                  "different run from these weights, start a new run with model.init.from)",
+                                  point.folder, fmt::join(diffs, "\n  ")));
+  }
+  if (point.step >= run.total_steps) {
+    throw ConfigError(fmt::format("{}: cannot resume: the checkpoint is of step {}, and the run has {} steps: it "
+                                  "has finished",
+                                  point.folder, point.step, run.total_steps));
+  }
+}
+
+CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed) {
+  CheckOutputFolder(dir, "checkpoint.dir");
+  CheckpointFolder f;
+  f.dir_ = dir;
+  std::error_code ec;
+  f.created_ = !fs::exists(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) throw OutputError(fmt::format("checkpoint.dir: {}: cannot create the folder: {}", dir, ec.message()));
+  try {
+    const std::string lock = dir + "/" + kLockFile;
+    f.lock_created_ = !fs::exists(lock, ec);
+    if (!f.lock_.TryLock(lock)) {
+      throw ConfigError(fmt::format("checkpoint.dir: {}: another run is writing checkpoints into this folder (it "
+                                    "holds {}); give this run another checkpoint.dir",
+                                    dir, lock));
+    }
+    std::vector<std::string> others, later;
+    for (const StepFolder& s : StepFolders(dir)) {
+      if (resumed == nullptr) {
+        others.push_back(Describe(s));
+      } else if (s.complete && s.run_id != run_id) {
+        others.push_back(Describe(s));
+      } else if (s.complete && s.step > resumed->step) {
+        later.push_back(s.name);
+      }
+    }
+    if (!others.empty()) {
+      const std::size_t shown = std::min<std::size_t>(others.size(), 5);
+      throw ConfigError(fmt::format(
+          "checkpoint.dir: {}: the folder holds {} checkpoint folder(s) of {}: {}{}; {}", dir, others.size(),
+          resumed == nullptr ? "an earlier run" : "another run", fmt::join(others.begin(), others.begin() + shown, ", "),
+          others.size() > shown ? ", ..." : "",
+          resumed == nullptr ? "continue that run with --resume, or give this run another checkpoint.dir (or move "
+                               "them away)"
+                             : "give this run another checkpoint.dir (or move them away)"));
+    }
+    // This run's checkpoints after the resumed step belong to a future that
+    // is being replaced: kept under another name, never the newest again.
+    for (const std::string& name : later) {
+      std::string target = dir + "/superseded-" + name;
+      for (int k = 2; fs::exists(target, ec); ++k) target = fmt::format("{}/superseded-{}-{}", dir, name, k);
+      fs::rename(dir + "/" + name, target, ec);
+      if (ec) throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir, name, ec.message()));
+      f.superseded_.push_back(fmt::format("{} -> {}", name, fs::path(target).filename().string()));
+    }
+  } catch (...) {
+    f.Abandon();
+    throw;
+  }
+  return f;
+}
+
+void CheckpointFolder::Abandon() {
+  if (!lock_.held()) return;
+  lock_.Release(/*remove=*/lock_created_);
+  std::error_code ec;
+  if (created_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
+}
 
 void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, const RunComms& comms, ParamStore& store,
                     std::int64_t step, const std::function<void()>& between) {
@@ -175,7 +430,7 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
   const OptimizerStates state = store.WholeState(comms.replicas);  // a collective of each replica group
   const bool writer = comms.replicas.rank() == 0;                   // the replicas hold the same weights
   std::string record;
-  Agree(t, [&] {
+  Agree(t, fmt::format("writing the shards of checkpoint {}", StepName(step)), [&] {
     if (!writer) return;
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -188,48 +443,26 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
   if (between) between();  // a crash between shards and manifest
   // Every shard is durable: only now may the manifest make the checkpoint real.
   std::vector<std::string> records;
-  t.GatherStrings(record, &records);
-  Agree(t, [&] {
+  t.GatherStrings(record, &records,
+                  fmt::format("every rank's shard record of checkpoint {}",
+                              StepName(step)));
+  Agree(t, fmt::format("rank 0 writing the manifest of checkpoint {}", StepName(step)), [&] {
     if (t.rank() == 0) WriteManifest(place, run, step, records);
   });
 }
 
-std::int64_t LoadCheckpoint(const std::string& dir, const CheckpointRun& run, const RunComms& comms,
-                            ParamStore& store) {
+void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore& store) {
   Transport& t = comms.world;
-  // Rank 0 finds the newest complete checkpoint and shares its manifest.
-  std::string text;
-  Agree(t, [&] {
-    if (t.rank() != 0) return;
-    const std::vector<std::int64_t> done = CompleteSteps(dir);
-    if (done.empty()) {
-      throw ConfigError(
-          fmt::format("{}: no complete checkpoint to resume from (a step-NNNNNNNN folder with a manifest.json)", dir));
-    }
-    text = ReadTextFile(StepDir(dir, done.back()) + "/manifest.json");
-  });
+  std::string text = point.manifest;
+  std::string folder = point.folder;
   t.BroadcastString(&text);
-  std::int64_t step = 0;
-  Agree(t, [&] {
-    json m;
-    try {
-      m = json::parse(text);
-    } catch (const json::exception& e) {
-      throw ConfigError(fmt::format("{}: the checkpoint manifest is not valid JSON: {}", dir, e.what()));
-    }
-    if (m.value("format", "") != kFormat) throw ConfigError(fmt::format("{}: not a baton checkpoint manifest", dir));
-    step = m["step"].get<std::int64_t>();
-    const std::string where = StepDir(dir, step);
-    const std::vector<std::string> diffs = Differences(m, run);
-    if (!diffs.empty()) {
-      throw ConfigError(fmt::format("{}: cannot resume: the checkpoint does not match this run:\n  {}", where,
-                                    fmt::join(diffs, "\n  ")));
-    }
+  t.BroadcastString(&folder);
+  Agree(t, fmt::format("every rank reading its shard of {}", folder), [&] {
+    const json m = ParseManifest(text, folder);
     std::string path;
-    const std::vector<NamedTensor> saved = ReadShard(m, where, comms.pipeline.rank(), &path);
-    store.Restore(saved, path, step);
+    const std::vector<NamedTensor> saved = ReadShard(m, folder, comms.pipeline.rank(), &path);
+    store.Restore(saved, path, m["step"].get<std::int64_t>());
   });
-  return step;
 }
 
 }  // namespace baton

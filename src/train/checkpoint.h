@@ -5,7 +5,15 @@
 // names, synced and renamed, and the manifest only after every shard is
 // durable, so a crash at any moment leaves the previous checkpoint whole.
 //
-// Layout: DIR/step-00000004/{rank-00000.safetensors, ..., manifest.json}.
+// Layout: DIR/step-00000004/{rank-00000.safetensors, ..., manifest.json},
+// and DIR/.baton-lock, which the run writing into DIR holds (flock).
+//
+// A run owns its checkpoints. Every manifest records the run's identity (an
+// id drawn when the run starts from scratch, kept by every resumption) and
+// the settings its numbers depend on (MathSettings). A run starting from
+// scratch refuses a folder that holds checkpoints already; a resumed run
+// continues only the run it resumes, refuses a folder holding another run's
+// checkpoints, and prunes only its own.
 //
 // With D replicas (data parallelism) the first replica's pipeline writes
 // the shards, one per pipeline rank (the replicas hold the same weights);
@@ -21,51 +29,107 @@
 #include <vector>
 
 #include "baton/config.h"
+#include "baton/files.h"
 #include "baton/plan.h"
 #include "baton/train.h"
 #include "params.h"
 
 namespace baton {
 
-// A fingerprint of what a checkpoint's numbers depend on: the model, the
-// pipeline, the data and the optimizer (not the run's length or outputs, nor
-// the replica count).
+// The settings a checkpoint's numbers depend on, as DescribeTrainConfig's
+// YAML with the others left out: the model, the pipeline's schedule and
+// shape, the data, the optimizer, the device and the run's length
+// (train.steps, train.epochs). Left out, so they may change on resume: the
+// deadline (pipeline.wait_timeout_s), the automatic placement's inputs (the
+// placement itself is recorded), evaluation, logging, checkpointing and the
+// replica count.
+std::string MathSettings(const TrainConfig& config);
+// A fingerprint of MathSettings (64-bit FNV-1a, hex).
 std::string ConfigDigest(const TrainConfig& config);
 
 // What a checkpoint records of its run, and what a run must match to resume
 // from one.
 struct CheckpointRun {
+  std::string run_id;               // the run's identity (NewRunId, or the resumed run's)
   std::string digest;               // ConfigDigest of the run's config
+  std::string settings;             // MathSettings of the run's config
   std::string schedule;             // the lowered schedule's name
   int ranks = 0;                    // of the pipeline
   int chunks = 0, microbatches = 0;
   std::vector<int> partition;       // first top-level layer of each stage
+  std::int64_t total_steps = 0;     // the run's length
   int data_parallel = 1;            // replicas (recorded; another count resumes)
   bool zero = false;                // optimizer state sharded (recorded)
 };
-CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan);
+// `run_id` is left empty: the caller sets it (a new id, or the resumed run's).
+CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan, std::int64_t total_steps);
+// 16 hex digits from the system's random source.
+std::string NewRunId();
+
+// A complete checkpoint to resume from.
+struct ResumePoint {
+  std::string folder;    // DIR/step-NNNNNNNN
+  std::int64_t step = 0;
+  std::string manifest;  // its manifest.json, as read
+  std::string run_id;
+};
+// Rank 0: the checkpoint `from` names — a step folder holding a manifest,
+// or the newest complete checkpoint in a folder of them. ConfigError if
+// there is none, the step folder is incomplete, or the manifest is not a
+// baton checkpoint manifest of this format.
+ResumePoint FindResumePoint(const std::string& from);
+// Rank 0: ConfigError, saying exactly what differs (one line a setting),
+// unless `point` is a checkpoint of a run like `run`.
+void CheckResumable(const ResumePoint& point, const CheckpointRun& run);
+
+// checkpoint.dir, claimed by a run (rank 0) before it trains: locked, and
+// holding no checkpoint of another run.
+class CheckpointFolder {
+ public:
+  CheckpointFolder() = default;
+  // Creates `dir` if missing and takes its lock; then a run from scratch
+  // (`resumed` null) refuses any step folder already there, naming them,
+  // and a resumed run refuses another run's complete checkpoints and moves
+  // its own later than the resumed step aside (superseded-step-NNNNNNNN:
+  // kept, never again the newest). ConfigError or OutputError; on error
+  // nothing is left of what it created.
+  static CheckpointFolder Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed);
+  // Setup failed after the claim: releases the lock and removes the folder
+  // if Claim created it and it is empty.
+  void Abandon();
+  const std::string& dir() const { return dir_; }
+  // What Claim moved aside, for the log ("step-00000700 -> superseded-...").
+  const std::vector<std::string>& superseded() const { return superseded_; }
+
+ private:
+  std::string dir_;
+  FileLock lock_;
+  bool created_ = false;       // Claim made the folder
+  bool lock_created_ = false;  // ... or its lock file
+  std::vector<std::string> superseded_;
+};
 
 // Where checkpoints go and how many stay.
 struct CheckpointPlace {
   std::string dir;
-  int keep = 1;  // the newest complete checkpoints kept
+  int keep = 1;  // the newest complete checkpoints of this run kept
 };
 
 // Collective: every rank of the first replica writes its shard of step
 // `step` (the other replicas only lend their optimizer shards under ZeRO);
 // rank 0 writes the manifest and keeps the newest `place.keep` complete
-// checkpoints. `between` runs on every rank after the shards are durable
-// and before the manifest (fault injection tests a crash there).
+// checkpoints of this run (run.run_id), removing older ones of this run and
+// its unfinished older step folders; other runs' are never touched.
+// `between` runs on every rank after the shards are durable and before the
+// manifest (fault injection tests a crash there).
 void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, const RunComms& comms, ParamStore& store,
                     std::int64_t step, const std::function<void()>& between = {});
 
-// Collective: loads the newest complete checkpoint under `dir` into the
-// parameters and optimizers and returns its step. A checkpoint whose
-// digest, ranks, schedule, chunks, microbatches or partition differ from
-// `run` is refused with a ConfigError saying what differs; no checkpoint
-// is an error too.
-std::int64_t LoadCheckpoint(const std::string& dir, const CheckpointRun& run, const RunComms& comms,
-                            ParamStore& store);
+// Collective: loads `point` (found and checked by rank 0, whose manifest
+// text every rank is given) into the parameters and optimizers. A shard
+// that is missing, damaged or unreadable is a ConfigError naming it, agreed
+// by every rank.
+void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore& store);
 
 }  // namespace baton
 

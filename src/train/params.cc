@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 
 #include "baton/error.h"
 
@@ -51,6 +53,27 @@ void ParamStore::LoadInitial(const std::vector<NamedTensor>& tensors, const std:
                                     source, tied->first, tied->second, tied->first));
     }
   }
+  // Strict, as PyTorch's load_state_dict: a tensor the model does not have
+  // is refused (a misspelt name would otherwise leave a layer at its random
+  // initialisation). Hugging Face GPT-2 files carry the attention masks
+  // h.N.attn.bias and h.N.attn.masked_bias as buffers, which its own loader
+  // ignores too.
+  std::set<std::string> known;
+  for (const NamedParam& p : run_.model.Params()) known.insert(p.name);
+  if (tied) known.insert(tied->first);
+  std::vector<std::string> unknown;
+  for (const NamedTensor& t : tensors) {
+    const bool mask = t.name.rfind("h.", 0) == 0 &&
+                      (t.name.ends_with(".attn.bias") || t.name.ends_with(".attn.masked_bias"));
+    if (!known.count(t.name) && !mask) unknown.push_back(Quote(t.name));
+  }
+  if (!unknown.empty()) {
+    const std::size_t shown = std::min<std::size_t>(unknown.size(), 5);
+    throw ConfigError(fmt::format("{}: model.init.from holds {} tensor(s) this model does not have: {}{} (loading is "
+                                  "strict, as PyTorch's load_state_dict: remove them, or check the model's config)",
+                                  source, unknown.size(), fmt::join(unknown.begin(), unknown.begin() + shown, ", "),
+                                  unknown.size() > shown ? ", ..." : ""));
+  }
   for (auto& st : stages_) {
     for (const Stage::Param& p : st->named_params()) {
       const NamedTensor* found = Find(tensors, p.name);
@@ -59,6 +82,11 @@ void ParamStore::LoadInitial(const std::vector<NamedTensor>& tensors, const std:
       if (found->shape != p.shape) {
         throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], but the model needs [{}]", source, found->name,
                                       fmt::join(found->shape, ", "), fmt::join(p.shape, ", ")));
+      }
+      const auto bad = std::find_if(found->data.begin(), found->data.end(), [](float x) { return !std::isfinite(x); });
+      if (bad != found->data.end()) {
+        throw ConfigError(fmt::format("{}: tensor '{}' holds {} at index {}: initial weights must be finite", source,
+                                      found->name, *bad, bad - found->data.begin()));
       }
       std::copy(found->data.begin(), found->data.end(), p.data.begin());
     }

@@ -1,8 +1,92 @@
 #include "setup.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <nlohmann/json.hpp>
+
 #include <fmt/ranges.h>
 
+#include "resources.h"
+
 namespace baton {
+
+MetricsLog::MetricsLog(const std::string& path, std::int64_t resumed_after) : path_(path) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) throw OutputError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
+  // Opened without truncating, locked, and only then emptied or trimmed:
+  // another run writing it keeps its rows.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
+  file_ = ::fdopen(fd, "a+");
+  if (file_ == nullptr) {
+    ::close(fd);
+    throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
+  }
+  // A device (/dev/null) is written through: no lock, nothing to trim.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) return;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    std::fclose(file_);
+    file_ = nullptr;
+    throw OutputError(fmt::format("{}: another run is writing this metrics file; give this run another log.metrics",
+                                  path));
+  }
+  // The rows kept: none from scratch; after a resume, those of the steps
+  // the checkpoint holds (a cut last line from a crash goes too).
+  std::string kept;
+  if (resumed_after > 0) {
+    std::string line;
+    char buf[1 << 16];
+    std::string text;
+    std::rewind(file_);
+    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, file_)) > 0;) text.append(buf, got);
+    std::size_t start = 0;
+    for (std::size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+      line = text.substr(start, end - start);
+      try {
+        const auto row = nlohmann::json::parse(line);
+        if (row.is_object() && row.value("step", std::int64_t{-1}) >= 0 &&
+            row.value("step", std::int64_t{-1}) <= resumed_after) {
+          kept += line + "\n";
+        }
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+  }
+  if (::ftruncate(fd, 0) != 0 || (!kept.empty() && std::fwrite(kept.data(), 1, kept.size(), file_) != kept.size()) ||
+      std::fflush(file_) != 0) {
+    const int err = errno;
+    std::fclose(file_);
+    file_ = nullptr;
+    throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(err)));
+  }
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void MetricsLog::Line(std::string_view json) {
+  if (file_ == nullptr) return;
+  errno = 0;
+  if (std::fwrite(json.data(), 1, json.size(), file_) != json.size() || std::fputc('\n', file_) == EOF ||
+      std::fflush(file_) != 0) {
+    const int err = errno;
+    throw OutputError(fmt::format("{}: cannot write the metrics file{}; the run stops here (its last complete "
+                                  "checkpoint, if any, is kept)",
+                                  path_, err != 0 ? fmt::format(": {}", std::strerror(err)) : std::string()));
+  }
+}
+
 namespace {
 
 // The configured dataset's training split, and its test or validation
@@ -51,7 +135,18 @@ void CheckData(const TrainConfig& c, const RunSetup& u) {
   }
 }
 
-void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool append_metrics) {
+double MiB(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+std::string Breakdown(const RankMemory& m) {
+  return fmt::format("parameters {:.1f} MiB, gradients {:.1f}, optimizer state {:.1f}, rings {:.1f}, sequences "
+                     "{:.1f}, workspaces {:.1f}, layer scratch {:.1f}, message buffers {:.1f}",
+                     MiB(m.params), MiB(m.grads), MiB(m.optimizer), MiB(m.rings), MiB(m.sequences),
+                     MiB(m.workspaces), MiB(m.layer_scratch), MiB(m.messages));
+}
+
+// Phase 1: the plan on every rank; on rank 0 the run's files, the
+// checkpoint to resume and the checkpoint folder.
+void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const SetupOptions& o) {
   Transport& t = comms.pipeline;
   const int world = c.pipeline.ranks * c.data_parallel.size;
   if (comms.world.size() != world || t.size() != c.pipeline.ranks || comms.replicas.size() != c.data_parallel.size) {
@@ -64,6 +159,63 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool a
   u.plan = PlanRun(c);
   CheckModelInput(c, u.plan);
   u.rank_plan = PlanRank(u.plan, t.rank(), u.replica);
+  u.first_rank = u.rank_plan.has_inputs;
+  u.last_rank = u.rank_plan.has_labels;
+  u.fault = FaultFromEnvironment();
+  if (u.world_rank != 0) return;
+  // The batches of an epoch are known only once the data is read; the run's
+  // length in steps is train.steps, or epochs x batches (Train).
+  CheckRunFiles(FilesOf(c, world, o.extra_outputs));
+  if (!o.training) return;
+  if (o.resume) {
+    const std::string from = o.resume_from.empty() ? c.checkpoint.dir : o.resume_from;
+    if (from.empty()) throw ConfigError("--resume needs a folder: give one, or set checkpoint.dir");
+    u.resume = FindResumePoint(from);
+    u.run.run_id = u.resume->run_id;
+  } else {
+    u.run.run_id = NewRunId();
+  }
+}
+
+// Phase 1, rank 0, once the run's length is known: the resumed checkpoint
+// against this run, and the claim on checkpoint.dir.
+void ClaimCheckpoints(const TrainConfig& c, RunSetup& u) {
+  const std::string id = u.run.run_id;
+  u.run = CheckpointRunOf(c, u.plan, u.total_steps);
+  u.run.run_id = id;
+  if (u.resume) CheckResumable(*u.resume, u.run);
+  if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
+    u.checkpoints = CheckpointFolder::Claim(c.checkpoint.dir, u.run.run_id, u.resume ? &*u.resume : nullptr);
+    for (const std::string& moved : u.checkpoints.superseded()) {
+      std::fprintf(stderr, "baton: %s: this run's checkpoint after the resumed step is kept aside: %s\n",
+                   c.checkpoint.dir.c_str(), moved.c_str());
+    }
+  }
+}
+
+// Phase 2: every node's memory against its ranks' plans (collective).
+void CheckMemory(const TrainConfig& c, const RunComms& comms, const RunSetup& u) {
+  Transport& world = comms.world;
+  // The CUDA device's memory is the GPU's, which its own allocator reports.
+  const bool host = c.device == Device::kCpu;
+  RankNeed mine;
+  if (host) {
+    const RankMemory m = RankMemoryOf(u.plan, u.rank_plan);
+    mine = {u.world_rank, HostName(), m.total(), Breakdown(m), ReadNodeMemory()};
+  }
+  std::vector<std::string> records;
+  world.GatherStrings(host ? EncodeNeed(mine) : std::string(), &records);
+  Agree(world, "rank 0 checking every node's memory", [&] {
+    if (world.rank() != 0 || !host) return;
+    std::vector<RankNeed> needs;
+    for (const std::string& r : records) needs.push_back(DecodeNeed(r));
+    CheckNodeMemory(needs);
+  });
+}
+
+// Phase 3: what the plan lists, allocated and loaded.
+void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
+  Transport& t = comms.pipeline;
   t.Configure(u.rank_plan.requests, c.pipeline.wait_timeout_s);
   u.device = MakeRankDevice(c.device, t, c.precision);
   u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, c.pipeline.wait_timeout_s, t, *u.device,
@@ -72,9 +224,6 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool a
   u.params->Initialize(c.model.init_seed, c.train.optimizer);
   if (!c.model.init_from.empty()) u.params->LoadInitial(ReadSafetensors(c.model.init_from), c.model.init_from);
 
-  const int rank = comms.world.rank();
-  u.first_rank = u.rank_plan.has_inputs;
-  u.last_rank = u.rank_plan.has_labels;
   LoadData(c.data, u);
   CheckData(c, u);
   const Shard share = ShardOf(static_cast<std::size_t>(u.test.samples), u.replica, c.data_parallel.size);
@@ -83,31 +232,63 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool a
   // This replica's share of every global batch.
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, c.data.shuffle, c.data.seed,
                              u.replica * u.plan.batch_size, u.plan.batch_size);
-  u.fault = FaultFromEnvironment();
-  u.exec->set_world_rank(rank);
+  u.exec->set_world_rank(u.world_rank);
   u.exec->set_fault(u.fault);
   // On a deadline's expiry the rank leaves its last actions next to the metrics.
   const std::filesystem::path metrics_dir = std::filesystem::path(c.log.metrics).parent_path();
-  const std::string flight =
-      (metrics_dir.empty() ? std::filesystem::path(".") : metrics_dir) / fmt::format("flight-rank-{}.json", rank);
+  const std::string flight = (metrics_dir.empty() ? std::filesystem::path(".") : metrics_dir) /
+                             fmt::format("flight-rank-{}.json", u.world_rank);
   Executor* exec = u.exec.get();
   t.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
   comms.replicas.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
-  // Opened during setup, so an unwritable path ends the job on every rank.
-  if (rank == 0) u.metrics = std::make_unique<MetricsLog>(c.log.metrics, append_metrics);
+}
+
+// The run's length: train.steps, or its epochs of the data's batches.
+std::int64_t TotalSteps(const TrainConfig& c, const RunSetup& u) {
+  return c.train.steps > 0 ? c.train.steps : u.loader->batches_per_epoch() * c.train.epochs;
 }
 
 }  // namespace
 
-void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, bool append_metrics) {
-  // Setup may fail on some ranks only (a data file the last rank reads, say):
-  // all ranks agree before any message of a step is sent.
+void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const SetupOptions& o) {
+  Transport& world = comms.world;
   try {
-    Agree(comms.world, [&] { BuildSetup(c, comms, u, append_metrics); });
+    Agree(world, "every rank planning the run (rank 0 checking its files)", [&] { PlanSetup(c, comms, u, o); });
+    CheckMemory(c, comms, u);
+    Agree(world, "every rank allocating its stages and loading the data", [&] {
+      try {
+        BuildSetup(c, comms, u);
+      } catch (const ResourceError& e) {
+        throw ResourceError(fmt::format("rank {}: {} while setting up its stages (its plan: {:.1f} MiB)", u.world_rank,
+                                        e.what(), MiB(RankMemoryOf(u.plan, u.rank_plan).total())));
+      } catch (const std::bad_alloc&) {
+        throw ResourceError(fmt::format("rank {}: out of memory while setting up its stages or reading the data (its "
+                                        "plan: {:.1f} MiB)",
+                                        u.world_rank, MiB(RankMemoryOf(u.plan, u.rank_plan).total())));
+      }
+    });
+    // Every rank's batches per epoch are the same (the same data, cut the same).
+    u.total_steps = TotalSteps(c, u);
+    std::string resumed = u.resume ? std::to_string(u.resume->step) : std::string("0");
+    Agree(world, "rank 0 claiming the checkpoint folder", [&] {
+      if (o.training && u.world_rank == 0) ClaimCheckpoints(c, u);
+    });
+    world.BroadcastString(&resumed);
+    u.first_step = std::stoll(resumed) + 1;
+    Agree(world, "every rank checking BATON_FAULT", [&] {
+      CheckFault(u.fault, world.size(), u.world_rank, u.rank_plan, u.first_step, u.total_steps,
+                 c.checkpoint.dir.empty() ? 0 : c.checkpoint.every_steps);
+    });
+    // Last: nothing fails after it, so a failed setup never empties a metrics file.
+    Agree(world, "rank 0 opening the metrics file", [&] {
+      if (o.training && u.world_rank == 0 && !c.log.metrics.empty()) {
+        u.metrics = std::make_unique<MetricsLog>(c.log.metrics, u.first_step - 1);
+      }
+    });
     // The same answer on every rank, so that all join the evaluation's reduction.
-    u.evaluation = comms.world.AllMax(u.test.samples > 0 ? 1 : 0) == 1;
+    u.evaluation = world.AllMax(u.test.samples > 0 ? 1 : 0, "every rank's evaluation data") == 1;
   } catch (...) {
-    if (u.metrics && !append_metrics) u.metrics->Discard();
+    u.checkpoints.Abandon();
     throw;
   }
 }

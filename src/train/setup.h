@@ -1,58 +1,61 @@
 // Setting up a run on every rank (schedule, stages, data, optimizers, the
-// metrics file) and the ranks' agreement that it worked; shared by training
+// run's files) and the ranks' agreement that it worked; shared by training
 // and benchmarking.
 #ifndef BATON_RUNTIME_SETUP_H_
 #define BATON_RUNTIME_SETUP_H_
 
-#include <fmt/format.h>
-
-#include <filesystem>
-#include <fstream>
+#include <cstdint>
+#include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/error.h"
-#include "baton/train.h"
+#include "baton/files.h"
 #include "baton/host.h"
-#include "baton/stage_device.h"
-#include "executor.h"
-#include "params.h"
 #include "baton/plan.h"
+#include "baton/stage_device.h"
+#include "baton/train.h"
+#include "checkpoint.h"
+#include "executor.h"
+#include "outputs.h"
+#include "params.h"
 
 namespace baton {
 
-// metrics.jsonl, written by rank 0 (one JSON object per line, flushed).
+// metrics.jsonl, written by rank 0: one JSON object per line, flushed, and
+// locked (flock) against another run writing it. A line that cannot be
+// written is an OutputError.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append) : path_(path) {
-    if (path.empty()) return;
-    const std::filesystem::path p(path);
-    std::error_code ec;
-    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-    if (ec) throw OutputError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
-    out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_) throw OutputError(fmt::format("{}: cannot write the metrics file", path));
-  }
-  // Closes and deletes the file (setup failed elsewhere: leave nothing behind).
-  void Discard() {
-    if (!out_.is_open()) return;
-    out_.close();
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
-  void Line(const std::string& json) {
-    if (!out_.is_open()) return;
-    out_ << json << '\n';
-    out_.flush();
-  }
+  // Opens `path` (created with its folders if missing): from scratch it is
+  // emptied; a run resumed after step `resumed_after` keeps the rows of
+  // steps up to it and drops the rest (they are trained again). Throws
+  // OutputError (unwritable, or another run holds it).
+  MetricsLog(const std::string& path, std::int64_t resumed_after);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  // Appends `json` and a line break, flushed. Throws OutputError.
+  void Line(std::string_view json);
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::ofstream out_;
+  std::FILE* file_ = nullptr;
+};
+
+// What the run's setup does besides planning and allocating.
+struct SetupOptions {
+  bool training = true;  // a training run: its metrics, checkpoints and weights (bench: false)
+  bool resume = false;   // continue from a checkpoint
+  std::string resume_from;  // a checkpoint folder or a step folder; "" = checkpoint.dir
+  std::vector<RunFile> extra_outputs;  // files the caller writes after the run (bench's reports)
 };
 
 // Everything a rank runs with: the plan, and what was allocated from it.
@@ -65,7 +68,7 @@ struct RunSetup {
   Dataset train, test;
   std::unique_ptr<BatchLoader> loader;
   bool first_rank = false, last_rank = false;
-  std::unique_ptr<MetricsLog> metrics;  // rank 0
+  std::unique_ptr<MetricsLog> metrics;  // rank 0, training only
   Fault fault;                          // BATON_FAULT, for testing
   int replica = 0;                      // this rank's replica (data parallelism)
   bool evaluation = false;              // epochs end with an evaluation
@@ -73,16 +76,30 @@ struct RunSetup {
   // eval_end) of `test` (replica r of D: [r N / D, (r + 1) N / D)).
   std::int64_t eval_begin = 0, eval_end = 0;
   int world_rank = 0;
+  std::int64_t total_steps = 0;  // the run's length
+  std::int64_t first_step = 1;   // 1, or the step after the resumed checkpoint
+  // Checkpoints: the run's record (its id on rank 0), the checkpoint it
+  // resumes (rank 0 found it; LoadCheckpoint gives it to every rank), and
+  // rank 0's claim on checkpoint.dir.
+  CheckpointRun run;
+  std::optional<ResumePoint> resume;
+  CheckpointFolder checkpoints;
 };
 
-// Plans and builds `u` on every rank (PlanRun, PlanRank, then the device,
-// the executor, the parameter store: initial weights and optimizers; the
-// data, the metrics file), then
-// all ranks Agree: on success it returns everywhere; otherwise the lowest
-// failing rank throws its error and the others throw PeerFailed, and no file
-// is left behind.
-// `append_metrics`: a resumed run adds to the metrics file instead of starting it anew.
-void SetUpRun(const TrainConfig& config, const RunComms& comms, RunSetup& u, bool append_metrics = false);
+// Plans and builds `u` on every rank, in phases the ranks agree on one by
+// one (a failure anywhere ends every rank: the lowest failing rank throws
+// its error and the others PeerFailed):
+//   1. the plan (PlanRun, PlanRank) and, on rank 0, the run's files checked
+//      (CheckRunFiles), the checkpoint to resume found and checked, and
+//      checkpoint.dir claimed;
+//   2. every node's memory against the plan's bytes for its ranks (device
+//      cpu), before anything is allocated;
+//   3. the device, the executor, the parameters (initial weights), the
+//      data, the fault to inject (checked against the run);
+//   4. rank 0 opens the metrics file.
+// On failure nothing is left behind: no metrics file, no checkpoint folder
+// the setup created.
+void SetUpRun(const TrainConfig& config, const RunComms& comms, RunSetup& u, const SetupOptions& options = {});
 
 }  // namespace baton
 

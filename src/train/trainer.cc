@@ -31,23 +31,54 @@ std::string Duration(double s) {
                    : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
+// A number as JSON: JSON has no NaN or infinity, so those are null (and
+// the row says "nonfinite": true; Row).
+std::string Json(double v, const char* format = "{:.7g}") {
+  return std::isfinite(v) ? fmt::format(fmt::runtime(format), v) : std::string("null");
+}
+
+// A metrics row from its fields (JSON text each), with "nonfinite": true
+// when one of them is null.
+std::string Row(const std::vector<std::pair<const char*, std::string>>& fields) {
+  std::string out = "{";
+  bool nonfinite = false;
+  for (const auto& [key, value] : fields) {
+    out += fmt::format("{}\"{}\": {}", out.size() > 1 ? ", " : "", key, value);
+    nonfinite = nonfinite || value == "null";
+  }
+  return out + (nonfinite ? ", \"nonfinite\": true}" : "}");
+}
+
+// Rank 0 writes a metrics row; a failed write ends the run on every rank
+// (the error is agreed), with the last complete checkpoint intact.
+void WriteRow(Transport& t, MetricsLog* metrics, const std::string& row) {
+  Agree(t, "rank 0 writing the metrics file", [&] {
+    if (t.rank() == 0 && metrics != nullptr) metrics->Line(row);
+  });
+}
+
 // One logged step: the losses reduced over every rank (one reduction per
 // logged step, none when logging is off), a metrics line and the progress.
 void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const StepStats& stats, std::int64_t step,
              std::int64_t epoch, std::int64_t total, double samples, double window_s, double elapsed_s,
-             bool tty, TrainSummary& summary) {
+             bool tty, bool skipped, TrainSummary& summary) {
   double v[3] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.samples)};
   t.ReduceSum(v);
-  if (t.rank() != 0) return;
   // Per label (StepStats::samples counts labels): per sample for classes,
   // per token for next-token data.
   const double labels = v[2];
   const double loss = v[0] / std::max(labels, 1.0);
+  std::vector<std::pair<const char*, std::string>> fields = {
+      {"step", std::to_string(step)},
+      {"epoch", std::to_string(epoch)},
+      {"loss", Json(loss)},
+      {"accuracy", Json(v[1] / std::max(labels, 1.0), "{:.6g}")},
+      {"samples_per_s", Json(samples / window_s, "{:.6g}")},
+      {"step_time_s", Json(window_s / std::max(1.0, samples / c.train.batch_size), "{:.6g}")}};
+  if (skipped) fields.push_back({"skipped", "true"});
+  WriteRow(t, metrics, Row(fields));
+  if (t.rank() != 0) return;
   summary.last_loss = loss;
-  metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "loss": {:.7g}, "accuracy": {:.6g}, )"
-                            R"("samples_per_s": {:.6g}, "step_time_s": {:.6g}}})",
-                            step, epoch, loss, v[1] / std::max(labels, 1.0), samples / window_s,
-                            window_s / std::max(1.0, samples / c.train.batch_size)));
   if (c.log.progress) {
     const double eta = elapsed_s / step * (total - step);
     std::fprintf(stderr, "%sstep %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s%s", tty ? "\r" : "",
@@ -66,24 +97,33 @@ void Evaluate(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_t step
   if (u.test.samples > 0) ev = u.exec->Evaluate(u.test, u.eval_begin, u.eval_end);
   double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
   t.ReduceSum(v);
-  if (t.rank() != 0) return;
   MetricsLog* metrics = u.metrics.get();
+  const double tokens = std::max(v[2], 1.0);
+  if (!IsTokenDataset(c.data.dataset)) {
+    WriteRow(t, metrics,
+             Row({{"step", std::to_string(step)},
+                  {"epoch", std::to_string(epoch)},
+                  {"test_loss", Json(v[0] / tokens)},
+                  {"test_accuracy", Json(v[1] / tokens, "{:.6g}")},
+                  {"test_samples", Json(v[2], "{:.0f}")}}));
+  } else {
+    WriteRow(t, metrics,
+             Row({{"step", std::to_string(step)},
+                  {"epoch", std::to_string(epoch)},
+                  {"validation_loss", Json(v[0] / tokens)},
+                  {"validation_perplexity", Json(std::exp(v[0] / tokens), "{:.6g}")},
+                  {"validation_tokens", Json(v[2], "{:.0f}")}}));
+  }
+  if (t.rank() != 0) return;
   if (!IsTokenDataset(c.data.dataset)) {
     summary.test_accuracy = v[1] / std::max(v[2], 1.0);
-    metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "test_loss": {:.7g}, "test_accuracy": {:.6g}, )"
-                              R"("test_samples": {:.0f}}})",
-                              step, epoch, v[0] / std::max(v[2], 1.0), summary.test_accuracy, v[2]));
     if (c.log.progress) {
       std::fprintf(stderr, "%sepoch %lld: test accuracy %.2f%%, test loss %.4f\n", tty ? "\n" : "",
                    static_cast<long long>(epoch), 100 * summary.test_accuracy, v[0] / std::max(v[2], 1.0));
     }
     return;
   }
-  const double tokens = std::max(v[2], 1.0);
   summary.validation_loss = v[0] / tokens;
-  metrics->Line(fmt::format(R"({{"step": {}, "epoch": {}, "validation_loss": {:.7g}, "validation_perplexity": )"
-                            R"({:.6g}, "validation_tokens": {:.0f}}})",
-                            step, epoch, summary.validation_loss, std::exp(summary.validation_loss), v[2]));
   if (c.log.progress) {
     std::fprintf(stderr, "%sepoch %lld: validation loss %.4f nats/token, perplexity %.2f\n", tty ? "\n" : "",
                  static_cast<long long>(epoch), summary.validation_loss, std::exp(summary.validation_loss));
@@ -102,43 +142,85 @@ void PrintStart(const TrainConfig& c, const RunSetup& u, int ranks, std::int64_t
                static_cast<long long>(total));
 }
 
+// The step's verdict on its numbers, the same on every rank (one AllMax):
+// 0 if the loss and every gradient are finite; otherwise which rank saw
+// what, the loss (the last stage's rank) before a gradient.
+int NonFiniteVerdict(Transport& t, const StepStats& stats, Executor& exec, int world_rank) {
+  int mine = 0;
+  if (!std::isfinite(stats.loss_sum)) {
+    mine = (2 << 20) + world_rank;
+  } else if (!std::isfinite(exec.GradientSquares())) {
+    mine = (1 << 20) + world_rank;
+  }
+  return t.AllMax(mine, "every rank checking that its loss and gradients are finite");
+}
+
+std::string NonFiniteText(int verdict, std::int64_t step) {
+  const int rank = verdict & ((1 << 20) - 1);
+  const bool loss = (verdict >> 20) == 2;
+  return fmt::format("step {}: {} on rank {}{}", step,
+                     loss ? "the loss is not finite (NaN or infinite)" : "a gradient is not finite (NaN or infinite)",
+                     rank, loss ? " (the last stage's)" : "");
+}
+
+[[noreturn]] void StopNonFinite(int verdict, const RunSetup& u, std::int64_t step, bool root) {
+  if (!root) throw PeerFailed();
+  throw RunError(fmt::format(
+      "{}; the run stops (train.on_nonfinite: stop): no weights written, and the last complete checkpoint{} is "
+      "kept. A lower learning rate often helps; train.on_nonfinite: skip drops such steps instead",
+      NonFiniteText(verdict, step),
+      u.first_step > 1 || step > 1 ? "" : " (none yet)"));
+}
+
 }  // namespace
 
 TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptions& options) {
   const auto start = Clock::now();
   RunSetup u;
-  SetUpRun(c, comms, u, options.resume);
+  SetupOptions setup;
+  setup.resume = options.resume;
+  setup.resume_from = options.resume_dir;
+  SetUpRun(c, comms, u, setup);
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
-  const CheckpointRun run = CheckpointRunOf(c, u.plan);
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
-  std::int64_t first_step = 1;
+  const std::int64_t first_step = u.first_step;
   if (options.resume) {
-    const std::string dir = options.resume_dir.empty() ? c.checkpoint.dir : options.resume_dir;
-    if (dir.empty()) throw ConfigError("--resume needs a folder: give one, or set checkpoint.dir");
-    const std::int64_t done = LoadCheckpoint(dir, run, comms, *u.params);
-    u.loader->Seek(done / per_epoch, done % per_epoch);
-    first_step = done + 1;
+    LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params);
+    u.loader->Seek((first_step - 1) / per_epoch, (first_step - 1) % per_epoch);
   }
   const bool root = t.rank() == 0;
-  const std::int64_t total = c.train.steps > 0 ? c.train.steps : per_epoch * c.train.epochs;
+  const std::int64_t total = u.total_steps;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   if (root && c.log.progress) PrintStart(c, u, t.size(), total);
   if (root && first_step > 1) {  // said even without progress output
-    std::fprintf(stderr, "baton: resumed after step %lld\n", static_cast<long long>(first_step - 1));
+    std::fprintf(stderr, "baton: resumed after step %lld (run %s)\n", static_cast<long long>(first_step - 1),
+                 u.run.run_id.c_str());
   }
   TrainSummary summary;
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
+  std::int64_t skipped = 0;
   for (std::int64_t step = first_step; step <= total; ++step) {
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
-    const StepStats stats = u.exec->TrainStep(batch);
+    const StepStats stats = u.exec->ComputeGradients(batch);
+    // Checked before the update: a non-finite step never reaches the weights.
+    const int verdict = NonFiniteVerdict(t, stats, *u.exec, u.world_rank);
+    if (verdict != 0 && c.train.on_nonfinite == OnNonFinite::kStop) StopNonFinite(verdict, u, step, root);
+    if (verdict != 0) {
+      u.exec->DiscardGradients();
+      ++skipped;
+      if (root) std::fprintf(stderr, "%sbaton: %s: the step is skipped (train.on_nonfinite: skip)\n",
+                             tty ? "\n" : "", NonFiniteText(verdict, step).c_str());
+    } else {
+      u.exec->ApplyGradients();
+    }
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
     const bool epoch_end = step % per_epoch == 0 || step == total;
     if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
-              Seconds(start, Clock::now()), tty, summary);
+              Seconds(start, Clock::now()), tty, verdict != 0, summary);
       window_start = Clock::now();
       window_samples = 0;
     }
@@ -149,22 +231,31 @@ TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptio
       window_start = Clock::now();
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
-      SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, run, comms, *u.params, step,
+      SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, step,
                      [&] { MaybeInjectFault(u.fault, u.world_rank, step, "checkpoint"); });
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
   }
   if (tty) std::fprintf(stderr, "\n");
+  // A fault that was asked for and never fired tested nothing (CheckFault
+  // refuses the ones that cannot; this is the guard behind it).
+  Agree(t, "every rank checking that BATON_FAULT fired", [&] {
+    if (u.fault.mode != Fault::kNone && u.fault.rank == u.world_rank) {
+      throw RunError(fmt::format("BATON_FAULT: the fault at rank {} step {} action {} did not fire", u.fault.rank,
+                                 u.fault.step, u.fault.action));
+    }
+  });
   // The final weights, from the first replica's pipeline (the replicas hold the same).
   if (!c.log.weights.empty() && u.replica == 0) {
     u.params->Pull();
     SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
   }
   summary.seconds = Seconds(start, Clock::now());
-  if (root && c.log.progress) {
-    std::fprintf(stderr, "baton: done: %lld steps in %s%s\n", static_cast<long long>(summary.steps),
+  if (root && (c.log.progress || skipped > 0)) {
+    std::fprintf(stderr, "baton: done: %lld steps in %s%s%s\n", static_cast<long long>(summary.steps),
                  Duration(summary.seconds).c_str(),
+                 skipped > 0 ? fmt::format(", {} skipped (not finite)", skipped).c_str() : "",
                  c.log.weights.empty() ? "" : fmt::format(", weights in {}", c.log.weights).c_str());
   }
   return summary;

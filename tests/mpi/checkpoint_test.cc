@@ -35,9 +35,11 @@ class CheckpointTest : public ::testing::Test {
 
   // Runs the tiny config on 2 ranks; returns the exit code.
   int Train(const std::string& args) { return TrainOn(2, args); }
-  // The same on `np` ranks (data parallelism: --set data_parallel.size in `args`).
-  int TrainOn(int np, const std::string& args) {
-    const std::string cmd = "cd '" + dir_.string() + "' && timeout 120 '" BATON_MPIEXEC "' -np " +
+  // The same on `np` ranks (data parallelism: --set data_parallel.size in
+  // `args`), with BATON_FAULT=fault if any (a run interrupted on purpose).
+  int TrainOn(int np, const std::string& args, const std::string& fault = "") {
+    const std::string env = fault.empty() ? "" : "BATON_FAULT='" + fault + "' ";
+    const std::string cmd = "cd '" + dir_.string() + "' && " + env + "timeout 120 '" BATON_MPIEXEC "' -np " +
                             std::to_string(np) + " '" + BATON_BINARY +
                             "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml'" + kCommon + " " + args +
                             " > log.txt 2>&1";
@@ -68,9 +70,12 @@ TEST_F(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
   ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck_again --set log.weights=again.safetensors"), 0)
       << Read("log.txt");
   EXPECT_EQ(Read("again.safetensors"), Read("whole.safetensors"));
-  // Stop after 6 steps (checkpoints at 2, 4, 6), then continue to 10.
-  ASSERT_EQ(Train("--set train.steps=6 --set checkpoint.dir=ck --set log.weights=part.safetensors"), 0)
+  // Killed in step 7 (checkpoints at 2, 4, 6), then resumed to 10. A run
+  // resumes only itself: the same settings, train.steps included.
+  ASSERT_NE(TrainOn(2, "--set train.steps=10 --set checkpoint.dir=ck --set log.weights=part.safetensors", "0:7:F:kill"),
+            0)
       << Read("log.txt");
+  EXPECT_FALSE(fs::exists(dir_ / "part.safetensors"));
   EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json"));
   EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000004/manifest.json"));
   EXPECT_FALSE(fs::exists(dir_ / "ck/step-00000002")) << "keep: 2 keeps only the newest two";
@@ -82,7 +87,7 @@ TEST_F(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
 TEST_F(CheckpointTest, UnfinishedNewestCheckpointFallsBackToThePrevious) {
   ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"), 0)
       << Read("log.txt");
-  ASSERT_EQ(Train("--set train.steps=6 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  ASSERT_NE(TrainOn(2, "--set train.steps=10 --set checkpoint.dir=ck", "0:7:F:kill"), 0) << Read("log.txt");
   // A crash between the shards and the manifest: step 6 has shards, no manifest.
   fs::remove(dir_ / "ck/step-00000006/manifest.json");
   ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck --set log.weights=resumed.safetensors --resume ck"), 0)
@@ -92,24 +97,40 @@ TEST_F(CheckpointTest, UnfinishedNewestCheckpointFallsBackToThePrevious) {
 }
 
 TEST_F(CheckpointTest, MismatchedCheckpointIsRefusedSayingWhatDiffers) {
-  ASSERT_EQ(Train("--set train.steps=2 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  ASSERT_NE(TrainOn(2, "--set train.steps=4 --set checkpoint.dir=ck", "0:3:F:kill"), 0) << Read("log.txt");
   EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set pipeline.schedule=1f1b --resume"), 2);
   EXPECT_NE(Read("log.txt").find("cannot resume: the checkpoint does not match this run"), std::string::npos)
       << Read("log.txt");
   EXPECT_NE(Read("log.txt").find("schedule: checkpoint \"zb_h1\", this run \"1f1b\""), std::string::npos)
       << Read("log.txt");
+  // Each setting that differs, by its key.
   EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set train.optimizer.lr=0.02 --resume"), 2);
-  EXPECT_NE(Read("log.txt").find("config digest"), std::string::npos) << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("train.optimizer: checkpoint {type: adamw, lr: 0.01"), std::string::npos)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("this run {type: adamw, lr: 0.02"), std::string::npos) << Read("log.txt");
+  EXPECT_EQ(Train("--set train.steps=8 --set checkpoint.dir=ck --resume"), 2);
+  EXPECT_NE(Read("log.txt").find("train.steps: checkpoint 4, this run 8"), std::string::npos) << Read("log.txt");
+  // The deadline changes no number: it may change on resume.
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set pipeline.wait_timeout_s=77 --resume"), 0)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 2"), std::string::npos) << Read("log.txt");
 }
 
 TEST_F(CheckpointTest, DamagedOrMissingCheckpointIsAnError) {
   EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=nothing --resume"), 2);
   EXPECT_NE(Read("log.txt").find("no complete checkpoint to resume from"), std::string::npos) << Read("log.txt");
-  ASSERT_EQ(Train("--set train.steps=2 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  ASSERT_NE(TrainOn(2, "--set train.steps=4 --set checkpoint.dir=ck", "0:3:F:kill"), 0) << Read("log.txt");
   fs::resize_file(dir_ / "ck/step-00000002/rank-00001.safetensors", 100);
   EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --resume"), 2);
   EXPECT_NE(Read("log.txt").find("it is damaged"), std::string::npos) << Read("log.txt");
   EXPECT_NE(Read("log.txt").find("rank-00001.safetensors"), std::string::npos) << Read("log.txt");
+  // A missing shard: one agreed message naming it (no rank aborts the job).
+  fs::remove(dir_ / "ck/step-00000002/rank-00001.safetensors");
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --resume"), 2);
+  EXPECT_NE(Read("log.txt").find("rank-00001.safetensors: the checkpoint shard of pipeline rank 1 is missing"),
+            std::string::npos)
+      << Read("log.txt");
+  EXPECT_EQ(Read("log.txt").find("MPI_ABORT"), std::string::npos) << Read("log.txt");
 }
 
 // Two replicas of a 2-rank pipeline, optimizer state sharded (ZeRO 1): the
@@ -123,7 +144,8 @@ TEST_F(CheckpointTest, DataParallelResumeIsBitIdentical) {
                            " --set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"),
             0)
       << Read("log.txt");
-  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) + " --set train.steps=6 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  ASSERT_NE(TrainOn(4, std::string(kTwoByTwo) + " --set train.steps=10 --set checkpoint.dir=ck", "0:7:F:kill"), 0)
+      << Read("log.txt");
   // One shard per pipeline rank: the replicas write no copies.
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir_ / "ck/step-00000006")) files.push_back(e.path().filename().string());
@@ -145,7 +167,8 @@ TEST_F(CheckpointTest, DataParallelCheckpointResumesWithAnotherReplicaCount) {
                            " --set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"),
             0)
       << Read("log.txt");
-  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) + " --set train.steps=6 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  ASSERT_NE(TrainOn(4, std::string(kTwoByTwo) + " --set train.steps=10 --set checkpoint.dir=ck", "0:7:F:kill"), 0)
+      << Read("log.txt");
   ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck --set log.weights=one.safetensors --resume"), 0)
       << Read("log.txt");
   EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");

@@ -16,36 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "support/job.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct JobResult {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-  double seconds = 0;
-};
-
-int Shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::size_t Count(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void WriteFile(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
+using baton_test::Count;
+using baton_test::JobResult;
+using baton_test::ReadAll;
+using baton_test::Shell;
+using baton_test::WriteFile;
 
 // A fresh folder per test (tests may run in parallel processes).
 class TrainErrors : public ::testing::Test {
@@ -67,13 +48,8 @@ class TrainErrors : public ::testing::Test {
     cmd += " --set log.metrics=" + (dir_ / "metrics.jsonl").string();
     cmd += " --set log.weights=" + (dir_ / "weights.safetensors").string();
     cmd += " > '" + (dir_ / "log.txt").string() + "' 2>&1";
-    const auto start = std::chrono::steady_clock::now();
-    JobResult r;
-    r.code = Shell(cmd);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.output = ReadAll(dir_ / "log.txt");
     last_command_ = cmd;
-    return r;
+    return baton_test::RunJob(cmd, dir_ / "log.txt");
   }
 
   // The job failed as a setup error: exit code 2 (not a timeout: 124), one
@@ -211,7 +187,9 @@ TEST_F(TrainErrors, UnwritableMetricsFileEndsTheJobCleanly) {
   EXPECT_EQ(r.code, 2) << last_command_ << "\n" << r.output;
   EXPECT_EQ(Count(r.output, "baton: error"), 1u) << r.output;
   EXPECT_EQ(Count(r.output, "timed out waiting"), 0u) << r.output;
-  EXPECT_NE(r.output.find("metrics.jsonl: cannot write the metrics file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("log.metrics: " + (dir_ / "metrics.jsonl").string() + ": is a folder, not a file"),
+            std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "weights.safetensors")) << r.output;
   EXPECT_LT(r.seconds, 10.0) << r.output;
 }

@@ -1,0 +1,383 @@
+// Hostile-but-honest input against the whole program, family by family
+// (checkpoints, outputs, write failures, memory, numbers, faults, start-up,
+// data, schedule files, initial weights): every case ends with one clear
+// error and a non-zero exit, loses and overwrites no file, and ends before
+// its deadline. Each case runs
+//   timeout 60 mpirun -np N baton train CONFIG ...
+// in a folder of its own, so a job that hangs fails the case instead of
+// blocking the suite.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "baton/data.h"
+#include "support/job.h"
+#include "support/test_folder.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using baton_test::Count;
+using baton_test::ReadAll;
+using baton_test::WriteFile;
+using Job = baton_test::JobResult;
+
+// Every file under `dir` (but the job's log) with its size and a hash of
+// its bytes: to show that a failed run changed nothing.
+std::vector<std::string> Snapshot(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string name = fs::relative(e.path(), dir).string();
+    if (!e.is_regular_file() || name == "log.txt") continue;
+    const std::string bytes = ReadAll(e.path());
+    out.push_back(name + " " + std::to_string(bytes.size()) + " " + std::to_string(std::hash<std::string>{}(bytes)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Each metrics line a JSON object (no NaN, no cut line); the rows.
+std::vector<nlohmann::json> MetricsRows(const fs::path& path) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json row;
+    EXPECT_NO_THROW(row = nlohmann::json::parse(line)) << path << ": not JSON: " << line;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+class Hostile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = baton_test::FreshTestFolder("baton_hostile");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // `mpirun -np ranks baton train CONFIG ARGS` in dir_ under `timeout 60`,
+  // with `env` before it (BATON_FAULT=...); `config` defaults to the tiny MLP.
+  Job Train(int ranks, const std::string& args, const std::string& env = "", std::string config = "") {
+    if (config.empty()) config = Tiny();
+    last_ = "cd '" + dir_.string() + "' && " + env + " timeout 60 '" BATON_MPIEXEC "' -np " + std::to_string(ranks) +
+            " '" BATON_BINARY "' train '" + config + "' " + args + " > log.txt 2>&1";
+    return Run(last_);
+  }
+  Job Run(const std::string& command) { return baton_test::RunJob(command, dir_ / "log.txt"); }
+
+  // One error, exit code 2, well before any deadline.
+  void ExpectRefused(const Job& j, const std::string& says) {
+    EXPECT_EQ(j.code, 2) << last_ << "\n" << j.output;
+    EXPECT_EQ(Count(j.output, "baton: error"), 1u) << j.output;
+    EXPECT_NE(j.output.find(says), std::string::npos) << "expected: " << says << "\n" << j.output;
+    EXPECT_LT(j.seconds, 30.0) << j.output;
+  }
+
+  static std::string Tiny() { return BATON_SOURCE_DIR "/tests/mpi/tiny.yaml"; }
+  fs::path dir_;
+  std::string last_;
+};
+
+const char* kCheckpoints = "--set pipeline.ranks=2 --set checkpoint.dir=ck --set checkpoint.every_steps=2 ";
+
+// ---- checkpoints: a run owns its checkpoints ----
+
+TEST_F(Hostile, AFreshRunRefusesAFolderHoldingAnEarlierRunsCheckpoints) {
+  ASSERT_EQ(Train(2, std::string(kCheckpoints) + "--set train.steps=4").code, 0);
+  const auto before = Snapshot(dir_);
+  const Job j = Train(2, std::string(kCheckpoints) + "--set train.steps=6");
+  ExpectRefused(j, "the folder holds 1 checkpoint folder(s) of an earlier run: step-00000004 (run ");
+  EXPECT_NE(j.output.find("step 4 of 4)"), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("continue that run with --resume"), std::string::npos) << j.output;
+  EXPECT_EQ(Snapshot(dir_), before) << "the refused run changed a file";
+}
+
+TEST_F(Hostile, AFinishedRunIsNotResumedAndAnotherLengthIsNotItsRun) {
+  ASSERT_EQ(Train(2, std::string(kCheckpoints) + "--set train.steps=4").code, 0);
+  const auto before = Snapshot(dir_);
+  ExpectRefused(Train(2, std::string(kCheckpoints) + "--set train.steps=4 --resume"), "it has finished");
+  ExpectRefused(Train(2, std::string(kCheckpoints) + "--set train.steps=3 --resume"),
+                "train.steps: checkpoint 4, this run 3");
+  EXPECT_EQ(Snapshot(dir_), before);
+}
+
+TEST_F(Hostile, TwoRunsCannotWriteOneCheckpointFolder) {
+  fs::create_directories(dir_ / "ck");
+  // Another run's lock, as baton takes it (flock on ck/.baton-lock).
+  const int fd = ::open((dir_ / "ck/.baton-lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  ExpectRefused(Train(2, std::string(kCheckpoints)), "another run is writing checkpoints into this folder");
+  EXPECT_FALSE(fs::exists(dir_ / "metrics.jsonl"));
+  ::close(fd);
+  EXPECT_EQ(Train(2, std::string(kCheckpoints)).code, 0) << ReadAll(dir_ / "log.txt");
+}
+
+TEST_F(Hostile, AResumedRunNeverPrunesAnotherRunsCheckpoints) {
+  // Run A killed in step 5 (checkpoints 2 and 4, keep 1: step 4 left).
+  EXPECT_NE(Train(2, std::string(kCheckpoints) + "--set train.steps=8", "BATON_FAULT=0:5:F:kill").code, 0);
+  ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000004/manifest.json"));
+  // Another run's checkpoint copied in beside it.
+  ASSERT_EQ(Train(2, "--set pipeline.ranks=2 --set checkpoint.dir=other --set checkpoint.every_steps=2 "
+                     "--set train.steps=2 --set log.weights=other.safetensors")
+                .code,
+            0);
+  fs::copy(dir_ / "other/step-00000002", dir_ / "ck/step-00000002");
+  const auto before = Snapshot(dir_ / "ck");
+  ExpectRefused(Train(2, std::string(kCheckpoints) + "--set train.steps=8 --resume"),
+                "the folder holds 1 checkpoint folder(s) of another run: step-00000002 (run ");
+  EXPECT_EQ(Snapshot(dir_ / "ck"), before);
+}
+
+TEST_F(Hostile, AResumeFromANamedOlderStepContinuesThatStepAndKeepsTheLaterOnes) {
+  const std::string ckpt = std::string(kCheckpoints) + "--set checkpoint.keep=3 --set train.steps=6 ";
+  ASSERT_EQ(Train(2, ckpt + "--set checkpoint.dir=whole --set log.weights=whole.safetensors").code, 0);
+  EXPECT_NE(Train(2, ckpt + "--set log.weights=part.safetensors", "BATON_FAULT=0:5:F:kill").code, 0);
+  ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000004/manifest.json"));
+  const Job j = Train(2, ckpt + "--set log.weights=resumed.safetensors --resume ck/step-00000002");
+  ASSERT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("resumed after step 2"), std::string::npos) << j.output;
+  // The later checkpoint of the replaced future is kept, under another name.
+  EXPECT_TRUE(fs::exists(dir_ / "ck/superseded-step-00000004/manifest.json")) << j.output;
+  EXPECT_EQ(ReadAll(dir_ / "resumed.safetensors"), ReadAll(dir_ / "whole.safetensors"));
+  // An unfinished step folder is not a checkpoint to resume.
+  fs::remove(dir_ / "ck/step-00000006/manifest.json");
+  ExpectRefused(Train(2, ckpt + "--resume ck/step-00000006"), "this checkpoint is unfinished");
+}
+
+TEST_F(Hostile, MetricsAfterAResumeHoldEachStepOnce) {
+  const std::string ckpt = std::string(kCheckpoints) + "--set train.steps=6 --set checkpoint.keep=2 ";
+  EXPECT_NE(Train(2, ckpt, "BATON_FAULT=0:6:F:kill").code, 0);  // rows 1..5 logged, checkpoint 4
+  ASSERT_EQ(MetricsRows(dir_ / "metrics.jsonl").size(), 5u);
+  ASSERT_EQ(Train(2, ckpt + "--resume").code, 0) << ReadAll(dir_ / "log.txt");
+  std::vector<std::int64_t> steps;
+  for (const auto& row : MetricsRows(dir_ / "metrics.jsonl")) steps.push_back(row["step"].get<std::int64_t>());
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+// ---- outputs: no output is an input or another output ----
+
+TEST_F(Hostile, MetricsOverTheConfigFileIsRefused) {
+  fs::copy_file(Tiny(), dir_ / "cfg.yaml");
+  const std::string config = ReadAll(dir_ / "cfg.yaml");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.metrics=cfg.yaml", "", (dir_ / "cfg.yaml").string()),
+                "log.metrics (cfg.yaml) is the same file as the config file");
+  EXPECT_EQ(ReadAll(dir_ / "cfg.yaml"), config);
+}
+
+TEST_F(Hostile, MetricsOverTheInitialWeightsIsRefused) {
+  ASSERT_EQ(Train(2, "--set pipeline.ranks=2 --set log.weights=w.safetensors").code, 0);
+  const std::string weights = ReadAll(dir_ / "w.safetensors");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set model.init.from=w.safetensors --set log.metrics=w.safetensors"),
+                "log.metrics (w.safetensors) is the same file as model.init.from (w.safetensors)");
+  EXPECT_EQ(ReadAll(dir_ / "w.safetensors"), weights);
+  // A link is the same file.
+  fs::create_symlink(dir_ / "w.safetensors", dir_ / "link.jsonl");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set model.init.from=w.safetensors --set log.metrics=link.jsonl"),
+                "is the same file as model.init.from");
+  EXPECT_EQ(ReadAll(dir_ / "w.safetensors"), weights);
+}
+
+TEST_F(Hostile, MetricsAndWeightsInOneFileAreRefused) {
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.metrics=out/x --set log.weights=out/x"),
+                "log.metrics (out/x) and log.weights (out/x) are the same file");
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+TEST_F(Hostile, WeightsIntoAFifoAreWrittenThroughNotReplaced) {
+  ASSERT_EQ(::mkfifo((dir_ / "w.fifo").c_str(), 0644), 0);
+  // A reader takes what the run writes into the FIFO.
+  last_ = "cd '" + dir_.string() + "' && (cat w.fifo > got.safetensors &) && timeout 60 '" BATON_MPIEXEC
+          "' -np 2 '" BATON_BINARY "' train '" + Tiny() +
+          "' --set pipeline.ranks=2 --set log.weights=w.fifo > log.txt 2>&1";
+  const Job j = Run(last_);
+  ASSERT_EQ(j.code, 0) << j.output;
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ / "w.fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced by a file";
+  for (int i = 0; i < 50 && fs::file_size(dir_ / "got.safetensors") == 0; ++i) ::usleep(100000);
+  EXPECT_EQ(baton::ReadSafetensors((dir_ / "got.safetensors").string()).size(), 14u);
+}
+
+TEST_F(Hostile, AnUnusableWeightsPathIsRefusedBeforeTraining) {
+  fs::create_directories(dir_ / "w.safetensors");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.weights=w.safetensors"),
+                "log.weights: w.safetensors: is a folder, not a file");
+  EXPECT_FALSE(fs::exists(dir_ / "metrics.jsonl")) << "the run trained before it found its weights path unusable";
+  WriteFile(dir_ / "file.txt", "x");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.weights=file.txt/w.safetensors"),
+                "is a file, not a folder, so nothing can be created under it");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set checkpoint.dir=file.txt --set checkpoint.every_steps=2"),
+                "checkpoint.dir: file.txt: is a file, not a folder");
+  EXPECT_FALSE(fs::exists(dir_ / "metrics.jsonl"));
+  EXPECT_EQ(ReadAll(dir_ / "file.txt"), "x");
+}
+
+// ---- every write failure is an error ----
+
+TEST_F(Hostile, AFailedMetricsWriteEndsTheRunAndKeepsTheCheckpoint) {
+  const Job j = Train(2, std::string(kCheckpoints) +
+                             "--set train.steps=6 --set log.every_steps=3 --set log.metrics=/dev/full");
+  ExpectRefused(j, "/dev/full: cannot write the metrics file: No space left on device");
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000002/manifest.json")) << j.output;
+  EXPECT_FALSE(fs::exists(dir_ / "weights.safetensors")) << j.output;
+}
+
+// ---- memory is checked before anything is allocated ----
+
+TEST_F(Hostile, AModelThatCannotFitIsRefusedBeforeAllocating) {
+  const Job j = Train(2, "--set pipeline.ranks=2 --set model.layers.6.out=2000000000");
+  ExpectRefused(j, "but the host has");
+  EXPECT_NE(j.output.find("Nothing was allocated"), std::string::npos) << j.output;
+  EXPECT_LT(j.seconds, 15.0);
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set train.batch_size=2000000000"), "but the host has");
+}
+
+// ---- non-finite numbers stop the run ----
+
+TEST_F(Hostile, DivergenceStopsTheRunAtItsStep) {
+  const Job j = Train(2, "--set pipeline.ranks=2 --set train.optimizer.lr=1e30 --set train.steps=8");
+  ExpectRefused(j, ": the loss is not finite (NaN or infinite) on rank 1");
+  EXPECT_NE(j.output.find("step 2: "), std::string::npos) << j.output;
+  EXPECT_FALSE(fs::exists(dir_ / "weights.safetensors"));
+  EXPECT_EQ(MetricsRows(dir_ / "metrics.jsonl").size(), 1u);  // step 1, finite
+}
+
+TEST_F(Hostile, SkippingDropsTheNonFiniteStepsAndSaysSo) {
+  // lr 1e30: step 1's update is finite and huge; every later step is not.
+  ASSERT_EQ(Train(2, "--set pipeline.ranks=2 --set train.steps=1 --set log.weights=one.safetensors "
+                     "--set train.optimizer.lr=1e30")
+                .code,
+            0);
+  const Job j = Train(2, "--set pipeline.ranks=2 --set train.optimizer.lr=1e30 --set train.steps=4 "
+                         "--set train.on_nonfinite=skip");
+  ASSERT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("3 skipped (not finite)"), std::string::npos) << j.output;
+  const auto rows = MetricsRows(dir_ / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_TRUE(rows[2]["loss"].is_null());
+  EXPECT_TRUE(rows[2]["nonfinite"].get<bool>());
+  EXPECT_TRUE(rows[2]["skipped"].get<bool>());
+  // The skipped steps left the weights as step 1 made them.
+  EXPECT_EQ(ReadAll(dir_ / "weights.safetensors"), ReadAll(dir_ / "one.safetensors"));
+}
+
+TEST_F(Hostile, InitialWeightsThatAreNotFiniteOrNotTheModelsAreRefused) {
+  ASSERT_EQ(Train(2, "--set pipeline.ranks=2 --set log.weights=w.safetensors").code, 0);
+  auto tensors = baton::ReadSafetensors((dir_ / "w.safetensors").string());
+  auto nan = tensors;
+  nan[3].data[5] = std::nanf("");
+  baton::WriteSafetensors((dir_ / "nan.safetensors").string(), nan);
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set model.init.from=nan.safetensors"),
+                "holds nan at index 5: initial weights must be finite");
+  auto extra = tensors;
+  extra.push_back({"6.weigth", {2}, {1.0f, 2.0f}});
+  baton::WriteSafetensors((dir_ / "extra.safetensors").string(), extra);
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set model.init.from=extra.safetensors"),
+                "model.init.from holds 1 tensor(s) this model does not have: '6.weigth'");
+}
+
+// ---- faults that could never fire are refused ----
+
+TEST_F(Hostile, AFaultThatCanNeverFireIsRefused) {
+  ExpectRefused(Train(2, "--set pipeline.ranks=2", "BATON_FAULT=9:2:F:kill"),
+                "rank 9 is not in this job (2 ranks: 0..1): the fault would never fire");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2", "BATON_FAULT=0:99:F:kill"), "step 99 is not in this run (steps 1..4)");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2", "BATON_FAULT=0:-1:F:kill"), "step -1 is not in this run");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set pipeline.schedule=zbv", "BATON_FAULT=1:2:B:kill"),
+                "rank 1 runs no B action in this schedule");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2", "BATON_FAULT=0:2:checkpoint:kill"), "the run writes no checkpoints");
+}
+
+TEST_F(Hostile, ARankStalledInACheckpointIsNamedAtTheDeadline) {
+  const Job j = Train(2, std::string(kCheckpoints) + "--set pipeline.wait_timeout_s=3",
+                      "BATON_FAULT=1:2:checkpoint:stall");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_LT(j.seconds, 20.0) << j.output;
+  EXPECT_NE(j.output.find("rank 0: timed out waiting for every rank's shard record of checkpoint step-00000002"),
+            std::string::npos)
+      << j.output;
+  EXPECT_NE(j.output.find("rank 1 did not arrive"), std::string::npos) << j.output;
+  EXPECT_FALSE(fs::exists(dir_ / "ck/step-00000002/manifest.json"));
+}
+
+// ---- start-up ----
+
+TEST_F(Hostile, AConfigThatBlocksRankZeroEndsAtTheDeadlineNamingIt) {
+  ASSERT_EQ(::mkfifo((dir_ / "cfg.yaml").c_str(), 0644), 0);  // no writer: reading it never ends
+  const Job j = Train(2, "--set pipeline.wait_timeout_s=3", "", (dir_ / "cfg.yaml").string());
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << "the job outlived its deadline until `timeout` killed it\n" << j.output;
+  EXPECT_LT(j.seconds, 20.0) << j.output;
+  EXPECT_NE(j.output.find("timed out waiting for rank 0 reading the config file"), std::string::npos) << j.output;
+}
+
+TEST_F(Hostile, AFolderOrAnEmptyFileAsTheConfigIsNamed) {
+  fs::create_directories(dir_ / "folder.yaml");
+  ExpectRefused(Train(2, "", "", (dir_ / "folder.yaml").string()), "folder.yaml: is a folder, not a config file");
+  WriteFile(dir_ / "empty.yaml", "# nothing\n");
+  ExpectRefused(Train(2, "", "", (dir_ / "empty.yaml").string()), "empty.yaml: the config file is empty");
+}
+
+TEST_F(Hostile, ATerminatedJobExitsNonZeroSayingSo) {
+  // SIGTERM to mpirun, as a scheduler or `kill` sends it; a watchdog in
+  // place of `timeout`, which would take the signal itself.
+  last_ = "cd '" + dir_.string() + "' && ('" BATON_MPIEXEC "' -np 2 '" BATON_BINARY "' train '" + Tiny() +
+          "' --set pipeline.ranks=2 --set train.steps=100000000 --set log.every_steps=0 > log.txt 2>&1 & pid=$!; "
+          "sleep 3; kill -TERM $pid; for i in $(seq 150); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done; "
+          "kill -KILL $pid 2>/dev/null; wait $pid)";
+  const Job j = Run(last_);
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_NE(j.output.find("stopped before the run ended"), std::string::npos) << j.output;
+  EXPECT_FALSE(fs::exists(dir_ / "weights.safetensors"));
+}
+
+// ---- data ----
+
+TEST_F(Hostile, AFileGivenAsTheFortunesFolderIsNamed) {
+  WriteFile(dir_ / "corpus.txt", "a fortune\n%\n");
+  ExpectRefused(Train(1, "--set 'data={dataset: fortunes, path: corpus.txt, seq_len: 8}' --set model.vocab=256", "",
+                      BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml"),
+                "fortunes folder 'corpus.txt' is a file, not a folder");
+}
+
+// ---- schedule files ----
+
+TEST_F(Hostile, AnOversizedScheduleFileIsRefusedWithoutReadingIt) {
+  {
+    std::ofstream out(dir_ / "big.csv");
+    const std::string row(1 << 20, ',');
+    for (int i = 0; i < 17; ++i) out << "0F0" << row << "\n";
+  }
+  ExpectRefused(Train(1, "--set pipeline.schedule=big.csv"), "the schedule file is over 16 MiB");
+}
+
+TEST_F(Hostile, UntrustedBytesInAScheduleAreEscapedAndCut) {
+  WriteFile(dir_ / "escape.csv", "0F0,\x1b]0;owned\x07\x1b[31mX\n");
+  Job j = Train(1, "--set pipeline.schedule=escape.csv");
+  ExpectRefused(j, "cannot read action \"\\x1b]0;owned\\x07\\x1b[31mX\"");
+  EXPECT_EQ(j.output.find('\x1b'), std::string::npos) << "a raw escape byte reached the terminal";
+  WriteFile(dir_ / "huge.csv", "0F0," + std::string(5 << 20, 'Z') + "\n");
+  j = Train(1, "--set pipeline.schedule=huge.csv");
+  ExpectRefused(j, "more bytes)");
+  EXPECT_LT(j.output.size(), 20000u);
+}
+
+}  // namespace

@@ -1,0 +1,164 @@
+// A run's claim on its checkpoint folder, the checkpoint it resumes and
+// what it says when it refuses one; the settings a checkpoint depends on.
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "baton/error.h"
+#include "support/test_folder.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = baton_test::FreshTestFolder("baton_ckfolder");
+    run_.run_id = "00000000000000aa";
+    run_.settings = "model:\n  input: 12\ntrain:\n  batch_size: 32\n  steps: 10\n";
+    run_.digest = "d1";
+    run_.schedule = "1f1b";
+    run_.ranks = 2;
+    run_.chunks = 1;
+    run_.microbatches = 8;
+    run_.partition = {0, 3, 9};
+    run_.total_steps = 10;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A complete checkpoint of `run` at `step` under `folder` (a manifest; no shards).
+  void WriteCheckpoint(const fs::path& folder, std::int64_t step, const CheckpointRun& run) {
+    const fs::path d = folder / fmt::format("step-{:08}", step);
+    fs::create_directories(d);
+    nlohmann::json m = {{"format", "baton-checkpoint-2"}, {"step", step},          {"run_id", run.run_id},
+                        {"train_steps", run.total_steps},  {"config_digest", run.digest}, {"settings", run.settings},
+                        {"schedule", run.schedule},        {"ranks", run.ranks},   {"chunks", run.chunks},
+                        {"microbatches", run.microbatches}, {"partition", run.partition},
+                        {"shards", nlohmann::json::array()}};
+    std::ofstream(d / "manifest.json") << m.dump(2);
+  }
+  std::string ClaimError(const std::string& id, const ResumePoint* resumed) {
+    try {
+      CheckpointFolder::Claim((dir_ / "ck").string(), id, resumed);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  fs::path dir_;
+  CheckpointRun run_;
+};
+
+TEST_F(CheckpointFolderTest, AFreshRunClaimsAnEmptyOrNewFolderAndLocksIt) {
+  CheckpointFolder f = CheckpointFolder::Claim((dir_ / "ck").string(), run_.run_id, nullptr);
+  EXPECT_TRUE(fs::is_directory(dir_ / "ck"));
+  // A second claim while the first holds the lock (flock: per open file).
+  EXPECT_NE(ClaimError("00000000000000bb", nullptr).find("another run is writing checkpoints into this folder"),
+            std::string::npos);
+  f.Abandon();  // nothing in it: the folder it made goes too
+  EXPECT_FALSE(fs::exists(dir_ / "ck"));
+}
+
+TEST_F(CheckpointFolderTest, AFreshRunRefusesAnyStepFolderNamingIt) {
+  WriteCheckpoint(dir_ / "ck", 600, run_);
+  fs::create_directories(dir_ / "ck/step-00000650");  // unfinished
+  const std::string e = ClaimError("00000000000000bb", nullptr);
+  EXPECT_NE(e.find("holds 2 checkpoint folder(s) of an earlier run: step-00000600 (run 00000000000000aa, step 600 of "
+                   "10), step-00000650 (unfinished)"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000600/manifest.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "ck/.baton-lock")) << "a refused claim leaves its lock file behind";
+}
+
+TEST_F(CheckpointFolderTest, AResumedRunRefusesAnotherRunsAndMovesItsOwnLaterOnesAside) {
+  WriteCheckpoint(dir_ / "ck", 2, run_);
+  WriteCheckpoint(dir_ / "ck", 4, run_);
+  WriteCheckpoint(dir_ / "ck", 6, run_);
+  const ResumePoint from = FindResumePoint((dir_ / "ck/step-00000002").string());
+  EXPECT_EQ(from.step, 2);
+  EXPECT_EQ(from.run_id, run_.run_id);
+  {
+    CheckpointFolder f = CheckpointFolder::Claim((dir_ / "ck").string(), run_.run_id, &from);
+    EXPECT_EQ(f.superseded().size(), 2u);
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000002/manifest.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "ck/superseded-step-00000004/manifest.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "ck/superseded-step-00000006/manifest.json"));
+  // The newest complete checkpoint is the resumed one again.
+  EXPECT_EQ(FindResumePoint((dir_ / "ck").string()).step, 2);
+  CheckpointRun other = run_;
+  other.run_id = "00000000000000cc";
+  WriteCheckpoint(dir_ / "ck", 8, other);
+  EXPECT_NE(ClaimError(run_.run_id, &from).find("of another run: step-00000008 (run 00000000000000cc"),
+            std::string::npos);
+}
+
+TEST_F(CheckpointFolderTest, FindResumePointSaysWhyThereIsNone) {
+  auto error = [&](const std::string& from) {
+    try {
+      FindResumePoint(from);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error((dir_ / "none").string()).find("no complete checkpoint to resume from: no such folder"),
+            std::string::npos);
+  fs::create_directories(dir_ / "ck/step-00000004");
+  EXPECT_NE(error((dir_ / "ck").string()).find("no complete checkpoint to resume from"), std::string::npos);
+  EXPECT_NE(error((dir_ / "ck/step-00000004").string()).find("this checkpoint is unfinished"), std::string::npos);
+  std::ofstream(dir_ / "ck/step-00000004/manifest.json") << R"({"format": "baton-checkpoint-1", "step": 4})";
+  EXPECT_NE(error((dir_ / "ck").string()).find("a checkpoint of an earlier baton (format 1)"), std::string::npos);
+}
+
+TEST_F(CheckpointFolderTest, CheckResumableNamesEverySettingThatDiffers) {
+  WriteCheckpoint(dir_ / "ck", 4, run_);
+  const ResumePoint p = FindResumePoint((dir_ / "ck").string());
+  EXPECT_NO_THROW(CheckResumable(p, run_));
+  CheckpointRun other = run_;
+  other.digest = "d2";
+  other.settings = "model:\n  input: 12\ntrain:\n  batch_size: 64\n  steps: 10\n";
+  other.schedule = "zb_h1";
+  try {
+    CheckResumable(p, other);
+    FAIL() << "resumed another run";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("schedule: checkpoint \"1f1b\", this run \"zb_h1\""), std::string::npos) << m;
+    EXPECT_NE(m.find("train.batch_size: checkpoint 32, this run 64"), std::string::npos) << m;
+    EXPECT_EQ(m.find("train.steps"), std::string::npos) << m;
+  }
+  other = run_;
+  other.total_steps = 4;
+  EXPECT_THROW(CheckResumable(p, other), ConfigError);  // finished: nothing to resume
+}
+
+TEST(MathSettings, TheDeadlineAndLoggingMayChangeButNotTheLength) {
+  TrainConfig a;
+  a.model.layers = {LayerSpec{}};
+  TrainConfig b = a;
+  b.pipeline.wait_timeout_s = 3;
+  b.log.metrics = "elsewhere.jsonl";
+  b.checkpoint.keep = 7;
+  b.data_parallel.size = 4;
+  EXPECT_EQ(ConfigDigest(a), ConfigDigest(b));
+  b.train.steps = 600;
+  EXPECT_NE(ConfigDigest(a), ConfigDigest(b));
+  EXPECT_NE(MathSettings(b).find("steps: 600"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,61 @@
+// The node's memory as the kernel and the cgroup report it, and the check
+// of the plan's bytes against it.
+#include "resources.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+constexpr const char* kMeminfo = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n";
+
+TEST(NodeMemory, TheLeastOfMemAvailableAndTheCgroupsRoom) {
+  NodeMemory m = NodeMemoryFrom(kMeminfo, "max\n", "");
+  EXPECT_EQ(m.bytes, 20000000ull * 1024);
+  EXPECT_EQ(m.source, "MemAvailable in /proc/meminfo");
+  m = NodeMemoryFrom(kMeminfo, "4294967296\n", "1073741824\n");
+  EXPECT_EQ(m.bytes, 3ull << 30);
+  EXPECT_NE(m.source.find("the cgroup's memory limit 4096 MiB less its use 1024 MiB"), std::string::npos);
+  // cgroup v1 writes "no limit" as a huge number.
+  EXPECT_EQ(NodeMemoryFrom(kMeminfo, "9223372036854771712", "5").bytes, 20000000ull * 1024);
+  EXPECT_EQ(NodeMemoryFrom("", "", "").bytes, 0u);
+}
+
+TEST(NodeMemory, RanksOnANodeThatNeedMoreThanItHasAreRefused) {
+  const NodeMemory mem{1000ull << 20, "MemAvailable in /proc/meminfo"};
+  std::vector<RankNeed> needs = {{0, "a", 600ull << 20, "parameters 500 MiB", mem},
+                                 {1, "a", 300ull << 20, "parameters 250 MiB", mem},
+                                 {2, "b", 900ull << 20, "parameters 800 MiB", mem}};
+  EXPECT_NO_THROW(CheckNodeMemory(needs));
+  needs[1].bytes = 500ull << 20;
+  try {
+    CheckNodeMemory(needs);
+    FAIL() << "node a over its memory";
+  } catch (const ResourceError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the plan needs 1100.0 MiB on host a (rank 0 600.0 MiB, rank 1 500.0 MiB)"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("but the host has 1000.0 MiB available (MemAvailable in /proc/meminfo)"), std::string::npos) << m;
+    EXPECT_NE(m.find("the largest, rank 0: parameters 500 MiB"), std::string::npos) << m;
+  }
+  needs[0].available.bytes = needs[1].available.bytes = 0;  // unknown: not checked
+  EXPECT_NO_THROW(CheckNodeMemory(needs));
+}
+
+TEST(NodeMemory, ANeedTravelsAsOneLine) {
+  const RankNeed n{3, "node\t7", 12345, "parameters\n1 MiB", {999, "MemAvailable"}};
+  const RankNeed back = DecodeNeed(EncodeNeed(n));
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_EQ(back.host, "node 7");
+  EXPECT_EQ(back.bytes, 12345u);
+  EXPECT_EQ(back.breakdown, "parameters 1 MiB");
+  EXPECT_EQ(back.available.bytes, 999u);
+  EXPECT_THROW(DecodeNeed("1\t2"), Error);
+}
+
+}  // namespace
+}  // namespace baton
