@@ -61,6 +61,12 @@ class Transport {
   // names the wait in the deadline's message ("rank 0 reading the config
   // file x.yaml").
   virtual int AllMax(int value, std::string_view what = "an agreement of every rank") = 0;
+  // AllMax in two halves, so that the ranks go on working while it
+  // completes: StartAllMax, then EndAllMax returns the largest value (with
+  // the deadline). One at a time; no other collective of this transport in
+  // between.
+  virtual void StartAllMax(int value) = 0;
+  virtual int EndAllMax(std::string_view what) = 0;
   virtual void Barrier() = 0;
   // Called once when a wait passes its deadline, after the one-line message and
   // before the job is aborted (the executor dumps its flight record here).

@@ -74,11 +74,10 @@ class StageDevice {
   virtual std::vector<std::span<float>> OptimizerState() = 0;
   virtual std::vector<std::string> OptimizerStateNames() const = 0;
   virtual std::int64_t optimizer_steps() const = 0;
-  // The sum of squares of gradients [first, first + count), in double: the
-  // step's check that its gradients are finite (a NaN or an infinity makes
-  // it non-finite). Waits for the device. Between a step's gradients and its
-  // optimizer step only.
-  virtual double GradientSquares(std::size_t first, std::size_t count) = 0;
+  // False if a gradient in [first, first + count) is a NaN or an infinity:
+  // the step's check of its numbers. Waits for the device. Between a step's
+  // gradients and its optimizer step only.
+  virtual bool GradientsFinite(std::size_t first, std::size_t count) = 0;
   virtual void set_optimizer_steps(std::int64_t steps) = 0;
 
   // Layer `layer` (AddLayer order): y = f(x); dx = (df/dx)^T dy; and

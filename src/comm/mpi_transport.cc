@@ -72,6 +72,7 @@ class MpiTransport final : public Transport {
     for (MPI_Request& r : requests_) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     }
+    if (max_request_ != MPI_REQUEST_NULL) MPI_Request_free(&max_request_);
     if (rank_ == 0) DrainNotes(0.0, -1);
     for (MPI_Request& r : note_requests_) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
@@ -202,6 +203,15 @@ class MpiTransport final : public Transport {
     return out;
   }
 
+  void StartAllMax(int value) override {
+    max_in_ = value;
+    BATON_MPI_CHECK(MPI_Iallreduce(&max_in_, &max_out_, 1, MPI_INT, MPI_MAX, comm_, &max_request_));
+  }
+  int EndAllMax(std::string_view what) override {
+    WaitCollective(&max_request_, std::string(what).c_str());
+    return max_out_;
+  }
+
   void Barrier() override {
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Ibarrier(comm_, &req));
@@ -319,6 +329,8 @@ class MpiTransport final : public Transport {
   std::function<void()> timeout_hook_;
   // Arrival notes of slow collectives (WaitCollective), on a communicator
   // of their own: the collectives' numbers, in the order every rank starts them.
+  int max_in_ = 0, max_out_ = 0;  // StartAllMax's operands, until EndAllMax
+  MPI_Request max_request_ = MPI_REQUEST_NULL;
   MPI_Comm notes_comm_ = MPI_COMM_NULL;
   std::int64_t collectives_ = 0;
   std::vector<std::unique_ptr<long long>> note_values_;  // each note's buffer, kept until the end

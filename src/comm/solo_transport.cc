@@ -27,6 +27,8 @@ class SoloTransport final : public Transport {
   }
   void BroadcastString(std::string*) override {}
   int AllMax(int value, std::string_view) override { return value; }
+  void StartAllMax(int value) override { started_ = value; }
+  int EndAllMax(std::string_view) override { return started_; }
   void SetTimeoutHook(std::function<void()>) override {}
   void Barrier() override {}
   [[noreturn]] void Abort(int code) override { std::_Exit(code); }
@@ -36,6 +38,7 @@ class SoloTransport final : public Transport {
   [[noreturn]] static void NoPeer(const char* what, int peer) {
     throw Error(fmt::format("a one-rank job cannot {} rank {}", what, peer));
   }
+  int started_ = 0;
 };
 
 // One replica: the sums of one are the values themselves.

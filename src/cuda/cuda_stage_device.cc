@@ -1,9 +1,10 @@
 // The CUDA StageDevice. Everything a step does is enqueued on the compute
 // stream; the host waits for the device only in TakeLossTotals (once per
-// step, for the loss) and in PullParams (outside steps: weights and
-// checkpoints).
+// step, for the loss), GradientsFinite (once per step, the check of the
+// gradients) and in PullParams (outside steps: weights and checkpoints).
 #include "cuda_stage_device.h"
 
+#include <cmath>
 #include <numeric>
 #include <fmt/format.h>
 
@@ -121,12 +122,13 @@ class CudaStageDevice final : public StageDevice {
   }
   std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
-  double GradientSquares(std::size_t first, std::size_t count) override {
-    if (count == 0) return 0.0;
-    // cuBLAS's norm on the compute stream; the host pointer mode waits for it.
+  bool GradientsFinite(std::size_t first, std::size_t count) override {
+    if (count == 0) return true;
+    // cuBLAS's norm on the compute stream (the host pointer mode waits for
+    // it): a NaN or an infinity among the gradients makes it non-finite.
     float norm = 0.0f;
     BATON_CUBLAS_CHECK(cublasSnrm2(cublas_.get(), static_cast<int>(count), grads_.data() + first, 1, &norm));
-    return static_cast<double>(norm) * norm;
+    return std::isfinite(norm);
   }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 

@@ -249,24 +249,25 @@ void Executor::DiscardGradients() {
   for (auto& st : stages_) st->ZeroGrads();
 }
 
-double Executor::GradientSquares() {
+bool Executor::GradientsFinite() {
   const ReductionPlan& red = plan_.reduction;
-  double sum = 0.0;
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     StageDevice& dev = stages_[k]->device();
     if (replicas_ != nullptr && red.zero) {
       // After the reduce-scatter only this replica's part of each bucket is summed.
+      const auto me = static_cast<std::size_t>(replicas_->rank());
       for (const BucketPlan& b : red.buckets) {
         if (b.local != static_cast<int>(k)) continue;
-        const auto me = static_cast<std::size_t>(replicas_->rank());
-        sum += dev.GradientSquares(b.offset + static_cast<std::size_t>(b.displs[me]),
-                                   static_cast<std::size_t>(b.counts[me]));
+        if (!dev.GradientsFinite(b.offset + static_cast<std::size_t>(b.displs[me]),
+                                 static_cast<std::size_t>(b.counts[me]))) {
+          return false;
+        }
       }
-    } else {
-      sum += dev.GradientSquares(0, plan_.local_stages[k].num_params);
+    } else if (!dev.GradientsFinite(0, plan_.local_stages[k].num_params)) {
+      return false;
     }
   }
-  return sum;
+  return true;
 }
 
 void Executor::SumTiedGradients() {

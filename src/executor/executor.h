@@ -108,10 +108,9 @@ class Executor {
   StepStats ComputeGradients(const Batch& batch, StepObserver* observer = nullptr);
   void ApplyGradients(StepObserver* observer = nullptr);
   void DiscardGradients();
-  // After ComputeGradients: the sum of squares of the gradients this rank
-  // holds final (under ZeRO its shard of each stage; non-finite if any of
-  // them is a NaN or an infinity).
-  double GradientSquares();
+  // After ComputeGradients: false if a gradient this rank holds final (under
+  // ZeRO its shard of each stage) is a NaN or an infinity.
+  bool GradientsFinite();
   // The last TrainStep's gradient sums (zeros without replicas).
   const ReductionTimes& reduction_times() const { return reduction_times_; }
   // The plan's step alone: gradients accumulate into the stages' gradient

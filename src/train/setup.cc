@@ -162,6 +162,11 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   u.first_rank = u.rank_plan.has_inputs;
   u.last_rank = u.rank_plan.has_labels;
   u.fault = FaultFromEnvironment();
+  // Every rank that writes a checkpoint shard checks the folder where it
+  // writes (on many nodes, each its own view of the shared file system).
+  if (o.training && u.replica == 0 && !c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
+    CheckOutputFolder(c.checkpoint.dir, "checkpoint.dir");
+  }
   if (u.world_rank != 0) return;
   // The batches of an epoch are known only once the data is read; the run's
   // length in steps is train.steps, or epochs x batches (Train).

@@ -142,34 +142,39 @@ void PrintStart(const TrainConfig& c, const RunSetup& u, int ranks, std::int64_t
                static_cast<long long>(total));
 }
 
-// The step's verdict on its numbers, the same on every rank (one AllMax):
-// 0 if the loss and every gradient are finite; otherwise which rank saw
-// what, the loss (the last stage's rank) before a gradient.
-int NonFiniteVerdict(Transport& t, const StepStats& stats, Executor& exec, int world_rank) {
-  int mine = 0;
-  if (!std::isfinite(stats.loss_sum)) {
-    mine = (2 << 20) + world_rank;
-  } else if (!std::isfinite(exec.GradientSquares())) {
-    mine = (1 << 20) + world_rank;
-  }
-  return t.AllMax(mine, "every rank checking that its loss and gradients are finite");
+// This rank's part of a step's verdict on its numbers: 0 if its loss (the
+// last stage's rank) and its gradients are finite; otherwise the kind (the
+// loss before a gradient) and the rank, so that the largest over the ranks
+// says who saw what.
+int NonFiniteCode(const StepStats& stats, Executor& exec, int world_rank) {
+  if (!std::isfinite(stats.loss_sum)) return (2 << 20) + world_rank;
+  if (!exec.GradientsFinite()) return (1 << 20) + world_rank;
+  return 0;
 }
 
-std::string NonFiniteText(int verdict, std::int64_t step) {
+constexpr const char* kVerdictWait = "every rank checking that its loss and gradients are finite";
+
+// "step 5: the loss is not finite (NaN or infinite) on rank 3 (stage 3, the last)".
+std::string NonFiniteText(int verdict, const RunSetup& u, std::int64_t step) {
   const int rank = verdict & ((1 << 20) - 1);
   const bool loss = (verdict >> 20) == 2;
-  return fmt::format("step {}: {} on rank {}{}", step,
+  // The world rank's pipeline rank (ReplicaLayout: w / D), and its stages.
+  const int pipeline_rank = rank / std::max(u.plan.replicas, 1);
+  std::vector<int> stages;
+  for (int s = 0; s < u.plan.stages(); ++s) {
+    if (u.plan.lowered.stage_rank[static_cast<std::size_t>(s)] == pipeline_rank) stages.push_back(s);
+  }
+  return fmt::format("step {}: {} on rank {} (stage{} {}{})", step,
                      loss ? "the loss is not finite (NaN or infinite)" : "a gradient is not finite (NaN or infinite)",
-                     rank, loss ? " (the last stage's)" : "");
+                     rank, stages.size() > 1 ? "s" : "", fmt::join(stages, ", "), loss ? ", the last" : "");
 }
 
 [[noreturn]] void StopNonFinite(int verdict, const RunSetup& u, std::int64_t step, bool root) {
   if (!root) throw PeerFailed();
   throw RunError(fmt::format(
-      "{}; the run stops (train.on_nonfinite: stop): no weights written, and the last complete checkpoint{} is "
+      "{}; the run stops (train.on_nonfinite: stop): no weights written, the last complete checkpoint (if any) "
       "kept. A lower learning rate often helps; train.on_nonfinite: skip drops such steps instead",
-      NonFiniteText(verdict, step),
-      u.first_step > 1 || step > 1 ? "" : " (none yet)"));
+      NonFiniteText(verdict, u, step)));
 }
 
 }  // namespace
@@ -200,43 +205,69 @@ TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptio
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
   std::int64_t skipped = 0;
+  // train.on_nonfinite: stop agrees on a step's numbers while the next step
+  // runs (a blocking agreement would hold every rank at the step's end): a
+  // step's verdict is settled before anything is written and before the
+  // next verdict starts, so a non-finite step stops the run before any file
+  // holds its numbers. skip must agree before the update.
+  std::int64_t pending = 0;  // the step whose verdict is in flight (0: none)
+  auto settle = [&] {
+    if (pending == 0) return;
+    const int verdict = t.EndAllMax(kVerdictWait);
+    if (verdict != 0) StopNonFinite(verdict, u, pending, root);
+    pending = 0;
+  };
   for (std::int64_t step = first_step; step <= total; ++step) {
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
     const StepStats stats = u.exec->ComputeGradients(batch);
-    // Checked before the update: a non-finite step never reaches the weights.
-    const int verdict = NonFiniteVerdict(t, stats, *u.exec, u.world_rank);
-    if (verdict != 0 && c.train.on_nonfinite == OnNonFinite::kStop) StopNonFinite(verdict, u, step, root);
-    if (verdict != 0) {
+    const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
+    bool skip = false;
+    if (c.train.on_nonfinite == OnNonFinite::kSkip) {
+      const int verdict = t.AllMax(code, kVerdictWait);
+      skip = verdict != 0;
+      if (skip && root) {
+        std::fprintf(stderr, "%sbaton: %s: the step is skipped (train.on_nonfinite: skip)\n", tty ? "\n" : "",
+                     NonFiniteText(verdict, u, step).c_str());
+      }
+    }
+    if (skip) {
       u.exec->DiscardGradients();
       ++skipped;
-      if (root) std::fprintf(stderr, "%sbaton: %s: the step is skipped (train.on_nonfinite: skip)\n",
-                             tty ? "\n" : "", NonFiniteText(verdict, step).c_str());
     } else {
       u.exec->ApplyGradients();
+    }
+    if (c.train.on_nonfinite == OnNonFinite::kStop) {
+      settle();
+      t.StartAllMax(code);
+      pending = step;
     }
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
     const bool epoch_end = step % per_epoch == 0 || step == total;
     if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
+      settle();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
-              Seconds(start, Clock::now()), tty, verdict != 0, summary);
+              Seconds(start, Clock::now()), tty, skip, summary);
       window_start = Clock::now();
       window_samples = 0;
     }
     // u.test holds Fashion-MNIST's test split or fortunes' validation split
     // when the config asks for them, and nothing otherwise.
     if (epoch_end && u.evaluation) {
+      settle();
       Evaluate(c, t, u, step, epoch, tty, summary);
       window_start = Clock::now();
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
+      settle();
       SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, step,
                      [&] { MaybeInjectFault(u.fault, u.world_rank, step, "checkpoint"); });
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
   }
+  settle();
   if (tty) std::fprintf(stderr, "\n");
   // A fault that was asked for and never fired tested nothing (CheckFault
   // refuses the ones that cannot; this is the guard behind it).

@@ -202,7 +202,7 @@ TEST_F(Hostile, MetricsAndWeightsInOneFileAreRefused) {
 TEST_F(Hostile, WeightsIntoAFifoAreWrittenThroughNotReplaced) {
   ASSERT_EQ(::mkfifo((dir_ / "w.fifo").c_str(), 0644), 0);
   // A reader takes what the run writes into the FIFO.
-  last_ = "cd '" + dir_.string() + "' && (cat w.fifo > got.safetensors &) && timeout 60 '" BATON_MPIEXEC
+  last_ = "cd '" + dir_.string() + "' && (timeout 60 cat w.fifo > got.safetensors &) && timeout 60 '" BATON_MPIEXEC
           "' -np 2 '" BATON_BINARY "' train '" + Tiny() +
           "' --set pipeline.ranks=2 --set log.weights=w.fifo > log.txt 2>&1";
   const Job j = Run(last_);
@@ -252,7 +252,7 @@ TEST_F(Hostile, AModelThatCannotFitIsRefusedBeforeAllocating) {
 
 TEST_F(Hostile, DivergenceStopsTheRunAtItsStep) {
   const Job j = Train(2, "--set pipeline.ranks=2 --set train.optimizer.lr=1e30 --set train.steps=8");
-  ExpectRefused(j, ": the loss is not finite (NaN or infinite) on rank 1");
+  ExpectRefused(j, ": the loss is not finite (NaN or infinite) on rank 1 (stage 1, the last)");
   EXPECT_NE(j.output.find("step 2: "), std::string::npos) << j.output;
   EXPECT_FALSE(fs::exists(dir_ / "weights.safetensors"));
   EXPECT_EQ(MetricsRows(dir_ / "metrics.jsonl").size(), 1u);  // step 1, finite
