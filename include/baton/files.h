@@ -50,6 +50,10 @@ class AtomicFile {
   std::FILE* file_ = nullptr;
 };
 
+// For a signal handler ending the process: removes the temporary file of
+// the AtomicFile being written, if any. Async-signal-safe (unlink only).
+void RemoveUnfinishedFile() noexcept;
+
 // Writes `content` to `path` as an AtomicFile. Throws OutputError.
 void WriteTextFile(const std::string& path, std::string_view content);
 

@@ -54,7 +54,8 @@ char g_stop_message[160];
 std::size_t g_stop_length = 0;
 
 extern "C" void OnStopSignal(int signal) {
-  // Only async-signal-safe calls: write and _exit.
+  // Only async-signal-safe calls: unlink, write and _exit.
+  RemoveUnfinishedFile();
   if (g_stop_length > 0) {
     const char* name = signal == SIGINT ? " SIGINT\n" : " SIGTERM\n";
     ssize_t ignored = ::write(STDERR_FILENO, g_stop_message, g_stop_length);
@@ -66,8 +67,8 @@ extern "C" void OnStopSignal(int signal) {
 
 void HandleStopSignals(int rank) {
   const std::string text = fmt::format(
-      "baton: rank {}: stopped before the run ended: no weights written; the last complete checkpoint (if any) is "
-      "kept; signal",
+      "baton: rank {}: stopped before the run ended (a file being written is removed; the last complete checkpoint, "
+      "if any, is kept): signal",
       rank);
   g_stop_length = std::min(text.size(), sizeof g_stop_message);
   std::memcpy(g_stop_message, text.data(), g_stop_length);

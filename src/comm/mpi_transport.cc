@@ -72,7 +72,8 @@ class MpiTransport final : public Transport {
     for (MPI_Request& r : requests_) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     }
-    if (max_request_ != MPI_REQUEST_NULL) MPI_Request_free(&max_request_);
+    // An AllMax still in flight (the job is ending on an error) is left to
+    // MPI: freeing an active collective's request is not allowed.
     if (rank_ == 0) DrainNotes(0.0, -1);
     for (MPI_Request& r : note_requests_) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
@@ -204,6 +205,7 @@ class MpiTransport final : public Transport {
   }
 
   void StartAllMax(int value) override {
+    if (max_request_ != MPI_REQUEST_NULL) throw Error("Transport::StartAllMax called while one is in flight");
     max_in_ = value;
     BATON_MPI_CHECK(MPI_Iallreduce(&max_in_, &max_out_, 1, MPI_INT, MPI_MAX, comm_, &max_request_));
   }
@@ -256,7 +258,11 @@ class MpiTransport final : public Transport {
     int done = 0;
     for (int spins = 0;; ++spins) {
       BATON_MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-      if (done) return;
+      if (done) {
+        // After a slow one, the notes it drew are read and dropped.
+        if (rank_ == 0 && size_ > 1 && spins >= 64 && deadline.waited_s() > NoteAfter()) DrainNotes(0.0, -1);
+        return;
+      }
       const bool passed = deadline.Poll(spins);
       if (!noted && rank_ != 0 && (spins & 63) == 0 && spins > 0 && deadline.waited_s() > NoteAfter()) {
         SendNote(number);
@@ -280,10 +286,22 @@ class MpiTransport final : public Transport {
   static constexpr double kNoteGrace = 1.0;
 
   void SendNote(std::int64_t number) {
+    // Notes already delivered are done with.
+    for (std::size_t i = 0; i < note_requests_.size();) {
+      int done = 0;
+      if (MPI_Test(&note_requests_[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+        note_requests_.erase(note_requests_.begin() + static_cast<std::ptrdiff_t>(i));
+        note_values_.erase(note_values_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
     note_values_.push_back(std::make_unique<long long>(number));
     MPI_Request r = MPI_REQUEST_NULL;
     if (MPI_Isend(note_values_.back().get(), 1, MPI_LONG_LONG, 0, 0, notes_comm_, &r) == MPI_SUCCESS) {
       note_requests_.push_back(r);
+    } else {
+      note_values_.pop_back();
     }
   }
   // Rank 0: takes the notes that came (for up to `grace` seconds more, or
@@ -300,7 +318,8 @@ class MpiTransport final : public Transport {
       if (flag) {
         long long value = 0;
         MPI_Recv(&value, 1, MPI_LONG_LONG, status.MPI_SOURCE, 0, notes_comm_, MPI_STATUS_IGNORE);
-        if (value == number) noted[static_cast<std::size_t>(status.MPI_SOURCE)] = true;
+        // A rank that noted a later collective passed this one.
+        if (number >= 0 && value >= number) noted[static_cast<std::size_t>(status.MPI_SOURCE)] = true;
         continue;
       }
       if (std::find(noted.begin(), noted.end(), false) == noted.end()) break;

@@ -104,6 +104,9 @@ std::unique_ptr<CudaLayer> MakeCudaLayer(const LayerSpec& spec, int in, int max_
 void Add(const Context& ctx, const float* a, const float* b, float* out, std::size_t n);
 // y += x (n floats): gradients meeting at a residual block's input.
 void AddInto(const Context& ctx, const float* x, float* y, std::size_t n);
+// *largest (a device scalar) = max(*largest, the bits of the largest |x| of
+// the n floats): 0x7f800000 or more means a NaN or an infinity among them.
+void LargestBits(const Context& ctx, const float* x, std::size_t n, unsigned* largest);
 
 // Cross-entropy over one microbatch, as baton::CrossEntropy: logits (rows,
 // classes), labels (rows, device) in [0, classes). Writes dlogits =

@@ -22,7 +22,7 @@ namespace {
 class CudaStageDevice final : public StageDevice {
  public:
   CudaStageDevice(cudaStream_t stream, Precision precision)
-      : cublas_(stream), loss_(1), correct_(1), totals_host_(2), taken_() {
+      : cublas_(stream), loss_(1), correct_(1), totals_host_(2), largest_(1), largest_host_(1), taken_() {
     ctx_.stream = stream;
     ctx_.cublas = cublas_.get();
     ctx_.precision = precision;
@@ -124,12 +124,16 @@ class CudaStageDevice final : public StageDevice {
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   bool GradientsFinite(std::size_t first, std::size_t count) override {
     if (count == 0) return true;
-    // cuBLAS's norm on the compute stream (the host pointer mode waits for
-    // it): a NaN or an infinity among the gradients makes it non-finite.
-    float norm = 0.0f;
-    BATON_CUBLAS_CHECK(cublasSnrm2(cublas_.get(), static_cast<int>(count), grads_.data() + first, 1, &norm));
-    return std::isfinite(norm);
+    // The largest magnitude's bits against the infinity's, reduced on the
+    // compute stream after the step's gradients; one 4-byte read back.
+    BATON_CUDA_CHECK(cudaMemsetAsync(largest_.data(), 0, sizeof(unsigned), ctx_.stream));
+    cuda::LargestBits(ctx_, grads_.data() + first, count, largest_.data());
+    BATON_CUDA_CHECK(cudaMemcpyAsync(largest_host_.data(), largest_.data(), sizeof(unsigned), cudaMemcpyDeviceToHost,
+                                     ctx_.stream));
+    BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return largest_host_.data()[0] < 0x7f800000u;
   }
+
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   // Saved state and stash (attention's) are floats in the ring slot.
@@ -199,6 +203,8 @@ class CudaStageDevice final : public StageDevice {
   DeviceBuffer<unsigned long long> correct_;
   std::size_t optimizer_first_ = 0;  // the optimizer's first parameter
   PinnedBuffer<double> totals_host_;  // [loss sum, correct count's bits]
+  DeviceBuffer<unsigned> largest_;     // GradientsFinite's reduction, and its copy on the host
+  PinnedBuffer<unsigned> largest_host_;
   std::unique_ptr<CudaOptimizer> optimizer_;
   std::vector<FloatBuffer> host_state_;
   Event taken_;

@@ -36,6 +36,25 @@ __global__ void AddIntoKernel(const float* __restrict__ x, float* __restrict__ y
   }
 }
 
+// *largest = max(*largest, the largest |x| of x's floats as bits): a float
+// is a NaN or an infinity exactly when that reaches 0x7f800000. One atomic
+// per block, after the block's own max by warp shuffles.
+__global__ void LargestBitsKernel(const float* __restrict__ x, std::size_t n, unsigned* __restrict__ largest) {
+  unsigned mine = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    mine = max(mine, __float_as_uint(x[i]) & 0x7fffffffu);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) mine = max(mine, __shfl_down_sync(kFullWarp, mine, offset));
+  __shared__ unsigned warps[32];
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) mine = max(mine, warps[w]);
+    atomicMax(largest, mine);
+  }
+}
+
 // Sum of v over the block, returned to every thread. REQUIRES: blockDim.x is a
 // multiple of 32; every thread calls it. `shared` holds 32 floats; the
 // closing barrier lets the next call reuse it.
@@ -155,6 +174,12 @@ __global__ void CrossEntropyKernel(const float* __restrict__ logits, const std::
 void Add(const Context& ctx, const float* a, const float* b, float* out, std::size_t n) {
   if (n == 0) return;
   AddKernel<<<BlocksFor(n), kThreads, 0, ctx.stream>>>(a, b, out, n);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LargestBits(const Context& ctx, const float* x, std::size_t n, unsigned* largest) {
+  if (n == 0) return;
+  LargestBitsKernel<<<BlocksFor(n), kThreads, 0, ctx.stream>>>(x, n, largest);
   BATON_CUDA_CHECK_LAUNCH();
 }
 

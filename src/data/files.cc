@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 
@@ -63,7 +64,23 @@ void CheckWritableFolder(const fs::path& folder, std::string_view key, const std
   }
 }
 
+// The temporary file being written, for RemoveUnfinishedFile (a signal
+// handler may read it at any moment: a fixed buffer, and a flag set last).
+char g_unfinished[4096];
+volatile std::sig_atomic_t g_has_unfinished = 0;
+
+void NoteUnfinished(const std::string& tmp) {
+  g_has_unfinished = 0;
+  if (tmp.empty() || tmp.size() >= sizeof g_unfinished) return;
+  std::memcpy(g_unfinished, tmp.c_str(), tmp.size() + 1);
+  g_has_unfinished = 1;
+}
+
 }  // namespace
+
+void RemoveUnfinishedFile() noexcept {
+  if (g_has_unfinished) ::unlink(g_unfinished);
+}
 
 AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
   const fs::path target(path_);
@@ -72,9 +89,20 @@ AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
   if (fs::is_directory(st)) throw OutputError(fmt::format("{}: is a folder, not a file", path_));
   if (fs::exists(st) && !fs::is_regular_file(st)) {
     // A device or a FIFO: written through (replacing /dev/null would break
-    // the machine; a FIFO's reader wants the bytes).
-    file_ = std::fopen(path_.c_str(), "wb");
-    if (file_ == nullptr) throw OutputError(fmt::format("{}: cannot open it for writing: {}", path_, std::strerror(errno)));
+    // the machine; a FIFO's reader wants the bytes). Opened without waiting:
+    // a FIFO nobody reads would hold the rank forever.
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      throw OutputError(fmt::format("{}: cannot open it for writing: {}", path_,
+                                    errno == ENXIO ? "a FIFO that nobody reads" : std::strerror(errno)));
+    }
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    file_ = ::fdopen(fd, "wb");
+    if (file_ == nullptr) {
+      ::close(fd);
+      throw OutputError(fmt::format("{}: cannot open it for writing: {}", path_, std::strerror(errno)));
+    }
     return;
   }
   tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
@@ -83,9 +111,11 @@ AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
   if (ec) throw OutputError(fmt::format("{}: cannot create the folder: {}", path_, ec.message()));
   file_ = std::fopen(tmp_.c_str(), "wb");
   if (file_ == nullptr) throw OutputError(fmt::format("{}: cannot create '{}': {}", path_, tmp_, std::strerror(errno)));
+  NoteUnfinished(tmp_);
 }
 
 AtomicFile::~AtomicFile() {
+  if (!tmp_.empty()) g_has_unfinished = 0;
   if (file_ == nullptr) return;
   std::fclose(file_);
   if (!tmp_.empty()) std::remove(tmp_.c_str());
@@ -127,6 +157,7 @@ void AtomicFile::Commit() {
   }
   std::error_code ec;
   fs::rename(tmp_, path_, ec);
+  g_has_unfinished = 0;
   if (ec) {
     std::remove(tmp_.c_str());
     throw OutputError(fmt::format("{}: cannot move the finished file into place: {}", path_, ec.message()));
@@ -217,6 +248,16 @@ bool FileLock::TryLock(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw OutputError(fmt::format("{}: cannot open the lock file: {}", path, std::strerror(errno)));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) return false;
+    throw OutputError(fmt::format("{}: cannot lock the file: {}", path, std::strerror(err)));
+  }
+  // The lock holds only if the path still names the file locked: a holder
+  // that removed it on its way out leaves an unlinked file to lock.
+  struct stat held {}, named {};
+  if (::fstat(fd, &held) != 0 || ::stat(path.c_str(), &named) != 0 || held.st_dev != named.st_dev ||
+      held.st_ino != named.st_ino) {
     ::close(fd);
     return false;
   }

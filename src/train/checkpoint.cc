@@ -253,9 +253,22 @@ json ParseManifest(const std::string& text, const std::string& where) {
                                   "or settings; this baton resumes only format 2 checkpoints",
                                   where));
   }
-  if (format != kFormat || !m.contains("step") || !m["step"].is_number_integer() || !m.contains("shards")) {
-    throw ConfigError(fmt::format("{}: not a baton checkpoint manifest ({})", where, kFormat));
+  // Every field a resume reads, of its type: a manifest is read, not trusted.
+  auto integer = [&](const char* key) { return m.contains(key) && m[key].is_number_integer(); };
+  auto string = [&](const char* key) { return m.contains(key) && m[key].is_string(); };
+  bool ok = format == kFormat && integer("step") && integer("ranks") && integer("chunks") && integer("microbatches") &&
+            integer("train_steps") && string("run_id") && string("config_digest") && string("settings") &&
+            string("schedule") && m.contains("partition") && m["partition"].is_array() && m.contains("shards") &&
+            m["shards"].is_array();
+  for (const json& p : ok ? m["partition"] : json::array()) ok = ok && p.is_number_integer();
+  for (const json& shard : ok ? m["shards"] : json::array()) {
+    ok = ok && shard.is_object() && shard.contains("rank") && shard["rank"].is_number_integer() &&
+         shard.contains("file") && shard["file"].is_string() && shard.contains("bytes") &&
+         shard["bytes"].is_number_unsigned() && shard.contains("crc32") && shard["crc32"].is_number_unsigned();
+    // A shard is a file of the step folder itself, named by its rank.
+    ok = ok && shard["file"].get<std::string>() == fmt::format("rank-{:05}.safetensors", shard["rank"].get<int>());
   }
+  if (!ok) throw ConfigError(fmt::format("{}: not a baton checkpoint manifest ({}), or a damaged one", where, kFormat));
   return m;
 }
 
@@ -276,6 +289,9 @@ std::string MathSettings(const TrainConfig& config) {
   c.pipeline.wait_timeout_s = 0;
   c.pipeline.profile.clear();
   c.pipeline.memory_bytes = 0;
+  // What a non-finite step does changes no finite step: a run stopped by
+  // one may resume skipping them.
+  c.train.on_nonfinite = OnNonFinite::kStop;
   return DescribeTrainConfig(c);
 }
 
@@ -377,15 +393,9 @@ CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::stri
                                     "holds {}); give this run another checkpoint.dir",
                                     dir, lock));
     }
-    std::vector<std::string> others, later;
+    std::vector<std::string> others;
     for (const StepFolder& s : StepFolders(dir)) {
-      if (resumed == nullptr) {
-        others.push_back(Describe(s));
-      } else if (s.complete && s.run_id != run_id) {
-        others.push_back(Describe(s));
-      } else if (s.complete && s.step > resumed->step) {
-        later.push_back(s.name);
-      }
+      if (resumed == nullptr || (s.complete && s.run_id != run_id)) others.push_back(Describe(s));
     }
     if (!others.empty()) {
       const std::size_t shown = std::min<std::size_t>(others.size(), 5);
@@ -397,15 +407,6 @@ CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::stri
                                "them away)"
                              : "give this run another checkpoint.dir (or move them away)"));
     }
-    // This run's checkpoints after the resumed step belong to a future that
-    // is being replaced: kept under another name, never the newest again.
-    for (const std::string& name : later) {
-      std::string target = dir + "/superseded-" + name;
-      for (int k = 2; fs::exists(target, ec); ++k) target = fmt::format("{}/superseded-{}-{}", dir, name, k);
-      fs::rename(dir + "/" + name, target, ec);
-      if (ec) throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir, name, ec.message()));
-      f.superseded_.push_back(fmt::format("{} -> {}", name, fs::path(target).filename().string()));
-    }
   } catch (...) {
     f.Abandon();
     throw;
@@ -415,9 +416,25 @@ CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::stri
 
 void CheckpointFolder::Abandon() {
   if (!lock_.held()) return;
+  // Removed while still held: a run that opened it meanwhile finds, once it
+  // has the lock, that the path no longer names its file (FileLock).
   lock_.Release(/*remove=*/lock_created_);
   std::error_code ec;
   if (created_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
+}
+
+std::vector<std::string> CheckpointFolder::SupersedeAfter(std::int64_t step, const std::string& run_id) {
+  std::vector<std::string> moved;
+  std::error_code ec;
+  for (const StepFolder& s : StepFolders(dir_)) {
+    if (!s.complete || s.run_id != run_id || s.step <= step) continue;
+    std::string target = dir_ + "/superseded-" + s.name;
+    for (int k = 2; fs::exists(target, ec); ++k) target = fmt::format("{}/superseded-{}-{}", dir_, s.name, k);
+    fs::rename(dir_ + "/" + s.name, target, ec);
+    if (ec) throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir_, s.name, ec.message()));
+    moved.push_back(fmt::format("{} -> {}", s.name, fs::path(target).filename().string()));
+  }
+  return moved;
 }
 
 void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, const RunComms& comms, ParamStore& store,

@@ -89,24 +89,25 @@ class CheckpointFolder {
   CheckpointFolder() = default;
   // Creates `dir` if missing and takes its lock; then a run from scratch
   // (`resumed` null) refuses any step folder already there, naming them,
-  // and a resumed run refuses another run's complete checkpoints and moves
-  // its own later than the resumed step aside (superseded-step-NNNNNNNN:
-  // kept, never again the newest). ConfigError or OutputError; on error
-  // nothing is left of what it created.
+  // and a resumed run refuses another run's complete checkpoints.
+  // ConfigError or OutputError; on error nothing is left of what it created.
+  // Changes nothing that is there.
   static CheckpointFolder Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed);
-  // Setup failed after the claim: releases the lock and removes the folder
-  // if Claim created it and it is empty.
+  // Setup failed after the claim: releases the lock, removes the lock file
+  // if Claim created it, and the folder if Claim created it and it is empty.
   void Abandon();
+  // Once the resumed checkpoint is loaded: this run's complete checkpoints
+  // after `step` belong to a future being replaced; each is moved aside as
+  // superseded-step-NNNNNNNN (kept, never again the newest). Returns what it
+  // moved ("step-00000700 -> superseded-step-00000700"). OutputError.
+  std::vector<std::string> SupersedeAfter(std::int64_t step, const std::string& run_id);
   const std::string& dir() const { return dir_; }
-  // What Claim moved aside, for the log ("step-00000700 -> superseded-...").
-  const std::vector<std::string>& superseded() const { return superseded_; }
 
  private:
   std::string dir_;
   FileLock lock_;
   bool created_ = false;       // Claim made the folder
   bool lock_created_ = false;  // ... or its lock file
-  std::vector<std::string> superseded_;
 };
 
 // Where checkpoints go and how many stay.

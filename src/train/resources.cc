@@ -40,34 +40,71 @@ double MiB(std::uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20);
 
 }  // namespace
 
-NodeMemory NodeMemoryFrom(std::string_view meminfo, std::string_view cgroup_limit, std::string_view cgroup_usage) {
+NodeMemory NodeMemoryFrom(std::string_view meminfo, const std::vector<CgroupMemory>& cgroups) {
   NodeMemory m;
   const std::size_t at = meminfo.find("MemAvailable:");
   std::uint64_t kib = 0;
   if (at != std::string_view::npos && Number(meminfo.substr(at + 13), &kib)) {
+    m.known = true;
     m.bytes = kib * 1024;
     m.source = "MemAvailable in /proc/meminfo";
   }
-  std::uint64_t limit = 0, usage = 0;
-  if (Number(cgroup_limit, &limit) && limit < (std::uint64_t{1} << 60)) {  // v1 writes "no limit" as ~2^63
-    Number(cgroup_usage, &usage);
-    const std::uint64_t room = limit > usage ? limit - usage : 0;
-    if (m.bytes == 0 || room < m.bytes) {
+  for (const CgroupMemory& g : cgroups) {
+    std::uint64_t limit = 0, usage = 0, inactive = 0;
+    // "max" (v2) or a number near 2^63 (v1): no limit here.
+    if (!Number(g.limit, &limit) || limit >= (std::uint64_t{1} << 60) || !Number(g.usage, &usage)) continue;
+    const std::size_t line = g.stat.find("inactive_file ");
+    if (line != std::string::npos && (line == 0 || g.stat[line - 1] == '\n')) {
+      Number(std::string_view(g.stat).substr(line + 14), &inactive);
+    }
+    const std::uint64_t used = usage > inactive ? usage - inactive : 0;
+    const std::uint64_t room = limit > used ? limit - used : 0;
+    if (!m.known || room < m.bytes) {
+      m.known = true;
       m.bytes = room;
-      m.source = fmt::format("the cgroup's memory limit {:.0f} MiB less its use {:.0f} MiB", MiB(limit), MiB(usage));
+      m.source = fmt::format("the memory limit {:.0f} MiB of cgroup {} less its use {:.0f} MiB", MiB(limit), g.where,
+                             MiB(used));
     }
   }
   return m;
 }
 
-NodeMemory ReadNodeMemory() {
-  std::string limit = Slurp("/sys/fs/cgroup/memory.max"), usage = Slurp("/sys/fs/cgroup/memory.current");
-  if (limit.empty()) {
-    limit = Slurp("/sys/fs/cgroup/memory/memory.limit_in_bytes");
-    usage = Slurp("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+namespace {
+
+// The process's cgroups with a memory controller, its own first, then each
+// one above it, as they are mounted here.
+std::vector<CgroupMemory> OwnCgroups() {
+  const std::string self = Slurp("/proc/self/cgroup");
+  std::string v2, v1;  // the process's paths
+  std::size_t start = 0;
+  for (std::size_t end; (end = self.find('\n', start)) != std::string::npos; start = end + 1) {
+    const std::string line = self.substr(start, end - start);
+    const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, 2, "0:") == 0 && controllers.empty()) v2 = path;
+    if (("," + controllers + ",").find(",memory,") != std::string::npos) v1 = path;
   }
-  return NodeMemoryFrom(Slurp("/proc/meminfo"), limit, usage);
+  std::vector<CgroupMemory> out;
+  auto walk = [&](const std::string& mount, std::string path, const char* limit, const char* usage) {
+    for (;;) {
+      const std::string dir = mount + (path == "/" ? "" : path);
+      CgroupMemory g{path, Slurp((dir + "/" + limit).c_str()), Slurp((dir + "/" + usage).c_str()),
+                     Slurp((dir + "/memory.stat").c_str())};
+      if (!g.limit.empty()) out.push_back(std::move(g));
+      if (path.empty() || path == "/") break;
+      const std::size_t slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+    }
+  };
+  if (!v1.empty()) walk("/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes");
+  if (!v2.empty()) walk("/sys/fs/cgroup", v2, "memory.max", "memory.current");
+  return out;
 }
+
+}  // namespace
+
+NodeMemory ReadNodeMemory() { return NodeMemoryFrom(Slurp("/proc/meminfo"), OwnCgroups()); }
 
 std::string HostName() {
   char name[256] = {};
@@ -80,7 +117,7 @@ void CheckNodeMemory(const std::vector<RankNeed>& ranks) {
   for (const RankNeed& r : ranks) nodes[r.host].push_back(&r);
   for (const auto& [host, on] : nodes) {
     const NodeMemory& mem = on.front()->available;
-    if (mem.bytes == 0) continue;
+    if (!mem.known) continue;
     std::uint64_t total = 0;
     const RankNeed* largest = on.front();
     std::vector<std::string> each;
@@ -105,8 +142,8 @@ std::string EncodeNeed(const RankNeed& n) {
     std::replace(s.begin(), s.end(), '\n', ' ');
     return s;
   };
-  return fmt::format("{}\t{}\t{}\t{}\t{}\t{}", n.rank, clean(n.host), n.bytes, clean(n.breakdown), n.available.bytes,
-                     clean(n.available.source));
+  return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}", n.rank, clean(n.host), n.bytes, clean(n.breakdown),
+                     n.available.known ? 1 : 0, n.available.bytes, clean(n.available.source));
 }
 
 RankNeed DecodeNeed(const std::string& text) {
@@ -116,14 +153,15 @@ RankNeed DecodeNeed(const std::string& text) {
     f.push_back(text.substr(start, tab - start));
   }
   f.push_back(text.substr(start));
-  if (f.size() != 6) throw Error("a rank's memory record is malformed: " + Quote(text));
+  if (f.size() != 7) throw Error("a rank's memory record is malformed: " + Quote(text));
   RankNeed n;
   n.rank = std::atoi(f[0].c_str());
   n.host = f[1];
   n.bytes = std::strtoull(f[2].c_str(), nullptr, 10);
   n.breakdown = f[3];
-  n.available.bytes = std::strtoull(f[4].c_str(), nullptr, 10);
-  n.available.source = f[5];
+  n.available.known = f[4] == "1";
+  n.available.bytes = std::strtoull(f[5].c_str(), nullptr, 10);
+  n.available.source = f[6];
   return n;
 }
 

@@ -12,16 +12,25 @@ namespace baton {
 
 // The memory this node's processes can still take: the least of the
 // kernel's estimate (MemAvailable, /proc/meminfo) and the room left under
-// the process's cgroup limit (v2 memory.max less memory.current, or v1
-// memory.limit_in_bytes less memory.usage_in_bytes); `source` names which.
+// the limit of the process's own cgroup and of each cgroup above it (v2
+// memory.max less memory.current; v1 memory.limit_in_bytes less
+// memory.usage_in_bytes; the file cache the kernel would drop,
+// inactive_file in memory.stat, counted as room); `source` names which.
 struct NodeMemory {
-  std::uint64_t bytes = 0;  // 0: unknown (nothing readable)
+  bool known = false;       // false: nothing readable, not checked
+  std::uint64_t bytes = 0;  // known: what the ranks can still have (0: nothing)
   std::string source;
 };
 NodeMemory ReadNodeMemory();
-// The same from the files' texts (tests): meminfo, and the cgroup's limit
-// ("max" = none) and usage ("" where absent).
-NodeMemory NodeMemoryFrom(std::string_view meminfo, std::string_view cgroup_limit, std::string_view cgroup_usage);
+// One cgroup's files, as read (tests): its limit ("max", or a number),
+// usage and memory.stat text.
+struct CgroupMemory {
+  std::string where;  // the cgroup's path, for the message
+  std::string limit, usage, stat;
+};
+// The same from the files' texts: meminfo, and the cgroups from the
+// process's own up to the root.
+NodeMemory NodeMemoryFrom(std::string_view meminfo, const std::vector<CgroupMemory>& cgroups);
 
 // This machine's name (gethostname), for grouping ranks by node.
 std::string HostName();

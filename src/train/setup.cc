@@ -17,13 +17,12 @@
 
 namespace baton {
 
-MetricsLog::MetricsLog(const std::string& path, std::int64_t resumed_after) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec) throw OutputError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
-  // Opened without truncating, locked, and only then emptied or trimmed:
-  // another run writing it keeps its rows.
+  // Opened without truncating and locked: another run writing it keeps its rows.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
   file_ = ::fdopen(fd, "a+");
@@ -31,43 +30,50 @@ MetricsLog::MetricsLog(const std::string& path, std::int64_t resumed_after) : pa
     ::close(fd);
     throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
   }
-  // A device (/dev/null) is written through: no lock, nothing to trim.
+  // A device (/dev/null) is written through: no lock, nothing to cut.
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) return;
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+  device_ = ::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode);
+  if (device_) return;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
     std::fclose(file_);
     file_ = nullptr;
-    throw OutputError(fmt::format("{}: another run is writing this metrics file; give this run another log.metrics",
-                                  path));
+    if (err == EWOULDBLOCK) {
+      throw OutputError(fmt::format("{}: another run is writing this metrics file; give this run another log.metrics",
+                                    path));
+    }
+    throw OutputError(fmt::format("{}: cannot lock the metrics file: {}", path, std::strerror(err)));
   }
-  // The rows kept: none from scratch; after a resume, those of the steps
-  // the checkpoint holds (a cut last line from a crash goes too).
-  std::string kept;
+}
+
+void MetricsLog::Start(std::int64_t resumed_after) {
+  if (file_ == nullptr || device_) return;
+  // The rows kept: none for a run from scratch; after a resume, those of
+  // the steps the checkpoint holds. The rows are in step order, so the file
+  // is cut once, where the first row past it (or a line a crash cut) starts:
+  // what is kept is never rewritten.
+  off_t keep = 0;
   if (resumed_after > 0) {
-    std::string line;
-    char buf[1 << 16];
     std::string text;
+    char buf[1 << 16];
     std::rewind(file_);
     for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, file_)) > 0;) text.append(buf, got);
     std::size_t start = 0;
     for (std::size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
-      line = text.substr(start, end - start);
+      std::int64_t step = -1;
       try {
-        const auto row = nlohmann::json::parse(line);
-        if (row.is_object() && row.value("step", std::int64_t{-1}) >= 0 &&
-            row.value("step", std::int64_t{-1}) <= resumed_after) {
-          kept += line + "\n";
-        }
+        const auto row = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(start),
+                                               text.begin() + static_cast<std::ptrdiff_t>(end));
+        if (row.is_object()) step = row.value("step", std::int64_t{-1});
       } catch (const nlohmann::json::exception&) {
       }
+      if (step < 0 || step > resumed_after) break;
+      keep = static_cast<off_t>(end + 1);
     }
   }
-  if (::ftruncate(fd, 0) != 0 || (!kept.empty() && std::fwrite(kept.data(), 1, kept.size(), file_) != kept.size()) ||
-      std::fflush(file_) != 0) {
-    const int err = errno;
-    std::fclose(file_);
-    file_ = nullptr;
-    throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(err)));
+  if (::ftruncate(::fileno(file_), keep) != 0) {
+    throw OutputError(fmt::format("{}: cannot cut the metrics file to the resumed step: {}", path_,
+                                  std::strerror(errno)));
   }
 }
 
@@ -191,10 +197,6 @@ void ClaimCheckpoints(const TrainConfig& c, RunSetup& u) {
   if (u.resume) CheckResumable(*u.resume, u.run);
   if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
     u.checkpoints = CheckpointFolder::Claim(c.checkpoint.dir, u.run.run_id, u.resume ? &*u.resume : nullptr);
-    for (const std::string& moved : u.checkpoints.superseded()) {
-      std::fprintf(stderr, "baton: %s: this run's checkpoint after the resumed step is kept aside: %s\n",
-                   c.checkpoint.dir.c_str(), moved.c_str());
-    }
   }
 }
 
@@ -287,7 +289,9 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     // Last: nothing fails after it, so a failed setup never empties a metrics file.
     Agree(world, "rank 0 opening the metrics file", [&] {
       if (o.training && u.world_rank == 0 && !c.log.metrics.empty()) {
-        u.metrics = std::make_unique<MetricsLog>(c.log.metrics, u.first_step - 1);
+        u.metrics = std::make_unique<MetricsLog>(c.log.metrics);
+        // A resumed run cuts its rows once its checkpoint is loaded (Train).
+        if (u.first_step == 1) u.metrics->Start(0);
       }
     });
     // The same answer on every rank, so that all join the evaluation's reduction.

@@ -33,14 +33,17 @@ namespace baton {
 // written is an OutputError.
 class MetricsLog {
  public:
-  // Opens `path` (created with its folders if missing): from scratch it is
-  // emptied; a run resumed after step `resumed_after` keeps the rows of
-  // steps up to it and drops the rest (they are trained again). Throws
-  // OutputError (unwritable, or another run holds it).
-  MetricsLog(const std::string& path, std::int64_t resumed_after);
+  // Opens `path` (created with its folders if missing) and locks it;
+  // changes nothing in it. Throws OutputError (unwritable, or another run
+  // holds it).
+  explicit MetricsLog(const std::string& path);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
+  // Before the first Line: from scratch (0) the file is emptied; a run
+  // resumed after step `resumed_after` keeps the rows of steps up to it
+  // (the file is cut after them, never rewritten). OutputError.
+  void Start(std::int64_t resumed_after);
   // Appends `json` and a line break, flushed. Throws OutputError.
   void Line(std::string_view json);
   const std::string& path() const { return path_; }
@@ -48,6 +51,7 @@ class MetricsLog {
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
+  bool device_ = false;  // not a regular file: written through, never cut
 };
 
 // What the run's setup does besides planning and allocating.

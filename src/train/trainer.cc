@@ -177,6 +177,71 @@ std::string NonFiniteText(int verdict, const RunSetup& u, std::int64_t step) {
       NonFiniteText(verdict, u, step)));
 }
 
+// train.on_nonfinite, step by step. stop agrees on a step's numbers while
+// the next step runs (a blocking agreement would hold every rank at the
+// step's end): a step's verdict is settled before anything is written and
+// before the next verdict starts, so a non-finite step stops the run before
+// any file holds its numbers. skip must agree before the update.
+class NumbersCheck {
+ public:
+  NumbersCheck(const TrainConfig& c, Transport& t, const RunSetup& u, bool tty)
+      : policy_(c.train.on_nonfinite), t_(t), u_(u), tty_(tty) {}
+  // After the step's gradients, with this rank's NonFiniteCode: true if the
+  // step's update is to be dropped (skip; agreed here).
+  bool Skip(int code, std::int64_t step) {
+    if (policy_ != OnNonFinite::kSkip) return false;
+    const int verdict = t_.AllMax(code, kVerdictWait);
+    if (verdict == 0) return false;
+    ++skipped_;
+    if (t_.rank() == 0) {
+      std::fprintf(stderr, "%sbaton: %s: the step is skipped (train.on_nonfinite: skip)\n", tty_ ? "\n" : "",
+                   NonFiniteText(verdict, u_, step).c_str());
+    }
+    return true;
+  }
+  // After the step's update (stop): its verdict starts, the previous one settled.
+  void Started(int code, std::int64_t step) {
+    if (policy_ != OnNonFinite::kStop) return;
+    Settle();
+    t_.StartAllMax(code);
+    pending_ = step;
+  }
+  // Before anything is written: the verdict in flight ends; a non-finite
+  // step stops the run here on every rank.
+  void Settle() {
+    if (pending_ == 0) return;
+    const int verdict = t_.EndAllMax(kVerdictWait);
+    if (verdict != 0) StopNonFinite(verdict, u_, pending_, t_.rank() == 0);
+    pending_ = 0;
+  }
+  std::int64_t skipped() const { return skipped_; }
+
+ private:
+  OnNonFinite policy_;
+  Transport& t_;
+  const RunSetup& u_;
+  bool tty_;
+  std::int64_t pending_ = 0;  // the step whose verdict is in flight (0: none)
+  std::int64_t skipped_ = 0;
+};
+
+// The run's end on every rank: a fault that was asked for and never fired
+// tested nothing (CheckFault refuses the ones that cannot; this is the guard
+// behind it); then the final weights, from the first replica's pipeline
+// (the replicas hold the same).
+void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
+  Agree(comms.world, "every rank checking that BATON_FAULT fired", [&] {
+    if (u.fault.mode != Fault::kNone && u.fault.rank == u.world_rank) {
+      throw RunError(fmt::format("BATON_FAULT: the fault at rank {} step {} action {} did not fire", u.fault.rank,
+                                 u.fault.step, u.fault.action));
+    }
+  });
+  if (!c.log.weights.empty() && u.replica == 0) {
+    u.params->Pull();
+    SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
+  }
+}
+
 }  // namespace
 
 TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptions& options) {
@@ -192,6 +257,18 @@ TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptio
   if (options.resume) {
     LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params);
     u.loader->Seek((first_step - 1) / per_epoch, (first_step - 1) % per_epoch);
+    // Loaded: only now does the run give up what came after the resumed
+    // step (a failed load leaves every file as it was).
+    Agree(t, "rank 0 setting aside what came after the resumed step", [&] {
+      if (t.rank() != 0) return;
+      if (!u.checkpoints.dir().empty()) {
+        for (const std::string& moved : u.checkpoints.SupersedeAfter(first_step - 1, u.run.run_id)) {
+          std::fprintf(stderr, "baton: %s: this run's checkpoint after the resumed step is kept aside: %s\n",
+                       u.checkpoints.dir().c_str(), moved.c_str());
+        }
+      }
+      if (u.metrics) u.metrics->Start(first_step - 1);
+    });
   }
   const bool root = t.rank() == 0;
   const std::int64_t total = u.total_steps;
@@ -204,49 +281,24 @@ TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptio
   TrainSummary summary;
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
-  std::int64_t skipped = 0;
-  // train.on_nonfinite: stop agrees on a step's numbers while the next step
-  // runs (a blocking agreement would hold every rank at the step's end): a
-  // step's verdict is settled before anything is written and before the
-  // next verdict starts, so a non-finite step stops the run before any file
-  // holds its numbers. skip must agree before the update.
-  std::int64_t pending = 0;  // the step whose verdict is in flight (0: none)
-  auto settle = [&] {
-    if (pending == 0) return;
-    const int verdict = t.EndAllMax(kVerdictWait);
-    if (verdict != 0) StopNonFinite(verdict, u, pending, root);
-    pending = 0;
-  };
+  NumbersCheck numbers(c, t, u, tty);
   for (std::int64_t step = first_step; step <= total; ++step) {
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
     const StepStats stats = u.exec->ComputeGradients(batch);
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
-    bool skip = false;
-    if (c.train.on_nonfinite == OnNonFinite::kSkip) {
-      const int verdict = t.AllMax(code, kVerdictWait);
-      skip = verdict != 0;
-      if (skip && root) {
-        std::fprintf(stderr, "%sbaton: %s: the step is skipped (train.on_nonfinite: skip)\n", tty ? "\n" : "",
-                     NonFiniteText(verdict, u, step).c_str());
-      }
-    }
+    const bool skip = numbers.Skip(code, step);
     if (skip) {
       u.exec->DiscardGradients();
-      ++skipped;
     } else {
       u.exec->ApplyGradients();
     }
-    if (c.train.on_nonfinite == OnNonFinite::kStop) {
-      settle();
-      t.StartAllMax(code);
-      pending = step;
-    }
+    numbers.Started(code, step);
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
     const bool epoch_end = step % per_epoch == 0 || step == total;
     if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
-      settle();
+      numbers.Settle();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
               Seconds(start, Clock::now()), tty, skip, summary);
       window_start = Clock::now();
@@ -255,34 +307,23 @@ TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptio
     // u.test holds Fashion-MNIST's test split or fortunes' validation split
     // when the config asks for them, and nothing otherwise.
     if (epoch_end && u.evaluation) {
-      settle();
+      numbers.Settle();
       Evaluate(c, t, u, step, epoch, tty, summary);
       window_start = Clock::now();
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
-      settle();
+      numbers.Settle();
       SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, step,
                      [&] { MaybeInjectFault(u.fault, u.world_rank, step, "checkpoint"); });
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
   }
-  settle();
+  numbers.Settle();
   if (tty) std::fprintf(stderr, "\n");
-  // A fault that was asked for and never fired tested nothing (CheckFault
-  // refuses the ones that cannot; this is the guard behind it).
-  Agree(t, "every rank checking that BATON_FAULT fired", [&] {
-    if (u.fault.mode != Fault::kNone && u.fault.rank == u.world_rank) {
-      throw RunError(fmt::format("BATON_FAULT: the fault at rank {} step {} action {} did not fire", u.fault.rank,
-                                 u.fault.step, u.fault.action));
-    }
-  });
-  // The final weights, from the first replica's pipeline (the replicas hold the same).
-  if (!c.log.weights.empty() && u.replica == 0) {
-    u.params->Pull();
-    SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
-  }
+  EndRun(c, comms, u);
   summary.seconds = Seconds(start, Clock::now());
+  const std::int64_t skipped = numbers.skipped();
   if (root && (c.log.progress || skipped > 0)) {
     std::fprintf(stderr, "baton: done: %lld steps in %s%s%s\n", static_cast<long long>(summary.steps),
                  Duration(summary.seconds).c_str(),

@@ -92,7 +92,8 @@ TEST_F(CheckpointFolderTest, AResumedRunRefusesAnotherRunsAndMovesItsOwnLaterOne
   EXPECT_EQ(from.run_id, run_.run_id);
   {
     CheckpointFolder f = CheckpointFolder::Claim((dir_ / "ck").string(), run_.run_id, &from);
-    EXPECT_EQ(f.superseded().size(), 2u);
+    EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json")) << "the claim changed what was there";
+    EXPECT_EQ(f.SupersedeAfter(from.step, run_.run_id).size(), 2u);
   }
   EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000002/manifest.json"));
   EXPECT_TRUE(fs::exists(dir_ / "ck/superseded-step-00000004/manifest.json"));

@@ -37,19 +37,25 @@ class MetricsLogTest : public ::testing::Test {
 TEST_F(MetricsLogTest, ANewRunEmptiesItAResumedOneKeepsTheStepsItResumes) {
   std::ofstream(path_) << "{\"step\": 1}\n{\"step\": 2, \"test_loss\": 1}\n{\"step\": 3}\n{\"step\": 4, \"lo";
   {
-    MetricsLog log(path_, 2);
+    MetricsLog log(path_);
+    EXPECT_NE(ReadAll(path_).find("\"step\": 3"), std::string::npos) << "opening changed the file";
+    log.Start(2);
     log.Line("{\"step\": 3, \"again\": true}");
   }
   EXPECT_EQ(ReadAll(path_), "{\"step\": 1}\n{\"step\": 2, \"test_loss\": 1}\n{\"step\": 3, \"again\": true}\n");
-  { MetricsLog log(path_, 0); }
+  {
+    MetricsLog log(path_);
+    log.Start(0);
+  }
   EXPECT_EQ(ReadAll(path_), "");
 }
 
 TEST_F(MetricsLogTest, ASecondWriterIsRefusedAndKeepsTheRows) {
-  MetricsLog first(path_, 0);
+  MetricsLog first(path_);
+  first.Start(0);
   first.Line("{\"step\": 1}");
   try {
-    MetricsLog second(path_, 0);
+    MetricsLog second(path_);
     FAIL() << "two runs write one metrics file";
   } catch (const OutputError& e) {
     EXPECT_NE(std::string(e.what()).find("another run is writing this metrics file"), std::string::npos);
@@ -58,9 +64,11 @@ TEST_F(MetricsLogTest, ASecondWriterIsRefusedAndKeepsTheRows) {
 }
 
 TEST_F(MetricsLogTest, AWriteThatFailsIsAnError) {
-  MetricsLog full("/dev/full", 0);
+  MetricsLog full("/dev/full");
+  full.Start(0);
   EXPECT_THROW(full.Line("{\"step\": 1}"), OutputError);
-  MetricsLog null("/dev/null", 5);  // a device: written through, nothing trimmed
+  MetricsLog null("/dev/null");  // a device: written through, nothing cut
+  null.Start(5);
   EXPECT_NO_THROW(null.Line("{\"step\": 6}"));
 }
 
