@@ -155,6 +155,10 @@ struct GeneratorTraits {
   // Slices by its whole-microbatch order with every action expanded in
   // place into its k slices (ExpandSlices); false: its own sliced order.
   bool expands_slices = false;
+  // The one-chunk order that runs the backward the other way (whole B
+  // against I and W apart), for a run of this generator at one chunk a
+  // rank: 1f1b's is zb_h1 and zb_h1's 1f1b; "" if none.
+  std::string_view other_backward;
 };
 
 struct GeneratorEntry {
@@ -178,6 +182,10 @@ const GeneratorEntry& GeneratorOf(std::string_view name);
 const std::vector<std::string>& GeneratorNames();
 // GeneratorOf(name).traits.
 GeneratorTraits TraitsOf(std::string_view name);
+// The generator that runs `name`'s order over sequence slices: `name`
+// itself if it takes slices, else the one whose one_slice_is is `name`
+// (1f1b: seq1f1b); null if none.
+const GeneratorEntry* SlicedFormOf(std::string_view name);
 
 // Runs the generator called `name`. `chunks` = 0 means the generator's
 // default (see GenerateOptions::chunks).

@@ -36,11 +36,14 @@ std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1
 // plan the config.
 std::optional<TrainConfig> OtherOrder(const TrainConfig& own, const RunPlan& plan) {
   if (plan.lowered.chunks() != 1) return std::nullopt;
+  const GeneratorEntry* g = FindGenerator(own.pipeline.schedule);
+  if (g == nullptr || g->traits.other_backward.empty()) return std::nullopt;
+  const GeneratorEntry* other_order =
+      own.pipeline.seq_slices > 1 ? SlicedFormOf(g->traits.other_backward) : FindGenerator(g->traits.other_backward);
+  if (other_order == nullptr) return std::nullopt;
   try {
     TrainConfig other = WithPlacement(own, plan.model, plan.bounds);
-    other.pipeline.schedule = !TraitsOf(own.pipeline.schedule).split_backward
-                                  ? "zb_h1"
-                                  : (own.pipeline.seq_slices > 1 ? "seq1f1b" : "1f1b");
+    other.pipeline.schedule = std::string(other_order->name);
     PlanRun(other);
     return other;
   } catch (const std::exception&) {

@@ -506,9 +506,11 @@ void ReadSlices(YamlMap& pipe, TrainConfig& c) {
     for (const GeneratorEntry& e : Generators()) {
       if (e.traits.slices) sliced.emplace_back(e.name);
     }
+    const GeneratorEntry* form = SlicedFormOf(g->name);
     pipe.Fail(node, "seq_slices",
               fmt::format("{} does not run sequence slices; the schedules that do: {}{}", g->title,
-                          fmt::join(sliced, ", "), g->name == "1f1b" ? " (1F1B over slices is seq1f1b)" : ""));
+                          fmt::join(sliced, ", "),
+                          form != nullptr ? fmt::format(" ({} over slices is {})", g->title, form->name) : ""));
   }
 }
 

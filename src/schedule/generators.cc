@@ -388,31 +388,68 @@ Schedule RunDualPipeV(int p, int m, const GenerateOptions&) { return GenerateDua
 Schedule RunVMin(int p, int m, const GenerateOptions&) { return GenerateVMin(p, m); }
 Schedule RunVHalf(int p, int m, const GenerateOptions&) { return GenerateVHalf(p, m); }
 
-// Traits, field by field: default chunks, any chunk count, split backward,
-// overlapped units, memory limit, plans with costs, placement, slices, the
-// schedule it is with one slice, slices by expansion.
-constexpr GeneratorTraits kOneChunk{1, false, false, false, false, false, Placement::kLoop};
-constexpr GeneratorTraits kOneChunkExpands{1, false, false, false, false, false, Placement::kLoop, true, {}, true};
-constexpr GeneratorTraits kOneChunkSplitSliced{1, false, true, false, false, false, Placement::kLoop, true};
-constexpr GeneratorTraits kTwoChunksV{2, false, true, false, false, false, Placement::kV, true, {}, true};
-
-// The registry: every generator, in the order users see them listed.
+// The registry: every generator, in the order users see them listed, each
+// row its spec (GeneratorTraits; a field left out keeps its default).
 constexpr GeneratorEntry kGenerators[] = {
-    {"gpipe", "GPipe", kOneChunkExpands, RunGPipe},
-    {"1f1b", "1F1B", kOneChunk, Run1F1B},
-    {"seq1f1b", "Seq1F1B", {1, false, false, false, false, false, Placement::kLoop, true, "1f1b"}, RunSeq1F1B},
-    {"interleaved_1f1b", "interleaved 1F1B", {2, true, false, false, true, false, Placement::kLoop, true},
-     GenerateInterleaved1F1B},
-    {"zb_h1", "ZB-H1", kOneChunkSplitSliced, RunZbH1},
-    {"zb_h2", "ZB-H2", kOneChunkSplitSliced, RunZbH2},
-    {"zbv", "ZB-V", {2, false, true, false, false, false, Placement::kV, true}, RunZbv},
-    {"interleaved_zb", "interleaved zero bubble", {2, true, true, false, false, false, Placement::kLoop, true, {}, true},
-     RunInterleavedZb},
-    {"dualpipev", "DualPipeV", {2, false, true, true, false, false, Placement::kV, true, {}, true}, RunDualPipeV},
-    {"zb_auto", "ZB automatic", {1, false, true, false, true, true, Placement::kLoop, true, {}, true}, GenerateZbAuto},
-    {"v_min", "V-Min", kTwoChunksV, RunVMin},
-    {"v_half", "V-Half", kTwoChunksV, RunVHalf},
-    {"v_zb", "V-ZB", {2, false, true, false, true, true, Placement::kV, true, {}, true}, GenerateVZb},
+    {.name = "gpipe",
+     .title = "GPipe",
+     .traits = {.slices = true, .expands_slices = true, .other_backward = "zb_h1"},
+     .generate = RunGPipe},
+    {.name = "1f1b",
+     .title = "1F1B",
+     .traits = {.other_backward = "zb_h1"},
+     .generate = Run1F1B},
+    {.name = "seq1f1b",
+     .title = "Seq1F1B",
+     .traits = {.slices = true, .one_slice_is = "1f1b", .other_backward = "zb_h1"},
+     .generate = RunSeq1F1B},
+    {.name = "interleaved_1f1b",
+     .title = "interleaved 1F1B",
+     .traits = {.default_chunks = 2, .any_chunks = true, .memory_limit = true, .slices = true,
+                .other_backward = "zb_h1"},
+     .generate = GenerateInterleaved1F1B},
+    {.name = "zb_h1",
+     .title = "ZB-H1",
+     .traits = {.split_backward = true, .slices = true, .other_backward = "1f1b"},
+     .generate = RunZbH1},
+    {.name = "zb_h2",
+     .title = "ZB-H2",
+     .traits = {.split_backward = true, .slices = true, .other_backward = "1f1b"},
+     .generate = RunZbH2},
+    {.name = "zbv",
+     .title = "ZB-V",
+     .traits = {.default_chunks = 2, .split_backward = true, .placement = Placement::kV, .slices = true},
+     .generate = RunZbv},
+    {.name = "interleaved_zb",
+     .title = "interleaved zero bubble",
+     .traits = {.default_chunks = 2, .any_chunks = true, .split_backward = true, .slices = true,
+                .expands_slices = true, .other_backward = "1f1b"},
+     .generate = RunInterleavedZb},
+    {.name = "dualpipev",
+     .title = "DualPipeV",
+     .traits = {.default_chunks = 2, .split_backward = true, .overlapped_units = true, .placement = Placement::kV,
+                .slices = true, .expands_slices = true},
+     .generate = RunDualPipeV},
+    {.name = "zb_auto",
+     .title = "ZB automatic",
+     .traits = {.split_backward = true, .memory_limit = true, .plans_with_costs = true, .slices = true,
+                .expands_slices = true, .other_backward = "1f1b"},
+     .generate = GenerateZbAuto},
+    {.name = "v_min",
+     .title = "V-Min",
+     .traits = {.default_chunks = 2, .split_backward = true, .placement = Placement::kV, .slices = true,
+                .expands_slices = true},
+     .generate = RunVMin},
+    {.name = "v_half",
+     .title = "V-Half",
+     .traits = {.default_chunks = 2, .split_backward = true, .placement = Placement::kV, .slices = true,
+                .expands_slices = true},
+     .generate = RunVHalf},
+    {.name = "v_zb",
+     .title = "V-ZB",
+     .traits = {.default_chunks = 2, .split_backward = true, .memory_limit = true, .plans_with_costs = true,
+                .placement = Placement::kV, .slices = true, .expands_slices = true},
+     .generate = GenerateVZb},
 };
 
 }  // namespace
@@ -422,6 +459,15 @@ std::span<const GeneratorEntry> Generators() { return kGenerators; }
 const GeneratorEntry* FindGenerator(std::string_view name) {
   for (const GeneratorEntry& g : kGenerators) {
     if (g.name == name) return &g;
+  }
+  return nullptr;
+}
+
+const GeneratorEntry* SlicedFormOf(std::string_view name) {
+  const GeneratorEntry* g = FindGenerator(name);
+  if (g != nullptr && g->traits.slices) return g;
+  for (const GeneratorEntry& e : kGenerators) {
+    if (!e.traits.one_slice_is.empty() && e.traits.one_slice_is == name) return &e;
   }
   return nullptr;
 }
