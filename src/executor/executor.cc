@@ -370,6 +370,41 @@ const std::int32_t* Executor::GatherLabels(const std::int32_t* labels, int j, in
   return slice_labels_;
 }
 
+void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, const std::byte* inputs,
+                          const std::int32_t* labels, int rows, StepStats* stats) {
+  const Instruction& in = *op.in;
+  const int s = in.action.stage, j = in.action.microbatch;
+  const bool sliced = plan_.slices > 1;
+  if (in.wait >= 0) {
+    WaitRecorded(in.wait, {train ? "RECV_F" : "RECV_F (evaluation)", s, j, in.peer, "F"}, ActionKind::kRecvF, s, j);
+  }
+  Stage& st = *stages_[static_cast<std::size_t>(in.local)];
+  const std::byte* first_input = in.in.kind != BufferRef::kInputs ? nullptr
+                                 : sliced                         ? GatherInputs(inputs, j, rows)
+                                                                  : inputs + op.input_offset;
+  const ConstView x{first_input != nullptr ? first_input : op.input, tensor};
+  const Stamp start = Mark();
+  std::byte* slot = nullptr;
+  ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
+  if (train) {
+    slot = store.Acquire(j).data();
+    store.Write(j, st.plan().kept_offset[0], {x.data, x.bytes()});
+  }
+  std::size_t written = 0;
+  if (in.labels.kind == BufferRef::kLabels) {
+    // One label per token: the loss averages over every token of the batch.
+    const std::int64_t tokens = std::int64_t(rows) * (sliced ? tensor.shape[1] : plan_.labels_per_sample);
+    const std::int32_t* mine = sliced ? GatherLabels(labels, j, rows) : labels + op.labels;
+    const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
+    st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written);
+    stats->samples += tokens;
+  } else {
+    st.Forward(x, slot, View{op.output, st.Shaped(st.plan().output(), rows)}, &written);
+  }
+  if (train) store.CountInPlace(written);
+  Record(ActionKind::kForward, s, j, start);
+}
+
 void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
                    const int* rows_of, StepStats* stats) {
   const bool train = mode == Mode::kTrain;
@@ -408,38 +443,9 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         pending_.push_back({in.request, {what, s, j, in.peer}, a.kind});
         break;
       }
-      case ActionKind::kForward: {
-        if (in.wait >= 0) {
-          WaitRecorded(in.wait, {train ? "RECV_F" : "RECV_F (evaluation)", s, j, in.peer, "F"}, ActionKind::kRecvF, s,
-                       j);
-        }
-        Stage& st = *stages_[static_cast<std::size_t>(in.local)];
-        const std::byte* first_input = in.in.kind != BufferRef::kInputs ? nullptr
-                                       : sliced                         ? GatherInputs(inputs, j, rows)
-                                                                        : inputs + op.input_offset;
-        const ConstView x{first_input != nullptr ? first_input : op.input, tensor};
-        const Stamp start = Mark();
-        std::byte* slot = nullptr;
-        ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
-        if (train) {
-          slot = store.Acquire(j).data();
-          store.Write(j, st.plan().kept_offset[0], {x.data, x.bytes()});
-        }
-        std::size_t written = 0;
-        if (in.labels.kind == BufferRef::kLabels) {
-          // One label per token: the loss averages over every token of the batch.
-          const std::int64_t tokens = std::int64_t(rows) * (sliced ? tensor.shape[1] : plan_.labels_per_sample);
-          const std::int32_t* mine = sliced ? GatherLabels(labels, j, rows) : labels + op.labels;
-          const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
-          st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written);
-          stats->samples += tokens;
-        } else {
-          st.Forward(x, slot, View{op.output, st.Shaped(st.plan().output(), rows)}, &written);
-        }
-        if (train) store.CountInPlace(written);
-        Record(ActionKind::kForward, s, j, start);
+      case ActionKind::kForward:
+        RunForward(op, tensor, train, inputs, labels, rows, stats);
         break;
-      }
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput: {
         if (in.wait >= 0) {

@@ -187,6 +187,10 @@ class Executor {
   // Runs `ops` once; microbatch j has rows[j] samples (evaluation: 0 = skip it).
   void Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
            const int* rows, StepStats* stats);
+  // One F of `Run`: its receive waited for, its input (the step's inputs
+  // on the first stage), its slot and, on the last stage, its loss.
+  void RunForward(const Op& op, const TensorDesc& tensor, bool train, const std::byte* inputs,
+                  const std::int32_t* labels, int rows, StepStats* stats);
   void WaitSends();
   // Starts local stage k's gradient buckets (ReductionPlan) that lie in
   // [from, end) of its gradients and have not started, last bucket first.

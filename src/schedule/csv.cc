@@ -53,18 +53,22 @@ int ReadSlicesLine(const std::string& line, std::string_view source_name) {
   return static_cast<int>(k);
 }
 
-}  // namespace
-
-Schedule ReadCsv(std::istream& in, std::string_view source_name) {
-  Schedule s;
-  s.name = std::string(source_name);
-  std::string line;
+// A file's cells as read, row by row, with what the checks need.
+struct Cells {
+  int slices = 1;                       // "# seq_slices: k"
   std::vector<std::vector<Action>> rows;
   // Where each stage was first seen: (rank, column), to explain a conflict.
   // A map, not a vector indexed by stage: a cell like "2000000000F0" must not
   // make the reader allocate in proportion to the number it names.
   std::map<int, std::pair<int, int>> first_seen;
   long long max_stage = -1, max_mb = -1, compute_cells = 0, action_cells = 0;
+};
+
+// Every cell of every row, parsed; a stage on two ranks is refused here,
+// where its second cell is.
+Cells ReadCells(std::istream& in, std::string_view source_name) {
+  Cells c;
+  std::string line;
   bool first_line = true;
   std::size_t bytes = 0;
   while (std::getline(in, line)) {
@@ -73,15 +77,15 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
     bytes += line.size() + 1;
     if (bytes > kMaxScheduleFileBytes) {
       throw ScheduleError(fmt::format("{}: the schedule file is over {} MiB (at row {}); baton reads at most that much",
-                                      source_name, kMaxScheduleFileBytes >> 20, rows.size() + 1));
+                                      source_name, kMaxScheduleFileBytes >> 20, c.rows.size() + 1));
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();  // PyTorch writes CRLF
     if (std::exchange(first_line, false) && line.rfind("#", 0) == 0) {
-      s.slices = ReadSlicesLine(line, source_name);
+      c.slices = ReadSlicesLine(line, source_name);
       continue;
     }
-    const int rank = static_cast<int>(rows.size());
-    auto& row = rows.emplace_back();
+    const int rank = static_cast<int>(c.rows.size());
+    auto& row = c.rows.emplace_back();
     int column = 0;
     for (std::string_view cell : SplitCells(line)) {
       std::string where = fmt::format("{}: row {} (rank {}), column {}", source_name, rank + 1, rank, column + 1);
@@ -89,9 +93,9 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
       // An OVERLAP_F_B cell holds two actions, each with its own stage.
       ForEachPart(a, [&](const Action& part) {
         if (part.kind == ActionKind::kIdle) return;
-        compute_cells += IsCompute(part.kind);
-        ++action_cells;
-        auto [it, inserted] = first_seen.try_emplace(part.stage, rank, column);
+        c.compute_cells += IsCompute(part.kind);
+        ++c.action_cells;
+        auto [it, inserted] = c.first_seen.try_emplace(part.stage, rank, column);
         const auto& seen = it->second;
         if (!inserted && seen.first != rank) {
           throw ScheduleError(
@@ -99,8 +103,8 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
                           "(column {}); each stage must live on exactly one rank",
                           where, part.stage, rank, ToString(a), column + 1, seen.first, seen.second + 1));
         }
-        max_stage = std::max<long long>(max_stage, part.stage);
-        if (HasMicrobatch(part.kind)) max_mb = std::max<long long>(max_mb, part.microbatch);
+        c.max_stage = std::max<long long>(c.max_stage, part.stage);
+        if (HasMicrobatch(part.kind)) c.max_mb = std::max<long long>(c.max_mb, part.microbatch);
       });
       row.push_back(a);
       ++column;
@@ -108,57 +112,64 @@ Schedule ReadCsv(std::istream& in, std::string_view source_name) {
     // A row of one empty cell is a rank with nothing to do.
     if (row.size() == 1 && row[0].kind == ActionKind::kIdle) row.clear();
   }
-  // Blank lines at the end of a file are not ranks; a blank line inside is a
-  // rank without work, which no placement allows.
-  while (!rows.empty() && rows.back().empty()) rows.pop_back();
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    const bool idle = std::all_of(rows[r].begin(), rows[r].end(),
+  // Blank lines at the end of a file are not ranks.
+  while (!c.rows.empty() && c.rows.back().empty()) c.rows.pop_back();
+  return c;
+}
+
+}  // namespace
+
+Schedule ReadCsv(std::istream& in, std::string_view source_name) {
+  Cells c = ReadCells(in, source_name);
+  // A blank line inside the file is a rank without work, which no placement allows.
+  for (std::size_t r = 0; r < c.rows.size(); ++r) {
+    const bool idle = std::all_of(c.rows[r].begin(), c.rows[r].end(),
                                   [](const Action& a) { return a.kind == ActionKind::kIdle; });
     if (idle) {
       throw ScheduleError(fmt::format("{}: row {} (rank {}) holds no action; every rank must hold at least one stage",
                                       source_name, r + 1, r));
     }
   }
-  if (rows.empty()) throw ScheduleError(fmt::format("{}: the schedule file has no rows", source_name));
+  if (c.rows.empty()) throw ScheduleError(fmt::format("{}: the schedule file has no rows", source_name));
   // Every stage appears in some cell, so stage numbers beyond the number of
   // cells leave a gap; saying so first keeps every later table small.
-  if (max_stage >= action_cells) {
+  if (c.max_stage >= c.action_cells) {
     throw ScheduleError(fmt::format("{}: the file names stage {} but holds only {} actions; stages must be numbered "
                                     "0..S-1 without gaps",
-                                    source_name, max_stage, action_cells));
+                                    source_name, c.max_stage, c.action_cells));
   }
-  {
-    for (long long stage = 0; stage <= max_stage; ++stage) {
-      if (!first_seen.count(static_cast<int>(stage))) {
-        throw ScheduleError(fmt::format(
-            "{}: stage {} has no action on any rank, but stage {} does; stages must be numbered "
-            "0..{} without gaps",
-            source_name, stage, max_stage, max_stage));
-      }
+  for (long long stage = 0; stage <= c.max_stage; ++stage) {
+    if (!c.first_seen.count(static_cast<int>(stage))) {
+      throw ScheduleError(fmt::format(
+          "{}: stage {} has no action on any rank, but stage {} does; stages must be numbered 0..{} without gaps",
+          source_name, stage, c.max_stage, c.max_stage));
     }
   }
   // Every stage needs an F and a backward for every microbatch, so a file
   // naming stage S and microbatch M that holds fewer than (S+1)(M+1) compute
   // cells is far from complete; it is refused here, before any pass sizes its
   // tables by those numbers (the structure check explains smaller gaps).
-  const double needed = static_cast<double>(max_stage + 1) * static_cast<double>(std::max(max_mb + 1, 1LL));
-  if (max_mb >= 0 && needed > static_cast<double>(compute_cells)) {
+  const double needed = static_cast<double>(c.max_stage + 1) * static_cast<double>(std::max(c.max_mb + 1, 1LL));
+  if (c.max_mb >= 0 && needed > static_cast<double>(c.compute_cells)) {
     throw ScheduleError(fmt::format(
         "{}: the file names stages up to {} and microbatches up to {}, which needs an F and a backward for each "
         "of {} (stage, microbatch) pairs, but it holds only {} compute actions",
-        source_name, max_stage, max_mb, needed, compute_cells));
+        source_name, c.max_stage, c.max_mb, needed, c.compute_cells));
   }
-  s.ranks = static_cast<int>(rows.size());
-  s.stages = static_cast<int>(max_stage + 1);
-  s.microbatches = static_cast<int>(max_mb + 1);
+  Schedule s;
+  s.name = std::string(source_name);
+  s.slices = c.slices;
+  s.ranks = static_cast<int>(c.rows.size());
+  s.stages = static_cast<int>(c.max_stage + 1);
+  s.microbatches = static_cast<int>(c.max_mb + 1);
   if (s.microbatches % s.slices != 0) {
     throw ScheduleError(fmt::format("{}: the file has {} units, which is not a whole number of sequences of {} slices "
                                     "(seq_slices); units number j x {} + s",
                                     source_name, s.microbatches, s.slices, s.slices));
   }
   s.stage_rank.resize(s.stages);
-  for (int stage = 0; stage < s.stages; ++stage) s.stage_rank[stage] = first_seen[stage].first;
-  s.actions = std::move(rows);
+  for (int stage = 0; stage < s.stages; ++stage) s.stage_rank[stage] = c.first_seen[stage].first;
+  s.actions = std::move(c.rows);
   return s;
 }
 

@@ -22,6 +22,55 @@ inline void CheckIndex(const Schedule& s, int rank, std::size_t pos, const Actio
   }
 }
 
+// Which hand-overs have happened while lowering: the input of F(s, j) is
+// on stage s's rank (received, or handed over locally), and likewise the
+// output gradient of I/B(s, j). The first stage's input and the last
+// stage's gradient (from the loss) are always there. 16 bits a flag, not 8:
+// a store through a character type may alias anything, and the rows' ends
+// would be reloaded after each.
+class Handovers {
+ public:
+  Handovers(int stages, int microbatches)
+      : stages_(stages), m_(microbatches), flags_(static_cast<std::size_t>(stages) * microbatches, 0) {}
+  // Whether `part` (a compute action, or a unit's part) could run now.
+  bool Ready(const Action& part) const {
+    if (part.kind == ActionKind::kForward) return part.stage == 0 || (At(part.stage, part.microbatch) & kForward);
+    if (IsInputBackward(part.kind)) return part.stage == stages_ - 1 || (At(part.stage, part.microbatch) & kBackward);
+    return true;
+  }
+  void ForwardArrives(int stage, int mb) { flags_[Index(stage, mb)] |= kForward; }
+  void BackwardArrives(int stage, int mb) { flags_[Index(stage, mb)] |= kBackward; }
+
+ private:
+  static constexpr std::uint16_t kForward = 1, kBackward = 2;
+  std::size_t Index(int stage, int mb) const { return static_cast<std::size_t>(stage) * m_ + mb; }
+  std::uint16_t At(int stage, int mb) const { return flags_[Index(stage, mb)]; }
+  int stages_, m_;
+  std::vector<std::uint16_t> flags_;
+};
+
+// No row can go on: every unfinished rank's next action waits for one that
+// never runs before it. Names each, with the grid.
+[[noreturn]] void ThrowDeadlock(const Schedule& in, const std::vector<std::size_t>& cursor, const Handovers& h) {
+  std::string stuck;
+  std::optional<GridMark> mark;
+  for (int r = 0; r < in.ranks; ++r) {
+    if (cursor[r] == in.actions[r].size()) continue;
+    const Action a = in.actions[r][cursor[r]];
+    if (!mark) mark = GridMark{r, static_cast<int>(cursor[r])};
+    ForEachPart(a, [&](const Action& part) {
+      if (h.Ready(part)) return;  // this part could run; the other one waits
+      const bool fwd = part.kind == ActionKind::kForward;
+      const int from = fwd ? part.stage - 1 : part.stage + 1;
+      stuck += fmt::format(
+          "  rank {}, position {}: {} waits for {} of stage {} (on rank {}), which never runs before it\n", r,
+          cursor[r], ToString(a), fwd ? "the forward" : "the input gradient", from, in.stage_rank[from]);
+    });
+  }
+  throw ScheduleError(fmt::format("{}: the schedule deadlocks; every unfinished rank waits on another:\n{}{}",
+                                  in.name, stuck, FormatGrid(in, mark, 24)));
+}
+
 }  // namespace
 
 Schedule Lower(const Schedule& in) {
@@ -42,18 +91,7 @@ Schedule Lower(const Schedule& in) {
   // lowered schedule needs; capacity reserved and never written costs none.
   for (int r = 0; r < p; ++r) out.actions[r].reserve(3 * in.actions[r].size());
 
-  // in[s*m+j] & kForwardIn: the input of F(s,j) is on stage s's rank
-  // (received, or handed over locally); & kBackwardIn: likewise the output
-  // gradient of I/B(s,j). The first stage's input and the last stage's
-  // gradient (from the loss) are always there. 16 bits, not 8: a store
-  // through a character type may alias anything, and the rows' ends would
-  // be reloaded after each.
-  constexpr std::uint16_t kForwardIn = 1, kBackwardIn = 2;
-  std::vector<std::uint16_t> in_flags(static_cast<std::size_t>(S) * m, 0);
-  auto at = [m](int stage, int mb) { return static_cast<std::size_t>(stage) * m + mb; };
-  auto fwd_in = [&](int stage, int mb) { return (in_flags[at(stage, mb)] & kForwardIn) != 0; };
-  auto bwd_in = [&](int stage, int mb) { return (in_flags[at(stage, mb)] & kBackwardIn) != 0; };
-
+  Handovers handed(S, m);
   std::vector<std::size_t> cursor(p, 0);
   std::size_t remaining = 0;
   for (const auto& row : in.actions) remaining += row.size();
@@ -72,11 +110,7 @@ Schedule Lower(const Schedule& in) {
       // An OVERLAP_F_B unit is placed once both its parts could run.
       ForEachPart(a, [&](const Action& part) {
         if (part.kind != ActionKind::kIdle) CheckIndex(in, r, cursor[r], part);
-        if (part.kind == ActionKind::kForward) {
-          ready = ready && (part.stage == 0 || fwd_in(part.stage, part.microbatch));
-        } else if (IsInputBackward(part.kind)) {
-          ready = ready && (part.stage == S - 1 || bwd_in(part.stage, part.microbatch));
-        }
+        ready = ready && handed.Ready(part);
       });
       if (!ready) continue;
       ++cursor[r];
@@ -94,14 +128,14 @@ Schedule Lower(const Schedule& in) {
       ForEachPart(a, [&](const Action& part) {
         if (part.kind == ActionKind::kForward && part.stage + 1 < S) {
           const int next = part.stage + 1, to = in.stage_rank[next];
-          in_flags[at(next, part.microbatch)] |= kForwardIn;
+          handed.ForwardArrives(next, part.microbatch);
           if (to != r) {
             out.actions[r].push_back({part.stage, ActionKind::kSendF, part.microbatch});
             out.actions[to].push_back({next, ActionKind::kRecvF, part.microbatch});
           }
         } else if (IsInputBackward(part.kind) && part.stage > 0) {
           const int prev = part.stage - 1, to = in.stage_rank[prev];
-          in_flags[at(prev, part.microbatch)] |= kBackwardIn;
+          handed.BackwardArrives(prev, part.microbatch);
           if (to != r) {
             out.actions[r].push_back({part.stage, ActionKind::kSendB, part.microbatch});
             out.actions[to].push_back({prev, ActionKind::kRecvB, part.microbatch});
@@ -109,28 +143,7 @@ Schedule Lower(const Schedule& in) {
         }
       });
     }
-    if (!progress) {
-      std::string stuck;
-      std::optional<GridMark> mark;
-      for (int r = 0; r < p; ++r) {
-        if (cursor[r] == in.actions[r].size()) continue;
-        const Action a = in.actions[r][cursor[r]];
-        if (!mark) mark = GridMark{r, static_cast<int>(cursor[r])};
-        ForEachPart(a, [&](const Action& part) {
-          const bool fwd = part.kind == ActionKind::kForward;
-          if (fwd ? part.stage == 0 || fwd_in(part.stage, part.microbatch)
-                  : part.stage == S - 1 || bwd_in(part.stage, part.microbatch)) {
-            return;  // this part could run; the other one waits
-          }
-          const int from = fwd ? part.stage - 1 : part.stage + 1;
-          stuck += fmt::format(
-              "  rank {}, position {}: {} waits for {} of stage {} (on rank {}), which never runs before it\n", r,
-              cursor[r], ToString(a), fwd ? "the forward" : "the input gradient", from, in.stage_rank[from]);
-        });
-      }
-      throw ScheduleError(fmt::format("{}: the schedule deadlocks; every unfinished rank waits on another:\n{}{}",
-                                      in.name, stuck, FormatGrid(in, mark, 24)));
-    }
+    if (!progress) ThrowDeadlock(in, cursor, handed);
   }
   return out;
 }
