@@ -9,7 +9,7 @@ Prints one JSON object.
 
 - An MLP config (`model.layers`): nn.Sequential as baton's weights name it.
 - A GPT config (`model: {type: gpt, ...}`): GPT-2 in plain torch, as baton
-  expands it (README, "GPT on text"): token + position embedding, pre-LN
+  expands it (docs/guide/text-and-gpt.md, "GPT on text"): token + position embedding, pre-LN
   blocks x + attn(ln_1(x)), x + mlp(ln_2(x)) with a fused QKV projection,
   causal softmax attention, tanh GELU, a 4x MLP, the final layernorm and a
   tied or untied LM head; next-token cross-entropy averaged over every token

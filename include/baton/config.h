@@ -82,8 +82,8 @@ struct SimulateConfig {
 SimulateConfig LoadSimulateConfig(const std::string& path);
 
 // ---- Training runs: `baton train CONFIG` ----
-// Sections model, pipeline, data, train, checkpoint, log; see configs/ and the
-// README for every key. Defaults are given below.
+// Sections model, pipeline, data, train, checkpoint, log; see configs/ and
+// docs/guide/train.md for every key. Defaults are given below.
 
 struct ModelConfig {
   int input = 0;                  // input features; 0 = the dataset's (1 for token ids)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """An independent PyTorch reference for baton's GPT.
 
-baton's GPT (README, "GPT on text") claims to be Hugging Face GPT-2: the same
+baton's GPT (docs/guide/text-and-gpt.md, "GPT on text") claims to be Hugging Face GPT-2: the same
 layers, the same parameter names and layouts, next-token cross-entropy averaged
 over every token of the batch. This script checks that claim from outside the
 C++ code:
@@ -17,7 +17,7 @@ C++ code:
 3. It writes a small fortune-format corpus and a config into a temporary
    folder, and runs `baton train` on one rank and on two ranks (ZB-H1) under
    mpiexec.
-4. It rebuilds the batches from the README's rules for text data (not from
+4. It rebuilds the batches from the rules for text data in docs/guide/text-and-gpt.md (not from
    baton's code) and trains the torch model in float64 with
    torch.optim.AdamW for the same steps (eps 1e-5: see ADAM_EPS for why not
    1e-8). A float32 torch run is printed beside it for scale.
@@ -241,7 +241,7 @@ def read_safetensors(path):
 
 
 # ---------------------------------------------------------------------------
-# Text data, from the README's rules ("Text data").
+# Text data, from the rules in docs/guide/text-and-gpt.md ("Text data").
 # ---------------------------------------------------------------------------
 
 def write_corpus(folder, seed=7):
