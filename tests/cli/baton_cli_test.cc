@@ -20,6 +20,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "baton/schedule.h"
+#include "support/test_folder.h"
 
 namespace {
 
@@ -52,9 +53,9 @@ class BatonCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(BATON_BINARY)) << BATON_BINARY << " is missing: build the baton target";
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) / (std::string("baton_cli_") + info->name());
-    fs::remove_all(dir_);
+    // Two runs of the suite at once (a build's and a sanitizer build's)
+    // must not share a folder: the process id is in its name.
+    dir_ = baton_test::FreshTestFolder("baton_cli");
     fs::create_directories(dir_ / "work");
   }
   void TearDown() override {

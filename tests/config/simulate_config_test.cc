@@ -10,6 +10,7 @@
 
 #include "baton/config.h"
 #include "baton/error.h"
+#include "support/test_folder.h"
 
 namespace baton {
 namespace {
@@ -20,9 +21,9 @@ namespace fs = std::filesystem;
 class SimulateConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) / (std::string("baton_simulate_config_") + info->name());
-    fs::remove_all(dir_);
+    // Two runs of the suite at once (a build's and a sanitizer build's)
+    // must not share a folder: the process id is in its name.
+    dir_ = baton_test::FreshTestFolder("baton_simulate_config");
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
