@@ -32,6 +32,10 @@ while read -r module file; do
     [ "${module}_${file}" = executor_memory_test ]; then continue; fi
   targets+=("${module}_${file}")
 done < <(sed -n 's/^baton_add_test(\([a-z_]*\) \([a-z_]*\).*/\1 \2/p' tests/CMakeLists.txt)
+# The equivalence suites with ranks as threads of one process (every case;
+# the sanitizers see the executor, the transports and the optimizers at
+# work on several ranks at once).
+for file in $(sed -n 's/^foreach(file \(.*\))$/\1/p' tests/CMakeLists.txt); do targets+=("threads_${file}"); done
 cmake --build build-asan -j "$(nproc)" --target "${targets[@]}"
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1"

@@ -154,6 +154,24 @@ Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s);
 // not arrive before the deadline ("rank 0 writing the manifest of ...").
 void Agree(Transport& t, std::string_view what, const std::function<void()>& work);
 
+// Ranks as threads of one process, for tests: every world rank's
+// transports, laid out as MakeMpiGroups lays out MPI ranks, with the MPI
+// transport's semantics (request ids; messages matched in order by peer and
+// tag, a receive's size checked; collectives in the order every rank starts
+// them; every wait under the deadline). Messages are buffered: a send is
+// done when it starts. A passed deadline ends the whole job: the waiting
+// rank throws DeadlineExpired, saying what it waited for, after its timeout
+// hook; every wait of every other rank then throws PeerFailed. A rank's
+// thread that fails outside an agreement calls end_job, so no other waits
+// for it until its deadline.
+struct ThreadRank {
+  std::unique_ptr<Transport> world;
+  std::unique_ptr<Transport> pipeline;     // with replicas; null: the world is the pipeline
+  std::unique_ptr<ReplicaGroup> replicas;  // a solo group without replicas
+  std::function<void()> end_job;
+};
+std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double timeout_s);
+
 // Open MPI (MPI_Isend/MPI_Irecv on a duplicate of MPI_COMM_WORLD).
 // REQUIRES: MPI is initialised (MpiSession). `timeout_s` is every wait's deadline.
 std::unique_ptr<Transport> MakeMpiTransport(int max_requests = 0, double timeout_s = 300.0);

@@ -55,6 +55,14 @@ class RunError : public Error {
   using Error::Error;
 };
 
+// A wait that passed its deadline, where the job ends by exception rather
+// than by MPI_Abort (ranks as threads, comm.h MakeThreadRanks): the rank,
+// what it waited for, how long.
+class DeadlineExpired : public Error {
+ public:
+  using Error::Error;
+};
+
 // Thrown on the ranks that did not fail themselves when a setup error on
 // another rank ends the job; that rank prints the reason, these print nothing.
 class PeerFailed : public Error {

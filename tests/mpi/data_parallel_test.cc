@@ -78,7 +78,7 @@ std::vector<Case> AllCases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel, ::testing::ValuesIn(AllCases()),
+INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel, ::testing::ValuesIn(baton_test::Sampled(AllCases(), 3)),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const Case& c = info.param;
                            return std::to_string(c.pipeline) + "x" + std::to_string(c.replicas) + "_" + c.schedule +

@@ -67,7 +67,7 @@ std::vector<Case> AllCases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllSchedules, Equivalence, ::testing::ValuesIn(AllCases()),
+INSTANTIATE_TEST_SUITE_P(AllSchedules, Equivalence, ::testing::ValuesIn(baton_test::Sampled(AllCases(), 5)),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.schedule + "_" + info.param.checkpointing + "_" +
                                   std::to_string(info.param.ranks) + "ranks";

@@ -1,5 +1,7 @@
 // Running `baton train` under mpirun from a test and comparing its outputs
-// with another run's: shared by the multi-rank equivalence tests.
+// with another run's: shared by the multi-rank equivalence tests. Built
+// with BATON_RANKS_AS_THREADS, the same tests run their ranks as threads
+// of the test process instead (every case), and under mpirun a sample.
 #ifndef BATON_TESTS_MPI_RUN_HELPERS_H_
 #define BATON_TESTS_MPI_RUN_HELPERS_H_
 
@@ -19,6 +21,15 @@
 #include <vector>
 
 #include "baton/data.h"
+#ifdef BATON_RANKS_AS_THREADS
+#include <thread>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/error.h"
+#include "baton/files.h"
+#include "baton/train.h"
+#endif
 
 namespace baton_test {
 
@@ -36,6 +47,68 @@ inline int Shell(const std::string& command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// What a run left in `dir`: its losses and evaluations (metrics.jsonl) and
+// its final weights (weights.safetensors).
+inline RunOutput ReadRunOutput(const fs::path& dir) {
+  RunOutput out;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
+    for (const char* key : {"test_loss", "validation_loss"}) {
+      if (j.contains(key)) out.evaluation.push_back(j[key].get<double>());
+    }
+    for (const char* key : {"test_samples", "validation_tokens"}) {
+      if (j.contains(key)) out.evaluated.push_back(j[key].get<double>());
+    }
+  }
+  if (fs::exists(dir / "weights.safetensors")) {
+    out.weights = baton::ReadSafetensors((dir / "weights.safetensors").string());
+  }
+  return out;
+}
+
+#ifdef BATON_RANKS_AS_THREADS
+// The same run with its ranks as threads of this process (MakeThreadRanks):
+// the config's P x D ranks, each calling baton::Train, its metrics and
+// weights in a folder of its own. A rank that fails fails the test.
+inline RunOutput TrainRun(const std::string& name, const std::string& config, int np,
+                          const std::vector<std::string>& sets, std::string* log_text = nullptr) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("baton_threads_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // The outputs in the run's folder, unless the case names its own.
+  std::vector<std::string> all = {"log.metrics=" + (dir / "metrics.jsonl").string(),
+                                  "log.weights=" + (dir / "weights.safetensors").string()};
+  all.insert(all.end(), sets.begin(), sets.end());
+  const std::string path = BATON_SOURCE_DIR "/" + config;
+  const baton::TrainConfig c = baton::ParseTrainConfig(baton::ReadTextFile(path), path, all);
+  EXPECT_EQ(c.pipeline.ranks * c.data_parallel.size, np) << name;
+  std::vector<baton::ThreadRank> ranks =
+      baton::MakeThreadRanks({c.pipeline.ranks, c.data_parallel.size}, c.pipeline.wait_timeout_s);
+  std::vector<std::string> errors(ranks.size());
+  std::vector<std::thread> threads;
+  for (std::size_t w = 0; w < ranks.size(); ++w) {
+    threads.emplace_back([&, w] {
+      baton::ThreadRank& r = ranks[w];
+      try {
+        baton::Train(c, {*r.world, r.pipeline ? *r.pipeline : *r.world, *r.replicas});
+      } catch (const baton::PeerFailed&) {
+        errors[w] = "(another rank failed)";
+      } catch (const std::exception& e) {
+        errors[w] = e.what();
+        r.end_job();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t w = 0; w < errors.size(); ++w) EXPECT_EQ(errors[w], "") << name << ": rank " << w;
+  if (log_text != nullptr) log_text->clear();
+  RunOutput out = ReadRunOutput(dir);
+  fs::remove_all(dir);
+  return out;
+}
+#else
 // Trains `config` (a path under the source folder) with `np` MPI ranks and
 // the --set overrides, in a folder of its own (tests run in parallel
 // processes); returns the per-step losses and the final weights. A failing
@@ -54,23 +127,25 @@ inline RunOutput TrainRun(const std::string& name, const std::string& config, in
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_EQ(code, 0) << cmd << "\n" << text;
   if (log_text != nullptr) *log_text = text;
-  RunOutput out;
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
-    for (const char* key : {"test_loss", "validation_loss"}) {
-      if (j.contains(key)) out.evaluation.push_back(j[key].get<double>());
-    }
-    for (const char* key : {"test_samples", "validation_tokens"}) {
-      if (j.contains(key)) out.evaluated.push_back(j[key].get<double>());
-    }
-  }
-  if (fs::exists(dir / "weights.safetensors")) {
-    out.weights = baton::ReadSafetensors((dir / "weights.safetensors").string());
-  }
+  RunOutput out = ReadRunOutput(dir);
   fs::remove_all(dir);
   return out;
+}
+#endif
+
+// The cases a parameterized suite runs: every one with ranks as threads;
+// under mpirun, where each case is a job of its own, every `stride`-th (the
+// threads cover the rest, and mpirun checks the same code end to end).
+template <typename Case>
+std::vector<Case> Sampled(std::vector<Case> cases, std::size_t stride) {
+#ifdef BATON_RANKS_AS_THREADS
+  (void)stride;
+  return cases;
+#else
+  std::vector<Case> out;
+  for (std::size_t i = 0; i < cases.size(); i += stride) out.push_back(cases[i]);
+  return out;
+#endif
 }
 
 // Losses and every weight tensor within `tolerance` relative (to the

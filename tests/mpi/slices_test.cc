@@ -82,7 +82,7 @@ std::vector<Case> AllCases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(SlicedSchedules, SlicedGpt, ::testing::ValuesIn(AllCases()),
+INSTANTIATE_TEST_SUITE_P(SlicedSchedules, SlicedGpt, ::testing::ValuesIn(baton_test::Sampled(AllCases(), 7)),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.schedule + "_" + std::to_string(info.param.slices) + "slices_" +
                                   std::to_string(info.param.ranks) + "ranks_" +

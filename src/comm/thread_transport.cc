@@ -1,0 +1,436 @@
+// Ranks as threads of one process, for tests: the Transport and ReplicaGroup
+// of the MPI build with the same semantics (request ids, messages matched
+// in order by peer and tag, a receive's size checked, collectives in the
+// order every rank starts them, every wait under the deadline), over shared
+// memory. A passed deadline ends the whole job: the waiting rank throws
+// DeadlineExpired saying what it waited for, and every wait of every other
+// rank throws PeerFailed, so a test thread never hangs.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "baton/comm.h"
+#include "baton/deadline.h"
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes Copy(const void* data, std::size_t bytes) {
+  Bytes b(bytes);
+  if (bytes > 0) std::memcpy(b.data(), data, bytes);
+  return b;
+}
+
+// What every rank of one job shares: one lock, one condition, and the end.
+struct Job {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ended = false;
+  std::string why;  // the message of the wait that ended it
+};
+
+// One communicator's shared state: its point-to-point channels and its
+// collective rounds. Guarded by the job's lock.
+struct Hub {
+  Hub(std::shared_ptr<Job> j, std::vector<int> world_ranks) : job(std::move(j)), world(std::move(world_ranks)) {}
+  std::shared_ptr<Job> job;
+  std::vector<int> world;  // the world rank of each member, for messages
+  // Messages from `from` to `to` with `tag`, numbered in the order sent;
+  // receives are numbered in the order posted, so the k-th receive takes
+  // the k-th message (MPI's non-overtaking rule).
+  struct Channel {
+    std::int64_t sent = 0, posted = 0;
+    std::map<std::int64_t, Bytes> messages;
+  };
+  std::map<std::tuple<int, int, int>, Channel> channels;  // (to, from, tag)
+  // Collective k: each member's contribution, and how many have yet to read it.
+  struct Round {
+    std::vector<std::optional<Bytes>> parts;
+    int readers = 0;
+  };
+  std::map<std::int64_t, Round> rounds;
+  int size() const { return static_cast<int>(world.size()); }
+};
+
+// A member of a hub: the deadline'd wait and the collective rounds, shared
+// by the transport and the replica group.
+class Member {
+ public:
+  Member(std::shared_ptr<Hub> hub, int rank, double timeout_s) : hub_(std::move(hub)), rank_(rank), timeout_s_(timeout_s) {}
+
+ protected:
+  // Waits under the job's lock until `ready()`; throws PeerFailed if the job
+  // ended, or DeadlineExpired (after the hook) once `timeout_s_` passes.
+  template <typename Ready>
+  void WaitUntil(std::unique_lock<std::mutex>& lock, const std::string& what, Ready ready) {
+    Job& job = *hub_->job;
+    const Deadline deadline(timeout_s_);
+    for (;;) {
+      if (job.ended) throw PeerFailed();
+      if (ready()) return;
+      job.cv.wait_for(lock, std::chrono::milliseconds(5));
+      if (job.ended) throw PeerFailed();
+      if (ready()) return;
+      if (deadline.waited_s() < timeout_s_) continue;
+      const std::string message =
+          fmt::format("rank {}: timed out waiting for {}: waited {:.1f} s, limit {:.1f} s (pipeline.wait_timeout_s); "
+                      "ending the job",
+                      World(rank_), what, deadline.waited_s(), timeout_s_);
+      job.ended = true;
+      job.why = message;
+      job.cv.notify_all();
+      lock.unlock();
+      if (hook_) hook_();
+      throw DeadlineExpired(message);
+    }
+  }
+  // Collective `k`'s contribution of this member (the rounds are numbered
+  // by each member's own count of collectives started).
+  std::int64_t Contribute(Bytes mine) {
+    std::lock_guard<std::mutex> lock(hub_->job->mu);
+    const std::int64_t k = started_++;
+    Hub::Round& r = hub_->rounds[k];
+    if (r.parts.empty()) {
+      r.parts.resize(static_cast<std::size_t>(hub_->size()));
+      r.readers = hub_->size();
+    }
+    r.parts[static_cast<std::size_t>(rank_)] = std::move(mine);
+    hub_->job->cv.notify_all();
+    return k;
+  }
+  bool Complete(std::int64_t k) const {
+    const auto it = hub_->rounds.find(k);
+    return it != hub_->rounds.end() &&
+           std::all_of(it->second.parts.begin(), it->second.parts.end(), [](const auto& p) { return p.has_value(); });
+  }
+  // Every member's contribution to round `k`, in member order, once all are
+  // in (REQUIRES: the lock held, Complete(k)); the round goes with its last reader.
+  std::vector<Bytes> Take(std::int64_t k) {
+    Hub::Round& r = hub_->rounds.at(k);
+    std::vector<Bytes> out;
+    for (auto& p : r.parts) out.push_back(*p);
+    if (--r.readers == 0) hub_->rounds.erase(k);
+    return out;
+  }
+  std::vector<Bytes> Collect(std::int64_t k, const std::string& what) {
+    std::unique_lock<std::mutex> lock(hub_->job->mu);
+    WaitUntil(lock, what, [&] { return Complete(k); });
+    return Take(k);
+  }
+  int World(int r) const { return r >= 0 && r < hub_->size() ? hub_->world[static_cast<std::size_t>(r)] : r; }
+  std::string Members() const {
+    std::string out;
+    for (int w : hub_->world) out += fmt::format("{}{}", out.empty() ? "" : ", ", w);
+    return out;
+  }
+
+  std::shared_ptr<Hub> hub_;
+  int rank_;
+  double timeout_s_;
+  std::function<void()> hook_;
+  std::int64_t started_ = 0;
+};
+
+class ThreadTransport final : public Transport, private Member {
+ public:
+  ThreadTransport(std::shared_ptr<Hub> hub, int rank, double timeout_s) : Member(std::move(hub), rank, timeout_s) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return hub_->size(); }
+  int max_tag() const override { return std::numeric_limits<int>::max(); }
+  void SetTimeoutHook(std::function<void()> hook) override { hook_ = std::move(hook); }
+  void Configure(int max_requests, double timeout_s) override {
+    for (const Request& r : requests_) {
+      if (r.kind != Request::kNone) throw Error("Transport::Configure called with messages in flight");
+    }
+    requests_.assign(static_cast<std::size_t>(max_requests), Request{});
+    timeout_s_ = timeout_s;
+  }
+
+  void Isend(int id, const void* data, std::size_t bytes, int peer, int tag) override {
+    Peer(peer, "send to");
+    std::lock_guard<std::mutex> lock(hub_->job->mu);
+    Hub::Channel& ch = hub_->channels[{peer, rank_, tag}];
+    ch.messages.emplace(ch.sent++, Copy(data, bytes));  // buffered: the send is done
+    requests_.at(static_cast<std::size_t>(id)) = Request{Request::kSend};
+    hub_->job->cv.notify_all();
+  }
+  void Irecv(int id, void* data, std::size_t bytes, int peer, int tag) override {
+    Peer(peer, "receive from");
+    std::lock_guard<std::mutex> lock(hub_->job->mu);
+    Hub::Channel& ch = hub_->channels[{rank_, peer, tag}];
+    requests_.at(static_cast<std::size_t>(id)) = Request{Request::kRecv, peer, tag, ch.posted++, data, bytes};
+  }
+  void Wait(int id, const WaitInfo& info) override {
+    Request& r = requests_.at(static_cast<std::size_t>(id));
+    if (r.kind != Request::kRecv) {
+      r = Request{};
+      return;
+    }
+    std::unique_lock<std::mutex> lock(hub_->job->mu);
+    Hub::Channel& ch = hub_->channels[{rank_, r.peer, r.tag}];
+    WaitUntil(lock, Describe(info), [&] { return ch.messages.count(r.seq) > 0; });
+    const auto it = ch.messages.find(r.seq);
+    const Bytes message = std::move(it->second);
+    ch.messages.erase(it);
+    const Request done = r;
+    r = Request{};
+    if (message.size() != done.bytes) {
+      throw Error(fmt::format("rank {}: {} of stage {} microbatch {}: rank {} sent {} bytes, but this rank expects {}",
+                              World(rank_), info.what, info.stage, info.microbatch, World(info.peer), message.size(),
+                              done.bytes));
+    }
+    if (!message.empty()) std::memcpy(done.data, message.data(), message.size());
+  }
+  bool Idle(int id) const override { return requests_.at(static_cast<std::size_t>(id)).kind == Request::kNone; }
+
+  void ReduceSum(std::span<double> values) override {
+    const auto all = Collect(Contribute(Copy(values.data(), values.size_bytes())), "the reduce of the step's loss");
+    if (rank_ != 0) return;
+    std::fill(values.begin(), values.end(), 0.0);
+    for (const Bytes& part : all) {
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        double v;
+        std::memcpy(&v, part.data() + i * sizeof(double), sizeof v);
+        values[i] += v;
+      }
+    }
+  }
+  void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override {
+    const auto all = Collect(Contribute(Copy(mine.data(), mine.size_bytes())), "the gather of the final weights");
+    if (rank_ != 0) return;
+    out->clear();
+    for (const Bytes& part : all) {
+      const std::size_t at = out->size();
+      out->resize(at + part.size() / sizeof(float));
+      if (!part.empty()) std::memcpy(out->data() + at, part.data(), part.size());
+    }
+  }
+  void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override {
+    const auto all = Collect(Contribute(Copy(mine.data(), mine.size())), std::string(what));
+    if (rank_ != 0) return;
+    out->clear();
+    for (const Bytes& part : all) out->emplace_back(reinterpret_cast<const char*>(part.data()), part.size());
+  }
+  void BroadcastString(std::string* text) override {
+    const auto all =
+        Collect(Contribute(rank_ == 0 ? Copy(text->data(), text->size()) : Bytes{}), "the broadcast of the config");
+    text->assign(reinterpret_cast<const char*>(all[0].data()), all[0].size());
+  }
+  int AllMax(int value, std::string_view what) override {
+    StartAllMax(value);
+    return EndAllMax(what);
+  }
+  void StartAllMax(int value) override {
+    if (max_round_) throw Error("Transport::StartAllMax called while one is in flight");
+    max_round_ = Contribute(Copy(&value, sizeof value));
+  }
+  int EndAllMax(std::string_view what) override {
+    const auto all = Collect(*max_round_, std::string(what));
+    max_round_.reset();
+    int out = std::numeric_limits<int>::min();
+    for (const Bytes& part : all) {
+      int v;
+      std::memcpy(&v, part.data(), sizeof v);
+      out = std::max(out, v);
+    }
+    return out;
+  }
+  void Barrier() override { Collect(Contribute({}), "barrier"); }
+  [[noreturn]] void Abort(int code) override {
+    {
+      std::lock_guard<std::mutex> lock(hub_->job->mu);
+      hub_->job->ended = true;
+      hub_->job->why = fmt::format("rank {} ended the job (code {})", World(rank_), code);
+      hub_->job->cv.notify_all();
+    }
+    throw DeadlineExpired(fmt::format("rank {} ended the job (code {})", World(rank_), code));
+  }
+
+ private:
+  struct Request {
+    enum Kind { kNone, kSend, kRecv } kind = kNone;
+    int peer = -1, tag = -1;
+    std::int64_t seq = 0;
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  void Peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= hub_->size() || peer == rank_) {
+      throw Error(fmt::format("rank {}: cannot {} rank {} (a job of {} ranks)", World(rank_), what, peer, size()));
+    }
+  }
+  // As the MPI transport says it: "RECV_B of stage 0 microbatch 3 (action 0B3) from rank 1".
+  std::string Describe(const WaitInfo& info) const {
+    std::string what = info.what;
+    if (info.stage >= 0 || info.microbatch >= 0) {
+      const std::string action =
+          *info.action ? fmt::format(" (action {}{}{})", info.stage, info.action, info.microbatch) : std::string();
+      what += fmt::format(" of stage {} microbatch {}{} {} rank {}", info.stage, info.microbatch, action,
+                          std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", World(info.peer));
+    }
+    return what;
+  }
+
+  std::vector<Request> requests_;
+  std::optional<std::int64_t> max_round_;
+};
+
+class ThreadReplicaGroup final : public ReplicaGroup, private Member {
+ public:
+  ThreadReplicaGroup(std::shared_ptr<Hub> hub, int rank, double timeout_s) : Member(std::move(hub), rank, timeout_s) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return hub_->size(); }
+  void SetTimeoutHook(std::function<void()> hook) override { hook_ = std::move(hook); }
+  void Configure(int max_requests, double timeout_s) override {
+    pending_.assign(static_cast<std::size_t>(max_requests), std::nullopt);
+    timeout_s_ = timeout_s;
+  }
+  void StartAllReduce(int id, std::span<float> data) override {
+    Start(id, {Op::kSum, data, {}, {}}, Copy(data.data(), data.size_bytes()));
+  }
+  void StartReduceScatter(int id, std::span<float> data, std::span<const int> counts,
+                          std::span<const int> displs) override {
+    Start(id, {Op::kSumPart, data, {counts.begin(), counts.end()}, {displs.begin(), displs.end()}},
+          Copy(data.data(), data.size_bytes()));
+  }
+  void StartAllGather(int id, std::span<float> data, std::span<const int> counts,
+                      std::span<const int> displs) override {
+    const auto me = static_cast<std::size_t>(rank_);
+    Start(id, {Op::kGather, data, {counts.begin(), counts.end()}, {displs.begin(), displs.end()}},
+          Copy(data.data() + displs[me], static_cast<std::size_t>(counts[me]) * sizeof(float)));
+  }
+  bool Test(int id) override {
+    std::optional<Pending>& p = pending_.at(static_cast<std::size_t>(id));
+    if (!p) return true;
+    std::unique_lock<std::mutex> lock(hub_->job->mu);
+    if (hub_->job->ended) throw PeerFailed();
+    if (!Complete(p->round)) return false;
+    Finish(p, Take(p->round));
+    return true;
+  }
+  void Wait(int id, const WaitInfo& info) override {
+    std::optional<Pending>& p = pending_.at(static_cast<std::size_t>(id));
+    if (!p) return;
+    std::unique_lock<std::mutex> lock(hub_->job->mu);
+    WaitUntil(lock, fmt::format("{} of stage {} with its replicas (ranks {})", info.what, info.stage, Members()),
+              [&] { return Complete(p->round); });
+    Finish(p, Take(p->round));
+  }
+  void Gather(std::span<const float> mine, std::vector<float>* out) override {
+    const auto all = Collect(Contribute(Copy(mine.data(), mine.size_bytes())),
+                             fmt::format("the gather of the optimizer state with its replicas (ranks {})", Members()));
+    if (rank_ != 0) return;
+    out->clear();
+    for (const Bytes& part : all) {
+      const std::size_t at = out->size();
+      out->resize(at + part.size() / sizeof(float));
+      if (!part.empty()) std::memcpy(out->data() + at, part.data(), part.size());
+    }
+  }
+
+ private:
+  enum class Op { kSum, kSumPart, kGather };
+  struct Pending {
+    Op op;
+    std::span<float> data;
+    std::vector<int> counts, displs;
+    std::int64_t round = 0;
+  };
+  void Start(int id, Pending p, Bytes mine) {
+    p.round = Contribute(std::move(mine));
+    pending_.at(static_cast<std::size_t>(id)) = std::move(p);
+  }
+  static float At(const Bytes& part, std::size_t i) {
+    float v;
+    std::memcpy(&v, part.data() + i * sizeof(float), sizeof v);
+    return v;
+  }
+  // Every member sums in member order: the same floats everywhere.
+  void Finish(std::optional<Pending>& p, const std::vector<Bytes>& all) {
+    const auto me = static_cast<std::size_t>(rank_);
+    switch (p->op) {
+      case Op::kSum:
+        for (std::size_t i = 0; i < p->data.size(); ++i) {
+          float s = 0.0f;
+          for (const Bytes& part : all) s += At(part, i);
+          p->data[i] = s;
+        }
+        break;
+      case Op::kSumPart: {
+        const auto first = static_cast<std::size_t>(p->displs[me]), n = static_cast<std::size_t>(p->counts[me]);
+        for (std::size_t i = first; i < first + n; ++i) {
+          float s = 0.0f;
+          for (const Bytes& part : all) s += At(part, i);
+          p->data[i] = s;
+        }
+        break;
+      }
+      case Op::kGather:
+        for (std::size_t m = 0; m < all.size(); ++m) {
+          if (!all[m].empty()) std::memcpy(p->data.data() + p->displs[m], all[m].data(), all[m].size());
+        }
+        break;
+    }
+    p.reset();
+  }
+
+  std::vector<std::optional<Pending>> pending_;
+};
+
+}  // namespace
+
+std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double timeout_s) {
+  const int world = layout.pipeline_ranks * layout.replicas;
+  auto job = std::make_shared<Job>();
+  std::vector<int> all(static_cast<std::size_t>(world));
+  for (int w = 0; w < world; ++w) all[static_cast<std::size_t>(w)] = w;
+  const auto world_hub = std::make_shared<Hub>(job, all);
+  // As MakeMpiGroups splits the world: pipeline `replica` holds the world
+  // ranks of that replica, by pipeline rank; replica group `pipeline rank`
+  // holds its D replicas, by replica.
+  std::vector<std::shared_ptr<Hub>> pipelines, groups;
+  for (int d = 0; d < layout.replicas; ++d) {
+    std::vector<int> members;
+    for (int p = 0; p < layout.pipeline_ranks; ++p) members.push_back(layout.World(p, d));
+    pipelines.push_back(std::make_shared<Hub>(job, members));
+  }
+  for (int p = 0; p < layout.pipeline_ranks; ++p) {
+    std::vector<int> members;
+    for (int d = 0; d < layout.replicas; ++d) members.push_back(layout.World(p, d));
+    groups.push_back(std::make_shared<Hub>(job, members));
+  }
+  std::vector<ThreadRank> out(static_cast<std::size_t>(world));
+  for (int w = 0; w < world; ++w) {
+    ThreadRank& r = out[static_cast<std::size_t>(w)];
+    r.end_job = [job] {
+      std::lock_guard<std::mutex> lock(job->mu);
+      job->ended = true;
+      job->cv.notify_all();
+    };
+    const int p = layout.PipelineRank(w), d = layout.Replica(w);
+    r.world = std::make_unique<ThreadTransport>(world_hub, w, timeout_s);
+    if (layout.replicas > 1) {
+      r.pipeline = std::make_unique<ThreadTransport>(pipelines[static_cast<std::size_t>(d)], p, timeout_s);
+      r.replicas = std::make_unique<ThreadReplicaGroup>(groups[static_cast<std::size_t>(p)], d, timeout_s);
+      r.replicas->Configure(0, timeout_s);
+    } else {
+      r.replicas = MakeSoloReplicaGroup();
+    }
+  }
+  return out;
+}
+
+}  // namespace baton

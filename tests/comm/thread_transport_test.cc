@@ -1,0 +1,192 @@
+// Ranks as threads (MakeThreadRanks): the MPI transport's semantics in one
+// process — messages matched in order by peer and tag, sizes checked,
+// collectives, agreement, the replica groups' sums, and a passed deadline
+// ending the whole job.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+// Runs `body(rank, ranks)` on one thread per world rank; returns each
+// rank's exception message ("" if it returned), and "PeerFailed" for
+// PeerFailed.
+std::vector<std::string> RunRanks(std::vector<ThreadRank>& ranks, const std::function<void(int, ThreadRank&)>& body) {
+  std::vector<std::string> errors(ranks.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(static_cast<int>(r), ranks[r]);
+      } catch (const PeerFailed&) {
+        errors[r] = "PeerFailed";
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        ranks[r].end_job();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(ThreadTransport, MessagesMatchInOrderByPeerAndTagAndSizesAreChecked) {
+  auto ranks = MakeThreadRanks({2, 1}, 10);
+  const auto errors = RunRanks(ranks, [](int r, ThreadRank& me) {
+    Transport& t = *me.world;
+    t.Configure(4, 10);
+    if (r == 0) {
+      const int a = 1, b = 2, c = 3;
+      t.Isend(0, &a, sizeof a, 1, 7);
+      t.Isend(1, &b, sizeof b, 1, 7);
+      t.Isend(2, &c, sizeof c, 1, 8);
+      for (int id = 0; id < 3; ++id) t.Wait(id, {"SEND_F", 0, id, 1});
+      const double big = 1.0;
+      t.Isend(3, &big, sizeof big, 1, 9);
+      t.Wait(3, {"SEND_F", 0, 3, 1});
+    } else {
+      int first = 0, second = 0, other = 0;
+      t.Irecv(0, &first, sizeof first, 0, 7);
+      t.Irecv(1, &second, sizeof second, 0, 7);
+      t.Irecv(2, &other, sizeof other, 0, 8);
+      // Waited in another order: each receive still takes its own message.
+      t.Wait(2, {"RECV_F", 0, 2, 0});
+      t.Wait(1, {"RECV_F", 0, 1, 0});
+      t.Wait(0, {"RECV_F", 0, 0, 0});
+      EXPECT_EQ(first, 1);
+      EXPECT_EQ(second, 2);
+      EXPECT_EQ(other, 3);
+      EXPECT_TRUE(t.Idle(0));
+      int small = 0;
+      t.Irecv(3, &small, sizeof small, 0, 9);
+      t.Wait(3, {"RECV_F", 0, 3, 0});
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "rank 1: RECV_F of stage 0 microbatch 3: rank 0 sent 8 bytes, but this rank expects 4");
+}
+
+TEST(ThreadTransport, CollectivesAndAgreement) {
+  auto ranks = MakeThreadRanks({3, 1}, 10);
+  const auto errors = RunRanks(ranks, [](int r, ThreadRank& me) {
+    Transport& t = *me.world;
+    double v[2] = {1.0 * r, 10.0};
+    t.ReduceSum(v);
+    if (r == 0) {
+      EXPECT_EQ(v[0], 3.0);
+      EXPECT_EQ(v[1], 30.0);
+    }
+    std::vector<std::string> all;
+    t.GatherStrings("rank" + std::to_string(r), &all);
+    if (r == 0) EXPECT_EQ(all, (std::vector<std::string>{"rank0", "rank1", "rank2"}));
+    std::string text = r == 0 ? "config" : "";
+    t.BroadcastString(&text);
+    EXPECT_EQ(text, "config");
+    EXPECT_EQ(t.AllMax(r * 5), 10);
+    t.StartAllMax(7 - r);
+    t.Barrier();  // another collective while one is in flight
+    EXPECT_EQ(t.EndAllMax("a verdict"), 7);
+    // Agree: the lowest failing rank rethrows its own error, the others PeerFailed.
+    try {
+      Agree(t, "a test", [&] {
+        if (r >= 1) throw ConfigError("rank " + std::to_string(r) + " failed");
+      });
+      ADD_FAILURE() << "the agreement passed";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(r, 1);
+      EXPECT_EQ(std::string(e.what()), "rank 1 failed");
+    } catch (const PeerFailed&) {
+      EXPECT_NE(r, 1);
+    }
+    Agree(t, "a test that passes", [] {});
+  });
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(ThreadTransport, APassedDeadlineNamesTheWaitAndEndsEveryRank) {
+  auto ranks = MakeThreadRanks({3, 1}, 0.3);
+  std::atomic<int> hooks = 0;
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    Transport& t = *me.world;
+    t.Configure(1, 0.3);
+    t.SetTimeoutHook([&] { ++hooks; });
+    if (r == 1) {
+      int x = 0;
+      t.Irecv(0, &x, sizeof x, 0, 1);  // rank 0 never sends
+      t.Wait(0, {"RECV_F", 2, 3, 0, "F"});
+    } else {
+      t.Barrier();  // waits for rank 1, which never comes
+    }
+  });
+  // Whichever wait passed its deadline first says what it waited for; every
+  // other rank's wait ends with the job.
+  int expired = 0;
+  for (const std::string& e : errors) {
+    if (e == "PeerFailed") continue;
+    ++expired;
+    EXPECT_NE(e.find("timed out waiting for"), std::string::npos) << e;
+  }
+  EXPECT_EQ(expired, 1);
+  EXPECT_EQ(hooks, 1);
+  auto two = MakeThreadRanks({2, 1}, 0.2);
+  const auto named = RunRanks(two, [](int r, ThreadRank& me) {
+    Transport& t = *me.world;
+    t.Configure(1, 0.2);
+    if (r == 1) {
+      int x = 0;
+      t.Irecv(0, &x, sizeof x, 0, 1);
+      t.Wait(0, {"RECV_F", 2, 3, 0, "F"});
+    }
+  });
+  EXPECT_EQ(named[0], "");
+  EXPECT_NE(named[1].find("rank 1: timed out waiting for RECV_F of stage 2 microbatch 3 (action 2F3) from rank 0: "
+                          "waited 0.2 s, limit 0.2 s"),
+            std::string::npos)
+      << named[1];
+}
+
+TEST(ThreadReplicaGroup, SumsPartsAndGathersAsMpiDoes) {
+  // Two replicas of a 2-rank pipeline: world rank w is pipeline rank w / 2 of replica w % 2.
+  auto ranks = MakeThreadRanks({2, 2}, 10);
+  const auto errors = RunRanks(ranks, [](int w, ThreadRank& me) {
+    ASSERT_NE(me.pipeline, nullptr);
+    EXPECT_EQ(me.pipeline->rank(), w / 2);
+    ReplicaGroup& g = *me.replicas;
+    EXPECT_EQ(g.rank(), w % 2);
+    g.Configure(3, 10);
+    const float base = static_cast<float>(w);
+    std::vector<float> sum = {base, 2 * base, 3 * base};
+    g.StartAllReduce(0, sum);
+    g.Wait(0, {"the gradient sum", 0, -1, -1});
+    const float pair = static_cast<float>(w / 2 * 4 + 1);  // w + its replica's w
+    EXPECT_EQ(sum, (std::vector<float>{pair, 2 * pair, 3 * pair}));
+    const std::vector<int> counts = {1, 2}, displs = {0, 1};
+    std::vector<float> part = {base, base, base};
+    g.StartReduceScatter(1, part, counts, displs);
+    while (!g.Test(1)) {
+    }
+    if (g.rank() == 0) EXPECT_EQ(part[0], pair);
+    if (g.rank() == 1) EXPECT_EQ(std::vector<float>(part.begin() + 1, part.end()), (std::vector<float>{pair, pair}));
+    std::vector<float> gathered(3, -1.0f);
+    for (int i = displs[static_cast<std::size_t>(g.rank())]; i < displs[static_cast<std::size_t>(g.rank())] +
+                                                                     counts[static_cast<std::size_t>(g.rank())];
+         ++i) {
+      gathered[static_cast<std::size_t>(i)] = static_cast<float>(g.rank() + 10);
+    }
+    g.StartAllGather(2, gathered, counts, displs);
+    g.Wait(2, {"the parameters' all-gather", 0, -1, -1});
+    EXPECT_EQ(gathered, (std::vector<float>{10.0f, 11.0f, 11.0f}));
+  });
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+}
+
+}  // namespace
+}  // namespace baton

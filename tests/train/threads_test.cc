@@ -1,0 +1,157 @@
+// Training with ranks as threads (MakeThreadRanks): the whole of Train —
+// setup and its agreements, the executor's messages, the gradient sums of
+// the replicas, checkpoints and resuming — in one process under plain
+// ctest, against a run of one rank.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/data.h"
+#include "baton/error.h"
+#include "baton/files.h"
+#include "baton/train.h"
+#include "support/job.h"
+#include "support/test_folder.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  std::vector<std::string> errors;  // per world rank: "" (returned), "PeerFailed" or the message
+  std::vector<double> losses;
+  std::string weights;  // the weights file's bytes
+};
+
+class ThreadsTrain : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = baton_test::FreshTestFolder("baton_threads"); }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Trains tests/mpi/tiny.yaml with `sets` on P x D ranks as threads, its
+  // outputs in dir_/name.
+  RunResult Train(const std::string& name, int pipeline_ranks, int replicas, std::vector<std::string> sets,
+            TrainOptions options = {}) {
+    const fs::path out = dir_ / name;
+    sets.push_back("pipeline.ranks=" + std::to_string(pipeline_ranks));
+    sets.push_back("data_parallel.size=" + std::to_string(replicas));
+    sets.push_back("log.metrics=" + (out / "metrics.jsonl").string());
+    sets.push_back("log.weights=" + (out / "weights.safetensors").string());
+    const std::string path = BATON_SOURCE_DIR "/tests/mpi/tiny.yaml";
+    const TrainConfig config = ParseTrainConfig(ReadTextFile(path), path, sets);
+    std::vector<ThreadRank> ranks = MakeThreadRanks({pipeline_ranks, replicas}, 30);
+    RunResult run;
+    run.errors.resize(ranks.size());
+    std::vector<std::thread> threads;
+    for (std::size_t w = 0; w < ranks.size(); ++w) {
+      threads.emplace_back([&, w] {
+        ThreadRank& r = ranks[w];
+        try {
+          baton::Train(config, {*r.world, r.pipeline ? *r.pipeline : *r.world, *r.replicas}, options);
+        } catch (const PeerFailed&) {
+          run.errors[w] = "PeerFailed";
+        } catch (const std::exception& e) {
+          run.errors[w] = e.what();
+          r.end_job();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::ifstream metrics(out / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto row = nlohmann::json::parse(line);
+      if (row.contains("loss")) run.losses.push_back(row["loss"].get<double>());
+    }
+    run.weights = baton_test::ReadAll(out / "weights.safetensors");
+    return run;
+  }
+
+  static void ExpectClean(const RunResult& r) {
+    for (std::size_t w = 0; w < r.errors.size(); ++w) EXPECT_EQ(r.errors[w], "") << "rank " << w;
+    EXPECT_FALSE(r.weights.empty());
+  }
+
+  fs::path dir_;
+};
+
+// A pipeline on threads learns exactly what one rank learns, to the bit.
+TEST_F(ThreadsTrain, EveryKindOfScheduleMatchesOneRankBitForBit) {
+  const RunResult one = Train("one", 1, 1, {});
+  ExpectClean(one);
+  ASSERT_EQ(one.losses.size(), 4u);
+  for (const auto& [name, ranks, sets] :
+       std::vector<std::tuple<std::string, int, std::vector<std::string>>>{
+           {"1f1b_2", 2, {}},
+           {"zb_h1_2", 2, {"pipeline.schedule=zb_h1"}},
+           {"interleaved_2", 2, {"pipeline.schedule=interleaved_1f1b", "pipeline.chunks=2"}},
+           {"zbv_2", 2, {"pipeline.schedule=zbv"}},
+           {"1f1b_4", 4, {}},
+           {"full_recompute_4", 4, {"pipeline.checkpointing=full"}}}) {
+    const RunResult r = Train(name, ranks, 1, sets);
+    ExpectClean(r);
+    EXPECT_EQ(r.losses, one.losses) << name;
+    EXPECT_EQ(r.weights, one.weights) << name;
+  }
+}
+
+// Replicas on threads: the gradient sums in buckets, and ZeRO's sharded
+// optimizer state; the same training up to the order of the sums.
+TEST_F(ThreadsTrain, ReplicasMatchOneRankWithinRounding) {
+  const RunResult one = Train("one", 1, 1, {"train.optimizer={type: adamw, lr: 0.01}"});
+  ExpectClean(one);
+  for (const auto& [name, p, d, zero] : std::vector<std::tuple<std::string, int, int, int>>{
+           {"2x2", 2, 2, 0}, {"2x2_zero", 2, 2, 1}, {"1x4_zero", 1, 4, 1}}) {
+    const RunResult r = Train(name, p, d,
+                        {"train.optimizer={type: adamw, lr: 0.01}", "data_parallel.zero=" + std::to_string(zero),
+                         "data_parallel.bucket_cap_mb=0.001"});
+    ExpectClean(r);
+    ASSERT_EQ(r.losses.size(), one.losses.size()) << name;
+    for (std::size_t i = 0; i < one.losses.size(); ++i) EXPECT_NEAR(r.losses[i], one.losses[i], 1e-5) << name;
+    const auto a = ReadSafetensors((dir_ / name / "weights.safetensors").string());
+    const auto b = ReadSafetensors((dir_ / "one" / "weights.safetensors").string());
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t t = 0; t < a.size(); ++t) {
+      for (std::size_t k = 0; k < a[t].data.size(); ++k) EXPECT_NEAR(a[t].data[k], b[t].data[k], 1e-5) << a[t].name;
+    }
+  }
+}
+
+// Checkpoints written by threads resume on threads, bit for bit: the run
+// that stopped after step 4 (its step-6 checkpoint never finished) ends as
+// the uninterrupted one.
+TEST_F(ThreadsTrain, ACheckpointResumesBitForBit) {
+  const std::vector<std::string> ckpt = {"train.steps=6", "checkpoint.every_steps=2", "checkpoint.keep=3",
+                                         "data.shuffle=true", "checkpoint.dir=" + (dir_ / "ck").string()};
+  const RunResult whole = Train("whole", 2, 1, ckpt);
+  ExpectClean(whole);
+  ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json"));
+  fs::remove(dir_ / "ck/step-00000006/manifest.json");  // a crash between the shards and the manifest
+  TrainOptions resume;
+  resume.resume = true;
+  const RunResult resumed = Train("resumed", 2, 1, ckpt, resume);
+  ExpectClean(resumed);
+  EXPECT_EQ(resumed.weights, whole.weights);
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json"));
+}
+
+// A non-finite loss stops every rank at its step: rank 0 says why, the
+// others end quietly, and no weights are written.
+TEST_F(ThreadsTrain, DivergenceStopsEveryRank) {
+  const RunResult r = Train("diverged", 2, 1, {"train.optimizer.lr=1e30", "train.steps=8"});
+  EXPECT_NE(r.errors[0].find("step 2: the loss is not finite (NaN or infinite) on rank 1"), std::string::npos)
+      << r.errors[0];
+  EXPECT_EQ(r.errors[1], "PeerFailed");
+  EXPECT_TRUE(r.weights.empty());
+}
+
+}  // namespace
+}  // namespace baton
