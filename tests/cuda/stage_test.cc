@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <cstring>
+#include <limits>
 
 #include "baton/host.h"
 #include "baton/config.h"
@@ -207,6 +208,37 @@ TEST(CudaStageScratch, GptLayersAllocateWhatThePlanCounts) {
     ExpectPlannedScratch(run, sp, gpu, Device::kCuda);
   }
   EXPECT_GT(PlanMemory(run)[0].layer_scratch, 0u);
+}
+
+// The step's check of its gradients on the GPU (GradientsFinite, a bits-max
+// kernel): a NaN or an infinity in the range makes it false; the largest
+// finite floats do not, nor a NaN outside the range.
+TEST(CudaGradients, TheFiniteCheckFindsANanOrAnInfinityInItsRangeOnly) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA stage runs only on a GPU machine";
+  const RunPlan run = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", {"device=cuda"}));
+  const RankPlan plan = PlanRank(run, 0);
+  const StagePlan& sp = plan.local_stages.front();
+  cuda::Stream stream;
+  Stage gpu(run.model, sp, cuda::MakeCudaStageDevice(stream.get(), Precision::kFP32));
+  StageDevice& dev = gpu.device();
+  const std::size_t n = sp.num_params;
+  ASSERT_GT(n, 100u);
+  std::vector<float> grads(n, 0.5f);
+  grads[7] = -3.4e38f;  // finite, the largest magnitude there is
+  auto upload = [&] {
+    BATON_CUDA_CHECK(cudaMemcpy(dev.grads(), grads.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  };
+  upload();
+  EXPECT_TRUE(dev.GradientsFinite(0, n));
+  grads[n - 1] = std::nanf("");
+  upload();
+  EXPECT_FALSE(dev.GradientsFinite(0, n));
+  EXPECT_TRUE(dev.GradientsFinite(0, n - 1));  // the NaN outside the range
+  grads[n - 1] = 0.0f;
+  grads[n / 2] = -std::numeric_limits<float>::infinity();
+  upload();
+  EXPECT_FALSE(dev.GradientsFinite(0, n));
+  EXPECT_TRUE(dev.GradientsFinite(n / 2 + 1, n - n / 2 - 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(
