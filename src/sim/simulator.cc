@@ -18,6 +18,7 @@
 
 #include "baton/error.h"
 #include "baton/sim.h"
+#include "check_options.h"
 #include "completion.h"
 
 namespace baton {
@@ -36,95 +37,6 @@ constexpr Flags kRecvF = 4;         // lowered: its RECV_F is posted
 constexpr Flags kRecvB = 8;         // lowered: its RECV_B is posted
 constexpr Flags kSentF = 16;        // lowered: its SEND_F has run
 constexpr Flags kSentB = 32;        // lowered: its SEND_B has run
-
-void CheckOptions(const Schedule& s, const SimOptions& o) {
-  auto non_negative = [](std::string_view what, double v) {
-    if (!(v >= 0.0) || !std::isfinite(v)) {
-      throw ScheduleError(fmt::format("simulation: {} must be a finite number >= 0, got {}", what, v));
-    }
-  };
-  auto check_costs = [&](std::string_view where, const Costs& c) {
-    non_negative(fmt::format("{} forward cost", where), c.forward);
-    non_negative(fmt::format("{} backward_input cost", where), c.backward_input);
-    non_negative(fmt::format("{} backward_weight cost", where), c.backward_weight);
-    if (c.forward_backward) non_negative(fmt::format("{} forward_backward cost", where), *c.forward_backward);
-  };
-  check_costs("the per-rank", o.costs);
-  if (!o.stage_costs.empty() && static_cast<int>(o.stage_costs.size()) != s.stages) {
-    throw ScheduleError(fmt::format("simulation: {} per-stage costs given, but the schedule has {} stages",
-                                    o.stage_costs.size(), s.stages));
-  }
-  for (std::size_t i = 0; i < o.stage_costs.size(); ++i) check_costs(fmt::format("stage {}", i), o.stage_costs[i]);
-  non_negative("comm", o.comm);
-  non_negative("bandwidth", o.bandwidth);
-  non_negative("message_bytes", o.message_bytes);
-  non_negative("microbatch_memory_bytes", o.microbatch_memory_bytes);
-  if (!o.stage_memory_bytes.empty() && static_cast<int>(o.stage_memory_bytes.size()) != s.stages) {
-    throw ScheduleError(fmt::format("simulation: {} per-stage memory sizes given, but the schedule has {} stages",
-                                    o.stage_memory_bytes.size(), s.stages));
-  }
-  for (std::size_t i = 0; i < o.stage_memory_bytes.size(); ++i) {
-    non_negative(fmt::format("stage {} memory bytes", i), o.stage_memory_bytes[i]);
-  }
-  if (!o.rank_static_bytes.empty() && static_cast<int>(o.rank_static_bytes.size()) != s.ranks) {
-    throw ScheduleError(fmt::format("simulation: {} per-rank static memory sizes given, but the schedule has {} ranks",
-                                    o.rank_static_bytes.size(), s.ranks));
-  }
-  if (!o.stage_reduce_time.empty() && static_cast<int>(o.stage_reduce_time.size()) != s.stages) {
-    throw ScheduleError(fmt::format("simulation: {} per-stage gradient-sum times given, but the schedule has {} stages",
-                                    o.stage_reduce_time.size(), s.stages));
-  }
-  for (std::size_t i = 0; i < o.stage_reduce_time.size(); ++i) {
-    non_negative(fmt::format("stage {} gradient-sum time", i), o.stage_reduce_time[i]);
-  }
-  for (std::size_t i = 0; i < o.rank_static_bytes.size(); ++i) {
-    non_negative(fmt::format("rank {} static memory bytes", i), o.rank_static_bytes[i]);
-  }
-  if (!o.core_pool.empty() && static_cast<int>(o.core_pool.size()) != s.ranks) {
-    throw ScheduleError(fmt::format("simulation: {} core pools given for the ranks, but the schedule has {} ranks",
-                                    o.core_pool.size(), s.ranks));
-  }
-  if (o.core_pool.empty() && !o.pool_cores.empty()) {
-    throw ScheduleError("simulation: pool_cores given without core_pool (which pool each rank is in)");
-  }
-  for (std::size_t r = 0; r < o.core_pool.size(); ++r) {
-    if (o.core_pool[r] < 0 || o.core_pool[r] >= static_cast<int>(o.pool_cores.size())) {
-      throw ScheduleError(fmt::format("simulation: rank {} is in core pool {}, but there are {} pools (0..{})", r,
-                                      o.core_pool[r], o.pool_cores.size(),
-                                      static_cast<int>(o.pool_cores.size()) - 1));
-    }
-  }
-  if (!(o.waiting_share >= 0.0 && o.waiting_share <= 1.0)) {
-    throw ScheduleError(fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.waiting_share));
-  }
-  for (std::size_t k = 0; k < o.pool_cores.size(); ++k) {
-    if (!(o.pool_cores[k] > 0.0) || !std::isfinite(o.pool_cores[k])) {
-      throw ScheduleError(fmt::format("simulation: core pool {} must have a finite number of cores > 0, got {}", k,
-                                      o.pool_cores[k]));
-    }
-  }
-  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slice_cost}, std::pair{"slice_memory", &o.slice_memory},
-                                     std::pair{"slice_message", &o.slice_message}}) {
-    if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {
-      throw ScheduleError(fmt::format("simulation: {} {} shares given, but the schedule has {} slices a microbatch",
-                                      shares->size(), what, s.slices));
-    }
-    for (std::size_t i = 0; i < shares->size(); ++i) {
-      if (!((*shares)[i] > 0.0 && (*shares)[i] <= 1.0)) {
-        throw ScheduleError(fmt::format("simulation: {} of slice {} must be in (0, 1], got {}", what, i, (*shares)[i]));
-      }
-    }
-  }
-  non_negative("sequence_memory", o.sequence_memory);
-  if (!o.stage_sequence_bytes.empty() && static_cast<int>(o.stage_sequence_bytes.size()) != s.stages) {
-    throw ScheduleError(fmt::format("simulation: {} per-stage sequence sizes given, but the schedule has {} stages",
-                                    o.stage_sequence_bytes.size(), s.stages));
-  }
-  if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
-    throw ScheduleError(
-        fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
-  }
-}
 
 // Lists of actions up to this size stay in a core's cache (1 MiB of L2 on
 // the machines baton is measured on), where prefetching them only costs.
