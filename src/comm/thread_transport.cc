@@ -32,6 +32,17 @@ Bytes Copy(const void* data, std::size_t bytes) {
   return b;
 }
 
+// Members' float contributions one after another, in member order.
+std::vector<float> Floats(const std::vector<Bytes>& parts) {
+  std::vector<float> out;
+  for (const Bytes& part : parts) {
+    const std::size_t at = out.size();
+    out.resize(at + part.size() / sizeof(float));
+    if (!part.empty()) std::memcpy(out.data() + at, part.data(), part.size());
+  }
+  return out;
+}
+
 // What every rank of one job shares: one lock, one condition, and the end.
 struct Job {
   std::mutex mu;
@@ -210,12 +221,7 @@ class ThreadTransport final : public Transport, private Member {
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override {
     const auto all = Collect(Contribute(Copy(mine.data(), mine.size_bytes())), "the gather of the final weights");
     if (rank_ != 0) return;
-    out->clear();
-    for (const Bytes& part : all) {
-      const std::size_t at = out->size();
-      out->resize(at + part.size() / sizeof(float));
-      if (!part.empty()) std::memcpy(out->data() + at, part.data(), part.size());
-    }
+    *out = Floats(all);
   }
   void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override {
     const auto all = Collect(Contribute(Copy(mine.data(), mine.size())), std::string(what));
@@ -333,12 +339,7 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     const auto all = Collect(Contribute(Copy(mine.data(), mine.size_bytes())),
                              fmt::format("the gather of the optimizer state with its replicas (ranks {})", Members()));
     if (rank_ != 0) return;
-    out->clear();
-    for (const Bytes& part : all) {
-      const std::size_t at = out->size();
-      out->resize(at + part.size() / sizeof(float));
-      if (!part.empty()) std::memcpy(out->data() + at, part.data(), part.size());
-    }
+    *out = Floats(all);
   }
 
  private:
