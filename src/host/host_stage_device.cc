@@ -64,6 +64,7 @@ class HostStageDevice final : public StageDevice {
   std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }
   std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   bool GradientsFinite(std::size_t first, std::size_t count) override {
+    if (count == 0) return true;  // a stage of weightless layers
     // A float is a NaN or an infinity exactly when its exponent bits are all
     // ones: the largest magnitude's bits against the infinity's, one integer
     // max over the gradients (vectorised; a pass at memory speed).
@@ -104,8 +105,14 @@ class HostStageDevice final : public StageDevice {
     const auto n = static_cast<std::size_t>(y.desc.elements());
     for (std::size_t k = 0; k < n; ++k) py[k] += px[k];
   }
-  void Copy(const View& dst, const ConstView& src) override { std::memcpy(dst.data, src.data, src.bytes()); }
-  void Zero(const View& dst) override { std::memset(dst.data, 0, dst.bytes()); }
+  // A stage of weightless layers has no gradients: its views are null and
+  // empty, and memcpy and memset may not be given null even for 0 bytes.
+  void Copy(const View& dst, const ConstView& src) override {
+    if (src.bytes() > 0) std::memcpy(dst.data, src.data, src.bytes());
+  }
+  void Zero(const View& dst) override {
+    if (dst.bytes() > 0) std::memset(dst.data, 0, dst.bytes());
+  }
   void CrossEntropy(const ConstView& logits, const ConstView& labels, float grad_scale, const View& dlogits) override {
     const auto rows = static_cast<std::size_t>(logits.desc.matrix_rows());
     totals_.loss_sum += baton::CrossEntropy(Matrix(logits), std::span<const std::int32_t>(labels.as<std::int32_t>(), rows),
