@@ -25,6 +25,11 @@ struct WaitInfo {
   const char* action = "";  // kind of the action that waits ("F", "B", "I"), if any
 };
 
+// A wait as a deadline's message names it: "RECV_B of stage 0 microbatch 3
+// (action 0B3) from rank 1", the peer given as its world rank; `info.what`
+// alone where the wait is for no stage or microbatch.
+std::string DescribeWait(const WaitInfo& info, int world_peer);
+
 class Transport {
  public:
   virtual ~Transport() = default;

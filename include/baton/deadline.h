@@ -30,6 +30,11 @@ class Deadline {
   // (pipeline.wait_timeout_s); aborting the job", then `hook` if any (the
   // executor's flight record), then `abort` (the job's: MPI_Abort). Never
   // returns.
+  // "rank R: timed out waiting for WHAT: waited W s, limit L s
+  // (pipeline.wait_timeout_s)": what every expiry says, however the job
+  // then ends.
+  std::string Message(int rank, const std::string& what) const;
+
   [[noreturn]] void Expire(int rank, const std::string& what, const std::function<void()>& hook,
                            const std::function<void()>& abort) const;
 

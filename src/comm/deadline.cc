@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include <fmt/format.h>
+
+#include "baton/comm.h"
+
 namespace baton {
 
 bool Deadline::Poll(int spins) {
@@ -24,16 +28,29 @@ bool Deadline::Poll(int spins) {
   return false;
 }
 
+std::string Deadline::Message(int rank, const std::string& what) const {
+  return fmt::format("rank {}: timed out waiting for {}: waited {:.1f} s, limit {:.1f} s (pipeline.wait_timeout_s)",
+                     rank, what, waited_s(), limit_s_);
+}
+
 void Deadline::Expire(int rank, const std::string& what, const std::function<void()>& hook,
                       const std::function<void()>& abort) const {
-  std::fprintf(stderr,
-               "baton: rank %d: timed out waiting for %s: waited %.1f s, limit %.1f s (pipeline.wait_timeout_s); "
-               "aborting the job\n",
-               rank, what.c_str(), waited_s(), limit_s_);
+  std::fprintf(stderr, "baton: %s; aborting the job\n", Message(rank, what).c_str());
   if (hook) hook();
   std::fflush(stderr);
   abort();
   std::_Exit(3);  // in case the abort returned
+}
+
+std::string DescribeWait(const WaitInfo& info, int world_peer) {
+  std::string what = info.what;
+  if (info.stage >= 0 || info.microbatch >= 0) {
+    const std::string action =
+        *info.action ? fmt::format(" (action {}{}{})", info.stage, info.action, info.microbatch) : std::string();
+    what += fmt::format(" of stage {} microbatch {}{} {} rank {}", info.stage, info.microbatch, action,
+                        std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", world_peer);
+  }
+  return what;
 }
 
 }  // namespace baton

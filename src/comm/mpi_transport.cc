@@ -236,17 +236,8 @@ class MpiTransport final : public Transport {
     }
     return static_cast<int>(bytes);
   }
-  // What a wait was for, in the deadline's message: "RECV_B of stage 0
-  // microbatch 3 (action 0B3) from rank 1".
   [[noreturn]] void Expire(const Deadline& deadline, const WaitInfo& info) {
-    const std::string action =
-        *info.action ? fmt::format(" (action {}{}{})", info.stage, info.action, info.microbatch) : std::string();
-    std::string what = info.what;
-    if (info.stage >= 0 || info.microbatch >= 0) {
-      what += fmt::format(" of stage {} microbatch {}{} {} rank {}", info.stage, info.microbatch, action,
-                          std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", World(info.peer));
-    }
-    deadline.Expire(World(rank_), what, timeout_hook_, [this] { Abort(3); });
+    deadline.Expire(World(rank_), DescribeWait(info, World(info.peer)), timeout_hook_, [this] { Abort(3); });
   }
 
   // A collective's wait. Rank 0's deadline comes first, by kNoteGrace, so

@@ -94,10 +94,7 @@ class Member {
       if (job.ended) throw PeerFailed();
       if (ready()) return;
       if (deadline.waited_s() < timeout_s_) continue;
-      const std::string message =
-          fmt::format("rank {}: timed out waiting for {}: waited {:.1f} s, limit {:.1f} s (pipeline.wait_timeout_s); "
-                      "ending the job",
-                      World(rank_), what, deadline.waited_s(), timeout_s_);
+      const std::string message = deadline.Message(World(rank_), what) + "; ending the job";
       job.ended = true;
       job.why = message;
       job.cv.notify_all();
@@ -191,7 +188,7 @@ class ThreadTransport final : public Transport, private Member {
     }
     std::unique_lock<std::mutex> lock(hub_->job->mu);
     Hub::Channel& ch = hub_->channels[{rank_, r.peer, r.tag}];
-    WaitUntil(lock, Describe(info), [&] { return ch.messages.count(r.seq) > 0; });
+    WaitUntil(lock, DescribeWait(info, World(info.peer)), [&] { return ch.messages.count(r.seq) > 0; });
     const auto it = ch.messages.find(r.seq);
     const Bytes message = std::move(it->second);
     ch.messages.erase(it);
@@ -277,18 +274,6 @@ class ThreadTransport final : public Transport, private Member {
       throw Error(fmt::format("rank {}: cannot {} rank {} (a job of {} ranks)", World(rank_), what, peer, size()));
     }
   }
-  // As the MPI transport says it: "RECV_B of stage 0 microbatch 3 (action 0B3) from rank 1".
-  std::string Describe(const WaitInfo& info) const {
-    std::string what = info.what;
-    if (info.stage >= 0 || info.microbatch >= 0) {
-      const std::string action =
-          *info.action ? fmt::format(" (action {}{}{})", info.stage, info.action, info.microbatch) : std::string();
-      what += fmt::format(" of stage {} microbatch {}{} {} rank {}", info.stage, info.microbatch, action,
-                          std::string(info.what).rfind("SEND", 0) == 0 ? "to" : "from", World(info.peer));
-    }
-    return what;
-  }
-
   std::vector<Request> requests_;
   std::optional<std::int64_t> max_round_;
 };
