@@ -4,9 +4,11 @@
 #define BATON_BENCH_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/config.h"
+#include "baton/profile.h"
 #include "baton/costs.h"
 #include "baton/train.h"
 
@@ -100,6 +102,23 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
 
 // The report as JSON (the keys of BenchReport).
 std::string BenchReportJson(const BenchReport& report);
+
+// Ranks sharing cores (more processes than CPUs): what a rank costs the
+// others beyond its actions depends on how the system schedules the
+// processes, so the config's pipeline and up to two others (a zero-bubble
+// order of it, and its stages' costs evened out) run `steps` measured
+// steps each on every rank of `world` (the config's pipeline ranks, one
+// replica), and rank 0 fits `profile`'s shared-core model to their
+// median steps (FitSharedCores, baton/price.h). Collective.
+void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Profile& profile);
+
+// The report as `baton bench` prints it: the step, bubble, prediction,
+// messages, gradient sums, cores and compute, and a row per rank.
+std::string DescribeBenchReport(const BenchReport& report);
+
+// A sweep's reports (label, report) as an SVG bar chart: samples/s, and
+// the measured and simulated bubble rates.
+std::string SweepSvg(const std::vector<std::pair<std::string, BenchReport>>& rows);
 
 }  // namespace baton
 

@@ -159,6 +159,9 @@ Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s);
 // not arrive before the deadline ("rank 0 writing the manifest of ...").
 void Agree(Transport& t, std::string_view what, const std::function<void()>& work);
 
+// Collective: rank 0's whole numbers on every rank (BroadcastString).
+void BroadcastInts(Transport& t, std::vector<int>* values);
+
 // Ranks as threads of one process, for tests: every world rank's
 // transports, laid out as MakeMpiGroups lays out MPI ranks, with the MPI
 // transport's semantics (request ids; messages matched in order by peer and

@@ -222,6 +222,10 @@ TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::stri
 // The resolved settings, as YAML, for `baton validate`.
 std::string DescribeTrainConfig(const TrainConfig& config);
 
+// Selective checkpointing's list of kept layer types: pipeline.keep, or
+// (empty) the default: the outputs of linear and attention layers.
+std::vector<LayerType> SelectiveKeep(const TrainConfig& config);
+
 }  // namespace baton
 
 #endif  // BATON_CONFIG_H_

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "baton/price.h"
 #include "baton/timing.h"
 #include "cores.h"
 

@@ -108,7 +108,7 @@ std::string BenchReportJson(const BenchReport& b) {
 }
 
 BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchOptions& o) {
-  const TrainConfig c = BenchConfig(config, o);
+  const TrainConfig c = BenchConfig(PlaceStages(config, comms.world), o);
   RunSetup u;
   SetupOptions setup;
   setup.training = false;

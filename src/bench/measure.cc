@@ -9,33 +9,6 @@
 namespace baton {
 namespace {
 
-}  // namespace
-
-double PingPong(Transport& t, std::size_t bytes) {
-  if (t.size() < 2 || t.rank() > 1) return 0.0;
-  std::vector<std::byte> buf(std::max<std::size_t>(bytes, 1), std::byte{1});
-  const int peer = 1 - t.rank();
-  std::vector<double> trips;
-  for (int i = 0; i < 60; ++i) {
-    const double start = MonotonicSeconds();
-    if (t.rank() == 0) {
-      t.Irecv(1, buf.data(), buf.size(), peer, 99);
-      t.Isend(0, buf.data(), buf.size(), peer, 98);
-      t.Wait(0, {"SEND (latency probe)", -1, i, peer});
-      t.Wait(1, {"RECV (latency probe)", -1, i, peer});
-    } else {
-      t.Irecv(1, buf.data(), buf.size(), peer, 98);
-      t.Wait(1, {"RECV (latency probe)", -1, i, peer});
-      t.Isend(0, buf.data(), buf.size(), peer, 99);
-      t.Wait(0, {"SEND (latency probe)", -1, i, peer});
-    }
-    if (i >= 10) trips.push_back(MonotonicSeconds() - start);
-  }
-  return Median(trips) / 2;
-}
-
-namespace {
-
 // The replica group's all-reduce of `floats` floats: the median of 30
 // (after 5 unmeasured), collective over the group. Outside any step.
 double AllReduceTime(ReplicaGroup& g, std::size_t floats, double timeout_s) {

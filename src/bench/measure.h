@@ -5,6 +5,7 @@
 #define BATON_BENCH_MEASURE_H_
 
 #include "baton/bench.h"
+#include "profile_measure.h"
 #include "record.h"
 #include "setup.h"
 
@@ -20,11 +21,6 @@ namespace baton {
 // step's gradients are final (the optimizer runs outside the clock).
 // Collective over the world.
 RankRecord MeasureRank(RunSetup& u, const RunComms& comms, const BenchOptions& options);
-
-// One-way time between ranks 0 and 1 of `t` for a message of `bytes`: half
-// the median round trip on ranks 0 and 1 (0 on the others, which return
-// at once).
-double PingPong(Transport& t, std::size_t bytes);
 
 // Collective over `t`: every rank's record on rank 0 (index = rank), an
 // empty list elsewhere.

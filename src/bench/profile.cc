@@ -18,7 +18,7 @@
 
 #include "baton/error.h"
 #include "baton/timing.h"
-#include "measure.h"
+#include "baton/price.h"
 #include "stage.h"
 
 namespace baton {
@@ -360,6 +360,29 @@ ProfileIdentity ThisMachineIdentity(const TrainConfig& config, const ModelDesc& 
   return IdentityOf(config, model, machine, MachineCores());
 }
 
+double PingPong(Transport& t, std::size_t bytes) {
+  if (t.size() < 2 || t.rank() > 1) return 0.0;
+  std::vector<std::byte> buf(std::max<std::size_t>(bytes, 1), std::byte{1});
+  const int peer = 1 - t.rank();
+  std::vector<double> trips;
+  for (int i = 0; i < 60; ++i) {
+    const double start = MonotonicSeconds();
+    if (t.rank() == 0) {
+      t.Irecv(1, buf.data(), buf.size(), peer, 99);
+      t.Isend(0, buf.data(), buf.size(), peer, 98);
+      t.Wait(0, {"SEND (latency probe)", -1, i, peer});
+      t.Wait(1, {"RECV (latency probe)", -1, i, peer});
+    } else {
+      t.Irecv(1, buf.data(), buf.size(), peer, 98);
+      t.Wait(1, {"RECV (latency probe)", -1, i, peer});
+      t.Isend(0, buf.data(), buf.size(), peer, 99);
+      t.Wait(0, {"SEND (latency probe)", -1, i, peer});
+    }
+    if (i >= 10) trips.push_back(MonotonicSeconds() - start);
+  }
+  return Median(trips) / 2;
+}
+
 Profile MeasureProfile(const TrainConfig& config, Transport& world, const ProfileOptions& o) {
   if (o.repetitions < 1 || o.warmup < 0) throw ConfigError("profile: --repetitions must be >= 1 and --warmup >= 0");
   const double start = MonotonicSeconds();
@@ -445,6 +468,29 @@ std::string DescribeProfile(const Profile& p) {
     }
   }
   return text;
+}
+
+Profile ProfileFor(const TrainConfig& config, const std::string& path, std::string* source) {
+  const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
+  if (!path.empty()) {
+    Profile p = ReadProfile(path);
+    CheckProfile(p, ThisMachineIdentity(config, model), path);
+    *source = fmt::format("the profile {}", path);
+    const double scale = SharedCoreCost(p, config.pipeline.ranks, config.data_parallel.size);
+    if (scale != 1.0) {
+      *source += fmt::format(" ({} processes sharing {} CPUs: each action at {:.3f}x its profiled time, as fitted to "
+                             "the profile's calibration runs)",
+                             config.pipeline.ranks * config.data_parallel.size, p.identity.cores, scale);
+    }
+    return p;
+  }
+  std::unique_ptr<Transport> solo = MakeSoloTransport();
+  Profile p = MeasureProfile(config, *solo, ProfileOptions{});
+  *source = fmt::format(
+      "a profile measured now ({:.2f} s, one process: messages at 20 us, and waiting ranks take no share of cores "
+      "they share; mpirun -np 2 baton profile measures both)",
+      p.seconds);
+  return p;
 }
 
 }  // namespace baton

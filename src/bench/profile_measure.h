@@ -1,4 +1,5 @@
-// `baton profile`'s measuring part: each top-level layer of a config's
+// `baton profile`'s measuring part (the library baton_bench_layers, below
+// training: the automatic placement measures a profile at a run's start): each top-level layer of a config's
 // model timed alone on the configured device, and the messages between
 // ranks 0 and 1. The profile itself, its file and its use are pure
 // (baton/profile.h).
@@ -11,6 +12,9 @@
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/plan.h"
+#include "baton/placement.h"
+#include "baton/price.h"
+#include "baton/tune_config.h"
 #include "baton/profile.h"
 
 namespace baton {
@@ -27,6 +31,15 @@ struct ProfileOptions {
 // a one-layer stage without checkpointing, each op's forward alone, and
 // what a microbatch keeps. The whole profile on rank 0.
 Profile MeasureProfile(const TrainConfig& config, Transport& world, const ProfileOptions& options);
+
+// The profile at `path` checked against the config and this machine, or
+// (empty path) one measured now in this process; `source` says which.
+Profile ProfileFor(const TrainConfig& config, const std::string& path, std::string* source);
+
+// One-way time between ranks 0 and 1 of `t` for a message of `bytes`: half
+// the median round trip on ranks 0 and 1 (0 on the others, which return
+// at once).
+double PingPong(Transport& t, std::size_t bytes);
 
 // This machine, as profiles name it: the processor's model name (and the
 // GPU, for device: cuda), and its online CPUs.

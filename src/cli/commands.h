@@ -5,21 +5,26 @@
 #define BATON_CLI_COMMANDS_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include "baton/choices.h"
 #include "baton/comm.h"
+#include "baton/named_enum.h"
+#include "baton/error.h"
 #include "baton/config.h"
-#include "baton/profile.h"
 
 namespace baton {
 
 void AddSimulateCommand(CLI::App& app);
 void AddScheduleCommand(CLI::App& app);
-void AddTrainCommand(CLI::App& app);  // train, bench, tune and validate
+void AddTrainCommand(CLI::App& app);  // train, bench and validate
+void AddTuneCommand(CLI::App& app);
 void AddProfileCommand(CLI::App& app);
 
 // Every rank of the MPI job (one process without mpirun): rank 0 reads the
@@ -29,20 +34,27 @@ void AddProfileCommand(CLI::App& app);
 int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
                   const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job);
 
-// The profile at `path` checked against the config and this machine, or
-// (empty path) one measured now in this process; `source` says which.
-Profile ProfileFor(const TrainConfig& config, const std::string& path, std::string* source);
-
-// An automatic placement (Partition::kAuto) searched on rank 0, from
-// pipeline.profile or a short profile measured now, printed, and
-// broadcast: the config with that placement on every rank (others as
-// given). Collective over `world`.
-TrainConfig ResolvePlacement(const TrainConfig& config, Transport& world);
-
 // Writes `content` to `path` through a temporary file renamed into place, so
 // a failure never leaves a half-written file; "-" writes to standard output.
 // Creates missing parent folders.
 void WriteOutput(const std::string& path, std::string_view content);
+
+// A comma-separated list's items (empty items skipped).
+std::vector<std::string> Split(const std::string& list);
+
+// A comma-separated list of a named enum's values, for `command`'s `flag`.
+template <NamedEnum E>
+std::vector<E> EnumList(const std::string& text, const char* command, const char* flag) {
+  std::vector<E> out;
+  for (const std::string& word : Split(text)) {
+    const std::optional<E> value = ParseEnum<E>(word);
+    if (!value) {
+      throw ConfigError(fmt::format("{}: {}: '{}' is not one of {}", command, flag, word, EnumNameList<E>()));
+    }
+    out.push_back(*value);
+  }
+  return out;
+}
 
 // A comma-separated list of whole numbers ("4,8,16"; empty items skipped).
 // Throws ConfigError "<what>: '<item>' is not a whole number".

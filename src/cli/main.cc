@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   baton::AddSimulateCommand(app);
   baton::AddScheduleCommand(app);
   baton::AddTrainCommand(app);
+  baton::AddTuneCommand(app);
   baton::AddProfileCommand(app);
   try {
     app.parse(argc, argv);

@@ -15,11 +15,14 @@
 #include "baton/config.h"
 #include "baton/error.h"
 #include "baton/plan.h"
+#include "baton/placement.h"
+#include "baton/price.h"
 #include "baton/profile.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
 #include "baton/slices.h"
 #include "commands.h"
+#include "profile_measure.h"
 
 namespace baton {
 namespace {

@@ -2,6 +2,11 @@
 #include <exception>
 
 #include "baton/comm.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "baton/error.h"
 
 namespace baton {
@@ -18,6 +23,13 @@ void Agree(Transport& t, std::string_view what, const std::function<void()>& wor
   if (worst < 0) return;
   if (t.size() - worst != t.rank()) throw PeerFailed();
   std::rethrow_exception(failure);
+}
+
+void BroadcastInts(Transport& t, std::vector<int>* values) {
+  std::string bytes(reinterpret_cast<const char*>(values->data()), values->size() * sizeof(int));
+  t.BroadcastString(&bytes);
+  values->resize(bytes.size() / sizeof(int));
+  std::memcpy(values->data(), bytes.data(), values->size() * sizeof(int));
 }
 
 }  // namespace baton

@@ -466,12 +466,9 @@ void ReadKeep(YamlMap& pipe, TrainConfig& c) {
     }
     c.pipeline.keep.push_back(*type);
   }
-  // Selective without a list keeps the outputs of the layers whose
-  // recomputation costs matrix products (linear and attention: Megatron-LM's
-  // selective recomputation keeps them too) and recomputes the cheap
-  // element-wise parts (gelu, relu, layernorm, the residual adds).
+  // Selective without a list: SelectiveKeep's default.
   if (c.pipeline.checkpointing == Checkpointing::kSelective && !pipe.Has("keep")) {
-    c.pipeline.keep = {LayerType::kLinear, LayerType::kAttention};
+    c.pipeline.keep = SelectiveKeep(c);
   }
   if (!c.pipeline.keep.empty() && c.pipeline.checkpointing != Checkpointing::kSelective) {
     pipe.Fail(pipe.Node("keep"), "keep", "only applies with checkpointing: selective");
@@ -775,6 +772,14 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << YAML::Value << std::string(EnumName(c.precision));
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+std::vector<LayerType> SelectiveKeep(const TrainConfig& config) {
+  // The outputs of the layers whose recomputation costs matrix products
+  // (linear and attention: Megatron-LM's selective recomputation keeps
+  // them too); the cheap element-wise parts are recomputed.
+  if (!config.pipeline.keep.empty()) return config.pipeline.keep;
+  return {LayerType::kLinear, LayerType::kAttention};
 }
 
 }  // namespace baton

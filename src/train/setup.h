@@ -90,6 +90,12 @@ struct RunSetup {
   CheckpointFolder checkpoints;
 };
 
+// An automatic placement (Partition::kAuto) searched on rank 0, from
+// pipeline.profile or a short profile measured now, printed, and
+// broadcast: the config with that placement on every rank (any other
+// config as given). Collective over `world`; Train and Bench start with it.
+TrainConfig PlaceStages(const TrainConfig& config, Transport& world);
+
 // Plans and builds `u` on every rank, in phases the ranks agree on one by
 // one (a failure anywhere ends every rank: the lowest failing rank throws
 // its error and the others PeerFailed):

@@ -244,8 +244,9 @@ void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
 
 }  // namespace
 
-TrainSummary Train(const TrainConfig& c, const RunComms& comms, const TrainOptions& options) {
+TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options) {
   const auto start = Clock::now();
+  const TrainConfig c = PlaceStages(config, comms.world);
   RunSetup u;
   SetupOptions setup;
   setup.resume = options.resume;

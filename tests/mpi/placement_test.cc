@@ -12,6 +12,8 @@
 
 #include "baton/config.h"
 #include "baton/plan.h"
+#include "baton/placement.h"
+#include "baton/price.h"
 #include "baton/profile.h"
 #include "run_helpers.h"
 

@@ -2,6 +2,7 @@
 // setup and its agreements, the executor's messages, the gradient sums of
 // the replicas, checkpoints and resuming — in one process under plain
 // ctest, against a run of one rank.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,7 +18,12 @@
 #include "baton/data.h"
 #include "baton/error.h"
 #include "baton/files.h"
+#include "baton/model.h"
+#include "baton/placement.h"
+#include "baton/plan.h"
+#include "baton/profile.h"
 #include "baton/train.h"
+#include "profile_measure.h"
 #include "support/job.h"
 #include "support/test_folder.h"
 
@@ -39,6 +45,11 @@ class ThreadsTrain : public ::testing::Test {
 
   // Trains tests/mpi/tiny.yaml with `sets` on P x D ranks as threads, its
   // outputs in dir_/name.
+  static TrainConfig Config(std::vector<std::string> sets) {
+    const std::string path = BATON_SOURCE_DIR "/tests/mpi/tiny.yaml";
+    return ParseTrainConfig(ReadTextFile(path), path, sets);
+  }
+
   RunResult Train(const std::string& name, int pipeline_ranks, int replicas, std::vector<std::string> sets,
             TrainOptions options = {}) {
     const fs::path out = dir_ / name;
@@ -46,8 +57,7 @@ class ThreadsTrain : public ::testing::Test {
     sets.push_back("data_parallel.size=" + std::to_string(replicas));
     sets.push_back("log.metrics=" + (out / "metrics.jsonl").string());
     sets.push_back("log.weights=" + (out / "weights.safetensors").string());
-    const std::string path = BATON_SOURCE_DIR "/tests/mpi/tiny.yaml";
-    const TrainConfig config = ParseTrainConfig(ReadTextFile(path), path, sets);
+    const TrainConfig config = Config(sets);
     std::vector<ThreadRank> ranks = MakeThreadRanks({pipeline_ranks, replicas}, 30);
     RunResult run;
     run.errors.resize(ranks.size());
@@ -145,6 +155,45 @@ TEST_F(ThreadsTrain, ACheckpointResumesBitForBit) {
 
 // A non-finite loss stops every rank at its step: rank 0 says why, the
 // others end quietly, and no weights are written.
+// baton::Train itself places the stages of `partition: auto` (from
+// pipeline.profile here, a profile of this machine whose layers cost what
+// the test says): it trains what the placement the tune room chooses
+// trains when written out, and what one rank trains.
+TEST_F(ThreadsTrain, AnAutomaticPlacementTrainsAsThePlacementItChose) {
+  const TrainConfig tiny = Config({"pipeline.ranks=3"});
+  const ModelDesc model = DescribeModel(tiny.model.layers, tiny.model.input, tiny.model.seq);
+  Profile p;
+  p.identity = ThisMachineIdentity(tiny, model);
+  ProfileRows rows;
+  rows.rows = tiny.train.batch_size / tiny.pipeline.microbatches;
+  for (int t = 0; t < model.top_layers(); ++t) {
+    // The first layers dear, the rest cheap: not the balanced placement.
+    const double cost = t < 2 ? 4e-3 : 1e-4 * (t + 1);
+    LayerProfile l{cost, cost, cost, 2 * cost, {}, 1000.0};
+    const auto [first, last] = model.OpRange(t, t + 1);
+    l.op_forward.assign(static_cast<std::size_t>(last - first), cost / (last - first));
+    rows.layers.push_back(l);
+  }
+  p.rows.push_back(rows);
+  const fs::path profile = dir_ / "profile.json";
+  WriteTextFile(profile.string(), ProfileJson(p));
+
+  const std::vector<int> bounds = ChoosePlacement(tiny, p).bounds;
+  ASSERT_EQ(bounds.size(), 4u);
+  const std::string counts =
+      fmt::format("pipeline.partition=[{},{},{}]", bounds[1] - bounds[0], bounds[2] - bounds[1], bounds[3] - bounds[2]);
+  EXPECT_NE(PlanRun(tiny).bounds, bounds) << "the test's costs should move the placement off the balanced one";
+
+  const RunResult one = Train("one", 1, 1, {});
+  const RunResult placed = Train("placed", 3, 1, {counts});
+  const RunResult automatic =
+      Train("auto", 3, 1, {"pipeline.partition=auto", "pipeline.profile=" + profile.string()});
+  ExpectClean(automatic);
+  EXPECT_EQ(automatic.losses, placed.losses);
+  EXPECT_EQ(automatic.weights, placed.weights);
+  EXPECT_EQ(automatic.weights, one.weights);
+}
+
 TEST_F(ThreadsTrain, DivergenceStopsEveryRank) {
   const RunResult r = Train("diverged", 2, 1, {"train.optimizer.lr=1e30", "train.steps=8"});
   EXPECT_NE(r.errors[0].find("step 2: the loss is not finite (NaN or infinite) on rank 1"), std::string::npos)

@@ -3,7 +3,12 @@
 // profiled row counts, a stage's price against its layers' sums and what
 // its policy recomputes, and the automatic placement against every
 // placement predicted one by one.
+#include "baton/placement.h"
+#include "baton/price.h"
+#include "baton/placement.h"
+#include "baton/price.h"
 #include "baton/profile.h"
+#include "baton/tune_config.h"
 
 #include <gtest/gtest.h>
 
