@@ -22,6 +22,15 @@ struct Costs {
   double ForwardBackward() const { return forward_backward.value_or(forward + Backward()); }
 };
 
+// `c` with every action `scale` times as long.
+inline Costs Scaled(Costs c, double scale) {
+  c.forward *= scale;
+  c.backward_input *= scale;
+  c.backward_weight *= scale;
+  if (c.forward_backward) *c.forward_backward *= scale;
+  return c;
+}
+
 }  // namespace baton
 
 #endif  // BATON_COSTS_H_

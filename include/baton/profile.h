@@ -20,6 +20,7 @@
 
 #include "baton/config.h"
 #include "baton/costs.h"
+#include "baton/machine.h"
 #include "baton/model.h"
 
 namespace baton {
@@ -51,7 +52,7 @@ struct ProfileIdentity {
 };
 
 struct Profile {
-  static constexpr int kFormat = 2;  // 2: shared_core_cost and calibration runs
+  static constexpr int kFormat = 3;  // 3: the machine model in its own file
   ProfileIdentity identity;
   std::string config;               // the config it was made from (information only)
   std::vector<ProfileRows> rows;    // ascending rows
@@ -59,33 +60,11 @@ struct Profile {
   // else 0 (not measured).
   double latency_s = 0;
   double bandwidth_Bps = 0;
-  // The share of a core a rank waiting for a message takes from a rank
-  // computing on the same core (the executor polls), as the simulator
-  // charges it (SimOptions::waiting_share): measured with rank 1 waiting
-  // beside rank 0's compute on one CPU; 0 when not measured. With more
-  // processes than CPUs, fitted with shared_core_cost where the
-  // calibration's runs can tell it (FitSharedCores), the probe's reading
-  // kept in `probed_waiting_share`.
-  double waiting_share = 0;
-  double probed_waiting_share = 0;
-  // Ranks sharing cores (more processes than CPUs): the factor on every
-  // action's profiled cost while ranks share cores (the CPU a rank spends
-  // outside its actions: polling, yielding, messages; and the caches it
-  // shares), fitted to short runs of the config's own pipeline, a
-  // zero-bubble order of it and its placement evened out (`calibration`);
-  // 1 when not calibrated.
-  // Applied only to runs whose ranks share cores (SharedCoreCost).
-  double shared_core_cost = 1;
-  // Ranks sharing cores: the runs the factor was fitted to, each with its
-  // measured median step and the steps the simulator gives it from this
-  // profile before the fit (factor 1) and after; empty when not calibrated.
-  struct Calibration {
-    std::string run;  // schedule, microbatches, chunks, policy and placement
-    double measured_step_s = 0;
-    double unfitted_step_s = 0;
-    double fitted_step_s = 0;  // simulated with the fitted factor
-  };
-  std::vector<Calibration> calibration;
+  // The machine model (baton/machine.h) it is read with: not part of the
+  // profile's file, but of the machine's own beside it (ReadProfile reads
+  // it where there is one; `baton profile` writes it). Default: factor 1,
+  // and a waiting rank takes nothing.
+  MachineModel machine;
   double seconds = 0;               // how long profiling took
   int repetitions = 0;              // timed calls per median
   // The processes that profiled at once (each the run's rank would be),
@@ -101,9 +80,11 @@ struct Profile {
 // `cores` CPUs: the identity a profile of it must have.
 ProfileIdentity IdentityOf(const TrainConfig& config, const ModelDesc& model, const std::string& machine, int cores);
 
-// The profile as JSON, and back. ReadProfile throws ConfigError for a file
-// that is no profile, is of another format, or holds no measurements,
-// naming the file and what is wrong.
+// The profile as JSON (its machine model left out), and back. ReadProfile
+// throws ConfigError for a file that is no profile, is of another format,
+// or holds no measurements, naming the file and what is wrong; it reads
+// the machine model of the profile's machine from beside it
+// (ReadMachineBeside), where there is one.
 std::string ProfileJson(const Profile& profile);
 Profile ParseProfile(const std::string& json, const std::string& path);
 Profile ReadProfile(const std::string& path);

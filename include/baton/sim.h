@@ -7,18 +7,18 @@
 //   Costs::forward_backward (default F + B); both results appear at its end.
 // - F(s,j) needs F(s-1,j); I/B(s,j) needs I/B(s+1,j) (F(s,j) on the last
 //   stage); W(s,j) needs I(s,j).
-// - A hand-over that crosses ranks arrives comm + bytes/bandwidth after its
+// - A hand-over that crosses ranks arrives MessageCosts::Time() after its
 //   producer ends (after its SEND, in a lowered schedule, whose consumer also
 //   needs the RECV posted earlier in its own list). Sends never block and
 //   communication takes no compute time.
-// - Ranks sharing cores (SimOptions::core_pool): while n ranks of a pool
+// - Ranks sharing cores (SimOptions::cores): while n ranks of a pool
 //   compute, each runs at min(1, cores / n) of its speed.
 // - Memory in units of M_B (one microbatch's activations through a whole
 //   rank): F adds 1/v; I frees (1-r)/v; W frees r/v; B frees 1/v, where
 //   r = M_W/M_B. An OVERLAP_F_B unit adds its F's share, then frees its B's.
-// - Sliced schedules: a unit (slice s) costs slice_cost[s] of a whole
-//   microbatch's time and holds slice_memory[s] of its memory and message;
-//   its sequence holds sequence_memory while any of its slices is live on
+// - Sliced schedules: a unit (slice s) costs slices.cost[s] of a whole
+//   microbatch's time and holds slices.memory[s] of its memory and message;
+//   its sequence holds memory.sequence_share while any of its slices is live on
 //   the stage, and as much again while it runs backward.
 #ifndef BATON_SIM_H_
 #define BATON_SIM_H_
@@ -28,67 +28,99 @@
 #include <vector>
 
 #include "baton/costs.h"
+#include "baton/machine.h"
 #include "baton/schedule.h"
 
 namespace baton {
 
-struct SimOptions {
-  Costs costs;                     // per rank, whole rank; default F = I = W = 1
-  std::vector<Costs> stage_costs;  // empty, or one per stage (overrides `costs`)
-  double comm = 0.0;               // latency of one message, time units
-  double bandwidth = 0.0;          // bytes per time unit; 0 = bytes cost nothing
-  double message_bytes = 0.0;      // bytes of one activation / gradient message
-  double weight_memory_ratio = 0.5;      // M_W / M_B, in [0, 1]
-  double microbatch_memory_bytes = 0.0;  // M_B in bytes; 0 = report units only
+// The simulator's inputs come in named parts; PriceRun (baton/price.h)
+// builds them for a run's plan from one cost source.
+
+// What each compute action costs, in time units.
+struct ComputeCosts {
+  Costs uniform;              // every stage's, a whole rank's; default F = I = W = 1
+  std::vector<Costs> stages;  // empty, or one per stage (overrides `uniform`)
+};
+
+// A message between ranks (an activation or its gradient).
+struct MessageCosts {
+  double latency = 0.0;    // time units
+  double bandwidth = 0.0;  // bytes per time unit; 0 = bytes cost nothing
+  double bytes = 0.0;      // a whole microbatch's message
+  // The time of a message carrying `share` of `bytes`: latency + share x
+  // bytes / bandwidth (the latency alone where bandwidth is 0).
+  double Time(double share = 1.0) const { return latency + (bandwidth > 0.0 ? share * bytes / bandwidth : 0.0); }
+};
+
+// Memory, in units of M_B (one microbatch's activations through a whole
+// rank) and, where sizes are given, in bytes.
+struct MemoryModel {
+  double weight_ratio = 0.5;      // M_W / M_B, in [0, 1]
+  double microbatch_bytes = 0.0;  // M_B in bytes; 0 = report units only
   // Empty, or one per stage: bytes one microbatch's forward through the
   // stage keeps (F adds them, I frees 1 - r of them, W r, B all). When
   // given, peak_memory_bytes is the peak of these sums instead of
-  // peak_memory x microbatch_memory_bytes, so stages may differ.
-  std::vector<double> stage_memory_bytes;
+  // peak_memory x microbatch_bytes, so stages may differ.
+  std::vector<double> stage_bytes;
   // Empty, or one per rank: bytes the rank holds for the whole step
   // (parameters, gradients, optimizer state, workspaces, message buffers),
   // added to its peak_memory_bytes.
   std::vector<double> rank_static_bytes;
-  // Data parallelism: empty, or one per stage: the time to sum the stage's
-  // gradients over the replicas (GradientSumTime below). A stage's sum
-  // starts when its last B or W of the step ends (with reduce_at_end set
-  // for it: when its rank's last action ends, as a tied copy's does); a
-  // rank's sums run one after another, beside its compute, and the rank is
-  // done when the last has ended.
-  std::vector<double> stage_reduce_time;
-  std::vector<char> reduce_at_end;  // empty, or one per stage
-  // Ranks sharing cores (more processes than cores on a node): empty, or
-  // one entry per rank naming its pool, an index into pool_cores (the
-  // cores of the pool, > 0, fractions allowed). While n ranks of a pool
-  // compute, each proceeds at min(1, cores / n) of its speed (processor
-  // sharing, as the kernel's fair scheduler shares them), so the costs are
-  // those of a rank alone on a core. Empty: every rank has a core.
-  std::vector<int> core_pool;
-  std::vector<double> pool_cores;
-  // With core pools: the share of a core a rank takes while it waits for
-  // its inputs (polling for messages) — 0: none; then while n ranks of a
-  // pool compute and w wait, each computing one proceeds at
-  // min(1, cores / (n + waiting_share x w)) of its speed.
-  double waiting_share = 0.0;
-  // Sliced schedules (Schedule::slices k > 1): slice s's share of a whole
-  // microbatch's compute (slice_cost) and of its activations and messages
-  // (slice_memory), k entries each, in (0, 1]; empty: 1/k each. Every cost
-  // and memory size above stays a whole microbatch's, so a sliced schedule's
-  // peak memory reads in the unsliced schedules' unit.
-  std::vector<double> slice_cost;
-  std::vector<double> slice_memory;
-  // Slice s's share of a whole microbatch's message (its tokens' share of
-  // the hidden states); empty: slice_memory.
-  std::vector<double> slice_message;
   // Sliced schedules: what a microbatch's sequence holds on a stage besides
   // its slices' own activations (the keys and values its later slices
   // read), a share of M_B, from its first slice's F to the last backward
   // (B or W) of its slices there; and as much again for their gradients,
-  // from its first input backward (B or I) to its last. With
-  // stage_memory_bytes: `stage_sequence_bytes`, per stage, in bytes.
-  double sequence_memory = 0.0;
+  // from its first input backward (B or I) to its last. With stage_bytes:
+  // `stage_sequence_bytes`, per stage, in bytes.
+  double sequence_share = 0.0;
   std::vector<double> stage_sequence_bytes;
-  bool record_timeline = true;           // keep every action's start/end
+};
+
+// Data parallelism: empty, or one per stage: the time to sum the stage's
+// gradients over the replicas (GradientSumTime below). A stage's sum
+// starts when its last B or W of the step ends (with at_end set for it:
+// when its rank's last action ends, as a tied copy's does); a rank's sums
+// run one after another, beside its compute, and the rank is done when the
+// last has ended.
+struct GradientSums {
+  std::vector<double> stage_time;
+  std::vector<char> at_end;  // empty, or one per stage
+};
+
+// Ranks sharing cores (more processes than cores on a node): empty pools,
+// or one entry per rank naming its pool, an index into pool_cores (the
+// cores of the pool, > 0, fractions allowed). While n ranks of a pool
+// compute and w wait, each computing one proceeds at
+// min(1, cores / (n + waiting_share x w)) of its speed (processor sharing,
+// as the kernel's fair scheduler shares them) and every action costs
+// action_cost times its cost (the machine model, baton/machine.h). Empty:
+// every rank has a core, and the machine model does not apply.
+struct CorePools {
+  std::vector<int> pool;
+  std::vector<double> pool_cores;
+  SharedCores shared;
+  // The factor on every action's cost: the machine model's where ranks
+  // share cores (pools given), else 1.
+  double Factor() const { return pool.empty() ? 1.0 : shared.action_cost; }
+};
+
+// Sliced schedules (Schedule::slices k > 1): slice s's share of a whole
+// microbatch's compute (cost), of its activations (memory) and of its
+// message (message; empty: memory), k entries each, in (0, 1]; empty: 1/k
+// each. Every cost and memory size above stays a whole microbatch's, so a
+// sliced schedule's peak memory reads in the unsliced schedules' unit.
+struct SliceShares {
+  std::vector<double> cost, memory, message;
+};
+
+struct SimOptions {
+  ComputeCosts compute;
+  MessageCosts messages;
+  MemoryModel memory;
+  GradientSums sums;
+  CorePools cores;
+  SliceShares slices;
+  bool record_timeline = true;  // keep every action's start/end
 };
 
 // The α–β time of summing `bytes` of gradients over `replicas` ranks in
@@ -125,7 +157,7 @@ struct RankResult {
   // live at once (first slice's F to their slices' last B or W), and most
   // running backward (first input backward to last). Empty without slices.
   std::vector<int> peak_sequences, peak_backward_sequences;
-  double reduce_end = 0.0;          // with stage_reduce_time: the last gradient sum's end (>= end)
+  double reduce_end = 0.0;          // with gradient sums: the last gradient sum's end (>= end)
   double exposed_reduce = 0.0;      // reduce_end - end: the sums' time not hidden behind compute
 };
 

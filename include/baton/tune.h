@@ -31,6 +31,7 @@
 
 #include "baton/choices.h"
 #include "baton/costs.h"
+#include "baton/sim.h"
 
 namespace baton {
 
@@ -68,45 +69,33 @@ struct CandidateCosts {
   // Non-empty: the candidate cannot run, and this says why (for example
   // "22 layers do not split into 16 stages"); nothing else is read.
   std::string invalid;
-  // One per stage: forward, input-backward and weight-backward time of one
-  // microbatch through the stage without recomputation, and optionally
-  // forward_backward (an F and a B overlapped, for dualpipev).
-  std::vector<Costs> stage_costs;
+  // The simulator's options for the candidate's stages (its schedule comes
+  // from the search), in their parts (baton/sim.h): compute.stages, one
+  // per stage, the forward, input-backward and weight-backward time of one
+  // microbatch through the stage without recomputation (and optionally
+  // forward_backward, an F and a B overlapped, for dualpipev); messages;
+  // memory.stage_bytes, one per stage, the bytes one microbatch's forward
+  // keeps until its backward under the policy, and memory.weight_ratio, the
+  // share of them still held after I until W (M_W / M_B); the cores the
+  // ranks share; a sliced candidate's slices' shares. Its schedule's
+  // generator plans with the same costs and message time.
+  SimOptions price;
   // Empty, or one per stage: time the checkpointing policy adds to each
   // backward of a microbatch (redoing what the forward did not keep). It is
   // added to backward_input (so to I and B) and to forward_backward if set.
   std::vector<double> recompute;
-  // One per stage: bytes one microbatch's forward keeps until its backward
-  // under the policy.
-  std::vector<double> activation_bytes;
   // One per rank: bytes the schedule does not change (parameters, gradients,
   // optimizer state, recomputation workspace, message buffers).
   std::vector<double> static_bytes;
-  // Share of activation_bytes still held after I until W (M_W / M_B).
-  double weight_memory_ratio = 0.5;
   // How activation memory is held. false: as it lives, the rank's peak of
   // the stages' live microbatches at once (the simulator's memory). true:
   // in ring stores allocated up front, each stage's ring as deep as its own
   // peak in flight (baton's runs): a rank holds the sum of those.
   bool ring_memory = false;
-  // One message between ranks (an activation or its gradient): it arrives
-  // latency + message_bytes / bandwidth after its producer ends
-  // (bandwidth 0 = bytes cost nothing).
-  double latency = 0.0;
-  double message_bytes = 0.0;
-  double bandwidth = 0.0;
-  // Ranks sharing cores (SimOptions::core_pool, pool_cores): per rank its
-  // pool, per pool its cores; empty = a core per rank.
-  std::vector<int> core_pool;
-  std::vector<double> pool_cores;
-  double waiting_share = 0.0;  // SimOptions::waiting_share
-  // A sliced candidate (Candidate::slices > 1): each slice's share of a
-  // microbatch's time and of its tokens (its message), k entries each
-  // (empty: 1/k); with ring_memory, per stage the bytes of one slice's
-  // ring slot (`slot_bytes`; empty: activation_bytes) and of a sequence's
-  // key/value slot, held by each live sequence and again by each sequence
-  // running backward (`sequence_bytes`; empty: none).
-  std::vector<double> slice_cost, slice_memory;
+  // A sliced candidate with ring_memory: per stage the bytes of one
+  // slice's ring slot (`slot_bytes`; empty: price.memory.stage_bytes) and
+  // of a sequence's key/value slot, held by each live sequence and again
+  // by each sequence running backward (`sequence_bytes`; empty: none).
   std::vector<double> slot_bytes, sequence_bytes;
 };
 

@@ -195,52 +195,45 @@ CostSamples ActionCosts(const std::vector<RankRecord>& records, const CoreSharin
   return costs;
 }
 
-// The simulator's options that predict a step from measured costs: per
-// stage, `statistic` of each kind's costs (B's as I with W = 0), the
-// message latency, each stage's gradient sums (the alpha-beta time of its
-// buckets; a tied copy's stage sums at its rank's end) and the core pools.
+// The price that predicts a step from measured costs: per stage,
+// `statistic` of each kind's costs (B's as I with W = 0), each slice's
+// share of them, the message latency, the replicas' gradient sums at the
+// measured all-reduce, and the core pools.
 template <typename Statistic>
 SimOptions PredictionOptions(const RunPlan& plan, const CostSamples& costs, const CoreSharing& sharing,
                              const BenchReport& report, Statistic statistic) {
   // A whole microbatch's cost per stage: the sum of its slices'; each
   // slice's share of it, over every stage and kind.
-  std::vector<Costs> stage_costs(static_cast<std::size_t>(plan.stages()), Costs{0, 0, 0});
+  RunCosts run;
+  run.stage_costs.assign(static_cast<std::size_t>(plan.stages()), Costs{0, 0, 0});
   std::vector<double> slice_cost(static_cast<std::size_t>(plan.slices), 0.0);
   for (const auto& [key, v] : costs) {
     const auto [stage, kind, slice] = key;
-    Costs& cs = stage_costs[static_cast<std::size_t>(stage)];
+    Costs& cs = run.stage_costs[static_cast<std::size_t>(stage)];
     const double t = statistic(v);
     if (kind == ActionKind::kForward) cs.forward += t;
     if (kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput) cs.backward_input += t;
     if (kind == ActionKind::kBackwardWeight) cs.backward_weight += t;
     slice_cost[static_cast<std::size_t>(slice)] += t;
   }
-  // The measured latency is an activation-sized message's: no bandwidth term.
-  // Waiting ranks' share of shared cores is in the measured costs already
-  // (ActionCosts charges each rank's CPU time outside its actions to them).
-  SimOptions sim = CostedSimOptions(std::move(stage_costs), report.message_latency_s, 0.0, 0.0, sharing.core_pool,
-                                    sharing.pool_cores);
   if (plan.slices > 1) {
     const double total = std::accumulate(slice_cost.begin(), slice_cost.end(), 0.0);
     if (total > 0) {
       for (double& c : slice_cost) c = std::max(c / total, 1e-9);
-      sim.slice_cost = slice_cost;
+      run.slice_cost = slice_cost;
     }
   }
-  if (plan.replicas > 1) {
-    sim.stage_reduce_time.assign(static_cast<std::size_t>(plan.stages()), 0.0);
-    sim.reduce_at_end.assign(static_cast<std::size_t>(plan.stages()), 0);
-    for (int r = 0; r < plan.lowered.ranks; ++r) {
-      const RankPlan rp = PlanRank(plan, r);
-      for (std::size_t k = 0; k < rp.local_stages.size(); ++k) {
-        const auto s = static_cast<std::size_t>(rp.local_stages[k].stage);
-        sim.stage_reduce_time[s] =
-            GradientSumTime(double(rp.local_stages[k].num_params) * sizeof(float), plan.replicas,
-                            plan.bucket_cap_bytes, report.allreduce_step_latency_s, report.allreduce_bandwidth_Bps);
-        sim.reduce_at_end[s] = rp.reduction.start_after[k] < 0;
-      }
-    }
-  }
+  // The measured latency is an activation-sized message's: no bandwidth term.
+  // Waiting ranks' share of shared cores is in the measured costs already
+  // (ActionCosts charges each rank's CPU time outside its actions to them),
+  // and so is what a rank costs the others: no machine model.
+  run.latency = report.message_latency_s;
+  run.cores.pool = sharing.core_pool;
+  run.cores.pool_cores = sharing.pool_cores;
+  run.allreduce_step_latency = report.allreduce_step_latency_s;
+  run.allreduce_bandwidth = report.allreduce_bandwidth_Bps;
+  SimOptions sim = PriceRun(plan, run);
+  sim.record_timeline = true;
   return sim;
 }
 
@@ -251,8 +244,8 @@ SimResult Predict(const RunPlan& plan, const std::vector<RankRecord>& records, c
                   BenchReport& report) {
   const CostSamples costs = ActionCosts(records, sharing, plan.slices, report);
   const SimOptions median = PredictionOptions(plan, costs, sharing, report, Median);
-  report.stage_costs = median.stage_costs;
-  for (double t : median.stage_reduce_time) report.predicted_reduction_s = std::max(report.predicted_reduction_s, t);
+  report.stage_costs = median.compute.stages;
+  for (double t : median.sums.stage_time) report.predicted_reduction_s = std::max(report.predicted_reduction_s, t);
   SimResult predicted = Simulate(plan.lowered, median);
   report.predicted_step_time_s = predicted.makespan;
   report.simulated_bubble_rate = predicted.bubble_rate;

@@ -12,7 +12,7 @@
 #include "baton/bench.h"
 #include "baton/placement.h"
 #include "baton/plan.h"
-#include "baton/price.h"
+#include "baton/profile_price.h"
 #include "baton/schedule.h"
 #include "baton/train.h"
 
@@ -104,21 +104,21 @@ void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Pr
   std::vector<double> measured;
   for (const TrainConfig& run : runs) measured.push_back(Bench(run, comms, bench).step_time_median_s);
   if (world.rank() != 0) return;
-  p.shared_core_cost = 1.0;
-  p.probed_waiting_share = p.waiting_share;
-  p.calibration.clear();
+  p.machine.shared.action_cost = 1.0;
+  p.machine.probed_waiting_share = p.machine.shared.waiting_share;
+  p.machine.calibration.clear();
   for (std::size_t k = 0; k < runs.size(); ++k) {
     const TrainConfig& run = runs[k];
-    p.calibration.push_back(Profile::Calibration{
+    p.machine.calibration.push_back(MachineModel::Calibration{
         fmt::format("{} m{} v{} {} {}", run.pipeline.schedule, run.pipeline.microbatches, plans[k].lowered.chunks(),
                     EnumName(run.pipeline.checkpointing), LayoutText(run, plans[k].model, plans[k].bounds)),
         measured[k], PredictFromProfile(plans[k], p).sim.makespan, 0.0});
   }
   const SharedCoresFit fit = FitSharedCores(plans, p, measured);
-  p.shared_core_cost = fit.scale;
-  p.waiting_share = fit.waiting_share;
+  p.machine.shared.action_cost = fit.scale;
+  p.machine.shared.waiting_share = fit.waiting_share;
   for (std::size_t k = 0; k < runs.size(); ++k) {
-    p.calibration[k].fitted_step_s = PredictFromProfile(plans[k], p).sim.makespan;
+    p.machine.calibration[k].fitted_step_s = PredictFromProfile(plans[k], p).sim.makespan;
   }
 }
 

@@ -18,7 +18,7 @@
 
 #include "baton/error.h"
 #include "baton/timing.h"
-#include "baton/price.h"
+#include "baton/profile_price.h"
 #include "stage.h"
 
 namespace baton {
@@ -271,7 +271,7 @@ void ProfileWaiting(Transport& world, Profile& p) {
     }
   }
   sched_setaffinity(0, sizeof saved, &saved);
-  if (world.rank() == 0) p.waiting_share = std::clamp(Median(ratio), 0.0, 1.0);
+  if (world.rank() == 0) p.machine.shared.waiting_share = std::clamp(Median(ratio), 0.0, 1.0);
 }
 
 // The same where the processes are more than the CPUs, as the run's ranks
@@ -330,7 +330,7 @@ void ProfileSharedWaiting(Transport& world, int cores, Profile& p) {
   world.Barrier();
   if (me == 0) {
     const double r = std::max(0.0, Median(ratio));
-    p.waiting_share = std::clamp(double(c) * r / ((1.0 + r) * double(w)), 0.0, 1.0);
+    p.machine.shared.waiting_share = std::clamp(double(c) * r / ((1.0 + r) * double(w)), 0.0, 1.0);
   }
 }
 
@@ -414,6 +414,9 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
     std::unique_ptr<Transport> solo = MakeSoloTransport();
     const std::unique_ptr<RankDevice> device = MakeRankDevice(config.device, *solo, config.precision);
     p.identity = ThisMachineIdentity(config, model);
+    p.machine.machine = p.identity.machine;
+    p.machine.cores = p.identity.cores;
+    p.machine.probed_waiting_share = p.machine.shared.waiting_share;
     std::mt19937 rng(7);
     for (int r : rows) {
       const RunPlan shape = LayerShape(config, model, r);
@@ -436,7 +439,7 @@ std::string DescribeProfile(const Profile& p) {
         "messages between ranks 0 and 1: {:.1f} us latency, {:.2f} GB/s; a waiting rank takes {:.0f}% of a core it "
         "shares with a computing one\n",
         p.latency_s * 1e6, p.bandwidth_Bps / 1e9,
-        100 * (p.calibration.empty() ? p.waiting_share : p.probed_waiting_share));
+        100 * (p.machine.calibration.empty() ? p.machine.shared.waiting_share : p.machine.probed_waiting_share));
   } else {
     text += "messages: not measured (one process; run under mpirun -np 2 to measure them)\n";
   }
@@ -446,11 +449,12 @@ std::string DescribeProfile(const Profile& p) {
         "shares the cores)\n",
         p.processes, p.identity.cores);
   }
-  if (!p.calibration.empty()) {
-    text += fmt::format("core sharing fitted to runs of the config's own pipeline: while ranks share cores, each "
-                        "action costs {:.3f}x its profiled time and a waiting rank takes {:.0f}% of a core\n",
-                        p.shared_core_cost, 100 * p.waiting_share);
-    for (const Profile::Calibration& c : p.calibration) {
+  if (!p.machine.calibration.empty()) {
+    text += fmt::format("core sharing fitted to runs of the config's own pipeline (the machine model, kept beside the "
+                        "profile): while ranks share cores, each action costs {:.3f}x its profiled time and a waiting "
+                        "rank takes {:.0f}% of a core\n",
+                        p.machine.shared.action_cost, 100 * p.machine.shared.waiting_share);
+    for (const MachineModel::Calibration& c : p.machine.calibration) {
       text += fmt::format("  {:<44} measured {:8.2f} ms a step; simulated {:8.2f} ms from the profiled costs, "
                           "{:8.2f} ms fitted\n",
                           c.run, c.measured_step_s * 1e3, c.unfitted_step_s * 1e3,

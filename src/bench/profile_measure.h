@@ -13,7 +13,7 @@
 #include "baton/config.h"
 #include "baton/plan.h"
 #include "baton/placement.h"
-#include "baton/price.h"
+#include "baton/profile_price.h"
 #include "baton/tune_config.h"
 #include "baton/profile.h"
 

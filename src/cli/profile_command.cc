@@ -16,9 +16,10 @@
 #include "baton/config.h"
 #include "baton/error.h"
 #include "baton/files.h"
+#include "baton/machine.h"
 #include "baton/plan.h"
 #include "baton/placement.h"
-#include "baton/price.h"
+#include "baton/profile_price.h"
 #include "baton/profile.h"
 #include "baton/schedule.h"
 #include "baton/timing.h"
@@ -64,7 +65,15 @@ void AddProfileCommand(CLI::App& app) {
       if (p.cpu_clock && f->calibrate_steps > 0) CalibrateSharing(world, config, f->calibrate_steps, p);
       if (world.rank() != 0) return;
       WriteOutput(f->out, ProfileJson(p));
-      std::cout << DescribeProfile(p) << "wrote " << f->out << "\n";
+      std::string wrote = f->out;
+      // The machine model (measured by two processes or more) in its own
+      // file beside the profile, named after the machine.
+      if (p.processes > 1 && f->out != "-") {
+        const std::string machine = MachineFileName(f->out, p.identity.machine, p.identity.cores);
+        WriteOutput(machine, MachineJson(p.machine));
+        wrote += " and the machine model " + machine;
+      }
+      std::cout << DescribeProfile(p) << "wrote " << wrote << "\n";
     };
     // Not started by mpirun: one process, without MPI (errors go to main).
     if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {

@@ -16,7 +16,7 @@
 #include "baton/error.h"
 #include "baton/plan.h"
 #include "baton/placement.h"
-#include "baton/price.h"
+#include "baton/profile_price.h"
 #include "baton/profile.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
@@ -124,14 +124,14 @@ SimulateConfig Resolve(const SimulateFlags& f) {
                       "and a B run as one OVERLAP_F_B unit), got {}",
                       f.cost->size()));
     }
-    c.options.costs = {(*f.cost)[0], (*f.cost)[1], (*f.cost)[2]};
-    if (f.cost->size() == 4) c.options.costs.forward_backward = (*f.cost)[3];
+    c.options.compute.uniform = {(*f.cost)[0], (*f.cost)[1], (*f.cost)[2]};
+    if (f.cost->size() == 4) c.options.compute.uniform.forward_backward = (*f.cost)[3];
   }
-  if (f.comm) c.options.comm = *f.comm;
-  if (f.bandwidth) c.options.bandwidth = *f.bandwidth;
-  if (f.message_bytes) c.options.message_bytes = *f.message_bytes;
-  if (f.weight_ratio) c.options.weight_memory_ratio = *f.weight_ratio;
-  if (f.memory_bytes) c.options.microbatch_memory_bytes = *f.memory_bytes;
+  if (f.comm) c.options.messages.latency = *f.comm;
+  if (f.bandwidth) c.options.messages.bandwidth = *f.bandwidth;
+  if (f.message_bytes) c.options.messages.bytes = *f.message_bytes;
+  if (f.weight_ratio) c.options.memory.weight_ratio = *f.weight_ratio;
+  if (f.memory_bytes) c.options.memory.microbatch_bytes = *f.memory_bytes;
   if (f.cores) {
     if (!(*f.cores >= 0.0) || !std::isfinite(*f.cores)) {
       throw ConfigError(fmt::format("--cores must be a number >= 0 (0: a core per rank), got {}", *f.cores));
@@ -171,10 +171,10 @@ GenerateOptions GeneratorOptions(const SimulateConfig& c, int chunks, int slices
   g.chunks = chunks;
   g.slices = slices;
   g.memory_limit = memory_limit;
-  g.costs = c.options.costs;
-  g.stage_costs = c.options.stage_costs;
-  g.comm = c.options.comm + (c.options.bandwidth > 0.0 ? c.options.message_bytes / c.options.bandwidth : 0.0);
-  g.weight_memory_ratio = c.options.weight_memory_ratio;
+  g.costs = c.options.compute.uniform;
+  g.stage_costs = c.options.compute.stages;
+  g.comm = c.options.messages.Time();
+  g.weight_memory_ratio = c.options.memory.weight_ratio;
   return g;
 }
 
@@ -198,26 +198,26 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   SimOptions options = c.options;
   if (run.schedule.slices > 1) {
     run.slices = SlicesOf(c, run.schedule.slices);
-    options.slice_cost = run.slices->cost;
+    options.slices.cost = run.slices->cost;
     // The sequence's keys and values are held apart from its slices, which
     // hold the rest of a microbatch's activations; a slice's message is its
     // tokens' share of the hidden states.
     const double kv = c.kv_memory_share;
-    options.slice_memory = run.slices->memory;
-    for (double& share : options.slice_memory) share *= 1.0 - kv;
-    options.sequence_memory = kv;
+    options.slices.memory = run.slices->memory;
+    for (double& share : options.slices.memory) share *= 1.0 - kv;
+    options.memory.sequence_share = kv;
     const std::vector<int>& cuts = run.slices->cuts;
-    options.slice_message.clear();
+    options.slices.message.clear();
     for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
-      options.slice_message.push_back(static_cast<double>(cuts[s + 1] - cuts[s]) / cuts.back());
+      options.slices.message.push_back(static_cast<double>(cuts[s + 1] - cuts[s]) / cuts.back());
     }
   }
   // Only the pictures draw the timeline; keeping every action's times costs
   // more memory than the schedule itself.
   options.record_timeline = !c.svg_path.empty() || !c.trace_path.empty();
   if (c.cores > 0) {
-    options.core_pool.assign(static_cast<std::size_t>(run.schedule.ranks), 0);
-    options.pool_cores = {c.cores};
+    options.cores.pool.assign(static_cast<std::size_t>(run.schedule.ranks), 0);
+    options.cores.pool_cores = {c.cores};
   }
   run.result = Simulate(run.schedule, options);
   return run;
@@ -225,7 +225,7 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
 
 void PrintDetail(const SimulateConfig& c, const Run& run) {
   const SimResult& r = run.result;
-  const Costs& k = c.options.costs;
+  const Costs& k = c.options.compute.uniform;
   std::string out;
   const std::string units =
       r.slices > 1 ? fmt::format("{} microbatches x {} slices ({} units)", run.schedule.sequences(), r.slices,
@@ -245,11 +245,11 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
   }
   out += fmt::format("costs per rank: F {} I {} W {} (B {}{}){}; comm {}; M_W/M_B {}{}\n", Num(k.forward),
                      Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()), ForwardBackwardText(k),
-                     c.options.stage_costs.empty() ? "" : " (overridden per stage)", Num(c.options.comm),
-                     Num(c.options.weight_memory_ratio), CoresText(c));
+                     c.options.compute.stages.empty() ? "" : " (overridden per stage)", Num(c.options.messages.latency),
+                     Num(c.options.memory.weight_ratio), CoresText(c));
   out += fmt::format("makespan {}   bubble {:.2f}%   span bubble {:.2f}%\n\n", Num(r.makespan), 100 * r.bubble_rate,
                      100 * r.span_bubble_rate);
-  const bool bytes = c.options.microbatch_memory_bytes > 0;
+  const bool bytes = c.options.memory.microbatch_bytes > 0;
   out += fmt::format("{:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>7}  {:>13}{}  {}\n", "rank", "start", "end", "busy",
                      "span", "idle", "peak mem M_B", bytes ? "    peak MiB" : "", "peak in-flight per stage");
   for (const RankResult& rr : r.per_rank) {
@@ -266,10 +266,10 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
 }
 
 void PrintComparison(const SimulateConfig& c, const std::vector<Run>& runs) {
-  const Costs& k = c.options.costs;
+  const Costs& k = c.options.compute.uniform;
   std::string out = fmt::format("costs per rank: F {} I {} W {} (B {}{}); comm {}; M_W/M_B {}{}\n\n",
                                 Num(k.forward), Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()),
-                                ForwardBackwardText(k), Num(c.options.comm), Num(c.options.weight_memory_ratio),
+                                ForwardBackwardText(k), Num(c.options.messages.latency), Num(c.options.memory.weight_ratio),
                                 CoresText(c));
   out += fmt::format("{:<18} {:>5} {:>5} {:>3} {:>10} {:>8} {:>12} {:>14} {:>9}\n", "schedule", "ranks", "mb", "v",
                      "makespan", "bubble", "span bubble", "peak mem M_B", "actions");

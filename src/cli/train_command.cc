@@ -22,7 +22,7 @@
 #include "baton/host.h"
 #include "baton/plan.h"
 #include "baton/placement.h"
-#include "baton/price.h"
+#include "baton/profile_price.h"
 #include "baton/profile.h"
 #include "baton/bench.h"
 #include "baton/train.h"

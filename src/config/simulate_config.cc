@@ -43,18 +43,18 @@ SimulateConfig LoadSimulateConfig(const std::string& path) {
   c.kv_memory_share = top.GetNumber("kv_memory_share", 0.0, 0.0, 1.0);
 
   YamlMap costs = top.Map("costs");
-  c.options.costs = ReadCosts(costs, c.options.costs);
-  for (YamlMap& stage : top.MapList("stage_costs")) c.options.stage_costs.push_back(ReadCosts(stage, Costs{}));
+  c.options.compute.uniform = ReadCosts(costs, c.options.compute.uniform);
+  for (YamlMap& stage : top.MapList("stage_costs")) c.options.compute.stages.push_back(ReadCosts(stage, Costs{}));
 
   YamlMap comm = top.Map("comm");
-  c.options.comm = comm.GetNumber("latency", 0.0, 0.0, kInf);
-  c.options.bandwidth = comm.GetNumber("bandwidth", 0.0, 0.0, kInf);
-  c.options.message_bytes = comm.GetNumber("message_bytes", 0.0, 0.0, kInf);
+  c.options.messages.latency = comm.GetNumber("latency", 0.0, 0.0, kInf);
+  c.options.messages.bandwidth = comm.GetNumber("bandwidth", 0.0, 0.0, kInf);
+  c.options.messages.bytes = comm.GetNumber("message_bytes", 0.0, 0.0, kInf);
   comm.Finish();
 
   YamlMap memory = top.Map("memory");
-  c.options.weight_memory_ratio = memory.GetNumber("weight_ratio", c.options.weight_memory_ratio, 0.0, 1.0);
-  c.options.microbatch_memory_bytes = memory.GetNumber("microbatch_bytes", 0.0, 0.0, kInf);
+  c.options.memory.weight_ratio = memory.GetNumber("weight_ratio", c.options.memory.weight_ratio, 0.0, 1.0);
+  c.options.memory.microbatch_bytes = memory.GetNumber("microbatch_bytes", 0.0, 0.0, kInf);
   memory.Finish();
 
   c.cores = top.GetNumber("cores", 0.0, 0.0, kInf);

@@ -3,6 +3,7 @@
 // any schedule exists.
 #include <algorithm>
 
+#include "baton/price.h"
 #include "internal.h"
 
 namespace baton {
@@ -82,13 +83,12 @@ std::vector<RankMemory> PlanMemory(const RunPlan& run) {
   // The ring slots' life in time: a slot is taken by F and freed by the
   // stage's last backward of the microbatch (B, or W when split: I frees
   // nothing, so M_W / M_B = 1).
-  SimOptions o;
-  o.stage_memory_bytes = slot_bytes;
-  o.rank_static_bytes = static_bytes;
-  o.weight_memory_ratio = 1.0;
-  o.slice_memory.assign(static_cast<std::size_t>(run.lowered.slices), 1.0);  // a slice holds a whole slot
-  if (run.slices > 1) o.stage_sequence_bytes = sequence_bytes;
-  o.record_timeline = false;
+  RunCosts costs;
+  costs.memory.stage_bytes = slot_bytes;
+  costs.memory.rank_static_bytes = static_bytes;
+  costs.memory.weight_ratio = 1.0;
+  if (run.slices > 1) costs.memory.stage_sequence_bytes = sequence_bytes;
+  const SimOptions o = PriceRun(run, costs);
   const SimResult sim = Simulate(run.lowered, o);
   for (int rank = 0; rank < ranks; ++rank) {
     out[static_cast<std::size_t>(rank)].simulated_peak = sim.per_rank[static_cast<std::size_t>(rank)].peak_memory_bytes;

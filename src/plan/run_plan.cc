@@ -6,6 +6,7 @@
 
 #include "baton/error.h"
 #include "baton/slices.h"
+#include "baton/price.h"
 #include "internal.h"
 
 namespace baton {
@@ -98,13 +99,11 @@ RunPlan PlanRun(const TrainConfig& c) {
   // Derived from a validated schedule, and Lower itself refuses an order
   // that cannot progress (CheckStructure would ask for backwards).
   plan.evaluation = Lower(ForwardOnly(plan.lowered));
-  SimOptions unit;
-  unit.record_timeline = false;
   if (plan.lowered.slices != plan.slices) {
     throw ConfigError(fmt::format("{}: the schedule {} holds {} slice(s) a microbatch, but pipeline.seq_slices is {}",
                                   c.source, c.pipeline.schedule, plan.lowered.slices, plan.slices));
   }
-  plan.sim = Simulate(plan.lowered, unit);
+  plan.sim = Simulate(plan.lowered, PriceRun(plan, RunCosts{}));  // unit costs
   return plan;
 }
 

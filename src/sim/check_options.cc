@@ -22,62 +22,66 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
     non_negative(fmt::format("{} backward_weight cost", where), c.backward_weight);
     if (c.forward_backward) non_negative(fmt::format("{} forward_backward cost", where), *c.forward_backward);
   };
-  check_costs("the per-rank", o.costs);
-  if (!o.stage_costs.empty() && static_cast<int>(o.stage_costs.size()) != s.stages) {
+  check_costs("the per-rank", o.compute.uniform);
+  if (!o.compute.stages.empty() && static_cast<int>(o.compute.stages.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage costs given, but the schedule has {} stages",
-                                    o.stage_costs.size(), s.stages));
+                                    o.compute.stages.size(), s.stages));
   }
-  for (std::size_t i = 0; i < o.stage_costs.size(); ++i) check_costs(fmt::format("stage {}", i), o.stage_costs[i]);
-  non_negative("comm", o.comm);
-  non_negative("bandwidth", o.bandwidth);
-  non_negative("message_bytes", o.message_bytes);
-  non_negative("microbatch_memory_bytes", o.microbatch_memory_bytes);
-  if (!o.stage_memory_bytes.empty() && static_cast<int>(o.stage_memory_bytes.size()) != s.stages) {
+  for (std::size_t i = 0; i < o.compute.stages.size(); ++i) check_costs(fmt::format("stage {}", i), o.compute.stages[i]);
+  non_negative("comm", o.messages.latency);
+  non_negative("bandwidth", o.messages.bandwidth);
+  non_negative("message_bytes", o.messages.bytes);
+  non_negative("microbatch_memory_bytes", o.memory.microbatch_bytes);
+  if (!o.memory.stage_bytes.empty() && static_cast<int>(o.memory.stage_bytes.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage memory sizes given, but the schedule has {} stages",
-                                    o.stage_memory_bytes.size(), s.stages));
+                                    o.memory.stage_bytes.size(), s.stages));
   }
-  for (std::size_t i = 0; i < o.stage_memory_bytes.size(); ++i) {
-    non_negative(fmt::format("stage {} memory bytes", i), o.stage_memory_bytes[i]);
+  for (std::size_t i = 0; i < o.memory.stage_bytes.size(); ++i) {
+    non_negative(fmt::format("stage {} memory bytes", i), o.memory.stage_bytes[i]);
   }
-  if (!o.rank_static_bytes.empty() && static_cast<int>(o.rank_static_bytes.size()) != s.ranks) {
+  if (!o.memory.rank_static_bytes.empty() && static_cast<int>(o.memory.rank_static_bytes.size()) != s.ranks) {
     throw ScheduleError(fmt::format("simulation: {} per-rank static memory sizes given, but the schedule has {} ranks",
-                                    o.rank_static_bytes.size(), s.ranks));
+                                    o.memory.rank_static_bytes.size(), s.ranks));
   }
-  if (!o.stage_reduce_time.empty() && static_cast<int>(o.stage_reduce_time.size()) != s.stages) {
+  if (!o.sums.stage_time.empty() && static_cast<int>(o.sums.stage_time.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage gradient-sum times given, but the schedule has {} stages",
-                                    o.stage_reduce_time.size(), s.stages));
+                                    o.sums.stage_time.size(), s.stages));
   }
-  for (std::size_t i = 0; i < o.stage_reduce_time.size(); ++i) {
-    non_negative(fmt::format("stage {} gradient-sum time", i), o.stage_reduce_time[i]);
+  for (std::size_t i = 0; i < o.sums.stage_time.size(); ++i) {
+    non_negative(fmt::format("stage {} gradient-sum time", i), o.sums.stage_time[i]);
   }
-  for (std::size_t i = 0; i < o.rank_static_bytes.size(); ++i) {
-    non_negative(fmt::format("rank {} static memory bytes", i), o.rank_static_bytes[i]);
+  for (std::size_t i = 0; i < o.memory.rank_static_bytes.size(); ++i) {
+    non_negative(fmt::format("rank {} static memory bytes", i), o.memory.rank_static_bytes[i]);
   }
-  if (!o.core_pool.empty() && static_cast<int>(o.core_pool.size()) != s.ranks) {
+  if (!o.cores.pool.empty() && static_cast<int>(o.cores.pool.size()) != s.ranks) {
     throw ScheduleError(fmt::format("simulation: {} core pools given for the ranks, but the schedule has {} ranks",
-                                    o.core_pool.size(), s.ranks));
+                                    o.cores.pool.size(), s.ranks));
   }
-  if (o.core_pool.empty() && !o.pool_cores.empty()) {
+  if (o.cores.pool.empty() && !o.cores.pool_cores.empty()) {
     throw ScheduleError("simulation: pool_cores given without core_pool (which pool each rank is in)");
   }
-  for (std::size_t r = 0; r < o.core_pool.size(); ++r) {
-    if (o.core_pool[r] < 0 || o.core_pool[r] >= static_cast<int>(o.pool_cores.size())) {
+  for (std::size_t r = 0; r < o.cores.pool.size(); ++r) {
+    if (o.cores.pool[r] < 0 || o.cores.pool[r] >= static_cast<int>(o.cores.pool_cores.size())) {
       throw ScheduleError(fmt::format("simulation: rank {} is in core pool {}, but there are {} pools (0..{})", r,
-                                      o.core_pool[r], o.pool_cores.size(),
-                                      static_cast<int>(o.pool_cores.size()) - 1));
+                                      o.cores.pool[r], o.cores.pool_cores.size(),
+                                      static_cast<int>(o.cores.pool_cores.size()) - 1));
     }
   }
-  if (!(o.waiting_share >= 0.0 && o.waiting_share <= 1.0)) {
-    throw ScheduleError(fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.waiting_share));
+  if (!(o.cores.shared.action_cost > 0.0) || !std::isfinite(o.cores.shared.action_cost)) {
+    throw ScheduleError(
+        fmt::format("simulation: action_cost must be a finite number > 0, got {}", o.cores.shared.action_cost));
   }
-  for (std::size_t k = 0; k < o.pool_cores.size(); ++k) {
-    if (!(o.pool_cores[k] > 0.0) || !std::isfinite(o.pool_cores[k])) {
+  if (!(o.cores.shared.waiting_share >= 0.0 && o.cores.shared.waiting_share <= 1.0)) {
+    throw ScheduleError(fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.cores.shared.waiting_share));
+  }
+  for (std::size_t k = 0; k < o.cores.pool_cores.size(); ++k) {
+    if (!(o.cores.pool_cores[k] > 0.0) || !std::isfinite(o.cores.pool_cores[k])) {
       throw ScheduleError(fmt::format("simulation: core pool {} must have a finite number of cores > 0, got {}", k,
-                                      o.pool_cores[k]));
+                                      o.cores.pool_cores[k]));
     }
   }
-  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slice_cost}, std::pair{"slice_memory", &o.slice_memory},
-                                     std::pair{"slice_message", &o.slice_message}}) {
+  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slices.cost}, std::pair{"slice_memory", &o.slices.memory},
+                                     std::pair{"slice_message", &o.slices.message}}) {
     if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {
       throw ScheduleError(fmt::format("simulation: {} {} shares given, but the schedule has {} slices a microbatch",
                                       shares->size(), what, s.slices));
@@ -88,14 +92,14 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
       }
     }
   }
-  non_negative("sequence_memory", o.sequence_memory);
-  if (!o.stage_sequence_bytes.empty() && static_cast<int>(o.stage_sequence_bytes.size()) != s.stages) {
+  non_negative("sequence_memory", o.memory.sequence_share);
+  if (!o.memory.stage_sequence_bytes.empty() && static_cast<int>(o.memory.stage_sequence_bytes.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage sequence sizes given, but the schedule has {} stages",
-                                    o.stage_sequence_bytes.size(), s.stages));
+                                    o.memory.stage_sequence_bytes.size(), s.stages));
   }
-  if (!(o.weight_memory_ratio >= 0.0 && o.weight_memory_ratio <= 1.0)) {
+  if (!(o.memory.weight_ratio >= 0.0 && o.memory.weight_ratio <= 1.0)) {
     throw ScheduleError(
-        fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.weight_memory_ratio));
+        fmt::format("simulation: weight_memory_ratio (M_W/M_B) must be in [0, 1], got {}", o.memory.weight_ratio));
   }
 }
 

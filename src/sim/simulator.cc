@@ -63,8 +63,8 @@ class Simulator {
         lowered_(s.IsLowered()),
         timed_(timed),
         record_timeline_(o.record_timeline),
-        track_gradients_(!o.stage_reduce_time.empty()),
-        stage_bytes_(o.stage_memory_bytes.empty() ? nullptr : o.stage_memory_bytes.data()),
+        track_gradients_(!o.sums.stage_time.empty()),
+        stage_bytes_(o.memory.stage_bytes.empty() ? nullptr : o.memory.stage_bytes.data()),
         prefetch_(RowBytes(s) > kCachedRowBytes) {}
 
   SimResult Run() {
@@ -105,10 +105,10 @@ class Simulator {
 
   // Some pool has more ranks than cores.
   bool Shared() const {
-    std::vector<int> ranks(o_.pool_cores.size(), 0);
-    for (int pool : o_.core_pool) ++ranks[static_cast<std::size_t>(pool)];
+    std::vector<int> ranks(o_.cores.pool_cores.size(), 0);
+    for (int pool : o_.cores.pool) ++ranks[static_cast<std::size_t>(pool)];
     for (std::size_t k = 0; k < ranks.size(); ++k) {
-      if (ranks[k] > o_.pool_cores[k]) return true;
+      if (ranks[k] > o_.cores.pool_cores[k]) return true;
     }
     return false;
   }
@@ -123,12 +123,15 @@ class Simulator {
     mem_per_chunk_.resize(S);
     for (int st = 0; st < S; ++st) {
       const double v = stages_on_rank[s_.stage_rank[st]];
-      if (o_.stage_costs.empty()) {
-        cost_[st] = {o_.costs.forward / v, o_.costs.backward_input / v, o_.costs.backward_weight / v};
-        if (o_.costs.forward_backward) cost_[st].forward_backward = *o_.costs.forward_backward / v;
+      const ComputeCosts& c = o_.compute;
+      if (c.stages.empty()) {
+        cost_[st] = {c.uniform.forward / v, c.uniform.backward_input / v, c.uniform.backward_weight / v};
+        if (c.uniform.forward_backward) cost_[st].forward_backward = *c.uniform.forward_backward / v;
       } else {
-        cost_[st] = o_.stage_costs[st];
+        cost_[st] = c.stages[st];
       }
+      // The machine model, where ranks share cores: every action at its factor.
+      if (o_.cores.Factor() != 1.0) cost_[st] = Scaled(cost_[st], o_.cores.Factor());
       mem_per_chunk_[st] = 1.0 / v;
     }
     // Per slice: its cost, memory and message shares (whole units: 1).
@@ -136,8 +139,8 @@ class Simulator {
     auto shares = [&](const std::vector<double>& given) {
       return given.empty() ? std::vector<double>(static_cast<std::size_t>(k), 1.0 / k) : given;
     };
-    slice_cost_ = shares(o_.slice_cost);
-    slice_memory_ = shares(o_.slice_memory);
+    slice_cost_ = shares(o_.slices.cost);
+    slice_memory_ = shares(o_.slices.memory);
     sliced_ = k > 1;
     live_sequences_.assign(S, 0);
     peak_sequences_.assign(S, 0);
@@ -149,10 +152,10 @@ class Simulator {
       sequence_left_.assign(n, k);
       sequence_backward_.assign(n, 0);
     }
-    comm_time_ = o_.comm + (o_.bandwidth > 0.0 ? o_.message_bytes / o_.bandwidth : 0.0);
+    comm_time_ = o_.messages.Time();
     slice_comm_.clear();
-    for (double share : o_.slice_message.empty() ? slice_memory_ : o_.slice_message) {
-      slice_comm_.push_back(o_.comm + (o_.bandwidth > 0.0 ? share * o_.message_bytes / o_.bandwidth : 0.0));
+    for (double share : o_.slices.message.empty() ? slice_memory_ : o_.slices.message) {
+      slice_comm_.push_back(o_.messages.Time(share));
     }
     const std::size_t n = static_cast<std::size_t>(S) * m_;
     flags_.assign(n, 0);
@@ -323,7 +326,7 @@ class Simulator {
       bool waiting = false;        // not computing, with actions left (polling for its inputs)
     };
     std::vector<Live> live(R);
-    const int pools = static_cast<int>(o_.pool_cores.size());
+    const int pools = static_cast<int>(o_.cores.pool_cores.size());
     std::vector<double> computing(pools);  // the pool's load: computing ranks, and waiting ones' share
     double now = 0.0;
     for (;;) {
@@ -354,12 +357,12 @@ class Simulator {
       }
       std::fill(computing.begin(), computing.end(), 0.0);
       for (int r = 0; r < R; ++r) {
-        if (live[r].running) computing[o_.core_pool[r]] += 1.0;
-        if (live[r].waiting) computing[o_.core_pool[r]] += o_.waiting_share;
+        if (live[r].running) computing[o_.cores.pool[r]] += 1.0;
+        if (live[r].waiting) computing[o_.cores.pool[r]] += o_.cores.shared.waiting_share;
       }
       auto rate = [&](int r) {
-        const int pool = o_.core_pool[r];
-        return std::min(1.0, o_.pool_cores[pool] / computing[pool]);
+        const int pool = o_.cores.pool[r];
+        return std::min(1.0, o_.cores.pool_cores[pool] / computing[pool]);
       };
       // The next start or end: the earliest rank's.
       std::vector<double>& until = until_;
@@ -450,10 +453,10 @@ class Simulator {
     const int st = a.stage, mb = a.microbatch;
     // The sequence's keys and values, and their gradients.
     auto sequence = [&](double share) {
-      rs.memory += share * o_.sequence_memory * mem_per_chunk_[st];
+      rs.memory += share * o_.memory.sequence_share * mem_per_chunk_[st];
       rs.peak_memory = std::max(rs.peak_memory, rs.memory);
-      if (stage_bytes_ != nullptr && !o_.stage_sequence_bytes.empty()) {
-        rs.bytes += share * o_.stage_sequence_bytes[static_cast<std::size_t>(st)];
+      if (stage_bytes_ != nullptr && !o_.memory.stage_sequence_bytes.empty()) {
+        rs.bytes += share * o_.memory.stage_sequence_bytes[static_cast<std::size_t>(st)];
         rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
       }
     };
@@ -486,7 +489,7 @@ class Simulator {
     const int st = a.stage, mb = a.microbatch;
     const double slice = kPass == Pass::kSliced ? slice_memory_[SliceOf(mb)] : 1.0;
     const double unit = mem_per_chunk_[st] * slice;
-    const double w_ratio = o_.weight_memory_ratio;
+    const double w_ratio = o_.memory.weight_ratio;
     // Adds `share` of a microbatch's activations on stage st (negative frees).
     auto hold = [&](double share) __attribute__((always_inline)) {
       if constexpr (kPass == Pass::kCompletion) return;
@@ -628,8 +631,8 @@ class Simulator {
       out.span = out.end - out.start;
       out.peak_memory = rs.peak_memory;
       out.peak_memory_bytes =
-          (o_.stage_memory_bytes.empty() ? rs.peak_memory * o_.microbatch_memory_bytes : rs.peak_bytes) +
-          (o_.rank_static_bytes.empty() ? 0.0 : o_.rank_static_bytes[static_cast<std::size_t>(r)]);
+          (o_.memory.stage_bytes.empty() ? rs.peak_memory * o_.memory.microbatch_bytes : rs.peak_bytes) +
+          (o_.memory.rank_static_bytes.empty() ? 0.0 : o_.memory.rank_static_bytes[static_cast<std::size_t>(r)]);
       res.makespan = std::max(res.makespan, out.end);
       busy_total += rs.busy;
       max_span = std::max(max_span, out.span);
@@ -643,19 +646,19 @@ class Simulator {
         out.peak_backward_sequences.push_back(peak_backward_sequences_[st]);
       }
     }
-    if (!o_.stage_reduce_time.empty()) {
+    if (!o_.sums.stage_time.empty()) {
       // Each rank's gradient sums, one after another, each from its stage's
       // last gradient (or the rank's end), beside the compute.
       for (int r = 0; r < s_.ranks; ++r) {
         RankResult& out = res.per_rank[r];
         std::vector<std::pair<double, int>> ready;
         for (int st : out.stages) {
-          const bool at_end = !o_.reduce_at_end.empty() && o_.reduce_at_end[static_cast<std::size_t>(st)];
+          const bool at_end = !o_.sums.at_end.empty() && o_.sums.at_end[static_cast<std::size_t>(st)];
           ready.push_back({at_end ? out.end : grad_end_[st], st});
         }
         std::sort(ready.begin(), ready.end());
         double t = 0.0;
-        for (const auto& [when, st] : ready) t = std::max(t, when) + o_.stage_reduce_time[static_cast<std::size_t>(st)];
+        for (const auto& [when, st] : ready) t = std::max(t, when) + o_.sums.stage_time[static_cast<std::size_t>(st)];
         out.reduce_end = std::max(t, out.end);
         out.exposed_reduce = out.reduce_end - out.end;
         res.makespan = std::max(res.makespan, out.reduce_end);

@@ -1,16 +1,17 @@
-// Fitting the shared-core model to measured steps (baton/price.h).
+// Fitting the shared-core model to measured steps (baton/profile_price.h).
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "baton/error.h"
-#include "baton/price.h"
+#include "baton/profile_price.h"
 
 namespace baton {
 namespace {
 
-// The calibration runs' simulator options at factor 1 (the stages priced
-// once), and each one's step at a factor and a waiting share.
+// The calibration runs' prices (the stages priced once), and each one's
+// step at a factor and a waiting share.
 struct CalibrationFit {
   const std::vector<RunPlan>& plans;
   const std::vector<double>& measured;
@@ -22,18 +23,12 @@ struct CalibrationFit {
       throw ConfigError(fmt::format("fitting shared cores: {} plans and {} measured steps: one step a plan, at least one",
                                     plans.size(), measured.size()));
     }
-    Profile unscaled = profile;
-    unscaled.shared_core_cost = 1.0;
-    for (const RunPlan& plan : plans) {
-      options.push_back(ProfileSimOptions(plan, unscaled));
-      options.back().record_timeline = false;
-    }
+    for (const RunPlan& plan : plans) options.push_back(PriceRun(plan, ProfileRunCosts(plan, profile)));
   }
   // log(simulated / measured) of run k.
   double LogError(std::size_t k, double scale, double share) const {
     SimOptions o = options[k];
-    for (Costs& c : o.stage_costs) c = Scaled(c, scale);
-    o.waiting_share = share;
+    o.cores.shared = SharedCores{scale, share};
     return std::log(Simulate(plans[k].lowered, o).makespan / measured[k]);
   }
   double MeanLogError(double scale, double share) const {
@@ -60,13 +55,13 @@ struct CalibrationFit {
 double FitSharedCoreCost(const std::vector<RunPlan>& plans, const Profile& profile,
                          const std::vector<double>& measured_step_s) {
   const CalibrationFit fit(plans, profile, measured_step_s);
-  return fit.Scale(profile.waiting_share);
+  return fit.Scale(profile.machine.shared.waiting_share);
 }
 
 SharedCoresFit FitSharedCores(const std::vector<RunPlan>& plans, const Profile& profile,
                               const std::vector<double>& measured_step_s) {
   const CalibrationFit fit(plans, profile, measured_step_s);
-  SharedCoresFit best{fit.Scale(profile.waiting_share), profile.waiting_share, 0.0};
+  SharedCoresFit best{fit.Scale(profile.machine.shared.waiting_share), profile.machine.shared.waiting_share, 0.0};
   if (plans.size() < 3) return best;
   best.squared_error = std::numeric_limits<double>::infinity();
   for (int i = 0; i <= kSharedWaitingSteps; ++i) {

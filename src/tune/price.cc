@@ -1,7 +1,7 @@
 // Pricing a run from a profile (baton/price.h): each stage from its
 // layers' profiled costs, the messages and the machine's cores as the run
 // would meet them.
-#include "baton/price.h"
+#include "baton/profile_price.h"
 
 #include <fmt/format.h>
 
@@ -11,24 +11,7 @@
 
 namespace baton {
 
-Costs Scaled(Costs c, double scale) {
-  c.forward *= scale;
-  c.backward_input *= scale;
-  c.backward_weight *= scale;
-  if (c.forward_backward) *c.forward_backward *= scale;
-  return c;
-}
-
 double MessageLatency(const Profile& profile) { return profile.latency_s > 0 ? profile.latency_s : 20e-6; }
-
-double LargestMessageBytes(const ModelDesc& model, const std::vector<int>& bounds, int rows) {
-  double bytes = 0;
-  for (std::size_t s = 1; s + 1 < bounds.size(); ++s) {
-    const int a = model.top_begin[static_cast<std::size_t>(bounds[s])];
-    bytes = std::max(bytes, double(rows) * model.seq * model.width[static_cast<std::size_t>(a)] * sizeof(float));
-  }
-  return bytes;
-}
 
 StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& layers, int stage, bool split_backward) {
   const StagePlan st = PlanStageAlone(shape, stage, split_backward);
@@ -62,64 +45,30 @@ StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& lay
   return out;
 }
 
-void ShareCores(int ranks, int replicas, int cores, std::vector<int>* core_pool, std::vector<double>* pool_cores) {
-  core_pool->clear();
-  pool_cores->clear();
-  const int world = ranks * replicas;
-  if (cores <= 0 || world <= cores) return;
-  core_pool->assign(static_cast<std::size_t>(ranks), 0);
-  pool_cores->assign(1, double(cores) * ranks / world);
-}
-
-SimOptions CostedSimOptions(std::vector<Costs> stage_costs, double latency, double bandwidth, double message_bytes,
-                            std::vector<int> core_pool, std::vector<double> pool_cores) {
-  SimOptions sim;
-  sim.stage_costs = std::move(stage_costs);
-  sim.comm = latency;
-  sim.bandwidth = bandwidth;
-  sim.message_bytes = message_bytes;
-  sim.core_pool = std::move(core_pool);
-  sim.pool_cores = std::move(pool_cores);
-  return sim;
-}
-
-SimOptions ProfileSimOptions(const RunPlan& plan, const Profile& profile) {
+RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile) {
+  RunCosts costs;
   const std::vector<LayerProfile> layers = LayersAt(profile, plan.rows);
-  std::vector<Costs> costs;
   for (int s = 0; s < plan.stages(); ++s) {
-    costs.push_back(PriceStage(plan, layers, s, SplitsBackward(plan.lowered, s)).costs);
+    costs.stage_costs.push_back(PriceStage(plan, layers, s, SplitsBackward(plan.lowered, s)).costs);
   }
-  const double scale = SharedCoreCost(profile, plan.lowered.ranks, plan.replicas);
-  for (Costs& c : costs) c = Scaled(c, scale);
-  std::vector<int> pool;
-  std::vector<double> cores;
-  ShareCores(plan.lowered.ranks, plan.replicas, profile.identity.cores, &pool, &cores);
-  SimOptions o = CostedSimOptions(std::move(costs), MessageLatency(profile), profile.bandwidth_Bps,
-                                  LargestMessageBytes(plan.model, plan.bounds, plan.rows), std::move(pool),
-                                  std::move(cores));
-  o.waiting_share = profile.waiting_share;
-  if (plan.slices > 1) {
-    // A slice costs its share of a whole microbatch's profiled work, and
-    // its messages carry its tokens.
-    o.slice_cost = plan.slice_cost;
-    o.slice_memory = plan.slice_token_share;
-  }
-  return o;
+  costs.latency = MessageLatency(profile);
+  costs.bandwidth = profile.bandwidth_Bps;
+  costs.cores = ShareCores(profile.machine.shared, profile.identity.cores, plan.lowered.ranks, plan.replicas);
+  return costs;
 }
 
 ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile) {
   ProfilePrediction out;
-  out.sim = Simulate(plan.lowered, ProfileSimOptions(plan, profile));
+  SimOptions o = PriceRun(plan, ProfileRunCosts(plan, profile));
+  o.record_timeline = true;
+  out.sim = Simulate(plan.lowered, o);
   // What the run allocates: the static bytes and every stage's ring.
   for (const RankMemory& m : PlanMemory(plan)) out.peak_bytes.push_back(static_cast<double>(m.total()));
   return out;
 }
 
 double SharedCoreCost(const Profile& profile, int ranks, int replicas) {
-  std::vector<int> pool;
-  std::vector<double> cores;
-  ShareCores(ranks, replicas, profile.identity.cores, &pool, &cores);
-  return pool.empty() ? 1.0 : profile.shared_core_cost;
+  return ShareCores(profile.machine.shared, profile.identity.cores, ranks, replicas).Factor();
 }
 
 }  // namespace baton

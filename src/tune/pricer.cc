@@ -9,8 +9,13 @@ namespace baton {
 
 ProfilePricer::ProfilePricer(const TrainConfig& config, const Profile& profile)
     : config_(config), profile_(profile), model_(DescribeModel(config.model.layers, config.model.input, config.model.seq)) {
-  ShareCores(config.pipeline.ranks, config.data_parallel.size, profile.identity.cores, &core_pool_, &pool_cores_);
-  cost_scale_ = SharedCoreCost(profile, config.pipeline.ranks, config.data_parallel.size);
+  base_.latency = MessageLatency(profile);
+  base_.bandwidth = profile.bandwidth_Bps;
+  base_.cores = ShareCores(profile.machine.shared, profile.identity.cores, config.pipeline.ranks,
+                           config.data_parallel.size);
+  // Memory as baton's runs hold it: each stage's ring of slots allocated at
+  // setup, a slot held until its W (the search sums the rings' peaks).
+  base_.memory.weight_ratio = 1.0;
 }
 
 CandidateCosts ProfilePricer::operator()(const Candidate& c) {
@@ -24,30 +29,20 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
   if (shape == nullptr) return out;
   if (!c.bounds.empty()) shape->plan.bounds = c.bounds;
   const GeneratorTraits traits = TraitsOf(c.schedule);
+  RunCosts costs = base_;
   for (int s = 0; s < shape->plan.stages(); ++s) {
     const StagePrice& price = shape->Price(s, traits.split_backward);
-    out.stage_costs.push_back(Scaled(price.costs, cost_scale_));
-    out.activation_bytes.push_back(price.slot_bytes);
+    costs.stage_costs.push_back(price.costs);
+    costs.memory.stage_bytes.push_back(price.slot_bytes);
     if (c.slices > 1) {
       // A slice holds a slice's slot; its sequence a key/value slot.
       out.slot_bytes.push_back(price.slot_bytes);
       out.sequence_bytes.push_back(price.sequence_bytes);
     }
   }
+  out.price = PriceRun(shape->plan, costs);
   out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
-  if (c.slices > 1) {
-    // A slice costs its share of the microbatch's profiled work and sends its tokens.
-    out.slice_cost = shape->plan.slice_cost;
-    out.slice_memory = shape->plan.slice_token_share;
-  }
-  out.weight_memory_ratio = 1.0;  // a ring slot is held until its W
-  out.ring_memory = true;         // each stage's ring as deep as its peak, allocated at setup
-  out.latency = MessageLatency(profile_);
-  out.bandwidth = profile_.bandwidth_Bps;
-  out.message_bytes = LargestMessageBytes(model_, shape->plan.bounds, shape->plan.rows);
-  out.core_pool = core_pool_;
-  out.pool_cores = pool_cores_;
-  out.waiting_share = profile_.waiting_share;
+  out.ring_memory = true;
   return out;
 }
 

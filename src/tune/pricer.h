@@ -13,6 +13,7 @@
 #include "baton/config.h"
 #include "baton/plan.h"
 #include "baton/price.h"
+#include "baton/profile_price.h"
 #include "baton/profile.h"
 #include "baton/tune.h"
 
@@ -49,9 +50,7 @@ class ProfilePricer {
   const TrainConfig& config_;
   const Profile& profile_;
   ModelDesc model_;
-  std::vector<int> core_pool_;
-  std::vector<double> pool_cores_;
-  double cost_scale_ = 1.0;  // SharedCoreCost
+  RunCosts base_;  // every candidate's messages, cores and memory model
   std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<Shape>> shapes_;
 };
 

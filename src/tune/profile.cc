@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -58,18 +60,6 @@ std::string ProfileJson(const Profile& p) {
   j["layers"] = p.identity.layers;
   j["latency_s"] = p.latency_s;
   j["bandwidth_Bps"] = p.bandwidth_Bps;
-  j["waiting_share"] = p.waiting_share;
-  if (!p.calibration.empty()) {
-    j["shared_core_cost"] = p.shared_core_cost;
-    j["probed_waiting_share"] = p.probed_waiting_share;
-    auto& runs = j["calibration"] = nlohmann::ordered_json::array();
-    for (const Profile::Calibration& c : p.calibration) {
-      runs.push_back({{"run", c.run},
-                      {"measured_step_s", c.measured_step_s},
-                      {"unfitted_step_s", c.unfitted_step_s},
-                      {"fitted_step_s", c.fitted_step_s}});
-    }
-  }
   j["seconds"] = p.seconds;
   j["processes"] = p.processes;
   j["clock"] = p.cpu_clock ? "cpu" : "wall";
@@ -105,19 +95,6 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
     p.identity.layers = j.at("layers").get<std::vector<std::string>>();
     p.latency_s = j.value("latency_s", 0.0);
     p.bandwidth_Bps = j.value("bandwidth_Bps", 0.0);
-    p.waiting_share = j.value("waiting_share", 0.0);
-    p.shared_core_cost = j.value("shared_core_cost", 1.0);
-    p.probed_waiting_share = j.value("probed_waiting_share", p.waiting_share);
-    if (!(p.shared_core_cost > 0)) {
-      throw ConfigError(fmt::format("{}: shared_core_cost {}: must be > 0", path, p.shared_core_cost));
-    }
-    if (j.contains("calibration")) {
-      for (const nlohmann::json& c : j.at("calibration")) {
-        p.calibration.push_back(Profile::Calibration{c.at("run").get<std::string>(),
-                                                     c.at("measured_step_s").get<double>(),
-                                                     c.value("unfitted_step_s", 0.0), c.value("fitted_step_s", 0.0)});
-      }
-    }
     p.seconds = j.value("seconds", 0.0);
     p.processes = j.value("processes", 1);
     const std::string clock = j.value("clock", std::string("wall"));
@@ -158,7 +135,11 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
   return p;
 }
 
-Profile ReadProfile(const std::string& path) { return ParseProfile(ReadTextFile(path), path); }
+Profile ReadProfile(const std::string& path) {
+  Profile p = ParseProfile(ReadTextFile(path), path);
+  if (std::optional<MachineModel> m = ReadMachineBeside(path, p.identity.machine, p.identity.cores)) p.machine = *m;
+  return p;
+}
 
 void CheckProfile(const Profile& p, const ProfileIdentity& want, const std::string& path) {
   auto refuse = [&](const std::string& what) {

@@ -43,14 +43,14 @@ void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stag
     throw ScheduleError(fmt::format("tune: the cost model gave {} entries of {} for {}, which has {} {}{}", got, field,
                                     Describe(c), want, unit, may_be_empty ? " (or give none)" : ""));
   };
-  expect("stage_costs", k.stage_costs.size(), stages, "stages", false);
+  expect("stage_costs", k.price.compute.stages.size(), stages, "stages", false);
   expect("recompute", k.recompute.size(), stages, "stages", true);
-  expect("activation_bytes", k.activation_bytes.size(), stages, "stages", false);
+  expect("activation_bytes", k.price.memory.stage_bytes.size(), stages, "stages", false);
   expect("static_bytes", k.static_bytes.size(), ranks, "ranks", false);
   expect("slot_bytes", k.slot_bytes.size(), stages, "stages", true);
   expect("sequence_bytes", k.sequence_bytes.size(), stages, "stages", true);
-  expect("slice_cost", k.slice_cost.size(), c.slices, "slices", true);
-  expect("slice_memory", k.slice_memory.size(), c.slices, "slices", true);
+  expect("slice_cost", k.price.slices.cost.size(), c.slices, "slices", true);
+  expect("slice_memory", k.price.slices.memory.size(), c.slices, "slices", true);
 }
 
 struct CachedSchedule {
@@ -174,23 +174,24 @@ class Tuner {
   double LowerBound(const Candidate& c, Placement placement, const CandidateCosts& k) const {
     const int p = space_.ranks;
     std::vector<double> busy(static_cast<std::size_t>(p), 0.0);
-    for (std::size_t s = 0; s < k.stage_costs.size(); ++s) {
-      const Costs& cs = k.stage_costs[s];
+    for (std::size_t s = 0; s < k.price.compute.stages.size(); ++s) {
+      const Costs& cs = k.price.compute.stages[s];
       const double r = k.recompute.empty() ? 0.0 : k.recompute[s];
       busy[StageRank(placement, static_cast<int>(s), p)] += c.microbatches * (cs.forward + cs.Backward() + r);
     }
     double bound = *std::max_element(busy.begin(), busy.end());
-    if (!k.core_pool.empty()) {
-      std::vector<double> work(k.pool_cores.size(), 0.0), ranks(k.pool_cores.size(), 0.0);
+    const CorePools& cores = k.price.cores;
+    if (!cores.pool.empty()) {
+      std::vector<double> work(cores.pool_cores.size(), 0.0), ranks(cores.pool_cores.size(), 0.0);
       for (int rank = 0; rank < p; ++rank) {
-        work[static_cast<std::size_t>(k.core_pool[rank])] += busy[rank];
-        ranks[static_cast<std::size_t>(k.core_pool[rank])] += 1;
+        work[static_cast<std::size_t>(cores.pool[rank])] += busy[rank];
+        ranks[static_cast<std::size_t>(cores.pool[rank])] += 1;
       }
       for (std::size_t q = 0; q < work.size(); ++q) {
-        if (ranks[q] > 0) bound = std::max(bound, work[q] / std::min(ranks[q], k.pool_cores[q]));
+        if (ranks[q] > 0) bound = std::max(bound, work[q] / std::min(ranks[q], cores.pool_cores[q]));
       }
     }
-    return bound;
+    return bound * cores.Factor();
   }
 
   // The candidate at its fastest feasible placement (branch and bound on
@@ -261,8 +262,8 @@ class Tuner {
     // Recomputation lengthens every backward that needs the dropped
     // activations: I or B, and an overlapped unit's B part.
     for (std::size_t s = 0; s < k.recompute.size(); ++s) {
-      k.stage_costs[s].backward_input += k.recompute[s];
-      if (k.stage_costs[s].forward_backward) *k.stage_costs[s].forward_backward += k.recompute[s];
+      k.price.compute.stages[s].backward_input += k.recompute[s];
+      if (k.price.compute.stages[s].forward_backward) *k.price.compute.stages[s].forward_backward += k.recompute[s];
     }
 
     GenerateOptions g;
@@ -274,9 +275,11 @@ class Tuner {
       if (!limit) return r;
       g.memory_limit = *limit;
     }
-    g.stage_costs = k.stage_costs;
-    g.comm = k.latency + (k.bandwidth > 0.0 ? k.message_bytes / k.bandwidth : 0.0);
-    g.weight_memory_ratio = k.weight_memory_ratio;
+    // The generator plans with what the simulator will charge: each action
+    // on shared cores at the machine model's factor, and a whole message.
+    for (const Costs& cs : k.price.compute.stages) g.stage_costs.push_back(Scaled(cs, k.price.cores.Factor()));
+    g.comm = k.price.messages.Time();
+    g.weight_memory_ratio = k.price.memory.weight_ratio;
 
     const Schedule* schedule = nullptr;
     std::optional<Schedule> own;
@@ -298,18 +301,7 @@ class Tuner {
       return r;
     }
 
-    SimOptions o;
-    o.stage_costs = std::move(k.stage_costs);
-    o.comm = k.latency;
-    o.bandwidth = k.bandwidth;
-    o.message_bytes = k.message_bytes;
-    o.weight_memory_ratio = k.weight_memory_ratio;
-    o.stage_memory_bytes = std::move(k.activation_bytes);
-    o.core_pool = std::move(k.core_pool);
-    o.pool_cores = std::move(k.pool_cores);
-    o.waiting_share = k.waiting_share;
-    o.slice_cost = std::move(k.slice_cost);
-    o.slice_memory = std::move(k.slice_memory);
+    SimOptions o = std::move(k.price);
     o.record_timeline = false;
     const SimResult sim = Simulate(*schedule, o);  // options out of range throw, naming the field
 
@@ -327,7 +319,7 @@ class Tuner {
         activations = 0;
         for (std::size_t i = 0; i < rr.stages.size(); ++i) {
           const auto s = static_cast<std::size_t>(rr.stages[i]);
-          activations += rr.peak_in_flight[i] * (k.slot_bytes.empty() ? o.stage_memory_bytes[s] : k.slot_bytes[s]);
+          activations += rr.peak_in_flight[i] * (k.slot_bytes.empty() ? o.memory.stage_bytes[s] : k.slot_bytes[s]);
           if (!k.sequence_bytes.empty() && i < rr.peak_sequences.size()) {
             activations += (rr.peak_sequences[i] + rr.peak_backward_sequences[i]) * k.sequence_bytes[s];
           }
@@ -357,7 +349,7 @@ class Tuner {
     const int p = space_.ranks;
     const Placement placement = TraitsOf(c.schedule).placement;
     std::vector<double> rank_bytes(p, 0.0);
-    for (int s = 0; s < p * c.chunks; ++s) rank_bytes[StageRank(placement, s, p)] += k.activation_bytes[s];
+    for (int s = 0; s < p * c.chunks; ++s) rank_bytes[StageRank(placement, s, p)] += k.price.memory.stage_bytes[s];
     double limit = std::numeric_limits<double>::infinity();
     for (int rank = 0; rank < p; ++rank) {
       const double room = options_.memory_bytes - k.static_bytes[rank];

@@ -49,7 +49,7 @@ std::vector<RankRecord> MakeRecords(const RunPlan& plan, int steps) {
   for (int k = 0; k < steps; ++k) {
     const double scale = 1 + 0.1 * k;
     SimOptions o;
-    o.costs = {kF * scale, kB * scale, 0};
+    o.compute.uniform = {kF * scale, kB * scale, 0};
     const SimResult sim = Simulate(plan.lowered, o);
     for (int r = 0; r < kRanks; ++r) {
       StepRecord s;
@@ -132,8 +132,8 @@ TEST(BenchAnalysis, PredictionCarriesTheMeasuredLatency) {
   records[0].message_latency_s = 1e-4;
   const BenchReport r = AnalyzeBench(Context(plan), records).report;
   SimOptions o;
-  o.costs = {kF * 1.1, kB * 1.1, 0};
-  o.comm = 1e-4;
+  o.compute.uniform = {kF * 1.1, kB * 1.1, 0};
+  o.messages.latency = 1e-4;
   const double expected = Simulate(plan.lowered, o).makespan;
   EXPECT_GT(expected, ClosedForm(kF * 1.1, kB * 1.1) + 2 * 1e-4 - 1e-12);  // at least the fill's and drain's hops
   EXPECT_NEAR(r.predicted_step_time_s, expected, 1e-12);

@@ -78,24 +78,24 @@ output:
   EXPECT_EQ(c.ranks, 6);
   EXPECT_EQ(c.microbatches, 12);
   EXPECT_EQ(c.chunks, 1);
-  EXPECT_EQ(c.options.costs.forward, 1.5);
-  EXPECT_EQ(c.options.costs.backward_input, 2.25);
-  EXPECT_EQ(c.options.costs.backward_weight, 0.75);
-  ASSERT_EQ(c.options.stage_costs.size(), 2u);
-  EXPECT_EQ(c.options.stage_costs[0].forward, 1.0);
-  EXPECT_EQ(c.options.stage_costs[0].backward_input, 2.0);
-  EXPECT_EQ(c.options.stage_costs[0].backward_weight, 3.0);
-  EXPECT_EQ(c.options.costs.forward_backward, 3.5);
-  EXPECT_EQ(c.options.stage_costs[0].forward_backward, 4.5);
-  EXPECT_FALSE(c.options.stage_costs[1].forward_backward.has_value());  // F + B
-  EXPECT_EQ(c.options.stage_costs[1].forward, 4.0);
-  EXPECT_EQ(c.options.stage_costs[1].backward_input, 5.0);
-  EXPECT_EQ(c.options.stage_costs[1].backward_weight, 6.0);
-  EXPECT_EQ(c.options.comm, 0.125);
-  EXPECT_EQ(c.options.bandwidth, 1000.0);
-  EXPECT_EQ(c.options.message_bytes, 4096.0);
-  EXPECT_EQ(c.options.weight_memory_ratio, 0.25);
-  EXPECT_EQ(c.options.microbatch_memory_bytes, 1048576.0);
+  EXPECT_EQ(c.options.compute.uniform.forward, 1.5);
+  EXPECT_EQ(c.options.compute.uniform.backward_input, 2.25);
+  EXPECT_EQ(c.options.compute.uniform.backward_weight, 0.75);
+  ASSERT_EQ(c.options.compute.stages.size(), 2u);
+  EXPECT_EQ(c.options.compute.stages[0].forward, 1.0);
+  EXPECT_EQ(c.options.compute.stages[0].backward_input, 2.0);
+  EXPECT_EQ(c.options.compute.stages[0].backward_weight, 3.0);
+  EXPECT_EQ(c.options.compute.uniform.forward_backward, 3.5);
+  EXPECT_EQ(c.options.compute.stages[0].forward_backward, 4.5);
+  EXPECT_FALSE(c.options.compute.stages[1].forward_backward.has_value());  // F + B
+  EXPECT_EQ(c.options.compute.stages[1].forward, 4.0);
+  EXPECT_EQ(c.options.compute.stages[1].backward_input, 5.0);
+  EXPECT_EQ(c.options.compute.stages[1].backward_weight, 6.0);
+  EXPECT_EQ(c.options.messages.latency, 0.125);
+  EXPECT_EQ(c.options.messages.bandwidth, 1000.0);
+  EXPECT_EQ(c.options.messages.bytes, 4096.0);
+  EXPECT_EQ(c.options.memory.weight_ratio, 0.25);
+  EXPECT_EQ(c.options.memory.microbatch_bytes, 1048576.0);
   EXPECT_EQ(c.cores, 2.5);
   EXPECT_EQ(c.compare, (std::vector<std::string>{"gpipe", "1f1b", "zbv"}));
   EXPECT_EQ(c.json_path, "out/{schedule}.json");
@@ -110,15 +110,15 @@ TEST_F(SimulateConfigTest, AbsentKeysKeepTheDefaults) {
   EXPECT_EQ(c.schedule, "1f1b");
   EXPECT_EQ(c.microbatches, 8);
   EXPECT_EQ(c.chunks, 0);
-  EXPECT_EQ(c.options.costs.forward, 1.0);
-  EXPECT_EQ(c.options.costs.backward_input, 1.0);
-  EXPECT_EQ(c.options.costs.backward_weight, 1.0);
-  EXPECT_TRUE(c.options.stage_costs.empty());
-  EXPECT_EQ(c.options.comm, 0.0);
-  EXPECT_EQ(c.options.bandwidth, 0.0);
-  EXPECT_EQ(c.options.message_bytes, 0.0);
-  EXPECT_EQ(c.options.weight_memory_ratio, 0.5);
-  EXPECT_EQ(c.options.microbatch_memory_bytes, 0.0);
+  EXPECT_EQ(c.options.compute.uniform.forward, 1.0);
+  EXPECT_EQ(c.options.compute.uniform.backward_input, 1.0);
+  EXPECT_EQ(c.options.compute.uniform.backward_weight, 1.0);
+  EXPECT_TRUE(c.options.compute.stages.empty());
+  EXPECT_EQ(c.options.messages.latency, 0.0);
+  EXPECT_EQ(c.options.messages.bandwidth, 0.0);
+  EXPECT_EQ(c.options.messages.bytes, 0.0);
+  EXPECT_EQ(c.options.memory.weight_ratio, 0.5);
+  EXPECT_EQ(c.options.memory.microbatch_bytes, 0.0);
   EXPECT_TRUE(c.compare.empty());
   EXPECT_EQ(c.json_path, "");
   EXPECT_EQ(c.trace_path, "");
@@ -128,10 +128,10 @@ TEST_F(SimulateConfigTest, AbsentKeysKeepTheDefaults) {
 
 TEST_F(SimulateConfigTest, PartialNestedMappingKeepsOtherDefaults) {
   const SimulateConfig c = LoadSimulateConfig(Write("partial.yaml", "costs:\n  forward: 2\nmemory: {}\n"));
-  EXPECT_EQ(c.options.costs.forward, 2.0);
-  EXPECT_EQ(c.options.costs.backward_input, 1.0);
-  EXPECT_EQ(c.options.costs.backward_weight, 1.0);
-  EXPECT_EQ(c.options.weight_memory_ratio, 0.5);
+  EXPECT_EQ(c.options.compute.uniform.forward, 2.0);
+  EXPECT_EQ(c.options.compute.uniform.backward_input, 1.0);
+  EXPECT_EQ(c.options.compute.uniform.backward_weight, 1.0);
+  EXPECT_EQ(c.options.memory.weight_ratio, 0.5);
 }
 
 TEST_F(SimulateConfigTest, EmptyFileGivesAllDefaults) {

@@ -377,10 +377,10 @@ TEST(Plan, SlicedMemoryInMicrobatchesIsWhatTheRunAllocates) {
         const double kv = static_cast<double>(s.sequence_bytes) / static_cast<double>(w.slot_bytes);
         const SequenceSlices shares = SliceSequence(whole.model.seq, k, SeqSplit::kEven, 0.0, 0.0);
         SimOptions o;
-        o.slice_cost = shares.cost;
-        o.slice_memory = shares.memory;
-        for (double& m : o.slice_memory) m *= 1.0 - kv;
-        o.sequence_memory = kv;
+        o.slices.cost = shares.cost;
+        o.slices.memory = shares.memory;
+        for (double& m : o.slices.memory) m *= 1.0 - kv;
+        o.memory.sequence_share = kv;
         GenerateOptions g;
         g.slices = k;
         const SimResult sim = Simulate(Lower(Generate("seq1f1b", ranks, 8, g)), o);

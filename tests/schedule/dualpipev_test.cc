@@ -40,8 +40,8 @@ struct ChunkCosts {
 
 SimOptions PerChunk(int stages, const ChunkCosts& c) {
   SimOptions o;
-  o.stage_costs.assign(stages, Costs{c.f, c.i, c.w});
-  for (Costs& k : o.stage_costs) k.forward_backward = c.fb;
+  o.compute.stages.assign(stages, Costs{c.f, c.i, c.w});
+  for (Costs& k : o.compute.stages) k.forward_backward = c.fb;
   return o;
 }
 
@@ -86,7 +86,7 @@ TEST(DualPipeV, PeakActivationsArePPPlusOneChunksOnEveryRank) {
       for (int m : {2 * p, 3 * p + 1, 6 * p}) {
         SCOPED_TRACE("ratio=" + std::to_string(ratio) + " p=" + std::to_string(p) + " m=" + std::to_string(m));
         SimOptions o = PerChunk(2 * p, {1, 1, 1, 2.5});
-        o.weight_memory_ratio = ratio;
+        o.memory.weight_ratio = ratio;
         const SimResult r = Simulate(GenerateDualPipeV(p, m), o);
         for (const RankResult& rr : r.per_rank) EXPECT_NEAR(rr.peak_memory, (2 * p + 1) / 2.0, 1e-9) << rr.rank;
       }

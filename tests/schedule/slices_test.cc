@@ -64,7 +64,7 @@ TEST(Slices, Seq1F1BMatchesItsClosedForms) {
     for (int m : {1, 4, 8}) {
       for (int k : {1, 2, 4, 8}) {
         SimOptions o;
-        o.costs = {1.0, 1.0, 1.0};  // B = I + W = 2
+        o.compute.uniform = {1.0, 1.0, 1.0};  // B = I + W = 2
         const SimResult r = Simulate(GenerateSeq1F1B(p, m, k), o);
         const int n = m * k;
         // With fewer units than the pipeline is deep, the warm-up is all of them.
@@ -101,7 +101,7 @@ TEST(Slices, EverySlicedScheduleIsValidAndItsLoweredFormTakesAsLong) {
           EXPECT_EQ(lowered.slices, k);
           ASSERT_NO_THROW(Validate(lowered)) << name << " " << p << " " << m << " " << k;
           SimOptions o;
-          o.comm = 0.1;
+          o.messages.latency = 0.1;
           EXPECT_NEAR(Simulate(s, o).makespan, Simulate(lowered, o).makespan, 1e-9) << name;
         }
       }
@@ -115,7 +115,7 @@ TEST(Slices, EverySlicedScheduleIsValidAndItsLoweredFormTakesAsLong) {
 // microbatches; 1F1B expanded holds p (Seq1F1B: (p + k - 1)/k).
 TEST(Slices, ExpansionKeepsTheMemoryAndShortensTheFill) {
   SimOptions o;
-  o.costs = {1.0, 1.0, 1.0};
+  o.compute.uniform = {1.0, 1.0, 1.0};
   for (int k : {2, 4}) {
     const SimResult gpipe = Simulate(Sliced("gpipe", 4, 8, k), o);
     EXPECT_NEAR(gpipe.makespan, (8 * k + 3) * 3.0 / k, 1e-9);
@@ -141,7 +141,7 @@ TEST(Slices, ExpansionKeepsTheMemoryAndShortensTheFill) {
 
 TEST(Slices, ZeroBubbleOverSlicesHasLessBubbleAndMemoryThanWholeSequences) {
   SimOptions o;
-  o.costs = {1.0, 1.0, 1.0};
+  o.compute.uniform = {1.0, 1.0, 1.0};
   const SimResult whole = Simulate(GenerateZbH1(4, 8), o);
   const SimResult sliced = Simulate(GenerateZbH1(4, 8, 4), o);
   EXPECT_LT(sliced.bubble_rate, whole.bubble_rate);
@@ -159,7 +159,7 @@ TEST(Slices, ZeroBubbleOverSlicesHasLessBubbleAndMemoryThanWholeSequences) {
 // than the whole-microbatch order's (2(p - r - 1) + (v - 1) p + 1)/v.
 TEST(Slices, InterleavedOverSlicesWarmsUpInUnits) {
   SimOptions o;
-  o.costs = {1.0, 1.0, 1.0};
+  o.compute.uniform = {1.0, 1.0, 1.0};
   for (int p : {1, 2, 3, 4}) {
     for (int v : {2, 3, 4}) {
       for (int k : {1, 2, 3, 4}) {
@@ -207,7 +207,7 @@ TEST(Slices, InterleavedOverSlicesWarmsUpInUnits) {
 // more bubble (F = I = W = 1 a microbatch).
 TEST(Slices, ZbvOverSlicesHoldsLessWithNoMoreBubble) {
   SimOptions o;
-  o.costs = {1.0, 1.0, 1.0};
+  o.compute.uniform = {1.0, 1.0, 1.0};
   for (int p : {2, 3, 4}) {
     for (int m : {2 * p, 3 * p}) {
       const SimResult whole = Simulate(GenerateZbv(p, m), o);
@@ -335,9 +335,9 @@ TEST(Slices, CutsThatCannotBeMadeAreOneClearError) {
 TEST(Slices, TheSimulatorChargesEachSliceItsShare) {
   const SequenceSlices sl = SliceSequence(4096, 4, SeqSplit::kEven, 0.8, 0.4);
   SimOptions o;
-  o.costs = {1.0, 1.0, 1.0};
-  o.slice_cost = sl.cost;
-  o.slice_memory = sl.memory;
+  o.compute.uniform = {1.0, 1.0, 1.0};
+  o.slices.cost = sl.cost;
+  o.slices.memory = sl.memory;
   const Schedule s = GenerateSeq1F1B(4, 8, 4);
   const SimResult r = Simulate(s, o);
   // Every rank does each microbatch's whole work once: busy = m (F + B).
@@ -346,10 +346,10 @@ TEST(Slices, TheSimulatorChargesEachSliceItsShare) {
   // sequence: its peak is one whole microbatch.
   EXPECT_NEAR(r.per_rank[3].peak_memory, 1.0, 1e-9);
   // Slices costing more later stretch the step beyond the even split's.
-  EXPECT_GT(r.makespan, Simulate(s, SimOptions{.costs = {1.0, 1.0, 1.0}}).makespan);
-  o.slice_cost = {0.5, 0.5};
+  EXPECT_GT(r.makespan, Simulate(s, SimOptions{.compute = {.uniform = {1.0, 1.0, 1.0}}}).makespan);
+  o.slices.cost = {0.5, 0.5};
   EXPECT_THROW(Simulate(s, o), ScheduleError);  // two shares for four slices
-  o.slice_cost = {0.0, 0.5, 0.25, 0.25};
+  o.slices.cost = {0.0, 0.5, 0.25, 0.25};
   EXPECT_THROW(Simulate(s, o), ScheduleError);  // a slice costing nothing
 }
 

@@ -22,7 +22,7 @@ std::string Csv(const Schedule& s) {
 
 double PeakMemory(const Schedule& s, double weight_memory_ratio) {
   SimOptions o;
-  o.weight_memory_ratio = weight_memory_ratio;
+  o.memory.weight_ratio = weight_memory_ratio;
   o.record_timeline = false;
   double peak = 0;
   for (const RankResult& rr : Simulate(s, o).per_rank) peak = std::max(peak, rr.peak_memory);

@@ -53,14 +53,14 @@ TEST(ZbAuto, ReproducesTheZeroBubblePapersTable5) {
   for (const Setting& t : kTable5) {
     SCOPED_TRACE(std::string(t.model) + " p=" + std::to_string(t.p) + " m=" + std::to_string(t.m));
     SimOptions sim;
-    sim.costs = {t.t_f, t.t_b, t.t_w};
-    sim.comm = t.t_comm;
-    sim.weight_memory_ratio = WeightMemoryRatio(t);
+    sim.compute.uniform = {t.t_f, t.t_b, t.t_w};
+    sim.messages.latency = t.t_comm;
+    sim.memory.weight_ratio = WeightMemoryRatio(t);
     sim.record_timeline = false;
     GenerateOptions o;
-    o.costs = sim.costs;
+    o.costs = sim.compute.uniform;
     o.comm = t.t_comm;
-    o.weight_memory_ratio = sim.weight_memory_ratio;
+    o.weight_memory_ratio = sim.memory.weight_ratio;
     o.memory_limit = t.p;
     const Schedule zb_1p = GenerateZbAuto(t.p, t.m, o);
     o.memory_limit = 2 * t.p;
@@ -114,9 +114,9 @@ TEST(ZbAuto, KeepsAnyMemoryLimitAndPlansWithPerStageCosts) {
     const Schedule s = GenerateZbAuto(4, 12, o);
     ASSERT_NO_THROW(Validate(s));
     SimOptions sim;
-    sim.stage_costs = o.stage_costs;
-    sim.comm = o.comm;
-    sim.weight_memory_ratio = o.weight_memory_ratio;
+    sim.compute.stages = o.stage_costs;
+    sim.messages.latency = o.comm;
+    sim.memory.weight_ratio = o.weight_memory_ratio;
     for (const RankResult& rr : Simulate(s, sim).per_rank) EXPECT_LE(rr.peak_memory, limit + 1e-9);
     EXPECT_EQ(GenerateZbAuto(4, 12, o).actions, s.actions);
   }

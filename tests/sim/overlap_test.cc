@@ -29,8 +29,8 @@ TEST(Overlap, UnitCostsItsForwardBackwardTerm) {
   ASSERT_NO_THROW(Validate(s));
   for (double fb : {1.0, 2.5, 3.0}) {
     SimOptions o;
-    o.costs = {2, 2, 2};  // per rank: each of the two chunks costs half
-    o.costs.forward_backward = fb * 2;
+    o.compute.uniform = {2, 2, 2};  // per rank: each of the two chunks costs half
+    o.compute.uniform.forward_backward = fb * 2;
     const SimResult r = Simulate(s, o);
     ASSERT_EQ(r.timeline[0].size(), 7u);
     const TimedAction& unit = r.timeline[0][2];
@@ -49,9 +49,9 @@ TEST(Overlap, StagesWithDifferentCostsShareTheSaving) {
   // stage's saving F + B - F&B.
   const Schedule s = FromCsv(kOneRank);
   SimOptions o;
-  o.stage_costs = {{1, 1, 1}, {3, 2, 2}};
-  o.stage_costs[0].forward_backward = 2.0;  // saves 1 + 2 - 2 = 1
-  o.stage_costs[1].forward_backward = 5.0;  // saves 3 + 4 - 5 = 2
+  o.compute.stages = {{1, 1, 1}, {3, 2, 2}};
+  o.compute.stages[0].forward_backward = 2.0;  // saves 1 + 2 - 2 = 1
+  o.compute.stages[1].forward_backward = 5.0;  // saves 3 + 4 - 5 = 2
   const SimResult r = Simulate(s, o);
   const TimedAction& unit = r.timeline[0][2];
   EXPECT_NEAR(unit.end - unit.start, 1 + 4 - 0.5 * (1 + 2), kEps);
@@ -65,8 +65,8 @@ TEST(Overlap, UnitWaitsForBothPartsAndReleasesBothAtItsEnd) {
       "1F0,(1F1;1B0)OVERLAP_F_B,(1F2;1B1)OVERLAP_F_B,1B2\n");
   ASSERT_NO_THROW(Validate(s));
   SimOptions o;
-  o.costs = {1, 1, 1, 1.5};
-  o.comm = 10;
+  o.compute.uniform = {1, 1, 1, 1.5};
+  o.messages.latency = 10;
   const SimResult r = Simulate(s, o);
   const TimedAction& unit = r.timeline[1][1];
   EXPECT_NEAR(unit.start, 2 + 10, kEps);  // input of 1F1
@@ -89,7 +89,7 @@ TEST(Overlap, UnitWaitsForBothPartsAndReleasesBothAtItsEnd) {
 TEST(Overlap, MemoryAddsTheForwardBeforeTheBackwardFrees) {
   const Schedule s = FromCsv(kOneRank);
   SimOptions o;
-  o.microbatch_memory_bytes = 100;
+  o.memory.microbatch_bytes = 100;
   const SimResult r = Simulate(s, o);
   // Two chunks of 1/2 M_B: after 0F0, 1F0 one M_B; the unit's F adds half
   // before its B frees half, so the peak is 1.5.
@@ -101,11 +101,11 @@ TEST(Overlap, MemoryAddsTheForwardBeforeTheBackwardFrees) {
 TEST(Overlap, PerStageBytesGiveThePeakInBytes) {
   const Schedule s = FromCsv(kOneRank);
   SimOptions o;
-  o.stage_memory_bytes = {100, 40};
+  o.memory.stage_bytes = {100, 40};
   const SimResult r = Simulate(s, o);
   // 0F0 100, 1F0 140, unit: +100 (0F1) = 240, then -40 (1B0) = 200.
   EXPECT_NEAR(r.per_rank[0].peak_memory_bytes, 240, kEps);
-  o.stage_memory_bytes = {1};
+  o.memory.stage_bytes = {1};
   EXPECT_THROW(Simulate(s, o), ScheduleError);
 }
 

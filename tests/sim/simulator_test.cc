@@ -15,7 +15,7 @@ constexpr double kEps = 1e-9;
 
 SimOptions WithCosts(double f, double i, double w) {
   SimOptions o;
-  o.costs = {f, i, w};
+  o.compute.uniform = {f, i, w};
   return o;
 }
 
@@ -157,7 +157,7 @@ TEST(Simulator, LoweredAndComputeOnlyFormsGiveTheSameTimes) {
     const Schedule s = Generate(name, 4, 8);
     for (double comm : {0.0, 0.25, 3.0}) {
       SimOptions o = WithCosts(1, 0.75, 0.5);
-      o.comm = comm;
+      o.messages.latency = comm;
       const SimResult a = Simulate(s, o);
       const SimResult b = Simulate(Lower(s), o);
       EXPECT_NEAR(a.makespan, b.makespan, kEps) << name << " comm " << comm;
@@ -174,9 +174,9 @@ TEST(Simulator, CommunicationAddsLatencyPlusBytesOverBandwidthPerHop) {
   // ranks, so makespan = (m+p-1)(F+B) + 2(p-1)c.
   for (const Shape sh : kShapes) {
     SimOptions o = WithCosts(1, 1, 1);
-    o.comm = 0.5;
-    o.bandwidth = 1000;
-    o.message_bytes = 250;  // + 0.25 per message
+    o.messages.latency = 0.5;
+    o.messages.bandwidth = 1000;
+    o.messages.bytes = 250;  // + 0.25 per message
     const SimResult r = Simulate(GenerateGPipe(sh.p, sh.m), o);
     EXPECT_NEAR(r.makespan, (sh.m + sh.p - 1) * 3.0 + 2 * (sh.p - 1) * 0.75, kEps);
     // span_bubble_rate uses the longest span: rank 0's, which is the makespan.
@@ -186,7 +186,7 @@ TEST(Simulator, CommunicationAddsLatencyPlusBytesOverBandwidthPerHop) {
 
 TEST(Simulator, MetricsFollowTheirDefinitions) {
   SimOptions o = WithCosts(1, 1, 1);
-  o.comm = 1;
+  o.messages.latency = 1;
   const SimResult r = Simulate(GenerateZbH2(4, 8), o);
   double busy = 0, max_span = 0, makespan = 0;
   for (const RankResult& rr : r.per_rank) {
@@ -223,8 +223,8 @@ TEST(Simulator, WeightMemoryRatioSetsWhatIReleases) {
   Validate(s);
   for (double ratio : {0.0, 0.25, 0.5, 1.0}) {
     SimOptions o;
-    o.weight_memory_ratio = ratio;
-    o.microbatch_memory_bytes = 1 << 20;
+    o.memory.weight_ratio = ratio;
+    o.memory.microbatch_bytes = 1 << 20;
     const SimResult r = Simulate(s, o);
     EXPECT_NEAR(r.per_rank[0].peak_memory, 1 + ratio, kEps);
     EXPECT_NEAR(r.per_rank[0].peak_memory_bytes, (1 + ratio) * (1 << 20), 1e-6);
@@ -234,12 +234,12 @@ TEST(Simulator, WeightMemoryRatioSetsWhatIReleases) {
 
 TEST(Simulator, PerStageCostsOverrideRankCosts) {
   SimOptions o;
-  o.stage_costs = {{1, 2, 3}, {10, 20, 30}};
+  o.compute.stages = {{1, 2, 3}, {10, 20, 30}};
   const SimResult r = Simulate(GenerateGPipe(2, 1), o);
   // F0, F1, B1 = I1 + W1, B0 = I0 + W0 in a chain.
   EXPECT_NEAR(r.makespan, 1 + 10 + 50 + 5, kEps);
   EXPECT_NEAR(r.per_rank[1].busy, 60, kEps);
-  o.stage_costs.pop_back();
+  o.compute.stages.pop_back();
   EXPECT_THROW(Simulate(GenerateGPipe(2, 1), o), ScheduleError);
 }
 
@@ -256,13 +256,13 @@ TEST(Simulator, ChunksShareTheRankCost) {
 TEST(Simulator, RejectsBadOptions) {
   const Schedule s = Generate1F1B(2, 2);
   SimOptions o;
-  o.costs.forward = -1;
+  o.compute.uniform.forward = -1;
   EXPECT_THROW(Simulate(s, o), ScheduleError);
   o = {};
-  o.weight_memory_ratio = 1.5;
+  o.memory.weight_ratio = 1.5;
   EXPECT_THROW(Simulate(s, o), ScheduleError);
   o = {};
-  o.comm = std::numeric_limits<double>::infinity();
+  o.messages.latency = std::numeric_limits<double>::infinity();
   EXPECT_THROW(Simulate(s, o), ScheduleError);
 }
 
@@ -318,7 +318,7 @@ TEST(SimulatorGradientSums, StartAtEachStagesLastBackwardAndRunOneAfterAnother) 
   const Schedule s = Generate("1f1b", 2, 4);
   SimOptions o;  // F = I = W = 1, so B = 2
   const SimResult plain = Simulate(s, o);
-  o.stage_reduce_time = {0.5, 0.5};
+  o.sums.stage_time = {0.5, 0.5};
   const SimResult r = Simulate(s, o);
   // 1F1B's last action on each rank is its stage's last B.
   for (int rank = 0; rank < 2; ++rank) {
@@ -335,12 +335,12 @@ TEST(SimulatorGradientSums, StartAtEachStagesLastBackwardAndRunOneAfterAnother) 
   const Schedule v = Generate("zbv", 1, 2);
   SimOptions ov;
   const SimResult vplain = Simulate(v, ov);
-  ov.stage_reduce_time = {100.0, 0.25};
+  ov.sums.stage_time = {100.0, 0.25};
   const SimResult vr = Simulate(v, ov);
   EXPECT_GE(vr.per_rank[0].reduce_end, vplain.per_rank[0].end);
   EXPECT_DOUBLE_EQ(vr.makespan, vr.per_rank[0].reduce_end);
   // A stage summed at the rank's end (a tied copy) starts there.
-  o.reduce_at_end = {1, 0};
+  o.sums.at_end = {1, 0};
   const SimResult at_end = Simulate(s, o);
   EXPECT_DOUBLE_EQ(at_end.per_rank[0].reduce_end, plain.per_rank[0].end + 0.5);
 }
@@ -350,7 +350,7 @@ TEST(SimulatorGradientSums, AlphaBetaPerBucket) {
   // latency, 2 x 3/4 of the bytes over the bandwidth.
   EXPECT_DOUBLE_EQ(GradientSumTime(10e6, 4, 4e6, 1e-5, 1e9), 3 * 6 * 1e-5 + 1.5 * 10e6 / 1e9);
   EXPECT_DOUBLE_EQ(GradientSumTime(10e6, 1, 4e6, 1e-5, 1e9), 0.0);
-  EXPECT_THROW(Simulate(Generate("1f1b", 2, 4), SimOptions{.stage_reduce_time = {1.0}}), ScheduleError);
+  EXPECT_THROW(Simulate(Generate("1f1b", 2, 4), SimOptions{.sums = {.stage_time = {1.0}}}), ScheduleError);
 }
 
 // ---- Ranks sharing cores (processor sharing) ----
@@ -364,8 +364,8 @@ double TotalWork(const SimResult& r) {
 }
 
 SimOptions OnePool(SimOptions o, int ranks, double cores) {
-  o.core_pool.assign(ranks, 0);
-  o.pool_cores = {cores};
+  o.cores.pool.assign(ranks, 0);
+  o.cores.pool_cores = {cores};
   return o;
 }
 
@@ -402,13 +402,13 @@ TEST(SimulatorSharedCores, AWaitingRankTakesItsShareOfTheCore) {
   for (const char* name : {"gpipe", "1f1b"}) {
     for (double share : {0.0, 0.25, 1.0}) {
       SimOptions o = OnePool(WithCosts(1, 1, 1), 2, 1.0);
-      o.waiting_share = share;
+      o.cores.shared.waiting_share = share;
       const SimResult r = Simulate(Generate(name, 2, 1), o);
       EXPECT_NEAR(r.makespan, (1 + 1 + 2) * (1 + share) + 2, kEps) << name << " share " << share;
     }
   }
   SimOptions bad = OnePool(WithCosts(1, 1, 1), 2, 1.0);
-  bad.waiting_share = 1.5;
+  bad.cores.shared.waiting_share = 1.5;
   EXPECT_THROW(Simulate(Generate("1f1b", 2, 1), bad), ScheduleError);
 }
 
@@ -418,11 +418,11 @@ TEST(SimulatorSharedCores, HalfACoreEachDoublesEveryTime) {
   for (const char* name : {"1f1b", "zb_h1", "zbv"}) {
     const Schedule s = Lower(Generate(name, 4, 8));
     SimOptions o = WithCosts(1, 0.7, 0.4);
-    o.comm = 0.3;
+    o.messages.latency = 0.3;
     const SimResult alone = Simulate(s, o);
-    o.comm = 0.6;
-    o.core_pool = {0, 1, 2, 3};
-    o.pool_cores = {0.5, 0.5, 0.5, 0.5};
+    o.messages.latency = 0.6;
+    o.cores.pool = {0, 1, 2, 3};
+    o.cores.pool_cores = {0.5, 0.5, 0.5, 0.5};
     const SimResult shared = Simulate(s, o);
     EXPECT_NEAR(shared.makespan, 2 * alone.makespan, kEps) << name;
     for (int r = 0; r < 4; ++r) {
@@ -461,7 +461,7 @@ TEST(SimulatorSharedCores, BetweenAloneAndTheWorkOverTheCores) {
     for (const Costs& c : kCostSets) {
       const Schedule s = Generate(name, 4, 8);
       SimOptions o = WithCosts(c.forward, c.backward_input, c.backward_weight);
-      o.comm = 0.05;
+      o.messages.latency = 0.05;
       const SimResult alone = Simulate(s, o);
       const SimResult shared = Simulate(s, OnePool(o, 4, 2.0));
       EXPECT_GE(shared.makespan, alone.makespan - kEps) << name;
@@ -474,10 +474,10 @@ TEST(SimulatorSharedCores, BetweenAloneAndTheWorkOverTheCores) {
 TEST(SimulatorSharedCores, EnoughCoresChangeNothing) {
   const Schedule s = Generate("zb_h1", 4, 8);
   SimOptions o = WithCosts(1, 0.5, 0.7);
-  o.comm = 0.1;
+  o.messages.latency = 0.1;
   const SimResult alone = Simulate(s, o);
-  o.core_pool = {0, 0, 1, 1};
-  o.pool_cores = {2, 3};
+  o.cores.pool = {0, 0, 1, 1};
+  o.cores.pool_cores = {2, 3};
   EXPECT_DOUBLE_EQ(Simulate(s, o).makespan, alone.makespan);
 }
 
@@ -504,15 +504,15 @@ TEST(SimulatorSharedCores, BadPoolsAreRefused) {
     return std::string();
   };
   SimOptions o;
-  o.core_pool = {0};
-  o.pool_cores = {1};
+  o.cores.pool = {0};
+  o.cores.pool_cores = {1};
   EXPECT_NE(error(o).find("1 core pools given for the ranks, but the schedule has 2 ranks"), std::string::npos);
-  o.core_pool = {0, 1};
+  o.cores.pool = {0, 1};
   EXPECT_NE(error(o).find("rank 1 is in core pool 1, but there are 1 pools"), std::string::npos);
-  o.core_pool = {0, 0};
-  o.pool_cores = {0};
+  o.cores.pool = {0, 0};
+  o.cores.pool_cores = {0};
   EXPECT_NE(error(o).find("core pool 0 must have a finite number of cores > 0, got 0"), std::string::npos);
-  o.core_pool = {};
+  o.cores.pool = {};
   EXPECT_NE(error(o).find("pool_cores given without core_pool"), std::string::npos);
 }
 

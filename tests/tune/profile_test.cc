@@ -3,22 +3,23 @@
 // profiled row counts, a stage's price against its layers' sums and what
 // its policy recomputes, and the automatic placement against every
 // placement predicted one by one.
-#include "baton/placement.h"
-#include "baton/price.h"
-#include "baton/placement.h"
-#include "baton/price.h"
-#include "baton/profile.h"
-#include "baton/tune_config.h"
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
 
 #include "baton/config.h"
 #include "baton/error.h"
+#include "baton/files.h"
+#include "baton/machine.h"
+#include "baton/placement.h"
 #include "baton/plan.h"
+#include "baton/profile.h"
+#include "baton/profile_price.h"
+#include "baton/tune_config.h"
 
 namespace baton {
 namespace {
@@ -82,21 +83,62 @@ TEST(Profile, RoundTripsThroughItsFile) {
   const Profile shared = ParseProfile(ProfileJson(p), "p.json");
   EXPECT_EQ(shared.processes, 4);
   EXPECT_TRUE(shared.cpu_clock);
-  EXPECT_TRUE(shared.calibration.empty());
-  EXPECT_DOUBLE_EQ(shared.shared_core_cost, 1.0);
+  EXPECT_TRUE(shared.machine.calibration.empty());
+  EXPECT_DOUBLE_EQ(shared.machine.shared.action_cost, 1.0);
   // The cost on shared cores fitted to runs of the config's own pipeline,
   // with the runs kept.
-  p.waiting_share = 0.01;
-  p.shared_core_cost = 1.27;
-  p.calibration = {{"1f1b m8 v1 none [2,2]", 0.04, 0.033, 0.041}, {"zb_h1 m8 v1 none [2,2]", 0.039, 0.03, 0.038}};
-  const Profile fitted = ParseProfile(ProfileJson(p), "p.json");
-  EXPECT_DOUBLE_EQ(fitted.waiting_share, 0.01);
-  EXPECT_DOUBLE_EQ(fitted.shared_core_cost, 1.27);
-  ASSERT_EQ(fitted.calibration.size(), 2u);
-  EXPECT_EQ(fitted.calibration[1].run, "zb_h1 m8 v1 none [2,2]");
-  EXPECT_DOUBLE_EQ(fitted.calibration[1].measured_step_s, 0.039);
-  EXPECT_DOUBLE_EQ(fitted.calibration[1].unfitted_step_s, 0.03);
-  EXPECT_DOUBLE_EQ(fitted.calibration[1].fitted_step_s, 0.038);
+  p.machine.shared.waiting_share = 0.01;
+  p.machine.shared.action_cost = 1.27;
+  p.machine.calibration = {{"1f1b m8 v1 none [2,2]", 0.04, 0.033, 0.041}, {"zb_h1 m8 v1 none [2,2]", 0.039, 0.03, 0.038}};
+  // The machine model is not the profile's: it has its own file.
+  EXPECT_DOUBLE_EQ(ParseProfile(ProfileJson(p), "p.json").machine.shared.action_cost, 1.0);
+  Profile fitted = shared;
+  fitted.machine = ParseMachine(MachineJson(p.machine), "machine.json");
+  EXPECT_DOUBLE_EQ(fitted.machine.shared.waiting_share, 0.01);
+  EXPECT_DOUBLE_EQ(fitted.machine.shared.action_cost, 1.27);
+  ASSERT_EQ(fitted.machine.calibration.size(), 2u);
+  EXPECT_EQ(fitted.machine.calibration[1].run, "zb_h1 m8 v1 none [2,2]");
+  EXPECT_DOUBLE_EQ(fitted.machine.calibration[1].measured_step_s, 0.039);
+  EXPECT_DOUBLE_EQ(fitted.machine.calibration[1].unfitted_step_s, 0.03);
+  EXPECT_DOUBLE_EQ(fitted.machine.calibration[1].fitted_step_s, 0.038);
+}
+
+// ReadProfile reads the machine model of the profile's machine from the
+// file beside it named after the machine; none there: the default model.
+// Another machine's model or a damaged one is refused, naming the file.
+TEST(Profile, ReadsTheMachineModelBesideIt) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("baton_machine_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "p.json").string();
+  Profile p = MadeUp(Tiny(), {4}, 1);
+  p.identity.machine = "AMD EPYC 7B13 (x2)";
+  p.identity.cores = 2;
+  WriteTextFile(path, ProfileJson(p));
+  EXPECT_DOUBLE_EQ(ReadProfile(path).machine.shared.action_cost, 1.0);
+  EXPECT_DOUBLE_EQ(ReadProfile(path).machine.shared.waiting_share, 0.0);
+  const std::string beside = MachineFileName(path, p.identity.machine, 2);
+  EXPECT_EQ(std::filesystem::path(beside).filename(), "machine-AMD-EPYC-7B13-x2-2cpus.json");
+  MachineModel m;
+  m.machine = p.identity.machine;
+  m.cores = 2;
+  m.shared = {1.4, 0.25};
+  m.calibration = {{"1f1b m8 v1 none [3,3,3]", 0.05, 0.04, 0.049}};
+  WriteTextFile(beside, MachineJson(m));
+  const Profile q = ReadProfile(path);
+  EXPECT_DOUBLE_EQ(q.machine.shared.action_cost, 1.4);
+  EXPECT_DOUBLE_EQ(q.machine.shared.waiting_share, 0.25);
+  ASSERT_EQ(q.machine.calibration.size(), 1u);
+  EXPECT_DOUBLE_EQ(q.machine.calibration[0].fitted_step_s, 0.049);
+  // Four CPUs is another machine: its file is another, absent here.
+  p.identity.cores = 4;
+  WriteTextFile(path, ProfileJson(p));
+  EXPECT_DOUBLE_EQ(ReadProfile(path).machine.shared.action_cost, 1.0);
+  m.shared.action_cost = 0;
+  WriteTextFile(MachineFileName(path, p.identity.machine, 4), MachineJson(m));
+  EXPECT_THROW(ReadProfile(path), ConfigError);  // names another machine, and a factor of 0
+  std::filesystem::remove_all(dir);
 }
 
 // Four ranks on two cores: the cost factor FitSharedCoreCost finds for a
@@ -108,12 +150,12 @@ TEST(Profile, TheSharedCoreCostFitsTheStepItWasSimulatedAt) {
   const TrainConfig c = Tiny({"pipeline.ranks=4"});
   Profile p = MadeUp(c, {4}, 3);
   p.identity.cores = 2;
-  p.waiting_share = 0.02;
-  p.shared_core_cost = 2.0;
+  p.machine.shared.waiting_share = 0.02;
+  p.machine.shared.action_cost = 2.0;
   const RunPlan plan = PlanRun(c);
   auto step = [&](double scale) {
     Profile q = p;
-    q.shared_core_cost = scale;
+    q.machine.shared.action_cost = scale;
     return PredictFromProfile(plan, q).sim.makespan;
   };
   ASSERT_LT(step(1.0), step(1.1));  // the factor does slow the step
@@ -126,7 +168,7 @@ TEST(Profile, TheSharedCoreCostFitsTheStepItWasSimulatedAt) {
   // 10% below: the factor itself, where the log errors cancel.
   const RunPlan zb = PlanRun(Tiny({"pipeline.ranks=4", "pipeline.schedule=zb_h1"}));
   Profile at = p;
-  at.shared_core_cost = 1.3;
+  at.machine.shared.action_cost = 1.3;
   const double zb_step = PredictFromProfile(zb, at).sim.makespan;
   EXPECT_NEAR(FitSharedCoreCost({plan, zb}, p, {step(1.3) * 1.1, zb_step / 1.1}), 1.3, 1e-6);
   EXPECT_THROW(FitSharedCoreCost({plan, zb}, p, {step(1.3)}), ConfigError);
@@ -135,7 +177,7 @@ TEST(Profile, TheSharedCoreCostFitsTheStepItWasSimulatedAt) {
   EXPECT_EQ(SharedCoreCost(p, 2, 2), 2.0);
   p.identity.cores = 4;
   Profile unscaled = p;
-  unscaled.shared_core_cost = 1.0;
+  unscaled.machine.shared.action_cost = 1.0;
   EXPECT_EQ(PredictFromProfile(plan, p).sim.makespan, PredictFromProfile(plan, unscaled).sim.makespan);
 }
 
@@ -170,7 +212,7 @@ TEST(Profile, AnEmptyOrForeignFileIsOneClearError) {
   ExpectRefused([] { ParseProfile("{\"format\": 99}", "e.json"); }, "a profile of format 99");
   // The format before: its fitted waiting share means something else now.
   ExpectRefused([] { ParseProfile("{\"format\": 1}", "e.json"); },
-                "e.json: a profile of format 1, but this baton reads format 2: profile again");
+                "e.json: a profile of format 1, but this baton reads format 3: profile again");
   const TrainConfig c = Tiny();
   Profile p = MadeUp(c, {4}, 1);
   p.rows.clear();
@@ -242,7 +284,7 @@ TEST(Profile, TheSharedCoresFitFindsTheFactorAndTheWaitingShareOfThreeRuns) {
   const TrainConfig c = Tiny({"pipeline.ranks=4"});
   Profile p = MadeUp(c, {4}, 3);
   p.identity.cores = 2;
-  p.waiting_share = 0.0;
+  p.machine.shared.waiting_share = 0.0;
   const ModelDesc model = ModelOf(c);
   const RunPlan own = PlanRun(WithPlacement(c, model, {0, 1, 2, 3, 9}));
   TrainConfig zb = WithPlacement(c, model, own.bounds);
@@ -250,8 +292,8 @@ TEST(Profile, TheSharedCoresFitFindsTheFactorAndTheWaitingShareOfThreeRuns) {
   const std::vector<RunPlan> plans{own, PlanRun(zb), PlanRun(WithPlacement(c, model, {0, 3, 5, 7, 9}))};
   for (const double share : {0.0, 0.35, 0.8}) {
     Profile truth = p;
-    truth.shared_core_cost = 1.3;
-    truth.waiting_share = share;
+    truth.machine.shared.action_cost = 1.3;
+    truth.machine.shared.waiting_share = share;
     std::vector<double> measured;
     for (const RunPlan& plan : plans) measured.push_back(PredictFromProfile(plan, truth).sim.makespan);
     const SharedCoresFit fit = FitSharedCores(plans, p, measured);
@@ -322,7 +364,7 @@ TEST(Profile, AutomaticPlacementIsTheFastestOfEveryPlacementPredicted) {
         // Three ranks sharing two cores, each action costing 1.4x its
         // profiled time there: the search and the prediction both apply it.
         p.identity.cores = 2;
-        p.shared_core_cost = 1.4;
+        p.machine.shared.action_cost = 1.4;
       }
       const PlacementChoice choice = ChoosePlacement(c, p);
       const ModelDesc model = ModelOf(c);

@@ -50,13 +50,13 @@ struct ToyModel {
     stage.backward_input = per_stage * samples * 1.0 + 0.05;
     stage.backward_weight = per_stage * samples * 0.8 + 0.05;
     stage.forward_backward = 0.85 * (stage.forward + stage.Backward());
-    k.stage_costs.assign(stages, stage);
+    k.price.compute.stages.assign(stages, stage);
     k.recompute.assign(stages, redo * per_stage * samples * 1.0);
-    k.activation_bytes.assign(stages, keep * per_stage * samples * kMiB);
+    k.price.memory.stage_bytes.assign(stages, keep * per_stage * samples * kMiB);
     k.static_bytes.assign(ranks, layers / ranks * 64 * kMiB);
-    k.latency = 0.02;
-    k.message_bytes = samples * 4096;
-    k.bandwidth = 1e6;
+    k.price.messages.latency = 0.02;
+    k.price.messages.bytes = samples * 4096;
+    k.price.messages.bandwidth = 1e6;
     return k;
   }
 };
@@ -77,20 +77,20 @@ std::optional<std::pair<double, double>> Direct(const Candidate& c, const Candid
                                                 double budget) {
   if (!k0.invalid.empty()) return std::nullopt;
   CandidateCosts k = k0;
-  for (std::size_t s = 0; s < k.stage_costs.size(); ++s) {
-    k.stage_costs[s].backward_input += k.recompute[s];
-    if (k.stage_costs[s].forward_backward) *k.stage_costs[s].forward_backward += k.recompute[s];
+  for (std::size_t s = 0; s < k.price.compute.stages.size(); ++s) {
+    k.price.compute.stages[s].backward_input += k.recompute[s];
+    if (k.price.compute.stages[s].forward_backward) *k.price.compute.stages[s].forward_backward += k.recompute[s];
   }
   GenerateOptions g;
   g.chunks = c.chunks;
   g.memory_limit = c.memory_limit;
   if (c.memory_limit == kMemoryLimitFromBudget) {
     // Every stage here holds the same bytes: M_B of a rank is chunks x that.
-    g.memory_limit = (budget - k.static_bytes[0]) / (c.chunks * k.activation_bytes[0]);
+    g.memory_limit = (budget - k.static_bytes[0]) / (c.chunks * k.price.memory.stage_bytes[0]);
   }
-  g.stage_costs = k.stage_costs;
-  g.comm = k.latency + k.message_bytes / k.bandwidth;
-  g.weight_memory_ratio = k.weight_memory_ratio;
+  g.stage_costs = k.price.compute.stages;
+  g.comm = k.price.messages.latency + k.price.messages.bytes / k.price.messages.bandwidth;
+  g.weight_memory_ratio = k.price.memory.weight_ratio;
   Schedule s;
   try {
     s = Generate(c.schedule, ranks, c.microbatches, g);
@@ -99,11 +99,11 @@ std::optional<std::pair<double, double>> Direct(const Candidate& c, const Candid
   }
   Validate(s);
   SimOptions o;
-  o.stage_costs = k.stage_costs;
-  o.comm = k.latency;
-  o.bandwidth = k.bandwidth;
-  o.message_bytes = k.message_bytes;
-  o.stage_memory_bytes = k.activation_bytes;
+  o.compute.stages = k.price.compute.stages;
+  o.messages.latency = k.price.messages.latency;
+  o.messages.bandwidth = k.price.messages.bandwidth;
+  o.messages.bytes = k.price.messages.bytes;
+  o.memory.stage_bytes = k.price.memory.stage_bytes;
   const SimResult r = Simulate(s, o);
   double peak = 0;
   for (int rank = 0; rank < ranks; ++rank)
@@ -171,9 +171,9 @@ TEST(Tune, PeakBytesAreStaticPlusActivationsAndRecomputeLengthensBackwards) {
   const double act = 3e6, stat = 5e8;
   auto model = [&](const Candidate& c) {
     CandidateCosts k;
-    k.stage_costs.assign(p, Costs{1, 1.5, 0.5});
+    k.price.compute.stages.assign(p, Costs{1, 1.5, 0.5});
     if (c.checkpointing == "full") k.recompute.assign(p, 1.0);
-    k.activation_bytes.assign(p, c.checkpointing == "full" ? act / 4 : act);
+    k.price.memory.stage_bytes.assign(p, c.checkpointing == "full" ? act / 4 : act);
     k.static_bytes.assign(p, stat);
     return k;
   };
@@ -213,8 +213,8 @@ TEST(Tune, SlicesAreOneMoreAxisAndPriceTheirSlotsAndSequences) {
   const double slot = 1e6, sequence = 3e6, stat = 1e8;
   auto model = [&](const Candidate& c) {
     CandidateCosts k;
-    k.stage_costs.assign(p, Costs{1, 1, 1});
-    k.activation_bytes.assign(p, 4 * slot);
+    k.price.compute.stages.assign(p, Costs{1, 1, 1});
+    k.price.memory.stage_bytes.assign(p, 4 * slot);
     k.static_bytes.assign(p, stat);
     k.ring_memory = true;
     if (c.slices > 1) {
@@ -297,8 +297,8 @@ TEST(Tune, MalformedInputIsRefusedNamingIt) {
   auto sized = [](int stages) {
     return [stages](const Candidate&) {
       CandidateCosts k;
-      k.stage_costs.assign(stages, Costs{});
-      k.activation_bytes.assign(2, 1.0);
+      k.price.compute.stages.assign(stages, Costs{});
+      k.price.memory.stage_bytes.assign(2, 1.0);
       k.static_bytes.assign(2, 1.0);
       return k;
     };
@@ -388,10 +388,10 @@ struct LayeredModel {
         b += bytes[t] * 8.0 / c.microbatches;
         k.static_bytes[StageRank(placement, s, ranks)] += params[t];
       }
-      k.stage_costs.push_back(cs);
-      k.activation_bytes.push_back(b);
+      k.price.compute.stages.push_back(cs);
+      k.price.memory.stage_bytes.push_back(b);
     }
-    k.latency = 0.01;
+    k.price.messages.latency = 0.01;
     return k;
   }
 };

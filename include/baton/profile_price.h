@@ -1,0 +1,86 @@
+// The tune room's prices: a run's costs from a profile (each stage from
+// its layers' profiled costs, baton/profile.h) for the one price
+// (PriceRun, baton/price.h), a plan's step predicted from them, and the
+// fit of the machine model (baton/machine.h) to measured steps. Pure: no
+// MPI, no device.
+#ifndef BATON_PROFILE_PRICE_H_
+#define BATON_PROFILE_PRICE_H_
+
+#include <string>
+#include <vector>
+
+#include "baton/costs.h"
+#include "baton/model.h"
+#include "baton/plan.h"
+#include "baton/price.h"
+#include "baton/profile.h"
+#include "baton/sim.h"
+
+namespace baton {
+
+// The profile's message latency: measured, or 20 us.
+double MessageLatency(const Profile& profile);
+
+// One stage of top-level layers [first_layer, last_layer) for one
+// microbatch of `shape` (its rows and checkpointing policy), from the
+// profiled layers at those rows: F, I and W summed over its layers (B's
+// measured total shared out over I and W when the backward is not split);
+// what the policy drops is recomputed (each dropped op's forward) inside
+// I, and again inside W when W runs apart (as Stage does); and the bytes
+// one microbatch keeps in its slot.
+struct StagePrice {
+  Costs costs;            // recomputation included
+  double recompute = 0;   // seconds of it in one backward (I, or B)
+  double slot_bytes = 0;  // sliced: one slice's
+  double sequence_bytes = 0;  // sliced: a sequence's key/value slot (StagePlan::sequence_bytes)
+};
+StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& layers, int stage, bool split_backward);
+
+// What a profile prices `plan` at (RunCosts for PriceRun, baton/price.h):
+// each stage from its layers (PriceStage), the profile's messages, and
+// the cores shared as the run would share them, with the machine model the
+// profile was read with.
+RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile);
+
+// A plan's step predicted from a profile: its stages priced (PriceStage),
+// the profile's message costs, the cores shared as the run would share
+// them; and each rank's peak memory (PlanMemory's static bytes plus the
+// slots live at the simulated peak).
+struct ProfilePrediction {
+  SimResult sim;
+  std::vector<double> peak_bytes;  // per rank
+};
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile);
+
+// The factor on a profiled action's cost for a run of `ranks` x `replicas`
+// processes on the profile's machine: its machine model's where they share
+// its cores (ShareCores), else 1.
+double SharedCoreCost(const Profile& profile, int ranks, int replicas);
+
+// The shared_core_cost at which PredictFromProfile's steps for `plans`
+// (whose ranks share cores) are as far above their `measured_step_s` as
+// below, in the mean of log(simulated / measured): the measured step
+// itself for one plan. Bisection over [kMinSharedCoreCost,
+// kMaxSharedCoreCost] (every step grows with the factor), an end where
+// the measured steps lie beyond what either gives.
+double FitSharedCoreCost(const std::vector<RunPlan>& plans, const Profile& profile,
+                         const std::vector<double>& measured_step_s);
+
+// With three or more calibration runs (their placements apart, so that
+// their ranks wait differently): the waiting share and the factor that
+// together fit them best, least squares of log(simulated / measured):
+// every share of a core in steps of 1 / kSharedWaitingSteps, each with
+// the factor FitSharedCoreCost gives at it. With fewer: the profile's
+// waiting share and that factor.
+struct SharedCoresFit {
+  double scale = 1.0;
+  double waiting_share = 0.0;
+  double squared_error = 0.0;
+};
+inline constexpr int kSharedWaitingSteps = 20;
+SharedCoresFit FitSharedCores(const std::vector<RunPlan>& plans, const Profile& profile,
+                              const std::vector<double>& measured_step_s);
+
+}  // namespace baton
+
+#endif  // BATON_PROFILE_PRICE_H_

@@ -1,0 +1,70 @@
+// One price for a run (baton/price.h).
+#include "baton/price.h"
+
+#include <algorithm>
+
+namespace baton {
+namespace {
+
+// Each stage's gradient sums over the replicas (the alpha-beta time of its
+// buckets), from the rank plans; a tied copy's stage sums at its rank's end.
+GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
+  GradientSums sums;
+  if (plan.replicas <= 1 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return sums;
+  sums.stage_time.assign(static_cast<std::size_t>(plan.stages()), 0.0);
+  sums.at_end.assign(static_cast<std::size_t>(plan.stages()), 0);
+  for (int r = 0; r < plan.lowered.ranks; ++r) {
+    const RankPlan rp = PlanRank(plan, r);
+    for (std::size_t k = 0; k < rp.local_stages.size(); ++k) {
+      const auto s = static_cast<std::size_t>(rp.local_stages[k].stage);
+      sums.stage_time[s] = GradientSumTime(double(rp.local_stages[k].num_params) * sizeof(float), plan.replicas,
+                                           plan.bucket_cap_bytes, costs.allreduce_step_latency,
+                                           costs.allreduce_bandwidth);
+      sums.at_end[s] = rp.reduction.start_after[k] < 0;
+    }
+  }
+  return sums;
+}
+
+}  // namespace
+
+SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
+  SimOptions o;
+  o.record_timeline = false;
+  o.compute.stages = costs.stage_costs;
+  o.messages = {costs.latency, costs.bandwidth, LargestMessageBytes(plan.model, plan.bounds, plan.rows)};
+  o.memory = costs.memory;
+  o.sums = PriceGradientSums(plan, costs);
+  o.cores = costs.cores;
+  const bool slots = !costs.memory.stage_bytes.empty();
+  if (plan.slices > 1) {
+    // A slice costs its share of a whole microbatch's work and its
+    // messages carry its tokens; in the memory plan it holds a whole
+    // (slice's) slot.
+    if (!costs.stage_costs.empty()) o.slices.cost = costs.slice_cost.empty() ? plan.slice_cost : costs.slice_cost;
+    if (slots) o.slices.memory.assign(static_cast<std::size_t>(plan.slices), 1.0);
+    if (!costs.stage_costs.empty()) (slots ? o.slices.message : o.slices.memory) = plan.slice_token_share;
+  }
+  return o;
+}
+
+CorePools ShareCores(const SharedCores& machine, int cores, int ranks, int replicas) {
+  CorePools out;
+  const int world = ranks * replicas;
+  if (cores <= 0 || world <= cores) return out;
+  out.pool.assign(static_cast<std::size_t>(ranks), 0);
+  out.pool_cores.assign(1, double(cores) * ranks / world);
+  out.shared = machine;
+  return out;
+}
+
+double LargestMessageBytes(const ModelDesc& model, const std::vector<int>& bounds, int rows) {
+  double bytes = 0;
+  for (std::size_t s = 1; s + 1 < bounds.size(); ++s) {
+    const int a = model.top_begin[static_cast<std::size_t>(bounds[s])];
+    bytes = std::max(bytes, double(rows) * model.seq * model.width[static_cast<std::size_t>(a)] * sizeof(float));
+  }
+  return bytes;
+}
+
+}  // namespace baton
