@@ -72,8 +72,8 @@ struct RunPlan {
   int stages() const { return lowered.stages; }
   int microbatches() const { return lowered.microbatches; }  // units: microbatches x slices
   // Unit u's slice of each sample's sequence: tokens [SliceBegin, SliceEnd).
-  int SliceBegin(int unit) const { return cuts[static_cast<std::size_t>(unit % slices)]; }
-  int SliceEnd(int unit) const { return cuts[static_cast<std::size_t>(unit % slices) + 1]; }
+  int SliceBegin(int unit) const { return cuts[static_cast<std::size_t>(SliceOfUnit(unit, slices))]; }
+  int SliceEnd(int unit) const { return cuts[static_cast<std::size_t>(SliceOfUnit(unit, slices)) + 1]; }
 };
 
 // Loads and checks the schedule (generator or file), lowers and validates it,
@@ -218,15 +218,33 @@ struct BufferRef {
 //   W:        the slot only
 //   RECV_*:   posts receive `request` of `tensor` from `peer` with `tag` into `out`
 //   SEND_*:   posts send `request` of `tensor` from `in` to `peer` with `tag`
+// A unit's part of its sequence, resolved for each instruction: the
+// sequence (whole microbatch) it belongs to, whose inputs, labels and rows
+// it reads; and sliced (RunPlan::slices > 1), its tokens [begin, end) of
+// each sample's sequence (Schedule::SliceOf's cut), and for a compute
+// action on a stage that keeps keys and values, the stage's slot of its
+// sequence's (StagePlan::sequence_slot, or evaluation_sequence_slot) and,
+// training, of their gradients (StagePlan::gradient_slot; -1: none).
+// Whole sequences: begin = end = 0, no slots.
+struct UnitPart {
+  int sequence = 0;
+  int begin = 0, end = 0;
+  int sequence_slot = -1, gradient_slot = -1;
+  bool whole() const { return end == 0; }
+  // Tokens of each sample it computes: its own, or `whole`.
+  int Tokens(int whole_tokens) const { return end == 0 ? whole_tokens : end - begin; }
+};
+
 struct Instruction {
   Action action;
+  UnitPart part;       // F, B, I, W and messages: the unit's part of its sequence
   int local = -1;      // local stage of the action
   BufferRef in, out, labels;
   int wait = -1;       // compute: a receive to complete first (request id)
   int request = -1;    // comm: its request id
   int peer = -1;       // comm: the other rank; compute: the rank `wait` receives from
   int tag = -1;
-  TensorDesc tensor;   // comm: the message; compute: `in`
+  TensorDesc tensor;   // comm: the message; compute: `in` (a sliced unit's: its tokens)
 };
 
 // A rank's message buffers of one kind for one local stage: `count`
@@ -300,6 +318,11 @@ struct RankPlan {
   TensorDesc labels;                       // the step's labels (last stage's rank): i32[batch_size(, labels_per_sample)]
   int labels_per_sample = 1;
   bool has_inputs = false, has_labels = false;
+  int sequences = 0;                       // whole microbatches a step (UnitPart::sequence in [0, sequences))
+  // Where a unit that is a part of its sequence (sliced) gathers its tokens
+  // of the step's inputs (first stage) and labels (last stage): rows x the
+  // longest slice's tokens. Empty: units read the batch in place.
+  TensorDesc unit_inputs, unit_labels;
   std::vector<BufferPlan> buffers;
   int requests = 0;                        // request ids are in [0, requests)
   int max_tag = 0;                         // the largest tag any message uses
@@ -307,11 +330,6 @@ struct RankPlan {
   std::vector<Instruction> step;           // one training step
   std::vector<Instruction> evaluation;     // one evaluation round of `microbatches` microbatches
   int sends_per_step = 0;                  // the most sends in flight at once
-  // Sequence slices (RunPlan's): k, the cuts, the longest slice; unit j is
-  // slice j mod k of microbatch j / k. 1, {0, seq}, seq without slices.
-  int slices = 1;
-  std::vector<int> cuts;
-  int slice_tokens = 0;
   TiedPlan tied;
   ReductionPlan reduction;
 

@@ -26,6 +26,12 @@ enum class Placement {
   kV,     // stage s on rank s < ranks ? s : 2*ranks-1-s (V-shaped schedules)
 };
 
+// A sliced schedule's units (Schedule::slices k): unit u = j x k + s is
+// slice s of sequence (whole microbatch) j. The one place that says so.
+inline int SequenceOfUnit(int unit, int slices) { return unit / slices; }
+inline int SliceOfUnit(int unit, int slices) { return unit % slices; }
+inline int UnitOf(int sequence, int slice, int slices) { return sequence * slices + slice; }
+
 struct Schedule {
   std::string name;       // generator name or file path
   int ranks = 0;          // number of rows
@@ -45,6 +51,10 @@ struct Schedule {
   int chunks() const { return ranks > 0 ? stages / ranks : 0; }
   // Whole microbatches (sequences): microbatches / slices.
   int sequences() const { return slices > 0 ? microbatches / slices : 0; }
+  // A unit's sequence and slice, and the unit of a sequence's slice.
+  int SequenceOf(int unit) const { return SequenceOfUnit(unit, slices); }
+  int SliceOf(int unit) const { return SliceOfUnit(unit, slices); }
+  int Unit(int sequence, int slice) const { return UnitOf(sequence, slice, slices); }
   // True when any action is a SEND/RECV (the compute_comms form).
   bool IsLowered() const;
   // Number of actions that are not idle, over all ranks.

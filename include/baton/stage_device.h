@@ -86,12 +86,15 @@ class StageDevice {
   // floats per token row), written by Forward for the backward passes;
   // `stash`: what BackwardInput leaves for BackwardWeight
   // (OpDesc::stash_per_row); null for layers without them. dx's data may be
-  // null when nobody needs the input gradient.
-  virtual void Forward(int layer, const ConstView& x, const View& y, std::byte* saved) = 0;
+  // null when nobody needs the input gradient. `part`: the tokens of each
+  // sample's sequence the call computes, the views shaped for them, and an
+  // attention layer's part of the sequence's key/value slots (sequence
+  // slices, Seq1F1B); whole sequences: {}.
+  virtual void Forward(int layer, const ConstView& x, const View& y, std::byte* saved, const SequencePart& part) = 0;
   virtual void BackwardInput(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
-                             const View& dx, std::byte* stash) = 0;
+                             const View& dx, std::byte* stash, const SequencePart& part) = 0;
   virtual void BackwardWeight(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
-                              const std::byte* stash) = 0;
+                              const std::byte* stash, const SequencePart& part) = 0;
   virtual void Add(const ConstView& a, const ConstView& b, const View& out) = 0;  // out = a + b
   virtual void AddInto(const ConstView& x, const View& y) = 0;              // y += x
   virtual void Copy(const View& dst, const ConstView& src) = 0;
@@ -107,18 +110,6 @@ class StageDevice {
   // Bytes the layers added so far allocated for their own use: what the
   // memory plan counts as their scratch (ScratchBytes, baton/model.h).
   virtual std::size_t ScratchBytes() const = 0;
-  // Sequence slices (Seq1F1B): the layer calls that follow compute tokens
-  // [begin, end) of each sample's sequence, their tensors (samples,
-  // end - begin, ...); `sequences[layer]` is an attention layer's part of
-  // the microbatch's sequence slot (its q, k, v; StagePlan::sequence_offset)
-  // and `gradients[layer]` of its gradient slot (their gradients, during
-  // the sequence's backward), null for the others. begin = end = 0: whole
-  // sequences (the default).
-  struct Slice {
-    int begin = 0, end = 0;
-    std::span<std::byte* const> sequences, gradients;
-  };
-  virtual void SetSlice(const Slice& slice) = 0;
 };
 
 

@@ -132,6 +132,19 @@ inline ConstView FloatView(const float* data, std::size_t n) {
   return {reinterpret_cast<const std::byte*>(data), {DType::kF32, {static_cast<std::int64_t>(n)}}};
 }
 
+// A call's part of each sample's sequence (sequence slices, resolved by
+// the plan for each unit): tokens [begin, end) of it, its views shaped for
+// those tokens; and the sequence's key/value slot and, while the sequence
+// runs backward, their gradients' slot (a stage's slots, or an attention
+// layer's part of them; null for none). begin = end = 0: whole sequences.
+struct SequencePart {
+  int begin = 0, end = 0;
+  std::byte* keys_values = nullptr;
+  std::byte* gradients = nullptr;
+  bool whole() const { return end == 0; }
+  int tokens() const { return end - begin; }
+};
+
 }  // namespace baton
 
 #endif  // BATON_VIEW_H_

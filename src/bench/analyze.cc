@@ -187,7 +187,7 @@ CostSamples ActionCosts(const std::vector<RankRecord>& records, const CoreSharin
     for (const StepRecord& s : r.steps) {
       for (const ActionEvent& e : s.events) {
         if (IsCompute(e.kind)) {
-          costs[{e.stage, e.kind, e.microbatch % slices}].push_back(sharing.shared ? scale * e.cpu : e.end - e.start);
+          costs[{e.stage, e.kind, SliceOfUnit(e.microbatch, slices)}].push_back(sharing.shared ? scale * e.cpu : e.end - e.start);
         }
       }
     }

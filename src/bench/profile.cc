@@ -168,7 +168,7 @@ LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const
     const int layer = plan.layer[static_cast<std::size_t>(k)];
     out.op_forward.push_back(timer.Time([&] {
       if (layer >= 0) {
-        dev.Forward(layer, a, b, saved);
+        dev.Forward(layer, a, b, saved, SequencePart{});
       } else {
         dev.Add(a, a, b);
       }

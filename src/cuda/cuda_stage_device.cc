@@ -137,16 +137,19 @@ class CudaStageDevice final : public StageDevice {
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   // Saved state and stash (attention's) are floats in the ring slot.
-  void Forward(int layer, const ConstView& x, const View& y, std::byte* saved) override {
+  void Forward(int layer, const ConstView& x, const View& y, std::byte* saved, const SequencePart& part) override {
+    Whole(part);
     Layer(layer).ForwardOp(ctx_, x, y, reinterpret_cast<float*>(saved));
   }
   void BackwardInput(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy, const View& dx,
-                     std::byte* stash) override {
+                     std::byte* stash, const SequencePart& part) override {
+    Whole(part);
     Layer(layer).BackwardInputOp(ctx_, x, reinterpret_cast<const float*>(saved), dy, dx,
                                  reinterpret_cast<float*>(stash));
   }
   void BackwardWeight(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
-                      const std::byte* stash) override {
+                      const std::byte* stash, const SequencePart& part) override {
+    Whole(part);
     Layer(layer).BackwardWeightOp(ctx_, x, reinterpret_cast<const float*>(saved), dy,
                                   reinterpret_cast<const float*>(stash));
   }
@@ -159,8 +162,8 @@ class CudaStageDevice final : public StageDevice {
   }
   void Zero(const View& dst) override { BATON_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.bytes(), ctx_.stream)); }
   // The config refuses slices with device: cuda; a plan that gets here anyway is a bug.
-  void SetSlice(const Slice& slice) override {
-    if (slice.end > 0) throw Error("the CUDA layers do not run sequence slices (pipeline.seq_slices needs device: cpu)");
+  static void Whole(const SequencePart& part) {
+    if (!part.whole()) throw Error("the CUDA layers do not run sequence slices (pipeline.seq_slices needs device: cpu)");
   }
   void CrossEntropy(const ConstView& logits, const ConstView& labels, float grad_scale, const View& dlogits) override {
     cuda::CrossEntropy(ctx_, logits.as<float>(), labels.as<std::int32_t>(), Rows(logits),

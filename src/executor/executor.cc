@@ -24,8 +24,9 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   for (const StagePlan& sp : plan.local_stages) {
     stages_.push_back(std::make_unique<Stage>(model, sp, dev_.MakeStageDevice()));
   }
-  // Ring stores sized by the simulator's peak in-flight counts (sliced: by
-  // the plan's slot of each unit); sequence slots where slices need them.
+  // Ring stores sized by the simulator's peak in-flight counts (or by the
+  // plan's slot of each unit, StagePlan::slot_of); sequence slots where the
+  // plan has them.
   for (const StagePlan& sp : plan.local_stages) {
     stores_.push_back(std::make_unique<ActivationStore>(fmt::format("rank {} stage {} activation store", rank_, sp.stage),
                                                         sp.slot_bytes, sp.ring_capacity, dev_, sp.slot_of));
@@ -36,11 +37,8 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
                              ? dev_.Allocate(sp.sequence_bytes * static_cast<std::size_t>(sp.gradient_capacity))
                              : nullptr);
   }
-  if (plan.slices > 1) {
-    const auto slice = static_cast<std::size_t>(plan.rows) * static_cast<std::size_t>(plan.slice_tokens);
-    if (plan.has_inputs) slice_inputs_ = dev_.Allocate(slice * SizeOf(plan.inputs.dtype));
-    if (plan.has_labels) slice_labels_ = reinterpret_cast<std::int32_t*>(dev_.Allocate(slice * sizeof(std::int32_t)));
-  }
+  if (plan.unit_inputs.elements() > 0) unit_inputs_ = dev_.Allocate(plan.unit_inputs.bytes());
+  if (plan.unit_labels.elements() > 0) unit_labels_ = dev_.Allocate(plan.unit_labels.bytes());
   buffers_.assign(plan.local_stages.size(), {});
   for (const BufferPlan& b : plan.buffers) {
     buffers_[static_cast<std::size_t>(b.local)][b.kind] = dev_.Allocate(b.tensor.bytes() * static_cast<std::size_t>(b.count));
@@ -53,8 +51,8 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   }
   train_ops_ = Bind(plan.step);
   evaluation_ops_ = Bind(plan.evaluation);
-  full_rows_.assign(static_cast<std::size_t>(plan.microbatches), plan.rows);
-  round_rows_.assign(static_cast<std::size_t>(plan.microbatches), 0);
+  full_rows_.assign(static_cast<std::size_t>(plan.sequences), plan.rows);
+  round_rows_.assign(static_cast<std::size_t>(plan.sequences), 0);
   pending_.reserve(static_cast<std::size_t>(plan.sends_per_step));
   const ReductionPlan& red = plan.reduction;
   if (red.active()) {
@@ -158,8 +156,10 @@ std::vector<Executor::Op> Executor::Bind(const std::vector<Instruction>& instruc
   ops.reserve(instructions.size());
   for (const Instruction& in : instructions) {
     Op op{&in};
+    // The step's inputs and labels of the unit's sequence: its first sample's.
     if (in.in.kind == BufferRef::kInputs) {
-      op.input_offset = static_cast<std::size_t>(in.in.microbatch) * plan_.stage_input.front().bytes();
+      op.input_offset = static_cast<std::size_t>(in.in.microbatch) * static_cast<std::size_t>(plan_.rows) *
+                        plan_.inputs.WithRows(1).bytes();
     }
     op.input = Address(in.in);
     op.output = Address(in.out);
@@ -334,54 +334,42 @@ StepStats Executor::RunStep(const Batch& batch) {
   return stats;
 }
 
-void Executor::SetSlice(int local, int j, bool train) {
-  const StagePlan& sp = plan_.local_stages[static_cast<std::size_t>(local)];
-  const auto seq = static_cast<std::size_t>(j / plan_.slices);
-  std::byte *slot = nullptr, *gradient = nullptr;
-  if (sp.sequence_bytes > 0) {
-    const int s = train ? sp.sequence_slot[seq] : sp.evaluation_sequence_slot[seq];
-    slot = sequences_[static_cast<std::size_t>(local)] + static_cast<std::size_t>(s) * sp.sequence_bytes;
-    // A gradient slot from the sequence's first input backward to its last.
-    const int g = train ? sp.gradient_slot[seq] : -1;
-    if (g >= 0) gradient = gradients_[static_cast<std::size_t>(local)] + static_cast<std::size_t>(g) * sp.sequence_bytes;
-  }
-  const auto slice = static_cast<std::size_t>(j % plan_.slices);
-  stages_[static_cast<std::size_t>(local)]->SetSlice(plan_.cuts[slice], plan_.cuts[slice + 1], slot, gradient);
+SequencePart Executor::PartOf(const Instruction& in) const {
+  const UnitPart& u = in.part;
+  SequencePart part{u.begin, u.end, nullptr, nullptr};
+  const auto local = static_cast<std::size_t>(in.local);
+  const std::size_t bytes = plan_.local_stages[local].sequence_bytes;
+  if (u.sequence_slot >= 0) part.keys_values = sequences_[local] + static_cast<std::size_t>(u.sequence_slot) * bytes;
+  if (u.gradient_slot >= 0) part.gradients = gradients_[local] + static_cast<std::size_t>(u.gradient_slot) * bytes;
+  return part;
 }
 
-void Executor::GatherSlice(std::byte* dst, const std::byte* batch, std::size_t width, int j, int rows) {
-  const auto slice = static_cast<std::size_t>(j % plan_.slices);
-  const auto seq = static_cast<std::size_t>(plan_.cuts.back()), begin = static_cast<std::size_t>(plan_.cuts[slice]);
-  const auto tokens = static_cast<std::size_t>(plan_.cuts[slice + 1]) - begin;
-  const std::size_t first = static_cast<std::size_t>(j / plan_.slices) * static_cast<std::size_t>(plan_.rows);
+const std::byte* Executor::UnitRows(const std::byte* batch, std::byte* staging, std::size_t token_bytes,
+                                    std::size_t tokens_per_sample, const UnitPart& u, int rows) {
+  if (u.whole()) return batch;
+  const auto begin = static_cast<std::size_t>(u.begin), tokens = static_cast<std::size_t>(u.end - u.begin);
   for (std::size_t n = 0; n < static_cast<std::size_t>(rows); ++n) {
-    dev_.Copy(dst + n * tokens * width, batch + ((first + n) * seq + begin) * width, tokens * width);
+    dev_.Copy(staging + n * tokens * token_bytes, batch + (n * tokens_per_sample + begin) * token_bytes,
+              tokens * token_bytes);
   }
-}
-
-const std::byte* Executor::GatherInputs(const std::byte* inputs, int j, int rows) {
-  GatherSlice(slice_inputs_, inputs, SizeOf(plan_.inputs.dtype), j, rows);
-  return slice_inputs_;
-}
-
-const std::int32_t* Executor::GatherLabels(const std::int32_t* labels, int j, int rows) {
-  GatherSlice(reinterpret_cast<std::byte*>(slice_labels_), reinterpret_cast<const std::byte*>(labels),
-              sizeof(std::int32_t), j, rows);
-  return slice_labels_;
+  return staging;
 }
 
 void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, const std::byte* inputs,
                           const std::int32_t* labels, int rows, StepStats* stats) {
   const Instruction& in = *op.in;
   const int s = in.action.stage, j = in.action.microbatch;
-  const bool sliced = plan_.slices > 1;
+  const SequencePart part = PartOf(in);
   if (in.wait >= 0) {
     WaitRecorded(in.wait, {train ? "RECV_F" : "RECV_F (evaluation)", s, j, in.peer, "F"}, ActionKind::kRecvF, s, j);
   }
   Stage& st = *stages_[static_cast<std::size_t>(in.local)];
-  const std::byte* first_input = in.in.kind != BufferRef::kInputs ? nullptr
-                                 : sliced                         ? GatherInputs(inputs, j, rows)
-                                                                  : inputs + op.input_offset;
+  const std::size_t token_bytes = SizeOf(plan_.inputs.dtype);
+  const std::byte* first_input =
+      in.in.kind != BufferRef::kInputs
+          ? nullptr
+          : UnitRows(inputs + op.input_offset, unit_inputs_, token_bytes,
+                     plan_.inputs.WithRows(1).bytes() / token_bytes, in.part, rows);
   const ConstView x{first_input != nullptr ? first_input : op.input, tensor};
   const Stamp start = Mark();
   std::byte* slot = nullptr;
@@ -393,13 +381,15 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
   std::size_t written = 0;
   if (in.labels.kind == BufferRef::kLabels) {
     // One label per token: the loss averages over every token of the batch.
-    const std::int64_t tokens = std::int64_t(rows) * (sliced ? tensor.shape[1] : plan_.labels_per_sample);
-    const std::int32_t* mine = sliced ? GatherLabels(labels, j, rows) : labels + op.labels;
+    const std::int64_t tokens = std::int64_t(rows) * in.part.Tokens(plan_.labels_per_sample);
+    const auto* mine = reinterpret_cast<const std::int32_t*>(
+        UnitRows(reinterpret_cast<const std::byte*>(labels + op.labels), unit_labels_, sizeof(std::int32_t),
+                 static_cast<std::size_t>(plan_.labels_per_sample), in.part, rows));
     const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
-    st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written);
+    st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written, part);
     stats->samples += tokens;
   } else {
-    st.Forward(x, slot, View{op.output, st.Shaped(st.plan().output(), rows)}, &written);
+    st.Forward(x, slot, View{op.output, Stage::Shaped(st.plan().output(), rows, part)}, &written, part);
   }
   if (train) store.CountInPlace(written);
   Record(ActionKind::kForward, s, j, start);
@@ -416,20 +406,14 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     const Action& a = in.action;
     const int s = a.stage, j = a.microbatch;
     if (!HasMicrobatch(a.kind)) continue;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do here
-    const int rows = rows_of[j];
+    const int rows = rows_of[in.part.sequence];
     if (rows == 0) continue;  // past the end of the evaluation data
     Flight& flight = flight_[flight_next_++ % kFlight];
     flight = {step_, a, MonotonicSeconds(), -1};
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     }
-    const bool sliced = plan_.slices > 1;
-    TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
-    if (sliced && in.tensor.elements() > 0) {
-      const auto slice = static_cast<std::size_t>(j % plan_.slices);
-      tensor = tensor.WithTokens(plan_.cuts[slice + 1] - plan_.cuts[slice]);
-    }
-    if (sliced && IsCompute(a.kind)) SetSlice(in.local, j, train);
+    const TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
     switch (a.kind) {
       case ActionKind::kRecvF:
       case ActionKind::kRecvB:
@@ -458,8 +442,10 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         // The stage's last gradient writer of the step starts its sums as it goes.
         BucketStarter starter(this, in.local);
         const bool last = reducing && reduce_after_[i] >= 0;
-        st.Backward(store.Get(j).data(), ConstView{op.input, st.Shaped(st.plan().output(), rows)},
-                    View{op.output, st.Shaped(st.plan().input(), rows)}, full, last ? &starter : nullptr);
+        const SequencePart part = PartOf(in);
+        st.Backward(store.Get(j).data(), ConstView{op.input, Stage::Shaped(st.plan().output(), rows, part)},
+                    View{op.output, Stage::Shaped(st.plan().input(), rows, part)}, full, last ? &starter : nullptr,
+                    part);
         if (full) store.Release(j);
         Record(a.kind, s, j, start);
         break;
@@ -469,7 +455,8 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         const Stamp start = Mark();
         BucketStarter starter(this, in.local);
         const bool last = reducing && reduce_after_[i] >= 0;
-        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(store.Get(j).data(), last ? &starter : nullptr);
+        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(store.Get(j).data(), last ? &starter : nullptr,
+                                                                    PartOf(in));
         store.Release(j);
         Record(ActionKind::kBackwardWeight, s, j, start);
         break;
@@ -513,23 +500,22 @@ void Executor::WriteFlightRecord(const std::string& path) const {
 
 StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64_t end) {
   StepStats stats;
-  const int m = plan_.microbatches, rows = plan_.rows;
-  const std::size_t sample_bytes = plan_.inputs.WithRows(1).bytes();  // a whole sequence, sliced or not
+  const int rows = plan_.rows;
+  const std::size_t sample_bytes = plan_.inputs.WithRows(1).bytes();  // a whole sequence
   const std::int64_t per_sample = plan_.labels_per_sample;
   begin = std::clamp<std::int64_t>(begin, 0, data.samples);
   end = std::clamp<std::int64_t>(end, begin, data.samples);
   const std::byte* inputs = data.inputs.empty() ? nullptr : data.inputs.data() + begin * sample_bytes;
   const std::int32_t* labels = data.labels.empty() ? nullptr : data.labels.data() + begin * per_sample;
   const std::int64_t samples = end - begin;
-  // Rounds of the evaluation schedule: m microbatches of `rows` samples, the
-  // last round's tail shorter (or empty). Every rank knows every count, so
-  // both sides of each message agree on its size.
-  // Sliced, unit j is a slice of microbatch j / k: m / k microbatches a round.
-  const int k = plan_.slices, sequences = m / k;
+  // Rounds of the evaluation schedule: its sequences (whole microbatches)
+  // of `rows` samples, the last round's tail shorter (or empty). Every rank
+  // knows every count, so both sides of each message agree on its size.
+  const int sequences = plan_.sequences;
   for (std::int64_t first = 0; first < samples; first += std::int64_t(sequences) * rows) {
-    for (int j = 0; j < m; ++j) {
+    for (int j = 0; j < sequences; ++j) {
       round_rows_[static_cast<std::size_t>(j)] =
-          static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j / k) * rows, 0, rows));
+          static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j) * rows, 0, rows));
     }
     const std::int64_t round = std::min<std::int64_t>(std::int64_t(sequences) * rows, samples - first);
     const std::byte* in = inputs != nullptr ? inputs + first * sample_bytes : nullptr;

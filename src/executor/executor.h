@@ -184,7 +184,7 @@ class Executor {
   struct BucketStarter;
   std::vector<Op> Bind(const std::vector<Instruction>& instructions);
   std::byte* Address(const BufferRef& ref);
-  // Runs `ops` once; microbatch j has rows[j] samples (evaluation: 0 = skip it).
+  // Runs `ops` once; sequence j's units have rows[j] samples (evaluation: 0 = skip them).
   void Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
            const int* rows, StepStats* stats);
   // One F of `Run`: its receive waited for, its input (the step's inputs
@@ -238,23 +238,20 @@ class Executor {
   ReductionTimes reduction_times_;
   bool device_clock_ = false;           // recording, with the device's clock
   std::vector<double> clock_seconds_;   // ApplyDeviceClock's reading (reserved once)
-  std::vector<int> full_rows_, round_rows_;  // per microbatch (unit) of a round
-  // Sequence slices: per local stage its sequence and gradient slots (StagePlan); a
-  // slice's token ids (first stage) and labels (last), gathered from the
-  // batch's whole sequences.
+  std::vector<int> full_rows_, round_rows_;  // per sequence (UnitPart::sequence) of a round
+  // Per local stage its sequence and gradient slots (StagePlan), and where
+  // a unit that is a part of its sequence gathers its token ids (first
+  // stage) and labels (last) from the batch (RankPlan::unit_inputs, unit_labels).
   std::vector<std::byte*> sequences_, gradients_;
-  std::byte* slice_inputs_ = nullptr;
-  std::int32_t* slice_labels_ = nullptr;
-  // Sliced: sets local stage `local`'s slice for unit j (training or
-  // evaluation sequence slots).
-  void SetSlice(int local, int j, bool train);
-  // Sliced: unit j's token ids (from a batch's `inputs`, rows a microbatch)
-  // and labels, gathered; returns where.
-  const std::byte* GatherInputs(const std::byte* inputs, int j, int rows);
-  const std::int32_t* GatherLabels(const std::int32_t* labels, int j, int rows);
-  // Unit j's tokens of each of its `rows` samples, `width` bytes a token,
-  // from a batch of whole sequences into `dst`.
-  void GatherSlice(std::byte* dst, const std::byte* batch, std::size_t width, int j, int rows);
+  std::byte* unit_inputs_ = nullptr;
+  std::byte* unit_labels_ = nullptr;
+  // The instruction's part of its sequence with its slots' addresses.
+  SequencePart PartOf(const Instruction& in) const;
+  // A unit's `rows` samples of a batch of whole sequences at `batch`
+  // (tokens_per_sample tokens of token_bytes each): in place for a whole
+  // sequence; else its tokens, gathered into `staging`.
+  const std::byte* UnitRows(const std::byte* batch, std::byte* staging, std::size_t token_bytes,
+                            std::size_t tokens_per_sample, const UnitPart& u, int rows);
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   std::vector<ActionEvent>* events_ = nullptr;
   // Flight record: the last kFlight actions (a ring), always kept.

@@ -11,8 +11,6 @@ Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<Stag
   for (int i = 0; i < plan_.ops(); ++i) {
     if (plan_.layer[i] >= 0) {
       device_->AddLayer(model_.ops[static_cast<std::size_t>(plan_.first_op + i)], plan_.rows * plan_.tokens_per_sample);
-      layer_sequences_.push_back(nullptr);
-      layer_gradients_.push_back(nullptr);
     }
   }
   // Parameters: one buffer for the stage, carved into the named views the
@@ -53,51 +51,50 @@ void Stage::Init(std::uint64_t seed) {
   }
 }
 
-View Stage::Workspace(std::byte* base, int i, int rows) const {
-  return {base + plan_.workspace_offset[i], Shaped(plan_.act[i], rows)};
+View Stage::Workspace(std::byte* base, int i, int rows, const SequencePart& part) const {
+  return {base + plan_.workspace_offset[i], Shaped(plan_.act[i], rows, part)};
 }
 
-View Stage::Act(int i, std::byte* slot, int rows, const std::byte* x) {
-  if (slot != nullptr && plan_.kept[i]) return {slot + plan_.kept_offset[i], Shaped(plan_.act[i], rows)};
-  if (i == 0 && slot == nullptr) return {const_cast<std::byte*>(x), Shaped(plan_.act[0], rows)};
-  return Workspace(ws_act_, i, rows);
+View Stage::Act(int i, std::byte* slot, int rows, const SequencePart& part, const std::byte* x) {
+  if (slot != nullptr && plan_.kept[i]) return {slot + plan_.kept_offset[i], Shaped(plan_.act[i], rows, part)};
+  if (i == 0 && slot == nullptr) return {const_cast<std::byte*>(x), Shaped(plan_.act[0], rows, part)};
+  return Workspace(ws_act_, i, rows, part);
 }
 
-void Stage::SetSlice(int begin, int end, std::byte* sequence_slot, std::byte* gradient_slot) {
-  tokens_ = end - begin;
-  for (int i = 0; i < plan_.ops(); ++i) {
-    const OpDesc& op = model_.ops[static_cast<std::size_t>(plan_.first_op + i)];
-    if (op.type != LayerType::kAttention) continue;
-    const auto l = static_cast<std::size_t>(plan_.layer[i]);
-    layer_sequences_[l] = sequence_slot != nullptr ? sequence_slot + plan_.sequence_offset[i] : nullptr;
-    layer_gradients_[l] = gradient_slot != nullptr ? gradient_slot + plan_.sequence_offset[i] : nullptr;
+SequencePart Stage::LayerPart(int i, const SequencePart& part) const {
+  SequencePart layer{part.begin, part.end, nullptr, nullptr};
+  // An attention layer's keys and values (and their gradients) at its offset in the slots.
+  if (model_.ops[static_cast<std::size_t>(plan_.first_op + i)].type == LayerType::kAttention) {
+    if (part.keys_values != nullptr) layer.keys_values = part.keys_values + plan_.sequence_offset[i];
+    if (part.gradients != nullptr) layer.gradients = part.gradients + plan_.sequence_offset[i];
   }
-  device_->SetSlice({begin, end, layer_sequences_, layer_gradients_});
+  return layer;
 }
 
-void Stage::RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out) {
-  const View in = Act(i, slot, rows, x);
+void Stage::RunOp(int i, std::byte* slot, int rows, const SequencePart& part, const std::byte* x, View out) {
+  const View in = Act(i, slot, rows, part, x);
   if (plan_.layer[i] >= 0) {
-    device_->Forward(plan_.layer[i], in, out, Saved(i, slot));
+    device_->Forward(plan_.layer[i], in, out, Saved(i, slot), LayerPart(i, part));
     return;
   }
-  device_->Add(in, Act(plan_.skip[i], slot, rows, x), out);
+  device_->Add(in, Act(plan_.skip[i], slot, rows, part, x), out);
 }
 
-void Stage::Forward(ConstView x, std::byte* slot, View y, std::size_t* written) {
+void Stage::Forward(ConstView x, std::byte* slot, View y, std::size_t* written, const SequencePart& part) {
   const int K = plan_.ops();
   const int rows = static_cast<int>(x.desc.shape[0]);
   for (int i = 0; i < K; ++i) {
-    RunOp(i, slot, rows, x.data, i + 1 == K ? y : Act(i + 1, slot, rows));
-    if (slot != nullptr && i + 1 < K && plan_.kept[i + 1]) *written += Shaped(plan_.act[i + 1], rows).bytes();
+    RunOp(i, slot, rows, part, x.data, i + 1 == K ? y : Act(i + 1, slot, rows, part));
+    if (slot != nullptr && i + 1 < K && plan_.kept[i + 1]) *written += Shaped(plan_.act[i + 1], rows, part).bytes();
   }
 }
 
-void Stage::ForwardLoss(ConstView x, std::byte* slot, ConstView labels, float grad_scale, std::size_t* written) {
+void Stage::ForwardLoss(ConstView x, std::byte* slot, ConstView labels, float grad_scale, std::size_t* written,
+                        const SequencePart& part) {
   const int K = plan_.ops();
   const int rows = static_cast<int>(x.desc.shape[0]);
-  const View logits = Workspace(ws_act_, K, rows);
-  Forward(x, slot, logits, written);
+  const View logits = Workspace(ws_act_, K, rows, part);
+  Forward(x, slot, logits, written, part);
   View dlogits{nullptr, logits.desc};
   if (slot != nullptr) {
     dlogits.data = slot + plan_.dlogits_offset;
@@ -106,56 +103,61 @@ void Stage::ForwardLoss(ConstView x, std::byte* slot, ConstView labels, float gr
   device_->CrossEntropy(logits, labels, grad_scale, dlogits);
 }
 
-void Stage::Recompute(std::byte* slot) {
+void Stage::Recompute(std::byte* slot, const SequencePart& part) {
   if (plan_.checkpointing == Checkpointing::kNone) return;
   const int K = plan_.ops();
   for (int i = 0; i + 1 < K; ++i) {
     if (plan_.kept[i + 1]) continue;
-    RunOp(i, slot, plan_.rows, nullptr, Act(i + 1, slot, plan_.rows));
+    RunOp(i, slot, plan_.rows, part, nullptr, Act(i + 1, slot, plan_.rows, part));
   }
 }
 
-void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready) {
-  Recompute(slot);
+void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready,
+                     const SequencePart& part) {
+  Recompute(slot, part);
   const int K = plan_.ops();
   const int rows = plan_.rows;
   for (int i = 0; i < K; ++i) {
-    if (plan_.block_input[i]) device_->Zero(Workspace(ws_skip_, i, rows));
+    if (plan_.block_input[i]) device_->Zero(Workspace(ws_skip_, i, rows, part));
   }
-  const ConstView top = plan_.is_last ? ConstView(slot + plan_.dlogits_offset, Shaped(plan_.act[K], rows)) : dy;
+  const ConstView top =
+      plan_.is_last ? ConstView(slot + plan_.dlogits_offset, Shaped(plan_.act[K], rows, part)) : dy;
   for (int i = K - 1; i >= 0; --i) {
-    const ConstView gout = i + 1 == K ? top : ConstView(Workspace(ws_grad_, i + 1, rows));
-    const View gin = i == 0 ? dx : Workspace(ws_grad_, i, rows);
+    const ConstView gout = i + 1 == K ? top : ConstView(Workspace(ws_grad_, i + 1, rows, part));
+    const View gin = i == 0 ? dx : Workspace(ws_grad_, i, rows, part);
     if (plan_.layer[i] < 0) {
       // y = a_i + a_skip: the gradient flows to both unchanged.
-      device_->AddInto(gout, Workspace(ws_skip_, plan_.skip[i], rows));
+      device_->AddInto(gout, Workspace(ws_skip_, plan_.skip[i], rows, part));
       if (gin.data != nullptr) device_->Copy(gin, gout);
     } else {
-      const View x = Act(i, slot, rows);
+      const View x = Act(i, slot, rows, part);
       const bool params = model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params();
       // W runs later and needs this output gradient: keep it in the slot.
-      if (params && !full) device_->Copy(View{slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], rows)}, gout);
+      if (params && !full) {
+        device_->Copy(View{slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], rows, part)}, gout);
+      }
       std::byte* stash = Stash(i, slot);
       if (gin.data != nullptr || stash != nullptr) {
-        device_->BackwardInput(plan_.layer[i], x, Saved(i, slot), gout, gin, stash);
+        device_->BackwardInput(plan_.layer[i], x, Saved(i, slot), gout, gin, stash, LayerPart(i, part));
       }
       if (params && full) {
-        device_->BackwardWeight(plan_.layer[i], x, Saved(i, slot), gout, stash);
+        device_->BackwardWeight(plan_.layer[i], x, Saved(i, slot), gout, stash, LayerPart(i, part));
         if (ready != nullptr) ready->Ready(ParamsFrom(i));
       }
     }
-    if (gin.data != nullptr && plan_.block_input[i]) device_->AddInto(Workspace(ws_skip_, i, rows), gin);
+    if (gin.data != nullptr && plan_.block_input[i]) device_->AddInto(Workspace(ws_skip_, i, rows, part), gin);
   }
 }
 
-void Stage::BackwardWeight(std::byte* slot, GradientsReady* ready) {
-  Recompute(slot);
+void Stage::BackwardWeight(std::byte* slot, GradientsReady* ready, const SequencePart& part) {
+  Recompute(slot, part);
   // Last op first, as B goes: each op adds into its own gradients only, so
   // the order changes no bit, and the gradients become final from the end.
   for (int i = plan_.ops() - 1; i >= 0; --i) {
     if (plan_.layer[i] < 0 || !model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) continue;
-    device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows), Saved(i, slot),
-                            ConstView(slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], plan_.rows)), Stash(i, slot));
+    device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows, part), Saved(i, slot),
+                            ConstView(slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], plan_.rows, part)),
+                            Stash(i, slot), LayerPart(i, part));
     if (ready != nullptr) ready->Ready(ParamsFrom(i));
   }
 }

@@ -65,49 +65,51 @@ class Stage {
   // input a_0 (the caller copied x in) and keeps what the plan says; counts
   // the bytes written in place into *written. Without one (evaluation),
   // reads x and keeps nothing. Writes the output to y. All views are the
-  // device's memory.
-  void Forward(ConstView x, std::byte* slot, View y, std::size_t* written);
+  // device's memory. `part` (every call): the unit's part of its sequence
+  // (SequencePart, resolved by the plan: the tokens it computes, the views
+  // shaped for them by Shaped, and the sequence's key/value slot and, in
+  // its backward, gradient slot, StagePlan::sequence_bytes each); whole
+  // sequences: {}.
+  void Forward(ConstView x, std::byte* slot, View y, std::size_t* written, const SequencePart& part = {});
   // F on the last stage: logits, then the loss against `labels` (i32, rows).
   // With a slot, keeps dlogits (scaled by grad_scale) there; without one,
   // only counts the loss. The loss and correct count go to the device's
   // totals (TakeLossTotals).
-  void ForwardLoss(ConstView x, std::byte* slot, ConstView labels, float grad_scale, std::size_t* written);
+  void ForwardLoss(ConstView x, std::byte* slot, ConstView labels, float grad_scale, std::size_t* written,
+                   const SequencePart& part = {});
   // I (full = false) or B (full = true). dy: the output gradient, ignored
   // on the last stage (its gradient is the slot's dlogits). dx: the input
   // gradient, or a null view when no one needs it (stage 0).
   // `ready` (optional): told as each op's weight gradients are done (B only).
-  void Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready = nullptr);
+  void Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready = nullptr,
+                const SequencePart& part = {});
   // W: weight gradients from the slot's kept inputs and output gradients,
   // last op first; `ready` as for Backward.
-  void BackwardWeight(std::byte* slot, GradientsReady* ready = nullptr);
+  void BackwardWeight(std::byte* slot, GradientsReady* ready = nullptr, const SequencePart& part = {});
   // The loss and correct predictions added since the last call.
   LossTotals TakeLossTotals() { return device_->TakeLossTotals(); }
 
-  // Sequence slices (StagePlan::slices > 1): the calls that follow run the
-  // slice [begin, end) of each sample's sequence, whose q, k, v live in
-  // `sequence_slot` and their gradients in `gradient_slot` (null outside
-  // the sequence's backward; StagePlan::sequence_bytes each); the views
-  // they take and give are the slice's (Shaped). begin = end = 0: whole
-  // sequences.
-  void SetSlice(int begin, int end, std::byte* sequence_slot, std::byte* gradient_slot);
   // Activation-shaped tensor `t` of the plan for `rows` samples and the
-  // current slice's tokens.
-  TensorDesc Shaped(const TensorDesc& t, int rows) const {
+  // part's tokens.
+  static TensorDesc Shaped(const TensorDesc& t, int rows, const SequencePart& part = {}) {
     const TensorDesc r = t.WithRows(rows);
-    return tokens_ > 0 ? r.WithTokens(tokens_) : r;
+    return part.whole() ? r : r.WithTokens(part.tokens());
   }
 
  private:
   // Activation i for `rows` samples: in the slot if kept and there is a
   // slot, else in the workspace (a_0 without a slot: `x`).
-  View Act(int i, std::byte* slot, int rows, const std::byte* x = nullptr);
-  View Workspace(std::byte* base, int i, int rows) const;
+  View Act(int i, std::byte* slot, int rows, const SequencePart& part, const std::byte* x = nullptr);
+  View Workspace(std::byte* base, int i, int rows, const SequencePart& part) const;
   // Op i's saved state and stash: in the slot or in the state workspace (plan.h).
   std::byte* Saved(int i, std::byte* slot) const;
   std::byte* Stash(int i, std::byte* slot) const;
+  // Op i's part of the unit's: an attention layer's keys and values at its
+  // offset in the sequence's slots (StagePlan::sequence_offset).
+  SequencePart LayerPart(int i, const SequencePart& part) const;
   // Runs op i for `rows` samples.
-  void RunOp(int i, std::byte* slot, int rows, const std::byte* x, View out);
-  void Recompute(std::byte* slot);
+  void RunOp(int i, std::byte* slot, int rows, const SequencePart& part, const std::byte* x, View out);
+  void Recompute(std::byte* slot, const SequencePart& part);
   // Op i's first parameter, in floats from the stage's first.
   std::size_t ParamsFrom(int i) const;
 
@@ -122,8 +124,6 @@ class Stage {
   std::byte* ws_grad_ = nullptr;
   std::byte* ws_skip_ = nullptr;
   std::byte* ws_state_ = nullptr;  // layers' saved states and stashes (state_workspace_bytes)
-  int tokens_ = 0;                          // the current slice's tokens (0: whole sequences)
-  std::vector<std::byte*> layer_sequences_, layer_gradients_;  // per device layer: its part of the slots
 };
 
 }  // namespace baton

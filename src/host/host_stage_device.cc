@@ -79,18 +79,18 @@ class HostStageDevice final : public StageDevice {
   }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
-  void Forward(int layer, const ConstView& x, const View& y, std::byte* saved) override {
-    layers_[static_cast<std::size_t>(layer)]->Forward(x, y, reinterpret_cast<float*>(saved));
+  void Forward(int layer, const ConstView& x, const View& y, std::byte* saved, const SequencePart& part) override {
+    layers_[static_cast<std::size_t>(layer)]->Forward(x, y, reinterpret_cast<float*>(saved), part);
   }
   void BackwardInput(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy, const View& dx,
-                     std::byte* stash) override {
+                     std::byte* stash, const SequencePart& part) override {
     layers_[static_cast<std::size_t>(layer)]->BackwardInput(x, reinterpret_cast<const float*>(saved), dy, dx,
-                                                            reinterpret_cast<float*>(stash));
+                                                            reinterpret_cast<float*>(stash), part);
   }
   void BackwardWeight(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
-                      const std::byte* stash) override {
+                      const std::byte* stash, const SequencePart& part) override {
     layers_[static_cast<std::size_t>(layer)]->BackwardWeight(x, reinterpret_cast<const float*>(saved), dy,
-                                                             reinterpret_cast<const float*>(stash));
+                                                             reinterpret_cast<const float*>(stash), part);
   }
   void Add(const ConstView& a, const ConstView& b, const View& out) override {
     const float* pa = a.as<float>();
@@ -119,12 +119,6 @@ class HostStageDevice final : public StageDevice {
                                             grad_scale, dlogits.as<float>(), &totals_.correct);
   }
   LossTotals TakeLossTotals() override { return std::exchange(totals_, LossTotals{}); }
-  void SetSlice(const Slice& slice) override {
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
-      layers_[l]->SetSlice(slice.begin, slice.end, l < slice.sequences.size() ? slice.sequences[l] : nullptr,
-                           l < slice.gradients.size() ? slice.gradients[l] : nullptr);
-    }
-  }
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;

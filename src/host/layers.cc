@@ -207,7 +207,7 @@ class Embedding final : public Layer {
  public:
   explicit Embedding(const OpDesc& op) : Layer(op) {}
 
-  void Forward(const ConstView& x, const View& y, float*) const override {
+  void Forward(const ConstView& x, const View& y, float*, const SequencePart&) const override {
     const std::int32_t* ids = x.as<std::int32_t>();
     const auto rows = static_cast<std::size_t>(x.desc.elements());
     const auto c = static_cast<std::size_t>(out_features());
@@ -218,8 +218,10 @@ class Embedding final : public Layer {
     }
   }
   // Token ids have no gradient.
-  void BackwardInput(const ConstView&, const float*, const ConstView&, const View&, float*) const override {}
-  void BackwardWeight(const ConstView& x, const float*, const ConstView& dy, const float*) override {
+  void BackwardInput(const ConstView&, const float*, const ConstView&, const View&, float*,
+                     const SequencePart&) const override {}
+  void BackwardWeight(const ConstView& x, const float*, const ConstView& dy, const float*,
+                      const SequencePart&) override {
     const std::int32_t* ids = x.as<std::int32_t>();
     const auto rows = static_cast<std::size_t>(x.desc.elements());
     const auto c = static_cast<std::size_t>(out_features());
@@ -244,25 +246,27 @@ class PositionEmbedding final : public Layer {
  public:
   explicit PositionEmbedding(const OpDesc& op) : Layer(op) {}
 
-  void Forward(const ConstView& x, const View& y, float*) const override {
+  void Forward(const ConstView& x, const View& y, float*, const SequencePart& part) const override {
     const std::size_t per_sample = static_cast<std::size_t>(x.desc.shape.per_sample());
     const auto samples = static_cast<std::size_t>(x.desc.shape[0]);
     const float* in = x.as<float>();
     float* out = y.as<float>();
     // A slice's tokens take their positions in the sequence.
-    const float* table = params_ + static_cast<std::size_t>(slice_begin_) * static_cast<std::size_t>(out_features());
+    const float* table = params_ + static_cast<std::size_t>(part.begin) * static_cast<std::size_t>(out_features());
     for (std::size_t n = 0; n < samples; ++n) {
       for (std::size_t k = 0; k < per_sample; ++k) out[n * per_sample + k] = in[n * per_sample + k] + table[k];
     }
   }
-  void BackwardInput(const ConstView&, const float*, const ConstView& dy, const View& dx, float*) const override {
+  void BackwardInput(const ConstView&, const float*, const ConstView& dy, const View& dx, float*,
+                     const SequencePart&) const override {
     if (dx.data != nullptr) std::copy_n(dy.as<float>(), dy.desc.elements(), dx.as<float>());
   }
-  void BackwardWeight(const ConstView&, const float*, const ConstView& dy, const float*) override {
+  void BackwardWeight(const ConstView&, const float*, const ConstView& dy, const float*,
+                      const SequencePart& part) override {
     const std::size_t per_sample = static_cast<std::size_t>(dy.desc.shape.per_sample());
     const auto samples = static_cast<std::size_t>(dy.desc.shape[0]);
     const float* g = dy.as<float>();
-    float* table = grads_ + static_cast<std::size_t>(slice_begin_) * static_cast<std::size_t>(out_features());
+    float* table = grads_ + static_cast<std::size_t>(part.begin) * static_cast<std::size_t>(out_features());
     for (std::size_t n = 0; n < samples; ++n) {
       for (std::size_t k = 0; k < per_sample; ++k) table[k] += g[n * per_sample + k];
     }
@@ -275,28 +279,29 @@ class Attention final : public Layer {
   Attention(const OpDesc& op, int max_samples)
       : Layer(op), attention_({op.seq, op.in, op.heads}, std::max(max_samples, 1)) {}
 
-  void Forward(const ConstView& x, const View& y, float* saved) const override {
-    if (sliced()) {
-      attention_.ForwardSlice(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), Sequence());
+  void Forward(const ConstView& x, const View& y, float* saved, const SequencePart& part) const override {
+    if (!part.whole()) {
+      attention_.ForwardSlice(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), Sequence(part));
     } else {
       attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x));
     }
   }
-  void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx,
-                     float* stash) const override {
-    if (sliced()) {
+  void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx, float* stash,
+                     const SequencePart& part) const override {
+    if (!part.whole()) {
       attention_.BackwardInputSlice(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x),
-                                    Sequence());
+                                    Sequence(part));
     } else {
       attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x));
     }
   }
   std::size_t ScratchBytes() const override { return attention_.ScratchBytes(); }
-  void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash) override {
+  void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash,
+                      const SequencePart& part) override {
     const AttentionLayout at(desc());
     const AttentionGrads g{grads_ + at.w_qkv(), grads_ + at.b_qkv(), grads_ + at.w_proj(), grads_ + at.b_proj()};
-    if (sliced()) {
-      attention_.BackwardWeightSlice(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x), Sequence());
+    if (!part.whole()) {
+      attention_.BackwardWeightSlice(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x), Sequence(part));
     } else {
       attention_.BackwardWeight(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x));
     }
@@ -309,8 +314,8 @@ class Attention final : public Layer {
   }
   int Samples(const ConstView& x) const { return static_cast<int>(x.desc.shape[0]); }
   // The slice and its sequence's q, k, v and their gradients.
-  SequenceSlice Sequence() const {
-    return {slice_begin_, slice_end_, reinterpret_cast<float*>(sequence_), reinterpret_cast<float*>(gradient_)};  // kv, dkv
+  static SequenceSlice Sequence(const SequencePart& part) {
+    return {part.begin, part.end, reinterpret_cast<float*>(part.keys_values), reinterpret_cast<float*>(part.gradients)};
   }
 
   mutable CausalSelfAttention attention_;  // its scratch is rewritten by every call
@@ -326,11 +331,15 @@ ConstMatMap AsMatrix(const ConstView& v) {
 MatMap AsMatrix(const View& v) { return MatMap(v.as<float>(), v.desc.matrix_rows(), v.desc.shape.last()); }
 }  // namespace
 
-void Layer::Forward(const ConstView& x, const View& y, float*) const { Forward(AsMatrix(x), AsMatrix(y)); }
-void Layer::BackwardInput(const ConstView& x, const float*, const ConstView& dy, const View& dx, float*) const {
+// Per-row layers compute every token alike: a part of the sequence changes nothing.
+void Layer::Forward(const ConstView& x, const View& y, float*, const SequencePart&) const {
+  Forward(AsMatrix(x), AsMatrix(y));
+}
+void Layer::BackwardInput(const ConstView& x, const float*, const ConstView& dy, const View& dx, float*,
+                          const SequencePart&) const {
   if (dx.data != nullptr) BackwardInput(AsMatrix(x), AsMatrix(dy), AsMatrix(dx));
 }
-void Layer::BackwardWeight(const ConstView& x, const float*, const ConstView& dy, const float*) {
+void Layer::BackwardWeight(const ConstView& x, const float*, const ConstView& dy, const float*, const SequencePart&) {
   BackwardWeight(AsMatrix(x), AsMatrix(dy));
 }
 void Layer::Forward(ConstMatMap, MatMap) const {

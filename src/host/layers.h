@@ -55,24 +55,24 @@ class Layer : public DescribedLayer {
   //   BackwardInput:  dx = (df/dx)^T dy; overwrites dx (its data may be null:
   //                   nobody needs it, but the stash must still be written).
   //   BackwardWeight: grads += (df/dparams)^T dy (ADDS). No-op without parameters.
-  virtual void Forward(const ConstView& x, const View& y, float* saved) const;
+  // `part`: the tokens of each sample's sequence the call computes and an
+  // attention layer's key/value slots (SequencePart; whole sequences: {}).
+  virtual void Forward(const ConstView& x, const View& y, float* saved, const SequencePart& part) const;
   virtual void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx,
-                             float* stash) const;
-  virtual void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash);
+                             float* stash, const SequencePart& part) const;
+  virtual void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash,
+                              const SequencePart& part);
+  // The same over whole sequences.
+  void Forward(const ConstView& x, const View& y, float* saved) const { Forward(x, y, saved, SequencePart{}); }
+  void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx, float* stash) const {
+    BackwardInput(x, saved, dy, dx, stash, SequencePart{});
+  }
+  void BackwardWeight(const ConstView& x, const float* saved, const ConstView& dy, const float* stash) {
+    BackwardWeight(x, saved, dy, stash, SequencePart{});
+  }
 
   // Bytes the layer allocated for its own use (ScratchBytes, baton/model.h).
   virtual std::size_t ScratchBytes() const { return 0; }
-
-  // Sequence slices: the calls that follow compute tokens [begin, end) of
-  // each sample's sequence (0, 0: whole sequences); `sequence` and
-  // `gradient`: an attention layer's parts of the microbatch's sequence
-  // and gradient slots.
-  void SetSlice(int begin, int end, std::byte* sequence, std::byte* gradient) {
-    slice_begin_ = begin;
-    slice_end_ = end;
-    sequence_ = sequence;
-    gradient_ = gradient;
-  }
 
   // The per-row forms. x: (rows, in)  y, dy: (rows, out)  dx: (rows, in).
   // REQUIRES: dx does not alias x or dy.
@@ -84,10 +84,6 @@ class Layer : public DescribedLayer {
   explicit Layer(OpDesc desc) : DescribedLayer(std::move(desc)) {}
   float* params_ = nullptr;
   float* grads_ = nullptr;
-  int slice_begin_ = 0, slice_end_ = 0;
-  std::byte* sequence_ = nullptr;
-  std::byte* gradient_ = nullptr;
-  bool sliced() const { return slice_end_ > 0; }
 };
 
 // The layer an op describes, called with at most `max_rows` token rows

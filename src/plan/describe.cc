@@ -44,8 +44,7 @@ std::string DescribePlan(const RunPlan& run) {
     for (const Instruction& in : r.step) {
       if (in.action.kind == ActionKind::kSendF || in.action.kind == ActionKind::kSendB) {
         ++messages;
-        const int j = in.action.microbatch;
-        bytes += run.slices > 1 ? in.tensor.WithTokens(run.SliceEnd(j) - run.SliceBegin(j)).bytes() : in.tensor.bytes();
+        bytes += in.tensor.bytes();  // a sliced unit's: its tokens
       }
     }
     out += fmt::format("#   rank {}: {} actions per step, sends {} messages ({} bytes), ring memory {} bytes\n",

@@ -237,7 +237,7 @@ int TakeSlot(std::vector<char>& held) {
 // backwards (training), or after its last slice's F (evaluation), and a
 // gradient slot from its first input backward (B or I) to its last.
 void PlanSliceSlots(const RunPlan& run, int rank, StagePlan& p) {
-  const int k = run.slices, units = run.microbatches(), sequences = units / k;
+  const int k = run.slices, units = run.microbatches(), sequences = run.lowered.sequences();
   p.slot_of.assign(static_cast<std::size_t>(units), -1);
   p.sequence_slot.assign(static_cast<std::size_t>(sequences), -1);
   p.evaluation_sequence_slot.assign(static_cast<std::size_t>(sequences), -1);
@@ -248,7 +248,8 @@ void PlanSliceSlots(const RunPlan& run, int rank, StagePlan& p) {
   for (const Action& a : run.lowered.actions[static_cast<std::size_t>(rank)]) {
     ForEachPart(a, [&](const Action& part) {
       if (part.stage != p.stage || !IsCompute(part.kind)) return;
-      const auto u = static_cast<std::size_t>(part.microbatch), j = u / static_cast<std::size_t>(k);
+      const auto u = static_cast<std::size_t>(part.microbatch);
+      const auto j = static_cast<std::size_t>(run.lowered.SequenceOf(part.microbatch));
       if (part.kind == ActionKind::kForward) {
         p.slot_of[u] = TakeSlot(slots);
         if (p.sequence_slot[j] < 0) p.sequence_slot[j] = TakeSlot(seq_slots);
@@ -268,12 +269,43 @@ void PlanSliceSlots(const RunPlan& run, int rank, StagePlan& p) {
   std::vector<int> forwarded(static_cast<std::size_t>(sequences), 0);
   for (const Action& a : run.evaluation.actions[static_cast<std::size_t>(rank)]) {
     if (a.stage != p.stage || a.kind != ActionKind::kForward) continue;
-    const auto j = static_cast<std::size_t>(a.microbatch / k);
+    const auto j = static_cast<std::size_t>(run.evaluation.SequenceOf(a.microbatch));
     if (p.evaluation_sequence_slot[j] < 0) p.evaluation_sequence_slot[j] = TakeSlot(eval_slots);
     if (++forwarded[j] == k) eval_slots[static_cast<std::size_t>(p.evaluation_sequence_slot[j])] = 0;
   }
   p.sequence_capacity = static_cast<int>(std::max(seq_slots.size(), eval_slots.size()));
   p.gradient_capacity = static_cast<int>(grad_slots.size());
+}
+
+// Each instruction's unit part (UnitPart): its sequence, and sliced, its
+// tokens, its tensors' tokens and its stage's sequence and gradient slots.
+void ResolveUnitParts(const RunPlan& run, RankPlan& r) {
+  const Schedule& units = run.lowered;
+  auto resolve = [&](Instruction& in, bool train) {
+    const Action& a = in.action;
+    if (!HasMicrobatch(a.kind)) return;
+    UnitPart& u = in.part;
+    u.sequence = units.SequenceOf(a.microbatch);
+    if (in.in.kind == BufferRef::kInputs) in.in.microbatch = u.sequence;
+    if (in.labels.kind == BufferRef::kLabels) in.labels.microbatch = u.sequence;
+    if (run.slices == 1) return;
+    u.begin = run.SliceBegin(a.microbatch);
+    u.end = run.SliceEnd(a.microbatch);
+    if (in.tensor.elements() > 0) in.tensor = in.tensor.WithTokens(u.end - u.begin);
+    if (!IsCompute(a.kind)) return;
+    const StagePlan& sp = r.local_stages[static_cast<std::size_t>(in.local)];
+    if (sp.sequence_bytes == 0) return;
+    const auto j = static_cast<std::size_t>(u.sequence);
+    u.sequence_slot = train ? sp.sequence_slot[j] : sp.evaluation_sequence_slot[j];
+    u.gradient_slot = train ? sp.gradient_slot[j] : -1;
+  };
+  for (Instruction& in : r.step) resolve(in, true);
+  for (Instruction& in : r.evaluation) resolve(in, false);
+  r.sequences = units.sequences();
+  if (run.slices > 1) {
+    if (r.has_inputs) r.unit_inputs = run.input.WithRows(run.rows).WithTokens(run.slice_tokens);
+    if (r.has_labels) r.unit_labels = TensorDesc{DType::kI32, {run.rows, run.slice_tokens}};
+  }
 }
 
 // Every stage's boundary tensors, and the rank's own stages.
@@ -357,9 +389,6 @@ RankPlan PlanRank(const RunPlan& run, int rank, int replica) {
   r.rows = run.rows;
   r.batch_size = run.batch_size;
   r.global_batch = run.global_batch;
-  r.slices = run.slices;
-  r.cuts = run.cuts;
-  r.slice_tokens = run.slice_tokens;
   r.stage_rank = lowered.stage_rank;
   r.local.assign(r.stages, -1);
   PlanStages(run, r);
@@ -378,6 +407,7 @@ RankPlan PlanRank(const RunPlan& run, int rank, int replica) {
     ForEachPart(a, [&](const Action& part) { r.step.push_back(Resolve(r, part)); });
   }
   for (const Action& a : run.evaluation.actions[rank]) r.evaluation.push_back(Resolve(r, a));
+  ResolveUnitParts(run, r);
   r.sends_per_step = std::max(CountSends(lowered.actions[rank]), CountSends(run.evaluation.actions[rank]));
   r.reduction = PlanReduction(run, r, replica);
   return r;

@@ -48,7 +48,7 @@ inline Schedule Empty(std::string name, int p, int m, int v, Placement placement
 // The unit of the b-th input backward (counting from 0) of a stage with k
 // slices a sequence: microbatch after microbatch, each one's slices last
 // to first (j x k + k - 1, ..., j x k + 0).
-inline int BackwardUnit(int b, int k) { return (b / k) * k + (k - 1 - b % k); }
+inline int BackwardUnit(int b, int k) { return UnitOf(SequenceOfUnit(b, k), k - 1 - SliceOfUnit(b, k), k); }
 
 inline Action F(int stage, int mb) { return {stage, ActionKind::kForward, mb}; }
 inline Action B(int stage, int mb) { return {stage, ActionKind::kBackward, mb}; }

@@ -364,8 +364,8 @@ Schedule ExpandSlices(const Schedule& whole, int k) {
         // Forwards go slice by slice, backwards last slice first.
         const bool forward = a.kind == ActionKind::kForward || a.kind == ActionKind::kSendF ||
                              a.kind == ActionKind::kRecvF || a.kind == ActionKind::kOverlapFB;
-        part.microbatch = a.microbatch * k + (forward ? i : k - 1 - i);
-        if (a.kind == ActionKind::kOverlapFB) part.backward_microbatch = a.backward_microbatch * k + (k - 1 - i);
+        part.microbatch = UnitOf(a.microbatch, forward ? i : k - 1 - i, k);
+        if (a.kind == ActionKind::kOverlapFB) part.backward_microbatch = UnitOf(a.backward_microbatch, k - 1 - i, k);
         out.push_back(part);
       }
     }

@@ -115,13 +115,13 @@ class QuickCheck {
     switch (a.kind) {
       case ActionKind::kForward:
         ok = (!lowered_ || !Crosses(st, st - 1) || (seen & Bit(ActionKind::kRecvF))) &&
-             (!kSliced || mb % s_.slices == 0 || (seen_[Index(st, mb - 1)] & forward));
+             (!kSliced || s_.SliceOf(mb) == 0 || (seen_[Index(st, mb - 1)] & forward));
         break;
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         ok = (seen & forward) && !(seen & (a.kind == ActionKind::kBackward ? input | weight : full)) &&
              (!lowered_ || !Crosses(st, st + 1) || (seen & Bit(ActionKind::kRecvB))) &&
-             (!kSliced || mb % s_.slices == s_.slices - 1 || (seen_[Index(st, mb + 1)] & (full | input)));
+             (!kSliced || s_.SliceOf(mb) == s_.slices - 1 || (seen_[Index(st, mb + 1)] & (full | input)));
         break;
       case ActionKind::kBackwardWeight:
         ok = (seen & input) && !(seen & full);
@@ -282,7 +282,7 @@ class Checker {
   // it, on each stage. `f` and `back` are unit mb's forward and input
   // backward positions.
   void CheckSliceOrder(int stage, int mb, int f, int back) const {
-    const int k = s_.slices, slice = mb % k, rank = s_.stage_rank[stage];
+    const int k = s_.slices, slice = s_.SliceOf(mb), rank = s_.stage_rank[stage];
     auto input_backward = [&](int u) {
       const int full = Pos(stage, u, ActionKind::kBackward);
       return full >= 0 ? full : Pos(stage, u, ActionKind::kBackwardInput);
@@ -297,7 +297,7 @@ class Checker {
         FailAt(rank, f, fmt::format("{} (slice {} of microbatch {}) runs forward before {} (slice {}, position {}): "
                                     "a slice's attention reads the keys and values of the slices before it, so "
                                     "their forwards come first",
-                                    ToString(Action{stage, ActionKind::kForward, mb}), slice, mb / k,
+                                    ToString(Action{stage, ActionKind::kForward, mb}), slice, s_.SequenceOf(mb),
                                     ToString(Action{stage, ActionKind::kForward, mb - 1}), slice - 1, before));
       }
     }
@@ -307,7 +307,7 @@ class Checker {
         FailAt(rank, back, fmt::format("{} (slice {} of microbatch {}) runs backward before {} (slice {}, position "
                                        "{}): a later slice's backward sends gradients into this slice's keys and "
                                        "values, so it comes first",
-                                       backward_name(mb), slice, mb / k, backward_name(mb + 1), slice + 1, later));
+                                       backward_name(mb), slice, s_.SequenceOf(mb), backward_name(mb + 1), slice + 1, later));
       }
     }
   }

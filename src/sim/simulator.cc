@@ -430,7 +430,7 @@ class Simulator {
     }
   }
   double SliceCost(int unit) const { return slice_cost_[SliceOf(unit)]; }
-  std::size_t SliceOf(int unit) const { return static_cast<std::size_t>(unit % s_.slices); }
+  std::size_t SliceOf(int unit) const { return static_cast<std::size_t>(s_.SliceOf(unit)); }
 
   // F of stage a with B of stage b: F_a + B_b less what overlapping saves,
   // half of each stage's own saving F + B - F&B (so with equal stages it is
@@ -461,10 +461,10 @@ class Simulator {
       }
     };
     const std::size_t at = static_cast<std::size_t>(st) * static_cast<std::size_t>(s_.sequences()) +
-                           static_cast<std::size_t>(mb / s_.slices);
+                           static_cast<std::size_t>(s_.SequenceOf(mb));
     const bool releases = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight;
     const bool input = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput;
-    if (a.kind == ActionKind::kForward && sequence_left_[at] == s_.slices && mb % s_.slices == 0) {
+    if (a.kind == ActionKind::kForward && sequence_left_[at] == s_.slices && s_.SliceOf(mb) == 0) {
       sequence(1.0);
       peak_sequences_[st] = std::max(peak_sequences_[st], ++live_sequences_[st]);
     }

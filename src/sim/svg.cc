@@ -169,7 +169,8 @@ struct Geometry {
 
   // A unit's label: its microbatch, or with slices "j.s".
   std::string Label(int unit) const {
-    return slices > 1 ? fmt::format("{}.{}", unit / slices, unit % slices) : std::to_string(unit);
+    return slices > 1 ? fmt::format("{}.{}", SequenceOfUnit(unit, slices), SliceOfUnit(unit, slices))
+                      : std::to_string(unit);
   }
 
   double X(double t) const { return left + t * px_per_unit; }
