@@ -14,6 +14,8 @@
 # backward alone against it ("like for like").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/stamp.sh
+stamp "$0 $*"
 config=${1:-configs/synthetic_bench.yaml}
 rounds=${2:-3}
 baton=${BATON:-build/baton}

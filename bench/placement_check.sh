@@ -10,6 +10,8 @@
 #   bench/placement_check.sh [RANKS] [ROUNDS] [--set KEY=VALUE ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/stamp.sh
+stamp "$0 $*"
 ranks=${1:-2}
 rounds=${2:-3}
 shift $(( $# < 2 ? $# : 2 ))

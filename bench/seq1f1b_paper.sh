@@ -16,6 +16,8 @@
 #   bench/seq1f1b_paper.sh [BUILD_DIR]   (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/stamp.sh
+stamp "$0 $*"
 build=${1:-build}
 [ -x "$build/baton" ] || { echo "seq1f1b_paper: $build/baton is missing; build the target baton" >&2; exit 1; }
 hidden=4096 ranks=4 slices=4

@@ -11,6 +11,8 @@
 #   bench/simulator_vs_python.sh [BUILD_DIR]   (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/stamp.sh
+stamp "$0 $*"
 build=${1:-build}
 for exe in "$build/baton" "$build/bench/schedule_bench"; do
   [ -x "$exe" ] || { echo "simulator_vs_python: $exe is missing; build the targets baton and schedule_bench" >&2; exit 1; }

@@ -15,6 +15,8 @@
 #   bench/slices_check.sh [RANKS (memory table)] [RANKS (bench)] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/stamp.sh
+stamp "$0 $*"
 mem_ranks=${1:-4}
 ranks=${2:-2}
 steps=${3:-5}

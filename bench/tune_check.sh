@@ -10,6 +10,8 @@
 #   bench/tune_check.sh [CONFIG] [RANKS] [MEMORY_BYTES] [K] [ROUNDS] [--set KEY=VALUE ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/stamp.sh
+stamp "$0 $*"
 config=${1:-configs/synthetic_bench.yaml}
 ranks=${2:-2}
 memory=${3:-28e6}
