@@ -67,7 +67,7 @@ table_sweep() {
   local cmd="mpirun -np 2 $baton bench configs/synthetic_bench.yaml --set pipeline.ranks=2 --sweep --schedules gpipe,1f1b,zb_h1,zb_h2,interleaved_1f1b,zbv --microbatches 4,8,16 --chunks 2 --steps 5 --sweep-out $out/sweep"
   stamp "$cmd"
   echo
-  $cmd > /dev/null
+  $cmd > /dev/null 2>&1
   python3 - "$out/sweep.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -167,11 +167,11 @@ table_tuner() {
 table_micro() {
   local b
   for b in store_bench p2p_bench train_bench; do
-    stamp "build/bench/$b"
+    if [ "$b" = p2p_bench ]; then stamp "mpirun -np 2 build/bench/$b"; else stamp "build/bench/$b"; fi
     echo
     echo '```'
     if [ "$b" = p2p_bench ]; then
-      mpirun -np 2 build/bench/$b 2>&1 | grep -E "^(BM_|-|Benchmark)"
+      mpirun -np 2 build/bench/$b 2>&1
     else
       build/bench/$b 2>&1 | grep -E "^(BM_|-|Benchmark)"
     fi
