@@ -12,8 +12,11 @@
 //   RECV_F  stage's input from the previous    (stage = receiver)       "1RECV_F1"
 //   SEND_B  stage's input gradient to the previous (stage = sender)     "1SEND_B1"
 //   RECV_B  stage's output gradient from the next  (stage = receiver)   "0RECV_B1"
-//   UNSHARD, RESHARD, REDUCE_GRAD  PyTorch's FSDP/DDP hooks, no microbatch:
-//           parsed and kept so files round-trip; no-ops in baton.
+//   UNSHARD, RESHARD, REDUCE_GRAD  sharded data parallel (PyTorch's FSDP
+//           hooks), no microbatch: gather a stage's parameters from their
+//           shards, free the gathered copy, sum the stage's gradients over
+//           the replicas. CheckSharding (schedule.h) states their rules;
+//           files keep them; the runtime does not run them yet.
 //   OVERLAP_F_B  one stage's F and another stage's full backward B run as
 //           one unit (DeepSeek's DualPipe "F&B"), so one's communication
 //           hides behind the other's compute.     "(0F3;1B2)OVERLAP_F_B"

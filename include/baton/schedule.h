@@ -228,7 +228,21 @@ Schedule ComputeOnly(const Schedule& schedule);
 // after its producer and one RECV on the receiving rank, and no other
 // messages. Throws ScheduleError naming rank, position and action, with the
 // grid and the bad cell marked. Deadlocks are found by Validate() in sim.h.
+// Also CheckSharding below.
 void CheckStructure(const Schedule& schedule);
+
+// The sharding actions (sharded data parallel: ZeRO-2 and -3), checked on
+// each rank in its order, for each of its stages. A stage that an UNSHARD
+// or RESHARD names rests as a shard of its parameters: its F, B, I and W
+// run only between an UNSHARD (which gathers it) and the RESHARD after it
+// (which frees the gathered copy); a gathered stage is not gathered again
+// (its copy would never be freed), nor is a resharded one resharded; a
+// gather still held when the rank's list ends is freed at the step's end
+// (PyTorch's files end so). REDUCE_GRAD sums a stage's gradients over the
+// replicas once, after its last B or W of the step. A schedule without
+// these actions passes.
+// Throws ScheduleError naming rank, position and action, with the grid.
+void CheckSharding(const Schedule& schedule);
 
 // ---- Grid ----
 struct GridMark {

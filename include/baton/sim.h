@@ -113,6 +113,19 @@ struct SliceShares {
   std::vector<double> cost, memory, message;
 };
 
+// Sharded data parallel (the schedule's UNSHARD and REDUCE_GRAD): empty,
+// or one per stage: the time to gather the stage's parameters from the
+// replicas' shards (an all-gather) and to reduce-scatter its gradients,
+// each on its rank's communication resource, one collective after another
+// beside the compute, starting when the rank reaches it in its list; and
+// the bytes of the gathered copy, held from the UNSHARD to its RESHARD (or
+// the step's end). A compute action of a gathered stage waits for its
+// gather; the rank is done when its last collective has ended
+// (RankResult::reduce_end). Empty: the actions take no time or memory.
+struct ShardCosts {
+  std::vector<double> gather_time, reduce_time, gathered_bytes;
+};
+
 struct SimOptions {
   ComputeCosts compute;
   MessageCosts messages;
@@ -120,6 +133,7 @@ struct SimOptions {
   GradientSums sums;
   CorePools cores;
   SliceShares slices;
+  ShardCosts shards;
   bool record_timeline = true;  // keep every action's start/end
 };
 
@@ -157,8 +171,11 @@ struct RankResult {
   // live at once (first slice's F to their slices' last B or W), and most
   // running backward (first input backward to last). Empty without slices.
   std::vector<int> peak_sequences, peak_backward_sequences;
-  double reduce_end = 0.0;          // with gradient sums: the last gradient sum's end (>= end)
-  double exposed_reduce = 0.0;      // reduce_end - end: the sums' time not hidden behind compute
+  // With gradient sums (SimOptions::sums) or sharding collectives
+  // (SimOptions::shards): the last one's end (>= end), and the time of
+  // them not hidden behind the compute, reduce_end - end.
+  double reduce_end = 0.0;
+  double exposed_reduce = 0.0;
 };
 
 struct SimResult {
@@ -167,7 +184,7 @@ struct SimResult {
   int microbatches = 0;           // units: microbatches x slices
   int slices = 1;                 // sequence slices a microbatch (Schedule::slices)
   int chunks = 0;
-  double makespan = 0.0;          // max_r end_r (with gradient sums: max_r reduce_end_r)
+  double makespan = 0.0;          // max_r end_r (with gradient sums or sharding: max_r reduce_end_r)
   double bubble_rate = 0.0;       // 1 - sum busy / (ranks x makespan)
   double span_bubble_rate = 0.0;  // 1 - sum busy / (ranks x max_r span_r)
   std::vector<RankResult> per_rank;
@@ -179,6 +196,21 @@ struct SimResult {
 // naming each stuck rank's position, action and what it waits for, with the
 // grid; or if the options are out of range.
 SimResult Simulate(const Schedule& schedule, const SimOptions& options = {});
+
+// Sharded data parallel's actions placed in `schedule` (either form), as
+// `options` prices it (its shards' gather times). ZeRO stage 2: each
+// stage's gradients reduce-scattered (REDUCE_GRAD) right after its last B
+// or W on its rank. Stage 3 also gathers each stage once a step (UNSHARD)
+// and frees it (RESHARD) right after the stage's last use. The gathers are
+// placed as late as they can be from the simulator's timeline of the
+// schedule without them: from the last first use back, each at the latest
+// position of its rank's list from which it ends before its stage's first
+// use starts and before the next gather starts (a rank's gathers run one
+// after another, in their order of first use), so each hides in the time
+// before its use and holds its copy as briefly as that allows; one that
+// cannot hide goes, with the gathers before it, to the list's start.
+// Throws ScheduleError for another stage.
+Schedule AddShardingActions(const Schedule& schedule, int zero, const SimOptions& options);
 
 // CheckStructure() and a dependency check (the simulator's advance without
 // times: which actions can run once their inputs are there): throws

@@ -27,11 +27,6 @@
 #include "profile_measure.h"
 
 namespace baton {
-namespace {
-
-std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1024.0)); }
-
-}  // namespace
 
 void AddProfileCommand(CLI::App& app) {
   struct Flags {

@@ -376,6 +376,7 @@ class Checker {
 void CheckStructure(const Schedule& schedule) {
   CheckShape(schedule);
   if (!QuickCheck(schedule).Run()) Checker(schedule).Run();
+  CheckSharding(schedule);
 }
 
 }  // namespace baton

@@ -92,6 +92,15 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
       }
     }
   }
+  for (const auto& [what, per_stage] :
+       {std::pair{"gather time", &o.shards.gather_time}, std::pair{"reduce-scatter time", &o.shards.reduce_time},
+        std::pair{"gathered bytes", &o.shards.gathered_bytes}}) {
+    if (!per_stage->empty() && static_cast<int>(per_stage->size()) != s.stages) {
+      throw ScheduleError(fmt::format("simulation: {} per-stage sharding {}s given, but the schedule has {} stages",
+                                      per_stage->size(), what, s.stages));
+    }
+    for (std::size_t i = 0; i < per_stage->size(); ++i) non_negative(fmt::format("stage {} {}", i, what), (*per_stage)[i]);
+  }
   non_negative("sequence_memory", o.memory.sequence_share);
   if (!o.memory.stage_sequence_bytes.empty() && static_cast<int>(o.memory.stage_sequence_bytes.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage sequence sizes given, but the schedule has {} stages",

@@ -64,6 +64,7 @@ class Simulator {
         timed_(timed),
         record_timeline_(o.record_timeline),
         track_gradients_(!o.sums.stage_time.empty()),
+        shards_(!o.shards.gather_time.empty() || !o.shards.reduce_time.empty() || !o.shards.gathered_bytes.empty()),
         stage_bytes_(o.memory.stage_bytes.empty() ? nullptr : o.memory.stage_bytes.data()),
         prefetch_(RowBytes(s) > kCachedRowBytes) {}
 
@@ -99,8 +100,9 @@ class Simulator {
     double work = 0.0;
     double memory = 0.0;
     double peak_memory = 0.0;
-    double bytes = 0.0;  // with stage_memory_bytes: the same in bytes
+    double bytes = 0.0;  // with stage_memory_bytes: the same in bytes (and the gathered copies')
     double peak_bytes = 0.0;
+    double comm_free = 0.0;  // sharding: when its communication resource is free
   };
 
   // Some pool has more ranks than cores.
@@ -165,6 +167,7 @@ class Simulator {
     }
     in_flight_.assign(S, 0);
     peak_in_flight_.assign(S, 0);
+    if (shards_) gathered_at_.assign(S, 0.0);
     if (track_gradients_) grad_end_.assign(S, 0.0);
     rank_.assign(s_.ranks, RankState{});
     if (record_timeline_) {
@@ -206,9 +209,12 @@ class Simulator {
       const int st = a.stage, mb = a.microbatch;
       switch (a.kind) {
         case ActionKind::kIdle:
+          ++rs.pc;
+          continue;
         case ActionKind::kUnshard:
         case ActionKind::kReshard:
         case ActionKind::kReduceGrad:
+          if constexpr (kPass != Pass::kCompletion) Shard(rs, a);
           ++rs.pc;
           continue;
         case ActionKind::kRecvF:
@@ -236,14 +242,14 @@ class Simulator {
         case ActionKind::kBackward:
         case ActionKind::kBackwardInput:
         case ActionKind::kBackwardWeight:
-          ready = PartReady<kPass>(r, a);
+          ready = Gathered(PartReady<kPass>(r, a), st);
           if constexpr (kPass != Pass::kCompletion) duration = PartCost<kPass>(a);
           return true;
         case ActionKind::kOverlapFB: {
           // One unit: it starts when both parts could, and both finish at its end.
           ready = 0.0;
           ForEachPart(a, [&](const Action& part) {
-            const double t = PartReady<kPass>(r, part);
+            const double t = Gathered(PartReady<kPass>(r, part), part.stage);
             ready = Done(ready) && Done(t) ? std::max(ready, t) : kNotYet;
           });
           if constexpr (kPass != Pass::kCompletion) duration = OverlapCost<kPass>(a);
@@ -252,6 +258,37 @@ class Simulator {
       }
     }
     return false;
+  }
+
+  // Sharding (SimOptions::shards): a compute action of stage st is ready
+  // no earlier than the stage's gather.
+  double Gathered(double ready, int st) const {
+    return shards_ && Done(ready) ? std::max(ready, gathered_at_[static_cast<std::size_t>(st)]) : ready;
+  }
+  static double ShardCost(const std::vector<double>& per_stage, int st) {
+    return per_stage.empty() ? 0.0 : per_stage[static_cast<std::size_t>(st)];
+  }
+  // UNSHARD and REDUCE_GRAD take the rank's communication resource from
+  // when the rank reaches them (or the resource frees); UNSHARD holds the
+  // gathered copy until RESHARD frees it.
+  void Shard(RankState& rs, const Action& a) {
+    if (!shards_) return;  // unpriced: no time, no memory
+    const int st = a.stage;
+    const double gathered = ShardCost(o_.shards.gathered_bytes, st);
+    switch (a.kind) {
+      case ActionKind::kUnshard:
+        rs.comm_free = std::max(rs.clock, rs.comm_free) + ShardCost(o_.shards.gather_time, st);
+        gathered_at_[static_cast<std::size_t>(st)] = rs.comm_free;
+        rs.bytes += gathered;
+        rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
+        break;
+      case ActionKind::kReshard:
+        rs.bytes -= gathered;
+        break;
+      default:  // REDUCE_GRAD
+        rs.comm_free = std::max(rs.clock, rs.comm_free) + ShardCost(o_.shards.reduce_time, st);
+        break;
+    }
   }
 
   // Rank r's compute action `a`, of cost `cost`, ran from `start` to `end`.
@@ -630,8 +667,11 @@ class Simulator {
       out.work = rs.work;
       out.span = out.end - out.start;
       out.peak_memory = rs.peak_memory;
+      // Without per-stage activation bytes, the gathered copies' peak (if
+      // any) is added to the activations': a bound.
       out.peak_memory_bytes =
-          (o_.memory.stage_bytes.empty() ? rs.peak_memory * o_.memory.microbatch_bytes : rs.peak_bytes) +
+          (o_.memory.stage_bytes.empty() ? rs.peak_memory * o_.memory.microbatch_bytes + rs.peak_bytes
+                                         : rs.peak_bytes) +
           (o_.memory.rank_static_bytes.empty() ? 0.0 : o_.memory.rank_static_bytes[static_cast<std::size_t>(r)]);
       res.makespan = std::max(res.makespan, out.end);
       busy_total += rs.busy;
@@ -664,6 +704,15 @@ class Simulator {
         res.makespan = std::max(res.makespan, out.reduce_end);
       }
     }
+    if (shards_) {
+      // The sharding collectives end after the compute where they were not hidden.
+      for (int r = 0; r < s_.ranks; ++r) {
+        RankResult& out = res.per_rank[r];
+        out.reduce_end = std::max({out.reduce_end, out.end, rank_[r].comm_free});
+        out.exposed_reduce = out.reduce_end - out.end;
+        res.makespan = std::max(res.makespan, out.reduce_end);
+      }
+    }
     const double p = s_.ranks;
     res.bubble_rate = res.makespan > 0.0 ? 1.0 - busy_total / (p * res.makespan) : 0.0;
     res.span_bubble_rate = max_span > 0.0 ? 1.0 - busy_total / (p * max_span) : 0.0;
@@ -678,6 +727,8 @@ class Simulator {
   const bool timed_;
   const bool record_timeline_;
   const bool track_gradients_;       // stage_reduce_time given
+  const bool shards_;                // ShardCosts given
+  std::vector<double> gathered_at_;  // sharding, per stage: when its last gather ends
   const double* const stage_bytes_;  // stage_memory_bytes, or null
   const bool prefetch_;              // the ranks' lists are larger than a cache holds
   std::vector<int> work_;     // ranks to advance

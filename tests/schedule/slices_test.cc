@@ -346,7 +346,11 @@ TEST(Slices, TheSimulatorChargesEachSliceItsShare) {
   // sequence: its peak is one whole microbatch.
   EXPECT_NEAR(r.per_rank[3].peak_memory, 1.0, 1e-9);
   // Slices costing more later stretch the step beyond the even split's.
-  EXPECT_GT(r.makespan, Simulate(s, SimOptions{.compute = {.uniform = {1.0, 1.0, 1.0}}}).makespan);
+  EXPECT_GT(r.makespan, Simulate(s, [] {
+    SimOptions even;
+    even.compute.uniform = {1.0, 1.0, 1.0};
+    return even;
+  }()).makespan);
   o.slices.cost = {0.5, 0.5};
   EXPECT_THROW(Simulate(s, o), ScheduleError);  // two shares for four slices
   o.slices.cost = {0.0, 0.5, 0.25, 0.25};
