@@ -72,6 +72,15 @@ struct SimulateConfig {
   double kv_memory_share = 0.0;
   SimOptions options;
   double cores = 0;  // > 0: every rank shares this many cores (SimOptions::core_pool); 0: a core each
+  // Sharded data parallel (section `sharding`): ZeRO stage 2 or 3 places
+  // its actions in a generated schedule (AddShardingActions; 0: none, and
+  // a file's own are priced as given); every stage's gather and
+  // reduce-scatter time and gathered bytes (SimOptions::shards).
+  struct Sharding {
+    int zero = 0;
+    double gather_time = 0.0, reduce_scatter_time = 0.0, gathered_bytes = 0.0;
+    bool priced() const { return gather_time > 0.0 || reduce_scatter_time > 0.0 || gathered_bytes > 0.0; }
+  } sharding;
   std::vector<std::string> compare;
   std::string json_path;
   std::string trace_path;

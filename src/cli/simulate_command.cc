@@ -39,6 +39,8 @@ struct SimulateFlags {
   std::optional<int> seq_slices, seq_len;
   std::optional<std::string> seq_split;
   std::optional<double> attention_cost_share, attention_memory_share, kv_memory_share;
+  std::optional<int> zero;
+  std::optional<double> gather_time, reduce_scatter_time, gathered_bytes;
   double memory_limit = 0.0;  // generators' memory limit, M_B (0 = each one's default)
   std::optional<std::string> compare, json, trace, svg;
   std::string profile;           // with a training config: its step from a baton profile
@@ -138,6 +140,20 @@ SimulateConfig Resolve(const SimulateFlags& f) {
     }
     c.cores = *f.cores;
   }
+  if (f.zero) {
+    if (*f.zero < 0 || *f.zero > 3) throw ConfigError(fmt::format("--zero must be 0, 1, 2 or 3, got {}", *f.zero));
+    c.sharding.zero = *f.zero == 1 ? 0 : *f.zero;  // ZeRO-1 has no schedule actions
+  }
+  for (const auto& [flag, given, into] :
+       {std::tuple{"--gather-time", &f.gather_time, &c.sharding.gather_time},
+        std::tuple{"--reduce-scatter-time", &f.reduce_scatter_time, &c.sharding.reduce_scatter_time},
+        std::tuple{"--gathered-bytes", &f.gathered_bytes, &c.sharding.gathered_bytes}}) {
+    if (!*given) continue;
+    if (!(**given >= 0.0) || !std::isfinite(**given)) {
+      throw ConfigError(fmt::format("{} must be a number >= 0, got {}", flag, **given));
+    }
+    *into = **given;
+  }
   if (f.compare) c.compare = SplitList(*f.compare);
   if (f.json) c.json_path = *f.json;
   if (f.trace) c.trace_path = *f.trace;
@@ -194,8 +210,15 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   // A file's slices are its own unless --seq-slices asks for some.
   const int asked = IsGenerator(name) || c.seq_slices > 1 ? slices : 0;
   Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, asked, memory_limit)), {}, {}};
-  Validate(run.schedule);
   SimOptions options = c.options;
+  if (c.sharding.priced() || c.sharding.zero >= 2) {
+    const auto stages = static_cast<std::size_t>(run.schedule.stages);
+    options.shards.gather_time.assign(stages, c.sharding.gather_time);
+    options.shards.reduce_time.assign(stages, c.sharding.reduce_scatter_time);
+    options.shards.gathered_bytes.assign(stages, c.sharding.gathered_bytes);
+  }
+  if (c.sharding.zero >= 2) run.schedule = AddShardingActions(run.schedule, c.sharding.zero, options);
+  Validate(run.schedule);
   if (run.schedule.slices > 1) {
     run.slices = SlicesOf(c, run.schedule.slices);
     options.slices.cost = run.slices->cost;
@@ -247,6 +270,18 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
                      Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()), ForwardBackwardText(k),
                      c.options.compute.stages.empty() ? "" : " (overridden per stage)", Num(c.options.messages.latency),
                      Num(c.options.memory.weight_ratio), CoresText(c));
+  if (c.sharding.zero >= 2 || c.sharding.priced()) {
+    const RankResult* tail = &r.per_rank.front();
+    for (const RankResult& rr : r.per_rank) {
+      if (rr.exposed_reduce > tail->exposed_reduce) tail = &rr;
+    }
+    out += fmt::format("sharding: {}; a stage's gather {}, reduce-scatter {}, gathered copy {} bytes; the "
+                       "collectives end {} after the compute on rank {} (the most)\n",
+                       c.sharding.zero >= 2 ? fmt::format("ZeRO-{}, its actions placed", c.sharding.zero)
+                                            : "the schedule's own actions",
+                       Num(c.sharding.gather_time), Num(c.sharding.reduce_scatter_time), Num(c.sharding.gathered_bytes),
+                       Num(tail->exposed_reduce), tail->rank);
+  }
   out += fmt::format("makespan {}   bubble {:.2f}%   span bubble {:.2f}%\n\n", Num(r.makespan), 100 * r.bubble_rate,
                      100 * r.span_bubble_rate);
   const bool bytes = c.options.memory.microbatch_bytes > 0;
@@ -432,6 +467,13 @@ void AddSimulateCommand(CLI::App& app) {
                   "share of a microbatch's activations that is its sequence's keys and values, held whole from "
                   "its first slice's forward to its slices' last backward, and as much again for their gradients "
                   "while it runs backward (default 0: counted in the slices)");
+  cmd->add_option("--zero", flags->zero,
+                  "sharded data parallel: 2 places a reduce-scatter after each stage's last backward, 3 also a "
+                  "gather before each stage's first use and a free after its last (default 0: a file's own actions)");
+  cmd->add_option("--gather-time", flags->gather_time, "with sharding: a stage's all-gather of its parameters");
+  cmd->add_option("--reduce-scatter-time", flags->reduce_scatter_time,
+                  "with sharding: a stage's reduce-scatter of its gradients");
+  cmd->add_option("--gathered-bytes", flags->gathered_bytes, "with sharding: bytes of a stage's gathered parameters");
   cmd->add_option("--compare", flags->compare, "comma-separated schedules to compare under the same costs");
   cmd->add_option("--json", flags->json, "write the numbers as JSON to PATH ('-' for standard output)");
   cmd->add_option("--trace", flags->trace, "write a Chrome trace (Perfetto) to PATH");

@@ -57,6 +57,14 @@ SimulateConfig LoadSimulateConfig(const std::string& path) {
   c.options.memory.microbatch_bytes = memory.GetNumber("microbatch_bytes", 0.0, 0.0, kInf);
   memory.Finish();
 
+  YamlMap sharding = top.Map("sharding");
+  c.sharding.zero = sharding.GetInt("zero", 0, 0, 3);
+  if (c.sharding.zero == 1) c.sharding.zero = 0;  // ZeRO-1 has no schedule actions
+  c.sharding.gather_time = sharding.GetNumber("gather_time", 0.0, 0.0, kInf);
+  c.sharding.reduce_scatter_time = sharding.GetNumber("reduce_scatter_time", 0.0, 0.0, kInf);
+  c.sharding.gathered_bytes = sharding.GetNumber("gathered_bytes", 0.0, 0.0, kInf);
+  sharding.Finish();
+
   c.cores = top.GetNumber("cores", 0.0, 0.0, kInf);
   c.compare = top.Get<std::vector<std::string>>("compare", {});
 

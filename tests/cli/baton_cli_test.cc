@@ -194,6 +194,44 @@ TEST_F(BatonCliTest, CoresSharedByTheRanks) {
   EXPECT_NE(bad.err.find("--cores must be a number >= 0"), std::string::npos) << bad.err;
 }
 
+// Sharded data parallel: --zero 3 places the gathers, frees and
+// reduce-scatters. 1F1B on 2 ranks, 2 microbatches, F = 1 and B = 2:
+// (m + p - 1)(F + B) = 9 without; rank 0's first gather (1) cannot hide
+// (its first forward starts the step) and its last reduce-scatter (0.5)
+// follows its last backward: 10.5. Rank 1's gather hides. From a config's
+// `sharding` section too; a ZeRO stage out of range is one clear error.
+TEST_F(BatonCliTest, ShardingActionsArePlacedAndPriced) {
+  const RunResult r = Run("simulate -s 1f1b -p 2 -m 2 --cost 1,1,1 --zero 3 --gather-time 1 "
+                          "--reduce-scatter-time 0.5 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(json::parse(r.out)["makespan"].get<double>(), 10.5);
+  WriteWork("zero.yaml",
+            "schedule: 1f1b\nranks: 2\nmicrobatches: 2\ncosts: {forward: 1, backward_input: 1, backward_weight: 1}\n"
+            "sharding: {zero: 3, gather_time: 1, reduce_scatter_time: 0.5}\n");
+  const RunResult file = Run("simulate zero.yaml");
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_NE(file.out.find("sharding: ZeRO-3, its actions placed"), std::string::npos) << file.out;
+  EXPECT_NE(file.out.find("makespan 10.5"), std::string::npos) << file.out;
+  // ZeRO-2: the reduce-scatters alone, 0.5 after each rank's last backward.
+  const RunResult two = Run("simulate -s 1f1b -p 2 -m 2 --cost 1,1,1 --zero 2 --reduce-scatter-time 0.5 --json -");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_DOUBLE_EQ(json::parse(two.out)["makespan"].get<double>(), 9.5);
+  const RunResult bad = Run("simulate --zero 4");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--zero must be 0, 1, 2 or 3, got 4"), std::string::npos) << bad.err;
+}
+
+// A schedule file's own sharding actions are checked: a stage used while
+// resharded is refused naming the rank and the position.
+TEST_F(BatonCliTest, AFilesShardingActionsAreChecked) {
+  WriteWork("sharded.csv", "0UNSHARD,0F0,0RESHARD,0B0\n");
+  const RunResult r = Run("simulate -s sharded.csv");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("rank 0, position 3 (0B0): 0B0 uses stage 0 while its parameters are a shard"),
+            std::string::npos)
+      << r.err;
+}
+
 // Sliced, the kept keys and values count apart from the slices: on the
 // last rank seq1f1b (k = 2) holds, once its first sequence runs backward,
 // that sequence's first slice, its keys and values and their gradients,
