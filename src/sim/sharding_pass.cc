@@ -52,6 +52,7 @@ void Clock(const Schedule& s, const SimResult& sim, int r, std::vector<double>* 
   for (std::size_t i = 0; i < row.size(); ++i) {
     (*reach)[i] = clock;
     (*start)[i] = clock;
+    while (next < timeline.size() && !IsCompute(timeline[next].action.kind)) ++next;  // collectives
     if (IsCompute(row[i].kind) && next < timeline.size()) {
       (*start)[i] = timeline[next].start;
       clock = timeline[next].end;

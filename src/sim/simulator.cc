@@ -214,7 +214,7 @@ class Simulator {
         case ActionKind::kUnshard:
         case ActionKind::kReshard:
         case ActionKind::kReduceGrad:
-          if constexpr (kPass != Pass::kCompletion) Shard(rs, a);
+          if constexpr (kPass != Pass::kCompletion) Shard(r, rs, a);
           ++rs.pc;
           continue;
         case ActionKind::kRecvF:
@@ -271,24 +271,23 @@ class Simulator {
   // UNSHARD and REDUCE_GRAD take the rank's communication resource from
   // when the rank reaches them (or the resource frees); UNSHARD holds the
   // gathered copy until RESHARD frees it.
-  void Shard(RankState& rs, const Action& a) {
+  // The timeline records the collectives too, beside the compute.
+  void Shard(int r, RankState& rs, const Action& a) {
     if (!shards_) return;  // unpriced: no time, no memory
     const int st = a.stage;
     const double gathered = ShardCost(o_.shards.gathered_bytes, st);
-    switch (a.kind) {
-      case ActionKind::kUnshard:
-        rs.comm_free = std::max(rs.clock, rs.comm_free) + ShardCost(o_.shards.gather_time, st);
-        gathered_at_[static_cast<std::size_t>(st)] = rs.comm_free;
-        rs.bytes += gathered;
-        rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
-        break;
-      case ActionKind::kReshard:
-        rs.bytes -= gathered;
-        break;
-      default:  // REDUCE_GRAD
-        rs.comm_free = std::max(rs.clock, rs.comm_free) + ShardCost(o_.shards.reduce_time, st);
-        break;
+    if (a.kind == ActionKind::kReshard) {
+      rs.bytes -= gathered;
+      return;
     }
+    const bool gather = a.kind == ActionKind::kUnshard;
+    const double start = std::max(rs.clock, rs.comm_free);
+    rs.comm_free = start + ShardCost(gather ? o_.shards.gather_time : o_.shards.reduce_time, st);
+    if (record_timeline_) timeline_[static_cast<std::size_t>(r)].push_back({a, start, rs.comm_free});
+    if (!gather) return;
+    gathered_at_[static_cast<std::size_t>(st)] = rs.comm_free;
+    rs.bytes += gathered;
+    rs.peak_bytes = std::max(rs.peak_bytes, rs.bytes);
   }
 
   // Rank r's compute action `a`, of cost `cost`, ran from `start` to `end`.

@@ -53,12 +53,18 @@ struct KindStyle {
 
 // Okabe & Ito's colour-blind-safe palette. B and I never share a schedule in
 // practice (B is I + W fused), so their neighbouring hues do not compete.
-constexpr std::array<KindStyle, 4> kKindStyles = {{
+// The last two are sharded data parallel's collectives, drawn as a strip
+// along the bottom of their rank's row (they run beside the compute).
+constexpr std::array<KindStyle, 6> kKindStyles = {{
     {ActionKind::kForward, "F", "forward", {0x00, 0x72, 0xB2}},
     {ActionKind::kBackward, "B", "backward", {0xD5, 0x5E, 0x00}},
     {ActionKind::kBackwardInput, "I", "backward, input", {0xE6, 0x9F, 0x00}},
     {ActionKind::kBackwardWeight, "W", "backward, weight", {0x00, 0x9E, 0x73}},
+    {ActionKind::kUnshard, "UNSHARD", "gather (a stage's parameters)", {0x56, 0xB4, 0xE9}},
+    {ActionKind::kReduceGrad, "REDUCE_GRAD", "reduce-scatter (its gradients)", {0xCC, 0x79, 0xA7}},
 }};
+
+bool IsCollective(ActionKind kind) { return kind == ActionKind::kUnshard || kind == ActionKind::kReduceGrad; }
 
 constexpr std::string_view kFontFamily = "Helvetica, Arial, 'DejaVu Sans', sans-serif";
 constexpr std::string_view kBackground = "#ffffff";
@@ -370,6 +376,7 @@ struct Scene {
   // pointers to them stay valid) and the units to outline (rank, unit).
   std::vector<TimedAction> halves;
   std::vector<std::pair<int, const TimedAction*>> units;
+  std::vector<Box> collectives;  // sharding's gathers and reduce-scatters
   double time_end = 0;
   std::vector<double> durations;
   std::vector<std::vector<Rgb>> fills;  // [style][chunk]
@@ -407,9 +414,9 @@ Scene Collect(const SimResult& result, double axis_end) {
         if (part == nullptr) continue;
         const TimedAction& t = *part;
         const int style = KindIndex(t.action.kind);
-        if (style < 0) continue;
+        if (style < 0 || t.wait) continue;
         const int chunk = std::min(ChunkOf(sc.rank_stages[rank], t.action.stage), sc.chunks - 1);
-        sc.boxes.push_back({rank, style, chunk, &t});
+        (IsCollective(t.action.kind) ? sc.collectives : sc.boxes).push_back({rank, style, chunk, &t});
         sc.kind_present[style] = true;
         sc.time_end = std::max(sc.time_end, t.end);
         if (t.end > t.start) sc.durations.push_back(t.end - t.start);
@@ -586,6 +593,19 @@ void DrawBoxes(Buffer& buf, const Layout& l, Scene& sc) {
     DrawBoxLabels(buf, sc.boxes, l.g, sc.fills);
   } else {
     DrawDenseBoxes(buf, sc.boxes, l.g, sc.fills);
+  }
+  if (!sc.collectives.empty()) {
+    // A strip along the bottom of the row, a quarter of its height.
+    const double strip = std::max(2.0, l.g.row_height / 4);
+    fmt::format_to(it, "<g class=\"collectives\">\n");
+    for (const Box& box : sc.collectives) {
+      const auto [x0, x1] = l.g.PixelSpan(*box.timed);
+      fmt::format_to(it, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {}-{}</title></rect>\n",
+                     Num(x0), Num(l.g.RowY(box.rank) + l.g.row_height - strip), Num(std::max(x1 - x0, kMinBoxWidth)),
+                     Num(strip), Hex(sc.fills[box.style][0]), ToString(box.timed->action), Num(box.timed->start),
+                     Num(box.timed->end));
+    }
+    fmt::format_to(it, "</g>\n");
   }
   if (sc.units.empty()) return;
   fmt::format_to(it, "<g class=\"overlap\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\">\n", kInk);

@@ -4,7 +4,9 @@
 // and chrome://tracing both open:
 //   {"traceEvents":[...], "displayTimeUnit":"ms", "otherData":{...}}
 // Each rank is a process (pid = rank) with one thread (tid = rank, so thread
-// ids stay unique across the trace); compute actions are complete ("X")
+// ids stay unique across the trace), and, where the schedule shards its
+// stages, a second thread (tid = ranks + rank) for its gathers and
+// reduce-scatters; compute actions are complete ("X")
 // events, an OVERLAP_F_B unit one event named "F&B"; a measured timeline's
 // waits are events too, on the same thread (a rank waits or computes). The events are
 // streamed with fmt rather than built as a JSON tree: a large simulation has
@@ -117,7 +119,29 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_
   }
 
   for (std::size_t rank = 0; rank < result.timeline.size(); ++rank) {
+    bool announced = false;  // the rank's communication thread
     for (const TimedAction& timed : result.timeline[rank]) {
+      const bool collective = !timed.wait && (timed.action.kind == ActionKind::kUnshard ||
+                                              timed.action.kind == ActionKind::kReduceGrad);
+      if (collective) {
+        const int tid = ranks + static_cast<int>(rank);
+        if (!announced) {
+          separator();
+          fmt::format_to(it,
+                         R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},)"
+                         R"("args":{{"name":"communication"}}}})",
+                         rank, tid);
+          announced = true;
+        }
+        const double ts = ToMicroseconds(timed.start, us_per_unit);
+        separator();
+        fmt::format_to(it,
+                       R"({{"name":"{}","cat":"communication","ph":"X","ts":{},"dur":{},"pid":{},"tid":{},)"
+                       R"("args":{{"stage":{}}}}})",
+                       KindName(timed.action.kind), ts,
+                       ToMicroseconds(timed.end, us_per_unit) - ts, rank, tid, timed.action.stage);
+        continue;
+      }
       const std::string_view kind = timed.wait ? WaitName(timed.action.kind) : ComputeKindName(timed.action.kind);
       if (kind.empty()) continue;  // communication takes no compute time
       // Both ends are rounded, so back-to-back actions touch exactly and

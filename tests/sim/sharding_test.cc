@@ -97,6 +97,27 @@ TEST(Sharding, TheSimulatorChargesGathersAndReduceScattersOnTheCommunicationReso
   EXPECT_DOUBLE_EQ(r.per_rank[0].exposed_reduce, 2.0);
   EXPECT_DOUBLE_EQ(r.makespan, 11.0);
   EXPECT_DOUBLE_EQ(r.per_rank[0].peak_memory_bytes, 120.0);
+  // The collectives are in the timeline beside the compute, and in a Chrome
+  // trace on the rank's communication thread (tid ranks + rank).
+  ASSERT_EQ(r.timeline[0].size(), 6u);
+  EXPECT_EQ(r.timeline[0].front().action, (Action{0, ActionKind::kUnshard}));
+  EXPECT_DOUBLE_EQ(r.timeline[0].front().end, 3.0);
+  EXPECT_EQ(r.timeline[0].back().action, (Action{0, ActionKind::kReduceGrad}));
+  EXPECT_DOUBLE_EQ(r.timeline[0].back().start, 9.0);
+  std::ostringstream trace;
+  WriteChromeTrace(r, trace);
+  EXPECT_NE(trace.str().find(R"("name":"UNSHARD","cat":"communication","ph":"X","ts":0,"dur":3000,"pid":0,"tid":1)"),
+            std::string::npos)
+      << trace.str();
+  EXPECT_NE(trace.str().find(R"("name":"REDUCE_GRAD","cat":"communication","ph":"X","ts":9000,"dur":2000)"),
+            std::string::npos);
+  // The picture draws them as a strip along the bottom of the rank's row, in the legend.
+  std::ostringstream svg;
+  WriteSvg(r, svg);
+  EXPECT_NE(svg.str().find("<g class=\"collectives\">"), std::string::npos);
+  EXPECT_NE(svg.str().find("<title>0UNSHARD 0-3</title>"), std::string::npos);
+  EXPECT_NE(svg.str().find("<title>0REDUCE_GRAD 9-11</title>"), std::string::npos);
+  EXPECT_NE(svg.str().find("REDUCE_GRAD  reduce-scatter"), std::string::npos);
   // Without the sharding costs the actions cost nothing: the plain step.
   SimOptions plain;
   plain.compute.uniform = {1.0, 1.0, 1.0};
