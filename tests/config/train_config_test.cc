@@ -1104,7 +1104,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"precision=tf32", "precision: tf32 needs device: cuda"},
         BadValue{"data_parallel.size=0", "data_parallel.size: must be at least 1, got 0"},
         BadValue{"data_parallel.size=3", "data_parallel.size: 3 replicas x 4 microbatches do not divide train.batch_size 16"},
-        BadValue{"data_parallel.zero=2", "data_parallel.zero: must be in [0, 1], got 2"},
+        BadValue{"data_parallel.zero=2", "data_parallel.zero: ZeRO stage 2 is not run by baton train yet"},
+        BadValue{"data_parallel.zero=4", "data_parallel.zero: must be in [0, 3], got 4"},
         BadValue{"data_parallel.bucket_cap_mb=0", "data_parallel.bucket_cap_mb: must be in"},
         BadValue{"data_parallel.sharded=true", "unknown key 'data_parallel.sharded'"}));
 
