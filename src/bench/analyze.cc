@@ -203,18 +203,36 @@ template <typename Statistic>
 SimOptions PredictionOptions(const RunPlan& plan, const CostSamples& costs, const CoreSharing& sharing,
                              const BenchReport& report, Statistic statistic) {
   // A whole microbatch's cost per stage: the sum of its slices'; each
-  // slice's share of it, over every stage and kind.
+  // slice's share of it, over every stage and kind. A stage that runs both
+  // full backwards and split ones (DualPipeV: B inside its overlapped F&B
+  // units, I and W in its cool-down) is priced by its I and W, and its
+  // measured B goes into the overlapped unit's cost (F&B = F + B), where
+  // the simulator charges it: added to I, it would count the backward
+  // twice.
   RunCosts run;
   run.stage_costs.assign(static_cast<std::size_t>(plan.stages()), Costs{0, 0, 0});
   std::vector<double> slice_cost(static_cast<std::size_t>(plan.slices), 0.0);
+  std::vector<char> split(static_cast<std::size_t>(plan.stages()), 0);
+  for (const auto& [key, v] : costs) {
+    if (std::get<1>(key) == ActionKind::kBackwardInput) split[static_cast<std::size_t>(std::get<0>(key))] = 1;
+  }
+  std::vector<double> fused(static_cast<std::size_t>(plan.stages()), -1.0);  // split stages: their B
   for (const auto& [key, v] : costs) {
     const auto [stage, kind, slice] = key;
+    if (kind == ActionKind::kBackward && split[static_cast<std::size_t>(stage)]) {
+      double& b = fused[static_cast<std::size_t>(stage)];
+      b = std::max(b, 0.0) + statistic(v);
+      continue;
+    }
     Costs& cs = run.stage_costs[static_cast<std::size_t>(stage)];
     const double t = statistic(v);
     if (kind == ActionKind::kForward) cs.forward += t;
     if (kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput) cs.backward_input += t;
     if (kind == ActionKind::kBackwardWeight) cs.backward_weight += t;
     slice_cost[static_cast<std::size_t>(slice)] += t;
+  }
+  for (std::size_t st = 0; st < fused.size(); ++st) {
+    if (fused[st] >= 0.0) run.stage_costs[st].forward_backward = run.stage_costs[st].forward + fused[st];
   }
   if (plan.slices > 1) {
     const double total = std::accumulate(slice_cost.begin(), slice_cost.end(), 0.0);

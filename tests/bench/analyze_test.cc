@@ -123,6 +123,49 @@ TEST(BenchAnalysis, StepTimesBubbleAndPredictionFollowTheClosedForm) {
   EXPECT_NEAR(r.fraction_of_peak, r.gflops_total / (2 * 10.0), 1e-12);
 }
 
+// DualPipeV runs full backwards inside its overlapped F&B units and split
+// ones (I, W) in its cool-down, the executor each unit as its F and its B:
+// a stage's I and W come from the split ones and its units' cost from F and
+// the full B, so the prediction of a step that ran so is that step, where
+// adding B to I counted the backward twice.
+TEST(BenchAnalysis, AStageWithFullAndSplitBackwardsIsPricedByEach) {
+  const RunPlan plan = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml",
+                                               {"pipeline.ranks=2", "pipeline.schedule=dualpipev"}));
+  constexpr double f = 1e-3, i = 1.5e-3, w = 0.5e-3, fused = 1.6e-3;  // B < I + W
+  SimOptions o;
+  o.compute.stages.assign(static_cast<std::size_t>(plan.stages()), Costs{f, i, w, f + fused});
+  const SimResult sim = Simulate(plan.lowered, o);
+  std::vector<RankRecord> records(kRanks);
+  bool full = false, split = false;
+  for (int r = 0; r < kRanks; ++r) {
+    records[r].rank = r;
+    records[r].cores = "host " + std::to_string(r) + ",";
+    for (int k = 0; k < 3; ++k) {
+      StepRecord s;
+      for (const TimedAction& t : sim.timeline[r]) {
+        const Action& a = t.action;
+        if (a.kind == ActionKind::kOverlapFB) {
+          s.events.push_back({ActionKind::kForward, a.stage, a.microbatch, t.start, t.start + f, f});
+          s.events.push_back({ActionKind::kBackward, a.backward_stage, a.backward_microbatch, t.start + f, t.end, fused});
+          full = true;
+        } else {
+          s.events.push_back({a.kind, a.stage, a.microbatch, t.start, t.end, t.end - t.start});
+          split = split || a.kind == ActionKind::kBackwardInput;
+        }
+        s.busy += t.end - t.start;
+      }
+      s.wall = sim.per_rank[r].end;
+      s.cpu = s.busy;
+      records[r].steps.push_back(s);
+    }
+  }
+  ASSERT_TRUE(full && split) << "dualpipev should run both kinds of backward here";
+  const BenchReport r = AnalyzeBench(Context(plan), records).report;
+  EXPECT_NEAR(r.step_time_median_s, sim.makespan, 1e-12);
+  EXPECT_NEAR(r.predicted_step_time_s, sim.makespan, 1e-9);
+  EXPECT_NEAR(r.measured_over_predicted, 1.0, 1e-6);
+}
+
 // The measured latency between ranks (rank 0's probe) delays every message
 // of the prediction: it is the simulator's with the median costs and that
 // latency.
