@@ -61,7 +61,7 @@ struct BenchReport {
   double busy_fraction_of_peak = 0;  // gflops_while_busy / peak: the products inside actions against bare SGEMM
   // Cores: the CPUs the ranks may run on, over all hosts; shared when a
   // host runs more ranks than it has. Then the simulator shares them
-  // (SimOptions::core_pool), its costs are the actions' CPU times, and the
+  // (SimOptions::cores), its costs are the actions' CPU times, and the
   // ranks that compute at once are at most the cores.
   int cores = 0;
   bool cores_shared = false;

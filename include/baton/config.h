@@ -63,7 +63,7 @@ struct SimulateConfig {
   // compute and activations that grow with the keys a token attends to
   // (SliceSequence); and the share of a whole microbatch's activations that
   // is its sequence's keys and values, kept in one place while any of its
-  // slices is live (SimOptions::sequence_memory; the slices hold the rest).
+  // slices is live (MemoryModel::sequence_share; the slices hold the rest).
   int seq_slices = 1;
   SeqSplit seq_split = SeqSplit::kEven;
   int seq_len = 0;
@@ -71,7 +71,7 @@ struct SimulateConfig {
   double attention_memory_share = 0.0;
   double kv_memory_share = 0.0;
   SimOptions options;
-  double cores = 0;  // > 0: every rank shares this many cores (SimOptions::core_pool); 0: a core each
+  double cores = 0;  // > 0: every rank shares this many cores (SimOptions::cores); 0: a core each
   // Sharded data parallel (section `sharding`): ZeRO stage 2 or 3 places
   // its actions in a generated schedule (AddShardingActions; 0: none, and
   // a file's own are priced as given); every stage's gather and

@@ -57,7 +57,7 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
 // its cores (ShareCores), else 1.
 double SharedCoreCost(const Profile& profile, int ranks, int replicas);
 
-// The shared_core_cost at which PredictFromProfile's steps for `plans`
+// The machine model's action_cost at which PredictFromProfile's steps for `plans`
 // (whose ranks share cores) are as far above their `measured_step_s` as
 // below, in the mean of log(simulated / measured): the measured step
 // itself for one plan. Bisection over [kMinSharedCoreCost,

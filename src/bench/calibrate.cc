@@ -71,7 +71,7 @@ std::optional<std::vector<int>> OtherPlacement(const TrainConfig& own, const Run
 // zero-bubble order of it (OtherOrder), whose ranks wait in other places,
 // and, where that is another placement, the config's own with its stages'
 // costs evened out (OtherPlacement), whose ranks wait less. Rank 0 fits
-// the factor on every action's profiled cost (Profile::shared_core_cost)
+// the factor on every action's profiled cost (the machine model's action_cost)
 // and, with the third run, the waiting share to the measured median steps
 // (FitSharedCores). An automatic placement is calibrated at the balanced
 // one.

@@ -20,6 +20,8 @@ struct ScheduleFlags {
   int chunks = 0;
   int slices = 0;  // 0: a generator's whole sequences, a file's own
   double memory_limit = 0.0;
+  int zero = 0;              // 2 or 3: sharded data parallel's actions placed (AddShardingActions)
+  double gather_time = 0.0;  // a stage's gather, against unit compute costs
   bool lowered = false;
   std::string form = "compute_only";
   std::string output = "-";
@@ -41,6 +43,22 @@ Schedule Load(const ScheduleFlags& f) {
   options.slices = f.slices;
   Schedule s = LoadSchedule(f.schedule, ranks, microbatches, options);
   Validate(s);
+  if (f.zero == 0 || f.zero == 1) return s;
+  if (f.zero < 0 || f.zero > 3) throw ConfigError(fmt::format("--zero must be 0, 1, 2 or 3, got {}", f.zero));
+  if (!(f.gather_time >= 0.0)) throw ConfigError(fmt::format("--gather-time must be >= 0, got {}", f.gather_time));
+  for (const auto& row : s.actions) {
+    for (const Action& a : row) {
+      if (a.kind == ActionKind::kUnshard || a.kind == ActionKind::kReshard || a.kind == ActionKind::kReduceGrad) {
+        throw ConfigError(fmt::format("--zero {}: {} holds sharding actions of its own ({}); place them on a "
+                                      "schedule without them",
+                                      f.zero, f.schedule, ToString(a)));
+      }
+    }
+  }
+  SimOptions price;  // unit compute costs, the gathers' as given
+  price.shards.gather_time.assign(static_cast<std::size_t>(s.stages), f.gather_time);
+  s = AddShardingActions(s, f.zero, price);
+  Validate(s);
   return s;
 }
 
@@ -61,6 +79,12 @@ void AddCommonOptions(CLI::App* cmd, ScheduleFlags& f) {
                   "activation memory a rank may hold, M_B (zb_auto, v_zb, interleaved_1f1b; default: the schedule's)");
   cmd->add_option("--seq-slices", f.slices,
                   "each microbatch's sequence in k slices, the units j*k+s (every generator but 1f1b; files: must match)");
+  cmd->add_option("--zero", f.zero,
+                  "sharded data parallel: 2 adds a REDUCE_GRAD after each stage's last backward, 3 also an UNSHARD "
+                  "before its first use and a RESHARD after its last (as baton simulate --zero places them)");
+  cmd->add_option("--gather-time", f.gather_time,
+                  "with --zero 3: a stage's gather against unit compute costs (F = I = W = 1 a rank), where to "
+                  "place it (default 0: right before the stage's first use)");
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ class Simulator {
     double work = 0.0;
     double memory = 0.0;
     double peak_memory = 0.0;
-    double bytes = 0.0;  // with stage_memory_bytes: the same in bytes (and the gathered copies')
+    double bytes = 0.0;  // with memory.stage_bytes: the same in bytes (and the gathered copies')
     double peak_bytes = 0.0;
     double comm_free = 0.0;  // sharding: when its communication resource is free
   };
@@ -725,10 +725,10 @@ class Simulator {
   const bool lowered_;
   const bool timed_;
   const bool record_timeline_;
-  const bool track_gradients_;       // stage_reduce_time given
+  const bool track_gradients_;       // sums.stage_time given
   const bool shards_;                // ShardCosts given
   std::vector<double> gathered_at_;  // sharding, per stage: when its last gather ends
-  const double* const stage_bytes_;  // stage_memory_bytes, or null
+  const double* const stage_bytes_;  // memory.stage_bytes, or null
   const bool prefetch_;              // the ranks' lists are larger than a cache holds
   std::vector<int> work_;     // ranks to advance
   std::vector<char> queued_;  // rank is in work_
@@ -749,7 +749,7 @@ class Simulator {
   // form when that result's SEND ran.
   std::vector<double> f_time_, b_time_;
   std::vector<int> in_flight_, peak_in_flight_;  // per stage
-  std::vector<double> grad_end_;                 // with stage_reduce_time, per stage: its last B or W's end
+  std::vector<double> grad_end_;                 // with sums.stage_time, per stage: its last B or W's end
   std::vector<RankState> rank_;
   std::vector<double> until_;  // shared cores: per rank, its next start or end
   std::vector<std::vector<TimedAction>> timeline_;

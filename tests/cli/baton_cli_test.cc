@@ -221,6 +221,28 @@ TEST_F(BatonCliTest, ShardingActionsArePlacedAndPriced) {
   EXPECT_NE(bad.err.find("--zero must be 0, 1, 2 or 3, got 4"), std::string::npos) << bad.err;
 }
 
+// `baton schedule export --zero 3` writes the actions in PyTorch's text
+// form: each stage gathered once (a gather takes 1 and, at unit costs, a
+// chunk's F 0.5, so the second chunk's first use at 1 leaves both gathers
+// at the list's start), freed after its last use and summed after its
+// last backward; the file reads back and checks.
+TEST_F(BatonCliTest, ScheduleExportPlacesShardingActionsInPytorchsForm) {
+  const RunResult r = Run("schedule export interleaved_1f1b -p 2 -m 4 -v 2 --zero 3 --gather-time 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "0UNSHARD,2UNSHARD,0F0,0F1,2F0,2F1,0F2,2B0,0F3,2B1,2F2,0B0,2F3,0B1,2B2,2B3,2RESHARD,2REDUCE_GRAD,0B2,0B3,"
+            "0RESHARD,0REDUCE_GRAD\n"
+            "1UNSHARD,3UNSHARD,1F0,1F1,3F0,3B0,3F1,3B1,1F2,1B0,1F3,1B1,3F2,3B2,3F3,3B3,3RESHARD,3REDUCE_GRAD,1B2,1B3,"
+            "1RESHARD,1REDUCE_GRAD\n");
+  WriteWork("zero3.csv", r.out);
+  const RunResult check = Run("schedule check zero3.csv");
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  // Placing them again on a file that has them is refused.
+  const RunResult again = Run("schedule show zero3.csv --zero 3");
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.err.find("holds sharding actions of its own (0UNSHARD)"), std::string::npos) << again.err;
+}
+
 // A schedule file's own sharding actions are checked: a stage used while
 // resharded is refused naming the rank and the position.
 TEST_F(BatonCliTest, AFilesShardingActionsAreChecked) {
