@@ -109,36 +109,33 @@ print(" / ".join(f"{r[key]:.4f}" if key != "test_accuracy" else f"{100 * r[key]:
 PY
 }
 
-table_train_mlp() {
+# A training table: `training_table KEY WHAT CONFIG...`, each config trained
+# on 4 ranks, its metrics' KEY after each epoch and its wall time.
+training_table() {
+  local key=$1 what=$2 c start end
+  shift 2
   stamp "mpirun -np 4 $baton train CONFIG --set log.progress=false --set log.metrics=... --set log.weights=..."
   echo
-  echo "| config | test accuracy after each epoch | wall time |"
+  echo "| config | $what after each epoch | wall time |"
   echo "| --- | --- | --- |"
-  local c start end
-  for c in configs/fmnist_mlp_1f1b.yaml configs/fmnist_mlp_zb_h1.yaml configs/fmnist_mlp_interleaved.yaml; do
+  for c in "$@"; do
     start=$(date +%s.%N)
     mpirun -np 4 $baton train $c --set log.progress=false --set log.metrics="$out/m.jsonl" \
       --set log.weights="$out/w.safetensors" > /dev/null
     end=$(date +%s.%N)
-    echo "| \`$c\` | $(epoch_rows "$out/m.jsonl" test_accuracy) | $(echo "$end - $start" | bc | xargs printf '%.1f') s |"
+    echo "| \`$c\` | $(epoch_rows "$out/m.jsonl" "$key") | $(echo "$end - $start" | bc | xargs printf '%.1f') s |"
     rm -f "$out/m.jsonl" "$out/w.safetensors"
   done
 }
 
+table_train_mlp() {
+  training_table test_accuracy "test accuracy" configs/fmnist_mlp_1f1b.yaml configs/fmnist_mlp_zb_h1.yaml \
+    configs/fmnist_mlp_interleaved.yaml
+}
+
 table_train_gpt() {
-  stamp "mpirun -np 4 $baton train CONFIG --set log.progress=false --set log.metrics=... --set log.weights=..."
-  echo
-  echo "| config | validation loss after each epoch (nats per token) | wall time |"
-  echo "| --- | --- | --- |"
-  local c start end
-  for c in configs/gpt_fortunes_1f1b.yaml configs/gpt_fortunes_zbv.yaml; do
-    start=$(date +%s.%N)
-    mpirun -np 4 $baton train $c --set log.progress=false --set log.metrics="$out/m.jsonl" \
-      --set log.weights="$out/w.safetensors" > /dev/null
-    end=$(date +%s.%N)
-    echo "| \`$c\` | $(epoch_rows "$out/m.jsonl" validation_loss) | $(echo "$end - $start" | bc | xargs printf '%.1f') s |"
-    rm -f "$out/m.jsonl" "$out/w.safetensors"
-  done
+  training_table validation_loss "validation loss (nats per token)" configs/gpt_fortunes_1f1b.yaml \
+    configs/gpt_fortunes_zbv.yaml
 }
 
 table_bench_gpt() {

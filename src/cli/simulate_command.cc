@@ -61,19 +61,6 @@ std::string CoresText(const SimulateConfig& c) {
 
 bool IsGenerator(std::string_view name) { return FindGenerator(name) != nullptr; }
 
-std::vector<std::string> SplitList(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    std::size_t comma = s.find(',', start);
-    if (comma == std::string_view::npos) comma = s.size();
-    std::string item(s.substr(start, comma - start));
-    if (!item.empty()) out.push_back(item);
-    start = comma + 1;
-  }
-  return out;
-}
-
 SimulateConfig Resolve(const SimulateFlags& f) {
   SimulateConfig c;
   c.ranks = 0;  // 0 = unset: a generator's default, or what a file holds
@@ -154,7 +141,7 @@ SimulateConfig Resolve(const SimulateFlags& f) {
     }
     *into = **given;
   }
-  if (f.compare) c.compare = SplitList(*f.compare);
+  if (f.compare) c.compare = Split(*f.compare);
   if (f.json) c.json_path = *f.json;
   if (f.trace) c.trace_path = *f.trace;
   if (f.svg) c.svg_path = *f.svg;
