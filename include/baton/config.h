@@ -190,7 +190,7 @@ struct TrainLoopConfig {
 struct DataParallelConfig {
   int size = 1;               // D; train.batch_size is the global batch, each replica takes 1/D of it
   double bucket_cap_mb = 25;  // gradients are summed in buckets of at most this many MiB (PyTorch DDP's default)
-  int zero = 0;               // 0: every replica keeps the whole optimizer state; 1: each keeps 1/D (ZeRO stage 1)
+  int zero = 0;               // ZeRO stage: 0 every replica keeps the whole model state; 1 each keeps 1/D of the optimizer state, 2 also of the gradients, 3 also of the parameters (CPU)
 };
 
 struct CheckpointConfig {

@@ -45,7 +45,10 @@ struct RunPlan {
   int batch_size = 0;       // samples of one pipeline step: the replica's share of the global batch
   int global_batch = 0;     // train.batch_size: gradients are averaged over it (batch_size x replicas)
   int replicas = 1;         // data_parallel.size
-  bool zero = false;        // data_parallel.zero: optimizer state sharded over the replicas
+  // data_parallel.zero in effect (0 with one replica): 1 the optimizer
+  // state sharded over the replicas, 2 also the gradients, 3 also the
+  // parameters (ShardingPlan).
+  int zero = 0;
   double bucket_cap_bytes = 25.0 * 1024 * 1024;
   // One sample of the step's inputs, as the dataset gives it (dimension 0 is
   // 1): f32[1, features], or i32[1, seq_len] token ids. The first stage's
@@ -245,6 +248,10 @@ struct Instruction {
   int peer = -1;       // comm: the other rank; compute: the rank `wait` receives from
   int tag = -1;
   TensorDesc tensor;   // comm: the message; compute: `in` (a sliced unit's: its tokens)
+  // Sharded data parallel (ShardingPlan): UNSHARD, the parameter window it
+  // gathers into; a stage's first B or W of the step, the gradient window
+  // it takes (zeroed); -1 otherwise.
+  int window = -1;
 };
 
 // A rank's message buffers of one kind for one local stage: `count`
@@ -279,7 +286,7 @@ struct TiedPlan {
 // after the tied gradients are summed, at the step's end. All end before
 // the optimizer steps.
 //
-// ZeRO stage 1 (zero): replica i keeps the optimizer state of, and updates,
+// ZeRO stage 1 and above (zero): replica i keeps the optimizer state of, and updates,
 // only its shard of each stage's parameters, floats [N i / D, N (i+1) / D)
 // of N; a bucket is reduce-scattered (member i receives the sum of its
 // shard's part of it), and after the optimizer step each bucket's updated
@@ -304,6 +311,39 @@ struct ReductionPlan {
   int requests = 0;                        // replica-group request ids are in [0, requests)
 
   bool active() const { return replicas > 1; }
+};
+
+// ZeRO stages 2 and 3 (RunPlan::zero >= 2), as the schedule's actions
+// place them. Each local stage's gradients accumulate in a gradient window
+// taken at its first B or W of the step; its REDUCE_GRAD reduce-scatters
+// the window over the replicas in one coalesced collective, this replica
+// keeping its shard of the sum (ShardOf) in a resting gradient shard, and
+// the window is free once the collective ends. Stage 3 keeps only the
+// parameters' shard at rest: UNSHARD all-gathers them into a parameter
+// window (one coalesced collective, waited for at the stage's next action),
+// RESHARD frees it; a window still held at the list's end is freed with
+// the step. The optimizer steps on the shards (stage 2 then all-gathers the
+// updated parameters in place, as ZeRO 1 does). Windows come from two
+// pools, sized by the most a list holds at once (the training step's or
+// the evaluation's); each is the largest local stage's parameters. A stage
+// holding a tied copy sums its gradients after the tied sum, at the step's
+// end: its window is held until then.
+struct ShardedStage {
+  std::size_t floats = 0;           // the stage's parameters
+  std::vector<int> counts, displs;  // every replica's shard (ShardOf), in replica order
+  int gather_request = -1;          // the replica group's ids: UNSHARD's all-gather (and ZeRO 2's after the step)
+  int reduce_request = -1;          // REDUCE_GRAD's reduce-scatter
+  bool after_tied = false;          // its REDUCE_GRAD waits for the tied gradients' sum
+};
+
+struct ShardingPlan {
+  int zero = 0;  // 2 or 3; 0: not sharded beyond ZeRO 1
+  std::vector<ShardedStage> stages;  // per local stage
+  std::size_t window_floats = 0;
+  int parameter_windows = 0, gradient_windows = 0;
+
+  bool active() const { return zero >= 2; }
+  bool parameters_sharded() const { return zero >= 3; }
 };
 
 struct RankPlan {
@@ -332,6 +372,7 @@ struct RankPlan {
   int sends_per_step = 0;                  // the most sends in flight at once
   TiedPlan tied;
   ReductionPlan reduction;
+  ShardingPlan sharding;
 
   // Request id of a message: (kind, stage, microbatch), kind = RECV_F 0,
   // RECV_B 1, SEND_F 2, SEND_B 3.
@@ -355,8 +396,8 @@ RankPlan PlanRank(const RunPlan& plan, int rank, int replica = 0);
 // `baton validate` prints it; tests/executor/memory_test measures the heap
 // against it.
 struct RankMemory {
-  std::size_t params = 0;         // every local stage's f32 parameters
-  std::size_t grads = 0;          // as many
+  std::size_t params = 0;         // every local stage's f32 parameters (ZeRO 3: their shards and parameter windows)
+  std::size_t grads = 0;          // as many (ZeRO 2 and 3: the gradient shards and windows)
   std::size_t optimizer = 0;      // optimizer state: the parameters (this replica's shard) x RunPlan::optimizer_states
   std::size_t rings = 0;          // ring stores: per stage, capacity x slot bytes
   std::size_t sequences = 0;      // sequence slices: per stage, its sequence and gradient slots (StagePlan)

@@ -63,6 +63,10 @@ class StageDevice {
   // at setup, stepping on this device's parameters and gradients. Its state
   // (OptimizerState) covers that part only.
   virtual void SetOptimizer(const OptimizerSpec& spec, std::size_t first = 0, std::size_t count = 0) = 0;
+  // The optimizer over `params` with gradients `grads` (as many floats,
+  // the device's memory, outside the bound parameters): sharded data
+  // parallel's resting shards (ZeRO 2 and 3), which the host runs only.
+  virtual void SetShardOptimizer(const OptimizerSpec& spec, std::span<float> params, std::span<float> grads) = 0;
   virtual void OptimizerStep() = 0;
   // Every replica's update of the parameters is in (the optimizer step, and
   // with ZeRO the all-gather): the device refreshes what it derives from

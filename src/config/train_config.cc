@@ -590,12 +590,6 @@ void ReadDataParallel(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
   c.data_parallel.bucket_cap_mb =
       dp.GetNumber("bucket_cap_mb", c.data_parallel.bucket_cap_mb, 1.0 / (1024 * 1024), 2047.0);
   c.data_parallel.zero = dp.GetInt("zero", 0, 0, 3);
-  if (c.data_parallel.zero > 1) {
-    dp.Fail(dp.Node("zero"), "zero",
-            fmt::format("ZeRO stage {} is not run by baton train yet (stages 0 and 1 are); its gathers and "
-                        "reduce-scatters can be placed and priced with baton simulate --zero {}",
-                        c.data_parallel.zero, c.data_parallel.zero));
-  }
   if (c.train.batch_size % (c.data_parallel.size * c.pipeline.microbatches) != 0) {
     dp.Fail(dp.Has("size") ? dp.Node("size") : root["train"]["batch_size"], "size",
             fmt::format("{} replicas x {} microbatches do not divide train.batch_size {}: every replica takes the "
@@ -655,6 +649,12 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   if (c.pipeline.seq_slices > 1 && c.device == Device::kCuda) {
     top.Map("pipeline").Fail(root["pipeline"]["seq_slices"], "seq_slices",
                              "sequence slices run on the CPU layers only so far (device: cpu)");
+  }
+  if (c.data_parallel.zero >= 2 && c.device == Device::kCuda) {
+    top.Map("data_parallel")
+        .Fail(root["data_parallel"]["zero"], "zero",
+              fmt::format("ZeRO stage {} runs on the CPU only so far (device: cpu); on a GPU use stage 0 or 1",
+                          c.data_parallel.zero));
   }
   if (c.precision != Precision::kFP32 && c.device != Device::kCuda) {
     top.Fail(top.Node("precision"), "precision",

@@ -96,6 +96,9 @@ class CudaStageDevice final : public StageDevice {
   // what checkpoints read and write (PullParams / PushParams move them).
   // Over parameters [first, first + count) (count 0: to the end): ZeRO's
   // shard of this replica, or the whole stage.
+  void SetShardOptimizer(const OptimizerSpec&, std::span<float>, std::span<float>) override {
+    throw Error("sharded data parallel's ZeRO stages 2 and 3 do not run on a GPU yet (data_parallel.zero 0 or 1)");
+  }
   void SetOptimizer(const OptimizerSpec& spec, std::size_t first, std::size_t count) override {
     if (count == 0) count = host_params_.size() - first;
     if (first + count > host_params_.size()) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "baton/error.h"
@@ -21,8 +22,14 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
     throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}",
                                   plan.stages, plan.microbatches, plan.max_tag, transport.max_tag()));
   }
+  // Sharded data parallel: the stages compute with the executor's windows.
+  const ShardingPlan& sh = plan.sharding;
+  if (sh.active() && !dev_.host_memory()) {
+    throw ConfigError(fmt::format("rank {}: data_parallel.zero {} runs on the CPU only (device: cpu)", rank_, sh.zero));
+  }
   for (const StagePlan& sp : plan.local_stages) {
-    stages_.push_back(std::make_unique<Stage>(model, sp, dev_.MakeStageDevice()));
+    stages_.push_back(
+        std::make_unique<Stage>(model, sp, dev_.MakeStageDevice(), !sh.parameters_sharded(), !sh.active()));
   }
   // Ring stores sized by the simulator's peak in-flight counts (or by the
   // plan's slot of each unit, StagePlan::slot_of); sequence slots where the
@@ -68,6 +75,10 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
         floats[static_cast<std::size_t>(id)] = std::max(floats[static_cast<std::size_t>(id)], b.count);
       }
     }
+    for (const ShardedStage& st : plan.sharding.stages) {
+      floats[static_cast<std::size_t>(st.gather_request)] = st.floats;
+      floats[static_cast<std::size_t>(st.reduce_request)] = st.floats;
+    }
     replicas_ = &dev_.GradientGroup(*replicas, floats);
     replicas_->Configure(red.requests, wait_timeout_s);
     reduce_after_.assign(plan.step.size(), -1);
@@ -76,6 +87,21 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
     }
     reduce_order_.assign(red.buckets.size(), -1);
     reduce_next_.assign(red.first_bucket.begin() + 1, red.first_bucket.end());
+  }
+  if (sh.active()) {
+    auto floats_of = [&](std::size_t n) {
+      return n == 0 ? nullptr : reinterpret_cast<float*>(dev_.Allocate(n * sizeof(float)));
+    };
+    for (std::size_t k = 0; k < stages_.size(); ++k) {
+      Sharded st;
+      st.gradient_shard = floats_of(red.shard_count[k]);
+      if (sh.parameters_sharded()) st.parameter_shard = floats_of(red.shard_count[k]);
+      sharded_.push_back(st);
+    }
+    parameter_pool_ = floats_of(static_cast<std::size_t>(sh.parameter_windows) * sh.window_floats);
+    gradient_pool_ = floats_of(static_cast<std::size_t>(sh.gradient_windows) * sh.window_floats);
+    reducing_.assign(static_cast<std::size_t>(sh.gradient_windows), -1);
+    for (std::size_t k = 0; k < stages_.size(); ++k) Rebind(static_cast<int>(k));
   }
 }
 
@@ -107,6 +133,12 @@ void Executor::StartReduction(int local, std::size_t from) {
 }
 
 void Executor::PollReductions() {
+  if (plan_.sharding.active()) {
+    for (std::size_t w = 0; w < reducing_.size(); ++w) {
+      if (reducing_[w] >= 0) EndReduce(static_cast<int>(w), true);
+    }
+    return;
+  }
   // The oldest first: testing it moves every collective along.
   while (reduce_done_ < reduce_started_) {
     const BucketPlan& bucket = plan_.reduction.buckets[static_cast<std::size_t>(reduce_order_[reduce_done_])];
@@ -118,6 +150,10 @@ void Executor::PollReductions() {
 
 void Executor::FinishReductions() {
   if (replicas_ == nullptr) return;
+  if (plan_.sharding.active()) {
+    FinishSharded();
+    return;
+  }
   const ReductionPlan& red = plan_.reduction;
   for (std::size_t k = 0; k < red.start_after.size(); ++k) {
     if (red.start_after[k] < 0) StartReduction(static_cast<int>(k));
@@ -133,6 +169,160 @@ void Executor::FinishReductions() {
   if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, MonotonicSeconds()});
   reduce_started_ = reduce_done_ = 0;
   reduce_next_.assign(red.first_bucket.begin() + 1, red.first_bucket.end());
+}
+
+void Executor::Rebind(int local) {
+  const auto k = static_cast<std::size_t>(local);
+  const Sharded& st = sharded_[k];
+  const std::size_t n = plan_.local_stages[k].num_params;
+  Stage& stage = *stages_[k];
+  std::span<float> params;
+  if (!plan_.sharding.parameters_sharded()) {
+    params = stage.params();  // its own, whole
+  } else if (st.parameter_window >= 0) {
+    params = {Window(parameter_pool_, st.parameter_window), n};
+  }
+  std::span<float> grads;
+  if (st.gradient_window >= 0) grads = {Window(gradient_pool_, st.gradient_window), n};
+  stage.Bind(params, grads);
+}
+
+void Executor::Unshard(const Instruction& in) {
+  const auto k = static_cast<std::size_t>(in.local);
+  const ShardedStage& plan = plan_.sharding.stages[k];
+  Sharded& st = sharded_[k];
+  st.parameter_window = in.window;
+  if (plan.floats > 0) {
+    // This replica's shard in its place, then every other's gathered round it.
+    float* window = Window(parameter_pool_, in.window);
+    const auto me = static_cast<std::size_t>(replicas_->rank());
+    std::copy_n(st.parameter_shard, plan.counts[me], window + plan.displs[me]);
+    replicas_->StartAllGather(plan.gather_request, {window, plan.floats}, plan.counts, plan.displs);
+    st.gathering = true;
+  }
+  Rebind(in.local);
+}
+
+void Executor::Reshard(const Instruction& in) {
+  const auto k = static_cast<std::size_t>(in.local);
+  Sharded& st = sharded_[k];
+  if (st.gathering) {  // freed unused: its gather must still end first
+    replicas_->Wait(plan_.sharding.stages[k].gather_request,
+                    {"UNSHARD's all-gather", plan_.local_stages[k].stage, -1, -1});
+    st.gathering = false;
+  }
+  st.parameter_window = -1;
+  Rebind(in.local);
+}
+
+void Executor::BeforeSharded(const Instruction& in) {
+  const auto k = static_cast<std::size_t>(in.local);
+  Sharded& st = sharded_[k];
+  const int stage = plan_.local_stages[k].stage;
+  if (st.gathering) {
+    const double start = events_ ? MonotonicSeconds() : 0.0;
+    replicas_->Wait(plan_.sharding.stages[k].gather_request, {"UNSHARD's all-gather", stage, -1, -1});
+    st.gathering = false;
+    if (events_) events_->push_back({ActionKind::kUnshard, stage, -1, start, MonotonicSeconds()});
+  }
+  if (in.window < 0) return;
+  // The stage's first gradient writer of the step: a zeroed window, once
+  // the reduce-scatter still in it has ended.
+  if (reducing_[static_cast<std::size_t>(in.window)] >= 0) EndReduce(in.window, false);
+  st.gradient_window = in.window;
+  std::fill_n(Window(gradient_pool_, in.window), plan_.local_stages[k].num_params, 0.0f);
+  Rebind(in.local);
+}
+
+void Executor::ReduceGrad(int local) {
+  const auto k = static_cast<std::size_t>(local);
+  const ShardedStage& plan = plan_.sharding.stages[k];
+  Sharded& st = sharded_[k];
+  const int w = st.gradient_window;
+  if (w < 0) return;
+  if (reduce_started_ == 0) reduction_times_.first_start = MonotonicSeconds();
+  ++reduce_started_;
+  replicas_->StartReduceScatter(plan.reduce_request, {Window(gradient_pool_, w), plan.floats}, plan.counts,
+                                plan.displs);
+  reducing_[static_cast<std::size_t>(w)] = local;
+  st.gradient_window = -1;
+  Rebind(local);
+}
+
+void Executor::EndReduce(int w, bool poll) {
+  const int local = reducing_[static_cast<std::size_t>(w)];
+  const auto k = static_cast<std::size_t>(local);
+  const ShardedStage& plan = plan_.sharding.stages[k];
+  if (poll) {
+    if (!replicas_->Test(plan.reduce_request)) return;
+  } else {
+    replicas_->Wait(plan.reduce_request, {"REDUCE_GRAD's reduce-scatter", plan_.local_stages[k].stage, -1, -1});
+  }
+  const auto me = static_cast<std::size_t>(replicas_->rank());
+  std::copy_n(Window(gradient_pool_, w) + plan.displs[me], plan.counts[me], sharded_[k].gradient_shard);
+  reducing_[static_cast<std::size_t>(w)] = -1;
+  ++reduce_done_;
+  reduction_times_.last_end = MonotonicSeconds();
+}
+
+void Executor::FreeParameterWindows() {
+  if (!plan_.sharding.parameters_sharded()) return;
+  for (std::size_t k = 0; k < sharded_.size(); ++k) {
+    if (sharded_[k].parameter_window < 0) continue;
+    Instruction in;
+    in.local = static_cast<int>(k);
+    Reshard(in);
+  }
+}
+
+void Executor::FinishSharded() {
+  // The tied copies' sums, now that the copies' gradients are summed.
+  for (std::size_t k = 0; k < sharded_.size(); ++k) {
+    if (plan_.sharding.stages[k].after_tied) ReduceGrad(static_cast<int>(k));
+  }
+  const double start = MonotonicSeconds();
+  for (std::size_t w = 0; w < reducing_.size(); ++w) {
+    if (reducing_[w] >= 0) EndReduce(static_cast<int>(w), false);
+  }
+  reduction_times_.exposed = MonotonicSeconds() - start;
+  if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, MonotonicSeconds()});
+  reduce_started_ = reduce_done_ = 0;
+}
+
+void Executor::SetOptimizers(const OptimizerSpec& spec) {
+  const ReductionPlan& red = plan_.reduction;
+  const ShardingPlan& sh = plan_.sharding;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    StageDevice& dev = stages_[k]->device();
+    if (!sh.active()) {
+      dev.SetOptimizer(spec, red.shard_begin[k], red.shard_count[k]);  // ZeRO 1: this replica's shard
+      continue;
+    }
+    const std::size_t n = red.shard_count[k];
+    float* params = sh.parameters_sharded() ? sharded_[k].parameter_shard : stages_[k]->params().data() + red.shard_begin[k];
+    dev.SetShardOptimizer(spec, {params, n}, {sharded_[k].gradient_shard, n});
+  }
+}
+
+void Executor::HoldWhole(int local, std::span<float> whole, bool gather) {
+  const auto k = static_cast<std::size_t>(local);
+  const ShardedStage& plan = plan_.sharding.stages[k];
+  if (gather && plan.floats > 0) {
+    const auto me = static_cast<std::size_t>(replicas_->rank());
+    std::copy_n(sharded_[k].parameter_shard, plan.counts[me], whole.data() + plan.displs[me]);
+    replicas_->StartAllGather(plan.gather_request, whole, plan.counts, plan.displs);
+    replicas_->Wait(plan.gather_request, {"the parameters' all-gather", plan_.local_stages[k].stage, -1, -1});
+  }
+  stages_[k]->Bind(whole, {});
+}
+
+void Executor::KeepShard(int local) {
+  const auto k = static_cast<std::size_t>(local);
+  const ShardedStage& plan = plan_.sharding.stages[k];
+  const auto me = static_cast<std::size_t>(plan_.reduction.replica);
+  const std::span<float> whole = stages_[k]->params();
+  if (plan.floats > 0) std::copy_n(whole.data() + plan.displs[me], plan.counts[me], sharded_[k].parameter_shard);
+  stages_[k]->Bind({}, {});
 }
 
 std::byte* Executor::Address(const BufferRef& ref) {
@@ -251,6 +441,14 @@ void Executor::DiscardGradients() {
 
 bool Executor::GradientsFinite() {
   const ReductionPlan& red = plan_.reduction;
+  if (plan_.sharding.active()) {
+    // This replica's shards of the sums (host memory).
+    for (std::size_t k = 0; k < stages_.size(); ++k) {
+      const float* g = sharded_[k].gradient_shard;
+      if (!std::all_of(g, g + red.shard_count[k], [](float x) { return std::isfinite(x); })) return false;
+    }
+    return true;
+  }
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     StageDevice& dev = stages_[k]->device();
     if (replicas_ != nullptr && red.zero) {
@@ -298,6 +496,25 @@ void Executor::SumTiedGradients() {
 
 void Executor::StepOptimizers() {
   for (auto& st : stages_) st->device().OptimizerStep();
+  const ShardingPlan& sh = plan_.sharding;
+  if (sh.active()) {
+    // Each replica updated its shard: ZeRO 2 gathers the others' into its
+    // whole parameters (one collective a stage); under 3 the shards rest
+    // until the next UNSHARD. The gradient windows are free and zeroed
+    // when next taken.
+    if (!sh.parameters_sharded()) {
+      for (std::size_t k = 0; k < stages_.size(); ++k) {
+        const ShardedStage& p = sh.stages[k];
+        if (p.floats > 0) replicas_->StartAllGather(p.gather_request, stages_[k]->params(), p.counts, p.displs);
+      }
+      for (std::size_t k = 0; k < stages_.size(); ++k) {
+        if (sh.stages[k].floats == 0) continue;
+        replicas_->Wait(sh.stages[k].gather_request, {"the parameters' all-gather", plan_.local_stages[k].stage, -1, -1});
+      }
+    }
+    for (auto& st : stages_) st->device().ParamsUpdated();
+    return;
+  }
   const ReductionPlan& red = plan_.reduction;
   if (replicas_ != nullptr && red.zero) {
     // Every replica updated its shard: gather the others' into its parameters.
@@ -399,13 +616,26 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
                    const int* rows_of, StepStats* stats) {
   const bool train = mode == Mode::kTrain;
   const bool reducing = train && replicas_ != nullptr;
+  const bool sharding = plan_.sharding.active();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     if (reducing && reduce_done_ < reduce_started_) PollReductions();
     const Instruction& in = *op.in;
     const Action& a = in.action;
     const int s = a.stage, j = a.microbatch;
-    if (!HasMicrobatch(a.kind)) continue;  // idle, UNSHARD, RESHARD, REDUCE_GRAD: nothing to do here
+    if (!HasMicrobatch(a.kind)) {
+      // UNSHARD, RESHARD, REDUCE_GRAD: sharded data parallel's, when it runs.
+      if (!sharding || a.kind == ActionKind::kIdle) continue;
+      Flight& flight = flight_[flight_next_++ % kFlight];
+      flight = {step_, a, MonotonicSeconds(), -1};
+      if (a.kind == ActionKind::kUnshard) Unshard(in);
+      if (a.kind == ActionKind::kReshard) Reshard(in);
+      if (a.kind == ActionKind::kReduceGrad && train && !plan_.sharding.stages[static_cast<std::size_t>(in.local)].after_tied) {
+        ReduceGrad(in.local);
+      }
+      flight.end = MonotonicSeconds();
+      continue;
+    }
     const int rows = rows_of[in.part.sequence];
     if (rows == 0) continue;  // past the end of the evaluation data
     Flight& flight = flight_[flight_next_++ % kFlight];
@@ -413,6 +643,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     }
+    if (sharding && IsCompute(a.kind)) BeforeSharded(in);
     const TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
     switch (a.kind) {
       case ActionKind::kRecvF:
@@ -469,6 +700,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     if (reducing && reduce_after_[i] >= 0) StartReduction(reduce_after_[i]);
   }
   WaitSends();
+  FreeParameterWindows();
   if (train) TakeLoss(stats);
 }
 
@@ -512,12 +744,20 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
   // of `rows` samples, the last round's tail shorter (or empty). Every rank
   // knows every count, so both sides of each message agree on its size.
   const int sequences = plan_.sequences;
-  for (std::int64_t first = 0; first < samples; first += std::int64_t(sequences) * rows) {
+  // Under ZeRO 3 a round gathers the stages over the replicas: every
+  // replica runs as many rounds as the largest share needs, the rounds past
+  // its own data computing nothing.
+  std::int64_t rounds_of = samples;
+  if (plan_.sharding.parameters_sharded()) {
+    const std::int64_t D = plan_.reduction.replicas;
+    rounds_of = std::max(samples, (data.samples + D - 1) / D);
+  }
+  for (std::int64_t first = 0; first < rounds_of; first += std::int64_t(sequences) * rows) {
     for (int j = 0; j < sequences; ++j) {
       round_rows_[static_cast<std::size_t>(j)] =
           static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j) * rows, 0, rows));
     }
-    const std::int64_t round = std::min<std::int64_t>(std::int64_t(sequences) * rows, samples - first);
+    const std::int64_t round = std::clamp<std::int64_t>(samples - first, 0, std::int64_t(sequences) * rows);
     const std::byte* in = inputs != nullptr ? inputs + first * sample_bytes : nullptr;
     const std::int32_t* lab = labels != nullptr ? labels + first * per_sample : nullptr;
     if (inputs_ != nullptr && in != nullptr) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,6 +152,21 @@ class Executor {
   // as JSON (on a deadline's expiry).
   void WriteFlightRecord(const std::string& path) const;
 
+  // Every local stage's optimizer over this replica's part of its
+  // parameters: the whole stage, ZeRO's shard of it, or under ZeRO 2 and 3
+  // the resting shards (ShardingPlan). Setup only.
+  void SetOptimizers(const OptimizerSpec& spec);
+  // ZeRO 3 (the parameters rest as shards), outside a step: binds local
+  // stage `local`'s parameters to `whole` (host memory of its num_params
+  // floats), after gathering every replica's shard into it when `gather`
+  // (a collective over the replica group: every replica holds the same
+  // stages in the same order); else the caller fills it. KeepShard copies
+  // this replica's shard of them back to rest and unbinds them. Without
+  // ZeRO 3 the stages hold their parameters whole and neither is called.
+  bool parameters_sharded() const { return plan_.sharding.parameters_sharded(); }
+  void HoldWhole(int local, std::span<float> whole, bool gather);
+  void KeepShard(int local);
+
   const RankPlan& plan() const { return plan_; }
   std::vector<std::unique_ptr<Stage>>& stages() { return stages_; }  // local, ascending stage index
   std::vector<std::unique_ptr<ActivationStore>>& stores() { return stores_; }
@@ -166,6 +182,39 @@ class Executor {
   // Every stage's optimizer step (ZeRO: its shard, then the parameters
   // all-gathered), then zeroed gradients: the rest of TrainStep.
   void StepOptimizers();
+  // Sharded data parallel (ZeRO 2 and 3, ShardingPlan): per local stage its
+  // resting shards, the windows it holds, and whether its gather is in
+  // flight; per gradient window, the stage whose reduce-scatter is in
+  // flight in it (-1: none).
+  struct Sharded {
+    float* parameter_shard = nullptr;  // ZeRO 3
+    float* gradient_shard = nullptr;
+    int parameter_window = -1, gradient_window = -1;
+    bool gathering = false;
+  };
+  std::vector<Sharded> sharded_;
+  float* parameter_pool_ = nullptr;
+  float* gradient_pool_ = nullptr;
+  std::vector<int> reducing_;
+  float* Window(float* pool, int window) const { return pool + static_cast<std::size_t>(window) * plan_.sharding.window_floats; }
+  // Points local stage k at what it holds now (its own parameters under
+  // ZeRO 2, its parameter window under 3; its gradient window).
+  void Rebind(int local);
+  void Unshard(const Instruction& in);
+  void Reshard(const Instruction& in);
+  // Before a compute action of a sharded stage: its gather waited for; its
+  // first gradient writer of the step takes (and zeroes) its window.
+  void BeforeSharded(const Instruction& in);
+  void ReduceGrad(int local);
+  // Waits for the reduce-scatter in gradient window w and keeps this
+  // replica's part of the sum in the stage's gradient shard.
+  void EndReduce(int w, bool poll);
+  // The step's end: the tied stages' sums started, every sum waited for,
+  // every window freed.
+  void FinishSharded();
+  // The list's end: the parameter windows still held are freed (ZeRO 3).
+  void FreeParameterWindows();
+
   // An instruction with its memory: the plan's BufferRefs made pointers.
   struct Op {
     const Instruction* in;

@@ -6,7 +6,8 @@
 
 namespace baton {
 
-Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device)
+Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device, bool own_params,
+             bool own_grads)
     : model_(model), plan_(plan), device_(std::move(device)) {
   for (int i = 0; i < plan_.ops(); ++i) {
     if (plan_.layer[i] >= 0) {
@@ -15,12 +16,13 @@ Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<Stag
   }
   // Parameters: one buffer for the stage, carved into the named views the
   // model description gives.
-  params_.assign(plan_.num_params, 0.0f);
-  grads_.assign(plan_.num_params, 0.0f);
+  if (own_params) own_params_.assign(plan_.num_params, 0.0f);
+  if (own_grads) own_grads_.assign(plan_.num_params, 0.0f);
   for (NamedParam& p : model_.Params(plan_.first_layer, plan_.last_layer)) {
-    named_.push_back({std::move(p.name), std::move(p.shape), {params_.data() + (p.offset - plan_.param_offset), p.size}});
+    named_.push_back({std::move(p.name), std::move(p.shape), {}});
+    named_at_.emplace_back(p.offset - plan_.param_offset, p.size);
   }
-  device_->BindParams(params_, grads_);
+  Bind(own_params_, own_grads_);
   ws_act_ = device_->Allocate(plan_.workspace_bytes);
   ws_grad_ = device_->Allocate(plan_.workspace_bytes);
   ws_skip_ = device_->Allocate(plan_.workspace_bytes);
@@ -39,7 +41,18 @@ std::byte* Stage::Stash(int i, std::byte* slot) const {
   return ws_state_ + plan_.ws_stash_offset[i];
 }
 
-void Stage::ZeroGrads() { device_->Zero(FloatView(device_->grads(), grads_.size())); }
+void Stage::Bind(std::span<float> params, std::span<float> grads) {
+  params_ = params;
+  grads_ = grads;
+  for (std::size_t i = 0; i < named_.size(); ++i) {
+    named_[i].data = params.empty() ? std::span<float>{} : params.subspan(named_at_[i].first, named_at_[i].second);
+  }
+  device_->BindParams(params, grads);
+}
+
+void Stage::ZeroGrads() {
+  if (!grads_.empty()) device_->Zero(FloatView(device_->grads(), grads_.size()));
+}
 
 void Stage::Init(std::uint64_t seed) {
   for (int i = 0; i < plan_.ops(); ++i) {

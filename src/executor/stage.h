@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/buffer.h"
@@ -38,15 +39,25 @@ class GradientsReady {
 class Stage {
  public:
   // REQUIRES: `plan` is a stage of a plan of `model`; both outlive the stage.
-  Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device);
+  // The stage makes its own parameter and gradient buffers unless told not
+  // to (sharded data parallel: ZeRO 3 gathers the parameters, ZeRO 2 and 3
+  // the gradients, into the executor's windows, and Bind points the stage
+  // at them).
+  Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device, bool own_params = true,
+        bool own_grads = true);
 
   const StagePlan& plan() const { return plan_; }
   int index() const { return plan_.stage; }
 
   // The host copies of the parameters and gradients (on a GPU stage, the
-  // parameters are current after device().PullParams()).
+  // parameters are current after device().PullParams()): the stage's own,
+  // or the memory Bind gave it (empty: none bound).
   std::span<float> params() { return params_; }
   std::span<float> grads() { return grads_; }
+  // Points the stage's layers and named views at `params` and `grads`
+  // (each num_params floats, or empty: none), host memory that outlives
+  // the binding. The host device only; never inside an action.
+  void Bind(std::span<float> params, std::span<float> grads);
   StageDevice& device() { return *device_; }
   void ZeroGrads();
   // PyTorch's default init, each op from its own stream (InitParams): the
@@ -116,8 +127,10 @@ class Stage {
   const ModelDesc& model_;
   const StagePlan& plan_;
   std::unique_ptr<StageDevice> device_;
-  FloatBuffer params_, grads_;  // host
+  FloatBuffer own_params_, own_grads_;  // host, unless the executor binds its own
+  std::span<float> params_, grads_;      // what the layers use now
   std::vector<Param> named_;
+  std::vector<std::pair<std::size_t, std::size_t>> named_at_;  // per named parameter: its floats' first, count
   // Workspace for one microbatch, device memory (workspace_offset per
   // activation): recomputed activations, gradients, skip sums.
   std::byte* ws_act_ = nullptr;

@@ -37,9 +37,12 @@ class HostStageDevice final : public StageDevice {
   void BindParams(std::span<float> host_params, std::span<float> host_grads) override {
     host_params_ = host_params;
     host_grads_ = host_grads;
+    // Either may be empty: nothing bound (sharded data parallel between
+    // its windows; the layers are not called then).
     std::size_t at = 0;
     for (auto& l : layers_) {
-      l->Bind(host_params.data() + at, host_grads.data() + at);
+      l->Bind(host_params.empty() ? nullptr : host_params.data() + at,
+              host_grads.empty() ? nullptr : host_grads.data() + at);
       at += l->NumParams();
     }
   }
@@ -57,6 +60,11 @@ class HostStageDevice final : public StageDevice {
     opt_params_ = host_params_.subspan(first, count);
     opt_grads_ = host_grads_.subspan(first, count);
     optimizer_ = MakeOptimizer(spec, count);
+  }
+  void SetShardOptimizer(const OptimizerSpec& spec, std::span<float> params, std::span<float> grads) override {
+    opt_params_ = params;
+    opt_grads_ = grads;
+    optimizer_ = MakeOptimizer(spec, params.size());
   }
   void OptimizerStep() override { optimizer_->Step(opt_params_, opt_grads_); }
   void ParamsUpdated() override {}  // the layers read the parameters themselves

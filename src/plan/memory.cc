@@ -61,6 +61,16 @@ RankMemory RankMemoryOf(const RunPlan& run, const RankPlan& r) {
     mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity + st.gradient_capacity);
   }
   if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
+  // Sharded data parallel: the resting shards and the windows' pools in
+  // place of whole gradients (ZeRO 2) and parameters (3).
+  const ShardingPlan& sh = r.sharding;
+  if (sh.active()) {
+    std::size_t shards = 0;
+    for (std::size_t count : r.reduction.shard_count) shards += count * sizeof(float);
+    const std::size_t window = sh.window_floats * sizeof(float);
+    mem.grads = shards + static_cast<std::size_t>(sh.gradient_windows) * window;
+    if (sh.parameters_sharded()) mem.params = shards + static_cast<std::size_t>(sh.parameter_windows) * window;
+  }
   return mem;
 }
 
@@ -115,9 +125,13 @@ std::vector<double> StaticBytesCache::operator()(const RunPlan& shape, Placement
       // ZeRO: the largest replica's shard (the last; shards differ by a float at most).
       const std::size_t optimizer =
           shape.zero ? ShardOf(st.num_params, shape.replicas - 1, shape.replicas).count : st.num_params;
-      it = memo_.emplace(key, plan_detail::StageMemory(shape, st, optimizer,
-                                                       plan_detail::StageBuffers(st, 0, S, m, prev_remote, next_remote)))
-               .first;
+      RankMemory stage = plan_detail::StageMemory(shape, st, optimizer,
+                                                  plan_detail::StageBuffers(st, 0, S, m, prev_remote, next_remote));
+      // ZeRO 2 and 3 before a schedule places their windows: each stage's
+      // shard and a window of its own, the most the pools can hold.
+      if (shape.zero >= 2) stage.grads += optimizer * sizeof(float);
+      if (shape.zero >= 3) stage.params += optimizer * sizeof(float);
+      it = memo_.emplace(key, stage).first;
     }
     mem[static_cast<std::size_t>(rank)] += it->second;
   }

@@ -113,7 +113,8 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
   ReductionPlan red;
   red.replicas = run.replicas;
   red.replica = replica;
-  red.zero = run.zero;
+  red.zero = run.zero >= 1;
+  const bool buckets = run.zero < 2;  // ZeRO 2 and 3 sum each stage in one collective (ShardingPlan)
   const std::size_t cap =
       std::max<std::size_t>(1, static_cast<std::size_t>(run.bucket_cap_bytes / sizeof(float)));
   for (std::size_t k = 0; k < r.local_stages.size(); ++k) {
@@ -124,7 +125,7 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
     const Shard mine = red.zero ? ShardOf(n, replica, run.replicas) : Shard{0, n};
     red.shard_begin.push_back(mine.begin);
     red.shard_count.push_back(mine.count);
-    for (std::size_t at = 0; at < n; at += cap) {
+    for (std::size_t at = 0; buckets && at < n; at += cap) {
       BucketPlan b;
       b.local = static_cast<int>(k);
       b.offset = at;
@@ -153,12 +154,77 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
     }
     const bool tied = r.tied.active && (r.tied.local_embedding == static_cast<int>(k) ||
                                         r.tied.local_head == static_cast<int>(k));
-    red.start_after.push_back(tied ? -1 : last);
+    red.start_after.push_back(tied || !buckets ? -1 : last);
   }
   red.first_bucket.push_back(static_cast<int>(red.buckets.size()));
   return red;
 }
 
+
+int TakeSlot(std::vector<char>& held);
+
+// Sharded data parallel's collectives and windows (ShardingPlan): the
+// stages' shards and request ids, and each list's windows, taken in the
+// order the rank runs it, the lowest free one first (PlanSliceSlots' rule).
+void PlanSharding(const RunPlan& run, RankPlan& r) {
+  ShardingPlan& sh = r.sharding;
+  if (run.zero < 2) return;
+  sh.zero = run.zero;
+  ReductionPlan& red = r.reduction;
+  for (std::size_t k = 0; k < r.local_stages.size(); ++k) {
+    ShardedStage st;
+    st.floats = r.local_stages[k].num_params;
+    for (int i = 0; i < run.replicas; ++i) {
+      const Shard shard = ShardOf(st.floats, i, run.replicas);
+      st.displs.push_back(static_cast<int>(shard.begin));
+      st.counts.push_back(static_cast<int>(shard.count));
+    }
+    st.gather_request = red.requests++;
+    st.reduce_request = red.requests++;
+    st.after_tied = r.tied.active && (r.tied.local_embedding == static_cast<int>(k) ||
+                                      r.tied.local_head == static_cast<int>(k));
+    sh.window_floats = std::max(sh.window_floats, st.floats);
+    sh.stages.push_back(std::move(st));
+  }
+  auto windows = [&](std::vector<Instruction>& list, int* parameter_windows, int* gradient_windows) {
+    std::vector<char> params, grads;
+    std::vector<int> param_of(r.local_stages.size(), -1), grad_of(r.local_stages.size(), -1);
+    for (Instruction& in : list) {
+      const Action& a = in.action;
+      if (a.kind == ActionKind::kIdle || a.stage < 0) continue;
+      const int k = r.local[static_cast<std::size_t>(a.stage)];
+      if (k < 0) continue;  // not this rank's (CheckShardedRun refuses it in a run)
+      in.local = k;
+      const auto kk = static_cast<std::size_t>(k);
+      switch (a.kind) {
+        case ActionKind::kUnshard:
+          in.window = param_of[kk] = TakeSlot(params);
+          break;
+        case ActionKind::kReshard:
+          params[static_cast<std::size_t>(param_of[kk])] = 0;
+          param_of[kk] = -1;
+          break;
+        case ActionKind::kReduceGrad:
+          in.window = grad_of[kk];
+          // A tied copy's window is held to the step's end, where it is summed.
+          if (!sh.stages[kk].after_tied && grad_of[kk] >= 0) grads[static_cast<std::size_t>(grad_of[kk])] = 0;
+          grad_of[kk] = -1;
+          break;
+        case ActionKind::kBackward:
+        case ActionKind::kBackwardWeight:
+          if (grad_of[kk] < 0) in.window = grad_of[kk] = TakeSlot(grads);
+          break;
+        default:
+          break;
+      }
+    }
+    *parameter_windows = std::max(*parameter_windows, static_cast<int>(params.size()));
+    *gradient_windows = std::max(*gradient_windows, static_cast<int>(grads.size()));
+  };
+  windows(r.step, &sh.parameter_windows, &sh.gradient_windows);
+  windows(r.evaluation, &sh.parameter_windows, &sh.gradient_windows);
+  if (!sh.parameters_sharded()) sh.parameter_windows = 0;
+}
 
 // The rank's message buffers and the bytes of every request id it uses.
 void PlanMessages(const RunPlan& run, RankPlan& r) {
@@ -410,6 +476,7 @@ RankPlan PlanRank(const RunPlan& run, int rank, int replica) {
   ResolveUnitParts(run, r);
   r.sends_per_step = std::max(CountSends(lowered.actions[rank]), CountSends(run.evaluation.actions[rank]));
   r.reduction = PlanReduction(run, r, replica);
+  PlanSharding(run, r);
   return r;
 }
 

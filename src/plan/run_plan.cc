@@ -28,6 +28,61 @@ Schedule ForwardOnly(const Schedule& schedule) {
   return out;
 }
 
+bool HasShardingActions(const Schedule& s) {
+  for (const auto& row : s.actions) {
+    for (const Action& a : row) {
+      if (a.kind == ActionKind::kUnshard || a.kind == ActionKind::kReshard || a.kind == ActionKind::kReduceGrad) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// The price AddShardingActions places a run's gathers by, before anything
+// is measured: unit compute costs, each stage's gather one forward of it.
+SimOptions GatherPrice(const Schedule& s) {
+  SimOptions o;
+  o.record_timeline = true;
+  o.shards.gather_time.assign(static_cast<std::size_t>(s.stages), 1.0);
+  return o;
+}
+
+// Under ZeRO 2 and 3 every stage a rank computes is summed by a REDUCE_GRAD
+// of its own (its gradients would not reach the optimizer's shards
+// otherwise), and under 3 gathered by an UNSHARD; CheckSharding has
+// checked where they stand. Throws ConfigError naming the rank and stage.
+void CheckShardedRun(const TrainConfig& c, const Schedule& s, int zero) {
+  for (int r = 0; r < s.ranks; ++r) {
+    std::vector<char> computes(static_cast<std::size_t>(s.stages), 0), reduced(computes), gathered(computes);
+    for (const Action& unit : s.actions[static_cast<std::size_t>(r)]) {
+      ForEachPart(unit, [&](const Action& a) {
+        if (a.stage < 0) return;
+        const auto st = static_cast<std::size_t>(a.stage);
+        if (IsCompute(a.kind)) computes[st] = 1;
+        if (!HasMicrobatch(a.kind) && a.kind != ActionKind::kIdle && s.stage_rank[st] != r) {
+          throw ConfigError(fmt::format("{}: the schedule {} has {} on rank {}, but stage {} runs on rank {}: a rank "
+                                        "gathers, frees and sums only its own stages",
+                                        c.source, c.pipeline.schedule, ToString(a), r, a.stage, s.stage_rank[st]));
+        }
+        if (a.kind == ActionKind::kReduceGrad) reduced[st] = 1;
+        if (a.kind == ActionKind::kUnshard) gathered[st] = 1;
+      });
+    }
+    for (int st = 0; st < s.stages; ++st) {
+      const auto k = static_cast<std::size_t>(st);
+      if (!computes[k]) continue;
+      const char* missing = !reduced[k] ? "REDUCE_GRAD" : zero >= 3 && !gathered[k] ? "UNSHARD" : nullptr;
+      if (missing == nullptr) continue;
+      throw ConfigError(fmt::format(
+          "{}: data_parallel.zero is {}, but the schedule {} has no {} of stage {} on rank {} (a schedule file "
+          "that places sharded data parallel's actions places them for every stage: each rank reduce-scatters "
+          "its stages' gradients{}; leave them out and baton places them)",
+          c.source, zero, c.pipeline.schedule, missing, st, r, zero >= 3 ? " and gathers their parameters" : ""));
+    }
+  }
+}
+
 }  // namespace
 
 namespace plan_detail {
@@ -57,7 +112,7 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   plan.model = std::move(model);
   plan.bounds = PartitionLayers(c, plan.model, stages);
   plan.replicas = c.data_parallel.size;
-  plan.zero = c.data_parallel.zero == 1 && plan.replicas > 1;
+  plan.zero = plan.replicas > 1 ? c.data_parallel.zero : 0;
   plan.bucket_cap_bytes = c.data_parallel.bucket_cap_mb * 1024 * 1024;
   plan.global_batch = c.train.batch_size;
   plan.batch_size = c.train.batch_size / plan.replicas;
@@ -92,13 +147,22 @@ RunPlan PlanRun(const TrainConfig& c) {
   options.slices = c.pipeline.seq_slices;
   Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, options);
   Validate(s);
+  // Sharded data parallel: the schedule's own actions, or placed here.
+  const int zero = c.data_parallel.size > 1 ? c.data_parallel.zero : 0;
+  if (zero >= 2) {
+    if (!HasShardingActions(s)) s = AddShardingActions(s, zero, GatherPrice(s));
+    CheckShardedRun(c, s, zero);
+  }
   Schedule lowered = Lower(s);
   Validate(lowered);
   RunPlan plan = PlanShape(c, DescribeModel(c.model.layers, c.model.input, c.model.seq), lowered.stages);
   plan.lowered = std::move(lowered);
   // Derived from a validated schedule, and Lower itself refuses an order
   // that cannot progress (CheckStructure would ask for backwards).
-  plan.evaluation = Lower(ForwardOnly(plan.lowered));
+  // Under ZeRO 3 the evaluation gathers each stage too, around its forwards.
+  Schedule forwards = ForwardOnly(plan.lowered);
+  if (zero >= 3) forwards = AddShardingActions(forwards, 3, GatherPrice(forwards));
+  plan.evaluation = Lower(forwards);
   if (plan.lowered.slices != plan.slices) {
     throw ConfigError(fmt::format("{}: the schedule {} holds {} slice(s) a microbatch, but pipeline.seq_slices is {}",
                                   c.source, c.pipeline.schedule, plan.lowered.slices, plan.slices));

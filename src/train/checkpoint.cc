@@ -189,7 +189,7 @@ void WriteManifest(const CheckpointPlace& place, const CheckpointRun& run, std::
   manifest["schedule"] = run.schedule;
   manifest["ranks"] = run.ranks;
   manifest["data_parallel"] = run.data_parallel;
-  manifest["zero"] = run.zero ? 1 : 0;
+  manifest["zero"] = run.zero;
   manifest["chunks"] = run.chunks;
   manifest["microbatches"] = run.microbatches;
   manifest["partition"] = run.partition;
@@ -463,6 +463,7 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
   t.GatherStrings(record, &records,
                   fmt::format("every rank's shard record of checkpoint {}",
                               StepName(step)));
+  store.Settle();
   Agree(t, fmt::format("rank 0 writing the manifest of checkpoint {}", StepName(step)), [&] {
     if (t.rank() == 0) WriteManifest(place, run, step, records);
   });

@@ -59,7 +59,7 @@ struct CheckpointRun {
   std::vector<int> partition;       // first top-level layer of each stage
   std::int64_t total_steps = 0;     // the run's length
   int data_parallel = 1;            // replicas (recorded; another count resumes)
-  bool zero = false;                // optimizer state sharded (recorded)
+  int zero = 0;                     // the ZeRO stage in effect (recorded)
 };
 // `run_id` is left empty: the caller sets it (a new id, or the resumed run's).
 CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan, std::int64_t total_steps);

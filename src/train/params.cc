@@ -21,25 +21,43 @@ const NamedTensor* Find(const std::vector<NamedTensor>& tensors, const std::stri
 
 }  // namespace
 
-ParamStore::ParamStore(const RunPlan& run, const RankPlan& rank, std::vector<std::unique_ptr<Stage>>& stages)
-    : run_(run), rank_(rank), stages_(stages) {}
+ParamStore::ParamStore(const RunPlan& run, const RankPlan& rank, Executor& exec)
+    : run_(run), rank_(rank), exec_(exec), stages_(exec.stages()) {}
+
+void ParamStore::HoldWhole(bool gather) {
+  if (!exec_.parameters_sharded() || !whole_.empty()) return;
+  whole_.resize(stages_.size());
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    whole_[k].assign(rank_.local_stages[k].num_params, 0.0f);
+    exec_.HoldWhole(static_cast<int>(k), whole_[k], gather);
+  }
+}
 
 void ParamStore::Initialize(std::uint64_t seed, const OptimizerSpec& optimizer) {
-  const ReductionPlan& red = rank_.reduction;
-  for (std::size_t k = 0; k < stages_.size(); ++k) {
-    stages_[k]->Init(seed);
-    // ZeRO: this replica's shard only (the whole stage otherwise).
-    stages_[k]->device().SetOptimizer(optimizer, red.shard_begin[k], red.shard_count[k]);
-  }
+  HoldWhole(false);  // ZeRO 3: every replica draws the whole stages alike, and keeps its shard
+  for (auto& st : stages_) st->Init(seed);
+  // ZeRO: this replica's shard only (the whole stage otherwise).
+  exec_.SetOptimizers(optimizer);
   Push();
 }
 
 void ParamStore::Pull() {
   for (auto& st : stages_) st->device().PullParams();
+  HoldWhole(true);
 }
 
 void ParamStore::Push() {
+  if (!whole_.empty()) {
+    for (std::size_t k = 0; k < stages_.size(); ++k) exec_.KeepShard(static_cast<int>(k));
+    whole_.clear();
+  }
   for (auto& st : stages_) st->device().PushParams();
+}
+
+void ParamStore::Settle() {
+  if (whole_.empty()) return;
+  for (std::size_t k = 0; k < stages_.size(); ++k) stages_[k]->Bind({}, {});
+  whole_.clear();
 }
 
 void ParamStore::LoadInitial(const std::vector<NamedTensor>& tensors, const std::string& source) {
@@ -74,6 +92,7 @@ void ParamStore::LoadInitial(const std::vector<NamedTensor>& tensors, const std:
                                   source, unknown.size(), fmt::join(unknown.begin(), unknown.begin() + shown, ", "),
                                   unknown.size() > shown ? ", ..." : ""));
   }
+  HoldWhole(false);  // ZeRO 3: every parameter is written below
   for (auto& st : stages_) {
     for (const Stage::Param& p : st->named_params()) {
       const NamedTensor* found = Find(tensors, p.name);
@@ -111,7 +130,7 @@ OptimizerStates ParamStore::WholeState(ReplicaGroup& replicas) {
     }
     // Every shard padded to the largest (the last: shards differ by a float
     // at most), gathered on the first replica, and laid back in place.
-    const std::size_t n = stages_[k]->params().size();
+    const std::size_t n = rank_.local_stages[k].num_params;
     const std::size_t pad = ShardOf(n, red.replicas - 1, red.replicas).count;
     std::vector<float> mine(pad * state.size(), 0.0f);
     for (std::size_t s = 0; s < state.size(); ++s) std::copy(state[s].begin(), state[s].end(), mine.begin() + s * pad);
@@ -161,6 +180,7 @@ void ParamStore::Restore(const std::vector<NamedTensor>& saved, const std::strin
     throw ConfigError(fmt::format("{}: {} tensors, but this rank's stages need {}", source, saved.size(), wanted.size()));
   }
   const ReductionPlan& red = rank_.reduction;
+  HoldWhole(false);  // ZeRO 3: every parameter is written below
   std::size_t at = 0;
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     Stage& st = *stages_[k];

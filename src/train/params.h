@@ -16,6 +16,7 @@
 #include "baton/comm.h"
 #include "baton/data.h"
 #include "baton/plan.h"
+#include "executor.h"
 #include "stage.h"
 
 namespace baton {
@@ -26,18 +27,22 @@ using OptimizerStates = std::vector<std::vector<std::vector<float>>>;
 
 class ParamStore {
  public:
-  // REQUIRES: `stages` are the executor's for `rank` of `run`; all outlive
-  // the store.
-  ParamStore(const RunPlan& run, const RankPlan& rank, std::vector<std::unique_ptr<Stage>>& stages);
+  // REQUIRES: `exec` runs `rank` of `run`; all outlive the store.
+  ParamStore(const RunPlan& run, const RankPlan& rank, Executor& exec);
 
   // PyTorch's default init, each op from its own stream (the weights do not
   // depend on the partition); an optimizer per stage over this replica's
   // shard; then the parameters to the device.
   void Initialize(std::uint64_t seed, const OptimizerSpec& optimizer);
   // Device -> host copies of the parameters and optimizer state (no-op on
-  // the host), and back. Never inside a step.
+  // the host), and back. Never inside a step. Under ZeRO 3 (the
+  // parameters rest as shards) Pull gathers each stage's whole parameters
+  // into host copies (a collective over the replica group: every replica
+  // pulls), and Push keeps this replica's shard of them and drops them;
+  // Settle drops them unchanged (after reading: checkpoints, weights).
   void Pull();
   void Push();
+  void Settle();
 
   // model.init.from: every local parameter from the tensor of its name,
   // shapes checked. A head tied to the embedding is its table: a file
@@ -68,9 +73,15 @@ class ParamStore {
   std::vector<float> LocalFloats() const;
 
  private:
+  // ZeRO 3: every local stage's whole parameters in host copies, gathered
+  // from the replicas or left for the caller to write (Executor::HoldWhole).
+  void HoldWhole(bool gather);
+
   const RunPlan& run_;
   const RankPlan& rank_;
+  Executor& exec_;
   std::vector<std::unique_ptr<Stage>>& stages_;
+  std::vector<FloatBuffer> whole_;  // ZeRO 3, while held: per local stage
 };
 
 // Rank 0 of `pipeline` writes every stage's parameters as one safetensors

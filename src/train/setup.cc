@@ -227,7 +227,7 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   u.device = MakeRankDevice(c.device, t, c.precision);
   u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, c.pipeline.wait_timeout_s, t, *u.device,
                                       &comms.replicas);
-  u.params = std::make_unique<ParamStore>(u.plan, u.rank_plan, u.exec->stages());
+  u.params = std::make_unique<ParamStore>(u.plan, u.rank_plan, *u.exec);
   u.params->Initialize(c.model.init_seed, c.train.optimizer);
   if (!c.model.init_from.empty()) u.params->LoadInitial(ReadSafetensors(c.model.init_from), c.model.init_from);
 

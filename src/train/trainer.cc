@@ -236,10 +236,10 @@ void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
                                  u.fault.step, u.fault.action));
     }
   });
-  if (!c.log.weights.empty() && u.replica == 0) {
-    u.params->Pull();
-    SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
-  }
+  if (c.log.weights.empty()) return;
+  u.params->Pull();  // every replica: under ZeRO 3 the pull gathers the shards
+  if (u.replica == 0) SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
+  u.params->Settle();
 }
 
 }  // namespace

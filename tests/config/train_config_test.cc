@@ -1104,7 +1104,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"precision=tf32", "precision: tf32 needs device: cuda"},
         BadValue{"data_parallel.size=0", "data_parallel.size: must be at least 1, got 0"},
         BadValue{"data_parallel.size=3", "data_parallel.size: 3 replicas x 4 microbatches do not divide train.batch_size 16"},
-        BadValue{"data_parallel.zero=2", "data_parallel.zero: ZeRO stage 2 is not run by baton train yet"},
         BadValue{"data_parallel.zero=4", "data_parallel.zero: must be in [0, 3], got 4"},
         BadValue{"data_parallel.bucket_cap_mb=0", "data_parallel.bucket_cap_mb: must be in"},
         BadValue{"data_parallel.sharded=true", "unknown key 'data_parallel.sharded'"}));
@@ -1114,6 +1113,22 @@ TEST(TrainConfigDataParallel, ReplicasRunOnTheGpuToo) {
   EXPECT_EQ(c.data_parallel.size, 2);
   EXPECT_EQ(c.data_parallel.zero, 1);
   EXPECT_EQ(c.device, Device::kCuda);
+}
+
+TEST(TrainConfigDataParallel, ShardedStagesRunOnTheCpuAndAreRefusedOnTheGpu) {
+  for (int zero : {2, 3}) {
+    const std::string set = "data_parallel={size: 2, zero: " + std::to_string(zero) + "}";
+    EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {set}).data_parallel.zero, zero);
+    try {
+      ParseTrainConfig(kValid, "t.yaml", {set, "device=cuda"});
+      ADD_FAILURE() << "zero " << zero << " on cuda was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("data_parallel.zero: ZeRO stage " + std::to_string(zero) +
+                                           " runs on the CPU only so far"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(TrainConfigDataParallel, RoundTrips) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "baton/error.h"
 #include "baton/host.h"
 #include "baton/comm.h"
 #include "baton/config.h"
@@ -33,11 +34,33 @@ struct Case {
 // ring stores' slot tables. Small against the tensors of these models.
 constexpr long long kBookkeepingBytes = 128 * 1024;
 
+// A replica group of `size` members that setup never uses: the executor
+// sizes its collectives on it and sends nothing.
+class IdleReplicas final : public ReplicaGroup {
+ public:
+  explicit IdleReplicas(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  void Configure(int, double) override {}
+  void StartAllReduce(int, std::span<float>) override { Unused(); }
+  void StartReduceScatter(int, std::span<float>, std::span<const int>, std::span<const int>) override { Unused(); }
+  void StartAllGather(int, std::span<float>, std::span<const int>, std::span<const int>) override { Unused(); }
+  bool Test(int) override { Unused(); }
+  void Wait(int, const WaitInfo&) override { Unused(); }
+  void Gather(std::span<const float>, std::vector<float>*) override { Unused(); }
+  void SetTimeoutHook(std::function<void()>) override {}
+
+ private:
+  [[noreturn]] static void Unused() { throw Error("setup ran a collective"); }
+  int size_;
+};
+
 void CheckCase(const Case& c) {
   const TrainConfig config = LoadTrainConfig(BATON_SOURCE_DIR "/" + c.config, c.overrides);
   const RunPlan run = PlanRun(config);
   const std::vector<RankMemory> predicted = PlanMemory(run);
   ASSERT_EQ(predicted.size(), static_cast<std::size_t>(config.pipeline.ranks));
+  // A rank of the first replica (the last replica's shards can be a float larger).
   const bool one_stage_per_rank = run.stages() == run.lowered.ranks;
   for (int rank = 0; rank < config.pipeline.ranks; ++rank) {
     SCOPED_TRACE(c.name + ", rank " + std::to_string(rank));
@@ -45,14 +68,16 @@ void CheckCase(const Case& c) {
     const RankPlan plan = PlanRank(run, rank);
     std::unique_ptr<Transport> transport = MakeSoloTransport();
     std::unique_ptr<RankDevice> device = MakeHostRankDevice(*transport);
+    IdleReplicas replicas(run.replicas);
 
     alloc_hooks::live_bytes = 0;
     alloc_hooks::counting = true;
-    auto exec = std::make_unique<Executor>(run.model, plan, config.pipeline.wait_timeout_s, *transport, *device);
+    auto exec = std::make_unique<Executor>(run.model, plan, config.pipeline.wait_timeout_s, *transport, *device,
+                                           run.replicas > 1 ? &replicas : nullptr);
     for (auto& st : exec->stages()) {
-      st->Init(config.model.init_seed);
-      st->device().SetOptimizer(config.train.optimizer);
+      if (!exec->parameters_sharded()) st->Init(config.model.init_seed);  // ZeRO 3: nothing bound between steps
     }
+    exec->SetOptimizers(config.train.optimizer);
     alloc_hooks::counting = false;
     const long long measured = alloc_hooks::live_bytes;
 
@@ -141,6 +166,23 @@ TEST(MemoryPlan, GptSequenceSlices) {
   o.insert(o.end(), {"pipeline.schedule=zb_h1", "pipeline.ranks=2", "pipeline.seq_slices=3",
                      "pipeline.seq_split=compute", "pipeline.checkpointing=full", "pipeline.keep=[]"});
   CheckCase({"gpt zb_h1 3 compute slices full", "configs/gpt_fortunes_1f1b.yaml", o});
+}
+
+// Sharded data parallel: the optimizer state's shard (ZeRO 1), the
+// gradients' shards and windows (2), the parameters' too (3), on the
+// fortunes GPT at 2 x 2 and 1 x 4; and the parameter windows shrinking the
+// model state below ZeRO 1's.
+TEST(MemoryPlan, GptShardedDataParallel) {
+  std::vector<RankMemory> zero1;
+  for (int zero : {0, 1, 2, 3}) {
+    std::vector<std::string> o = kGpt;
+    o.insert(o.end(), {"pipeline.ranks=2", "data_parallel.size=2", "data_parallel.zero=" + std::to_string(zero)});
+    CheckCase({"gpt 2x2 zero " + std::to_string(zero), "configs/gpt_fortunes_1f1b.yaml", o});
+  }
+  std::vector<std::string> o = kGpt;
+  o.insert(o.end(), {"pipeline.ranks=1", "pipeline.schedule=interleaved_1f1b", "pipeline.chunks=4",
+                     "data_parallel.size=4", "data_parallel.zero=3"});
+  CheckCase({"gpt 1x4 interleaved v4 zero 3", "configs/gpt_fortunes_1f1b.yaml", o});
 }
 
 TEST(MemoryPlan, MlpZbH1) {

@@ -3,7 +3,9 @@
 // batch: per-step losses and final weights equal the one-rank run within
 // 1e-5 relative, for 2 x 2, 1 x 4, 4 x 1 (and 2 x 4), 1F1B, ZB-H1 and ZB-V,
 // SGD with momentum and AdamW, the optimizer state whole or sharded (ZeRO
-// stage 1), with buckets small enough that every stage has several. The
+// stage 1), with buckets small enough that every stage has several; and
+// with the gradients (ZeRO 2) and the parameters (ZeRO 3) sharded too, for
+// 2 x 2, 1 x 4 and 2 x 4, 1F1B, ZB-H1, interleaved 1F1B and ZB-V. The
 // GPT's tied head sums its copies' gradients across the pipeline and across
 // the replicas. Each replica evaluates its own share of the validation
 // set, and together they report the one-rank run's loss.
@@ -44,7 +46,7 @@ struct Case {
 // ctest lists a case by what it runs, not by its bytes.
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.replicas << " replicas of a " << c.pipeline << "-rank " << c.schedule << " pipeline, " << c.optimizer
-      << (c.zero ? ", ZeRO" : "");
+      << (c.zero ? ", ZeRO " + std::to_string(c.zero) : "");
 }
 
 class DataParallel : public ::testing::TestWithParam<Case> {};
@@ -85,6 +87,41 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel, ::testing::ValuesIn(baton_test::
                                   "_" + c.optimizer + "_zero" + std::to_string(c.zero);
                          });
 
+// ZeRO 2 and 3: the actions placed by baton in each schedule (one rank
+// interleaving 2 chunks: groups of layers gathered in turn).
+std::vector<Case> ShardedCases() {
+  std::vector<Case> cases;
+  int n = 0;
+  for (auto [p, d] : {std::pair{2, 2}, std::pair{1, 4}, std::pair{2, 4}}) {
+    for (const char* s : {"1f1b", "zb_h1", "interleaved_1f1b", "zbv"}) {
+      for (int zero : {2, 3}) cases.push_back({p, d, s, n++ % 2 ? "adamw" : "sgd", zero});
+    }
+  }
+  return cases;
+}
+
+class ShardedDataParallel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShardedDataParallel, MatchesOneProcessOnTheGlobalBatch) {
+  const Case& c = GetParam();
+  std::vector<std::string> sets = {"pipeline.ranks=" + std::to_string(c.pipeline),
+                                   "pipeline.schedule=" + c.schedule,
+                                   "data_parallel.size=" + std::to_string(c.replicas),
+                                   "data_parallel.zero=" + std::to_string(c.zero)};
+  if (c.schedule == "interleaved_1f1b") sets.push_back("pipeline.chunks=2");
+  if (c.optimizer == "adamw") sets.push_back(kAdamW);
+  const std::string name = "sharded_" + std::to_string(c.pipeline) + "x" + std::to_string(c.replicas) + "_" +
+                           c.schedule + "_" + c.optimizer + "_zero" + std::to_string(c.zero);
+  ExpectSameRun(TrainRun(name, kTiny, c.pipeline * c.replicas, sets), Reference(c.optimizer));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ShardedDataParallel, ::testing::ValuesIn(baton_test::Sampled(ShardedCases(), 3)),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return std::to_string(c.pipeline) + "x" + std::to_string(c.replicas) + "_" + c.schedule +
+                                  "_" + c.optimizer + "_zero" + std::to_string(c.zero);
+                         });
+
 TEST(DataParallelGpt, TiedHeadAcrossRanksAndReplicas) {
   // The head on rank 1, the embedding on rank 0, in both replicas. SGD
   // with momentum: replicas change the order of the gradients' sums, and
@@ -94,7 +131,7 @@ TEST(DataParallelGpt, TiedHeadAcrossRanksAndReplicas) {
   // steps even with eps 1e-5; the MLP cases above run AdamW.
   const std::string sgd = "train.optimizer={type: sgd, lr: 0.1, momentum: 0.9}";
   const RunOutput ref = TrainRun("dp_gpt_ref", kTinyGpt, 1, {sgd});
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2, 3}) {
     SCOPED_TRACE("zero " + std::to_string(zero));
     const RunOutput got =
         TrainRun("dp_gpt_" + std::to_string(zero), kTinyGpt, 4,
