@@ -628,6 +628,9 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
       if (!sharding || a.kind == ActionKind::kIdle) continue;
       Flight& flight = flight_[flight_next_++ % kFlight];
       flight = {step_, a, MonotonicSeconds(), -1};
+      if (train && fault_.mode != Fault::kNone && a.kind != ActionKind::kReshard) {
+        MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
+      }
       if (a.kind == ActionKind::kUnshard) Unshard(in);
       if (a.kind == ActionKind::kReshard) Reshard(in);
       if (a.kind == ActionKind::kReduceGrad && train && !plan_.sharding.stages[static_cast<std::size_t>(in.local)].after_tied) {

@@ -26,8 +26,9 @@
 namespace baton {
 
 // A fault to inject, for testing how runs fail (BATON_FAULT, see fault.cc):
-// on `rank`, at step `step`, when action `action` ("F", "B", "I", "W", or
-// "checkpoint") is reached: stall forever, exit at once, or die by SIGKILL.
+// on `rank`, at step `step`, when action `action` ("F", "B", "I", "W",
+// sharded data parallel's "UNSHARD" or "REDUCE_GRAD", or "checkpoint") is
+// reached: stall forever, exit at once, or die by SIGKILL.
 struct Fault {
   enum Mode { kNone, kStall, kExit, kKill };
   Mode mode = kNone;

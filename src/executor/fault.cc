@@ -15,6 +15,16 @@
 
 namespace baton {
 
+namespace {
+
+// Sharded data parallel's collectives where the plan runs them (ZeRO 2
+// and 3): a fault can stop a rank before it joins one.
+bool IsShardingFault(ActionKind kind, const RankPlan& plan) {
+  return plan.sharding.active() && (kind == ActionKind::kUnshard || kind == ActionKind::kReduceGrad);
+}
+
+}  // namespace
+
 Fault FaultFromEnvironment() {
   const char* text = std::getenv("BATON_FAULT");
   if (text == nullptr || *text == '\0') return {};
@@ -27,8 +37,8 @@ Fault FaultFromEnvironment() {
   parts.push_back(s.substr(start));
   auto bad = [&](const std::string& why) {
     return ConfigError(
-        fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W or "
-                    "checkpoint and MODE stall, exit or kill)",
+        fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
+                    "UNSHARD, REDUCE_GRAD or checkpoint and MODE stall, exit or kill)",
                     s, why));
   };
   if (parts.size() != 4) throw bad("four fields needed");
@@ -40,7 +50,8 @@ Fault FaultFromEnvironment() {
     throw bad("RANK and STEP must be numbers");
   }
   f.action = parts[2];
-  if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "checkpoint") {
+  if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "UNSHARD" &&
+      f.action != "REDUCE_GRAD" && f.action != "checkpoint") {
     throw bad("unknown action '" + f.action + "'");
   }
   if (parts[3] == "stall") {
@@ -83,7 +94,7 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
   if (rank != f.rank) return;
   std::vector<std::string> kinds;
   for (const Instruction& in : plan.step) {
-    if (!IsCompute(in.action.kind)) continue;
+    if (!IsCompute(in.action.kind) && !IsShardingFault(in.action.kind, plan)) continue;
     const std::string name(KindName(in.action.kind));
     if (name == f.action) return;
     if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) kinds.push_back(name);

@@ -60,6 +60,21 @@ class CheckpointTest : public ::testing::Test {
     EXPECT_EQ(Read("resumed.safetensors"), whole);
   }
 
+  // Every tensor of two weight files within 1e-5 of the first's largest magnitude.
+  void ExpectClose(const std::string& a, const std::string& b) {
+    const auto x = baton::ReadSafetensors((dir_ / a).string());
+    const auto y = baton::ReadSafetensors((dir_ / b).string());
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t t = 0; t < x.size(); ++t) {
+      double scale = 0, diff = 0;
+      for (std::size_t k = 0; k < x[t].data.size(); ++k) {
+        scale = std::max(scale, double(std::abs(x[t].data[k])));
+        diff = std::max(diff, double(std::abs(y[t].data[k] - x[t].data[k])));
+      }
+      EXPECT_LE(diff, 1e-5 * scale) << x[t].name;
+    }
+  }
+
   fs::path dir_;
 };
 
@@ -157,6 +172,54 @@ TEST_F(CheckpointTest, DataParallelResumeIsBitIdentical) {
             0)
       << Read("log.txt");
   ExpectResumedLikeWhole();
+}
+
+// ZeRO 3: the parameters rest as shards; a checkpoint gathers them whole,
+// and a resumed run scatters them back and is bit-identical.
+const char* kTwoByTwoZero3 = " --set data_parallel.size=2 --set data_parallel.zero=3";
+
+TEST_F(CheckpointTest, ShardedParametersResumeBitIdentical) {
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwoZero3) +
+                           " --set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"),
+            0)
+      << Read("log.txt");
+  ASSERT_NE(TrainOn(4, std::string(kTwoByTwoZero3) + " --set train.steps=10 --set checkpoint.dir=ck", "2:7:F:kill"), 0)
+      << Read("log.txt");
+  EXPECT_NE(Read("ck/step-00000006/manifest.json").find("\"zero\": 3"), std::string::npos);
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwoZero3) +
+                           " --set train.steps=10 --set checkpoint.dir=ck --set log.weights=resumed.safetensors --resume"),
+            0)
+      << Read("log.txt");
+  ExpectResumedLikeWhole();
+}
+
+// A checkpoint holds whole tensors whatever ZeRO stage and D wrote it: one
+// written at ZeRO 3 over 2 replicas resumes with one replica, and one at
+// ZeRO 1 resumes at ZeRO 2 and at 3, each the same training up to the
+// order of the gradients' sums.
+TEST_F(CheckpointTest, CheckpointsMoveBetweenZeroStagesAndReplicaCounts) {
+  ASSERT_EQ(TrainOn(4, std::string(kTwoByTwo) +
+                           " --set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"),
+            0)
+      << Read("log.txt");
+  struct Move {
+    std::string from, to;
+    int np_to;
+  };
+  const std::vector<Move> moves = {{kTwoByTwoZero3, "", 2},
+                                   {kTwoByTwo, " --set data_parallel.size=2 --set data_parallel.zero=2", 4},
+                                   {kTwoByTwo, kTwoByTwoZero3, 4}};
+  for (const Move& m : moves) {
+    SCOPED_TRACE(m.from + " -> " + m.to);
+    fs::remove_all(dir_ / "ck");
+    ASSERT_NE(TrainOn(4, m.from + " --set train.steps=10 --set checkpoint.dir=ck", "0:7:F:kill"), 0) << Read("log.txt");
+    ASSERT_EQ(TrainOn(m.np_to, m.to + " --set train.steps=10 --set checkpoint.dir=ck --set log.weights=moved.safetensors "
+                                      "--resume"),
+              0)
+        << Read("log.txt");
+    EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
+    ExpectClose("whole.safetensors", "moved.safetensors");
+  }
 }
 
 // A checkpoint holds the whole optimizer state whatever D wrote it, so a

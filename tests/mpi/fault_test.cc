@@ -140,6 +140,22 @@ TEST_F(FaultTest, StalledReplicaEndsTheJobAtTheGradientSumsDeadline) {
   EXPECT_TRUE(fs::exists(dir_ / "out/flight-rank-0.json")) << log;
 }
 
+// ZeRO 3 over two replicas of a one-rank pipeline: a replica that stalls
+// before its step's gather leaves the other waiting in that all-gather,
+// which ends the job at the deadline naming the stage and the replicas.
+TEST_F(FaultTest, StalledGatherEndsTheJobAtTheDeadlineNamingTheStage) {
+  EXPECT_NE(Train("1:2:UNSHARD:stall",
+                  "--set pipeline.ranks=1 --set data_parallel.size=2 --set data_parallel.zero=3 "
+                  "--set pipeline.wait_timeout_s=3 --set train.steps=4"),
+            0);
+  EXPECT_LT(seconds_, 3 + 12) << Read("log.txt");
+  const std::string log = Read("log.txt");
+  EXPECT_NE(log.find("rank 0: timed out waiting for UNSHARD's all-gather of stage 0 with its replicas (ranks 0, 1)"),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(fs::exists(dir_ / "out/flight-rank-0.json")) << log;
+}
+
 TEST_F(FaultTest, MalformedFaultSettingIsAnError) {
   EXPECT_EQ(Train("1:2:X:stall", "--set train.steps=2"), 2);
   EXPECT_NE(Read("log.txt").find("BATON_FAULT=\"1:2:X:stall\": unknown action 'X'"), std::string::npos)
