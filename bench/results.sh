@@ -12,6 +12,7 @@
 # bench-mlp     baton bench of the synthetic MLP, 1F1B and ZB-H1 on 2 ranks
 # sweep         baton bench --sweep of the synthetic MLP on 2 ranks
 # data-parallel baton bench of the synthetic MLP, 1 x 2, 2 x 2 and 2 x 2 with ZeRO
+# sharding      baton bench of the GPT at ZeRO 0-3, 1 x 2 and 2 x 2; baton validate's model state
 # train-mlp     the Fashion-MNIST MLP's three configs on 4 ranks
 # train-gpt     the fortunes GPT's two configs on 4 ranks
 # bench-gpt     baton bench of the GPT on 2 and 4 ranks, every kind of schedule
@@ -98,6 +99,58 @@ table_data_parallel() {
   done
 }
 
+table_sharding() {
+  local base="configs/gpt_fortunes_1f1b.yaml --steps 20"
+  stamp "mpirun -np {2,4} $baton bench $base --set pipeline.ranks={1,2} --set data_parallel.size=2 --set data_parallel.zero={0,1,2,3}"
+  echo
+  echo "| layout | ZeRO | step time, median (min – max) | / ZeRO 1 | measured / predicted | per stage and step: reduce-scatters, gathers | gather waits / α–β time | gathers hidden |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  local p z
+  for p in 1 2; do
+    for z in 0 1 2 3; do
+      mpirun -np $((2 * p)) $baton bench $base --set pipeline.ranks=$p --set data_parallel.size=2 \
+        --set data_parallel.zero=$z --json "$out/zero$z.json" > /dev/null
+    done
+    python3 - "$p" "$out" <<'PY'
+import json, sys
+p, out = sys.argv[1], sys.argv[2]
+ms = lambda s: f"{s * 1e3:.1f} ms"
+runs = [json.load(open(f"{out}/zero{z}.json")) for z in range(4)]
+for b in runs:
+    sharded = b["zero"] >= 3
+    print(f"| {p} x 2 | {b['zero']} | {ms(b['step_time_median_s'])} ({ms(b['step_time_min_s'])} – {ms(b['step_time_max_s'])}) "
+          f"| **{b['step_time_median_s'] / runs[1]['step_time_median_s']:.3f}** | {b['measured_over_predicted']:.3f} "
+          f"| {b.get('reduce_scatters_per_stage', '–')}, {b.get('gathers_per_stage', '–') if sharded else '–'} "
+          f"| {ms(b['gather_wait_s']) + ' / ' + ms(b['predicted_gather_s']) if sharded else '–'} "
+          f"| {format(100 * b['gather_hidden_fraction'], '.0f') + '%' if sharded else '–'} |")
+PY
+  done
+  echo
+  stamp "$baton validate configs/gpt_fortunes_1f1b.yaml --set pipeline.ranks={2,1} [--set pipeline.schedule=interleaved_1f1b --set pipeline.chunks=4] --set data_parallel.size={2,4} --set data_parallel.zero={0,1,2,3}"
+  echo
+  echo "| layout | ZeRO | rank 0: parameters | gradients | optimizer state | model state | allocated |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  local name sets
+  for name in "2 x 2, 1F1B" "1 x 4, interleaved 4 chunks"; do
+    case "$name" in
+      "2 x 2"*) sets=(--set pipeline.ranks=2 --set data_parallel.size=2) ;;
+      *) sets=(--set pipeline.ranks=1 --set pipeline.schedule=interleaved_1f1b --set pipeline.chunks=4 --set data_parallel.size=4) ;;
+    esac
+    for z in 0 1 2 3; do
+      $baton validate configs/gpt_fortunes_1f1b.yaml "${sets[@]}" --set data_parallel.zero=$z > "$out/validate.txt"
+      python3 - "$name" "$z" "$out/validate.txt" <<'PY'
+import re, sys
+name, zero, path = sys.argv[1:]
+line = next(l for l in open(path) if l.startswith("#   rank 0 memory"))
+v = {k: float(x) for k, x in re.findall(r"(parameters|gradients|optimizer state|allocated) ([0-9.]+)", line)}
+state = v["parameters"] + v["gradients"] + v["optimizer state"]
+print(f"| {name} | {zero} | {v['parameters']:.2f} MiB | {v['gradients']:.2f} MiB | {v['optimizer state']:.2f} MiB "
+      f"| **{state:.2f} MiB** | {v['allocated']:.2f} MiB |")
+PY
+    done
+  done
+}
+
 # The epoch-end rows of a metrics file: accuracy (or validation loss) per epoch.
 epoch_rows() {
   python3 - "$1" "$2" <<'PY'
@@ -178,7 +231,7 @@ table_micro() {
 }
 
 tables=("$@")
-[ ${#tables[@]} -gt 0 ] || tables=(startup bench-mlp sweep data-parallel train-mlp train-gpt bench-gpt tuner micro)
+[ ${#tables[@]} -gt 0 ] || tables=(startup bench-mlp sweep data-parallel sharding train-mlp train-gpt bench-gpt tuner micro)
 for t in "${tables[@]}"; do
   fn="table_${t//-/_}"
   if ! declare -F "$fn" > /dev/null; then

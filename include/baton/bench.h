@@ -93,6 +93,16 @@ struct BenchReport {
   double reduction_exposed_s = 0;        // the step's tail: the last sum's end after the last action's (median)
   double reduction_hidden_fraction = 0;  // the sums' time before the step's last action ends, over their whole time
   double predicted_reduction_s = 0;      // the alpha-beta model's time of the largest stage's sums
+  // Sharded data parallel (ZeRO 2 and 3), per step, the most over the
+  // stages and ranks (medians over the steps): all-gathers of one stage's
+  // parameters and reduce-scatters of its gradients; the waits for the
+  // gathers at their stages' next actions (a rank's, mean over the ranks);
+  // the alpha-beta time of a rank's gathers (the all-reduce's alpha and
+  // beta as a ring all-gather's: D - 1 steps of 1/D of the bytes); and the
+  // share of that time no action waited for.
+  int zero = 0;
+  int gathers_per_stage = 0, reduce_scatters_per_stage = 0;
+  double gather_wait_s = 0, predicted_gather_s = 0, gather_hidden_fraction = 0;
   std::vector<BenchRank> per_rank;
 };
 

@@ -142,6 +142,10 @@ struct SimOptions {
 // 2 (D - 1) steps of `latency` plus 2 (D - 1) / D of its bytes over
 // `bandwidth` (bytes per time unit); 0 for one replica.
 double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth);
+// The α–β time of one ring all-gather (or reduce-scatter) of `bytes` over
+// `replicas` ranks, sharded data parallel's UNSHARD (REDUCE_GRAD): D - 1
+// steps of `latency` plus (D - 1) / D of the bytes over `bandwidth`.
+double ShardCollectiveTime(double bytes, int replicas, double latency, double bandwidth);
 
 // One executed compute action; or, in a measured timeline (`baton bench`),
 // a wait for a message or for the gradient sums (wait true: the action's

@@ -67,6 +67,48 @@ void AnalyzeReduction(const std::vector<RankRecord>& records, BenchReport& repor
   report.reduction_hidden_fraction = total > 0 ? hidden / total : 0;
 }
 
+// Sharded data parallel's collectives: how many a stage has a step, the
+// waits for the gathers, and their share hidden behind the actions.
+void AnalyzeSharding(const BenchContext& c, const std::vector<RankRecord>& records, BenchReport& report) {
+  const RunPlan& plan = *c.plan;
+  report.zero = plan.zero;
+  if (plan.zero < 2) return;
+  const double D = c.layout.replicas;
+  const double alpha = records.front().allreduce_step_latency_s, bandwidth = records.front().allreduce_bandwidth_Bps;
+  std::vector<double> waits;
+  double predicted = 0;
+  const std::size_t steps = records.front().steps.size();
+  for (std::size_t k = 0; k < steps; ++k) {
+    double wait = 0, gather = 0;
+    for (const RankRecord& r : records) {
+      std::map<std::pair<ActionKind, int>, int> counts;
+      for (const ActionEvent& e : r.steps[k].events) {
+        if (e.kind != ActionKind::kUnshard && e.kind != ActionKind::kReduceGrad) continue;
+        if (e.microbatch == 0) {  // a collective's start
+          ++counts[{e.kind, e.stage}];
+          if (e.kind == ActionKind::kUnshard && bandwidth > 0) {
+            const double bytes = 4.0 * plan.model.NumParams(plan.bounds[static_cast<std::size_t>(e.stage)],
+                                                            plan.bounds[static_cast<std::size_t>(e.stage) + 1]);
+            gather += (D - 1) * (alpha + bytes / D / bandwidth);
+          }
+        } else if (e.kind == ActionKind::kUnshard) {
+          wait += e.end - e.start;
+        }
+      }
+      for (const auto& [key, n] : counts) {
+        int& most = key.first == ActionKind::kUnshard ? report.gathers_per_stage : report.reduce_scatters_per_stage;
+        most = std::max(most, n);
+      }
+    }
+    waits.push_back(wait / static_cast<double>(records.size()));
+    predicted += gather / static_cast<double>(records.size()) / static_cast<double>(steps);
+  }
+  report.gather_wait_s = Median(waits);
+  report.predicted_gather_s = predicted;
+  report.gather_hidden_fraction =
+      predicted > 0 ? std::clamp(1.0 - report.gather_wait_s / predicted, 0.0, 1.0) : 0.0;
+}
+
 // The host's products: summed over the ranks, inside the actions and bare.
 void AnalyzeProducts(const std::vector<RankRecord>& records, BenchReport& report) {
   double flop = 0, inside = 0, bare = 0;
@@ -264,6 +306,7 @@ SimResult Predict(const RunPlan& plan, const std::vector<RankRecord>& records, c
   const SimOptions median = PredictionOptions(plan, costs, sharing, report, Median);
   report.stage_costs = median.compute.stages;
   for (double t : median.sums.stage_time) report.predicted_reduction_s = std::max(report.predicted_reduction_s, t);
+  for (double t : median.shards.reduce_time) report.predicted_reduction_s = std::max(report.predicted_reduction_s, t);
   SimResult predicted = Simulate(plan.lowered, median);
   report.predicted_step_time_s = predicted.makespan;
   report.simulated_bubble_rate = predicted.bubble_rate;
@@ -324,6 +367,7 @@ BenchAnalysis AnalyzeBench(const BenchContext& c, const std::vector<RankRecord>&
   Describe(c, records, report);
   AnalyzeProducts(records, report);
   if (c.layout.replicas > 1) AnalyzeReduction(records, report);
+  if (c.layout.replicas > 1) AnalyzeSharding(c, records, report);
   const StepTimes times = TimeSteps(records);
   report.step_time_median_s = Median(times.makespans);
   report.step_time_min_s = *std::min_element(times.makespans.begin(), times.makespans.end());

@@ -199,6 +199,11 @@ void Executor::Unshard(const Instruction& in) {
     std::copy_n(st.parameter_shard, plan.counts[me], window + plan.displs[me]);
     replicas_->StartAllGather(plan.gather_request, {window, plan.floats}, plan.counts, plan.displs);
     st.gathering = true;
+    // Its start, as an instant (microbatch 0; a wait for it is microbatch -1).
+    if (events_) {
+      const double now = MonotonicSeconds();
+      events_->push_back({ActionKind::kUnshard, plan_.local_stages[k].stage, 0, now, now});
+    }
   }
   Rebind(in.local);
 }
@@ -246,6 +251,10 @@ void Executor::ReduceGrad(int local) {
                                 plan.displs);
   reducing_[static_cast<std::size_t>(w)] = local;
   st.gradient_window = -1;
+  if (events_) {  // its start, as an instant (the step's wait for the sums is stage -1)
+    const double now = MonotonicSeconds();
+    events_->push_back({ActionKind::kReduceGrad, plan_.local_stages[k].stage, 0, now, now});
+  }
   Rebind(local);
 }
 
@@ -580,6 +589,7 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
   if (in.wait >= 0) {
     WaitRecorded(in.wait, {train ? "RECV_F" : "RECV_F (evaluation)", s, j, in.peer, "F"}, ActionKind::kRecvF, s, j);
   }
+  if (plan_.sharding.active()) BeforeSharded(in);  // after the message: a gather waits only beyond it
   Stage& st = *stages_[static_cast<std::size_t>(in.local)];
   const std::size_t token_bytes = SizeOf(plan_.inputs.dtype);
   const std::byte* first_input =
@@ -646,7 +656,6 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     }
-    if (sharding && IsCompute(a.kind)) BeforeSharded(in);
     const TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
     switch (a.kind) {
       case ActionKind::kRecvF:
@@ -669,6 +678,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         if (in.wait >= 0) {
           WaitRecorded(in.wait, {"RECV_B", s, j, in.peer, KindName(a.kind).data()}, ActionKind::kRecvB, s, j);
         }
+        if (sharding) BeforeSharded(in);
         Stage& st = *stages_[static_cast<std::size_t>(in.local)];
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const Stamp start = Mark();
@@ -685,6 +695,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         break;
       }
       case ActionKind::kBackwardWeight: {
+        if (sharding) BeforeSharded(in);
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const Stamp start = Mark();
         BucketStarter starter(this, in.local);

@@ -11,6 +11,7 @@ namespace {
 GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
   GradientSums sums;
   if (plan.replicas <= 1 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return sums;
+  if (plan.zero >= 2) return sums;  // the schedule's REDUCE_GRAD actions (PriceShards)
   sums.stage_time.assign(static_cast<std::size_t>(plan.stages()), 0.0);
   sums.at_end.assign(static_cast<std::size_t>(plan.stages()), 0);
   for (int r = 0; r < plan.lowered.ranks; ++r) {
@@ -26,6 +27,24 @@ GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
   return sums;
 }
 
+// Sharded data parallel's collectives (ZeRO 2 and 3), each a stage's
+// whole parameters or gradients in one ring all-gather or reduce-scatter
+// priced by the replica group's all-reduce α–β; their windows are in the
+// ranks' static bytes already (RankMemory), so no gathered bytes here.
+ShardCosts PriceShards(const RunPlan& plan, const RunCosts& costs) {
+  ShardCosts shards;
+  if (plan.zero < 2 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return shards;
+  for (int s = 0; s < plan.stages(); ++s) {
+    const double bytes = double(plan.model.NumParams(plan.bounds[static_cast<std::size_t>(s)],
+                                                     plan.bounds[static_cast<std::size_t>(s) + 1])) *
+                         sizeof(float);
+    const double t = ShardCollectiveTime(bytes, plan.replicas, costs.allreduce_step_latency, costs.allreduce_bandwidth);
+    shards.reduce_time.push_back(t);
+    shards.gather_time.push_back(plan.zero >= 3 ? t : 0.0);
+  }
+  return shards;
+}
+
 }  // namespace
 
 SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
@@ -35,6 +54,7 @@ SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
   o.messages = {costs.latency, costs.bandwidth, LargestMessageBytes(plan.model, plan.bounds, plan.rows)};
   o.memory = costs.memory;
   o.sums = PriceGradientSums(plan, costs);
+  o.shards = PriceShards(plan, costs);
   o.cores = costs.cores;
   const bool slots = !costs.memory.stage_bytes.empty();
   if (plan.slices > 1) {

@@ -776,4 +776,10 @@ double GradientSumTime(double bytes, int replicas, double bucket_bytes, double l
   return buckets * 2.0 * (d - 1.0) * latency + (bandwidth > 0.0 ? moved / bandwidth : 0.0);
 }
 
+double ShardCollectiveTime(double bytes, int replicas, double latency, double bandwidth) {
+  if (replicas <= 1 || bytes <= 0.0) return 0.0;
+  const double d = replicas;
+  return (d - 1.0) * latency + (bandwidth > 0.0 ? (d - 1.0) / d * bytes / bandwidth : 0.0);
+}
+
 }  // namespace baton
