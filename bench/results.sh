@@ -126,15 +126,16 @@ for b in runs:
 PY
   done
   echo
-  stamp "$baton validate configs/gpt_fortunes_1f1b.yaml --set pipeline.ranks={2,1} [--set pipeline.schedule=interleaved_1f1b --set pipeline.chunks=4] --set data_parallel.size={2,4} --set data_parallel.zero={0,1,2,3}"
+  stamp "$baton validate configs/gpt_fortunes_1f1b.yaml --set pipeline.ranks={2,1} [--set pipeline.schedule={interleaved_1f1b,looped_bfs} --set pipeline.chunks=4] --set data_parallel.size={2,4} --set data_parallel.zero={0,1,2,3}"
   echo
   echo "| layout | ZeRO | rank 0: parameters | gradients | optimizer state | model state | allocated |"
   echo "| --- | --- | --- | --- | --- | --- | --- |"
   local name sets
-  for name in "2 x 2, 1F1B" "1 x 4, interleaved 4 chunks"; do
+  for name in "2 x 2, 1F1B" "1 x 4, interleaved 4 chunks" "1 x 4, looped BFS 4 chunks"; do
     case "$name" in
       "2 x 2"*) sets=(--set pipeline.ranks=2 --set data_parallel.size=2) ;;
-      *) sets=(--set pipeline.ranks=1 --set pipeline.schedule=interleaved_1f1b --set pipeline.chunks=4 --set data_parallel.size=4) ;;
+      *interleaved*) sets=(--set pipeline.ranks=1 --set pipeline.schedule=interleaved_1f1b --set pipeline.chunks=4 --set data_parallel.size=4) ;;
+      *) sets=(--set pipeline.ranks=1 --set pipeline.schedule=looped_bfs --set pipeline.chunks=4 --set data_parallel.size=4) ;;
     esac
     for z in 0 1 2 3; do
       $baton validate configs/gpt_fortunes_1f1b.yaml "${sets[@]}" --set data_parallel.zero=$z > "$out/validate.txt"

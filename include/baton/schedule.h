@@ -108,6 +108,12 @@ Schedule Generate1F1B(int ranks, int microbatches);
 // one taking the remainder); see GenerateOptions for the group size and the
 // memory-capped warm-up. With slices, the same table over units (m k >= p),
 // groups of whole sequences, each sequence's backwards last slice first.
+// PyTorch's ScheduleLoopedBFS (breadth-first pipeline parallelism): on
+// each rank every microbatch's forward through its first chunk, then
+// through its next, ...; then the backwards, last chunk first. Any m and
+// v; GPipe's memory per chunk. Under sharded data parallel a chunk is
+// used in two runs, its forwards and its backwards, and gathered for each.
+Schedule GenerateLoopedBfs(int ranks, int microbatches, int chunks);
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, int chunks);
 Schedule GenerateInterleaved1F1B(int ranks, int microbatches, const GenerateOptions& options);
 // A schedule over whole microbatches with each action expanded in place
@@ -181,7 +187,7 @@ struct GeneratorEntry {
 };
 
 // Every generator, in the order users see them listed: gpipe, 1f1b,
-// seq1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv, interleaved_zb, dualpipev, zb_auto,
+// seq1f1b, interleaved_1f1b, looped_bfs, zb_h1, zb_h2, zbv, interleaved_zb, dualpipev, zb_auto,
 // v_min, v_half, v_zb.
 std::span<const GeneratorEntry> Generators();
 // The entry called `name`, or null.

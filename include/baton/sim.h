@@ -213,6 +213,10 @@ SimResult Simulate(const Schedule& schedule, const SimOptions& options = {});
 // after another, in their order of first use), so each hides in the time
 // before its use and holds its copy as briefly as that allows; one that
 // cannot hide goes, with the gathers before it, to the list's start.
+// Without a pipeline (one rank: sharded data parallel over groups of
+// layers, each a stage) a stage whose forwards all come before its
+// backwards, with other stages' work between, is gathered and freed twice:
+// for its forwards and again for its backwards.
 // Throws ScheduleError for another stage.
 Schedule AddShardingActions(const Schedule& schedule, int zero, const SimOptions& options);
 

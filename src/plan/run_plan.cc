@@ -40,11 +40,16 @@ bool HasShardingActions(const Schedule& s) {
 }
 
 // The price AddShardingActions places a run's gathers by, before anything
-// is measured: unit compute costs, each stage's gather one forward of it.
+// is measured: unit compute costs (a rank's forward 1, shared by its
+// stages), each stage's gather one forward of it.
 SimOptions GatherPrice(const Schedule& s) {
   SimOptions o;
   o.record_timeline = true;
-  o.shards.gather_time.assign(static_cast<std::size_t>(s.stages), 1.0);
+  std::vector<int> per_rank(static_cast<std::size_t>(s.ranks), 0);
+  for (int st = 0; st < s.stages; ++st) ++per_rank[static_cast<std::size_t>(s.stage_rank[st])];
+  for (int st = 0; st < s.stages; ++st) {
+    o.shards.gather_time.push_back(1.0 / per_rank[static_cast<std::size_t>(s.stage_rank[st])]);
+  }
   return o;
 }
 

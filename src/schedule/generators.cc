@@ -89,6 +89,22 @@ Schedule GenerateGPipe(int p, int m) {
 
 Schedule Generate1F1B(int p, int m) { return OneFOneB("1f1b", p, m, 1); }
 
+Schedule GenerateLoopedBfs(int p, int m, int v) {
+  CheckCommon("looped_bfs", p, m, v);
+  Schedule s = Empty("looped_bfs", p, m, v, Placement::kLoop);
+  for (int r = 0; r < p; ++r) {
+    auto& out = s.actions[r];
+    out.reserve(2 * static_cast<std::size_t>(m) * v);
+    for (int c = 0; c < v; ++c) {
+      for (int j = 0; j < m; ++j) out.push_back(F(c * p + r, j));
+    }
+    for (int c = v - 1; c >= 0; --c) {
+      for (int j = 0; j < m; ++j) out.push_back(B(c * p + r, j));
+    }
+  }
+  return s;
+}
+
 Schedule GenerateSeq1F1B(int p, int m, int slices) {
   Require(slices >= 1, "seq1f1b", "the number of sequence slices must be at least 1", slices);
   return OneFOneB("seq1f1b", p, m, slices);
@@ -379,6 +395,7 @@ namespace {
 // then GenerateOptions::chunks holds the chunk count the schedule runs with.
 Schedule RunGPipe(int p, int m, const GenerateOptions&) { return GenerateGPipe(p, m); }
 Schedule Run1F1B(int p, int m, const GenerateOptions&) { return Generate1F1B(p, m); }
+Schedule RunLoopedBfs(int p, int m, const GenerateOptions& o) { return GenerateLoopedBfs(p, m, o.chunks); }
 Schedule RunSeq1F1B(int p, int m, const GenerateOptions& o) { return GenerateSeq1F1B(p, m, o.slices); }
 Schedule RunZbH1(int p, int m, const GenerateOptions& o) { return GenerateZbH1(p, m, o.slices); }
 Schedule RunZbH2(int p, int m, const GenerateOptions& o) { return GenerateZbH2(p, m, o.slices); }
@@ -408,6 +425,10 @@ constexpr GeneratorEntry kGenerators[] = {
      .traits = {.default_chunks = 2, .any_chunks = true, .memory_limit = true, .slices = true,
                 .other_backward = "zb_h1"},
      .generate = GenerateInterleaved1F1B},
+    {.name = "looped_bfs",
+     .title = "looped breadth-first",
+     .traits = {.default_chunks = 2, .any_chunks = true, .slices = true, .expands_slices = true},
+     .generate = RunLoopedBfs},
     {.name = "zb_h1",
      .title = "ZB-H1",
      .traits = {.split_backward = true, .slices = true, .other_backward = "1f1b"},

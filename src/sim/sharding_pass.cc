@@ -14,27 +14,53 @@
 namespace baton {
 namespace {
 
-// One rank's stages: where in its list each is first and last used, and
-// where its gradients are last written.
+// One run of a stage's uses on a rank: where in its list it is first and
+// last used, and where its gradients are last written (-1: not in it).
 struct StageUse {
   int stage = -1;
   int first = -1, last = -1, last_writer = -1;
 };
 
-std::vector<StageUse> UsesOf(const Schedule& s, int r) {
+// Rank r's runs of uses, in order of first use: one per stage; or, where
+// `split`, two for a stage whose forwards all come before its backwards
+// with another stage's work between them (its forwards' run and its
+// backwards'), so that it is gathered for each and freed between.
+std::vector<StageUse> UsesOf(const Schedule& s, int r, bool split) {
   std::vector<StageUse> uses(static_cast<std::size_t>(s.stages));
+  std::vector<int> last_forward(static_cast<std::size_t>(s.stages), -1), first_backward(last_forward);
+  std::vector<int> compute;  // per position: the stage it computes, or -1
   const auto& row = s.actions[static_cast<std::size_t>(r)];
   for (int i = 0; i < static_cast<int>(row.size()); ++i) {
+    compute.push_back(-1);
     ForEachPart(row[static_cast<std::size_t>(i)], [&](const Action& a) {
       if (!IsCompute(a.kind)) return;
-      StageUse& u = uses[static_cast<std::size_t>(a.stage)];
+      const auto st = static_cast<std::size_t>(a.stage);
+      compute.back() = a.stage;
+      StageUse& u = uses[st];
       u.stage = a.stage;
       if (u.first < 0) u.first = i;
       u.last = i;
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) u.last_writer = i;
+      if (a.kind == ActionKind::kForward) last_forward[st] = i;
+      if (a.kind != ActionKind::kForward && first_backward[st] < 0) first_backward[st] = i;
     });
   }
   std::erase_if(uses, [](const StageUse& u) { return u.stage < 0; });
+  if (split) {
+    std::vector<StageUse> runs;
+    for (const StageUse& u : uses) {
+      const int f = last_forward[static_cast<std::size_t>(u.stage)], b = first_backward[static_cast<std::size_t>(u.stage)];
+      const bool apart = f >= 0 && b > f &&
+                         std::any_of(compute.begin() + f + 1, compute.begin() + b, [&](int st) { return st >= 0 && st != u.stage; });
+      if (!apart) {
+        runs.push_back(u);
+        continue;
+      }
+      runs.push_back({u.stage, u.first, f, -1});
+      runs.push_back({u.stage, b, u.last, u.last_writer});
+    }
+    uses = std::move(runs);
+  }
   std::sort(uses.begin(), uses.end(), [](const StageUse& a, const StageUse& b) { return a.first < b.first; });
   return uses;
 }
@@ -76,7 +102,9 @@ Schedule AddShardingActions(const Schedule& schedule, int zero, const SimOptions
     const auto& row = schedule.actions[static_cast<std::size_t>(r)];
     std::vector<double> reach, start;
     Clock(schedule, sim, r, &reach, &start);
-    const std::vector<StageUse> uses = UsesOf(schedule, r);
+    // Without a pipeline (one rank), sharded data parallel's groups of
+    // layers: each gathered for its forwards and again for its backwards.
+    const std::vector<StageUse> uses = UsesOf(schedule, r, zero == 3 && schedule.ranks == 1);
     // Before position i, the actions to insert; after it, likewise.
     std::vector<std::vector<Action>> before(row.size()), after(row.size());
     if (zero == 3) {

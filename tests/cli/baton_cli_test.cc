@@ -373,7 +373,7 @@ TEST_F(BatonCliTest, ConfigOutputPathIsUsed) {
 TEST_F(BatonCliTest, UnknownScheduleName) {
   const RunResult r = Run("simulate -s 1f1c --json out.json");
   ExpectOneLineError(r, "\"1f1c\" is neither a generator");
-  EXPECT_NE(r.err.find("gpipe, 1f1b, seq1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpipe, 1f1b, seq1f1b, interleaved_1f1b, looped_bfs, zb_h1, zb_h2, zbv"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(Work() / "out.json"));
 }
 

@@ -97,6 +97,10 @@ std::vector<Case> ShardedCases() {
       for (int zero : {2, 3}) cases.push_back({p, d, s, n++ % 2 ? "adamw" : "sgd", zero});
     }
   }
+  // Sharded data parallel without a pipeline over groups of layers: each
+  // chunk gathered for its forwards and again for its backwards.
+  cases.push_back({1, 4, "looped_bfs", "adamw", 3});
+  cases.push_back({1, 2, "looped_bfs", "sgd", 2});
   return cases;
 }
 
@@ -109,6 +113,7 @@ TEST_P(ShardedDataParallel, MatchesOneProcessOnTheGlobalBatch) {
                                    "data_parallel.size=" + std::to_string(c.replicas),
                                    "data_parallel.zero=" + std::to_string(c.zero)};
   if (c.schedule == "interleaved_1f1b") sets.push_back("pipeline.chunks=2");
+  if (c.schedule == "looped_bfs") sets.push_back("pipeline.chunks=4");
   if (c.optimizer == "adamw") sets.push_back(kAdamW);
   const std::string name = "sharded_" + std::to_string(c.pipeline) + "x" + std::to_string(c.replicas) + "_" +
                            c.schedule + "_" + c.optimizer + "_zero" + std::to_string(c.zero);

@@ -238,6 +238,34 @@ TEST(Sharding, ThePassesGathersGiveTheShortestStepOfEveryPlacement) {
   }
 }
 
+// Without a pipeline (one rank, its stages groups of layers), a stage
+// whose forwards and backwards are apart is gathered for each and freed
+// between, one group ahead, so that at most two are gathered at once; the
+// last chunk, whose forwards run into its backwards, once. With a pipeline
+// every stage is gathered once a step.
+TEST(Sharding, OneRankGathersEachGroupForItsForwardsAndAgainForItsBackwards) {
+  SimOptions o;
+  o.shards.gather_time.assign(4, 0.25);  // one forward of a stage (unit costs: a rank's F 1 over its 4 stages)
+  const Schedule placed = AddShardingActions(GenerateLoopedBfs(1, 3, 4), 3, o);
+  EXPECT_NO_THROW(CheckStructure(placed));
+  std::vector<int> gathers(4, 0);
+  int held = 0, most = 0;
+  for (const Action& a : placed.actions[0]) {
+    if (a.kind == ActionKind::kUnshard) {
+      ++gathers[static_cast<std::size_t>(a.stage)];
+      most = std::max(most, ++held);
+    }
+    if (a.kind == ActionKind::kReshard) --held;
+  }
+  EXPECT_EQ(gathers, (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(most, 2);
+  EXPECT_EQ(held, 0);
+  const Schedule pipelined = AddShardingActions(GenerateLoopedBfs(2, 3, 2), 3, o);
+  for (const auto& row : pipelined.actions) {
+    EXPECT_EQ(std::count_if(row.begin(), row.end(), [](const Action& a) { return a.kind == ActionKind::kUnshard; }), 2);
+  }
+}
+
 // ZeRO-2 alone: a gradient sum after each stage's last backward, nothing else.
 TEST(Sharding, TheSecondStagePlacesOnlyTheGradientSums) {
   const Schedule s = Generate("zb_h1", 3, 6);
