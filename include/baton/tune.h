@@ -1,5 +1,5 @@
-// The tuner core: picks a schedule, microbatch count, chunk count and
-// checkpointing policy for a pipeline by simulating every candidate against
+// The tuner core: picks a schedule, microbatch count, chunk count,
+// checkpointing policy (and sequence slices, placement, ZeRO stage) for a pipeline by simulating every candidate against
 // the caller's costs and a per-rank memory budget.
 //
 // Pure: it depends on the schedule and sim libraries only (no MPI, Eigen or
@@ -58,6 +58,9 @@ struct Candidate {
   // are cut; 1: whole sequences.
   int slices = 1;
   SeqSplit seq_split = SeqSplit::kEven;
+  // Sharded data parallel's stage (data_parallel.zero): 2 and 3 place the
+  // schedule's REDUCE_GRAD (and UNSHARD, RESHARD) by AddShardingActions.
+  int zero = 0;
 };
 
 // What one candidate costs. Times may be in any one unit (the step time
@@ -97,6 +100,19 @@ struct CandidateCosts {
   // of a sequence's key/value slot, held by each live sequence and again
   // by each sequence running backward (`sequence_bytes`; empty: none).
   std::vector<double> slot_bytes, sequence_bytes;
+  // ZeRO 2 and 3: per stage its parameters' bytes, the size of its
+  // windows. The search adds to each rank's static bytes (which then hold
+  // only the shards) as many windows of its largest stage as its placed
+  // actions hold at once: gradient windows from a stage's first B or W to
+  // its REDUCE_GRAD, under 3 parameter windows from UNSHARD to RESHARD
+  // (the plan's pools, ShardingPlan). The gathers and reduce-scatters take
+  // `price.shards`' times.
+  std::vector<double> parameter_bytes;
+  // Time the step spends after the schedule's last action, added to the
+  // simulated step: ZeRO 2's all-gather of the updated parameters after
+  // the optimizer (ZeRO 3's gathers are in the schedule; ZeRO 1's sums are
+  // priced as whole all-reduces).
+  double after_step = 0.0;
 };
 
 // Called once per candidate, in the order of TuneSpace (schedules, then
@@ -119,6 +135,8 @@ struct TuneSpace {
   // seq1f1b, only k > 1), each split for k > 1; the others k = 1.
   std::vector<int> slices = {1};
   std::vector<SeqSplit> seq_splits = {SeqSplit::kEven};
+  // ZeRO stages (0-3), every candidate at each.
+  std::vector<int> zero = {0};
   // The placement search: where a stage may start (top-level layer indices
   // in (0, layers), ascending) for a model of `layers` top-level layers.
   // Empty: no search (the cost model places the stages). Otherwise every

@@ -1,5 +1,5 @@
 // Tuning a config: `baton tune`'s search over schedule x microbatches x
-// chunks x checkpointing policy x placement for a config's model on its
+// chunks x checkpointing policy x placement x ZeRO stage for a config's model on its
 // ranks, each candidate priced from a profile. Returns the tuner core's
 // report (baton/tune.h); the command formats it and writes the winner.
 #ifndef BATON_TUNE_CONFIG_H_
@@ -30,6 +30,9 @@ struct TuneRequest {
   // empty: the config's own.
   std::vector<int> slices;
   std::vector<SeqSplit> seq_splits;
+  // ZeRO stages to try (data_parallel.zero); empty: with replicas 0-3 on
+  // the CPU (0 and 1 on a GPU), without them 0.
+  std::vector<int> zero;
   bool placement = true;                // search the placement (false: the config's partition)
 };
 // The microbatch counts tune tries by default: p, 2p, 4p, 8p that divide

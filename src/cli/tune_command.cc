@@ -23,9 +23,9 @@ namespace {
 
 std::string Mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
 std::string Table(const TrainConfig& config, const ModelDesc& model, const TuneReport& report, int top) {
-  std::string text = fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:<10} {:>10} {:>7} {:>12}  {:<24} {}\n", "rank",
-                                 "schedule", "m", "v", "policy", "slices", "step ms", "bubble", "peak/rank", "layout",
-                                 "fits");
+  std::string text = fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:<10} {:>4} {:>10} {:>7} {:>12}  {:<24} {}\n",
+                                 "rank", "schedule", "m", "v", "policy", "slices", "zero", "step ms", "bubble",
+                                 "peak/rank", "layout", "fits");
   const std::size_t rows = std::min<std::size_t>(report.ranked.size(), static_cast<std::size_t>(std::max(top, 1)));
   for (std::size_t i = 0; i < rows; ++i) {
     const CandidateResult& r = report.ranked[i];
@@ -33,9 +33,9 @@ std::string Table(const TrainConfig& config, const ModelDesc& model, const TuneR
     const std::string slices = r.candidate.slices > 1
                                    ? fmt::format("{}:{}", r.candidate.slices, EnumName(r.candidate.seq_split))
                                    : "1";
-    text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:<10} {:>10} {:>6.1f}% {:>12}  {:<24} {}\n", i + 1,
+    text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:<10} {:>4} {:>10} {:>6.1f}% {:>12}  {:<24} {}\n", i + 1,
                         r.candidate.schedule, r.candidate.microbatches, r.candidate.chunks,
-                        EnumName(r.candidate.checkpointing), slices,
+                        EnumName(r.candidate.checkpointing), slices, r.candidate.zero,
                         r.simulated ? fmt::format("{:.2f}", r.step_time * 1e3) : "-",
                         100 * r.bubble_rate, r.simulated ? Mib(r.max_peak_bytes) : "-", layout,
                         r.feasible ? "yes" : "no: " + r.why_not);
@@ -77,6 +77,7 @@ std::string Overlay(const TrainConfig& config, const ModelDesc& model, const Tun
                            config.model.gpt ? "\"" + LayoutText(config, model, c.bounds) + "\""
                                             : LayoutText(config, model, c.bounds));
   }
+  if (config.data_parallel.size > 1) overlay += fmt::format("data_parallel:\n  zero: {}\n", c.zero);
   return overlay;
 }
 
@@ -92,9 +93,9 @@ std::string Describe(const TrainConfig& config, const TuneRequest& req, const Tu
   if (report.Best() == nullptr) {
     if (report.smallest) {
       const Candidate& s = report.smallest->candidate;
-      text += fmt::format("nothing fits {} per rank: the smallest any candidate needs is {} ({} m{} v{} {}{})\n",
+      text += fmt::format("nothing fits {} per rank: the smallest any candidate needs is {} ({} m{} v{} {}{}{})\n",
                           Mib(req.memory_bytes), Mib(report.smallest->max_peak_bytes), s.schedule, s.microbatches,
-                          s.chunks, EnumName(s.checkpointing),
+                          s.chunks, EnumName(s.checkpointing), s.zero > 0 ? fmt::format(" ZeRO {}", s.zero) : "",
                           s.bounds.empty() ? "" : ", layout " + LayoutText(config, model, s.bounds));
     } else {
       text += "no candidate could run (see why above)\n";
@@ -124,7 +125,7 @@ void AddTuneCommand(CLI::App& app) {
     std::string overlay_path;
     std::string profile_path;
     bool config_placement = false;
-    std::string schedules, microbatches, chunks, policies, slices, splits;
+    std::string schedules, microbatches, chunks, policies, slices, splits, zero;
   };
   auto tflags = std::make_shared<TuneFlags>();
   CLI::App* tune = app.add_subcommand(
@@ -143,6 +144,9 @@ void AddTuneCommand(CLI::App& app) {
   tune->add_option("--seq-slices", tflags->slices,
                    "a GPT's sequence slices to try, e.g. 1,2,4 (every schedule but 1f1b; default: the config's)");
   tune->add_option("--seq-splits", tflags->splits, "with slices: even, compute or both (default: the config's)");
+  tune->add_option("--zero", tflags->zero,
+                   "with replicas: ZeRO stages to try, e.g. 1,3 (default 0,1,2,3 on the CPU, 0,1 on a GPU; the "
+                   "config's without replicas)");
   tune->add_option("--top", tflags->top, "rows of the ranking to print (default 10)");
   tune->add_option("--overlay", tflags->overlay_path, "write the winner's settings as a YAML overlay");
   tune->callback([tflags] {
@@ -153,6 +157,7 @@ void AddTuneCommand(CLI::App& app) {
     r.policies = EnumList<Checkpointing>(tflags->policies, "tune", "--policies");
     r.slices = WholeNumbers(tflags->slices, "tune");
     r.seq_splits = EnumList<SeqSplit>(tflags->splits, "tune", "--seq-splits");
+    r.zero = WholeNumbers(tflags->zero, "tune");
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
     r.placement = !tflags->config_placement;
     std::string source;

@@ -128,9 +128,10 @@ std::vector<double> StaticBytesCache::operator()(const RunPlan& shape, Placement
       RankMemory stage = plan_detail::StageMemory(shape, st, optimizer,
                                                   plan_detail::StageBuffers(st, 0, S, m, prev_remote, next_remote));
       // ZeRO 2 and 3 before a schedule places their windows: each stage's
-      // shard and a window of its own, the most the pools can hold.
-      if (shape.zero >= 2) stage.grads += optimizer * sizeof(float);
-      if (shape.zero >= 3) stage.params += optimizer * sizeof(float);
+      // resting shards; the windows are the placed schedule's (the tuner
+      // counts them from its actions, CandidateCosts::parameter_bytes).
+      if (shape.zero >= 2) stage.grads = optimizer * sizeof(float);
+      if (shape.zero >= 3) stage.params = optimizer * sizeof(float);
       it = memo_.emplace(key, stage).first;
     }
     mem[static_cast<std::size_t>(rank)] += it->second;

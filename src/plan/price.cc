@@ -3,26 +3,25 @@
 
 #include <algorithm>
 
+#include "internal.h"
+
 namespace baton {
 namespace {
 
 // Each stage's gradient sums over the replicas (the alpha-beta time of its
-// buckets), from the rank plans; a tied copy's stage sums at its rank's end.
+// buckets); a stage with a tied copy sums at its rank's end. From the
+// model and the partition alone: a shape (PlanShape) prices them too.
 GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
   GradientSums sums;
   if (plan.replicas <= 1 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return sums;
   if (plan.zero >= 2) return sums;  // the schedule's REDUCE_GRAD actions (PriceShards)
-  sums.stage_time.assign(static_cast<std::size_t>(plan.stages()), 0.0);
-  sums.at_end.assign(static_cast<std::size_t>(plan.stages()), 0);
-  for (int r = 0; r < plan.lowered.ranks; ++r) {
-    const RankPlan rp = PlanRank(plan, r);
-    for (std::size_t k = 0; k < rp.local_stages.size(); ++k) {
-      const auto s = static_cast<std::size_t>(rp.local_stages[k].stage);
-      sums.stage_time[s] = GradientSumTime(double(rp.local_stages[k].num_params) * sizeof(float), plan.replicas,
-                                           plan.bucket_cap_bytes, costs.allreduce_step_latency,
-                                           costs.allreduce_bandwidth);
-      sums.at_end[s] = rp.reduction.start_after[k] < 0;
-    }
+  const plan_detail::TiedStages tied = plan_detail::FindTiedStages(plan.model, plan.bounds);
+  for (int s = 0; s < plan.stages(); ++s) {
+    const auto k = static_cast<std::size_t>(s);
+    const double bytes = double(plan.model.NumParams(plan.bounds[k], plan.bounds[k + 1])) * sizeof(float);
+    sums.stage_time.push_back(GradientSumTime(bytes, plan.replicas, plan.bucket_cap_bytes,
+                                              costs.allreduce_step_latency, costs.allreduce_bandwidth));
+    sums.at_end.push_back(tied.embedding >= 0 && (s == tied.embedding || s == tied.head) ? 1 : 0);
   }
   return sums;
 }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "baton/error.h"
 
 namespace baton {
@@ -16,6 +18,12 @@ ProfilePricer::ProfilePricer(const TrainConfig& config, const Profile& profile)
   // Memory as baton's runs hold it: each stage's ring of slots allocated at
   // setup, a slot held until its W (the search sums the rings' peaks).
   base_.memory.weight_ratio = 1.0;
+  // Replicas: their collectives (the gradient sums, ZeRO's gathers and
+  // reduce-scatters) as rings of the profile's messages, a step each.
+  if (config.data_parallel.size > 1) {
+    base_.allreduce_step_latency = base_.latency;
+    base_.allreduce_bandwidth = base_.bandwidth;
+  }
 }
 
 CandidateCosts ProfilePricer::operator()(const Candidate& c) {
@@ -43,12 +51,32 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
   out.price = PriceRun(shape->plan, costs);
   out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
   out.ring_memory = true;
+  if (shape->plan.zero == 2) {
+    // After the optimizer each rank gathers its stages' updated parameters
+    // (ZeRO 1's reduce-scatter and all-gather are priced as the all-reduce
+    // they add up to, in the step's sums).
+    std::vector<double> gather(static_cast<std::size_t>(p), 0.0);
+    for (int s = 0; s < shape->plan.stages(); ++s) {
+      const auto k = static_cast<std::size_t>(s);
+      gather[static_cast<std::size_t>(StageRank(traits.placement, s, p))] += ShardCollectiveTime(
+          double(model_.NumParams(shape->plan.bounds[k], shape->plan.bounds[k + 1])) * sizeof(float),
+          shape->plan.replicas, costs.allreduce_step_latency, costs.allreduce_bandwidth);
+    }
+    out.after_step = *std::max_element(gather.begin(), gather.end());
+  }
+  if (shape->plan.zero >= 2) {
+    for (int s = 0; s < shape->plan.stages(); ++s) {
+      const auto k = static_cast<std::size_t>(s);
+      out.parameter_bytes.push_back(double(model_.NumParams(shape->plan.bounds[k], shape->plan.bounds[k + 1])) *
+                                    sizeof(float));
+    }
+  }
   return out;
 }
 
 ProfilePricer::Shape* ProfilePricer::ShapeOf(const Candidate& c, int stages, std::string* invalid) {
   const auto key = std::make_tuple(c.microbatches, static_cast<int>(c.checkpointing), stages, c.slices,
-                                   static_cast<int>(c.seq_split));
+                                   static_cast<int>(c.seq_split), c.zero);
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second.get();
   TrainConfig planned = config_;
@@ -56,6 +84,7 @@ ProfilePricer::Shape* ProfilePricer::ShapeOf(const Candidate& c, int stages, std
   planned.pipeline.checkpointing = c.checkpointing;
   planned.pipeline.seq_slices = c.slices;
   planned.pipeline.seq_split = c.seq_split;
+  planned.data_parallel.zero = c.zero;
   planned.pipeline.keep =
       c.checkpointing == Checkpointing::kSelective ? SelectiveKeep(config_) : std::vector<LayerType>{};
   // A placement the search sets, or the config's (auto: balanced until searched).

@@ -20,7 +20,8 @@
 namespace baton {
 
 // Prices the candidates of one config from one profile, remembering each
-// shape (microbatches, policy, stage count) and each stage's price.
+// shape (microbatches, policy, stage count, slices, ZeRO stage) and each
+// stage's price.
 class ProfilePricer {
  public:
   ProfilePricer(const TrainConfig& config, const Profile& profile);
@@ -51,7 +52,7 @@ class ProfilePricer {
   const Profile& profile_;
   ModelDesc model_;
   RunCosts base_;  // every candidate's messages, cores and memory model
-  std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<Shape>> shapes_;
+  std::map<std::tuple<int, int, int, int, int, int>, std::unique_ptr<Shape>> shapes_;
 };
 
 }  // namespace baton

@@ -31,8 +31,8 @@ std::string Describe(const Candidate& c) {
   std::string limit;
   if (c.memory_limit == kMemoryLimitFromBudget) limit = ", memory limit from the budget";
   if (c.memory_limit > 0.0) limit = fmt::format(", memory limit {} M_B", c.memory_limit);
-  return fmt::format("{} with {} microbatches, {} chunks, checkpointing {}{}", c.schedule, c.microbatches, c.chunks,
-                     EnumName(c.checkpointing), limit);
+  return fmt::format("{} with {} microbatches, {} chunks, checkpointing {}{}{}", c.schedule, c.microbatches, c.chunks,
+                     EnumName(c.checkpointing), limit, c.zero > 0 ? fmt::format(", ZeRO {}", c.zero) : "");
 }
 
 // The model's answer must fit the candidate; a mismatch is the caller's bug,
@@ -51,6 +51,32 @@ void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stag
   expect("sequence_bytes", k.sequence_bytes.size(), stages, "stages", true);
   expect("slice_cost", k.price.slices.cost.size(), c.slices, "slices", true);
   expect("slice_memory", k.price.slices.memory.size(), c.slices, "slices", true);
+  expect("parameter_bytes", k.parameter_bytes.size(), stages, "stages", c.zero < 2);
+}
+
+// ZeRO 2 and 3: the windows rank r's placed list holds at once (as the
+// plan takes them: a gradient window from a stage's first B or W to its
+// REDUCE_GRAD, a parameter window from UNSHARD to RESHARD), each its
+// largest stage's parameter bytes.
+double WindowBytes(const Schedule& s, int r, const std::vector<double>& parameter_bytes) {
+  double largest = 0;
+  int params = 0, grads = 0, most_params = 0, most_grads = 0;
+  std::vector<char> gathered(static_cast<std::size_t>(s.stages), 0), summing(gathered);
+  for (const Action& unit : s.actions[static_cast<std::size_t>(r)]) {
+    ForEachPart(unit, [&](const Action& a) {
+      if (a.stage < 0 || a.kind == ActionKind::kIdle) return;
+      const auto st = static_cast<std::size_t>(a.stage);
+      largest = std::max(largest, parameter_bytes[st]);
+      if (a.kind == ActionKind::kUnshard) gathered[st] = 1, most_params = std::max(most_params, ++params);
+      if (a.kind == ActionKind::kReshard && gathered[st]) gathered[st] = 0, --params;
+      if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) && !summing[st]) {
+        summing[st] = 1;
+        most_grads = std::max(most_grads, ++grads);
+      }
+      if (a.kind == ActionKind::kReduceGrad && summing[st]) summing[st] = 0, --grads;
+    });
+  }
+  return largest * (most_params + most_grads);
 }
 
 struct CachedSchedule {
@@ -88,11 +114,13 @@ class Tuner {
           for (Checkpointing policy : space_.checkpointing) {
             for (double limit : limits) {
               for (const auto& [k, split] : slicings) {
-                Candidate c{name, m, v, policy, limit, {}, k, split};
-                report.ranked.push_back(space_.cuts.empty() ? Price(c, traits) : SearchPlacement(c, traits));
-                if (report.ranked.back().simulated) ++report.simulated;
-                report.layouts += report.ranked.back().layouts;
-                report.layouts_simulated += report.ranked.back().layouts_simulated;
+                for (int zero : space_.zero) {
+                  Candidate c{name, m, v, policy, limit, {}, k, split, zero};
+                  report.ranked.push_back(space_.cuts.empty() ? Price(c, traits) : SearchPlacement(c, traits));
+                  if (report.ranked.back().simulated) ++report.simulated;
+                  report.layouts += report.ranked.back().layouts;
+                  report.layouts_simulated += report.ranked.back().layouts_simulated;
+                }
               }
             }
           }
@@ -113,9 +141,13 @@ class Tuner {
           fmt::format("tune: the per-rank memory budget must be a number of bytes > 0, got {}", options_.memory_bytes));
     }
     if (space_.schedules.empty() || space_.microbatches.empty() || space_.checkpointing.empty() ||
-        space_.slices.empty() || space_.seq_splits.empty()) {
+        space_.slices.empty() || space_.seq_splits.empty() || space_.zero.empty()) {
       throw ScheduleError(
-          "tune: the search space needs at least one schedule, microbatch count, policy, slice count and split");
+          "tune: the search space needs at least one schedule, microbatch count, policy, slice count, split and "
+          "ZeRO stage");
+    }
+    for (int z : space_.zero) {
+      if (z < 0 || z > 3) throw ScheduleError(fmt::format("tune: a ZeRO stage is 0, 1, 2 or 3, got {}", z));
     }
     for (int k : space_.slices) {
       if (k < 1) throw ScheduleError(fmt::format("tune: a slice count is at least 1, got {}", k));
@@ -303,10 +335,21 @@ class Tuner {
 
     SimOptions o = std::move(k.price);
     o.record_timeline = false;
+    // Sharded data parallel: its actions placed against this candidate's price.
+    std::optional<Schedule> sharded;
+    if (c.zero >= 2) {
+      try {
+        sharded = AddShardingActions(*schedule, c.zero, o);
+      } catch (const ScheduleError& e) {
+        r.why_not = e.what();
+        return r;
+      }
+      schedule = &*sharded;
+    }
     const SimResult sim = Simulate(*schedule, o);  // options out of range throw, naming the field
 
     r.simulated = true;
-    r.step_time = sim.makespan;
+    r.step_time = sim.makespan + k.after_step;
     r.bubble_rate = sim.bubble_rate;
     r.peak_bytes.resize(p);
     for (int rank = 0; rank < p; ++rank) {
@@ -325,6 +368,7 @@ class Tuner {
           }
         }
       }
+      if (c.zero >= 2) activations += WindowBytes(*schedule, rank, k.parameter_bytes);
       r.peak_bytes[rank] = k.static_bytes[rank] + activations;
       if (r.peak_bytes[rank] > r.max_peak_bytes) {
         r.max_peak_bytes = r.peak_bytes[rank];
@@ -334,9 +378,9 @@ class Tuner {
     r.feasible = r.max_peak_bytes <= options_.memory_bytes;
     if (!r.feasible) {
       const int worst = r.max_peak_rank;
-      r.why_not = fmt::format("rank {} needs {} ({} static + {} activations), {} over the budget of {}", worst,
+      r.why_not = fmt::format("rank {} needs {} ({} static + {} activations{}), {} over the budget of {}", worst,
                               Bytes(r.max_peak_bytes), Bytes(k.static_bytes[worst]),
-                              Bytes(r.max_peak_bytes - k.static_bytes[worst]),
+                              Bytes(r.max_peak_bytes - k.static_bytes[worst]), c.zero >= 2 ? " and windows" : "",
                               Bytes(r.max_peak_bytes - options_.memory_bytes), Bytes(options_.memory_bytes));
     }
     return r;

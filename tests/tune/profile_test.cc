@@ -420,6 +420,54 @@ TEST(Profile, SlicedPlacementsCostWhatThePlanAllocates) {
   }
 }
 
+// The ZeRO axis of baton tune: over 4 replicas of one rank running an MLP
+// of 8 linear layers in 4 groups (looped_bfs), every ZeRO stage's
+// predicted memory is what the plan of that run allocates (PlanMemory: its
+// shards and windows); and under a budget only ZeRO 3 fits, and the tuner
+// picks it.
+TEST(Profile, TuneChoosesTheZeroStageAndItsMemoryIsThePlans) {
+  const std::vector<std::string> sets = {
+      "pipeline.ranks=1", "data_parallel.size=4",
+      "model.layers=[{type: linear, out: 48}, {type: linear, out: 48}, {type: linear, out: 48}, "
+      "{type: linear, out: 48}, {type: linear, out: 48}, {type: linear, out: 48}, {type: linear, out: 48}, "
+      "{type: linear, out: 4}]"};
+  const TrainConfig c = Tiny(sets);
+  const Profile p = MadeUp(c, {1}, 2);
+  TuneRequest req;
+  req.schedules = {"looped_bfs"};
+  req.microbatches = {8};
+  req.chunks = {4};
+  req.policies = {Checkpointing::kNone};
+  req.placement = false;
+  req.memory_bytes = 1e12;
+  const TuneReport all = TuneConfig(c, req, p);
+  ASSERT_EQ(all.ranked.size(), 4u);
+  std::vector<double> need(4, 0.0);
+  for (const CandidateResult& r : all.ranked) {
+    ASSERT_TRUE(r.feasible) << r.why_not;
+    const int z = r.candidate.zero;
+    need[static_cast<std::size_t>(z)] = r.max_peak_bytes;
+    std::vector<std::string> run = sets;
+    run.insert(run.end(), {"pipeline.schedule=looped_bfs", "pipeline.chunks=4", "pipeline.microbatches=8",
+                           "pipeline.checkpointing=none", "data_parallel.zero=" + std::to_string(z)});
+    const std::vector<RankMemory> mem = PlanMemory(PlanRun(Tiny(run)));
+    // The shards the tuner counts are the largest replica's (a float more at most, per stage).
+    EXPECT_NEAR(r.max_peak_bytes, static_cast<double>(mem[0].total()), 4 * 4 * sizeof(float)) << "zero " << z;
+  }
+  EXPECT_LT(need[3], need[2]);
+  EXPECT_LT(need[2], need[1]);
+  EXPECT_LT(need[1], need[0]);
+  req.memory_bytes = (need[3] + need[2]) / 2;
+  const TuneReport tight = TuneConfig(c, req, p);
+  ASSERT_NE(tight.Best(), nullptr);
+  EXPECT_EQ(tight.feasible, 1u);
+  EXPECT_EQ(tight.Best()->candidate.zero, 3);
+  req.zero = {4};
+  ExpectRefused([&] { TuneConfig(c, req, p); }, "tune: --zero takes ZeRO stages 0 to 3, got 4");
+  req.zero = {1};
+  ExpectRefused([&] { TuneConfig(Tiny(), req, p); }, "the config has none (data_parallel.size 1)");
+}
+
 TEST(Profile, APlacementBudgetNothingFitsNamesTheLeastAnyNeeds) {
   const TrainConfig c =
       Tiny({"pipeline.ranks=2", "pipeline.partition=auto", "pipeline.memory_bytes=1000"});

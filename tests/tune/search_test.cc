@@ -267,6 +267,64 @@ TEST(Tune, ABudgetNothingFitsIsAnsweredWithTheSmallestNeed) {
   EXPECT_NE(from_budget->why_not.find("memory limit"), std::string::npos) << from_budget->why_not;
 }
 
+// Sharded data parallel over 4 replicas of one rank: 16 layers of 16 MiB
+// of parameters (as many of gradients, twice that of optimizer state), in
+// 4 groups (looped_bfs, 4 chunks) or 1. ZeRO 1 shards the optimizer state
+// (640 MiB), 2 also the gradients (448 MiB and the gradient windows), 3
+// the parameters too (256 MiB and the windows its placed actions hold at
+// once: two groups' parameters, one group's gradients). Under 480 MiB only
+// ZeRO 3 over groups fits, and the tuner picks it; its step is the
+// simulated step of the schedule with the actions placed.
+TEST(Tune, TheZeroStageIsOneMoreAxisAndShardedGroupsFitWhereNothingElseDoes) {
+  constexpr double kMiB = ToyModel::kMiB;
+  const int layers = 16;
+  auto model = [&](const Candidate& c) {
+    CandidateCosts k;
+    const int stages = c.chunks;
+    const double per_stage = double(layers) / stages, D = 4;
+    const Costs stage{per_stage, per_stage, 0.8 * per_stage};
+    k.price.compute.stages.assign(static_cast<std::size_t>(stages), stage);
+    k.price.memory.stage_bytes.assign(static_cast<std::size_t>(stages), 0.001 * kMiB);
+    const double params = layers * 16 * kMiB;
+    k.static_bytes = {(c.zero >= 3 ? params / D : params) + (c.zero >= 2 ? params / D : params) +
+                      (c.zero >= 1 ? 2 * params / D : 2 * params)};
+    if (c.zero >= 2) {
+      k.parameter_bytes.assign(static_cast<std::size_t>(stages), per_stage * 16 * kMiB);
+      k.price.shards.gather_time.assign(static_cast<std::size_t>(stages), 0.5);
+      k.price.shards.reduce_time.assign(static_cast<std::size_t>(stages), 0.5);
+    }
+    return k;
+  };
+  TuneSpace space;
+  space.ranks = 1;
+  space.schedules = {"looped_bfs", "1f1b"};
+  space.microbatches = {4};
+  space.chunks = {4};
+  space.zero = {0, 1, 2, 3};
+  TuneOptions options;
+  options.memory_bytes = 480 * kMiB;
+  const TuneReport report = Tune(space, model, options);
+  ASSERT_EQ(report.ranked.size(), 8u);
+  ASSERT_NE(report.Best(), nullptr);
+  EXPECT_EQ(report.feasible, 1u);
+  const CandidateResult& best = *report.Best();
+  EXPECT_EQ(best.candidate.schedule, "looped_bfs");
+  EXPECT_EQ(best.candidate.zero, 3);
+  EXPECT_NEAR(best.max_peak_bytes, 256 * kMiB + 3 * 64 * kMiB + 4 * 4 * 0.001 * kMiB, 1e-6 * kMiB);
+  const CandidateCosts k = model(best.candidate);
+  SimOptions o = k.price;
+  const Schedule placed = AddShardingActions(GenerateLoopedBfs(1, 4, 4), 3, o);
+  EXPECT_DOUBLE_EQ(best.step_time, Simulate(placed, o).makespan);
+  // Without ZeRO 3 nothing fits, and the smallest need is ZeRO 2's.
+  space.zero = {0, 1, 2};
+  const TuneReport unsharded = Tune(space, model, options);
+  EXPECT_EQ(unsharded.Best(), nullptr);
+  ASSERT_TRUE(unsharded.smallest.has_value());
+  EXPECT_EQ(unsharded.smallest->candidate.zero, 2);
+  space.zero = {4};
+  EXPECT_THROW(Tune(space, model, options), ScheduleError);
+}
+
 TEST(Tune, MemoryLimitFromTheBudgetFitsTheBudget) {
   // zb_auto and interleaved_1f1b told the budget's limit stay within it.
   const int p = 4;
