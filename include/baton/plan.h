@@ -430,7 +430,8 @@ StagePlan PlanStageAlone(const RunPlan& shape, int stage, bool split_backward);
 // Every rank's static bytes (RankMemory::static_bytes: all but the rings)
 // for `shape`'s stages placed by `placement` on `ranks` ranks, each stage's
 // backward split or not: the same sums PlanMemory makes, before a schedule
-// exists.
+// exists. Under ZeRO 2 and 3 the resting shards alone: the windows are the
+// placed schedule's (the tuner counts them from its actions).
 std::vector<double> PlanStaticBytes(const RunPlan& shape, Placement placement, int ranks, bool split_backward);
 // PlanStaticBytes for many placements of one shape (its microbatches,
 // policy and model; only `bounds` varying): each stage's static memory is
