@@ -208,6 +208,18 @@ void Executor::Unshard(const Instruction& in) {
   Rebind(in.local);
 }
 
+void Executor::PollGathers() {
+  // MPI moves a non-blocking collective along only inside its calls: test
+  // each gather in flight between actions, so that it runs under them.
+  for (std::size_t k = 0; k < sharded_.size(); ++k) {
+    Sharded& st = sharded_[k];
+    if (!st.gathering) continue;
+    const double start = events_ ? MonotonicSeconds() : 0.0;
+    if (replicas_->Test(plan_.sharding.stages[k].gather_request)) st.gathering = false;
+    if (events_) st.polled += MonotonicSeconds() - start;  // the copies a test makes are the rank's time too
+  }
+}
+
 void Executor::Reshard(const Instruction& in) {
   const auto k = static_cast<std::size_t>(in.local);
   Sharded& st = sharded_[k];
@@ -224,11 +236,14 @@ void Executor::BeforeSharded(const Instruction& in) {
   const auto k = static_cast<std::size_t>(in.local);
   Sharded& st = sharded_[k];
   const int stage = plan_.local_stages[k].stage;
-  if (st.gathering) {
+  if (st.gathering || st.polled > 0) {
+    // The rank's time in the gather's calls: its tests between actions and
+    // this wait, drawn as one wait ending here.
     const double start = events_ ? MonotonicSeconds() : 0.0;
-    replicas_->Wait(plan_.sharding.stages[k].gather_request, {"UNSHARD's all-gather", stage, -1, -1});
+    if (st.gathering) replicas_->Wait(plan_.sharding.stages[k].gather_request, {"UNSHARD's all-gather", stage, -1, -1});
     st.gathering = false;
-    if (events_) events_->push_back({ActionKind::kUnshard, stage, -1, start, MonotonicSeconds()});
+    if (events_) events_->push_back({ActionKind::kUnshard, stage, -1, start - st.polled, MonotonicSeconds()});
+    st.polled = 0;
   }
   if (in.window < 0) return;
   // The stage's first gradient writer of the step: a zeroed window, once
@@ -630,6 +645,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     if (reducing && reduce_done_ < reduce_started_) PollReductions();
+    if (sharding) PollGathers();
     const Instruction& in = *op.in;
     const Action& a = in.action;
     const int s = a.stage, j = a.microbatch;

@@ -192,6 +192,7 @@ class Executor {
     float* gradient_shard = nullptr;
     int parameter_window = -1, gradient_window = -1;
     bool gathering = false;
+    double polled = 0;  // recording: seconds in the gather's tests since it started
   };
   std::vector<Sharded> sharded_;
   float* parameter_pool_ = nullptr;
@@ -202,6 +203,8 @@ class Executor {
   // ZeRO 2, its parameter window under 3; its gradient window).
   void Rebind(int local);
   void Unshard(const Instruction& in);
+  // Moves the gathers in flight along; notes those that ended.
+  void PollGathers();
   void Reshard(const Instruction& in);
   // Before a compute action of a sharded stage: its gather waited for; its
   // first gradient writer of the step takes (and zeroes) its window.
