@@ -101,24 +101,29 @@ table_data_parallel() {
 
 table_sharding() {
   local base="configs/gpt_fortunes_1f1b.yaml --steps 20"
-  stamp "mpirun -np {2,4} $baton bench $base --set pipeline.ranks={1,2} --set data_parallel.size=2 --set data_parallel.zero={0,1,2,3}"
+  stamp "mpirun -np {2,4} $baton bench $base --set pipeline.ranks={1,2} --set data_parallel.size=2 [--set pipeline.schedule=interleaved_1f1b --set pipeline.chunks=4] --set data_parallel.zero={0,1,2,3}"
   echo
   echo "| layout | ZeRO | step time, median (min – max) | / ZeRO 1 | measured / predicted | per stage and step: reduce-scatters, gathers | gather waits / α–β time | gathers hidden |"
   echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-  local p z
-  for p in 1 2; do
+  local p z layout extra
+  for layout in "1 x 2" "1 x 2, interleaved 4 chunks" "2 x 2"; do
+    case "$layout" in
+      "1 x 2") p=1; extra=() ;;
+      "2 x 2") p=2; extra=() ;;
+      *) p=1; extra=(--set pipeline.schedule=interleaved_1f1b --set pipeline.chunks=4) ;;
+    esac
     for z in 0 1 2 3; do
-      mpirun -np $((2 * p)) $baton bench $base --set pipeline.ranks=$p --set data_parallel.size=2 \
+      mpirun -np $((2 * p)) $baton bench $base --set pipeline.ranks=$p --set data_parallel.size=2 "${extra[@]}" \
         --set data_parallel.zero=$z --json "$out/zero$z.json" > /dev/null
     done
-    python3 - "$p" "$out" <<'PY'
+    python3 - "$layout" "$out" <<'PY'
 import json, sys
 p, out = sys.argv[1], sys.argv[2]
 ms = lambda s: f"{s * 1e3:.1f} ms"
 runs = [json.load(open(f"{out}/zero{z}.json")) for z in range(4)]
 for b in runs:
     sharded = b["zero"] >= 3
-    print(f"| {p} x 2 | {b['zero']} | {ms(b['step_time_median_s'])} ({ms(b['step_time_min_s'])} – {ms(b['step_time_max_s'])}) "
+    print(f"| {p} | {b['zero']} | {ms(b['step_time_median_s'])} ({ms(b['step_time_min_s'])} – {ms(b['step_time_max_s'])}) "
           f"| **{b['step_time_median_s'] / runs[1]['step_time_median_s']:.3f}** | {b['measured_over_predicted']:.3f} "
           f"| {b.get('reduce_scatters_per_stage', '–')}, {b.get('gathers_per_stage', '–') if sharded else '–'} "
           f"| {ms(b['gather_wait_s']) + ' / ' + ms(b['predicted_gather_s']) if sharded else '–'} "
