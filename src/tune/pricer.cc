@@ -65,6 +65,17 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
     out.after_step = *std::max_element(gather.begin(), gather.end());
   }
   if (shape->plan.zero >= 2) {
+    // A tied head's two stages sum after the tied gradients, at the step's end.
+    const std::vector<int>& bounds = shape->plan.bounds;
+    auto stage_of = [&](int top) {
+      return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), top) - bounds.begin()) - 1;
+    };
+    out.summed_at_end.assign(static_cast<std::size_t>(shape->plan.stages()), 0);
+    for (const OpDesc& op : model_.ops) {
+      if (op.tied_to < 0) continue;
+      out.summed_at_end[static_cast<std::size_t>(stage_of(op.top))] = 1;
+      out.summed_at_end[static_cast<std::size_t>(stage_of(model_.ops[static_cast<std::size_t>(op.tied_to)].top))] = 1;
+    }
     for (int s = 0; s < shape->plan.stages(); ++s) {
       const auto k = static_cast<std::size_t>(s);
       out.parameter_bytes.push_back(double(model_.NumParams(shape->plan.bounds[k], shape->plan.bounds[k + 1])) *

@@ -52,13 +52,15 @@ void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stag
   expect("slice_cost", k.price.slices.cost.size(), c.slices, "slices", true);
   expect("slice_memory", k.price.slices.memory.size(), c.slices, "slices", true);
   expect("parameter_bytes", k.parameter_bytes.size(), stages, "stages", c.zero < 2);
+  expect("summed_at_end", k.summed_at_end.size(), stages, "stages", true);
 }
 
 // ZeRO 2 and 3: the windows rank r's placed list holds at once (as the
 // plan takes them: a gradient window from a stage's first B or W to its
 // REDUCE_GRAD, a parameter window from UNSHARD to RESHARD), each its
 // largest stage's parameter bytes.
-double WindowBytes(const Schedule& s, int r, const std::vector<double>& parameter_bytes) {
+double WindowBytes(const Schedule& s, int r, const std::vector<double>& parameter_bytes,
+                   const std::vector<char>& summed_at_end) {
   double largest = 0;
   int params = 0, grads = 0, most_params = 0, most_grads = 0;
   std::vector<char> gathered(static_cast<std::size_t>(s.stages), 0), summing(gathered);
@@ -73,7 +75,8 @@ double WindowBytes(const Schedule& s, int r, const std::vector<double>& paramete
         summing[st] = 1;
         most_grads = std::max(most_grads, ++grads);
       }
-      if (a.kind == ActionKind::kReduceGrad && summing[st]) summing[st] = 0, --grads;
+      const bool held = !summed_at_end.empty() && summed_at_end[st];
+      if (a.kind == ActionKind::kReduceGrad && summing[st] && !held) summing[st] = 0, --grads;
     });
   }
   return largest * (most_params + most_grads);
@@ -368,7 +371,7 @@ class Tuner {
           }
         }
       }
-      if (c.zero >= 2) activations += WindowBytes(*schedule, rank, k.parameter_bytes);
+      if (c.zero >= 2) activations += WindowBytes(*schedule, rank, k.parameter_bytes, k.summed_at_end);
       r.peak_bytes[rank] = k.static_bytes[rank] + activations;
       if (r.peak_bytes[rank] > r.max_peak_bytes) {
         r.max_peak_bytes = r.peak_bytes[rank];

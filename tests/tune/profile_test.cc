@@ -462,6 +462,24 @@ TEST(Profile, TuneChoosesTheZeroStageAndItsMemoryIsThePlans) {
   ASSERT_NE(tight.Best(), nullptr);
   EXPECT_EQ(tight.feasible, 1u);
   EXPECT_EQ(tight.Best()->candidate.zero, 3);
+  // The tied GPT: its embedding's and head's gradient windows held to the
+  // step's end, as the plan holds them.
+  const std::vector<std::string> gpt_sets = {"pipeline.ranks=1", "data_parallel.size=2", "pipeline.layout=\"E|t|t,L\""};
+  const TrainConfig gpt = LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", gpt_sets);
+  TuneRequest greq = req;
+  greq.memory_bytes = 1e12;
+  greq.chunks = {3};
+  greq.zero = {2, 3};
+  for (const CandidateResult& r : TuneConfig(gpt, greq, MadeUp(gpt, {2}, 3)).ranked) {
+    ASSERT_TRUE(r.feasible) << r.why_not;
+    std::vector<std::string> run = gpt_sets;
+    run.insert(run.end(), {"pipeline.schedule=looped_bfs", "pipeline.chunks=3", "pipeline.microbatches=8",
+                           "pipeline.checkpointing=none", "data_parallel.zero=" + std::to_string(r.candidate.zero)});
+    const std::vector<RankMemory> mem =
+        PlanMemory(PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", run)));
+    EXPECT_NEAR(r.max_peak_bytes, static_cast<double>(mem[0].total()), 3 * 4 * sizeof(float))
+        << "gpt zero " << r.candidate.zero;
+  }
   req.zero = {4};
   ExpectRefused([&] { TuneConfig(c, req, p); }, "tune: --zero takes ZeRO stages 0 to 3, got 4");
   req.zero = {1};
