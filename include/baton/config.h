@@ -31,14 +31,21 @@ enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kS
 // A step whose loss or gradients are not finite: the run stops there, or the
 // step's update is skipped (the parameters and optimizer state unchanged).
 enum class OnNonFinite : std::uint8_t { kStop, kSkip };
+// checkpoint.resume: never (start from scratch unless told --resume), or
+// auto (from this run's newest complete checkpoint in checkpoint.dir when
+// there is one, from scratch when there is none: a requeued job's script
+// needs no edit).
+enum class ResumeMode : std::uint8_t { kNever, kAuto };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::string_view EnumName(OnNonFinite v);    // stop, skip
+std::string_view EnumName(ResumeMode v);     // never, auto
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
 std::span<const DatasetKind> EnumValues(DatasetKind);
 std::span<const OnNonFinite> EnumValues(OnNonFinite);
+std::span<const ResumeMode> EnumValues(ResumeMode);
 
 // What `baton simulate` runs. Keys of the YAML file (all optional):
 //   schedule: 1f1b            # generator name or CSV schedule file
@@ -197,6 +204,7 @@ struct CheckpointConfig {
   std::string dir;         // empty = no checkpoints
   std::int64_t every_steps = 0;
   int keep = 1;
+  ResumeMode resume = ResumeMode::kNever;
 };
 
 struct LogConfig {

@@ -78,7 +78,8 @@ void HandleStopSignals(int rank) {
   struct sigaction action {};
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
-  ::sigaction(SIGTERM, &action, nullptr);
+  // A training run stops on SIGTERM at a step boundary instead (StopSignals).
+  if (!StopSignals::Active()) ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGINT, &action, nullptr);
 }
 
@@ -179,9 +180,13 @@ int RunOnAllRanks(const TrainFlags& f,
 }
 
 int RunTrain(const TrainFlags& f) {
-  return RunOnAllRanks(f, [&](const RunComms& comms, const TrainConfig& config, const std::string&) {
-    Train(config, comms, f.options);
+  const StopSignals signals;  // from the start: a signal during start-up is kept for the first step boundary
+  TrainSummary summary;
+  const int code = RunOnAllRanks(f, [&](const RunComms& comms, const TrainConfig& config, const std::string&) {
+    summary = Train(config, comms, f.options);
   });
+  // Stopped by a signal at a step boundary (checkpointed): run it again.
+  return code == 0 && summary.stop_signal != 0 ? kExitStopped : code;
 }
 
 struct BenchFlags {
@@ -308,10 +313,14 @@ void AddTrainCommand(CLI::App& app) {
   cmd->add_option("config", flags->config, "YAML training config (configs/*.yaml)")->required();
   cmd->add_option("--set", flags->set, "override a key: --set train.optimizer.lr=0.01 (repeatable)");
   CLI::Option* resume = cmd->add_option("--resume", flags->options.resume_dir,
-                                        "continue from the newest complete checkpoint in DIR (default: checkpoint.dir)")
+                                        "continue from the newest complete checkpoint in DIR (default: "
+                                        "checkpoint.dir); auto: from checkpoint.dir's newest if there is one, else "
+                                        "from scratch (./auto for a folder so named)")
                             ->expected(0, 1);
   cmd->callback([flags, resume] {
-    flags->options.resume = resume->count() > 0;
+    flags->options.resume_auto = resume->count() > 0 && flags->options.resume_dir == "auto";
+    flags->options.resume = resume->count() > 0 && !flags->options.resume_auto;
+    if (flags->options.resume_auto) flags->options.resume_dir.clear();
     const int code = RunTrain(*flags);
     if (code != 0) std::exit(code);
   });

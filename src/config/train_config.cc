@@ -233,6 +233,11 @@ std::span<const Partition> EnumValues(Partition) { return kPartitions; }
 std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
 std::span<const DatasetKind> EnumValues(DatasetKind) { return kDatasets; }
 std::string_view EnumName(OnNonFinite v) { return v == OnNonFinite::kStop ? "stop" : "skip"; }
+std::string_view EnumName(ResumeMode v) { return v == ResumeMode::kNever ? "never" : "auto"; }
+std::span<const ResumeMode> EnumValues(ResumeMode) {
+  static constexpr std::array<ResumeMode, 2> kValues = {ResumeMode::kNever, ResumeMode::kAuto};
+  return kValues;
+}
 std::span<const OnNonFinite> EnumValues(OnNonFinite) {
   static constexpr std::array<OnNonFinite, 2> kValues = {OnNonFinite::kStop, OnNonFinite::kSkip};
   return kValues;
@@ -606,6 +611,10 @@ void ReadCheckpoint(YamlMap& top, TrainConfig& c) {
   c.checkpoint.every_steps = ckpt.Get<long long>("every_steps", 0);
   if (c.checkpoint.every_steps < 0) ckpt.Fail(ckpt.Node("every_steps"), "every_steps", "must be >= 0");
   c.checkpoint.keep = ckpt.GetInt("keep", 1, 1, kMaxInt);
+  c.checkpoint.resume = Choice(ckpt, "resume", c.checkpoint.resume);
+  if (c.checkpoint.resume == ResumeMode::kAuto && c.checkpoint.dir.empty()) {
+    ckpt.Fail(ckpt.Node("resume"), "resume", "auto needs checkpoint.dir, the folder to resume from");
+  }
   // Either half alone would silently write nothing.
   if (c.checkpoint.every_steps > 0 && c.checkpoint.dir.empty()) {
     ckpt.Fail(ckpt.Node("every_steps"), "every_steps", "needs checkpoint.dir, the folder to write checkpoints in");
@@ -770,7 +779,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << c.data_parallel.bucket_cap_mb << YAML::Key << "zero" << YAML::Value << c.data_parallel.zero << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value
     << c.checkpoint.dir << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps << YAML::Key << "keep"
-    << YAML::Value << c.checkpoint.keep << YAML::EndMap;
+    << YAML::Value << c.checkpoint.keep << YAML::Key << "resume" << YAML::Value
+    << std::string(EnumName(c.checkpoint.resume)) << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
     << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
     << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;

@@ -27,10 +27,11 @@ namespace baton {
 
 // A fault to inject, for testing how runs fail (BATON_FAULT, see fault.cc):
 // on `rank`, at step `step`, when action `action` ("F", "B", "I", "W",
-// sharded data parallel's "UNSHARD" or "REDUCE_GRAD", or "checkpoint") is
-// reached: stall forever, exit at once, or die by SIGKILL.
+// sharded data parallel's "UNSHARD" or "REDUCE_GRAD", "checkpoint", or
+// "start": before the run's first step) is reached: stall forever, exit at
+// once, die by SIGKILL, or send itself SIGTERM (a scheduler's stop) and go on.
 struct Fault {
-  enum Mode { kNone, kStall, kExit, kKill };
+  enum Mode { kNone, kStall, kExit, kKill, kTerm };
   Mode mode = kNone;
   int rank = -1;
   std::int64_t step = -1;

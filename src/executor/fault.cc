@@ -38,7 +38,7 @@ Fault FaultFromEnvironment() {
   auto bad = [&](const std::string& why) {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
-                    "UNSHARD, REDUCE_GRAD or checkpoint and MODE stall, exit or kill)",
+                    "UNSHARD, REDUCE_GRAD, checkpoint or start and MODE stall, exit, kill or term)",
                     s, why));
   };
   if (parts.size() != 4) throw bad("four fields needed");
@@ -51,7 +51,7 @@ Fault FaultFromEnvironment() {
   }
   f.action = parts[2];
   if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "UNSHARD" &&
-      f.action != "REDUCE_GRAD" && f.action != "checkpoint") {
+      f.action != "REDUCE_GRAD" && f.action != "checkpoint" && f.action != "start") {
     throw bad("unknown action '" + f.action + "'");
   }
   if (parts[3] == "stall") {
@@ -60,6 +60,8 @@ Fault FaultFromEnvironment() {
     f.mode = Fault::kExit;
   } else if (parts[3] == "kill") {
     f.mode = Fault::kKill;
+  } else if (parts[3] == "term") {
+    f.mode = Fault::kTerm;
   } else {
     throw bad("unknown mode '" + parts[3] + "'");
   }
@@ -81,6 +83,12 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
   if (f.step < first_step || f.step > last_step) {
     throw never(fmt::format("step {} is not in this run (steps {}..{}{})", f.step, first_step, last_step,
                             first_step > 1 ? fmt::format(", resumed after step {}", first_step - 1) : ""));
+  }
+  if (f.action == "start") {
+    if (f.step != first_step) {
+      throw never(fmt::format("the run starts at step {}, not {}", first_step, f.step));
+    }
+    return;
   }
   if (f.action == "checkpoint") {
     if (checkpoint_every <= 0 || f.step % checkpoint_every != 0) {
@@ -108,6 +116,7 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
   std::fprintf(stderr, "baton: rank %d: injected fault (BATON_FAULT): %s at step %lld, %.*s\n", rank,
                f.mode == Fault::kStall  ? "stalling"
                : f.mode == Fault::kExit ? "exiting"
+               : f.mode == Fault::kTerm ? "sending itself SIGTERM"
                                         : "killed",
                static_cast<long long>(step), static_cast<int>(action.size()), action.data());
   std::fflush(stderr);
@@ -119,6 +128,9 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
     case Fault::kKill:
       ::kill(::getpid(), SIGKILL);
       std::_Exit(9);
+    case Fault::kTerm:  // as a scheduler stopping the job would, to this rank alone
+      ::kill(::getpid(), SIGTERM);
+      break;
     case Fault::kNone:
       break;
   }

@@ -27,8 +27,6 @@ using nlohmann::json;
 constexpr const char* kFormat = "baton-checkpoint-2";
 constexpr const char* kLockFile = ".baton-lock";
 
-std::string StepName(std::int64_t step) { return fmt::format("step-{:08}", step); }
-std::string StepDir(const std::string& dir, std::int64_t step) { return dir + "/" + StepName(step); }
 
 // The step of a folder named "step-" and digits only; -1 for any other name.
 std::int64_t StepOf(const std::string& name) {
@@ -274,6 +272,9 @@ json ParseManifest(const std::string& text, const std::string& where) {
 
 }  // namespace
 
+std::string StepName(std::int64_t step) { return fmt::format("step-{:08}", step); }
+std::string StepDir(const std::string& dir, std::int64_t step) { return dir + "/" + StepName(step); }
+
 std::string MathSettings(const TrainConfig& config) {
   TrainConfig c = config;
   c.source.clear();
@@ -360,6 +361,13 @@ ResumePoint FindResumePoint(const std::string& from) {
   return p;
 }
 
+std::optional<ResumePoint> NewestCheckpoint(const std::string& dir) {
+  for (const StepFolder& f : StepFolders(dir)) {
+    if (f.complete) return FindResumePoint(dir);  // the newest, read and checked
+  }
+  return std::nullopt;
+}
+
 void CheckResumable(const ResumePoint& point, const CheckpointRun& run) {
   const json m = ParseManifest(point.manifest, point.folder);
   const std::vector<std::string> diffs = Differences(m, run);
@@ -377,7 +385,8 @@ void CheckResumable(const ResumePoint& point, const CheckpointRun& run) {
   }
 }
 
-CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed) {
+CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed,
+                                         bool auto_resume) {
   CheckOutputFolder(dir, "checkpoint.dir");
   CheckpointFolder f;
   f.dir_ = dir;
@@ -392,6 +401,18 @@ CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::stri
       throw ConfigError(fmt::format("checkpoint.dir: {}: another run is writing checkpoints into this folder (it "
                                     "holds {}); give this run another checkpoint.dir",
                                     dir, lock));
+    }
+    if (auto_resume && resumed == nullptr) {
+      // What a stopped run left unfinished was never a checkpoint: kept aside.
+      for (const StepFolder& s : StepFolders(dir)) {
+        if (s.complete) continue;
+        std::string target = dir + "/unfinished-" + s.name;
+        for (int k = 2; fs::exists(target, ec); ++k) target = fmt::format("{}/unfinished-{}-{}", dir, s.name, k);
+        fs::rename(dir + "/" + s.name, target, ec);
+        if (ec) throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir, s.name, ec.message()));
+        std::fprintf(stderr, "baton: %s: an unfinished checkpoint folder is kept aside: %s -> %s\n", dir.c_str(),
+                     s.name.c_str(), fs::path(target).filename().string().c_str());
+      }
     }
     std::vector<std::string> others;
     for (const StepFolder& s : StepFolders(dir)) {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@
 #include "params.h"
 
 namespace baton {
+
+// A checkpoint's folder: "step-00000004", and DIR/step-00000004.
+std::string StepName(std::int64_t step);
+std::string StepDir(const std::string& dir, std::int64_t step);
 
 // The settings a checkpoint's numbers depend on, as DescribeTrainConfig's
 // YAML with the others left out: the model, the pipeline's schedule and
@@ -78,6 +83,10 @@ struct ResumePoint {
 // there is none, the step folder is incomplete, or the manifest is not a
 // baton checkpoint manifest of this format.
 ResumePoint FindResumePoint(const std::string& from);
+// Rank 0, checkpoint.resume: auto: the newest complete checkpoint in the
+// folder `dir`, or none when it is missing or holds none (its manifest
+// read and checked as FindResumePoint's).
+std::optional<ResumePoint> NewestCheckpoint(const std::string& dir);
 // Rank 0: ConfigError, saying exactly what differs (one line a setting),
 // unless `point` is a checkpoint of a run like `run`.
 void CheckResumable(const ResumePoint& point, const CheckpointRun& run);
@@ -91,8 +100,12 @@ class CheckpointFolder {
   // (`resumed` null) refuses any step folder already there, naming them,
   // and a resumed run refuses another run's complete checkpoints.
   // ConfigError or OutputError; on error nothing is left of what it created.
-  // Changes nothing that is there.
-  static CheckpointFolder Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed);
+  // Changes nothing that is there, except that a run from scratch under
+  // checkpoint.resume: auto (`auto_resume`: it found no complete checkpoint)
+  // first moves the unfinished step folders a stopped run left (no
+  // manifest: never a checkpoint) aside as unfinished-step-NNNNNNNN.
+  static CheckpointFolder Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed,
+                                bool auto_resume = false);
   // Setup failed after the claim: releases the lock, removes the lock file
   // if Claim created it, and the folder if Claim created it and it is empty.
   void Abandon();

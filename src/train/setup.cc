@@ -183,6 +183,12 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
     if (from.empty()) throw ConfigError("--resume needs a folder: give one, or set checkpoint.dir");
     u.resume = FindResumePoint(from);
     u.run.run_id = u.resume->run_id;
+  } else if (o.resume_auto) {
+    if (c.checkpoint.dir.empty()) {
+      throw ConfigError("--resume auto resumes from checkpoint.dir: set it (and checkpoint.every_steps)");
+    }
+    u.resume = NewestCheckpoint(c.checkpoint.dir);
+    u.run.run_id = u.resume ? u.resume->run_id : NewRunId();
   } else {
     u.run.run_id = NewRunId();
   }
@@ -190,13 +196,14 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
 
 // Phase 1, rank 0, once the run's length is known: the resumed checkpoint
 // against this run, and the claim on checkpoint.dir.
-void ClaimCheckpoints(const TrainConfig& c, RunSetup& u) {
+void ClaimCheckpoints(const TrainConfig& c, RunSetup& u, bool auto_resume) {
   const std::string id = u.run.run_id;
   u.run = CheckpointRunOf(c, u.plan, u.total_steps);
   u.run.run_id = id;
   if (u.resume) CheckResumable(*u.resume, u.run);
   if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
-    u.checkpoints = CheckpointFolder::Claim(c.checkpoint.dir, u.run.run_id, u.resume ? &*u.resume : nullptr);
+    u.checkpoints = CheckpointFolder::Claim(c.checkpoint.dir, u.run.run_id, u.resume ? &*u.resume : nullptr,
+                                            auto_resume);
   }
 }
 
@@ -278,7 +285,7 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     u.total_steps = TotalSteps(c, u);
     std::string resumed = u.resume ? std::to_string(u.resume->step) : std::string("0");
     Agree(world, "rank 0 claiming the checkpoint folder", [&] {
-      if (o.training && u.world_rank == 0) ClaimCheckpoints(c, u);
+      if (o.training && u.world_rank == 0) ClaimCheckpoints(c, u, o.resume_auto);
     });
     world.BroadcastString(&resumed);
     u.first_step = std::stoll(resumed) + 1;

@@ -59,6 +59,9 @@ struct SetupOptions {
   bool training = true;  // a training run: its metrics, checkpoints and weights (bench: false)
   bool resume = false;   // continue from a checkpoint
   std::string resume_from;  // a checkpoint folder or a step folder; "" = checkpoint.dir
+  // checkpoint.resume: auto (or --resume auto): from checkpoint.dir's
+  // newest complete checkpoint when there is one, else from scratch.
+  bool resume_auto = false;
   std::vector<RunFile> extra_outputs;  // files the caller writes after the run (bench's reports)
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -135,7 +136,7 @@ void PrintStart(const TrainConfig& c, const RunSetup& u, int ranks, std::int64_t
                c.model.layers.size(), ranks,
                c.data_parallel.size > 1
                    ? fmt::format(" ({} replicas of a {}-rank pipeline{})", c.data_parallel.size, c.pipeline.ranks,
-                                 c.data_parallel.zero ? ", optimizer state sharded" : "")
+                                 c.data_parallel.zero ? fmt::format(", ZeRO {}", c.data_parallel.zero) : "")
                          .c_str()
                    : "",
                u.plan.lowered.name.c_str(), u.plan.stages(), c.pipeline.microbatches, u.plan.rows,
@@ -242,20 +243,54 @@ void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   u.params->Settle();
 }
 
+// Every rank agreed on stop signal `signal` before step `done` + 1: a
+// checkpoint of step `done` unless one exists (or there is no
+// checkpoint.dir, or no step has run), and the summary says so. The final
+// weights are not written: the run has not ended.
+void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, std::int64_t done,
+          std::int64_t last_checkpoint, bool tty, TrainSummary& summary) {
+  const bool ran = done >= u.first_step;
+  summary.stop_signal = signal;
+  summary.stopped_after = done;
+  if (ran && !c.checkpoint.dir.empty() && last_checkpoint != done) {
+    SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, done,
+                   [&] { MaybeInjectFault(u.fault, u.world_rank, done, "checkpoint"); });
+    last_checkpoint = done;
+  }
+  summary.checkpointed = !c.checkpoint.dir.empty() && last_checkpoint == done && done > 0;
+  if (comms.world.rank() != 0) return;
+  const std::string name = signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : fmt::format("signal {}", signal);
+  std::string what;
+  if (!ran) {
+    what = fmt::format("before its first step{}: nothing to save", done > 0 ? fmt::format(" (after step {})", done) : "");
+  } else if (summary.checkpointed) {
+    what = fmt::format("after step {}, its checkpoint in {}", done, StepDir(c.checkpoint.dir, done));
+  } else {
+    what = fmt::format("after step {}, with no checkpoint.dir: the steps since {} are lost", done,
+                       u.first_step > 1 ? fmt::format("step {}", u.first_step - 1) : std::string("the start"));
+  }
+  std::fprintf(stderr, "%sbaton: stopped by %s %s; run it again with --resume auto (or checkpoint.resume: auto) to "
+               "continue (exit %d)\n",
+               tty ? "\n" : "", name.c_str(), what.c_str(), kExitStopped);
+}
+
 }  // namespace
 
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options) {
   const auto start = Clock::now();
+  // From here a stop signal is noted, and obeyed at a step boundary.
+  const StopSignals signals;
   const TrainConfig c = PlaceStages(config, comms.world);
   RunSetup u;
   SetupOptions setup;
   setup.resume = options.resume;
   setup.resume_from = options.resume_dir;
+  setup.resume_auto = !options.resume && (options.resume_auto || c.checkpoint.resume == ResumeMode::kAuto);
   SetUpRun(c, comms, u, setup);
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t first_step = u.first_step;
-  if (options.resume) {
+  if (first_step > 1) {  // resumed: told to, or checkpoint.resume: auto found a checkpoint
     LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params);
     u.loader->Seek((first_step - 1) / per_epoch, (first_step - 1) % per_epoch);
     // Loaded: only now does the run give up what came after the resumed
@@ -283,7 +318,17 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
+  MaybeInjectFault(u.fault, u.world_rank, first_step, "start");
+  std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
   for (std::int64_t step = first_step; step <= total; ++step) {
+    // A stop signal on any rank stops every rank here, between steps.
+    const int stop = t.AllMax(StopSignals::Received(), "every rank checking for a stop signal");
+    if (stop != 0) {
+      numbers.Settle();
+      Stop(c, comms, u, stop, step - 1, last_checkpoint, tty, summary);
+      summary.seconds = Seconds(start, Clock::now());
+      return summary;
+    }
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
     const StepStats stats = u.exec->ComputeGradients(batch);
@@ -316,6 +361,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       numbers.Settle();
       SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, step,
                      [&] { MaybeInjectFault(u.fault, u.world_rank, step, "checkpoint"); });
+      last_checkpoint = step;
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;

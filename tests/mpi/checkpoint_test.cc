@@ -7,9 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -220,6 +225,112 @@ TEST_F(CheckpointTest, CheckpointsMoveBetweenZeroStagesAndReplicaCounts) {
     EXPECT_NE(Read("log.txt").find("resumed after step 6"), std::string::npos) << Read("log.txt");
     ExpectClose("whole.safetensors", "moved.safetensors");
   }
+}
+
+// Preemption-safe stops: a stop signal on one rank (a scheduler's SIGTERM,
+// here sent by BATON_FAULT's term mode) stops every rank at the next step
+// boundary with a checkpoint of the last finished step and exit 75; run
+// again with --resume auto, the run ends with the uninterrupted run's
+// bytes. Signals in an input backward, in an F, inside a regular checkpoint
+// (between shards and manifest) and before the first step.
+TEST_F(CheckpointTest, AStopSignalCheckpointsAtAStepBoundaryAndResumeAutoContinues) {
+  const std::string run = " --set train.steps=10 --set checkpoint.dir=ck --set checkpoint.resume=auto";
+  ASSERT_EQ(Train("--set train.steps=10 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"), 0)
+      << Read("log.txt");
+  struct Case {
+    std::string fault;
+    std::int64_t stopped_after;  // 0: before the first step
+  };
+  for (const Case& k : {Case{"1:6:I:term", 6}, Case{"0:3:F:term", 3}, Case{"1:4:checkpoint:term", 4},
+                        Case{"0:1:start:term", 0}}) {
+    SCOPED_TRACE(k.fault);
+    fs::remove_all(dir_ / "ck");
+    fs::remove(dir_ / "resumed.safetensors");
+    EXPECT_EQ(TrainOn(2, run + " --set log.weights=resumed.safetensors", k.fault), 75) << Read("log.txt");
+    const std::string log = Read("log.txt");
+    EXPECT_FALSE(fs::exists(dir_ / "resumed.safetensors")) << "a stopped run writes no final weights";
+    if (k.stopped_after > 0) {
+      char step[32];
+      std::snprintf(step, sizeof step, "step-%08lld", static_cast<long long>(k.stopped_after));
+      EXPECT_NE(log.find("baton: stopped by SIGTERM after step " + std::to_string(k.stopped_after)), std::string::npos)
+          << log;
+      EXPECT_TRUE(fs::exists(dir_ / "ck" / step / "manifest.json")) << log;
+    } else {
+      EXPECT_NE(log.find("baton: stopped by SIGTERM before its first step: nothing to save"), std::string::npos) << log;
+    }
+    // Run again, as a requeued job would, with nothing changed.
+    ASSERT_EQ(TrainOn(2, run + " --set log.weights=resumed.safetensors"), 0) << Read("log.txt");
+    if (k.stopped_after > 0) {
+      EXPECT_NE(Read("log.txt").find("resumed after step " + std::to_string(k.stopped_after)), std::string::npos)
+          << Read("log.txt");
+    }
+    EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
+  }
+}
+
+// A scheduler's signals at a random moment of a real job: SIGUSR1 to
+// mpirun (which hands it to every rank), and a second one right after it
+// while the ranks agree and checkpoint. The job stops within a step and a
+// checkpoint, exits 75, and run again with --resume auto ends with the
+// uninterrupted run's bytes.
+TEST_F(CheckpointTest, SignalsAtARandomMomentCostAtMostAStep) {
+  const std::string run = " --set train.steps=40000 --set log.every_steps=1000 --set checkpoint.dir=ck "
+                          "--set checkpoint.every_steps=20000 --set checkpoint.resume=auto";
+  ASSERT_EQ(Train(" --set train.steps=40000 --set checkpoint.dir=ck_whole --set checkpoint.every_steps=20000 "
+                  "--set log.weights=whole.safetensors"),
+            0)
+      << Read("log.txt");
+  std::random_device random;
+  const int delay_ms = 200 + static_cast<int>(random() % 700);
+  SCOPED_TRACE("signal after " + std::to_string(delay_ms) + " ms");
+  const std::string cmd = "cd '" + dir_.string() + "' && exec '" BATON_MPIEXEC "' -np 2 '" BATON_BINARY
+                          "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml'" + std::string(kCommon) + run +
+                          " --set log.weights=resumed.safetensors > log.txt 2>&1";
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  ::kill(job, SIGUSR1);
+  const auto signalled = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ::kill(job, SIGUSR1);
+  int status = 0;
+  ASSERT_EQ(waitpid(job, &status, 0), job);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  ASSERT_TRUE(WIFEXITED(status)) << Read("log.txt");
+  const std::string log = Read("log.txt");
+  if (log.find("baton: stopped by SIGUSR1") == std::string::npos) {
+    // The run can end before the signal on a fast machine: then nothing to test.
+    ASSERT_EQ(WEXITSTATUS(status), 0) << log;
+    GTEST_SKIP() << "the run ended before the signal (" << delay_ms << " ms)";
+  }
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  EXPECT_LT(seconds, 5.0) << log;
+  std::printf("stopped %.3f s after the signal\n", seconds);
+  // Stopped after a step: its checkpoint is resumed; during start-up: nothing was saved.
+  const bool stepped = log.find("baton: stopped by SIGUSR1 after step") != std::string::npos;
+  ASSERT_EQ(TrainOn(2, run + " --set log.weights=resumed.safetensors"), 0) << Read("log.txt");
+  EXPECT_EQ(Read("log.txt").find("resumed after step") != std::string::npos, stepped) << log << Read("log.txt");
+  EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
+}
+
+// checkpoint.resume: auto takes only a checkpoint of a run like this one,
+// and needs a folder to look in.
+TEST_F(CheckpointTest, ResumeAutoRefusesAnotherRunsCheckpointAndNeedsAFolder) {
+  ASSERT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck"), 0) << Read("log.txt");
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set checkpoint.resume=auto "
+                  "--set 'train.optimizer={type: sgd, lr: 0.5}'"),
+            2);
+  EXPECT_NE(Read("log.txt").find("cannot resume: the checkpoint does not match this run"), std::string::npos)
+      << Read("log.txt");
+  EXPECT_EQ(Train("--set checkpoint.resume=auto"), 2);
+  EXPECT_NE(Read("log.txt").find("checkpoint.resume: auto needs checkpoint.dir"), std::string::npos) << Read("log.txt");
+  EXPECT_EQ(Train("--set checkpoint.resume=later"), 2);
+  EXPECT_NE(Read("log.txt").find("checkpoint.resume: 'later' is not one of: never, auto"), std::string::npos)
+      << Read("log.txt");
 }
 
 // A checkpoint holds the whole optimizer state whatever D wrote it, so a
