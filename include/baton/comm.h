@@ -35,6 +35,9 @@ class Transport {
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // This process's index among the world's ranks on its node
+  // (MpiSession::Node: MPI_Comm_split_type), what a rank binds its GPU by.
+  virtual int node_rank() const = 0;
 
   // Sizes the request table (ids in [0, max_requests)) and sets every wait's
   // deadline. Called once at setup, before any Isend/Irecv.
@@ -190,14 +193,42 @@ std::unique_ptr<Transport> MakeMpiTransport(int max_requests = 0, double timeout
 std::unique_ptr<Transport> MakeSoloTransport();
 
 // MPI_Init / MPI_Finalize for the lifetime of the object.
+// How the process was started, from the launcher's environment alone
+// (before MPI starts): mpirun (Open MPI's OMPI_COMM_WORLD_*), an srun step
+// with PMIx (SLURM_STEP_ID and PMIX_RANK), an srun step without it (Slurm
+// says N tasks but no PMIx rank is set), or a single process.
+struct Launch {
+  enum Kind { kSingle, kMpirun, kSrun, kSrunWithoutPmix };
+  Kind kind = kSingle;
+  int tasks = 1;          // what the launcher says the job has
+  std::string plugin;     // srun without PMIx: the PMI it gave (SLURM_MPI_TYPE, or "pmi2" from PMI_RANK), or ""
+  bool in_allocation = false;  // inside a Slurm allocation (SLURM_JOB_ID)
+};
+Launch DetectLaunch();
+// Launch::kSrunWithoutPmix with more than one task: Open MPI here would
+// start every task as a world of one, or abort inside MPI_Init; the
+// message naming the fix (srun --mpi=pmix, or MpiDefault=pmix). "" else.
+std::string LaunchProblem(const Launch& launch);
+
+// This process's place on its node: its index among the world's ranks on
+// the same node and how many there are, from MPI_Comm_split_type
+// (MPI_COMM_TYPE_SHARED), not guessed from environment variables.
+struct NodePlace {
+  int rank = 0, size = 1;
+};
+
 class MpiSession {
  public:
+  // Refuses a launch MPI cannot start (LaunchProblem: said once, exit 2,
+  // before MPI_Init), then initialises MPI and finds the node place.
   MpiSession(int* argc, char*** argv);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
   static int WorldRank();
   static int WorldSize();
+  // Found once, at initialisation (every rank; collective then).
+  static NodePlace Node();
   [[noreturn]] static void AbortWorld(int code);
 };
 

@@ -187,12 +187,16 @@ class RankDevice : public Memory {
 // looked, where the module is not there (a build without CUDA), cannot load
 // (no CUDA runtime libraries), is of another build, or sees no GPU.
 std::unique_ptr<RankDevice> MakeRankDevice(Device device, Transport& transport, Precision precision);
+// Loads the CUDA backend module as device: cuda would (nothing else: no GPU
+// is touched) and returns its path; ConfigError saying why it cannot
+// (`baton doctor`).
+std::string LoadCudaModule();
 
 // What the CUDA module and the executable that loads it must agree on:
 // bumped whenever these interfaces (RankDevice, StageDevice, Transport,
 // ReplicaGroup, Memory) change, so a module of another build is refused
 // rather than called.
-inline constexpr int kDeviceSeamVersion = 2;
+inline constexpr int kDeviceSeamVersion = 3;
 
 }  // namespace baton
 

@@ -26,6 +26,7 @@ void AddScheduleCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);  // train, bench and validate
 void AddTuneCommand(CLI::App& app);
 void AddProfileCommand(CLI::App& app);
+void AddDoctorCommand(CLI::App& app);  // baton doctor: what the job sees
 
 // Every rank of the MPI job (one process without mpirun): rank 0 reads the
 // config and broadcasts it, every rank parses it, then runs `job(world,

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   baton::AddTrainCommand(app);
   baton::AddTuneCommand(app);
   baton::AddProfileCommand(app);
+  baton::AddDoctorCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -92,6 +92,7 @@ class MpiTransport final : public Transport {
   }
 
   int rank() const override { return rank_; }
+  int node_rank() const override { return MpiSession::Node().rank; }
   int size() const override { return size_; }
   int max_tag() const override { return max_tag_; }
   void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
@@ -484,10 +485,66 @@ Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s) {
   return g;
 }
 
+namespace {
+
+NodePlace g_node;
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+Launch DetectLaunch() {
+  Launch l;
+  l.in_allocation = std::getenv("SLURM_JOB_ID") != nullptr;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+    l.kind = Launch::kMpirun;
+    l.tasks = EnvInt("OMPI_COMM_WORLD_SIZE", 1);
+    return l;
+  }
+  if (std::getenv("SLURM_STEP_ID") != nullptr) {
+    l.tasks = EnvInt("SLURM_STEP_NUM_TASKS", EnvInt("SLURM_NTASKS", 1));
+    if (std::getenv("PMIX_RANK") != nullptr) {
+      l.kind = Launch::kSrun;
+      return l;
+    }
+    l.kind = Launch::kSrunWithoutPmix;
+    if (const char* type = std::getenv("SLURM_MPI_TYPE")) l.plugin = type;
+    if (l.plugin.empty() && std::getenv("PMI_RANK") != nullptr) l.plugin = "pmi2";
+    return l;
+  }
+  return l;
+}
+
+std::string LaunchProblem(const Launch& l) {
+  if (l.kind != Launch::kSrunWithoutPmix || l.tasks <= 1) return {};
+  return fmt::format(
+      "srun started {} tasks {}, but this Open MPI starts its ranks through PMIx only: each task would be a "
+      "world of one (or abort inside MPI_Init). Launch with `srun --mpi=pmix ...`, or set MpiDefault=pmix in "
+      "slurm.conf (`srun --mpi=list` lists what this Slurm has)",
+      l.tasks, l.plugin.empty() || l.plugin == "none" ? std::string("without PMI") : "with --mpi=" + l.plugin);
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
+  const std::string problem = LaunchProblem(DetectLaunch());
+  if (!problem.empty()) {
+    // Every task would say it: the first one does.
+    if (EnvInt("SLURM_PROCID", 0) == 0) std::fprintf(stderr, "baton: error: %s\n", problem.c_str());
+    std::fflush(stderr);
+    std::_Exit(2);
+  }
   int provided = 0;
   BATON_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MPI_Comm node = MPI_COMM_NULL;
+  BATON_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MPI_Comm_rank(node, &g_node.rank);
+  MPI_Comm_size(node, &g_node.size);
+  MPI_Comm_free(&node);
 }
+
+NodePlace MpiSession::Node() { return g_node; }
 MpiSession::~MpiSession() { MPI_Finalize(); }
 int MpiSession::WorldRank() {
   int r = 0;

@@ -13,6 +13,7 @@ class SoloTransport final : public Transport {
  public:
   void Configure(int, double) override {}
   int rank() const override { return 0; }
+  int node_rank() const override { return 0; }
   int size() const override { return 1; }
   void Isend(int, const void*, std::size_t, int peer, int) override { NoPeer("send to", peer); }
   void Irecv(int, void*, std::size_t, int peer, int) override { NoPeer("receive from", peer); }

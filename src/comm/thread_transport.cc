@@ -155,6 +155,7 @@ class ThreadTransport final : public Transport, private Member {
   ThreadTransport(std::shared_ptr<Hub> hub, int rank, double timeout_s) : Member(std::move(hub), rank, timeout_s) {}
 
   int rank() const override { return rank_; }
+  int node_rank() const override { return rank_; }  // every thread on this one node
   int size() const override { return hub_->size(); }
   int max_tag() const override { return std::numeric_limits<int>::max(); }
   void SetTimeoutHook(std::function<void()> hook) override { hook_ = std::move(hook); }

@@ -25,14 +25,6 @@
 namespace baton {
 namespace {
 
-// The rank's index among the ranks of its node, as the launcher tells it.
-int LocalRank(int world_rank) {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* v = std::getenv(name)) return std::atoi(v);
-  }
-  return world_rank;
-}
-
 class CudaRankDevice final : public RankDevice {
  public:
   CudaRankDevice(Transport& t, Precision precision) : t_(t), precision_(precision), memory_(stream_.get()) {}
@@ -132,7 +124,7 @@ std::unique_ptr<RankDevice> MakeCudaRankDevice(Transport& transport, Precision p
                     "nvidia-smi and CUDA_VISIBLE_DEVICES)",
                     transport.rank()));
   }
-  BATON_CUDA_CHECK(cudaSetDevice(LocalRank(transport.rank()) % devices));
+  BATON_CUDA_CHECK(cudaSetDevice(transport.node_rank() % devices));
   return std::make_unique<CudaRankDevice>(transport, p);
 }
 

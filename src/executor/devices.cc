@@ -92,6 +92,8 @@ const CudaModule& LoadedCudaModule() {
 
 }  // namespace
 
+std::string LoadCudaModule() { return LoadedCudaModule().path; }
+
 std::unique_ptr<RankDevice> MakeRankDevice(Device device, Transport& transport, Precision precision) {
   if (device == Device::kCpu) return MakeHostRankDevice(transport);
   const CudaModule& module = LoadedCudaModule();
