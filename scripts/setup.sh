@@ -14,6 +14,7 @@ packages=(
   python3-torch python3-numpy   # the GPT reference test (tests/reference/gpt_reference.py)
   iproute2                      # tests/mpi/multihost_test: network namespaces and veth links
   clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: libFuzzer, sanitizer runtimes, llvm-symbolizer
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge   # tests/slurm: a real Slurm, srun with PMIx
 )
 
 missing=()

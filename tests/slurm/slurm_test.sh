@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# A real Slurm on this machine, from Debian's packages: munge, slurmctld and
+# two slurmd nodes (n1, n2 on 127.0.0.1, each its own port, spool and
+# TmpFS) configured in a temporary folder. On it, a 4-rank training over
+# both nodes ends with the bytes `mpirun -np 4` gives, launched by
+# `srun --mpi=pmix`, by `sbatch` with srun inside, and by `mpirun` inside an
+# sbatch allocation; a job one of whose ranks dies ends, with baton's
+# message and Slurm's exit code; and scripts/baton.sbatch, sent SIGUSR1 by
+# `scancel --signal=USR1` mid-run, stops at a step boundary, requeues
+# itself, resumes (checkpoint.resume: auto) and ends with the
+# uninterrupted run's bytes. The daemons are stopped by their process ids
+# and the folder removed whatever happens.
+#
+#   tests/slurm/slurm_test.sh BATON MPIEXEC SOURCE_DIR
+#
+# Exit 77 (ctest: skipped), saying why, where Slurm cannot run here.
+set -uo pipefail
+baton=$1 mpiexec=$2 src=$3
+skip() { echo "skipped: $*"; exit 77; }
+for b in munged slurmctld slurmd srun sbatch sinfo scontrol scancel; do
+  command -v "$b" > /dev/null || skip "$b is not installed (scripts/setup.sh installs slurmctld, slurmd, slurm-client and munge)"
+done
+[ "$(id -u)" -eq 0 ] || skip "slurmd runs jobs as their users only as root"
+plugin_dir=$(dirname "$(dpkg -L slurm-wlm-basic-plugins 2>/dev/null | grep '/mpi_pmix.so$' | head -1)")
+[ -e "$plugin_dir/mpi_pmix.so" ] || skip "Slurm's PMIx plugin (mpi_pmix.so, slurm-wlm-basic-plugins) is missing"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+dir=$(mktemp -d /tmp/baton-slurm.XXXXXX)
+pids=()
+cleanup() {
+  local code=$?
+  [ -n "${SLURM_CONF:-}" ] && scancel --quiet --user=root 2> /dev/null
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
+  [ -f "$dir/munged.pid" ] && kill "$(cat "$dir/munged.pid")" 2> /dev/null
+  for p in "${pids[@]}"; do wait "$p" 2> /dev/null; done
+  if [ "$code" -ne 0 ] && [ "$code" -ne 77 ]; then
+    for f in "$dir"/log/*; do echo "== $f"; tail -20 "$f"; done
+  fi
+  rm -rf "$dir"
+  exit "$code"
+}
+trap cleanup EXIT
+fail() { echo "FAILED: $*"; exit 1; }
+
+cd "$dir" || exit 1
+mkdir -p state spool/n1 spool/n2 tmp/n1 tmp/n2 log out
+# munge: its own key and socket.
+head -c 1024 /dev/urandom > munge.key && chmod 400 munge.key
+munged --force --key-file="$dir/munge.key" --socket="$dir/munge.sock" --pid-file="$dir/munged.pid" \
+  --log-file="$dir/log/munged.log" --seed-file="$dir/munged.seed" || skip "munged does not start here"
+# Free ports for slurmctld and the two slurmd.
+read -r p0 p1 p2 < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(3)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+host=$(hostname)
+cat > slurm.conf <<CONF
+ClusterName=baton
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$p0
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge.sock
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+PluginDir=$plugin_dir
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+TmpFS=$dir/tmp/%n
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p1 CPUs=2 State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$p2 CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+export SLURM_CONF=$dir/slurm.conf
+slurmctld -D -f "$SLURM_CONF" > log/slurmctld.out 2>&1 &
+pids+=($!)
+slurmd -D -N n1 -f "$SLURM_CONF" > log/n1.out 2>&1 &
+pids+=($!)
+slurmd -D -N n2 -f "$SLURM_CONF" > log/n2.out 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  [ "$(sinfo -h -o %t 2> /dev/null | sort -u)" = "idle" ] && break
+  sleep 0.2
+done
+[ "$(sinfo -h -o %t 2> /dev/null | sort -u)" = "idle" ] || fail "the two nodes did not come up: $(sinfo 2>&1)"
+echo "slurm: slurmctld and nodes n1, n2 up"
+
+config=$src/tests/mpi/tiny.yaml
+common=(--set pipeline.ranks=4 --set train.steps=20 --set log.progress=false)
+# The reference: mpirun on this host.
+timeout 120 "$mpiexec" -np 4 "$baton" train "$config" "${common[@]}" --set log.metrics="$dir/out/ref.jsonl" \
+  --set log.weights="$dir/out/ref.safetensors" > log/ref.out 2>&1 || fail "mpirun: $(tail -5 log/ref.out)"
+
+# Two Slurm nodes on one host share its /dev/shm, where Open MPI's
+# shared-memory transport names its segments by host and local rank: on
+# this test's pretend nodes the ranks talk over TCP instead (real nodes
+# need nothing set).
+export OMPI_MCA_btl=self,tcp
+
+# 1. srun --mpi=pmix over both nodes.
+timeout 120 srun --mpi=pmix -N 2 -n 4 "$baton" train "$config" "${common[@]}" --set log.metrics="$dir/out/srun.jsonl" \
+  --set log.weights="$dir/out/srun.safetensors" > log/srun.out 2>&1 || fail "srun: $(tail -5 log/srun.out)"
+cmp out/ref.safetensors out/srun.safetensors || fail "srun's weights differ from mpirun's"
+echo "slurm: srun --mpi=pmix -N 2 -n 4: the weights of mpirun -np 4"
+
+# 2. sbatch, srun inside; 3. mpirun inside an sbatch allocation.
+for launch in "srun --mpi=pmix" "$mpiexec -np 4"; do
+  name=$([ "${launch%% *}" = srun ] && echo sbatch_srun || echo sbatch_mpirun)
+  cat > "$name.sh" <<JOB
+#!/bin/bash
+#SBATCH -N 2 -n 4 -o $dir/log/$name.out
+$launch "$baton" train "$config" ${common[*]} --set log.metrics=$dir/out/$name.jsonl --set log.weights=$dir/out/$name.safetensors
+JOB
+  timeout 180 sbatch --wait "$name.sh" > /dev/null || fail "$name: $(tail -5 log/$name.out)"
+  cmp out/ref.safetensors "out/$name.safetensors" || fail "$name's weights differ from mpirun's"
+  echo "slurm: sbatch with $launch: the weights of mpirun -np 4"
+done
+
+# 4. A rank that dies mid-run ends the job: baton's message, Slurm's code.
+BATON_FAULT=2:5:F:kill timeout 120 srun --mpi=pmix -N 2 -n 4 "$baton" train "$config" "${common[@]}" \
+  --set log.metrics="$dir/out/kill.jsonl" > log/kill.out 2>&1
+code=$?
+[ "$code" -ne 0 ] && [ "$code" -ne 124 ] || fail "a killed rank's job ended with $code: $(tail -5 log/kill.out)"
+grep -q "baton: rank 2: injected fault (BATON_FAULT): killed at step 5" log/kill.out || fail "no message: $(tail -5 log/kill.out)"
+grep -q "task 2: Killed" log/kill.out || fail "Slurm did not report the killed task: $(tail -5 log/kill.out)"
+echo "slurm: a rank killed at step 5 ended the job (srun exit $code)"
+
+# 5. The sbatch template, stopped by SIGUSR1 mid-run, requeued and resumed.
+long=(--set pipeline.ranks=4 --set train.steps=60000 --set checkpoint.every_steps=100000 --set log.every_steps=1000
+      --set log.progress=false)
+timeout 300 "$mpiexec" -np 4 "$baton" train "$config" "${long[@]}" --set checkpoint.dir="$dir/ck_whole" \
+  --set log.metrics="$dir/out/whole.jsonl" --set log.weights="$dir/out/whole.safetensors" > log/whole.out 2>&1 ||
+  fail "the uninterrupted run: $(tail -5 log/whole.out)"
+id=$(BATON="$baton" BATON_CHECKPOINTS="$dir/ck" sbatch --parsable -o "$dir/log/template.out" \
+  "$src/scripts/baton.sbatch" "$config" "${long[@]}" --set log.metrics="$dir/out/template.jsonl" \
+  --set log.weights="$dir/out/template.safetensors")
+for _ in $(seq 300); do
+  [ -s out/template.jsonl ] && break
+  sleep 0.1
+done
+scancel --signal=USR1 "$id" || fail "scancel --signal=USR1 $id"
+state=""
+for _ in $(seq 600); do
+  state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+  # Slurm holds a requeued job two minutes before it may start: let it go
+  # as soon as the nodes have finished with its first run's step (its PMIx
+  # sockets gone: the requeued job's step has the same id).
+  if [ "$state" = PENDING ] && scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
+    ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ]; then
+    scontrol update jobid="$id" StartTime=now > /dev/null 2>&1
+  fi
+  case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+  sleep 0.2
+done
+[ "$state" = COMPLETED ] || fail "the template's job ended $state: $(tail -10 log/template.out)"
+grep -q "baton: stopped by SIGUSR1" log/template.out || fail "the job was not stopped: $(tail -10 log/template.out)"
+grep -q "requeueing job $id" log/template.out || fail "the job was not requeued: $(tail -10 log/template.out)"
+grep -q "resumed after step" log/template.out || grep -q "before its first step" log/template.out ||
+  fail "the requeued job did not resume: $(tail -10 log/template.out)"
+cmp out/whole.safetensors out/template.safetensors || fail "the requeued run's weights differ from the uninterrupted run's"
+echo "slurm: scripts/baton.sbatch stopped by SIGUSR1, requeued, resumed: the uninterrupted run's weights"
+echo "slurm: all passed"
