@@ -27,8 +27,8 @@ namespace baton {
 
 // A fault to inject, for testing how runs fail (BATON_FAULT, see fault.cc):
 // on `rank`, at step `step`, when action `action` ("F", "B", "I", "W",
-// sharded data parallel's "UNSHARD" or "REDUCE_GRAD", "checkpoint", or
-// "start": before the run's first step) is reached: stall forever, exit at
+// sharded data parallel's "UNSHARD" or "REDUCE_GRAD", "checkpoint",
+// "evaluate", or "start": before the run's first step) is reached: stall forever, exit at
 // once, die by SIGKILL, or send itself SIGTERM (a scheduler's stop) and go on.
 struct Fault {
   enum Mode { kNone, kStall, kExit, kKill, kTerm };
@@ -43,10 +43,12 @@ Fault FaultFromEnvironment();
 // Throws ConfigError if `fault` (none: nothing) could never fire in a run
 // of `world` ranks over steps [first_step, last_step]: a rank the job does
 // not have, a step the run does not take, an action the fault's rank does
-// not run (checked on that rank, `rank`, against its `plan`), or a
-// checkpoint at a step where none is written (`checkpoint_every` 0: none).
+// not run (checked on that rank, `rank`, against its `plan`), a
+// checkpoint at a step where none is written (`checkpoint_every` 0: none),
+// or an evaluation ("evaluate": after an epoch's last step, and the run's)
+// at a step where none runs (`epoch_steps` 0: the run evaluates nothing).
 void CheckFault(const Fault& fault, int world, int rank, const RankPlan& plan, std::int64_t first_step,
-                std::int64_t last_step, std::int64_t checkpoint_every);
+                std::int64_t last_step, std::int64_t checkpoint_every, std::int64_t epoch_steps = 0);
 // Triggers `fault` if it matches (rank, step, action).
 void MaybeInjectFault(const Fault& fault, int rank, std::int64_t step, std::string_view action);
 

@@ -38,7 +38,7 @@ Fault FaultFromEnvironment() {
   auto bad = [&](const std::string& why) {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
-                    "UNSHARD, REDUCE_GRAD, checkpoint or start and MODE stall, exit, kill or term)",
+                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate or start and MODE stall, exit, kill or term)",
                     s, why));
   };
   if (parts.size() != 4) throw bad("four fields needed");
@@ -51,7 +51,7 @@ Fault FaultFromEnvironment() {
   }
   f.action = parts[2];
   if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "UNSHARD" &&
-      f.action != "REDUCE_GRAD" && f.action != "checkpoint" && f.action != "start") {
+      f.action != "REDUCE_GRAD" && f.action != "checkpoint" && f.action != "start" && f.action != "evaluate") {
     throw bad("unknown action '" + f.action + "'");
   }
   if (parts[3] == "stall") {
@@ -69,7 +69,7 @@ Fault FaultFromEnvironment() {
 }
 
 void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::int64_t first_step,
-                std::int64_t last_step, std::int64_t checkpoint_every) {
+                std::int64_t last_step, std::int64_t checkpoint_every, std::int64_t epoch_steps) {
   if (f.mode == Fault::kNone) return;
   const std::string spec = std::getenv("BATON_FAULT") != nullptr ? std::getenv("BATON_FAULT") : "";
   auto never = [&](const std::string& why) {
@@ -83,6 +83,14 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
   if (f.step < first_step || f.step > last_step) {
     throw never(fmt::format("step {} is not in this run (steps {}..{}{})", f.step, first_step, last_step,
                             first_step > 1 ? fmt::format(", resumed after step {}", first_step - 1) : ""));
+  }
+  if (f.action == "evaluate") {
+    if (epoch_steps <= 0 || (f.step % epoch_steps != 0 && f.step != last_step)) {
+      throw never(epoch_steps <= 0 ? std::string("the run evaluates nothing")
+                                   : fmt::format("no evaluation runs after step {} (epochs of {} steps)", f.step,
+                                                 epoch_steps));
+    }
+    return;
   }
   if (f.action == "start") {
     if (f.step != first_step) {

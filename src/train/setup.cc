@@ -289,9 +289,12 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     });
     world.BroadcastString(&resumed);
     u.first_step = std::stoll(resumed) + 1;
+    // The same answer on every rank, so that all join the evaluation's reduction.
+    u.evaluation = world.AllMax(u.test.samples > 0 ? 1 : 0, "every rank's evaluation data") == 1;
     Agree(world, "every rank checking BATON_FAULT", [&] {
       CheckFault(u.fault, world.size(), u.world_rank, u.rank_plan, u.first_step, u.total_steps,
-                 c.checkpoint.dir.empty() ? 0 : c.checkpoint.every_steps);
+                 c.checkpoint.dir.empty() ? 0 : c.checkpoint.every_steps,
+                 u.evaluation ? u.loader->batches_per_epoch() : 0);
     });
     // Last: nothing fails after it, so a failed setup never empties a metrics file.
     Agree(world, "rank 0 opening the metrics file", [&] {
@@ -301,8 +304,6 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
         if (u.first_step == 1) u.metrics->Start(0);
       }
     });
-    // The same answer on every rank, so that all join the evaluation's reduction.
-    u.evaluation = world.AllMax(u.test.samples > 0 ? 1 : 0, "every rank's evaluation data") == 1;
   } catch (...) {
     u.checkpoints.Abandon();
     throw;

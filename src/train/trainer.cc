@@ -95,6 +95,7 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
 void Evaluate(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_t step, std::int64_t epoch, bool tty,
               TrainSummary& summary) {
   StepStats ev;
+  MaybeInjectFault(u.fault, u.world_rank, step, "evaluate");
   if (u.test.samples > 0) ev = u.exec->Evaluate(u.test, u.eval_begin, u.eval_end);
   double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
   t.ReduceSum(v);

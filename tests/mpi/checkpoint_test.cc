@@ -268,6 +268,40 @@ TEST_F(CheckpointTest, AStopSignalCheckpointsAtAStepBoundaryAndResumeAutoContinu
   }
 }
 
+// A signal during an epoch's evaluation (the tiny GPT on a corpus of 40
+// fortunes: epochs of 17 steps, each ending with the validation loss)
+// stops the run after that epoch's last step; resumed, it ends as an
+// uninterrupted run does.
+TEST_F(CheckpointTest, AStopSignalDuringAnEvaluationStopsAfterIt) {
+  {
+    fs::create_directories(dir_ / "corpus");
+    std::ofstream corpus(dir_ / "corpus" / "tiny");
+    const char* words[] = {"pipeline", "stage", "bubble", "rank", "schedule", "gradient", "microbatch", "signal"};
+    for (int f = 0; f < 40; ++f) {
+      for (int w = 0; w < 8; ++w) corpus << (w ? " " : "") << words[(f * 7 + w * 3) % 8];
+      corpus << "\n%\n";
+    }
+  }
+  const std::string gpt = " --set pipeline.ranks=2 --set 'data={dataset: fortunes, path: corpus, seq_len: 8}' "
+                          "--set model.vocab=256 --set train.steps=30 --set checkpoint.dir=ck --set checkpoint.every_steps=100 "
+                          "--set checkpoint.resume=auto";
+  auto run = [&](const std::string& args, const std::string& fault) {
+    const std::string env = fault.empty() ? "" : "BATON_FAULT='" + fault + "' ";
+    const std::string cmd = "cd '" + dir_.string() + "' && " + env + "timeout 120 '" BATON_MPIEXEC "' -np 2 '" +
+                            BATON_BINARY + "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml'" + args +
+                            " > log.txt 2>&1";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(run(gpt + " --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors", ""), 0) << Read("log.txt");
+  EXPECT_NE(Read("metrics.jsonl").find("validation_loss"), std::string::npos) << Read("metrics.jsonl");
+  EXPECT_EQ(run(gpt + " --set log.weights=resumed.safetensors", "1:17:evaluate:term"), 75) << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("baton: stopped by SIGTERM after step 17"), std::string::npos) << Read("log.txt");
+  ASSERT_EQ(run(gpt + " --set log.weights=resumed.safetensors", ""), 0) << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 17"), std::string::npos) << Read("log.txt");
+  EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
+}
+
 // A scheduler's signals at a random moment of a real job: SIGUSR1 to
 // mpirun (which hands it to every rank), and a second one right after it
 // while the ranks agree and checkpoint. The job stops within a step and a
