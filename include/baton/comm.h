@@ -220,7 +220,8 @@ struct NodePlace {
 class MpiSession {
  public:
   // Refuses a launch MPI cannot start (LaunchProblem: said once, exit 2,
-  // before MPI_Init), then initialises MPI and finds the node place.
+  // before MPI_Init), then initialises MPI, refuses an srun step whose N
+  // tasks each see a world of one, and finds the node place.
   MpiSession(int* argc, char*** argv);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;

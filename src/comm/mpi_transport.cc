@@ -528,15 +528,30 @@ std::string LaunchProblem(const Launch& l) {
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
-  const std::string problem = LaunchProblem(DetectLaunch());
+  const std::string problem = LaunchProblem(DetectLaunch());  // before MPI_Init can abort
   if (!problem.empty()) {
     // Every task would say it: the first one does.
     if (EnvInt("SLURM_PROCID", 0) == 0) std::fprintf(stderr, "baton: error: %s\n", problem.c_str());
     std::fflush(stderr);
     std::_Exit(2);
   }
+  const Launch launch = DetectLaunch();
   int provided = 0;
   BATON_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (launch.kind == Launch::kSrun && launch.tasks > 1 && world == 1) {
+    // Each task a world of its own: the tasks never meet.
+    if (EnvInt("SLURM_PROCID", 0) == 0) {
+      std::fprintf(stderr,
+                   "baton: error: srun started %d tasks, but MPI sees a world of 1 in each: the tasks did not join "
+                   "through PMIx (is this Open MPI built with PMIx, and srun run with --mpi=pmix?)\n",
+                   launch.tasks);
+    }
+    std::fflush(stderr);
+    MPI_Finalize();
+    std::_Exit(2);
+  }
   MPI_Comm node = MPI_COMM_NULL;
   BATON_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   MPI_Comm_rank(node, &g_node.rank);
