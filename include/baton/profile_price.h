@@ -37,8 +37,9 @@ struct StagePrice {
 StagePrice PriceStage(const RunPlan& shape, const std::vector<LayerProfile>& layers, int stage, bool split_backward);
 
 // What a profile prices `plan` at (RunCosts for PriceRun, baton/price.h):
-// each stage from its layers (PriceStage), the profile's messages, and
-// the cores shared as the run would share them, with the machine model the
+// each stage from its layers (PriceStage), the profile's messages (with
+// replicas, their collectives too, as rings of those messages), and the
+// cores shared as the run would share them, with the machine model the
 // profile was read with.
 RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile);
 
@@ -49,6 +50,7 @@ RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile);
 struct ProfilePrediction {
   SimResult sim;
   std::vector<double> peak_bytes;  // per rank
+  std::vector<RankMemory> memory;  // per rank: what peak_bytes sums (PlanMemory), model state by ZeRO stage included
 };
 ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile);
 

@@ -326,11 +326,17 @@ void RunSimulateProfile(const SimulateFlags& flags) {
                                 r.schedule, r.ranks, r.microbatches, plan.rows, plan.stages(),
                                 LayoutText(config, model, plan.bounds), source);
   out += fmt::format("step {:.3f} ms   bubble {:.2f}%\n", r.makespan * 1e3, 100 * r.bubble_rate);
-  out += fmt::format("{:>4}  {:>10}  {:>7}  {:>14}  {}\n", "rank", "busy ms", "idle", "memory MiB", "stages");
+  // The model state (parameters, gradients, optimizer state) as the ZeRO
+  // stage in effect holds it: shards and windows under 2 and 3.
+  out += fmt::format("{:>4}  {:>10}  {:>7}  {:>14}  {:>26}  {}\n", "rank", "busy ms", "idle", "memory MiB",
+                     fmt::format("model state MiB (ZeRO {})", plan.zero), "stages");
   for (const RankResult& rr : r.per_rank) {
-    out += fmt::format("{:>4}  {:>10.3f}  {:>6.2f}%  {:>14.1f}  {}\n", rr.rank, rr.busy * 1e3,
+    const RankMemory& m = p.memory[static_cast<std::size_t>(rr.rank)];
+    const std::string state = fmt::format("{:.2f} = {:.2f} + {:.2f} + {:.2f}", (m.params + m.grads + m.optimizer) / 1048576.0,
+                                          m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0);
+    out += fmt::format("{:>4}  {:>10.3f}  {:>6.2f}%  {:>14.1f}  {:>26}  {}\n", rr.rank, rr.busy * 1e3,
                        100 * (1 - rr.busy / r.makespan), p.peak_bytes[static_cast<std::size_t>(rr.rank)] / 1048576.0,
-                       fmt::join(rr.stages, ","));
+                       state, fmt::join(rr.stages, ","));
   }
   if (flags.json.value_or("") != "-") std::cout << out;
   if (flags.svg) {

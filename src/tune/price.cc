@@ -54,6 +54,12 @@ RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile) {
   costs.latency = MessageLatency(profile);
   costs.bandwidth = profile.bandwidth_Bps;
   costs.cores = ShareCores(profile.machine.shared, profile.identity.cores, plan.lowered.ranks, plan.replicas);
+  // Replicas: their collectives as rings of the profile's messages (as the
+  // tune room's pricer prices them).
+  if (plan.replicas > 1) {
+    costs.allreduce_step_latency = costs.latency;
+    costs.allreduce_bandwidth = costs.bandwidth;
+  }
   return costs;
 }
 
@@ -63,7 +69,8 @@ ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile
   o.record_timeline = true;
   out.sim = Simulate(plan.lowered, o);
   // What the run allocates: the static bytes and every stage's ring.
-  for (const RankMemory& m : PlanMemory(plan)) out.peak_bytes.push_back(static_cast<double>(m.total()));
+  out.memory = PlanMemory(plan);
+  for (const RankMemory& m : out.memory) out.peak_bytes.push_back(static_cast<double>(m.total()));
   return out;
 }
 

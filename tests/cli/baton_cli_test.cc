@@ -700,6 +700,7 @@ TEST(BatonProfile, ProfilesAConfigForTuneAndValidateAndRefusesAForeignOne) {
   ASSERT_EQ(code, 0) << text;
   EXPECT_NE(text.find("zb_h1: 2 ranks, 8 microbatches of 4 samples, 2 stages"), std::string::npos) << text;
   EXPECT_NE(text.find("costs from the profile " + profile), std::string::npos) << text;
+  EXPECT_NE(text.find("model state MiB (ZeRO 0)"), std::string::npos) << text;
   std::tie(code, text) = run("validate " + tiny + "--set pipeline.partition=auto");
   ASSERT_EQ(code, 0) << text;
   EXPECT_NE(text.find("searched when the run starts"), std::string::npos) << text;
