@@ -250,6 +250,21 @@ void CheckStructure(const Schedule& schedule);
 // Throws ScheduleError naming rank, position and action, with the grid.
 void CheckSharding(const Schedule& schedule);
 
+// Sharded data parallel's windows on one rank's actions, in its order (an
+// overlapped unit's parts listed apart), as a run takes them, the lowest
+// free one first: a parameter window from each UNSHARD to its stage's
+// RESHARD; a gradient window from a stage's first B or W to its
+// REDUCE_GRAD, or to the end for a stage in `held_to_end` (per stage; a
+// tied copy, summed after the tied gradients; empty: none). The plan
+// assigns them (ShardingPlan); the tuner counts them. REQUIRES: the
+// actions pass CheckSharding.
+struct ShardingWindows {
+  std::vector<int> window;  // per action: the window an UNSHARD, or a stage's first B or W, takes; else -1
+  int parameter_windows = 0, gradient_windows = 0;  // the most held at once
+};
+ShardingWindows PlaceShardingWindows(const std::vector<Action>& actions, int stages,
+                                     const std::vector<char>& held_to_end);
+
 // ---- Grid ----
 struct GridMark {
   int rank = -1;

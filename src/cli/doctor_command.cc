@@ -21,17 +21,12 @@
 #include "baton/host.h"
 #include "baton/stage_device.h"
 #include "commands.h"
+#include "resources.h"  // HostName
 
 namespace baton {
 namespace {
 
 using nlohmann::ordered_json;
-
-std::string HostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
 
 // The CPUs this process may run on, as ranges: "0-1", "0,2,4-7".
 std::string Cores() {

@@ -220,8 +220,8 @@ void Executor::PollGathers() {
   }
 }
 
-void Executor::Reshard(const Instruction& in) {
-  const auto k = static_cast<std::size_t>(in.local);
+void Executor::Reshard(int local) {
+  const auto k = static_cast<std::size_t>(local);
   Sharded& st = sharded_[k];
   if (st.gathering) {  // freed unused: its gather must still end first
     replicas_->Wait(plan_.sharding.stages[k].gather_request,
@@ -229,7 +229,7 @@ void Executor::Reshard(const Instruction& in) {
     st.gathering = false;
   }
   st.parameter_window = -1;
-  Rebind(in.local);
+  Rebind(local);
 }
 
 void Executor::BeforeSharded(const Instruction& in) {
@@ -292,10 +292,7 @@ void Executor::EndReduce(int w, bool poll) {
 void Executor::FreeParameterWindows() {
   if (!plan_.sharding.parameters_sharded()) return;
   for (std::size_t k = 0; k < sharded_.size(); ++k) {
-    if (sharded_[k].parameter_window < 0) continue;
-    Instruction in;
-    in.local = static_cast<int>(k);
-    Reshard(in);
+    if (sharded_[k].parameter_window >= 0) Reshard(static_cast<int>(k));
   }
 }
 
@@ -658,7 +655,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
       }
       if (a.kind == ActionKind::kUnshard) Unshard(in);
-      if (a.kind == ActionKind::kReshard) Reshard(in);
+      if (a.kind == ActionKind::kReshard) Reshard(in.local);
       if (a.kind == ActionKind::kReduceGrad && train && !plan_.sharding.stages[static_cast<std::size_t>(in.local)].after_tied) {
         ReduceGrad(in.local);
       }

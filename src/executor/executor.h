@@ -208,7 +208,7 @@ class Executor {
   void Unshard(const Instruction& in);
   // Moves the gathers in flight along; notes those that ended.
   void PollGathers();
-  void Reshard(const Instruction& in);
+  void Reshard(int local);
   // Before a compute action of a sharded stage: its gather waited for; its
   // first gradient writer of the step takes (and zeroes) its window.
   void BeforeSharded(const Instruction& in);

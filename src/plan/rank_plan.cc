@@ -161,11 +161,9 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
 }
 
 
-int TakeSlot(std::vector<char>& held);
-
 // Sharded data parallel's collectives and windows (ShardingPlan): the
-// stages' shards and request ids, and each list's windows, taken in the
-// order the rank runs it, the lowest free one first (PlanSliceSlots' rule).
+// stages' shards and request ids, and each list's windows
+// (PlaceShardingWindows).
 void PlanSharding(const RunPlan& run, RankPlan& r) {
   ShardingPlan& sh = r.sharding;
   if (run.zero < 2) return;
@@ -186,43 +184,26 @@ void PlanSharding(const RunPlan& run, RankPlan& r) {
     sh.window_floats = std::max(sh.window_floats, st.floats);
     sh.stages.push_back(std::move(st));
   }
-  auto windows = [&](std::vector<Instruction>& list, int* parameter_windows, int* gradient_windows) {
-    std::vector<char> params, grads;
-    std::vector<int> param_of(r.local_stages.size(), -1), grad_of(r.local_stages.size(), -1);
+  // A tied copy's gradient window is held to the step's end, where it is summed.
+  std::vector<char> held_to_end(static_cast<std::size_t>(r.stages), 0);
+  for (std::size_t k = 0; k < r.local_stages.size(); ++k) {
+    held_to_end[static_cast<std::size_t>(r.local_stages[k].stage)] = sh.stages[k].after_tied ? 1 : 0;
+  }
+  auto windows = [&](std::vector<Instruction>& list) {
+    std::vector<Action> actions;
     for (Instruction& in : list) {
-      const Action& a = in.action;
-      if (a.kind == ActionKind::kIdle || a.stage < 0) continue;
-      const int k = r.local[static_cast<std::size_t>(a.stage)];
-      if (k < 0) continue;  // not this rank's (CheckShardedRun refuses it in a run)
-      in.local = k;
-      const auto kk = static_cast<std::size_t>(k);
-      switch (a.kind) {
-        case ActionKind::kUnshard:
-          in.window = param_of[kk] = TakeSlot(params);
-          break;
-        case ActionKind::kReshard:
-          params[static_cast<std::size_t>(param_of[kk])] = 0;
-          param_of[kk] = -1;
-          break;
-        case ActionKind::kReduceGrad:
-          in.window = grad_of[kk];
-          // A tied copy's window is held to the step's end, where it is summed.
-          if (!sh.stages[kk].after_tied && grad_of[kk] >= 0) grads[static_cast<std::size_t>(grad_of[kk])] = 0;
-          grad_of[kk] = -1;
-          break;
-        case ActionKind::kBackward:
-        case ActionKind::kBackwardWeight:
-          if (grad_of[kk] < 0) in.window = grad_of[kk] = TakeSlot(grads);
-          break;
-        default:
-          break;
+      actions.push_back(in.action);
+      if (!HasMicrobatch(in.action.kind) && in.action.kind != ActionKind::kIdle) {
+        in.local = r.local[static_cast<std::size_t>(in.action.stage)];  // -1 only off this rank: CheckShardedRun
       }
     }
-    *parameter_windows = std::max(*parameter_windows, static_cast<int>(params.size()));
-    *gradient_windows = std::max(*gradient_windows, static_cast<int>(grads.size()));
+    const ShardingWindows w = PlaceShardingWindows(actions, r.stages, held_to_end);
+    for (std::size_t i = 0; i < list.size(); ++i) list[i].window = w.window[i];
+    sh.parameter_windows = std::max(sh.parameter_windows, w.parameter_windows);
+    sh.gradient_windows = std::max(sh.gradient_windows, w.gradient_windows);
   };
-  windows(r.step, &sh.parameter_windows, &sh.gradient_windows);
-  windows(r.evaluation, &sh.parameter_windows, &sh.gradient_windows);
+  windows(r.step);
+  windows(r.evaluation);
   if (!sh.parameters_sharded()) sh.parameter_windows = 0;
 }
 

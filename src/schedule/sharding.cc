@@ -2,6 +2,7 @@
 // CheckStructure): one walk over each rank's list, in its order.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,55 @@ void CheckSharding(const Schedule& schedule) {
     for (const Action& a : row) any = any || IsSharding(a.kind);
   }
   if (any) ShardingCheck(schedule).Run();
+}
+
+namespace {
+
+// The lowest free slot of `held` (per slot: taken or not), taken.
+int TakeWindow(std::vector<char>& held) {
+  const auto at = static_cast<std::size_t>(std::find(held.begin(), held.end(), 0) - held.begin());
+  if (at == held.size()) held.push_back(0);
+  held[at] = 1;
+  return static_cast<int>(at);
+}
+
+}  // namespace
+
+ShardingWindows PlaceShardingWindows(const std::vector<Action>& actions, int stages,
+                                     const std::vector<char>& held_to_end) {
+  ShardingWindows out;
+  out.window.assign(actions.size(), -1);
+  std::vector<char> params, grads;
+  std::vector<int> param_of(static_cast<std::size_t>(stages), -1), grad_of(param_of);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (a.kind == ActionKind::kIdle || a.stage < 0 || a.stage >= stages) continue;
+    const auto st = static_cast<std::size_t>(a.stage);
+    switch (a.kind) {
+      case ActionKind::kUnshard:
+        out.window[i] = param_of[st] = TakeWindow(params);
+        break;
+      case ActionKind::kReshard:
+        if (param_of[st] >= 0) params[static_cast<std::size_t>(param_of[st])] = 0;
+        param_of[st] = -1;
+        break;
+      case ActionKind::kReduceGrad:
+        if (grad_of[st] >= 0 && (held_to_end.empty() || !held_to_end[st])) {
+          grads[static_cast<std::size_t>(grad_of[st])] = 0;
+        }
+        grad_of[st] = -1;
+        break;
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardWeight:
+        if (grad_of[st] < 0) out.window[i] = grad_of[st] = TakeWindow(grads);
+        break;
+      default:
+        break;
+    }
+  }
+  out.parameter_windows = static_cast<int>(params.size());
+  out.gradient_windows = static_cast<int>(grads.size());
+  return out;
 }
 
 }  // namespace baton

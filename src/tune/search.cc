@@ -55,31 +55,21 @@ void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stag
   expect("summed_at_end", k.summed_at_end.size(), stages, "stages", true);
 }
 
-// ZeRO 2 and 3: the windows rank r's placed list holds at once (as the
-// plan takes them: a gradient window from a stage's first B or W to its
-// REDUCE_GRAD, a parameter window from UNSHARD to RESHARD), each its
-// largest stage's parameter bytes.
+// ZeRO 2 and 3: the windows rank r's placed list holds at once
+// (PlaceShardingWindows, as the plan takes them), each its largest stage's
+// parameter bytes.
 double WindowBytes(const Schedule& s, int r, const std::vector<double>& parameter_bytes,
                    const std::vector<char>& summed_at_end) {
+  std::vector<Action> actions;
   double largest = 0;
-  int params = 0, grads = 0, most_params = 0, most_grads = 0;
-  std::vector<char> gathered(static_cast<std::size_t>(s.stages), 0), summing(gathered);
   for (const Action& unit : s.actions[static_cast<std::size_t>(r)]) {
     ForEachPart(unit, [&](const Action& a) {
-      if (a.stage < 0 || a.kind == ActionKind::kIdle) return;
-      const auto st = static_cast<std::size_t>(a.stage);
-      largest = std::max(largest, parameter_bytes[st]);
-      if (a.kind == ActionKind::kUnshard) gathered[st] = 1, most_params = std::max(most_params, ++params);
-      if (a.kind == ActionKind::kReshard && gathered[st]) gathered[st] = 0, --params;
-      if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) && !summing[st]) {
-        summing[st] = 1;
-        most_grads = std::max(most_grads, ++grads);
-      }
-      const bool held = !summed_at_end.empty() && summed_at_end[st];
-      if (a.kind == ActionKind::kReduceGrad && summing[st] && !held) summing[st] = 0, --grads;
+      actions.push_back(a);
+      if (a.stage >= 0) largest = std::max(largest, parameter_bytes[static_cast<std::size_t>(a.stage)]);
     });
   }
-  return largest * (most_params + most_grads);
+  const ShardingWindows w = PlaceShardingWindows(actions, s.stages, summed_at_end);
+  return largest * (w.parameter_windows + w.gradient_windows);
 }
 
 struct CachedSchedule {
