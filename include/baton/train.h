@@ -8,6 +8,7 @@
 
 #include "baton/comm.h"
 #include "baton/config.h"
+#include "baton/signals.h"
 
 namespace baton {
 
@@ -49,31 +50,7 @@ struct TrainOptions {
   // complete checkpoint if there is one, else from scratch.
   bool resume_auto = false;
 };
-// Preemption-safe stops. Clusters stop jobs with a signal and a grace
-// period: Slurm sends SIGTERM on preemption and scancel, and the signal of
-// `--signal=B:USR1@60` ahead of a time limit. While a StopSignals exists
-// (Train holds one; `baton train` holds one from its start, so that a
-// signal during start-up is kept too), SIGTERM and SIGUSR1 only set a flag
-// (SA_RESTART: interrupted system calls go on). At every step boundary the
-// ranks agree whether any rank has one, and if so they all stop there
-// together (no rank alone, no collective half-done) after a checkpoint of
-// the last finished step (TrainSummary::stop_signal); the command then
-// exits with kExitStopped, EX_TEMPFAIL (sysexits.h): stopped on request,
-// to be run again (the sbatch template requeues it, and
-// `checkpoint.resume: auto` continues). The handlers before the first are
-// put back when the last goes (ranks run as threads each hold one).
-inline constexpr int kExitStopped = 75;
-class StopSignals {
- public:
-  StopSignals();
-  ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  // The first stop signal received since the handlers were installed, or 0.
-  static int Received();
-  // Whether any StopSignals exists now.
-  static bool Active();
-};
+// Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options = {});
 
 }  // namespace baton

@@ -27,6 +27,7 @@
 #include "baton/bench.h"
 #include "baton/train.h"
 #include "baton/schedule.h"
+#include "baton/signals.h"
 #include "commands.h"
 #include "profile_measure.h"
 
@@ -50,39 +51,6 @@ double StartupTimeout(const std::vector<std::string>& set) {
   return timeout;
 }
 
-// The message a rank leaves when it is told to stop (SIGTERM from mpirun or
-// a scheduler, SIGINT from Ctrl-C): written by the handler itself, so it is
-// formatted beforehand.
-char g_stop_message[160];
-std::size_t g_stop_length = 0;
-
-extern "C" void OnStopSignal(int signal) {
-  // Only async-signal-safe calls: unlink, write and _exit.
-  RemoveUnfinishedFile();
-  if (g_stop_length > 0) {
-    const char* name = signal == SIGINT ? " SIGINT\n" : " SIGTERM\n";
-    ssize_t ignored = ::write(STDERR_FILENO, g_stop_message, g_stop_length);
-    ignored = ::write(STDERR_FILENO, name, std::strlen(name));
-    (void)ignored;
-  }
-  std::_Exit(128 + signal);
-}
-
-void HandleStopSignals(int rank) {
-  const std::string text = fmt::format(
-      "baton: rank {}: stopped before the run ended (a file being written is removed; the last complete checkpoint, "
-      "if any, is kept): signal",
-      rank);
-  g_stop_length = std::min(text.size(), sizeof g_stop_message);
-  std::memcpy(g_stop_message, text.data(), g_stop_length);
-  struct sigaction action {};
-  action.sa_handler = OnStopSignal;
-  sigemptyset(&action.sa_mask);
-  // A training run stops on SIGTERM at a step boundary instead (StopSignals).
-  if (!StopSignals::Active()) ::sigaction(SIGTERM, &action, nullptr);
-  ::sigaction(SIGINT, &action, nullptr);
-}
-
 // The errors every rank agreed on (or that end on the one rank left):
 // said once, exit code 2. Any other error is one rank's, mid-step, and ends
 // the whole job.
@@ -98,7 +66,7 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
                   const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job) {
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
-  HandleStopSignals(rank);
+  EndOnSignals(rank);
   std::unique_ptr<Transport> transport;
   auto report = [rank](const std::exception& e) {
     std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(),

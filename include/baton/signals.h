@@ -1,0 +1,47 @@
+// Signals a job is sent (the OS room, src/os): a scheduler's request to
+// stop at the next step boundary, and the handler that ends a process told
+// to stop outside a run's steps. One owner: nothing else in baton installs a
+// signal handler.
+#ifndef BATON_SIGNALS_H_
+#define BATON_SIGNALS_H_
+
+namespace baton {
+
+// Preemption-safe stops. Clusters stop jobs with a signal and a grace
+// period: Slurm sends SIGTERM on preemption and scancel, and the signal of
+// `--signal=B:USR1@60` ahead of a time limit. While a StopSignals exists
+// (Train holds one; `baton train` holds one from its start, so that a
+// signal during start-up is kept too), SIGTERM and SIGUSR1 only set a flag
+// (SA_RESTART: interrupted system calls go on). At every step boundary the
+// ranks agree whether any rank has one, and if so they all stop there
+// together (no rank alone, no collective half-done) after a checkpoint of
+// the last finished step (TrainSummary::stop_signal); the command then
+// exits with kExitStopped, EX_TEMPFAIL (sysexits.h): stopped on request,
+// to be run again (the sbatch template requeues it, and
+// `checkpoint.resume: auto` continues). The handlers before the first are
+// put back when the last goes (ranks run as threads each hold one).
+inline constexpr int kExitStopped = 75;
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  // The first stop signal received since the handlers were installed, or 0.
+  static int Received();
+  // Whether any StopSignals exists now.
+  static bool Active();
+};
+
+// Outside a StopSignals' life (start-up, validate, bench), SIGINT and
+// SIGTERM end the process at once: the file being written, if any, is
+// removed (files.h RemoveUnfinishedFile), "baton: rank RANK: stopped before
+// the run ended ... signal SIGNAL" is written to standard error (the
+// signal's own name), and the process exits 128 + the signal. While a
+// StopSignals exists, SIGTERM stops at the next step boundary instead;
+// SIGINT (Ctrl-C) always ends at once. Call once, early, on every rank.
+void EndOnSignals(int rank);
+
+}  // namespace baton
+
+#endif  // BATON_SIGNALS_H_
