@@ -29,9 +29,13 @@ namespace baton {
 // on `rank`, at step `step`, when action `action` ("F", "B", "I", "W",
 // sharded data parallel's "UNSHARD" or "REDUCE_GRAD", "checkpoint",
 // "evaluate", or "start": before the run's first step) is reached: stall forever, exit at
-// once, die by SIGKILL, or send itself SIGTERM (a scheduler's stop) and go on.
+// once, die by SIGKILL, send itself SIGTERM (a scheduler's stop) and go on,
+// or wait there until the process is sent a stop signal (at most
+// kFaultWaitSeconds), so that a test stops a run at the step it chose
+// however fast the machine is.
+inline constexpr int kFaultWaitSeconds = 600;
 struct Fault {
-  enum Mode { kNone, kStall, kExit, kKill, kTerm };
+  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait };
   Mode mode = kNone;
   int rank = -1;
   std::int64_t step = -1;
@@ -40,6 +44,10 @@ struct Fault {
 // Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall"); none if
 // unset. Throws ConfigError if it is malformed.
 Fault FaultFromEnvironment();
+// The fault this run injects: none if the run resumed after the fault's
+// step (a requeued job repeats its environment; the fault was the earlier
+// run's), said once on rank 0; else `fault`.
+Fault FaultForRun(const Fault& fault, int rank, std::int64_t first_step);
 // Throws ConfigError if `fault` (none: nothing) could never fire in a run
 // of `world` ranks over steps [first_step, last_step]: a rank the job does
 // not have, a step the run does not take, an action the fault's rank does

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "baton/error.h"
+#include "baton/signals.h"
 #include "executor.h"
 
 namespace baton {
@@ -38,7 +39,7 @@ Fault FaultFromEnvironment() {
   auto bad = [&](const std::string& why) {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
-                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate or start and MODE stall, exit, kill or term)",
+                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate or start and MODE stall, exit, kill, term or wait)",
                     s, why));
   };
   if (parts.size() != 4) throw bad("four fields needed");
@@ -62,10 +63,23 @@ Fault FaultFromEnvironment() {
     f.mode = Fault::kKill;
   } else if (parts[3] == "term") {
     f.mode = Fault::kTerm;
+  } else if (parts[3] == "wait") {
+    f.mode = Fault::kWait;
   } else {
     throw bad("unknown mode '" + parts[3] + "'");
   }
   return f;
+}
+
+Fault FaultForRun(const Fault& f, int rank, std::int64_t first_step) {
+  if (f.mode == Fault::kNone || first_step <= 1 || f.step >= first_step) return f;
+  if (rank == 0) {
+    std::fprintf(stderr,
+                 "baton: BATON_FAULT's fault at step %lld is before this run (resumed after step %lld): it was the "
+                 "run's before, not injected again\n",
+                 static_cast<long long>(f.step), static_cast<long long>(first_step - 1));
+  }
+  return {};
 }
 
 void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::int64_t first_step,
@@ -125,6 +139,7 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
                f.mode == Fault::kStall  ? "stalling"
                : f.mode == Fault::kExit ? "exiting"
                : f.mode == Fault::kTerm ? "sending itself SIGTERM"
+               : f.mode == Fault::kWait ? "waiting for a stop signal (SIGTERM or SIGUSR1)"
                                         : "killed",
                static_cast<long long>(step), static_cast<int>(action.size()), action.data());
   std::fflush(stderr);
@@ -139,6 +154,18 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
     case Fault::kTerm:  // as a scheduler stopping the job would, to this rank alone
       ::kill(::getpid(), SIGTERM);
       break;
+    case Fault::kWait: {  // until a scheduler's stop arrives: a test stops the run at the step it chose
+      if (!StopSignals::Active()) throw RunError("BATON_FAULT: wait: nothing here notes stop signals");
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(kFaultWaitSeconds);
+      while (StopSignals::Received() == 0) {
+        if (std::chrono::steady_clock::now() > give_up) {
+          throw RunError(fmt::format("BATON_FAULT: rank {} waited {} s at step {} for a stop signal; none came", rank,
+                                     kFaultWaitSeconds, step));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      break;
+    }
     case Fault::kNone:
       break;
   }

@@ -291,6 +291,8 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     u.first_step = std::stoll(resumed) + 1;
     // The same answer on every rank, so that all join the evaluation's reduction.
     u.evaluation = world.AllMax(u.test.samples > 0 ? 1 : 0, "every rank's evaluation data") == 1;
+    u.fault = FaultForRun(u.fault, u.world_rank, u.first_step);
+    u.exec->set_fault(u.fault);
     Agree(world, "every rank checking BATON_FAULT", [&] {
       CheckFault(u.fault, world.size(), u.world_rank, u.rank_plan, u.first_step, u.total_steps,
                  c.checkpoint.dir.empty() ? 0 : c.checkpoint.every_steps,

@@ -351,6 +351,46 @@ TEST_F(CheckpointTest, SignalsAtARandomMomentCostAtMostAStep) {
   EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
 }
 
+// A stop at the step the test chose, on any machine: BATON_FAULT's wait
+// holds rank 1 at step 5's forward until mpirun hands it the signal; the
+// job stops after step 5 (exit 75), and the same command again, fault and
+// all (as a requeued job repeats its environment), resumes after step 5
+// without injecting it again and ends with the uninterrupted run's bytes.
+TEST_F(CheckpointTest, WaitFaultStopsAtTheChosenStepAndTheResumeSkipsIt) {
+  const std::string run = " --set train.steps=12 --set checkpoint.dir=ck --set checkpoint.every_steps=100 "
+                          "--set checkpoint.resume=auto --set log.weights=resumed.safetensors";
+  ASSERT_EQ(Train(" --set train.steps=12 --set checkpoint.dir=ck_whole --set log.weights=whole.safetensors"), 0)
+      << Read("log.txt");
+  const std::string cmd = "cd '" + dir_.string() + "' && BATON_FAULT=1:5:F:wait exec '" BATON_MPIEXEC
+                          "' -np 2 '" BATON_BINARY "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml'" +
+                          std::string(kCommon) + run + " > log.txt 2>&1";
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // A guard against a hang only: the run reaches step 5 in well under a second.
+  bool waiting = false;
+  for (int i = 0; i < 1200 && !waiting; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waiting = Read("log.txt").find("waiting for a stop signal") != std::string::npos;
+  }
+  ::kill(job, SIGUSR1);
+  int status = 0;
+  ASSERT_EQ(waitpid(job, &status, 0), job);
+  const std::string log = Read("log.txt");
+  ASSERT_TRUE(waiting) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  EXPECT_NE(log.find("baton: stopped by SIGUSR1 after step 5"), std::string::npos) << log;
+  ASSERT_EQ(TrainOn(2, run, "1:5:F:wait"), 0) << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 5"), std::string::npos) << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("fault at step 5 is before this run (resumed after step 5)"), std::string::npos)
+      << Read("log.txt");
+  EXPECT_EQ(Read("resumed.safetensors"), Read("whole.safetensors"));
+}
+
 // checkpoint.resume: auto takes only a checkpoint of a run like this one,
 // and needs a folder to look in.
 TEST_F(CheckpointTest, ResumeAutoRefusesAnotherRunsCheckpointAndNeedsAFolder) {

@@ -8,8 +8,14 @@
 # message and Slurm's exit code; and scripts/baton.sbatch, sent SIGUSR1 by
 # `scancel --signal=USR1` mid-run, stops at a step boundary, requeues
 # itself, resumes (checkpoint.resume: auto) and ends with the
-# uninterrupted run's bytes. The daemons are stopped by their process ids
-# and the folder removed whatever happens.
+# uninterrupted run's bytes. Work is sized in steps, never in seconds: the
+# template's run waits at a step the test chose (BATON_FAULT's wait) until
+# the test's signal reaches it, and every wait is bounded by a multiple of
+# what the test measured itself (the reference runs' times). Every process
+# the test starts carries BATON_SLURM_TEST in its environment (the
+# daemons, their slurmstepd, the jobs' ranks): whatever happens they are
+# stopped by their process ids, SIGTERM then SIGKILL after a grace period,
+# the test fails if any is left, and the folder is removed.
 #
 #   tests/slurm/slurm_test.sh BATON MPIEXEC SOURCE_DIR
 #
@@ -26,13 +32,44 @@ plugin_dir=$(dirname "$(dpkg -L slurm-wlm-basic-plugins 2>/dev/null | grep '/mpi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 dir=$(mktemp -d /tmp/baton-slurm.XXXXXX)
+# The mark of everything this test starts (inherited by the daemons, their
+# step daemons and the jobs' tasks, whose environment srun and sbatch copy).
+export BATON_SLURM_TEST=$dir
 pids=()
+# The process ids carrying the mark, but this shell and its subshells.
+ours() {
+  local e p
+  for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/}
+    p=${p%/environ}
+    [ "$p" = "$$" ] || [ "$p" = "$BASHPID" ] && continue
+    grep -qzx "BATON_SLURM_TEST=$dir" "$e" 2> /dev/null && echo "$p"
+  done
+}
+# Sends `signal` to every marked process, then waits up to `seconds` for
+# all to be gone; prints those left.
+end_ours() {
+  local signal=$1 seconds=$2 left
+  left=$(ours)
+  [ -n "$left" ] && kill "-$signal" $left 2> /dev/null
+  for _ in $(seq $((seconds * 10))); do
+    left=$(ours)
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+  echo "$left"
+}
 cleanup() {
-  local code=$?
-  [ -n "${SLURM_CONF:-}" ] && scancel --quiet --user=root 2> /dev/null
-  for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
-  [ -f "$dir/munged.pid" ] && kill "$(cat "$dir/munged.pid")" 2> /dev/null
+  local code=$? left
+  trap - EXIT
+  [ -n "${SLURM_CONF:-}" ] && timeout 10 scancel --quiet --user=root 2> /dev/null
+  left=$(end_ours TERM 10)
+  [ -n "$left" ] && left=$(end_ours KILL 5)
   for p in "${pids[@]}"; do wait "$p" 2> /dev/null; done
+  if [ -n "$left" ]; then
+    echo "FAILED: processes this test started are left after SIGKILL: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"
+    [ "$code" -eq 0 ] || [ "$code" -eq 77 ] && code=1
+  fi
   if [ "$code" -ne 0 ] && [ "$code" -ne 77 ]; then
     for f in "$dir"/log/*; do echo "== $f"; tail -20 "$f"; done
   fi
@@ -40,6 +77,8 @@ cleanup() {
   exit "$code"
 }
 trap cleanup EXIT
+# ctest's timeout, or a person's Ctrl-C: clean up all the same.
+trap 'exit 1' TERM INT HUP
 fail() { echo "FAILED: $*"; exit 1; }
 
 cd "$dir" || exit 1
@@ -101,9 +140,16 @@ echo "slurm: slurmctld and nodes n1, n2 up"
 
 config=$src/tests/mpi/tiny.yaml
 common=(--set pipeline.ranks=4 --set train.steps=20 --set log.progress=false)
-# The reference: mpirun on this host.
-timeout 120 "$mpiexec" -np 4 "$baton" train "$config" "${common[@]}" --set log.metrics="$dir/out/ref.jsonl" \
+# The reference: mpirun on this host. Its time bounds the waits below (the
+# 300 s here only guards against a hang; a run of 20 tiny steps takes about
+# a second).
+start=$SECONDS
+timeout 300 "$mpiexec" -np 4 "$baton" train "$config" "${common[@]}" --set log.metrics="$dir/out/ref.jsonl" \
   --set log.weights="$dir/out/ref.safetensors" > log/ref.out 2>&1 || fail "mpirun: $(tail -5 log/ref.out)"
+# A launch through Slurm, over TCP, may take many times mpirun's: bound it
+# by the reference's time times a margin, plus Slurm's own start-up.
+limit=$((60 + 20 * (SECONDS - start + 1)))
+echo "slurm: the reference took $((SECONDS - start)) s; each launch's limit is $limit s"
 
 # Two Slurm nodes on one host share its /dev/shm, where Open MPI's
 # shared-memory transport names its segments by host and local rank: on
@@ -112,7 +158,7 @@ timeout 120 "$mpiexec" -np 4 "$baton" train "$config" "${common[@]}" --set log.m
 export OMPI_MCA_btl=self,tcp
 
 # 1. srun --mpi=pmix over both nodes.
-timeout 120 srun --mpi=pmix -N 2 -n 4 "$baton" train "$config" "${common[@]}" --set log.metrics="$dir/out/srun.jsonl" \
+timeout "$limit" srun --mpi=pmix -N 2 -n 4 "$baton" train "$config" "${common[@]}" --set log.metrics="$dir/out/srun.jsonl" \
   --set log.weights="$dir/out/srun.safetensors" > log/srun.out 2>&1 || fail "srun: $(tail -5 log/srun.out)"
 cmp out/ref.safetensors out/srun.safetensors || fail "srun's weights differ from mpirun's"
 echo "slurm: srun --mpi=pmix -N 2 -n 4: the weights of mpirun -np 4"
@@ -125,13 +171,13 @@ for launch in "srun --mpi=pmix" "$mpiexec -np 4"; do
 #SBATCH -N 2 -n 4 -o $dir/log/$name.out
 $launch "$baton" train "$config" ${common[*]} --set log.metrics=$dir/out/$name.jsonl --set log.weights=$dir/out/$name.safetensors
 JOB
-  timeout 180 sbatch --wait "$name.sh" > /dev/null || fail "$name: $(tail -5 log/$name.out)"
+  timeout "$limit" sbatch --wait "$name.sh" > /dev/null || fail "$name: $(tail -5 log/$name.out)"
   cmp out/ref.safetensors "out/$name.safetensors" || fail "$name's weights differ from mpirun's"
   echo "slurm: sbatch with $launch: the weights of mpirun -np 4"
 done
 
 # 4. A rank that dies mid-run ends the job: baton's message, Slurm's code.
-BATON_FAULT=2:5:F:kill timeout 120 srun --mpi=pmix -N 2 -n 4 "$baton" train "$config" "${common[@]}" \
+BATON_FAULT=2:5:F:kill timeout "$limit" srun --mpi=pmix -N 2 -n 4 "$baton" train "$config" "${common[@]}" \
   --set log.metrics="$dir/out/kill.jsonl" > log/kill.out 2>&1
 code=$?
 [ "$code" -ne 0 ] && [ "$code" -ne 124 ] || fail "a killed rank's job ended with $code: $(tail -5 log/kill.out)"
@@ -140,21 +186,32 @@ grep -q "task 2: Killed" log/kill.out || fail "Slurm did not report the killed t
 echo "slurm: a rank killed at step 5 ended the job (srun exit $code)"
 
 # 5. The sbatch template, stopped by SIGUSR1 mid-run, requeued and resumed.
-long=(--set pipeline.ranks=4 --set train.steps=60000 --set checkpoint.every_steps=100000 --set log.every_steps=1000
+# Rank 0 waits at step 60's forward until the signal reaches it (BATON_FAULT
+# wait), so the stop lands at the boundary after step 60 on any machine;
+# the requeued run resumes after it and does not inject the fault again.
+long=(--set pipeline.ranks=4 --set train.steps=200 --set checkpoint.every_steps=100000 --set log.every_steps=50
       --set log.progress=false)
+start=$SECONDS
 timeout 300 "$mpiexec" -np 4 "$baton" train "$config" "${long[@]}" --set checkpoint.dir="$dir/ck_whole" \
   --set log.metrics="$dir/out/whole.jsonl" --set log.weights="$dir/out/whole.safetensors" > log/whole.out 2>&1 ||
   fail "the uninterrupted run: $(tail -5 log/whole.out)"
-id=$(BATON="$baton" BATON_CHECKPOINTS="$dir/ck" sbatch --parsable -o "$dir/log/template.out" \
+# Two runs through Slurm, each bounded as a launch, and Slurm's requeue
+# (this test lets the held job go at once; Slurm holds a requeued job up
+# to two minutes otherwise).
+limit=$((limit + 20 * (SECONDS - start + 1)))
+echo "slurm: the uninterrupted 200 steps took $((SECONDS - start)) s; the template's limit is 2 x $limit s"
+id=$(BATON_FAULT=0:60:F:wait BATON="$baton" BATON_CHECKPOINTS="$dir/ck" sbatch --parsable -o "$dir/log/template.out" \
   "$src/scripts/baton.sbatch" "$config" "${long[@]}" --set log.metrics="$dir/out/template.jsonl" \
   --set log.weights="$dir/out/template.safetensors")
-for _ in $(seq 300); do
-  [ -s out/template.jsonl ] && break
+deadline=$((SECONDS + limit))
+until grep -q "waiting for a stop signal" log/template.out 2> /dev/null; do
+  [ $SECONDS -lt $deadline ] || fail "the template's run did not reach step 60 in $limit s: $(tail -10 log/template.out)"
   sleep 0.1
 done
 scancel --signal=USR1 "$id" || fail "scancel --signal=USR1 $id"
 state=""
-for _ in $(seq 600); do
+deadline=$((SECONDS + 2 * limit))
+while [ $SECONDS -lt $deadline ]; do
   state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
   # Slurm holds a requeued job two minutes before it may start: let it go
   # as soon as the nodes have finished with its first run's step (its PMIx
@@ -166,11 +223,10 @@ for _ in $(seq 600); do
   case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
   sleep 0.2
 done
-[ "$state" = COMPLETED ] || fail "the template's job ended $state: $(tail -10 log/template.out)"
+[ "$state" = COMPLETED ] || fail "the template's job is $state after $((2 * limit)) s: $(tail -10 log/template.out)"
 grep -q "baton: stopped by SIGUSR1" log/template.out || fail "the job was not stopped: $(tail -10 log/template.out)"
 grep -q "requeueing job $id" log/template.out || fail "the job was not requeued: $(tail -10 log/template.out)"
-grep -q "resumed after step" log/template.out || grep -q "before its first step" log/template.out ||
-  fail "the requeued job did not resume: $(tail -10 log/template.out)"
+grep -q "resumed after step 60" log/template.out || fail "the requeued job did not resume after step 60: $(tail -10 log/template.out)"
 cmp out/whole.safetensors out/template.safetensors || fail "the requeued run's weights differ from the uninterrupted run's"
-echo "slurm: scripts/baton.sbatch stopped by SIGUSR1, requeued, resumed: the uninterrupted run's weights"
+echo "slurm: scripts/baton.sbatch stopped by SIGUSR1 at step 60, requeued, resumed: the uninterrupted run's weights"
 echo "slurm: all passed"
