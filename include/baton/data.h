@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -184,13 +185,18 @@ struct NamedTensor {
 // length, JSON header with dtype "F32", shape and data_offsets, then the raw
 // data), so `safetensors.torch.load_file` reads it. Written to a temporary
 // file, flushed and renamed: a crash leaves no half-written file.
-void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors);
+// `metadata` joins the header's "__metadata__" strings (beside "format":
+// "pt"), e.g. a checkpoint shard's step.
+void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
 
 // Reads a safetensors file of F32 tensors. Throws ConfigError naming the file
 // for a truncated file, a header length out of range, malformed JSON, a dtype
 // other than F32, offsets outside the data, or a shape that does not match
-// the byte count.
-std::vector<NamedTensor> ReadSafetensors(const std::string& path);
+// the byte count. With `metadata`, the header's "__metadata__" strings are
+// returned there (a value that is not a string is an error).
+std::vector<NamedTensor> ReadSafetensors(const std::string& path,
+                                         std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace baton
 

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace baton {
 
@@ -71,14 +72,16 @@ std::string ReadTextFile(const std::string& path, std::string_view what = "confi
 
 // Which file a path names, to compare inputs and outputs: the device and
 // inode of an existing file (links and other spellings of it compare
-// equal), else the absolute path with "." and ".." resolved.
+// equal); where one of the two does not exist yet, the absolute paths with
+// links followed as far as they exist and "." and ".." resolved (a write
+// to "sub/../x" creates sub, then replaces x).
 struct FileId {
   bool exists = false;
   dev_t device = 0;
   ino_t inode = 0;
-  std::string path;  // absolute; for a file that does not exist yet
+  std::string path;  // absolute, normal
   bool operator==(const FileId& o) const {
-    return exists == o.exists && (exists ? device == o.device && inode == o.inode : path == o.path);
+    return exists && o.exists ? device == o.device && inode == o.inode : path == o.path;
   }
 };
 FileId IdOf(const std::string& path);
@@ -91,6 +94,31 @@ void CheckOutputFile(const std::string& path, std::string_view key);
 // The same for an output folder (checkpoint.dir): a file stands there, or
 // it (or its nearest existing parent) is not writable.
 void CheckOutputFolder(const std::string& path, std::string_view key);
+
+// ---- One output check for every command ----
+// A path by the setting or flag that names it ("log.weights", "--svg",
+// "the config file").
+struct NamedPath {
+  std::string key;
+  std::string path;
+};
+// What one command reads and writes.
+struct CommandFiles {
+  std::vector<NamedPath> inputs;         // files read (configs, schedules, profiles, weights, data)
+  std::vector<NamedPath> input_folders;  // folders whose every file is an input (fortunes' data.path)
+  std::vector<NamedPath> outputs;        // files written; "-" is standard output
+  std::vector<NamedPath> records;        // written only on a failure (flight records): checked for clashes only
+  std::string checkpoint_dir;            // "" if the command writes no checkpoints
+};
+// Throws OutputError, before the command does anything (creates nothing),
+// if an output cannot be written (CheckOutputFile: a folder stands there,
+// a parent is a file, no write permission), the checkpoint folder cannot
+// be (CheckOutputFolder), or two of the paths are one file: an output and
+// an input, two outputs (a device such as /dev/null may be given twice: it
+// discards; "-" may not: both would print to standard output), an output
+// and the checkpoint folder, or an output inside an input folder. Every
+// message names both settings and both paths and says what to change.
+void CheckCommandFiles(const CommandFiles& files);
 
 // An exclusive lock on `path` (created if missing, never truncated) for the
 // life of the object: flock(2), released by the kernel when the process

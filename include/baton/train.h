@@ -8,6 +8,7 @@
 
 #include "baton/comm.h"
 #include "baton/config.h"
+#include "baton/files.h"
 #include "baton/signals.h"
 
 namespace baton {
@@ -51,6 +52,12 @@ struct TrainOptions {
   bool resume_auto = false;
 };
 // Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).
+
+// The files a training run of `config` on `world` ranks reads and writes
+// (its config file is config.source), plus `extra_outputs` (bench's
+// reports), for the OS room's one check (CheckCommandFiles) that a run
+// never overwrites its own inputs or loses one output to another.
+CommandFiles FilesOf(const TrainConfig& config, int world, const std::vector<NamedPath>& extra_outputs = {});
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options = {});
 
 }  // namespace baton

@@ -188,8 +188,11 @@ int RunDoctor(const DoctorFlags& f) {
   }
   text += fmt::format("{} ranks on {} host(s); took {:.3f} s\n", world->size(), hosts.size(),
                       report["seconds"].get<double>());
-  std::fputs(text.c_str(), stdout);
-  std::fflush(stdout);
+  // With --json - standard output carries the JSON alone.
+  if (f.json_path != "-") {
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  }
   if (!f.json_path.empty()) WriteOutput(f.json_path, report.dump(2) + "\n");
   return 0;
 }

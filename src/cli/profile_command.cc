@@ -54,17 +54,34 @@ void AddProfileCommand(CLI::App& app) {
   cmd->callback([f] {
     ProfileOptions o = f->options;
     o.rows = WholeNumbers(f->rows, "profile: --rows");
+    // What the command reads and writes; `machine`, the machine model's
+    // file, once the profile knows the machine.
+    auto files = [&](const TrainConfig& config, const std::string& machine) {
+      CommandFiles out;
+      out.inputs.push_back({"the config file", f->config});
+      if (!config.pipeline.profile.empty()) out.inputs.push_back({"pipeline.profile", config.pipeline.profile});
+      if (!config.model.init_from.empty()) out.inputs.push_back({"model.init.from", config.model.init_from});
+      out.outputs.push_back({"--out", f->out});
+      if (!machine.empty()) out.outputs.push_back({"the machine model's file", machine});
+      return out;
+    };
     auto job = [&](Transport& world, const TrainConfig& config, const std::string&) {
       if (f->calibrate_steps < 0) throw ConfigError("profile: --calibrate-steps must be >= 0");
+      Agree(world, "rank 0 checking the profile's output", [&] {
+        if (world.rank() == 0) CheckCommandFiles(files(config, ""));
+      });
       Profile p = MeasureProfile(config, world, o);
       if (p.cpu_clock && f->calibrate_steps > 0) CalibrateSharing(world, config, f->calibrate_steps, p);
       if (world.rank() != 0) return;
-      WriteOutput(f->out, ProfileJson(p));
-      std::string wrote = f->out;
       // The machine model (measured by two processes or more) in its own
       // file beside the profile, named after the machine.
-      if (p.processes > 1 && f->out != "-") {
-        const std::string machine = MachineFileName(f->out, p.identity.machine, p.identity.cores);
+      const std::string machine = p.processes > 1 && f->out != "-"
+                                      ? MachineFileName(f->out, p.identity.machine, p.identity.cores)
+                                      : std::string();
+      CheckCommandFiles(files(config, machine));
+      WriteOutput(f->out, ProfileJson(p));
+      std::string wrote = f->out;
+      if (!machine.empty()) {
         WriteOutput(machine, MachineJson(p.machine));
         wrote += " and the machine model " + machine;
       }

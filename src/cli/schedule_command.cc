@@ -8,6 +8,7 @@
 #include "baton/error.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
+#include "baton/files.h"
 #include "commands.h"
 
 namespace baton {
@@ -110,6 +111,10 @@ void AddScheduleCommand(CLI::App& app) {
       ->check(CLI::IsMember({"compute_only", "compute_comms"}));
   export_cmd->add_option("-o,--output", exp->output, "output file ('-' = standard output)");
   export_cmd->callback([exp] {
+    CommandFiles files;
+    if (FindGenerator(exp->schedule) == nullptr) files.inputs.push_back({"the schedule file", exp->schedule});
+    files.outputs.push_back({"--output", exp->output});
+    CheckCommandFiles(files);
     Schedule s = Load(*exp);
     s = exp->form == "compute_comms" ? Lower(s) : ComputeOnly(s);
     std::ostringstream csv;

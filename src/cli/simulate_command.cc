@@ -16,6 +16,7 @@
 #include "baton/error.h"
 #include "baton/plan.h"
 #include "baton/placement.h"
+#include "baton/files.h"
 #include "baton/profile_price.h"
 #include "baton/profile.h"
 #include "baton/schedule.h"
@@ -338,6 +339,12 @@ void RunSimulateProfile(const SimulateFlags& flags) {
                        100 * (1 - rr.busy / r.makespan), p.peak_bytes[static_cast<std::size_t>(rr.rank)] / 1048576.0,
                        state, fmt::join(rr.stages, ","));
   }
+  CommandFiles files;
+  files.inputs = {{"the config file", flags.config}, {"--profile", flags.profile}};
+  if (flags.svg) files.outputs.push_back({"--svg", ExpandPath(*flags.svg, r.schedule)});
+  if (flags.trace) files.outputs.push_back({"--trace", ExpandPath(*flags.trace, r.schedule)});
+  if (flags.json) files.outputs.push_back({"--json", *flags.json});
+  CheckCommandFiles(files);
   if (flags.json.value_or("") != "-") std::cout << out;
   if (flags.svg) {
     std::ostringstream svg;
@@ -350,6 +357,26 @@ void RunSimulateProfile(const SimulateFlags& flags) {
     WriteOutput(ExpandPath(*flags.trace, r.schedule), trace.str());
   }
   if (flags.json) WriteOutput(*flags.json, ToJson(r) + "\n");
+}
+
+// What a simulation reads (its config, schedule files) and writes (per
+// schedule where the path has {schedule}), for the one output check.
+CommandFiles FilesOf(const SimulateFlags& flags, const SimulateConfig& c, const std::vector<std::string>& names,
+                     const std::vector<Run>& runs) {
+  CommandFiles files;
+  if (!flags.config.empty()) files.inputs.push_back({"the config file", flags.config});
+  for (const std::string& name : names) {
+    if (!IsGenerator(name)) files.inputs.push_back({"the schedule file", name});
+  }
+  for (const Run& run : runs) {
+    const std::string base = std::filesystem::path(run.result.schedule).stem().string();
+    if (!c.svg_path.empty()) files.outputs.push_back({"--svg", ExpandPath(c.svg_path, base)});
+    if (!c.trace_path.empty()) files.outputs.push_back({"--trace", ExpandPath(c.trace_path, base)});
+    if (!c.json_path.empty() && (c.json_path.find("{schedule}") != std::string::npos || &run == &runs.front())) {
+      files.outputs.push_back({"--json", ExpandPath(c.json_path, base)});
+    }
+  }
+  return files;
 }
 
 void RunSimulate(const SimulateFlags& flags) {
@@ -378,6 +405,7 @@ void RunSimulate(const SimulateFlags& flags) {
         fmt::format("--memory-limit must be >= 0 (M_B; 0 = each schedule's default), got {}", flags.memory_limit));
   }
   for (const std::string& name : names) runs.push_back(SimulateOne(c, name, comparing, flags.memory_limit));
+  CheckCommandFiles(FilesOf(flags, c, names, runs));
 
   // With --json - standard output carries the JSON alone.
   if (c.json_path != "-") {

@@ -178,6 +178,13 @@ int RunBench(const BenchFlags& f) {
       }
       return;
     }
+    // The sweep's three files, checked before the first combination runs.
+    Agree(comms.world, "rank 0 checking the sweep's outputs", [&] {
+      if (rank != 0) return;
+      CommandFiles files = FilesOf(config, comms.world.size());
+      for (const char* ext : {".csv", ".json", ".svg"}) files.outputs.push_back({"--sweep-out", f.sweep_out + ext});
+      CheckCommandFiles(files);
+    });
     // Every combination in one job; one that cannot be built is skipped.
     std::vector<std::pair<std::string, BenchReport>> rows;
     std::string skipped;

@@ -159,6 +159,14 @@ void AddTuneCommand(CLI::App& app) {
     r.seq_splits = EnumList<SeqSplit>(tflags->splits, "tune", "--seq-splits");
     r.zero = WholeNumbers(tflags->zero, "tune");
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
+    if (!tflags->overlay_path.empty()) {
+      CommandFiles files;
+      files.inputs.push_back({"the config file", tflags->train.config});
+      if (!tflags->profile_path.empty()) files.inputs.push_back({"--profile", tflags->profile_path});
+      if (!c.pipeline.profile.empty()) files.inputs.push_back({"pipeline.profile", c.pipeline.profile});
+      files.outputs.push_back({"--overlay", tflags->overlay_path});
+      CheckCommandFiles(files);
+    }
     r.placement = !tflags->config_placement;
     std::string source;
     const Profile profile = ProfileFor(c, tflags->profile_path, &source);

@@ -64,10 +64,12 @@ bool Elements(const std::vector<std::int64_t>& shape, std::uint64_t limit, std::
 
 }  // namespace
 
-void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors) {
+void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
   // Check and lay out everything before touching the filesystem.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header[kMetadataKey] = {{"format", "pt"}};  // what safetensors.torch.save_model writes
+  for (const auto& [key, value] : metadata) header[kMetadataKey][key] = value;
   std::set<std::string> names;
   std::uint64_t offset = 0;
   for (const NamedTensor& t : tensors) {
@@ -200,7 +202,7 @@ void CheckTiling(std::vector<Entry>& entries, std::uint64_t buffer_size, const E
 
 }  // namespace
 
-std::vector<NamedTensor> ReadSafetensors(const std::string& path) {
+std::vector<NamedTensor> ReadSafetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
   const ErrorFor error = [&](const std::string& what) {
     return ConfigError(fmt::format("safetensors file '{}': {}", path, what));
   };
@@ -215,7 +217,15 @@ std::vector<NamedTensor> ReadSafetensors(const std::string& path) {
   std::vector<Entry> entries;
   entries.reserve(header.size());
   for (const auto& item : header.items()) {
-    if (item.key() == kMetadataKey) continue;
+    if (item.key() == kMetadataKey) {
+      if (metadata == nullptr) continue;
+      if (!item.value().is_object()) throw error("\"__metadata__\" must be an object of strings");
+      for (const auto& m : item.value().items()) {
+        if (!m.value().is_string()) throw error(fmt::format("\"__metadata__\" entry '{}' is not a string", m.key()));
+        (*metadata)[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
     entries.push_back(ParseEntry(item.key(), item.value(), buffer_size, error));
   }
   CheckTiling(entries, buffer_size, error);

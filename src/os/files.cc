@@ -1,6 +1,7 @@
 #include "baton/files.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -74,6 +75,33 @@ void NoteUnfinished(const std::string& tmp) {
   if (tmp.empty() || tmp.size() >= sizeof g_unfinished) return;
   std::memcpy(g_unfinished, tmp.c_str(), tmp.size() + 1);
   g_has_unfinished = 1;
+}
+
+// A FIFO (a pipe with a name, or a shell's <(...)) opened for reading
+// without blocking in open() while no writer has it open: a writer must
+// come, or its data start, within kFifoWaitSeconds, else ConfigError; then
+// it is read as any file. nullptr with errno if it cannot be opened.
+constexpr int kFifoWaitSeconds = 10;
+std::FILE* OpenFifo(const std::string& path, std::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct pollfd p {};
+  p.fd = fd;
+  p.events = POLLIN;
+  int ready = 0;
+  do {
+    ready = ::poll(&p, 1, kFifoWaitSeconds * 1000);
+  } while (ready < 0 && errno == EINTR);
+  if (ready <= 0) {
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: the {} is a FIFO that no process wrote to in {} s: nothing to read (give "
+                                  "a file, or start the writer first)",
+                                  path, what, kFifoWaitSeconds));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (f == nullptr) ::close(fd);
+  return f;
 }
 
 }  // namespace
@@ -176,7 +204,7 @@ std::string ReadTextFile(const std::string& path, std::string_view what, std::si
   const fs::file_status st = fs::status(path, ec);
   if (!fs::exists(st)) throw ConfigError(fmt::format("{}: no such {}", path, what));
   if (fs::is_directory(st)) throw ConfigError(fmt::format("{}: is a folder, not a {}", path, what));
-  std::FILE* f = std::fopen(path.c_str(), "rb");
+  std::FILE* f = fs::is_fifo(st) ? OpenFifo(path, what) : std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw ConfigError(fmt::format("{}: cannot read the {}: {}", path, what, std::strerror(errno)));
   if (fs::is_regular_file(st)) {
     const std::uintmax_t size = fs::file_size(path, ec);
@@ -213,8 +241,11 @@ FileId IdOf(const std::string& path) {
     id.device = st.st_dev;
     id.inode = st.st_ino;
   }
+  // The existing part resolved (links followed), the rest made normal:
+  // "sub/../x" names x even while sub does not exist, and a command that
+  // writes it creates sub and then x.
   std::error_code ec;
-  const fs::path abs = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  const fs::path abs = fs::weakly_canonical(fs::absolute(path, ec), ec).lexically_normal();
   id.path = ec ? fs::absolute(path).lexically_normal().string() : abs.string();
   return id;
 }

@@ -26,6 +26,8 @@ using nlohmann::json;
 // neither, so a run cannot tell whether it owns them.
 constexpr const char* kFormat = "baton-checkpoint-2";
 constexpr const char* kLockFile = ".baton-lock";
+// The step a checkpoint shard names in its safetensors metadata.
+constexpr const char* kShardStepKey = "baton.step";
 
 
 // The step of a folder named "step-" and digits only; -1 for any other name.
@@ -234,7 +236,17 @@ std::vector<NamedTensor> ReadShard(const json& m, const std::string& where, int 
         "{}: the shard has {} bytes and CRC-32 {:08x}, but the manifest records {} and {:08x}: it is damaged", *path,
         bytes, crc, want_bytes, want_crc));
   }
-  return ReadSafetensors(*path);
+  std::map<std::string, std::string> metadata;
+  std::vector<NamedTensor> tensors = ReadSafetensors(*path, &metadata);
+  // A shard names its own step (shards written before it did name none).
+  const auto own = metadata.find(kShardStepKey);
+  const std::string step = std::to_string(m["step"].get<std::int64_t>());
+  if (own != metadata.end() && own->second != step) {
+    throw ConfigError(fmt::format("{}: the shard is of step {}, but the manifest says step {}: the checkpoint is "
+                                  "damaged or edited (resume from another step folder)",
+                                  *path, Quote(own->second), step));
+  }
+  return tensors;
 }
 
 json ParseManifest(const std::string& text, const std::string& where) {
@@ -357,6 +369,13 @@ ResumePoint FindResumePoint(const std::string& from) {
   p.manifest = ReadTextFile(p.folder + "/manifest.json", "checkpoint manifest");
   const json m = ParseManifest(p.manifest, p.folder);
   p.step = m["step"].get<std::int64_t>();
+  // The folder's name is the step its writer gave it.
+  const std::int64_t named = StepOf(fs::path(p.folder).lexically_normal().filename().string());
+  if (named >= 0 && named != p.step) {
+    throw ConfigError(fmt::format("{}: the manifest says step {}, but the folder is {}: the checkpoint is damaged or "
+                                  "edited (resume from another step folder)",
+                                  p.folder, p.step, StepName(named)));
+  }
   p.run_id = m.value("run_id", "");
   return p;
 }
@@ -473,7 +492,7 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, ec.message()));
-    WriteSafetensors(dir + "/" + file, store.CheckpointTensors(state));
+    WriteSafetensors(dir + "/" + file, store.CheckpointTensors(state), {{kShardStepKey, std::to_string(step)}});
     std::uint64_t bytes = 0;
     const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
     record = json{{"rank", pipeline_rank}, {"file", file}, {"bytes", bytes}, {"crc32", crc}}.dump();

@@ -83,14 +83,29 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::Line(std::string_view json) {
   if (file_ == nullptr) return;
-  errno = 0;
-  if (std::fwrite(json.data(), 1, json.size(), file_) != json.size() || std::fputc('\n', file_) == EOF ||
-      std::fflush(file_) != 0) {
-    const int err = errno;
-    throw OutputError(fmt::format("{}: cannot write the metrics file{}; the run stops here (its last complete "
-                                  "checkpoint, if any, is kept)",
-                                  path_, err != 0 ? fmt::format(": {}", std::strerror(err)) : std::string()));
+  // One write of the whole line on the descriptor (no stdio buffer to
+  // flush in parts); if it fails part way (ENOSPC), the file is cut back to
+  // where the line began, so every line in it stays whole JSON.
+  const int fd = ::fileno(file_);
+  struct stat st {};
+  const off_t before = !device_ && ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  std::string line(json);
+  line += '\n';
+  int err = 0;
+  for (std::size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
   }
+  if (err == 0) return;
+  const bool cut = before >= 0 && ::ftruncate(fd, before) == 0;
+  throw OutputError(fmt::format("{}: cannot write the metrics file: {}; the run stops here ({}its last complete "
+                                "checkpoint, if any, is kept)",
+                                path_, std::strerror(err), cut ? "the file keeps its whole lines; " : ""));
 }
 
 namespace {
@@ -176,7 +191,7 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   if (u.world_rank != 0) return;
   // The batches of an epoch are known only once the data is read; the run's
   // length in steps is train.steps, or epochs x batches (Train).
-  CheckRunFiles(FilesOf(c, world, o.extra_outputs));
+  CheckCommandFiles(FilesOf(c, world, o.extra_outputs));
   if (!o.training) return;
   if (o.resume) {
     const std::string from = o.resume_from.empty() ? c.checkpoint.dir : o.resume_from;

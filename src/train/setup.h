@@ -23,7 +23,7 @@
 #include "baton/train.h"
 #include "checkpoint.h"
 #include "executor.h"
-#include "outputs.h"
+#include "baton/train.h"
 #include "params.h"
 
 namespace baton {
@@ -62,7 +62,7 @@ struct SetupOptions {
   // checkpoint.resume: auto (or --resume auto): from checkpoint.dir's
   // newest complete checkpoint when there is one, else from scratch.
   bool resume_auto = false;
-  std::vector<RunFile> extra_outputs;  // files the caller writes after the run (bench's reports)
+  std::vector<NamedPath> extra_outputs;  // files the caller writes after the run (bench's reports)
 };
 
 // Everything a rank runs with: the plan, and what was allocated from it.
@@ -103,7 +103,7 @@ TrainConfig PlaceStages(const TrainConfig& config, Transport& world);
 // one (a failure anywhere ends every rank: the lowest failing rank throws
 // its error and the others PeerFailed):
 //   1. the plan (PlanRun, PlanRank) and, on rank 0, the run's files checked
-//      (CheckRunFiles), the checkpoint to resume found and checked, and
+//      (CheckCommandFiles), the checkpoint to resume found and checked, and
 //      checkpoint.dir claimed;
 //   2. every node's memory against the plan's bytes for its ranks (device
 //      cpu), before anything is allocated;

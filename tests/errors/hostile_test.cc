@@ -160,6 +160,28 @@ TEST_F(Hostile, AResumeFromANamedOlderStepContinuesThatStepAndKeepsTheLaterOnes)
   ExpectRefused(Train(2, ckpt + "--resume ck/step-00000006"), "this checkpoint is unfinished");
 }
 
+// A manifest whose step was edited is not trusted: its folder's name and
+// its shards' own step say otherwise, and nothing is resumed or changed.
+TEST_F(Hostile, AnEditedManifestStepIsRefusedByItsFolderAndItsShards) {
+  const std::string run = std::string(kCheckpoints) + "--set train.steps=8 --set checkpoint.keep=4 ";
+  ASSERT_NE(Train(2, run, "BATON_FAULT=0:7:F:kill").code, 0);
+  ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json"));
+  const fs::path manifest = dir_ / "ck/step-00000006/manifest.json";
+  std::string text = ReadAll(manifest);
+  const std::size_t at = text.find("\"step\": 6");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 9, "\"step\": 7");
+  WriteFile(manifest, text);
+  const auto before = Snapshot(dir_);
+  ExpectRefused(Train(2, run + "--resume"), "the manifest says step 7, but the folder is step-00000006");
+  EXPECT_EQ(Snapshot(dir_), before);
+  // The folder renamed to agree: the shards still name step 6.
+  fs::rename(dir_ / "ck/step-00000006", dir_ / "ck/step-00000007");
+  const auto renamed = Snapshot(dir_);
+  ExpectRefused(Train(2, run + "--resume"), "the shard is of step '6', but the manifest says step 7");
+  EXPECT_EQ(Snapshot(dir_), renamed);
+}
+
 TEST_F(Hostile, MetricsAfterAResumeHoldEachStepOnce) {
   const std::string ckpt = std::string(kCheckpoints) + "--set train.steps=6 --set checkpoint.keep=2 ";
   EXPECT_NE(Train(2, ckpt, "BATON_FAULT=0:6:F:kill").code, 0);  // rows 1..5 logged, checkpoint 4
@@ -236,6 +258,24 @@ TEST_F(Hostile, AFailedMetricsWriteEndsTheRunAndKeepsTheCheckpoint) {
   ExpectRefused(j, "/dev/full: cannot write the metrics file: No space left on device");
   EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000002/manifest.json")) << j.output;
   EXPECT_FALSE(fs::exists(dir_ / "weights.safetensors")) << j.output;
+}
+
+// A disk that fills in the middle of a metrics line (here each rank's
+// file-size limit, `ulimit -f`, which fails the write as a full disk does,
+// with SIGXFSZ ignored; messages over TCP, since the shared-memory
+// transport's files would pass the limit): the run stops with one error and
+// every line left in the file is whole JSON.
+TEST_F(Hostile, AMetricsFileThatFillsUpKeepsNoCutLine) {
+  last_ = "cd '" + dir_.string() + "' && timeout 60 '" BATON_MPIEXEC "' -np 2 --mca btl self,tcp sh -c \"trap '' XFSZ; "
+          "ulimit -f 8; exec '" BATON_BINARY "' train '" + Tiny() + "' --set pipeline.ranks=2 --set train.steps=400 "
+          "--set log.every_steps=1 --set log.metrics=metrics.jsonl --set log.weights=\" > log.txt 2>&1";
+  const Job j = Run(last_);
+  ExpectRefused(j, "metrics.jsonl: cannot write the metrics file: File too large");
+  EXPECT_NE(j.output.find("the file keeps its whole lines"), std::string::npos) << j.output;
+  const std::string text = ReadAll(dir_ / "metrics.jsonl");
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n') << "a cut last line: " << text.substr(text.size() > 200 ? text.size() - 200 : 0);
+  EXPECT_GT(MetricsRows(dir_ / "metrics.jsonl").size(), 10u);
 }
 
 // ---- memory is checked before anything is allocated ----

@@ -2,7 +2,10 @@
 // resumed one, locked against a second writer, and every failed write an
 // error.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -48,6 +51,33 @@ TEST_F(MetricsLogTest, ANewRunEmptiesItAResumedOneKeepsTheStepsItResumes) {
     log.Start(0);
   }
   EXPECT_EQ(ReadAll(path_), "");
+}
+
+// A disk that fills mid-line (here the file-size limit, RLIMIT_FSIZE, which
+// fails a write past it as a full disk does): the write fails, and the file
+// keeps its whole lines only, never a cut one.
+TEST_F(MetricsLogTest, AWriteThatFailsPartWayLeavesOnlyWholeLines) {
+  MetricsLog log(path_);
+  log.Start(0);
+  log.Line("{\"step\": 1}");
+  const std::string kept = ReadAll(path_);
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
+  struct rlimit small = old;
+  small.rlim_cur = kept.size() + 8;  // room for 8 bytes of the next line
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    log.Line("{\"step\": 2, \"loss\": 0.5}");
+  } catch (const OutputError& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_NE(error.find("cannot write the metrics file"), std::string::npos) << error;
+  EXPECT_NE(error.find("keeps its whole lines"), std::string::npos) << error;
+  EXPECT_EQ(ReadAll(path_), kept);
 }
 
 TEST_F(MetricsLogTest, ASecondWriterIsRefusedAndKeepsTheRows) {

@@ -1,6 +1,6 @@
 // CheckRunFiles: a run's outputs checked before it starts against each
 // other and against its inputs.
-#include "outputs.h"
+#include "baton/train.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -31,9 +31,9 @@ class RunFilesTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // The message CheckRunFiles throws for the config, or "" if it passes.
-  std::string Refusal(const TrainConfig& c, const std::vector<RunFile>& extra = {}) {
+  std::string Refusal(const TrainConfig& c, const std::vector<NamedPath>& extra = {}) {
     try {
-      CheckRunFiles(FilesOf(c, 2, extra));
+      CheckCommandFiles(FilesOf(c, 2, extra));
     } catch (const OutputError& e) {
       return e.what();
     }

@@ -1,0 +1,145 @@
+// Nothing lost in any command: every command that writes a file (profile,
+// tune, simulate, schedule export, doctor, bench's sweep) makes the OS
+// room's one output check (CheckCommandFiles) before it writes, so an
+// output that is one of its inputs or another output is refused with one
+// error and exit 2, and the inputs are left byte for byte; `--json -`
+// prints the JSON alone; a config that is a FIFO no process writes to is
+// refused instead of blocking in open().
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "support/job.h"
+#include "support/test_folder.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using baton_test::Count;
+using baton_test::ReadAll;
+using Job = baton_test::JobResult;
+
+class Commands : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = baton_test::FreshTestFolder("baton_commands");
+    fs::copy_file(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", dir_ / "cfg.yaml");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // `baton ARGS` in dir_ (one process, no mpirun), under `timeout 60`.
+  Job Baton(const std::string& args) {
+    last_ = "cd '" + dir_.string() + "' && timeout 60 '" BATON_BINARY "' " + args + " > log.txt 2>&1";
+    return baton_test::RunJob(last_, dir_ / "log.txt");
+  }
+  // One error naming `says`, exit 2, and `input` unchanged.
+  void ExpectRefused(const std::string& args, const std::string& says, const std::string& input) {
+    const std::string before = ReadAll(dir_ / input);
+    ASSERT_FALSE(before.empty()) << input;
+    const Job j = Baton(args);
+    EXPECT_EQ(j.code, 2) << last_ << "\n" << j.output;
+    EXPECT_EQ(Count(j.output, "baton: error"), 1u) << j.output;
+    EXPECT_NE(j.output.find(says), std::string::npos) << "expected: " << says << "\n" << j.output;
+    EXPECT_EQ(ReadAll(dir_ / input), before) << input << " was changed by: " << last_;
+  }
+  // A profile of the tiny config on 2 ranks, in p.json.
+  void Profile() {
+    ASSERT_EQ(Baton("profile cfg.yaml --set pipeline.ranks=2 --out p.json").code, 0) << ReadAll(dir_ / "log.txt");
+  }
+
+  fs::path dir_;
+  std::string last_;
+};
+
+TEST_F(Commands, ProfileDoesNotOverwriteItsConfig) {
+  ExpectRefused("profile cfg.yaml --out cfg.yaml",
+                "--out (cfg.yaml) is the same file as the config file (cfg.yaml): the command would overwrite its own "
+                "input",
+                "cfg.yaml");
+}
+
+TEST_F(Commands, TuneDoesNotOverwriteItsConfigOrTheProfileItReads) {
+  Profile();
+  const std::string tune = "tune cfg.yaml --set pipeline.ranks=2 --memory-bytes 100000000 --profile p.json ";
+  ExpectRefused(tune + "--overlay cfg.yaml", "--overlay (cfg.yaml) is the same file as the config file", "cfg.yaml");
+  ExpectRefused(tune + "--overlay p.json", "--overlay (p.json) is the same file as --profile (p.json)", "p.json");
+  // Another spelling of the same file is the same file.
+  ExpectRefused(tune + "--overlay ./sub/../p.json", "is the same file as --profile", "p.json");
+}
+
+TEST_F(Commands, SimulateDoesNotOverwriteItsInputsOrLoseOneOutputToAnother) {
+  ASSERT_EQ(Baton("schedule export 1f1b -o s.csv").code, 0) << ReadAll(dir_ / "log.txt");
+  ExpectRefused("simulate -s s.csv --svg s.csv", "--svg (s.csv) is the same file as the schedule file (s.csv)",
+                "s.csv");
+  fs::copy_file(BATON_SOURCE_DIR "/configs/compare.yaml", dir_ / "sim.yaml");
+  ExpectRefused("simulate sim.yaml --json sim.yaml", "--json (sim.yaml) is the same file as the config file",
+                "sim.yaml");
+  // --svg X --trace X: one would replace the other.
+  const Job j = Baton("simulate -s 1f1b --svg x --trace x");
+  EXPECT_EQ(j.code, 2) << j.output;
+  EXPECT_NE(j.output.find("--svg (x) and --trace (x) are the same file"), std::string::npos) << j.output;
+  EXPECT_FALSE(fs::exists(dir_ / "x"));
+  // Two outputs on standard output would print one inside the other.
+  const Job both = Baton("simulate -s 1f1b --svg - --json -");
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_NE(both.output.find("are both '-'"), std::string::npos) << both.output;
+}
+
+TEST_F(Commands, SimulateFromAProfileDoesNotOverwriteTheProfile) {
+  Profile();
+  ExpectRefused("simulate cfg.yaml --set pipeline.ranks=2 --profile p.json --svg p.json",
+                "--svg (p.json) is the same file as --profile (p.json)", "p.json");
+  ExpectRefused("simulate cfg.yaml --set pipeline.ranks=2 --profile p.json --json cfg.yaml",
+                "--json (cfg.yaml) is the same file as the config file", "cfg.yaml");
+}
+
+TEST_F(Commands, ScheduleExportDoesNotOverwriteTheFileItReads) {
+  ASSERT_EQ(Baton("schedule export 1f1b -o s.csv").code, 0) << ReadAll(dir_ / "log.txt");
+  ExpectRefused("schedule export s.csv -o s.csv", "--output (s.csv) is the same file as the schedule file (s.csv)",
+                "s.csv");
+}
+
+TEST_F(Commands, AnOutputThatIsAFolderIsRefused) {
+  fs::create_directories(dir_ / "folder");
+  const Job j = Baton("schedule export 1f1b -o folder");
+  EXPECT_EQ(j.code, 2) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error"), 1u) << j.output;
+  EXPECT_TRUE(fs::is_directory(dir_ / "folder"));
+}
+
+TEST_F(Commands, DoctorJsonToStandardOutputPrintsTheJsonAlone) {
+  const Job j = Baton("doctor --json -");
+  ASSERT_EQ(j.code, 0) << j.output;
+  nlohmann::json report;
+  ASSERT_NO_THROW(report = nlohmann::json::parse(j.output)) << j.output;
+  EXPECT_EQ(report["world_size"], 1);
+}
+
+TEST_F(Commands, DoctorDoesNotWriteItsJsonOverAFolder) {
+  fs::create_directories(dir_ / "folder");
+  const Job j = Baton("doctor --json folder");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error"), 1u) << j.output;
+}
+
+// `baton validate FIFO` with no writer: open() would block for ever; the
+// read gives up after its 10 s wait for a writer, with a message.
+TEST_F(Commands, AConfigFifoWithoutAWriterIsRefusedNotAwaited) {
+  ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
+  const Job j = Baton("validate fifo");
+  EXPECT_EQ(j.code, 2) << j.output;
+  EXPECT_NE(j.output.find("fifo: the config file is a FIFO that no process wrote to in 10 s"), std::string::npos)
+      << j.output;
+  // A FIFO with a writer (bash's process substitution) is read as a file.
+  const Job through = baton_test::RunJob("cd '" + dir_.string() + "' && timeout 60 bash -c \"'" BATON_BINARY
+                                         "' validate <(cat cfg.yaml)\" > log.txt 2>&1",
+                                         dir_ / "log.txt");
+  EXPECT_EQ(through.code, 0) << through.output;
+}
+
+}  // namespace
