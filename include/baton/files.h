@@ -127,7 +127,7 @@ class FileLock {
  public:
   FileLock() = default;
   // Returns false (holding nothing) if another process holds the lock;
-  // throws OutputError if the file cannot be opened.
+  // throws OutputError if the file cannot be opened or is a symbolic link.
   bool TryLock(const std::string& path);
   // Releases the lock and removes the file if `remove`.
   void Release(bool remove = false);

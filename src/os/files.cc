@@ -276,7 +276,14 @@ void CheckOutputFolder(const std::string& path, std::string_view key) {
 
 bool FileLock::TryLock(const std::string& path) {
   Release();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a symbolic link: a link (even a dangling one) would make
+  // the lock, or create a file, wherever it points.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0 && errno == ELOOP) {
+    throw OutputError(fmt::format("{}: the lock file is a symbolic link; a lock must be a file of its own there: "
+                                  "remove the link",
+                                  path));
+  }
   if (fd < 0) throw OutputError(fmt::format("{}: cannot open the lock file: {}", path, std::strerror(errno)));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

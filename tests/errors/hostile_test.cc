@@ -182,6 +182,18 @@ TEST_F(Hostile, AnEditedManifestStepIsRefusedByItsFolderAndItsShards) {
   EXPECT_EQ(Snapshot(dir_), renamed);
 }
 
+// A checkpoint folder's lock that is a dangling symbolic link: taking the
+// lock through it would create its target outside checkpoint.dir.
+TEST_F(Hostile, ALockThatIsASymbolicLinkIsRefusedAndCreatesNothing) {
+  fs::create_directories(dir_ / "ck");
+  fs::create_symlink(dir_ / "elsewhere" / "made-by-the-lock", dir_ / "ck" / ".baton-lock");
+  fs::create_directories(dir_ / "elsewhere");
+  ExpectRefused(Train(2, std::string(kCheckpoints) + "--set train.steps=2"),
+                ".baton-lock: the lock file is a symbolic link");
+  EXPECT_FALSE(fs::exists(dir_ / "elsewhere" / "made-by-the-lock"));
+  EXPECT_FALSE(fs::exists(dir_ / "metrics.jsonl"));
+}
+
 TEST_F(Hostile, MetricsAfterAResumeHoldEachStepOnce) {
   const std::string ckpt = std::string(kCheckpoints) + "--set train.steps=6 --set checkpoint.keep=2 ";
   EXPECT_NE(Train(2, ckpt, "BATON_FAULT=0:6:F:kill").code, 0);  // rows 1..5 logged, checkpoint 4
