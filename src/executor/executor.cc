@@ -17,7 +17,8 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
       plan_(plan),
       dev_(device),
       rank_(plan.rank),
-      grad_scale_(1.0f / static_cast<float>(std::int64_t(plan.global_batch) * plan.labels_per_sample)) {
+      grad_scale_(1.0f / static_cast<float>(std::int64_t(plan.global_batch) * plan.labels_per_sample)),
+      clock_(device) {
   if (plan.max_tag > transport.max_tag()) {
     throw ConfigError(fmt::format("{} stages x {} microbatches need message tags up to {}, beyond MPI's limit {}",
                                   plan.stages, plan.microbatches, plan.max_tag, transport.max_tag()));
@@ -61,289 +62,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   full_rows_.assign(static_cast<std::size_t>(plan.sequences), plan.rows);
   round_rows_.assign(static_cast<std::size_t>(plan.sequences), 0);
   pending_.reserve(static_cast<std::size_t>(plan.sends_per_step));
-  const ReductionPlan& red = plan.reduction;
-  if (red.active()) {
-    if (replicas == nullptr || replicas->size() != red.replicas) {
-      throw ConfigError(fmt::format("rank {}: the plan sums gradients over {} replicas, but the replica group has {}",
-                                    rank_, red.replicas, replicas ? replicas->size() : 1));
-    }
-    // The largest collective of each request id, for a device that stages
-    // them (a bucket's sum; under ZeRO its parameters' all-gather, id + 1).
-    std::vector<std::size_t> floats(static_cast<std::size_t>(red.requests), 0);
-    for (const BucketPlan& b : red.buckets) {
-      for (int id : {b.request, red.zero ? b.request + 1 : b.request}) {
-        floats[static_cast<std::size_t>(id)] = std::max(floats[static_cast<std::size_t>(id)], b.count);
-      }
-    }
-    for (const ShardedStage& st : plan.sharding.stages) {
-      floats[static_cast<std::size_t>(st.gather_request)] = st.floats;
-      floats[static_cast<std::size_t>(st.reduce_request)] = st.floats;
-    }
-    replicas_ = &dev_.GradientGroup(*replicas, floats);
-    replicas_->Configure(red.requests, wait_timeout_s);
-    reduce_after_.assign(plan.step.size(), -1);
-    for (std::size_t k = 0; k < red.start_after.size(); ++k) {
-      if (red.start_after[k] >= 0) reduce_after_[static_cast<std::size_t>(red.start_after[k])] = static_cast<int>(k);
-    }
-    reduce_order_.assign(red.buckets.size(), -1);
-    reduce_next_.assign(red.first_bucket.begin() + 1, red.first_bucket.end());
-  }
-  if (sh.active()) {
-    auto floats_of = [&](std::size_t n) {
-      return n == 0 ? nullptr : reinterpret_cast<float*>(dev_.Allocate(n * sizeof(float)));
-    };
-    for (std::size_t k = 0; k < stages_.size(); ++k) {
-      Sharded st;
-      st.gradient_shard = floats_of(red.shard_count[k]);
-      if (sh.parameters_sharded()) st.parameter_shard = floats_of(red.shard_count[k]);
-      sharded_.push_back(st);
-    }
-    parameter_pool_ = floats_of(static_cast<std::size_t>(sh.parameter_windows) * sh.window_floats);
-    gradient_pool_ = floats_of(static_cast<std::size_t>(sh.gradient_windows) * sh.window_floats);
-    reducing_.assign(static_cast<std::size_t>(sh.gradient_windows), -1);
-    for (std::size_t k = 0; k < stages_.size(); ++k) Rebind(static_cast<int>(k));
-  }
-}
-
-// Starts a stage's buckets as its last backward of the step finishes them.
-struct Executor::BucketStarter final : GradientsReady {
-  BucketStarter(Executor* e, int local) : exec(e), local(local) {}
-  void Ready(std::size_t from) override { exec->StartReduction(local, from); }
-  Executor* exec;
-  int local;
-};
-
-void Executor::StartReduction(int local, std::size_t from) {
-  const ReductionPlan& red = plan_.reduction;
-  const auto k = static_cast<std::size_t>(local);
-  float* grads = stages_[k]->device().grads();
-  int& next = reduce_next_[k];
-  while (next > red.first_bucket[k] && red.buckets[static_cast<std::size_t>(next - 1)].offset >= from) {
-    const int b = --next;
-    if (reduce_started_ == 0) reduction_times_.first_start = MonotonicSeconds();
-    const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(b)];
-    const std::span<float> data(grads + bucket.offset, bucket.count);
-    if (red.zero) {
-      replicas_->StartReduceScatter(bucket.request, data, bucket.counts, bucket.displs);
-    } else {
-      replicas_->StartAllReduce(bucket.request, data);
-    }
-    reduce_order_[reduce_started_++] = b;
-  }
-}
-
-void Executor::PollReductions() {
-  if (plan_.sharding.active()) {
-    for (std::size_t w = 0; w < reducing_.size(); ++w) {
-      if (reducing_[w] >= 0) EndReduce(static_cast<int>(w), true);
-    }
-    return;
-  }
-  // The oldest first: testing it moves every collective along.
-  while (reduce_done_ < reduce_started_) {
-    const BucketPlan& bucket = plan_.reduction.buckets[static_cast<std::size_t>(reduce_order_[reduce_done_])];
-    if (!replicas_->Test(bucket.request)) return;
-    ++reduce_done_;
-    reduction_times_.last_end = MonotonicSeconds();
-  }
-}
-
-void Executor::FinishReductions() {
-  if (replicas_ == nullptr) return;
-  if (plan_.sharding.active()) {
-    FinishSharded();
-    return;
-  }
-  const ReductionPlan& red = plan_.reduction;
-  for (std::size_t k = 0; k < red.start_after.size(); ++k) {
-    if (red.start_after[k] < 0) StartReduction(static_cast<int>(k));
-  }
-  const double start = MonotonicSeconds();
-  for (; reduce_done_ < reduce_started_; ++reduce_done_) {
-    const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(reduce_order_[reduce_done_])];
-    const int stage = plan_.local_stages[static_cast<std::size_t>(bucket.local)].stage;
-    replicas_->Wait(bucket.request, {"the gradient sum", stage, -1, -1});
-    reduction_times_.last_end = MonotonicSeconds();
-  }
-  reduction_times_.exposed = MonotonicSeconds() - start;
-  if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, MonotonicSeconds()});
-  reduce_started_ = reduce_done_ = 0;
-  reduce_next_.assign(red.first_bucket.begin() + 1, red.first_bucket.end());
-}
-
-void Executor::Rebind(int local) {
-  const auto k = static_cast<std::size_t>(local);
-  const Sharded& st = sharded_[k];
-  const std::size_t n = plan_.local_stages[k].num_params;
-  Stage& stage = *stages_[k];
-  std::span<float> params;
-  if (!plan_.sharding.parameters_sharded()) {
-    params = stage.params();  // its own, whole
-  } else if (st.parameter_window >= 0) {
-    params = {Window(parameter_pool_, st.parameter_window), n};
-  }
-  std::span<float> grads;
-  if (st.gradient_window >= 0) grads = {Window(gradient_pool_, st.gradient_window), n};
-  stage.Bind(params, grads);
-}
-
-void Executor::Unshard(const Instruction& in) {
-  const auto k = static_cast<std::size_t>(in.local);
-  const ShardedStage& plan = plan_.sharding.stages[k];
-  Sharded& st = sharded_[k];
-  st.parameter_window = in.window;
-  if (plan.floats > 0) {
-    // This replica's shard in its place, then every other's gathered round it.
-    float* window = Window(parameter_pool_, in.window);
-    const auto me = static_cast<std::size_t>(replicas_->rank());
-    std::copy_n(st.parameter_shard, plan.counts[me], window + plan.displs[me]);
-    replicas_->StartAllGather(plan.gather_request, {window, plan.floats}, plan.counts, plan.displs);
-    st.gathering = true;
-    // Its start, as an instant (microbatch 0; a wait for it is microbatch -1).
-    if (events_) {
-      const double now = MonotonicSeconds();
-      events_->push_back({ActionKind::kUnshard, plan_.local_stages[k].stage, 0, now, now});
-    }
-  }
-  Rebind(in.local);
-}
-
-void Executor::PollGathers() {
-  // MPI moves a non-blocking collective along only inside its calls: test
-  // each gather in flight between actions, so that it runs under them.
-  for (std::size_t k = 0; k < sharded_.size(); ++k) {
-    Sharded& st = sharded_[k];
-    if (!st.gathering) continue;
-    const double start = events_ ? MonotonicSeconds() : 0.0;
-    if (replicas_->Test(plan_.sharding.stages[k].gather_request)) st.gathering = false;
-    if (events_) st.polled += MonotonicSeconds() - start;  // the copies a test makes are the rank's time too
-  }
-}
-
-void Executor::Reshard(int local) {
-  const auto k = static_cast<std::size_t>(local);
-  Sharded& st = sharded_[k];
-  if (st.gathering) {  // freed unused: its gather must still end first
-    replicas_->Wait(plan_.sharding.stages[k].gather_request,
-                    {"UNSHARD's all-gather", plan_.local_stages[k].stage, -1, -1});
-    st.gathering = false;
-  }
-  st.parameter_window = -1;
-  Rebind(local);
-}
-
-void Executor::BeforeSharded(const Instruction& in) {
-  const auto k = static_cast<std::size_t>(in.local);
-  Sharded& st = sharded_[k];
-  const int stage = plan_.local_stages[k].stage;
-  if (st.gathering || st.polled > 0) {
-    // The rank's time in the gather's calls: its tests between actions and
-    // this wait, drawn as one wait ending here.
-    const double start = events_ ? MonotonicSeconds() : 0.0;
-    if (st.gathering) replicas_->Wait(plan_.sharding.stages[k].gather_request, {"UNSHARD's all-gather", stage, -1, -1});
-    st.gathering = false;
-    if (events_) events_->push_back({ActionKind::kUnshard, stage, -1, start - st.polled, MonotonicSeconds()});
-    st.polled = 0;
-  }
-  if (in.window < 0) return;
-  // The stage's first gradient writer of the step: a zeroed window, once
-  // the reduce-scatter still in it has ended.
-  if (reducing_[static_cast<std::size_t>(in.window)] >= 0) EndReduce(in.window, false);
-  st.gradient_window = in.window;
-  std::fill_n(Window(gradient_pool_, in.window), plan_.local_stages[k].num_params, 0.0f);
-  Rebind(in.local);
-}
-
-void Executor::ReduceGrad(int local) {
-  const auto k = static_cast<std::size_t>(local);
-  const ShardedStage& plan = plan_.sharding.stages[k];
-  Sharded& st = sharded_[k];
-  const int w = st.gradient_window;
-  if (w < 0) return;
-  if (reduce_started_ == 0) reduction_times_.first_start = MonotonicSeconds();
-  ++reduce_started_;
-  replicas_->StartReduceScatter(plan.reduce_request, {Window(gradient_pool_, w), plan.floats}, plan.counts,
-                                plan.displs);
-  reducing_[static_cast<std::size_t>(w)] = local;
-  st.gradient_window = -1;
-  if (events_) {  // its start, as an instant (the step's wait for the sums is stage -1)
-    const double now = MonotonicSeconds();
-    events_->push_back({ActionKind::kReduceGrad, plan_.local_stages[k].stage, 0, now, now});
-  }
-  Rebind(local);
-}
-
-void Executor::EndReduce(int w, bool poll) {
-  const int local = reducing_[static_cast<std::size_t>(w)];
-  const auto k = static_cast<std::size_t>(local);
-  const ShardedStage& plan = plan_.sharding.stages[k];
-  if (poll) {
-    if (!replicas_->Test(plan.reduce_request)) return;
-  } else {
-    replicas_->Wait(plan.reduce_request, {"REDUCE_GRAD's reduce-scatter", plan_.local_stages[k].stage, -1, -1});
-  }
-  const auto me = static_cast<std::size_t>(replicas_->rank());
-  std::copy_n(Window(gradient_pool_, w) + plan.displs[me], plan.counts[me], sharded_[k].gradient_shard);
-  reducing_[static_cast<std::size_t>(w)] = -1;
-  ++reduce_done_;
-  reduction_times_.last_end = MonotonicSeconds();
-}
-
-void Executor::FreeParameterWindows() {
-  if (!plan_.sharding.parameters_sharded()) return;
-  for (std::size_t k = 0; k < sharded_.size(); ++k) {
-    if (sharded_[k].parameter_window >= 0) Reshard(static_cast<int>(k));
-  }
-}
-
-void Executor::FinishSharded() {
-  // The tied copies' sums, now that the copies' gradients are summed.
-  for (std::size_t k = 0; k < sharded_.size(); ++k) {
-    if (plan_.sharding.stages[k].after_tied) ReduceGrad(static_cast<int>(k));
-  }
-  const double start = MonotonicSeconds();
-  for (std::size_t w = 0; w < reducing_.size(); ++w) {
-    if (reducing_[w] >= 0) EndReduce(static_cast<int>(w), false);
-  }
-  reduction_times_.exposed = MonotonicSeconds() - start;
-  if (events_) events_->push_back({ActionKind::kReduceGrad, -1, -1, start, MonotonicSeconds()});
-  reduce_started_ = reduce_done_ = 0;
-}
-
-void Executor::SetOptimizers(const OptimizerSpec& spec) {
-  const ReductionPlan& red = plan_.reduction;
-  const ShardingPlan& sh = plan_.sharding;
-  for (std::size_t k = 0; k < stages_.size(); ++k) {
-    StageDevice& dev = stages_[k]->device();
-    if (!sh.active()) {
-      dev.SetOptimizer(spec, red.shard_begin[k], red.shard_count[k]);  // ZeRO 1: this replica's shard
-      continue;
-    }
-    const std::size_t n = red.shard_count[k];
-    float* params = sh.parameters_sharded() ? sharded_[k].parameter_shard : stages_[k]->params().data() + red.shard_begin[k];
-    dev.SetShardOptimizer(spec, {params, n}, {sharded_[k].gradient_shard, n});
-  }
-}
-
-void Executor::HoldWhole(int local, std::span<float> whole, bool gather) {
-  const auto k = static_cast<std::size_t>(local);
-  const ShardedStage& plan = plan_.sharding.stages[k];
-  if (gather && plan.floats > 0) {
-    const auto me = static_cast<std::size_t>(replicas_->rank());
-    std::copy_n(sharded_[k].parameter_shard, plan.counts[me], whole.data() + plan.displs[me]);
-    replicas_->StartAllGather(plan.gather_request, whole, plan.counts, plan.displs);
-    replicas_->Wait(plan.gather_request, {"the parameters' all-gather", plan_.local_stages[k].stage, -1, -1});
-  }
-  stages_[k]->Bind(whole, {});
-}
-
-void Executor::KeepShard(int local) {
-  const auto k = static_cast<std::size_t>(local);
-  const ShardedStage& plan = plan_.sharding.stages[k];
-  const auto me = static_cast<std::size_t>(plan_.reduction.replica);
-  const std::span<float> whole = stages_[k]->params();
-  if (plan.floats > 0) std::copy_n(whole.data() + plan.displs[me], plan.counts[me], sharded_[k].parameter_shard);
-  stages_[k]->Bind({}, {});
+  replicas_ = std::make_unique<ReplicaSync>(plan, stages_, dev_, replicas, wait_timeout_s);
 }
 
 std::byte* Executor::Address(const BufferRef& ref) {
@@ -384,51 +103,19 @@ std::vector<Executor::Op> Executor::Bind(const std::vector<Instruction>& instruc
 }
 
 
-Executor::Stamp Executor::Mark() const {
-  if (!events_) return {};
-  return {MonotonicSeconds(), ThreadCpuSeconds(), device_clock_ ? dev_.MarkClock() : -1};
-}
-
-void Executor::Record(ActionKind kind, int stage, int microbatch, Stamp start) {
-  if (!events_) return;
-  const int end_mark = device_clock_ ? dev_.MarkClock() : -1;
-  events_->push_back({kind, stage, microbatch, start.wall, MonotonicSeconds(), ThreadCpuSeconds() - start.cpu, start.mark, end_mark});
-}
-
-void Executor::StartDeviceClock() {
-  if (!device_clock_) return;
-  // Two marks per compute action, and one for the step's end.
-  const std::size_t marks = 2 * plan_.step.size() + 1;
-  dev_.StartClock(marks);
-  clock_seconds_.reserve(marks + 1);
-}
-
-double Executor::ApplyDeviceClock(std::size_t first, double step_start) {
-  if (!device_clock_) return step_start;
-  const int end = dev_.MarkClock();
-  dev_.ReadClock(&clock_seconds_);
-  for (std::size_t e = first; e < events_->size(); ++e) {
-    ActionEvent& ev = (*events_)[e];
-    if (ev.start_mark < 0) continue;
-    ev.start = step_start + clock_seconds_[static_cast<std::size_t>(ev.start_mark)];
-    ev.end = step_start + clock_seconds_[static_cast<std::size_t>(ev.end_mark)];
-  }
-  return step_start + clock_seconds_[static_cast<std::size_t>(end)];
-}
-
 std::size_t Executor::EventsPerStep() const {
   // At most one event per action plus one wait per receive and per send.
   return 2 * plan_.step.size() + pending_.capacity();
 }
 
 void Executor::WaitRecorded(int id, const WaitInfo& info, ActionKind kind, int stage, int microbatch) {
-  const double start = events_ ? MonotonicSeconds() : 0.0;
+  const double start = clock_.recording() ? MonotonicSeconds() : 0.0;
   if (kind == ActionKind::kSendF || kind == ActionKind::kSendB) {
     dev_.WaitSend(id, info);
   } else {
     dev_.WaitRecv(id, info);
   }
-  if (events_) events_->push_back({kind, stage, microbatch, start, MonotonicSeconds()});
+  clock_.RecordWait(kind, stage, microbatch, start);
 }
 
 void Executor::WaitSends() {
@@ -446,47 +133,18 @@ StepStats Executor::ComputeGradients(const Batch& batch, StepObserver* observer)
   if (observer != nullptr) observer->StepStarts();
   const StepStats stats = RunStep(batch);
   SumTiedGradients();
-  FinishReductions();
+  replicas_->FinishReductions();
   if (observer != nullptr) observer->GradientsDone();
   return stats;
 }
 
 void Executor::ApplyGradients(StepObserver* observer) {
-  StepOptimizers();
+  replicas_->StepOptimizers();
   if (observer != nullptr) observer->StepEnds();
 }
 
 void Executor::DiscardGradients() {
   for (auto& st : stages_) st->ZeroGrads();
-}
-
-bool Executor::GradientsFinite() {
-  const ReductionPlan& red = plan_.reduction;
-  if (plan_.sharding.active()) {
-    // This replica's shards of the sums (host memory).
-    for (std::size_t k = 0; k < stages_.size(); ++k) {
-      const float* g = sharded_[k].gradient_shard;
-      if (!std::all_of(g, g + red.shard_count[k], [](float x) { return std::isfinite(x); })) return false;
-    }
-    return true;
-  }
-  for (std::size_t k = 0; k < stages_.size(); ++k) {
-    StageDevice& dev = stages_[k]->device();
-    if (replicas_ != nullptr && red.zero) {
-      // After the reduce-scatter only this replica's part of each bucket is summed.
-      const auto me = static_cast<std::size_t>(replicas_->rank());
-      for (const BucketPlan& b : red.buckets) {
-        if (b.local != static_cast<int>(k)) continue;
-        if (!dev.GradientsFinite(b.offset + static_cast<std::size_t>(b.displs[me]),
-                                 static_cast<std::size_t>(b.counts[me]))) {
-          return false;
-        }
-      }
-    } else if (!dev.GradientsFinite(0, plan_.local_stages[k].num_params)) {
-      return false;
-    }
-  }
-  return true;
 }
 
 void Executor::SumTiedGradients() {
@@ -513,45 +171,6 @@ void Executor::SumTiedGradients() {
   dev_.WaitRecv(t.recv_request, {"RECV tied-embedding gradient", -1, -1, t.peer});
   dev_.WaitSend(t.send_request, {"SEND tied-embedding gradient", -1, -1, t.peer});
   stages_[static_cast<std::size_t>(local)]->device().AddInto(ConstView{tied_inbox_, mine.desc}, mine);
-}
-
-void Executor::StepOptimizers() {
-  for (auto& st : stages_) st->device().OptimizerStep();
-  const ShardingPlan& sh = plan_.sharding;
-  if (sh.active()) {
-    // Each replica updated its shard: ZeRO 2 gathers the others' into its
-    // whole parameters (one collective a stage); under 3 the shards rest
-    // until the next UNSHARD. The gradient windows are free and zeroed
-    // when next taken.
-    if (!sh.parameters_sharded()) {
-      for (std::size_t k = 0; k < stages_.size(); ++k) {
-        const ShardedStage& p = sh.stages[k];
-        if (p.floats > 0) replicas_->StartAllGather(p.gather_request, stages_[k]->params(), p.counts, p.displs);
-      }
-      for (std::size_t k = 0; k < stages_.size(); ++k) {
-        if (sh.stages[k].floats == 0) continue;
-        replicas_->Wait(sh.stages[k].gather_request, {"the parameters' all-gather", plan_.local_stages[k].stage, -1, -1});
-      }
-    }
-    for (auto& st : stages_) st->device().ParamsUpdated();
-    return;
-  }
-  const ReductionPlan& red = plan_.reduction;
-  if (replicas_ != nullptr && red.zero) {
-    // Every replica updated its shard: gather the others' into its parameters.
-    for (const BucketPlan& b : red.buckets) {
-      float* params = stages_[static_cast<std::size_t>(b.local)]->device().params();
-      replicas_->StartAllGather(b.request + 1, {params + b.offset, b.count}, b.counts, b.displs);
-    }
-    for (const BucketPlan& b : red.buckets) {
-      const int stage = plan_.local_stages[static_cast<std::size_t>(b.local)].stage;
-      replicas_->Wait(b.request + 1, {"the parameters' all-gather", stage, -1, -1});
-    }
-  }
-  for (auto& st : stages_) {
-    st->device().ParamsUpdated();
-    st->ZeroGrads();
-  }
 }
 
 StepStats Executor::RunStep(const Batch& batch) {
@@ -601,7 +220,7 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
   if (in.wait >= 0) {
     WaitRecorded(in.wait, {train ? "RECV_F" : "RECV_F (evaluation)", s, j, in.peer, "F"}, ActionKind::kRecvF, s, j);
   }
-  if (plan_.sharding.active()) BeforeSharded(in);  // after the message: a gather waits only beyond it
+  replicas_->BeforeCompute(in);  // after the message: a gather waits only beyond it
   Stage& st = *stages_[static_cast<std::size_t>(in.local)];
   const std::size_t token_bytes = SizeOf(plan_.inputs.dtype);
   const std::byte* first_input =
@@ -610,7 +229,7 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
           : UnitRows(inputs + op.input_offset, unit_inputs_, token_bytes,
                      plan_.inputs.WithRows(1).bytes() / token_bytes, in.part, rows);
   const ConstView x{first_input != nullptr ? first_input : op.input, tensor};
-  const Stamp start = Mark();
+  const ActionClock::Stamp start = clock_.Mark();
   std::byte* slot = nullptr;
   ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
   if (train) {
@@ -631,41 +250,25 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
     st.Forward(x, slot, View{op.output, Stage::Shaped(st.plan().output(), rows, part)}, &written, part);
   }
   if (train) store.CountInPlace(written);
-  Record(ActionKind::kForward, s, j, start);
+  clock_.Record(ActionKind::kForward, s, j, start);
 }
 
 void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
                    const int* rows_of, StepStats* stats) {
   const bool train = mode == Mode::kTrain;
-  const bool reducing = train && replicas_ != nullptr;
-  const bool sharding = plan_.sharding.active();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
-    if (reducing && reduce_done_ < reduce_started_) PollReductions();
-    if (sharding) PollGathers();
+    replicas_->Poll(train);
     const Instruction& in = *op.in;
     const Action& a = in.action;
     const int s = a.stage, j = a.microbatch;
     if (!HasMicrobatch(a.kind)) {
-      // UNSHARD, RESHARD, REDUCE_GRAD: sharded data parallel's, when it runs.
-      if (!sharding || a.kind == ActionKind::kIdle) continue;
-      Flight& flight = flight_[flight_next_++ % kFlight];
-      flight = {step_, a, MonotonicSeconds(), -1};
-      if (train && fault_.mode != Fault::kNone && a.kind != ActionKind::kReshard) {
-        MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
-      }
-      if (a.kind == ActionKind::kUnshard) Unshard(in);
-      if (a.kind == ActionKind::kReshard) Reshard(in.local);
-      if (a.kind == ActionKind::kReduceGrad && train && !plan_.sharding.stages[static_cast<std::size_t>(in.local)].after_tied) {
-        ReduceGrad(in.local);
-      }
-      flight.end = MonotonicSeconds();
+      RunShardingAction(in, train);
       continue;
     }
     const int rows = rows_of[in.part.sequence];
     if (rows == 0) continue;  // past the end of the evaluation data
-    Flight& flight = flight_[flight_next_++ % kFlight];
-    flight = {step_, a, MonotonicSeconds(), -1};
+    const std::size_t flight = flight_.Start(step_, a);
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     }
@@ -691,44 +294,51 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         if (in.wait >= 0) {
           WaitRecorded(in.wait, {"RECV_B", s, j, in.peer, KindName(a.kind).data()}, ActionKind::kRecvB, s, j);
         }
-        if (sharding) BeforeSharded(in);
+        replicas_->BeforeCompute(in);
         Stage& st = *stages_[static_cast<std::size_t>(in.local)];
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
-        const Stamp start = Mark();
+        const ActionClock::Stamp start = clock_.Mark();
         const bool full = a.kind == ActionKind::kBackward;
-        // The stage's last gradient writer of the step starts its sums as it goes.
-        BucketStarter starter(this, in.local);
-        const bool last = reducing && reduce_after_[i] >= 0;
         const SequencePart part = PartOf(in);
+        // The stage's last gradient writer of the step starts its sums as it goes.
         st.Backward(store.Get(j).data(), ConstView{op.input, Stage::Shaped(st.plan().output(), rows, part)},
-                    View{op.output, Stage::Shaped(st.plan().input(), rows, part)}, full, last ? &starter : nullptr,
-                    part);
+                    View{op.output, Stage::Shaped(st.plan().input(), rows, part)}, full,
+                    replicas_->BucketHook(i, in.local, train), part);
         if (full) store.Release(j);
-        Record(a.kind, s, j, start);
+        clock_.Record(a.kind, s, j, start);
         break;
       }
       case ActionKind::kBackwardWeight: {
-        if (sharding) BeforeSharded(in);
+        replicas_->BeforeCompute(in);
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
-        const Stamp start = Mark();
-        BucketStarter starter(this, in.local);
-        const bool last = reducing && reduce_after_[i] >= 0;
-        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(store.Get(j).data(), last ? &starter : nullptr,
-                                                                    PartOf(in));
+        const ActionClock::Stamp start = clock_.Mark();
+        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(
+            store.Get(j).data(), replicas_->BucketHook(i, in.local, train), PartOf(in));
         store.Release(j);
-        Record(ActionKind::kBackwardWeight, s, j, start);
+        clock_.Record(ActionKind::kBackwardWeight, s, j, start);
         break;
       }
       default:
         break;
     }
     dev_.Progress();
-    flight.end = MonotonicSeconds();
-    if (reducing && reduce_after_[i] >= 0) StartReduction(reduce_after_[i]);
+    flight_.Done(flight);
+    replicas_->AfterAction(i, train);
   }
   WaitSends();
-  FreeParameterWindows();
+  replicas_->EndList();
   if (train) TakeLoss(stats);
+}
+
+void Executor::RunShardingAction(const Instruction& in, bool train) {
+  const Action& a = in.action;
+  if (!plan_.sharding.active() || a.kind == ActionKind::kIdle) return;  // a file's, under ZeRO 0 or 1
+  const std::size_t flight = flight_.Start(step_, a);
+  if (train && fault_.mode != Fault::kNone && a.kind != ActionKind::kReshard) {
+    MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
+  }
+  replicas_->RunShardingAction(in, train);
+  flight_.Done(flight);
 }
 
 void Executor::TakeLoss(StepStats* stats) {
@@ -737,24 +347,6 @@ void Executor::TakeLoss(StepStats* stats) {
   const LossTotals totals = stages_[static_cast<std::size_t>(last)]->TakeLossTotals();
   stats->loss_sum += totals.loss_sum;
   stats->correct += totals.correct;
-}
-
-void Executor::WriteFlightRecord(const std::string& path) const {
-  std::string out = fmt::format("{{\"rank\": {}, \"step\": {}, \"now\": {:.6f}, \"actions\": [", rank_, step_, MonotonicSeconds());
-  const std::size_t n = std::min(flight_next_, kFlight);
-  for (std::size_t k = 0; k < n; ++k) {
-    const Flight& f = flight_[(flight_next_ - n + k) % kFlight];
-    out += fmt::format("{}\n  {{\"step\": {}, \"action\": \"{}\", \"start\": {:.6f}, \"end\": {}, \"state\": \"{}\"}}",
-                       k ? "," : "", f.step, ToString(f.action), f.start,
-                       f.end < 0 ? std::string("null") : fmt::format("{:.6f}", f.end), f.end < 0 ? "running" : "done");
-  }
-  out += "\n]}\n";
-  // Best effort, and never through an exception: the job is being aborted.
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (file == nullptr) return;
-  std::fputs(out.c_str(), file);
-  std::fclose(file);
-  std::fprintf(stderr, "baton: rank %d: flight record in %s\n", rank_, path.c_str());
 }
 
 StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64_t end) {

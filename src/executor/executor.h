@@ -21,6 +21,8 @@
 #include "baton/stage_device.h"
 #include "baton/store.h"
 #include "baton/plan.h"
+#include "recorder.h"
+#include "replica_sync.h"
 #include "stage.h"
 
 namespace baton {
@@ -66,15 +68,6 @@ struct StepStats {
   double loss_sum = 0.0;
   std::int64_t correct = 0;
   std::int64_t samples = 0;  // samples whose loss this rank computed
-};
-
-// One step's gradient sums over the replicas (data parallelism), seconds on
-// the rank's monotonic clock.
-struct ReductionTimes {
-  double first_start = 0.0;  // the first bucket's collective started
-  double last_end = 0.0;     // the last one was seen to end
-  double exposed = 0.0;      // the step waited for them after its last action (not hidden)
-  double total() const { return last_end - first_start; }
 };
 
 // Told where a training step is, between TrainStep's phases: `baton
@@ -123,9 +116,9 @@ class Executor {
   void DiscardGradients();
   // After ComputeGradients: false if a gradient this rank holds final (under
   // ZeRO its shard of each stage) is a NaN or an infinity.
-  bool GradientsFinite();
+  bool GradientsFinite() { return replicas_->GradientsFinite(); }
   // The last TrainStep's gradient sums (zeros without replicas).
-  const ReductionTimes& reduction_times() const { return reduction_times_; }
+  const ReductionTimes& reduction_times() const { return replicas_->times(); }
   // The plan's step alone: gradients accumulate into the stages' gradient
   // buffers (no optimizer step).
   StepStats RunStep(const Batch& batch);
@@ -140,8 +133,8 @@ class Executor {
   // (appended; null stops recording). Reserve EventsPerStep() per step
   // beforehand and recording allocates nothing.
   void SetRecorder(std::vector<ActionEvent>* events) {
-    events_ = events;
-    device_clock_ = events != nullptr && dev_.has_clock();
+    clock_.SetRecorder(events);
+    replicas_->SetRecorder(events);
   }
   // With a recorder on a device with a clock (a GPU): StartDeviceClock at
   // the step's start (host time `step_start`), then after the step
@@ -150,8 +143,8 @@ class Executor {
   // device's seconds since the start; it returns when the device finished
   // the step's work (host timeline). Without a device clock, StartDeviceClock
   // does nothing and ApplyDeviceClock returns step_start.
-  void StartDeviceClock();
-  double ApplyDeviceClock(std::size_t first, double step_start);
+  void StartDeviceClock() { clock_.StartDeviceClock(2 * plan_.step.size() + 1); }  // two marks an action, one at the end
+  double ApplyDeviceClock(std::size_t first, double step_start) { return clock_.ApplyDeviceClock(first, step_start); }
   std::size_t EventsPerStep() const;
 
   // The step being run (for the flight record and fault injection).
@@ -162,12 +155,12 @@ class Executor {
   void set_fault(const Fault& fault) { fault_ = fault; }
   // Writes the last actions this rank ran or was running, with timestamps,
   // as JSON (on a deadline's expiry).
-  void WriteFlightRecord(const std::string& path) const;
+  void WriteFlightRecord(const std::string& path) const { flight_.Write(path, rank_, step_); }
 
   // Every local stage's optimizer over this replica's part of its
   // parameters: the whole stage, ZeRO's shard of it, or under ZeRO 2 and 3
   // the resting shards (ShardingPlan). Setup only.
-  void SetOptimizers(const OptimizerSpec& spec);
+  void SetOptimizers(const OptimizerSpec& spec) { replicas_->SetOptimizers(spec); }
   // ZeRO 3 (the parameters rest as shards), outside a step: binds local
   // stage `local`'s parameters to `whole` (host memory of its num_params
   // floats), after gathering every replica's shard into it when `gather`
@@ -176,8 +169,8 @@ class Executor {
   // this replica's shard of them back to rest and unbinds them. Without
   // ZeRO 3 the stages hold their parameters whole and neither is called.
   bool parameters_sharded() const { return plan_.sharding.parameters_sharded(); }
-  void HoldWhole(int local, std::span<float> whole, bool gather);
-  void KeepShard(int local);
+  void HoldWhole(int local, std::span<float> whole, bool gather) { replicas_->HoldWhole(local, whole, gather); }
+  void KeepShard(int local) { replicas_->KeepShard(local); }
 
   const RankPlan& plan() const { return plan_; }
   std::vector<std::unique_ptr<Stage>>& stages() { return stages_; }  // local, ascending stage index
@@ -188,48 +181,6 @@ class Executor {
   // locally, or with the other copy's rank. Part of TrainStep; collective
   // between those two ranks.
   void SumTiedGradients();
-  // Starts the gradient sums of the stages the plan starts after the tied
-  // gradients, and waits for every stage's: part of TrainStep.
-  void FinishReductions();
-  // Every stage's optimizer step (ZeRO: its shard, then the parameters
-  // all-gathered), then zeroed gradients: the rest of TrainStep.
-  void StepOptimizers();
-  // Sharded data parallel (ZeRO 2 and 3, ShardingPlan): per local stage its
-  // resting shards, the windows it holds, and whether its gather is in
-  // flight; per gradient window, the stage whose reduce-scatter is in
-  // flight in it (-1: none).
-  struct Sharded {
-    float* parameter_shard = nullptr;  // ZeRO 3
-    float* gradient_shard = nullptr;
-    int parameter_window = -1, gradient_window = -1;
-    bool gathering = false;
-    double polled = 0;  // recording: seconds in the gather's tests since it started
-  };
-  std::vector<Sharded> sharded_;
-  float* parameter_pool_ = nullptr;
-  float* gradient_pool_ = nullptr;
-  std::vector<int> reducing_;
-  float* Window(float* pool, int window) const { return pool + static_cast<std::size_t>(window) * plan_.sharding.window_floats; }
-  // Points local stage k at what it holds now (its own parameters under
-  // ZeRO 2, its parameter window under 3; its gradient window).
-  void Rebind(int local);
-  void Unshard(const Instruction& in);
-  // Moves the gathers in flight along; notes those that ended.
-  void PollGathers();
-  void Reshard(int local);
-  // Before a compute action of a sharded stage: its gather waited for; its
-  // first gradient writer of the step takes (and zeroes) its window.
-  void BeforeSharded(const Instruction& in);
-  void ReduceGrad(int local);
-  // Waits for the reduce-scatter in gradient window w and keeps this
-  // replica's part of the sum in the stage's gradient shard.
-  void EndReduce(int w, bool poll);
-  // The step's end: the tied stages' sums started, every sum waited for,
-  // every window freed.
-  void FinishSharded();
-  // The list's end: the parameter windows still held are freed (ZeRO 3).
-  void FreeParameterWindows();
-
   // An instruction with its memory: the plan's BufferRefs made pointers.
   struct Op {
     const Instruction* in;
@@ -245,7 +196,6 @@ class Executor {
     ActionKind kind;
   };
   enum class Mode { kTrain, kEvaluate };
-  struct BucketStarter;
   std::vector<Op> Bind(const std::vector<Instruction>& instructions);
   std::byte* Address(const BufferRef& ref);
   // Runs `ops` once; sequence j's units have rows[j] samples (evaluation: 0 = skip them).
@@ -256,20 +206,12 @@ class Executor {
   void RunForward(const Op& op, const TensorDesc& tensor, bool train, const std::byte* inputs,
                   const std::int32_t* labels, int rows, StepStats* stats);
   void WaitSends();
-  // Starts local stage k's gradient buckets (ReductionPlan) that lie in
-  // [from, end) of its gradients and have not started, last bucket first.
-  void StartReduction(int local, std::size_t from = 0);
-  // Moves the gradient sums in flight along; notes those that ended.
-  void PollReductions();
+  // UNSHARD, RESHARD or REDUCE_GRAD (sharded data parallel's, when it
+  // runs): noted in the flight record, a fault injected, then run by the
+  // replica module.
+  void RunShardingAction(const Instruction& in, bool train);
   // Moves the last stage's loss totals (if it is here) into *stats.
   void TakeLoss(StepStats* stats);
-  // With a recorder: an action's start, on the wall and CPU clocks.
-  struct Stamp {
-    double wall = 0.0, cpu = 0.0;
-    int mark = -1;  // the device clock's mark, if it has one
-  };
-  Stamp Mark() const;
-  void Record(ActionKind kind, int stage, int microbatch, Stamp start);
   // Waits for receive / send `id`, recording the wait when a recorder is set.
   void WaitRecorded(int id, const WaitInfo& info, ActionKind kind, int stage, int microbatch);
 
@@ -290,18 +232,9 @@ class Executor {
   std::byte* labels_ = nullptr;
   std::byte* tied_inbox_ = nullptr;  // the other copy's gradient (tied head across ranks)
   std::vector<Op> train_ops_, evaluation_ops_;
-  // Data parallelism: per training instruction, the local stage whose
-  // gradient sums start after it (or -1); the buckets in flight are
-  // [reduce_done_, reduce_started_) of the plan's bucket list, in the order
-  // they started.
-  ReplicaGroup* replicas_ = nullptr;
-  std::vector<int> reduce_after_;
-  std::vector<int> reduce_order_;  // bucket indices in start order (preallocated)
-  std::vector<int> reduce_next_;   // per local stage: one past its next bucket to start (they start last first)
-  std::size_t reduce_started_ = 0, reduce_done_ = 0;
-  ReductionTimes reduction_times_;
-  bool device_clock_ = false;           // recording, with the device's clock
-  std::vector<double> clock_seconds_;   // ApplyDeviceClock's reading (reserved once)
+  // The replicas' side of the step: gradient sums, shards, windows, the
+  // optimizer step (data parallelism; with one replica it only steps).
+  std::unique_ptr<ReplicaSync> replicas_;
   std::vector<int> full_rows_, round_rows_;  // per sequence (UnitPart::sequence) of a round
   // Per local stage its sequence and gradient slots (StagePlan), and where
   // a unit that is a part of its sequence gathers its token ids (first
@@ -317,16 +250,8 @@ class Executor {
   const std::byte* UnitRows(const std::byte* batch, std::byte* staging, std::size_t token_bytes,
                             std::size_t tokens_per_sample, const UnitPart& u, int rows);
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
-  std::vector<ActionEvent>* events_ = nullptr;
-  // Flight record: the last kFlight actions (a ring), always kept.
-  struct Flight {
-    std::int64_t step = 0;
-    Action action;
-    double start = 0, end = -1;  // end < 0: still running
-  };
-  static constexpr std::size_t kFlight = 64;
-  std::array<Flight, kFlight> flight_{};
-  std::size_t flight_next_ = 0;
+  ActionClock clock_;    // bench's recording of every action
+  FlightRecord flight_;  // the last actions, always kept
   std::int64_t step_ = 0;
   Fault fault_;
 };
