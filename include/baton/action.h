@@ -94,6 +94,10 @@ constexpr bool IsComm(ActionKind k) {
   return k == ActionKind::kSendF || k == ActionKind::kRecvF || k == ActionKind::kSendB ||
          k == ActionKind::kRecvB;
 }
+// UNSHARD, RESHARD or REDUCE_GRAD: sharded data parallel's collectives.
+constexpr bool IsSharding(ActionKind k) {
+  return k == ActionKind::kUnshard || k == ActionKind::kReshard || k == ActionKind::kReduceGrad;
+}
 // B or I: the action that produces the stage's input gradient.
 constexpr bool IsInputBackward(ActionKind k) {
   return k == ActionKind::kBackward || k == ActionKind::kBackwardInput;

@@ -100,7 +100,7 @@ struct BenchReport {
   // the alpha-beta time of a rank's gathers (the all-reduce's alpha and
   // beta as a ring all-gather's: D - 1 steps of 1/D of the bytes); and the
   // share of that time no action waited for.
-  int zero = 0;
+  ZeroStage zero;
   int gathers_per_stage = 0, reduce_scatters_per_stage = 0;
   double gather_wait_s = 0, predicted_gather_s = 0, gather_hidden_fraction = 0;
   std::vector<BenchRank> per_rank;

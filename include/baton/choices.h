@@ -29,6 +29,38 @@ enum class Precision : std::uint8_t { kFP32, kBF16, kTF32 };
 // about equal compute.
 enum class SeqSplit : std::uint8_t { kEven, kCompute };
 
+// Sharded data parallel's stage (data_parallel.zero, ZeRO's 0 to 3), asked
+// by what it shards: the one place the stage's number is compared. 0 every
+// replica keeps the whole model state; 1 each keeps its 1/D of the
+// optimizer state; 2 also of the gradients (each stage's sum a
+// reduce-scatter, REDUCE_GRAD); 3 also of the parameters (gathered by
+// UNSHARD for a stage's compute, freed by RESHARD). 2 and 3 run as
+// schedule actions.
+class ZeroStage {
+ public:
+  static constexpr int kLast = 3;
+  constexpr ZeroStage() = default;
+  // REQUIRES: 0 <= stage <= kLast (configs and flags check it: Valid).
+  constexpr explicit ZeroStage(int stage) : stage_(stage) {}
+  // Whether `stage` names a ZeRO stage (0 to kLast).
+  static constexpr bool Valid(int stage) { return stage >= 0 && stage <= kLast; }
+  // The number, for messages, files and JSON.
+  constexpr int number() const { return stage_; }
+  constexpr bool shards_optimizer() const { return stage_ >= 1; }
+  constexpr bool shards_gradients() const { return stage_ >= 2; }
+  constexpr bool shards_parameters() const { return stage_ >= 3; }
+  // Its collectives are the schedule's actions (UNSHARD, RESHARD, REDUCE_GRAD).
+  constexpr bool has_actions() const { return shards_gradients(); }
+  // After the optimizer step each replica all-gathers its stages' updated
+  // parameters apart from the step's sums (ZeRO 2; ZeRO 1's gathers go with
+  // its buckets, ZeRO 3 gathers at the next UNSHARD).
+  constexpr bool gathers_after_step() const { return shards_gradients() && !shards_parameters(); }
+  constexpr bool operator==(const ZeroStage&) const = default;
+
+ private:
+  int stage_ = 0;
+};
+
 // Declared before any is defined: the comparisons below must already see
 // every enum as named (named_enum.h's operator== is constrained on it).
 inline std::string_view EnumName(Checkpointing v);  // none, full, selective

@@ -84,7 +84,7 @@ struct SimulateConfig {
   // a file's own are priced as given); every stage's gather and
   // reduce-scatter time and gathered bytes (SimOptions::shards).
   struct Sharding {
-    int zero = 0;
+    ZeroStage zero;
     double gather_time = 0.0, reduce_scatter_time = 0.0, gathered_bytes = 0.0;
     bool priced() const { return gather_time > 0.0 || reduce_scatter_time > 0.0 || gathered_bytes > 0.0; }
   } sharding;
@@ -197,7 +197,9 @@ struct TrainLoopConfig {
 struct DataParallelConfig {
   int size = 1;               // D; train.batch_size is the global batch, each replica takes 1/D of it
   double bucket_cap_mb = 25;  // gradients are summed in buckets of at most this many MiB (PyTorch DDP's default)
-  int zero = 0;               // ZeRO stage: 0 every replica keeps the whole model state; 1 each keeps 1/D of the optimizer state, 2 also of the gradients, 3 also of the parameters (CPU)
+  ZeroStage zero;             // ZeRO stage (choices.h): 0 every replica keeps the whole model state; 1 each keeps 1/D of the optimizer state, 2 also of the gradients, 3 also of the parameters (CPU)
+  // The stage in effect: none with one replica (nothing to shard over).
+  ZeroStage in_effect() const { return size > 1 ? zero : ZeroStage(); }
 };
 
 struct CheckpointConfig {

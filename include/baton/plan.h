@@ -48,7 +48,7 @@ struct RunPlan {
   // data_parallel.zero in effect (0 with one replica): 1 the optimizer
   // state sharded over the replicas, 2 also the gradients, 3 also the
   // parameters (ShardingPlan).
-  int zero = 0;
+  ZeroStage zero;
   double bucket_cap_bytes = 25.0 * 1024 * 1024;
   // One sample of the step's inputs, as the dataset gives it (dimension 0 is
   // 1): f32[1, features], or i32[1, seq_len] token ids. The first stage's
@@ -286,7 +286,7 @@ struct TiedPlan {
 // after the tied gradients are summed, at the step's end. All end before
 // the optimizer steps.
 //
-// ZeRO stage 1 and above (zero): replica i keeps the optimizer state of, and updates,
+// ZeRO stage 1 and above (shards_optimizer): replica i keeps the optimizer state of, and updates,
 // only its shard of each stage's parameters, floats [N i / D, N (i+1) / D)
 // of N; a bucket is reduce-scattered (member i receives the sum of its
 // shard's part of it), and after the optimizer step each bucket's updated
@@ -302,7 +302,7 @@ struct BucketPlan {
 struct ReductionPlan {
   int replicas = 1;
   int replica = 0;  // this rank's
-  bool zero = false;
+  bool shards_optimizer = false;  // RunPlan::zero.shards_optimizer()
   std::vector<BucketPlan> buckets;         // grouped by local stage, ascending
   std::vector<int> first_bucket;           // per local stage: its first bucket (size local stages + 1)
   std::vector<int> start_after;            // per local stage: the step instruction after which its buckets
@@ -313,7 +313,7 @@ struct ReductionPlan {
   bool active() const { return replicas > 1; }
 };
 
-// ZeRO stages 2 and 3 (RunPlan::zero >= 2), as the schedule's actions
+// ZeRO stages 2 and 3 (RunPlan::zero.has_actions()), as the schedule's actions
 // place them. Each local stage's gradients accumulate in a gradient window
 // taken at its first B or W of the step; its REDUCE_GRAD reduce-scatters
 // the window over the replicas in one coalesced collective, this replica
@@ -337,13 +337,13 @@ struct ShardedStage {
 };
 
 struct ShardingPlan {
-  int zero = 0;  // 2 or 3; 0: not sharded beyond ZeRO 1
+  ZeroStage zero;  // 2 or 3; 0: not sharded beyond ZeRO 1
   std::vector<ShardedStage> stages;  // per local stage
   std::size_t window_floats = 0;
   int parameter_windows = 0, gradient_windows = 0;
 
-  bool active() const { return zero >= 2; }
-  bool parameters_sharded() const { return zero >= 3; }
+  bool active() const { return zero.has_actions(); }
+  bool parameters_sharded() const { return zero.shards_parameters(); }
 };
 
 struct RankPlan {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "baton/choices.h"
 #include "baton/costs.h"
 #include "baton/machine.h"
 #include "baton/schedule.h"
@@ -218,7 +219,7 @@ SimResult Simulate(const Schedule& schedule, const SimOptions& options = {});
 // backwards, with other stages' work between, is gathered and freed twice:
 // for its forwards and again for its backwards.
 // Throws ScheduleError for another stage.
-Schedule AddShardingActions(const Schedule& schedule, int zero, const SimOptions& options);
+Schedule AddShardingActions(const Schedule& schedule, ZeroStage zero, const SimOptions& options);
 
 // CheckStructure() and a dependency check (the simulator's advance without
 // times: which actions can run once their inputs are there): throws

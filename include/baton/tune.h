@@ -60,7 +60,7 @@ struct Candidate {
   SeqSplit seq_split = SeqSplit::kEven;
   // Sharded data parallel's stage (data_parallel.zero): 2 and 3 place the
   // schedule's REDUCE_GRAD (and UNSHARD, RESHARD) by AddShardingActions.
-  int zero = 0;
+  ZeroStage zero;
 };
 
 // What one candidate costs. Times may be in any one unit (the step time
@@ -139,7 +139,7 @@ struct TuneSpace {
   std::vector<int> slices = {1};
   std::vector<SeqSplit> seq_splits = {SeqSplit::kEven};
   // ZeRO stages (0-3), every candidate at each.
-  std::vector<int> zero = {0};
+  std::vector<ZeroStage> zero = {ZeroStage()};
   // The placement search: where a stage may start (top-level layer indices
   // in (0, layers), ascending) for a model of `layers` top-level layers.
   // Empty: no search (the cost model places the stages). Otherwise every

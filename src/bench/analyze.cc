@@ -72,7 +72,7 @@ void AnalyzeReduction(const std::vector<RankRecord>& records, BenchReport& repor
 void AnalyzeSharding(const BenchContext& c, const std::vector<RankRecord>& records, BenchReport& report) {
   const RunPlan& plan = *c.plan;
   report.zero = plan.zero;
-  if (plan.zero < 2) return;
+  if (!plan.zero.has_actions()) return;
   const double D = c.layout.replicas;
   const double alpha = records.front().allreduce_step_latency_s, bandwidth = records.front().allreduce_bandwidth_Bps;
   std::vector<double> waits;

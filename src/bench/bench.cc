@@ -90,8 +90,8 @@ std::string BenchReportJson(const BenchReport& b) {
     j["reduction_exposed_s"] = b.reduction_exposed_s;
     j["reduction_hidden_fraction"] = b.reduction_hidden_fraction;
     j["predicted_reduction_s"] = b.predicted_reduction_s;
-    j["zero"] = b.zero;
-    if (b.zero >= 2) {
+    j["zero"] = b.zero.number();
+    if (b.zero.has_actions()) {
       j["gathers_per_stage"] = b.gathers_per_stage;
       j["reduce_scatters_per_stage"] = b.reduce_scatters_per_stage;
       j["gather_wait_s"] = b.gather_wait_s;

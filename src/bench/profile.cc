@@ -32,7 +32,7 @@ RunPlan LayerShape(const TrainConfig& config, const ModelDesc& model, int rows) 
   c.train.batch_size = rows;
   c.pipeline.microbatches = 1;
   c.data_parallel.size = 1;
-  c.data_parallel.zero = 0;
+  c.data_parallel.zero = ZeroStage();
   c.pipeline.checkpointing = Checkpointing::kNone;
   c.pipeline.keep.clear();
   c.pipeline.partition = Partition::kExplicit;

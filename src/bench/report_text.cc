@@ -34,10 +34,10 @@ std::string DescribeBenchReport(const BenchReport& b) {
         b.replicas, b.reduction_s * 1e3, 100 * b.reduction_hidden_fraction, b.reduction_exposed_s * 1e3,
         b.allreduce_step_latency_s * 1e6, b.allreduce_bandwidth_Bps / 1e9, b.predicted_reduction_s * 1e3);
   }
-  if (b.zero >= 2) {
-    out += fmt::format("sharding         ZeRO {}: per stage and step {} reduce-scatter(s)", b.zero,
+  if (b.zero.has_actions()) {
+    out += fmt::format("sharding         ZeRO {}: per stage and step {} reduce-scatter(s)", b.zero.number(),
                        b.reduce_scatters_per_stage);
-    if (b.zero >= 3) {
+    if (b.zero.shards_parameters()) {
       out += fmt::format(", {} all-gather(s), waited for {:.3f} ms of {:.3f} ms (alpha-beta): {:.0f}% hidden (goal >= 80%)",
                          b.gathers_per_stage, b.gather_wait_s * 1e3, b.predicted_gather_s * 1e3,
                          100 * b.gather_hidden_fraction);

@@ -61,6 +61,12 @@ std::vector<E> EnumList(const std::string& text, const char* command, const char
 // Throws ConfigError "<what>: '<item>' is not a whole number".
 std::vector<int> WholeNumbers(const std::string& list, const std::string& what);
 
+// --zero's ZeRO stage; ConfigError "--zero must be 0, 1, 2 or 3, got N".
+inline ZeroStage ZeroFlag(int number) {
+  if (!ZeroStage::Valid(number)) throw ConfigError(fmt::format("--zero must be 0, 1, 2 or 3, got {}", number));
+  return ZeroStage(number);
+}
+
 // Replaces "{schedule}" in a path with the schedule's name.
 std::string ExpandPath(std::string_view pattern, std::string_view schedule);
 

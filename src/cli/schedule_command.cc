@@ -44,12 +44,12 @@ Schedule Load(const ScheduleFlags& f) {
   options.slices = f.slices;
   Schedule s = LoadSchedule(f.schedule, ranks, microbatches, options);
   Validate(s);
-  if (f.zero == 0 || f.zero == 1) return s;
-  if (f.zero < 0 || f.zero > 3) throw ConfigError(fmt::format("--zero must be 0, 1, 2 or 3, got {}", f.zero));
+  const ZeroStage zero = ZeroFlag(f.zero);
+  if (!zero.has_actions()) return s;
   if (!(f.gather_time >= 0.0)) throw ConfigError(fmt::format("--gather-time must be >= 0, got {}", f.gather_time));
   for (const auto& row : s.actions) {
     for (const Action& a : row) {
-      if (a.kind == ActionKind::kUnshard || a.kind == ActionKind::kReshard || a.kind == ActionKind::kReduceGrad) {
+      if (IsSharding(a.kind)) {
         throw ConfigError(fmt::format("--zero {}: {} holds sharding actions of its own ({}); place them on a "
                                       "schedule without them",
                                       f.zero, f.schedule, ToString(a)));
@@ -58,7 +58,7 @@ Schedule Load(const ScheduleFlags& f) {
   }
   SimOptions price;  // unit compute costs, the gathers' as given
   price.shards.gather_time.assign(static_cast<std::size_t>(s.stages), f.gather_time);
-  s = AddShardingActions(s, f.zero, price);
+  s = AddShardingActions(s, zero, price);
   Validate(s);
   return s;
 }

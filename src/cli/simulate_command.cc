@@ -128,10 +128,7 @@ SimulateConfig Resolve(const SimulateFlags& f) {
     }
     c.cores = *f.cores;
   }
-  if (f.zero) {
-    if (*f.zero < 0 || *f.zero > 3) throw ConfigError(fmt::format("--zero must be 0, 1, 2 or 3, got {}", *f.zero));
-    c.sharding.zero = *f.zero == 1 ? 0 : *f.zero;  // ZeRO-1 has no schedule actions
-  }
+  if (f.zero) c.sharding.zero = ZeroFlag(*f.zero);  // ZeRO-1 has no schedule actions
   for (const auto& [flag, given, into] :
        {std::tuple{"--gather-time", &f.gather_time, &c.sharding.gather_time},
         std::tuple{"--reduce-scatter-time", &f.reduce_scatter_time, &c.sharding.reduce_scatter_time},
@@ -199,13 +196,13 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   const int asked = IsGenerator(name) || c.seq_slices > 1 ? slices : 0;
   Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, asked, memory_limit)), {}, {}};
   SimOptions options = c.options;
-  if (c.sharding.priced() || c.sharding.zero >= 2) {
+  if (c.sharding.priced() || c.sharding.zero.has_actions()) {
     const auto stages = static_cast<std::size_t>(run.schedule.stages);
     options.shards.gather_time.assign(stages, c.sharding.gather_time);
     options.shards.reduce_time.assign(stages, c.sharding.reduce_scatter_time);
     options.shards.gathered_bytes.assign(stages, c.sharding.gathered_bytes);
   }
-  if (c.sharding.zero >= 2) run.schedule = AddShardingActions(run.schedule, c.sharding.zero, options);
+  if (c.sharding.zero.has_actions()) run.schedule = AddShardingActions(run.schedule, c.sharding.zero, options);
   Validate(run.schedule);
   if (run.schedule.slices > 1) {
     run.slices = SlicesOf(c, run.schedule.slices);
@@ -258,14 +255,14 @@ void PrintDetail(const SimulateConfig& c, const Run& run) {
                      Num(k.backward_input), Num(k.backward_weight), Num(k.Backward()), ForwardBackwardText(k),
                      c.options.compute.stages.empty() ? "" : " (overridden per stage)", Num(c.options.messages.latency),
                      Num(c.options.memory.weight_ratio), CoresText(c));
-  if (c.sharding.zero >= 2 || c.sharding.priced()) {
+  if (c.sharding.zero.has_actions() || c.sharding.priced()) {
     const RankResult* tail = &r.per_rank.front();
     for (const RankResult& rr : r.per_rank) {
       if (rr.exposed_reduce > tail->exposed_reduce) tail = &rr;
     }
     out += fmt::format("sharding: {}; a stage's gather {}, reduce-scatter {}, gathered copy {} bytes; the "
                        "collectives end {} after the compute on rank {} (the most)\n",
-                       c.sharding.zero >= 2 ? fmt::format("ZeRO-{}, its actions placed", c.sharding.zero)
+                       c.sharding.zero.has_actions() ? fmt::format("ZeRO-{}, its actions placed", c.sharding.zero.number())
                                             : "the schedule's own actions",
                        Num(c.sharding.gather_time), Num(c.sharding.reduce_scatter_time), Num(c.sharding.gathered_bytes),
                        Num(tail->exposed_reduce), tail->rank);
@@ -330,7 +327,7 @@ void RunSimulateProfile(const SimulateFlags& flags) {
   // The model state (parameters, gradients, optimizer state) as the ZeRO
   // stage in effect holds it: shards and windows under 2 and 3.
   out += fmt::format("{:>4}  {:>10}  {:>7}  {:>14}  {:>26}  {}\n", "rank", "busy ms", "idle", "memory MiB",
-                     fmt::format("model state MiB (ZeRO {})", plan.zero), "stages");
+                     fmt::format("model state MiB (ZeRO {})", plan.zero.number()), "stages");
   for (const RankResult& rr : r.per_rank) {
     const RankMemory& m = p.memory[static_cast<std::size_t>(rr.rank)];
     const std::string state = fmt::format("{:.2f} = {:.2f} + {:.2f} + {:.2f}", (m.params + m.grads + m.optimizer) / 1048576.0,

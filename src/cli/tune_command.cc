@@ -35,7 +35,7 @@ std::string Table(const TrainConfig& config, const ModelDesc& model, const TuneR
                                    : "1";
     text += fmt::format("{:>4}  {:<17} {:>4} {:>3}  {:<10} {:<10} {:>4} {:>10} {:>6.1f}% {:>12}  {:<24} {}\n", i + 1,
                         r.candidate.schedule, r.candidate.microbatches, r.candidate.chunks,
-                        EnumName(r.candidate.checkpointing), slices, r.candidate.zero,
+                        EnumName(r.candidate.checkpointing), slices, r.candidate.zero.number(),
                         r.simulated ? fmt::format("{:.2f}", r.step_time * 1e3) : "-",
                         100 * r.bubble_rate, r.simulated ? Mib(r.max_peak_bytes) : "-", layout,
                         r.feasible ? "yes" : "no: " + r.why_not);
@@ -77,7 +77,7 @@ std::string Overlay(const TrainConfig& config, const ModelDesc& model, const Tun
                            config.model.gpt ? "\"" + LayoutText(config, model, c.bounds) + "\""
                                             : LayoutText(config, model, c.bounds));
   }
-  if (config.data_parallel.size > 1) overlay += fmt::format("data_parallel:\n  zero: {}\n", c.zero);
+  if (config.data_parallel.size > 1) overlay += fmt::format("data_parallel:\n  zero: {}\n", c.zero.number());
   return overlay;
 }
 
@@ -95,7 +95,7 @@ std::string Describe(const TrainConfig& config, const TuneRequest& req, const Tu
       const Candidate& s = report.smallest->candidate;
       text += fmt::format("nothing fits {} per rank: the smallest any candidate needs is {} ({} m{} v{} {}{}{})\n",
                           Mib(req.memory_bytes), Mib(report.smallest->max_peak_bytes), s.schedule, s.microbatches,
-                          s.chunks, EnumName(s.checkpointing), s.zero > 0 ? fmt::format(" ZeRO {}", s.zero) : "",
+                          s.chunks, EnumName(s.checkpointing), s.zero.shards_optimizer() ? fmt::format(" ZeRO {}", s.zero.number()) : "",
                           s.bounds.empty() ? "" : ", layout " + LayoutText(config, model, s.bounds));
     } else {
       text += "no candidate could run (see why above)\n";

@@ -58,8 +58,7 @@ SimulateConfig LoadSimulateConfig(const std::string& path) {
   memory.Finish();
 
   YamlMap sharding = top.Map("sharding");
-  c.sharding.zero = sharding.GetInt("zero", 0, 0, 3);
-  if (c.sharding.zero == 1) c.sharding.zero = 0;  // ZeRO-1 has no schedule actions
+  c.sharding.zero = ZeroStage(sharding.GetInt("zero", 0, 0, ZeroStage::kLast));  // ZeRO-1 has no schedule actions
   c.sharding.gather_time = sharding.GetNumber("gather_time", 0.0, 0.0, kInf);
   c.sharding.reduce_scatter_time = sharding.GetNumber("reduce_scatter_time", 0.0, 0.0, kInf);
   c.sharding.gathered_bytes = sharding.GetNumber("gathered_bytes", 0.0, 0.0, kInf);

@@ -26,7 +26,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   // Sharded data parallel: the stages compute with the executor's windows.
   const ShardingPlan& sh = plan.sharding;
   if (sh.active() && !dev_.host_memory()) {
-    throw ConfigError(fmt::format("rank {}: data_parallel.zero {} runs on the CPU only (device: cpu)", rank_, sh.zero));
+    throw ConfigError(fmt::format("rank {}: data_parallel.zero {} runs on the CPU only (device: cpu)", rank_, sh.zero.number()));
   }
   for (const StagePlan& sp : plan.local_stages) {
     stages_.push_back(

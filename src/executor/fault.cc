@@ -21,7 +21,7 @@ namespace {
 // Sharded data parallel's collectives where the plan runs them (ZeRO 2
 // and 3): a fault can stop a rank before it joins one.
 bool IsShardingFault(ActionKind kind, const RankPlan& plan) {
-  return plan.sharding.active() && (kind == ActionKind::kUnshard || kind == ActionKind::kReduceGrad);
+  return plan.sharding.active() && IsSharding(kind) && kind != ActionKind::kReshard;
 }
 
 }  // namespace

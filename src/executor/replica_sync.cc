@@ -25,7 +25,7 @@ ReplicaSync::ReplicaSync(const RankPlan& plan, std::vector<std::unique_ptr<Stage
     // them (a bucket's sum; under ZeRO its parameters' all-gather, id + 1).
     std::vector<std::size_t> floats(static_cast<std::size_t>(red.requests), 0);
     for (const BucketPlan& b : red.buckets) {
-      for (int id : {b.request, red.zero ? b.request + 1 : b.request}) {
+      for (int id : {b.request, red.shards_optimizer ? b.request + 1 : b.request}) {
         floats[static_cast<std::size_t>(id)] = std::max(floats[static_cast<std::size_t>(id)], b.count);
       }
     }
@@ -134,7 +134,7 @@ void ReplicaSync::StartReduction(int local, std::size_t from) {
     if (started_ == 0) times_.first_start = MonotonicSeconds();
     const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(b)];
     const std::span<float> data(grads + bucket.offset, bucket.count);
-    if (red.zero) {
+    if (red.shards_optimizer) {
       group_->StartReduceScatter(bucket.request, data, bucket.counts, bucket.displs);
     } else {
       group_->StartAllReduce(bucket.request, data);
@@ -316,7 +316,7 @@ void ReplicaSync::StepOptimizers() {
     return;
   }
   const ReductionPlan& red = plan_.reduction;
-  if (group_ != nullptr && red.zero) {
+  if (group_ != nullptr && red.shards_optimizer) {
     // Every replica updated its shard: gather the others' into its parameters.
     for (const BucketPlan& b : red.buckets) {
       float* params = stages_[static_cast<std::size_t>(b.local)]->device().params();
@@ -344,7 +344,7 @@ bool ReplicaSync::GradientsFinite() {
   }
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     StageDevice& dev = stages_[k]->device();
-    if (group_ != nullptr && red.zero) {
+    if (group_ != nullptr && red.shards_optimizer) {
       // After the reduce-scatter only this replica's part of each bucket is summed.
       const auto me = static_cast<std::size_t>(group_->rank());
       for (const BucketPlan& b : red.buckets) {

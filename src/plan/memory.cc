@@ -124,14 +124,14 @@ std::vector<double> StaticBytesCache::operator()(const RunPlan& shape, Placement
       const StagePlan st = PlanStageAlone(shape, s, split_backward);
       // ZeRO: the largest replica's shard (the last; shards differ by a float at most).
       const std::size_t optimizer =
-          shape.zero ? ShardOf(st.num_params, shape.replicas - 1, shape.replicas).count : st.num_params;
+          shape.zero.shards_optimizer() ? ShardOf(st.num_params, shape.replicas - 1, shape.replicas).count : st.num_params;
       RankMemory stage = plan_detail::StageMemory(shape, st, optimizer,
                                                   plan_detail::StageBuffers(st, 0, S, m, prev_remote, next_remote));
       // ZeRO 2 and 3 before a schedule places their windows: each stage's
       // resting shards; the windows are the placed schedule's (the tuner
       // counts them from its actions, CandidateCosts::parameter_bytes).
-      if (shape.zero >= 2) stage.grads = optimizer * sizeof(float);
-      if (shape.zero >= 3) stage.params = optimizer * sizeof(float);
+      if (shape.zero.shards_gradients()) stage.grads = optimizer * sizeof(float);
+      if (shape.zero.shards_parameters()) stage.params = optimizer * sizeof(float);
       it = memo_.emplace(key, stage).first;
     }
     mem[static_cast<std::size_t>(rank)] += it->second;

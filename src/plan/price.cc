@@ -14,7 +14,7 @@ namespace {
 GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
   GradientSums sums;
   if (plan.replicas <= 1 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return sums;
-  if (plan.zero >= 2) return sums;  // the schedule's REDUCE_GRAD actions (PriceShards)
+  if (plan.zero.has_actions()) return sums;  // the schedule's REDUCE_GRAD actions (PriceShards)
   const plan_detail::TiedStages tied = plan_detail::FindTiedStages(plan.model, plan.bounds);
   for (int s = 0; s < plan.stages(); ++s) {
     const auto k = static_cast<std::size_t>(s);
@@ -32,14 +32,14 @@ GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
 // ranks' static bytes already (RankMemory), so no gathered bytes here.
 ShardCosts PriceShards(const RunPlan& plan, const RunCosts& costs) {
   ShardCosts shards;
-  if (plan.zero < 2 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return shards;
+  if (!plan.zero.has_actions() || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return shards;
   for (int s = 0; s < plan.stages(); ++s) {
     const double bytes = double(plan.model.NumParams(plan.bounds[static_cast<std::size_t>(s)],
                                                      plan.bounds[static_cast<std::size_t>(s) + 1])) *
                          sizeof(float);
     const double t = ShardCollectiveTime(bytes, plan.replicas, costs.allreduce_step_latency, costs.allreduce_bandwidth);
     shards.reduce_time.push_back(t);
-    shards.gather_time.push_back(plan.zero >= 3 ? t : 0.0);
+    shards.gather_time.push_back(plan.zero.shards_parameters() ? t : 0.0);
   }
   return shards;
 }

@@ -113,8 +113,8 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
   ReductionPlan red;
   red.replicas = run.replicas;
   red.replica = replica;
-  red.zero = run.zero >= 1;
-  const bool buckets = run.zero < 2;  // ZeRO 2 and 3 sum each stage in one collective (ShardingPlan)
+  red.shards_optimizer = run.zero.shards_optimizer();
+  const bool buckets = !run.zero.has_actions();  // ZeRO 2 and 3 sum each stage in one collective (ShardingPlan)
   const std::size_t cap =
       std::max<std::size_t>(1, static_cast<std::size_t>(run.bucket_cap_bytes / sizeof(float)));
   for (std::size_t k = 0; k < r.local_stages.size(); ++k) {
@@ -122,7 +122,7 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
     const std::size_t n = st.num_params;
     red.first_bucket.push_back(static_cast<int>(red.buckets.size()));
     // This replica's optimizer shard (ZeRO), or the whole stage.
-    const Shard mine = red.zero ? ShardOf(n, replica, run.replicas) : Shard{0, n};
+    const Shard mine = red.shards_optimizer ? ShardOf(n, replica, run.replicas) : Shard{0, n};
     red.shard_begin.push_back(mine.begin);
     red.shard_count.push_back(mine.count);
     for (std::size_t at = 0; buckets && at < n; at += cap) {
@@ -131,8 +131,8 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
       b.offset = at;
       b.count = std::min(cap, n - at);
       b.request = red.requests;
-      red.requests += red.zero ? 2 : 1;
-      if (red.zero) {
+      red.requests += red.shards_optimizer ? 2 : 1;
+      if (red.shards_optimizer) {
         for (int i = 0; i < run.replicas; ++i) {
           const Shard shard = ShardOf(n, i, run.replicas);
           const std::size_t lo = std::clamp(shard.begin, at, at + b.count);
@@ -166,7 +166,7 @@ ReductionPlan PlanReduction(const RunPlan& run, const RankPlan& r, int replica) 
 // (PlaceShardingWindows).
 void PlanSharding(const RunPlan& run, RankPlan& r) {
   ShardingPlan& sh = r.sharding;
-  if (run.zero < 2) return;
+  if (!run.zero.has_actions()) return;
   sh.zero = run.zero;
   ReductionPlan& red = r.reduction;
   for (std::size_t k = 0; k < r.local_stages.size(); ++k) {

@@ -31,9 +31,7 @@ Schedule ForwardOnly(const Schedule& schedule) {
 bool HasShardingActions(const Schedule& s) {
   for (const auto& row : s.actions) {
     for (const Action& a : row) {
-      if (a.kind == ActionKind::kUnshard || a.kind == ActionKind::kReshard || a.kind == ActionKind::kReduceGrad) {
-        return true;
-      }
+      if (IsSharding(a.kind)) return true;
     }
   }
   return false;
@@ -57,7 +55,7 @@ SimOptions GatherPrice(const Schedule& s) {
 // of its own (its gradients would not reach the optimizer's shards
 // otherwise), and under 3 gathered by an UNSHARD; CheckSharding has
 // checked where they stand. Throws ConfigError naming the rank and stage.
-void CheckShardedRun(const TrainConfig& c, const Schedule& s, int zero) {
+void CheckShardedRun(const TrainConfig& c, const Schedule& s, ZeroStage zero) {
   for (int r = 0; r < s.ranks; ++r) {
     std::vector<char> computes(static_cast<std::size_t>(s.stages), 0), reduced(computes), gathered(computes);
     for (const Action& unit : s.actions[static_cast<std::size_t>(r)]) {
@@ -77,13 +75,15 @@ void CheckShardedRun(const TrainConfig& c, const Schedule& s, int zero) {
     for (int st = 0; st < s.stages; ++st) {
       const auto k = static_cast<std::size_t>(st);
       if (!computes[k]) continue;
-      const char* missing = !reduced[k] ? "REDUCE_GRAD" : zero >= 3 && !gathered[k] ? "UNSHARD" : nullptr;
+      const char* missing =
+          !reduced[k] ? "REDUCE_GRAD" : zero.shards_parameters() && !gathered[k] ? "UNSHARD" : nullptr;
       if (missing == nullptr) continue;
       throw ConfigError(fmt::format(
           "{}: data_parallel.zero is {}, but the schedule {} has no {} of stage {} on rank {} (a schedule file "
           "that places sharded data parallel's actions places them for every stage: each rank reduce-scatters "
           "its stages' gradients{}; leave them out and baton places them)",
-          c.source, zero, c.pipeline.schedule, missing, st, r, zero >= 3 ? " and gathers their parameters" : ""));
+          c.source, zero.number(), c.pipeline.schedule, missing, st, r,
+          zero.shards_parameters() ? " and gathers their parameters" : ""));
     }
   }
 }
@@ -117,7 +117,7 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   plan.model = std::move(model);
   plan.bounds = PartitionLayers(c, plan.model, stages);
   plan.replicas = c.data_parallel.size;
-  plan.zero = plan.replicas > 1 ? c.data_parallel.zero : 0;
+  plan.zero = c.data_parallel.in_effect();
   plan.bucket_cap_bytes = c.data_parallel.bucket_cap_mb * 1024 * 1024;
   plan.global_batch = c.train.batch_size;
   plan.batch_size = c.train.batch_size / plan.replicas;
@@ -153,8 +153,8 @@ RunPlan PlanRun(const TrainConfig& c) {
   Schedule s = LoadSchedule(c.pipeline.schedule, c.pipeline.ranks, c.pipeline.microbatches, options);
   Validate(s);
   // Sharded data parallel: the schedule's own actions, or placed here.
-  const int zero = c.data_parallel.size > 1 ? c.data_parallel.zero : 0;
-  if (zero >= 2) {
+  const ZeroStage zero = c.data_parallel.in_effect();
+  if (zero.has_actions()) {
     if (!HasShardingActions(s)) s = AddShardingActions(s, zero, GatherPrice(s));
     CheckShardedRun(c, s, zero);
   }
@@ -166,7 +166,7 @@ RunPlan PlanRun(const TrainConfig& c) {
   // that cannot progress (CheckStructure would ask for backwards).
   // Under ZeRO 3 the evaluation gathers each stage too, around its forwards.
   Schedule forwards = ForwardOnly(plan.lowered);
-  if (zero >= 3) forwards = AddShardingActions(forwards, 3, GatherPrice(forwards));
+  if (zero.shards_parameters()) forwards = AddShardingActions(forwards, zero, GatherPrice(forwards));
   plan.evaluation = Lower(forwards);
   if (plan.lowered.slices != plan.slices) {
     throw ConfigError(fmt::format("{}: the schedule {} holds {} slice(s) a microbatch, but pipeline.seq_slices is {}",

@@ -14,10 +14,6 @@ namespace {
 
 constexpr int kGridSteps = 24;
 
-bool IsSharding(ActionKind k) {
-  return k == ActionKind::kUnshard || k == ActionKind::kReshard || k == ActionKind::kReduceGrad;
-}
-
 // B and W write a stage's parameter gradients; F and I do not.
 bool WritesGradients(ActionKind k) { return k == ActionKind::kBackward || k == ActionKind::kBackwardWeight; }
 

@@ -10,12 +10,50 @@
 
 namespace baton {
 
-void CheckOptions(const Schedule& s, const SimOptions& o) {
-  auto non_negative = [](std::string_view what, double v) {
-    if (!(v >= 0.0) || !std::isfinite(v)) {
-      throw ScheduleError(fmt::format("simulation: {} must be a finite number >= 0, got {}", what, v));
+namespace {
+
+void NonNegative(std::string_view what, double v) {
+  if (!(v >= 0.0) || !std::isfinite(v)) {
+    throw ScheduleError(fmt::format("simulation: {} must be a finite number >= 0, got {}", what, v));
+  }
+}
+
+// The machine model's core pools (SimOptions::cores): one pool a rank,
+// every pool's cores and the shared-core factors in range.
+void CheckCores(const Schedule& s, const SimOptions& o) {
+  if (!o.cores.pool.empty() && static_cast<int>(o.cores.pool.size()) != s.ranks) {
+    throw ScheduleError(fmt::format("simulation: {} core pools given for the ranks, but the schedule has {} ranks",
+                                    o.cores.pool.size(), s.ranks));
+  }
+  if (o.cores.pool.empty() && !o.cores.pool_cores.empty()) {
+    throw ScheduleError("simulation: pool_cores given without core_pool (which pool each rank is in)");
+  }
+  for (std::size_t r = 0; r < o.cores.pool.size(); ++r) {
+    if (o.cores.pool[r] < 0 || o.cores.pool[r] >= static_cast<int>(o.cores.pool_cores.size())) {
+      throw ScheduleError(fmt::format("simulation: rank {} is in core pool {}, but there are {} pools (0..{})", r,
+                                      o.cores.pool[r], o.cores.pool_cores.size(),
+                                      static_cast<int>(o.cores.pool_cores.size()) - 1));
     }
-  };
+  }
+  if (!(o.cores.shared.action_cost > 0.0) || !std::isfinite(o.cores.shared.action_cost)) {
+    throw ScheduleError(
+        fmt::format("simulation: action_cost must be a finite number > 0, got {}", o.cores.shared.action_cost));
+  }
+  if (!(o.cores.shared.waiting_share >= 0.0 && o.cores.shared.waiting_share <= 1.0)) {
+    throw ScheduleError(fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.cores.shared.waiting_share));
+  }
+  for (std::size_t k = 0; k < o.cores.pool_cores.size(); ++k) {
+    if (!(o.cores.pool_cores[k] > 0.0) || !std::isfinite(o.cores.pool_cores[k])) {
+      throw ScheduleError(fmt::format("simulation: core pool {} must have a finite number of cores > 0, got {}", k,
+                                      o.cores.pool_cores[k]));
+    }
+  }
+}
+
+}  // namespace
+
+void CheckOptions(const Schedule& s, const SimOptions& o) {
+  const auto non_negative = NonNegative;
   auto check_costs = [&](std::string_view where, const Costs& c) {
     non_negative(fmt::format("{} forward cost", where), c.forward);
     non_negative(fmt::format("{} backward_input cost", where), c.backward_input);
@@ -53,33 +91,7 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
   for (std::size_t i = 0; i < o.memory.rank_static_bytes.size(); ++i) {
     non_negative(fmt::format("rank {} static memory bytes", i), o.memory.rank_static_bytes[i]);
   }
-  if (!o.cores.pool.empty() && static_cast<int>(o.cores.pool.size()) != s.ranks) {
-    throw ScheduleError(fmt::format("simulation: {} core pools given for the ranks, but the schedule has {} ranks",
-                                    o.cores.pool.size(), s.ranks));
-  }
-  if (o.cores.pool.empty() && !o.cores.pool_cores.empty()) {
-    throw ScheduleError("simulation: pool_cores given without core_pool (which pool each rank is in)");
-  }
-  for (std::size_t r = 0; r < o.cores.pool.size(); ++r) {
-    if (o.cores.pool[r] < 0 || o.cores.pool[r] >= static_cast<int>(o.cores.pool_cores.size())) {
-      throw ScheduleError(fmt::format("simulation: rank {} is in core pool {}, but there are {} pools (0..{})", r,
-                                      o.cores.pool[r], o.cores.pool_cores.size(),
-                                      static_cast<int>(o.cores.pool_cores.size()) - 1));
-    }
-  }
-  if (!(o.cores.shared.action_cost > 0.0) || !std::isfinite(o.cores.shared.action_cost)) {
-    throw ScheduleError(
-        fmt::format("simulation: action_cost must be a finite number > 0, got {}", o.cores.shared.action_cost));
-  }
-  if (!(o.cores.shared.waiting_share >= 0.0 && o.cores.shared.waiting_share <= 1.0)) {
-    throw ScheduleError(fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.cores.shared.waiting_share));
-  }
-  for (std::size_t k = 0; k < o.cores.pool_cores.size(); ++k) {
-    if (!(o.cores.pool_cores[k] > 0.0) || !std::isfinite(o.cores.pool_cores[k])) {
-      throw ScheduleError(fmt::format("simulation: core pool {} must have a finite number of cores > 0, got {}", k,
-                                      o.cores.pool_cores[k]));
-    }
-  }
+  CheckCores(s, o);
   for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slices.cost}, std::pair{"slice_memory", &o.slices.memory},
                                      std::pair{"slice_message", &o.slices.message}}) {
     if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {

@@ -89,9 +89,10 @@ void Clock(const Schedule& s, const SimResult& sim, int r, std::vector<double>* 
 
 }  // namespace
 
-Schedule AddShardingActions(const Schedule& schedule, int zero, const SimOptions& options) {
-  if (zero != 2 && zero != 3) {
-    throw ScheduleError(fmt::format("sharding: ZeRO stage {}: the schedule's actions are for stages 2 and 3", zero));
+Schedule AddShardingActions(const Schedule& schedule, ZeroStage zero, const SimOptions& options) {
+  if (!zero.has_actions()) {
+    throw ScheduleError(
+        fmt::format("sharding: ZeRO stage {}: the schedule's actions are for stages 2 and 3", zero.number()));
   }
   SimOptions timed = options;
   timed.shards = {};
@@ -104,10 +105,10 @@ Schedule AddShardingActions(const Schedule& schedule, int zero, const SimOptions
     Clock(schedule, sim, r, &reach, &start);
     // Without a pipeline (one rank), sharded data parallel's groups of
     // layers: each gathered for its forwards and again for its backwards.
-    const std::vector<StageUse> uses = UsesOf(schedule, r, zero == 3 && schedule.ranks == 1);
+    const std::vector<StageUse> uses = UsesOf(schedule, r, zero.shards_parameters() && schedule.ranks == 1);
     // Before position i, the actions to insert; after it, likewise.
     std::vector<std::vector<Action>> before(row.size()), after(row.size());
-    if (zero == 3) {
+    if (zero.shards_parameters()) {
       // As late as possible, from the last first use back: each gather
       // ends by its stage's first use and by the start of the gather after
       // it (the rank's gathers run one after another, in order of first

@@ -329,7 +329,7 @@ CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan, st
   run.partition = plan.bounds;
   run.total_steps = total_steps;
   run.data_parallel = plan.replicas;
-  run.zero = plan.zero;
+  run.zero = plan.zero.number();
   return run;
 }
 

@@ -123,7 +123,7 @@ OptimizerStates ParamStore::WholeState(ReplicaGroup& replicas) {
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     const auto state = stages_[k]->device().OptimizerState();
     std::vector<std::vector<float>> whole;
-    if (!red.zero) {
+    if (!red.shards_optimizer) {
       for (const auto& buf : state) whole.emplace_back(buf.begin(), buf.end());
       out.push_back(std::move(whole));
       continue;

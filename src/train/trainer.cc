@@ -137,7 +137,7 @@ void PrintStart(const TrainConfig& c, const RunSetup& u, int ranks, std::int64_t
                c.model.layers.size(), ranks,
                c.data_parallel.size > 1
                    ? fmt::format(" ({} replicas of a {}-rank pipeline{})", c.data_parallel.size, c.pipeline.ranks,
-                                 c.data_parallel.zero ? fmt::format(", ZeRO {}", c.data_parallel.zero) : "")
+                                 c.data_parallel.zero.shards_optimizer() ? fmt::format(", ZeRO {}", c.data_parallel.zero.number()) : "")
                          .c_str()
                    : "",
                u.plan.lowered.name.c_str(), u.plan.stages(), c.pipeline.microbatches, u.plan.rows,
@@ -275,6 +275,36 @@ void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, 
                tty ? "\n" : "", name.c_str(), what.c_str(), kExitStopped);
 }
 
+// A resumed run (u.first_step > 1): the checkpoint loaded, the data where
+// it stood; only then is what came after the resumed step set aside (a
+// failed load leaves every file as it was) and the metrics file cut there.
+void Resume(const RunComms& comms, RunSetup& u) {
+  Transport& t = comms.world;
+  const std::int64_t per_epoch = u.loader->batches_per_epoch();
+  const std::int64_t resumed = u.first_step - 1;
+  LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params);
+  u.loader->Seek(resumed / per_epoch, resumed % per_epoch);
+  Agree(t, "rank 0 setting aside what came after the resumed step", [&] {
+    if (t.rank() != 0) return;
+    if (!u.checkpoints.dir().empty()) {
+      for (const std::string& moved : u.checkpoints.SupersedeAfter(resumed, u.run.run_id)) {
+        std::fprintf(stderr, "baton: %s: this run's checkpoint after the resumed step is kept aside: %s\n",
+                     u.checkpoints.dir().c_str(), moved.c_str());
+      }
+    }
+    if (u.metrics) u.metrics->Start(resumed);
+  });
+}
+
+// Rank 0's last line of a finished run (with progress output, or when steps were skipped).
+void SayDone(const TrainConfig& c, const TrainSummary& summary, std::int64_t skipped) {
+  if (!c.log.progress && skipped == 0) return;
+  std::fprintf(stderr, "baton: done: %lld steps in %s%s%s\n", static_cast<long long>(summary.steps),
+               Duration(summary.seconds).c_str(),
+               skipped > 0 ? fmt::format(", {} skipped (not finite)", skipped).c_str() : "",
+               c.log.weights.empty() ? "" : fmt::format(", weights in {}", c.log.weights).c_str());
+}
+
 }  // namespace
 
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options) {
@@ -291,22 +321,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t first_step = u.first_step;
-  if (first_step > 1) {  // resumed: told to, or checkpoint.resume: auto found a checkpoint
-    LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params);
-    u.loader->Seek((first_step - 1) / per_epoch, (first_step - 1) % per_epoch);
-    // Loaded: only now does the run give up what came after the resumed
-    // step (a failed load leaves every file as it was).
-    Agree(t, "rank 0 setting aside what came after the resumed step", [&] {
-      if (t.rank() != 0) return;
-      if (!u.checkpoints.dir().empty()) {
-        for (const std::string& moved : u.checkpoints.SupersedeAfter(first_step - 1, u.run.run_id)) {
-          std::fprintf(stderr, "baton: %s: this run's checkpoint after the resumed step is kept aside: %s\n",
-                       u.checkpoints.dir().c_str(), moved.c_str());
-        }
-      }
-      if (u.metrics) u.metrics->Start(first_step - 1);
-    });
-  }
+  if (first_step > 1) Resume(comms, u);  // told to, or checkpoint.resume: auto found a checkpoint
   const bool root = t.rank() == 0;
   const std::int64_t total = u.total_steps;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
@@ -371,13 +386,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   if (tty) std::fprintf(stderr, "\n");
   EndRun(c, comms, u);
   summary.seconds = Seconds(start, Clock::now());
-  const std::int64_t skipped = numbers.skipped();
-  if (root && (c.log.progress || skipped > 0)) {
-    std::fprintf(stderr, "baton: done: %lld steps in %s%s%s\n", static_cast<long long>(summary.steps),
-                 Duration(summary.seconds).c_str(),
-                 skipped > 0 ? fmt::format(", {} skipped (not finite)", skipped).c_str() : "",
-                 c.log.weights.empty() ? "" : fmt::format(", weights in {}", c.log.weights).c_str());
-  }
+  if (root) SayDone(c, summary, numbers.skipped());
   return summary;
 }
 

@@ -134,7 +134,7 @@ PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profil
   space.memory_limits = {0.0};
   space.slices = {config.pipeline.seq_slices};
   space.seq_splits = {config.pipeline.seq_split};
-  space.zero = {config.data_parallel.size > 1 ? config.data_parallel.zero : 0};
+  space.zero = {config.data_parallel.in_effect()};
   space.cuts = PlacementCuts(config, pricer.model());
   space.layers = pricer.model().top_layers();
   TuneOptions options;

@@ -51,7 +51,7 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
   out.price = PriceRun(shape->plan, costs);
   out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
   out.ring_memory = true;
-  if (shape->plan.zero == 2) {
+  if (shape->plan.zero.gathers_after_step()) {
     // After the optimizer each rank gathers its stages' updated parameters
     // (ZeRO 1's reduce-scatter and all-gather are priced as the all-reduce
     // they add up to, in the step's sums).
@@ -64,7 +64,7 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
     }
     out.after_step = *std::max_element(gather.begin(), gather.end());
   }
-  if (shape->plan.zero >= 2) {
+  if (shape->plan.zero.has_actions()) {
     // A tied head's two stages sum after the tied gradients, at the step's end.
     const std::vector<int>& bounds = shape->plan.bounds;
     auto stage_of = [&](int top) {
@@ -87,7 +87,7 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
 
 ProfilePricer::Shape* ProfilePricer::ShapeOf(const Candidate& c, int stages, std::string* invalid) {
   const auto key = std::make_tuple(c.microbatches, static_cast<int>(c.checkpointing), stages, c.slices,
-                                   static_cast<int>(c.seq_split), c.zero);
+                                   static_cast<int>(c.seq_split), c.zero.number());
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second.get();
   TrainConfig planned = config_;

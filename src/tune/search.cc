@@ -32,7 +32,7 @@ std::string Describe(const Candidate& c) {
   if (c.memory_limit == kMemoryLimitFromBudget) limit = ", memory limit from the budget";
   if (c.memory_limit > 0.0) limit = fmt::format(", memory limit {} M_B", c.memory_limit);
   return fmt::format("{} with {} microbatches, {} chunks, checkpointing {}{}{}", c.schedule, c.microbatches, c.chunks,
-                     EnumName(c.checkpointing), limit, c.zero > 0 ? fmt::format(", ZeRO {}", c.zero) : "");
+                     EnumName(c.checkpointing), limit, c.zero.shards_optimizer() ? fmt::format(", ZeRO {}", c.zero.number()) : "");
 }
 
 // The model's answer must fit the candidate; a mismatch is the caller's bug,
@@ -51,7 +51,7 @@ void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stag
   expect("sequence_bytes", k.sequence_bytes.size(), stages, "stages", true);
   expect("slice_cost", k.price.slices.cost.size(), c.slices, "slices", true);
   expect("slice_memory", k.price.slices.memory.size(), c.slices, "slices", true);
-  expect("parameter_bytes", k.parameter_bytes.size(), stages, "stages", c.zero < 2);
+  expect("parameter_bytes", k.parameter_bytes.size(), stages, "stages", !c.zero.has_actions());
   expect("summed_at_end", k.summed_at_end.size(), stages, "stages", true);
 }
 
@@ -107,7 +107,7 @@ class Tuner {
           for (Checkpointing policy : space_.checkpointing) {
             for (double limit : limits) {
               for (const auto& [k, split] : slicings) {
-                for (int zero : space_.zero) {
+                for (const ZeroStage zero : space_.zero) {
                   Candidate c{name, m, v, policy, limit, {}, k, split, zero};
                   report.ranked.push_back(space_.cuts.empty() ? Price(c, traits) : SearchPlacement(c, traits));
                   if (report.ranked.back().simulated) ++report.simulated;
@@ -138,9 +138,6 @@ class Tuner {
       throw ScheduleError(
           "tune: the search space needs at least one schedule, microbatch count, policy, slice count, split and "
           "ZeRO stage");
-    }
-    for (int z : space_.zero) {
-      if (z < 0 || z > 3) throw ScheduleError(fmt::format("tune: a ZeRO stage is 0, 1, 2 or 3, got {}", z));
     }
     for (int k : space_.slices) {
       if (k < 1) throw ScheduleError(fmt::format("tune: a slice count is at least 1, got {}", k));
@@ -330,7 +327,7 @@ class Tuner {
     o.record_timeline = false;
     // Sharded data parallel: its actions placed against this candidate's price.
     std::optional<Schedule> sharded;
-    if (c.zero >= 2) {
+    if (c.zero.has_actions()) {
       try {
         sharded = AddShardingActions(*schedule, c.zero, o);
       } catch (const ScheduleError& e) {
@@ -361,7 +358,7 @@ class Tuner {
           }
         }
       }
-      if (c.zero >= 2) activations += WindowBytes(*schedule, rank, k.parameter_bytes, k.summed_at_end);
+      if (c.zero.has_actions()) activations += WindowBytes(*schedule, rank, k.parameter_bytes, k.summed_at_end);
       r.peak_bytes[rank] = k.static_bytes[rank] + activations;
       if (r.peak_bytes[rank] > r.max_peak_bytes) {
         r.max_peak_bytes = r.peak_bytes[rank];
@@ -373,7 +370,7 @@ class Tuner {
       const int worst = r.max_peak_rank;
       r.why_not = fmt::format("rank {} needs {} ({} static + {} activations{}), {} over the budget of {}", worst,
                               Bytes(r.max_peak_bytes), Bytes(k.static_bytes[worst]),
-                              Bytes(r.max_peak_bytes - k.static_bytes[worst]), c.zero >= 2 ? " and windows" : "",
+                              Bytes(r.max_peak_bytes - k.static_bytes[worst]), c.zero.has_actions() ? " and windows" : "",
                               Bytes(r.max_peak_bytes - options_.memory_bytes), Bytes(options_.memory_bytes));
     }
     return r;

@@ -37,23 +37,27 @@ TuneSpace SpaceOf(const TrainConfig& config, const ModelDesc& model, const TuneR
   space.slices = req.slices.empty() ? std::vector<int>{config.pipeline.seq_slices} : req.slices;
   space.seq_splits = req.seq_splits.empty() ? std::vector<SeqSplit>{config.pipeline.seq_split} : req.seq_splits;
   // The ZeRO stage, where there are replicas to shard over.
-  if (!req.zero.empty()) {
-    space.zero = req.zero;
-  } else if (config.data_parallel.size > 1) {
-    space.zero = config.device == Device::kCuda ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3};
-  } else {
-    space.zero = {0};
+  std::vector<int> stages = req.zero;
+  if (stages.empty()) {
+    stages = config.data_parallel.size == 1       ? std::vector<int>{0}
+             : config.device == Device::kCuda ? std::vector<int>{0, 1}
+                                              : std::vector<int>{0, 1, 2, 3};
   }
-  for (int z : space.zero) {
-    if (z < 0 || z > 3) throw ConfigError(fmt::format("tune: --zero takes ZeRO stages 0 to 3, got {}", z));
-    if (z >= 2 && config.device == Device::kCuda) {
-      throw ConfigError(fmt::format("tune: ZeRO stage {} runs on the CPU only so far (device: cuda)", z));
+  space.zero.clear();
+  for (const int number : stages) {
+    if (!ZeroStage::Valid(number)) {
+      throw ConfigError(fmt::format("tune: --zero takes ZeRO stages 0 to {}, got {}", ZeroStage::kLast, number));
     }
-    if (z > 0 && config.data_parallel.size == 1) {
+    const ZeroStage z(number);
+    if (z.shards_gradients() && config.device == Device::kCuda) {
+      throw ConfigError(fmt::format("tune: ZeRO stage {} runs on the CPU only so far (device: cuda)", number));
+    }
+    if (z.shards_optimizer() && config.data_parallel.size == 1) {
       throw ConfigError(fmt::format("tune: ZeRO stage {} shards over replicas, and the config has none "
                                     "(data_parallel.size 1)",
-                                    z));
+                                    number));
     }
+    space.zero.push_back(z);
   }
   if (req.placement || config.pipeline.partition == Partition::kAuto) {
     space.cuts = PlacementCuts(config, model);

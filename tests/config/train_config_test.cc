@@ -1111,14 +1111,14 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TrainConfigDataParallel, ReplicasRunOnTheGpuToo) {
   const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 2, zero: 1}", "device=cuda"});
   EXPECT_EQ(c.data_parallel.size, 2);
-  EXPECT_EQ(c.data_parallel.zero, 1);
+  EXPECT_EQ(c.data_parallel.zero.number(), 1);
   EXPECT_EQ(c.device, Device::kCuda);
 }
 
 TEST(TrainConfigDataParallel, ShardedStagesRunOnTheCpuAndAreRefusedOnTheGpu) {
   for (int zero : {2, 3}) {
     const std::string set = "data_parallel={size: 2, zero: " + std::to_string(zero) + "}";
-    EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {set}).data_parallel.zero, zero);
+    EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {set}).data_parallel.zero.number(), zero);
     try {
       ParseTrainConfig(kValid, "t.yaml", {set, "device=cuda"});
       ADD_FAILURE() << "zero " << zero << " on cuda was accepted";
@@ -1134,11 +1134,11 @@ TEST(TrainConfigDataParallel, ShardedStagesRunOnTheCpuAndAreRefusedOnTheGpu) {
 TEST(TrainConfigDataParallel, RoundTrips) {
   const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 2, zero: 1, bucket_cap_mb: 4}"});
   EXPECT_EQ(c.data_parallel.size, 2);
-  EXPECT_EQ(c.data_parallel.zero, 1);
+  EXPECT_EQ(c.data_parallel.zero.number(), 1);
   EXPECT_DOUBLE_EQ(c.data_parallel.bucket_cap_mb, 4.0);
   const TrainConfig again = ParseTrainConfig(DescribeTrainConfig(c), "again.yaml");
   EXPECT_EQ(again.data_parallel.size, 2);
-  EXPECT_EQ(again.data_parallel.zero, 1);
+  EXPECT_EQ(again.data_parallel.zero.number(), 1);
   EXPECT_DOUBLE_EQ(again.data_parallel.bucket_cap_mb, 4.0);
 }
 

@@ -176,7 +176,7 @@ TEST(Sharding, ThePassesGathersGiveTheShortestStepOfEveryPlacement) {
         o.shards.reduce_time.push_back(gather(rng));
       }
       o.messages.latency = 0.1;
-      const Schedule placed = AddShardingActions(s, 3, o);
+      const Schedule placed = AddShardingActions(s, ZeroStage(3), o);
       ASSERT_NO_THROW(CheckStructure(placed)) << name;
       const double step = Simulate(placed, o).makespan;
       // Every placement: per rank, per stage in order of first use, a position <= its first use.
@@ -246,7 +246,7 @@ TEST(Sharding, ThePassesGathersGiveTheShortestStepOfEveryPlacement) {
 TEST(Sharding, OneRankGathersEachGroupForItsForwardsAndAgainForItsBackwards) {
   SimOptions o;
   o.shards.gather_time.assign(4, 0.25);  // one forward of a stage (unit costs: a rank's F 1 over its 4 stages)
-  const Schedule placed = AddShardingActions(GenerateLoopedBfs(1, 3, 4), 3, o);
+  const Schedule placed = AddShardingActions(GenerateLoopedBfs(1, 3, 4), ZeroStage(3), o);
   EXPECT_NO_THROW(CheckStructure(placed));
   std::vector<int> gathers(4, 0);
   int held = 0, most = 0;
@@ -260,7 +260,7 @@ TEST(Sharding, OneRankGathersEachGroupForItsForwardsAndAgainForItsBackwards) {
   EXPECT_EQ(gathers, (std::vector<int>{2, 2, 2, 1}));
   EXPECT_EQ(most, 2);
   EXPECT_EQ(held, 0);
-  const Schedule pipelined = AddShardingActions(GenerateLoopedBfs(2, 3, 2), 3, o);
+  const Schedule pipelined = AddShardingActions(GenerateLoopedBfs(2, 3, 2), ZeroStage(3), o);
   for (const auto& row : pipelined.actions) {
     EXPECT_EQ(std::count_if(row.begin(), row.end(), [](const Action& a) { return a.kind == ActionKind::kUnshard; }), 2);
   }
@@ -269,13 +269,13 @@ TEST(Sharding, OneRankGathersEachGroupForItsForwardsAndAgainForItsBackwards) {
 // ZeRO-2 alone: a gradient sum after each stage's last backward, nothing else.
 TEST(Sharding, TheSecondStagePlacesOnlyTheGradientSums) {
   const Schedule s = Generate("zb_h1", 3, 6);
-  const Schedule placed = AddShardingActions(s, 2, SimOptions{});
+  const Schedule placed = AddShardingActions(s, ZeroStage(2), SimOptions{});
   EXPECT_NO_THROW(CheckStructure(placed));
   for (int r = 0; r < s.ranks; ++r) {
     ASSERT_EQ(placed.actions[r].size(), s.actions[r].size() + 1);
     EXPECT_EQ(placed.actions[r].back(), (Action{r, ActionKind::kReduceGrad}));
   }
-  EXPECT_THROW(AddShardingActions(s, 1, SimOptions{}), ScheduleError);
+  EXPECT_THROW(AddShardingActions(s, ZeroStage(1), SimOptions{}), ScheduleError);
 }
 
 }  // namespace

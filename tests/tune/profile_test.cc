@@ -445,7 +445,7 @@ TEST(Profile, TuneChoosesTheZeroStageAndItsMemoryIsThePlans) {
   std::vector<double> need(4, 0.0);
   for (const CandidateResult& r : all.ranked) {
     ASSERT_TRUE(r.feasible) << r.why_not;
-    const int z = r.candidate.zero;
+    const int z = r.candidate.zero.number();
     need[static_cast<std::size_t>(z)] = r.max_peak_bytes;
     std::vector<std::string> run = sets;
     run.insert(run.end(), {"pipeline.schedule=looped_bfs", "pipeline.chunks=4", "pipeline.microbatches=8",
@@ -461,7 +461,7 @@ TEST(Profile, TuneChoosesTheZeroStageAndItsMemoryIsThePlans) {
   const TuneReport tight = TuneConfig(c, req, p);
   ASSERT_NE(tight.Best(), nullptr);
   EXPECT_EQ(tight.feasible, 1u);
-  EXPECT_EQ(tight.Best()->candidate.zero, 3);
+  EXPECT_EQ(tight.Best()->candidate.zero.number(), 3);
   // The tied GPT: its embedding's and head's gradient windows held to the
   // step's end, as the plan holds them.
   const std::vector<std::string> gpt_sets = {"pipeline.ranks=1", "data_parallel.size=2", "pipeline.layout=\"E|t|t,L\""};
@@ -474,11 +474,11 @@ TEST(Profile, TuneChoosesTheZeroStageAndItsMemoryIsThePlans) {
     ASSERT_TRUE(r.feasible) << r.why_not;
     std::vector<std::string> run = gpt_sets;
     run.insert(run.end(), {"pipeline.schedule=looped_bfs", "pipeline.chunks=3", "pipeline.microbatches=8",
-                           "pipeline.checkpointing=none", "data_parallel.zero=" + std::to_string(r.candidate.zero)});
+                           "pipeline.checkpointing=none", "data_parallel.zero=" + std::to_string(r.candidate.zero.number())});
     const std::vector<RankMemory> mem =
         PlanMemory(PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", run)));
     EXPECT_NEAR(r.max_peak_bytes, static_cast<double>(mem[0].total()), 3 * 4 * sizeof(float))
-        << "gpt zero " << r.candidate.zero;
+        << "gpt zero " << r.candidate.zero.number();
   }
   req.zero = {4};
   ExpectRefused([&] { TuneConfig(c, req, p); }, "tune: --zero takes ZeRO stages 0 to 3, got 4");

@@ -286,9 +286,10 @@ TEST(Tune, TheZeroStageIsOneMoreAxisAndShardedGroupsFitWhereNothingElseDoes) {
     k.price.compute.stages.assign(static_cast<std::size_t>(stages), stage);
     k.price.memory.stage_bytes.assign(static_cast<std::size_t>(stages), 0.001 * kMiB);
     const double params = layers * 16 * kMiB;
-    k.static_bytes = {(c.zero >= 3 ? params / D : params) + (c.zero >= 2 ? params / D : params) +
-                      (c.zero >= 1 ? 2 * params / D : 2 * params)};
-    if (c.zero >= 2) {
+    k.static_bytes = {(c.zero.shards_parameters() ? params / D : params) +
+                      (c.zero.shards_gradients() ? params / D : params) +
+                      (c.zero.shards_optimizer() ? 2 * params / D : 2 * params)};
+    if (c.zero.has_actions()) {
       k.parameter_bytes.assign(static_cast<std::size_t>(stages), per_stage * 16 * kMiB);
       k.price.shards.gather_time.assign(static_cast<std::size_t>(stages), 0.5);
       k.price.shards.reduce_time.assign(static_cast<std::size_t>(stages), 0.5);
@@ -300,7 +301,7 @@ TEST(Tune, TheZeroStageIsOneMoreAxisAndShardedGroupsFitWhereNothingElseDoes) {
   space.schedules = {"looped_bfs", "1f1b"};
   space.microbatches = {4};
   space.chunks = {4};
-  space.zero = {0, 1, 2, 3};
+  space.zero = {ZeroStage(0), ZeroStage(1), ZeroStage(2), ZeroStage(3)};
   TuneOptions options;
   options.memory_bytes = 480 * kMiB;
   const TuneReport report = Tune(space, model, options);
@@ -309,20 +310,18 @@ TEST(Tune, TheZeroStageIsOneMoreAxisAndShardedGroupsFitWhereNothingElseDoes) {
   EXPECT_EQ(report.feasible, 1u);
   const CandidateResult& best = *report.Best();
   EXPECT_EQ(best.candidate.schedule, "looped_bfs");
-  EXPECT_EQ(best.candidate.zero, 3);
+  EXPECT_EQ(best.candidate.zero.number(), 3);
   EXPECT_NEAR(best.max_peak_bytes, 256 * kMiB + 3 * 64 * kMiB + 4 * 4 * 0.001 * kMiB, 1e-6 * kMiB);
   const CandidateCosts k = model(best.candidate);
   SimOptions o = k.price;
-  const Schedule placed = AddShardingActions(GenerateLoopedBfs(1, 4, 4), 3, o);
+  const Schedule placed = AddShardingActions(GenerateLoopedBfs(1, 4, 4), ZeroStage(3), o);
   EXPECT_DOUBLE_EQ(best.step_time, Simulate(placed, o).makespan);
   // Without ZeRO 3 nothing fits, and the smallest need is ZeRO 2's.
-  space.zero = {0, 1, 2};
+  space.zero = {ZeroStage(0), ZeroStage(1), ZeroStage(2)};
   const TuneReport unsharded = Tune(space, model, options);
   EXPECT_EQ(unsharded.Best(), nullptr);
   ASSERT_TRUE(unsharded.smallest.has_value());
-  EXPECT_EQ(unsharded.smallest->candidate.zero, 2);
-  space.zero = {4};
-  EXPECT_THROW(Tune(space, model, options), ScheduleError);
+  EXPECT_EQ(unsharded.smallest->candidate.zero.number(), 2);
 }
 
 TEST(Tune, MemoryLimitFromTheBudgetFitsTheBudget) {
