@@ -210,6 +210,20 @@ Launch DetectLaunch();
 // message naming the fix (srun --mpi=pmix, or MpiDefault=pmix). "" else.
 std::string LaunchProblem(const Launch& launch);
 
+// The MPI this process runs on, for `baton doctor`: the library's own
+// line (cut to its first sentence), the PMIx library that loads ("" if
+// none), and the transports asked for through Open MPI's control variables
+// (pml, btl, mtl; a value "" where the library chooses for itself).
+// REQUIRES: MPI is initialised (MpiSession).
+struct MpiFacts {
+  std::string library;
+  std::string pmix;
+  std::vector<std::pair<std::string, std::string>> transports;
+};
+MpiFacts DescribeMpi();
+// How `launch` reads in a report: "mpirun", "srun with PMIx", ...
+std::string LaunchName(const Launch& launch);
+
 // This process's place on its node: its index among the world's ranks on
 // the same node and how many there are, from MPI_Comm_split_type
 // (MPI_COMM_TYPE_SHARED), not guessed from environment variables.

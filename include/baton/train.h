@@ -3,6 +3,7 @@
 #define BATON_TRAIN_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,25 @@ struct TrainOptions {
 // never overwrites its own inputs or loses one output to another.
 CommandFiles FilesOf(const TrainConfig& config, int world, const std::vector<NamedPath>& extra_outputs = {});
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options = {});
+
+// ---- Launch: what `baton train` and the other MPI commands call ----
+// Every rank of the MPI job (one process without mpirun): MPI started,
+// SIGINT/SIGTERM end the process with a message (EndOnSignals), rank 0
+// reads the config and broadcasts it, every rank parses it, then runs
+// `job(world, config, config_text)`. Returns 0, or 2 after an error the
+// ranks agreed on (a config, schedule, output, resource or run error: one
+// rank prints it); aborts the job on anything else, so no rank hangs.
+int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
+                  const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job);
+// RunOnAnyRanks, then the job's size checked against pipeline.ranks x
+// data_parallel.size and the world split into each rank's pipeline and
+// replica group (sub-communicators) before `job(comms, config, text)`.
+int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>& set,
+                  const std::function<void(const RunComms&, const TrainConfig&, const std::string&)>& job);
+// `baton train`: Train on every rank, a stop signal noted from the start.
+// Returns the job's exit code: 0, 2 (an agreed error), or kExitStopped
+// after a stop at a step boundary with its checkpoint.
+int TrainJob(const std::string& config_path, const std::vector<std::string>& set, const TrainOptions& options);
 
 }  // namespace baton
 

@@ -28,13 +28,6 @@ void AddTuneCommand(CLI::App& app);
 void AddProfileCommand(CLI::App& app);
 void AddDoctorCommand(CLI::App& app);  // baton doctor: what the job sees
 
-// Every rank of the MPI job (one process without mpirun): rank 0 reads the
-// config and broadcasts it, every rank parses it, then runs `job(world,
-// config, config_text)`. Returns 0, or 2 after a config, schedule or
-// output error (one rank prints it); aborts the job on anything else.
-int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
-                  const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job);
-
 // Writes `content` to `path` through a temporary file renamed into place, so
 // a failure never leaves a half-written file; "-" writes to standard output.
 // Creates missing parent folders.

@@ -2,8 +2,6 @@
 // launched, its ranks, hosts, cores and places on their nodes, the MPI
 // and PMIx it runs on, the transports asked for, whether the CUDA backend
 // loads, and OpenBLAS's kernels.
-#include <dlfcn.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,7 +11,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <mpi.h>
 #include <nlohmann/json.hpp>
 
 #include "baton/comm.h"
@@ -21,101 +18,12 @@
 #include "baton/host.h"
 #include "baton/stage_device.h"
 #include "commands.h"
-#include "resources.h"  // HostName
+#include "baton/system.h"
 
 namespace baton {
 namespace {
 
 using nlohmann::ordered_json;
-
-// The CPUs this process may run on, as ranges: "0-1", "0,2,4-7".
-std::string Cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
-  std::vector<std::string> parts;
-  for (int c = 0; c < CPU_SETSIZE;) {
-    if (!CPU_ISSET(c, &set)) {
-      ++c;
-      continue;
-    }
-    int e = c;
-    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) ++e;
-    parts.push_back(e == c ? std::to_string(c) : fmt::format("{}-{}", c, e));
-    c = e + 1;
-  }
-  return fmt::format("{}", fmt::join(parts, ","));
-}
-
-std::string LaunchName(const Launch& l) {
-  switch (l.kind) {
-    case Launch::kMpirun:
-      return l.in_allocation ? "mpirun inside a Slurm allocation" : "mpirun";
-    case Launch::kSrun:
-      return "srun with PMIx";
-    case Launch::kSrunWithoutPmix:
-      return "srun without PMIx";
-    case Launch::kSingle:
-      break;
-  }
-  return "a single process";
-}
-
-// The PMIx library's version, where one loads ("" where none does).
-std::string PmixVersion() {
-  for (const char* lib : {"libpmix.so.2", "libpmix.so"}) {
-    void* handle = ::dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) continue;
-    using VersionFn = const char* (*)();
-    auto version = reinterpret_cast<VersionFn>(::dlsym(handle, "PMIx_Get_version"));
-    return version != nullptr ? version() : std::string("loaded, version unknown");
-  }
-  return "";
-}
-
-// The MPI library's own line, cut to its first sentence.
-std::string MpiLibrary() {
-  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-  int length = 0;
-  MPI_Get_library_version(text, &length);
-  std::string s(text, static_cast<std::size_t>(length));
-  const std::size_t cut = s.find_first_of(",\n");
-  return cut == std::string::npos ? s : s.substr(0, cut);
-}
-
-// The transports asked for through Open MPI's control variables (MPI_T):
-// the point-to-point layer (pml) and byte transfer layers (btl); empty
-// where the library chooses for itself.
-std::vector<std::pair<std::string, std::string>> Transports() {
-  std::vector<std::pair<std::string, std::string>> out;
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return out;
-  int count = 0;
-  MPI_T_cvar_get_num(&count);
-  for (int i = 0; i < count; ++i) {
-    char name[256] = {}, desc[1024] = {};
-    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, binding = 0, scope = 0;
-    MPI_Datatype type;
-    MPI_T_enum enumtype;
-    if (MPI_T_cvar_get_info(i, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &binding, &scope) !=
-        MPI_SUCCESS) {
-      continue;
-    }
-    const std::string n = name;
-    if ((n != "pml" && n != "btl" && n != "mtl") || type != MPI_CHAR) continue;
-    MPI_T_cvar_handle handle;
-    int elements = 0;
-    if (MPI_T_cvar_handle_alloc(i, nullptr, &handle, &elements) != MPI_SUCCESS) continue;
-    std::string value(static_cast<std::size_t>(std::max(elements, 1)) + 1, '\0');
-    if (MPI_T_cvar_read(handle, value.data()) == MPI_SUCCESS) {
-      value.resize(std::strlen(value.c_str()));
-      out.emplace_back(n, value);
-    }
-    MPI_T_cvar_handle_free(&handle);
-  }
-  MPI_T_finalize();
-  return out;
-}
 
 struct DoctorFlags {
   std::string json_path;
@@ -130,7 +38,7 @@ int RunDoctor(const DoctorFlags& f) {
   const ordered_json mine = {{"rank", world->rank()},
                              {"host", HostName()},
                              {"pid", static_cast<long long>(::getpid())},
-                             {"cores", Cores()},
+                             {"cores", AllowedCores()},
                              {"node_rank", node.rank},
                              {"node_size", node.size}};
   std::vector<std::string> records;
@@ -140,11 +48,12 @@ int RunDoctor(const DoctorFlags& f) {
   report["launcher"] = LaunchName(launch);
   report["world_size"] = world->size();
   report["launcher_tasks"] = launch.tasks;
-  report["mpi"] = MpiLibrary();
-  const std::string pmix = PmixVersion();
+  const MpiFacts mpi_facts = DescribeMpi();
+  report["mpi"] = mpi_facts.library;
+  const std::string& pmix = mpi_facts.pmix;
   report["pmix"] = pmix.empty() ? ordered_json(nullptr) : ordered_json(pmix);
   ordered_json transports = ordered_json::object();
-  for (const auto& [name, value] : Transports()) transports[name] = value;
+  for (const auto& [name, value] : mpi_facts.transports) transports[name] = value;
   report["transports"] = transports;
   try {
     report["blas"] = HostBlasCore();

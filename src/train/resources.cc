@@ -106,12 +106,6 @@ std::vector<CgroupMemory> OwnCgroups() {
 
 NodeMemory ReadNodeMemory() { return NodeMemoryFrom(Slurp("/proc/meminfo"), OwnCgroups()); }
 
-std::string HostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
-}
-
 void CheckNodeMemory(const std::vector<RankNeed>& ranks) {
   std::map<std::string, std::vector<const RankNeed*>> nodes;
   for (const RankNeed& r : ranks) nodes[r.host].push_back(&r);

@@ -32,9 +32,6 @@ struct CgroupMemory {
 // process's own up to the root.
 NodeMemory NodeMemoryFrom(std::string_view meminfo, const std::vector<CgroupMemory>& cgroups);
 
-// This machine's name (gethostname), for grouping ranks by node.
-std::string HostName();
-
 // One rank's need, as rank 0 gathers them.
 struct RankNeed {
   int rank = 0;

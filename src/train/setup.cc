@@ -13,6 +13,7 @@
 
 #include <fmt/ranges.h>
 
+#include "baton/system.h"
 #include "resources.h"
 
 namespace baton {

@@ -1,0 +1,92 @@
+// What `baton doctor` reports of the MPI a job runs on (baton/comm.h
+// DescribeMpi, LaunchName).
+#include <dlfcn.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baton/comm.h"
+
+namespace baton {
+
+std::string LaunchName(const Launch& l) {
+  switch (l.kind) {
+    case Launch::kMpirun:
+      return l.in_allocation ? "mpirun inside a Slurm allocation" : "mpirun";
+    case Launch::kSrun:
+      return "srun with PMIx";
+    case Launch::kSrunWithoutPmix:
+      return "srun without PMIx";
+    case Launch::kSingle:
+      break;
+  }
+  return "a single process";
+}
+
+namespace {
+
+// The PMIx library's version, where one loads ("" where none does).
+std::string PmixVersion() {
+  for (const char* lib : {"libpmix.so.2", "libpmix.so"}) {
+    void* handle = ::dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) continue;
+    using VersionFn = const char* (*)();
+    auto version = reinterpret_cast<VersionFn>(::dlsym(handle, "PMIx_Get_version"));
+    return version != nullptr ? version() : std::string("loaded, version unknown");
+  }
+  return "";
+}
+
+// The MPI library's own line, cut to its first sentence.
+std::string MpiLibrary() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string s(text, static_cast<std::size_t>(length));
+  const std::size_t cut = s.find_first_of(",\n");
+  return cut == std::string::npos ? s : s.substr(0, cut);
+}
+
+// The transports asked for through Open MPI's control variables (MPI_T):
+// the point-to-point layer (pml) and byte transfer layers (btl); empty
+// where the library chooses for itself.
+std::vector<std::pair<std::string, std::string>> Transports() {
+  std::vector<std::pair<std::string, std::string>> out;
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return out;
+  int count = 0;
+  MPI_T_cvar_get_num(&count);
+  for (int i = 0; i < count; ++i) {
+    char name[256] = {}, desc[1024] = {};
+    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, binding = 0, scope = 0;
+    MPI_Datatype type;
+    MPI_T_enum enumtype;
+    if (MPI_T_cvar_get_info(i, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &binding, &scope) !=
+        MPI_SUCCESS) {
+      continue;
+    }
+    const std::string n = name;
+    if ((n != "pml" && n != "btl" && n != "mtl") || type != MPI_CHAR) continue;
+    MPI_T_cvar_handle handle;
+    int elements = 0;
+    if (MPI_T_cvar_handle_alloc(i, nullptr, &handle, &elements) != MPI_SUCCESS) continue;
+    std::string value(static_cast<std::size_t>(std::max(elements, 1)) + 1, '\0');
+    if (MPI_T_cvar_read(handle, value.data()) == MPI_SUCCESS) {
+      value.resize(std::strlen(value.c_str()));
+      out.emplace_back(n, value);
+    }
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+  return out;
+}
+
+}  // namespace
+
+MpiFacts DescribeMpi() { return {MpiLibrary(), PmixVersion(), Transports()}; }
+
+}  // namespace baton

@@ -1,0 +1,139 @@
+// Launching a job on every rank (baton/train.h RunOnAnyRanks,
+// RunOnAllRanks, TrainJob): MPI started, the config read on rank 0 and
+// broadcast, the world split into pipelines and replica groups, every
+// error said once with the job's exit code. The commands only call these.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/error.h"
+#include "baton/files.h"
+#include "baton/signals.h"
+#include "baton/train.h"
+
+namespace baton {
+
+namespace {
+
+// pipeline.wait_timeout_s from the command line, if given there: the
+// deadline of the waits before the config is read (the config's own value
+// is known only after rank 0 has read it). Malformed: the default, and the
+// config's parse reports it.
+double StartupTimeout(const std::vector<std::string>& set) {
+  double timeout = PipelineConfig{}.wait_timeout_s;
+  for (const std::string& s : set) {
+    constexpr std::string_view kKey = "pipeline.wait_timeout_s=";
+    if (s.rfind(kKey, 0) != 0) continue;
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str() + kKey.size(), &end);
+    if (end != s.c_str() + kKey.size() && *end == '\0' && std::isfinite(v) && v > 0) timeout = v;
+  }
+  return timeout;
+}
+
+// The errors every rank agreed on (or that end on the one rank left):
+// said once, exit code 2. Any other error is one rank's, mid-step, and ends
+// the whole job.
+bool Explained(const Error& e) {
+  return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
+         dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
+         dynamic_cast<const RunError*>(&e) != nullptr;
+}
+
+}  // namespace
+
+int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
+                  const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job) {
+  MpiSession mpi(nullptr, nullptr);
+  const int rank = MpiSession::WorldRank();
+  EndOnSignals(rank);
+  std::unique_ptr<Transport> transport;
+  auto report = [rank](const std::exception& e) {
+    std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(),
+                 ForTerminal(e.what()).c_str());
+  };
+  try {
+    transport = MakeMpiTransport(0, StartupTimeout(set));
+    // The config is read on rank 0 only and broadcast: on many nodes only the
+    // launching node needs the file.
+    std::string text;
+    Agree(*transport, fmt::format("rank 0 reading the config file {}", Quote(config_path, 200)), [&] {
+      if (rank == 0) text = ReadTextFile(config_path);
+    });
+    transport->BroadcastString(&text);
+    // Every rank parses the same text: a config error is the same everywhere,
+    // and rank 0 alone reports it.
+    TrainConfig config;
+    Agree(*transport, "every rank parsing the config", [&] { config = ParseTrainConfig(text, config_path, set); });
+    transport->Configure(0, config.pipeline.wait_timeout_s);
+    job(*transport, config, text);
+  } catch (const PeerFailed&) {
+    return 2;
+  } catch (const Error& e) {
+    if (!Explained(e)) {
+      std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
+      MpiSession::AbortWorld(1);
+    }
+    report(e);
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "baton: rank %d: error: out of memory (an allocation failed outside setup's checks)\n", rank);
+    MpiSession::AbortWorld(1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
+    MpiSession::AbortWorld(1);
+  }
+  return 0;
+}
+
+// Every rank runs this: reads the config on rank 0, broadcasts and parses it,
+// splits the world into pipelines and replica groups (data parallelism),
+// then runs `job(comms, config, config_text)`. Errors as RunOnAnyRanks.
+int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>& set,
+                  const std::function<void(const RunComms&, const TrainConfig&, const std::string&)>& job) {
+  return RunOnAnyRanks(config_path, set, [&](Transport& world, const TrainConfig& config, const std::string& text) {
+    // D replicas of a P-rank pipeline: every rank's pipeline and replica
+    // group as sub-communicators; one replica: the world is the pipeline.
+    const ReplicaLayout layout{config.pipeline.ranks, config.data_parallel.size};
+    Agree(world, "every rank checking the job's size", [&] {
+      if (world.size() != layout.pipeline_ranks * layout.replicas) {
+        if (layout.replicas == 1) {
+          throw ConfigError(fmt::format("{}: pipeline.ranks is {} but the job has {} ranks (mpirun -np {})",
+                                        config.source, layout.pipeline_ranks, world.size(), layout.pipeline_ranks));
+        }
+        throw ConfigError(fmt::format(
+            "{}: pipeline.ranks {} x data_parallel.size {} = {} ranks, but the job has {} (mpirun -np {})",
+            config.source, layout.pipeline_ranks, layout.replicas, layout.pipeline_ranks * layout.replicas,
+            world.size(), layout.pipeline_ranks * layout.replicas));
+      }
+    });
+    Groups groups;
+    if (layout.replicas > 1) {
+      groups = MakeMpiGroups(layout, config.pipeline.wait_timeout_s);
+    } else {
+      groups.replicas = MakeSoloReplicaGroup();
+    }
+    const RunComms comms{world, groups.pipeline ? *groups.pipeline : world, *groups.replicas};
+    // Setup errors inside the job are raised on one rank only (the lowest that failed).
+    job(comms, config, text);
+  });
+}
+
+int TrainJob(const std::string& config_path, const std::vector<std::string>& set, const TrainOptions& options) {
+  const StopSignals signals;  // from the start: a signal during start-up is kept for the first step boundary
+  TrainSummary summary;
+  const int code = RunOnAllRanks(config_path, set, [&](const RunComms& comms, const TrainConfig& config,
+                                                        const std::string&) { summary = Train(config, comms, options); });
+  // Stopped by a signal at a step boundary (checkpointed): run it again.
+  return code == 0 && summary.stop_signal != 0 ? kExitStopped : code;
+}
+
+}  // namespace baton
