@@ -5,7 +5,7 @@
 #define BATON_BENCH_MEASURE_H_
 
 #include "baton/bench.h"
-#include "profile_measure.h"
+#include "baton/measure_profile.h"
 #include "record.h"
 #include "setup.h"
 

@@ -24,7 +24,7 @@
 #include "baton/schedule.h"
 #include "baton/timing.h"
 #include "commands.h"
-#include "profile_measure.h"
+#include "baton/measure_profile.h"
 
 namespace baton {
 

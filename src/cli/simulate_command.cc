@@ -23,7 +23,7 @@
 #include "baton/sim.h"
 #include "baton/slices.h"
 #include "commands.h"
-#include "profile_measure.h"
+#include "baton/measure_profile.h"
 
 namespace baton {
 namespace {

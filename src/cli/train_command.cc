@@ -29,7 +29,7 @@
 #include "baton/schedule.h"
 #include "baton/signals.h"
 #include "commands.h"
-#include "profile_measure.h"
+#include "baton/measure_profile.h"
 
 namespace baton {
 

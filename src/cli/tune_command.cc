@@ -16,7 +16,7 @@
 #include "baton/schedule.h"
 #include "baton/tune_config.h"
 #include "commands.h"
-#include "profile_measure.h"
+#include "baton/measure_profile.h"
 
 namespace baton {
 namespace {

@@ -12,7 +12,7 @@
 #include "baton/comm.h"
 #include "baton/placement.h"
 #include "baton/timing.h"
-#include "profile_measure.h"
+#include "baton/measure_profile.h"
 #include "setup.h"
 
 namespace baton {

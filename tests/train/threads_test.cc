@@ -23,7 +23,7 @@
 #include "baton/plan.h"
 #include "baton/profile.h"
 #include "baton/train.h"
-#include "profile_measure.h"
+#include "baton/measure_profile.h"
 #include "support/job.h"
 #include "support/test_folder.h"
 

@@ -1,8 +1,8 @@
 // `baton profile`: each top-level layer of the config's model run alone, as
 // a one-layer stage on the configured device, through the executor's own
 // Stage (the same calls a step makes), timed; and the messages between two
-// ranks. See baton/profile.h and profile_measure.h.
-#include "profile_measure.h"
+// ranks. See baton/profile.h and baton/measure_profile.h.
+#include "baton/measure_profile.h"
 
 #include <fmt/format.h>
 #include <sched.h>

@@ -1,10 +1,11 @@
-// `baton profile`'s measuring part (the library baton_bench_layers, below
-// training: the automatic placement measures a profile at a run's start): each top-level layer of a config's
+// Measuring a profile (src/measure, the library baton_measure, below both
+// training, whose automatic placement measures a profile at a run's start,
+// and the bench): each top-level layer of a config's
 // model timed alone on the configured device, and the messages between
 // ranks 0 and 1. The profile itself, its file and its use are pure
 // (baton/profile.h).
-#ifndef BATON_BENCH_PROFILE_MEASURE_H_
-#define BATON_BENCH_PROFILE_MEASURE_H_
+#ifndef BATON_MEASURE_PROFILE_H_
+#define BATON_MEASURE_PROFILE_H_
 
 #include <string>
 #include <vector>
@@ -52,4 +53,4 @@ std::string DescribeProfile(const Profile& profile);
 
 }  // namespace baton
 
-#endif  // BATON_BENCH_PROFILE_MEASURE_H_
+#endif  // BATON_MEASURE_PROFILE_H_
