@@ -1,5 +1,6 @@
 // CheckCommandFiles (files.h): one check of a command's outputs against its
 // inputs and each other, for every command that writes a file.
+#include <limits.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -57,12 +58,42 @@ void CheckAgainstInputs(const CommandFiles& files, const NamedPath& out, const F
   }
 }
 
+// A path the system can name: at most PATH_MAX - 1 bytes, each name in it
+// at most NAME_MAX (else every call on it fails with ENAMETOOLONG).
+void CheckLength(const NamedPath& f) {
+  if (f.path.size() >= PATH_MAX) {
+    throw OutputError(fmt::format("{}: the path is {} bytes; a path may have at most {}", Name(f), f.path.size(),
+                                  PATH_MAX - 1));
+  }
+  for (const fs::path& part : fs::path(f.path)) {
+    if (part.native().size() > NAME_MAX) {
+      throw OutputError(fmt::format("{}: a name in the path is {} bytes ({}); a name may have at most {}", Name(f),
+                                    part.native().size(), Shown(part.native()), NAME_MAX));
+    }
+  }
+}
+
+void CheckFiles(const CommandFiles& files);
+
 }  // namespace
 
 void CheckCommandFiles(const CommandFiles& files) {
-  for (const NamedPath& o : files.outputs) {
-    if (o.path != kStandardOutput) CheckOutputFile(o.path, o.key);
+  try {
+    CheckFiles(files);
+  } catch (const fs::filesystem_error& e) {  // a path the checks above let through: still one clear error
+    throw OutputError(fmt::format("checking the command's files: {}", e.what()));
   }
+}
+
+namespace {
+
+void CheckFiles(const CommandFiles& files) {
+  for (const NamedPath& o : files.outputs) {
+    if (o.path == kStandardOutput) continue;
+    CheckLength(o);
+    CheckOutputFile(o.path, o.key);
+  }
+  if (!files.checkpoint_dir.empty()) CheckLength({"checkpoint.dir", files.checkpoint_dir});
   if (!files.checkpoint_dir.empty()) CheckOutputFolder(files.checkpoint_dir, "checkpoint.dir");
   std::vector<std::pair<NamedPath, FileId>> written;
   for (const NamedPath& o : files.outputs) written.emplace_back(o, IdOf(std::string(o.path)));
@@ -89,5 +120,7 @@ void CheckCommandFiles(const CommandFiles& files) {
     }
   }
 }
+
+}  // namespace
 
 }  // namespace baton

@@ -112,6 +112,21 @@ TEST_F(Commands, AnOutputThatIsAFolderIsRefused) {
   EXPECT_TRUE(fs::is_directory(dir_ / "folder"));
 }
 
+// A path the system cannot name (over PATH_MAX, or a name over NAME_MAX):
+// one clear error naming the setting, not a raw filesystem error.
+TEST_F(Commands, AnOutputPathTooLongIsRefusedByName) {
+  std::string deep;
+  for (int i = 0; i < 17; ++i) deep += std::string(250, 'c') + "/";
+  const Job j = Baton("schedule export 1f1b -o " + deep + "x.csv");
+  EXPECT_EQ(j.code, 2) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error"), 1u) << j.output;
+  EXPECT_NE(j.output.find("--output ("), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("a path may have at most 4095"), std::string::npos) << j.output;
+  const Job name = Baton("simulate -s 1f1b --svg " + std::string(300, 'n') + ".svg");
+  EXPECT_EQ(name.code, 2) << name.output;
+  EXPECT_NE(name.output.find("a name may have at most 255"), std::string::npos) << name.output;
+}
+
 TEST_F(Commands, DoctorJsonToStandardOutputPrintsTheJsonAlone) {
   const Job j = Baton("doctor --json -");
   ASSERT_EQ(j.code, 0) << j.output;

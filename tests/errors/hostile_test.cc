@@ -262,6 +262,14 @@ TEST_F(Hostile, AnUnusableWeightsPathIsRefusedBeforeTraining) {
   EXPECT_EQ(ReadAll(dir_ / "file.txt"), "x");
 }
 
+TEST_F(Hostile, AWeightsPathTooLongForTheSystemIsRefusedBeforeTraining) {
+  std::string deep;
+  for (int i = 0; i < 17; ++i) deep += std::string(250, 'w') + "/";
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.weights=" + deep + "w.safetensors"),
+                "a path may have at most 4095");
+  EXPECT_FALSE(fs::exists(dir_ / "metrics.jsonl"));
+}
+
 // ---- every write failure is an error ----
 
 TEST_F(Hostile, AFailedMetricsWriteEndsTheRunAndKeepsTheCheckpoint) {
