@@ -40,6 +40,10 @@ struct RunPlan {
   Schedule lowered;     // one training step, with SEND/RECV
   Schedule evaluation;  // the step's forwards only, lowered: evaluation rounds of m microbatches
   SimResult sim;        // unit costs: the ring capacities (peak in-flight microbatches per stage)
+  // The schedule file holds sharded data parallel's actions (UNSHARD,
+  // RESHARD, REDUCE_GRAD, as PyTorch's FSDP files do) that this run does not
+  // shard for (ZeRO 0 or 1): they are kept, and do nothing; the run says so.
+  bool idle_sharding_actions = false;
   std::vector<int> bounds;  // first top-level layer of each stage, and the layer count (size stages + 1)
   int rows = 0;             // samples per microbatch
   int batch_size = 0;       // samples of one pipeline step: the replica's share of the global batch

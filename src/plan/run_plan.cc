@@ -154,6 +154,7 @@ RunPlan PlanRun(const TrainConfig& c) {
   Validate(s);
   // Sharded data parallel: the schedule's own actions, or placed here.
   const ZeroStage zero = c.data_parallel.in_effect();
+  const bool idle_sharding_actions = !zero.has_actions() && HasShardingActions(s);
   if (zero.has_actions()) {
     if (!HasShardingActions(s)) s = AddShardingActions(s, zero, GatherPrice(s));
     CheckShardedRun(c, s, zero);
@@ -162,6 +163,7 @@ RunPlan PlanRun(const TrainConfig& c) {
   Validate(lowered);
   RunPlan plan = PlanShape(c, DescribeModel(c.model.layers, c.model.input, c.model.seq), lowered.stages);
   plan.lowered = std::move(lowered);
+  plan.idle_sharding_actions = idle_sharding_actions;
   // Derived from a validated schedule, and Lower itself refuses an order
   // that cannot progress (CheckStructure would ask for backwards).
   // Under ZeRO 3 the evaluation gathers each stage too, around its forwards.

@@ -326,6 +326,12 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   const std::int64_t total = u.total_steps;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   if (root && c.log.progress) PrintStart(c, u, t.size(), total);
+  if (root && u.plan.idle_sharding_actions) {  // said even without progress output
+    std::fprintf(stderr,
+                 "baton: the schedule %s holds sharded data parallel's UNSHARD/RESHARD/REDUCE_GRAD; data_parallel.zero "
+                 "is %d here, so they do nothing (they run at ZeRO 2 and 3, with data_parallel.size > 1)\n",
+                 c.pipeline.schedule.c_str(), c.data_parallel.in_effect().number());
+  }
   if (root && first_step > 1) {  // said even without progress output
     std::fprintf(stderr, "baton: resumed after step %lld (run %s)\n", static_cast<long long>(first_step - 1),
                  u.run.run_id.c_str());

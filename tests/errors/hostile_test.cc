@@ -423,6 +423,18 @@ TEST_F(Hostile, AFileGivenAsTheFortunesFolderIsNamed) {
 
 // ---- schedule files ----
 
+// A file with sharded data parallel's actions (as PyTorch's FSDP dumps have)
+// run without sharding: the run goes on, and says the actions do nothing.
+TEST_F(Hostile, AScheduleFilesShardingActionsUnderZeroZeroAreNamedNotSilent) {
+  const Job j = Train(2, "--set pipeline.ranks=2 --set pipeline.microbatches=4 --set train.steps=2 "
+                         "--set pipeline.schedule=" BATON_SOURCE_DIR "/schedules/gpipe_2x4_pytorch.csv");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("holds sharded data parallel's UNSHARD/RESHARD/REDUCE_GRAD; data_parallel.zero is 0 "
+                          "here, so they do nothing"),
+            std::string::npos)
+      << j.output;
+}
+
 TEST_F(Hostile, AnOversizedScheduleFileIsRefusedWithoutReadingIt) {
   {
     std::ofstream out(dir_ / "big.csv");
