@@ -109,7 +109,13 @@ class AdamW final : public Optimizer {
     const auto step_size = static_cast<float>(spec_.lr / bias_correction1);
     const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
     const auto eps = static_cast<float>(spec_.eps);
-    p += (-step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
+    // sqrt correctly rounded for every element: Eigen's packet sqrt under
+    // EIGEN_FAST_MATH (its default) is an rsqrt approximation with one
+    // Newton step, while the scalar tail is exact, so which floats got which
+    // would depend on where a parameter lies in its stage's buffer, and a
+    // placement would change the training (PyTorch rounds sqrt exactly too).
+    const auto exact_sqrt = [](float x) { return std::sqrt(x); };
+    p += (-step_size * m) / (v.unaryExpr(exact_sqrt) / bias_correction2_sqrt + eps);
   }
 
   std::vector<std::span<float>> State() override { return {std::span<float>(exp_avg_), std::span<float>(exp_avg_sq_)}; }
