@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,12 @@ struct TrainOptions {
   // --resume auto (or checkpoint.resume: auto): from checkpoint.dir's newest
   // complete checkpoint if there is one, else from scratch.
   bool resume_auto = false;
+  // Between steps, after step `done` of a run now planned by `running`: the
+  // config to plan the next steps by (another placement of the same model,
+  // schedule and ranks; the state moves to the ranks that hold it, the
+  // training stays the same floats), or none to go on. Called on every rank,
+  // which must get the same answer. Null: the plan never changes.
+  std::function<std::optional<TrainConfig>(std::int64_t done, const TrainConfig& running)> next_plan;
 };
 // Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).
 

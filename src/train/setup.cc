@@ -264,14 +264,22 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
                              u.replica * u.plan.batch_size, u.plan.batch_size);
   u.exec->set_world_rank(u.world_rank);
   u.exec->set_fault(u.fault);
+  SetFlightRecords(c, comms, u);
+}
+
+}  // namespace
+
+void SetFlightRecords(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   // On a deadline's expiry the rank leaves its last actions next to the metrics.
   const std::filesystem::path metrics_dir = std::filesystem::path(c.log.metrics).parent_path();
   const std::string flight = (metrics_dir.empty() ? std::filesystem::path(".") : metrics_dir) /
                              fmt::format("flight-rank-{}.json", u.world_rank);
   Executor* exec = u.exec.get();
-  t.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
+  comms.pipeline.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
   comms.replicas.SetTimeoutHook([exec, flight] { exec->WriteFlightRecord(flight); });
 }
+
+namespace {
 
 // The run's length: train.steps, or its epochs of the data's batches.
 std::int64_t TotalSteps(const TrainConfig& c, const RunSetup& u) {

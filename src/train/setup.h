@@ -114,6 +114,11 @@ TrainConfig PlaceStages(const TrainConfig& config, Transport& world);
 // the setup created.
 void SetUpRun(const TrainConfig& config, const RunComms& comms, RunSetup& u, const SetupOptions& options = {});
 
+// Points the pipeline's and the replica group's deadlines at u.exec's
+// flight record (flight-rank-N.json beside the metrics file); again after
+// the executor is rebuilt.
+void SetFlightRecords(const TrainConfig& config, const RunComms& comms, RunSetup& u);
+
 }  // namespace baton
 
 #endif  // BATON_RUNTIME_SETUP_H_

@@ -14,9 +14,11 @@
 
 #include "baton/data.h"
 #include "baton/error.h"
+#include "baton/placement.h"
 #include "baton/train.h"
 #include "checkpoint.h"
 #include "executor.h"
+#include "migrate.h"
 #include "setup.h"
 
 namespace baton {
@@ -311,7 +313,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   const auto start = Clock::now();
   // From here a stop signal is noted, and obeyed at a step boundary.
   const StopSignals signals;
-  const TrainConfig c = PlaceStages(config, comms.world);
+  TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change
   RunSetup u;
   SetupOptions setup;
   setup.resume = options.resume;
@@ -387,6 +389,19 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
+    if (options.next_plan && step < total) {
+      if (std::optional<TrainConfig> next = options.next_plan(step, c)) {
+        numbers.Settle();
+        const PlanSwap swap = SwapPlan(c, *next, comms, u, step);
+        c = std::move(*next);
+        if (root) {
+          std::fprintf(stderr, "%sbaton: plan changed after step %lld: layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",
+                       tty ? "\n" : "", static_cast<long long>(step),
+                       LayoutText(c, u.plan.model, u.plan.bounds).c_str(), swap.bytes_sent / 1024.0,
+                       swap.seconds * 1e3);
+        }
+      }
+    }
   }
   numbers.Settle();
   if (tty) std::fprintf(stderr, "\n");

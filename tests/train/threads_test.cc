@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,6 +112,60 @@ TEST_F(ThreadsTrain, EveryKindOfScheduleMatchesOneRankBitForBit) {
     EXPECT_EQ(r.losses, one.losses) << name;
     EXPECT_EQ(r.weights, one.weights) << name;
   }
+}
+
+// The plan changed between steps: after step 2 (and again after step 5)
+// the layers move to other ranks, the parameters and the optimizer's state
+// with them (MoveTensors, the function a re-plan over MPI calls), the
+// executor is rebuilt from the new plan, and the run ends with the bytes of
+// a run that never moved: every placement trains the same floats.
+TEST_F(ThreadsTrain, APlacementChangedBetweenStepsTrainsTheSameBits) {
+  const std::vector<std::string> base = {"train.steps=8", "train.optimizer={type: adamw, lr: 0.01}"};
+  for (const auto& [name, ranks, sets, first, second] :
+       std::vector<std::tuple<std::string, int, std::vector<std::string>, std::string, std::string>>{
+           {"1f1b_2", 2, {}, "[2, 7]", "[6, 3]"},
+           {"interleaved_2", 2, {"pipeline.schedule=interleaved_1f1b", "pipeline.chunks=2"}, "[1, 3, 3, 2]",
+            "[3, 2, 2, 2]"},
+           {"zb_h1_4", 4, {"pipeline.schedule=zb_h1"}, "[4, 1, 2, 2]", "[1, 2, 3, 3]"}}) {
+    std::vector<std::string> still = base;
+    still.insert(still.end(), sets.begin(), sets.end());
+    const RunResult whole = Train(name + "_still", ranks, 1, still);
+    ExpectClean(whole);
+    TrainOptions options;
+    options.next_plan = [&](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
+      if (done != 2 && done != 5) return std::nullopt;
+      TrainConfig next = running;
+      std::vector<std::string> cut = still;
+      cut.push_back("pipeline.partition=" + (done == 2 ? first : second));
+      cut.push_back("pipeline.ranks=" + std::to_string(ranks));
+      cut.push_back("log.metrics=" + running.log.metrics);
+      cut.push_back("log.weights=" + running.log.weights);
+      next = Config(cut);
+      return next;
+    };
+    const RunResult moved = Train(name + "_moved", ranks, 1, still, options);
+    ExpectClean(moved);
+    EXPECT_EQ(moved.losses, whole.losses) << name;
+    EXPECT_TRUE(moved.weights == whole.weights) << name << ": the moved run's weights differ";
+  }
+}
+
+// A plan change that is more than a placement is refused on every rank,
+// naming what may change.
+TEST_F(ThreadsTrain, APlanChangeBeyondThePlacementIsRefused) {
+  TrainOptions options;
+  options.next_plan = [&](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
+    if (done != 1) return std::nullopt;
+    TrainConfig next = running;
+    next.pipeline.microbatches = 4;
+    return next;
+  };
+  const RunResult r = Train("refused", 2, 1, {}, options);
+  bool named = false;
+  for (const std::string& e : r.errors) {
+    named = named || e.find("may change only the placement") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << r.errors[0] << " / " << r.errors[1];
 }
 
 // Replicas on threads: the gradient sums in buckets, and ZeRO's sharded

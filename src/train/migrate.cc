@@ -1,0 +1,190 @@
+#include "migrate.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "baton/error.h"
+#include "baton/timing.h"
+#include "checkpoint.h"
+#include "params.h"
+
+namespace baton {
+namespace {
+
+// Request ids and tag of the moves: nothing else is in flight at a step
+// boundary.
+constexpr int kSendId = 0, kRecvId = 1, kMoveTag = 0;
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+std::string NamesOf(const std::vector<NamedTensor>& tensors) {
+  std::string out;
+  for (const NamedTensor& t : tensors) out += t.name + "\n";
+  return out;
+}
+
+// Rank 0: every wanted tensor with the rank that holds it, "name\tfrom\tto"
+// a line, in the wanting ranks' order. `records[r]` is rank r's held names,
+// a line "--", then its wanted names.
+std::string MoveList(const std::vector<std::string>& records) {
+  std::map<std::string, int> holder;
+  std::vector<std::vector<std::string>> wants(records.size());
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    bool held = true;
+    for (const std::string& name : Lines(records[r])) {
+      if (name == "--") {
+        held = false;
+        continue;
+      }
+      if (!held) {
+        wants[r].push_back(name);
+        continue;
+      }
+      if (!holder.emplace(name, static_cast<int>(r)).second) {
+        throw RunError(fmt::format("moving the model state: tensor '{}' is held by ranks {} and {}", name,
+                                   holder[name], r));
+      }
+    }
+  }
+  std::string out;
+  for (std::size_t r = 0; r < wants.size(); ++r) {
+    for (const std::string& name : wants[r]) {
+      const auto it = holder.find(name);
+      if (it == holder.end()) {
+        throw RunError(fmt::format("moving the model state: rank {} needs tensor '{}', which no rank holds", r, name));
+      }
+      out += fmt::format("{}\t{}\t{}\n", name, it->second, r);
+    }
+  }
+  return out;
+}
+
+// The settings every number depends on, the placement left out.
+std::string AllButPlacement(const TrainConfig& config) {
+  TrainConfig c = config;
+  c.pipeline.partition = Partition::kBalanced;
+  c.pipeline.partition_counts.clear();
+  c.pipeline.layout = {};
+  return MathSettings(c);
+}
+
+}  // namespace
+
+std::size_t MoveTensors(Transport& t, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted) {
+  std::vector<std::string> records;
+  t.GatherStrings(NamesOf(held) + "--\n" + NamesOf(wanted), &records, "every rank's tensors to move");
+  std::string moves;
+  Agree(t, "rank 0 listing the model state's moves", [&] {
+    if (t.rank() == 0) moves = MoveList(records);
+  });
+  t.BroadcastString(&moves);
+  std::map<std::string, const NamedTensor*> mine;
+  for (const NamedTensor& h : held) mine[h.name] = &h;
+  std::map<std::string, NamedTensor*> into;
+  for (NamedTensor& w : wanted) into[w.name] = &w;
+  std::size_t sent = 0;
+  const int me = t.rank();
+  for (const std::string& line : Lines(moves)) {
+    const std::size_t a = line.find('\t'), b = line.find('\t', a + 1);
+    const std::string name = line.substr(0, a);
+    const int from = std::stoi(line.substr(a + 1, b - a - 1)), to = std::stoi(line.substr(b + 1));
+    if (from != me && to != me) continue;
+    if (from == me && to == me) {
+      const NamedTensor& h = *mine.at(name);
+      NamedTensor& w = *into.at(name);
+      if (h.data.size() != w.data.size()) {
+        throw RunError(fmt::format("moving the model state: tensor '{}' has {} floats here but {} are wanted", name,
+                                   h.data.size(), w.data.size()));
+      }
+      w.data = h.data;
+      continue;
+    }
+    if (from == me) {
+      const NamedTensor& h = *mine.at(name);
+      t.Isend(kSendId, h.data.data(), h.data.size() * sizeof(float), to, kMoveTag);
+      t.Wait(kSendId, {"SEND of a moved tensor", -1, -1, to});
+      sent += h.data.size() * sizeof(float);
+    } else {
+      NamedTensor& w = *into.at(name);
+      t.Irecv(kRecvId, w.data.data(), w.data.size() * sizeof(float), from, kMoveTag);
+      t.Wait(kRecvId, {"RECV of a moved tensor", -1, -1, from});
+    }
+  }
+  return sent;
+}
+
+PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const RunComms& comms, RunSetup& u,
+                  std::int64_t done) {
+  const double start = MonotonicSeconds();
+  Transport& t = comms.pipeline;
+  RunPlan plan;
+  RankPlan rank_plan;
+  Agree(comms.world, "every rank planning the new placement", [&] {
+    const bool same = AllButPlacement(next) == AllButPlacement(running) &&
+                      next.pipeline.schedule == running.pipeline.schedule &&
+                      next.pipeline.ranks == running.pipeline.ranks &&
+                      next.pipeline.microbatches == running.pipeline.microbatches &&
+                      next.pipeline.chunks == running.pipeline.chunks &&
+                      next.data_parallel.size == running.data_parallel.size && next.device == running.device;
+    if (!same) {
+      throw ConfigError(fmt::format("{}: a plan changed between steps may change only the placement (the schedule, "
+                                    "ranks, microbatches, chunks, replicas, device and every number stay)",
+                                    next.source));
+    }
+    if (next.data_parallel.in_effect().shards_optimizer()) {
+      throw ConfigError(fmt::format("{}: a placement change between steps does not move sharded optimizer state "
+                                    "yet (data_parallel.zero {})",
+                                    next.source, next.data_parallel.zero.number()));
+    }
+    plan = PlanRun(next);
+    rank_plan = PlanRank(plan, t.rank(), u.replica);
+    if (rank_plan.has_inputs != u.first_rank || rank_plan.has_labels != u.last_rank) {
+      throw ConfigError(fmt::format("{}: the new placement moves the first or the last stage to another rank, whose "
+                                    "data this rank does not hold",
+                                    next.source));
+    }
+  });
+  // The state as it is, by name (the optimizer's too); then the old stages
+  // go and the new plan's are built in their place (the executor and the
+  // store refer to u.plan and u.rank_plan).
+  u.params->Pull();
+  const std::vector<NamedTensor> held = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
+  u.params.reset();
+  u.exec.reset();
+  u.device.reset();
+  u.plan = std::move(plan);
+  u.rank_plan = std::move(rank_plan);
+  t.Configure(std::max(u.rank_plan.requests, 2), next.pipeline.wait_timeout_s);
+  u.device = MakeRankDevice(next.device, t, next.precision);
+  u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, next.pipeline.wait_timeout_s, t, *u.device,
+                                      &comms.replicas);
+  u.params = std::make_unique<ParamStore>(u.plan, u.rank_plan, *u.exec);
+  u.params->Initialize(next.model.init_seed, next.train.optimizer);  // shapes and an optimizer; overwritten below
+  std::vector<NamedTensor> wanted = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
+  PlanSwap swap;
+  swap.bytes_sent = MoveTensors(t, held, wanted);
+  u.params->Restore(wanted, "the moved model state", done);
+  t.Configure(u.rank_plan.requests, next.pipeline.wait_timeout_s);
+  u.exec->set_world_rank(u.world_rank);
+  u.exec->set_fault(u.fault);
+  SetFlightRecords(next, comms, u);
+  const std::string id = u.run.run_id;
+  u.run = CheckpointRunOf(next, u.plan, u.total_steps);
+  u.run.run_id = id;
+  swap.seconds = MonotonicSeconds() - start;
+  return swap;
+}
+
+}  // namespace baton

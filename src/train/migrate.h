@@ -1,0 +1,55 @@
+// A running job's plan changed at a step boundary: the plan is a value, the
+// executor is rebuilt from it, and the model state moves to the ranks that
+// hold it under the new plan. The state is addressed by tensor name
+// (PyTorch's: a layer's parameters and their optimizer state), never by
+// stage, so a new placement is a list of tensors to move; a checkpoint, a
+// migration and a recovery's rebuild are the same named tensors with
+// different ends.
+#ifndef BATON_TRAIN_MIGRATE_H_
+#define BATON_TRAIN_MIGRATE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "baton/data.h"
+#include "setup.h"
+
+namespace baton {
+
+// Moves named tensors between the ranks of `pipeline`: `held` are the
+// tensors this rank has now; `wanted` those it will have (names and shapes
+// set; their data is filled here), each from the one rank that holds it.
+// Rank 0 lists the moves from every rank's names and broadcasts them; every
+// rank then walks the list in the same order, sending what it holds to the
+// rank that wants it and receiving what it wants, one message at a time,
+// point to point (request ids 0 and 1; no other message may be in flight).
+// Collective over `pipeline`. Throws RunError on every rank (Agree) if a
+// wanted tensor is held by no rank or by several. Returns the bytes this
+// rank sent.
+std::size_t MoveTensors(Transport& pipeline, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted);
+
+// What a plan change cost this rank.
+struct PlanSwap {
+  std::size_t bytes_sent = 0;
+  double seconds = 0;
+};
+
+// After step `done`, rebuilds `u` for `next`: another placement of the same
+// model (the same schedule, ranks, microbatches, data and optimizer): the
+// plan (PlanRun, PlanRank), the device, the executor and the parameter
+// store, the parameters and optimizer state moved by MoveTensors, the
+// optimizer's step count kept. The training goes on as if the placement had
+// always been `next`: every layout trains the same floats. Collective over
+// the pipeline. Throws ConfigError before anything changes if `next` moves
+// the first or last stage to another rank (each rank reads only its own
+// part of the data), runs replicas with a sharded optimizer (ZeRO 1-3), or
+// changes anything but the placement.
+PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const RunComms& comms, RunSetup& u,
+                  std::int64_t done);
+
+}  // namespace baton
+
+#endif  // BATON_TRAIN_MIGRATE_H_
