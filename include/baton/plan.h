@@ -77,6 +77,12 @@ struct RunPlan {
   std::vector<double> slice_cost, slice_token_share;
 
   int stages() const { return lowered.stages; }
+  // Stage s's parameters (floats), and their bytes: the one place they are
+  // counted from the model and the partition.
+  std::size_t StageParams(int s) const {
+    return model.NumParams(bounds[static_cast<std::size_t>(s)], bounds[static_cast<std::size_t>(s) + 1]);
+  }
+  double StageParamBytes(int s) const { return double(StageParams(s)) * sizeof(float); }
   int microbatches() const { return lowered.microbatches; }  // units: microbatches x slices
   // Unit u's slice of each sample's sequence: tokens [SliceBegin, SliceEnd).
   int SliceBegin(int unit) const { return cuts[static_cast<std::size_t>(SliceOfUnit(unit, slices))]; }

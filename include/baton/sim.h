@@ -123,8 +123,12 @@ struct SliceShares {
 // the step's end). A compute action of a gathered stage waits for its
 // gather; the rank is done when its last collective has ended
 // (RankResult::reduce_end). Empty: the actions take no time or memory.
+// `after_step`: per stage, the collective that follows the optimizer step
+// (ZeRO 2's all-gather of the updated parameters; none under 3, whose
+// gathers are the schedule's UNSHARDs), on the rank's communication
+// resource after its last collective: part of the step's price.
 struct ShardCosts {
-  std::vector<double> gather_time, reduce_time, gathered_bytes;
+  std::vector<double> gather_time, reduce_time, gathered_bytes, after_step;
 };
 
 struct SimOptions {

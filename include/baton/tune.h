@@ -111,11 +111,6 @@ struct CandidateCosts {
   // ZeRO 2 and 3: per stage, 1 where its gradient window is held to the
   // step's end (a tied copy, summed after the tied gradients); empty: none.
   std::vector<char> summed_at_end;
-  // Time the step spends after the schedule's last action, added to the
-  // simulated step: ZeRO 2's all-gather of the updated parameters after
-  // the optimizer (ZeRO 3's gathers are in the schedule; ZeRO 1's sums are
-  // priced as whole all-reduces).
-  double after_step = 0.0;
 };
 
 // Called once per candidate, in the order of TuneSpace (schedules, then

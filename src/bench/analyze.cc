@@ -73,7 +73,6 @@ void AnalyzeSharding(const BenchContext& c, const std::vector<RankRecord>& recor
   const RunPlan& plan = *c.plan;
   report.zero = plan.zero;
   if (!plan.zero.has_actions()) return;
-  const double D = c.layout.replicas;
   const double alpha = records.front().allreduce_step_latency_s, bandwidth = records.front().allreduce_bandwidth_Bps;
   std::vector<double> waits;
   double predicted = 0;
@@ -87,9 +86,7 @@ void AnalyzeSharding(const BenchContext& c, const std::vector<RankRecord>& recor
         if (e.microbatch == 0) {  // a collective's start
           ++counts[{e.kind, e.stage}];
           if (e.kind == ActionKind::kUnshard && bandwidth > 0) {
-            const double bytes = 4.0 * plan.model.NumParams(plan.bounds[static_cast<std::size_t>(e.stage)],
-                                                            plan.bounds[static_cast<std::size_t>(e.stage) + 1]);
-            gather += (D - 1) * (alpha + bytes / D / bandwidth);
+            gather += ShardCollectiveTime(plan.StageParamBytes(e.stage), c.layout.replicas, alpha, bandwidth);
           }
         } else if (e.kind == ActionKind::kUnshard) {
           wait += e.end - e.start;

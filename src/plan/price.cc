@@ -17,9 +17,7 @@ GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
   if (plan.zero.has_actions()) return sums;  // the schedule's REDUCE_GRAD actions (PriceShards)
   const plan_detail::TiedStages tied = plan_detail::FindTiedStages(plan.model, plan.bounds);
   for (int s = 0; s < plan.stages(); ++s) {
-    const auto k = static_cast<std::size_t>(s);
-    const double bytes = double(plan.model.NumParams(plan.bounds[k], plan.bounds[k + 1])) * sizeof(float);
-    sums.stage_time.push_back(GradientSumTime(bytes, plan.replicas, plan.bucket_cap_bytes,
+    sums.stage_time.push_back(GradientSumTime(plan.StageParamBytes(s), plan.replicas, plan.bucket_cap_bytes,
                                               costs.allreduce_step_latency, costs.allreduce_bandwidth));
     sums.at_end.push_back(tied.embedding >= 0 && (s == tied.embedding || s == tied.head) ? 1 : 0);
   }
@@ -28,18 +26,17 @@ GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
 
 // Sharded data parallel's collectives (ZeRO 2 and 3), each a stage's
 // whole parameters or gradients in one ring all-gather or reduce-scatter
-// priced by the replica group's all-reduce α–β; their windows are in the
-// ranks' static bytes already (RankMemory), so no gathered bytes here.
+// priced by the replica group's all-reduce α–β, ZeRO 2's all-gather after
+// the optimizer step included; their windows are in the ranks' static
+// bytes already (RankMemory), so no gathered bytes here.
 ShardCosts PriceShards(const RunPlan& plan, const RunCosts& costs) {
   ShardCosts shards;
   if (!plan.zero.has_actions() || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return shards;
   for (int s = 0; s < plan.stages(); ++s) {
-    const double bytes = double(plan.model.NumParams(plan.bounds[static_cast<std::size_t>(s)],
-                                                     plan.bounds[static_cast<std::size_t>(s) + 1])) *
-                         sizeof(float);
-    const double t = ShardCollectiveTime(bytes, plan.replicas, costs.allreduce_step_latency, costs.allreduce_bandwidth);
+    const double t = ShardCollectiveTime(plan.StageParamBytes(s), plan.replicas, costs.allreduce_step_latency, costs.allreduce_bandwidth);
     shards.reduce_time.push_back(t);
     shards.gather_time.push_back(plan.zero.shards_parameters() ? t : 0.0);
+    shards.after_step.push_back(plan.zero.gathers_after_step() ? t : 0.0);
   }
   return shards;
 }

@@ -106,7 +106,7 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
   }
   for (const auto& [what, per_stage] :
        {std::pair{"gather time", &o.shards.gather_time}, std::pair{"reduce-scatter time", &o.shards.reduce_time},
-        std::pair{"gathered bytes", &o.shards.gathered_bytes}}) {
+        std::pair{"gathered bytes", &o.shards.gathered_bytes}, std::pair{"after-step time", &o.shards.after_step}}) {
     if (!per_stage->empty() && static_cast<int>(per_stage->size()) != s.stages) {
       throw ScheduleError(fmt::format("simulation: {} per-stage sharding {}s given, but the schedule has {} stages",
                                       per_stage->size(), what, s.stages));

@@ -64,7 +64,8 @@ class Simulator {
         timed_(timed),
         record_timeline_(o.record_timeline),
         track_gradients_(!o.sums.stage_time.empty()),
-        shards_(!o.shards.gather_time.empty() || !o.shards.reduce_time.empty() || !o.shards.gathered_bytes.empty()),
+        shards_(!o.shards.gather_time.empty() || !o.shards.reduce_time.empty() || !o.shards.gathered_bytes.empty() ||
+                !o.shards.after_step.empty()),
         stage_bytes_(o.memory.stage_bytes.empty() ? nullptr : o.memory.stage_bytes.data()),
         prefetch_(RowBytes(s) > kCachedRowBytes) {}
 
@@ -707,7 +708,11 @@ class Simulator {
       // The sharding collectives end after the compute where they were not hidden.
       for (int r = 0; r < s_.ranks; ++r) {
         RankResult& out = res.per_rank[r];
-        out.reduce_end = std::max({out.reduce_end, out.end, rank_[r].comm_free});
+        double after = 0.0;  // the rank's collectives after its optimizer step
+        for (int st : out.stages) {
+          if (!o_.shards.after_step.empty()) after += o_.shards.after_step[static_cast<std::size_t>(st)];
+        }
+        out.reduce_end = std::max({out.reduce_end, out.end, rank_[r].comm_free}) + after;
         out.exposed_reduce = out.reduce_end - out.end;
         res.makespan = std::max(res.makespan, out.reduce_end);
       }

@@ -228,7 +228,7 @@ void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& ru
     for (int s = 0; s < run.stages(); ++s) {
       if (run.lowered.stage_rank[s] != r) continue;
       const std::size_t first = model.ops[static_cast<std::size_t>(model.OpRange(run.bounds[s], run.bounds[s + 1]).first)].param_offset;
-      const std::size_t n = model.NumParams(run.bounds[s], run.bounds[s + 1]);
+      const std::size_t n = run.StageParams(s);
       std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n),
                 whole.begin() + static_cast<std::ptrdiff_t>(first));
       at += n;

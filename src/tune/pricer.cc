@@ -51,19 +51,6 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
   out.price = PriceRun(shape->plan, costs);
   out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
   out.ring_memory = true;
-  if (shape->plan.zero.gathers_after_step()) {
-    // After the optimizer each rank gathers its stages' updated parameters
-    // (ZeRO 1's reduce-scatter and all-gather are priced as the all-reduce
-    // they add up to, in the step's sums).
-    std::vector<double> gather(static_cast<std::size_t>(p), 0.0);
-    for (int s = 0; s < shape->plan.stages(); ++s) {
-      const auto k = static_cast<std::size_t>(s);
-      gather[static_cast<std::size_t>(StageRank(traits.placement, s, p))] += ShardCollectiveTime(
-          double(model_.NumParams(shape->plan.bounds[k], shape->plan.bounds[k + 1])) * sizeof(float),
-          shape->plan.replicas, costs.allreduce_step_latency, costs.allreduce_bandwidth);
-    }
-    out.after_step = *std::max_element(gather.begin(), gather.end());
-  }
   if (shape->plan.zero.has_actions()) {
     // A tied head's two stages sum after the tied gradients, at the step's end.
     const std::vector<int>& bounds = shape->plan.bounds;
@@ -76,11 +63,7 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
       out.summed_at_end[static_cast<std::size_t>(stage_of(op.top))] = 1;
       out.summed_at_end[static_cast<std::size_t>(stage_of(model_.ops[static_cast<std::size_t>(op.tied_to)].top))] = 1;
     }
-    for (int s = 0; s < shape->plan.stages(); ++s) {
-      const auto k = static_cast<std::size_t>(s);
-      out.parameter_bytes.push_back(double(model_.NumParams(shape->plan.bounds[k], shape->plan.bounds[k + 1])) *
-                                    sizeof(float));
-    }
+    for (int s = 0; s < shape->plan.stages(); ++s) out.parameter_bytes.push_back(shape->plan.StageParamBytes(s));
   }
   return out;
 }

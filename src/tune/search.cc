@@ -339,7 +339,7 @@ class Tuner {
     const SimResult sim = Simulate(*schedule, o);  // options out of range throw, naming the field
 
     r.simulated = true;
-    r.step_time = sim.makespan + k.after_step;
+    r.step_time = sim.makespan;
     r.bubble_rate = sim.bubble_rate;
     r.peak_bytes.resize(p);
     for (int rank = 0; rank < p; ++rank) {

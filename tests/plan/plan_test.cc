@@ -14,6 +14,7 @@
 #include "baton/config.h"
 #include "baton/error.h"
 #include "baton/plan.h"
+#include "baton/price.h"
 #include "baton/sim.h"
 #include "baton/slices.h"
 
@@ -392,6 +393,35 @@ TEST(Plan, SlicedMemoryInMicrobatchesIsWhatTheRunAllocates) {
     }
   }
   EXPECT_GE(with_attention, 4);
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+// One price for a run: ZeRO 2's all-gather of the updated parameters after
+// the optimizer step is in PriceRun (per stage, a ring all-gather of its
+// parameters), so everything that prices a run sees it; ZeRO 3 has none
+// (its gathers are the schedule's UNSHARDs), and without replicas nothing
+// is priced.
+TEST(PriceRun, TheAllGatherAfterTheOptimizerStepIsPartOfThePrice) {
+  RunCosts costs;
+  costs.allreduce_step_latency = 1e-5;
+  costs.allreduce_bandwidth = 1e9;
+  const RunPlan two = PlanRun(Tiny({"pipeline.ranks=2", "data_parallel.size=2", "data_parallel.zero=2"}));
+  const SimOptions o = PriceRun(two, costs);
+  ASSERT_EQ(o.shards.after_step.size(), 2u);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_DOUBLE_EQ(o.shards.after_step[static_cast<std::size_t>(s)],
+                     ShardCollectiveTime(two.StageParamBytes(s), 2, 1e-5, 1e9));
+    EXPECT_GT(o.shards.after_step[static_cast<std::size_t>(s)], 0.0);
+  }
+  const SimOptions three =
+      PriceRun(PlanRun(Tiny({"pipeline.ranks=2", "data_parallel.size=2", "data_parallel.zero=3"})), costs);
+  EXPECT_EQ(three.shards.after_step, (std::vector<double>{0.0, 0.0}));
+  EXPECT_TRUE(PriceRun(PlanRun(Tiny({"pipeline.ranks=2"})), costs).shards.after_step.empty());
 }
 
 }  // namespace

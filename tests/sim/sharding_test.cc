@@ -82,6 +82,24 @@ TEST(Sharding, AGradientSumBeforeTheLastBackwardOrTwiceIsRefused) {
 // 4-5, B 5-7, 7-9; the reduce-scatter starts when the rank reaches it (9)
 // and ends at 11, exposed. Memory: 10 bytes a microbatch's activations and
 // 100 gathered: the peak 100 + 2 x 10.
+// ZeRO 2's all-gather after the optimizer step is part of the step's
+// price: after the rank's last collective, its stages' one after another
+// (hand-computed: F 1 and B 2 each, so the compute ends at 6, the
+// reduce-scatter at 8, the after-step gather at 8 + 1.5).
+TEST(Sharding, TheCollectivesAfterTheOptimizerStepEndTheStep) {
+  const Schedule s = Csv("0F0,0F1,0B0,0B1,0REDUCE_GRAD\n");
+  SimOptions o;
+  o.compute.uniform = {1.0, 1.0, 1.0};
+  o.shards.reduce_time = {2.0};
+  o.shards.after_step = {1.5};
+  const SimResult r = Simulate(s, o);
+  EXPECT_DOUBLE_EQ(r.per_rank[0].end, 6.0);
+  EXPECT_DOUBLE_EQ(r.per_rank[0].reduce_end, 9.5);
+  EXPECT_DOUBLE_EQ(r.makespan, 9.5);
+  o.shards.after_step = {1.5, 1.0};  // one per stage, or none
+  EXPECT_THROW(Simulate(s, o), ScheduleError);
+}
+
 TEST(Sharding, TheSimulatorChargesGathersAndReduceScattersOnTheCommunicationResource) {
   const Schedule s = Csv("0UNSHARD,0F0,0F1,0B0,0B1,0RESHARD,0REDUCE_GRAD\n");
   SimOptions o;
