@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -272,9 +273,16 @@ void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, 
     what = fmt::format("after step {}, with no checkpoint.dir: the steps since {} are lost", done,
                        u.first_step > 1 ? fmt::format("step {}", u.first_step - 1) : std::string("the start"));
   }
+  // Under mpirun the ranks' signal may be mpirun's own relay: it passes on
+  // SIGINT and SIGTERM as SIGTERM, and when it was signalled itself it
+  // exits 1 whatever its ranks' codes (measured with Open MPI 4.1.4).
+  const bool relayed = signal == SIGTERM && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
   std::fprintf(stderr, "%sbaton: stopped by %s %s; run it again with --resume auto (or checkpoint.resume: auto) to "
-               "continue (exit %d)\n",
-               tty ? "\n" : "", name.c_str(), what.c_str(), kExitStopped);
+               "continue (exit %d%s)\n",
+               tty ? "\n" : "", name.c_str(), what.c_str(), kExitStopped,
+               relayed ? " from every rank; mpirun, if it was sent SIGTERM or SIGINT itself (it passes both on as "
+                         "SIGTERM), exits 1: send it SIGUSR1 to keep the 75"
+                       : "");
 }
 
 // A resumed run (u.first_step > 1): the checkpoint loaded, the data where
