@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "baton/env.h"
+
 namespace baton {
 
 // What a wait is for, printed if its deadline passes.
@@ -204,7 +206,7 @@ struct Launch {
   std::string plugin;     // srun without PMIx: the PMI it gave (SLURM_MPI_TYPE, or "pmi2" from PMI_RANK), or ""
   bool in_allocation = false;  // inside a Slurm allocation (SLURM_JOB_ID)
 };
-Launch DetectLaunch();
+Launch DetectLaunch(const Env& env = Env::Default());
 // Launch::kSrunWithoutPmix with more than one task: Open MPI here would
 // start every task as a world of one, or abort inside MPI_Init; the
 // message naming the fix (srun --mpi=pmix, or MpiDefault=pmix). "" else.

@@ -18,7 +18,7 @@
 #include "baton/host.h"
 #include "baton/stage_device.h"
 #include "commands.h"
-#include "baton/system.h"
+#include "baton/env.h"
 
 namespace baton {
 namespace {
@@ -36,9 +36,9 @@ int RunDoctor(const DoctorFlags& f) {
   std::unique_ptr<Transport> world = MakeMpiTransport(0, 30.0);
   const NodePlace node = MpiSession::Node();
   const ordered_json mine = {{"rank", world->rank()},
-                             {"host", HostName()},
+                             {"host", Env::Default().HostName()},
                              {"pid", static_cast<long long>(::getpid())},
-                             {"cores", AllowedCores()},
+                             {"cores", Env::Default().AllowedCores()},
                              {"node_rank", node.rank},
                              {"node_size", node.size}};
   std::vector<std::string> records;

@@ -489,30 +489,30 @@ namespace {
 
 NodePlace g_node;
 
-int EnvInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+int EnvInt(const Env& env, const char* name, int fallback) {
+  const std::optional<std::string> v = env.Variable(name);
+  return v && !v->empty() ? std::atoi(v->c_str()) : fallback;
 }
 
 }  // namespace
 
-Launch DetectLaunch() {
+Launch DetectLaunch(const Env& env) {
   Launch l;
-  l.in_allocation = std::getenv("SLURM_JOB_ID") != nullptr;
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+  l.in_allocation = env.Variable("SLURM_JOB_ID").has_value();
+  if (env.Variable("OMPI_COMM_WORLD_SIZE")) {
     l.kind = Launch::kMpirun;
-    l.tasks = EnvInt("OMPI_COMM_WORLD_SIZE", 1);
+    l.tasks = EnvInt(env, "OMPI_COMM_WORLD_SIZE", 1);
     return l;
   }
-  if (std::getenv("SLURM_STEP_ID") != nullptr) {
-    l.tasks = EnvInt("SLURM_STEP_NUM_TASKS", EnvInt("SLURM_NTASKS", 1));
-    if (std::getenv("PMIX_RANK") != nullptr) {
+  if (env.Variable("SLURM_STEP_ID")) {
+    l.tasks = EnvInt(env, "SLURM_STEP_NUM_TASKS", EnvInt(env, "SLURM_NTASKS", 1));
+    if (env.Variable("PMIX_RANK")) {
       l.kind = Launch::kSrun;
       return l;
     }
     l.kind = Launch::kSrunWithoutPmix;
-    if (const char* type = std::getenv("SLURM_MPI_TYPE")) l.plugin = type;
-    if (l.plugin.empty() && std::getenv("PMI_RANK") != nullptr) l.plugin = "pmi2";
+    l.plugin = env.Variable("SLURM_MPI_TYPE").value_or("");
+    if (l.plugin.empty() && env.Variable("PMI_RANK")) l.plugin = "pmi2";
     return l;
   }
   return l;
@@ -531,7 +531,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   const std::string problem = LaunchProblem(DetectLaunch());  // before MPI_Init can abort
   if (!problem.empty()) {
     // Every task would say it: the first one does.
-    if (EnvInt("SLURM_PROCID", 0) == 0) std::fprintf(stderr, "baton: error: %s\n", problem.c_str());
+    if (EnvInt(Env::Default(), "SLURM_PROCID", 0) == 0) std::fprintf(stderr, "baton: error: %s\n", problem.c_str());
     std::fflush(stderr);
     std::_Exit(2);
   }
@@ -542,7 +542,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (launch.kind == Launch::kSrun && launch.tasks > 1 && world == 1) {
     // Each task a world of its own: the tasks never meet.
-    if (EnvInt("SLURM_PROCID", 0) == 0) {
+    if (EnvInt(Env::Default(), "SLURM_PROCID", 0) == 0) {
       std::fprintf(stderr,
                    "baton: error: srun started %d tasks, but MPI sees a world of 1 in each: the tasks did not join "
                    "through PMIx (is this Open MPI built with PMIx, and srun run with --mpi=pmix?)\n",

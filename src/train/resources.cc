@@ -17,12 +17,6 @@
 namespace baton {
 namespace {
 
-std::string Slurp(const char* path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // A whole number at the start of `text` (after blanks); false if none.
 bool Number(std::string_view text, std::uint64_t* out) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
@@ -73,8 +67,8 @@ namespace {
 
 // The process's cgroups with a memory controller, its own first, then each
 // one above it, as they are mounted here.
-std::vector<CgroupMemory> OwnCgroups() {
-  const std::string self = Slurp("/proc/self/cgroup");
+std::vector<CgroupMemory> OwnCgroups(const Env& env) {
+  const std::string self = env.ReadSystemFile("/proc/self/cgroup");
   std::string v2, v1;  // the process's paths
   std::size_t start = 0;
   for (std::size_t end; (end = self.find('\n', start)) != std::string::npos; start = end + 1) {
@@ -89,8 +83,8 @@ std::vector<CgroupMemory> OwnCgroups() {
   auto walk = [&](const std::string& mount, std::string path, const char* limit, const char* usage) {
     for (;;) {
       const std::string dir = mount + (path == "/" ? "" : path);
-      CgroupMemory g{path, Slurp((dir + "/" + limit).c_str()), Slurp((dir + "/" + usage).c_str()),
-                     Slurp((dir + "/memory.stat").c_str())};
+      CgroupMemory g{path, env.ReadSystemFile(dir + "/" + limit), env.ReadSystemFile(dir + "/" + usage),
+                     env.ReadSystemFile(dir + "/memory.stat")};
       if (!g.limit.empty()) out.push_back(std::move(g));
       if (path.empty() || path == "/") break;
       const std::size_t slash = path.rfind('/');
@@ -104,7 +98,9 @@ std::vector<CgroupMemory> OwnCgroups() {
 
 }  // namespace
 
-NodeMemory ReadNodeMemory() { return NodeMemoryFrom(Slurp("/proc/meminfo"), OwnCgroups()); }
+NodeMemory ReadNodeMemory(const Env& env) {
+  return NodeMemoryFrom(env.ReadSystemFile("/proc/meminfo"), OwnCgroups(env));
+}
 
 void CheckNodeMemory(const std::vector<RankNeed>& ranks) {
   std::map<std::string, std::vector<const RankNeed*>> nodes;

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "baton/env.h"
+
 namespace baton {
 
 // The memory this node's processes can still take: the least of the
@@ -21,7 +23,9 @@ struct NodeMemory {
   std::uint64_t bytes = 0;  // known: what the ranks can still have (0: nothing)
   std::string source;
 };
-NodeMemory ReadNodeMemory();
+// Read through `env` (the process's, or a test's fake): /proc/meminfo,
+// /proc/self/cgroup and the cgroup files.
+NodeMemory ReadNodeMemory(const Env& env = Env::Default());
 // One cgroup's files, as read (tests): its limit ("max", or a number),
 // usage and memory.stat text.
 struct CgroupMemory {

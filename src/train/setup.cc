@@ -13,7 +13,7 @@
 
 #include <fmt/ranges.h>
 
-#include "baton/system.h"
+#include "baton/env.h"
 #include "resources.h"
 
 namespace baton {
@@ -231,7 +231,7 @@ void CheckMemory(const TrainConfig& c, const RunComms& comms, const RunSetup& u)
   RankNeed mine;
   if (host) {
     const RankMemory m = RankMemoryOf(u.plan, u.rank_plan);
-    mine = {u.world_rank, HostName(), m.total(), Breakdown(m), ReadNodeMemory()};
+    mine = {u.world_rank, Env::Default().HostName(), m.total(), Breakdown(m), ReadNodeMemory()};
   }
   std::vector<std::string> records;
   world.GatherStrings(host ? EncodeNeed(mine) : std::string(), &records);

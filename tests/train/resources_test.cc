@@ -33,6 +33,24 @@ TEST(NodeMemory, TheLeastOfMemAvailableAndEachCgroupsRoom) {
   EXPECT_FALSE(NodeMemoryFrom("", {}).known);
 }
 
+// Read through the OS room's fake: the process's cgroup (v2) from
+// /proc/self/cgroup, then the limits of it and of each cgroup above it.
+TEST(NodeMemory, ReadThroughTheEnvFromTheProcesssCgroupUp) {
+  FakeMachine m;
+  m.files = {{"/proc/meminfo", kMeminfo},
+             {"/proc/self/cgroup", "0::/job/step\n"},
+             {"/sys/fs/cgroup/job/step/memory.max", "max\n"},
+             {"/sys/fs/cgroup/job/step/memory.current", "10\n"},
+             {"/sys/fs/cgroup/job/memory.max", "3221225472\n"},
+             {"/sys/fs/cgroup/job/memory.current", "1073741824\n"},
+             {"/sys/fs/cgroup/job/memory.stat", "inactive_file 0\n"}};
+  const NodeMemory mem = ReadNodeMemory(*MakeFakeEnv(m));
+  EXPECT_TRUE(mem.known);
+  EXPECT_EQ(mem.bytes, 2ull << 30);
+  EXPECT_NE(mem.source.find("cgroup /job less its use 1024 MiB"), std::string::npos) << mem.source;
+  EXPECT_FALSE(ReadNodeMemory(*MakeFakeEnv({})).known);
+}
+
 TEST(NodeMemory, RanksOnANodeThatNeedMoreThanItHasAreRefused) {
   const NodeMemory mem{true, 1000ull << 20, "MemAvailable in /proc/meminfo"};
   std::vector<RankNeed> needs = {{0, "a", 600ull << 20, "parameters 500 MiB", mem},
