@@ -306,6 +306,18 @@ void Resume(const RunComms& comms, RunSetup& u) {
   });
 }
 
+// After step `done`, the run goes on planned by `next` (SwapPlan), which
+// becomes `running`; rank 0 says so in one line.
+void ChangePlan(TrainConfig next, const RunComms& comms, RunSetup& u, std::int64_t done, bool tty,
+                TrainConfig& running) {
+  const PlanSwap swap = SwapPlan(running, next, comms, u, done);
+  running = std::move(next);
+  if (comms.world.rank() != 0) return;
+  std::fprintf(stderr, "%sbaton: plan changed after step %lld: layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",
+               tty ? "\n" : "", static_cast<long long>(done),
+               LayoutText(running, u.plan.model, u.plan.bounds).c_str(), swap.bytes_sent / 1024.0, swap.seconds * 1e3);
+}
+
 // Rank 0's last line of a finished run (with progress output, or when steps were skipped).
 void SayDone(const TrainConfig& c, const TrainSummary& summary, std::int64_t skipped) {
   if (!c.log.progress && skipped == 0) return;
@@ -400,14 +412,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     if (options.next_plan && step < total) {
       if (std::optional<TrainConfig> next = options.next_plan(step, c)) {
         numbers.Settle();
-        const PlanSwap swap = SwapPlan(c, *next, comms, u, step);
-        c = std::move(*next);
-        if (root) {
-          std::fprintf(stderr, "%sbaton: plan changed after step %lld: layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",
-                       tty ? "\n" : "", static_cast<long long>(step),
-                       LayoutText(c, u.plan.model, u.plan.bounds).c_str(), swap.bytes_sent / 1024.0,
-                       swap.seconds * 1e3);
-        }
+        ChangePlan(std::move(*next), comms, u, step, tty, c);
       }
     }
   }
