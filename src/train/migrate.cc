@@ -1,7 +1,6 @@
 #include "migrate.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <string>

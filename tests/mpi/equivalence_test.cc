@@ -101,7 +101,12 @@ TEST(InitFrom, TwoPlusTwoStepsEqualFour) {
   const RunOutput whole = Train("init_whole", 1, four);
   std::vector<std::string> two = base;
   two.push_back("train.steps=2");
-  two.push_back("log.weights=" + (fs::path(::testing::TempDir()) / ("baton_init_" + std::to_string(::getpid()) + ".safetensors")).string());
+  const fs::path saved = fs::path(::testing::TempDir()) / ("baton_init_" + std::to_string(::getpid()) + ".safetensors");
+  struct Remove {  // the test leaves nothing behind, on every path
+    fs::path path;
+    ~Remove() { fs::remove(path); }
+  } remove{saved};
+  two.push_back("log.weights=" + saved.string());
   Train("init_first", 1, two);
   std::vector<std::string> rest = base;
   rest.push_back("train.steps=2");
