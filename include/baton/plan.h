@@ -94,6 +94,14 @@ struct RunPlan {
 // Throws ConfigError or ScheduleError with the rule; allocates no run memory.
 RunPlan PlanRun(const TrainConfig& config);
 
+// Sharded data parallel's actions (ZeRO 2 and 3) in a schedule without
+// them, as every run places them (AddShardingActions, baton/sim.h): at the
+// unit price (a rank's forward 1, shared by its stages; each stage's
+// gather one forward of it), so a run's order follows from its config
+// alone, whatever was measured. `baton tune` prices this same order.
+// Throws ScheduleError as AddShardingActions.
+Schedule PlaceRunShardingActions(const Schedule& schedule, ZeroStage zero);
+
 // The parts of a plan that need no schedule: `model` partitioned into
 // `stages` stages, the microbatch's shape (config.pipeline.microbatches),
 // the checkpointing policy, the replicas, the optimizer's state count and

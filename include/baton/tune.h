@@ -59,7 +59,8 @@ struct Candidate {
   int slices = 1;
   SeqSplit seq_split = SeqSplit::kEven;
   // Sharded data parallel's stage (data_parallel.zero): 2 and 3 place the
-  // schedule's REDUCE_GRAD (and UNSHARD, RESHARD) by AddShardingActions.
+  // schedule's REDUCE_GRAD (and UNSHARD, RESHARD) where the run places
+  // them (PlaceRunShardingActions, baton/plan.h).
   ZeroStage zero;
 };
 

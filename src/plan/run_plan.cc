@@ -37,9 +37,8 @@ bool HasShardingActions(const Schedule& s) {
   return false;
 }
 
-// The price AddShardingActions places a run's gathers by, before anything
-// is measured: unit compute costs (a rank's forward 1, shared by its
-// stages), each stage's gather one forward of it.
+// The price a run's gathers are placed by: unit compute costs (a rank's
+// forward 1, shared by its stages), each stage's gather one forward of it.
 SimOptions GatherPrice(const Schedule& s) {
   SimOptions o;
   o.record_timeline = true;
@@ -111,6 +110,10 @@ double AttentionCostShare(const ModelDesc& m) {
 
 }  // namespace plan_detail
 
+Schedule PlaceRunShardingActions(const Schedule& schedule, ZeroStage zero) {
+  return AddShardingActions(schedule, zero, GatherPrice(schedule));
+}
+
 RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   RunPlan plan;
   plan.lowered.stages = stages;
@@ -156,7 +159,7 @@ RunPlan PlanRun(const TrainConfig& c) {
   const ZeroStage zero = c.data_parallel.in_effect();
   const bool idle_sharding_actions = !zero.has_actions() && HasShardingActions(s);
   if (zero.has_actions()) {
-    if (!HasShardingActions(s)) s = AddShardingActions(s, zero, GatherPrice(s));
+    if (!HasShardingActions(s)) s = PlaceRunShardingActions(s, zero);
     CheckShardedRun(c, s, zero);
   }
   Schedule lowered = Lower(s);
@@ -168,7 +171,7 @@ RunPlan PlanRun(const TrainConfig& c) {
   // that cannot progress (CheckStructure would ask for backwards).
   // Under ZeRO 3 the evaluation gathers each stage too, around its forwards.
   Schedule forwards = ForwardOnly(plan.lowered);
-  if (zero.shards_parameters()) forwards = AddShardingActions(forwards, zero, GatherPrice(forwards));
+  if (zero.shards_parameters()) forwards = PlaceRunShardingActions(forwards, zero);
   plan.evaluation = Lower(forwards);
   if (plan.lowered.slices != plan.slices) {
     throw ConfigError(fmt::format("{}: the schedule {} holds {} slice(s) a microbatch, but pipeline.seq_slices is {}",

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "baton/error.h"
+#include "baton/plan.h"
 #include "baton/schedule.h"
 #include "baton/sim.h"
 
@@ -325,11 +326,12 @@ class Tuner {
 
     SimOptions o = std::move(k.price);
     o.record_timeline = false;
-    // Sharded data parallel: its actions placed against this candidate's price.
+    // Sharded data parallel: its actions where the run places them, priced
+    // at this candidate's costs.
     std::optional<Schedule> sharded;
     if (c.zero.has_actions()) {
       try {
-        sharded = AddShardingActions(*schedule, c.zero, o);
+        sharded = PlaceRunShardingActions(*schedule, c.zero);
       } catch (const ScheduleError& e) {
         r.why_not = e.what();
         return r;

@@ -450,9 +450,12 @@ TEST(Profile, TuneChoosesTheZeroStageAndItsMemoryIsThePlans) {
     std::vector<std::string> run = sets;
     run.insert(run.end(), {"pipeline.schedule=looped_bfs", "pipeline.chunks=4", "pipeline.microbatches=8",
                            "pipeline.checkpointing=none", "data_parallel.zero=" + std::to_string(z)});
-    const std::vector<RankMemory> mem = PlanMemory(PlanRun(Tiny(run)));
+    const RunPlan plan = PlanRun(Tiny(run));
+    const std::vector<RankMemory> mem = PlanMemory(plan);
     // The shards the tuner counts are the largest replica's (a float more at most, per stage).
     EXPECT_NEAR(r.max_peak_bytes, static_cast<double>(mem[0].total()), 4 * 4 * sizeof(float)) << "zero " << z;
+    // One price: the order the tuner priced is the one the run executes.
+    EXPECT_NEAR(r.step_time, PredictFromProfile(plan, p).sim.makespan, 1e-12 * r.step_time) << "zero " << z;
   }
   EXPECT_LT(need[3], need[2]);
   EXPECT_LT(need[2], need[1]);
@@ -475,15 +478,52 @@ TEST(Profile, TuneChoosesTheZeroStageAndItsMemoryIsThePlans) {
     std::vector<std::string> run = gpt_sets;
     run.insert(run.end(), {"pipeline.schedule=looped_bfs", "pipeline.chunks=3", "pipeline.microbatches=8",
                            "pipeline.checkpointing=none", "data_parallel.zero=" + std::to_string(r.candidate.zero.number())});
-    const std::vector<RankMemory> mem =
-        PlanMemory(PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", run)));
+    const RunPlan plan = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", run));
+    const std::vector<RankMemory> mem = PlanMemory(plan);
     EXPECT_NEAR(r.max_peak_bytes, static_cast<double>(mem[0].total()), 3 * 4 * sizeof(float))
+        << "gpt zero " << r.candidate.zero.number();
+    EXPECT_NEAR(r.step_time, PredictFromProfile(plan, MadeUp(gpt, {2}, 3)).sim.makespan, 1e-12 * r.step_time)
         << "gpt zero " << r.candidate.zero.number();
   }
   req.zero = {4};
   ExpectRefused([&] { TuneConfig(c, req, p); }, "tune: --zero takes ZeRO stages 0 to 3, got 4");
   req.zero = {1};
   ExpectRefused([&] { TuneConfig(Tiny(), req, p); }, "the config has none (data_parallel.size 1)");
+}
+
+// One price with a pipeline: under ZeRO 2 and 3 every candidate's
+// predicted step is the prediction for the run that config makes
+// (PlanRun places the same gathers, PredictFromProfile prices them), for
+// several schedules and profiles.
+TEST(Profile, TheTunersShardedOrderIsTheOneTheRunExecutes) {
+  const std::vector<std::string> sets = {"pipeline.ranks=2", "data_parallel.size=2"};
+  const TrainConfig c = Tiny(sets);
+  for (unsigned seed : {1u, 2u, 3u}) {
+    const Profile p = MadeUp(c, {2, 4}, seed);
+    TuneRequest req;
+    req.schedules = {"1f1b", "interleaved_1f1b", "zb_h1", "gpipe"};
+    req.microbatches = {4, 8};
+    req.chunks = {1, 2};
+    req.policies = {Checkpointing::kNone};
+    req.placement = false;
+    req.memory_bytes = 1e12;
+    req.zero = {2, 3};
+    std::size_t checked = 0;
+    for (const CandidateResult& r : TuneConfig(c, req, p).ranked) {
+      if (!r.feasible) continue;
+      const Candidate& k = r.candidate;
+      std::vector<std::string> run = sets;
+      run.insert(run.end(), {"pipeline.schedule=" + k.schedule, "pipeline.chunks=" + std::to_string(k.chunks),
+                             "pipeline.microbatches=" + std::to_string(k.microbatches),
+                             "data_parallel.zero=" + std::to_string(k.zero.number())});
+      const RunPlan plan = PlanRun(Tiny(run));
+      EXPECT_NEAR(r.step_time, PredictFromProfile(plan, p).sim.makespan, 1e-12 * r.step_time)
+          << k.schedule << " x" << k.chunks << " m" << k.microbatches << " zero " << k.zero.number() << " seed "
+          << seed;
+      ++checked;
+    }
+    EXPECT_GE(checked, 8u);
+  }
 }
 
 TEST(Profile, APlacementBudgetNothingFitsNamesTheLeastAnyNeeds) {
