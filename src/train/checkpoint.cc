@@ -397,9 +397,10 @@ void CheckResumable(const ResumePoint& point, const CheckpointRun& run) {
                                   "different run from these weights, start a new run with model.init.from)",
                                   point.folder, fmt::join(diffs, "\n  ")));
   }
-  if (point.step >= run.total_steps) {
-    throw ConfigError(fmt::format("{}: cannot resume: the checkpoint is of step {}, and the run has {} steps: it "
-                                  "has finished",
+  // The last step's checkpoint resumes to no steps: the run's end (its
+  // final weights) from it, as when the first run could not write them.
+  if (point.step > run.total_steps) {
+    throw ConfigError(fmt::format("{}: cannot resume: the checkpoint is of step {}, but the run has only {} steps",
                                   point.folder, point.step, run.total_steps));
   }
 }

@@ -355,8 +355,11 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
                  c.pipeline.schedule.c_str(), c.data_parallel.in_effect().number());
   }
   if (root && first_step > 1) {  // said even without progress output
-    std::fprintf(stderr, "baton: resumed after step %lld (run %s)\n", static_cast<long long>(first_step - 1),
-                 u.run.run_id.c_str());
+    std::fprintf(stderr, "baton: resumed after step %lld (run %s)%s\n", static_cast<long long>(first_step - 1),
+                 u.run.run_id.c_str(),
+                 first_step > total ? (c.log.weights.empty() ? ": its last step; nothing is left to train"
+                                                             : ": its last step; writing its final weights")
+                                    : "");
   }
   TrainSummary summary;
   auto window_start = Clock::now();

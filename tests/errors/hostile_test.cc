@@ -107,10 +107,24 @@ TEST_F(Hostile, AFreshRunRefusesAFolderHoldingAnEarlierRunsCheckpoints) {
   EXPECT_EQ(Snapshot(dir_), before) << "the refused run changed a file";
 }
 
-TEST_F(Hostile, AFinishedRunIsNotResumedAndAnotherLengthIsNotItsRun) {
-  ASSERT_EQ(Train(2, std::string(kCheckpoints) + "--set train.steps=4").code, 0);
+// A finished run's last checkpoint resumes to no steps and writes the
+// final weights, byte for byte the run's own: what a run whose weights
+// could not be written at its end (its output folder lost mid-run) needs.
+// Another length is not its run.
+TEST_F(Hostile, AFinishedRunResumesToItsFinalWeightsAndAnotherLengthIsNotItsRun) {
+  const std::string weights = "--set log.weights=out/w.safetensors ";
+  ASSERT_EQ(Train(2, std::string(kCheckpoints) + weights + "--set train.steps=4").code, 0);
+  const std::string written = ReadAll(dir_ / "out/w.safetensors");
+  ASSERT_FALSE(written.empty());
+  fs::remove_all(dir_ / "out");
   const auto before = Snapshot(dir_);
-  ExpectRefused(Train(2, std::string(kCheckpoints) + "--set train.steps=4 --resume"), "it has finished");
+  const Job again = Train(2, std::string(kCheckpoints) + weights + "--set train.steps=4 --resume");
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("resumed after step 4 (run "), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("its last step; writing its final weights"), std::string::npos) << again.output;
+  EXPECT_EQ(ReadAll(dir_ / "out/w.safetensors"), written);
+  fs::remove_all(dir_ / "out");
+  EXPECT_EQ(Snapshot(dir_), before) << "resuming the last step changed the checkpoints or the metrics";
   ExpectRefused(Train(2, std::string(kCheckpoints) + "--set train.steps=3 --resume"),
                 "train.steps: checkpoint 4, this run 3");
   EXPECT_EQ(Snapshot(dir_), before);
