@@ -234,7 +234,7 @@ class NumbersCheck {
 // tested nothing (CheckFault refuses the ones that cannot; this is the guard
 // behind it); then the final weights, from the first replica's pipeline
 // (the replicas hold the same).
-void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
+void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64_t last_checkpoint) {
   Agree(comms.world, "every rank checking that BATON_FAULT fired", [&] {
     if (u.fault.mode != Fault::kNone && u.fault.rank == u.world_rank) {
       throw RunError(fmt::format("BATON_FAULT: the fault at rank {} step {} action {} did not fire", u.fault.rank,
@@ -243,9 +243,40 @@ void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   });
   if (c.log.weights.empty()) return;
   u.params->Pull();  // every replica: under ZeRO 3 the pull gathers the shards
-  if (u.replica == 0) SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
+  try {
+    if (u.replica == 0) SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
+  } catch (const OutputError& e) {
+    // Lost at the end (the folder removed or made unwritable mid-run): the
+    // last step's checkpoint holds the weights, and resumes to them.
+    if (c.checkpoint.dir.empty() || last_checkpoint != u.total_steps) throw;
+    throw OutputError(fmt::format("{}. The run's last checkpoint holds its final weights: once log.weights can be "
+                                  "written, run the same command with --resume {} to write them (no step runs again)",
+                                  e.what(), c.checkpoint.dir + "/" + StepName(last_checkpoint)));
+  }
   u.params->Settle();
 }
+
+// Rank 0, at each checkpoint: whether log.weights can still be written (its
+// folder removed or made unwritable mid-run), said once, while the run
+// goes on: its last checkpoint can write them (--resume).
+class WeightsWatch {
+ public:
+  void Check(const TrainConfig& c) {
+    if (said_ || c.log.weights.empty()) return;
+    try {
+      CheckOutputFile(c.log.weights, "log.weights");
+    } catch (const OutputError& e) {
+      said_ = true;
+      std::fprintf(stderr,
+                   "baton: warning: %s; the run goes on and its checkpoints are kept: if the path cannot be written "
+                   "when it ends, resume its last checkpoint to write the weights\n",
+                   ForTerminal(e.what()).c_str());
+    }
+  }
+
+ private:
+  bool said_ = false;
+};
 
 // Every rank agreed on stop signal `signal` before step `done` + 1: a
 // checkpoint of step `done` unless one exists (or there is no
@@ -367,6 +398,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   NumbersCheck numbers(c, t, u, tty);
   MaybeInjectFault(u.fault, u.world_rank, first_step, "start");
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
+  WeightsWatch weights_lost;
   for (std::int64_t step = first_step; step <= total; ++step) {
     // A stop signal on any rank stops every rank here, between steps.
     const int stop = t.AllMax(StopSignals::Received(), "every rank checking for a stop signal");
@@ -409,6 +441,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, step,
                      [&] { MaybeInjectFault(u.fault, u.world_rank, step, "checkpoint"); });
       last_checkpoint = step;
+      if (root) weights_lost.Check(c);
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
@@ -421,7 +454,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   }
   numbers.Settle();
   if (tty) std::fprintf(stderr, "\n");
-  EndRun(c, comms, u);
+  EndRun(c, comms, u, last_checkpoint);
   summary.seconds = Seconds(start, Clock::now());
   if (root) SayDone(c, summary, numbers.skipped());
   return summary;

@@ -130,6 +130,21 @@ TEST_F(Hostile, AFinishedRunResumesToItsFinalWeightsAndAnotherLengthIsNotItsRun)
   EXPECT_EQ(Snapshot(dir_), before);
 }
 
+// The final weights cannot be written when the run ends (here a device
+// that is always full; likewise a folder lost mid-run): one error that
+// names the last checkpoint, and resuming it writes the weights the
+// uninterrupted run writes.
+TEST_F(Hostile, FinalWeightsThatCannotBeWrittenComeFromTheLastCheckpoint) {
+  ASSERT_EQ(Train(2, "--set pipeline.ranks=2 --set train.steps=4 --set log.weights=whole.safetensors").code, 0);
+  const Job lost = Train(2, std::string(kCheckpoints) + "--set train.steps=4 --set log.weights=/dev/full");
+  ExpectRefused(lost, "The run's last checkpoint holds its final weights");
+  EXPECT_NE(lost.output.find("--resume ck/step-00000004 to write them"), std::string::npos) << lost.output;
+  const Job again =
+      Train(2, std::string(kCheckpoints) + "--set train.steps=4 --set log.weights=w.safetensors --resume ck/step-00000004");
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(ReadAll(dir_ / "w.safetensors"), ReadAll(dir_ / "whole.safetensors"));
+}
+
 TEST_F(Hostile, TwoRunsCannotWriteOneCheckpointFolder) {
   fs::create_directories(dir_ / "ck");
   // Another run's lock, as baton takes it (flock on ck/.baton-lock).
