@@ -2,17 +2,33 @@
 // interface (the OS room, src/os), as LevelDB's Env: the process's own
 // (Env::Default) and an in-process fake that tests fill in (MakeFakeEnv).
 // The launcher's environment (how the job was started), the machine's name
-// and the CPUs the process may use, and the small system files the memory
-// check reads (/proc/meminfo, the cgroup files).
+// and the CPUs the process may use, the small system files the memory
+// check reads (/proc/meminfo, the cgroup files), and the file operations
+// every output and lock is made of (AtomicFile and FileLock, files.h, go
+// through them), so a test can fail any one of them.
 #ifndef BATON_ENV_H_
 #define BATON_ENV_H_
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace baton {
+
+// A file open for writing, as an Env opens it. Each call returns false,
+// with errno set, if it fails.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual bool Append(std::span<const std::byte> bytes) = 0;
+  // Flushes, and makes the bytes durable (fsync) when `durable`.
+  virtual bool Sync(bool durable) = 0;
+  virtual bool Close() = 0;
+};
 
 class Env {
  public:
@@ -32,6 +48,34 @@ class Env {
   // The CPUs this process may run on (its affinity), as ranges: "0-1",
   // "0,2,4-7"; "?" if they cannot be read.
   virtual std::string AllowedCores() const = 0;
+
+  // ---- Files (thread-safe) ----
+  // Opens `path` for writing: created or truncated; `through` for an
+  // existing device or FIFO, opened without waiting for a reader (ENXIO
+  // when a FIFO has none). nullptr with errno set if it cannot be.
+  virtual std::unique_ptr<WritableFile> OpenForWriting(const std::string& path, bool through) const = 0;
+  // rename(2): atomic within a file system. false with errno set.
+  virtual bool Rename(const std::string& from, const std::string& to) const = 0;
+  virtual void Remove(const std::string& path) const = 0;
+  // Makes the folder's entries (a rename into it) durable; best effort.
+  virtual void SyncFolder(const std::string& folder) const = 0;
+  // Opens `path` (created if missing, never truncated, never through a
+  // symbolic link) and takes flock(2)'s exclusive lock without waiting:
+  // the descriptor holding it, or -1 with errno (EWOULDBLOCK: another
+  // process holds it; ELOOP: a link). UnlockFile closes it.
+  virtual int LockFile(const std::string& path) const = 0;
+  virtual void UnlockFile(int fd) const = 0;
+};
+
+// A file operation a test makes fail: the `after`+1-th call of `op`
+// ("open", "append", "sync", "close", "rename", "lock") on a path that
+// contains `path` (empty: any) fails with `error` (errno; EWOULDBLOCK for
+// "lock": another process holds it).
+struct FileFault {
+  std::string op;
+  std::string path;
+  int after = 0;
+  int error = 0;
 };
 
 // A machine as a test sets it up: every variable, file, name and core
@@ -41,6 +85,8 @@ struct FakeMachine {
   std::map<std::string, std::string> files;
   std::string host = "fake-host";
   std::string cores = "0";
+  // Files: the process's own (a test's folder), but for these failures.
+  std::vector<FileFault> file_faults;
 };
 std::unique_ptr<Env> MakeFakeEnv(FakeMachine machine);
 

@@ -17,22 +17,25 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "baton/env.h"
+
 namespace baton {
 
 // A file being written: Append, then Commit. Destroyed without Commit (an
 // exception on the way), it removes its temporary file and leaves `path` as
-// it was. Creates missing parent folders.
+// it was. Creates missing parent folders. Its file operations go through
+// `env` (a test's fake can fail any of them).
 class AtomicFile {
  public:
   // Throws OutputError if the target is a folder, or the folder or the
   // temporary file cannot be made.
-  explicit AtomicFile(std::string path);
+  explicit AtomicFile(std::string path, const Env& env = Env::Default());
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -47,8 +50,9 @@ class AtomicFile {
  private:
   [[noreturn]] void Fail(const std::string& what);
 
+  const Env& env_;
   std::string path_, tmp_;  // tmp_ empty: written through (the target is not a regular file)
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<WritableFile> file_;
 };
 
 // For a signal handler ending the process: removes the temporary file of
@@ -128,11 +132,12 @@ class FileLock {
   FileLock() = default;
   // Returns false (holding nothing) if another process holds the lock;
   // throws OutputError if the file cannot be opened or is a symbolic link.
-  bool TryLock(const std::string& path);
+  // Through `env` (Env::LockFile), which must outlive the lock.
+  bool TryLock(const std::string& path, const Env& env = Env::Default());
   // Releases the lock and removes the file if `remove`.
   void Release(bool remove = false);
   ~FileLock() { Release(); }
-  FileLock(FileLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  FileLock(FileLock&& o) noexcept : env_(o.env_), fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
   FileLock& operator=(FileLock&& o) noexcept;
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
@@ -140,6 +145,7 @@ class FileLock {
   int fd() const { return fd_; }
 
  private:
+  const Env* env_ = nullptr;
   int fd_ = -1;
   std::string path_;
 };

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "baton/error.h"
+#include "baton/files.h"
 #include "baton/timing.h"
 
 namespace baton {
@@ -27,10 +29,12 @@ void FlightRecord::Write(const std::string& path, int rank, std::int64_t step) c
                        f.end < 0 ? std::string("null") : fmt::format("{:.6f}", f.end), f.end < 0 ? "running" : "done");
   }
   out += "\n]}\n";
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (file == nullptr) return;
-  std::fputs(out.c_str(), file);
-  std::fclose(file);
+  try {
+    WriteTextFile(path, out);  // whole or not at all
+  } catch (const OutputError& e) {
+    std::fprintf(stderr, "baton: rank %d: no flight record: %s\n", rank, e.what());
+    return;
+  }
   std::fprintf(stderr, "baton: rank %d: flight record in %s\n", rank, path.c_str());
 }
 

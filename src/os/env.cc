@@ -1,11 +1,17 @@
 // The OS room's Env (baton/env.h): the process's own, and the fake.
 #include "baton/env.h"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -16,6 +22,29 @@
 
 namespace baton {
 namespace {
+
+// A FILE* written with stdio's buffer.
+class StdioFile final : public WritableFile {
+ public:
+  explicit StdioFile(std::FILE* f) : f_(f) {}
+  ~StdioFile() override {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  bool Append(std::span<const std::byte> bytes) override {
+    if (bytes.empty()) return true;  // fwrite's buffer must not be null, even for 0 bytes
+    return std::fwrite(bytes.data(), 1, bytes.size(), f_) == bytes.size();
+  }
+  bool Sync(bool durable) override { return std::fflush(f_) == 0 && (!durable || ::fsync(::fileno(f_)) == 0); }
+  bool Close() override {
+    if (f_ == nullptr) return true;
+    const int closed = std::fclose(f_);
+    f_ = nullptr;
+    return closed == 0;
+  }
+
+ private:
+  std::FILE* f_;
+};
 
 class ProcessEnv final : public Env {
  public:
@@ -54,6 +83,69 @@ class ProcessEnv final : public Env {
     }
     return fmt::format("{}", fmt::join(parts, ","));
   }
+
+  std::unique_ptr<WritableFile> OpenForWriting(const std::string& path, bool through) const override {
+    if (!through) {
+      std::FILE* f = std::fopen(path.c_str(), "wb");
+      return f == nullptr ? nullptr : std::make_unique<StdioFile>(f);
+    }
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    std::FILE* f = ::fdopen(fd, "wb");
+    if (f == nullptr) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      return nullptr;
+    }
+    return std::make_unique<StdioFile>(f);
+  }
+
+  bool Rename(const std::string& from, const std::string& to) const override {
+    return std::rename(from.c_str(), to.c_str()) == 0;
+  }
+  void Remove(const std::string& path) const override { std::remove(path.c_str()); }
+  void SyncFolder(const std::string& folder) const override {
+    const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return;
+    ::fsync(dir);
+    ::close(dir);
+  }
+
+  int LockFile(const std::string& path) const override {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return -1;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      return -1;
+    }
+    return fd;
+  }
+  void UnlockFile(int fd) const override { ::close(fd); }
+};
+
+// The process's files, but for the faults a test asked for.
+class FaultyFile final : public WritableFile {
+ public:
+  using Fails = std::function<bool(const char* op)>;
+  FaultyFile(std::unique_ptr<WritableFile> file, Fails fails) : file_(std::move(file)), fails_(std::move(fails)) {}
+  bool Append(std::span<const std::byte> bytes) override { return !fails_("append") && file_->Append(bytes); }
+  bool Sync(bool durable) override { return !fails_("sync") && file_->Sync(durable); }
+  bool Close() override {
+    if (fails_("close")) {
+      file_->Close();  // closed all the same, as close(2) does when it fails
+      return false;
+    }
+    return file_->Close();
+  }
+
+ private:
+  std::unique_ptr<WritableFile> file_;
+  Fails fails_;
 };
 
 class FakeEnv final : public Env {
@@ -72,8 +164,37 @@ class FakeEnv final : public Env {
   std::string HostName() const override { return m_.host; }
   std::string AllowedCores() const override { return m_.cores; }
 
+  std::unique_ptr<WritableFile> OpenForWriting(const std::string& path, bool through) const override {
+    if (Fails("open", path)) return nullptr;
+    std::unique_ptr<WritableFile> file = Default().OpenForWriting(path, through);
+    if (file == nullptr) return nullptr;
+    return std::make_unique<FaultyFile>(std::move(file), [this, path](const char* op) { return Fails(op, path); });
+  }
+  bool Rename(const std::string& from, const std::string& to) const override {
+    return !Fails("rename", to) && Default().Rename(from, to);
+  }
+  void Remove(const std::string& path) const override { Default().Remove(path); }
+  void SyncFolder(const std::string& folder) const override { Default().SyncFolder(folder); }
+  int LockFile(const std::string& path) const override { return Fails("lock", path) ? -1 : Default().LockFile(path); }
+  void UnlockFile(int fd) const override { Default().UnlockFile(fd); }
+
  private:
+  // Whether this call of `op` on `path` fails (errno set): each fault's
+  // calls are counted from the Env's making.
+  bool Fails(const char* op, const std::string& path) const {
+    for (std::size_t i = 0; i < m_.file_faults.size(); ++i) {
+      const FileFault& f = m_.file_faults[i];
+      if (f.op != op || path.find(f.path) == std::string::npos) continue;
+      if (calls_[i].fetch_add(1) == f.after) {
+        errno = f.error;
+        return true;
+      }
+    }
+    return false;
+  }
+
   FakeMachine m_;
+  mutable std::unique_ptr<std::atomic<int>[]> calls_ = std::make_unique<std::atomic<int>[]>(m_.file_faults.size());
 };
 
 }  // namespace

@@ -20,15 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Makes a rename durable; best effort (not every filesystem allows it).
-void SyncFolder(const fs::path& target) {
-  const std::string folder = target.has_parent_path() ? target.parent_path().string() : ".";
-  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir < 0) return;
-  ::fsync(dir);
-  ::close(dir);
-}
-
 // `path` with a symbolic link (at the end, or a chain of them) followed; the
 // path itself if it is not a link or the link is broken.
 std::string FollowLinks(const std::string& path) {
@@ -110,7 +101,7 @@ void RemoveUnfinishedFile() noexcept {
   if (g_has_unfinished) ::unlink(g_unfinished);
 }
 
-AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
+AtomicFile::AtomicFile(std::string path, const Env& env) : env_(env), path_(FollowLinks(path)) {
   const fs::path target(path_);
   std::error_code ec;
   const fs::file_status st = fs::status(target, ec);
@@ -119,17 +110,10 @@ AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
     // A device or a FIFO: written through (replacing /dev/null would break
     // the machine; a FIFO's reader wants the bytes). Opened without waiting:
     // a FIFO nobody reads would hold the rank forever.
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
+    file_ = env_.OpenForWriting(path_, true);
+    if (file_ == nullptr) {
       throw OutputError(fmt::format("{}: cannot open it for writing: {}", path_,
                                     errno == ENXIO ? "a FIFO that nobody reads" : std::strerror(errno)));
-    }
-    const int flags = ::fcntl(fd, F_GETFL);
-    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    file_ = ::fdopen(fd, "wb");
-    if (file_ == nullptr) {
-      ::close(fd);
-      throw OutputError(fmt::format("{}: cannot open it for writing: {}", path_, std::strerror(errno)));
     }
     return;
   }
@@ -137,7 +121,7 @@ AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
   ec.clear();
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   if (ec) throw OutputError(fmt::format("{}: cannot create the folder: {}", path_, ec.message()));
-  file_ = std::fopen(tmp_.c_str(), "wb");
+  file_ = env_.OpenForWriting(tmp_, false);
   if (file_ == nullptr) throw OutputError(fmt::format("{}: cannot create '{}': {}", path_, tmp_, std::strerror(errno)));
   NoteUnfinished(tmp_);
 }
@@ -145,52 +129,56 @@ AtomicFile::AtomicFile(std::string path) : path_(FollowLinks(path)) {
 AtomicFile::~AtomicFile() {
   if (!tmp_.empty()) g_has_unfinished = 0;
   if (file_ == nullptr) return;
-  std::fclose(file_);
-  if (!tmp_.empty()) std::remove(tmp_.c_str());
+  file_->Close();
+  file_.reset();
+  if (!tmp_.empty()) env_.Remove(tmp_);
 }
 
 void AtomicFile::Fail(const std::string& what) {
   const int err = errno;
-  if (file_ != nullptr) std::fclose(file_);
-  file_ = nullptr;
-  if (!tmp_.empty()) std::remove(tmp_.c_str());
+  if (file_ != nullptr) file_->Close();
+  file_.reset();
+  if (!tmp_.empty()) {
+    env_.Remove(tmp_);
+    g_has_unfinished = 0;
+  }
   throw OutputError(fmt::format("{}: {}{}", path_, what, err != 0 ? fmt::format(": {}", std::strerror(err)) : ""));
 }
 
 void AtomicFile::Append(std::span<const std::byte> bytes) {
   if (file_ == nullptr) throw OutputError(fmt::format("{}: written after it was committed", path_));
-  if (bytes.empty()) return;  // fwrite's buffer must not be null, even for 0 bytes
   errno = 0;
-  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) Fail("cannot write the file");
+  if (!file_->Append(bytes)) Fail("cannot write the file");
 }
 
 void AtomicFile::Commit() {
   if (file_ == nullptr) throw OutputError(fmt::format("{}: committed twice", path_));
   errno = 0;
-  if (tmp_.empty()) {  // written through: a device may not sync, but must take every byte
-    if (std::fflush(file_) != 0) Fail("cannot write the file");
-    const int closed = std::fclose(file_);
-    file_ = nullptr;
-    if (closed != 0) throw OutputError(fmt::format("{}: cannot write the file: {}", path_, std::strerror(errno)));
-    return;
-  }
   // Written in full and flushed to disk before it takes the real name, and
-  // the rename made durable, so a crash leaves the old file or the new one.
-  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) Fail("cannot write the file");
-  const int closed = std::fclose(file_);
-  file_ = nullptr;
-  if (closed != 0) {
-    std::remove(tmp_.c_str());
+  // the rename made durable, so a crash leaves the old file or the new one
+  // (written through, a device may not sync, but must take every byte).
+  if (!file_->Sync(!tmp_.empty())) Fail("cannot write the file");
+  std::unique_ptr<WritableFile> file = std::move(file_);
+  if (!file->Close()) {
+    errno = errno != 0 ? errno : EIO;
+    if (!tmp_.empty()) {
+      const int err = errno;
+      env_.Remove(tmp_);
+      g_has_unfinished = 0;
+      errno = err;
+    }
     throw OutputError(fmt::format("{}: cannot write the file: {}", path_, std::strerror(errno)));
   }
-  std::error_code ec;
-  fs::rename(tmp_, path_, ec);
+  if (tmp_.empty()) return;
+  const bool moved = env_.Rename(tmp_, path_);
+  const int err = errno;
   g_has_unfinished = 0;
-  if (ec) {
-    std::remove(tmp_.c_str());
-    throw OutputError(fmt::format("{}: cannot move the finished file into place: {}", path_, ec.message()));
+  if (!moved) {
+    env_.Remove(tmp_);
+    throw OutputError(fmt::format("{}: cannot move the finished file into place: {}", path_, std::strerror(err)));
   }
-  SyncFolder(fs::path(path_));
+  const fs::path target(path_);
+  env_.SyncFolder(target.has_parent_path() ? target.parent_path().string() : ".");
 }
 
 void WriteTextFile(const std::string& path, std::string_view content) {
@@ -274,21 +262,19 @@ void CheckOutputFolder(const std::string& path, std::string_view key) {
   CheckWritableFolder(NearestFolder(fs::path(path), key, path), key, path);
 }
 
-bool FileLock::TryLock(const std::string& path) {
+bool FileLock::TryLock(const std::string& path, const Env& env) {
   Release();
   // Never through a symbolic link: a link (even a dangling one) would make
   // the lock, or create a file, wherever it points.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0 && errno == ELOOP) {
-    throw OutputError(fmt::format("{}: the lock file is a symbolic link; a lock must be a file of its own there: "
-                                  "remove the link",
-                                  path));
-  }
-  if (fd < 0) throw OutputError(fmt::format("{}: cannot open the lock file: {}", path, std::strerror(errno)));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  const int fd = env.LockFile(path);
+  if (fd < 0) {
     const int err = errno;
-    ::close(fd);
     if (err == EWOULDBLOCK) return false;
+    if (err == ELOOP) {
+      throw OutputError(fmt::format("{}: the lock file is a symbolic link; a lock must be a file of its own there: "
+                                    "remove the link",
+                                    path));
+    }
     throw OutputError(fmt::format("{}: cannot lock the file: {}", path, std::strerror(err)));
   }
   // The lock holds only if the path still names the file locked: a holder
@@ -296,9 +282,10 @@ bool FileLock::TryLock(const std::string& path) {
   struct stat held {}, named {};
   if (::fstat(fd, &held) != 0 || ::stat(path.c_str(), &named) != 0 || held.st_dev != named.st_dev ||
       held.st_ino != named.st_ino) {
-    ::close(fd);
+    env.UnlockFile(fd);
     return false;
   }
+  env_ = &env;
   fd_ = fd;
   path_ = path;
   return true;
@@ -307,13 +294,14 @@ bool FileLock::TryLock(const std::string& path) {
 void FileLock::Release(bool remove) {
   if (fd_ < 0) return;
   if (remove) ::unlink(path_.c_str());
-  ::close(fd_);
+  env_->UnlockFile(fd_);
   fd_ = -1;
 }
 
 FileLock& FileLock::operator=(FileLock&& o) noexcept {
   if (this != &o) {
     Release();
+    env_ = o.env_;
     fd_ = o.fd_;
     path_ = std::move(o.path_);
     o.fd_ = -1;

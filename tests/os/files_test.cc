@@ -3,6 +3,7 @@
 #include "baton/files.h"
 
 #include <fcntl.h>
+#include <cerrno>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "baton/error.h"
 #include "support/test_folder.h"
@@ -51,6 +54,79 @@ TEST_F(FilesTest, AFifoIsWrittenThroughNotReplaced) {
   EXPECT_NO_THROW(WriteTextFile("/dev/null", "discarded"));
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
   EXPECT_THROW(WriteTextFile("/dev/full", "no room"), OutputError);
+}
+
+// Every file operation an output is made of, failed in turn through the
+// Env's fake (a full disk, an I/O error, a rename refused): one OutputError
+// naming the file and the reason, the old file as it was, and no
+// temporary file left beside it.
+TEST_F(FilesTest, AnyFailedOperationLeavesTheOldFileAndNothingElse) {
+  const fs::path target = dir_ / "weights.bin";
+  struct Case {
+    FileFault fault;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"open", "", 0, EACCES}, "cannot create"},
+      {{"append", "", 0, ENOSPC}, "cannot write the file: No space left on device"},
+      {{"append", "", 1, ENOSPC}, "cannot write the file: No space left on device"},
+      {{"sync", "", 0, EIO}, "cannot write the file: Input/output error"},
+      {{"close", "", 0, EDQUOT}, "cannot write the file: Disk quota exceeded"},
+      {{"rename", "", 0, EXDEV}, "cannot move the finished file into place: Invalid cross-device link"},
+  };
+  for (const Case& c : cases) {
+    WriteTextFile(target.string(), "old");
+    FakeMachine m;
+    m.file_faults = {c.fault};
+    const std::unique_ptr<Env> env = MakeFakeEnv(m);
+    try {
+      AtomicFile f(target.string(), *env);
+      f.Append("new, ");
+      f.Append("in two parts");
+      f.Commit();
+      ADD_FAILURE() << c.fault.op << " #" << c.fault.after << ": no error";
+    } catch (const OutputError& e) {
+      EXPECT_NE(std::string(e.what()).find(target.string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ReadAll(target), "old") << c.fault.op;
+    std::size_t files = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
+    EXPECT_EQ(files, 1u) << c.fault.op << " left a file beside the output";
+  }
+  // The same fake with no fault due writes the file.
+  FakeMachine later;
+  later.file_faults = {{"append", "", 5, ENOSPC}};
+  const std::unique_ptr<Env> later_env = MakeFakeEnv(later);
+  AtomicFile f(target.string(), *later_env);
+  f.Append("new");
+  f.Commit();
+  EXPECT_EQ(ReadAll(target), "new");
+}
+
+// A lock another process holds is not taken; one the OS refuses is an error.
+TEST_F(FilesTest, ALockHeldElsewhereIsNotTakenAndARefusedOneSaysWhy) {
+  const std::string lock = (dir_ / ".baton-lock").string();
+  FakeMachine held;
+  held.file_faults = {{"lock", ".baton-lock", 0, EWOULDBLOCK}};
+  const std::unique_ptr<Env> env = MakeFakeEnv(held);
+  FileLock l;
+  EXPECT_FALSE(l.TryLock(lock, *env));
+  EXPECT_FALSE(l.held());
+  EXPECT_TRUE(l.TryLock(lock, *env));  // the holder has gone
+  EXPECT_TRUE(l.held());
+  l.Release(true);
+  EXPECT_FALSE(fs::exists(lock));
+  FakeMachine refused;
+  refused.file_faults = {{"lock", "", 0, EACCES}};
+  const std::unique_ptr<Env> refusing = MakeFakeEnv(refused);
+  try {
+    FileLock r;
+    r.TryLock(lock, *refusing);
+    ADD_FAILURE() << "no error";
+  } catch (const OutputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot lock the file: Permission denied"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(FilesTest, ALinkIsFollowedAndAFolderRefused) {

@@ -144,7 +144,9 @@ TEST_F(CheckpointFolderTest, CheckResumableNamesEverySettingThatDiffers) {
   }
   other = run_;
   other.total_steps = 4;
-  EXPECT_THROW(CheckResumable(p, other), ConfigError);  // finished: nothing to resume
+  EXPECT_NO_THROW(CheckResumable(p, other));  // its last step: resumed to the run's end (its final weights)
+  other.total_steps = 3;
+  EXPECT_THROW(CheckResumable(p, other), ConfigError);  // past the run's end
 }
 
 TEST(MathSettings, TheDeadlineAndLoggingMayChangeButNotTheLength) {
