@@ -36,15 +36,30 @@ namespace baton {
 // kFaultWaitSeconds), so that a test stops a run at the step it chose
 // however fast the machine is.
 inline constexpr int kFaultWaitSeconds = 600;
+//
+// Or a slow rank, for the adaptive plans (BATON_FAULT="RANK:STEP:slow=
+// FACTOR[:until=STEP]"): from step STEP (until step `until`, not included;
+// -1: to the end) every compute action on `rank` takes `factor` times its
+// own time, the rest spent busy on the rank's own core, as a slower device
+// would.
 struct Fault {
-  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait };
+  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait, kSlow };
   Mode mode = kNone;
   int rank = -1;
   std::int64_t step = -1;
   std::string action;
+  double factor = 1.0;      // kSlow
+  std::int64_t until = -1;  // kSlow: the first step at full speed again (-1: none)
+  // kSlow: whether `step` is slowed on `rank`.
+  bool Slows(int on, std::int64_t at) const {
+    return mode == kSlow && on == rank && at >= step && (until < 0 || at < until);
+  }
 };
-// Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall"); none if
-// unset. Throws ConfigError if it is malformed.
+// The most a slow fault may slow a rank (a test's run would crawl beyond).
+inline constexpr double kMaxSlowFactor = 100.0;
+// Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall", or
+// "RANK:STEP:slow=FACTOR[:until=STEP]"); none if unset. Throws ConfigError
+// if it is malformed.
 Fault FaultFromEnvironment();
 // The fault this run injects: none if the run resumed after the fault's
 // step (a requeued job repeats its environment; the fault was the earlier
@@ -148,7 +163,16 @@ class Executor {
   std::size_t EventsPerStep() const;
 
   // The step being run (for the flight record and fault injection).
-  void set_step(std::int64_t step) { step_ = step; }
+  // The step the next actions belong to (a slow fault's window starts and
+  // ends on a step).
+  void set_step(std::int64_t step) {
+    step_ = step;
+    if (fault_.mode == Fault::kSlow) clock_.SetSlowdown(fault_.Slows(rank_, step) ? fault_.factor : 1.0);
+  }
+  // The adaptive plans' measure: each compute action's own time summed by
+  // stage and kind (ActionClock::TakeStageSeconds), on (true) or off.
+  void MeasureStages(bool on) { clock_.MeasureStages(on ? plan_.stages : 0); }
+  std::vector<double> TakeStageSeconds() { return clock_.TakeStageSeconds(); }
   // The rank's number in the world (with replicas, not its pipeline rank):
   // what BATON_FAULT and the flight record name. Defaults to the plan's rank.
   void set_world_rank(int rank) { rank_ = rank; }

@@ -39,17 +39,49 @@ Fault FaultFromEnvironment() {
   auto bad = [&](const std::string& why) {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
-                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate or start and MODE stall, exit, kill, term or wait)",
+                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate or start and MODE stall, exit, kill, term or wait; "
+                    "or RANK:STEP:slow=FACTOR[:until=STEP])",
                     s, why));
   };
-  if (parts.size() != 4) throw bad("four fields needed");
+  if (parts.size() < 3 || parts.size() > 4) throw bad("four fields needed");
   Fault f;
-  try {
-    f.rank = std::stoi(parts[0]);
-    f.step = std::stoll(parts[1]);
-  } catch (const std::exception&) {
-    throw bad("RANK and STEP must be numbers");
+  auto whole = [&](const std::string& text, const char* what) -> std::int64_t {
+    std::size_t used = 0;
+    std::int64_t v = 0;
+    try {
+      v = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size()) throw bad(fmt::format("{} must be a whole number, got '{}'", what, text));
+    return v;
+  };
+  f.rank = static_cast<int>(whole(parts[0], "RANK"));
+  f.step = whole(parts[1], "STEP");
+  if (parts[2].rfind("slow=", 0) == 0) {
+    // A slow rank: FACTOR, and where it ends.
+    const std::string factor = parts[2].substr(5);
+    std::size_t used = 0;
+    try {
+      f.factor = std::stod(factor, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != factor.size() || !(f.factor >= 1.0 && f.factor <= kMaxSlowFactor)) {
+      throw bad(fmt::format("slow=FACTOR takes a number from 1 to {} (the times a compute action takes), got '{}'",
+                            kMaxSlowFactor, factor));
+    }
+    if (parts.size() == 4) {
+      if (parts[3].rfind("until=", 0) != 0) throw bad("the field after slow=FACTOR is until=STEP");
+      f.until = whole(parts[3].substr(6), "until=STEP");
+      if (f.until <= f.step) {
+        throw bad(fmt::format("until={} must come after the slowdown's first step {}", f.until, f.step));
+      }
+    }
+    f.mode = Fault::kSlow;
+    return f;
   }
+  if (parts.size() != 4) throw bad("four fields needed");
   f.action = parts[2];
   if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "UNSHARD" &&
       f.action != "REDUCE_GRAD" && f.action != "checkpoint" && f.action != "start" && f.action != "evaluate") {
@@ -73,6 +105,7 @@ Fault FaultFromEnvironment() {
 
 Fault FaultForRun(const Fault& f, int rank, std::int64_t first_step) {
   if (f.mode == Fault::kNone || first_step <= 1 || f.step >= first_step) return f;
+  if (f.mode == Fault::kSlow && (f.until < 0 || f.until > first_step)) return f;  // still slow
   if (rank == 0) {
     std::fprintf(stderr,
                  "baton: BATON_FAULT's fault at step %lld is before this run (resumed after step %lld): it was the "
@@ -93,6 +126,16 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
   };
   if (f.rank < 0 || f.rank >= world) {
     throw never(fmt::format("rank {} is not in this job ({} ranks: 0..{})", f.rank, world, world - 1));
+  }
+  if (f.mode == Fault::kSlow) {  // a window of steps: it may have begun before a resumed run
+    if (f.step > last_step) {
+      throw never(fmt::format("step {} is past the run's last step {}", f.step, last_step));
+    }
+    if (f.until > last_step + 1) {
+      throw never(fmt::format("until={} is past the run's last step {} (leave until out: slow to the end)", f.until,
+                              last_step));
+    }
+    return;
   }
   if (f.step < first_step || f.step > last_step) {
     throw never(fmt::format("step {} is not in this run (steps {}..{}{})", f.step, first_step, last_step,
@@ -134,7 +177,7 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
 }
 
 void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_view action) {
-  if (f.mode == Fault::kNone || f.rank != rank || f.step != step || f.action != action) return;
+  if (f.mode == Fault::kNone || f.mode == Fault::kSlow || f.rank != rank || f.step != step || f.action != action) return;
   std::fprintf(stderr, "baton: rank %d: injected fault (BATON_FAULT): %s at step %lld, %.*s\n", rank,
                f.mode == Fault::kStall  ? "stalling"
                : f.mode == Fault::kExit ? "exiting"

@@ -39,15 +39,34 @@ void FlightRecord::Write(const std::string& path, int rank, std::int64_t step) c
 }
 
 ActionClock::Stamp ActionClock::Mark() const {
-  if (!events_) return {};
+  if (!events_) return slow_ != 1.0 || !busy_.empty() ? Stamp{MonotonicSeconds(), 0.0, -1} : Stamp{};
   return {MonotonicSeconds(), ThreadCpuSeconds(), device_clock_ ? dev_.MarkClock() : -1};
 }
 
 void ActionClock::Record(ActionKind kind, int stage, int microbatch, Stamp start) {
+  if (!events_ && slow_ == 1.0 && busy_.empty()) return;
+  double end = MonotonicSeconds();
+  if (slow_ != 1.0) {
+    // Busy on this core, as a slower device would be: no sleep.
+    const double until = start.wall + slow_ * (end - start.wall);
+    while ((end = MonotonicSeconds()) < until) {
+    }
+  }
+  if (!busy_.empty()) {
+    const int k = kind == ActionKind::kForward ? 0 : kind == ActionKind::kBackwardWeight ? 2 : 1;
+    const auto at = static_cast<std::size_t>(stage) * 3 + static_cast<std::size_t>(k);
+    if (at < busy_.size()) busy_[at] += end - start.wall;
+  }
   if (!events_) return;
   const int end_mark = device_clock_ ? dev_.MarkClock() : -1;
   events_->push_back(
-      {kind, stage, microbatch, start.wall, MonotonicSeconds(), ThreadCpuSeconds() - start.cpu, start.mark, end_mark});
+      {kind, stage, microbatch, start.wall, end, ThreadCpuSeconds() - start.cpu, start.mark, end_mark});
+}
+
+std::vector<double> ActionClock::TakeStageSeconds() {
+  std::vector<double> out(busy_.size(), 0.0);
+  out.swap(busy_);
+  return out;
 }
 
 void ActionClock::RecordWait(ActionKind kind, int stage, int microbatch, double start) {

@@ -64,6 +64,16 @@ class ActionClock {
   // Appends a wait, from `start` (monotonic seconds) to now.
   void RecordWait(ActionKind kind, int stage, int microbatch, double start);
 
+  // A slow rank (BATON_FAULT's slow=): each compute action from now takes
+  // `factor` times its own time, the rest spent busy here. 1: full speed.
+  void SetSlowdown(double factor) { slow_ = factor; }
+  // Sums each compute action's time (its own: waits excluded) by stage
+  // and kind, for the adaptive plans: `stages` the plan's stages (0: off).
+  void MeasureStages(int stages) { busy_.assign(static_cast<std::size_t>(stages) * 3, 0.0); }
+  // The sums since the last call, [stage * 3 + k] with k 0 for F, 1 for B
+  // or I, 2 for W (seconds), and zeroes them.
+  std::vector<double> TakeStageSeconds();
+
   // At a step's start with `marks` device marks to come (Executor::StartDeviceClock).
   void StartDeviceClock(std::size_t marks);
   // After the step: the compute events from `first` on retimed by the
@@ -72,6 +82,8 @@ class ActionClock {
 
  private:
   RankDevice& dev_;
+  double slow_ = 1.0;
+  std::vector<double> busy_;  // MeasureStages
   std::vector<ActionEvent>* events_ = nullptr;
   bool device_clock_ = false;          // recording, with the device's clock
   std::vector<double> clock_seconds_;  // ApplyDeviceClock's reading (reserved once)

@@ -160,6 +160,20 @@ TEST_F(FaultTest, MalformedFaultSettingIsAnError) {
   EXPECT_EQ(Train("1:2:X:stall", "--set train.steps=2"), 2);
   EXPECT_NE(Read("log.txt").find("BATON_FAULT=\"1:2:X:stall\": unknown action 'X'"), std::string::npos)
       << Read("log.txt");
+  // A slow rank's form: its mistakes are tested in-process (executor/fault_test); one here.
+  EXPECT_EQ(Train("1:2:slow=2:until=9", "--set train.steps=4"), 2);
+  EXPECT_NE(Read("log.txt").find("until=9 is past the run's last step 4"), std::string::npos) << Read("log.txt");
+}
+
+// A slow rank computes the same floats, only later: its run's weights are
+// the healthy run's, byte for byte (how much slower it ran is the adaptive
+// plans' measure, tested there).
+TEST_F(FaultTest, ASlowRankTrainsTheSameWeights) {
+  ASSERT_EQ(Train("", "--set train.steps=6 --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("1:2:slow=3:until=5", "--set train.steps=6 --set log.weights=slow.safetensors"), 0)
+      << Read("log.txt");
+  EXPECT_EQ(Read("slow.safetensors"), Read("healthy.safetensors"));
+  EXPECT_FALSE(Read("slow.safetensors").empty());
 }
 
 }  // namespace
