@@ -47,7 +47,11 @@ struct PlacementChoice {
   std::size_t layouts = 0, simulated = 0;
   double seconds = 0;             // the search's
 };
-PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile);
+// `rank_slowdown`: empty, or one per pipeline rank, the times its compute
+// takes against the profile's (a slow rank's measure): the placement
+// fastest on ranks that slow.
+PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile,
+                                const std::vector<double>& rank_slowdown = {});
 
 }  // namespace baton
 

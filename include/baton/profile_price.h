@@ -52,7 +52,10 @@ struct ProfilePrediction {
   std::vector<double> peak_bytes;  // per rank
   std::vector<RankMemory> memory;  // per rank: what peak_bytes sums (PlanMemory), model state by ZeRO stage included
 };
-ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile);
+// `rank_slowdown`: empty, or one per pipeline rank: its stages' compute
+// costs times that (as ChoosePlacement prices them).
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile,
+                                     const std::vector<double>& rank_slowdown = {});
 
 // The factor on a profiled action's cost for a run of `ranks` x `replicas`
 // processes on the profile's machine: its machine model's where they share

@@ -116,14 +116,19 @@ TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, con
   return c;
 }
 
-PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile) {
+PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile,
+                                const std::vector<double>& rank_slowdown) {
   const std::string& name = config.pipeline.schedule;
   const std::vector<std::string> names = GeneratorNames();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     throw ConfigError(fmt::format("{}: an automatic placement needs a generated schedule (one of {}), not \"{}\"",
                                   config.source, fmt::join(names, ", "), name));
   }
-  ProfilePricer pricer(config, profile);
+  if (!rank_slowdown.empty() && static_cast<int>(rank_slowdown.size()) != config.pipeline.ranks) {
+    throw Error(fmt::format("ChoosePlacement: {} rank slowdowns for {} ranks", rank_slowdown.size(),
+                            config.pipeline.ranks));
+  }
+  ProfilePricer pricer(config, profile, rank_slowdown);
   TuneSpace space;
   space.ranks = config.pipeline.ranks;
   space.schedules = {name};

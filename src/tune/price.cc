@@ -63,9 +63,17 @@ RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile) {
   return costs;
 }
 
-ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile) {
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile,
+                                     const std::vector<double>& rank_slowdown) {
   ProfilePrediction out;
-  SimOptions o = PriceRun(plan, ProfileRunCosts(plan, profile));
+  RunCosts costs = ProfileRunCosts(plan, profile);
+  if (!rank_slowdown.empty()) {
+    for (int s = 0; s < plan.stages(); ++s) {
+      Costs& c = costs.stage_costs[static_cast<std::size_t>(s)];
+      c = Scaled(c, rank_slowdown[static_cast<std::size_t>(plan.lowered.stage_rank[static_cast<std::size_t>(s)])]);
+    }
+  }
+  SimOptions o = PriceRun(plan, costs);
   o.record_timeline = true;
   out.sim = Simulate(plan.lowered, o);
   // What the run allocates: the static bytes and every stage's ring.

@@ -9,8 +9,11 @@
 
 namespace baton {
 
-ProfilePricer::ProfilePricer(const TrainConfig& config, const Profile& profile)
-    : config_(config), profile_(profile), model_(DescribeModel(config.model.layers, config.model.input, config.model.seq)) {
+ProfilePricer::ProfilePricer(const TrainConfig& config, const Profile& profile, std::vector<double> rank_slowdown)
+    : config_(config),
+      profile_(profile),
+      model_(DescribeModel(config.model.layers, config.model.input, config.model.seq)),
+      slowdown_(std::move(rank_slowdown)) {
   base_.latency = MessageLatency(profile);
   base_.bandwidth = profile.bandwidth_Bps;
   base_.cores = ShareCores(profile.machine.shared, profile.identity.cores, config.pipeline.ranks,
@@ -41,6 +44,10 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
   for (int s = 0; s < shape->plan.stages(); ++s) {
     const StagePrice& price = shape->Price(s, traits.split_backward);
     costs.stage_costs.push_back(price.costs);
+    if (!slowdown_.empty()) {
+      costs.stage_costs.back() =
+          Scaled(price.costs, slowdown_[static_cast<std::size_t>(StageRank(traits.placement, s, p))]);
+    }
     costs.memory.stage_bytes.push_back(price.slot_bytes);
     if (c.slices > 1) {
       // A slice holds a slice's slot; its sequence a key/value slot.

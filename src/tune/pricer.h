@@ -24,7 +24,9 @@ namespace baton {
 // stage's price.
 class ProfilePricer {
  public:
-  ProfilePricer(const TrainConfig& config, const Profile& profile);
+  // `rank_slowdown`: empty, or one per pipeline rank: the times its
+  // compute takes against the profile's (the adaptive plans' measure).
+  ProfilePricer(const TrainConfig& config, const Profile& profile, std::vector<double> rank_slowdown = {});
 
   const ModelDesc& model() const { return model_; }
 
@@ -52,6 +54,7 @@ class ProfilePricer {
   const Profile& profile_;
   ModelDesc model_;
   RunCosts base_;  // every candidate's messages, cores and memory model
+  std::vector<double> slowdown_;
   std::map<std::tuple<int, int, int, int, int, int>, std::unique_ptr<Shape>> shapes_;
 };
 

@@ -395,6 +395,32 @@ TEST(Profile, AutomaticPlacementIsTheFastestOfEveryPlacementPredicted) {
 // from the simulator's peaks; that is what the plan's walk over the
 // rank's actions allocates (PlanMemory), and the step what the placed
 // plan predicts.
+// With one rank slowed (the adaptive plans' measure), the placement search
+// finds what predicting every placement under the same slowdowns finds
+// fastest, and moves layers off the slow rank.
+TEST(Profile, ASlowRanksPlacementIsTheFastestPredictedUnderItsSlowdown) {
+  for (const std::string schedule : {"1f1b", "zb_h1", "gpipe"}) {
+    for (const std::vector<double>& slow : {std::vector<double>{1, 3, 1}, std::vector<double>{2, 1, 1}}) {
+      const TrainConfig c = Tiny({"pipeline.ranks=3", "pipeline.schedule=" + schedule, "pipeline.partition=auto"});
+      const Profile p = MadeUp(c, {4}, 1);
+      const PlacementChoice healthy = ChoosePlacement(c, p);
+      const PlacementChoice choice = ChoosePlacement(c, p, slow);
+      const ModelDesc model = ModelOf(c);
+      double best = std::numeric_limits<double>::infinity();
+      for (int a = 1; a < 9; ++a) {
+        for (int b = a + 1; b < 9; ++b) {
+          best = std::min(best, PredictFromProfile(PlanRun(WithPlacement(c, model, {0, a, b, 9})), p, slow).sim.makespan);
+        }
+      }
+      EXPECT_NEAR(choice.step_s, best, 1e-12 * best) << schedule;
+      const int slow_rank = slow[1] > 1 ? 1 : 0;
+      const auto layers_on = [&](const std::vector<int>& bounds) { return bounds[slow_rank + 1] - bounds[slow_rank]; };
+      EXPECT_LE(layers_on(choice.bounds), layers_on(healthy.bounds)) << schedule;
+      EXPECT_GT(choice.step_s, healthy.step_s);
+    }
+  }
+}
+
 TEST(Profile, SlicedPlacementsCostWhatThePlanAllocates) {
   for (const std::string schedule : {"seq1f1b", "zb_h1"}) {
     for (const std::string k : {"2", "4"}) {
