@@ -36,16 +36,21 @@ enum class OnNonFinite : std::uint8_t { kStop, kSkip };
 // there is one, from scratch when there is none: a requeued job's script
 // needs no edit).
 enum class ResumeMode : std::uint8_t { kNever, kAuto };
+// pipeline.adapt: off, or on (the plan follows the ranks' measured speed:
+// layers move off a rank that slows, and back when it recovers).
+enum class AdaptMode : std::uint8_t { kOff, kOn };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::string_view EnumName(OnNonFinite v);    // stop, skip
 std::string_view EnumName(ResumeMode v);     // never, auto
+std::string_view EnumName(AdaptMode v);      // off, on
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
 std::span<const DatasetKind> EnumValues(DatasetKind);
 std::span<const OnNonFinite> EnumValues(OnNonFinite);
 std::span<const ResumeMode> EnumValues(ResumeMode);
+std::span<const AdaptMode> EnumValues(AdaptMode);
 
 // What `baton simulate` runs. Keys of the YAML file (all optional):
 //   schedule: 1f1b            # generator name or CSV schedule file
@@ -149,6 +154,10 @@ struct PipelineConfig {
   // at start-up), and the per-rank memory the placement must fit (0 = any).
   std::string profile;
   double memory_bytes = 0;
+  // Adaptive plans (on): each rank's speed measured from its actions'
+  // times against the plan's price (from `profile`, or one measured at
+  // start-up), and the placement moved between steps when that pays.
+  AdaptMode adapt = AdaptMode::kOff;
   // Sequence slices (Seq1F1B): each microbatch's sequence cut into this
   // many slices, each a unit of the schedule (a GPT only; any generator
   // but 1f1b, whose sliced form is seq1f1b), where the cuts fall (slices.h).

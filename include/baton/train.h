@@ -28,6 +28,7 @@ struct TrainSummary {
   int stop_signal = 0;
   std::int64_t stopped_after = 0;
   bool checkpointed = false;
+  int replans = 0;  // placements moved by the adaptive plans (pipeline.adapt: on)
 };
 
 // The communicators of a run (baton/comm.h): the world (setup, agreement,

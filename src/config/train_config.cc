@@ -228,6 +228,11 @@ std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
 std::span<const DatasetKind> EnumValues(DatasetKind) { return kDatasets; }
 std::string_view EnumName(OnNonFinite v) { return v == OnNonFinite::kStop ? "stop" : "skip"; }
 std::string_view EnumName(ResumeMode v) { return v == ResumeMode::kNever ? "never" : "auto"; }
+std::string_view EnumName(AdaptMode v) { return v == AdaptMode::kOff ? "off" : "on"; }
+std::span<const AdaptMode> EnumValues(AdaptMode) {
+  static constexpr std::array<AdaptMode, 2> kValues = {AdaptMode::kOff, AdaptMode::kOn};
+  return kValues;
+}
 std::span<const ResumeMode> EnumValues(ResumeMode) {
   static constexpr std::array<ResumeMode, 2> kValues = {ResumeMode::kNever, ResumeMode::kAuto};
   return kValues;
@@ -524,11 +529,13 @@ void ReadPipeline(YamlMap& top, TrainConfig& c) {
   c.pipeline.profile = pipe.Get<std::string>("profile", "");
   c.pipeline.memory_bytes = pipe.GetNumber("memory_bytes", 0.0, 0.0, 1e18);
   ReadSlices(pipe, c);
+  c.pipeline.adapt = Choice(pipe, "adapt", c.pipeline.adapt);
   if (c.pipeline.partition != Partition::kAuto) {
     for (const char* key : {"profile", "memory_bytes"}) {
-      if (pipe.Has(key)) {
+      if (pipe.Has(key) && !(c.pipeline.adapt == AdaptMode::kOn && std::string_view(key) == "profile")) {
         pipe.Fail(pipe.Node(key), key,
-                  "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: auto)");
+                  "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: auto) "
+                  "or adaptive plans (pipeline.adapt: on)");
       }
     }
   }
@@ -658,6 +665,23 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
         .Fail(root["data_parallel"]["zero"], "zero",
               fmt::format("ZeRO stage {} runs on the CPU only so far (device: cpu); on a GPU use stage 0 or 1",
                           c.data_parallel.zero.number()));
+  }
+  if (c.pipeline.adapt == AdaptMode::kOn) {
+    // A placement moves between steps (SwapPlan): a generated schedule's,
+    // on one pipeline (with replicas, every replica would have to agree).
+    YamlMap pipe = top.Map("pipeline");
+    if (c.data_parallel.size > 1) {
+      pipe.Fail(root["pipeline"]["adapt"], "adapt",
+                fmt::format("on moves a pipeline's layers between steps; with replicas (data_parallel.size {}) it does "
+                            "not yet: use off",
+                            c.data_parallel.size));
+    }
+    if (FindGenerator(c.pipeline.schedule) == nullptr) {
+      pipe.Fail(root["pipeline"]["adapt"], "adapt",
+                fmt::format("on re-plans a generated schedule's placement, and {} is a schedule file: use off, or "
+                            "one of the generators",
+                            c.pipeline.schedule));
+    }
   }
   if (c.precision != Precision::kFP32 && c.device != Device::kCuda) {
     top.Fail(top.Node("precision"), "precision",

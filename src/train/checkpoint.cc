@@ -302,6 +302,8 @@ std::string MathSettings(const TrainConfig& config) {
   c.pipeline.wait_timeout_s = 0;
   c.pipeline.profile.clear();
   c.pipeline.memory_bytes = 0;
+  // Nor does adapting the placement: every placement trains the same floats.
+  c.pipeline.adapt = AdaptMode::kOff;
   // What a non-finite step does changes no finite step: a run stopped by
   // one may resume skipping them.
   c.train.on_nonfinite = OnNonFinite::kStop;

@@ -22,6 +22,19 @@ std::string Mib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1
 
 }  // namespace
 
+Profile RunProfile(const TrainConfig& config, std::string* source) {
+  if (!config.pipeline.profile.empty()) return ProfileFor(config, config.pipeline.profile, source);
+  // A short profile at the run's own microbatch.
+  ProfileOptions o;
+  o.rows = {config.train.batch_size / config.data_parallel.size / config.pipeline.microbatches};
+  o.warmup = 1;
+  o.repetitions = 3;
+  std::unique_ptr<Transport> solo = MakeSoloTransport();
+  Profile profile = MeasureProfile(config, *solo, o);
+  *source = fmt::format("a profile measured at start-up in {:.2f} s", profile.seconds);
+  return profile;
+}
+
 TrainConfig PlaceStages(const TrainConfig& config, Transport& world) {
   if (config.pipeline.partition != Partition::kAuto) return config;
   const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
@@ -30,19 +43,7 @@ TrainConfig PlaceStages(const TrainConfig& config, Transport& world) {
     if (world.rank() != 0) return;
     const double start = MonotonicSeconds();
     std::string source;
-    Profile profile;
-    if (!config.pipeline.profile.empty()) {
-      profile = ProfileFor(config, config.pipeline.profile, &source);
-    } else {
-      // A short profile at the run's own microbatch.
-      ProfileOptions o;
-      o.rows = {config.train.batch_size / config.data_parallel.size / config.pipeline.microbatches};
-      o.warmup = 1;
-      o.repetitions = 3;
-      std::unique_ptr<Transport> solo = MakeSoloTransport();
-      profile = MeasureProfile(config, *solo, o);
-      source = fmt::format("a profile measured at start-up in {:.2f} s", profile.seconds);
-    }
+    const Profile profile = RunProfile(config, &source);
     const PlacementChoice choice = ChoosePlacement(config, profile);
     std::vector<std::string> peaks;
     for (double b : choice.peak_bytes) peaks.push_back(Mib(b));

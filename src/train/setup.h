@@ -19,11 +19,11 @@
 #include "baton/files.h"
 #include "baton/host.h"
 #include "baton/plan.h"
+#include "baton/profile.h"
 #include "baton/stage_device.h"
 #include "baton/train.h"
 #include "checkpoint.h"
 #include "executor.h"
-#include "baton/train.h"
 #include "params.h"
 
 namespace baton {
@@ -98,6 +98,9 @@ struct RunSetup {
 // broadcast: the config with that placement on every rank (any other
 // config as given). Collective over `world`; Train and Bench start with it.
 TrainConfig PlaceStages(const TrainConfig& config, Transport& world);
+// The profile a run plans from: pipeline.profile, or a short one measured
+// now in this process (`source` says which). Rank 0's.
+Profile RunProfile(const TrainConfig& config, std::string* source);
 
 // Plans and builds `u` on every rank, in phases the ranks agree on one by
 // one (a failure anywhere ends every rank: the lowest failing rank throws

@@ -19,6 +19,7 @@
 #include "baton/train.h"
 #include "checkpoint.h"
 #include "executor.h"
+#include "adapt.h"
 #include "migrate.h"
 #include "setup.h"
 
@@ -397,6 +398,9 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
   MaybeInjectFault(u.fault, u.world_rank, first_step, "start");
+  std::optional<RunAdapter> adapter;
+  if (c.pipeline.adapt == AdaptMode::kOn) adapter.emplace(c, comms, u);
+  auto step_start = Clock::now();
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
   WeightsWatch weights_lost;
   for (std::int64_t step = first_step; step <= total; ++step) {
@@ -445,6 +449,12 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
+    if (adapter && step < total) {
+      numbers.Settle();
+      const auto now = Clock::now();
+      adapter->AfterStep(c, step, total, Seconds(step_start, now), tty);
+      step_start = Clock::now();
+    }
     if (options.next_plan && step < total) {
       if (std::optional<TrainConfig> next = options.next_plan(step, c)) {
         numbers.Settle();
@@ -453,6 +463,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     }
   }
   numbers.Settle();
+  if (adapter) summary.replans = adapter->replans();
   if (tty) std::fprintf(stderr, "\n");
   EndRun(c, comms, u, last_checkpoint);
   summary.seconds = Seconds(start, Clock::now());

@@ -1,0 +1,175 @@
+// Adaptive plans (adapt.h).
+#include "adapt.h"
+
+#include "migrate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "baton/placement.h"
+#include "baton/profile_price.h"
+#include "baton/timing.h"
+
+namespace baton {
+
+void SpeedMeter::Expect(std::vector<double> priced) {
+  priced_ = std::move(priced);
+  ratios_.assign(priced_.size(), {});
+  skip_ = s_.settle;
+}
+
+void SpeedMeter::Observe(const std::vector<double>& seconds) {
+  if (skip_ > 0) {
+    --skip_;
+    return;
+  }
+  for (std::size_t r = 0; r < priced_.size() && r < seconds.size(); ++r) {
+    std::vector<double>& w = ratios_[r];
+    w.push_back(priced_[r] > 0 ? seconds[r] / priced_[r] : 0.0);
+    if (static_cast<int>(w.size()) > s_.window) w.erase(w.begin());
+  }
+  if (calibration_.empty() && !ratios_.empty() && static_cast<int>(ratios_[0].size()) == s_.window) {
+    for (const std::vector<double>& w : ratios_) calibration_.push_back(Median(w));
+  }
+}
+
+std::vector<double> SpeedMeter::Factors() const {
+  if (calibration_.empty() || ratios_.empty() || static_cast<int>(ratios_[0].size()) < s_.window) return {};
+  std::vector<double> out;
+  for (std::size_t r = 0; r < ratios_.size(); ++r) {
+    const double base = calibration_[r];
+    // A rank with nothing priced (no compute) runs at any speed.
+    out.push_back(base > 0 && priced_[r] > 0 ? Median(ratios_[r]) / base : 1.0);
+  }
+  return out;
+}
+
+double SpeedMeter::SecondsPerUnit() const { return calibration_.empty() ? 1.0 : Median(calibration_); }
+
+AdaptivePlanner::AdaptivePlanner(Profile profile, const AdaptSettings& settings)
+    : profile_(std::move(profile)), s_(settings), meter_(settings) {}
+
+void AdaptivePlanner::Start(const RunPlan& plan) {
+  const ProfilePrediction healthy = PredictFromProfile(plan, profile_);
+  std::vector<double> priced;
+  for (const RankResult& r : healthy.sim.per_rank) priced.push_back(r.busy);
+  meter_.Expect(std::move(priced));
+  if (assumed_.empty()) assumed_.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
+}
+
+std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,
+                                               std::int64_t total, const std::vector<double>& seconds,
+                                               double step_seconds) {
+  meter_.Observe(seconds);
+  steps_.push_back(step_seconds);
+  if (static_cast<int>(steps_.size()) > s_.window) steps_.erase(steps_.begin());
+  const std::vector<double> factors = meter_.Factors();
+  if (factors.empty() || done >= total) return std::nullopt;
+  bool moved = false;
+  for (std::size_t r = 0; r < factors.size(); ++r) {
+    moved = moved || std::abs(factors[r] / assumed_[r] - 1.0) > s_.trigger;
+  }
+  if (!moved) return std::nullopt;
+  // The factors moved: the running plan and the best placement, priced
+  // under them. Whatever is decided, the plan stands for these factors now.
+  const double start = MonotonicSeconds();
+  assumed_ = factors;
+  const double now = PredictFromProfile(plan, profile_, factors).sim.makespan;
+  const PlacementChoice best = ChoosePlacement(running, profile_, factors);
+  Replan r;
+  r.decide_seconds = MonotonicSeconds() - start;
+  if (best.bounds == plan.bounds) return std::nullopt;
+  const double gain = now - best.step_s;  // in the price's unit
+  if (!(gain >= s_.min_gain * now)) return std::nullopt;
+  // Ski rental with the real numbers: the time won over the steps left
+  // against what moving costs.
+  const double unit = meter_.SecondsPerUnit();
+  const double cost = move_seconds_ >= 0 ? move_seconds_ : 2.0 * Median(steps_);
+  if (!(gain * unit * static_cast<double>(total - done) > cost)) return std::nullopt;
+  r.bounds = best.bounds;
+  r.factors = factors;
+  r.step_before = now * unit;
+  r.step_after = best.step_s * unit;
+  return r;
+}
+
+namespace {
+
+std::string Factors(const std::vector<double>& f) {
+  std::vector<std::string> parts;
+  for (double v : f) parts.push_back(fmt::format("{:.2f}", v));
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+}  // namespace
+
+RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetup& u, const AdaptSettings& settings)
+    : comms_(comms), u_(u) {
+  Transport& t = comms.pipeline;
+  Agree(t, "rank 0 reading the profile the adaptive plans price from", [&] {
+    if (t.rank() != 0) return;
+    std::string source;
+    planner_.emplace(RunProfile(config, &source), settings);
+    planner_->Start(u.plan);
+    std::fprintf(stderr, "baton: adaptive plans on: each rank's speed measured against %s\n", source.c_str());
+  });
+  u.exec->MeasureStages(true);
+}
+
+void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds,
+                           bool tty) {
+  Transport& t = comms_.pipeline;
+  std::vector<double> seconds(static_cast<std::size_t>(t.size()), 0.0);
+  for (double v : u_.exec->TakeStageSeconds()) seconds[static_cast<std::size_t>(t.rank())] += v;
+  t.ReduceSum(seconds);
+  std::optional<Replan> replan;
+  std::string decision;
+  if (t.rank() == 0 && deciding_) {
+    try {
+      replan = planner_->Observe(config, u_.plan, done, total, seconds, step_seconds);
+    } catch (const Error& e) {
+      deciding_ = false;  // the run goes on as planned
+      std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),
+                   e.what());
+    }
+    if (replan) decision = fmt::format("{}", fmt::join(replan->bounds, " "));
+  }
+  t.BroadcastString(&decision);
+  if (decision.empty()) return;
+  std::vector<int> bounds;
+  std::istringstream in(decision);
+  for (int b; in >> b;) bounds.push_back(b);
+  const std::string before = LayoutText(config, u_.plan.model, u_.plan.bounds);
+  TrainConfig next = WithPlacement(config, u_.plan.model, bounds);
+  const PlanSwap swap = SwapPlan(config, next, comms_, u_, done);
+  config = std::move(next);
+  u_.exec->MeasureStages(true);
+  ++replans_;
+  double moved[1] = {static_cast<double>(swap.bytes_sent)};
+  t.ReduceSum(moved);
+  if (t.rank() != 0) return;
+  planner_->Moved(swap.seconds);
+  planner_->Start(u_.plan);
+  const std::string after = LayoutText(config, u_.plan.model, u_.plan.bounds);
+  std::fprintf(stderr,
+               "%sbaton: re-planned after step %lld: rank speeds %s; layout %s -> %s; predicted step %.2f ms -> %.2f "
+               "ms; moved %.1f KiB in %.1f ms (decided in %.1f ms)\n",
+               tty ? "\n" : "", static_cast<long long>(done), Factors(replan->factors).c_str(), before.c_str(),
+               after.c_str(), replan->step_before * 1e3, replan->step_after * 1e3, moved[0] / 1024.0,
+               swap.seconds * 1e3, replan->decide_seconds * 1e3);
+  if (u_.metrics) {
+    u_.metrics->Line(fmt::format(
+        "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"schedule\": \"{}\", \"layout_before\": \"{}\", "
+        "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
+        "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}}}",
+        done, Factors(replan->factors), config.pipeline.schedule, before, after, replan->step_before,
+        replan->step_after, moved[0], swap.seconds, replan->decide_seconds));
+  }
+}
+
+}  // namespace baton

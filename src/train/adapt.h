@@ -1,0 +1,112 @@
+// Adaptive plans (pipeline.adapt: on): each rank's speed measured from the
+// run's own action times against the plan's price, and the placement moved
+// between steps when the simulator says a move pays for itself. Rank 0
+// measures and decides (AdaptivePlanner); every rank moves (SwapPlan).
+#ifndef BATON_TRAIN_ADAPT_H_
+#define BATON_TRAIN_ADAPT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "baton/config.h"
+#include "baton/plan.h"
+#include "baton/profile.h"
+#include "setup.h"
+
+namespace baton {
+
+struct AdaptSettings {
+  int window = 5;           // steps whose median is a rank's time (a slowdown shows at its third step)
+  int settle = 2;           // steps not measured at the start and after a move (first touches, caches)
+  double trigger = 0.25;    // a rank's factor this far (a share) from what the plan assumed: re-plan
+  double min_gain = 0.08;   // the least predicted gain, a share of the step, worth a move
+};
+
+// Each rank's speed factor: its compute time a step (its actions' own
+// times, waits excluded) over the plan's price of that compute, over a
+// sliding window's median (robust to a noisy shared machine), relative to
+// the same ratio in the run's first window (the price's unit against this
+// machine's, taken as healthy).
+class SpeedMeter {
+ public:
+  explicit SpeedMeter(const AdaptSettings& settings) : s_(settings) {}
+  // A new plan: each rank's priced compute a step at full speed. The
+  // window starts again (after `settle` steps); the calibration is kept.
+  void Expect(std::vector<double> priced);
+  // One step's measured compute seconds, one per rank.
+  void Observe(const std::vector<double>& seconds);
+  // One per rank, 1 at the calibration; empty while the window fills.
+  std::vector<double> Factors() const;
+  // Seconds per unit of the price (the calibration's median over ranks).
+  double SecondsPerUnit() const;
+
+ private:
+  AdaptSettings s_;
+  std::vector<double> priced_, calibration_;
+  std::vector<std::vector<double>> ratios_;  // per rank, the window's measured / priced
+  int skip_ = 0;
+};
+
+// A re-plan: the placement to move to, and why.
+struct Replan {
+  std::vector<int> bounds;
+  std::vector<double> factors;          // each rank's, as measured
+  double step_before = 0, step_after = 0;  // predicted under the factors, seconds
+  double decide_seconds = 0;            // the search's time
+};
+
+// Rank 0's decisions over a run, from its profile.
+class AdaptivePlanner {
+ public:
+  AdaptivePlanner(Profile profile, const AdaptSettings& settings = {});
+  // A plan starts (the run's, or the one moved to): its priced compute per
+  // rank at full speed.
+  void Start(const RunPlan& plan);
+  // After step `done` of `total`, with each rank's compute seconds in it
+  // and the step's wall time: a re-plan to make now, or none. A move is
+  // made only when its predicted gain over the remaining steps exceeds
+  // what a move costs (the last one's measured time; before any, two
+  // steps), and the gain is at least min_gain of the step: a rank that
+  // recovers is moved back the same way.
+  std::optional<Replan> Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,
+                                std::int64_t total, const std::vector<double>& seconds, double step_seconds);
+  // A move was made: its measured time.
+  void Moved(double seconds) { move_seconds_ = seconds; }
+  const Profile& profile() const { return profile_; }
+
+ private:
+  Profile profile_;
+  AdaptSettings s_;
+  SpeedMeter meter_;
+  std::vector<double> assumed_;  // the factors the running plan was chosen for
+  std::vector<double> steps_;    // the recent steps' wall times
+  double move_seconds_ = -1;     // the last move's; < 0: none yet
+};
+
+// Every rank's part of a run with adaptive plans, collective over the
+// pipeline: rank 0 reads the run's profile (pipeline.profile) or measures
+// one at start-up; after each step the ranks' compute seconds go to rank 0
+// (one reduction), its decision to every rank (one broadcast), and a
+// re-plan moves the state (SwapPlan) then and there, said in one line on
+// standard error and one "replan" row in the metrics file.
+class RunAdapter {
+ public:
+  RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetup& u, const AdaptSettings& settings = {});
+  // After step `done` of `total` (the step took `step_seconds`): `config`
+  // becomes the new plan's config when the placement moves.
+  void AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty);
+  int replans() const { return replans_; }
+
+ private:
+  const RunComms& comms_;
+  RunSetup& u_;
+  std::optional<AdaptivePlanner> planner_;  // rank 0
+  bool deciding_ = true;                    // rank 0: false after the planner failed once (said)
+  int replans_ = 0;
+};
+
+}  // namespace baton
+
+#endif  // BATON_TRAIN_ADAPT_H_
