@@ -39,24 +39,29 @@ void FlightRecord::Write(const std::string& path, int rank, std::int64_t step) c
 }
 
 ActionClock::Stamp ActionClock::Mark() const {
-  if (!events_) return slow_ != 1.0 || !busy_.empty() ? Stamp{MonotonicSeconds(), 0.0, -1} : Stamp{};
+  if (!events_) return slow_ != 1.0 || !busy_.empty() ? Stamp{MonotonicSeconds(), ThreadCpuSeconds(), -1} : Stamp{};
   return {MonotonicSeconds(), ThreadCpuSeconds(), device_clock_ ? dev_.MarkClock() : -1};
 }
 
 void ActionClock::Record(ActionKind kind, int stage, int microbatch, Stamp start) {
   if (!events_ && slow_ == 1.0 && busy_.empty()) return;
-  double end = MonotonicSeconds();
+  // On the CPU the thread's own CPU time: what the action cost this rank,
+  // whatever else shares its core (a shared machine's neighbours, more
+  // ranks than cores) took meanwhile.
+  double cpu = ThreadCpuSeconds();
   if (slow_ != 1.0) {
-    // Busy on this core, as a slower device would be: no sleep.
-    const double until = start.wall + slow_ * (end - start.wall);
-    while ((end = MonotonicSeconds()) < until) {
+    // Busy on this core, as a slower device would be: factor times the
+    // action's own work, no sleep.
+    const double until = start.cpu + slow_ * (cpu - start.cpu);
+    while ((cpu = ThreadCpuSeconds()) < until) {
     }
   }
   if (!busy_.empty()) {
     const int k = kind == ActionKind::kForward ? 0 : kind == ActionKind::kBackwardWeight ? 2 : 1;
     const auto at = static_cast<std::size_t>(stage) * 3 + static_cast<std::size_t>(k);
-    if (at < busy_.size()) busy_[at] += end - start.wall;
+    if (at < busy_.size()) busy_[at] += cpu - start.cpu;
   }
+  const double end = MonotonicSeconds();
   if (!events_) return;
   const int end_mark = device_clock_ ? dev_.MarkClock() : -1;
   events_->push_back(

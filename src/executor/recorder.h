@@ -65,10 +65,13 @@ class ActionClock {
   void RecordWait(ActionKind kind, int stage, int microbatch, double start);
 
   // A slow rank (BATON_FAULT's slow=): each compute action from now takes
-  // `factor` times its own time, the rest spent busy here. 1: full speed.
+  // `factor` times its own CPU time, the rest spent busy here. 1: full
+  // speed.
   void SetSlowdown(double factor) { slow_ = factor; }
-  // Sums each compute action's time (its own: waits excluded) by stage
-  // and kind, for the adaptive plans: `stages` the plan's stages (0: off).
+  // Sums each compute action's own time by stage and kind, for the
+  // adaptive plans: the thread's CPU time (waits excluded, and what
+  // other processes on its core took meanwhile); `stages` the plan's
+  // stages (0: off).
   void MeasureStages(int stages) { busy_.assign(static_cast<std::size_t>(stages) * 3, 0.0); }
   // The sums since the last call, [stage * 3 + k] with k 0 for F, 1 for B
   // or I, 2 for W (seconds), and zeroes them.

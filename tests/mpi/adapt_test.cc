@@ -1,0 +1,96 @@
+// Adaptive plans under mpirun (pipeline.adapt: on): rank 1 of a GPT with
+// eight blocks slowed 4x for a window of steps (BATON_FAULT slow=). The
+// run moves blocks off it within a few steps of the onset, moves them back
+// after it recovers, writes each move as a "replan" row, and ends with the
+// healthy run's weights, byte for byte.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class AdaptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("baton_adapt_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  int Train(const std::string& env, const std::string& args) {
+    const std::string cmd =
+        "cd '" + dir_.string() + "' && " + env + " timeout 120 '" BATON_MPIEXEC "' -np 2 '" BATON_BINARY
+        "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 --set model.blocks=8"
+        " --set model.hidden=64 --set model.seq_len=32 --set data.seq_len=32 --set train.batch_size=32"
+        " --set train.steps=60 " + args + " > log.txt 2>&1";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ / name, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  std::vector<nlohmann::json> Replans(const std::string& name) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(dir_ / name);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json row = nlohmann::json::parse(line);
+      if (row.value("event", "") == "replan") out.push_back(row);
+    }
+    return out;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns) {
+  ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("BATON_FAULT=1:12:slow=4:until=40",
+                  "--set pipeline.adapt=on --set log.metrics=adapt.jsonl --set log.weights=adapt.safetensors"),
+            0)
+      << Read("log.txt");
+  const std::string log = Read("log.txt");
+  EXPECT_NE(log.find("baton: adaptive plans on: each rank's speed measured against a profile measured at start-up"),
+            std::string::npos)
+      << log;
+  const std::vector<nlohmann::json> replans = Replans("adapt.jsonl");
+  ASSERT_GE(replans.size(), 2u) << log;
+  // Away: seen within three steps of the onset (a window's median), a
+  // placement with fewer blocks on rank 1, predicted faster.
+  const nlohmann::json& away = replans.front();
+  EXPECT_GE(away["step"].get<int>(), 12) << away.dump();
+  EXPECT_LE(away["step"].get<int>(), 16) << away.dump();
+  EXPECT_EQ(away["layout_before"], "E,t*4|t*4,L");
+  EXPECT_GT(away["factors"][1].get<double>(), 2.0) << away.dump();
+  EXPECT_LT(away["predicted_step_after_s"].get<double>(), away["predicted_step_before_s"].get<double>());
+  EXPECT_GT(away["bytes_moved"].get<double>(), 0.0);
+  EXPECT_NE(log.find("baton: re-planned after step " + std::to_string(away["step"].get<int>())), std::string::npos);
+  // Back once it recovers (from step 40): the healthy layout again.
+  bool back = false;
+  for (const nlohmann::json& r : replans) back = back || (r["step"].get<int>() >= 40 && r["layout_after"] == "E,t*4|t*4,L");
+  EXPECT_TRUE(back) << log;
+  // Every placement trains the same floats.
+  EXPECT_FALSE(Read("healthy.safetensors").empty());
+  EXPECT_EQ(Read("adapt.safetensors"), Read("healthy.safetensors"));
+}
+
+TEST_F(AdaptTest, AdaptOnIsRefusedWhereItCannotMoveAPlacement) {
+  EXPECT_EQ(Train("", "--set pipeline.adapt=sometimes"), 2);
+  EXPECT_NE(Read("log.txt").find("adapt"), std::string::npos) << Read("log.txt");
+  EXPECT_EQ(Train("", "--set pipeline.adapt=on --set data_parallel.size=2"), 2);
+  EXPECT_NE(Read("log.txt").find("with replicas (data_parallel.size 2) it does not yet"), std::string::npos)
+      << Read("log.txt");
+}
+
+}  // namespace

@@ -1,0 +1,133 @@
+// The adaptive plans' measure and decisions, in-process, on made-up
+// timings: each rank's factor from a sliding median (an outlier moves
+// nothing; a slowdown shows at its third step), a move only when it pays
+// over the steps left, a rank that recovers moved back.
+#include "adapt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "baton/placement.h"
+#include "baton/profile_price.h"
+
+namespace baton {
+namespace {
+
+// The tiny GPT with eight blocks on two ranks, and a profile of it: every
+// block alike (1 ms of forward), the embedding and the head cheaper.
+TrainConfig Gpt() {
+  return LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml",
+                         {"pipeline.ranks=2", "model.blocks=8", "pipeline.adapt=on", "train.steps=200"});
+}
+
+Profile Flat(const TrainConfig& c) {
+  const ModelDesc model = DescribeModel(c.model.layers, c.model.input, c.model.seq);
+  Profile p;
+  p.identity = IdentityOf(c, model, "test machine", 64);
+  ProfileRows pr;
+  pr.rows = c.train.batch_size / c.pipeline.microbatches;
+  for (int t = 0; t < model.top_layers(); ++t) {
+    const bool block = t > 0 && t + 1 < model.top_layers();
+    LayerProfile l;
+    l.forward = block ? 1e-3 : 2e-4;
+    l.backward_input = l.forward;
+    l.backward_weight = l.forward;
+    l.backward = 2 * l.forward;
+    const auto [first, last] = model.OpRange(t, t + 1);
+    for (int k = first; k < last; ++k) l.op_forward.push_back(l.forward / (last - first));
+    pr.layers.push_back(l);
+  }
+  p.rows.push_back(pr);
+  return p;
+}
+
+// Each rank's priced compute a step at full speed.
+std::vector<double> Priced(const RunPlan& plan, const Profile& p) {
+  std::vector<double> out;
+  for (const RankResult& r : PredictFromProfile(plan, p).sim.per_rank) out.push_back(r.busy);
+  return out;
+}
+
+TEST(SpeedMeter, AMedianOfTheWindowCalibratedOnTheFirst) {
+  AdaptSettings s;
+  SpeedMeter m(s);
+  m.Expect({1.0, 2.0});
+  // This machine runs the price 1.5 times slower: that is the calibration, not a slowdown.
+  for (int step = 0; step < s.settle + s.window; ++step) {
+    EXPECT_TRUE(m.Factors().empty());
+    m.Observe({1.5, 3.0});
+  }
+  ASSERT_EQ(m.Factors().size(), 2u);
+  EXPECT_DOUBLE_EQ(m.Factors()[0], 1.0);
+  EXPECT_DOUBLE_EQ(m.SecondsPerUnit(), 1.5);
+  // One step of noise on rank 0 (a neighbour's burst) moves nothing.
+  m.Observe({6.0, 3.0});
+  EXPECT_DOUBLE_EQ(m.Factors()[0], 1.0);
+  // Rank 1 slows 2x: seen at its third slow step, not before.
+  m.Observe({1.5, 6.0});
+  m.Observe({1.5, 6.0});
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 1.0);
+  m.Observe({1.5, 6.0});
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 2.0);
+  // A new plan: the window starts again after the settling steps; the
+  // calibration stays.
+  m.Expect({1.5, 1.0});
+  for (int step = 0; step < s.settle + s.window - 1; ++step) m.Observe({2.25, 3.0});
+  EXPECT_TRUE(m.Factors().empty());
+  m.Observe({2.25, 3.0});
+  EXPECT_DOUBLE_EQ(m.Factors()[0], 1.0);
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 2.0);  // still at half speed: 3.0 a priced 1.0, where 1.5 is full speed
+}
+
+// One run's steps: rank 1 at `slow` from step `from` to step `until`; each
+// rank's compute what the price says at its speed (times 1.5, this machine).
+struct Trace {
+  std::vector<std::pair<std::int64_t, std::vector<int>>> moves;  // after which step, to what bounds
+};
+Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t total) {
+  TrainConfig c = Gpt();
+  const Profile profile = Flat(c);
+  AdaptivePlanner planner(profile);
+  RunPlan plan = PlanRun(c);
+  planner.Start(plan);
+  Trace t;
+  for (std::int64_t step = 1; step <= total; ++step) {
+    std::vector<double> speed = {1.0, step >= from && step < until ? slow : 1.0};
+    std::vector<double> priced = Priced(plan, profile), seconds;
+    for (std::size_t r = 0; r < priced.size(); ++r) seconds.push_back(1.5 * priced[r] * speed[r]);
+    const double step_s = 1.5 * PredictFromProfile(plan, profile, speed).sim.makespan;
+    if (std::optional<Replan> r = planner.Observe(c, plan, step, total, seconds, step_s)) {
+      t.moves.emplace_back(step, r->bounds);
+      EXPECT_GT(r->step_before, r->step_after);
+      c = WithPlacement(c, plan.model, r->bounds);
+      plan = PlanRun(c);
+      planner.Moved(2 * step_s);
+      planner.Start(plan);
+    }
+  }
+  return t;
+}
+
+TEST(AdaptivePlanner, MovesLayersOffASlowRankAndBackWhenItRecovers) {
+  const Trace t = Simulated(2.0, 20, 60, 200);
+  ASSERT_EQ(t.moves.size(), 2u);
+  EXPECT_EQ(t.moves[0].first, 22);  // the third slow step
+  const std::vector<int> healthy = PlanRun(Gpt()).bounds;
+  const auto on_rank1 = [](const std::vector<int>& b) { return b[2] - b[1]; };
+  EXPECT_LT(on_rank1(t.moves[0].second), on_rank1(healthy));
+  EXPECT_EQ(t.moves[1].first, 62);
+  EXPECT_EQ(t.moves[1].second, healthy);
+}
+
+TEST(AdaptivePlanner, NoMoveThatTheStepsLeftCannotPayFor) {
+  EXPECT_TRUE(Simulated(2.0, 195, 200, 200).moves.empty());  // 3 steps left when seen: they cannot pay for a move
+  EXPECT_TRUE(Simulated(1.1, 20, 200, 200).moves.empty());    // 10% slower: within the noise a run tolerates
+  EXPECT_TRUE(Simulated(1.0, 1, 1, 1000).moves.empty());      // healthy: nothing moves
+}
+
+}  // namespace
+}  // namespace baton
