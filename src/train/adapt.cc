@@ -49,8 +49,6 @@ std::vector<double> SpeedMeter::Factors() const {
   return out;
 }
 
-double SpeedMeter::SecondsPerUnit() const { return calibration_.empty() ? 1.0 : Median(calibration_); }
-
 AdaptivePlanner::AdaptivePlanner(Profile profile, const AdaptSettings& settings)
     : profile_(std::move(profile)), s_(settings), meter_(settings) {}
 
@@ -58,6 +56,7 @@ void AdaptivePlanner::Start(const RunPlan& plan) {
   const ProfilePrediction healthy = PredictFromProfile(plan, profile_);
   std::vector<double> priced;
   for (const RankResult& r : healthy.sim.per_rank) priced.push_back(r.busy);
+  if (healthy_ < 0) healthy_ = healthy.sim.makespan;
   meter_.Expect(std::move(priced));
   if (assumed_.empty()) assumed_.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
 }
@@ -69,7 +68,13 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   steps_.push_back(step_seconds);
   if (static_cast<int>(steps_.size()) > s_.window) steps_.erase(steps_.begin());
   const std::vector<double> factors = meter_.Factors();
-  if (factors.empty() || done >= total) return std::nullopt;
+  if (factors.empty()) return std::nullopt;
+  if (unit_ < 0) {
+    // The first full window, healthy: the price's unit in this machine's
+    // seconds of a step (ranks sharing cores included).
+    unit_ = Median(steps_) / PredictFromProfile(plan, profile_).sim.makespan;
+  }
+  if (done >= total) return std::nullopt;
   bool moved = false;
   for (std::size_t r = 0; r < factors.size(); ++r) {
     moved = moved || std::abs(factors[r] / assumed_[r] - 1.0) > s_.trigger;
@@ -88,13 +93,14 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   if (!(gain >= s_.min_gain * now)) return std::nullopt;
   // Ski rental with the real numbers: the time won over the steps left
   // against what moving costs.
-  const double unit = meter_.SecondsPerUnit();
+  const double unit = unit_;
   const double cost = move_seconds_ >= 0 ? move_seconds_ : 2.0 * Median(steps_);
   if (!(gain * unit * static_cast<double>(total - done) > cost)) return std::nullopt;
   r.bounds = best.bounds;
   r.factors = factors;
   r.step_before = now * unit;
   r.step_after = best.step_s * unit;
+  r.step_healthy = healthy_ * unit;
   return r;
 }
 
@@ -166,9 +172,10 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
     u_.metrics->Line(fmt::format(
         "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"schedule\": \"{}\", \"layout_before\": \"{}\", "
         "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
+        "\"predicted_step_healthy_s\": {:.6g}, "
         "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}}}",
         done, Factors(replan->factors), config.pipeline.schedule, before, after, replan->step_before,
-        replan->step_after, moved[0], swap.seconds, replan->decide_seconds));
+        replan->step_after, replan->step_healthy, moved[0], swap.seconds, replan->decide_seconds));
   }
 }
 

@@ -27,8 +27,7 @@ struct AdaptSettings {
 // Each rank's speed factor: its compute time a step (its actions' own
 // times, waits excluded) over the plan's price of that compute, over a
 // sliding window's median (robust to a noisy shared machine), relative to
-// the same ratio in the run's first window (the price's unit against this
-// machine's, taken as healthy).
+// the same ratio in the run's first window (taken as healthy).
 class SpeedMeter {
  public:
   explicit SpeedMeter(const AdaptSettings& settings) : s_(settings) {}
@@ -39,8 +38,6 @@ class SpeedMeter {
   void Observe(const std::vector<double>& seconds);
   // One per rank, 1 at the calibration; empty while the window fills.
   std::vector<double> Factors() const;
-  // Seconds per unit of the price (the calibration's median over ranks).
-  double SecondsPerUnit() const;
 
  private:
   AdaptSettings s_;
@@ -54,6 +51,7 @@ struct Replan {
   std::vector<int> bounds;
   std::vector<double> factors;          // each rank's, as measured
   double step_before = 0, step_after = 0;  // predicted under the factors, seconds
+  double step_healthy = 0;                 // the run's first plan at full speed, predicted, seconds
   double decide_seconds = 0;            // the search's time
 };
 
@@ -82,6 +80,8 @@ class AdaptivePlanner {
   SpeedMeter meter_;
   std::vector<double> assumed_;  // the factors the running plan was chosen for
   std::vector<double> steps_;    // the recent steps' wall times
+  double healthy_ = -1;          // the first plan's price at full speed
+  double unit_ = -1;             // seconds of a step per unit of its price (the first window's); < 0: not yet
   double move_seconds_ = -1;     // the last move's; < 0: none yet
 };
 
