@@ -11,6 +11,8 @@
 # move back, the re-planning and moving times, the measured step after the
 # move over its prediction, and whether the final weights are the healthy
 # run's, byte for byte.
+# With SVG=FILE, also draws the first rank count's three runs' step times
+# over the steps (docs/guide/adaptive-plans.svg).
 #   bench/adapt_check.sh [STEPS] [FACTOR] [RANKS...]     (default 120 2 2 4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,4 +77,47 @@ else:
 cells.append(same)
 print("| " + " | ".join(str(c) for c in cells) + " |")
 PY
+  if [ -n "${SVG:-}" ] && [ "$p" = "${ranks[0]}" ]; then
+    python3 - "$out" "$p" "$from" "$until" "$factor" > "$SVG.tmp" <<'PY'
+import json, sys
+out, p, start, end, factor = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+def rows(name):
+    return [json.loads(l) for l in open(f"{out}/{p}-{name}.jsonl")]
+runs = [("healthy", "#888888", "healthy"), ("off", "#d62728", f"rank 1 slowed {factor}x, adapt: off"),
+        ("on", "#1f77b4", f"rank 1 slowed {factor}x, adapt: on")]
+series = {n: [(r["step"], r["step_time_s"] * 1e3) for r in rows(n) if "step_time_s" in r and r["step"] > 2]
+          for n, _, _ in runs}
+last = max(s for pts in series.values() for s, _ in pts)
+top = max(t for pts in series.values() for _, t in pts) * 1.1
+W, H, L, B, T, R = 720, 360, 60, 40, 20, 20
+x = lambda s: L + (s - 1) / (last - 1) * (W - L - R)
+y = lambda t: H - B - t / top * (H - B - T)
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+       f'<rect width="{W}" height="{H}" fill="white"/>',
+       f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
+       f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>']
+for ms in range(0, int(top) + 1, 50):
+    svg.append(f'<text x="{L - 6}" y="{y(ms) + 4:.1f}" text-anchor="end">{ms}</text>')
+    svg.append(f'<line x1="{L}" y1="{y(ms):.1f}" x2="{W - R}" y2="{y(ms):.1f}" stroke="#eeeeee"/>')
+for s in range(0, last + 1, 20):
+    svg.append(f'<text x="{x(max(s, 1)):.1f}" y="{H - B + 16}" text-anchor="middle">{s}</text>')
+for s, what in ((start, "slowdown starts"), (end, "rank recovers")):
+    svg.append(f'<line x1="{x(s):.1f}" y1="{T}" x2="{x(s):.1f}" y2="{H - B}" stroke="#999999" stroke-dasharray="4 3"/>')
+    svg.append(f'<text x="{x(s) + 4:.1f}" y="{T + 12}">{what}</text>')
+for r in rows("on"):
+    if r.get("event") == "replan":
+        svg.append(f'<text x="{x(r["step"]):.1f}" y="{y(top) + 30}" text-anchor="middle" fill="#1f77b4">re-plan</text>')
+for n, colour, _ in runs:
+    pts = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in series[n])
+    svg.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+for i, (n, colour, label) in enumerate(runs):
+    svg.append(f'<line x1="{L + 20}" y1="{H - B - 60 + 16 * i}" x2="{L + 44}" y2="{H - B - 60 + 16 * i}" stroke="{colour}" stroke-width="2"/>')
+    svg.append(f'<text x="{L + 50}" y="{H - B - 56 + 16 * i}">{label}</text>')
+svg.append(f'<text x="{(L + W - R) / 2}" y="{H - 6}" text-anchor="middle">step ({p} ranks, fortunes GPT with 8 blocks, 1F1B)</text>')
+svg.append(f'<text x="14" y="{(T + H - B) / 2}" text-anchor="middle" transform="rotate(-90 14 {(T + H - B) / 2})">step time, ms</text>')
+svg.append("</svg>")
+print("\n".join(svg))
+PY
+    mv "$SVG.tmp" "$SVG"
+  fi
 done

@@ -17,9 +17,12 @@
 
 namespace baton {
 
-void SpeedMeter::Expect(std::vector<double> priced) {
+void SpeedMeter::Expect(std::vector<double> priced, std::vector<double> assumed) {
   priced_ = std::move(priced);
+  assumed_ = std::move(assumed);
+  if (assumed_.empty()) assumed_.assign(priced_.size(), 1.0);
   ratios_.assign(priced_.size(), {});
+  calibration_.clear();
   skip_ = s_.settle;
 }
 
@@ -34,7 +37,7 @@ void SpeedMeter::Observe(const std::vector<double>& seconds) {
     if (static_cast<int>(w.size()) > s_.window) w.erase(w.begin());
   }
   if (calibration_.empty() && !ratios_.empty() && static_cast<int>(ratios_[0].size()) == s_.window) {
-    for (const std::vector<double>& w : ratios_) calibration_.push_back(Median(w));
+    for (std::size_t r = 0; r < ratios_.size(); ++r) calibration_.push_back(Median(ratios_[r]) / assumed_[r]);
   }
 }
 
@@ -57,8 +60,8 @@ void AdaptivePlanner::Start(const RunPlan& plan) {
   std::vector<double> priced;
   for (const RankResult& r : healthy.sim.per_rank) priced.push_back(r.busy);
   if (healthy_ < 0) healthy_ = healthy.sim.makespan;
-  meter_.Expect(std::move(priced));
   if (assumed_.empty()) assumed_.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
+  meter_.Expect(std::move(priced), assumed_);
 }
 
 std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,

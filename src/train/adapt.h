@@ -27,13 +27,18 @@ struct AdaptSettings {
 // Each rank's speed factor: its compute time a step (its actions' own
 // times, waits excluded) over the plan's price of that compute, over a
 // sliding window's median (robust to a noisy shared machine), relative to
-// the same ratio in the run's first window (taken as healthy).
+// the same ratio in the plan's first window (the run's first taken as
+// healthy; a moved plan's at the factors it was chosen for).
 class SpeedMeter {
  public:
   explicit SpeedMeter(const AdaptSettings& settings) : s_(settings) {}
-  // A new plan: each rank's priced compute a step at full speed. The
-  // window starts again (after `settle` steps); the calibration is kept.
-  void Expect(std::vector<double> priced);
+  // A new plan: each rank's priced compute a step at full speed, and the
+  // factors it was chosen for (empty: 1 each). The window starts again
+  // (after `settle` steps), and its first full window calibrates each rank
+  // again at those factors: how the price of a rank's layers compares with
+  // their time depends on which layers they are (fixed costs an action
+  // weigh more on a rank with fewer layers).
+  void Expect(std::vector<double> priced, std::vector<double> assumed = {});
   // One step's measured compute seconds, one per rank.
   void Observe(const std::vector<double>& seconds);
   // One per rank, 1 at the calibration; empty while the window fills.
@@ -41,7 +46,7 @@ class SpeedMeter {
 
  private:
   AdaptSettings s_;
-  std::vector<double> priced_, calibration_;
+  std::vector<double> priced_, assumed_, calibration_;
   std::vector<std::vector<double>> ratios_;  // per rank, the window's measured / priced
   int skip_ = 0;
 };

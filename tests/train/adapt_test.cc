@@ -72,14 +72,18 @@ TEST(SpeedMeter, AMedianOfTheWindowCalibratedOnTheFirst) {
   EXPECT_DOUBLE_EQ(m.Factors()[1], 1.0);
   m.Observe({1.5, 6.0});
   EXPECT_DOUBLE_EQ(m.Factors()[1], 2.0);
-  // A new plan: the window starts again after the settling steps; the
-  // calibration stays.
-  m.Expect({1.5, 1.0});
-  for (int step = 0; step < s.settle + s.window - 1; ++step) m.Observe({2.25, 3.0});
+  // A new plan, chosen for these factors: the window starts again after the
+  // settling steps, and calibrates each rank at them (its new layers' time
+  // against their price may differ: here rank 1's 1.2 times more).
+  m.Expect({1.5, 1.0}, {1.0, 2.0});
+  for (int step = 0; step < s.settle + s.window - 1; ++step) m.Observe({2.25, 3.6});
   EXPECT_TRUE(m.Factors().empty());
-  m.Observe({2.25, 3.0});
+  m.Observe({2.25, 3.6});
   EXPECT_DOUBLE_EQ(m.Factors()[0], 1.0);
-  EXPECT_DOUBLE_EQ(m.Factors()[1], 2.0);  // still at half speed: 3.0 a priced 1.0, where 1.5 is full speed
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 2.0);
+  // Rank 1 recovers: seen at its third fast step.
+  for (int step = 0; step < 3; ++step) m.Observe({2.25, 1.8});
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 1.0);
 }
 
 // One run's steps: rank 1 at `slow` from step `from` to step `until`; each
