@@ -21,7 +21,7 @@ struct AdaptSettings {
   int window = 5;           // steps whose median is a rank's time (a slowdown shows at its third step)
   int settle = 2;           // steps not measured at the start and after a move (first touches, caches)
   double trigger = 0.25;    // a rank's factor this far (a share) from what the plan assumed: re-plan
-  double min_gain = 0.08;   // the least predicted gain, a share of the step, worth a move
+  double min_gain = 0.03;   // the least predicted gain, a share of the step, worth a move
 };
 
 // Each rank's speed factor: its compute time a step (its actions' own

@@ -142,6 +142,21 @@ std::map<std::string, std::string> Flatten(const std::string& yaml) {
   return out;
 }
 
+// A run's settings text (MathSettings) without its placement: the
+// pipeline's partition or layout line.
+std::string WithoutPlacement(const std::string& settings) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < settings.size()) {
+    std::size_t end = settings.find('\n', start);
+    end = end == std::string::npos ? settings.size() : end + 1;
+    const std::string_view line(settings.data() + start, end - start);
+    if (line.rfind("  partition:", 0) != 0 && line.rfind("  layout:", 0) != 0) out.append(line);
+    start = end;
+  }
+  return out;
+}
+
 // The manifest's run against this one: what differs, one line each.
 std::vector<std::string> Differences(const json& m, const CheckpointRun& run) {
   std::vector<std::string> diffs;
@@ -152,9 +167,17 @@ std::vector<std::string> Differences(const json& m, const CheckpointRun& run) {
   differs("schedule", m["schedule"], run.schedule);
   differs("chunks", m["chunks"], run.chunks);
   differs("microbatches", m["microbatches"], run.microbatches);
-  differs("partition (first layer of each stage)", m["partition"], run.partition);
-  if (m.value("config_digest", "") != run.digest) {
-    const auto theirs = Flatten(m.value("settings", "")), ours = Flatten(run.settings);
+  // The placement is not compared: every placement trains the same floats,
+  // and the tensors are read by name wherever they were written (a run
+  // with adaptive plans checkpoints whatever placement it has moved to).
+  if (m.value("config_digest", "") != run.digest &&
+      WithoutPlacement(m.value("settings", "")) != WithoutPlacement(run.settings)) {
+    auto theirs = Flatten(m.value("settings", "")), ours = Flatten(run.settings);
+    for (auto* settings : {&theirs, &ours}) {
+      std::erase_if(*settings, [](const auto& kv) {
+        return kv.first.rfind("pipeline.partition", 0) == 0 || kv.first.rfind("pipeline.layout", 0) == 0;
+      });
+    }
     std::vector<std::string> keys;
     for (const auto& [k, v] : theirs) keys.push_back(k);
     for (const auto& [k, v] : ours) {
@@ -521,7 +544,32 @@ void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore&
   Agree(t, fmt::format("every rank reading its shard of {}", folder), [&] {
     const json m = ParseManifest(text, folder);
     std::string path;
-    const std::vector<NamedTensor> saved = ReadShard(m, folder, comms.pipeline.rank(), &path);
+    std::vector<NamedTensor> saved = ReadShard(m, folder, comms.pipeline.rank(), &path);
+    // Written by another placement (a run that moved its layers): this
+    // rank's tensors by name, from whichever shards hold them.
+    const std::vector<NamedTensor> wanted = store.CheckpointTensors({});
+    const bool same = saved.size() == wanted.size() &&
+                      std::equal(saved.begin(), saved.end(), wanted.begin(),
+                                 [](const NamedTensor& a, const NamedTensor& b) { return a.name == b.name; });
+    if (!same) {
+      std::map<std::string, NamedTensor> by_name;
+      for (const json& shard : m["shards"]) {
+        std::string other;
+        for (NamedTensor& tensor : ReadShard(m, folder, shard.value("rank", -1), &other)) {
+          by_name.emplace(tensor.name, std::move(tensor));
+        }
+      }
+      saved.clear();
+      for (const NamedTensor& w : wanted) {
+        auto it = by_name.find(w.name);
+        if (it == by_name.end()) {
+          throw ConfigError(fmt::format("{}: no shard holds tensor '{}' that pipeline rank {} needs", folder, w.name,
+                                        comms.pipeline.rank()));
+        }
+        saved.push_back(std::move(it->second));
+      }
+      path = folder + " (its shards, by name)";
+    }
     store.Restore(saved, path, m["step"].get<std::int64_t>());
   });
 }

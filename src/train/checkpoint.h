@@ -45,9 +45,11 @@ std::string StepDir(const std::string& dir, std::int64_t step);
 // YAML with the others left out: the model, the pipeline's schedule and
 // shape, the data, the optimizer, the device and the run's length
 // (train.steps, train.epochs). Left out, so they may change on resume: the
-// deadline (pipeline.wait_timeout_s), the automatic placement's inputs (the
-// placement itself is recorded), evaluation, logging, checkpointing and the
-// replica count.
+// deadline (pipeline.wait_timeout_s), the automatic placement's inputs and
+// the adaptive plans' switch, evaluation, logging, checkpointing and the
+// replica count. The placement is recorded here but not compared on
+// resume (CheckResumable): every placement trains the same floats, and
+// LoadCheckpoint reads tensors by name from whichever shards hold them.
 std::string MathSettings(const TrainConfig& config);
 // A fingerprint of MathSettings (64-bit FNV-1a, hex).
 std::string ConfigDigest(const TrainConfig& config);
@@ -140,7 +142,9 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
                     std::int64_t step, const std::function<void()>& between = {});
 
 // Collective: loads `point` (found and checked by rank 0, whose manifest
-// text every rank is given) into the parameters and optimizers. A shard
+// text every rank is given) into the parameters and optimizers: each rank
+// its own pipeline rank's shard, or, where another placement wrote the
+// checkpoint, its tensors by name from every shard. A shard
 // that is missing, damaged or unreadable is a ConfigError naming it, agreed
 // by every rank.
 void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore& store);

@@ -85,6 +85,31 @@ TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns)
   EXPECT_EQ(Read("adapt.safetensors"), Read("healthy.safetensors"));
 }
 
+// A checkpoint written after a re-plan holds the moved placement's shards;
+// a run resumed from it (its own config's placement, adapting or not) reads
+// its tensors by name and ends with the healthy run's weights.
+TEST_F(AdaptTest, ACheckpointWrittenAfterAReplanResumesToTheSameWeights) {
+  ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
+  const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=10";
+  ASSERT_EQ(Train("BATON_FAULT=1:6:slow=4", "--set pipeline.adapt=on --set log.metrics=adapt.jsonl "
+                                            "--set log.weights=adapt.safetensors" + ck),
+            0)
+      << Read("log.txt");
+  const std::vector<nlohmann::json> replans = Replans("adapt.jsonl");
+  ASSERT_FALSE(replans.empty()) << Read("log.txt");
+  ASSERT_LT(replans.front()["step"].get<int>(), 30) << replans.front().dump();
+  ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000030/manifest.json"));
+  EXPECT_NE(Read("ck/step-00000030/manifest.json").find(R"("partition")"), std::string::npos);
+  for (const std::string adapt : {"off", "on"}) {
+    ASSERT_EQ(Train("", "--set pipeline.adapt=" + adapt + " --set log.metrics=resumed.jsonl --set log.weights=resumed.safetensors" +
+                            ck + " --resume ck/step-00000030"),
+              0)
+        << Read("log.txt");
+    EXPECT_NE(Read("log.txt").find("resumed after step 30"), std::string::npos) << Read("log.txt");
+    EXPECT_EQ(Read("resumed.safetensors"), Read("healthy.safetensors")) << "adapt " << adapt;
+  }
+}
+
 TEST_F(AdaptTest, AdaptOnIsRefusedWhereItCannotMoveAPlacement) {
   EXPECT_EQ(Train("", "--set pipeline.adapt=sometimes"), 2);
   EXPECT_NE(Read("log.txt").find("adapt"), std::string::npos) << Read("log.txt");
