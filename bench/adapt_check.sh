@@ -2,7 +2,8 @@
 # Adaptive plans against a slow rank (pipeline.adapt): the fortunes GPT with
 # 8 blocks, 1F1B, STEPS steps, rank 1 slowed FACTOR times (BATON_FAULT
 # slow=) from step 21 to step STEPS - 20. For each rank count, three runs:
-# healthy, slowed with adapt off, slowed with adapt on. Prints, with the
+# healthy, slowed with adapt off, slowed with adapt on (and healthy with
+# adapt on: what measuring costs, and that nothing moves). Prints, with the
 # stamp, T_h, T_s and T_a (the step's median over the slowed window of
 # each run), the recovered share R = (T_s - T_a) / (T_s - T_h), the
 # ceiling (the same share for the best placement the simulator finds under
@@ -30,8 +31,8 @@ from=21
 until=$(( steps - 20 ))
 stamp "$0 $steps $factor ${ranks[*]}"
 echo
-echo "| ranks | T_h | T_s | T_a | R | ceiling | R / ceiling | moved after step (onset $from) | back after step (recovered $until) | re-plans | decide | move | measured / predicted after the move | weights = healthy run's |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| ranks | T_h | T_s | T_a | R | ceiling | R / ceiling | moved after step (onset $from) | back after step (recovered $until) | re-plans | decide | move | measured / predicted after the move | weights = healthy run's | healthy with adapt on: step, re-plans |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for p in "${ranks[@]}"; do
   sets=(--set pipeline.ranks="$p" --set model.blocks=8 --set pipeline.checkpointing=none --set train.steps="$steps"
         --set log.every_steps=1 --set log.progress=false)
@@ -45,6 +46,7 @@ for p in "${ranks[@]}"; do
       > "$out/$p-$name.log" 2>&1 < /dev/null || { cat "$out/$p-$name.log" >&2; exit 1; }
   }
   run healthy --
+  run healthy-on -- --set pipeline.adapt=on
   run off "BATON_FAULT=1:$from:slow=$factor:until=$until" --
   run on "BATON_FAULT=1:$from:slow=$factor:until=$until" -- --set pipeline.adapt=on
   same=no
@@ -75,6 +77,8 @@ if replans:
 else:
     cells += ["-", "-", "none", "none", "0", "-", "-", "-"]
 cells.append(same)
+h_on = steps("healthy-on", start, end)
+cells.append(f"{h_on / t_h:.3f} of T_h, {sum(1 for x in rows('healthy-on') if x.get('event') == 'replan')}")
 print("| " + " | ".join(str(c) for c in cells) + " |")
 PY
   if [ -n "${SVG:-}" ] && [ "$p" = "${ranks[0]}" ]; then
