@@ -142,7 +142,12 @@ TEST_F(ThreadsTrain, APlacementChangedBetweenStepsTrainsTheSameBits) {
            {"1f1b_2", 2, {}, "[2, 7]", "[6, 3]"},
            {"interleaved_2", 2, {"pipeline.schedule=interleaved_1f1b", "pipeline.chunks=2"}, "[1, 3, 3, 2]",
             "[3, 2, 2, 2]"},
-           {"zb_h1_4", 4, {"pipeline.schedule=zb_h1"}, "[4, 1, 2, 2]", "[1, 2, 3, 3]"}}) {
+           {"zb_h1_4", 4, {"pipeline.schedule=zb_h1"}, "[4, 1, 2, 2]", "[1, 2, 3, 3]"},
+           {"gpipe_2", 2, {"pipeline.schedule=gpipe"}, "[5, 4]", "[2, 7]"},
+           {"zbv_2", 2, {"pipeline.schedule=zbv"}, "[1, 4, 2, 2]", "[3, 1, 1, 4]"},
+           {"dualpipev_2", 2, {"pipeline.schedule=dualpipev"}, "[2, 2, 4, 1]", "[1, 3, 3, 2]"},
+           {"interleaved_zb_2", 2, {"pipeline.schedule=interleaved_zb", "pipeline.chunks=2"}, "[2, 2, 2, 3]",
+            "[3, 3, 2, 1]"}}) {
     std::vector<std::string> still = base;
     still.insert(still.end(), sets.begin(), sets.end());
     const RunResult whole = Train(name + "_still", ranks, 1, still);
