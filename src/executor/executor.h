@@ -36,30 +36,37 @@ namespace baton {
 // kFaultWaitSeconds), so that a test stops a run at the step it chose
 // however fast the machine is.
 inline constexpr int kFaultWaitSeconds = 600;
+// "replan" is the adaptive plans' first placement change at or after STEP
+// (SwapPlan, before the state moves).
 //
-// Or a slow rank, for the adaptive plans (BATON_FAULT="RANK:STEP:slow=
-// FACTOR[:until=STEP]"): from step STEP (until step `until`, not included;
-// -1: to the end) every compute action on `rank` takes `factor` times its
-// own time, the rest spent busy on the rank's own core, as a slower device
-// would.
+// Beside it, or alone, a slow rank for the adaptive plans ("RANK:STEP:slow=
+// FACTOR[:until=STEP]", the two joined by a comma): from step STEP (until
+// step `until`, not included; -1: to the end) every compute action on the
+// rank takes `factor` times its own time, the rest spent busy on its own
+// core, as a slower device would.
+struct SlowRank {
+  int rank = -1;  // -1: none
+  std::int64_t step = -1, until = -1;
+  double factor = 1.0;
+};
 struct Fault {
-  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait, kSlow };
+  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait };
   Mode mode = kNone;
   int rank = -1;
   std::int64_t step = -1;
   std::string action;
-  double factor = 1.0;      // kSlow
-  std::int64_t until = -1;  // kSlow: the first step at full speed again (-1: none)
-  // kSlow: whether `step` is slowed on `rank`.
+  SlowRank slow;
+  bool any() const { return mode != kNone || slow.rank >= 0; }
+  // Whether step `at` is slowed on rank `on`.
   bool Slows(int on, std::int64_t at) const {
-    return mode == kSlow && on == rank && at >= step && (until < 0 || at < until);
+    return slow.rank >= 0 && on == slow.rank && at >= slow.step && (slow.until < 0 || at < slow.until);
   }
 };
 // The most a slow fault may slow a rank (a test's run would crawl beyond).
 inline constexpr double kMaxSlowFactor = 100.0;
-// Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall", or
-// "RANK:STEP:slow=FACTOR[:until=STEP]"); none if unset. Throws ConfigError
-// if it is malformed.
+// Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall", and/or
+// "RANK:STEP:slow=FACTOR[:until=STEP]", comma-joined); none if unset.
+// Throws ConfigError if it is malformed.
 Fault FaultFromEnvironment();
 // The fault this run injects: none if the run resumed after the fault's
 // step (a requeued job repeats its environment; the fault was the earlier
@@ -167,7 +174,7 @@ class Executor {
   // ends on a step).
   void set_step(std::int64_t step) {
     step_ = step;
-    if (fault_.mode == Fault::kSlow) clock_.SetSlowdown(fault_.Slows(rank_, step) ? fault_.factor : 1.0);
+    if (fault_.slow.rank >= 0) clock_.SetSlowdown(fault_.Slows(rank_, step) ? fault_.slow.factor : 1.0);
   }
   // The adaptive plans' measure: each compute action's own time summed by
   // stage and kind (ActionClock::TakeStageSeconds), on (true) or off.

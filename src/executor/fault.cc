@@ -26,25 +26,25 @@ bool IsShardingFault(ActionKind kind, const RankPlan& plan) {
 
 }  // namespace
 
-Fault FaultFromEnvironment() {
-  const char* text = std::getenv("BATON_FAULT");
-  if (text == nullptr || *text == '\0') return {};
-  const std::string s(text);
+namespace {
+
+// One comma-separated part of BATON_FAULT into `f`: a slow window or the
+// action fault (at most one of each).
+void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
   std::vector<std::string> parts;
   std::size_t start = 0;
-  for (std::size_t colon; (colon = s.find(':', start)) != std::string::npos; start = colon + 1) {
-    parts.push_back(s.substr(start, colon - start));
+  for (std::size_t colon; (colon = part.find(':', start)) != std::string::npos; start = colon + 1) {
+    parts.push_back(part.substr(start, colon - start));
   }
-  parts.push_back(s.substr(start));
+  parts.push_back(part.substr(start));
   auto bad = [&](const std::string& why) {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
-                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate or start and MODE stall, exit, kill, term or wait; "
-                    "or RANK:STEP:slow=FACTOR[:until=STEP])",
+                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate, start or replan and MODE stall, exit, kill, term or "
+                    "wait; and/or RANK:STEP:slow=FACTOR[:until=STEP], the two joined by a comma)",
                     s, why));
   };
   if (parts.size() < 3 || parts.size() > 4) throw bad("four fields needed");
-  Fault f;
   auto whole = [&](const std::string& text, const char* what) -> std::int64_t {
     std::size_t used = 0;
     std::int64_t v = 0;
@@ -56,35 +56,42 @@ Fault FaultFromEnvironment() {
     if (used == 0 || used != text.size()) throw bad(fmt::format("{} must be a whole number, got '{}'", what, text));
     return v;
   };
-  f.rank = static_cast<int>(whole(parts[0], "RANK"));
-  f.step = whole(parts[1], "STEP");
+  const int rank = static_cast<int>(whole(parts[0], "RANK"));
+  const std::int64_t step = whole(parts[1], "STEP");
   if (parts[2].rfind("slow=", 0) == 0) {
     // A slow rank: FACTOR, and where it ends.
+    if (f.slow.rank >= 0) throw bad("one slow rank at most");
+    SlowRank& w = f.slow;
     const std::string factor = parts[2].substr(5);
     std::size_t used = 0;
     try {
-      f.factor = std::stod(factor, &used);
+      w.factor = std::stod(factor, &used);
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != factor.size() || !(f.factor >= 1.0 && f.factor <= kMaxSlowFactor)) {
+    if (used == 0 || used != factor.size() || !(w.factor >= 1.0 && w.factor <= kMaxSlowFactor)) {
       throw bad(fmt::format("slow=FACTOR takes a number from 1 to {} (the times a compute action takes), got '{}'",
                             kMaxSlowFactor, factor));
     }
     if (parts.size() == 4) {
       if (parts[3].rfind("until=", 0) != 0) throw bad("the field after slow=FACTOR is until=STEP");
-      f.until = whole(parts[3].substr(6), "until=STEP");
-      if (f.until <= f.step) {
-        throw bad(fmt::format("until={} must come after the slowdown's first step {}", f.until, f.step));
+      w.until = whole(parts[3].substr(6), "until=STEP");
+      if (w.until <= step) {
+        throw bad(fmt::format("until={} must come after the slowdown's first step {}", w.until, step));
       }
     }
-    f.mode = Fault::kSlow;
-    return f;
+    w.rank = rank;
+    w.step = step;
+    return;
   }
   if (parts.size() != 4) throw bad("four fields needed");
+  if (f.mode != Fault::kNone) throw bad("one fault of an action at most");
+  f.rank = rank;
+  f.step = step;
   f.action = parts[2];
   if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "UNSHARD" &&
-      f.action != "REDUCE_GRAD" && f.action != "checkpoint" && f.action != "start" && f.action != "evaluate") {
+      f.action != "REDUCE_GRAD" && f.action != "checkpoint" && f.action != "start" && f.action != "evaluate" &&
+      f.action != "replan") {
     throw bad("unknown action '" + f.action + "'");
   }
   if (parts[3] == "stall") {
@@ -100,47 +107,73 @@ Fault FaultFromEnvironment() {
   } else {
     throw bad("unknown mode '" + parts[3] + "'");
   }
+}
+
+}  // namespace
+
+Fault FaultFromEnvironment() {
+  const char* text = std::getenv("BATON_FAULT");
+  if (text == nullptr || *text == '\0') return {};
+  const std::string s(text);
+  Fault f;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = s.find(',', start);
+    ReadFaultPart(s, s.substr(start, comma == std::string::npos ? std::string::npos : comma - start), f);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
   return f;
 }
 
-Fault FaultForRun(const Fault& f, int rank, std::int64_t first_step) {
-  if (f.mode == Fault::kNone || first_step <= 1 || f.step >= first_step) return f;
-  if (f.mode == Fault::kSlow && (f.until < 0 || f.until > first_step)) return f;  // still slow
+Fault FaultForRun(const Fault& fault, int rank, std::int64_t first_step) {
+  Fault f = fault;
+  if (first_step <= 1) return f;
+  // A slow window that ended before this run is the earlier run's too.
+  if (f.slow.rank >= 0 && f.slow.until >= 0 && f.slow.until <= first_step) f.slow = {};
+  if (f.mode == Fault::kNone || f.step >= first_step) return f;
   if (rank == 0) {
     std::fprintf(stderr,
                  "baton: BATON_FAULT's fault at step %lld is before this run (resumed after step %lld): it was the "
                  "run's before, not injected again\n",
                  static_cast<long long>(f.step), static_cast<long long>(first_step - 1));
   }
-  return {};
+  f.mode = Fault::kNone;
+  f.rank = -1;
+  return f;
 }
 
 void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::int64_t first_step,
                 std::int64_t last_step, std::int64_t checkpoint_every, std::int64_t epoch_steps) {
-  if (f.mode == Fault::kNone) return;
+  if (!f.any()) return;
   const std::string spec = std::getenv("BATON_FAULT") != nullptr ? std::getenv("BATON_FAULT") : "";
   auto never = [&](const std::string& why) {
     return ConfigError(fmt::format("BATON_FAULT={}: {}: the fault would never fire, so a test built on it would "
                                    "test nothing",
                                    Quote(spec), why));
   };
-  if (f.rank < 0 || f.rank >= world) {
-    throw never(fmt::format("rank {} is not in this job ({} ranks: 0..{})", f.rank, world, world - 1));
-  }
-  if (f.mode == Fault::kSlow) {  // a window of steps: it may have begun before a resumed run
-    if (f.step > last_step) {
-      throw never(fmt::format("step {} is past the run's last step {}", f.step, last_step));
+  auto in_job = [&](int r) {
+    if (r < 0 || r >= world) {
+      throw never(fmt::format("rank {} is not in this job ({} ranks: 0..{})", r, world, world - 1));
     }
-    if (f.until > last_step + 1) {
-      throw never(fmt::format("until={} is past the run's last step {} (leave until out: slow to the end)", f.until,
-                              last_step));
+  };
+  if (f.slow.rank >= 0) {  // a window of steps: it may have begun before a resumed run
+    in_job(f.slow.rank);
+    if (f.slow.step > last_step) {
+      throw never(fmt::format("step {} is past the run's last step {}", f.slow.step, last_step));
     }
-    return;
+    if (f.slow.until > last_step + 1) {
+      throw never(fmt::format("until={} is past the run's last step {} (leave until out: slow to the end)",
+                              f.slow.until, last_step));
+    }
   }
+  if (f.mode == Fault::kNone) return;
+  in_job(f.rank);
   if (f.step < first_step || f.step > last_step) {
     throw never(fmt::format("step {} is not in this run (steps {}..{}{})", f.step, first_step, last_step,
                             first_step > 1 ? fmt::format(", resumed after step {}", first_step - 1) : ""));
   }
+  if (f.action == "replan") return;  // whether a re-plan comes is the run's to find: EndRun says if none did
   if (f.action == "evaluate") {
     if (epoch_steps <= 0 || (f.step % epoch_steps != 0 && f.step != last_step)) {
       throw never(epoch_steps <= 0 ? std::string("the run evaluates nothing")
@@ -177,7 +210,7 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
 }
 
 void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_view action) {
-  if (f.mode == Fault::kNone || f.mode == Fault::kSlow || f.rank != rank || f.step != step || f.action != action) return;
+  if (f.mode == Fault::kNone || f.rank != rank || f.step != step || f.action != action) return;
   std::fprintf(stderr, "baton: rank %d: injected fault (BATON_FAULT): %s at step %lld, %.*s\n", rank,
                f.mode == Fault::kStall  ? "stalling"
                : f.mode == Fault::kExit ? "exiting"

@@ -155,6 +155,9 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
                                     next.source));
     }
   });
+  if (u.fault.action == "replan" && done >= u.fault.step) {  // BATON_FAULT: the first change at or after its step
+    MaybeInjectFault(u.fault, u.world_rank, u.fault.step, "replan");
+  }
   // The state as it is, by name (the optimizer's too); then the old stages
   // go and the new plan's are built in their place (the executor and the
   // store refer to u.plan and u.rank_plan).

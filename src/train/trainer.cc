@@ -237,7 +237,7 @@ class NumbersCheck {
 // (the replicas hold the same).
 void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64_t last_checkpoint) {
   Agree(comms.world, "every rank checking that BATON_FAULT fired", [&] {
-    if (u.fault.mode != Fault::kNone && u.fault.mode != Fault::kSlow && u.fault.rank == u.world_rank) {
+    if (u.fault.mode != Fault::kNone && u.fault.rank == u.world_rank) {
       throw RunError(fmt::format("BATON_FAULT: the fault at rank {} step {} action {} did not fire", u.fault.rank,
                                  u.fault.step, u.fault.action));
     }

@@ -34,9 +34,9 @@ std::string Refusal(const std::string& text, std::int64_t first_step = 1, std::i
 
 TEST(SlowFault, AWindowOfStepsOnOneRank) {
   const Fault f = Read("1:3:slow=2.5:until=7");
-  EXPECT_EQ(f.mode, Fault::kSlow);
-  EXPECT_EQ(f.rank, 1);
-  EXPECT_DOUBLE_EQ(f.factor, 2.5);
+  EXPECT_EQ(f.mode, Fault::kNone);
+  EXPECT_EQ(f.slow.rank, 1);
+  EXPECT_DOUBLE_EQ(f.slow.factor, 2.5);
   EXPECT_FALSE(f.Slows(1, 2));
   EXPECT_TRUE(f.Slows(1, 3));
   EXPECT_TRUE(f.Slows(1, 6));
@@ -44,8 +44,14 @@ TEST(SlowFault, AWindowOfStepsOnOneRank) {
   EXPECT_FALSE(f.Slows(0, 4));
   EXPECT_TRUE(Read("0:1:slow=2").Slows(0, 1000000));  // to the end
   // A resumed run inside the window is still slow; after it, not.
-  EXPECT_EQ(FaultForRun(f, 1, 5).mode, Fault::kSlow);
-  EXPECT_EQ(FaultForRun(f, 1, 7).mode, Fault::kNone);
+  EXPECT_TRUE(FaultForRun(f, 1, 5).Slows(1, 6));
+  EXPECT_FALSE(FaultForRun(f, 1, 7).any());
+  // With a fault of an action beside it, comma-joined.
+  const Fault both = Read("1:3:slow=2,0:4:replan:stall");
+  EXPECT_TRUE(both.Slows(1, 3));
+  EXPECT_EQ(both.mode, Fault::kStall);
+  EXPECT_EQ(both.rank, 0);
+  EXPECT_EQ(both.action, "replan");
   EXPECT_EQ(Refusal("1:3:slow=2:until=7", 5, 10), "");
 }
 
@@ -58,6 +64,8 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
       {"1:2:slow=2:till=5", "the field after slow=FACTOR is until=STEP"},
       {"1x:2:slow=2", "RANK must be a whole number, got '1x'"},
       {"1:2", "four fields needed"},
+      {"1:2:slow=2,0:3:slow=3", "one slow rank at most"},
+      {"1:2:F:stall,0:3:B:exit", "one fault of an action at most"},
   };
   for (const auto& [text, says] : cases) {
     ::setenv("BATON_FAULT", text.c_str(), 1);
@@ -66,7 +74,9 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
       ADD_FAILURE() << text << ": accepted";
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("RANK:STEP:slow=FACTOR[:until=STEP]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("RANK:STEP:slow=FACTOR[:until=STEP], the two joined by a comma"),
+                std::string::npos)
+          << e.what();
     }
     ::unsetenv("BATON_FAULT");
   }

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -108,6 +109,33 @@ TEST_F(AdaptTest, ACheckpointWrittenAfterAReplanResumesToTheSameWeights) {
     EXPECT_NE(Read("log.txt").find("resumed after step 30"), std::string::npos) << Read("log.txt");
     EXPECT_EQ(Read("resumed.safetensors"), Read("healthy.safetensors")) << "adapt " << adapt;
   }
+}
+
+// A rank that stalls during a move (BATON_FAULT's replan, beside the slow
+// rank that brings the move): the other rank's wait ends at the deadline
+// naming what it waited for, the job ends non-zero, and the last
+// checkpoint, written before the move, resumes to the healthy run's
+// weights: nothing is lost.
+TEST_F(AdaptTest, AStallDuringAMoveEndsAtTheDeadlineAndLosesNothing) {
+  ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
+  const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=5";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(Train("BATON_FAULT=1:6:slow=4,0:6:replan:stall",
+                  "--set pipeline.adapt=on --set pipeline.wait_timeout_s=3 --set log.metrics=stalled.jsonl "
+                  "--set log.weights=stalled.safetensors" + ck),
+            0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string log = Read("log.txt");
+  EXPECT_NE(log.find("rank 0: injected fault (BATON_FAULT): stalling at step 6, replan"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1: timed out waiting for every rank's tensors to move"), std::string::npos) << log;
+  EXPECT_LT(seconds, 60.0);
+  EXPECT_FALSE(fs::exists(dir_ / "stalled.safetensors"));
+  ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000005/manifest.json")) << log;
+  ASSERT_EQ(Train("", "--set log.metrics=resumed.jsonl --set log.weights=resumed.safetensors" + ck +
+                          " --resume ck/step-00000005"),
+            0)
+      << Read("log.txt");
+  EXPECT_EQ(Read("resumed.safetensors"), Read("healthy.safetensors"));
 }
 
 TEST_F(AdaptTest, AdaptOnIsRefusedWhereItCannotMoveAPlacement) {
