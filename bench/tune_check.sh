@@ -29,9 +29,9 @@ np=$ranks; [ "$ranks" -lt 2 ] && np=2
 # the machine as the run's ranks do (more ranks than cores: the profile then
 # times each call by its CPU time, and the simulator shares the cores).
 mpirun -np "$np" "$baton" profile "$config" "${sets[@]}" --out "$out/profile.json" < /dev/null > "$out/profile.txt"
-# The ranking: rows "rank schedule m v policy slices step-ms bubble peak MiB layout fits".
+# The ranking: rows "rank schedule m v policy slices zero step-ms bubble peak MiB layout fits".
 "$baton" tune "$config" "${sets[@]}" --memory-bytes "$memory" --top 200 --profile "$out/profile.json" > "$out/tune.txt"
-awk -v top="$top" '$NF == "yes" && $1 ~ /^[0-9]+$/ && n < top {print $2, $3, $4, $5, $6, $7, $11; n++}' "$out/tune.txt" > "$out/top.txt"
+awk -v top="$top" '$NF == "yes" && $1 ~ /^[0-9]+$/ && n < top {print $2, $3, $4, $5, $6, $8, $12; n++}' "$out/tune.txt" > "$out/top.txt"
 [ -s "$out/top.txt" ] || { cat "$out/tune.txt"; echo "tune_check: no feasible candidate" >&2; exit 1; }
 echo "tune: $(grep -m1 '^searched' "$out/tune.txt")"
 
