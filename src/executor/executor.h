@@ -37,7 +37,9 @@ namespace baton {
 // however fast the machine is.
 inline constexpr int kFaultWaitSeconds = 600;
 // "replan" is the adaptive plans' first placement change at or after STEP
-// (SwapPlan, before the state moves).
+// (SwapPlan, before the state moves), where the mode may also be "error":
+// the rank fails to build the new plan, and every rank goes back to the
+// old one.
 //
 // Beside it, or alone, a slow rank for the adaptive plans ("RANK:STEP:slow=
 // FACTOR[:until=STEP]", the two joined by a comma): from step STEP (until
@@ -50,7 +52,7 @@ struct SlowRank {
   double factor = 1.0;
 };
 struct Fault {
-  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait };
+  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait, kError };
   Mode mode = kNone;
   int rank = -1;
   std::int64_t step = -1;

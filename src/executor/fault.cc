@@ -40,8 +40,8 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
   auto bad = [&](const std::string& why) {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
-                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate, start or replan and MODE stall, exit, kill, term or "
-                    "wait; and/or RANK:STEP:slow=FACTOR[:until=STEP], the two joined by a comma)",
+                    "UNSHARD, REDUCE_GRAD, checkpoint, evaluate, start or replan and MODE stall, exit, kill, term, "
+                    "wait or (replan only) error; and/or RANK:STEP:slow=FACTOR[:until=STEP], the two joined by a comma)",
                     s, why));
   };
   if (parts.size() < 3 || parts.size() > 4) throw bad("four fields needed");
@@ -104,6 +104,10 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
     f.mode = Fault::kTerm;
   } else if (parts[3] == "wait") {
     f.mode = Fault::kWait;
+  } else if (parts[3] == "error" && f.action == "replan") {
+    f.mode = Fault::kError;
+  } else if (parts[3] == "error") {
+    throw bad("mode error is for the action replan (a failed move the run survives)");
   } else {
     throw bad("unknown mode '" + parts[3] + "'");
   }
@@ -210,7 +214,9 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
 }
 
 void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_view action) {
-  if (f.mode == Fault::kNone || f.rank != rank || f.step != step || f.action != action) return;
+  if (f.mode == Fault::kNone || f.mode == Fault::kError || f.rank != rank || f.step != step || f.action != action) {
+    return;  // kError: thrown where the run survives it (SwapPlan)
+  }
   std::fprintf(stderr, "baton: rank %d: injected fault (BATON_FAULT): %s at step %lld, %.*s\n", rank,
                f.mode == Fault::kStall  ? "stalling"
                : f.mode == Fault::kExit ? "exiting"
@@ -243,6 +249,7 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
       break;
     }
     case Fault::kNone:
+    case Fault::kError:
       break;
   }
 }

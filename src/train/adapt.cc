@@ -156,8 +156,26 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   const std::string before = LayoutText(config, u_.plan.model, u_.plan.bounds);
   TrainConfig next = WithPlacement(config, u_.plan.model, bounds);
   const PlanSwap swap = SwapPlan(config, next, comms_, u_, done);
+  u_.exec->MeasureStages(true);  // a new executor either way
+  if (!swap.failed.empty()) {
+    // Every rank went back to the running plan, its state as it was.
+    if (swap.failed_here) {
+      std::fprintf(stderr,
+                   "%sbaton: rank %d: warning: the move after step %lld failed: %s; every rank went back to layout %s "
+                   "and the run goes on\n",
+                   tty ? "\n" : "", u_.world_rank, static_cast<long long>(done), swap.failed.c_str(), before.c_str());
+    }
+    if (t.rank() == 0) {
+      planner_->Start(u_.plan);
+      if (u_.metrics) {
+        u_.metrics->Line(fmt::format("{{\"event\": \"replan_failed\", \"step\": {}, \"layout\": \"{}\", "
+                                     "\"seconds\": {:.6g}}}",
+                                     done, before, swap.seconds));
+      }
+    }
+    return;
+  }
   config = std::move(next);
-  u_.exec->MeasureStages(true);
   ++replans_;
   double moved[1] = {static_cast<double>(swap.bytes_sent)};
   t.ReduceSum(moved);

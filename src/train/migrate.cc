@@ -79,6 +79,33 @@ std::string AllButPlacement(const TrainConfig& config) {
   return MathSettings(c);
 }
 
+// `u` built for `config` from `plan` in place of what it had: the device,
+// the executor and the parameter store (initial values; the caller
+// restores the state), the transport sized for both plans' messages.
+void Build(const TrainConfig& config, const RunComms& comms, RunSetup& u, RunPlan plan, RankPlan rank_plan) {
+  Transport& t = comms.pipeline;
+  u.params.reset();
+  u.exec.reset();
+  u.device.reset();
+  u.plan = std::move(plan);
+  u.rank_plan = std::move(rank_plan);
+  t.Configure(std::max(u.rank_plan.requests, 2), config.pipeline.wait_timeout_s);
+  u.device = MakeRankDevice(config.device, t, config.precision);
+  u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, config.pipeline.wait_timeout_s, t, *u.device,
+                                      &comms.replicas);
+  u.params = std::make_unique<ParamStore>(u.plan, u.rank_plan, *u.exec);
+  u.params->Initialize(config.model.init_seed, config.train.optimizer);  // shapes and an optimizer; overwritten
+}
+
+// After the state is in place: the transport sized for the plan, the
+// executor's rank, fault and flight records.
+void Rewire(const TrainConfig& config, const RunComms& comms, RunSetup& u) {
+  comms.pipeline.Configure(u.rank_plan.requests, config.pipeline.wait_timeout_s);
+  u.exec->set_world_rank(u.world_rank);
+  u.exec->set_fault(u.fault);
+  SetFlightRecords(config, comms, u);
+}
+
 }  // namespace
 
 std::size_t MoveTensors(Transport& t, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted) {
@@ -155,33 +182,40 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
                                     next.source));
     }
   });
-  if (u.fault.action == "replan" && done >= u.fault.step) {  // BATON_FAULT: the first change at or after its step
-    MaybeInjectFault(u.fault, u.world_rank, u.fault.step, "replan");
-  }
+  const bool fault_here = u.fault.action == "replan" && done >= u.fault.step;  // BATON_FAULT: the first change at or after its step
+  if (fault_here) MaybeInjectFault(u.fault, u.world_rank, u.fault.step, "replan");
   // The state as it is, by name (the optimizer's too); then the old stages
   // go and the new plan's are built in their place (the executor and the
-  // store refer to u.plan and u.rank_plan).
+  // store refer to u.plan and u.rank_plan). Should any rank fail to build
+  // it, every rank builds the old plan again from the state it kept, and
+  // the run goes on as it was.
   u.params->Pull();
   const std::vector<NamedTensor> held = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
-  u.params.reset();
-  u.exec.reset();
-  u.device.reset();
-  u.plan = std::move(plan);
-  u.rank_plan = std::move(rank_plan);
-  t.Configure(std::max(u.rank_plan.requests, 2), next.pipeline.wait_timeout_s);
-  u.device = MakeRankDevice(next.device, t, next.precision);
-  u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, next.pipeline.wait_timeout_s, t, *u.device,
-                                      &comms.replicas);
-  u.params = std::make_unique<ParamStore>(u.plan, u.rank_plan, *u.exec);
-  u.params->Initialize(next.model.init_seed, next.train.optimizer);  // shapes and an optimizer; overwritten below
-  std::vector<NamedTensor> wanted = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
+  RunPlan old_plan = u.plan;
+  RankPlan old_rank_plan = u.rank_plan;
   PlanSwap swap;
+  try {
+    Agree(comms.world, "every rank building the new placement", [&] {
+      if (fault_here && u.fault.mode == Fault::kError && u.fault.rank == u.world_rank) {
+        throw RunError(fmt::format("BATON_FAULT: rank {} failed to build the new placement after step {}",
+                                   u.world_rank, done));
+      }
+      Build(next, comms, u, std::move(plan), std::move(rank_plan));
+    });
+  } catch (const Error& e) {
+    Build(running, comms, u, std::move(old_plan), std::move(old_rank_plan));
+    u.params->Restore(held, "the model state kept", done);
+    if (fault_here && u.fault.mode == Fault::kError) u.fault.mode = Fault::kNone;  // it fired
+    Rewire(running, comms, u);
+    swap.failed = e.what();
+    swap.failed_here = dynamic_cast<const PeerFailed*>(&e) == nullptr;
+    swap.seconds = MonotonicSeconds() - start;
+    return swap;
+  }
+  std::vector<NamedTensor> wanted = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
   swap.bytes_sent = MoveTensors(t, held, wanted);
   u.params->Restore(wanted, "the moved model state", done);
-  t.Configure(u.rank_plan.requests, next.pipeline.wait_timeout_s);
-  u.exec->set_world_rank(u.world_rank);
-  u.exec->set_fault(u.fault);
-  SetFlightRecords(next, comms, u);
+  Rewire(next, comms, u);
   const std::string id = u.run.run_id;
   u.run = CheckpointRunOf(next, u.plan, u.total_steps);
   u.run.run_id = id;

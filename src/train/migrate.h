@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "baton/comm.h"
@@ -35,6 +36,11 @@ std::size_t MoveTensors(Transport& pipeline, const std::vector<NamedTensor>& hel
 struct PlanSwap {
   std::size_t bytes_sent = 0;
   double seconds = 0;
+  // Non-empty: a rank could not build the new plan (this rank's error, or
+  // that another's failed); every rank rebuilt the old one from the state
+  // it kept, and the run goes on as it was.
+  std::string failed;
+  bool failed_here = false;  // the error is this rank's own (not that another's failed)
 };
 
 // After step `done`, rebuilds `u` for `next`: another placement of the same
@@ -46,7 +52,9 @@ struct PlanSwap {
 // the pipeline. Throws ConfigError before anything changes if `next` moves
 // the first or last stage to another rank (each rank reads only its own
 // part of the data), runs replicas with a sharded optimizer (ZeRO 1-3), or
-// changes anything but the placement.
+// changes anything but the placement. Should a rank fail to build the new
+// plan (its memory, BATON_FAULT's replan:error), every rank goes back to
+// the old plan with the state it had and says so in `failed`.
 PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const RunComms& comms, RunSetup& u,
                   std::int64_t done);
 

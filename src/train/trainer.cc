@@ -343,6 +343,13 @@ void Resume(const RunComms& comms, RunSetup& u) {
 void ChangePlan(TrainConfig next, const RunComms& comms, RunSetup& u, std::int64_t done, bool tty,
                 TrainConfig& running) {
   const PlanSwap swap = SwapPlan(running, next, comms, u, done);
+  if (!swap.failed.empty()) {  // every rank went back to the running plan
+    if (swap.failed_here) {
+      std::fprintf(stderr, "%sbaton: rank %d: warning: the plan change after step %lld failed: %s; the run goes on as "
+                   "planned\n", tty ? "\n" : "", u.world_rank, static_cast<long long>(done), swap.failed.c_str());
+    }
+    return;
+  }
   running = std::move(next);
   if (comms.world.rank() != 0) return;
   std::fprintf(stderr, "%sbaton: plan changed after step %lld: layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",

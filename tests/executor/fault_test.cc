@@ -66,6 +66,7 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
       {"1:2", "four fields needed"},
       {"1:2:slow=2,0:3:slow=3", "one slow rank at most"},
       {"1:2:F:stall,0:3:B:exit", "one fault of an action at most"},
+      {"1:2:F:error", "mode error is for the action replan (a failed move the run survives)"},
   };
   for (const auto& [text, says] : cases) {
     ::setenv("BATON_FAULT", text.c_str(), 1);

@@ -127,7 +127,7 @@ TEST_F(AdaptTest, AStallDuringAMoveEndsAtTheDeadlineAndLosesNothing) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string log = Read("log.txt");
   EXPECT_NE(log.find("rank 0: injected fault (BATON_FAULT): stalling at step 6, replan"), std::string::npos) << log;
-  EXPECT_NE(log.find("rank 1: timed out waiting for every rank's tensors to move"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1: timed out waiting for every rank building the new placement"), std::string::npos) << log;
   EXPECT_LT(seconds, 60.0);
   EXPECT_FALSE(fs::exists(dir_ / "stalled.safetensors"));
   ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000005/manifest.json")) << log;
@@ -136,6 +136,25 @@ TEST_F(AdaptTest, AStallDuringAMoveEndsAtTheDeadlineAndLosesNothing) {
             0)
       << Read("log.txt");
   EXPECT_EQ(Read("resumed.safetensors"), Read("healthy.safetensors"));
+}
+
+// A move that a rank cannot build (BATON_FAULT's replan:error, as a rank
+// out of memory would): every rank goes back to the plan it had with the
+// state it kept, says so, and the run ends with the healthy run's weights.
+TEST_F(AdaptTest, AMoveARankCannotBuildLeavesTheOldPlanRunning) {
+  ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("BATON_FAULT=1:6:slow=4,1:6:replan:error",
+                  "--set pipeline.adapt=on --set log.metrics=failed.jsonl --set log.weights=failed.safetensors"),
+            0)
+      << Read("log.txt");
+  const std::string log = Read("log.txt");
+  EXPECT_NE(log.find("baton: rank 1: warning: the move after step "), std::string::npos) << log;
+  EXPECT_NE(log.find("failed: BATON_FAULT: rank 1 failed to build the new placement after step"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("every rank went back to layout E,t*4|t*4,L and the run goes on"), std::string::npos) << log;
+  EXPECT_NE(Read("failed.jsonl").find(R"("event": "replan_failed")"), std::string::npos);
+  EXPECT_TRUE(Replans("failed.jsonl").empty());
+  EXPECT_EQ(Read("failed.safetensors"), Read("healthy.safetensors"));
 }
 
 TEST_F(AdaptTest, AdaptOnIsRefusedWhereItCannotMoveAPlacement) {
