@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "analyze.h"
@@ -117,6 +118,12 @@ std::string BenchReportJson(const BenchReport& b) {
 
 BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchOptions& o) {
   const TrainConfig c = BenchConfig(PlaceStages(config, comms.world), o);
+  if (c.pipeline.adapt == AdaptMode::kOn && comms.world.rank() == 0) {
+    // Bench holds the plan still to hold it against its prediction.
+    std::fprintf(stderr,
+                 "baton: bench measures the plan as placed; pipeline.adapt is applied by baton train, whose re-plans are "
+                 "printed and written as \"replan\" rows of its metrics file (bench/adapt_check.sh measures them)\n");
+  }
   RunSetup u;
   SetupOptions setup;
   setup.training = false;
