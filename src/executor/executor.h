@@ -178,10 +178,10 @@ class Executor {
     step_ = step;
     if (fault_.slow.rank >= 0) clock_.SetSlowdown(fault_.Slows(rank_, step) ? fault_.slow.factor : 1.0);
   }
-  // The adaptive plans' measure: each compute action's own time summed by
-  // stage and kind (ActionClock::TakeStageSeconds), on (true) or off.
-  void MeasureStages(bool on) { clock_.MeasureStages(on ? plan_.stages : 0); }
-  std::vector<double> TakeStageSeconds() { return clock_.TakeStageSeconds(); }
+  // The adaptive plans' measure: each compute action's own CPU time,
+  // summed (ActionClock::TakeComputeSeconds), on (true) or off.
+  void MeasureCompute(bool on) { clock_.MeasureCompute(on); }
+  double TakeComputeSeconds() { return clock_.TakeComputeSeconds(); }
   // The rank's number in the world (with replicas, not its pipeline rank):
   // what BATON_FAULT and the flight record name. Defaults to the plan's rank.
   void set_world_rank(int rank) { rank_ = rank; }

@@ -39,12 +39,12 @@ void FlightRecord::Write(const std::string& path, int rank, std::int64_t step) c
 }
 
 ActionClock::Stamp ActionClock::Mark() const {
-  if (!events_) return slow_ != 1.0 || !busy_.empty() ? Stamp{MonotonicSeconds(), ThreadCpuSeconds(), -1} : Stamp{};
+  if (!events_) return slow_ != 1.0 || measuring_ ? Stamp{MonotonicSeconds(), ThreadCpuSeconds(), -1} : Stamp{};
   return {MonotonicSeconds(), ThreadCpuSeconds(), device_clock_ ? dev_.MarkClock() : -1};
 }
 
 void ActionClock::Record(ActionKind kind, int stage, int microbatch, Stamp start) {
-  if (!events_ && slow_ == 1.0 && busy_.empty()) return;
+  if (!events_ && slow_ == 1.0 && !measuring_) return;
   // On the CPU the thread's own CPU time: what the action cost this rank,
   // whatever else shares its core (a shared machine's neighbours, more
   // ranks than cores) took meanwhile.
@@ -56,22 +56,12 @@ void ActionClock::Record(ActionKind kind, int stage, int microbatch, Stamp start
     while ((cpu = ThreadCpuSeconds()) < until) {
     }
   }
-  if (!busy_.empty()) {
-    const int k = kind == ActionKind::kForward ? 0 : kind == ActionKind::kBackwardWeight ? 2 : 1;
-    const auto at = static_cast<std::size_t>(stage) * 3 + static_cast<std::size_t>(k);
-    if (at < busy_.size()) busy_[at] += cpu - start.cpu;
-  }
+  if (measuring_) busy_ += cpu - start.cpu;
   const double end = MonotonicSeconds();
   if (!events_) return;
   const int end_mark = device_clock_ ? dev_.MarkClock() : -1;
   events_->push_back(
-      {kind, stage, microbatch, start.wall, end, ThreadCpuSeconds() - start.cpu, start.mark, end_mark});
-}
-
-std::vector<double> ActionClock::TakeStageSeconds() {
-  std::vector<double> out(busy_.size(), 0.0);
-  out.swap(busy_);
-  return out;
+      {kind, stage, microbatch, start.wall, end, cpu - start.cpu, start.mark, end_mark});
 }
 
 void ActionClock::RecordWait(ActionKind kind, int stage, int microbatch, double start) {

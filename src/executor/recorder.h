@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/action.h"
@@ -68,14 +69,15 @@ class ActionClock {
   // `factor` times its own CPU time, the rest spent busy here. 1: full
   // speed.
   void SetSlowdown(double factor) { slow_ = factor; }
-  // Sums each compute action's own time by stage and kind, for the
-  // adaptive plans: the thread's CPU time (waits excluded, and what
-  // other processes on its core took meanwhile); `stages` the plan's
-  // stages (0: off).
-  void MeasureStages(int stages) { busy_.assign(static_cast<std::size_t>(stages) * 3, 0.0); }
-  // The sums since the last call, [stage * 3 + k] with k 0 for F, 1 for B
-  // or I, 2 for W (seconds), and zeroes them.
-  std::vector<double> TakeStageSeconds();
+  // Sums each compute action's own time, for the adaptive plans: the
+  // thread's CPU time (waits excluded, and what other processes on its
+  // core took meanwhile). On (true) or off.
+  void MeasureCompute(bool on) {
+    measuring_ = on;
+    busy_ = 0.0;
+  }
+  // The sum since the last call (seconds), and zeroes it.
+  double TakeComputeSeconds() { return std::exchange(busy_, 0.0); }
 
   // At a step's start with `marks` device marks to come (Executor::StartDeviceClock).
   void StartDeviceClock(std::size_t marks);
@@ -86,7 +88,8 @@ class ActionClock {
  private:
   RankDevice& dev_;
   double slow_ = 1.0;
-  std::vector<double> busy_;  // MeasureStages
+  bool measuring_ = false;  // MeasureCompute
+  double busy_ = 0.0;
   std::vector<ActionEvent>* events_ = nullptr;
   bool device_clock_ = false;          // recording, with the device's clock
   std::vector<double> clock_seconds_;  // ApplyDeviceClock's reading (reserved once)

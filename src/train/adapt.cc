@@ -127,14 +127,14 @@ RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetu
     planner_->Start(u.plan);
     std::fprintf(stderr, "baton: adaptive plans on: each rank's speed measured against %s\n", source.c_str());
   });
-  u.exec->MeasureStages(true);
+  u.exec->MeasureCompute(true);
 }
 
 void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds,
                            bool tty) {
   Transport& t = comms_.pipeline;
   std::vector<double> seconds(static_cast<std::size_t>(t.size()), 0.0);
-  for (double v : u_.exec->TakeStageSeconds()) seconds[static_cast<std::size_t>(t.rank())] += v;
+  seconds[static_cast<std::size_t>(t.rank())] = u_.exec->TakeComputeSeconds();
   t.ReduceSum(seconds);
   std::optional<Replan> replan;
   std::string decision;
@@ -156,7 +156,7 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   const std::string before = LayoutText(config, u_.plan.model, u_.plan.bounds);
   TrainConfig next = WithPlacement(config, u_.plan.model, bounds);
   const PlanSwap swap = SwapPlan(config, next, comms_, u_, done);
-  u_.exec->MeasureStages(true);  // a new executor either way
+  u_.exec->MeasureCompute(true);  // a new executor either way
   if (!swap.failed.empty()) {
     // Every rank went back to the running plan, its state as it was.
     if (swap.failed_here) {

@@ -77,11 +77,6 @@ TEST(Sharding, AGradientSumBeforeTheLastBackwardOrTwiceIsRefused) {
       << twice;
 }
 
-// One rank, one stage, two microbatches, F = 1 and B = 2; a gather of 3 and
-// a reduce-scatter of 2. The forwards wait for the gather (0-3): F 3-4,
-// 4-5, B 5-7, 7-9; the reduce-scatter starts when the rank reaches it (9)
-// and ends at 11, exposed. Memory: 10 bytes a microbatch's activations and
-// 100 gathered: the peak 100 + 2 x 10.
 // ZeRO 2's all-gather after the optimizer step is part of the step's
 // price: after the rank's last collective, its stages' one after another
 // (hand-computed: F 1 and B 2 each, so the compute ends at 6, the
@@ -100,6 +95,11 @@ TEST(Sharding, TheCollectivesAfterTheOptimizerStepEndTheStep) {
   EXPECT_THROW(Simulate(s, o), ScheduleError);
 }
 
+// One rank, one stage, two microbatches, F = 1 and B = 2; a gather of 3 and
+// a reduce-scatter of 2. The forwards wait for the gather (0-3): F 3-4,
+// 4-5, B 5-7, 7-9; the reduce-scatter starts when the rank reaches it (9)
+// and ends at 11, exposed. Memory: 10 bytes a microbatch's activations and
+// 100 gathered: the peak 100 + 2 x 10.
 TEST(Sharding, TheSimulatorChargesGathersAndReduceScattersOnTheCommunicationResource) {
   const Schedule s = Csv("0UNSHARD,0F0,0F1,0B0,0B1,0RESHARD,0REDUCE_GRAD\n");
   SimOptions o;
