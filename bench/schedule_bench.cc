@@ -76,10 +76,11 @@ void BM_Tune(benchmark::State& state) {
     const double redo = c.checkpointing == "none" ? 0.0 : c.checkpointing == "selective" ? 0.3 : 1.0;
     baton::Costs stage{layers * samples + 0.05, layers * samples + 0.05, 0.8 * layers * samples + 0.05};
     stage.forward_backward = 0.85 * (stage.forward + stage.Backward());
+    stage.backward_input += redo * layers * samples;  // recomputation lengthens I, B and F&B
+    *stage.forward_backward += redo * layers * samples;
     k.price.compute.stages.assign(stages, stage);
-    k.recompute.assign(stages, redo * layers * samples);
     k.price.memory.stage_bytes.assign(stages, keep * layers * samples * kMiB);
-    k.static_bytes.assign(kRanks, kLayers / kRanks * 64 * kMiB);
+    k.price.memory.rank_static_bytes.assign(kRanks, kLayers / kRanks * 64 * kMiB);
     k.price.messages.latency = 0.02;
     return k;
   };

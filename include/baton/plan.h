@@ -83,6 +83,10 @@ struct RunPlan {
     return model.NumParams(bounds[static_cast<std::size_t>(s)], bounds[static_cast<std::size_t>(s) + 1]);
   }
   double StageParamBytes(int s) const { return double(StageParams(s)) * sizeof(float); }
+  // Per stage, 1 where it holds a copy of a tied head (GPT's lm_head =
+  // wte): its gradients are summed after the tied sum, at the step's end.
+  // All 0 without a tied head. The one place tied stages are found.
+  std::vector<char> SummedAtEnd() const;
   int microbatches() const { return lowered.microbatches; }  // units: microbatches x slices
   // Unit u's slice of each sample's sequence: tokens [SliceBegin, SliceEnd).
   int SliceBegin(int unit) const { return cuts[static_cast<std::size_t>(SliceOfUnit(unit, slices))]; }

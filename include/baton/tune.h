@@ -73,44 +73,38 @@ struct CandidateCosts {
   // Non-empty: the candidate cannot run, and this says why (for example
   // "22 layers do not split into 16 stages"); nothing else is read.
   std::string invalid;
-  // The simulator's options for the candidate's stages (its schedule comes
-  // from the search), in their parts (baton/sim.h): compute.stages, one
-  // per stage, the forward, input-backward and weight-backward time of one
-  // microbatch through the stage without recomputation (and optionally
-  // forward_backward, an F and a B overlapped, for dualpipev); messages;
-  // memory.stage_bytes, one per stage, the bytes one microbatch's forward
-  // keeps until its backward under the policy, and memory.weight_ratio, the
-  // share of them still held after I until W (M_W / M_B); the cores the
-  // ranks share; a sliced candidate's slices' shares. Its schedule's
-  // generator plans with the same costs and message time.
+  // The price: the simulator's options for the candidate's stages (its
+  // schedule comes from the search), as PriceRun builds a run's
+  // (baton/price.h), in their parts (baton/sim.h): compute.stages, one per
+  // stage, the forward, input-backward and weight-backward time of one
+  // microbatch through the stage, the checkpointing policy's recomputation
+  // included in its backward (and optionally forward_backward, an F and a B
+  // overlapped, for dualpipev); messages; memory: stage_bytes, one per
+  // stage, the bytes one microbatch's forward keeps until its backward
+  // under the policy (sliced: a slice's ring slot), rank_static_bytes, one
+  // per rank (required), the bytes the schedule does not change
+  // (parameters, gradients, optimizer state, recomputation workspace,
+  // message buffers), weight_ratio, the share still held after I until W
+  // (M_W / M_B), and sliced, stage_sequence_bytes, a sequence's key/value
+  // slot; the cores the ranks share; a sliced candidate's slices' shares;
+  // ZeRO's collectives (shards). Its schedule's generator plans with the
+  // same costs and message time.
   SimOptions price;
-  // Empty, or one per stage: time the checkpointing policy adds to each
-  // backward of a microbatch (redoing what the forward did not keep). It is
-  // added to backward_input (so to I and B) and to forward_backward if set.
-  std::vector<double> recompute;
-  // One per rank: bytes the schedule does not change (parameters, gradients,
-  // optimizer state, recomputation workspace, message buffers).
-  std::vector<double> static_bytes;
+  // What only the search reads beside the price.
   // How activation memory is held. false: as it lives, the rank's peak of
   // the stages' live microbatches at once (the simulator's memory). true:
   // in ring stores allocated up front, each stage's ring as deep as its own
-  // peak in flight (baton's runs): a rank holds the sum of those.
+  // peak in flight (baton's runs): a rank holds the sum of those, and
+  // sliced, a key/value slot for each live sequence and again for each
+  // sequence running backward.
   bool ring_memory = false;
-  // A sliced candidate with ring_memory: per stage the bytes of one
-  // slice's ring slot (`slot_bytes`; empty: price.memory.stage_bytes) and
-  // of a sequence's key/value slot, held by each live sequence and again
-  // by each sequence running backward (`sequence_bytes`; empty: none).
-  std::vector<double> slot_bytes, sequence_bytes;
-  // ZeRO 2 and 3: per stage its parameters' bytes, the size of its
-  // windows. The search adds to each rank's static bytes (which then hold
-  // only the shards) as many windows of its largest stage as its placed
-  // actions hold at once: gradient windows from a stage's first B or W to
-  // its REDUCE_GRAD, under 3 parameter windows from UNSHARD to RESHARD
-  // (the plan's pools, ShardingPlan). The gathers and reduce-scatters take
-  // `price.shards`' times.
+  // ZeRO 2 and 3: per stage its parameters' bytes (RunPlan::StageParamBytes),
+  // the size of its windows, and 1 where its gradient window is held to
+  // the step's end (RunPlan::SummedAtEnd: a tied copy). The search adds to
+  // each rank's static bytes (which then hold only the shards) as many
+  // windows of its largest stage as its placed actions hold at once
+  // (PlaceShardingWindows, as the plan's pools take them).
   std::vector<double> parameter_bytes;
-  // ZeRO 2 and 3: per stage, 1 where its gradient window is held to the
-  // step's end (a tied copy, summed after the tied gradients); empty: none.
   std::vector<char> summed_at_end;
 };
 

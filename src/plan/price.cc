@@ -15,12 +15,11 @@ GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
   GradientSums sums;
   if (plan.replicas <= 1 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return sums;
   if (plan.zero.has_actions()) return sums;  // the schedule's REDUCE_GRAD actions (PriceShards)
-  const plan_detail::TiedStages tied = plan_detail::FindTiedStages(plan.model, plan.bounds);
   for (int s = 0; s < plan.stages(); ++s) {
     sums.stage_time.push_back(GradientSumTime(plan.StageParamBytes(s), plan.replicas, plan.bucket_cap_bytes,
                                               costs.allreduce_step_latency, costs.allreduce_bandwidth));
-    sums.at_end.push_back(tied.embedding >= 0 && (s == tied.embedding || s == tied.head) ? 1 : 0);
   }
+  sums.at_end = plan.SummedAtEnd();
   return sums;
 }
 

@@ -185,10 +185,7 @@ void PlanSharding(const RunPlan& run, RankPlan& r) {
     sh.stages.push_back(std::move(st));
   }
   // A tied copy's gradient window is held to the step's end, where it is summed.
-  std::vector<char> held_to_end(static_cast<std::size_t>(r.stages), 0);
-  for (std::size_t k = 0; k < r.local_stages.size(); ++k) {
-    held_to_end[static_cast<std::size_t>(r.local_stages[k].stage)] = sh.stages[k].after_tied ? 1 : 0;
-  }
+  const std::vector<char> held_to_end = run.SummedAtEnd();
   auto windows = [&](std::vector<Instruction>& list) {
     std::vector<Action> actions;
     for (Instruction& in : list) {
@@ -406,6 +403,15 @@ TiedStages FindTiedStages(const ModelDesc& model, const std::vector<int>& bounds
 }
 
 }  // namespace plan_detail
+
+std::vector<char> RunPlan::SummedAtEnd() const {
+  std::vector<char> out(static_cast<std::size_t>(stages()), 0);
+  const plan_detail::TiedStages tied = plan_detail::FindTiedStages(model, bounds);
+  if (tied.embedding < 0) return out;
+  out[static_cast<std::size_t>(tied.embedding)] = 1;
+  out[static_cast<std::size_t>(tied.head)] = 1;
+  return out;
+}
 
 int RankPlan::RequestId(ActionKind kind, int stage, int microbatch) const {
   return (RequestKindOf(kind) * stages + stage) * microbatches + microbatch;

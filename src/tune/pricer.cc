@@ -48,28 +48,15 @@ CandidateCosts ProfilePricer::operator()(const Candidate& c) {
       costs.stage_costs.back() =
           Scaled(price.costs, slowdown_[static_cast<std::size_t>(StageRank(traits.placement, s, p))]);
     }
+    // A slice holds a slice's slot; its sequence a key/value slot.
     costs.memory.stage_bytes.push_back(price.slot_bytes);
-    if (c.slices > 1) {
-      // A slice holds a slice's slot; its sequence a key/value slot.
-      out.slot_bytes.push_back(price.slot_bytes);
-      out.sequence_bytes.push_back(price.sequence_bytes);
-    }
+    if (c.slices > 1) costs.memory.stage_sequence_bytes.push_back(price.sequence_bytes);
   }
+  costs.memory.rank_static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
   out.price = PriceRun(shape->plan, costs);
-  out.static_bytes = shape->statics(shape->plan, traits.placement, p, traits.split_backward);
   out.ring_memory = true;
   if (shape->plan.zero.has_actions()) {
-    // A tied head's two stages sum after the tied gradients, at the step's end.
-    const std::vector<int>& bounds = shape->plan.bounds;
-    auto stage_of = [&](int top) {
-      return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), top) - bounds.begin()) - 1;
-    };
-    out.summed_at_end.assign(static_cast<std::size_t>(shape->plan.stages()), 0);
-    for (const OpDesc& op : model_.ops) {
-      if (op.tied_to < 0) continue;
-      out.summed_at_end[static_cast<std::size_t>(stage_of(op.top))] = 1;
-      out.summed_at_end[static_cast<std::size_t>(stage_of(model_.ops[static_cast<std::size_t>(op.tied_to)].top))] = 1;
-    }
+    out.summed_at_end = shape->plan.SummedAtEnd();
     for (int s = 0; s < shape->plan.stages(); ++s) out.parameter_bytes.push_back(shape->plan.StageParamBytes(s));
   }
   return out;

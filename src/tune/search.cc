@@ -45,11 +45,9 @@ void CheckSizes(const Candidate& c, const CandidateCosts& k, int ranks, int stag
                                     Describe(c), want, unit, may_be_empty ? " (or give none)" : ""));
   };
   expect("stage_costs", k.price.compute.stages.size(), stages, "stages", false);
-  expect("recompute", k.recompute.size(), stages, "stages", true);
-  expect("activation_bytes", k.price.memory.stage_bytes.size(), stages, "stages", false);
-  expect("static_bytes", k.static_bytes.size(), ranks, "ranks", false);
-  expect("slot_bytes", k.slot_bytes.size(), stages, "stages", true);
-  expect("sequence_bytes", k.sequence_bytes.size(), stages, "stages", true);
+  expect("memory.stage_bytes", k.price.memory.stage_bytes.size(), stages, "stages", false);
+  expect("memory.rank_static_bytes", k.price.memory.rank_static_bytes.size(), ranks, "ranks", false);
+  expect("memory.stage_sequence_bytes", k.price.memory.stage_sequence_bytes.size(), stages, "stages", true);
   expect("slice_cost", k.price.slices.cost.size(), c.slices, "slices", true);
   expect("slice_memory", k.price.slices.memory.size(), c.slices, "slices", true);
   expect("parameter_bytes", k.parameter_bytes.size(), stages, "stages", !c.zero.has_actions());
@@ -199,19 +197,22 @@ class Tuner {
     std::vector<double> busy(static_cast<std::size_t>(p), 0.0);
     for (std::size_t s = 0; s < k.price.compute.stages.size(); ++s) {
       const Costs& cs = k.price.compute.stages[s];
-      const double r = k.recompute.empty() ? 0.0 : k.recompute[s];
-      busy[StageRank(placement, static_cast<int>(s), p)] += c.microbatches * (cs.forward + cs.Backward() + r);
+      busy[StageRank(placement, static_cast<int>(s), p)] += c.microbatches * (cs.forward + cs.Backward());
     }
     double bound = *std::max_element(busy.begin(), busy.end());
     const CorePools& cores = k.price.cores;
     if (!cores.pool.empty()) {
-      std::vector<double> work(cores.pool_cores.size(), 0.0), ranks(cores.pool_cores.size(), 0.0);
+      struct Pool {
+        double work = 0, ranks = 0;
+      };
+      std::vector<Pool> pools(cores.pool_cores.size());
       for (int rank = 0; rank < p; ++rank) {
-        work[static_cast<std::size_t>(cores.pool[rank])] += busy[rank];
-        ranks[static_cast<std::size_t>(cores.pool[rank])] += 1;
+        Pool& pool = pools[static_cast<std::size_t>(cores.pool[rank])];
+        pool.work += busy[rank];
+        pool.ranks += 1;
       }
-      for (std::size_t q = 0; q < work.size(); ++q) {
-        if (ranks[q] > 0) bound = std::max(bound, work[q] / std::min(ranks[q], cores.pool_cores[q]));
+      for (std::size_t q = 0; q < pools.size(); ++q) {
+        if (pools[q].ranks > 0) bound = std::max(bound, pools[q].work / std::min(pools[q].ranks, cores.pool_cores[q]));
       }
     }
     return bound * cores.Factor();
@@ -282,12 +283,6 @@ class Tuner {
       return r;
     }
     CheckSizes(c, k, p, stages);
-    // Recomputation lengthens every backward that needs the dropped
-    // activations: I or B, and an overlapped unit's B part.
-    for (std::size_t s = 0; s < k.recompute.size(); ++s) {
-      k.price.compute.stages[s].backward_input += k.recompute[s];
-      if (k.price.compute.stages[s].forward_backward) *k.price.compute.stages[s].forward_backward += k.recompute[s];
-    }
 
     GenerateOptions g;
     g.chunks = c.chunks;
@@ -346,22 +341,24 @@ class Tuner {
     r.peak_bytes.resize(p);
     for (int rank = 0; rank < p; ++rank) {
       const RankResult& rr = sim.per_rank[rank];
-      double activations = rr.peak_memory_bytes;
+      const double statics = o.memory.rank_static_bytes[rank];
+      double activations = rr.peak_memory_bytes - statics;  // the simulator's peak holds the static bytes
       if (k.ring_memory) {
         // Each stage's ring as deep as its peak; sliced, its slots a slice's,
         // and its sequences' key/value slots (and gradient slots) as many as
         // are live at once.
         activations = 0;
+        const std::vector<double>& sequence_bytes = o.memory.stage_sequence_bytes;
         for (std::size_t i = 0; i < rr.stages.size(); ++i) {
           const auto s = static_cast<std::size_t>(rr.stages[i]);
-          activations += rr.peak_in_flight[i] * (k.slot_bytes.empty() ? o.memory.stage_bytes[s] : k.slot_bytes[s]);
-          if (!k.sequence_bytes.empty() && i < rr.peak_sequences.size()) {
-            activations += (rr.peak_sequences[i] + rr.peak_backward_sequences[i]) * k.sequence_bytes[s];
+          activations += rr.peak_in_flight[i] * o.memory.stage_bytes[s];
+          if (!sequence_bytes.empty() && i < rr.peak_sequences.size()) {
+            activations += (rr.peak_sequences[i] + rr.peak_backward_sequences[i]) * sequence_bytes[s];
           }
         }
       }
       if (c.zero.has_actions()) activations += WindowBytes(*schedule, rank, k.parameter_bytes, k.summed_at_end);
-      r.peak_bytes[rank] = k.static_bytes[rank] + activations;
+      r.peak_bytes[rank] = statics + activations;
       if (r.peak_bytes[rank] > r.max_peak_bytes) {
         r.max_peak_bytes = r.peak_bytes[rank];
         r.max_peak_rank = rank;
@@ -371,8 +368,8 @@ class Tuner {
     if (!r.feasible) {
       const int worst = r.max_peak_rank;
       r.why_not = fmt::format("rank {} needs {} ({} static + {} activations{}), {} over the budget of {}", worst,
-                              Bytes(r.max_peak_bytes), Bytes(k.static_bytes[worst]),
-                              Bytes(r.max_peak_bytes - k.static_bytes[worst]), c.zero.has_actions() ? " and windows" : "",
+                              Bytes(r.max_peak_bytes), Bytes(o.memory.rank_static_bytes[worst]),
+                              Bytes(r.max_peak_bytes - o.memory.rank_static_bytes[worst]), c.zero.has_actions() ? " and windows" : "",
                               Bytes(r.max_peak_bytes - options_.memory_bytes), Bytes(options_.memory_bytes));
     }
     return r;
@@ -388,10 +385,11 @@ class Tuner {
     for (int s = 0; s < p * c.chunks; ++s) rank_bytes[StageRank(placement, s, p)] += k.price.memory.stage_bytes[s];
     double limit = std::numeric_limits<double>::infinity();
     for (int rank = 0; rank < p; ++rank) {
-      const double room = options_.memory_bytes - k.static_bytes[rank];
+      const double statics = k.price.memory.rank_static_bytes[rank];
+      const double room = options_.memory_bytes - statics;
       if (room <= 0.0) {
         r.why_not = fmt::format("rank {}'s static bytes ({}) alone fill the budget of {}", rank,
-                                Bytes(k.static_bytes[rank]), Bytes(options_.memory_bytes));
+                                Bytes(statics), Bytes(options_.memory_bytes));
         return std::nullopt;
       }
       if (rank_bytes[rank] > 0.0) limit = std::min(limit, room / rank_bytes[rank]);

@@ -50,10 +50,14 @@ struct ToyModel {
     stage.backward_input = per_stage * samples * 1.0 + 0.05;
     stage.backward_weight = per_stage * samples * 0.8 + 0.05;
     stage.forward_backward = 0.85 * (stage.forward + stage.Backward());
+    // Recomputation lengthens every backward that needs the dropped
+    // activations: I or B, and an overlapped unit's B part.
+    const double recompute = redo * per_stage * samples * 1.0;
+    stage.backward_input += recompute;
+    *stage.forward_backward += recompute;
     k.price.compute.stages.assign(stages, stage);
-    k.recompute.assign(stages, redo * per_stage * samples * 1.0);
     k.price.memory.stage_bytes.assign(stages, keep * per_stage * samples * kMiB);
-    k.static_bytes.assign(ranks, layers / ranks * 64 * kMiB);
+    k.price.memory.rank_static_bytes.assign(ranks, layers / ranks * 64 * kMiB);
     k.price.messages.latency = 0.02;
     k.price.messages.bytes = samples * 4096;
     k.price.messages.bandwidth = 1e6;
@@ -76,17 +80,14 @@ TuneSpace FullSpace(int ranks) {
 std::optional<std::pair<double, double>> Direct(const Candidate& c, const CandidateCosts& k0, int ranks,
                                                 double budget) {
   if (!k0.invalid.empty()) return std::nullopt;
-  CandidateCosts k = k0;
-  for (std::size_t s = 0; s < k.price.compute.stages.size(); ++s) {
-    k.price.compute.stages[s].backward_input += k.recompute[s];
-    if (k.price.compute.stages[s].forward_backward) *k.price.compute.stages[s].forward_backward += k.recompute[s];
-  }
+  const CandidateCosts& k = k0;
+  const std::vector<double>& statics = k.price.memory.rank_static_bytes;
   GenerateOptions g;
   g.chunks = c.chunks;
   g.memory_limit = c.memory_limit;
   if (c.memory_limit == kMemoryLimitFromBudget) {
     // Every stage here holds the same bytes: M_B of a rank is chunks x that.
-    g.memory_limit = (budget - k.static_bytes[0]) / (c.chunks * k.price.memory.stage_bytes[0]);
+    g.memory_limit = (budget - statics[0]) / (c.chunks * k.price.memory.stage_bytes[0]);
   }
   g.stage_costs = k.price.compute.stages;
   g.comm = k.price.messages.latency + k.price.messages.bytes / k.price.messages.bandwidth;
@@ -107,7 +108,7 @@ std::optional<std::pair<double, double>> Direct(const Candidate& c, const Candid
   const SimResult r = Simulate(s, o);
   double peak = 0;
   for (int rank = 0; rank < ranks; ++rank)
-    peak = std::max(peak, k.static_bytes[rank] + r.per_rank[rank].peak_memory_bytes);
+    peak = std::max(peak, statics[rank] + r.per_rank[rank].peak_memory_bytes);
   return std::make_pair(r.makespan, peak);
 }
 
@@ -171,10 +172,10 @@ TEST(Tune, PeakBytesAreStaticPlusActivationsAndRecomputeLengthensBackwards) {
   const double act = 3e6, stat = 5e8;
   auto model = [&](const Candidate& c) {
     CandidateCosts k;
-    k.price.compute.stages.assign(p, Costs{1, 1.5, 0.5});
-    if (c.checkpointing == "full") k.recompute.assign(p, 1.0);
+    // Full checkpointing redoes the forward (1) in the input backward.
+    k.price.compute.stages.assign(p, c.checkpointing == "full" ? Costs{1, 2.5, 0.5} : Costs{1, 1.5, 0.5});
     k.price.memory.stage_bytes.assign(p, c.checkpointing == "full" ? act / 4 : act);
-    k.static_bytes.assign(p, stat);
+    k.price.memory.rank_static_bytes.assign(p, stat);
     return k;
   };
   TuneOptions options;
@@ -214,13 +215,11 @@ TEST(Tune, SlicesAreOneMoreAxisAndPriceTheirSlotsAndSequences) {
   auto model = [&](const Candidate& c) {
     CandidateCosts k;
     k.price.compute.stages.assign(p, Costs{1, 1, 1});
-    k.price.memory.stage_bytes.assign(p, 4 * slot);
-    k.static_bytes.assign(p, stat);
+    // Sliced, a ring slot holds a slice; a sequence's keys and values apart.
+    k.price.memory.stage_bytes.assign(p, c.slices > 1 ? slot : 4 * slot);
+    k.price.memory.rank_static_bytes.assign(p, stat);
     k.ring_memory = true;
-    if (c.slices > 1) {
-      k.slot_bytes.assign(p, slot);
-      k.sequence_bytes.assign(p, sequence);
-    }
+    if (c.slices > 1) k.price.memory.stage_sequence_bytes.assign(p, sequence);
     return k;
   };
   TuneOptions options;
@@ -286,7 +285,7 @@ TEST(Tune, TheZeroStageIsOneMoreAxisAndShardedGroupsFitWhereNothingElseDoes) {
     k.price.compute.stages.assign(static_cast<std::size_t>(stages), stage);
     k.price.memory.stage_bytes.assign(static_cast<std::size_t>(stages), 0.001 * kMiB);
     const double params = layers * 16 * kMiB;
-    k.static_bytes = {(c.zero.shards_parameters() ? params / D : params) +
+    k.price.memory.rank_static_bytes = {(c.zero.shards_parameters() ? params / D : params) +
                       (c.zero.shards_gradients() ? params / D : params) +
                       (c.zero.shards_optimizer() ? 2 * params / D : 2 * params)};
     if (c.zero.has_actions()) {
@@ -356,7 +355,7 @@ TEST(Tune, MalformedInputIsRefusedNamingIt) {
       CandidateCosts k;
       k.price.compute.stages.assign(stages, Costs{});
       k.price.memory.stage_bytes.assign(2, 1.0);
-      k.static_bytes.assign(2, 1.0);
+      k.price.memory.rank_static_bytes.assign(2, 1.0);
       return k;
     };
   };
@@ -434,7 +433,7 @@ struct LayeredModel {
     CandidateCosts k;
     const int stages = ranks * c.chunks;
     const Placement placement = TraitsOf(c.schedule).placement;
-    k.static_bytes.assign(ranks, 0.0);
+    k.price.memory.rank_static_bytes.assign(ranks, 0.0);
     for (int s = 0; s < stages; ++s) {
       Costs cs{0.02, 0.02, 0.02};
       double b = 0;
@@ -443,7 +442,7 @@ struct LayeredModel {
         cs.backward_input += i[t];
         cs.backward_weight += w[t];
         b += bytes[t] * 8.0 / c.microbatches;
-        k.static_bytes[StageRank(placement, s, ranks)] += params[t];
+        k.price.memory.rank_static_bytes[StageRank(placement, s, ranks)] += params[t];
       }
       k.price.compute.stages.push_back(cs);
       k.price.memory.stage_bytes.push_back(b);
