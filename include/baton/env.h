@@ -3,13 +3,17 @@
 // (Env::Default) and an in-process fake that tests fill in (MakeFakeEnv).
 // The launcher's environment (how the job was started), the machine's name
 // and the CPUs the process may use, the small system files the memory
-// check reads (/proc/meminfo, the cgroup files), and the file operations
-// every output and lock is made of (AtomicFile and FileLock, files.h, go
-// through them), so a test can fail any one of them.
+// check reads (/proc/meminfo, the cgroup files), the file operations every
+// output and lock is made of (AtomicFile and FileLock, files.h, and the
+// run's metrics file go through them), so a test can fail any one of them,
+// and the stop signals a job is sent (signals.h), so a test can send one
+// to a single rank without a real signal.
 #ifndef BATON_ENV_H_
 #define BATON_ENV_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +32,22 @@ class WritableFile {
   // Flushes, and makes the bytes durable (fsync) when `durable`.
   virtual bool Sync(bool durable) = 0;
   virtual bool Close() = 0;
+};
+
+// A file kept and added to (a run's metrics file): opened without
+// truncating, read, cut and appended to; held locked while it is open.
+// Each call returns false (or -1), with errno set, if it fails.
+class LogFile {
+ public:
+  virtual ~LogFile() = default;
+  // Not a regular file (/dev/null, a FIFO): written through; nothing to
+  // read, cut or lock.
+  virtual bool device() const = 0;
+  virtual bool ReadAll(std::string& text) = 0;
+  virtual std::int64_t Size() = 0;
+  virtual bool Truncate(std::int64_t size) = 0;
+  // One write(2) at the end: the bytes written (maybe fewer), or -1.
+  virtual std::int64_t Write(std::span<const std::byte> bytes) = 0;
 };
 
 class Env {
@@ -65,12 +85,25 @@ class Env {
   // process holds it; ELOOP: a link). UnlockFile closes it.
   virtual int LockFile(const std::string& path) const = 0;
   virtual void UnlockFile(int fd) const = 0;
+  // Opens `path` to keep and add to (created if missing, never truncated)
+  // and, a regular file, takes flock(2)'s exclusive lock without waiting,
+  // held until the LogFile goes. nullptr with errno set (EWOULDBLOCK:
+  // another process holds the lock).
+  virtual std::unique_ptr<LogFile> OpenLog(const std::string& path) const = 0;
+
+  // ---- Signals ----
+  // The first stop request (SIGTERM or SIGUSR1) noted since StopSignals
+  // began noting them (baton/signals.h), or 0. Each rank asks at every step
+  // boundary; the ranks stop together when any has one.
+  virtual int StopSignal() const = 0;
 };
 
 // A file operation a test makes fail: the `after`+1-th call of `op`
-// ("open", "append", "sync", "close", "rename", "lock") on a path that
-// contains `path` (empty: any) fails with `error` (errno; EWOULDBLOCK for
-// "lock": another process holds it).
+// ("open", "append", "sync", "close", "rename", "lock"; a LogFile's "open",
+// "lock", "append", "truncate") on a path that contains `path` (empty:
+// any) fails with `error` (errno; EWOULDBLOCK for "lock": another process
+// holds it). A LogFile's failed "append" writes half its bytes first, as a
+// full disk does.
 struct FileFault {
   std::string op;
   std::string path;
@@ -87,6 +120,8 @@ struct FakeMachine {
   std::string cores = "0";
   // Files: the process's own (a test's folder), but for these failures.
   std::vector<FileFault> file_faults;
+  // Each call of StopSignal: what it answers (empty: 0, no signal).
+  std::function<int()> stop_signal;
 };
 std::unique_ptr<Env> MakeFakeEnv(FakeMachine machine);
 

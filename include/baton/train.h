@@ -59,6 +59,10 @@ struct TrainOptions {
   // training stays the same floats), or none to go on. Called on every rank,
   // which must get the same answer. Null: the plan never changes.
   std::function<std::optional<TrainConfig>(std::int64_t done, const TrainConfig& running)> next_plan;
+  // The OS room's answers (baton/env.h): the stop signals asked at every
+  // step boundary, the host and node memory, the metrics file. Null:
+  // Env::Default(), the process's own; tests give a fake.
+  const Env* env = nullptr;
 };
 // Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +20,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "baton/signals.h"
 
 namespace baton {
 namespace {
@@ -44,6 +47,42 @@ class StdioFile final : public WritableFile {
 
  private:
   std::FILE* f_;
+};
+
+// A descriptor opened to keep and add to (O_APPEND), locked if a regular file.
+class ProcessLog final : public LogFile {
+ public:
+  ProcessLog(int fd, bool device) : fd_(fd), device_(device) {}
+  ~ProcessLog() override { ::close(fd_); }  // the lock goes with it
+  bool device() const override { return device_; }
+  bool ReadAll(std::string& text) override {
+    text.clear();
+    char buf[1 << 16];
+    for (off_t at = 0;;) {
+      const ssize_t got = ::pread(fd_, buf, sizeof buf, at);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return false;
+      if (got == 0) return true;
+      text.append(buf, static_cast<std::size_t>(got));
+      at += got;
+    }
+  }
+  std::int64_t Size() override {
+    struct stat st {};
+    return ::fstat(fd_, &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
+  }
+  bool Truncate(std::int64_t size) override { return ::ftruncate(fd_, static_cast<off_t>(size)) == 0; }
+  std::int64_t Write(std::span<const std::byte> bytes) override {
+    for (;;) {
+      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      return n;
+    }
+  }
+
+ private:
+  int fd_;
+  bool device_;
 };
 
 class ProcessEnv final : public Env {
@@ -126,6 +165,22 @@ class ProcessEnv final : public Env {
     return fd;
   }
   void UnlockFile(int fd) const override { ::close(fd); }
+
+  std::unique_ptr<LogFile> OpenLog(const std::string& path) const override {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return nullptr;
+    struct stat st {};
+    const bool device = ::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode);
+    if (!device && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      return nullptr;
+    }
+    return std::make_unique<ProcessLog>(fd, device);
+  }
+
+  int StopSignal() const override { return StopSignals::Received(); }
 };
 
 // The process's files, but for the faults a test asked for.
@@ -145,6 +200,29 @@ class FaultyFile final : public WritableFile {
 
  private:
   std::unique_ptr<WritableFile> file_;
+  Fails fails_;
+};
+
+// The process's log file, but for the faults a test asked for: a failed
+// append writes half its bytes first, as a full disk does.
+class FaultyLog final : public LogFile {
+ public:
+  using Fails = std::function<bool(const char* op)>;
+  FaultyLog(std::unique_ptr<LogFile> file, Fails fails) : file_(std::move(file)), fails_(std::move(fails)) {}
+  bool device() const override { return file_->device(); }
+  bool ReadAll(std::string& text) override { return file_->ReadAll(text); }
+  std::int64_t Size() override { return file_->Size(); }
+  bool Truncate(std::int64_t size) override { return !fails_("truncate") && file_->Truncate(size); }
+  std::int64_t Write(std::span<const std::byte> bytes) override {
+    if (!fails_("append")) return file_->Write(bytes);
+    const int err = errno;
+    if (bytes.size() > 1) file_->Write(bytes.first(bytes.size() / 2));
+    errno = err;
+    return -1;
+  }
+
+ private:
+  std::unique_ptr<LogFile> file_;
   Fails fails_;
 };
 
@@ -177,6 +255,14 @@ class FakeEnv final : public Env {
   void SyncFolder(const std::string& folder) const override { Default().SyncFolder(folder); }
   int LockFile(const std::string& path) const override { return Fails("lock", path) ? -1 : Default().LockFile(path); }
   void UnlockFile(int fd) const override { Default().UnlockFile(fd); }
+  std::unique_ptr<LogFile> OpenLog(const std::string& path) const override {
+    if (Fails("open", path) || Fails("lock", path)) return nullptr;
+    std::unique_ptr<LogFile> file = Default().OpenLog(path);
+    if (file == nullptr) return nullptr;
+    return std::make_unique<FaultyLog>(std::move(file), [this, path](const char* op) { return Fails(op, path); });
+  }
+
+  int StopSignal() const override { return m_.stop_signal ? m_.stop_signal() : 0; }
 
  private:
   // Whether this call of `op` on `path` fails (errno set): each fault's

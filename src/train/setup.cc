@@ -1,14 +1,10 @@
 #include "setup.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include <fmt/ranges.h>
@@ -18,47 +14,36 @@
 
 namespace baton {
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, const Env& env) : path_(path) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec) throw OutputError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
-  // Opened without truncating and locked: another run writing it keeps its rows.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
-  file_ = ::fdopen(fd, "a+");
-  if (file_ == nullptr) {
-    ::close(fd);
-    throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
+  // Opened without truncating and locked: another run writing it keeps its
+  // rows. A device (/dev/null) is written through: no lock, nothing to cut.
+  file_ = env.OpenLog(path);
+  if (file_ != nullptr) return;
+  if (errno == EWOULDBLOCK) {
+    throw OutputError(
+        fmt::format("{}: another run is writing this metrics file; give this run another log.metrics", path));
   }
-  // A device (/dev/null) is written through: no lock, nothing to cut.
-  struct stat st {};
-  device_ = ::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode);
-  if (device_) return;
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    std::fclose(file_);
-    file_ = nullptr;
-    if (err == EWOULDBLOCK) {
-      throw OutputError(fmt::format("{}: another run is writing this metrics file; give this run another log.metrics",
-                                    path));
-    }
-    throw OutputError(fmt::format("{}: cannot lock the metrics file: {}", path, std::strerror(err)));
-  }
+  throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
 }
 
+MetricsLog::~MetricsLog() = default;
+
 void MetricsLog::Start(std::int64_t resumed_after) {
-  if (file_ == nullptr || device_) return;
+  if (file_ == nullptr || file_->device()) return;
   // The rows kept: none for a run from scratch; after a resume, those of
   // the steps the checkpoint holds. The rows are in step order, so the file
   // is cut once, where the first row past it (or a line a crash cut) starts:
   // what is kept is never rewritten.
-  off_t keep = 0;
+  std::int64_t keep = 0;
   if (resumed_after > 0) {
     std::string text;
-    char buf[1 << 16];
-    std::rewind(file_);
-    for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, file_)) > 0;) text.append(buf, got);
+    if (!file_->ReadAll(text)) {
+      throw OutputError(fmt::format("{}: cannot read the metrics file: {}", path_, std::strerror(errno)));
+    }
     std::size_t start = 0;
     for (std::size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
       std::int64_t step = -1;
@@ -69,33 +54,28 @@ void MetricsLog::Start(std::int64_t resumed_after) {
       } catch (const nlohmann::json::exception&) {
       }
       if (step < 0 || step > resumed_after) break;
-      keep = static_cast<off_t>(end + 1);
+      keep = static_cast<std::int64_t>(end + 1);
     }
   }
-  if (::ftruncate(::fileno(file_), keep) != 0) {
+  if (!file_->Truncate(keep)) {
     throw OutputError(fmt::format("{}: cannot cut the metrics file to the resumed step: {}", path_,
                                   std::strerror(errno)));
   }
 }
 
-MetricsLog::~MetricsLog() {
-  if (file_ != nullptr) std::fclose(file_);
-}
-
 void MetricsLog::Line(std::string_view json) {
   if (file_ == nullptr) return;
-  // One write of the whole line on the descriptor (no stdio buffer to
+  // The whole line in as few writes as the file takes (no stdio buffer to
   // flush in parts); if it fails part way (ENOSPC), the file is cut back to
   // where the line began, so every line in it stays whole JSON.
-  const int fd = ::fileno(file_);
-  struct stat st {};
-  const off_t before = !device_ && ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  const bool device = file_->device();
+  const std::int64_t before = device ? -1 : file_->Size();
   std::string line(json);
   line += '\n';
+  const std::span<const std::byte> bytes = std::as_bytes(std::span<const char>(line));
   int err = 0;
-  for (std::size_t done = 0; done < line.size();) {
-    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
+  for (std::size_t done = 0; done < bytes.size();) {
+    const std::int64_t n = file_->Write(bytes.subspan(done));
     if (n <= 0) {
       err = n < 0 ? errno : ENOSPC;
       break;
@@ -103,7 +83,7 @@ void MetricsLog::Line(std::string_view json) {
     done += static_cast<std::size_t>(n);
   }
   if (err == 0) return;
-  const bool cut = before >= 0 && ::ftruncate(fd, before) == 0;
+  const bool cut = before >= 0 && file_->Truncate(before);
   throw OutputError(fmt::format("{}: cannot write the metrics file: {}; the run stops here ({}its last complete "
                                 "checkpoint, if any, is kept)",
                                 path_, std::strerror(err), cut ? "the file keeps its whole lines; " : ""));
@@ -224,14 +204,14 @@ void ClaimCheckpoints(const TrainConfig& c, RunSetup& u, bool auto_resume) {
 }
 
 // Phase 2: every node's memory against its ranks' plans (collective).
-void CheckMemory(const TrainConfig& c, const RunComms& comms, const RunSetup& u) {
+void CheckMemory(const TrainConfig& c, const RunComms& comms, const RunSetup& u, const Env& env) {
   Transport& world = comms.world;
   // The CUDA device's memory is the GPU's, which its own allocator reports.
   const bool host = c.device == Device::kCpu;
   RankNeed mine;
   if (host) {
     const RankMemory m = RankMemoryOf(u.plan, u.rank_plan);
-    mine = {u.world_rank, Env::Default().HostName(), m.total(), Breakdown(m), ReadNodeMemory()};
+    mine = {u.world_rank, env.HostName(), m.total(), Breakdown(m), ReadNodeMemory(env)};
   }
   std::vector<std::string> records;
   world.GatherStrings(host ? EncodeNeed(mine) : std::string(), &records);
@@ -290,9 +270,10 @@ std::int64_t TotalSteps(const TrainConfig& c, const RunSetup& u) {
 
 void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const SetupOptions& o) {
   Transport& world = comms.world;
+  const Env& env = o.env != nullptr ? *o.env : Env::Default();
   try {
     Agree(world, "every rank planning the run (rank 0 checking its files)", [&] { PlanSetup(c, comms, u, o); });
-    CheckMemory(c, comms, u);
+    CheckMemory(c, comms, u, env);
     Agree(world, "every rank allocating its stages and loading the data", [&] {
       try {
         BuildSetup(c, comms, u);
@@ -325,7 +306,7 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     // Last: nothing fails after it, so a failed setup never empties a metrics file.
     Agree(world, "rank 0 opening the metrics file", [&] {
       if (o.training && u.world_rank == 0 && !c.log.metrics.empty()) {
-        u.metrics = std::make_unique<MetricsLog>(c.log.metrics);
+        u.metrics = std::make_unique<MetricsLog>(c.log.metrics, env);
         // A resumed run cuts its rows once its checkpoint is loaded (Train).
         if (u.first_step == 1) u.metrics->Start(0);
       }

@@ -15,6 +15,7 @@
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/data.h"
+#include "baton/env.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/host.h"
@@ -33,10 +34,10 @@ namespace baton {
 // written is an OutputError.
 class MetricsLog {
  public:
-  // Opens `path` (created with its folders if missing) and locks it;
-  // changes nothing in it. Throws OutputError (unwritable, or another run
-  // holds it).
-  explicit MetricsLog(const std::string& path);
+  // Opens `path` (created with its folders if missing) through `env` (the
+  // OS room's LogFile) and locks it; changes nothing in it. Throws
+  // OutputError (unwritable, or another run holds it).
+  explicit MetricsLog(const std::string& path, const Env& env = Env::Default());
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -50,8 +51,7 @@ class MetricsLog {
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
-  bool device_ = false;  // not a regular file: written through, never cut
+  std::unique_ptr<LogFile> file_;
 };
 
 // What the run's setup does besides planning and allocating.
@@ -62,6 +62,9 @@ struct SetupOptions {
   // checkpoint.resume: auto (or --resume auto): from checkpoint.dir's
   // newest complete checkpoint when there is one, else from scratch.
   bool resume_auto = false;
+  // The OS room's answers (host, node memory, the metrics file); null:
+  // Env::Default().
+  const Env* env = nullptr;
   std::vector<NamedPath> extra_outputs;  // files the caller writes after the run (bench's reports)
 };
 

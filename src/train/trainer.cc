@@ -378,6 +378,8 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   setup.resume = options.resume;
   setup.resume_from = options.resume_dir;
   setup.resume_auto = !options.resume && (options.resume_auto || c.checkpoint.resume == ResumeMode::kAuto);
+  setup.env = options.env;
+  const Env& env = options.env != nullptr ? *options.env : Env::Default();
   SetUpRun(c, comms, u, setup);
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
@@ -412,7 +414,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   WeightsWatch weights_lost;
   for (std::int64_t step = first_step; step <= total; ++step) {
     // A stop signal on any rank stops every rank here, between steps.
-    const int stop = t.AllMax(StopSignals::Received(), "every rank checking for a stop signal");
+    const int stop = t.AllMax(env.StopSignal(), "every rank checking for a stop signal");
     if (stop != 0) {
       numbers.Settle();
       Stop(c, comms, u, stop, step - 1, last_checkpoint, tty, summary);

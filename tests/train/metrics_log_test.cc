@@ -5,13 +5,16 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "baton/env.h"
 #include "baton/error.h"
 #include "support/test_folder.h"
 #include "setup.h"
@@ -78,6 +81,42 @@ TEST_F(MetricsLogTest, AWriteThatFailsPartWayLeavesOnlyWholeLines) {
   EXPECT_NE(error.find("cannot write the metrics file"), std::string::npos) << error;
   EXPECT_NE(error.find("keeps its whole lines"), std::string::npos) << error;
   EXPECT_EQ(ReadAll(path_), kept);
+}
+
+// The file's operations come from the OS room (Env::OpenLog): a fake fails
+// them one at a time. An append that writes half a line and fails is cut
+// back to the whole lines; a lock another process holds is a second
+// writer; a file that cannot be cut says so.
+TEST_F(MetricsLogTest, TheOsRoomsFailuresAreErrorsAndLeaveWholeLines) {
+  {
+    const auto env = MakeFakeEnv({.file_faults = {{"append", "m.jsonl", 1, ENOSPC}}});
+    MetricsLog log(path_, *env);
+    log.Start(0);
+    log.Line("{\"step\": 1}");
+    try {
+      log.Line("{\"step\": 2, \"loss\": 0.5}");
+      FAIL() << "a failed append passed";
+    } catch (const OutputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::strerror(ENOSPC)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("keeps its whole lines"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ReadAll(path_), "{\"step\": 1}\n");
+  }
+  {
+    const auto env = MakeFakeEnv({.file_faults = {{"lock", "m.jsonl", 0, EWOULDBLOCK}}});
+    try {
+      MetricsLog log(path_, *env);
+      FAIL() << "a held lock passed";
+    } catch (const OutputError& e) {
+      EXPECT_NE(std::string(e.what()).find("another run is writing this metrics file"), std::string::npos);
+    }
+  }
+  {
+    const auto env = MakeFakeEnv({.file_faults = {{"truncate", "m.jsonl", 0, EIO}}});
+    MetricsLog log(path_, *env);
+    EXPECT_THROW(log.Start(0), OutputError);
+  }
+  EXPECT_EQ(ReadAll(path_), "{\"step\": 1}\n");
 }
 
 TEST_F(MetricsLogTest, ASecondWriterIsRefusedAndKeepsTheRows) {

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +19,7 @@
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "baton/data.h"
+#include "baton/env.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/model.h"
@@ -227,6 +230,35 @@ TEST_F(ThreadsTrain, ACheckpointResumesBitForBit) {
   ExpectClean(resumed);
   EXPECT_EQ(resumed.weights, whole.weights);
   EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json"));
+}
+
+// A stop request (a scheduler's SIGTERM) comes from the OS room: a fake
+// Env gives one to the ranks from the fourth step boundary on, without a
+// real signal. Every rank stops there together, after a checkpoint of step
+// 3 and its metrics rows, no final weights; resumed, the run ends as the
+// uninterrupted one, bit for bit.
+TEST_F(ThreadsTrain, AStopRequestStopsEveryRankAtOneBoundaryAndResumesBitForBit) {
+  const std::vector<std::string> ckpt = {"train.steps=6", "checkpoint.every_steps=4", "checkpoint.keep=3",
+                                         "checkpoint.dir=" + (dir_ / "ck").string()};
+  const RunResult whole = Train("whole", 2, 1, ckpt);
+  ExpectClean(whole);
+  fs::remove_all(dir_ / "ck");
+  std::atomic<int> asked{0};
+  const auto env = MakeFakeEnv({.stop_signal = [&] { return ++asked > 2 * 3 ? SIGTERM : 0; }});
+  TrainOptions stopping;
+  stopping.env = env.get();
+  const RunResult stopped = Train("stopped", 2, 1, ckpt, stopping);
+  for (const std::string& e : stopped.errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(stopped.losses.size(), 3u);
+  EXPECT_TRUE(stopped.weights.empty()) << "a stopped run wrote its final weights";
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000003/manifest.json"));
+  EXPECT_EQ(asked.load(), 2 * 4) << "each rank asks once a step boundary";
+  TrainOptions resume;
+  resume.resume = true;
+  const RunResult resumed = Train("stopped", 2, 1, ckpt, resume);
+  ExpectClean(resumed);
+  EXPECT_EQ(resumed.losses, whole.losses);
+  EXPECT_EQ(resumed.weights, whole.weights);
 }
 
 // A non-finite loss stops every rank at its step: rank 0 says why, the
