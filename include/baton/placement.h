@@ -40,6 +40,8 @@ TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, con
 // Throws ConfigError when the schedule is not a generator's, or nothing
 // fits (naming the least memory any placement needs, and which).
 struct PlacementChoice {
+  std::string schedule;  // the generator, and its chunks
+  int chunks = 1;
   std::vector<int> bounds;
   std::string layout;             // LayoutText
   double step_s = 0;              // predicted
@@ -52,6 +54,16 @@ struct PlacementChoice {
 // fastest on ranks that slow.
 PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile,
                                 const std::vector<double>& rank_slowdown = {});
+// The same search over `schedules` (generators) too, each at its own
+// chunks, or the config's where it takes any (else 2): the plan fastest on
+// ranks that slow, of the config's microbatches, policy and slices.
+PlacementChoice ChoosePlan(const TrainConfig& config, const Profile& profile, const std::vector<double>& rank_slowdown,
+                           const std::vector<std::string>& schedules);
+// The generators a running plan may change to between steps and train the
+// same floats: those that place the first and the last stage where the
+// running schedule does (each rank keeps its data), without slices unless
+// the run is sliced (then its own schedule only).
+std::vector<std::string> SwappableSchedules(const TrainConfig& config);
 
 }  // namespace baton
 

@@ -88,10 +88,12 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   const double start = MonotonicSeconds();
   assumed_ = factors;
   const double now = PredictFromProfile(plan, profile_, factors).sim.makespan;
-  const PlacementChoice best = ChoosePlacement(running, profile_, factors);
+  const PlacementChoice best = ChoosePlan(running, profile_, factors, SwappableSchedules(running));
   Replan r;
   r.decide_seconds = MonotonicSeconds() - start;
-  if (best.bounds == plan.bounds) return std::nullopt;
+  if (best.bounds == plan.bounds && best.schedule == running.pipeline.schedule && best.chunks == plan.lowered.chunks()) {
+    return std::nullopt;
+  }
   const double gain = now - best.step_s;  // in the price's unit
   if (!(gain >= s_.min_gain * now)) return std::nullopt;
   // Ski rental with the real numbers: the time won over the steps left
@@ -99,6 +101,8 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   const double unit = unit_;
   const double cost = move_seconds_ >= 0 ? move_seconds_ : 2.0 * Median(steps_);
   if (!(gain * unit * static_cast<double>(total - done) > cost)) return std::nullopt;
+  r.schedule = best.schedule;
+  r.chunks = best.chunks;
   r.bounds = best.bounds;
   r.factors = factors;
   r.step_before = now * unit;
@@ -108,6 +112,13 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
 }
 
 namespace {
+
+// "1f1b layout E,t*2|t*2,L": a plan as the lines about it name it.
+std::string PlanText(const TrainConfig& config, const RunPlan& plan) {
+  const int chunks = plan.lowered.chunks();
+  return fmt::format("{}{} layout {}", config.pipeline.schedule, chunks > 1 ? fmt::format(" ({} chunks)", chunks) : "",
+                     LayoutText(config, plan.model, plan.bounds));
+}
 
 std::string Factors(const std::vector<double>& f) {
   std::vector<std::string> parts;
@@ -146,22 +157,26 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),
                    e.what());
     }
-    if (replan) decision = fmt::format("{}", fmt::join(replan->bounds, " "));
+    if (replan) decision = fmt::format("{} {} {}", replan->schedule, replan->chunks, fmt::join(replan->bounds, " "));
   }
   t.BroadcastString(&decision);
   if (decision.empty()) return;
-  std::vector<int> bounds;
   std::istringstream in(decision);
+  TrainConfig next = config;
+  in >> next.pipeline.schedule >> next.pipeline.chunks;
+  std::vector<int> bounds;
   for (int b; in >> b;) bounds.push_back(b);
-  const std::string before = LayoutText(config, u_.plan.model, u_.plan.bounds);
-  TrainConfig next = WithPlacement(config, u_.plan.model, bounds);
+  const std::string before = PlanText(config, u_.plan);
+  const std::string schedule_before = config.pipeline.schedule;
+  const std::string layout_before = LayoutText(config, u_.plan.model, u_.plan.bounds);
+  next = WithPlacement(next, u_.plan.model, bounds);
   const PlanSwap swap = SwapPlan(config, next, comms_, u_, done);
   u_.exec->MeasureCompute(true);  // a new executor either way
   if (!swap.failed.empty()) {
     // Every rank went back to the running plan, its state as it was.
     if (swap.failed_here) {
       std::fprintf(stderr,
-                   "%sbaton: rank %d: warning: the move after step %lld failed: %s; every rank went back to layout %s "
+                   "%sbaton: rank %d: warning: the move after step %lld failed: %s; every rank went back to %s "
                    "and the run goes on\n",
                    tty ? "\n" : "", u_.world_rank, static_cast<long long>(done), swap.failed.c_str(), before.c_str());
     }
@@ -182,20 +197,22 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   if (t.rank() != 0) return;
   planner_->Moved(swap.seconds);
   planner_->Start(u_.plan);
-  const std::string after = LayoutText(config, u_.plan.model, u_.plan.bounds);
+  const std::string after = PlanText(config, u_.plan);
   std::fprintf(stderr,
-               "%sbaton: re-planned after step %lld: rank speeds %s; layout %s -> %s; predicted step %.2f ms -> %.2f "
+               "%sbaton: re-planned after step %lld: rank speeds %s; %s -> %s; predicted step %.2f ms -> %.2f "
                "ms; moved %.1f KiB in %.1f ms (decided in %.1f ms)\n",
                tty ? "\n" : "", static_cast<long long>(done), Factors(replan->factors).c_str(), before.c_str(),
                after.c_str(), replan->step_before * 1e3, replan->step_after * 1e3, moved[0] / 1024.0,
                swap.seconds * 1e3, replan->decide_seconds * 1e3);
   if (u_.metrics) {
     u_.metrics->Line(fmt::format(
-        "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"schedule\": \"{}\", \"layout_before\": \"{}\", "
+        "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"schedule_before\": \"{}\", \"schedule\": \"{}\", "
+        "\"chunks\": {}, \"layout_before\": \"{}\", "
         "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
         "\"predicted_step_healthy_s\": {:.6g}, "
         "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}}}",
-        done, Factors(replan->factors), config.pipeline.schedule, before, after, replan->step_before,
+        done, Factors(replan->factors), schedule_before, config.pipeline.schedule, u_.plan.lowered.chunks(),
+        layout_before, LayoutText(config, u_.plan.model, u_.plan.bounds), replan->step_before,
         replan->step_after, replan->step_healthy, moved[0], swap.seconds, replan->decide_seconds));
   }
 }

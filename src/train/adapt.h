@@ -1,6 +1,8 @@
 // Adaptive plans (pipeline.adapt: on): each rank's speed measured from the
-// run's own action times against the plan's price, and the placement moved
-// between steps when the simulator says a move pays for itself. Rank 0
+// run's own action times against the plan's price, and the plan (the
+// schedule among those that keep each rank's data, its chunks, the
+// placement) changed between steps when the simulator says a move pays for
+// itself. Rank 0
 // measures and decides (AdaptivePlanner); every rank moves (SwapPlan).
 #ifndef BATON_TRAIN_ADAPT_H_
 #define BATON_TRAIN_ADAPT_H_
@@ -51,8 +53,10 @@ class SpeedMeter {
   int skip_ = 0;
 };
 
-// A re-plan: the placement to move to, and why.
+// A re-plan: the schedule, chunks and placement to move to, and why.
 struct Replan {
+  std::string schedule;
+  int chunks = 1;
   std::vector<int> bounds;
   std::vector<double> factors;          // each rank's, as measured
   double step_before = 0, step_after = 0;  // predicted under the factors, seconds

@@ -142,16 +142,18 @@ std::map<std::string, std::string> Flatten(const std::string& yaml) {
   return out;
 }
 
-// A run's settings text (MathSettings) without its placement: the
-// pipeline's partition or layout line.
-std::string WithoutPlacement(const std::string& settings) {
+// A run's settings text (MathSettings) without its plan: the pipeline's
+// schedule, chunks, partition or layout lines.
+std::string WithoutPlan(const std::string& settings) {
   std::string out;
   std::size_t start = 0;
   while (start < settings.size()) {
     std::size_t end = settings.find('\n', start);
     end = end == std::string::npos ? settings.size() : end + 1;
     const std::string_view line(settings.data() + start, end - start);
-    if (line.rfind("  partition:", 0) != 0 && line.rfind("  layout:", 0) != 0) out.append(line);
+    const bool plan = line.rfind("  partition:", 0) == 0 || line.rfind("  layout:", 0) == 0 ||
+                      line.rfind("  schedule:", 0) == 0 || line.rfind("  chunks:", 0) == 0;
+    if (!plan) out.append(line);
     start = end;
   }
   return out;
@@ -164,18 +166,18 @@ std::vector<std::string> Differences(const json& m, const CheckpointRun& run) {
     if (theirs != ours) diffs.push_back(fmt::format("{}: checkpoint {}, this run {}", what, theirs.dump(), ours.dump()));
   };
   differs("ranks (of the pipeline)", m["ranks"], run.ranks);
-  differs("schedule", m["schedule"], run.schedule);
-  differs("chunks", m["chunks"], run.chunks);
   differs("microbatches", m["microbatches"], run.microbatches);
-  // The placement is not compared: every placement trains the same floats,
-  // and the tensors are read by name wherever they were written (a run
-  // with adaptive plans checkpoints whatever placement it has moved to).
+  // The plan is not compared (the schedule, its chunks, the placement):
+  // every one trains the same floats, and the tensors are read by name
+  // wherever they were written (a run with adaptive plans checkpoints
+  // whatever plan it has moved to).
   if (m.value("config_digest", "") != run.digest &&
-      WithoutPlacement(m.value("settings", "")) != WithoutPlacement(run.settings)) {
+      WithoutPlan(m.value("settings", "")) != WithoutPlan(run.settings)) {
     auto theirs = Flatten(m.value("settings", "")), ours = Flatten(run.settings);
     for (auto* settings : {&theirs, &ours}) {
       std::erase_if(*settings, [](const auto& kv) {
-        return kv.first.rfind("pipeline.partition", 0) == 0 || kv.first.rfind("pipeline.layout", 0) == 0;
+        return kv.first.rfind("pipeline.partition", 0) == 0 || kv.first.rfind("pipeline.layout", 0) == 0 ||
+               kv.first == "pipeline.schedule" || kv.first == "pipeline.chunks";
       });
     }
     std::vector<std::string> keys;

@@ -70,12 +70,15 @@ std::string MoveList(const std::vector<std::string>& records) {
   return out;
 }
 
-// The settings every number depends on, the placement left out.
-std::string AllButPlacement(const TrainConfig& config) {
+// The settings every number depends on, the plan (schedule, chunks,
+// placement) left out.
+std::string AllButPlan(const TrainConfig& config) {
   TrainConfig c = config;
   c.pipeline.partition = Partition::kBalanced;
   c.pipeline.partition_counts.clear();
   c.pipeline.layout = {};
+  c.pipeline.schedule.clear();
+  c.pipeline.chunks = 0;
   return MathSettings(c);
 }
 
@@ -157,16 +160,13 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   Transport& t = comms.pipeline;
   RunPlan plan;
   RankPlan rank_plan;
-  Agree(comms.world, "every rank planning the new placement", [&] {
-    const bool same = AllButPlacement(next) == AllButPlacement(running) &&
-                      next.pipeline.schedule == running.pipeline.schedule &&
-                      next.pipeline.ranks == running.pipeline.ranks &&
+  Agree(comms.world, "every rank planning the new plan", [&] {
+    const bool same = AllButPlan(next) == AllButPlan(running) && next.pipeline.ranks == running.pipeline.ranks &&
                       next.pipeline.microbatches == running.pipeline.microbatches &&
-                      next.pipeline.chunks == running.pipeline.chunks &&
                       next.data_parallel.size == running.data_parallel.size && next.device == running.device;
     if (!same) {
-      throw ConfigError(fmt::format("{}: a plan changed between steps may change only the placement (the schedule, "
-                                    "ranks, microbatches, chunks, replicas, device and every number stay)",
+      throw ConfigError(fmt::format("{}: a plan changed between steps may change only the schedule, its chunks and "
+                                    "the placement (the ranks, microbatches, replicas, device and every number stay)",
                                     next.source));
     }
     if (next.data_parallel.in_effect().shards_optimizer()) {
@@ -177,7 +177,7 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
     plan = PlanRun(next);
     rank_plan = PlanRank(plan, t.rank(), u.replica);
     if (rank_plan.has_inputs != u.first_rank || rank_plan.has_labels != u.last_rank) {
-      throw ConfigError(fmt::format("{}: the new placement moves the first or the last stage to another rank, whose "
+      throw ConfigError(fmt::format("{}: the new plan moves the first or the last stage to another rank, whose "
                                     "data this rank does not hold",
                                     next.source));
     }
@@ -195,9 +195,9 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   RankPlan old_rank_plan = u.rank_plan;
   PlanSwap swap;
   try {
-    Agree(comms.world, "every rank building the new placement", [&] {
+    Agree(comms.world, "every rank building the new plan", [&] {
       if (fault_here && u.fault.mode == Fault::kError && u.fault.rank == u.world_rank) {
-        throw RunError(fmt::format("BATON_FAULT: rank {} failed to build the new placement after step {}",
+        throw RunError(fmt::format("BATON_FAULT: rank {} failed to build the new plan after step {}",
                                    u.world_rank, done));
       }
       Build(next, comms, u, std::move(plan), std::move(rank_plan));

@@ -43,16 +43,17 @@ struct PlanSwap {
   bool failed_here = false;  // the error is this rank's own (not that another's failed)
 };
 
-// After step `done`, rebuilds `u` for `next`: another placement of the same
-// model (the same schedule, ranks, microbatches, data and optimizer): the
-// plan (PlanRun, PlanRank), the device, the executor and the parameter
-// store, the parameters and optimizer state moved by MoveTensors, the
-// optimizer's step count kept. The training goes on as if the placement had
-// always been `next`: every layout trains the same floats. Collective over
-// the pipeline. Throws ConfigError before anything changes if `next` moves
-// the first or last stage to another rank (each rank reads only its own
-// part of the data), runs replicas with a sharded optimizer (ZeRO 1-3), or
-// changes anything but the placement. Should a rank fail to build the new
+// After step `done`, rebuilds `u` for `next`: another schedule, chunk count
+// or placement of the same model (the same ranks, microbatches, data and
+// optimizer): the plan (PlanRun, PlanRank), the device, the executor and
+// the parameter store, the parameters and optimizer state moved by
+// MoveTensors, the optimizer's step count kept. The training goes on as if
+// the plan had always been `next`: every schedule and layout trains the
+// same floats. Collective over the pipeline. Throws ConfigError before
+// anything changes if `next` moves the first or last stage to another rank
+// (each rank reads only its own part of the data), runs replicas with a
+// sharded optimizer (ZeRO 1-3), or changes anything but the schedule, its
+// chunks and the placement. Should a rank fail to build the new
 // plan (its memory, BATON_FAULT's replan:error), every rank goes back to
 // the old plan with the state it had and says so in `failed`.
 PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const RunComms& comms, RunSetup& u,

@@ -352,8 +352,10 @@ void ChangePlan(TrainConfig next, const RunComms& comms, RunSetup& u, std::int64
   }
   running = std::move(next);
   if (comms.world.rank() != 0) return;
-  std::fprintf(stderr, "%sbaton: plan changed after step %lld: layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",
-               tty ? "\n" : "", static_cast<long long>(done),
+  const int chunks = u.plan.lowered.chunks();
+  std::fprintf(stderr, "%sbaton: plan changed after step %lld: %s%s layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",
+               tty ? "\n" : "", static_cast<long long>(done), running.pipeline.schedule.c_str(),
+               chunks > 1 ? fmt::format(" ({} chunks)", chunks).c_str() : "",
                LayoutText(running, u.plan.model, u.plan.bounds).c_str(), swap.bytes_sent / 1024.0, swap.seconds * 1e3);
 }
 

@@ -118,11 +118,30 @@ TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, con
 
 PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile,
                                 const std::vector<double>& rank_slowdown) {
+  return ChoosePlan(config, profile, rank_slowdown, {config.pipeline.schedule});
+}
+
+std::vector<std::string> SwappableSchedules(const TrainConfig& config) {
+  const std::string& name = config.pipeline.schedule;
+  if (FindGenerator(name) == nullptr || config.pipeline.seq_slices > 1) return {name};
+  const Placement placement = TraitsOf(name).placement;
+  std::vector<std::string> out;
+  for (const std::string& g : GeneratorNames()) {
+    const GeneratorTraits traits = TraitsOf(g);
+    if (traits.placement == placement && traits.one_slice_is.empty()) out.push_back(g);
+  }
+  return out;
+}
+
+PlacementChoice ChoosePlan(const TrainConfig& config, const Profile& profile, const std::vector<double>& rank_slowdown,
+                           const std::vector<std::string>& schedules) {
   const std::string& name = config.pipeline.schedule;
   const std::vector<std::string> names = GeneratorNames();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    throw ConfigError(fmt::format("{}: an automatic placement needs a generated schedule (one of {}), not \"{}\"",
-                                  config.source, fmt::join(names, ", "), name));
+  for (const std::string& s : schedules) {
+    if (std::find(names.begin(), names.end(), s) == names.end()) {
+      throw ConfigError(fmt::format("{}: an automatic placement needs a generated schedule (one of {}), not \"{}\"",
+                                    config.source, fmt::join(names, ", "), s));
+    }
   }
   if (!rank_slowdown.empty() && static_cast<int>(rank_slowdown.size()) != config.pipeline.ranks) {
     throw Error(fmt::format("ChoosePlacement: {} rank slowdowns for {} ranks", rank_slowdown.size(),
@@ -131,10 +150,13 @@ PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profil
   ProfilePricer pricer(config, profile, rank_slowdown);
   TuneSpace space;
   space.ranks = config.pipeline.ranks;
-  space.schedules = {name};
+  space.schedules = schedules;
   space.microbatches = {config.pipeline.microbatches};
   const GeneratorTraits traits = TraitsOf(name);
-  space.chunks = {config.pipeline.chunks > 0 ? config.pipeline.chunks : traits.default_chunks};
+  space.chunks = {config.pipeline.chunks > 0 && traits.any_chunks ? config.pipeline.chunks : 2};
+  if (schedules.size() == 1 && schedules[0] == name) {
+    space.chunks = {config.pipeline.chunks > 0 ? config.pipeline.chunks : traits.default_chunks};
+  }
   space.checkpointing = {config.pipeline.checkpointing};
   space.memory_limits = {0.0};
   space.slices = {config.pipeline.seq_slices};
@@ -157,6 +179,8 @@ PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profil
     throw ConfigError(fmt::format("{}: no placement of {} can run: {}", config.source, name, r.why_not));
   }
   PlacementChoice out;
+  out.schedule = r.candidate.schedule;
+  out.chunks = r.candidate.chunks;
   out.bounds = r.candidate.bounds;
   out.layout = LayoutText(config, pricer.model(), out.bounds);
   out.step_s = r.step_time;

@@ -118,11 +118,10 @@ TEST_F(CheckpointTest, UnfinishedNewestCheckpointFallsBackToThePrevious) {
 
 TEST_F(CheckpointTest, MismatchedCheckpointIsRefusedSayingWhatDiffers) {
   ASSERT_NE(TrainOn(2, "--set train.steps=4 --set checkpoint.dir=ck", "0:3:F:kill"), 0) << Read("log.txt");
-  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set pipeline.schedule=1f1b --resume"), 2);
+  EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set pipeline.microbatches=4 --resume"), 2);
   EXPECT_NE(Read("log.txt").find("cannot resume: the checkpoint does not match this run"), std::string::npos)
       << Read("log.txt");
-  EXPECT_NE(Read("log.txt").find("schedule: checkpoint \"zb_h1\", this run \"1f1b\""), std::string::npos)
-      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("microbatches: checkpoint 8, this run 4"), std::string::npos) << Read("log.txt");
   // Each setting that differs, by its key.
   EXPECT_EQ(Train("--set train.steps=4 --set checkpoint.dir=ck --set train.optimizer.lr=0.02 --resume"), 2);
   EXPECT_NE(Read("log.txt").find("train.optimizer: checkpoint {type: adamw, lr: 0.01"), std::string::npos)

@@ -174,6 +174,56 @@ TEST_F(ThreadsTrain, APlacementChangedBetweenStepsTrainsTheSameBits) {
   }
 }
 
+// The schedule changed between steps too, with its chunks and placement:
+// within the loop family (the first stage on rank 0, the last on the last
+// rank) and within the V family (both on rank 0), the run ends with the
+// bytes of a run that never changed. A change that moves the last stage
+// to another rank (loop to V) is refused: that rank holds no labels.
+TEST_F(ThreadsTrain, AScheduleChangedBetweenStepsTrainsTheSameBits) {
+  const std::vector<std::string> base = {"train.steps=8", "train.optimizer={type: adamw, lr: 0.01}"};
+  struct Change {
+    std::string schedule;
+    int chunks;
+    std::string partition;
+  };
+  for (const auto& [name, start, first, second] : std::vector<std::tuple<std::string, std::vector<std::string>, Change, Change>>{
+           {"loop", {}, {"zb_h1", 1, "[6, 3]"}, {"interleaved_1f1b", 2, "[1, 3, 3, 2]"}},
+           {"v", {"pipeline.schedule=zbv"}, {"dualpipev", 2, "[2, 2, 4, 1]"}, {"v_half", 2, "[3, 1, 1, 4]"}}}) {
+    std::vector<std::string> still = base;
+    still.insert(still.end(), start.begin(), start.end());
+    const RunResult whole = Train(name + "_still", 2, 1, still);
+    ExpectClean(whole);
+    TrainOptions options;
+    options.next_plan = [&](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
+      if (done != 2 && done != 5) return std::nullopt;
+      const Change& c = done == 2 ? first : second;
+      std::vector<std::string> sets = still;
+      sets.push_back("pipeline.schedule=" + c.schedule);
+      sets.push_back("pipeline.chunks=" + std::to_string(c.chunks));
+      sets.push_back("pipeline.partition=" + c.partition);
+      sets.push_back("pipeline.ranks=2");
+      sets.push_back("log.metrics=" + running.log.metrics);
+      sets.push_back("log.weights=" + running.log.weights);
+      return Config(sets);
+    };
+    const RunResult changed = Train(name + "_changed", 2, 1, still, options);
+    ExpectClean(changed);
+    EXPECT_EQ(changed.losses, whole.losses) << name;
+    EXPECT_TRUE(changed.weights == whole.weights) << name << ": the changed run's weights differ";
+  }
+  TrainOptions to_v;
+  to_v.next_plan = [&](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
+    if (done != 1) return std::nullopt;
+    return Config({"pipeline.schedule=zbv", "pipeline.ranks=2", "log.metrics=" + running.log.metrics,
+                   "log.weights=" + running.log.weights});
+  };
+  const RunResult refused = Train("to_v", 2, 1, {}, to_v);
+  bool named = false;
+  for (const std::string& e : refused.errors) named = named || e.find("holds no labels") != std::string::npos ||
+                                                   e.find("does not hold") != std::string::npos;
+  EXPECT_TRUE(named) << refused.errors[0] << " / " << refused.errors[1];
+}
+
 // A plan change that is more than a placement is refused on every rank,
 // naming what may change.
 TEST_F(ThreadsTrain, APlanChangeBeyondThePlacementIsRefused) {
@@ -187,7 +237,7 @@ TEST_F(ThreadsTrain, APlanChangeBeyondThePlacementIsRefused) {
   const RunResult r = Train("refused", 2, 1, {}, options);
   bool named = false;
   for (const std::string& e : r.errors) {
-    named = named || e.find("may change only the placement") != std::string::npos;
+    named = named || e.find("may change only the schedule, its chunks and the placement") != std::string::npos;
   }
   EXPECT_TRUE(named) << r.errors[0] << " / " << r.errors[1];
 }
@@ -230,6 +280,14 @@ TEST_F(ThreadsTrain, ACheckpointResumesBitForBit) {
   ExpectClean(resumed);
   EXPECT_EQ(resumed.weights, whole.weights);
   EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000006/manifest.json"));
+  // Under another schedule, its chunks and placement (the plan a run with
+  // adaptive plans may have moved to): the same bytes.
+  fs::remove(dir_ / "ck/step-00000006/manifest.json");
+  std::vector<std::string> other = ckpt;
+  other.insert(other.end(), {"pipeline.schedule=interleaved_1f1b", "pipeline.chunks=2", "pipeline.partition=[1,3,3,2]"});
+  const RunResult replanned = Train("replanned", 2, 1, other, resume);
+  ExpectClean(replanned);
+  EXPECT_EQ(replanned.weights, whole.weights);
 }
 
 // A stop request (a scheduler's SIGTERM) comes from the OS room: a fake
