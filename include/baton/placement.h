@@ -13,6 +13,7 @@
 #include "baton/config.h"
 #include "baton/model.h"
 #include "baton/profile.h"
+#include "baton/profile_price.h"
 
 namespace baton {
 
@@ -49,15 +50,14 @@ struct PlacementChoice {
   std::size_t layouts = 0, simulated = 0;
   double seconds = 0;             // the search's
 };
-// `rank_slowdown`: empty, or one per pipeline rank, the times its compute
-// takes against the profile's (a slow rank's measure): the placement
-// fastest on ranks that slow.
-PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile,
-                                const std::vector<double>& rank_slowdown = {});
+// `slowdown`: the ranks' compute factors against the profile's and the
+// links' delays (a slow rank's or wire's measure): the placement fastest
+// under them.
+PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile, const Slowdown& slowdown = {});
 // The same search over `schedules` (generators) too, each at its own
-// chunks, or the config's where it takes any (else 2): the plan fastest on
-// ranks that slow, of the config's microbatches, policy and slices.
-PlacementChoice ChoosePlan(const TrainConfig& config, const Profile& profile, const std::vector<double>& rank_slowdown,
+// chunks, or the config's where it takes any (else 2): the plan fastest
+// under `slowdown`, of the config's microbatches, policy and slices.
+PlacementChoice ChoosePlan(const TrainConfig& config, const Profile& profile, const Slowdown& slowdown,
                            const std::vector<std::string>& schedules);
 // The generators a running plan may change to between steps and train the
 // same floats: those that place the first and the last stage where the

@@ -32,6 +32,10 @@ struct RunCosts {
   // its tokens' share.
   double latency = 0.0;
   double bandwidth = 0.0;
+  // Empty, or ranks x ranks: what a message from rank a to rank b takes
+  // beyond that (a slow wire, as the adaptive plans measure it), at
+  // a x ranks + b (SimOptions' messages.link_delay).
+  std::vector<double> link_delay;
   // The ranks' cores: ShareCores below, or the hosts `baton bench` found.
   CorePools cores;
   // Data parallelism: the replica group's all-reduce, one ring step's

@@ -7,6 +7,7 @@
 #define BATON_PROFILE_PRICE_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/costs.h"
@@ -52,10 +53,18 @@ struct ProfilePrediction {
   std::vector<double> peak_bytes;  // per rank
   std::vector<RankMemory> memory;  // per rank: what peak_bytes sums (PlanMemory), model state by ZeRO stage included
 };
-// `rank_slowdown`: empty, or one per pipeline rank: its stages' compute
-// costs times that (as ChoosePlacement prices them).
-ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile,
-                                     const std::vector<double>& rank_slowdown = {});
+// How a run has slowed against its profile, as the adaptive plans measure
+// it: each pipeline rank's factor on its stages' compute costs (empty: 1
+// each), and each link's extra seconds a message (empty: none; ranks x
+// ranks, from rank a to rank b at a x ranks + b).
+struct Slowdown {
+  Slowdown(std::vector<double> rank_factors = {}, std::vector<double> link_seconds = {})
+      : ranks(std::move(rank_factors)), links(std::move(link_seconds)) {}
+  std::vector<double> ranks;
+  std::vector<double> links;
+};
+// Priced under `slowdown` (as ChoosePlacement prices a placement).
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile, const Slowdown& slowdown = {});
 
 // The factor on a profiled action's cost for a run of `ranks` x `replicas`
 // processes on the profile's machine: its machine model's where they share

@@ -48,6 +48,9 @@ struct MessageCosts {
   double latency = 0.0;    // time units
   double bandwidth = 0.0;  // bytes per time unit; 0 = bytes cost nothing
   double bytes = 0.0;      // a whole microbatch's message
+  // Empty, or ranks x ranks: what a message from rank a to rank b takes
+  // beyond Time() (a slow wire), at a x ranks + b, in the same time unit.
+  std::vector<double> link_delay;
   // The time of a message carrying `share` of `bytes`: latency + share x
   // bytes / bandwidth (the latency alone where bandwidth is 0).
   double Time(double share = 1.0) const { return latency + (bandwidth > 0.0 ? share * bytes / bandwidth : 0.0); }

@@ -46,7 +46,8 @@ SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
   SimOptions o;
   o.record_timeline = false;
   o.compute.stages = costs.stage_costs;
-  o.messages = {costs.latency, costs.bandwidth, LargestMessageBytes(plan.model, plan.bounds, plan.rows)};
+  o.messages = {costs.latency, costs.bandwidth, LargestMessageBytes(plan.model, plan.bounds, plan.rows),
+                costs.link_delay};
   o.memory = costs.memory;
   o.sums = PriceGradientSums(plan, costs);
   o.shards = PriceShards(plan, costs);

@@ -77,6 +77,16 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
   for (std::size_t i = 0; i < o.memory.stage_bytes.size(); ++i) {
     non_negative(fmt::format("stage {} memory bytes", i), o.memory.stage_bytes[i]);
   }
+  const std::size_t links = static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.ranks);
+  if (!o.messages.link_delay.empty() && o.messages.link_delay.size() != links) {
+    throw ScheduleError(fmt::format("simulation: {} link delays given, but the schedule has {} ranks: it needs {} (ranks x ranks)",
+                                    o.messages.link_delay.size(), s.ranks, links));
+  }
+  for (std::size_t i = 0; i < o.messages.link_delay.size(); ++i) {
+    non_negative(fmt::format("the delay of the link from rank {} to rank {}", i / static_cast<std::size_t>(s.ranks),
+                             i % static_cast<std::size_t>(s.ranks)),
+                 o.messages.link_delay[i]);
+  }
   if (!o.memory.rank_static_bytes.empty() && static_cast<int>(o.memory.rank_static_bytes.size()) != s.ranks) {
     throw ScheduleError(fmt::format("simulation: {} per-rank static memory sizes given, but the schedule has {} ranks",
                                     o.memory.rank_static_bytes.size(), s.ranks));

@@ -156,6 +156,7 @@ class Simulator {
       sequence_backward_.assign(n, 0);
     }
     comm_time_ = o_.messages.Time();
+    link_delay_ = o_.messages.link_delay.empty() ? nullptr : &o_.messages.link_delay;
     slice_comm_.clear();
     for (double share : o_.slices.message.empty() ? slice_memory_ : o_.slices.message) {
       slice_comm_.push_back(o_.messages.Time(share));
@@ -192,7 +193,8 @@ class Simulator {
     if (lowered_ && !(flags_[At(to, mb)] & posted)) return kNotYet;
     if (!(there & (lowered_ ? sent : done))) return kNotYet;
     if constexpr (kPass == Pass::kCompletion) return 0.0;
-    return time[produced] + (kPass == Pass::kSliced ? slice_comm_[SliceOf(mb)] : comm_time_);
+    const double wire = link_delay_ == nullptr ? 0.0 : (*link_delay_)[static_cast<std::size_t>(s_.stage_rank[from] * s_.ranks + r)];
+    return time[produced] + (kPass == Pass::kSliced ? slice_comm_[SliceOf(mb)] : comm_time_) + wire;
   }
 
   // Rank r's next compute action, after running the markers and sends
@@ -743,6 +745,7 @@ class Simulator {
   // message time; whole microbatches: comm_time_.
   bool sliced_ = false;
   double comm_time_ = 0.0;
+  const std::vector<double>* link_delay_ = nullptr;  // o_.messages.link_delay, or null without one
   std::vector<double> slice_cost_, slice_memory_, slice_comm_;
   std::vector<int> live_sequences_, peak_sequences_;             // per stage
   std::vector<int> backward_sequences_, peak_backward_sequences_;  // per stage

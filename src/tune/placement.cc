@@ -116,9 +116,8 @@ TrainConfig WithPlacement(const TrainConfig& config, const ModelDesc& model, con
   return c;
 }
 
-PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile,
-                                const std::vector<double>& rank_slowdown) {
-  return ChoosePlan(config, profile, rank_slowdown, {config.pipeline.schedule});
+PlacementChoice ChoosePlacement(const TrainConfig& config, const Profile& profile, const Slowdown& slowdown) {
+  return ChoosePlan(config, profile, slowdown, {config.pipeline.schedule});
 }
 
 std::vector<std::string> SwappableSchedules(const TrainConfig& config) {
@@ -133,7 +132,7 @@ std::vector<std::string> SwappableSchedules(const TrainConfig& config) {
   return out;
 }
 
-PlacementChoice ChoosePlan(const TrainConfig& config, const Profile& profile, const std::vector<double>& rank_slowdown,
+PlacementChoice ChoosePlan(const TrainConfig& config, const Profile& profile, const Slowdown& slowdown,
                            const std::vector<std::string>& schedules) {
   const std::string& name = config.pipeline.schedule;
   const std::vector<std::string> names = GeneratorNames();
@@ -143,11 +142,15 @@ PlacementChoice ChoosePlan(const TrainConfig& config, const Profile& profile, co
                                     config.source, fmt::join(names, ", "), s));
     }
   }
-  if (!rank_slowdown.empty() && static_cast<int>(rank_slowdown.size()) != config.pipeline.ranks) {
-    throw Error(fmt::format("ChoosePlacement: {} rank slowdowns for {} ranks", rank_slowdown.size(),
-                            config.pipeline.ranks));
+  const auto ranks = static_cast<std::size_t>(config.pipeline.ranks);
+  if (!slowdown.ranks.empty() && slowdown.ranks.size() != ranks) {
+    throw Error(fmt::format("ChoosePlacement: {} rank slowdowns for {} ranks", slowdown.ranks.size(), ranks));
   }
-  ProfilePricer pricer(config, profile, rank_slowdown);
+  if (!slowdown.links.empty() && slowdown.links.size() != ranks * ranks) {
+    throw Error(fmt::format("ChoosePlacement: {} link delays for {} ranks ({} links)", slowdown.links.size(), ranks,
+                            ranks * ranks));
+  }
+  ProfilePricer pricer(config, profile, slowdown);
   TuneSpace space;
   space.ranks = config.pipeline.ranks;
   space.schedules = schedules;

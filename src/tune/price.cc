@@ -63,16 +63,16 @@ RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile) {
   return costs;
 }
 
-ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile,
-                                     const std::vector<double>& rank_slowdown) {
+ProfilePrediction PredictFromProfile(const RunPlan& plan, const Profile& profile, const Slowdown& slowdown) {
   ProfilePrediction out;
   RunCosts costs = ProfileRunCosts(plan, profile);
-  if (!rank_slowdown.empty()) {
+  if (!slowdown.ranks.empty()) {
     for (int s = 0; s < plan.stages(); ++s) {
       Costs& c = costs.stage_costs[static_cast<std::size_t>(s)];
-      c = Scaled(c, rank_slowdown[static_cast<std::size_t>(plan.lowered.stage_rank[static_cast<std::size_t>(s)])]);
+      c = Scaled(c, slowdown.ranks[static_cast<std::size_t>(plan.lowered.stage_rank[static_cast<std::size_t>(s)])]);
     }
   }
+  costs.link_delay = slowdown.links;
   SimOptions o = PriceRun(plan, costs);
   o.record_timeline = true;
   out.sim = Simulate(plan.lowered, o);

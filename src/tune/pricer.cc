@@ -9,11 +9,12 @@
 
 namespace baton {
 
-ProfilePricer::ProfilePricer(const TrainConfig& config, const Profile& profile, std::vector<double> rank_slowdown)
+ProfilePricer::ProfilePricer(const TrainConfig& config, const Profile& profile, Slowdown slowdown)
     : config_(config),
       profile_(profile),
       model_(DescribeModel(config.model.layers, config.model.input, config.model.seq)),
-      slowdown_(std::move(rank_slowdown)) {
+      slowdown_(std::move(slowdown.ranks)) {
+  base_.link_delay = std::move(slowdown.links);
   base_.latency = MessageLatency(profile);
   base_.bandwidth = profile.bandwidth_Bps;
   base_.cores = ShareCores(profile.machine.shared, profile.identity.cores, config.pipeline.ranks,

@@ -26,7 +26,7 @@ class ProfilePricer {
  public:
   // `rank_slowdown`: empty, or one per pipeline rank: the times its
   // compute takes against the profile's (the adaptive plans' measure).
-  ProfilePricer(const TrainConfig& config, const Profile& profile, std::vector<double> rank_slowdown = {});
+  ProfilePricer(const TrainConfig& config, const Profile& profile, Slowdown slowdown = {});
 
   const ModelDesc& model() const { return model_; }
 
@@ -54,7 +54,7 @@ class ProfilePricer {
   const Profile& profile_;
   ModelDesc model_;
   RunCosts base_;  // every candidate's messages, cores and memory model
-  std::vector<double> slowdown_;
+  std::vector<double> slowdown_;  // per rank; the links' delays are in base_
   std::map<std::tuple<int, int, int, int, int, int>, std::unique_ptr<Shape>> shapes_;
 };
 

@@ -47,6 +47,25 @@ TEST(Simulator, GPipeAndOneFOneBBubbleIsClosedForm) {
   }
 }
 
+// A slow wire (messages.link_delay): GPipe sends its forwards back to
+// back, so a delay d on the link from rank 0 to rank 1 (or on the way
+// back) shifts its stream once: the step is (m + p - 1)(F + B) + d. 1F1B
+// waits for it at every steady cycle: it loses more.
+TEST(Simulator, ALinkDelayShiftsGPipeOnceAndOneFOneBAtEveryCycle) {
+  const int p = 2, m = 6;
+  const double d = 0.75;
+  for (const std::size_t link : {std::size_t{1}, std::size_t{2}}) {  // 0 -> 1, 1 -> 0
+    SimOptions o = WithCosts(1, 1, 1);
+    o.messages.link_delay.assign(p * p, 0.0);
+    o.messages.link_delay[link] = d;
+    EXPECT_NEAR(Simulate(Generate("gpipe", p, m), o).makespan, (m + p - 1) * 3.0 + d, kEps) << link;
+    EXPECT_GT(Simulate(Generate("1f1b", p, m), o).makespan, (m + p - 1) * 3.0 + 2 * d) << link;
+  }
+  SimOptions bad = WithCosts(1, 1, 1);
+  bad.messages.link_delay.assign(3, 0.0);
+  EXPECT_THROW(Simulate(Generate("gpipe", p, m), bad), ScheduleError);
+}
+
 TEST(Simulator, PeakInFlightIsOneFOneBsWarmUpAndGPipesAll) {
   for (const Shape sh : kShapes) {
     const SimResult one = Simulate(Generate1F1B(sh.p, sh.m));
