@@ -87,6 +87,59 @@ class Transport {
   virtual int max_tag() const = 0;
 };
 
+class WhileWaiting;  // baton/deadline.h
+
+// A slow wire, for tests and demos (BATON_FAULT's SRC>DST:STEP:delay=): a
+// transport over `inner` whose messages to a peer given a delay are held in
+// a timed queue and posted that long after the send started. The sender
+// goes on at once: a slow wire, not a slow sender. While it lives, every
+// wait of its thread posts the messages that have come due (WhileWaiting,
+// baton/deadline.h), as does each call of its own and the executor between
+// actions (so a message goes out late by its delay and at most one compute
+// action: only one thread calls MPI); a Wait on a held send posts it at its
+// time, then waits for it, under the deadline. Everything else goes to
+// `inner` as it is.
+class LateWire final : public Transport {
+ public:
+  explicit LateWire(Transport& inner);
+  ~LateWire() override;
+  // From now, each send to `peer` is posted `seconds` after it starts (0:
+  // at once). Messages already held keep their time.
+  void SetDelay(int peer, double seconds);
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  int node_rank() const override { return inner_.node_rank(); }
+  void Configure(int max_requests, double timeout_s) override;
+  void Isend(int id, const void* data, std::size_t bytes, int peer, int tag) override;
+  void Irecv(int id, void* data, std::size_t bytes, int peer, int tag) override;
+  void Wait(int id, const WaitInfo& info) override;
+  bool Idle(int id) const override;
+  void ReduceSum(std::span<double> values) override;
+  void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override;
+  void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override;
+  void BroadcastString(std::string* text) override;
+  int AllMax(int value, std::string_view what) override;
+  void StartAllMax(int value) override;
+  int EndAllMax(std::string_view what) override;
+  void Barrier() override;
+  void SetTimeoutHook(std::function<void()> hook) override;
+  [[noreturn]] void Abort(int code) override;
+  int max_tag() const override { return inner_.max_tag(); }
+
+ private:
+  struct Held;
+  // Posts every held send whose time has come.
+  void PostDue();
+  Transport& inner_;
+  std::vector<double> delay_;       // per peer, seconds
+  std::vector<Held> held_;          // in the order they come due
+  std::vector<char> holding_;       // per request id: held, not yet posted
+  double timeout_s_ = 300;
+  std::function<void()> hook_;
+  std::unique_ptr<WhileWaiting> while_waiting_;
+};
+
 // A collective that passes its deadline names the ranks that never reached
 // it: every rank but 0 tells rank 0 when a collective wait has lasted a
 // second, and rank 0, whose deadline comes first, lists the ranks it heard

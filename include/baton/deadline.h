@@ -43,6 +43,24 @@ class Deadline {
   double limit_s_;
 };
 
+// Work a thread does while any of its waits polls: a late wire (LateWire,
+// baton/comm.h) posting the messages that have come due, so that no wait
+// elsewhere holds them. One per thread at a time, for the object's life;
+// Deadline::Poll runs it, and the in-process transport's waits.
+class WhileWaiting {
+ public:
+  explicit WhileWaiting(std::function<void()> work);
+  ~WhileWaiting();
+  WhileWaiting(const WhileWaiting&) = delete;
+  WhileWaiting& operator=(const WhileWaiting&) = delete;
+  // Runs this thread's work, if it has any; whether it has.
+  static bool Run();
+
+ private:
+  std::function<void()> work_;
+  WhileWaiting* outer_;
+};
+
 }  // namespace baton
 
 #endif  // BATON_DEADLINE_H_

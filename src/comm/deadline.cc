@@ -12,7 +12,23 @@
 
 namespace baton {
 
+namespace {
+thread_local WhileWaiting* g_while_waiting = nullptr;
+}  // namespace
+
+WhileWaiting::WhileWaiting(std::function<void()> work) : work_(std::move(work)), outer_(g_while_waiting) {
+  g_while_waiting = this;
+}
+WhileWaiting::~WhileWaiting() { g_while_waiting = outer_; }
+
+bool WhileWaiting::Run() {
+  if (g_while_waiting == nullptr) return false;
+  g_while_waiting->work_();
+  return true;
+}
+
 bool Deadline::Poll(int spins) {
+  WhileWaiting::Run();
   if (spins < 64) return false;
   if ((spins & 63) != 0) {
     sched_yield();

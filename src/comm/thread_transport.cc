@@ -90,7 +90,12 @@ class Member {
     for (;;) {
       if (job.ended) throw PeerFailed();
       if (ready()) return;
-      job.cv.wait_for(lock, std::chrono::milliseconds(5));
+      // A late wire's messages that came due are posted outside the lock.
+      lock.unlock();
+      const bool working = WhileWaiting::Run();
+      lock.lock();
+      if (ready()) return;
+      job.cv.wait_for(lock, working ? std::chrono::microseconds(500) : std::chrono::microseconds(5000));
       if (job.ended) throw PeerFailed();
       if (ready()) return;
       if (deadline.waited_s() < timeout_s_) continue;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "baton/deadline.h"
 #include "baton/error.h"
 #include "baton/timing.h"
 
@@ -108,12 +109,26 @@ std::size_t Executor::EventsPerStep() const {
   return 2 * plan_.step.size() + pending_.capacity();
 }
 
+namespace {
+
+// A message's name on both its ends: its direction, the stage that
+// receives it and its unit.
+std::int64_t MessageKey(bool forward, int receiving_stage, int unit, const RankPlan& plan) {
+  return (std::int64_t{forward ? 1 : 0} * plan.stages + receiving_stage) * plan.microbatches + unit;
+}
+
+}  // namespace
+
 void Executor::WaitRecorded(int id, const WaitInfo& info, ActionKind kind, int stage, int microbatch) {
   const double start = clock_.recording() ? MonotonicSeconds() : 0.0;
   if (kind == ActionKind::kSendF || kind == ActionKind::kSendB) {
     dev_.WaitSend(id, info);
   } else {
     dev_.WaitRecv(id, info);
+    if (timing_messages_) {
+      message_times_.push_back(
+          {false, info.peer, MessageKey(kind == ActionKind::kRecvF, stage, microbatch, plan_), MonotonicSeconds()});
+    }
   }
   clock_.RecordWait(kind, stage, microbatch, start);
 }
@@ -256,8 +271,10 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
 void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* inputs, const std::int32_t* labels,
                    const int* rows_of, StepStats* stats) {
   const bool train = mode == Mode::kTrain;
+  timing_messages_ = measuring_links_ && train;  // a training step's messages only
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
+    WhileWaiting::Run();  // a slow wire's messages that came due go out between actions too
     replicas_->Poll(train);
     const Instruction& in = *op.in;
     const Action& a = in.action;
@@ -280,8 +297,11 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         break;
       case ActionKind::kSendF:
       case ActionKind::kSendB: {
-        dev_.Isend(in.request, op.input, tensor.bytes(), in.peer, in.tag);
         const bool f = a.kind == ActionKind::kSendF;
+        if (timing_messages_) {
+          message_times_.push_back({true, in.peer, MessageKey(f, f ? s + 1 : s - 1, j, plan_), MonotonicSeconds()});
+        }
+        dev_.Isend(in.request, op.input, tensor.bytes(), in.peer, in.tag);
         const char* what = train ? (f ? "SEND_F" : "SEND_B") : (f ? "SEND_F (evaluation)" : "SEND_B (evaluation)");
         pending_.push_back({in.request, {what, s, j, in.peer}, a.kind});
         break;

@@ -51,6 +51,13 @@ struct SlowRank {
   std::int64_t step = -1, until = -1;
   double factor = 1.0;
 };
+// A slow wire: every message from rank `from` to rank `to` (world ranks)
+// arrives `seconds` late, from step `step` until step `until` (-1: the end).
+struct SlowLink {
+  int from = -1, to = -1;  // -1: none
+  std::int64_t step = -1, until = -1;
+  double seconds = 0.0;
+};
 struct Fault {
   enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait, kError };
   Mode mode = kNone;
@@ -58,16 +65,25 @@ struct Fault {
   std::int64_t step = -1;
   std::string action;
   SlowRank slow;
-  bool any() const { return mode != kNone || slow.rank >= 0; }
+  SlowLink link;
+  bool any() const { return mode != kNone || slow.rank >= 0 || link.from >= 0; }
   // Whether step `at` is slowed on rank `on`.
   bool Slows(int on, std::int64_t at) const {
     return slow.rank >= 0 && on == slow.rank && at >= slow.step && (slow.until < 0 || at < slow.until);
   }
+  // What a message from rank `from` to rank `to` arrives late by in step `at` (seconds; 0: in time).
+  double Delay(int from, int to, std::int64_t at) const {
+    const bool on = link.from == from && link.to == to && at >= link.step && (link.until < 0 || at < link.until);
+    return on ? link.seconds : 0.0;
+  }
 };
-// The most a slow fault may slow a rank (a test's run would crawl beyond).
+// The most a slow fault may slow a rank (a test's run would crawl beyond),
+// and the longest a slow wire may hold a message.
 inline constexpr double kMaxSlowFactor = 100.0;
+inline constexpr double kMaxLinkDelaySeconds = 10.0;
 // Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall", and/or
-// "RANK:STEP:slow=FACTOR[:until=STEP]", comma-joined); none if unset.
+// "RANK:STEP:slow=FACTOR[:until=STEP]" and/or
+// "SRC>DST:STEP:delay=SECONDS[:until=STEP]", comma-joined); none if unset.
 // Throws ConfigError if it is malformed.
 Fault FaultFromEnvironment();
 // The fault this run injects: none if the run resumed after the fault's
@@ -180,8 +196,25 @@ class Executor {
   }
   // The adaptive plans' measure: each compute action's own CPU time,
   // summed (ActionClock::TakeComputeSeconds), on (true) or off.
-  void MeasureCompute(bool on) { clock_.MeasureCompute(on); }
+  // With it, each message's times for the links' measure: when a SEND
+  // started and when its RECV's wait ended, on the monotonic clock.
+  void MeasureCompute(bool on) {
+    clock_.MeasureCompute(on);
+    measuring_links_ = on;
+    message_times_.clear();
+  }
   double TakeComputeSeconds() { return clock_.TakeComputeSeconds(); }
+  // One message's end on this rank: a send it started to `peer`, or a
+  // receive from `peer` its wait ended; `key` names the message the same
+  // on both ends (MessageKey).
+  struct MessageTime {
+    bool sent = false;
+    int peer = 0;
+    std::int64_t key = 0;
+    double seconds = 0;
+  };
+  // This step's, since the last call (empty unless measuring).
+  std::vector<MessageTime> TakeMessageTimes() { return std::exchange(message_times_, {}); }
   // The rank's number in the world (with replicas, not its pipeline rank):
   // what BATON_FAULT and the flight record name. Defaults to the plan's rank.
   void set_world_rank(int rank) { rank_ = rank; }
@@ -283,6 +316,8 @@ class Executor {
   const std::byte* UnitRows(const std::byte* batch, std::byte* staging, std::size_t token_bytes,
                             std::size_t tokens_per_sample, const UnitPart& u, int rows);
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
+  bool measuring_links_ = false, timing_messages_ = false;
+  std::vector<MessageTime> message_times_;   // measuring: this step's messages' ends
   ActionClock clock_;    // bench's recording of every action
   FlightRecord flight_;  // the last actions, always kept
   std::int64_t step_ = 0;

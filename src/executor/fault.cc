@@ -28,8 +28,8 @@ bool IsShardingFault(ActionKind kind, const RankPlan& plan) {
 
 namespace {
 
-// One comma-separated part of BATON_FAULT into `f`: a slow window or the
-// action fault (at most one of each).
+// One comma-separated part of BATON_FAULT into `f`: a slow window, a slow
+// wire or the action fault (at most one of each).
 void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
   std::vector<std::string> parts;
   std::size_t start = 0;
@@ -41,7 +41,8 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
                     "UNSHARD, REDUCE_GRAD, checkpoint, evaluate, start or replan and MODE stall, exit, kill, term, "
-                    "wait or (replan only) error; and/or RANK:STEP:slow=FACTOR[:until=STEP], the two joined by a comma)",
+                    "wait or (replan only) error; and/or RANK:STEP:slow=FACTOR[:until=STEP]; and/or "
+                    "SRC>DST:STEP:delay=SECONDS[:until=STEP]; joined by commas)",
                     s, why));
   };
   if (parts.size() < 3 || parts.size() > 4) throw bad("four fields needed");
@@ -56,6 +57,37 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
     if (used == 0 || used != text.size()) throw bad(fmt::format("{} must be a whole number, got '{}'", what, text));
     return v;
   };
+  // The end of a window: until=STEP, after its first step.
+  auto until = [&](const char* what, std::int64_t step) -> std::int64_t {
+    if (parts.size() < 4) return -1;
+    if (parts[3].rfind("until=", 0) != 0) throw bad(fmt::format("the field after {} is until=STEP", what));
+    const std::int64_t u = whole(parts[3].substr(6), "until=STEP");
+    if (u <= step) throw bad(fmt::format("until={} must come after the window's first step {}", u, step));
+    return u;
+  };
+  if (const std::size_t arrow = parts[0].find('>'); arrow != std::string::npos) {
+    // A slow wire: SRC>DST, delay=SECONDS, and where it ends.
+    if (f.link.from >= 0) throw bad("one slow link at most");
+    SlowLink& w = f.link;
+    w.from = static_cast<int>(whole(parts[0].substr(0, arrow), "SRC"));
+    w.to = static_cast<int>(whole(parts[0].substr(arrow + 1), "DST"));
+    if (w.from == w.to) throw bad(fmt::format("a link joins two ranks, not rank {} to itself", w.from));
+    w.step = whole(parts[1], "STEP");
+    if (parts[2].rfind("delay=", 0) != 0) throw bad("a link's fault is delay=SECONDS");
+    const std::string seconds = parts[2].substr(6);
+    std::size_t used = 0;
+    try {
+      w.seconds = std::stod(seconds, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != seconds.size() || !(w.seconds > 0.0 && w.seconds <= kMaxLinkDelaySeconds)) {
+      throw bad(fmt::format("delay=SECONDS takes a number above 0, at most {} (what each message is late by), got '{}'",
+                            kMaxLinkDelaySeconds, seconds));
+    }
+    w.until = until("delay=SECONDS", w.step);
+    return;
+  }
   const int rank = static_cast<int>(whole(parts[0], "RANK"));
   const std::int64_t step = whole(parts[1], "STEP");
   if (parts[2].rfind("slow=", 0) == 0) {
@@ -73,13 +105,7 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
       throw bad(fmt::format("slow=FACTOR takes a number from 1 to {} (the times a compute action takes), got '{}'",
                             kMaxSlowFactor, factor));
     }
-    if (parts.size() == 4) {
-      if (parts[3].rfind("until=", 0) != 0) throw bad("the field after slow=FACTOR is until=STEP");
-      w.until = whole(parts[3].substr(6), "until=STEP");
-      if (w.until <= step) {
-        throw bad(fmt::format("until={} must come after the slowdown's first step {}", w.until, step));
-      }
-    }
+    w.until = until("slow=FACTOR", step);
     w.rank = rank;
     w.step = step;
     return;
@@ -135,6 +161,7 @@ Fault FaultForRun(const Fault& fault, int rank, std::int64_t first_step) {
   if (first_step <= 1) return f;
   // A slow window that ended before this run is the earlier run's too.
   if (f.slow.rank >= 0 && f.slow.until >= 0 && f.slow.until <= first_step) f.slow = {};
+  if (f.link.from >= 0 && f.link.until >= 0 && f.link.until <= first_step) f.link = {};
   if (f.mode == Fault::kNone || f.step >= first_step) return f;
   if (rank == 0) {
     std::fprintf(stderr,
@@ -161,15 +188,22 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
       throw never(fmt::format("rank {} is not in this job ({} ranks: 0..{})", r, world, world - 1));
     }
   };
-  if (f.slow.rank >= 0) {  // a window of steps: it may have begun before a resumed run
+  // A window of steps: it may have begun before a resumed run.
+  auto window = [&](std::int64_t step, std::int64_t until) {
+    if (step > last_step) throw never(fmt::format("step {} is past the run's last step {}", step, last_step));
+    if (until > last_step + 1) {
+      throw never(fmt::format("until={} is past the run's last step {} (leave until out: to the end)", until,
+                              last_step));
+    }
+  };
+  if (f.slow.rank >= 0) {
     in_job(f.slow.rank);
-    if (f.slow.step > last_step) {
-      throw never(fmt::format("step {} is past the run's last step {}", f.slow.step, last_step));
-    }
-    if (f.slow.until > last_step + 1) {
-      throw never(fmt::format("until={} is past the run's last step {} (leave until out: slow to the end)",
-                              f.slow.until, last_step));
-    }
+    window(f.slow.step, f.slow.until);
+  }
+  if (f.link.from >= 0) {
+    in_job(f.link.from);
+    in_job(f.link.to);
+    window(f.link.step, f.link.until);
   }
   if (f.mode == Fault::kNone) return;
   in_job(f.rank);

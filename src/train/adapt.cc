@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "baton/placement.h"
@@ -52,6 +53,70 @@ std::vector<double> SpeedMeter::Factors() const {
   return out;
 }
 
+LinkMeter::LinkMeter(const AdaptSettings& settings, int ranks)
+    : s_(settings),
+      ranks_(ranks),
+      window_(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks)),
+      calibration_(window_.size(), -1.0) {}
+
+void LinkMeter::Observe(const std::vector<double>& transit) {
+  if (skip_ > 0) {
+    --skip_;
+    return;
+  }
+  for (std::size_t l = 0; l < window_.size() && l < transit.size(); ++l) {
+    if (transit[l] < 0) continue;
+    std::vector<double>& w = window_[l];
+    w.push_back(transit[l]);
+    if (static_cast<int>(w.size()) > s_.window) w.erase(w.begin());
+    if (calibration_[l] < 0 && static_cast<int>(w.size()) == s_.window) calibration_[l] = Median(w);
+  }
+}
+
+std::vector<double> LinkMeter::Delays() const {
+  std::vector<double> out(window_.size(), 0.0);
+  bool any = false;
+  for (std::size_t l = 0; l < window_.size(); ++l) {
+    if (window_[l].empty()) continue;
+    if (calibration_[l] < 0) return {};  // a link still filling its first window
+    any = true;
+    out[l] = std::max(0.0, Median(window_[l]) - calibration_[l]);
+  }
+  return any ? out : std::vector<double>{};
+}
+
+std::vector<double> ShortestTransits(const std::vector<std::string>& per_rank) {
+  const std::size_t ranks = per_rank.size();
+  std::vector<double> out(ranks * ranks, -1.0);
+  // Per link, each message's send time, by key; then its arrival.
+  std::vector<std::map<std::int64_t, double>> sent(ranks * ranks);
+  struct Arrival {
+    std::size_t link;
+    std::int64_t key;
+    double seconds;
+  };
+  std::vector<Arrival> arrivals;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    std::istringstream in(per_rank[r]);
+    char what = 0;
+    std::size_t peer = 0;
+    std::int64_t key = 0;
+    double seconds = 0;
+    while (in >> what >> peer >> key >> seconds) {
+      if (peer >= ranks) continue;
+      if (what == 's') sent[r * ranks + peer][key] = seconds;
+      if (what == 'r') arrivals.push_back({peer * ranks + r, key, seconds});
+    }
+  }
+  for (const Arrival& a : arrivals) {
+    const auto it = sent[a.link].find(a.key);
+    if (it == sent[a.link].end()) continue;
+    const double t = a.seconds - it->second;
+    if (out[a.link] < 0 || t < out[a.link]) out[a.link] = t;
+  }
+  return out;
+}
+
 AdaptivePlanner::AdaptivePlanner(Profile profile, const AdaptSettings& settings)
     : profile_(std::move(profile)), s_(settings), meter_(settings) {}
 
@@ -62,16 +127,22 @@ void AdaptivePlanner::Start(const RunPlan& plan) {
   if (healthy_ < 0) healthy_ = healthy.sim.makespan;
   if (assumed_.empty()) assumed_.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
   meter_.Expect(std::move(priced), assumed_);
+  if (links_) links_->Settle();
 }
 
 std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,
                                                std::int64_t total, const std::vector<double>& seconds,
-                                               double step_seconds) {
+                                               double step_seconds, const std::vector<double>& transits) {
   meter_.Observe(seconds);
+  if (!transits.empty()) {
+    if (!links_) links_.emplace(s_, plan.lowered.ranks);
+    links_->Observe(transits);
+  }
   steps_.push_back(step_seconds);
   if (static_cast<int>(steps_.size()) > s_.window) steps_.erase(steps_.begin());
   const std::vector<double> factors = meter_.Factors();
   if (factors.empty()) return std::nullopt;
+  const std::vector<double> delays = links_ ? links_->Delays() : std::vector<double>{};
   if (unit_ < 0) {
     // The first full window, healthy: the price's unit in this machine's
     // seconds of a step (ranks sharing cores included).
@@ -82,13 +153,22 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   for (std::size_t r = 0; r < factors.size(); ++r) {
     moved = moved || std::abs(factors[r] / assumed_[r] - 1.0) > s_.trigger;
   }
+  if (assumed_links_.empty()) assumed_links_.assign(delays.size(), 0.0);
+  for (std::size_t l = 0; l < delays.size() && l < assumed_links_.size(); ++l) {
+    moved = moved || std::abs(delays[l] - assumed_links_[l]) > s_.link_trigger * Median(steps_);
+  }
   if (!moved) return std::nullopt;
-  // The factors moved: the running plan and the best placement, priced
-  // under them. Whatever is decided, the plan stands for these factors now.
+  // The factors moved: the running plan and the best one, priced under
+  // them (the links' delays in the price's unit). Whatever is decided, the
+  // plan stands for these factors now.
   const double start = MonotonicSeconds();
   assumed_ = factors;
-  const double now = PredictFromProfile(plan, profile_, factors).sim.makespan;
-  const PlacementChoice best = ChoosePlan(running, profile_, factors, SwappableSchedules(running));
+  if (!delays.empty()) assumed_links_ = delays;
+  std::vector<double> priced_links;
+  for (double d : delays) priced_links.push_back(d / unit_);
+  const Slowdown slowdown(factors, priced_links);
+  const double now = PredictFromProfile(plan, profile_, slowdown).sim.makespan;
+  const PlacementChoice best = ChoosePlan(running, profile_, slowdown, SwappableSchedules(running));
   Replan r;
   r.decide_seconds = MonotonicSeconds() - start;
   if (best.bounds == plan.bounds && best.schedule == running.pipeline.schedule && best.chunks == plan.lowered.chunks()) {
@@ -105,6 +185,7 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   r.chunks = best.chunks;
   r.bounds = best.bounds;
   r.factors = factors;
+  r.link_delays = delays;
   r.step_before = now * unit;
   r.step_after = best.step_s * unit;
   r.step_healthy = healthy_ * unit;
@@ -124,6 +205,33 @@ std::string Factors(const std::vector<double>& f) {
   std::vector<std::string> parts;
   for (double v : f) parts.push_back(fmt::format("{:.2f}", v));
   return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+// The links measured late by at least 0.1 ms: "; link 0>1 +10.1 ms" for
+// the line, {"0>1": 0.0101} for the row.
+constexpr double kLateLink = 1e-4;
+std::string LateLinksText(const std::vector<double>& delays, int ranks) {
+  std::string out;
+  for (std::size_t l = 0; l < delays.size(); ++l) {
+    if (delays[l] >= kLateLink) out += fmt::format("; link {}>{} +{:.1f} ms", l / ranks, l % ranks, delays[l] * 1e3);
+  }
+  return out;
+}
+std::string LateLinksJson(const std::vector<double>& delays, int ranks) {
+  std::vector<std::string> parts;
+  for (std::size_t l = 0; l < delays.size(); ++l) {
+    if (delays[l] >= kLateLink) parts.push_back(fmt::format("\"{}>{}\": {:.6g}", l / ranks, l % ranks, delays[l]));
+  }
+  return fmt::format("{{{}}}", fmt::join(parts, ", "));
+}
+
+// This rank's message times of the step, as ShortestTransits reads them.
+std::string MessageTimesText(const std::vector<Executor::MessageTime>& times) {
+  std::string out;
+  for (const Executor::MessageTime& m : times) {
+    out += fmt::format("{} {} {} {:.9f}\n", m.sent ? 's' : 'r', m.peer, m.key, m.seconds);
+  }
+  return out;
 }
 
 }  // namespace
@@ -147,11 +255,13 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   std::vector<double> seconds(static_cast<std::size_t>(t.size()), 0.0);
   seconds[static_cast<std::size_t>(t.rank())] = u_.exec->TakeComputeSeconds();
   t.ReduceSum(seconds);
+  std::vector<std::string> messages;
+  t.GatherStrings(MessageTimesText(u_.exec->TakeMessageTimes()), &messages, "every rank's message times of the step");
   std::optional<Replan> replan;
   std::string decision;
   if (t.rank() == 0 && deciding_) {
     try {
-      replan = planner_->Observe(config, u_.plan, done, total, seconds, step_seconds);
+      replan = planner_->Observe(config, u_.plan, done, total, seconds, step_seconds, ShortestTransits(messages));
     } catch (const Error& e) {
       deciding_ = false;  // the run goes on as planned
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),
@@ -199,19 +309,21 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   planner_->Start(u_.plan);
   const std::string after = PlanText(config, u_.plan);
   std::fprintf(stderr,
-               "%sbaton: re-planned after step %lld: rank speeds %s; %s -> %s; predicted step %.2f ms -> %.2f "
+               "%sbaton: re-planned after step %lld: rank speeds %s%s; %s -> %s; predicted step %.2f ms -> %.2f "
                "ms; moved %.1f KiB in %.1f ms (decided in %.1f ms)\n",
-               tty ? "\n" : "", static_cast<long long>(done), Factors(replan->factors).c_str(), before.c_str(),
+               tty ? "\n" : "", static_cast<long long>(done), Factors(replan->factors).c_str(),
+               LateLinksText(replan->link_delays, t.size()).c_str(), before.c_str(),
                after.c_str(), replan->step_before * 1e3, replan->step_after * 1e3, moved[0] / 1024.0,
                swap.seconds * 1e3, replan->decide_seconds * 1e3);
   if (u_.metrics) {
     u_.metrics->Line(fmt::format(
-        "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"schedule_before\": \"{}\", \"schedule\": \"{}\", "
+        "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"link_delays_s\": {}, "
+        "\"schedule_before\": \"{}\", \"schedule\": \"{}\", "
         "\"chunks\": {}, \"layout_before\": \"{}\", "
         "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
         "\"predicted_step_healthy_s\": {:.6g}, "
         "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}}}",
-        done, Factors(replan->factors), schedule_before, config.pipeline.schedule, u_.plan.lowered.chunks(),
+        done, Factors(replan->factors), LateLinksJson(replan->link_delays, t.size()), schedule_before, config.pipeline.schedule, u_.plan.lowered.chunks(),
         layout_before, LayoutText(config, u_.plan.model, u_.plan.bounds), replan->step_before,
         replan->step_after, replan->step_healthy, moved[0], swap.seconds, replan->decide_seconds));
   }

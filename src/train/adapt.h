@@ -24,6 +24,7 @@ struct AdaptSettings {
   int settle = 2;           // steps not measured at the start and after a move (first touches, caches)
   double trigger = 0.25;    // a rank's factor this far (a share) from what the plan assumed: re-plan
   double min_gain = 0.03;   // the least predicted gain, a share of the step, worth a move
+  double link_trigger = 0.02;  // a link's delay this far (a share of the step) from what the plan assumed: re-plan
 };
 
 // Each rank's speed factor: its compute time a step (its actions' own
@@ -53,12 +54,43 @@ class SpeedMeter {
   int skip_ = 0;
 };
 
+// Each link's delay (a slow wire): per step, the shortest time one of its
+// messages took from its SEND's start to the end of its RECV's wait (the
+// receiver already waiting: the wire's own time), over a sliding window's
+// median, against the same in the link's first full window (taken as
+// healthy: a constant difference between two nodes' clocks cancels).
+class LinkMeter {
+ public:
+  LinkMeter(const AdaptSettings& settings, int ranks);
+  // A new plan: the next `settle` steps are not measured.
+  void Settle() { skip_ = s_.settle; }
+  // One step's shortest message time per link (ranks x ranks, from a to b
+  // at a x ranks + b; < 0: no message).
+  void Observe(const std::vector<double>& transit);
+  // Per link, the seconds its messages are late (>= 0); empty until every
+  // link with messages has a full window.
+  std::vector<double> Delays() const;
+
+ private:
+  AdaptSettings s_;
+  int ranks_;
+  std::vector<std::vector<double>> window_;  // per link
+  std::vector<double> calibration_;          // per link; < 0: not yet
+  int skip_ = 0;
+};
+
+// One step's message times from every rank (Executor::TakeMessageTimes,
+// as each rank wrote them: "s PEER KEY SECONDS" or "r PEER KEY SECONDS"
+// lines) into each link's shortest time (ranks x ranks; -1: none).
+std::vector<double> ShortestTransits(const std::vector<std::string>& per_rank);
+
 // A re-plan: the schedule, chunks and placement to move to, and why.
 struct Replan {
   std::string schedule;
   int chunks = 1;
   std::vector<int> bounds;
   std::vector<double> factors;          // each rank's, as measured
+  std::vector<double> link_delays;      // each link's seconds late, as measured (ranks x ranks; empty: none)
   double step_before = 0, step_after = 0;  // predicted under the factors, seconds
   double step_healthy = 0;                 // the run's first plan at full speed, predicted, seconds
   double decide_seconds = 0;            // the search's time
@@ -77,8 +109,11 @@ class AdaptivePlanner {
   // what a move costs (the last one's measured time; before any, two
   // steps), and the gain is at least min_gain of the step: a rank that
   // recovers is moved back the same way.
+  // `transits`: the step's shortest message time per link
+  // (ShortestTransits; empty: links not measured).
   std::optional<Replan> Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,
-                                std::int64_t total, const std::vector<double>& seconds, double step_seconds);
+                                std::int64_t total, const std::vector<double>& seconds, double step_seconds,
+                                const std::vector<double>& transits = {});
   // A move was made: its measured time.
   void Moved(double seconds) { move_seconds_ = seconds; }
   const Profile& profile() const { return profile_; }
@@ -87,7 +122,9 @@ class AdaptivePlanner {
   Profile profile_;
   AdaptSettings s_;
   SpeedMeter meter_;
+  std::optional<LinkMeter> links_;  // from the first step with link times
   std::vector<double> assumed_;  // the factors the running plan was chosen for
+  std::vector<double> assumed_links_;  // the link delays it was chosen for (seconds; empty: none)
   std::vector<double> steps_;    // the recent steps' wall times
   double healthy_ = -1;          // the first plan's price at full speed
   double unit_ = -1;             // seconds of a step per unit of its price (the first window's); < 0: not yet

@@ -86,7 +86,7 @@ std::string AllButPlan(const TrainConfig& config) {
 // the executor and the parameter store (initial values; the caller
 // restores the state), the transport sized for both plans' messages.
 void Build(const TrainConfig& config, const RunComms& comms, RunSetup& u, RunPlan plan, RankPlan rank_plan) {
-  Transport& t = comms.pipeline;
+  Transport& t = u.wire ? *u.wire : comms.pipeline;
   u.params.reset();
   u.exec.reset();
   u.device.reset();
@@ -103,7 +103,8 @@ void Build(const TrainConfig& config, const RunComms& comms, RunSetup& u, RunPla
 // After the state is in place: the transport sized for the plan, the
 // executor's rank, fault and flight records.
 void Rewire(const TrainConfig& config, const RunComms& comms, RunSetup& u) {
-  comms.pipeline.Configure(u.rank_plan.requests, config.pipeline.wait_timeout_s);
+  Transport& t = u.wire ? *u.wire : comms.pipeline;
+  t.Configure(u.rank_plan.requests, config.pipeline.wait_timeout_s);
   u.exec->set_world_rank(u.world_rank);
   u.exec->set_fault(u.fault);
   SetFlightRecords(config, comms, u);

@@ -225,7 +225,15 @@ void CheckMemory(const TrainConfig& c, const RunComms& comms, const RunSetup& u,
 
 // Phase 3: what the plan lists, allocated and loaded.
 void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
-  Transport& t = comms.pipeline;
+  if (u.fault.link.from == u.world_rank) {
+    if (comms.pipeline.size() != comms.world.size()) {
+      throw ConfigError(fmt::format("BATON_FAULT's slow link {}>{} is for a run of one pipeline (data_parallel.size "
+                                    "1), not {} replicas",
+                                    u.fault.link.from, u.fault.link.to, c.data_parallel.size));
+    }
+    u.wire = std::make_unique<LateWire>(comms.pipeline);
+  }
+  Transport& t = u.wire ? *u.wire : comms.pipeline;
   t.Configure(u.rank_plan.requests, c.pipeline.wait_timeout_s);
   u.device = MakeRankDevice(c.device, t, c.precision);
   u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, c.pipeline.wait_timeout_s, t, *u.device,

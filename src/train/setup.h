@@ -72,6 +72,9 @@ struct SetupOptions {
 struct RunSetup {
   RunPlan plan;                        // every rank's (the same on all)
   RankPlan rank_plan;                  // this rank's
+  // BATON_FAULT's slow wire from this rank: the pipeline's transport, its
+  // messages to the link's rank held (before device: the device sends on it).
+  std::unique_ptr<LateWire> wire;
   std::unique_ptr<RankDevice> device;  // before exec: the stages compute on it
   std::unique_ptr<Executor> exec;
   std::unique_ptr<ParamStore> params;  // the executor's stages' parameters, named, and their optimizer state

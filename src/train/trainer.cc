@@ -425,6 +425,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     }
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
+    if (u.wire) u.wire->SetDelay(u.fault.link.to, u.fault.Delay(u.world_rank, u.fault.link.to, step));
     const StepStats stats = u.exec->ComputeGradients(batch);
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
     const bool skip = numbers.Skip(code, step);

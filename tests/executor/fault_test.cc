@@ -1,5 +1,6 @@
 // BATON_FAULT's forms read and checked in-process: a slow rank's window
-// (slow=FACTOR[:until=STEP]) and its mistakes, each one ConfigError.
+// (slow=FACTOR[:until=STEP]), a slow wire's (SRC>DST:STEP:delay=SECONDS
+// [:until=STEP]) and their mistakes, each one ConfigError.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -60,13 +61,22 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
       {"1:2:slow=0.5", "slow=FACTOR takes a number from 1 to 100 (the times a compute action takes), got '0.5'"},
       {"1:2:slow=fast", "got 'fast'"},
       {"1:2:slow=101", "got '101'"},
-      {"1:2:slow=2:until=2", "until=2 must come after the slowdown's first step 2"},
+      {"1:2:slow=2:until=2", "until=2 must come after the window's first step 2"},
       {"1:2:slow=2:till=5", "the field after slow=FACTOR is until=STEP"},
       {"1x:2:slow=2", "RANK must be a whole number, got '1x'"},
       {"1:2", "four fields needed"},
       {"1:2:slow=2,0:3:slow=3", "one slow rank at most"},
       {"1:2:F:stall,0:3:B:exit", "one fault of an action at most"},
       {"1:2:F:error", "mode error is for the action replan (a failed move the run survives)"},
+      {"0>1:2:delay=0", "delay=SECONDS takes a number above 0, at most 10 (what each message is late by), got '0'"},
+      {"0>1:2:delay=11", "got '11'"},
+      {"0>1:2:delay=soon", "got 'soon'"},
+      {"0>1:2:slow=2", "a link's fault is delay=SECONDS"},
+      {"1>1:2:delay=0.01", "a link joins two ranks, not rank 1 to itself"},
+      {"0>x:2:delay=0.01", "DST must be a whole number, got 'x'"},
+      {"0>1:2:delay=0.01:until=1", "until=1 must come after the window's first step 2"},
+      {"0>1:2:delay=0.01:for=3", "the field after delay=SECONDS is until=STEP"},
+      {"0>1:2:delay=0.01,1>0:2:delay=0.01", "one slow link at most"},
   };
   for (const auto& [text, says] : cases) {
     ::setenv("BATON_FAULT", text.c_str(), 1);
@@ -75,7 +85,7 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
       ADD_FAILURE() << text << ": accepted";
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("RANK:STEP:slow=FACTOR[:until=STEP], the two joined by a comma"),
+      EXPECT_NE(std::string(e.what()).find("SRC>DST:STEP:delay=SECONDS[:until=STEP]; joined by commas"),
                 std::string::npos)
           << e.what();
     }
@@ -85,6 +95,24 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
             std::string::npos);
   EXPECT_NE(Refusal("1:2:slow=2:until=9").find("until=9 is past the run's last step 4"), std::string::npos);
   EXPECT_NE(Refusal("2:2:slow=2").find("rank 2 is not in this job (2 ranks: 0..1)"), std::string::npos);
+  EXPECT_NE(Refusal("0>2:2:delay=0.01").find("rank 2 is not in this job (2 ranks: 0..1)"), std::string::npos);
+  EXPECT_NE(Refusal("0>1:9:delay=0.01").find("step 9 is past the run's last step 4"), std::string::npos);
+}
+
+TEST(SlowFault, AWireLateFromOneRankToAnother) {
+  const Fault f = Read("0>1:3:delay=0.005:until=7,1:2:slow=2");
+  EXPECT_EQ(f.link.from, 0);
+  EXPECT_EQ(f.link.to, 1);
+  EXPECT_DOUBLE_EQ(f.Delay(0, 1, 3), 0.005);
+  EXPECT_DOUBLE_EQ(f.Delay(0, 1, 6), 0.005);
+  EXPECT_DOUBLE_EQ(f.Delay(0, 1, 2), 0.0);
+  EXPECT_DOUBLE_EQ(f.Delay(0, 1, 7), 0.0);
+  EXPECT_DOUBLE_EQ(f.Delay(1, 0, 4), 0.0);  // one way only
+  EXPECT_TRUE(f.Slows(1, 2));
+  EXPECT_DOUBLE_EQ(Read("1>0:1:delay=2").Delay(1, 0, 1000000), 2.0);  // to the end
+  EXPECT_DOUBLE_EQ(FaultForRun(f, 0, 5).Delay(0, 1, 5), 0.005);  // resumed inside the window
+  EXPECT_EQ(FaultForRun(Read("0>1:3:delay=0.005:until=7"), 0, 7).link.from, -1);  // after it
+  EXPECT_EQ(Refusal("0>1:3:delay=0.005:until=5"), "");
 }
 
 }  // namespace
