@@ -90,6 +90,29 @@ TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns)
   EXPECT_EQ(Read("adapt.safetensors"), Read("healthy.safetensors"));
 }
 
+// A late wire (BATON_FAULT's 0>1:STEP:delay=): measured from the run's own
+// message times within a few steps of the onset, named in the replan row,
+// and a plan predicted to hide it taken; the weights are the healthy run's.
+TEST_F(AdaptTest, ALateWireIsMeasuredAndThePlanChangesAroundIt) {
+  ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
+  ASSERT_EQ(Train("BATON_FAULT='0>1:12:delay=0.02:until=40'",
+                  "--set pipeline.adapt=on --set log.metrics=wire.jsonl --set log.weights=wire.safetensors"),
+            0)
+      << Read("log.txt");
+  const std::string log = Read("log.txt");
+  const std::vector<nlohmann::json> replans = Replans("wire.jsonl");
+  ASSERT_FALSE(replans.empty()) << log;
+  const nlohmann::json& first = replans.front();
+  EXPECT_GE(first["step"].get<int>(), 12) << first.dump();
+  EXPECT_LE(first["step"].get<int>(), 16) << first.dump();
+  ASSERT_TRUE(first["link_delays_s"].contains("0>1")) << first.dump();
+  EXPECT_GT(first["link_delays_s"]["0>1"].get<double>(), 0.015) << first.dump();
+  EXPECT_FALSE(first["link_delays_s"].contains("1>0")) << first.dump();
+  EXPECT_LT(first["predicted_step_after_s"].get<double>(), first["predicted_step_before_s"].get<double>());
+  EXPECT_NE(log.find("link 0>1 +"), std::string::npos) << log;
+  EXPECT_EQ(Read("wire.safetensors"), Read("healthy.safetensors"));
+}
+
 // A checkpoint written after a re-plan holds the moved placement's shards;
 // a run resumed from it (its own config's placement, adapting or not) reads
 // its tensors by name and ends with the healthy run's weights.
