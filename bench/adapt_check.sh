@@ -12,6 +12,8 @@
 # move back, the re-planning and moving times, the measured step after the
 # move over its prediction, and whether the final weights are the healthy
 # run's, byte for byte.
+# With WIRE=SECONDS, the link from rank 0 to rank 1 is late by SECONDS
+# over the same window instead (BATON_FAULT 0>1:...:delay=), FACTOR unused.
 # With SVG=FILE, also draws the first rank count's three runs' step times
 # over the steps (docs/guide/adaptive-plans.svg).
 #   bench/adapt_check.sh [STEPS] [FACTOR] [RANKS...]     (default 120 2 2 4)
@@ -29,7 +31,11 @@ trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 from=21
 until=$(( steps - 20 ))
-stamp "$0 $steps $factor ${ranks[*]}"
+fault="1:$from:slow=$factor:until=$until"
+[ -n "${WIRE:-}" ] && fault="0>1:$from:delay=$WIRE:until=$until"
+stamp "${WIRE:+WIRE=$WIRE }$0 $steps $factor ${ranks[*]}"
+echo
+echo "Injected: BATON_FAULT=$fault"
 echo
 echo "| ranks | T_h | T_s | T_a | R | ceiling | R / ceiling | moved after step (onset $from) | back after step (recovered $until) | re-plans | decide | move | measured / predicted after the move | weights = healthy run's | healthy with adapt on: step, re-plans |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -47,8 +53,8 @@ for p in "${ranks[@]}"; do
   }
   run healthy --
   run healthy-on -- --set pipeline.adapt=on
-  run off "BATON_FAULT=1:$from:slow=$factor:until=$until" --
-  run on "BATON_FAULT=1:$from:slow=$factor:until=$until" -- --set pipeline.adapt=on
+  run off "BATON_FAULT=$fault" --
+  run on "BATON_FAULT=$fault" -- --set pipeline.adapt=on
   same=no
   cmp -s "$out/$p-healthy.safetensors" "$out/$p-on.safetensors" && same=yes
   python3 - "$out" "$p" "$from" "$until" "$same" <<'PY'
@@ -82,13 +88,15 @@ cells.append(f"{h_on / t_h:.3f} of T_h, {sum(1 for x in rows('healthy-on') if x.
 print("| " + " | ".join(str(c) for c in cells) + " |")
 PY
   if [ -n "${SVG:-}" ] && [ "$p" = "${ranks[0]}" ]; then
-    python3 - "$out" "$p" "$from" "$until" "$factor" > "$SVG.tmp" <<'PY'
+    what="rank 1 slowed ${factor}x"
+    [ -n "${WIRE:-}" ] && what="link 0>1 late by ${WIRE} s"
+    python3 - "$out" "$p" "$from" "$until" "$what" > "$SVG.tmp" <<'PY'
 import json, sys
 out, p, start, end, factor = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 def rows(name):
     return [json.loads(l) for l in open(f"{out}/{p}-{name}.jsonl")]
-runs = [("healthy", "#888888", "healthy"), ("off", "#d62728", f"rank 1 slowed {factor}x, adapt: off"),
-        ("on", "#1f77b4", f"rank 1 slowed {factor}x, adapt: on")]
+runs = [("healthy", "#888888", "healthy"), ("off", "#d62728", f"{factor}, adapt: off"),
+        ("on", "#1f77b4", f"{factor}, adapt: on")]
 series = {n: [(r["step"], r["step_time_s"] * 1e3) for r in rows(n) if "step_time_s" in r and r["step"] > 2]
           for n, _, _ in runs}
 last = max(s for pts in series.values() for s, _ in pts)

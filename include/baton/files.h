@@ -113,15 +113,18 @@ struct CommandFiles {
   std::vector<NamedPath> outputs;        // files written; "-" is standard output
   std::vector<NamedPath> records;        // written only on a failure (flight records): checked for clashes only
   std::string checkpoint_dir;            // "" if the command writes no checkpoints
+  bool standard_output = true;           // "-" prints to standard output; false: an output may not be "-"
 };
 // Throws OutputError, before the command does anything (creates nothing),
 // if an output cannot be written (CheckOutputFile: a folder stands there,
 // a parent is a file, no write permission), the checkpoint folder cannot
-// be (CheckOutputFolder), or two of the paths are one file: an output and
-// an input, two outputs (a device such as /dev/null may be given twice: it
-// discards; "-" may not: both would print to standard output), an output
-// and the checkpoint folder, or an output inside an input folder. Every
-// message names both settings and both paths and says what to change.
+// be (CheckOutputFolder), an output is empty, "-" where the command writes
+// files only, or inside a checkpoint's folder (removed when the checkpoint
+// is pruned), or two of the paths are one file: an output and an input, two
+// outputs (a device such as /dev/null may be given twice: it discards; "-"
+// may not: both would print to standard output), an output and the
+// checkpoint folder, or an output inside an input folder. Every message
+// names both settings and both paths and says what to change.
 void CheckCommandFiles(const CommandFiles& files);
 
 // An exclusive lock on `path` (created if missing, never truncated) for the

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "baton/files.h"
+
 namespace baton {
 
 struct SharedCores {
@@ -63,6 +65,14 @@ MachineModel ParseMachine(const std::string& json, const std::string& path);
 // with `cores` CPUs: beside it, "machine-<name>-<cores>cpus.json" (the
 // name's letters and digits, the rest as '-').
 std::string MachineFileName(const std::string& profile_path, const std::string& machine, int cores);
+
+// Every machine model's file beside the profile at `profile_path` (its
+// folder's "machine-*cpus.json"): inputs of whatever reads the profile.
+std::vector<std::string> MachineFilesBeside(const std::string& profile_path);
+// A profile `path` read as the input `key` ("--profile",
+// "pipeline.profile"), and those machine models' files beside it, into
+// `files` (none if `path` is empty).
+void AddProfileInputs(CommandFiles& files, const std::string& key, const std::string& path);
 
 // The model in that file, if there is one; a file of another machine or a
 // damaged one is a ConfigError.

@@ -42,6 +42,14 @@ class StopSignals {
 // SIGINT (Ctrl-C) always ends at once. Call once, early, on every rank.
 void EndOnSignals(int rank);
 
+// A rank started by a launcher (mpirun's daemon, slurmstepd): when that
+// parent ends (mpirun killed, or ending at a second Ctrl-C without
+// waiting for its ranks), the rank is sent SIGTERM (Linux's
+// PR_SET_PDEATHSIG), so an orphaned run stops at its next step boundary
+// with a checkpoint, as at a scheduler's stop, instead of training on
+// with nobody to wait for it. Nothing elsewhere.
+void StopWhenLauncherEnds();
+
 }  // namespace baton
 
 #endif  // BATON_SIGNALS_H_

@@ -71,6 +71,10 @@ struct TrainOptions {
 // reports), for the OS room's one check (CheckCommandFiles) that a run
 // never overwrites its own inputs or loses one output to another.
 CommandFiles FilesOf(const TrainConfig& config, int world, const std::vector<NamedPath>& extra_outputs = {});
+// What any command that reads `config` reads: the config file, its schedule
+// file, initial weights, profile (and the machine models beside it) and
+// data (files, or the fortunes folder whose every file is an input).
+CommandFiles RunInputsOf(const TrainConfig& config);
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options = {});
 
 // ---- Launch: what `baton train` and the other MPI commands call ----

@@ -19,6 +19,7 @@
 #include "baton/stage_device.h"
 #include "commands.h"
 #include "baton/env.h"
+#include "baton/files.h"
 
 namespace baton {
 namespace {
@@ -97,6 +98,11 @@ int RunDoctor(const DoctorFlags& f) {
   }
   text += fmt::format("{} ranks on {} host(s); took {:.3f} s\n", world->size(), hosts.size(),
                       report["seconds"].get<double>());
+  if (!f.json_path.empty()) {
+    CommandFiles files;
+    files.outputs.push_back({"--json", f.json_path});
+    CheckCommandFiles(files);  // before anything is written or a folder made
+  }
   // With --json - standard output carries the JSON alone.
   if (f.json_path != "-") {
     std::fputs(text.c_str(), stdout);

@@ -17,6 +17,7 @@
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/machine.h"
+#include "baton/train.h"
 #include "baton/plan.h"
 #include "baton/placement.h"
 #include "baton/profile_price.h"
@@ -57,10 +58,7 @@ void AddProfileCommand(CLI::App& app) {
     // What the command reads and writes; `machine`, the machine model's
     // file, once the profile knows the machine.
     auto files = [&](const TrainConfig& config, const std::string& machine) {
-      CommandFiles out;
-      out.inputs.push_back({"the config file", f->config});
-      if (!config.pipeline.profile.empty()) out.inputs.push_back({"pipeline.profile", config.pipeline.profile});
-      if (!config.model.init_from.empty()) out.inputs.push_back({"model.init.from", config.model.init_from});
+      CommandFiles out = RunInputsOf(config);
       out.outputs.push_back({"--out", f->out});
       if (!machine.empty()) out.outputs.push_back({"the machine model's file", machine});
       return out;
@@ -85,7 +83,8 @@ void AddProfileCommand(CLI::App& app) {
         WriteOutput(machine, MachineJson(p.machine));
         wrote += " and the machine model " + machine;
       }
-      std::cout << DescribeProfile(p) << "wrote " << wrote << "\n";
+      // With --out - standard output carries the JSON alone; the report goes to standard error.
+      (f->out == "-" ? std::cerr : std::cout) << DescribeProfile(p) << "wrote " << wrote << "\n";
     };
     // Not started by mpirun: one process, without MPI (errors go to main).
     if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "baton/config.h"
+#include "baton/machine.h"
 #include "baton/error.h"
 #include "baton/plan.h"
 #include "baton/placement.h"
@@ -337,12 +338,15 @@ void RunSimulateProfile(const SimulateFlags& flags) {
                        state, fmt::join(rr.stages, ","));
   }
   CommandFiles files;
-  files.inputs = {{"the config file", flags.config}, {"--profile", flags.profile}};
+  files.inputs = {{"the config file", flags.config}};
+  AddProfileInputs(files, "--profile", flags.profile);
   if (flags.svg) files.outputs.push_back({"--svg", ExpandPath(*flags.svg, r.schedule)});
   if (flags.trace) files.outputs.push_back({"--trace", ExpandPath(*flags.trace, r.schedule)});
   if (flags.json) files.outputs.push_back({"--json", *flags.json});
   CheckCommandFiles(files);
-  if (flags.json.value_or("") != "-") std::cout << out;
+  if (flags.json.value_or("") != "-" && flags.svg.value_or("") != "-" && flags.trace.value_or("") != "-") {
+    std::cout << out;  // an output on standard output ('-') goes there alone
+  }
   if (flags.svg) {
     std::ostringstream svg;
     WriteSvg(r, svg);
@@ -404,8 +408,8 @@ void RunSimulate(const SimulateFlags& flags) {
   for (const std::string& name : names) runs.push_back(SimulateOne(c, name, comparing, flags.memory_limit));
   CheckCommandFiles(FilesOf(flags, c, names, runs));
 
-  // With --json - standard output carries the JSON alone.
-  if (c.json_path != "-") {
+  // With an output on standard output ('-'), it carries that output alone.
+  if (c.json_path != "-" && c.svg_path != "-" && c.trace_path != "-") {
     if (comparing) {
       PrintComparison(c, runs);
     } else {

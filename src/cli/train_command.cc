@@ -17,6 +17,8 @@
 
 #include "baton/comm.h"
 #include "baton/config.h"
+#include <filesystem>
+
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/host.h"
@@ -68,6 +70,12 @@ int RunBench(const BenchFlags& f) {
     Agree(comms.world, "rank 0 checking the sweep's outputs", [&] {
       if (rank != 0) return;
       CommandFiles files = FilesOf(config, comms.world.size());
+      const std::string name = std::filesystem::path(f.sweep_out).filename().string();
+      if (name.empty() || name == "." || name == "..") {
+        throw OutputError(fmt::format("--sweep-out {}: names no file (it is written as PATH.csv, PATH.json and "
+                                      "PATH.svg): give a path such as out/sweep",
+                                      Quote(f.sweep_out)));
+      }
       for (const char* ext : {".csv", ".json", ".svg"}) files.outputs.push_back({"--sweep-out", f.sweep_out + ext});
       CheckCommandFiles(files);
     });

@@ -9,6 +9,8 @@
 #include <memory>
 
 #include "baton/config.h"
+#include "baton/machine.h"
+#include "baton/train.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/model.h"
@@ -160,11 +162,10 @@ void AddTuneCommand(CLI::App& app) {
     r.zero = WholeNumbers(tflags->zero, "tune");
     const TrainConfig c = LoadTrainConfig(tflags->train.config, tflags->train.set);
     if (!tflags->overlay_path.empty()) {
-      CommandFiles files;
-      files.inputs.push_back({"the config file", tflags->train.config});
-      if (!tflags->profile_path.empty()) files.inputs.push_back({"--profile", tflags->profile_path});
-      if (!c.pipeline.profile.empty()) files.inputs.push_back({"pipeline.profile", c.pipeline.profile});
+      CommandFiles files = RunInputsOf(c);
+      AddProfileInputs(files, "--profile", tflags->profile_path);
       files.outputs.push_back({"--overlay", tflags->overlay_path});
+      files.standard_output = false;
       CheckCommandFiles(files);
     }
     r.placement = !tflags->config_placement;

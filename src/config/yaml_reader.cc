@@ -69,6 +69,13 @@ std::string ApplyOverride(YAML::Node& root, const std::string& assignment, const
     throw ConfigError(fmt::format("--set {}: expected key.path=value", assignment));
   }
   const std::string path = assignment.substr(0, eq);
+  // "key=" would read as YAML's null, which is the key's default: a path
+  // emptied on purpose would fall back to a default file and overwrite it.
+  if (assignment.find_first_not_of(" \t", eq + 1) == std::string::npos) {
+    throw ConfigError(fmt::format("--set {}: no value after '=': give one, or --set '{}=\"\"' for an empty one (a "
+                                  "path left empty writes nothing)",
+                                  assignment, path));
+  }
   YAML::Node value;
   try {
     value = YAML::Load(assignment.substr(eq + 1));

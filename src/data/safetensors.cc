@@ -206,9 +206,16 @@ std::vector<NamedTensor> ReadSafetensors(const std::string& path, std::map<std::
   const ErrorFor error = [&](const std::string& what) {
     return ConfigError(fmt::format("safetensors file '{}': {}", path, what));
   };
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+    // A FIFO would block the open until a writer came, and has no size.
+    throw error(std::filesystem::is_directory(st) ? "is a folder, not a file"
+                                                  : "is not a regular file (a FIFO or a device): safetensors are read "
+                                                    "at the offsets their header gives");
+  }
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) throw error(fmt::format("cannot open: {}", Errno()));
-  std::error_code ec;
   const std::uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) throw error(fmt::format("cannot read its size: {}", ec.message()));
   std::uint64_t header_size = 0;

@@ -167,6 +167,16 @@ class ProcessEnv final : public Env {
   void UnlockFile(int fd) const override { ::close(fd); }
 
   std::unique_ptr<LogFile> OpenLog(const std::string& path) const override {
+    struct stat before {};
+    if (::stat(path.c_str(), &before) == 0 && S_ISFIFO(before.st_mode)) {
+      // A FIFO is written to its reader, held open for the run: one nobody
+      // reads is ENXIO (opened read-write it would swallow the lines, and
+      // stall the run once its buffer filled).
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) return nullptr;
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      return std::make_unique<ProcessLog>(fd, true);
+    }
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return nullptr;
     struct stat st {};

@@ -56,6 +56,17 @@ void CheckAgainstInputs(const CommandFiles& files, const NamedPath& out, const F
     throw OutputError(
         fmt::format("{} is checkpoint.dir ({}): give them different paths", Name(out), Shown(files.checkpoint_dir)));
   }
+  if (!files.checkpoint_dir.empty()) {
+    // A checkpoint's folder (checkpoint.dir/step-N) goes when it is pruned.
+    const fs::path dir = fs::weakly_canonical(fs::absolute(files.checkpoint_dir));
+    for (fs::path p = parent; !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      if (p.parent_path() == dir && p.filename().string().rfind("step-", 0) == 0) {
+        throw OutputError(fmt::format("{} is inside the checkpoint folder {}, which is removed when the checkpoint is "
+                                      "pruned (checkpoint.keep): give {} a path outside checkpoint.dir's step folders",
+                                      Name(out), Shown(p.string()), out.key));
+      }
+    }
+  }
 }
 
 // A path the system can name: at most PATH_MAX - 1 bytes, each name in it
@@ -89,6 +100,12 @@ namespace {
 
 void CheckFiles(const CommandFiles& files) {
   for (const NamedPath& o : files.outputs) {
+    if (o.path.empty()) throw OutputError(fmt::format("{}: the path is empty; give a file's path", o.key));
+    if (o.path == kStandardOutput && !files.standard_output) {
+      throw OutputError(fmt::format("{} is '-': this command writes it to a file, not to standard output; give a "
+                                    "file's path",
+                                    o.key));
+    }
     if (o.path == kStandardOutput) continue;
     CheckLength(o);
     CheckOutputFile(o.path, o.key);

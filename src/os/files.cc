@@ -20,13 +20,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// `path` with a symbolic link (at the end, or a chain of them) followed; the
-// path itself if it is not a link or the link is broken.
+// `path` with a symbolic link (at the end, or a chain of them) followed: the
+// file it names, which a broken link's write creates (the link stays); the
+// path itself if it is not a link, or the chain loops.
 std::string FollowLinks(const std::string& path) {
   std::error_code ec;
-  if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;
-  const fs::path target = fs::canonical(path, ec);
-  return ec ? path : target.string();
+  fs::path at = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    if (!fs::is_symlink(fs::symlink_status(at, ec))) return at.string();
+    const fs::path target = fs::read_symlink(at, ec);
+    if (ec) return path;
+    at = target.is_absolute() ? target : at.parent_path() / target;
+  }
+  return path;
 }
 
 // The nearest existing folder at or above `p` (for a path that does not

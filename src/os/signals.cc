@@ -4,6 +4,9 @@
 
 #include <signal.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <algorithm>
 #include <csignal>
@@ -63,6 +66,14 @@ void EndOnSignals(int rank) {
   // A training run stops on SIGTERM at a step boundary instead (StopSignals).
   if (!StopSignals::Active()) ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGINT, &action, nullptr);
+}
+
+void StopWhenLauncherEnds() {
+#ifdef __linux__
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) ::raise(SIGTERM);  // it ended before the request
+#endif
 }
 
 StopSignals::StopSignals() {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "baton/error.h"
+#include "baton/files.h"
 #include "baton/schedule.h"
 
 namespace baton {
@@ -178,16 +179,14 @@ Schedule ReadCsvFile(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     throw ScheduleError(fmt::format("{}: is a folder, not a schedule file", path));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ScheduleError(fmt::format("{}: cannot open the schedule file", path));
-  // At most one byte past the cap, so that a file without line breaks or
-  // without an end (a device) is refused rather than read whole.
-  std::string text(kMaxScheduleFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxScheduleFileBytes) {
-    throw ScheduleError(fmt::format("{}: the schedule file is over {} MiB; baton reads at most that much", path,
-                                    kMaxScheduleFileBytes >> 20));
+  // The OS room's reader: capped (a file without an end is refused rather
+  // than read whole), and a FIFO nobody writes to is refused within its
+  // wait rather than blocking.
+  std::string text;
+  try {
+    text = ReadTextFile(path, "schedule file", kMaxScheduleFileBytes);
+  } catch (const ConfigError& e) {
+    throw ScheduleError(e.what());
   }
   std::istringstream stream(std::move(text));
   return ReadCsv(stream, path);

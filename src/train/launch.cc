@@ -55,6 +55,7 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
   EndOnSignals(rank);
+  if (DetectLaunch().kind != Launch::kSingle) StopWhenLauncherEnds();
   std::unique_ptr<Transport> transport;
   auto report = [rank](const std::exception& e) {
     std::fprintf(stderr, "baton: error: %s%s\n", rank == 0 ? "" : fmt::format("rank {}: ", rank).c_str(),

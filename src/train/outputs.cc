@@ -7,19 +7,20 @@
 
 #include "baton/error.h"
 #include "baton/files.h"
+#include "baton/machine.h"
 #include "baton/schedule.h"
 
 namespace baton {
 
 namespace fs = std::filesystem;
 
-CommandFiles FilesOf(const TrainConfig& c, int world, const std::vector<NamedPath>& extra_outputs) {
+CommandFiles RunInputsOf(const TrainConfig& c) {
   CommandFiles f;
   std::error_code ec;
   if (!c.source.empty() && fs::is_regular_file(c.source, ec)) f.inputs.push_back({"the config file", c.source});
   if (!c.model.init_from.empty()) f.inputs.push_back({"model.init.from", c.model.init_from});
   if (FindGenerator(c.pipeline.schedule) == nullptr) f.inputs.push_back({"pipeline.schedule", c.pipeline.schedule});
-  if (!c.pipeline.profile.empty()) f.inputs.push_back({"pipeline.profile", c.pipeline.profile});
+  AddProfileInputs(f, "pipeline.profile", c.pipeline.profile);
   switch (c.data.dataset) {
     case DatasetKind::kFashionMnist:
       for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
@@ -34,11 +35,17 @@ CommandFiles FilesOf(const TrainConfig& c, int world, const std::vector<NamedPat
     case DatasetKind::kSyntheticTokens:
       break;
   }
+  return f;
+}
+
+CommandFiles FilesOf(const TrainConfig& c, int world, const std::vector<NamedPath>& extra_outputs) {
+  CommandFiles f = RunInputsOf(c);
   if (!c.log.metrics.empty()) f.outputs.push_back({"log.metrics", c.log.metrics});
   if (!c.log.weights.empty()) f.outputs.push_back({"log.weights", c.log.weights});
   for (const NamedPath& o : extra_outputs) {
-    if (!o.path.empty() && o.path != "-") f.outputs.push_back(o);
+    if (!o.path.empty()) f.outputs.push_back(o);  // "": not asked for
   }
+  f.standard_output = false;  // train and bench write their outputs to files
   // Where a rank leaves its flight record when a deadline passes (setup.cc).
   const fs::path metrics_dir = fs::path(c.log.metrics).parent_path();
   for (int r = 0; r < world; ++r) {

@@ -27,7 +27,9 @@ MetricsLog::MetricsLog(const std::string& path, const Env& env) : path_(path) {
     throw OutputError(
         fmt::format("{}: another run is writing this metrics file; give this run another log.metrics", path));
   }
-  throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path, std::strerror(errno)));
+  throw OutputError(fmt::format("{}: cannot write the metrics file: {}", path,
+                                errno == ENXIO ? "a FIFO that nobody reads (start its reader first)"
+                                               : std::strerror(errno)));
 }
 
 MetricsLog::~MetricsLog() = default;
@@ -307,6 +309,10 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     u.fault = FaultForRun(u.fault, u.world_rank, u.first_step);
     u.exec->set_fault(u.fault);
     Agree(world, "every rank checking BATON_FAULT", [&] {
+      if (u.fault.mode != Fault::kNone && u.fault.action == "replan" && !o.replans) {
+        throw ConfigError(fmt::format("BATON_FAULT's fault at a re-plan would never fire: this run's plan never "
+                                      "changes (a re-plan comes with pipeline.adapt: on)"));
+      }
       CheckFault(u.fault, world.size(), u.world_rank, u.rank_plan, u.first_step, u.total_steps,
                  c.checkpoint.dir.empty() ? 0 : c.checkpoint.every_steps,
                  u.evaluation ? u.loader->batches_per_epoch() : 0);

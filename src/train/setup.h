@@ -62,6 +62,9 @@ struct SetupOptions {
   // checkpoint.resume: auto (or --resume auto): from checkpoint.dir's
   // newest complete checkpoint when there is one, else from scratch.
   bool resume_auto = false;
+  // The plan may change between steps (adaptive plans, or a caller's
+  // TrainOptions::next_plan): a fault at a re-plan can fire.
+  bool replans = false;
   // The OS room's answers (host, node memory, the metrics file); null:
   // Env::Default().
   const Env* env = nullptr;

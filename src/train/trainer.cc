@@ -381,6 +381,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   setup.resume_from = options.resume_dir;
   setup.resume_auto = !options.resume && (options.resume_auto || c.checkpoint.resume == ResumeMode::kAuto);
   setup.env = options.env;
+  setup.replans = options.next_plan != nullptr || c.pipeline.adapt == AdaptMode::kOn;
   const Env& env = options.env != nullptr ? *options.env : Env::Default();
   SetUpRun(c, comms, u, setup);
   Transport& t = comms.world;  // logging and evaluation reduce over every rank

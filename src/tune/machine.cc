@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -61,6 +62,27 @@ MachineModel ParseMachine(const std::string& text, const std::string& path) {
     throw ConfigError(fmt::format("{}: waiting_share {}: must be in [0, 1]", path, m.shared.waiting_share));
   }
   return m;
+}
+
+std::vector<std::string> MachineFilesBeside(const std::string& profile_path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  const fs::path folder = fs::path(profile_path).parent_path();
+  std::error_code ec;
+  for (fs::directory_iterator it(folder.empty() ? fs::path(".") : folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("machine-", 0) == 0 && name.size() > 13 && name.compare(name.size() - 9, 9, "cpus.json") == 0) {
+      out.push_back((folder / name).string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void AddProfileInputs(CommandFiles& files, const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  files.inputs.push_back({key, path});
+  for (const std::string& m : MachineFilesBeside(path)) files.inputs.push_back({"the machine model beside " + key, m});
 }
 
 std::string MachineFileName(const std::string& profile_path, const std::string& machine, int cores) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
+
 #include <filesystem>
 #include <string>
 
@@ -155,6 +157,106 @@ TEST_F(Commands, AConfigFifoWithoutAWriterIsRefusedNotAwaited) {
                                          "' validate <(cat cfg.yaml)\" > log.txt 2>&1",
                                          dir_ / "log.txt");
   EXPECT_EQ(through.code, 0) << through.output;
+}
+
+// The machine model a profile leaves beside it (machine-*cpus.json) is read
+// with the profile: tune and simulate may not write over it.
+TEST_F(Commands, TheMachineModelBesideAProfileIsAnInputToo) {
+  Profile();
+  baton_test::WriteFile(dir_ / "machine-Test-2cpus.json", "{\"machine\": \"Test\"}\n");
+  ExpectRefused("tune cfg.yaml --set pipeline.ranks=2 --memory-bytes 100000000 --profile p.json --overlay "
+                "machine-Test-2cpus.json",
+                "is the same file as the machine model beside --profile", "machine-Test-2cpus.json");
+  ExpectRefused("simulate cfg.yaml --set pipeline.ranks=2 --profile p.json --json machine-Test-2cpus.json",
+                "is the same file as the machine model beside --profile", "machine-Test-2cpus.json");
+}
+
+// A fortunes folder's every file is read as text: profile and tune may not
+// write into it (train and bench do not either).
+TEST_F(Commands, ProfileAndTuneDoNotWriteIntoTheDataFolder) {
+  fs::create_directories(dir_ / "fort");
+  baton_test::WriteFile(dir_ / "fort/fortunes", "One.\n%\nTwo.\n%\nThree.\n");
+  const std::string gpt = "'" BATON_SOURCE_DIR "/configs/gpt_fortunes_1f1b.yaml' --set data.path=fort ";
+  ExpectRefused("profile " + gpt + "--out fort/p.json", "is inside data.path (fort)", "fort/fortunes");
+  EXPECT_FALSE(fs::exists(dir_ / "fort/p.json"));
+}
+
+// Where a command writes only files, '-' is refused rather than written as
+// a file named '-'; an empty path is refused by name; --sweep-out must name
+// a file.
+TEST_F(Commands, OutputsThatNameNoFileAreRefused) {
+  Profile();
+  ExpectRefused("tune cfg.yaml --set pipeline.ranks=2 --memory-bytes 100000000 --profile p.json --overlay -",
+                "--overlay is '-': this command writes it to a file, not to standard output", "cfg.yaml");
+  ExpectRefused("bench cfg.yaml --set pipeline.ranks=1 --json -",
+                "--json is '-': this command writes it to a file, not to standard output", "cfg.yaml");
+  ExpectRefused("schedule export 1f1b -o ''", "--output: the path is empty", "cfg.yaml");
+  ExpectRefused("bench cfg.yaml --set pipeline.ranks=1 --sweep --microbatches 2,4 --sweep-out out/",
+                "--sweep-out 'out/': names no file", "cfg.yaml");
+  EXPECT_FALSE(fs::exists(dir_ / "-"));
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+// `--set KEY=` with nothing after '=' would read as the key's default (a
+// default weights path, overwritten): one error saying how to empty it.
+TEST_F(Commands, ASetWithoutAValueIsRefused) {
+  ExpectRefused("validate cfg.yaml --set log.weights=", "--set log.weights=: no value after '='", "cfg.yaml");
+}
+
+// A symbolic link whose target does not exist yet: the write creates the
+// target, and the link stays.
+TEST_F(Commands, ADanglingLinkOutputCreatesItsTarget) {
+  fs::create_symlink("target.csv", dir_ / "link.csv");
+  const Job j = Baton("schedule export 1f1b -o link.csv");
+  ASSERT_EQ(j.code, 0) << j.output;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link.csv"));
+  EXPECT_NE(ReadAll(dir_ / "target.csv").find("F"), std::string::npos);
+}
+
+// A schedule file or initial weights that is a FIFO nobody writes to is
+// refused, not awaited; metrics to a FIFO nobody reads are refused before
+// the run (not swallowed, not stalled).
+TEST_F(Commands, FifosWithNobodyOnTheOtherEndAreRefused) {
+  ASSERT_EQ(::mkfifo((dir_ / "s.csv").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir_ / "w.safetensors").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir_ / "m.jsonl").c_str(), 0600), 0);
+  const Job schedule = Baton("simulate -s s.csv");
+  EXPECT_EQ(schedule.code, 2) << schedule.output;
+  EXPECT_NE(schedule.output.find("s.csv: the schedule file is a FIFO that no process wrote to in 10 s"),
+            std::string::npos)
+      << schedule.output;
+  const Job weights = Baton("train cfg.yaml --set pipeline.ranks=1 --set model.init.from=w.safetensors");
+  EXPECT_EQ(weights.code, 2) << weights.output;
+  EXPECT_NE(weights.output.find("is not a regular file (a FIFO or a device)"), std::string::npos) << weights.output;
+  const Job metrics = Baton("train cfg.yaml --set pipeline.ranks=1 --set log.metrics=m.jsonl");
+  EXPECT_EQ(metrics.code, 2) << metrics.output;
+  EXPECT_NE(metrics.output.find("m.jsonl: cannot write the metrics file: a FIFO that nobody reads"), std::string::npos)
+      << metrics.output;
+}
+
+// An output inside a checkpoint's folder would go when the checkpoint is
+// pruned; a fault at a re-plan in a run whose plan never changes would
+// never fire: both refused before the run.
+TEST_F(Commands, RunsThatWouldLoseAFileOrNeverFireAFaultAreRefused) {
+  ExpectRefused("train cfg.yaml --set pipeline.ranks=1 --set checkpoint.dir=ck --set checkpoint.every_steps=2 "
+                "--set log.metrics=ck/step-00000002/m.jsonl",
+                "is inside the checkpoint folder", "cfg.yaml");
+  const Job fault = baton_test::RunJob("cd '" + dir_.string() + "' && BATON_FAULT=0:3:replan:stall timeout 60 '" BATON_BINARY
+                                       "' train cfg.yaml --set pipeline.ranks=1 > log.txt 2>&1",
+                                       dir_ / "log.txt");
+  EXPECT_EQ(fault.code, 2) << fault.output;
+  EXPECT_NE(fault.output.find("BATON_FAULT's fault at a re-plan would never fire"), std::string::npos) << fault.output;
+  EXPECT_EQ(fault.output.find("baton: done"), std::string::npos) << "it ran: " << fault.output;
+}
+
+// `profile --out -` prints the profile's JSON alone on standard output.
+TEST_F(Commands, ProfileToStandardOutputPrintsTheJsonAlone) {
+  const std::string cmd = "cd '" + dir_.string() + "' && timeout 60 '" BATON_BINARY
+                          "' profile cfg.yaml --set pipeline.ranks=2 --out - > out.json 2> log.txt";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadAll(dir_ / "log.txt");
+  nlohmann::json profile;
+  EXPECT_NO_THROW(profile = nlohmann::json::parse(ReadAll(dir_ / "out.json"))) << ReadAll(dir_ / "out.json");
+  EXPECT_TRUE(profile.is_object());
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -486,6 +488,63 @@ TEST_F(Hostile, UntrustedBytesInAScheduleAreEscapedAndCut) {
   j = Train(1, "--set pipeline.schedule=huge.csv");
   ExpectRefused(j, "more bytes)");
   EXPECT_LT(j.output.size(), 20000u);
+}
+
+}  // namespace
+
+namespace {
+
+// The processes whose command line holds `mark` (from /proc).
+std::vector<pid_t> Running(const std::string& mark) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadAll(e.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(mark) != std::string::npos) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+bool AnyRunning(const std::string& mark) { return !Running(mark).empty(); }
+
+// mpirun killed outright (SIGKILL: it cannot stop its ranks): the ranks,
+// orphaned, are told to stop (their launcher's end, PR_SET_PDEATHSIG), and
+// stop at a step boundary with a checkpoint, instead of training on with
+// nobody to wait for them; the run resumes from it. The wait for them to
+// end is bounded; anything left is killed and the test fails.
+TEST_F(Hostile, RanksWhoseMpirunIsKilledStopWithACheckpoint) {
+  const std::string mark = (dir_ / "orphans.jsonl").string();
+  const std::string run = "cd '" + dir_.string() + "' && exec setsid '" BATON_MPIEXEC "' -np 2 '" BATON_BINARY
+                          "' train '" + Tiny() + "' --set pipeline.ranks=2 --set train.steps=100000000 "
+                          "--set checkpoint.dir=ck --set checkpoint.every_steps=100000000 --set log.metrics=" + mark +
+                          " > log.txt 2>&1";
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::execl("/bin/sh", "sh", "-c", run.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Until it has taken some steps (bounded).
+  const auto start = std::chrono::steady_clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  while (waited() < 60 && Count(ReadAll(mark), "\n") < 20) ::usleep(50000);
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  while (waited() < 90 && AnyRunning(mark)) ::usleep(50000);
+  const bool ended = !AnyRunning(mark);
+  if (!ended) {
+    for (const pid_t p : Running(mark)) ::kill(p, SIGKILL);
+  }
+  ASSERT_TRUE(ended) << "the orphaned ranks did not stop: " << ReadAll(dir_ / "log.txt");
+  bool checkpoint = false;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ / "ck", ec)) {
+    checkpoint = checkpoint || fs::exists(e.path() / "manifest.json");
+  }
+  EXPECT_TRUE(checkpoint) << ReadAll(dir_ / "log.txt");
+  for (const nlohmann::json& row : MetricsRows(mark)) EXPECT_TRUE(row.is_object());
 }
 
 }  // namespace
