@@ -221,7 +221,7 @@ class Executor {
   void set_fault(const Fault& fault) { fault_ = fault; }
   // Writes the last actions this rank ran or was running, with timestamps,
   // as JSON (on a deadline's expiry).
-  void WriteFlightRecord(const std::string& path) const { flight_.Write(path, rank_, step_); }
+  void WriteFlightRecord(const std::string& path) const { flight_.Write(path, rank_, step_, Injected()); }
 
   // Every local stage's optimizer over this replica's part of its
   // parameters: the whole stage, ZeRO's shard of it, or under ZeRO 2 and 3
@@ -322,6 +322,9 @@ class Executor {
   FlightRecord flight_;  // the last actions, always kept
   std::int64_t step_ = 0;
   Fault fault_;
+  // What BATON_FAULT injects on this rank in this step, for the flight
+  // record: "slow=2 (every compute action)", "delay=0.01 s to rank 1".
+  std::vector<std::string> Injected() const;
 };
 
 }  // namespace baton

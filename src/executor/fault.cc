@@ -141,6 +141,15 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
 
 }  // namespace
 
+std::vector<std::string> Executor::Injected() const {
+  std::vector<std::string> out;
+  if (fault_.Slows(rank_, step_)) out.push_back(fmt::format("slow={} (every compute action)", fault_.slow.factor));
+  if (fault_.link.from == rank_ && fault_.Delay(rank_, fault_.link.to, step_) > 0) {
+    out.push_back(fmt::format("delay={} s to rank {}", fault_.link.seconds, fault_.link.to));
+  }
+  return out;
+}
+
 Fault FaultFromEnvironment() {
   const char* text = std::getenv("BATON_FAULT");
   if (text == nullptr || *text == '\0') return {};

@@ -19,8 +19,12 @@ std::size_t FlightRecord::Start(std::int64_t step, const Action& action) {
 
 void FlightRecord::Done(std::size_t entry) { ring_[entry].end = MonotonicSeconds(); }
 
-void FlightRecord::Write(const std::string& path, int rank, std::int64_t step) const {
-  std::string out = fmt::format("{{\"rank\": {}, \"step\": {}, \"now\": {:.6f}, \"actions\": [", rank, step, MonotonicSeconds());
+void FlightRecord::Write(const std::string& path, int rank, std::int64_t step,
+                         const std::vector<std::string>& injected) const {
+  std::string out = fmt::format("{{\"rank\": {}, \"step\": {}, \"now\": {:.6f}, \"injected\": [", rank, step,
+                                MonotonicSeconds());
+  for (std::size_t i = 0; i < injected.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", injected[i]);
+  out += "], \"actions\": [";
   const std::size_t n = std::min(next_, kSize);
   for (std::size_t k = 0; k < n; ++k) {
     const Flight& f = ring_[(next_ - n + k) % kSize];

@@ -27,8 +27,9 @@ class FlightRecord {
   void Done(std::size_t entry);
   // Writes the record as JSON to `path` (best effort, never throws: the job
   // is being aborted), saying so on standard error, for world rank `rank`
-  // at step `step`.
-  void Write(const std::string& path, int rank, std::int64_t step) const;
+  // at step `step`; `injected`: what BATON_FAULT injects on the rank at
+  // that step (a slowdown, a slow wire), each a JSON string, or none.
+  void Write(const std::string& path, int rank, std::int64_t step, const std::vector<std::string>& injected = {}) const;
 
  private:
   struct Flight {

@@ -319,7 +319,7 @@ TEST_F(Hostile, AFailedMetricsWriteEndsTheRunAndKeepsTheCheckpoint) {
 TEST_F(Hostile, AMetricsFileThatFillsUpKeepsNoCutLine) {
   last_ = "cd '" + dir_.string() + "' && timeout 60 '" BATON_MPIEXEC "' -np 2 --mca btl self,tcp sh -c \"trap '' XFSZ; "
           "ulimit -f 8; exec '" BATON_BINARY "' train '" + Tiny() + "' --set pipeline.ranks=2 --set train.steps=400 "
-          "--set log.every_steps=1 --set log.metrics=metrics.jsonl --set log.weights=\" > log.txt 2>&1";
+          "--set log.every_steps=1 --set log.metrics=metrics.jsonl --set 'log.weights=\\\"\\\"'\" > log.txt 2>&1";
   const Job j = Run(last_);
   ExpectRefused(j, "metrics.jsonl: cannot write the metrics file: File too large");
   EXPECT_NE(j.output.find("the file keeps its whole lines"), std::string::npos) << j.output;
@@ -476,7 +476,7 @@ TEST_F(Hostile, AnOversizedScheduleFileIsRefusedWithoutReadingIt) {
     const std::string row(1 << 20, ',');
     for (int i = 0; i < 17; ++i) out << "0F0" << row << "\n";
   }
-  ExpectRefused(Train(1, "--set pipeline.schedule=big.csv"), "the schedule file is over 16 MiB");
+  ExpectRefused(Train(1, "--set pipeline.schedule=big.csv"), "the schedule file is 17825860 bytes; baton reads at most 16 MiB of it");
 }
 
 TEST_F(Hostile, UntrustedBytesInAScheduleAreEscapedAndCut) {

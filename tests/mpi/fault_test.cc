@@ -53,7 +53,8 @@ class FaultTest : public ::testing::Test {
 };
 
 TEST_F(FaultTest, StalledRankEndsTheJobWithinTheDeadlineNamingThePeer) {
-  const int code = Train("1:2:F:stall", "--set pipeline.wait_timeout_s=3 --set train.steps=4");
+  // Rank 0's wire to rank 1 slow too (1 ms): the flight record says so.
+  const int code = Train("1:2:F:stall,0>1:1:delay=0.001", "--set pipeline.wait_timeout_s=3 --set train.steps=4");
   EXPECT_NE(code, 0);
   EXPECT_NE(code, 124) << "mpirun was still running at the test's own time limit";
   EXPECT_LT(seconds_, 3 + 12) << Read("log.txt");
@@ -69,6 +70,8 @@ TEST_F(FaultTest, StalledRankEndsTheJobWithinTheDeadlineNamingThePeer) {
   const auto record = nlohmann::json::parse(Read("out/flight-rank-0.json"));
   EXPECT_EQ(record["rank"], 0);
   EXPECT_EQ(record["step"], 2);
+  ASSERT_EQ(record["injected"].size(), 1u) << record.dump();
+  EXPECT_EQ(record["injected"][0], "delay=0.001 s to rank 1");
   ASSERT_FALSE(record["actions"].empty());
   EXPECT_EQ(record["actions"].back()["state"], "running");
   EXPECT_EQ(record["actions"].back()["action"].get<std::string>().substr(0, 2), "0B");
