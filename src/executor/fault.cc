@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -57,6 +58,17 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
     if (used == 0 || used != text.size()) throw bad(fmt::format("{} must be a whole number, got '{}'", what, text));
     return v;
   };
+  // A number, or NaN if `text` is not one whole.
+  auto number = [](const std::string& text) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    return used == 0 || used != text.size() ? std::nan("") : v;
+  };
   // The end of a window: until=STEP, after its first step.
   auto until = [&](const char* what, std::int64_t step) -> std::int64_t {
     if (parts.size() < 4) return -1;
@@ -75,13 +87,8 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
     w.step = whole(parts[1], "STEP");
     if (parts[2].rfind("delay=", 0) != 0) throw bad("a link's fault is delay=SECONDS");
     const std::string seconds = parts[2].substr(6);
-    std::size_t used = 0;
-    try {
-      w.seconds = std::stod(seconds, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != seconds.size() || !(w.seconds > 0.0 && w.seconds <= kMaxLinkDelaySeconds)) {
+    w.seconds = number(seconds);
+    if (!(w.seconds > 0.0 && w.seconds <= kMaxLinkDelaySeconds)) {
       throw bad(fmt::format("delay=SECONDS takes a number above 0, at most {} (what each message is late by), got '{}'",
                             kMaxLinkDelaySeconds, seconds));
     }
@@ -95,13 +102,8 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
     if (f.slow.rank >= 0) throw bad("one slow rank at most");
     SlowRank& w = f.slow;
     const std::string factor = parts[2].substr(5);
-    std::size_t used = 0;
-    try {
-      w.factor = std::stod(factor, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != factor.size() || !(w.factor >= 1.0 && w.factor <= kMaxSlowFactor)) {
+    w.factor = number(factor);
+    if (!(w.factor >= 1.0 && w.factor <= kMaxSlowFactor)) {
       throw bad(fmt::format("slow=FACTOR takes a number from 1 to {} (the times a compute action takes), got '{}'",
                             kMaxSlowFactor, factor));
     }

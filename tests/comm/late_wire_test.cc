@@ -14,26 +14,12 @@
 #include "baton/comm.h"
 #include "baton/error.h"
 #include "baton/timing.h"
+#include "support/thread_ranks.h"
 
 namespace baton {
 namespace {
 
-std::vector<std::string> RunRanks(std::vector<ThreadRank>& ranks, const std::function<void(int, ThreadRank&)>& body) {
-  std::vector<std::string> errors(ranks.size());
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(static_cast<int>(r), ranks[r]);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        ranks[r].end_job();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
+using baton_test::RunRanks;
 
 TEST(LateWire, AMessageArrivesTheDelayLateAndTheSenderGoesOn) {
   constexpr double kDelay = 0.05;

@@ -12,31 +12,13 @@
 
 #include "baton/comm.h"
 #include "baton/error.h"
+#include "support/thread_ranks.h"
 
 namespace baton {
 namespace {
 
-// Runs `body(rank, ranks)` on one thread per world rank; returns each
-// rank's exception message ("" if it returned), and "PeerFailed" for
-// PeerFailed.
-std::vector<std::string> RunRanks(std::vector<ThreadRank>& ranks, const std::function<void(int, ThreadRank&)>& body) {
-  std::vector<std::string> errors(ranks.size());
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(static_cast<int>(r), ranks[r]);
-      } catch (const PeerFailed&) {
-        errors[r] = "PeerFailed";
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        ranks[r].end_job();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
+
+using baton_test::RunRanks;
 
 TEST(ThreadTransport, MessagesMatchInOrderByPeerAndTagAndSizesAreChecked) {
   auto ranks = MakeThreadRanks({2, 1}, 10);
@@ -86,7 +68,9 @@ TEST(ThreadTransport, CollectivesAndAgreement) {
     }
     std::vector<std::string> all;
     t.GatherStrings("rank" + std::to_string(r), &all);
-    if (r == 0) EXPECT_EQ(all, (std::vector<std::string>{"rank0", "rank1", "rank2"}));
+    if (r == 0) {
+      EXPECT_EQ(all, (std::vector<std::string>{"rank0", "rank1", "rank2"}));
+    }
     std::string text = r == 0 ? "config" : "";
     t.BroadcastString(&text);
     EXPECT_EQ(text, "config");
@@ -173,8 +157,12 @@ TEST(ThreadReplicaGroup, SumsPartsAndGathersAsMpiDoes) {
     g.StartReduceScatter(1, part, counts, displs);
     while (!g.Test(1)) {
     }
-    if (g.rank() == 0) EXPECT_EQ(part[0], pair);
-    if (g.rank() == 1) EXPECT_EQ(std::vector<float>(part.begin() + 1, part.end()), (std::vector<float>{pair, pair}));
+    if (g.rank() == 0) {
+      EXPECT_EQ(part[0], pair);
+    }
+    if (g.rank() == 1) {
+      EXPECT_EQ(std::vector<float>(part.begin() + 1, part.end()), (std::vector<float>{pair, pair}));
+    }
     std::vector<float> gathered(3, -1.0f);
     for (int i = displs[static_cast<std::size_t>(g.rank())]; i < displs[static_cast<std::size_t>(g.rank())] +
                                                                      counts[static_cast<std::size_t>(g.rank())];
