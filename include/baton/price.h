@@ -21,9 +21,10 @@ namespace baton {
 // What a cost source gives a run's price.
 struct RunCosts {
   // One per stage: one whole microbatch's F, I, W (and optionally F&B)
-  // through the stage, in any one time unit. Empty: unit costs (F = I = W
-  // = 1 a rank, every slice alike): the schedule's own simulation.
+  // through the stage, in any one time unit. Empty: `uniform` for every
+  // rank (unit costs by default: the schedule's own simulation).
   std::vector<Costs> stage_costs;
+  Costs uniform;
   // Sliced, with stage costs: each slice's share of a microbatch's compute
   // as measured; empty: the plan's (its cuts' compute shares).
   std::vector<double> slice_cost;
@@ -52,6 +53,20 @@ struct RunCosts {
 // memory, gradient sums, cores and slices. `plan` may be a shape (PlanShape,
 // not lowered) unless the gradient sums are priced. record_timeline false.
 SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs);
+
+// What a price needs of a schedule besides its costs: a run's plan gives
+// it (PriceRun), and `baton simulate` gives it for a generated schedule
+// with no model behind it, from its flags.
+struct PriceShape {
+  double message_bytes = 0;  // the largest message between two stages
+  // Sliced (more than one share each): each slice's share of a whole
+  // microbatch's compute, of its activations and of its message (SliceShares).
+  std::vector<double> slice_cost, slice_memory, slice_message;
+};
+// The simulator's options for a schedule of `shape` at `costs`: compute,
+// messages, memory, cores and slices (no collectives). record_timeline
+// false. PriceRun is this with the plan's shape, and the collectives.
+SimOptions PriceSchedule(const PriceShape& shape, const RunCosts& costs);
 
 // How a run's ranks share a machine of `cores` CPUs with the model
 // `machine`: p pipeline ranks x D replicas share them when p x D > cores

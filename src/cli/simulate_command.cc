@@ -16,6 +16,7 @@
 #include "baton/machine.h"
 #include "baton/error.h"
 #include "baton/plan.h"
+#include "baton/price.h"
 #include "baton/placement.h"
 #include "baton/files.h"
 #include "baton/profile_price.h"
@@ -196,7 +197,38 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   // A file's slices are its own unless --seq-slices asks for some.
   const int asked = IsGenerator(name) || c.seq_slices > 1 ? slices : 0;
   Run run{LoadSchedule(name, ranks, microbatches, GeneratorOptions(c, chunks, asked, memory_limit)), {}, {}};
-  SimOptions options = c.options;
+  // The price of what the flags give (no model behind it): the costs as a
+  // run's (RunCosts), the schedule's shape (its message, its slices), and
+  // the one function that makes the simulator's options of them.
+  RunCosts costs;
+  costs.uniform = c.options.compute.uniform;
+  costs.stage_costs = c.options.compute.stages;
+  costs.latency = c.options.messages.latency;
+  costs.bandwidth = c.options.messages.bandwidth;
+  costs.memory = c.options.memory;
+  if (c.cores > 0) {
+    costs.cores.pool.assign(static_cast<std::size_t>(run.schedule.ranks), 0);
+    costs.cores.pool_cores = {c.cores};
+  }
+  PriceShape shape;
+  shape.message_bytes = c.options.messages.bytes;
+  if (run.schedule.slices > 1) {
+    run.slices = SlicesOf(c, run.schedule.slices);
+    // The sequence's keys and values are held apart from its slices, which
+    // hold the rest of a microbatch's activations; a slice's message is its
+    // tokens' share of the hidden states.
+    const double kv = c.kv_memory_share;
+    shape.slice_cost = run.slices->cost;
+    shape.slice_memory = run.slices->memory;
+    for (double& share : shape.slice_memory) share *= 1.0 - kv;
+    costs.memory.sequence_share = kv;
+    const std::vector<int>& cuts = run.slices->cuts;
+    for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
+      shape.slice_message.push_back(static_cast<double>(cuts[s + 1] - cuts[s]) / cuts.back());
+    }
+  }
+  SimOptions options = PriceSchedule(shape, costs);
+  // The collectives' times as the flags give them, per stage.
   if (c.sharding.priced() || c.sharding.zero.has_actions()) {
     const auto stages = static_cast<std::size_t>(run.schedule.stages);
     options.shards.gather_time.assign(stages, c.sharding.gather_time);
@@ -205,29 +237,9 @@ Run SimulateOne(const SimulateConfig& c, const std::string& name, bool comparing
   }
   if (c.sharding.zero.has_actions()) run.schedule = AddShardingActions(run.schedule, c.sharding.zero, options);
   Validate(run.schedule);
-  if (run.schedule.slices > 1) {
-    run.slices = SlicesOf(c, run.schedule.slices);
-    options.slices.cost = run.slices->cost;
-    // The sequence's keys and values are held apart from its slices, which
-    // hold the rest of a microbatch's activations; a slice's message is its
-    // tokens' share of the hidden states.
-    const double kv = c.kv_memory_share;
-    options.slices.memory = run.slices->memory;
-    for (double& share : options.slices.memory) share *= 1.0 - kv;
-    options.memory.sequence_share = kv;
-    const std::vector<int>& cuts = run.slices->cuts;
-    options.slices.message.clear();
-    for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
-      options.slices.message.push_back(static_cast<double>(cuts[s + 1] - cuts[s]) / cuts.back());
-    }
-  }
   // Only the pictures draw the timeline; keeping every action's times costs
   // more memory than the schedule itself.
   options.record_timeline = !c.svg_path.empty() || !c.trace_path.empty();
-  if (c.cores > 0) {
-    options.cores.pool.assign(static_cast<std::size_t>(run.schedule.ranks), 0);
-    options.cores.pool_cores = {c.cores};
-  }
   run.result = Simulate(run.schedule, options);
   return run;
 }

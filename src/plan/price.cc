@@ -42,25 +42,35 @@ ShardCosts PriceShards(const RunPlan& plan, const RunCosts& costs) {
 
 }  // namespace
 
-SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
+SimOptions PriceSchedule(const PriceShape& shape, const RunCosts& costs) {
   SimOptions o;
   o.record_timeline = false;
+  o.compute.uniform = costs.uniform;
   o.compute.stages = costs.stage_costs;
-  o.messages = {costs.latency, costs.bandwidth, LargestMessageBytes(plan.model, plan.bounds, plan.rows),
-                costs.link_delay};
+  o.messages = {costs.latency, costs.bandwidth, shape.message_bytes, costs.link_delay};
   o.memory = costs.memory;
-  o.sums = PriceGradientSums(plan, costs);
-  o.shards = PriceShards(plan, costs);
   o.cores = costs.cores;
+  o.slices.cost = shape.slice_cost;
+  o.slices.memory = shape.slice_memory;
+  o.slices.message = shape.slice_message;
+  return o;
+}
+
+SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
+  PriceShape shape;
+  shape.message_bytes = LargestMessageBytes(plan.model, plan.bounds, plan.rows);
   const bool slots = !costs.memory.stage_bytes.empty();
   if (plan.slices > 1) {
     // A slice costs its share of a whole microbatch's work and its
     // messages carry its tokens; in the memory plan it holds a whole
     // (slice's) slot.
-    if (!costs.stage_costs.empty()) o.slices.cost = costs.slice_cost.empty() ? plan.slice_cost : costs.slice_cost;
-    if (slots) o.slices.memory.assign(static_cast<std::size_t>(plan.slices), 1.0);
-    if (!costs.stage_costs.empty()) (slots ? o.slices.message : o.slices.memory) = plan.slice_token_share;
+    if (!costs.stage_costs.empty()) shape.slice_cost = costs.slice_cost.empty() ? plan.slice_cost : costs.slice_cost;
+    if (slots) shape.slice_memory.assign(static_cast<std::size_t>(plan.slices), 1.0);
+    if (!costs.stage_costs.empty()) (slots ? shape.slice_message : shape.slice_memory) = plan.slice_token_share;
   }
+  SimOptions o = PriceSchedule(shape, costs);
+  o.sums = PriceGradientSums(plan, costs);
+  o.shards = PriceShards(plan, costs);
   return o;
 }
 

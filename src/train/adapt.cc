@@ -57,7 +57,8 @@ LinkMeter::LinkMeter(const AdaptSettings& settings, int ranks)
     : s_(settings),
       ranks_(ranks),
       window_(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks)),
-      calibration_(window_.size(), -1.0) {}
+      calibration_(window_.size(), -1.0),
+      spread_(window_.size(), 0.0) {}
 
 void LinkMeter::Observe(const std::vector<double>& transit) {
   if (skip_ > 0) {
@@ -68,8 +69,12 @@ void LinkMeter::Observe(const std::vector<double>& transit) {
     if (transit[l] < 0) continue;
     std::vector<double>& w = window_[l];
     w.push_back(transit[l]);
-    if (static_cast<int>(w.size()) > s_.window) w.erase(w.begin());
-    if (calibration_[l] < 0 && static_cast<int>(w.size()) == s_.window) calibration_[l] = Median(w);
+    if (static_cast<int>(w.size()) > s_.link_window) w.erase(w.begin());
+    if (calibration_[l] < 0 && static_cast<int>(w.size()) == s_.link_window) {
+      const auto [low, high] = std::minmax_element(w.begin(), w.end());
+      calibration_[l] = *low;
+      spread_[l] = *high - *low;
+    }
   }
 }
 
@@ -80,7 +85,8 @@ std::vector<double> LinkMeter::Delays() const {
     if (window_[l].empty()) continue;
     if (calibration_[l] < 0) return {};  // a link still filling its first window
     any = true;
-    out[l] = std::max(0.0, Median(window_[l]) - calibration_[l]);
+    const double late = *std::min_element(window_[l].begin(), window_[l].end()) - calibration_[l];
+    out[l] = late > 3.0 * spread_[l] ? late : 0.0;
   }
   return any ? out : std::vector<double>{};
 }

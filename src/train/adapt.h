@@ -24,7 +24,8 @@ struct AdaptSettings {
   int settle = 2;           // steps not measured at the start and after a move (first touches, caches)
   double trigger = 0.25;    // a rank's factor this far (a share) from what the plan assumed: re-plan
   double min_gain = 0.03;   // the least predicted gain, a share of the step, worth a move
-  double link_trigger = 0.02;  // a link's delay this far (a share of the step) from what the plan assumed: re-plan
+  double link_trigger = 0.025;  // a link's delay this far (a share of the step) from what the plan assumed: re-plan
+  int link_window = 3;          // steps whose shortest time is a link's (a wire's delay shows at its third step)
 };
 
 // Each rank's speed factor: its compute time a step (its actions' own
@@ -56,9 +57,13 @@ class SpeedMeter {
 
 // Each link's delay (a slow wire): per step, the shortest time one of its
 // messages took from its SEND's start to the end of its RECV's wait (the
-// receiver already waiting: the wire's own time), over a sliding window's
-// median, against the same in the link's first full window (taken as
-// healthy: a constant difference between two nodes' clocks cancels).
+// receiver already waiting: the wire's own time); the shortest over a
+// sliding window of `link_window` steps (a wire's delay is in every step;
+// a receiver kept from its core by a neighbour is not, so steps of noise
+// do not add up), against the same in the link's first full window (taken
+// as healthy: a constant difference between two nodes' clocks cancels). A
+// delay within three times the first window's spread is the link's noise,
+// not a delay.
 class LinkMeter {
  public:
   LinkMeter(const AdaptSettings& settings, int ranks);
@@ -76,6 +81,7 @@ class LinkMeter {
   int ranks_;
   std::vector<std::vector<double>> window_;  // per link
   std::vector<double> calibration_;          // per link; < 0: not yet
+  std::vector<double> spread_;               // per link: the first window's max - min (its noise)
   int skip_ = 0;
 };
 
