@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -148,7 +149,21 @@ TEST_F(Commands, DoctorDoesNotWriteItsJsonOverAFolder) {
 // read gives up after its 10 s wait for a writer, with a message.
 TEST_F(Commands, AConfigFifoWithoutAWriterIsRefusedNotAwaited) {
   ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
+  // A schedule file that is a FIFO nobody writes to, the same way, waited
+  // for meanwhile (the two waits at once).
+  ASSERT_EQ(::mkfifo((dir_ / "s.csv").c_str(), 0600), 0);
+  Job schedule;
+  std::thread other([&] {
+    schedule = baton_test::RunJob("cd '" + dir_.string() + "' && timeout 60 '" BATON_BINARY
+                                  "' simulate -s s.csv > schedule.txt 2>&1",
+                                  dir_ / "schedule.txt");
+  });
   const Job j = Baton("validate fifo");
+  other.join();
+  EXPECT_EQ(schedule.code, 2) << schedule.output;
+  EXPECT_NE(schedule.output.find("s.csv: the schedule file is a FIFO that no process wrote to in 10 s"),
+            std::string::npos)
+      << schedule.output;
   EXPECT_EQ(j.code, 2) << j.output;
   EXPECT_NE(j.output.find("fifo: the config file is a FIFO that no process wrote to in 10 s"), std::string::npos)
       << j.output;
@@ -213,18 +228,12 @@ TEST_F(Commands, ADanglingLinkOutputCreatesItsTarget) {
   EXPECT_NE(ReadAll(dir_ / "target.csv").find("F"), std::string::npos);
 }
 
-// A schedule file or initial weights that is a FIFO nobody writes to is
-// refused, not awaited; metrics to a FIFO nobody reads are refused before
-// the run (not swallowed, not stalled).
+// Initial weights that are a FIFO nobody writes to are refused, not
+// awaited (a schedule file: above); metrics to a FIFO nobody reads are
+// refused before the run (not swallowed, not stalled).
 TEST_F(Commands, FifosWithNobodyOnTheOtherEndAreRefused) {
-  ASSERT_EQ(::mkfifo((dir_ / "s.csv").c_str(), 0600), 0);
   ASSERT_EQ(::mkfifo((dir_ / "w.safetensors").c_str(), 0600), 0);
   ASSERT_EQ(::mkfifo((dir_ / "m.jsonl").c_str(), 0600), 0);
-  const Job schedule = Baton("simulate -s s.csv");
-  EXPECT_EQ(schedule.code, 2) << schedule.output;
-  EXPECT_NE(schedule.output.find("s.csv: the schedule file is a FIFO that no process wrote to in 10 s"),
-            std::string::npos)
-      << schedule.output;
   const Job weights = Baton("train cfg.yaml --set pipeline.ranks=1 --set model.init.from=w.safetensors");
   EXPECT_EQ(weights.code, 2) << weights.output;
   EXPECT_NE(weights.output.find("is not a regular file (a FIFO or a device)"), std::string::npos) << weights.output;
