@@ -37,8 +37,8 @@ stamp "${WIRE:+WIRE=$WIRE }$0 $steps $factor ${ranks[*]}"
 echo
 echo "Injected: BATON_FAULT=$fault"
 echo
-echo "| ranks | T_h | T_s | T_a | R | ceiling | R / ceiling | moved after step (onset $from) | back after step (recovered $until) | re-plans | decide | move | measured / predicted after the move | weights = healthy run's | healthy with adapt on: step, re-plans |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| ranks | T_h | T_s | T_a | R | ceiling | R / ceiling | moved after step (onset $from) | back after step (recovered $until) | re-plans | decide | move | measured / predicted after the move | weights = healthy run's | healthy with adapt on: step, re-plans | late links at the first move | the first move's plan |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for p in "${ranks[@]}"; do
   sets=(--set pipeline.ranks="$p" --set model.blocks=8 --set pipeline.checkpointing=none --set train.steps="$steps"
         --set log.every_steps=1 --set log.progress=false)
@@ -85,6 +85,11 @@ else:
 cells.append(same)
 h_on = steps("healthy-on", start, end)
 cells.append(f"{h_on / t_h:.3f} of T_h, {sum(1 for x in rows('healthy-on') if x.get('event') == 'replan')}")
+if replans:
+    cells.append(", ".join(f"{k} +{v * 1e3:.1f} ms" for k, v in replans[0].get("link_delays_s", {}).items()) or "none")
+    cells.append(f"{replans[0]['schedule']} {replans[0]['layout_after']}")
+else:
+    cells += ["-", "-"]
 print("| " + " | ".join(str(c) for c in cells) + " |")
 PY
   if [ -n "${SVG:-}" ] && [ "$p" = "${ranks[0]}" ]; then

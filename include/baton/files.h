@@ -59,6 +59,11 @@ class AtomicFile {
 // the AtomicFile being written, if any. Async-signal-safe (unlink only).
 void RemoveUnfinishedFile() noexcept;
 
+// `path` with a symbolic link at its end (or a chain of them) followed: the
+// file it names, which a write creates when the link is broken (the link
+// stays); the path itself if it is not a link, or the chain loops.
+std::string FollowLinks(const std::string& path);
+
 // Writes `content` to `path` as an AtomicFile. Throws OutputError.
 void WriteTextFile(const std::string& path, std::string_view content);
 
@@ -126,6 +131,25 @@ struct CommandFiles {
 // checkpoint folder, or an output inside an input folder. Every message
 // names both settings and both paths and says what to change.
 void CheckCommandFiles(const CommandFiles& files);
+
+// The outputs that are FIFOs, held open for writing from the command's
+// start until the object goes: one nobody reads is refused at the start
+// (OutputError: rather than after the whole run), and the reader of one
+// that is read sees no end of file between the check and the write
+// (AtomicFile writes through its own descriptor). Other outputs: nothing.
+class HeldFifos {
+ public:
+  HeldFifos() = default;
+  explicit HeldFifos(const std::vector<NamedPath>& outputs);
+  ~HeldFifos();
+  HeldFifos(HeldFifos&& o) noexcept : fds_(std::move(o.fds_)) { o.fds_.clear(); }
+  HeldFifos& operator=(HeldFifos&& o) noexcept;
+  HeldFifos(const HeldFifos&) = delete;
+  HeldFifos& operator=(const HeldFifos&) = delete;
+
+ private:
+  std::vector<int> fds_;
+};
 
 // An exclusive lock on `path` (created if missing, never truncated) for the
 // life of the object: flock(2), released by the kernel when the process

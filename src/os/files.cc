@@ -20,20 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// `path` with a symbolic link (at the end, or a chain of them) followed: the
-// file it names, which a broken link's write creates (the link stays); the
-// path itself if it is not a link, or the chain loops.
-std::string FollowLinks(const std::string& path) {
-  std::error_code ec;
-  fs::path at = path;
-  for (int hops = 0; hops < 40; ++hops) {
-    if (!fs::is_symlink(fs::symlink_status(at, ec))) return at.string();
-    const fs::path target = fs::read_symlink(at, ec);
-    if (ec) return path;
-    at = target.is_absolute() ? target : at.parent_path() / target;
-  }
-  return path;
-}
 
 // The nearest existing folder at or above `p` (for a path that does not
 // exist yet): where creating it would start. Throws OutputError if a file
@@ -102,6 +88,21 @@ std::FILE* OpenFifo(const std::string& path, std::string_view what) {
 }
 
 }  // namespace
+
+// `path` with a symbolic link (at the end, or a chain of them) followed: the
+// file it names, which a broken link's write creates (the link stays); the
+// path itself if it is not a link, or the chain loops.
+std::string FollowLinks(const std::string& path) {
+  std::error_code ec;
+  fs::path at = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    if (!fs::is_symlink(fs::symlink_status(at, ec))) return at.string();
+    const fs::path target = fs::read_symlink(at, ec);
+    if (ec) return path;
+    at = target.is_absolute() ? target : at.parent_path() / target;
+  }
+  return path;
+}
 
 void RemoveUnfinishedFile() noexcept {
   if (g_has_unfinished) ::unlink(g_unfinished);
@@ -266,6 +267,36 @@ void CheckOutputFolder(const std::string& path, std::string_view key) {
   const fs::file_status st = fs::status(path, ec);
   if (fs::exists(st) && !fs::is_directory(st)) throw OutputError(fmt::format("{}: {}: is a file, not a folder", key, path));
   CheckWritableFolder(NearestFolder(fs::path(path), key, path), key, path);
+}
+
+HeldFifos::HeldFifos(const std::vector<NamedPath>& outputs) {
+  for (const NamedPath& o : outputs) {
+    std::error_code ec;
+    if (o.path.empty() || o.path == "-" || !fs::is_fifo(fs::status(o.path, ec))) continue;
+    const int fd = ::open(o.path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      for (const int held : fds_) ::close(held);
+      fds_.clear();
+      throw OutputError(fmt::format("{}: {}: {}", o.key, o.path,
+                                    err == ENXIO ? "a FIFO that nobody reads: start its reader first, or give a file"
+                                                 : std::strerror(err)));
+    }
+    fds_.push_back(fd);
+  }
+}
+
+HeldFifos::~HeldFifos() {
+  for (const int fd : fds_) ::close(fd);
+}
+
+HeldFifos& HeldFifos::operator=(HeldFifos&& o) noexcept {
+  if (this != &o) {
+    for (const int fd : fds_) ::close(fd);
+    fds_ = std::move(o.fds_);
+    o.fds_.clear();
+  }
+  return *this;
 }
 
 bool FileLock::TryLock(const std::string& path, const Env& env) {

@@ -15,7 +15,7 @@
 namespace baton {
 
 MetricsLog::MetricsLog(const std::string& path, const Env& env) : path_(path) {
-  const std::filesystem::path p(path);
+  const std::filesystem::path p(FollowLinks(path));  // a broken link's file is made where it points
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec) throw OutputError(fmt::format("{}: cannot create the metrics file's folder: {}", path, ec.message()));
@@ -174,7 +174,14 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   if (u.world_rank != 0) return;
   // The batches of an epoch are known only once the data is read; the run's
   // length in steps is train.steps, or epochs x batches (Train).
-  CheckCommandFiles(FilesOf(c, world, o.extra_outputs));
+  const CommandFiles files = FilesOf(c, world, o.extra_outputs);
+  CheckCommandFiles(files);
+  // The metrics file holds its own; the others until the run's end.
+  std::vector<NamedPath> held;
+  for (const NamedPath& out : files.outputs) {
+    if (out.key != "log.metrics") held.push_back(out);
+  }
+  u.held_outputs = HeldFifos(held);
   if (!o.training) return;
   if (o.resume) {
     const std::string from = o.resume_from.empty() ? c.checkpoint.dir : o.resume_from;

@@ -78,6 +78,7 @@ struct RunSetup {
   // BATON_FAULT's slow wire from this rank: the pipeline's transport, its
   // messages to the link's rank held (before device: the device sends on it).
   std::unique_ptr<LateWire> wire;
+  HeldFifos held_outputs;  // rank 0: the outputs that are FIFOs, held open from the start to the end
   std::unique_ptr<RankDevice> device;  // before exec: the stages compute on it
   std::unique_ptr<Executor> exec;
   std::unique_ptr<ParamStore> params;  // the executor's stages' parameters, named, and their optimizer state

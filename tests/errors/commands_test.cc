@@ -226,6 +226,20 @@ TEST_F(Commands, ADanglingLinkOutputCreatesItsTarget) {
   ASSERT_EQ(j.code, 0) << j.output;
   EXPECT_TRUE(fs::is_symlink(dir_ / "link.csv"));
   EXPECT_NE(ReadAll(dir_ / "target.csv").find("F"), std::string::npos);
+  // The metrics file too, its folder made where the link points.
+  fs::create_symlink("logs/m.jsonl", dir_ / "m.jsonl");
+  const Job run = Baton("train cfg.yaml --set pipeline.ranks=1 --set log.metrics=m.jsonl --set 'log.weights=\"\"'");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "m.jsonl"));
+  EXPECT_FALSE(ReadAll(dir_ / "logs/m.jsonl").empty());
+}
+
+// A profile may not take the name of a machine model's file
+// (machine-*cpus.json), which the profiles beside it read as theirs.
+TEST_F(Commands, AProfileIsNotWrittenUnderAMachineModelsName) {
+  baton_test::WriteFile(dir_ / "machine-Test-2cpus.json", "{\"machine\": \"Test\"}\n");
+  ExpectRefused("profile cfg.yaml --set pipeline.ranks=2 --out machine-Test-2cpus.json",
+                "a name of the form machine-*cpus.json is a machine model's", "machine-Test-2cpus.json");
 }
 
 // Initial weights that are a FIFO nobody writes to are refused, not
@@ -241,6 +255,13 @@ TEST_F(Commands, FifosWithNobodyOnTheOtherEndAreRefused) {
   EXPECT_EQ(metrics.code, 2) << metrics.output;
   EXPECT_NE(metrics.output.find("m.jsonl: cannot write the metrics file: a FIFO that nobody reads"), std::string::npos)
       << metrics.output;
+  // Weights to a FIFO nobody reads: refused at the start, not after the run.
+  ASSERT_EQ(::mkfifo((dir_ / "out.safetensors").c_str(), 0600), 0);
+  const Job weights_out = Baton("train cfg.yaml --set pipeline.ranks=1 --set log.weights=out.safetensors");
+  EXPECT_EQ(weights_out.code, 2) << weights_out.output;
+  EXPECT_NE(weights_out.output.find("log.weights: out.safetensors: a FIFO that nobody reads"), std::string::npos)
+      << weights_out.output;
+  EXPECT_EQ(weights_out.output.find("baton: done"), std::string::npos) << "it ran: " << weights_out.output;
 }
 
 // An output inside a checkpoint's folder would go when the checkpoint is
