@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,25 +31,45 @@ bool IsShardingFault(ActionKind kind, const RankPlan& plan) {
 
 namespace {
 
-// One comma-separated part of BATON_FAULT into `f`: a slow window, a slow
-// wire or the action fault (at most one of each).
-void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (std::size_t colon; (colon = part.find(':', start)) != std::string::npos; start = colon + 1) {
-    parts.push_back(part.substr(start, colon - start));
+// One comma-separated part of BATON_FAULT ("RANK:STEP:...", or
+// "SRC>DST:STEP:..."), read into a Fault: its fields, and each mistake as
+// one ConfigError naming the whole variable and every form.
+class FaultPart {
+ public:
+  FaultPart(const std::string& whole_text, const std::string& part) : text_(whole_text) {
+    std::size_t start = 0;
+    for (std::size_t colon; (colon = part.find(':', start)) != std::string::npos; start = colon + 1) {
+      parts_.push_back(part.substr(start, colon - start));
+    }
+    parts_.push_back(part.substr(start));
+    if (parts_.size() < 3 || parts_.size() > 4) throw Bad("four fields needed");
   }
-  parts.push_back(part.substr(start));
-  auto bad = [&](const std::string& why) {
+
+  // Into `f`: a slow window, a slow wire or the action fault (at most one of each).
+  void ReadInto(Fault& f) const {
+    if (const std::size_t arrow = parts_[0].find('>'); arrow != std::string::npos) {
+      ReadLink(arrow, f);
+      return;
+    }
+    const int rank = static_cast<int>(Whole(parts_[0], "RANK"));
+    const std::int64_t step = Whole(parts_[1], "STEP");
+    if (parts_[2].rfind("slow=", 0) == 0) {
+      ReadSlow(rank, step, f);
+    } else {
+      ReadAction(rank, step, f);
+    }
+  }
+
+ private:
+  ConfigError Bad(const std::string& why) const {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
                     "UNSHARD, REDUCE_GRAD, checkpoint, evaluate, start or replan and MODE stall, exit, kill, term, "
                     "wait or (replan only) error; and/or RANK:STEP:slow=FACTOR[:until=STEP]; and/or "
                     "SRC>DST:STEP:delay=SECONDS[:until=STEP]; joined by commas)",
-                    s, why));
-  };
-  if (parts.size() < 3 || parts.size() > 4) throw bad("four fields needed");
-  auto whole = [&](const std::string& text, const char* what) -> std::int64_t {
+                    text_, why));
+  }
+  std::int64_t Whole(const std::string& text, const char* what) const {
     std::size_t used = 0;
     std::int64_t v = 0;
     try {
@@ -55,11 +77,11 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != text.size()) throw bad(fmt::format("{} must be a whole number, got '{}'", what, text));
+    if (used == 0 || used != text.size()) throw Bad(fmt::format("{} must be a whole number, got '{}'", what, text));
     return v;
-  };
+  }
   // A number, or NaN if `text` is not one whole.
-  auto number = [](const std::string& text) {
+  static double Number(const std::string& text) {
     std::size_t used = 0;
     double v = 0;
     try {
@@ -68,78 +90,78 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) {
       used = 0;
     }
     return used == 0 || used != text.size() ? std::nan("") : v;
-  };
-  // The end of a window: until=STEP, after its first step.
-  auto until = [&](const char* what, std::int64_t step) -> std::int64_t {
-    if (parts.size() < 4) return -1;
-    if (parts[3].rfind("until=", 0) != 0) throw bad(fmt::format("the field after {} is until=STEP", what));
-    const std::int64_t u = whole(parts[3].substr(6), "until=STEP");
-    if (u <= step) throw bad(fmt::format("until={} must come after the window's first step {}", u, step));
+  }
+  // The end of a window: until=STEP, after its first step; -1: none.
+  std::int64_t Until(const char* what, std::int64_t step) const {
+    if (parts_.size() < 4) return -1;
+    if (parts_[3].rfind("until=", 0) != 0) throw Bad(fmt::format("the field after {} is until=STEP", what));
+    const std::int64_t u = Whole(parts_[3].substr(6), "until=STEP");
+    if (u <= step) throw Bad(fmt::format("until={} must come after the window's first step {}", u, step));
     return u;
-  };
-  if (const std::size_t arrow = parts[0].find('>'); arrow != std::string::npos) {
-    // A slow wire: SRC>DST, delay=SECONDS, and where it ends.
-    if (f.link.from >= 0) throw bad("one slow link at most");
+  }
+
+  // A slow wire: SRC>DST, delay=SECONDS, and where it ends.
+  void ReadLink(std::size_t arrow, Fault& f) const {
+    if (f.link.from >= 0) throw Bad("one slow link at most");
     SlowLink& w = f.link;
-    w.from = static_cast<int>(whole(parts[0].substr(0, arrow), "SRC"));
-    w.to = static_cast<int>(whole(parts[0].substr(arrow + 1), "DST"));
-    if (w.from == w.to) throw bad(fmt::format("a link joins two ranks, not rank {} to itself", w.from));
-    w.step = whole(parts[1], "STEP");
-    if (parts[2].rfind("delay=", 0) != 0) throw bad("a link's fault is delay=SECONDS");
-    const std::string seconds = parts[2].substr(6);
-    w.seconds = number(seconds);
+    w.from = static_cast<int>(Whole(parts_[0].substr(0, arrow), "SRC"));
+    w.to = static_cast<int>(Whole(parts_[0].substr(arrow + 1), "DST"));
+    if (w.from == w.to) throw Bad(fmt::format("a link joins two ranks, not rank {} to itself", w.from));
+    w.step = Whole(parts_[1], "STEP");
+    if (parts_[2].rfind("delay=", 0) != 0) throw Bad("a link's fault is delay=SECONDS");
+    const std::string seconds = parts_[2].substr(6);
+    w.seconds = Number(seconds);
     if (!(w.seconds > 0.0 && w.seconds <= kMaxLinkDelaySeconds)) {
-      throw bad(fmt::format("delay=SECONDS takes a number above 0, at most {} (what each message is late by), got '{}'",
+      throw Bad(fmt::format("delay=SECONDS takes a number above 0, at most {} (what each message is late by), got '{}'",
                             kMaxLinkDelaySeconds, seconds));
     }
-    w.until = until("delay=SECONDS", w.step);
-    return;
+    w.until = Until("delay=SECONDS", w.step);
   }
-  const int rank = static_cast<int>(whole(parts[0], "RANK"));
-  const std::int64_t step = whole(parts[1], "STEP");
-  if (parts[2].rfind("slow=", 0) == 0) {
-    // A slow rank: FACTOR, and where it ends.
-    if (f.slow.rank >= 0) throw bad("one slow rank at most");
+
+  // A slow rank: FACTOR, and where it ends.
+  void ReadSlow(int rank, std::int64_t step, Fault& f) const {
+    if (f.slow.rank >= 0) throw Bad("one slow rank at most");
     SlowRank& w = f.slow;
-    const std::string factor = parts[2].substr(5);
-    w.factor = number(factor);
+    const std::string factor = parts_[2].substr(5);
+    w.factor = Number(factor);
     if (!(w.factor >= 1.0 && w.factor <= kMaxSlowFactor)) {
-      throw bad(fmt::format("slow=FACTOR takes a number from 1 to {} (the times a compute action takes), got '{}'",
+      throw Bad(fmt::format("slow=FACTOR takes a number from 1 to {} (the times a compute action takes), got '{}'",
                             kMaxSlowFactor, factor));
     }
-    w.until = until("slow=FACTOR", step);
+    w.until = Until("slow=FACTOR", step);
     w.rank = rank;
     w.step = step;
-    return;
   }
-  if (parts.size() != 4) throw bad("four fields needed");
-  if (f.mode != Fault::kNone) throw bad("one fault of an action at most");
-  f.rank = rank;
-  f.step = step;
-  f.action = parts[2];
-  if (f.action != "F" && f.action != "B" && f.action != "I" && f.action != "W" && f.action != "UNSHARD" &&
-      f.action != "REDUCE_GRAD" && f.action != "checkpoint" && f.action != "start" && f.action != "evaluate" &&
-      f.action != "replan") {
-    throw bad("unknown action '" + f.action + "'");
+
+  // The fault of an action: ACTION and MODE.
+  void ReadAction(int rank, std::int64_t step, Fault& f) const {
+    if (parts_.size() != 4) throw Bad("four fields needed");
+    if (f.mode != Fault::kNone) throw Bad("one fault of an action at most");
+    f.rank = rank;
+    f.step = step;
+    f.action = parts_[2];
+    static const char* const kActions[] = {"F",          "B",          "I",     "W",        "UNSHARD", "REDUCE_GRAD",
+                                           "checkpoint", "start",      "evaluate", "replan"};
+    if (std::find(std::begin(kActions), std::end(kActions), f.action) == std::end(kActions)) {
+      throw Bad("unknown action '" + f.action + "'");
+    }
+    static const std::pair<const char*, Fault::Mode> kModes[] = {{"stall", Fault::kStall}, {"exit", Fault::kExit},
+                                                                 {"kill", Fault::kKill},   {"term", Fault::kTerm},
+                                                                 {"wait", Fault::kWait},   {"error", Fault::kError}};
+    const auto mode = std::find_if(std::begin(kModes), std::end(kModes),
+                                   [&](const auto& m) { return parts_[3] == m.first; });
+    if (mode == std::end(kModes)) throw Bad("unknown mode '" + parts_[3] + "'");
+    if (mode->second == Fault::kError && f.action != "replan") {
+      throw Bad("mode error is for the action replan (a failed move the run survives)");
+    }
+    f.mode = mode->second;
   }
-  if (parts[3] == "stall") {
-    f.mode = Fault::kStall;
-  } else if (parts[3] == "exit") {
-    f.mode = Fault::kExit;
-  } else if (parts[3] == "kill") {
-    f.mode = Fault::kKill;
-  } else if (parts[3] == "term") {
-    f.mode = Fault::kTerm;
-  } else if (parts[3] == "wait") {
-    f.mode = Fault::kWait;
-  } else if (parts[3] == "error" && f.action == "replan") {
-    f.mode = Fault::kError;
-  } else if (parts[3] == "error") {
-    throw bad("mode error is for the action replan (a failed move the run survives)");
-  } else {
-    throw bad("unknown mode '" + parts[3] + "'");
-  }
-}
+
+  const std::string& text_;
+  std::vector<std::string> parts_;
+};
+
+void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) { FaultPart(s, part).ReadInto(f); }
 
 }  // namespace
 

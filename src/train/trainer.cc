@@ -368,6 +368,35 @@ void SayDone(const TrainConfig& c, const TrainSummary& summary, std::int64_t ski
                c.log.weights.empty() ? "" : fmt::format(", weights in {}", c.log.weights).c_str());
 }
 
+// What the run's setup is asked, from the caller's options.
+SetupOptions SetupFor(const TrainConfig& c, const TrainOptions& options) {
+  SetupOptions setup;
+  setup.resume = options.resume;
+  setup.resume_from = options.resume_dir;
+  setup.resume_auto = !options.resume && (options.resume_auto || c.checkpoint.resume == ResumeMode::kAuto);
+  setup.env = options.env;
+  setup.replans = options.next_plan != nullptr || c.pipeline.adapt == AdaptMode::kOn;
+  return setup;
+}
+
+// Rank 0's lines before the first step that are said even without
+// progress output: sharding actions that do nothing here, and a resume.
+void SayBeforeSteps(const TrainConfig& c, const RunSetup& u) {
+  if (u.plan.idle_sharding_actions) {
+    std::fprintf(stderr,
+                 "baton: the schedule %s holds sharded data parallel's UNSHARD/RESHARD/REDUCE_GRAD; data_parallel.zero "
+                 "is %d here, so they do nothing (they run at ZeRO 2 and 3, with data_parallel.size > 1)\n",
+                 c.pipeline.schedule.c_str(), c.data_parallel.in_effect().number());
+  }
+  if (u.first_step > 1) {
+    std::fprintf(stderr, "baton: resumed after step %lld (run %s)%s\n", static_cast<long long>(u.first_step - 1),
+                 u.run.run_id.c_str(),
+                 u.first_step > u.total_steps ? (c.log.weights.empty() ? ": its last step; nothing is left to train"
+                                                                       : ": its last step; writing its final weights")
+                                              : "");
+  }
+}
+
 }  // namespace
 
 TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options) {
@@ -376,14 +405,8 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   const StopSignals signals;
   TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change
   RunSetup u;
-  SetupOptions setup;
-  setup.resume = options.resume;
-  setup.resume_from = options.resume_dir;
-  setup.resume_auto = !options.resume && (options.resume_auto || c.checkpoint.resume == ResumeMode::kAuto);
-  setup.env = options.env;
-  setup.replans = options.next_plan != nullptr || c.pipeline.adapt == AdaptMode::kOn;
   const Env& env = options.env != nullptr ? *options.env : Env::Default();
-  SetUpRun(c, comms, u, setup);
+  SetUpRun(c, comms, u, SetupFor(c, options));
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t first_step = u.first_step;
@@ -392,19 +415,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   const std::int64_t total = u.total_steps;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   if (root && c.log.progress) PrintStart(c, u, t.size(), total);
-  if (root && u.plan.idle_sharding_actions) {  // said even without progress output
-    std::fprintf(stderr,
-                 "baton: the schedule %s holds sharded data parallel's UNSHARD/RESHARD/REDUCE_GRAD; data_parallel.zero "
-                 "is %d here, so they do nothing (they run at ZeRO 2 and 3, with data_parallel.size > 1)\n",
-                 c.pipeline.schedule.c_str(), c.data_parallel.in_effect().number());
-  }
-  if (root && first_step > 1) {  // said even without progress output
-    std::fprintf(stderr, "baton: resumed after step %lld (run %s)%s\n", static_cast<long long>(first_step - 1),
-                 u.run.run_id.c_str(),
-                 first_step > total ? (c.log.weights.empty() ? ": its last step; nothing is left to train"
-                                                             : ": its last step; writing its final weights")
-                                    : "");
-  }
+  if (root) SayBeforeSteps(c, u);
   TrainSummary summary;
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
