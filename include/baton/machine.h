@@ -66,6 +66,8 @@ MachineModel ParseMachine(const std::string& json, const std::string& path);
 // name's letters and digits, the rest as '-').
 std::string MachineFileName(const std::string& profile_path, const std::string& machine, int cores);
 
+// Whether a file's name is a machine model's ("machine-*cpus.json").
+bool IsMachineFileName(const std::string& file_name);
 // Every machine model's file beside the profile at `profile_path` (its
 // folder's "machine-*cpus.json"): inputs of whatever reads the profile.
 std::vector<std::string> MachineFilesBeside(const std::string& profile_path);

@@ -67,8 +67,7 @@ void AddProfileCommand(CLI::App& app) {
     auto job = [&](Transport& world, const TrainConfig& config, const std::string&) {
       if (f->calibrate_steps < 0) throw ConfigError("profile: --calibrate-steps must be >= 0");
       // machine-*cpus.json beside a profile is read as its machine model.
-      const std::string name = std::filesystem::path(f->out).filename().string();
-      if (name.rfind("machine-", 0) == 0 && name.size() > 17 && name.compare(name.size() - 9, 9, "cpus.json") == 0) {
+      if (IsMachineFileName(std::filesystem::path(f->out).filename().string())) {
         throw OutputError(fmt::format("--out {}: a name of the form machine-*cpus.json is a machine model's, read "
                                       "with the profiles beside it; give the profile another name",
                                       f->out));

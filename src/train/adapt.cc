@@ -55,7 +55,6 @@ std::vector<double> SpeedMeter::Factors() const {
 
 LinkMeter::LinkMeter(const AdaptSettings& settings, int ranks)
     : s_(settings),
-      ranks_(ranks),
       window_(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks)),
       calibration_(window_.size(), -1.0),
       spread_(window_.size(), 0.0) {}

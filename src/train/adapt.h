@@ -78,7 +78,6 @@ class LinkMeter {
 
  private:
   AdaptSettings s_;
-  int ranks_;
   std::vector<std::vector<double>> window_;  // per link
   std::vector<double> calibration_;          // per link; < 0: not yet
   std::vector<double> spread_;               // per link: the first window's max - min (its noise)

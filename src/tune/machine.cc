@@ -64,6 +64,12 @@ MachineModel ParseMachine(const std::string& text, const std::string& path) {
   return m;
 }
 
+bool IsMachineFileName(const std::string& name) {
+  constexpr std::string_view kStart = "machine-", kEnd = "cpus.json";
+  return name.size() > kStart.size() + kEnd.size() && name.rfind(kStart, 0) == 0 &&
+         name.compare(name.size() - kEnd.size(), kEnd.size(), kEnd) == 0;
+}
+
 std::vector<std::string> MachineFilesBeside(const std::string& profile_path) {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
@@ -71,9 +77,7 @@ std::vector<std::string> MachineFilesBeside(const std::string& profile_path) {
   std::error_code ec;
   for (fs::directory_iterator it(folder.empty() ? fs::path(".") : folder, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.rfind("machine-", 0) == 0 && name.size() > 13 && name.compare(name.size() - 9, 9, "cpus.json") == 0) {
-      out.push_back((folder / name).string());
-    }
+    if (IsMachineFileName(name)) out.push_back((folder / name).string());
   }
   std::sort(out.begin(), out.end());
   return out;
