@@ -31,6 +31,18 @@ inline Costs Scaled(Costs c, double scale) {
   return c;
 }
 
+// How ranks that outnumber a node's cores share them (the machine model,
+// baton/machine.h, fits it): while ranks share cores every action costs
+// `action_cost` times its cost, and a waiting rank takes `waiting_share` of
+// a core from the ranks computing beside it.
+struct SharedCores {
+  double action_cost = 1.0;    // factor on every action's cost while ranks share cores, > 0
+  double waiting_share = 0.0;  // share of a core a waiting rank takes, in [0, 1]
+};
+
+inline constexpr double kMinSharedCoreCost = 0.5;
+inline constexpr double kMaxSharedCoreCost = 4.0;
+
 }  // namespace baton
 
 #endif  // BATON_COSTS_H_

@@ -1,6 +1,6 @@
 // The machine model: how ranks that outnumber a node's cores share them.
 //
-// Two parameters, one value (SharedCores), fitted and not measured: while
+// Two parameters, one value (SharedCores, baton/costs.h), fitted and not measured: while
 // ranks share cores, every action costs `action_cost` times its profiled
 // cost (what a rank spends outside its actions, polling, yielding and
 // sending, and the caches the ranks share), and a rank waiting for a
@@ -25,17 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "baton/costs.h"
 #include "baton/files.h"
 
 namespace baton {
-
-struct SharedCores {
-  double action_cost = 1.0;    // factor on every action's cost while ranks share cores, > 0
-  double waiting_share = 0.0;  // share of a core a waiting rank takes, in [0, 1]
-};
-
-inline constexpr double kMinSharedCoreCost = 0.5;
-inline constexpr double kMaxSharedCoreCost = 4.0;
 
 // A machine's model as `baton profile` stores it.
 struct MachineModel {

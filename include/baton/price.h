@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "baton/costs.h"
-#include "baton/machine.h"
 #include "baton/model.h"
 #include "baton/plan.h"
 #include "baton/sim.h"

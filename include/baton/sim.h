@@ -29,7 +29,6 @@
 
 #include "baton/choices.h"
 #include "baton/costs.h"
-#include "baton/machine.h"
 #include "baton/schedule.h"
 
 namespace baton {
