@@ -92,6 +92,17 @@ inline std::string Quote(std::string_view text, std::size_t max = 80, char quote
   return out;
 }
 
+// A JSON library's message as an error quotes it: without the library's
+// own tag ("[json.exception.parse_error.101] "), so the reader sees what
+// is wrong and where, not which exception class said it.
+inline std::string_view JsonError(std::string_view what) {
+  if (what.rfind("[json.exception.", 0) == 0) {
+    const std::size_t end = what.find("] ");
+    if (end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  return what;
+}
+
 // A whole error message as it is printed: control bytes other than line
 // breaks and tabs as \xNN, and each line cut after `max_line` bytes. The
 // last guard, for messages that quote without Quote.

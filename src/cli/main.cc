@@ -73,6 +73,9 @@ int main(int argc, char** argv) {
   } catch (const baton::OutputError& e) {
     std::cerr << "baton: error: " << baton::ForTerminal(e.what()) << "\n";
     return 2;
+  } catch (const baton::ResourceError& e) {  // the machine lacks what the command asked for
+    std::cerr << "baton: error: " << baton::ForTerminal(e.what()) << "\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "baton: internal error: " << baton::ForTerminal(e.what()) << "\n";
     return 1;

@@ -75,7 +75,13 @@ void AddProfileCommand(CLI::App& app) {
       Agree(world, "rank 0 checking the profile's output", [&] {
         if (world.rank() == 0) CheckCommandFiles(files(config, ""));
       });
-      Profile p = MeasureProfile(config, world, o);
+      Profile p;
+      try {
+        p = MeasureProfile(config, world, o);
+      } catch (const ResourceError& e) {
+        throw ResourceError(fmt::format("profile: {} while measuring {} (fewer --rows)", e.what(),
+                                        f->rows.empty() ? "the config's microbatch sizes" : "--rows " + f->rows));
+      }
       if (p.cpu_clock && f->calibrate_steps > 0) CalibrateSharing(world, config, f->calibrate_steps, p);
       if (world.rank() != 0) return;
       // The machine model (measured by two processes or more) in its own

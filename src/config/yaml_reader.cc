@@ -303,6 +303,11 @@ void YamlMap::Finish() const {
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (known_.count(key)) continue;
+    if (key == "<<") {  // yaml-cpp reads a merge key as a plain key
+      throw ConfigError(fmt::format("{}: a YAML merge key ('<<') under {}: baton's YAML reader does not merge "
+                                    "mappings; write the keys out in full",
+                                    Locate(it->first, KeyPath(key)), Quote(path_.empty() ? "the top level" : path_)));
+    }
     std::string best;
     std::size_t best_distance = 3;  // suggest only near misses
     for (const std::string& k : known_) {

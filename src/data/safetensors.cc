@@ -134,7 +134,7 @@ nlohmann::json ReadHeader(std::FILE* f, std::uint64_t file_size, const ErrorFor&
   try {
     header = nlohmann::json::parse(json);
   } catch (const nlohmann::json::exception& e) {
-    throw error(fmt::format("the header is not valid JSON: {}", e.what()));
+    throw error(fmt::format("the header is not valid JSON: {}", JsonError(e.what())));
   }
   if (!header.is_object()) throw error("the header must be a JSON object of tensors");
   return header;

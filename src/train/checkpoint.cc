@@ -279,7 +279,7 @@ json ParseManifest(const std::string& text, const std::string& where) {
   try {
     m = json::parse(text);
   } catch (const json::exception& e) {
-    throw ConfigError(fmt::format("{}: the checkpoint manifest is not valid JSON: {}", where, e.what()));
+    throw ConfigError(fmt::format("{}: the checkpoint manifest is not valid JSON: {}", where, JsonError(e.what())));
   }
   if (!m.is_object()) throw ConfigError(fmt::format("{}: not a baton checkpoint manifest", where));
   const std::string format = m.value("format", "");
@@ -515,16 +515,28 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
   const OptimizerStates state = store.WholeState(comms.replicas);  // a collective of each replica group
   const bool writer = comms.replicas.rank() == 0;                   // the replicas hold the same weights
   std::string record;
-  Agree(t, fmt::format("writing the shards of checkpoint {}", StepName(step)), [&] {
-    if (!writer) return;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, ec.message()));
-    WriteSafetensors(dir + "/" + file, store.CheckpointTensors(state), {{kShardStepKey, std::to_string(step)}});
-    std::uint64_t bytes = 0;
-    const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
-    record = json{{"rank", pipeline_rank}, {"file", file}, {"bytes", bytes}, {"crc32", crc}}.dump();
-  });
+  try {
+    Agree(t, fmt::format("writing the shards of checkpoint {}", StepName(step)), [&] {
+      if (!writer) return;
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, ec.message()));
+      WriteSafetensors(dir + "/" + file, store.CheckpointTensors(state), {{kShardStepKey, std::to_string(step)}});
+      std::uint64_t bytes = 0;
+      const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
+      record = json{{"rank", pipeline_rank}, {"file", file}, {"bytes", bytes}, {"crc32", crc}}.dump();
+    });
+  } catch (const Error&) {
+    // Some rank could not write its shard (a full disk): no manifest will
+    // follow, so the shards written are taken back and the folder, once
+    // empty, with them; nothing half-written is left in checkpoint.dir.
+    if (writer) {
+      std::error_code ec;
+      fs::remove(dir + "/" + file, ec);
+      fs::remove(dir, ec);  // only an empty folder; another rank's shard keeps it until that rank's remove
+    }
+    throw;
+  }
   if (between) between();  // a crash between shards and manifest
   // Every shard is durable: only now may the manifest make the checkpoint real.
   std::vector<std::string> records;

@@ -53,7 +53,7 @@ MachineModel ParseMachine(const std::string& text, const std::string& path) {
                                                         c.value("unfitted_step_s", 0.0), c.value("fitted_step_s", 0.0)});
     }
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(fmt::format("{}: not a baton machine model: {}", path, e.what()));
+    throw ConfigError(fmt::format("{}: not a baton machine model: {}", path, JsonError(e.what())));
   }
   if (!(m.shared.action_cost > 0) || !std::isfinite(m.shared.action_cost)) {
     throw ConfigError(fmt::format("{}: action_cost {}: must be a number > 0", path, m.shared.action_cost));

@@ -120,7 +120,7 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
       p.rows.push_back(std::move(r));
     }
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(fmt::format("{}: not a baton profile: {}", path, e.what()));
+    throw ConfigError(fmt::format("{}: not a baton profile: {}", path, JsonError(e.what())));
   }
   if (p.rows.empty() || p.identity.layers.empty()) {
     throw ConfigError(fmt::format("{}: the profile holds no measurements (no rows or no layers): profile again", path));
@@ -136,7 +136,7 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
 }
 
 Profile ReadProfile(const std::string& path) {
-  Profile p = ParseProfile(ReadTextFile(path), path);
+  Profile p = ParseProfile(ReadTextFile(path, "profile"), path);
   if (std::optional<MachineModel> m = ReadMachineBeside(path, p.identity.machine, p.identity.cores)) p.machine = *m;
   return p;
 }

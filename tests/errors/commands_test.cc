@@ -158,8 +158,20 @@ TEST_F(Commands, AConfigFifoWithoutAWriterIsRefusedNotAwaited) {
                                   "' simulate -s s.csv > schedule.txt 2>&1",
                                   dir_ / "schedule.txt");
   });
+  // A profile that is a FIFO, the same way, named as the profile.
+  ASSERT_EQ(::mkfifo((dir_ / "pf").c_str(), 0600), 0);
+  Job profile;
+  std::thread third([&] {
+    profile = baton_test::RunJob("cd '" + dir_.string() + "' && timeout 60 '" BATON_BINARY
+                                 "' simulate cfg.yaml --set pipeline.ranks=2 --profile pf > profile.txt 2>&1",
+                                 dir_ / "profile.txt");
+  });
   const Job j = Baton("validate fifo");
   other.join();
+  third.join();
+  EXPECT_EQ(profile.code, 2) << profile.output;
+  EXPECT_NE(profile.output.find("pf: the profile is a FIFO that no process wrote to in 10 s"), std::string::npos)
+      << profile.output;
   EXPECT_EQ(schedule.code, 2) << schedule.output;
   EXPECT_NE(schedule.output.find("s.csv: the schedule file is a FIFO that no process wrote to in 10 s"),
             std::string::npos)
@@ -287,6 +299,26 @@ TEST_F(Commands, ProfileToStandardOutputPrintsTheJsonAlone) {
   nlohmann::json profile;
   EXPECT_NO_THROW(profile = nlohmann::json::parse(ReadAll(dir_ / "out.json"))) << ReadAll(dir_ / "out.json");
   EXPECT_TRUE(profile.is_object());
+}
+
+// Errors say what is wrong in the reader's words: a JSON file's fault
+// without the JSON library's exception tag, a YAML merge key as what it is,
+// a profile too large for the host as the host's limit (exit 2, not an
+// internal error).
+TEST_F(Commands, ErrorsSayWhatIsWrongInTheReadersWords) {
+  baton_test::WriteFile(dir_ / "bad.json", "{\"format\": 3,");
+  const Job json = Baton("simulate cfg.yaml --set pipeline.ranks=2 --profile bad.json");
+  EXPECT_EQ(json.code, 2) << json.output;
+  EXPECT_NE(json.output.find("bad.json: not a baton profile: parse error at line 1"), std::string::npos)
+      << json.output;
+  EXPECT_EQ(json.output.find("[json.exception"), std::string::npos) << json.output;
+  std::string text = ReadAll(dir_ / "cfg.yaml");
+  text.insert(text.find("pipeline:\n") + 10, "  <<: {ranks: 2}\n");
+  baton_test::WriteFile(dir_ / "merge.yaml", text);
+  ExpectRefused("validate merge.yaml", "a YAML merge key ('<<') under 'pipeline'", "merge.yaml");
+  ExpectRefused("profile cfg.yaml --set pipeline.ranks=2 --rows 1000000000 --out p.json",
+                "while measuring --rows 1000000000 (fewer --rows)", "cfg.yaml");
+  EXPECT_FALSE(fs::exists(dir_ / "p.json"));
 }
 
 }  // namespace

@@ -329,6 +329,23 @@ TEST_F(Hostile, AMetricsFileThatFillsUpKeepsNoCutLine) {
   EXPECT_GT(MetricsRows(dir_ / "metrics.jsonl").size(), 10u);
 }
 
+// A disk that fills while the shards of a checkpoint are written (each
+// rank's file-size limit, as above): the run stops with one error, and no
+// step folder is left without its manifest: the shards written are taken
+// back with their folder.
+TEST_F(Hostile, ACheckpointThatCannotBeWrittenLeavesNoFolderBehind) {
+  last_ = "cd '" + dir_.string() + "' && timeout 60 '" BATON_MPIEXEC "' -np 2 --mca btl self,tcp sh -c \"trap '' XFSZ; "
+          "ulimit -f 2; exec '" BATON_BINARY "' train '" + Tiny() + "' " + kCheckpoints + "--set train.steps=4 "
+          "--set 'log.metrics=\\\"\\\"' --set 'log.weights=\\\"\\\"'\" > log.txt 2>&1";
+  const Job j = Run(last_);
+  ExpectRefused(j, "File too large");
+  ASSERT_TRUE(fs::is_directory(dir_ / "ck")) << j.output;
+  for (const auto& entry : fs::directory_iterator(dir_ / "ck")) {
+    EXPECT_EQ(entry.path().filename().string().rfind("step-", 0), std::string::npos)
+        << entry.path() << " was left behind: " << j.output;
+  }
+}
+
 // ---- memory is checked before anything is allocated ----
 
 TEST_F(Hostile, AModelThatCannotFitIsRefusedBeforeAllocating) {
