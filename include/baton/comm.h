@@ -258,6 +258,11 @@ struct Launch {
   int tasks = 1;          // what the launcher says the job has
   std::string plugin;     // srun without PMIx: the PMI it gave (SLURM_MPI_TYPE, or "pmi2" from PMI_RANK), or ""
   bool in_allocation = false;  // inside a Slurm allocation (SLURM_JOB_ID)
+  // mpirun keeps the other ranks running when one is lost (Open MPI's
+  // orte_enable_recovery 1, which mpirun passes to its ranks as
+  // OMPI_MCA_orte_enable_recovery): they must see the loss themselves
+  // (RankWatch, baton/watch.h), or wait for it until their deadline.
+  bool keeps_survivors = false;
 };
 Launch DetectLaunch(const Env& env = Env::Default());
 // Launch::kSrunWithoutPmix with more than one task: Open MPI here would

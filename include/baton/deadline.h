@@ -45,8 +45,9 @@ class Deadline {
 
 // Work a thread does while any of its waits polls: a late wire (LateWire,
 // baton/comm.h) posting the messages that have come due, so that no wait
-// elsewhere holds them. One per thread at a time, for the object's life;
-// Deadline::Poll runs it, and the in-process transport's waits.
+// elsewhere holds them; a lost-rank watch ending the wait (RankWatch,
+// baton/watch.h). Nested, for the object's life: Deadline::Poll runs every
+// one of its thread, innermost first, and the in-process transport's waits.
 class WhileWaiting {
  public:
   explicit WhileWaiting(std::function<void()> work);

@@ -21,6 +21,9 @@ namespace baton {
 // `checkpoint.resume: auto` continues). The handlers before the first are
 // put back when the last goes (ranks run as threads each hold one).
 inline constexpr int kExitStopped = 75;
+// A job that lost a rank and does not recover it inside the job (the
+// launcher kept the survivors; they agreed and ended it).
+inline constexpr int kExitLostRank = 4;
 class StopSignals {
  public:
   StopSignals();
@@ -49,6 +52,12 @@ void EndOnSignals(int rank);
 // with a checkpoint, as at a scheduler's stop, instead of training on
 // with nobody to wait for it. Nothing elsewhere.
 void StopWhenLauncherEnds();
+
+// Ends this process's launcher when it is mpirun on this node (its parent:
+// mpirun, orterun, mpiexec or prterun) with SIGTERM, so that it exits
+// non-zero where it would not for its ranks' own exit codes (under
+// orte_enable_recovery 1 it exits 0 whatever they return). Whether it did.
+bool EndLauncher();
 
 }  // namespace baton
 

@@ -23,7 +23,7 @@ WhileWaiting::~WhileWaiting() { g_while_waiting = outer_; }
 
 bool WhileWaiting::Run() {
   if (g_while_waiting == nullptr) return false;
-  g_while_waiting->work_();
+  for (WhileWaiting* w = g_while_waiting; w != nullptr; w = w->outer_) w->work_();
   return true;
 }
 

@@ -502,6 +502,7 @@ Launch DetectLaunch(const Env& env) {
   if (env.Variable("OMPI_COMM_WORLD_SIZE")) {
     l.kind = Launch::kMpirun;
     l.tasks = EnvInt(env, "OMPI_COMM_WORLD_SIZE", 1);
+    l.keeps_survivors = env.Variable("OMPI_MCA_orte_enable_recovery").value_or("") == "1";
     return l;
   }
   if (env.Variable("SLURM_STEP_ID")) {

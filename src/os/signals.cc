@@ -12,7 +12,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <string>
 
 #include <fmt/format.h>
@@ -73,6 +75,19 @@ void StopWhenLauncherEnds() {
   const pid_t parent = ::getppid();
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != parent) ::raise(SIGTERM);  // it ended before the request
+#endif
+}
+
+bool EndLauncher() {
+#ifdef __linux__
+  const pid_t parent = ::getppid();
+  std::ifstream comm("/proc/" + std::to_string(parent) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  if (name != "mpirun" && name != "orterun" && name != "mpiexec" && name != "prterun") return false;
+  return ::kill(parent, SIGTERM) == 0;
+#else
+  return false;
 #endif
 }
 

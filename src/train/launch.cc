@@ -2,15 +2,20 @@
 // RunOnAllRanks, TrainJob): MPI started, the config read on rank 0 and
 // broadcast, the world split into pipelines and replica groups, every
 // error said once with the job's exit code. The commands only call these.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "baton/comm.h"
 #include "baton/config.h"
@@ -18,6 +23,7 @@
 #include "baton/files.h"
 #include "baton/signals.h"
 #include "baton/train.h"
+#include "baton/watch.h"
 
 namespace baton {
 
@@ -46,6 +52,49 @@ bool Explained(const Error& e) {
   return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
          dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
          dynamic_cast<const RunError*>(&e) != nullptr;
+}
+
+// A peer silent this long (its node lost, or the process stopped) is lost.
+constexpr double kLostAfterSilence = 1.0;
+
+// The end of a job that lost a rank (no recovery inside the job yet): the
+// survivors agree on who is lost, the lowest says so once, and each ends
+// with kExitLostRank, telling its mpirun to end: mpirun exits 1 then,
+// where it keeps the survivors (it exits 0 for ranks that only exit
+// non-zero, or call MPI_Abort, under orte_enable_recovery 1).
+[[noreturn]] void EndAfterLoss(RankWatch& watch, const RankLost& seen, double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> lost;
+  try {
+    lost = watch.AgreeLost(std::min(timeout_s, 30.0));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "baton: %s; %s\n", ForTerminal(seen.what()).c_str(), ForTerminal(e.what()).c_str());
+    std::fflush(stderr);
+    MpiSession::AbortWorld(kExitLostRank);
+  }
+  const double agreed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int lowest = 0;
+  while (std::find(lost.begin(), lost.end(), lowest) != lost.end()) ++lowest;
+  if (watch.rank() == lowest) {
+    std::string how;
+    for (const LostRank& l : watch.Lost()) {
+      if (l.how == "the survivors agreed it is lost") continue;
+      how += fmt::format("{}rank {}: {}, {:.2f} s into the run", how.empty() ? "" : "; ", l.rank, l.how, l.at_s);
+    }
+    std::fprintf(stderr,
+                 "baton: error: lost rank%s %s (%s); the %d survivors agreed in %.3f s. baton does not recover a "
+                 "lost rank inside the job: the job ends (exit %d; mpirun, told to end, exits 1); run it again with --resume auto to continue "
+                 "from the last checkpoint\n",
+                 lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(lost, ", ")).c_str(),
+                 how.empty() ? "seen by another rank" : how.c_str(), watch.size() - static_cast<int>(lost.size()),
+                 agreed_s, kExitLostRank);
+    std::fflush(stderr);
+  }
+  // mpirun forwards what the ranks print as it reads it: time to read the
+  // message before it is told to end.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EndLauncher();
+  std::_Exit(kExitLostRank);
 }
 
 }  // namespace
@@ -123,8 +172,20 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
       groups.replicas = MakeSoloReplicaGroup();
     }
     const RunComms comms{world, groups.pipeline ? *groups.pipeline : world, *groups.replicas};
-    // Setup errors inside the job are raised on one rank only (the lowest that failed).
-    job(comms, config, text);
+    // A launcher that keeps the survivors of a lost rank: every rank watches
+    // the others, and a loss ends every wait at once.
+    std::unique_ptr<RankWatch> watch;
+    if (world.size() > 1 && DetectLaunch().keeps_survivors) {
+      watch = std::make_unique<RankWatch>(world, WatchOptions{.heartbeat_s = 0.1, .silent_s = kLostAfterSilence});
+    }
+    try {
+      std::optional<LostRankInterrupt> interrupt;
+      if (watch) interrupt.emplace(*watch);
+      // Setup errors inside the job are raised on one rank only (the lowest that failed).
+      job(comms, config, text);
+    } catch (const RankLost& lost) {
+      EndAfterLoss(*watch, lost, config.pipeline.wait_timeout_s);
+    }
   });
 }
 

@@ -346,6 +346,38 @@ TEST_F(Hostile, ACheckpointThatCannotBeWrittenLeavesNoFolderBehind) {
   }
 }
 
+// ---- a lost rank ----
+
+// Where mpirun keeps the survivors of a lost rank (orte_enable_recovery, as
+// in-job recovery needs), they would wait for it until their deadline
+// (pipeline.wait_timeout_s, 300 s here) and mpirun would then exit 0. The
+// watch sees the loss at once: the survivors agree on it, the lowest says
+// which rank was lost and how, and mpirun is told to end, non-zero. Rank
+// 0, a middle rank and the last, each SIGKILLed mid-step.
+TEST_F(Hostile, ALostRankEndsTheJobAtOnceWhereMpirunKeepsTheSurvivors) {
+  for (const int victim : {0, 1, 3}) {
+    SCOPED_TRACE("rank " + std::to_string(victim) + " killed");
+    last_ = "cd '" + dir_.string() + "' && BATON_FAULT=" + std::to_string(victim) + ":20:F:kill timeout 120 '"
+            BATON_MPIEXEC "' --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 -np 4 '"
+            BATON_BINARY "' train '" + Tiny() + "' --set pipeline.ranks=4 --set train.steps=400 "
+            "--set log.metrics=metrics.jsonl --set 'log.weights=\"\"' > log.txt 2>&1";
+    const Job j = Run(last_);
+    EXPECT_NE(j.code, 0) << j.output;
+    EXPECT_NE(j.code, 124) << "the survivors waited: " << j.output;
+    EXPECT_EQ(Count(j.output, "baton: error: lost rank"), 1u) << j.output;
+    EXPECT_NE(j.output.find("lost rank " + std::to_string(victim) + " (rank " + std::to_string(victim) +
+                            ": its connection closed"),
+              std::string::npos)
+        << j.output;
+    EXPECT_NE(j.output.find("the 3 survivors agreed"), std::string::npos) << j.output;
+    EXPECT_LT(j.seconds, 60.0) << j.output;
+    // The metrics file keeps whole lines, up to the step before the loss.
+    const auto rows = MetricsRows(dir_ / "metrics.jsonl");
+    EXPECT_LE(rows.size(), 20u);
+    fs::remove(dir_ / "metrics.jsonl");
+  }
+}
+
 // ---- memory is checked before anything is allocated ----
 
 TEST_F(Hostile, AModelThatCannotFitIsRefusedBeforeAllocating) {

@@ -1,0 +1,104 @@
+// Which ranks of a job are still there, and the survivors' agreement on who
+// is lost, without MPI: MPI requests to a dead rank never complete and never
+// fail (Open MPI 4.1 has no ULFM), so something beside them must tell.
+//
+// Every rank holds one TCP connection to every other (a full mesh, made once
+// at setup) and a thread that sends a heartbeat on each every `heartbeat_s`
+// and reads theirs. A process that dies has its connections closed by its
+// kernel: its peers see it at once. A node that dies, or a process stopped,
+// goes silent: seen after `silent_s` (0: silence is never a loss). A slow
+// rank is not a lost one: the thread heartbeats however busy the rank is.
+#ifndef BATON_WATCH_H_
+#define BATON_WATCH_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/error.h"
+
+namespace baton {
+
+struct WatchOptions {
+  double heartbeat_s = 0.1;  // between two heartbeats on each connection
+  double silent_s = 1.0;     // a peer heard nothing from this long is lost; 0: never for silence
+};
+
+// A rank this rank has seen lost: how (its connection closed, or silent),
+// and when, in seconds since the watch started.
+struct LostRank {
+  int rank = -1;
+  std::string how;
+  double at_s = 0;
+};
+
+// Thrown out of a wait (any Deadline::Poll of the thread that holds a
+// LostRankInterrupt) once the watch has seen a rank lost.
+class RankLost : public Error {
+ public:
+  RankLost(std::vector<LostRank> lost, const std::string& message) : Error(message), lost_(std::move(lost)) {}
+  const std::vector<LostRank>& lost() const { return lost_; }
+
+ private:
+  std::vector<LostRank> lost_;
+};
+
+class RankWatch {
+ public:
+  // Collective over `world` (every rank, once, at setup): listens on a TCP
+  // port of this host, exchanges the addresses, connects every pair, and
+  // starts the thread. Throws Error naming the socket call that failed.
+  RankWatch(Transport& world, WatchOptions options);
+  ~RankWatch();
+  RankWatch(const RankWatch&) = delete;
+  RankWatch& operator=(const RankWatch&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The ranks this rank has seen lost so far, in the order seen.
+  std::vector<LostRank> Lost() const;
+  bool AnyLost() const;
+  // Throws RankLost when AnyLost().
+  void ThrowIfLost() const;
+
+  // The survivors' agreement on who is lost (every surviving rank calls it
+  // once a loss is seen; no collective of the old communicators runs): the
+  // lowest rank it believes alive collects every survivor's view, decides
+  // the union and sends it; each rank that gets the decision passes it on
+  // before it returns, so the death of whoever decides (at any moment) is
+  // itself seen and the next lowest decides. Returns the agreed lost ranks,
+  // sorted. Throws DeadlineExpired when no decision comes within
+  // `timeout_s`.
+  std::vector<int> AgreeLost(double timeout_s);
+
+  // Ends this rank's watch as its process's death would, as its peers see
+  // it: every connection closed with no goodbye. For tests on thread ranks.
+  void Die();
+
+ private:
+  struct State;
+  void Loop();
+  int rank_ = 0;
+  int size_ = 1;
+  WatchOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+// For its lifetime, every wait of this thread (Deadline::Poll) throws
+// RankLost once `watch` has seen a rank lost.
+class LostRankInterrupt {
+ public:
+  explicit LostRankInterrupt(const RankWatch& watch);
+  ~LostRankInterrupt();
+  LostRankInterrupt(const LostRankInterrupt&) = delete;
+  LostRankInterrupt& operator=(const LostRankInterrupt&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton
+
+#endif  // BATON_WATCH_H_

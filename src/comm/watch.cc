@@ -1,0 +1,391 @@
+// The lost-rank watch (baton/watch.h): a TCP mesh with heartbeats, read by
+// one thread, and the survivors' agreement over it.
+#include "baton/watch.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "baton/deadline.h"
+
+namespace baton {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Frames on a connection: a heartbeat, a goodbye (the peer ends normally),
+// and a view or a decision (an agreement's epoch and one byte a rank: 1
+// for lost).
+constexpr char kHeartbeat = 'H';
+constexpr char kGoodbye = 'B';
+constexpr char kView = 'V';
+constexpr char kDecision = 'D';
+
+[[noreturn]] void Fail(const std::string& what) {
+  throw Error(fmt::format("the lost-rank watch: {}: {}", what, std::strerror(errno)));
+}
+
+// Sends all of `bytes` (a closed peer: false).
+bool SendAll(int fd, const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// This host's IPv4 address as the others reach it (its name, resolved), or
+// the loopback where the name resolves to none.
+std::string HostAddress() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &found) != 0 || found == nullptr) return "127.0.0.1";
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
+  ::freeaddrinfo(found);
+  return text;
+}
+
+void NoDelay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int Connect(const std::string& address) {
+  const std::size_t colon = address.rfind(':');
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
+  if (::inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) {
+    throw Error(fmt::format("the lost-rank watch: {}: not an IPv4 address", address));
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) Fail("socket");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    Fail("connecting to " + address);
+  }
+  NoDelay(fd);
+  return fd;
+}
+
+}  // namespace
+
+struct RankWatch::State {
+  struct Peer {
+    int fd = -1;
+    std::string in;  // bytes read, not yet a whole frame
+    Clock::time_point heard;
+    bool lost = false;
+    bool left = false;  // said goodbye: its end is no loss
+  };
+  std::vector<Peer> peers;  // by rank; this rank's own entry is unused
+  Clock::time_point start = Clock::now();
+  std::atomic<bool> any_lost{false};
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  std::mutex send_mu;  // one frame at a time on every connection
+
+  std::mutex mu;  // what follows
+  std::condition_variable cv;
+  std::vector<LostRank> lost;
+  std::vector<std::string> views;  // per peer: its latest view's flags
+  std::vector<int> view_epoch;     // per peer: that view's agreement
+  std::string decision;
+  int decision_epoch = -1;
+  int epoch = 0;
+
+  void Send(int peer, const std::string& frame) {
+    const std::lock_guard<std::mutex> lock(send_mu);
+    if (peers[peer].fd >= 0) SendAll(peers[peer].fd, frame);  // a closed peer is seen by the reader
+  }
+  void MarkLost(int peer, const std::string& how) {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (peers[peer].lost || peers[peer].left) return;
+    peers[peer].lost = true;
+    lost.push_back({peer, how, Since(start)});
+    any_lost = true;
+    cv.notify_all();
+  }
+  // The whole frames of `peer`'s buffer, taken in.
+  void Parse(int peer, int size) {
+    std::string& in = peers[peer].in;
+    std::size_t at = 0;
+    const std::size_t frame = 1 + sizeof(std::int32_t) + static_cast<std::size_t>(size);
+    while (at < in.size()) {
+      const char type = in[at];
+      if (type == kHeartbeat) {
+        ++at;
+      } else if (type == kGoodbye) {
+        const std::lock_guard<std::mutex> lock(mu);
+        peers[peer].left = true;
+        ++at;
+      } else if (type == kView || type == kDecision) {
+        if (in.size() - at < frame) break;
+        std::int32_t e = 0;
+        std::memcpy(&e, in.data() + at + 1, sizeof e);
+        std::string flags = in.substr(at + 1 + sizeof e, static_cast<std::size_t>(size));
+        const std::lock_guard<std::mutex> lock(mu);
+        if (type == kView) {
+          views[peer] = std::move(flags);
+          view_epoch[peer] = e;
+        } else if (e > decision_epoch) {
+          decision = std::move(flags);
+          decision_epoch = e;
+        }
+        cv.notify_all();
+        at += frame;
+      } else {
+        MarkLost(peer, fmt::format("it sent a byte the watch does not know ({})", static_cast<int>(type)));
+        at = in.size();
+      }
+    }
+    in.erase(0, at);
+  }
+};
+
+RankWatch::RankWatch(Transport& world, WatchOptions options)
+    : rank_(world.rank()), size_(world.size()), options_(options), state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.peers.resize(size_);
+  s.views.assign(size_, std::string());
+  s.view_epoch.assign(size_, -1);
+  int listener = -1;
+  std::string mine;
+  Agree(world, "every rank opening its lost-rank watch", [&] {
+    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (listener < 0) Fail("socket");
+    const int one = 1;
+    ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) Fail("bind");
+    if (::listen(listener, size_) != 0) Fail("listen");
+    socklen_t len = sizeof any;
+    if (::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &len) != 0) Fail("getsockname");
+    mine = fmt::format("{}:{}", HostAddress(), ntohs(any.sin_port));
+  });
+  std::vector<std::string> all;
+  world.GatherStrings(mine, &all, "every rank's lost-rank watch address");
+  std::string joined;
+  for (const std::string& a : all) joined += a + "\n";
+  world.BroadcastString(&joined);
+  all.clear();
+  for (std::size_t at = 0, end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1) {
+    all.push_back(joined.substr(at, end - at));
+  }
+  Agree(world, "every rank connecting its lost-rank watch", [&] {
+    // Each pair once: the lower rank connects (the listener's backlog takes
+    // it before anyone accepts), and says who it is.
+    for (int peer = rank_ + 1; peer < size_; ++peer) {
+      s.peers[peer].fd = Connect(all.at(static_cast<std::size_t>(peer)));
+      const std::int32_t me = rank_;
+      if (!SendAll(s.peers[peer].fd, std::string(reinterpret_cast<const char*>(&me), sizeof me))) Fail("send");
+    }
+    for (int accepted = 0; accepted < rank_; ++accepted) {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 60'000) != 1) throw Error("the lost-rank watch: a lower rank did not connect in 60 s");
+      const int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) Fail("accept");
+      std::int32_t who = -1;
+      if (::recv(fd, &who, sizeof who, MSG_WAITALL) != static_cast<ssize_t>(sizeof who) || who < 0 ||
+          who >= rank_ || s.peers[who].fd >= 0) {
+        ::close(fd);
+        throw Error("the lost-rank watch: a connection that is no lower rank's");
+      }
+      NoDelay(fd);
+      s.peers[who].fd = fd;
+    }
+  });
+  ::close(listener);
+  const Clock::time_point now = Clock::now();
+  for (State::Peer& p : s.peers) p.heard = now;
+  s.start = now;
+  s.thread = std::thread([this] { Loop(); });
+}
+
+RankWatch::~RankWatch() {
+  State& s = *state_;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) s.Send(peer, std::string(1, kGoodbye));
+  }
+  Die();
+}
+
+void RankWatch::Die() {
+  State& s = *state_;
+  s.stop = true;
+  if (s.thread.joinable()) s.thread.join();
+  const std::lock_guard<std::mutex> lock(s.send_mu);
+  for (State::Peer& p : s.peers) {
+    if (p.fd >= 0) ::close(p.fd);
+    p.fd = -1;
+  }
+}
+
+void RankWatch::Loop() {
+  State& s = *state_;
+  const int beat_ms = std::max(1, static_cast<int>(options_.heartbeat_s * 1000));
+  Clock::time_point last_beat = Clock::now();
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  char buffer[4096];
+  while (!s.stop) {
+    fds.clear();
+    who.clear();
+    {
+      const std::lock_guard<std::mutex> lock(s.mu);
+      for (int peer = 0; peer < size_; ++peer) {
+        const State::Peer& p = s.peers[peer];
+        if (peer == rank_ || p.fd < 0 || p.lost || p.left) continue;
+        fds.push_back({p.fd, POLLIN, 0});
+        who.push_back(peer);
+      }
+    }
+    ::poll(fds.data(), fds.size(), beat_ms);
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const int peer = who[i];
+      const ssize_t n = ::recv(fds[i].fd, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n > 0) {
+        s.peers[peer].heard = Clock::now();
+        s.peers[peer].in.append(buffer, static_cast<std::size_t>(n));
+        s.Parse(peer, size_);
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        s.MarkLost(peer, "its connection closed");
+      }
+    }
+    if (Since(last_beat) * 1000 >= beat_ms) {
+      last_beat = Clock::now();
+      for (const int peer : who) s.Send(peer, std::string(1, kHeartbeat));
+    }
+    if (options_.silent_s > 0) {
+      for (const int peer : who) {
+        const double silent = Since(s.peers[peer].heard);
+        if (silent >= options_.silent_s) s.MarkLost(peer, fmt::format("silent for {:.1f} s", silent));
+      }
+    }
+  }
+}
+
+std::vector<LostRank> RankWatch::Lost() const {
+  const std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->lost;
+}
+
+bool RankWatch::AnyLost() const { return state_->any_lost.load(std::memory_order_relaxed); }
+
+void RankWatch::ThrowIfLost() const {
+  // Not while unwinding (a destructor's wait): the loss is already on its way up.
+  if (!AnyLost() || std::uncaught_exceptions() > 0) return;
+  std::vector<LostRank> lost = Lost();
+  std::string what;
+  for (const LostRank& l : lost) {
+    what += fmt::format("{}rank {} ({}, {:.2f} s into the run)", what.empty() ? "" : ", ", l.rank, l.how, l.at_s);
+  }
+  throw RankLost(std::move(lost), fmt::format("rank {}: lost {}", rank_, what));
+}
+
+std::vector<int> RankWatch::AgreeLost(double timeout_s) {
+  State& s = *state_;
+  const Clock::time_point start = Clock::now();
+  auto frame = [&](char type, int epoch, const std::string& flags) {
+    const std::int32_t e = epoch;
+    return std::string(1, type) + std::string(reinterpret_cast<const char*>(&e), sizeof e) + flags;
+  };
+  std::unique_lock<std::mutex> lock(s.mu);
+  const int epoch = ++s.epoch;
+  int told = -1;          // the rank this rank last sent its view to
+  std::string told_view;  // and that view
+  while (Since(start) < timeout_s) {
+    std::string flags(static_cast<std::size_t>(size_), '\0');
+    for (int r = 0; r < size_; ++r) flags[r] = s.peers[r].lost ? 1 : 0;
+    std::string decided;
+    if (s.decision_epoch == epoch) {
+      decided = s.decision;
+    } else {
+      const int coordinator = static_cast<int>(std::find(flags.begin(), flags.end(), 0) - flags.begin());
+      if (coordinator == rank_) {
+        bool every_view = true;
+        for (int r = 0; r < size_; ++r) {
+          if (r == rank_ || flags[r] != 0) continue;
+          if (s.view_epoch[r] != epoch) {
+            every_view = false;
+          } else {
+            for (int q = 0; q < size_; ++q) flags[q] = static_cast<char>(flags[q] | s.views[r][q]);
+          }
+        }
+        if (every_view) decided = flags;
+      } else if (coordinator != told || flags != told_view) {
+        told = coordinator;
+        told_view = flags;
+        lock.unlock();
+        s.Send(coordinator, frame(kView, epoch, flags));
+        lock.lock();
+        continue;
+      }
+    }
+    if (!decided.empty()) {
+      s.decision = decided;
+      s.decision_epoch = epoch;
+      lock.unlock();
+      // Passed on before returning: a decider lost halfway through sending
+      // it leaves no survivor waiting.
+      std::vector<int> out;
+      for (int r = 0; r < size_; ++r) {
+        if (decided[r] != 0) {
+          out.push_back(r);
+        } else if (r != rank_) {
+          s.Send(r, frame(kDecision, epoch, decided));
+        }
+      }
+      for (const int r : out) {
+        if (r != rank_) s.MarkLost(r, "the survivors agreed it is lost");
+      }
+      return out;
+    }
+    s.cv.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  throw DeadlineExpired(fmt::format("rank {}: the survivors did not agree on the lost ranks in {:.1f} s", rank_,
+                                    timeout_s));
+}
+
+struct LostRankInterrupt::Impl {
+  explicit Impl(const RankWatch& watch) : waiting([&watch] { watch.ThrowIfLost(); }) {}
+  WhileWaiting waiting;
+};
+
+LostRankInterrupt::LostRankInterrupt(const RankWatch& watch) : impl_(std::make_unique<Impl>(watch)) {}
+LostRankInterrupt::~LostRankInterrupt() = default;
+
+}  // namespace baton

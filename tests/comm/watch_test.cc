@@ -1,0 +1,140 @@
+// The lost-rank watch (RankWatch) on ranks as threads, over real TCP
+// connections: a rank whose connections close without a goodbye is seen
+// lost by every other within the heartbeat's period, a wait of a watching
+// thread ends with RankLost, the survivors agree on who is lost, also when
+// whoever decides dies during the agreement, and ranks that end normally
+// (a goodbye) are no loss.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/error.h"
+#include "baton/timing.h"
+#include "baton/watch.h"
+#include "support/thread_ranks.h"
+
+namespace baton {
+namespace {
+
+using baton_test::RunRanks;
+
+// Waits (at most 10 s: the watch must see it far sooner) until `watch` has
+// seen a loss; the seconds it took.
+double UntilLost(const RankWatch& watch) {
+  const double start = MonotonicSeconds();
+  while (!watch.AnyLost() && MonotonicSeconds() - start < 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return MonotonicSeconds() - start;
+}
+
+TEST(RankWatch, ALostRankIsSeenByEveryOtherAndTheSurvivorsAgree) {
+  auto ranks = MakeThreadRanks({4, 1}, 30);
+  std::vector<std::vector<int>> agreed(4);
+  std::vector<std::vector<LostRank>> seen(4);
+  std::vector<double> noticed_after(4, -1);
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    // Silence would call a rank lost after 5 s: here only the closed
+    // connections are.
+    RankWatch watch(*me.world, {.heartbeat_s = 0.05, .silent_s = 5});
+    me.world->Barrier();
+    if (r == 2) {
+      watch.Die();
+      return;
+    }
+    noticed_after[r] = UntilLost(watch);
+    seen[r] = watch.Lost();
+    agreed[r] = watch.AgreeLost(10);
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (const int r : {0, 1, 3}) {
+    EXPECT_LT(noticed_after[r], 1.0) << "rank " << r;
+    ASSERT_EQ(seen[r].size(), 1u) << "rank " << r;
+    EXPECT_EQ(seen[r][0].rank, 2);
+    EXPECT_EQ(seen[r][0].how, "its connection closed");
+    EXPECT_EQ(agreed[r], std::vector<int>({2})) << "rank " << r;
+  }
+}
+
+// Rank 1 dies; rank 0, the lowest survivor and so the one to decide, dies
+// too before it decides: the next lowest decides, and every survivor
+// agrees on both.
+TEST(RankWatch, TheSurvivorsAgreeWhenTheOneToDecideDiesDuringTheAgreement) {
+  auto ranks = MakeThreadRanks({5, 1}, 30);
+  std::vector<std::vector<int>> agreed(5);
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    RankWatch watch(*me.world, {.heartbeat_s = 0.05, .silent_s = 5});
+    me.world->Barrier();
+    if (r == 1) {
+      watch.Die();
+      return;
+    }
+    UntilLost(watch);
+    if (r == 0) {
+      // Its view has come from the others meanwhile; it dies undecided.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      watch.Die();
+      return;
+    }
+    agreed[r] = watch.AgreeLost(10);
+  });
+  for (int r = 0; r < 5; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (const int r : {2, 3, 4}) EXPECT_EQ(agreed[r], std::vector<int>({0, 1})) << "rank " << r;
+}
+
+// A watching thread's wait (here a barrier that the lost rank never joins)
+// ends with RankLost naming the rank, not at the deadline.
+TEST(RankWatch, AWaitEndsWithRankLostInsteadOfItsDeadline) {
+  auto ranks = MakeThreadRanks({3, 1}, 60);
+  std::vector<std::string> lost(3);
+  std::vector<double> waited(3, -1);
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    RankWatch watch(*me.world, {.heartbeat_s = 0.05, .silent_s = 5});
+    me.world->Barrier();
+    if (r == 0) {
+      watch.Die();
+      return;
+    }
+    const LostRankInterrupt interrupt(watch);
+    const double start = MonotonicSeconds();
+    try {
+      me.world->Barrier();
+    } catch (const RankLost& e) {
+      lost[r] = e.what();
+      waited[r] = MonotonicSeconds() - start;
+      ASSERT_EQ(e.lost().size(), 1u);
+      EXPECT_EQ(e.lost()[0].rank, 0);
+    }
+  });
+  for (const int r : {1, 2}) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_NE(lost[r].find("lost rank 0 (its connection closed"), std::string::npos) << lost[r];
+    EXPECT_LT(waited[r], 30.0) << "the deadline, not the watch, ended the wait";
+  }
+}
+
+// Ranks that end normally say goodbye: no other rank calls them lost.
+TEST(RankWatch, RanksThatEndNormallyAreNoLoss) {
+  auto ranks = MakeThreadRanks({3, 1}, 30);
+  std::atomic<int> losses{0};
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    auto watch = std::make_unique<RankWatch>(*me.world, WatchOptions{.heartbeat_s = 0.02, .silent_s = 5});
+    me.world->Barrier();
+    if (r == 0) {
+      watch.reset();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    losses += watch->AnyLost() ? 1 : 0;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_EQ(losses.load(), 0);
+}
+
+}  // namespace
+}  // namespace baton
