@@ -283,6 +283,9 @@ struct MpiFacts {
 MpiFacts DescribeMpi();
 // How `launch` reads in a report: "mpirun", "srun with PMIx", ...
 std::string LaunchName(const Launch& launch);
+// What becomes of a job under `launch` when one of its ranks is lost, and
+// what a job that is to outlive one needs (baton doctor's line).
+std::string LostRankHandling(const Launch& launch);
 
 // This process's place on its node: its index among the world's ranks on
 // the same node and how many there are, from MPI_Comm_split_type

@@ -49,6 +49,7 @@ int RunDoctor(const DoctorFlags& f) {
   report["launcher"] = LaunchName(launch);
   report["world_size"] = world->size();
   report["launcher_tasks"] = launch.tasks;
+  report["lost_rank"] = LostRankHandling(launch);
   const MpiFacts mpi_facts = DescribeMpi();
   report["mpi"] = mpi_facts.library;
   const std::string& pmix = mpi_facts.pmix;
@@ -79,6 +80,7 @@ int RunDoctor(const DoctorFlags& f) {
   std::string text = fmt::format("launcher   {} ({} rank{} in the world{})\n", report["launcher"].get<std::string>(),
                                  world->size(), world->size() == 1 ? "" : "s",
                                  launch.kind == Launch::kSingle ? "" : fmt::format(", the launcher says {}", launch.tasks));
+  text += fmt::format("lost rank  {}\n", report["lost_rank"].get<std::string>());
   text += fmt::format("MPI        {}; PMIx {}\n", report["mpi"].get<std::string>(), pmix.empty() ? "none loads" : pmix);
   std::string asked;
   for (const auto& [name, value] : transports.items()) {

@@ -13,6 +13,27 @@
 
 namespace baton {
 
+std::string LostRankHandling(const Launch& l) {
+  switch (l.kind) {
+    case Launch::kSingle:
+      return "one process: no rank to lose";
+    case Launch::kMpirun:
+      if (l.keeps_survivors) {
+        return "mpirun keeps the survivors (orte_enable_recovery 1): each rank watches the others, a lost rank is "
+               "seen within 1 s, and the job ends at once naming it (mpirun exits 1); recovery inside the job is "
+               "not built yet";
+      }
+      return "mpirun ends every rank within about 2 s of a lost one; a job that is to outlive a lost rank needs "
+             "mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0";
+    case Launch::kSrun:
+    case Launch::kSrunWithoutPmix:
+      return "srun's direct launch cancels the whole step about 1 s after a task dies, and spawns no replacement: "
+             "a job that is to outlive a lost rank needs mpirun inside the allocation, with --mca "
+             "orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0";
+  }
+  return "";
+}
+
 std::string LaunchName(const Launch& l) {
   switch (l.kind) {
     case Launch::kMpirun:

@@ -33,6 +33,20 @@ TEST(DetectLaunch, ReadsTheLauncherFromItsEnvironment) {
   EXPECT_EQ(LaunchProblem(srun), "");
 }
 
+// What a lost rank does under each launcher, as baton doctor says it.
+TEST(DetectLaunch, SaysWhatALostRankDoesUnderItsLauncher) {
+  const Launch plain = Detect({{"OMPI_COMM_WORLD_SIZE", "4"}});
+  EXPECT_FALSE(plain.keeps_survivors);
+  EXPECT_NE(LostRankHandling(plain).find("mpirun ends every rank"), std::string::npos) << LostRankHandling(plain);
+  const Launch keeps = Detect({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_MCA_orte_enable_recovery", "1"}});
+  EXPECT_TRUE(keeps.keeps_survivors);
+  EXPECT_NE(LostRankHandling(keeps).find("a lost rank is seen within 1 s"), std::string::npos);
+  const Launch srun = Detect({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"PMIX_RANK", "3"}});
+  EXPECT_FALSE(srun.keeps_survivors);
+  EXPECT_NE(LostRankHandling(srun).find("needs mpirun inside the allocation"), std::string::npos);
+  EXPECT_EQ(LostRankHandling(Detect({})), "one process: no rank to lose");
+}
+
 TEST(DetectLaunch, SrunWithoutPmixIsNamedWithItsFix) {
   const Launch pmi2 = Detect({{"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"}, {"PMI_RANK", "1"}});
   EXPECT_EQ(pmi2.kind, Launch::kSrunWithoutPmix);

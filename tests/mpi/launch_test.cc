@@ -38,6 +38,7 @@ TEST_F(Launch, DoctorSaysWhatEveryRankSees) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("launcher   mpirun"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("4 ranks on 1 host(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lost rank  mpirun ends every rank"), std::string::npos) << r.output;
   const nlohmann::json j = nlohmann::json::parse(baton_test::ReadAll(dir_ / "doctor.json"));
   EXPECT_EQ(j["world_size"], 4);
   EXPECT_EQ(j["launcher_tasks"], 4);
