@@ -209,6 +209,20 @@ struct Groups {
 };
 Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s);
 
+// The job after losing ranks: a world of the MPI_COMM_WORLD ranks
+// `survivors` (new rank i is survivors[i]), made by them alone
+// (MPI_Comm_create_group: no rank outside it takes part, so the lost ones
+// are not waited for), with its pipelines and replica groups as
+// MakeMpiGroups lays them out over it (none when layout.replicas is 1).
+// Collective over `survivors`.
+struct MpiWorld {
+  std::unique_ptr<Transport> world;
+  Groups groups;
+};
+MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout& layout, double timeout_s);
+// This process's rank in MPI_COMM_WORLD.
+int MpiWorldRank();
+
 // Runs `work` on every rank of `t`, then the ranks agree on how it went
 // (one collective): if it threw anywhere, the lowest failing rank rethrows
 // its own exception and every other rank throws PeerFailed, so exactly one

@@ -39,18 +39,24 @@ enum class ResumeMode : std::uint8_t { kNever, kAuto };
 // pipeline.adapt: off, or on (the plan follows the ranks' measured speed:
 // layers move off a rank that slows, and back when it recovers).
 enum class AdaptMode : std::uint8_t { kOff, kOn };
+// recovery.on_lost_rank: stop (the job ends: resume it from its last
+// checkpoint), or shrink (it goes on without the replicas that lost a
+// rank, with the same global batch, the interrupted step redone).
+enum class LostRankMode : std::uint8_t { kStop, kShrink };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::string_view EnumName(OnNonFinite v);    // stop, skip
 std::string_view EnumName(ResumeMode v);     // never, auto
 std::string_view EnumName(AdaptMode v);      // off, on
+std::string_view EnumName(LostRankMode v);   // stop, shrink
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
 std::span<const DatasetKind> EnumValues(DatasetKind);
 std::span<const OnNonFinite> EnumValues(OnNonFinite);
 std::span<const ResumeMode> EnumValues(ResumeMode);
 std::span<const AdaptMode> EnumValues(AdaptMode);
+std::span<const LostRankMode> EnumValues(LostRankMode);
 
 // What `baton simulate` runs. Keys of the YAML file (all optional):
 //   schedule: 1f1b            # generator name or CSV schedule file
@@ -218,6 +224,10 @@ struct CheckpointConfig {
   ResumeMode resume = ResumeMode::kNever;
 };
 
+struct RecoveryConfig {
+  LostRankMode on_lost_rank = LostRankMode::kStop;
+};
+
 struct LogConfig {
   std::int64_t every_steps = 10;  // 0 = no per-step metrics
   std::string metrics = "out/metrics.jsonl";
@@ -233,6 +243,7 @@ struct TrainConfig {
   TrainLoopConfig train;
   DataParallelConfig data_parallel;
   CheckpointConfig checkpoint;
+  RecoveryConfig recovery;
   LogConfig log;
   Device device = Device::kCpu;             // where every rank's stages compute
   Precision precision = Precision::kFP32;  // linear layers' products (bf16, tf32: cuda only)

@@ -29,6 +29,7 @@ struct TrainSummary {
   std::int64_t stopped_after = 0;
   bool checkpointed = false;
   int replans = 0;  // placements moved by the adaptive plans (pipeline.adapt: on)
+  int recoveries = 0;  // lost ranks the run went on without (recovery.on_lost_rank: shrink)
 };
 
 // The communicators of a run (baton/comm.h): the world (setup, agreement,
@@ -47,6 +48,28 @@ struct RunComms {
 // data files) are agreed on by all ranks before anything runs: each rank
 // throws the same or, if only some ranks failed, the others throw a short
 // "another rank failed" error, so the job ends everywhere.
+class RankLost;  // baton/watch.h
+
+// The launch's side of recovery.on_lost_rank: shrink (RunOnAllRanks gives
+// one where mpirun keeps the survivors of a lost rank): the survivors'
+// agreement and the communicators of the replicas that go on.
+class Survivors {
+ public:
+  virtual ~Survivors() = default;
+  struct Shrunk {
+    std::vector<int> lost;  // the agreed lost ranks, in the world before
+    int replicas = 0;       // the replicas that go on
+    double agreed_s = 0;    // from the call to the agreement
+    const RunComms* comms = nullptr;  // this rank's, over them
+  };
+  // After `seen`: the survivors agree on the lost ranks (their own
+  // agreement, without the old communicators), the replicas that lost a
+  // rank leave the job (their ranks exit here, 0), and the others get a
+  // world of their own laid out as `layout` with fewer replicas. Throws
+  // `seen` again when no replica is whole.
+  virtual Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout) = 0;
+};
+
 struct TrainOptions {
   bool resume = false;     // continue from the newest complete checkpoint
   std::string resume_dir;  // where to look; "" = checkpoint.dir
@@ -63,6 +86,9 @@ struct TrainOptions {
   // step boundary, the host and node memory, the metrics file. Null:
   // Env::Default(), the process's own; tests give a fake.
   const Env* env = nullptr;
+  // recovery.on_lost_rank: shrink: the launch's survivors (null: a lost rank
+  // ends the job).
+  Survivors* survivors = nullptr;
 };
 // Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).
 

@@ -464,25 +464,56 @@ std::unique_ptr<Transport> MakeMpiTransport(int max_requests, double timeout_s) 
   return std::make_unique<MpiTransport>(comm, max_requests, timeout_s);
 }
 
-Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s) {
+namespace {
+
+// MakeMpiGroups over `base` (the world, or the survivors' world).
+Groups GroupsOf(MPI_Comm base, const ReplicaLayout& layout, double timeout_s) {
   int world_rank = 0, world_size = 0;
-  BATON_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-  BATON_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  BATON_MPI_CHECK(MPI_Comm_rank(base, &world_rank));
+  BATON_MPI_CHECK(MPI_Comm_size(base, &world_size));
   if (world_size != layout.pipeline_ranks * layout.replicas) {
     throw ConfigError(fmt::format("{} pipeline ranks x {} replicas need {} ranks, but the job has {}",
                                   layout.pipeline_ranks, layout.replicas, layout.pipeline_ranks * layout.replicas,
                                   world_size));
   }
   MPI_Comm pipeline, replicas;
-  BATON_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, layout.Replica(world_rank), layout.PipelineRank(world_rank),
-                                 &pipeline));
-  BATON_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, layout.PipelineRank(world_rank), layout.Replica(world_rank),
-                                 &replicas));
+  BATON_MPI_CHECK(MPI_Comm_split(base, layout.Replica(world_rank), layout.PipelineRank(world_rank), &pipeline));
+  BATON_MPI_CHECK(MPI_Comm_split(base, layout.PipelineRank(world_rank), layout.Replica(world_rank), &replicas));
   Groups g;
   g.pipeline = std::make_unique<MpiTransport>(pipeline, 0, timeout_s);
   g.replicas = std::make_unique<MpiReplicaGroup>(replicas);
   g.replicas->Configure(0, timeout_s);
   return g;
+}
+
+}  // namespace
+
+Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s) {
+  return GroupsOf(MPI_COMM_WORLD, layout, timeout_s);
+}
+
+MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout& layout, double timeout_s) {
+  MPI_Group all, kept;
+  BATON_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &all));
+  BATON_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(survivors.size()), survivors.data(), &kept));
+  MPI_Comm comm = MPI_COMM_NULL;
+  constexpr int kSurvivorsTag = 4021;
+  BATON_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, kept, kSurvivorsTag, &comm));
+  MPI_Group_free(&kept);
+  MPI_Group_free(&all);
+  MpiWorld out;
+  MPI_Comm world;
+  BATON_MPI_CHECK(MPI_Comm_dup(comm, &world));
+  out.world = std::make_unique<MpiTransport>(world, 0, timeout_s);
+  if (layout.replicas > 1) out.groups = GroupsOf(comm, layout, timeout_s);
+  MPI_Comm_free(&comm);
+  return out;
+}
+
+int MpiWorldRank() {
+  int rank = 0;
+  BATON_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  return rank;
 }
 
 namespace {

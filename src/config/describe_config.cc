@@ -123,6 +123,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << c.checkpoint.dir << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps << YAML::Key << "keep"
     << YAML::Value << c.checkpoint.keep << YAML::Key << "resume" << YAML::Value
     << std::string(EnumName(c.checkpoint.resume)) << YAML::EndMap;
+  e << YAML::Key << "recovery" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "on_lost_rank"
+    << YAML::Value << std::string(EnumName(c.recovery.on_lost_rank)) << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
     << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
     << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;

@@ -233,6 +233,11 @@ std::span<const AdaptMode> EnumValues(AdaptMode) {
   static constexpr std::array<AdaptMode, 2> kValues = {AdaptMode::kOff, AdaptMode::kOn};
   return kValues;
 }
+std::string_view EnumName(LostRankMode v) { return v == LostRankMode::kStop ? "stop" : "shrink"; }
+std::span<const LostRankMode> EnumValues(LostRankMode) {
+  static constexpr std::array<LostRankMode, 2> kValues = {LostRankMode::kStop, LostRankMode::kShrink};
+  return kValues;
+}
 std::span<const ResumeMode> EnumValues(ResumeMode) {
   static constexpr std::array<ResumeMode, 2> kValues = {ResumeMode::kNever, ResumeMode::kAuto};
   return kValues;
@@ -627,6 +632,46 @@ void ReadCheckpoint(YamlMap& top, TrainConfig& c) {
 
 }
 
+// recovery: what the job does when a rank is lost. shrink drops the
+// replicas that lost one; the others hold every stage's whole state.
+void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
+  YamlMap rec = top.Map("recovery");
+  c.recovery.on_lost_rank = Choice(rec, "on_lost_rank", c.recovery.on_lost_rank);
+  if (c.recovery.on_lost_rank == LostRankMode::kShrink) {
+    const YAML::Node at = root["recovery"]["on_lost_rank"];
+    if (c.data_parallel.size < 2) {
+      rec.Fail(at, "on_lost_rank",
+               "shrink goes on without the replicas that lost a rank, and needs data_parallel.size >= 2 (a pure "
+               "pipeline's stage exists nowhere else): use stop");
+    }
+    if (c.data_parallel.zero.shards_optimizer()) {
+      rec.Fail(at, "on_lost_rank",
+               fmt::format("shrink needs every replica to hold its stages' whole state, and ZeRO stage {} shards it "
+                           "(no buddy copies yet): use data_parallel.zero 0, or stop",
+                           c.data_parallel.zero.number()));
+    }
+    if (c.pipeline.adapt == AdaptMode::kOn) {
+      rec.Fail(at, "on_lost_rank", "shrink with pipeline.adapt: on is not built yet: use one of them");
+    }
+    if (c.device != Device::kCpu) {
+      rec.Fail(at, "on_lost_rank", "shrink runs on the CPU only so far (device: cpu)");
+    }
+    // The replicas left share the global batch's microbatches (of the same
+    // size) equally, however many are left.
+    const int global = c.pipeline.microbatches * c.data_parallel.size;
+    for (int left = 1; left < c.data_parallel.size; ++left) {
+      if (global % left != 0) {
+        rec.Fail(at, "on_lost_rank",
+                 fmt::format("shrink shares the global batch's {} microbatches ({} x {} replicas) among the "
+                             "replicas left, and {} cannot share them equally: pick pipeline.microbatches so that "
+                             "every replica count below data_parallel.size divides {}",
+                             global, c.pipeline.microbatches, c.data_parallel.size, left, global));
+      }
+    }
+  }
+  rec.Finish();
+}
+
 void ReadLog(YamlMap& top, TrainConfig& c) {
   YamlMap log = top.Map("log");
   c.log.every_steps = log.Get<long long>("every_steps", c.log.every_steps);
@@ -656,6 +701,7 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   ReadLog(top, c);
   c.device = Choice(top, "device", c.device);
   c.precision = Choice(top, "precision", c.precision);
+  ReadRecovery(top, root, c);
   if (c.pipeline.seq_slices > 1 && c.device == Device::kCuda) {
     top.Map("pipeline").Fail(root["pipeline"]["seq_slices"], "seq_slices",
                              "sequence slices run on the CPU layers only so far (device: cpu)");

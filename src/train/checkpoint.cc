@@ -143,7 +143,8 @@ std::map<std::string, std::string> Flatten(const std::string& yaml) {
 }
 
 // A run's settings text (MathSettings) without its plan: the pipeline's
-// schedule, chunks, partition or layout lines.
+// schedule, chunks, partition or layout lines, its microbatches (compared
+// on their own) and what it does with a lost rank.
 std::string WithoutPlan(const std::string& settings) {
   std::string out;
   std::size_t start = 0;
@@ -152,7 +153,9 @@ std::string WithoutPlan(const std::string& settings) {
     end = end == std::string::npos ? settings.size() : end + 1;
     const std::string_view line(settings.data() + start, end - start);
     const bool plan = line.rfind("  partition:", 0) == 0 || line.rfind("  layout:", 0) == 0 ||
-                      line.rfind("  schedule:", 0) == 0 || line.rfind("  chunks:", 0) == 0;
+                      line.rfind("  schedule:", 0) == 0 || line.rfind("  chunks:", 0) == 0 ||
+                      line.rfind("  microbatches:", 0) == 0 ||  // compared on their own (Differences)
+                      line.rfind("recovery:", 0) == 0;         // written since recovery came: no number
     if (!plan) out.append(line);
     start = end;
   }
@@ -166,7 +169,13 @@ std::vector<std::string> Differences(const json& m, const CheckpointRun& run) {
     if (theirs != ours) diffs.push_back(fmt::format("{}: checkpoint {}, this run {}", what, theirs.dump(), ours.dump()));
   };
   differs("ranks (of the pipeline)", m["ranks"], run.ranks);
-  differs("microbatches", m["microbatches"], run.microbatches);
+  // The microbatches of a replica, or, where the replica count changed
+  // (a run that went on without a lost replica: recovery.on_lost_rank:
+  // shrink), those of the global batch: the microbatch's size is the same.
+  if (m["microbatches"] != run.microbatches &&
+      m.value("microbatches", 0) * m.value("data_parallel", 1) != run.microbatches * run.data_parallel) {
+    differs("microbatches", m["microbatches"], run.microbatches);
+  }
   // The plan is not compared (the schedule, its chunks, the placement):
   // every one trains the same floats, and the tensors are read by name
   // wherever they were written (a run with adaptive plans checkpoints
@@ -177,7 +186,8 @@ std::vector<std::string> Differences(const json& m, const CheckpointRun& run) {
     for (auto* settings : {&theirs, &ours}) {
       std::erase_if(*settings, [](const auto& kv) {
         return kv.first.rfind("pipeline.partition", 0) == 0 || kv.first.rfind("pipeline.layout", 0) == 0 ||
-               kv.first == "pipeline.schedule" || kv.first == "pipeline.chunks";
+               kv.first == "pipeline.schedule" || kv.first == "pipeline.chunks" ||
+               kv.first == "pipeline.microbatches" || kv.first.rfind("recovery.", 0) == 0;
       });
     }
     std::vector<std::string> keys;
@@ -329,6 +339,8 @@ std::string MathSettings(const TrainConfig& config) {
   c.pipeline.memory_bytes = 0;
   // Nor does adapting the placement: every placement trains the same floats.
   c.pipeline.adapt = AdaptMode::kOff;
+  // Nor what the job does when a rank is lost.
+  c.recovery = {};
   // What a non-finite step does changes no finite step: a run stopped by
   // one may resume skipping them.
   c.train.on_nonfinite = OnNonFinite::kStop;

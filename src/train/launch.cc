@@ -24,6 +24,7 @@
 #include "baton/signals.h"
 #include "baton/train.h"
 #include "baton/watch.h"
+#include "survivors.h"
 
 namespace baton {
 
@@ -52,49 +53,6 @@ bool Explained(const Error& e) {
   return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
          dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
          dynamic_cast<const RunError*>(&e) != nullptr;
-}
-
-// A peer silent this long (its node lost, or the process stopped) is lost.
-constexpr double kLostAfterSilence = 1.0;
-
-// The end of a job that lost a rank (no recovery inside the job yet): the
-// survivors agree on who is lost, the lowest says so once, and each ends
-// with kExitLostRank, telling its mpirun to end: mpirun exits 1 then,
-// where it keeps the survivors (it exits 0 for ranks that only exit
-// non-zero, or call MPI_Abort, under orte_enable_recovery 1).
-[[noreturn]] void EndAfterLoss(RankWatch& watch, const RankLost& seen, double timeout_s) {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<int> lost;
-  try {
-    lost = watch.AgreeLost(std::min(timeout_s, 30.0));
-  } catch (const Error& e) {
-    std::fprintf(stderr, "baton: %s; %s\n", ForTerminal(seen.what()).c_str(), ForTerminal(e.what()).c_str());
-    std::fflush(stderr);
-    MpiSession::AbortWorld(kExitLostRank);
-  }
-  const double agreed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int lowest = 0;
-  while (std::find(lost.begin(), lost.end(), lowest) != lost.end()) ++lowest;
-  if (watch.rank() == lowest) {
-    std::string how;
-    for (const LostRank& l : watch.Lost()) {
-      if (l.how == "the survivors agreed it is lost") continue;
-      how += fmt::format("{}rank {}: {}, {:.2f} s into the run", how.empty() ? "" : "; ", l.rank, l.how, l.at_s);
-    }
-    std::fprintf(stderr,
-                 "baton: error: lost rank%s %s (%s); the %d survivors agreed in %.3f s. baton does not recover a "
-                 "lost rank inside the job: the job ends (exit %d; mpirun, told to end, exits 1); run it again with --resume auto to continue "
-                 "from the last checkpoint\n",
-                 lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(lost, ", ")).c_str(),
-                 how.empty() ? "seen by another rank" : how.c_str(), watch.size() - static_cast<int>(lost.size()),
-                 agreed_s, kExitLostRank);
-    std::fflush(stderr);
-  }
-  // mpirun forwards what the ranks print as it reads it: time to read the
-  // message before it is told to end.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EndLauncher();
-  std::_Exit(kExitLostRank);
 }
 
 }  // namespace
@@ -147,8 +105,12 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
 // Every rank runs this: reads the config on rank 0, broadcasts and parses it,
 // splits the world into pipelines and replica groups (data parallelism),
 // then runs `job(comms, config, config_text)`. Errors as RunOnAnyRanks.
-int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>& set,
-                  const std::function<void(const RunComms&, const TrainConfig&, const std::string&)>& job) {
+namespace {
+
+// RunOnAllRanks, the job given the ranks' watch where the launcher keeps
+// the survivors of a lost rank (null elsewhere).
+int RunWatched(const std::string& config_path, const std::vector<std::string>& set,
+               const std::function<void(const RunComms&, const TrainConfig&, const std::string&, JobWatch*)>& job) {
   return RunOnAnyRanks(config_path, set, [&](Transport& world, const TrainConfig& config, const std::string& text) {
     // D replicas of a P-rank pipeline: every rank's pipeline and replica
     // group as sub-communicators; one replica: the world is the pipeline.
@@ -174,26 +136,45 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     const RunComms comms{world, groups.pipeline ? *groups.pipeline : world, *groups.replicas};
     // A launcher that keeps the survivors of a lost rank: every rank watches
     // the others, and a loss ends every wait at once.
-    std::unique_ptr<RankWatch> watch;
+    std::unique_ptr<JobWatch> watch;
     if (world.size() > 1 && DetectLaunch().keeps_survivors) {
-      watch = std::make_unique<RankWatch>(world, WatchOptions{.heartbeat_s = 0.1, .silent_s = kLostAfterSilence});
+      watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s);
     }
     try {
-      std::optional<LostRankInterrupt> interrupt;
-      if (watch) interrupt.emplace(*watch);
       // Setup errors inside the job are raised on one rank only (the lowest that failed).
-      job(comms, config, text);
+      job(comms, config, text, watch.get());
     } catch (const RankLost& lost) {
-      EndAfterLoss(*watch, lost, config.pipeline.wait_timeout_s);
+      watch->End(lost);
     }
   });
+}
+
+}  // namespace
+
+int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>& set,
+                  const std::function<void(const RunComms&, const TrainConfig&, const std::string&)>& job) {
+  return RunWatched(config_path, set,
+                    [&](const RunComms& comms, const TrainConfig& config, const std::string& text, JobWatch*) {
+                      job(comms, config, text);
+                    });
 }
 
 int TrainJob(const std::string& config_path, const std::vector<std::string>& set, const TrainOptions& options) {
   const StopSignals signals;  // from the start: a signal during start-up is kept for the first step boundary
   TrainSummary summary;
-  const int code = RunOnAllRanks(config_path, set, [&](const RunComms& comms, const TrainConfig& config,
-                                                        const std::string&) { summary = Train(config, comms, options); });
+  const int code = RunWatched(config_path, set, [&](const RunComms& comms, const TrainConfig& config,
+                                                    const std::string&, JobWatch* watch) {
+    TrainOptions o = options;
+    if (watch != nullptr && config.recovery.on_lost_rank == LostRankMode::kShrink) o.survivors = watch;
+    summary = Train(config, comms, o);
+    if (summary.recoveries > 0) {
+      // The old communicators hold requests to the lost ranks, and
+      // MPI_Finalize would wait for them: the run's files are written and
+      // closed, and the process ends here.
+      std::fflush(nullptr);
+      std::_Exit(summary.stop_signal != 0 ? kExitStopped : 0);
+    }
+  });
   // Stopped by a signal at a step boundary (checkpointed): run it again.
   return code == 0 && summary.stop_signal != 0 ? kExitStopped : code;
 }

@@ -183,7 +183,10 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   }
   u.held_outputs = HeldFifos(held);
   if (!o.training) return;
-  if (o.resume) {
+  if (o.recovered) {
+    u.resume = ResumePoint{.folder = "", .step = o.recovered->step, .manifest = "", .run_id = o.recovered->run_id};
+    u.run.run_id = o.recovered->run_id;
+  } else if (o.resume) {
     const std::string from = o.resume_from.empty() ? c.checkpoint.dir : o.resume_from;
     if (from.empty()) throw ConfigError("--resume needs a folder: give one, or set checkpoint.dir");
     u.resume = FindResumePoint(from);
@@ -205,7 +208,7 @@ void ClaimCheckpoints(const TrainConfig& c, RunSetup& u, bool auto_resume) {
   const std::string id = u.run.run_id;
   u.run = CheckpointRunOf(c, u.plan, u.total_steps);
   u.run.run_id = id;
-  if (u.resume) CheckResumable(*u.resume, u.run);
+  if (u.resume && !u.resume->manifest.empty()) CheckResumable(*u.resume, u.run);  // none in memory
   if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
     u.checkpoints = CheckpointFolder::Claim(c.checkpoint.dir, u.run.run_id, u.resume ? &*u.resume : nullptr,
                                             auto_resume);
@@ -314,6 +317,9 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     // The same answer on every rank, so that all join the evaluation's reduction.
     u.evaluation = world.AllMax(u.test.samples > 0 ? 1 : 0, "every rank's evaluation data") == 1;
     u.fault = FaultForRun(u.fault, u.world_rank, u.first_step);
+    // A fault fires once in a job: the ranks that go on after a loss are
+    // numbered anew, and none repeats it.
+    if (o.recovered) u.fault = Fault{};
     u.exec->set_fault(u.fault);
     Agree(world, "every rank checking BATON_FAULT", [&] {
       if (u.fault.mode != Fault::kNone && u.fault.action == "replan" && !o.replans) {

@@ -69,6 +69,14 @@ struct SetupOptions {
   // Env::Default().
   const Env* env = nullptr;
   std::vector<NamedPath> extra_outputs;  // files the caller writes after the run (bench's reports)
+  // Going on inside the job after a lost rank (recovery.on_lost_rank:
+  // shrink): the run `run_id` resumes after `step` from its ranks' state in
+  // memory (KeptState), taking up its checkpoint folder and metrics file.
+  struct Recovered {
+    std::string run_id;
+    std::int64_t step = 0;
+  };
+  std::optional<Recovered> recovered;
 };
 
 // Everything a rank runs with: the plan, and what was allocated from it.

@@ -12,16 +12,22 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "baton/data.h"
 #include "baton/error.h"
 #include "baton/placement.h"
 #include "baton/train.h"
+#include "baton/watch.h"
 #include "checkpoint.h"
 #include "executor.h"
 #include "adapt.h"
 #include "migrate.h"
 #include "setup.h"
+#include "survivors.h"
 
 namespace baton {
 namespace {
@@ -320,12 +326,21 @@ void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, 
 // A resumed run (u.first_step > 1): the checkpoint loaded, the data where
 // it stood; only then is what came after the resumed step set aside (a
 // failed load leaves every file as it was) and the metrics file cut there.
+void TakeUpAfter(const RunComms& comms, RunSetup& u, std::int64_t resumed);
+
 void Resume(const RunComms& comms, RunSetup& u) {
-  Transport& t = comms.world;
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t resumed = u.first_step - 1;
   LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params);
   u.loader->Seek(resumed / per_epoch, resumed % per_epoch);
+  TakeUpAfter(comms, u, resumed);
+}
+
+// The run's files after step `resumed`: this run's checkpoints after it set
+// aside, the metrics file cut there (a resumed run, or one going on after a
+// lost rank).
+void TakeUpAfter(const RunComms& comms, RunSetup& u, std::int64_t resumed) {
+  Transport& t = comms.world;
   Agree(t, "rank 0 setting aside what came after the resumed step", [&] {
     if (t.rank() != 0) return;
     if (!u.checkpoints.dir().empty()) {
@@ -399,24 +414,100 @@ void SayBeforeSteps(const TrainConfig& c, const RunSetup& u) {
 
 }  // namespace
 
-TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options) {
-  const auto start = Clock::now();
-  // From here a stop signal is noted, and obeyed at a step boundary.
-  const StopSignals signals;
-  TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change
-  RunSetup u;
+namespace {
+
+// A recovery inside the job, said and recorded once the next step has
+// finished: the lost ranks, how they were seen, and the time from the loss.
+struct Recovery {
+  std::vector<int> lost;
+  std::string how;
+  int replicas_before = 0, replicas_after = 0;
+  std::int64_t after_step = 0;  // the state the run went on from
+  Clock::time_point seen;
+  double agreed_s = 0;
+};
+
+// Rank 0: the line and the metrics row of `r`, once step `step` has finished.
+void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int64_t step, bool tty) {
+  const double seconds = Seconds(r.seen, Clock::now());
+  if (t.rank() == 0) {
+    std::fprintf(stderr,
+                 "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s and went on with %d of %d replicas "
+                 "(recovery.on_lost_rank: shrink) from step %lld, the same global batch; step %lld finished %.2f s "
+                 "after the loss\n",
+                 tty ? "\n" : "", r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(),
+                 r.how.c_str(), r.agreed_s, r.replicas_after, r.replicas_before,
+                 static_cast<long long>(r.after_step + 1), static_cast<long long>(step), seconds);
+  }
+  WriteRow(t, metrics,
+           Row({{"event", "\"recovered\""},
+                {"step", std::to_string(step)},
+                {"lost", fmt::format("[{}]", fmt::join(r.lost, ", "))},
+                {"noticed", nlohmann::json(r.how).dump()},
+                {"mode", "\"shrink\""},
+                {"replicas", std::to_string(r.replicas_after)},
+                {"resumed_after", std::to_string(r.after_step)},
+                {"seconds", Json(seconds)}}));
+}
+
+// The config of the replicas that go on: the same global batch over
+// `replicas` replicas, in microbatches of the same size (recovery's config
+// check makes them divide).
+TrainConfig ShrunkConfig(TrainConfig c, int replicas) {
+  const int total = c.pipeline.microbatches * c.data_parallel.size;
+  c.data_parallel.size = replicas;
+  c.pipeline.microbatches = total / replicas;
+  return c;
+}
+
+// How the watch saw the loss, as `seen` says it ("lost rank 1 (its
+// connection closed, 2.31 s into the run)").
+std::string HowSeen(const RankLost& seen) {
+  std::string how;
+  for (const LostRank& l : seen.lost()) {
+    how += fmt::format("{}rank {}: {}, {:.2f} s into the run", how.empty() ? "" : "; ", l.rank, l.how, l.at_s);
+  }
+  return how;
+}
+
+}  // namespace
+
+namespace {
+
+// The run set up on `comms`, from its start, a checkpoint, or (after a lost
+// rank) the state `kept` holds; with `kept`, every rank told the run's id.
+void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions& options, KeptState* kept,
+                const std::optional<Recovery>& recovered, RunSetup& u) {
+  SetupOptions setup = SetupFor(c, options);
+  if (recovered) setup.recovered = SetupOptions::Recovered{kept->run_id, recovered->after_step};
+  SetUpRun(c, comms, u, setup);
+  if (recovered) {
+    kept->Restore(u, recovered->after_step);
+    TakeUpAfter(comms, u, recovered->after_step);
+  } else if (u.first_step > 1) {
+    Resume(comms, u);  // told to, or checkpoint.resume: auto found a checkpoint
+  }
+  if (kept != nullptr && !recovered) {  // every rank knows the run's id, should it become rank 0
+    kept->run_id = u.run.run_id;
+    comms.world.BroadcastString(&kept->run_id);
+  }
+}
+
+// The steps of a run planned by `c` on `comms`, from its start, a
+// checkpoint, or (after a lost rank) the state `kept` holds; throws
+// RankLost when a rank is lost.
+void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& options, Clock::time_point start,
+                KeptState* kept, std::optional<Recovery>& recovered, TrainSummary& summary, RunSetup& u) {
   const Env& env = options.env != nullptr ? *options.env : Env::Default();
-  SetUpRun(c, comms, u, SetupFor(c, options));
+  SetUpSteps(c, comms, options, kept, recovered, u);
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t first_step = u.first_step;
-  if (first_step > 1) Resume(comms, u);  // told to, or checkpoint.resume: auto found a checkpoint
   const bool root = t.rank() == 0;
   const std::int64_t total = u.total_steps;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   if (root && c.log.progress) PrintStart(c, u, t.size(), total);
-  if (root) SayBeforeSteps(c, u);
-  TrainSummary summary;
+  if (root && !recovered) SayBeforeSteps(c, u);
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
@@ -427,13 +518,15 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
   WeightsWatch weights_lost;
   for (std::int64_t step = first_step; step <= total; ++step) {
+    // Kept before the agreement below: see KeptState.
+    if (kept != nullptr) kept->Keep(u, comms.replicas, step - 1);
     // A stop signal on any rank stops every rank here, between steps.
     const int stop = t.AllMax(env.StopSignal(), "every rank checking for a stop signal");
     if (stop != 0) {
       numbers.Settle();
       Stop(c, comms, u, stop, step - 1, last_checkpoint, tty, summary);
       summary.seconds = Seconds(start, Clock::now());
-      return summary;
+      return;
     }
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
@@ -450,6 +543,11 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
     const bool epoch_end = step % per_epoch == 0 || step == total;
+    if (recovered) {
+      numbers.Settle();
+      SayRecovered(t, u.metrics.get(), *recovered, step, tty);
+      recovered.reset();
+    }
     if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
       numbers.Settle();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
@@ -492,7 +590,52 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   EndRun(c, comms, u, last_checkpoint);
   summary.seconds = Seconds(start, Clock::now());
   if (root) SayDone(c, summary, numbers.skipped());
-  return summary;
+}
+
+}  // namespace
+
+TrainSummary Train(const TrainConfig& config, const RunComms& comms, const TrainOptions& options) {
+  const auto start = Clock::now();
+  // From here a stop signal is noted, and obeyed at a step boundary.
+  const StopSignals signals;
+  TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change
+  TrainSummary summary;
+  const bool shrink = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kShrink;
+  KeptState kept;
+  std::optional<Recovery> recovered;
+  const RunComms* on = &comms;
+  // The setups of the communicators a loss left: kept to the process's end,
+  // since MPI may still write into their buffers (a receive posted before
+  // the loss cannot be taken back), but their files let go.
+  std::vector<std::unique_ptr<RunSetup>> left;
+  auto u = std::make_unique<RunSetup>();
+  for (;;) {
+    try {
+      TrainSteps(c, *on, options, start, shrink ? &kept : nullptr, recovered, summary, *u);
+      return summary;
+    } catch (const RankLost& seen) {
+      if (!shrink || !kept.any()) throw;  // the launch ends the job
+      u->metrics.reset();
+      u->checkpoints.Abandon();
+      u->held_outputs = HeldFifos();
+      left.push_back(std::move(u));
+      u = std::make_unique<RunSetup>();
+      Recovery r;
+      r.seen = Clock::now();
+      r.how = HowSeen(seen);
+      r.replicas_before = c.data_parallel.size;
+      const Survivors::Shrunk shrunk = options.survivors->Shrink(seen, {c.pipeline.ranks, c.data_parallel.size});
+      on = shrunk.comms;
+      r.lost = shrunk.lost;
+      r.agreed_s = shrunk.agreed_s;
+      r.replicas_after = shrunk.replicas;
+      // The step every survivor still keeps: the least of their latest.
+      r.after_step = -on->world.AllMax(static_cast<int>(-kept.latest()), "the survivors' kept steps");
+      c = ShrunkConfig(c, shrunk.replicas);
+      recovered = r;
+      ++summary.recoveries;
+    }
+  }
 }
 
 }  // namespace baton

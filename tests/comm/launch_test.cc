@@ -40,7 +40,8 @@ TEST(DetectLaunch, SaysWhatALostRankDoesUnderItsLauncher) {
   EXPECT_NE(LostRankHandling(plain).find("mpirun ends every rank"), std::string::npos) << LostRankHandling(plain);
   const Launch keeps = Detect({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_MCA_orte_enable_recovery", "1"}});
   EXPECT_TRUE(keeps.keeps_survivors);
-  EXPECT_NE(LostRankHandling(keeps).find("a lost rank is seen within 1 s"), std::string::npos);
+  EXPECT_NE(LostRankHandling(keeps).find("a lost rank is seen within 1 s; with recovery.on_lost_rank: shrink"),
+            std::string::npos);
   const Launch srun = Detect({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"PMIX_RANK", "3"}});
   EXPECT_FALSE(srun.keeps_survivors);
   EXPECT_NE(LostRankHandling(srun).find("needs mpirun inside the allocation"), std::string::npos);

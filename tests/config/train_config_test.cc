@@ -228,7 +228,7 @@ TEST(TrainConfigFiles, MissingFileIsAConfigError) {
 TEST(TrainConfigErrors, UnknownTopLevelKeySuggestsTheNearest) {
   const std::string msg = ErrorOf(std::string(kValid) + "pipline:\n  ranks: 4\n");
   EXPECT_TRUE(Contains(msg, "t.yaml:18:1: unknown key 'pipline'; did you mean 'pipeline'?")) << msg;
-  EXPECT_TRUE(Contains(msg, "allowed here: checkpoint, data, data_parallel, device, log, model, pipeline, precision, train")) << msg;
+  EXPECT_TRUE(Contains(msg, "allowed here: checkpoint, data, data_parallel, device, log, model, pipeline, precision, recovery, train")) << msg;
 }
 
 TEST(TrainConfigErrors, UnknownNestedKeyNamesTheKeyPath) {
@@ -1106,7 +1106,34 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"data_parallel.size=3", "data_parallel.size: 3 replicas x 4 microbatches do not divide train.batch_size 16"},
         BadValue{"data_parallel.zero=4", "data_parallel.zero: must be in [0, 3], got 4"},
         BadValue{"data_parallel.bucket_cap_mb=0", "data_parallel.bucket_cap_mb: must be in"},
-        BadValue{"data_parallel.sharded=true", "unknown key 'data_parallel.sharded'"}));
+        BadValue{"data_parallel.sharded=true", "unknown key 'data_parallel.sharded'"},
+        BadValue{"recovery.on_lost_rank=restart", "recovery.on_lost_rank: 'restart' is not one of: stop, shrink"},
+        BadValue{"recovery.on_lost_rank=shrink",
+                 "recovery.on_lost_rank: shrink goes on without the replicas that lost a rank, and needs "
+                 "data_parallel.size >= 2"}));
+
+// recovery.on_lost_rank: shrink needs replicas that each hold their stages'
+// whole state, and a global batch that the replicas left share equally.
+TEST(TrainConfigRecovery, ShrinkNeedsWholeReplicasAndEqualShares) {
+  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 2}", "recovery.on_lost_rank=shrink"});
+  EXPECT_EQ(c.recovery.on_lost_rank, LostRankMode::kShrink);
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {}).recovery.on_lost_rank, LostRankMode::kStop);
+  auto refused = [](std::vector<std::string> set, const std::string& says) {
+    try {
+      ParseTrainConfig(kValid, "t.yaml", set);
+      ADD_FAILURE() << "accepted: " << set.front();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({"data_parallel={size: 2, zero: 1}", "recovery.on_lost_rank=shrink"},
+          "ZeRO stage 1 shards it (no buddy copies yet)");
+  // 4 replicas x 4 microbatches: 3 replicas cannot share 16.
+  refused({"data_parallel={size: 4}", "train.batch_size=32", "pipeline.microbatches=4", "recovery.on_lost_rank=shrink"},
+          "and 3 cannot share them equally");
+  EXPECT_NO_THROW(ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 4}", "train.batch_size=48",
+                                                       "pipeline.microbatches=3", "recovery.on_lost_rank=shrink"}));
+}
 
 TEST(TrainConfigDataParallel, ReplicasRunOnTheGpuToo) {
   const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 2, zero: 1}", "device=cuda"});
