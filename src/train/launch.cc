@@ -170,7 +170,8 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
     if (summary.recoveries > 0) {
       // The old communicators hold requests to the lost ranks, and
       // MPI_Finalize would wait for them: the run's files are written and
-      // closed, and the process ends here.
+      // closed, and the process ends here, once it has said goodbye.
+      watch->Finish();
       std::fflush(nullptr);
       std::_Exit(summary.stop_signal != 0 ? kExitStopped : 0);
     }

@@ -55,7 +55,9 @@ JobWatch::JobWatch(const RunComms& comms, double timeout_s) : timeout_s_(timeout
   Watch();
 }
 
-JobWatch::~JobWatch() {
+JobWatch::~JobWatch() { Finish(); }
+
+void JobWatch::Finish() {
   interrupt_.reset();
   watch_.reset();
 }

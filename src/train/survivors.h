@@ -33,6 +33,10 @@ class JobWatch final : public Survivors {
   // non-zero, or call MPI_Abort, under orte_enable_recovery 1).
   [[noreturn]] void End(const RankLost& seen);
 
+  // This rank is done: it says goodbye to every other, whose watch then
+  // takes its end for no loss.
+  void Finish();
+
  private:
   void Watch();
   double timeout_s_;
