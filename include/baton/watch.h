@@ -33,6 +33,11 @@ struct LostRank {
   double at_s = 0;
 };
 
+// The lost ranks as they were seen, for messages: "rank 1: its connection
+// closed, 2.31 s into the run; rank 3: ...". Those only agreed on (seen by
+// another rank) are left out; none left: "seen by another rank".
+std::string DescribeLost(const std::vector<LostRank>& lost);
+
 // Thrown out of a wait (any Deadline::Poll of the thread that holds a
 // LostRankInterrupt) once the watch has seen a rank lost.
 class RankLost : public Error {

@@ -41,6 +41,9 @@ constexpr char kGoodbye = 'B';
 constexpr char kView = 'V';
 constexpr char kDecision = 'D';
 
+// How a rank this one never saw lost is, once the survivors agreed it is.
+constexpr const char* kAgreedLost = "the survivors agreed it is lost";
+
 [[noreturn]] void Fail(const std::string& what) {
   throw Error(fmt::format("the lost-rank watch: {}: {}", what, std::strerror(errno)));
 }
@@ -305,15 +308,21 @@ std::vector<LostRank> RankWatch::Lost() const {
 
 bool RankWatch::AnyLost() const { return state_->any_lost.load(std::memory_order_relaxed); }
 
+std::string DescribeLost(const std::vector<LostRank>& lost) {
+  std::string how;
+  for (const LostRank& l : lost) {
+    if (l.how == kAgreedLost) continue;
+    how += fmt::format("{}rank {}: {}, {:.2f} s into the run", how.empty() ? "" : "; ", l.rank, l.how, l.at_s);
+  }
+  return how.empty() ? "seen by another rank" : how;
+}
+
 void RankWatch::ThrowIfLost() const {
   // Not while unwinding (a destructor's wait): the loss is already on its way up.
   if (!AnyLost() || std::uncaught_exceptions() > 0) return;
   std::vector<LostRank> lost = Lost();
-  std::string what;
-  for (const LostRank& l : lost) {
-    what += fmt::format("{}rank {} ({}, {:.2f} s into the run)", what.empty() ? "" : ", ", l.rank, l.how, l.at_s);
-  }
-  throw RankLost(std::move(lost), fmt::format("rank {}: lost {}", rank_, what));
+  const std::string what = DescribeLost(lost);
+  throw RankLost(std::move(lost), fmt::format("rank {} saw a rank lost ({})", rank_, what));
 }
 
 std::vector<int> RankWatch::AgreeLost(double timeout_s) {
@@ -370,7 +379,7 @@ std::vector<int> RankWatch::AgreeLost(double timeout_s) {
         }
       }
       for (const int r : out) {
-        if (r != rank_) s.MarkLost(r, "the survivors agreed it is lost");
+        if (r != rank_) s.MarkLost(r, kAgreedLost);
       }
       return out;
     }

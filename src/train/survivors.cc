@@ -25,17 +25,6 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// How the watch saw the lost ranks ("rank 1: its connection closed, 2.31 s
-// into the run"), or that another rank saw them.
-std::string HowSeen(const RankWatch& watch) {
-  std::string how;
-  for (const LostRank& l : watch.Lost()) {
-    if (l.how == "the survivors agreed it is lost") continue;
-    how += fmt::format("{}rank {}: {}, {:.2f} s into the run", how.empty() ? "" : "; ", l.rank, l.how, l.at_s);
-  }
-  return how.empty() ? "seen by another rank" : how;
-}
-
 }  // namespace
 
 JobWatch::JobWatch(const RunComms& comms, double timeout_s) : timeout_s_(timeout_s), comms_(&comms) {
@@ -141,7 +130,7 @@ void JobWatch::End(const RankLost& seen) {
                  "(recovery.on_lost_rank: stop, or no replica left whole; exit %d; mpirun, told to end, exits 1); "
                  "run it again with --resume auto to continue from the last checkpoint\n",
                  lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(lost, ", ")).c_str(),
-                 HowSeen(*watch_).c_str(), watch_->size() - static_cast<int>(lost.size()), agreed_s, kExitLostRank);
+                 DescribeLost(watch_->Lost()).c_str(), watch_->size() - static_cast<int>(lost.size()), agreed_s, kExitLostRank);
     std::fflush(stderr);
   }
   // mpirun forwards what the ranks print as it reads it: time to read the

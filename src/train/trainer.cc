@@ -460,16 +460,6 @@ TrainConfig ShrunkConfig(TrainConfig c, int replicas) {
   return c;
 }
 
-// How the watch saw the loss, as `seen` says it ("lost rank 1 (its
-// connection closed, 2.31 s into the run)").
-std::string HowSeen(const RankLost& seen) {
-  std::string how;
-  for (const LostRank& l : seen.lost()) {
-    how += fmt::format("{}rank {}: {}, {:.2f} s into the run", how.empty() ? "" : "; ", l.rank, l.how, l.at_s);
-  }
-  return how;
-}
-
 }  // namespace
 
 namespace {
@@ -622,7 +612,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       u = std::make_unique<RunSetup>();
       Recovery r;
       r.seen = Clock::now();
-      r.how = HowSeen(seen);
+      r.how = DescribeLost(seen.lost());
       r.replicas_before = c.data_parallel.size;
       const Survivors::Shrunk shrunk = options.survivors->Shrink(seen, {c.pipeline.ranks, c.data_parallel.size});
       on = shrunk.comms;
