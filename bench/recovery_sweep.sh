@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Recovery inside the job (recovery.on_lost_rank: shrink) against RUNS
+# SIGKILLs of a random rank at a random action (seeded: SEED): each run is
+# the tiny MLP as 2 replicas of a 2-rank or a 4-rank pipeline, 1F1B or
+# ZB-H1, 100 steps with a checkpoint every 10, under mpirun with the
+# settings that keep the survivors; the kill falls at a random step in
+# 10..90 on a random rank, in one of its schedule's actions (F, B; F, I, W)
+# or while a checkpoint is written (after the rank's shard, before the
+# manifest). Prints, with the stamp, one row a run: the layout, schedule,
+# rank, step and action, the exit code, whether the run went on (one
+# recovery line, every step once in the metrics), the time from the notice
+# to the next finished step, the final weights' largest difference from
+# the uninterrupted run of the same layout and schedule, and the wall time;
+# then how many of the runs recovered.
+#   bench/recovery_sweep.sh [RUNS] [SEED]     (default 20 1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/stamp.sh
+runs=${1:-20}
+seed=${2:-1}
+baton=${BATON:-build/baton}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+run() {  # NAME P SCHEDULE [ENV...]
+  local name=$1 p=$2 schedule=$3
+  shift 3
+  rm -rf "$out/ck-$name"
+  env "$@" timeout 300 mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 \
+    -np $(( p * 2 )) "$baton" train tests/mpi/tiny.yaml --set pipeline.ranks="$p" --set data_parallel.size=2 \
+    --set pipeline.schedule="$schedule" --set train.steps=100 --set log.every_steps=1 \
+    --set recovery.on_lost_rank=shrink --set checkpoint.dir="$out/ck-$name" --set checkpoint.every_steps=10 \
+    --set log.metrics="$out/$name.jsonl" --set log.weights="$out/$name.safetensors" > "$out/$name.log" 2>&1
+}
+stamp "$0 $runs $seed"
+echo
+for p in 2 4; do
+  for schedule in 1f1b zb_h1; do run "healthy-$p-$schedule" "$p" "$schedule"; done
+done
+echo "| run | ranks x replicas | schedule | rank killed | step | action | exit | went on | notice to the next finished step (s) | weights: largest difference from the uninterrupted run | wall (s) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+RANDOM=$seed
+recovered=0
+for i in $(seq 1 "$runs"); do
+  p=$(( RANDOM % 2 ? 4 : 2 ))
+  schedule=$([ $(( RANDOM % 2 )) -eq 0 ] && echo 1f1b || echo zb_h1)
+  rank=$(( RANDOM % (p * 2) ))
+  if [ "$schedule" = 1f1b ]; then actions=(F B checkpoint); else actions=(F I W checkpoint); fi
+  action=${actions[$(( RANDOM % ${#actions[@]} ))]}
+  step=$(( 10 + RANDOM % 81 ))
+  [ "$action" = checkpoint ] && step=$(( (step / 10) * 10 ))
+  start=$(date +%s.%N)
+  set +e
+  run "kill$i" "$p" "$schedule" BATON_FAULT="$rank:$step:$action:kill"
+  code=$?
+  set -e
+  wall=$(echo "$(date +%s.%N) - $start" | bc)
+  if python3 - "$out" "$i" "$p" "$schedule" "$rank" "$step" "$action" "$code" "$wall" <<'EOF'
+import json, struct, sys
+out, i, p, schedule, rank, step, action, code, wall = sys.argv[1:]
+def weights(name):
+    b = open(f"{out}/{name}.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    body = b[8 + n:]
+    return {k: struct.unpack("<%df" % ((e - s) // 4), body[s:e])
+            for k, t in h.items() if k != "__metadata__" for s, e in [t["data_offsets"]]}
+ok, seconds, diff = False, "-", "-"
+try:
+    rows = [json.loads(l) for l in open(f"{out}/kill{i}.jsonl")]
+    steps = [r["step"] for r in rows if "event" not in r]
+    events = [r for r in rows if r.get("event") == "recovered"]
+    log = open(f"{out}/kill{i}.log").read()
+    ok = code == "0" and steps == list(range(1, 101)) and len(events) == 1 and log.count("baton: lost rank") == 1
+    if events:
+        seconds = f"{events[0]['seconds']:.3f}"
+    a, b = weights(f"healthy-{p}-{schedule}"), weights(f"kill{i}")
+    diff = f"{max(abs(x - y) for k in a for x, y in zip(a[k], b[k])):.2e}"
+except Exception as e:
+    diff = f"({type(e).__name__})"
+print(f"| {i} | {p} x 2 | {schedule} | {rank} | {step} | {action} | {code} | {ok} | {seconds} | {diff} | {float(wall):.1f} |")
+sys.exit(0 if ok else 1)
+EOF
+  then recovered=$(( recovered + 1 )); fi
+done
+echo
+echo "Recovered: $recovered of $runs."
