@@ -55,6 +55,23 @@ bool Explained(const Error& e) {
          dynamic_cast<const RunError*>(&e) != nullptr;
 }
 
+// Where mpirun keeps the survivors of a lost rank (orte_enable_recovery 1),
+// it exits 0 whatever its ranks return, MPI_Abort included: a job that
+// failed tells it to end (after a moment, so that it forwards the message
+// first), and it exits 1.
+void TellLauncherItFailed() {
+  if (!DetectLaunch().keeps_survivors) return;
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EndLauncher();
+}
+
+// This rank's error ends the whole job, non-zero.
+[[noreturn]] void Abort() {
+  TellLauncherItFailed();
+  MpiSession::AbortWorld(1);
+}
+
 }  // namespace
 
 int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>& set,
@@ -88,16 +105,17 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
   } catch (const Error& e) {
     if (!Explained(e)) {
       std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
-      MpiSession::AbortWorld(1);
+      Abort();
     }
     report(e);
+    if (rank == 0) TellLauncherItFailed();
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "baton: rank %d: error: out of memory (an allocation failed outside setup's checks)\n", rank);
-    MpiSession::AbortWorld(1);
+    Abort();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
-    MpiSession::AbortWorld(1);
+    Abort();
   }
   return 0;
 }

@@ -378,6 +378,20 @@ TEST_F(Hostile, ALostRankEndsTheJobAtOnceWhereMpirunKeepsTheSurvivors) {
   }
 }
 
+// Under the same settings mpirun exits 0 for ranks that all exit 2 on a
+// config error (or call MPI_Abort): rank 0 tells it to end, so the job
+// still fails from the launcher's side.
+TEST_F(Hostile, AnErrorEndsMpirunNonZeroWhereItKeepsTheSurvivors) {
+  last_ = "cd '" + dir_.string() + "' && timeout 120 '" BATON_MPIEXEC "' --mca orte_enable_recovery 1 --mca "
+          "orte_abort_on_non_zero_status 0 -np 4 '" BATON_BINARY "' train '" + Tiny() + "' --set pipeline.ranks=3 "
+          "> log.txt 2>&1";
+  const Job j = Run(last_);
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error"), 1u) << j.output;
+  EXPECT_NE(j.output.find("pipeline.ranks is 3 but the job has 4 ranks"), std::string::npos) << j.output;
+}
+
 // ---- memory is checked before anything is allocated ----
 
 TEST_F(Hostile, AModelThatCannotFitIsRefusedBeforeAllocating) {
