@@ -45,25 +45,19 @@ for v in "${victims[@]}"; do
   code=$?
   set -e
   python3 - "$out" "$v" "$at" "$steps" "$d" "$code" <<'EOF'
-import json, statistics, struct, sys
+import json, statistics, sys
+sys.path.insert(0, "bench")
+from weights_diff import largest_difference
 out, v, at, steps, d, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 def rows(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
-def weights(name):
-    b = open(f"{out}/{name}.safetensors", "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    body = b[8 + n:]
-    return {k: struct.unpack("<%df" % ((e - s) // 4), body[s:e])
-            for k, t in h.items() if k != "__metadata__" for s, e in [t["data_offsets"]]}
 r = rows(f"lost{v}")
 steps_seen = [x["step"] for x in r if "event" not in x]
 event = [x for x in r if x.get("event") == "recovered"]
 t = {x["step"]: x["step_time_s"] for x in r if "event" not in x}
 before = statistics.median(t[s] for s in range(at - 10, at))
 after = statistics.median(t[s] for s in range(at + 5, steps + 1))
-a, b = weights("healthy"), weights(f"lost{v}")
-diff = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+diff = largest_difference(f"{out}/healthy.safetensors", f"{out}/lost{v}.safetensors")
 print(f"| {v} | {code} | {event[0]['seconds']:.3f} | {before * 1e3:.2f} | {after * 1e3:.2f} | "
       f"{before / after:.3f} | {0.95 * (d - 1) / d:.3f} | {steps_seen == list(range(1, steps + 1))} | {diff:.2e} |")
 EOF
