@@ -1,6 +1,6 @@
 // The lost-rank watch (RankWatch) on ranks as threads, over real TCP
 // connections: a rank whose connections close without a goodbye is seen
-// lost by every other within the heartbeat's period, a wait of a watching
+// lost by every other from its closed connections, a wait of a watching
 // thread ends with RankLost, the survivors agree on who is lost, also when
 // whoever decides dies during the agreement, and ranks that end normally
 // (a goodbye) are no loss.
@@ -53,7 +53,9 @@ TEST(RankWatch, ALostRankIsSeenByEveryOtherAndTheSurvivorsAgree) {
   });
   for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   for (const int r : {0, 1, 3}) {
-    EXPECT_LT(noticed_after[r], 1.0) << "rank " << r;
+    // Sooner than silence could have told (5 s): the closed connection did
+    // (measured here well under 0.1 s; the bound leaves slow machines room).
+    EXPECT_LT(noticed_after[r], 5.0) << "rank " << r;
     ASSERT_EQ(seen[r].size(), 1u) << "rank " << r;
     EXPECT_EQ(seen[r][0].rank, 2);
     EXPECT_EQ(seen[r][0].how, "its connection closed");
