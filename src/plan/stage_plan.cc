@@ -2,10 +2,21 @@
 // kept tensor lies in its ring slot, and the stage's workspaces.
 #include <algorithm>
 
+#include "baton/buffer.h"
 #include "internal.h"
 
 namespace baton::plan_detail {
 namespace {
+
+// Every tensor in a slot or a workspace starts on kBufferAlignment, as the
+// buffers themselves do: a vectorised kernel rounds by where its operand
+// starts (Eigen peels the floats before the first aligned one and computes
+// them one by one, its packet exp and sums round otherwise), so a tensor's
+// offset, which depends on the stage's other tensors, would make the
+// placement change the training's last bits.
+std::size_t Aligned(std::size_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
 
 // The stage's ops (their device layer indices, adds' skips), activations and
 // parameters.
@@ -77,9 +88,9 @@ void PlanLayerState(const RunPlan& run, StagePlan& p) {
     p.saved_bytes[i] = token_rows * saved_per_row * sizeof(float);
     p.stash_bytes[i] = token_rows * op.stash_per_row * sizeof(float);
     p.ws_saved_offset[i] = state;
-    state += p.saved_bytes[i];
+    state += Aligned(p.saved_bytes[i]);
     p.ws_stash_offset[i] = state;
-    state += p.stash_bytes[i];
+    state += Aligned(p.stash_bytes[i]);
     p.saved_in_slot[i] = p.saved_bytes[i] > 0 && (i + 1 == K || p.kept[i + 1]);
     p.stash_in_slot[i] = p.stash_bytes[i] > 0 && p.split_backward;
   }
@@ -96,16 +107,16 @@ void PlanSlot(const RunPlan& run, StagePlan& p) {
   for (int i = 0; i < K; ++i) {
     if (!p.kept[i]) continue;
     p.kept_offset[i] = slot;
-    slot += p.act[i].bytes();
+    slot += Aligned(p.act[i].bytes());
   }
   if (p.is_last) {
     p.dlogits_offset = slot;
-    slot += p.act[K].bytes();
+    slot += Aligned(p.act[K].bytes());
   }
   for (int i = 0; i < K; ++i) {
     if (!p.saved_in_slot[i]) continue;
     p.saved_offset[i] = slot;
-    slot += p.saved_bytes[i];
+    slot += Aligned(p.saved_bytes[i]);
   }
   p.forward_bytes = slot;
   p.wgrad_offset.assign(K, 0);
@@ -113,20 +124,20 @@ void PlanSlot(const RunPlan& run, StagePlan& p) {
     for (int i = 0; i < K; ++i) {
       if (!run.model.ops[static_cast<std::size_t>(p.first_op + i)].has_params()) continue;
       p.wgrad_offset[i] = slot;
-      slot += p.act[i + 1].bytes();
+      slot += Aligned(p.act[i + 1].bytes());
     }
   }
   for (int i = 0; i < K; ++i) {
     if (!p.stash_in_slot[i]) continue;
     p.stash_offset[i] = slot;
-    slot += p.stash_bytes[i];
+    slot += Aligned(p.stash_bytes[i]);
   }
   p.slot_bytes = slot;
   p.workspace_offset.assign(K + 1, 0);
   std::size_t ws = 0;
   for (int i = 0; i <= K; ++i) {
     p.workspace_offset[i] = ws;
-    ws += p.act[i].bytes();
+    ws += Aligned(p.act[i].bytes());
   }
   p.workspace_bytes = ws;
 }
@@ -142,7 +153,7 @@ void PlanSequence(const RunPlan& run, StagePlan& p) {
     const OpDesc& op = run.model.ops[static_cast<std::size_t>(p.first_op + i)];
     if (op.type != LayerType::kAttention) continue;
     p.sequence_offset[static_cast<std::size_t>(i)] = p.sequence_bytes;
-    p.sequence_bytes += AttentionLayout(op).sequence_floats(static_cast<std::size_t>(run.rows)) * sizeof(float);
+    p.sequence_bytes += Aligned(AttentionLayout(op).sequence_floats(static_cast<std::size_t>(run.rows)) * sizeof(float));
   }
 }
 
