@@ -1,6 +1,7 @@
 #include "migrate.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -110,6 +111,52 @@ void Rewire(const TrainConfig& config, const RunComms& comms, RunSetup& u) {
   SetFlightRecords(config, comms, u);
 }
 
+// ZeRO 1-3: WholeState gathers the optimizer state's shards on the first
+// replica (the others hold none): every replica gets the first one's
+// tensors, whole. The parameters come too (every replica holds the same
+// bytes of them), so the tensors are one buffer in one collective over
+// the group. Returns the bytes this rank sent.
+std::size_t NumElements(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (std::int64_t d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+std::size_t ShareFromFirstReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& tensors) {
+  std::size_t n = 0;
+  for (const NamedTensor& nt : tensors) n += NumElements(nt.shape);
+  const bool first = replicas.rank() == 0;
+  std::vector<float> all(n);
+  if (first) {
+    std::size_t at = 0;
+    for (const NamedTensor& nt : tensors) {
+      if (nt.data.size() != NumElements(nt.shape)) {
+        throw RunError(fmt::format("moving the model state: tensor '{}' has {} floats on the first replica, not {}",
+                                   nt.name, nt.data.size(), NumElements(nt.shape)));
+      }
+      std::copy(nt.data.begin(), nt.data.end(), all.begin() + static_cast<std::ptrdiff_t>(at));
+      at += nt.data.size();
+    }
+  }
+  if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    throw RunError(fmt::format("moving the model state: {} floats on one rank, more than one collective carries", n));
+  }
+  // A broadcast as an all-gather whose parts are all the first member's.
+  const auto size = static_cast<std::size_t>(replicas.size());
+  std::vector<int> counts(size, 0), displs(size, static_cast<int>(n));
+  counts[0] = static_cast<int>(n);
+  displs[0] = 0;
+  replicas.StartAllGather(0, all, counts, displs);
+  replicas.Wait(0, {"the first replica's model state, to every replica", -1, -1, -1});
+  std::size_t at = 0;
+  for (NamedTensor& nt : tensors) {
+    const std::size_t k = NumElements(nt.shape);
+    nt.data.assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + k));
+    at += k;
+  }
+  return first ? n * sizeof(float) * (size - 1) : 0;
+}
+
 }  // namespace
 
 std::size_t MoveTensors(Transport& t, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted) {
@@ -170,11 +217,6 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
                                     "the placement (the ranks, microbatches, replicas, device and every number stay)",
                                     next.source));
     }
-    if (next.data_parallel.in_effect().shards_optimizer()) {
-      throw ConfigError(fmt::format("{}: a placement change between steps does not move sharded optimizer state "
-                                    "yet (data_parallel.zero {})",
-                                    next.source, next.data_parallel.zero.number()));
-    }
     plan = PlanRun(next);
     rank_plan = PlanRank(plan, t.rank(), u.replica);
     if (rank_plan.has_inputs != u.first_rank || rank_plan.has_labels != u.last_rank) {
@@ -190,11 +232,16 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   // store refer to u.plan and u.rank_plan). Should any rank fail to build
   // it, every rank builds the old plan again from the state it kept, and
   // the run goes on as it was.
+  // Under ZeRO 1-3 the first replica gathers each stage's shards and
+  // every replica gets them whole, so that each pipeline moves, and each
+  // replica keeps (Restore), its own shard of the new stages.
   u.params->Pull();
-  const std::vector<NamedTensor> held = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
+  std::vector<NamedTensor> held = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
+  PlanSwap swap;
+  const bool sharded = u.rank_plan.reduction.shards_optimizer;
+  if (sharded) swap.bytes_sent += ShareFromFirstReplica(comms.replicas, held);
   RunPlan old_plan = u.plan;
   RankPlan old_rank_plan = u.rank_plan;
-  PlanSwap swap;
   try {
     Agree(comms.world, "every rank building the new plan", [&] {
       if (fault_here && u.fault.mode == Fault::kError && u.fault.rank == u.world_rank) {
@@ -214,7 +261,10 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
     return swap;
   }
   std::vector<NamedTensor> wanted = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
-  swap.bytes_sent = MoveTensors(t, held, wanted);
+  if (sharded) {
+    for (NamedTensor& w : wanted) w.data.resize(NumElements(w.shape));
+  }
+  swap.bytes_sent += MoveTensors(t, held, wanted);
   u.params->Restore(wanted, "the moved model state", done);
   Rewire(next, comms, u);
   const std::string id = u.run.run_id;

@@ -49,11 +49,13 @@ struct PlanSwap {
 // the parameter store, the parameters and optimizer state moved by
 // MoveTensors, the optimizer's step count kept. The training goes on as if
 // the plan had always been `next`: every schedule and layout trains the
-// same floats. Collective over the pipeline. Throws ConfigError before
+// same floats. Collective over the world. Throws ConfigError before
 // anything changes if `next` moves the first or last stage to another rank
-// (each rank reads only its own part of the data), runs replicas with a
-// sharded optimizer (ZeRO 1-3), or changes anything but the schedule, its
-// chunks and the placement. Should a rank fail to build the new
+// (each rank reads only its own part of the data) or changes anything but
+// the schedule, its chunks and the placement. With replicas every pipeline
+// moves the same way (one plan for all); under ZeRO 1-3 the first
+// replica's whole state goes to every replica first, and each keeps its
+// shard of its new stages. Should a rank fail to build the new
 // plan (its memory, BATON_FAULT's replan:error), every rank goes back to
 // the old plan with the state it had and says so in `failed`.
 PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const RunComms& comms, RunSetup& u,
