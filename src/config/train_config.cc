@@ -714,14 +714,8 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   }
   if (c.pipeline.adapt == AdaptMode::kOn) {
     // A placement moves between steps (SwapPlan): a generated schedule's,
-    // on one pipeline (with replicas, every replica would have to agree).
+    // every replica's pipeline the same way.
     YamlMap pipe = top.Map("pipeline");
-    if (c.data_parallel.size > 1) {
-      pipe.Fail(root["pipeline"]["adapt"], "adapt",
-                fmt::format("on moves a pipeline's layers between steps; with replicas (data_parallel.size {}) it does "
-                            "not yet: use off",
-                            c.data_parallel.size));
-    }
     if (FindGenerator(c.pipeline.schedule) == nullptr) {
       pipe.Fail(root["pipeline"]["adapt"], "adapt",
                 fmt::format("on re-plans a generated schedule's placement, and {} is a schedule file: use off, or "

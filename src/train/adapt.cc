@@ -230,6 +230,39 @@ std::string LateLinksJson(const std::vector<double>& delays, int ranks) {
   return fmt::format("{{{}}}", fmt::join(parts, ", "));
 }
 
+// Per pipeline rank, the largest of its replicas' (`per_rank`: rank p of
+// replica d at p x replicas + d).
+std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas) {
+  std::vector<double> out(per_rank.size() / static_cast<std::size_t>(replicas), 0.0);
+  for (std::size_t i = 0; i < per_rank.size(); ++i) {
+    double& o = out[i / static_cast<std::size_t>(replicas)];
+    o = std::max(o, per_rank[i]);
+  }
+  return out;
+}
+
+// Every world rank's message times ("P D" then its lines), each link's
+// shortest time a step in each replica's pipeline, and per link the
+// largest of those over the replicas (a late wire in one pipeline holds
+// every replica at the gradients' sum).
+std::vector<double> SlowestTransits(const std::vector<std::string>& per_world_rank, int ranks, int replicas) {
+  std::vector<std::vector<std::string>> pipelines(static_cast<std::size_t>(replicas),
+                                                  std::vector<std::string>(static_cast<std::size_t>(ranks)));
+  for (const std::string& text : per_world_rank) {
+    std::istringstream in(text);
+    std::size_t p = 0, d = 0;
+    if (!(in >> p >> d) || p >= pipelines.front().size() || d >= pipelines.size()) continue;
+    pipelines[d][p] = text.substr(std::min(text.size(), text.find('\n') + 1));
+  }
+  std::vector<double> out;
+  for (const auto& pipeline : pipelines) {
+    const std::vector<double> one = ShortestTransits(pipeline);
+    if (out.empty()) out.assign(one.size(), -1.0);
+    for (std::size_t l = 0; l < one.size(); ++l) out[l] = std::max(out[l], one[l]);
+  }
+  return out;
+}
+
 // This rank's message times of the step, as ShortestTransits reads them.
 std::string MessageTimesText(const std::vector<Executor::MessageTime>& times) {
   std::string out;
@@ -243,7 +276,7 @@ std::string MessageTimesText(const std::vector<Executor::MessageTime>& times) {
 
 RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetup& u, const AdaptSettings& settings)
     : comms_(comms), u_(u) {
-  Transport& t = comms.pipeline;
+  Transport& t = comms.world;
   Agree(t, "rank 0 reading the profile the adaptive plans price from", [&] {
     if (t.rank() != 0) return;
     std::string source;
@@ -256,17 +289,26 @@ RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetu
 
 void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds,
                            bool tty) {
-  Transport& t = comms_.pipeline;
-  std::vector<double> seconds(static_cast<std::size_t>(t.size()), 0.0);
-  seconds[static_cast<std::size_t>(t.rank())] = u_.exec->TakeComputeSeconds();
+  // With replicas every pipeline has the same plan: a pipeline rank's time
+  // is its slowest replica's (the gradients' sum waits for it), a link's
+  // its slowest pipeline's. World rank 0 (rank 0 of the first replica)
+  // decides for all.
+  Transport& t = comms_.world;
+  const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
+  const auto at = static_cast<std::size_t>(comms_.pipeline.rank() * replicas + comms_.replicas.rank());
+  std::vector<double> seconds(static_cast<std::size_t>(ranks * replicas), 0.0);
+  seconds[at] = u_.exec->TakeComputeSeconds();
   t.ReduceSum(seconds);
   std::vector<std::string> messages;
-  t.GatherStrings(MessageTimesText(u_.exec->TakeMessageTimes()), &messages, "every rank's message times of the step");
+  t.GatherStrings(fmt::format("{} {}\n", comms_.pipeline.rank(), comms_.replicas.rank()) +
+                      MessageTimesText(u_.exec->TakeMessageTimes()),
+                  &messages, "every rank's message times of the step");
   std::optional<Replan> replan;
   std::string decision;
   if (t.rank() == 0 && deciding_) {
     try {
-      replan = planner_->Observe(config, u_.plan, done, total, seconds, step_seconds, ShortestTransits(messages));
+      replan = planner_->Observe(config, u_.plan, done, total, SlowestReplica(seconds, replicas), step_seconds,
+                                 SlowestTransits(messages, ranks, replicas));
     } catch (const Error& e) {
       deciding_ = false;  // the run goes on as planned
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),
@@ -317,7 +359,7 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
                "%sbaton: re-planned after step %lld: rank speeds %s%s; %s -> %s; predicted step %.2f ms -> %.2f "
                "ms; moved %.1f KiB in %.1f ms (decided in %.1f ms)\n",
                tty ? "\n" : "", static_cast<long long>(done), Factors(replan->factors).c_str(),
-               LateLinksText(replan->link_delays, t.size()).c_str(), before.c_str(),
+               LateLinksText(replan->link_delays, ranks).c_str(), before.c_str(),
                after.c_str(), replan->step_before * 1e3, replan->step_after * 1e3, moved[0] / 1024.0,
                swap.seconds * 1e3, replan->decide_seconds * 1e3);
   if (u_.metrics) {
@@ -328,7 +370,7 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
         "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
         "\"predicted_step_healthy_s\": {:.6g}, "
         "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}}}",
-        done, Factors(replan->factors), LateLinksJson(replan->link_delays, t.size()), schedule_before, config.pipeline.schedule, u_.plan.lowered.chunks(),
+        done, Factors(replan->factors), LateLinksJson(replan->link_delays, ranks), schedule_before, config.pipeline.schedule, u_.plan.lowered.chunks(),
         layout_before, LayoutText(config, u_.plan.model, u_.plan.bounds), replan->step_before,
         replan->step_after, replan->step_healthy, moved[0], swap.seconds, replan->decide_seconds));
   }

@@ -29,9 +29,9 @@ class AdaptTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  int Train(const std::string& env, const std::string& args) {
+  int Train(const std::string& env, const std::string& args, int np = 2) {
     const std::string cmd =
-        "cd '" + dir_.string() + "' && " + env + " timeout 120 '" BATON_MPIEXEC "' -np 2 '" BATON_BINARY
+        "cd '" + dir_.string() + "' && " + env + " timeout 120 '" BATON_MPIEXEC "' -np " + std::to_string(np) + " '" BATON_BINARY
         "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 --set model.blocks=8"
         " --set model.hidden=64 --set model.seq_len=32 --set data.seq_len=32 --set train.batch_size=32"
         " --set train.steps=60 " + args + " > log.txt 2>&1";
@@ -179,6 +179,35 @@ TEST_F(AdaptTest, AStallDuringAMoveEndsAtTheDeadlineAndLosesNothing) {
   EXPECT_EQ(Read("resumed.safetensors"), Read("healthy.safetensors"));
 }
 
+// With two replicas of the 2-rank pipeline (4 ranks) under ZeRO 1 and 3:
+// rank 1 of the second replica slowed holds both replicas at the gradients'
+// sum, so every pipeline moves blocks off its rank 1, each replica keeping
+// its shard of the optimizer state (and under ZeRO 3 of the parameters) of
+// its new stages; the weights are the healthy run's.
+TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHealthyRuns) {
+  for (const int zero : {1, 3}) {
+    const std::string dp = " --set data_parallel.size=2 --set data_parallel.zero=" + std::to_string(zero) +
+                           " --set train.steps=30";
+    ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors" + dp, 4), 0)
+        << Read("log.txt");
+    // World rank 3 is pipeline rank 1 of replica 1.
+    ASSERT_EQ(Train("BATON_FAULT=3:6:slow=4",
+                    "--set pipeline.adapt=on --set log.metrics=adapt.jsonl --set log.weights=adapt.safetensors" + dp, 4),
+              0)
+        << Read("log.txt");
+    const std::string log = Read("log.txt");
+    const std::vector<nlohmann::json> replans = Replans("adapt.jsonl");
+    ASSERT_FALSE(replans.empty()) << log;
+    const nlohmann::json& away = replans.front();
+    EXPECT_GT(away["factors"][1].get<double>(), 2.0) << away.dump();
+    EXPECT_LT(away["factors"][0].get<double>(), 1.5) << away.dump();
+    EXPECT_LE(away["step"].get<int>(), 10) << away.dump();
+    EXPECT_GT(away["bytes_moved"].get<double>(), 0.0);
+    EXPECT_FALSE(Read("healthy.safetensors").empty());
+    EXPECT_EQ(Read("adapt.safetensors"), Read("healthy.safetensors")) << "ZeRO " << zero;
+  }
+}
+
 // A move that a rank cannot build (BATON_FAULT's replan:error, as a rank
 // out of memory would): every rank goes back to the plan it had with the
 // state it kept, says so, and the run ends with the healthy run's weights.
@@ -201,8 +230,8 @@ TEST_F(AdaptTest, AMoveARankCannotBuildLeavesTheOldPlanRunning) {
 TEST_F(AdaptTest, AdaptOnIsRefusedWhereItCannotMoveAPlacement) {
   EXPECT_EQ(Train("", "--set pipeline.adapt=sometimes"), 2);
   EXPECT_NE(Read("log.txt").find("adapt"), std::string::npos) << Read("log.txt");
-  EXPECT_EQ(Train("", "--set pipeline.adapt=on --set data_parallel.size=2"), 2);
-  EXPECT_NE(Read("log.txt").find("with replicas (data_parallel.size 2) it does not yet"), std::string::npos)
+  EXPECT_EQ(Train("", "--set pipeline.adapt=on --set data_parallel.size=2 --set recovery.on_lost_rank=shrink", 4), 2);
+  EXPECT_NE(Read("log.txt").find("shrink with pipeline.adapt: on is not built yet"), std::string::npos)
       << Read("log.txt");
 }
 
