@@ -161,9 +161,12 @@ struct PipelineConfig {
   std::string profile;
   double memory_bytes = 0;
   // Adaptive plans (on): each rank's speed measured from its actions'
-  // times against the plan's price (from `profile`, or one measured at
-  // start-up), and the placement moved between steps when that pays.
+  // times, and the plan changed between steps when the simulator, priced
+  // from `profile` (or one measured at the first slowdown), says that pays.
+  // A config that does not set it gets on wherever a plan can change
+  // (AdaptsByDefault), off elsewhere; `adapt_asked`: the config set it.
   AdaptMode adapt = AdaptMode::kOff;
+  bool adapt_asked = false;
   // Sequence slices (Seq1F1B): each microbatch's sequence cut into this
   // many slices, each a unit of the schedule (a GPT only; any generator
   // but 1f1b, whose sliced form is seq1f1b), where the cuts fall (slices.h).
@@ -257,6 +260,11 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                              const std::vector<std::string>& overrides = {});
 // Reads the file and parses it.
 TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Whether a config that leaves pipeline.adapt unset adapts: a pipeline of
+// two ranks or more, a generated schedule, on the CPU (the measure is the
+// actions' CPU time), without recovery.on_lost_rank: shrink.
+bool AdaptsByDefault(const TrainConfig& config);
 
 // The resolved settings, as YAML, for `baton validate`.
 std::string DescribeTrainConfig(const TrainConfig& config);

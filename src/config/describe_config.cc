@@ -78,7 +78,7 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     e << YAML::Key << "seq_slices" << YAML::Value << p.seq_slices << YAML::Key << "seq_split" << YAML::Value
       << std::string(EnumName(p.seq_split));
   }
-  if (p.adapt != AdaptMode::kOff) {
+  if (p.adapt != AdaptMode::kOff || p.adapt_asked) {
     e << YAML::Key << "adapt" << YAML::Value << std::string(EnumName(p.adapt));
     if (p.partition != Partition::kAuto && !p.profile.empty()) e << YAML::Key << "profile" << YAML::Value << p.profile;
   }

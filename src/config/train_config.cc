@@ -535,9 +535,12 @@ void ReadPipeline(YamlMap& top, TrainConfig& c) {
   c.pipeline.memory_bytes = pipe.GetNumber("memory_bytes", 0.0, 0.0, 1e18);
   ReadSlices(pipe, c);
   c.pipeline.adapt = Choice(pipe, "adapt", c.pipeline.adapt);
+  c.pipeline.adapt_asked = pipe.Has("adapt");
   if (c.pipeline.partition != Partition::kAuto) {
     for (const char* key : {"profile", "memory_bytes"}) {
-      if (pipe.Has(key) && !(c.pipeline.adapt == AdaptMode::kOn && std::string_view(key) == "profile")) {
+      // A profile prices the adaptive plans too, which are on unless set off.
+      const bool adapting = c.pipeline.adapt == AdaptMode::kOn || !c.pipeline.adapt_asked;
+      if (pipe.Has(key) && !(adapting && std::string_view(key) == "profile")) {
         pipe.Fail(pipe.Node(key), key,
                   "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: auto) "
                   "or adaptive plans (pipeline.adapt: on)");
@@ -712,6 +715,12 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
               fmt::format("ZeRO stage {} runs on the CPU only so far (device: cpu); on a GPU use stage 0 or 1",
                           c.data_parallel.zero.number()));
   }
+  if (!c.pipeline.adapt_asked && AdaptsByDefault(c)) c.pipeline.adapt = AdaptMode::kOn;
+  if (c.pipeline.adapt != AdaptMode::kOn && !c.pipeline.profile.empty() && c.pipeline.partition != Partition::kAuto) {
+    top.Map("pipeline").Fail(root["pipeline"]["profile"], "profile",
+                             "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: "
+                             "auto) or adaptive plans (pipeline.adapt: on), and this run's plan cannot change");
+  }
   if (c.pipeline.adapt == AdaptMode::kOn) {
     // A placement moves between steps (SwapPlan): a generated schedule's,
     // every replica's pipeline the same way.
@@ -729,6 +738,11 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   }
   top.Finish();
   return c;
+}
+
+bool AdaptsByDefault(const TrainConfig& c) {
+  return c.pipeline.ranks > 1 && c.device == Device::kCpu && FindGenerator(c.pipeline.schedule) != nullptr &&
+         c.recovery.on_lost_rank != LostRankMode::kShrink;
 }
 
 TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::string>& overrides) {

@@ -125,14 +125,37 @@ std::vector<double> ShortestTransits(const std::vector<std::string>& per_rank) {
 AdaptivePlanner::AdaptivePlanner(Profile profile, const AdaptSettings& settings)
     : profile_(std::move(profile)), s_(settings), meter_(settings) {}
 
+AdaptivePlanner::AdaptivePlanner(std::function<Profile()> measure, const AdaptSettings& settings)
+    : measure_(std::move(measure)), s_(settings), meter_(settings) {}
+
 void AdaptivePlanner::Start(const RunPlan& plan) {
-  const ProfilePrediction healthy = PredictFromProfile(plan, profile_);
+  if (!first_plan_) first_plan_ = plan;
   std::vector<double> priced;
-  for (const RankResult& r : healthy.sim.per_rank) priced.push_back(r.busy);
-  if (healthy_ < 0) healthy_ = healthy.sim.makespan;
+  if (profile_) {
+    const ProfilePrediction healthy = PredictFromProfile(plan, *profile_);
+    for (const RankResult& r : healthy.sim.per_rank) priced.push_back(r.busy);
+  } else {
+    // No price yet: every rank's compute counts as 1, which the window's
+    // calibration divides out (a factor is a rank's time against its own
+    // first window).
+    priced.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
+  }
   if (assumed_.empty()) assumed_.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
   meter_.Expect(std::move(priced), assumed_);
   if (links_) links_->Settle();
+}
+
+const Profile& AdaptivePlanner::Price() {
+  if (!profile_) {
+    const double start = MonotonicSeconds();
+    profile_ = measure_();
+    profile_seconds_ = MonotonicSeconds() - start;
+  }
+  if (healthy_ < 0) healthy_ = PredictFromProfile(*first_plan_, *profile_).sim.makespan;
+  // The first full window, healthy: the price's unit in this machine's
+  // seconds of a step (ranks sharing cores included).
+  if (unit_ < 0) unit_ = first_window_step_ / healthy_;
+  return *profile_;
 }
 
 std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,
@@ -148,11 +171,7 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   const std::vector<double> factors = meter_.Factors();
   if (factors.empty()) return std::nullopt;
   const std::vector<double> delays = links_ ? links_->Delays() : std::vector<double>{};
-  if (unit_ < 0) {
-    // The first full window, healthy: the price's unit in this machine's
-    // seconds of a step (ranks sharing cores included).
-    unit_ = Median(steps_) / PredictFromProfile(plan, profile_).sim.makespan;
-  }
+  if (first_window_step_ < 0) first_window_step_ = Median(steps_);
   if (done >= total) return std::nullopt;
   bool moved = false;
   for (std::size_t r = 0; r < factors.size(); ++r) {
@@ -166,14 +185,15 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   // The factors moved: the running plan and the best one, priced under
   // them (the links' delays in the price's unit). Whatever is decided, the
   // plan stands for these factors now.
+  const Profile& profile = Price();  // measured now if there was none
   const double start = MonotonicSeconds();
   assumed_ = factors;
   if (!delays.empty()) assumed_links_ = delays;
   std::vector<double> priced_links;
   for (double d : delays) priced_links.push_back(d / unit_);
   const Slowdown slowdown(factors, priced_links);
-  const double now = PredictFromProfile(plan, profile_, slowdown).sim.makespan;
-  const PlacementChoice best = ChoosePlan(running, profile_, slowdown, SwappableSchedules(running));
+  const double now = PredictFromProfile(plan, profile, slowdown).sim.makespan;
+  const PlacementChoice best = ChoosePlan(running, profile, slowdown, SwappableSchedules(running));
   Replan r;
   r.decide_seconds = MonotonicSeconds() - start;
   if (best.bounds == plan.bounds && best.schedule == running.pipeline.schedule && best.chunks == plan.lowered.chunks()) {
@@ -279,10 +299,21 @@ RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetu
   Transport& t = comms.world;
   Agree(t, "rank 0 reading the profile the adaptive plans price from", [&] {
     if (t.rank() != 0) return;
-    std::string source;
-    planner_.emplace(RunProfile(config, &source), settings);
+    if (!config.pipeline.profile.empty()) {
+      std::string source;
+      planner_.emplace(RunProfile(config, &source), settings);
+    } else {
+      // Measured at the first slowdown, on this rank alone (the others wait
+      // for its decision): a healthy run never pays for it.
+      planner_.emplace([config] {
+        std::string source;
+        return RunProfile(config, &source);
+      }, settings);
+    }
     planner_->Start(u.plan);
-    std::fprintf(stderr, "baton: adaptive plans on: each rank's speed measured against %s\n", source.c_str());
+    if (config.pipeline.adapt_asked) {
+      std::fprintf(stderr, "baton: adaptive plans on: each rank's speed measured against its first steps\n");
+    }
   });
   u.exec->MeasureCompute(true);
 }
@@ -306,6 +337,7 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   std::optional<Replan> replan;
   std::string decision;
   if (t.rank() == 0 && deciding_) {
+    const double profiled = planner_->profile_seconds();
     try {
       replan = planner_->Observe(config, u_.plan, done, total, SlowestReplica(seconds, replicas), step_seconds,
                                  SlowestTransits(messages, ranks, replicas));
@@ -313,6 +345,11 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
       deciding_ = false;  // the run goes on as planned
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),
                    e.what());
+    }
+    if (profiled == 0 && planner_->profile_seconds() > 0) {
+      std::fprintf(stderr, "%sbaton: adaptive plans: a rank's speed moved after step %lld; measured a profile to "
+                   "price the plans in %.2f s\n", tty ? "\n" : "", static_cast<long long>(done),
+                   planner_->profile_seconds());
     }
     if (replan) decision = fmt::format("{} {} {}", replan->schedule, replan->chunks, fmt::join(replan->bounds, " "));
   }

@@ -8,6 +8,7 @@
 #define BATON_TRAIN_ADAPT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,6 +106,10 @@ struct Replan {
 class AdaptivePlanner {
  public:
   AdaptivePlanner(Profile profile, const AdaptSettings& settings = {});
+  // The profile measured by `measure` the first time a factor or a delay
+  // moves (a healthy run never pays for it): a factor is a rank's time
+  // against its own first window, which needs no price.
+  AdaptivePlanner(std::function<Profile()> measure, const AdaptSettings& settings = {});
   // A plan starts (the run's, or the one moved to): its priced compute per
   // rank at full speed.
   void Start(const RunPlan& plan);
@@ -121,10 +126,18 @@ class AdaptivePlanner {
                                 const std::vector<double>& transits = {});
   // A move was made: its measured time.
   void Moved(double seconds) { move_seconds_ = seconds; }
-  const Profile& profile() const { return profile_; }
+  // The seconds the profile took to measure (0: read, or not yet).
+  double profile_seconds() const { return profile_seconds_; }
 
  private:
-  Profile profile_;
+  // The profile (measured now if there is none yet), with the price's unit.
+  const Profile& Price();
+
+  std::function<Profile()> measure_;
+  std::optional<Profile> profile_;
+  std::optional<RunPlan> first_plan_;  // the run's, priced healthy once there is a profile
+  double first_window_step_ = -1;      // the median step of the first full window (healthy), seconds
+  double profile_seconds_ = 0;
   AdaptSettings s_;
   SpeedMeter meter_;
   std::optional<LinkMeter> links_;  // from the first step with link times

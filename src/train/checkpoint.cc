@@ -339,6 +339,7 @@ std::string MathSettings(const TrainConfig& config) {
   c.pipeline.memory_bytes = 0;
   // Nor does adapting the placement: every placement trains the same floats.
   c.pipeline.adapt = AdaptMode::kOff;
+  c.pipeline.adapt_asked = false;
   // Nor what the job does when a rank is lost.
   c.recovery = {};
   // What a non-finite step does changes no finite step: a run stopped by

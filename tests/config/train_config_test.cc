@@ -1216,6 +1216,25 @@ train: {batch_size: 4}
 namespace baton {
 namespace {
 
+// pipeline.adapt left unset: on where a plan can change between steps (two
+// ranks or more, a generated schedule, the CPU, no shrinking recovery), off
+// elsewhere, and never an error; set, it is what was asked.
+TEST(TrainConfigAdapt, OnByDefaultWhereAPlanCanChangeAndOffElsewhere) {
+  const TrainConfig on = ParseTrainConfig(kValid, "t.yaml", {});
+  EXPECT_EQ(on.pipeline.adapt, AdaptMode::kOn);
+  EXPECT_FALSE(on.pipeline.adapt_asked);
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {"pipeline.ranks=1"}).pipeline.adapt, AdaptMode::kOff);
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {"data_parallel.size=2", "recovery.on_lost_rank=shrink"}).pipeline.adapt,
+            AdaptMode::kOff);
+  const TrainConfig off = ParseTrainConfig(kValid, "t.yaml", {"pipeline.adapt=off"});
+  EXPECT_EQ(off.pipeline.adapt, AdaptMode::kOff);
+  EXPECT_TRUE(off.pipeline.adapt_asked);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(off), "adapt: off"));  // a described config reads back the same
+  EXPECT_EQ(ParseTrainConfig(DescribeTrainConfig(off), "d.yaml", {}).pipeline.adapt, AdaptMode::kOff);
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.adapt=on", "data_parallel.size=2", "recovery.on_lost_rank=shrink"}),
+                       "shrink with pipeline.adapt: on is not built yet"));
+}
+
 // The automatic placement's keys: partition: auto for an MLP, layout: auto
 // for a GPT, profile and memory_bytes only with them.
 TEST(TrainConfigPlacement, AutoAndItsKeysAreReadAndMisuseIsRefused) {
@@ -1225,7 +1244,13 @@ TEST(TrainConfigPlacement, AutoAndItsKeysAreReadAndMisuseIsRefused) {
   EXPECT_EQ(c.pipeline.profile, "p.json");
   EXPECT_EQ(c.pipeline.memory_bytes, 1e9);
   EXPECT_TRUE(Contains(DescribeTrainConfig(c), "partition: auto"));
-  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.profile=p.json"}),
+  // A profile prices the adaptive plans too, which are on by default here
+  // (two ranks, a generated schedule, the CPU); with them off, or where a
+  // plan cannot change (one rank), it applies to nothing.
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {"pipeline.profile=p.json"}).pipeline.adapt, AdaptMode::kOn);
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.profile=p.json", "pipeline.adapt=off"}),
+                       "pipeline.profile: only applies with an automatic placement"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.profile=p.json", "pipeline.ranks=1"}),
                        "pipeline.profile: only applies with an automatic placement"));
   EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.memory_bytes=5"}),
                        "pipeline.memory_bytes: only applies with an automatic placement"));

@@ -62,7 +62,7 @@ TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns)
             0)
       << Read("log.txt");
   const std::string log = Read("log.txt");
-  EXPECT_NE(log.find("baton: adaptive plans on: each rank's speed measured against a profile measured at start-up"),
+  EXPECT_NE(log.find("baton: adaptive plans on: each rank's speed measured against its first steps"),
             std::string::npos)
       << log;
   const std::vector<nlohmann::json> replans = Replans("adapt.jsonl");
