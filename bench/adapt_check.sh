@@ -51,9 +51,9 @@ for p in "${ranks[@]}"; do
       --set log.metrics="$out/$p-$name.jsonl" --set log.weights="$out/$p-$name.safetensors" "$@" \
       > "$out/$p-$name.log" 2>&1 < /dev/null || { cat "$out/$p-$name.log" >&2; exit 1; }
   }
-  run healthy --
+  run healthy -- --set pipeline.adapt=off
   run healthy-on -- --set pipeline.adapt=on
-  run off "BATON_FAULT=$fault" --
+  run off "BATON_FAULT=$fault" -- --set pipeline.adapt=off
   run on "BATON_FAULT=$fault" -- --set pipeline.adapt=on
   same=no
   cmp -s "$out/$p-healthy.safetensors" "$out/$p-on.safetensors" && same=yes
