@@ -53,6 +53,14 @@ std::vector<double> SpeedMeter::Factors() const {
   return out;
 }
 
+std::vector<double> SpeedMeter::HealthySeconds() const {
+  std::vector<double> out;
+  for (std::size_t r = 0; r < calibration_.size() && r < priced_.size(); ++r) {
+    out.push_back(calibration_[r] * priced_[r]);
+  }
+  return out;
+}
+
 LinkMeter::LinkMeter(const AdaptSettings& settings, int ranks)
     : s_(settings),
       window_(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks)),
@@ -174,12 +182,14 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   if (first_window_step_ < 0) first_window_step_ = Median(steps_);
   if (done >= total) return std::nullopt;
   bool moved = false;
+  const std::vector<double> healthy = meter_.HealthySeconds();
   for (std::size_t r = 0; r < factors.size(); ++r) {
-    moved = moved || std::abs(factors[r] / assumed_[r] - 1.0) > s_.trigger;
+    const double worth = r < healthy.size() ? std::abs(factors[r] - assumed_[r]) * healthy[r] : 0.0;
+    moved = moved || (std::abs(factors[r] / assumed_[r] - 1.0) > s_.trigger && worth > s_.min_seconds);
   }
   if (assumed_links_.empty()) assumed_links_.assign(delays.size(), 0.0);
   for (std::size_t l = 0; l < delays.size() && l < assumed_links_.size(); ++l) {
-    moved = moved || std::abs(delays[l] - assumed_links_[l]) > s_.link_trigger * Median(steps_);
+    moved = moved || std::abs(delays[l] - assumed_links_[l]) > std::max(s_.link_trigger * Median(steps_), s_.min_seconds);
   }
   if (!moved) return std::nullopt;
   // The factors moved: the running plan and the best one, priced under

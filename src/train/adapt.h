@@ -27,6 +27,12 @@ struct AdaptSettings {
   double min_gain = 0.03;   // the least predicted gain, a share of the step, worth a move
   double link_trigger = 0.025;  // a link's delay this far (a share of the step) from what the plan assumed: re-plan
   int link_window = 3;          // steps whose shortest time is a link's (a wire's delay shows at its third step)
+  // The least change worth a re-plan, in seconds a step: a rank's compute
+  // time or a link's delay that moved by less (a model whose step takes a
+  // millisecond) is the machine's noise (a neighbour's cache, the
+  // scheduler), which moves a short step's CPU time by more than the
+  // trigger's share, not a slowdown a move could win back.
+  double min_seconds = 1e-3;
 };
 
 // Each rank's speed factor: its compute time a step (its actions' own
@@ -48,6 +54,9 @@ class SpeedMeter {
   void Observe(const std::vector<double>& seconds);
   // One per rank, 1 at the calibration; empty while the window fills.
   std::vector<double> Factors() const;
+  // Each rank's compute seconds a step at full speed (its calibration);
+  // empty while the first window fills.
+  std::vector<double> HealthySeconds() const;
 
  private:
   AdaptSettings s_;

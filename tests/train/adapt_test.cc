@@ -104,22 +104,27 @@ int LayersOn(const RunPlan& plan, int rank) {
 // With `wire` > 0, instead of a slow rank, the link from rank 0 to rank 1
 // late by `wire` seconds over the same steps; each link's shortest message
 // time otherwise 50 us, with 20 us of noise.
-Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t total, double wire = 0) {
+// With `compute_s` > 0 the machine is that much faster: rank 1's compute
+// a step takes `compute_s` healthy.
+Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t total, double wire = 0,
+                double compute_s = 0) {
   TrainConfig c = Gpt();
   const Profile profile = Flat(c);
   AdaptivePlanner planner(profile);
   RunPlan plan = PlanRun(c);
   planner.Start(plan);
+  const double machine = compute_s > 0 ? compute_s / (1.5 * Priced(plan, profile)[1]) : 1.0;
   Trace t;
   for (std::int64_t step = 1; step <= total; ++step) {
     const bool in_window = step >= from && step < until;
     std::vector<double> speed = {1.0, in_window && wire == 0 ? slow : 1.0};
     std::vector<double> priced = Priced(plan, profile), seconds;
-    for (std::size_t r = 0; r < priced.size(); ++r) seconds.push_back(1.5 * priced[r] * speed[r]);
+    for (std::size_t r = 0; r < priced.size(); ++r) seconds.push_back(machine * 1.5 * priced[r] * speed[r]);
     const double late = in_window ? wire : 0.0;
     const double noise = 20e-6 * static_cast<double>((step * 7919) % 13) / 12.0;
     const std::vector<double> transits = {-1, 50e-6 + noise + late, 50e-6 + noise, -1};
-    const double step_s = 1.5 * PredictFromProfile(plan, profile, Slowdown(speed, {0, late / 1.5, 0, 0})).sim.makespan;
+    const double step_s =
+        machine * 1.5 * PredictFromProfile(plan, profile, Slowdown(speed, {0, late / 1.5, 0, 0})).sim.makespan;
     if (std::optional<Replan> r = planner.Observe(c, plan, step, total, seconds, step_s, transits)) {
       EXPECT_GT(r->step_before, r->step_after);
       c.pipeline.schedule = r->schedule;
@@ -149,6 +154,11 @@ TEST(AdaptivePlanner, NoMoveThatTheStepsLeftCannotPayFor) {
   EXPECT_TRUE(Simulated(2.0, 195, 200, 200).moves.empty());  // 3 steps left when seen: they cannot pay for a move
   EXPECT_TRUE(Simulated(1.1, 20, 200, 200).moves.empty());    // 10% slower: within the noise a run tolerates
   EXPECT_TRUE(Simulated(1.0, 1, 1, 1000).moves.empty());      // healthy: nothing moves
+  // A rank computing 0.4 ms a step, 2x slower: 0.4 ms a step is the
+  // machine's noise for so short a step (AdaptSettings::min_seconds), not a
+  // slowdown worth a move; at 4 ms a step it moves.
+  EXPECT_TRUE(Simulated(2.0, 20, 200, 200, 0, 0.4e-3).moves.empty());
+  EXPECT_FALSE(Simulated(2.0, 20, 200, 200, 0, 4e-3).moves.empty());
 }
 
 // A wire from rank 0 to rank 1 late by about two forwards of a stage: seen
