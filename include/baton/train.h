@@ -30,6 +30,10 @@ struct TrainSummary {
   bool checkpointed = false;
   int replans = 0;  // placements moved by the adaptive plans (pipeline.adapt: on)
   int recoveries = 0;  // lost ranks the run went on without (recovery.on_lost_rank: shrink)
+  // recovery.on_lost_rank: stop under a launch that keeps the survivors:
+  // they wrote the last step boundary (stopped_after) as a checkpoint and
+  // stopped.
+  bool stopped_for_lost_rank = false;
 };
 
 // The communicators of a run (baton/comm.h): the world (setup, agreement,
@@ -86,8 +90,9 @@ struct TrainOptions {
   // step boundary, the host and node memory, the metrics file. Null:
   // Env::Default(), the process's own; tests give a fake.
   const Env* env = nullptr;
-  // recovery.on_lost_rank: shrink: the launch's survivors (null: a lost rank
-  // ends the job).
+  // The launch's survivors, where it keeps them (null: a lost rank ends
+  // the job): shrink goes on with them; stop with replicas has them write
+  // the last step boundary as a checkpoint first.
   Survivors* survivors = nullptr;
 };
 // Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).

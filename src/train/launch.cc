@@ -183,8 +183,18 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
   const int code = RunWatched(config_path, set, [&](const RunComms& comms, const TrainConfig& config,
                                                     const std::string&, JobWatch* watch) {
     TrainOptions o = options;
-    if (watch != nullptr && config.recovery.on_lost_rank == LostRankMode::kShrink) o.survivors = watch;
+    o.survivors = watch;
     summary = Train(config, comms, o);
+    if (summary.stopped_for_lost_rank) {
+      // Every file is written (Train's last barrier): the survivors say
+      // goodbye, rank 0 tells mpirun the job failed (it would exit 0), and
+      // every rank ends as a stopped run does.
+      const bool lowest = watch->rank() == 0;
+      watch->Finish();
+      std::fflush(nullptr);
+      if (lowest) TellLauncherItFailed();
+      std::_Exit(kExitStopped);
+    }
     if (summary.recoveries > 0) {
       // The old communicators hold requests to the lost ranks, and
       // MPI_Finalize would wait for them: the run's files are written and

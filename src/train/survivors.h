@@ -37,6 +37,9 @@ class JobWatch final : public Survivors {
   // takes its end for no loss.
   void Finish();
 
+  // This rank's number in the world now (after losses, the survivors').
+  int rank() const { return comms_->world.rank(); }
+
  private:
   void Watch();
   double timeout_s_;
@@ -50,7 +53,8 @@ class JobWatch final : public Survivors {
 };
 
 // A run's own state at its last two step boundaries, in memory, for going
-// on after a lost rank (recovery.on_lost_rank: shrink). Kept at each step's
+// on after a lost rank (recovery.on_lost_rank: shrink), or for writing it
+// as a checkpoint before stopping (stop, with replicas: SavesOnLoss). Kept at each step's
 // start, before the ranks' agreement there: a rank that has kept step k
 // knows every rank finished step k - 1 and kept it, so the survivors can
 // always agree on a step each still holds (the least of their latest).

@@ -425,6 +425,9 @@ struct Recovery {
   std::int64_t after_step = 0;  // the state the run went on from
   Clock::time_point seen;
   double agreed_s = 0;
+  // recovery.on_lost_rank: stop, with a whole replica left: the survivors
+  // write the kept step as a checkpoint and stop, losing nothing.
+  bool then_stop = false;
 };
 
 // Rank 0: the line and the metrics row of `r`, once step `step` has finished.
@@ -460,6 +463,61 @@ TrainConfig ShrunkConfig(TrainConfig c, int replicas) {
   return c;
 }
 
+// recovery.on_lost_rank: stop under a launch that keeps the survivors:
+// whether they can write the last step boundary as a checkpoint before
+// they stop (the state each rank keeps in memory, as shrink does): a
+// checkpoint folder, replicas holding their stages whole (ZeRO 0) on the
+// CPU, and the global batch's microbatches shared evenly by however many
+// replicas are left.
+bool SavesOnLoss(const TrainConfig& c) {
+  if (c.checkpoint.dir.empty() || c.data_parallel.size < 2 || c.data_parallel.zero.shards_optimizer() ||
+      c.device != Device::kCpu) {
+    return false;
+  }
+  for (int left = 1; left < c.data_parallel.size; ++left) {
+    if (c.pipeline.microbatches * c.data_parallel.size % left != 0) return false;
+  }
+  return true;
+}
+
+// After a lost rank under recovery.on_lost_rank: stop: the kept step as a
+// checkpoint (unless it was written whole before the loss), then one line
+// and a metrics row on rank 0. Every rank returns once every file is
+// written.
+void SaveAfterLoss(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Recovery& r,
+                   TrainSummary& summary) {
+  Transport& t = comms.world;
+  const std::int64_t done = r.after_step;
+  const std::string dir = StepDir(c.checkpoint.dir, done);
+  const int whole = t.AllMax(t.rank() == 0 && std::filesystem::exists(dir + "/manifest.json") ? 1 : 0,
+                             "rank 0 looking for the checkpoint of the kept step");
+  if (whole == 0) {
+    SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, done,
+                   [&] { MaybeInjectFault(u.fault, u.world_rank, done, "checkpoint"); });
+  }
+  summary.stopped_after = done;
+  summary.checkpointed = true;
+  summary.stopped_for_lost_rank = true;
+  if (t.rank() == 0) {
+    const double seconds = Seconds(r.seen, Clock::now());
+    std::fprintf(stderr,
+                 "baton: error: lost rank%s %s (%s); the survivors agreed in %.3f s and stopped (recovery.on_lost_rank: "
+                 "stop) with the checkpoint of step %lld in %s, %.2f s after the loss; run it again with --resume "
+                 "auto to continue from it (exit %d from every rank; mpirun, told to end, exits 1)\n",
+                 r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(), r.how.c_str(),
+                 r.agreed_s, static_cast<long long>(done), dir.c_str(), seconds, kExitStopped);
+  }
+  WriteRow(t, u.metrics.get(),
+           Row({{"event", "\"lost_rank\""},
+                {"mode", "\"stop\""},
+                {"lost", fmt::format("[{}]", fmt::join(r.lost, ", "))},
+                {"noticed", nlohmann::json(r.how).dump()},
+                {"checkpoint_step", std::to_string(done)},
+                {"agreed_s", Json(r.agreed_s)},
+                {"seconds", Json(Seconds(r.seen, Clock::now()))}}));
+  t.Barrier();  // the manifest and the row are written before any rank ends
+}
+
 }  // namespace
 
 namespace {
@@ -490,6 +548,11 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
                 KeptState* kept, std::optional<Recovery>& recovered, TrainSummary& summary, RunSetup& u) {
   const Env& env = options.env != nullptr ? *options.env : Env::Default();
   SetUpSteps(c, comms, options, kept, recovered, u);
+  if (recovered && recovered->then_stop) {
+    SaveAfterLoss(c, comms, u, *recovered, summary);
+    summary.seconds = Seconds(start, Clock::now());
+    return;
+  }
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t first_step = u.first_step;
@@ -591,6 +654,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change
   TrainSummary summary;
   const bool shrink = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kShrink;
+  const bool save_on_loss = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kStop && SavesOnLoss(c);
   KeptState kept;
   std::optional<Recovery> recovered;
   const RunComms* on = &comms;
@@ -601,10 +665,10 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   auto u = std::make_unique<RunSetup>();
   for (;;) {
     try {
-      TrainSteps(c, *on, options, start, shrink ? &kept : nullptr, recovered, summary, *u);
+      TrainSteps(c, *on, options, start, shrink || save_on_loss ? &kept : nullptr, recovered, summary, *u);
       return summary;
     } catch (const RankLost& seen) {
-      if (!shrink || !kept.any()) throw;  // the launch ends the job
+      if (!(shrink || save_on_loss) || !kept.any()) throw;  // the launch ends the job
       u->metrics.reset();
       u->checkpoints.Abandon();
       u->held_outputs = HeldFifos();
@@ -621,6 +685,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       r.replicas_after = shrunk.replicas;
       // The step every survivor still keeps: the least of their latest.
       r.after_step = -on->world.AllMax(static_cast<int>(-kept.latest()), "the survivors' kept steps");
+      r.then_stop = save_on_loss;
       c = ShrunkConfig(c, shrunk.replicas);
       recovered = r;
       ++summary.recoveries;

@@ -160,4 +160,44 @@ TEST_F(Recovery, WithoutShrinkALostRankEndsTheJob) {
   EXPECT_EQ(Count(j.output, "baton: error: lost rank 1 ("), 1u) << j.output;
 }
 
+// With recovery.on_lost_rank: stop and a checkpoint folder, the survivors
+// of a run with replicas write the last step boundary they all keep as a
+// checkpoint before they stop (nothing is lost), say so, and end non-zero;
+// --resume auto then continues from it to the uninterrupted run's bytes.
+TEST_F(Recovery, StopWritesTheLastStepAsACheckpointAndTheRunResumesToTheSameBytes) {
+  const Job ref = Train("", "ref");
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  const std::string stop = "--set recovery.on_lost_rank=stop --set checkpoint.dir=ck --set checkpoint.every_steps=50";
+  const Job j = Train("BATON_FAULT=3:25:B:kill", "stopped", stop);
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error: lost rank 3 ("), 1u) << j.output;
+  EXPECT_NE(j.output.find("stopped (recovery.on_lost_rank: stop) with the checkpoint of step 24 in ck/step-00000024"),
+            std::string::npos)
+      << j.output;
+  ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000024/manifest.json")) << j.output;
+  EXPECT_FALSE(fs::exists(dir_ / "stopped.safetensors"));
+  int lost_rows = 0;
+  for (const auto& row : Rows("stopped")) {
+    if (!row.contains("event")) continue;
+    EXPECT_EQ(row["event"], "lost_rank");
+    EXPECT_EQ(row["mode"], "stop");
+    EXPECT_EQ(row["lost"], nlohmann::json::array({3}));
+    EXPECT_EQ(row["checkpoint_step"], 24);
+    ++lost_rows;
+  }
+  EXPECT_EQ(lost_rows, 1);
+  const Job again = Train("", "stopped", stop + " --resume auto");
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("resumed after step 24"), std::string::npos) << again.output;
+  std::int64_t last = 0;
+  for (const auto& row : Rows("stopped")) {
+    if (row.contains("event")) continue;
+    EXPECT_EQ(row["step"].get<std::int64_t>(), last + 1);
+    last = row["step"];
+  }
+  EXPECT_EQ(last, 60);
+  EXPECT_EQ(baton_test::ReadAll(dir_ / "stopped.safetensors"), baton_test::ReadAll(dir_ / "ref.safetensors"));
+}
+
 }  // namespace
