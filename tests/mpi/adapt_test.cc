@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -179,15 +180,17 @@ TEST_F(AdaptTest, AStallDuringAMoveEndsAtTheDeadlineAndLosesNothing) {
   EXPECT_EQ(Read("resumed.safetensors"), Read("healthy.safetensors"));
 }
 
-// With two replicas of the 2-rank pipeline (4 ranks) under ZeRO 1 and 3:
+// With two replicas of the 2-rank pipeline (4 ranks) under ZeRO 1 and 3
+// (1F1B) and ZeRO 2 (ZB-V, the V family):
 // rank 1 of the second replica slowed holds both replicas at the gradients'
 // sum, so every pipeline moves blocks off its rank 1, each replica keeping
 // its shard of the optimizer state (and under ZeRO 3 of the parameters) of
 // its new stages; the weights are the healthy run's.
 TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHealthyRuns) {
-  for (const int zero : {1, 3}) {
+  for (const auto& [zero, schedule] : std::vector<std::pair<int, std::string>>{{1, "1f1b"}, {2, "zbv"}, {3, "1f1b"}}) {
+    SCOPED_TRACE("ZeRO " + std::to_string(zero) + ", " + schedule);
     const std::string dp = " --set data_parallel.size=2 --set data_parallel.zero=" + std::to_string(zero) +
-                           " --set train.steps=30";
+                           " --set train.steps=30 --set pipeline.schedule=" + schedule;
     ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors" + dp, 4), 0)
         << Read("log.txt");
     // World rank 3 is pipeline rank 1 of replica 1.
