@@ -309,21 +309,23 @@ RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetu
   Transport& t = comms.world;
   Agree(t, "rank 0 reading the profile the adaptive plans price from", [&] {
     if (t.rank() != 0) return;
-    if (!config.pipeline.profile.empty()) {
+    // Asked for (or given a profile): the profile now, so that a re-plan
+    // takes milliseconds. On by default: measured at the first slowdown,
+    // on this rank alone (the others wait for its decision), so that a
+    // healthy run never pays for it.
+    if (!config.pipeline.profile.empty() || config.pipeline.adapt_asked) {
       std::string source;
       planner_.emplace(RunProfile(config, &source), settings);
+      if (config.pipeline.adapt_asked) {
+        std::fprintf(stderr, "baton: adaptive plans on: each rank's speed measured against %s\n", source.c_str());
+      }
     } else {
-      // Measured at the first slowdown, on this rank alone (the others wait
-      // for its decision): a healthy run never pays for it.
       planner_.emplace([config] {
         std::string source;
         return RunProfile(config, &source);
       }, settings);
     }
     planner_->Start(u.plan);
-    if (config.pipeline.adapt_asked) {
-      std::fprintf(stderr, "baton: adaptive plans on: each rank's speed measured against its first steps\n");
-    }
   });
   u.exec->MeasureCompute(true);
 }

@@ -63,7 +63,7 @@ TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns)
             0)
       << Read("log.txt");
   const std::string log = Read("log.txt");
-  EXPECT_NE(log.find("baton: adaptive plans on: each rank's speed measured against its first steps"),
+  EXPECT_NE(log.find("baton: adaptive plans on: each rank's speed measured against a profile measured at start-up"),
             std::string::npos)
       << log;
   const std::vector<nlohmann::json> replans = Replans("adapt.jsonl");
@@ -185,7 +185,8 @@ TEST_F(AdaptTest, AStallDuringAMoveEndsAtTheDeadlineAndLosesNothing) {
 // rank 1 of the second replica slowed holds both replicas at the gradients'
 // sum, so every pipeline moves blocks off its rank 1, each replica keeping
 // its shard of the optimizer state (and under ZeRO 3 of the parameters) of
-// its new stages; the weights are the healthy run's.
+// its new stages; the weights are the healthy run's. The plans adapt by
+// default here, and price from a profile measured at the slowdown.
 TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHealthyRuns) {
   for (const auto& [zero, schedule] : std::vector<std::pair<int, std::string>>{{1, "1f1b"}, {2, "zbv"}, {3, "1f1b"}}) {
     SCOPED_TRACE("ZeRO " + std::to_string(zero) + ", " + schedule);
@@ -193,12 +194,14 @@ TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHeal
                            " --set train.steps=30 --set pipeline.schedule=" + schedule;
     ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors" + dp, 4), 0)
         << Read("log.txt");
-    // World rank 3 is pipeline rank 1 of replica 1.
-    ASSERT_EQ(Train("BATON_FAULT=3:6:slow=4",
-                    "--set pipeline.adapt=on --set log.metrics=adapt.jsonl --set log.weights=adapt.safetensors" + dp, 4),
+    // World rank 3 is pipeline rank 1 of replica 1. Adapting by default
+    // (pipeline.adapt not set): the profile is measured at the slowdown.
+    ASSERT_EQ(Train("BATON_FAULT=3:6:slow=4", "--set log.metrics=adapt.jsonl --set log.weights=adapt.safetensors" + dp, 4),
               0)
         << Read("log.txt");
     const std::string log = Read("log.txt");
+    EXPECT_EQ(log.find("adaptive plans on"), std::string::npos) << log;
+    EXPECT_NE(log.find("; measured a profile to price the plans in "), std::string::npos) << log;
     const std::vector<nlohmann::json> replans = Replans("adapt.jsonl");
     ASSERT_FALSE(replans.empty()) << log;
     const nlohmann::json& away = replans.front();
