@@ -330,8 +330,8 @@ RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetu
   u.exec->MeasureCompute(true);
 }
 
-void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds,
-                           bool tty) {
+RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t done, std::int64_t total,
+                                        double step_seconds, bool tty) {
   // With replicas every pipeline has the same plan: a pipeline rank's time
   // is its slowest replica's (the gradients' sum waits for it), a link's
   // its slowest pipeline's. World rank 0 (rank 0 of the first replica)
@@ -346,13 +346,12 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   t.GatherStrings(fmt::format("{} {}\n", comms_.pipeline.rank(), comms_.replicas.rank()) +
                       MessageTimesText(u_.exec->TakeMessageTimes()),
                   &messages, "every rank's message times of the step");
-  std::optional<Replan> replan;
-  std::string decision;
+  Decision d;
   if (t.rank() == 0 && deciding_) {
     const double profiled = planner_->profile_seconds();
     try {
-      replan = planner_->Observe(config, u_.plan, done, total, SlowestReplica(seconds, replicas), step_seconds,
-                                 SlowestTransits(messages, ranks, replicas));
+      d.replan = planner_->Observe(config, u_.plan, done, total, SlowestReplica(seconds, replicas), step_seconds,
+                                   SlowestTransits(messages, ranks, replicas));
     } catch (const Error& e) {
       deciding_ = false;  // the run goes on as planned
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),
@@ -363,10 +362,22 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
                    "price the plans in %.2f s\n", tty ? "\n" : "", static_cast<long long>(done),
                    planner_->profile_seconds());
     }
-    if (replan) decision = fmt::format("{} {} {}", replan->schedule, replan->chunks, fmt::join(replan->bounds, " "));
+    if (d.replan) {
+      d.text = fmt::format("{} {} {}", d.replan->schedule, d.replan->chunks, fmt::join(d.replan->bounds, " "));
+    }
   }
-  t.BroadcastString(&decision);
-  if (decision.empty()) return;
+  t.BroadcastString(&d.text);
+  return d;
+}
+
+void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds,
+                           bool tty) {
+  const Decision decided = Decide(config, done, total, step_seconds, tty);
+  if (decided.text.empty()) return;
+  Transport& t = comms_.world;
+  const int ranks = comms_.pipeline.size();
+  const std::optional<Replan>& replan = decided.replan;  // rank 0's
+  const std::string& decision = decided.text;
   std::istringstream in(decision);
   TrainConfig next = config;
   in >> next.pipeline.schedule >> next.pipeline.chunks;

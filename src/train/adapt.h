@@ -173,6 +173,15 @@ class RunAdapter {
   int replans() const { return replans_; }
 
  private:
+  // The step's measures to rank 0 and its decision to every rank: the
+  // re-plan (rank 0's) and its text ("schedule chunks bounds..."; empty:
+  // none).
+  struct Decision {
+    std::optional<Replan> replan;
+    std::string text;
+  };
+  Decision Decide(const TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty);
+
   const RunComms& comms_;
   RunSetup& u_;
   std::optional<AdaptivePlanner> planner_;  // rank 0

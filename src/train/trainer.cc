@@ -541,18 +541,13 @@ void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions&
   }
 }
 
-// The steps of a run planned by `c` on `comms`, from its start, a
-// checkpoint, or (after a lost rank) the state `kept` holds; throws
-// RankLost when a rank is lost.
+// The steps of a run planned by `c` on `comms` and set up by SetUpSteps
+// (from its start, a checkpoint, or after a lost rank the state `kept`
+// holds), each step's state kept in `kept`; throws RankLost when a rank is
+// lost.
 void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& options, Clock::time_point start,
                 KeptState* kept, std::optional<Recovery>& recovered, TrainSummary& summary, RunSetup& u) {
   const Env& env = options.env != nullptr ? *options.env : Env::Default();
-  SetUpSteps(c, comms, options, kept, recovered, u);
-  if (recovered && recovered->then_stop) {
-    SaveAfterLoss(c, comms, u, *recovered, summary);
-    summary.seconds = Seconds(start, Clock::now());
-    return;
-  }
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t first_step = u.first_step;
@@ -665,7 +660,14 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   auto u = std::make_unique<RunSetup>();
   for (;;) {
     try {
-      TrainSteps(c, *on, options, start, shrink || save_on_loss ? &kept : nullptr, recovered, summary, *u);
+      KeptState* keeping = shrink || save_on_loss ? &kept : nullptr;
+      SetUpSteps(c, *on, options, keeping, recovered, *u);
+      if (recovered && recovered->then_stop) {
+        SaveAfterLoss(c, *on, *u, *recovered, summary);
+        summary.seconds = Seconds(start, Clock::now());
+      } else {
+        TrainSteps(c, *on, options, start, keeping, recovered, summary, *u);
+      }
       return summary;
     } catch (const RankLost& seen) {
       if (!(shrink || save_on_loss) || !kept.any()) throw;  // the launch ends the job
