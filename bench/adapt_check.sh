@@ -14,6 +14,9 @@
 # run's, byte for byte.
 # With WIRE=SECONDS, the link from rank 0 to rank 1 is late by SECONDS
 # over the same window instead (BATON_FAULT 0>1:...:delay=), FACTOR unused.
+# With REPLICAS=D, each run is D replicas of the pipeline (ranks x D
+# processes, data_parallel.size D) and the slowed rank is pipeline rank 1
+# of the last replica (world rank 2D - 1).
 # With SVG=FILE, also draws the first rank count's three runs' step times
 # over the steps (docs/guide/adaptive-plans.svg).
 #   bench/adapt_check.sh [STEPS] [FACTOR] [RANKS...]     (default 120 2 2 4)
@@ -31,9 +34,10 @@ trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 from=21
 until=$(( steps - 20 ))
-fault="1:$from:slow=$factor:until=$until"
+replicas=${REPLICAS:-1}
+fault="$((2 * replicas - 1)):$from:slow=$factor:until=$until"
 [ -n "${WIRE:-}" ] && fault="0>1:$from:delay=$WIRE:until=$until"
-stamp "${WIRE:+WIRE=$WIRE }$0 $steps $factor ${ranks[*]}"
+stamp "${WIRE:+WIRE=$WIRE }${REPLICAS:+REPLICAS=$REPLICAS }$0 $steps $factor ${ranks[*]}"
 echo
 echo "Injected: BATON_FAULT=$fault"
 echo
@@ -41,13 +45,13 @@ echo "| ranks | T_h | T_s | T_a | R | ceiling | R / ceiling | moved after step (
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for p in "${ranks[@]}"; do
   sets=(--set pipeline.ranks="$p" --set model.blocks=8 --set pipeline.checkpointing=none --set train.steps="$steps"
-        --set log.every_steps=1 --set log.progress=false)
+        --set log.every_steps=1 --set log.progress=false --set data_parallel.size="$replicas")
   run() {  # NAME [ENV...] -- [ARGS...]
     local name=$1; shift
     local env=()
     while [ "$1" != "--" ]; do env+=("$1"); shift; done
     shift
-    env "${env[@]}" mpirun -np "$p" "$baton" train configs/gpt_fortunes_1f1b.yaml "${sets[@]}" \
+    env "${env[@]}" mpirun -np "$((p * replicas))" "$baton" train configs/gpt_fortunes_1f1b.yaml "${sets[@]}" \
       --set log.metrics="$out/$p-$name.jsonl" --set log.weights="$out/$p-$name.safetensors" "$@" \
       > "$out/$p-$name.log" 2>&1 < /dev/null || { cat "$out/$p-$name.log" >&2; exit 1; }
   }
