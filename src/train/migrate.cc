@@ -260,10 +260,10 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
     swap.seconds = MonotonicSeconds() - start;
     return swap;
   }
-  std::vector<NamedTensor> wanted = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
-  if (sharded) {
-    for (NamedTensor& w : wanted) w.data.resize(NumElements(w.shape));
-  }
+  // The new stages' tensors by name and shape, each sized for the whole
+  // tensor the move brings (no gather of the state just built).
+  std::vector<NamedTensor> wanted = u.params->CheckpointTensors({});
+  for (NamedTensor& w : wanted) w.data.resize(NumElements(w.shape));
   swap.bytes_sent += MoveTensors(t, held, wanted);
   u.params->Restore(wanted, "the moved model state", done);
   Rewire(next, comms, u);
