@@ -375,7 +375,10 @@ TEST_P(CudaTransformerTest, MatchesTheHostLayer) {
   const std::vector<float> dy = Random(static_cast<std::size_t>(rows) * op.out, rng);
   std::vector<float> x = Random(static_cast<std::size_t>(rows) * op.in, rng, -2.0f, 2.0f);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows));
-  for (std::size_t r = 0; r < tokens.size(); ++r) tokens[r] = static_cast<std::int32_t>((r * 7 + r / 3) % op.vocab);
+  // Token ids for the embedding only (the other layers have no vocabulary).
+  if (ids) {
+    for (std::size_t r = 0; r < tokens.size(); ++r) tokens[r] = static_cast<std::int32_t>((r * 7 + r / 3) % op.vocab);
+  }
   const TensorDesc in_desc = ids ? TensorDesc(DType::kI32, {c.samples, c.seq}) : TensorDesc(DType::kF32, {c.samples, c.seq, op.in});
   const TensorDesc out_desc(DType::kF32, {c.samples, c.seq, op.out});
   const std::size_t saved_n = op.saved_per_row * rows, stash_n = op.stash_per_row * rows;
