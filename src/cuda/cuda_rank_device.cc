@@ -6,7 +6,12 @@
 // way; the ring stores take their memory from it.
 #include <fmt/format.h>
 
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,11 +41,33 @@ class CudaRankDevice final : public RankDevice {
   // The rank's memory, zeroed and copied on the compute stream.
   std::byte* Allocate(std::size_t bytes) override { return memory_.Allocate(bytes); }
   void Copy(std::byte* dst, const std::byte* src, std::size_t bytes) override { memory_.Copy(dst, src, bytes); }
-  // From pageable host memory the driver stages the copy before returning,
-  // so the caller may reuse `src` at once; the stream orders it before the
-  // kernels that read it.
+  // The caller may reuse `src` once Upload returns; the stream orders the
+  // copy before the kernels that read it. Small copies go from pageable
+  // memory (the driver stages them before returning). A large one (a step's
+  // inputs) goes through a pinned buffer kept for its destination: the
+  // host's threads copy into it in parallel (oneTBB), and the GPU takes it
+  // by DMA on the compute stream while the host goes on; the next upload
+  // to that destination first waits for that DMA. The driver's own staging
+  // of pageable memory copies it in one thread, chunk by chunk, and returns
+  // only when the last chunk is staged.
   void Upload(std::byte* dst, const void* src, std::size_t bytes) override {
-    BATON_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+    if (bytes < kPinnedUploadBytes) {
+      BATON_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+      return;
+    }
+    Staging& s = staging_[dst];
+    if (s.used) BATON_CUDA_CHECK(cudaEventSynchronize(s.done.get()));
+    if (s.pinned.size() < bytes) s.pinned = cuda::PinnedBuffer<std::byte>(bytes);
+    std::byte* to = s.pinned.data();
+    const auto* from = static_cast<const std::byte*>(src);
+    constexpr std::size_t kChunk = std::size_t{4} << 20;
+    tbb::parallel_for(std::size_t{0}, (bytes + kChunk - 1) / kChunk, [&](std::size_t c) {
+      const std::size_t begin = c * kChunk;
+      std::memcpy(to + begin, from + begin, std::min(kChunk, bytes - begin));
+    });
+    BATON_CUDA_CHECK(cudaMemcpyAsync(dst, to, bytes, cudaMemcpyHostToDevice, stream_.get()));
+    s.done.Record(stream_.get());
+    s.used = true;
   }
   void ConfigureMessages(const std::vector<std::size_t>& bytes_per_request, double timeout_s) override {
     staged_ = cuda::MakeStagedTransport(t_, bytes_per_request, timeout_s);
@@ -110,6 +137,15 @@ class CudaRankDevice final : public RankDevice {
   std::unique_ptr<ReplicaGroup> gradient_group_;
   std::vector<cuda::Event> clock_;  // timing events: mark 0 starts the step
   std::size_t marked_ = 0;          // marks recorded since StartClock
+  // Upload's pinned buffers, one per destination, each with the event after
+  // its last DMA.
+  static constexpr std::size_t kPinnedUploadBytes = std::size_t{1} << 20;
+  struct Staging {
+    cuda::PinnedBuffer<std::byte> pinned;
+    cuda::Event done;
+    bool used = false;
+  };
+  std::map<std::byte*, Staging> staging_;
 };
 
 }  // namespace
