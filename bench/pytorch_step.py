@@ -17,6 +17,13 @@ Prints one JSON object.
 
     /usr/bin/python3 bench/pytorch_step.py CONFIG.yaml [--steps N] [--warmup N] [--threads N] [--full-batch]
                                                        [--attention auto|explicit|sdpa] [--profile N]
+                                                       [--device cpu|cuda] [--precision fp32|tf32|bf16]
+
+On `--device cuda` the model, data and optimizer live on the GPU and every
+time is read after torch.cuda.synchronize(); `--precision` is the config's
+`precision` unless given: fp32 (TF32 matmuls off), tf32 (on), bf16
+(torch.autocast to bfloat16, FP32 weights and optimizer: PyTorch's mixed
+precision, as baton's bf16 keeps FP32 master weights).
 
 `step_time_*` is the whole step (forward and backward of every microbatch,
 then the optimizer), `fwd_bwd_time_median_s` the same step without the
@@ -24,6 +31,7 @@ optimizer (what `baton bench` clocks: it runs the optimizer outside its
 step clock).
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -184,6 +192,10 @@ def main():
     p.add_argument("--full-batch", action="store_true", help="one pass of the whole batch instead of microbatches")
     p.add_argument("--attention", choices=["auto", "explicit", "sdpa"], default="auto",
                    help="gpt: F.scaled_dot_product_attention where torch has it (auto), or explicit matmuls")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="where to run (default: the config's device, cpu)")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default=None,
+                   help="cuda: matmul precision (default: the config's precision, fp32)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after timing, profile N steps with torch.autograd.profiler and print its table to stderr")
     a = p.parse_args()
@@ -195,6 +207,19 @@ def main():
         raise SystemExit(f"pytorch_step.py: {micro} microbatches do not divide the batch of {batch}")
     setup = gpt_setup if c["model"].get("type") == "gpt" else mlp_setup
     model, x, y, loss_fn, info = setup(c, a, batch)
+    device = a.device or c.get("device", "cpu")
+    precision = a.precision or c.get("precision", "fp32")
+    if device == "cpu" and precision != "fp32":
+        raise SystemExit(f"pytorch_step.py: precision {precision} needs --device cuda")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("pytorch_step.py: --device cuda, but torch sees no GPU")
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        model, x, y = model.to(device), x.to(device), y.to(device)
+    autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if precision == "bf16"
+                else contextlib.nullcontext())
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt_spec = c.get("train", {}).get("optimizer", {"type": "sgd", "lr": 0.01})
     if opt_spec.get("type", "sgd") == "adamw":
         betas = opt_spec.get("betas", [0.9, 0.999])
@@ -207,19 +232,25 @@ def main():
 
     def step():
         """Returns (whole step, forward and backward alone) in seconds."""
+        sync()
         t0 = time.perf_counter()
         for j in range(micro):
-            loss = loss_fn(model(x[j * rows:(j + 1) * rows]), y[j * rows:(j + 1) * rows])
+            with autocast:
+                out = model(x[j * rows:(j + 1) * rows])
+            loss = loss_fn(out.float(), y[j * rows:(j + 1) * rows])
             loss.backward()
+        sync()
         t1 = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=False)
+        sync()
         return time.perf_counter() - t0, t1 - t0
 
     for _ in range(a.warmup):
         step()
     times, fwd_bwd = zip(*(step() for _ in range(a.steps)))
     out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "microbatches": micro,
+           "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "precision": precision,
            "batch_size": batch, "step_time_median_s": statistics.median(times),
            "step_time_min_s": min(times), "step_time_max_s": max(times),
            "fwd_bwd_time_median_s": statistics.median(fwd_bwd),
