@@ -103,6 +103,13 @@ TEST_F(CudaTrain, FourRanksShareOneGpuWithSplitBackward) {
   ExpectClose(Train("four", 4, {"device=cuda", "pipeline.schedule=zb_h1"}), Cpu(4, "zb_h1"), 1e-4);
 }
 
+// A batch of 1 MiB or more (32 samples x 9,000 features) goes up through
+// Upload's pinned buffer, reused every step once its last DMA is done.
+TEST_F(CudaTrain, LargeInputsGoThroughPinnedMemory) {
+  ExpectClose(Train("wide", 2, {"device=cuda", "data.features=9000"}), Train("wide_cpu", 2, {"data.features=9000"}),
+              1e-4);
+}
+
 TEST_F(CudaTrain, OneRankHoldingTwoChunks) {
   ExpectClose(Train("zbv", 1, {"device=cuda", "pipeline.schedule=zbv"}), Cpu(1, "zbv"), 1e-4);
 }
