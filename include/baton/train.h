@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "baton/comm.h"
@@ -70,8 +71,12 @@ class Survivors {
   // agreement, without the old communicators), the replicas that lost a
   // rank leave the job (their ranks exit here, 0), and the others get a
   // world of their own laid out as `layout` with fewer replicas. Throws
-  // `seen` again when no replica is whole.
-  virtual Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout) = 0;
+  // `seen` again when no replica is whole. `at`, where given, is called at
+  // two points of it with the job's rank of this process (its rank at
+  // launch): "recovery" before the agreement, "regroup" after it, while the
+  // new world is built (BATON_FAULT's faults in a recovery fire there).
+  using RecoveryHook = std::function<void(std::string_view point, int job_rank)>;
+  virtual Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) = 0;
 };
 
 struct TrainOptions {

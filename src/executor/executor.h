@@ -66,7 +66,20 @@ struct Fault {
   std::string action;
   SlowRank slow;
   SlowLink link;
-  bool any() const { return mode != kNone || slow.rank >= 0 || link.from >= 0; }
+  // Beside the action's, a fault in a recovery from a lost rank
+  // ("RANK:STEP:recovery:MODE" or "RANK:STEP:regroup:MODE", MODE stall,
+  // exit or kill): on the job's rank RANK (its rank at launch, whatever
+  // the survivors' world renumbers it), in the first recovery from a loss
+  // in step STEP or later; `recovery` as the rank joins it, before the
+  // survivors agree on who is lost; `regroup` once they have agreed, while
+  // they build their new world.
+  struct InRecovery {
+    Mode mode = kNone;
+    int rank = -1;
+    std::int64_t step = -1;
+    std::string point;  // "recovery" or "regroup"
+  } in_recovery;
+  bool any() const { return mode != kNone || slow.rank >= 0 || link.from >= 0 || in_recovery.mode != kNone; }
   // Whether step `at` is slowed on rank `on`.
   bool Slows(int on, std::int64_t at) const {
     return slow.rank >= 0 && on == slow.rank && at >= slow.step && (slow.until < 0 || at < slow.until);
@@ -101,6 +114,10 @@ void CheckFault(const Fault& fault, int world, int rank, const RankPlan& plan, s
                 std::int64_t last_step, std::int64_t checkpoint_every, std::int64_t epoch_steps = 0);
 // Triggers `fault` if it matches (rank, step, action).
 void MaybeInjectFault(const Fault& fault, int rank, std::int64_t step, std::string_view action);
+// The recovery's fault (Fault::in_recovery) at `point` ("recovery" or
+// "regroup") of a recovery from a loss in step `step`, on the job's rank
+// `job_rank`: fires, or returns.
+void MaybeInjectRecoveryFault(const Fault& fault, int job_rank, std::int64_t step, std::string_view point);
 
 struct StepStats {
   // Sums over every label (one per sample for classes, one per token for

@@ -65,7 +65,8 @@ class FaultPart {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
                     "UNSHARD, REDUCE_GRAD, checkpoint, evaluate, start or replan and MODE stall, exit, kill, term, "
-                    "wait or (replan only) error; and/or RANK:STEP:slow=FACTOR[:until=STEP]; and/or "
+                    "wait or (replan only) error; and/or RANK:STEP:recovery:MODE or RANK:STEP:regroup:MODE with "
+                    "MODE stall, exit or kill; and/or RANK:STEP:slow=FACTOR[:until=STEP]; and/or "
                     "SRC>DST:STEP:delay=SECONDS[:until=STEP]; joined by commas)",
                     text_, why));
   }
@@ -133,9 +134,31 @@ class FaultPart {
     w.step = step;
   }
 
+  // A fault in a recovery: where, and MODE (stall, exit or kill).
+  void ReadRecovery(int rank, std::int64_t step, Fault& f) const {
+    if (f.in_recovery.mode != Fault::kNone) throw Bad("one fault in a recovery at most");
+    Fault::InRecovery& r = f.in_recovery;
+    r.rank = rank;
+    r.step = step;
+    r.point = parts_[2];
+    static const std::pair<const char*, Fault::Mode> kModes[] = {
+        {"stall", Fault::kStall}, {"exit", Fault::kExit}, {"kill", Fault::kKill}};
+    const auto mode = std::find_if(std::begin(kModes), std::end(kModes),
+                                   [&](const auto& m) { return parts_[3] == m.first; });
+    if (mode == std::end(kModes)) {
+      throw Bad(fmt::format("a fault in a recovery ({}) takes the mode stall, exit or kill, not '{}'", r.point,
+                            parts_[3]));
+    }
+    r.mode = mode->second;
+  }
+
   // The fault of an action: ACTION and MODE.
   void ReadAction(int rank, std::int64_t step, Fault& f) const {
     if (parts_.size() != 4) throw Bad("four fields needed");
+    if (parts_[2] == "recovery" || parts_[2] == "regroup") {
+      ReadRecovery(rank, step, f);
+      return;
+    }
     if (f.mode != Fault::kNone) throw Bad("one fault of an action at most");
     f.rank = rank;
     f.step = step;
@@ -195,6 +218,7 @@ Fault FaultForRun(const Fault& fault, int rank, std::int64_t first_step) {
   // A slow window that ended before this run is the earlier run's too.
   if (f.slow.rank >= 0 && f.slow.until >= 0 && f.slow.until <= first_step) f.slow = {};
   if (f.link.from >= 0 && f.link.until >= 0 && f.link.until <= first_step) f.link = {};
+  if (f.in_recovery.mode != Fault::kNone && f.in_recovery.step < first_step) f.in_recovery = {};
   if (f.mode == Fault::kNone || f.step >= first_step) return f;
   if (rank == 0) {
     std::fprintf(stderr,
@@ -237,6 +261,13 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
     in_job(f.link.from);
     in_job(f.link.to);
     window(f.link.step, f.link.until);
+  }
+  // Whether a recovery comes is the run's to find (a loss in its steps).
+  if (f.in_recovery.mode != Fault::kNone) {
+    in_job(f.in_recovery.rank);
+    if (f.in_recovery.step < first_step || f.in_recovery.step > last_step) {
+      throw never(fmt::format("step {} is not in this run (steps {}..{})", f.in_recovery.step, first_step, last_step));
+    }
   }
   if (f.mode == Fault::kNone) return;
   in_job(f.rank);
@@ -319,6 +350,17 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
     case Fault::kError:
       break;
   }
+}
+
+void MaybeInjectRecoveryFault(const Fault& f, int job_rank, std::int64_t step, std::string_view point) {
+  const Fault::InRecovery& r = f.in_recovery;
+  if (r.mode == Fault::kNone || r.rank != job_rank || step < r.step || r.point != point) return;
+  Fault now;
+  now.mode = r.mode;
+  now.rank = job_rank;
+  now.step = step;
+  now.action = fmt::format("in the recovery ({})", point);
+  MaybeInjectFault(now, job_rank, step, now.action);
 }
 
 }  // namespace baton

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -24,6 +26,93 @@ constexpr double kLostAfterSilence = 1.0;
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
+
+std::string RankList(const std::vector<int>& ranks) {
+  return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
+}
+
+// While the survivors build their new world, the old watch goes on, and a
+// thread of this guard reads it: the MPI calls that make the new
+// communicator wait for every member, so a member lost meanwhile (or one
+// that never comes: the deadline) would leave them waiting for good. Then
+// the job ends as JobWatch::End ends it — the lowest rank alive says why
+// once, mpirun is told to end, every rank exits kExitLostRank — with the
+// checkpoints written so far. Joined when it goes out of scope.
+class RegroupGuard {
+ public:
+  // `agreed`: the lost ranks the survivors agreed on; `staying`: the ranks
+  // that go on (both sorted, in the old world's ranks).
+  RegroupGuard(const RankWatch& watch, std::vector<int> agreed, std::vector<int> staying, double deadline_s)
+      : watch_(watch),
+        agreed_(std::move(agreed)),
+        staying_(std::move(staying)),
+        deadline_s_(deadline_s),
+        thread_([this] { Run(); }) {}
+  ~RegroupGuard() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  RegroupGuard(const RegroupGuard&) = delete;
+  RegroupGuard& operator=(const RegroupGuard&) = delete;
+
+ private:
+  void Run() {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait_for(lock, std::chrono::milliseconds(20));
+      if (done_) return;
+      std::vector<LostRank> fresh;
+      for (const LostRank& l : watch_.Lost()) {
+        if (!std::binary_search(agreed_.begin(), agreed_.end(), l.rank)) fresh.push_back(l);
+      }
+      if (fresh.empty() && Since(start) < deadline_s_) continue;
+      std::vector<int> ranks;
+      for (const LostRank& l : fresh) ranks.push_back(l.rank);
+      std::sort(ranks.begin(), ranks.end());
+      // The lowest of the ranks going on that is not lost says why.
+      int says = -1;
+      for (const int r : staying_) {
+        if (!std::binary_search(ranks.begin(), ranks.end(), r)) {
+          says = r;
+          break;
+        }
+      }
+      if (watch_.rank() == says) {
+        const std::string why =
+            fresh.empty() ? fmt::format("the survivors of the loss of {} did not make their new world within {:.0f} s "
+                                        "(a survivor stalled in the recovery?)",
+                                        RankList(agreed_), deadline_s_)
+                          : fmt::format("lost {} ({}) while the survivors of the loss of {} made their new world, "
+                                        "which cannot be made without {} (Open MPI has no ULFM: the calls that make "
+                                        "it wait for every member)",
+                                        RankList(ranks), DescribeLost(fresh), RankList(agreed_),
+                                        ranks.size() > 1 ? "them" : "it");
+        std::fprintf(stderr,
+                     "baton: error: %s. The job ends (exit %d; mpirun, told to end, exits 1); run it again with "
+                     "--resume auto to continue from the last checkpoint\n",
+                     ForTerminal(why).c_str(), kExitLostRank);
+        std::fflush(stderr);
+      }
+      // mpirun forwards what the ranks print as it reads it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      EndLauncher();
+      std::_Exit(kExitLostRank);
+    }
+  }
+
+  const RankWatch& watch_;
+  const std::vector<int> agreed_, staying_;
+  const double deadline_s_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;  // last: started once the rest is set
+};
 
 }  // namespace
 
@@ -57,8 +146,9 @@ void JobWatch::Watch() {
   interrupt_.emplace(*watch_);
 }
 
-Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& layout) {
+Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) {
   const auto start = std::chrono::steady_clock::now();
+  if (at) at("recovery", MpiWorldRank());
   Shrunk out;
   try {
     out.lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
@@ -87,25 +177,36 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
     if (!std::binary_search(gone.begin(), gone.end(), r)) kept.push_back(r);
   }
   const ReplicaLayout next{layout.pipeline_ranks, out.replicas};
-  std::vector<int> members;
+  std::vector<int> members, staying;
   for (int p = 0; p < layout.pipeline_ranks; ++p) {
-    for (const int r : kept) members.push_back(mpi_ranks_[static_cast<std::size_t>(layout.World(p, r))]);
+    for (const int r : kept) {
+      staying.push_back(layout.World(p, r));
+      members.push_back(mpi_ranks_[static_cast<std::size_t>(layout.World(p, r))]);
+    }
   }
+  std::sort(staying.begin(), staying.end());
   interrupt_.reset();
-  watch_.reset();
-  // The old communicators are left as they are: requests to the lost ranks
-  // never complete, and freeing them is not safe; they end with the process.
-  survivors_.push_back(MakeMpiSurvivors(members, next, timeout_s_));
-  MpiWorld& w = survivors_.back();
-  Transport& world = *w.world;
-  world.Configure(0, timeout_s_);
-  if (next.replicas == 1) solo_ = MakeSoloReplicaGroup();
-  ReplicaGroup& replicas = next.replicas > 1 ? *w.groups.replicas : *solo_;
-  shrunk_comms_.push_back(
-      std::make_unique<RunComms>(RunComms{world, next.replicas > 1 ? *w.groups.pipeline : world, replicas}));
-  comms_ = shrunk_comms_.back().get();
-  mpi_ranks_ = members;
-  Watch();
+  // The old watch stays until the new one watches the new world, read by
+  // the guard meanwhile.
+  std::unique_ptr<RankWatch> old = std::move(watch_);
+  {
+    const RegroupGuard guard(*old, out.lost, staying, std::min(timeout_s_, 30.0));
+    if (at) at("regroup", MpiWorldRank());
+    // The old communicators are left as they are: requests to the lost ranks
+    // never complete, and freeing them is not safe; they end with the process.
+    survivors_.push_back(MakeMpiSurvivors(members, next, timeout_s_));
+    MpiWorld& w = survivors_.back();
+    Transport& world = *w.world;
+    world.Configure(0, timeout_s_);
+    if (next.replicas == 1) solo_ = MakeSoloReplicaGroup();
+    ReplicaGroup& replicas = next.replicas > 1 ? *w.groups.replicas : *solo_;
+    shrunk_comms_.push_back(
+        std::make_unique<RunComms>(RunComms{world, next.replicas > 1 ? *w.groups.pipeline : world, replicas}));
+    comms_ = shrunk_comms_.back().get();
+    mpi_ranks_ = members;
+    Watch();
+  }
+  old.reset();  // a goodbye on every old connection
   out.comms = comms_;
   return out;
 }

@@ -24,7 +24,10 @@ class JobWatch final : public Survivors {
 
   // The agreement, then: the ranks of a replica that lost one exit (0); the
   // others build a world of their own (MakeMpiSurvivors), watched anew.
-  Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout) override;
+  // A rank lost while the new world is built (its MPI calls would wait for
+  // it for good: Open MPI has no ULFM), or that world not made within the
+  // deadline, ends the job as End does (RegroupGuard).
+  Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) override;
 
   // The end of a job that lost a rank and does not go on: the survivors
   // agree, the lowest says which rank and how, and each exits

@@ -680,7 +680,14 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       r.seen = Clock::now();
       r.how = DescribeLost(seen.lost());
       r.replicas_before = c.data_parallel.size;
-      const Survivors::Shrunk shrunk = options.survivors->Shrink(seen, {c.pipeline.ranks, c.data_parallel.size});
+      // BATON_FAULT's fault in a recovery, if any, fires in this one.
+      const Fault fault = left.back()->fault;
+      const std::int64_t interrupted = kept.latest() + 1;
+      const Survivors::Shrunk shrunk =
+          options.survivors->Shrink(seen, {c.pipeline.ranks, c.data_parallel.size},
+                                    [&](std::string_view point, int job_rank) {
+                                      MaybeInjectRecoveryFault(fault, job_rank, interrupted, point);
+                                    });
       on = shrunk.comms;
       r.lost = shrunk.lost;
       r.agreed_s = shrunk.agreed_s;

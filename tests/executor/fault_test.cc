@@ -99,6 +99,42 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
   EXPECT_NE(Refusal("0>1:9:delay=0.01").find("step 9 is past the run's last step 4"), std::string::npos);
 }
 
+// A fault in a recovery beside the action's (the loss it follows): read,
+// checked, dropped by a run resumed after its step, and refused with any
+// mode but stall, exit or kill, or twice.
+TEST(RecoveryFault, BesideTheActionsFault) {
+  const Fault f = Read("3:25:B:kill,0:25:regroup:kill");
+  EXPECT_EQ(f.mode, Fault::kKill);
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_EQ(f.action, "B");
+  EXPECT_EQ(f.in_recovery.mode, Fault::kKill);
+  EXPECT_EQ(f.in_recovery.rank, 0);
+  EXPECT_EQ(f.in_recovery.step, 25);
+  EXPECT_EQ(f.in_recovery.point, "regroup");
+  EXPECT_EQ(Read("1:2:recovery:stall").in_recovery.point, "recovery");
+  EXPECT_TRUE(Read("1:2:recovery:exit").any());
+  // A run resumed after its step does not repeat it; one resumed before does.
+  EXPECT_EQ(FaultForRun(Read("1:2:recovery:exit"), 0, 3).in_recovery.mode, Fault::kNone);
+  EXPECT_EQ(FaultForRun(Read("1:2:recovery:exit"), 0, 2).in_recovery.mode, Fault::kExit);
+  EXPECT_EQ(Refusal("1:3:regroup:kill"), "");
+  EXPECT_NE(Refusal("2:3:regroup:kill").find("rank 2 is not in this job"), std::string::npos);
+  EXPECT_NE(Refusal("1:9:regroup:kill").find("step 9 is not in this run (steps 1..4)"), std::string::npos);
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"1:2:regroup:term", "a fault in a recovery (regroup) takes the mode stall, exit or kill, not 'term'"},
+           {"1:2:recovery:wait", "not 'wait'"},
+           {"1:2:recovery:kill,0:2:regroup:kill", "one fault in a recovery at most"}}) {
+    ::setenv("BATON_FAULT", text.c_str(), 1);
+    try {
+      FaultFromEnvironment();
+      ADD_FAILURE() << text << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("RANK:STEP:regroup:MODE"), std::string::npos) << e.what();
+    }
+    ::unsetenv("BATON_FAULT");
+  }
+}
+
 TEST(SlowFault, AWireLateFromOneRankToAnother) {
   const Fault f = Read("0>1:3:delay=0.005:until=7,1:2:slow=2");
   EXPECT_EQ(f.link.from, 0);

@@ -36,9 +36,11 @@ class Recovery : public ::testing::Test {
 
   // 2 replicas of the tiny MLP's 2-rank pipeline, 60 steps, shrink on, under
   // mpirun with the recovery settings; `env` before it (BATON_FAULT=...).
-  Job Train(const std::string& env, const std::string& out, const std::string& extra = "") {
+  // `np`: another job size (with `extra` setting the layout to match).
+  Job Train(const std::string& env, const std::string& out, const std::string& extra = "", int np = 4) {
     last_ = "cd '" + dir_.string() + "' && " + env + " timeout 120 '" BATON_MPIEXEC
-            "' --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 -np 4 '" BATON_BINARY
+            "' --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 -np " + std::to_string(np) +
+            " '" BATON_BINARY
             "' train '" BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 --set data_parallel.size=2 "
             "--set train.steps=60 --set log.every_steps=1 --set recovery.on_lost_rank=shrink --set log.metrics=" +
             out + ".jsonl --set log.weights=" + out + ".safetensors " + extra + " > log.txt 2>&1";
@@ -198,6 +200,50 @@ TEST_F(Recovery, StopWritesTheLastStepAsACheckpointAndTheRunResumesToTheSameByte
   }
   EXPECT_EQ(last, 60);
   EXPECT_EQ(baton_test::ReadAll(dir_ / "stopped.safetensors"), baton_test::ReadAll(dir_ / "ref.safetensors"));
+}
+
+// A second loss in the recovery, as the rank joins it (before the
+// survivors agree): the agreement takes both in, and with 3 replicas of a
+// one-rank pipeline the one replica left goes on, to the run's end.
+TEST_F(Recovery, ALossAsTheRecoveryStartsIsAgreedOnWithTheFirst) {
+  const std::string three =
+      "--set pipeline.ranks=1 --set data_parallel.size=3 --set pipeline.microbatches=6 --set train.batch_size=36";
+  const Job j = Train("BATON_FAULT=2:25:F:kill,1:25:recovery:kill", "twice", three, 3);
+  ASSERT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("in the recovery (recovery)"), std::string::npos) << j.output;
+  int events = 0;
+  std::int64_t last = 0;
+  for (const auto& row : Rows("twice")) {
+    if (row.contains("event")) {
+      EXPECT_EQ(row["event"], "recovered");
+      EXPECT_EQ(row["lost"], nlohmann::json::array({1, 2}));
+      EXPECT_EQ(row["replicas"], 1);
+      ++events;
+      continue;
+    }
+    EXPECT_EQ(row["step"].get<std::int64_t>(), last + 1);
+    last = row["step"];
+  }
+  EXPECT_EQ(events, 1);
+  EXPECT_EQ(last, 60);
+}
+
+// A second loss once the survivors have agreed, while they make their new
+// world (whose MPI calls would wait for it for good): the job ends at once
+// with one message naming both losses, mpirun non-zero, no hang, and the
+// checkpoints written before kept for --resume auto.
+TEST_F(Recovery, ALossWhileTheSurvivorsRegroupEndsTheJobWithOneMessage) {
+  const std::string ck = "--set checkpoint.dir=ck --set checkpoint.every_steps=10";
+  const Job j = Train("BATON_FAULT=3:25:B:kill,0:25:regroup:kill", "regroup", ck);
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error: lost rank 0 ("), 1u) << j.output;
+  EXPECT_NE(j.output.find("while the survivors of the loss of rank 3 made their new world"), std::string::npos)
+      << j.output;
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000020/manifest.json")) << j.output;
+  const Job again = Train("", "regroup", ck + " --resume auto");
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("resumed after step 20"), std::string::npos) << again.output;
 }
 
 }  // namespace
