@@ -220,6 +220,32 @@ struct MpiWorld {
   Groups groups;
 };
 MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout& layout, double timeout_s);
+
+// The job after losing ranks, with new processes in their places
+// (recovery.on_lost_rank: replace). The survivors, the MPI_COMM_WORLD ranks
+// `survivors`, make a world of their own (as MakeMpiSurvivors), start
+// `spawn.count` processes of `spawn.command spawn.args` in `spawn.wdir`
+// (MPI_Comm_spawn), merge with them and give them `payload` (survivor 0's);
+// then every process takes its place: the world is ordered by each one's
+// `key` (a survivor's, the caller's; a new process's, from the payload),
+// and laid out as `layout`. Collective over the survivors, and with the new
+// processes' JoinMpiJob.
+struct Spawn {
+  int count = 0;
+  std::string command;  // an executable's path
+  std::vector<std::string> args;
+  std::string wdir;
+};
+MpiWorld MakeMpiReplaced(const std::vector<int>& survivors, const Spawn& spawn, const std::string& payload, int key,
+                         const ReplicaLayout& layout, double timeout_s);
+// Whether this process was started by MakeMpiReplaced (it has a parent).
+bool IsMpiReplacement();
+// A new process's side of MakeMpiReplaced: merges with the survivors,
+// receives the payload, and takes the place `place(payload, index)` gives
+// it (index: this process's rank among the new ones): its key and the
+// world's layout.
+MpiWorld JoinMpiJob(const std::function<std::pair<int, ReplicaLayout>(const std::string& payload, int index)>& place,
+                    std::string* payload, double timeout_s);
 // This process's rank in MPI_COMM_WORLD.
 int MpiWorldRank();
 

@@ -40,16 +40,19 @@ enum class ResumeMode : std::uint8_t { kNever, kAuto };
 // layers move off a rank that slows, and back when it recovers).
 enum class AdaptMode : std::uint8_t { kOff, kOn };
 // recovery.on_lost_rank: stop (the job ends: resume it from its last
-// checkpoint), or shrink (it goes on without the replicas that lost a
-// rank, with the same global batch, the interrupted step redone).
-enum class LostRankMode : std::uint8_t { kStop, kShrink };
+// checkpoint), shrink (it goes on without the replicas that lost a rank,
+// with the same global batch, the interrupted step redone), or replace
+// (new processes take the lost ranks' places, their state from a whole
+// replica, the interrupted step redone: the same floats as without the
+// loss).
+enum class LostRankMode : std::uint8_t { kStop, kShrink, kReplace };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
 std::string_view EnumName(OnNonFinite v);    // stop, skip
 std::string_view EnumName(ResumeMode v);     // never, auto
 std::string_view EnumName(AdaptMode v);      // off, on
-std::string_view EnumName(LostRankMode v);   // stop, shrink
+std::string_view EnumName(LostRankMode v);   // stop, shrink, replace
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
 std::span<const DatasetKind> EnumValues(DatasetKind);
@@ -263,7 +266,7 @@ TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::stri
 
 // Whether a config that leaves pipeline.adapt unset adapts: a pipeline of
 // two ranks or more, a generated schedule, on the CPU (the measure is the
-// actions' CPU time), without recovery.on_lost_rank: shrink.
+// actions' CPU time), without recovery.on_lost_rank: shrink or replace.
 bool AdaptsByDefault(const TrainConfig& config);
 
 // The resolved settings, as YAML, for `baton validate`.

@@ -77,6 +77,23 @@ class Survivors {
   // new world is built (BATON_FAULT's faults in a recovery fire there).
   using RecoveryHook = std::function<void(std::string_view point, int job_rank)>;
   virtual Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) = 0;
+  // After `seen` (recovery.on_lost_rank: replace): the survivors agree on
+  // the lost ranks, start a new process for each, and the world goes on at
+  // full size laid out as `layout`, each new process in a lost rank's
+  // place (it learns `run_id` and the loss, and takes its state from a
+  // whole replica). Throws `seen` again when no replica is whole.
+  virtual Shrunk Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
+                         const RecoveryHook& at) = 0;
+};
+
+// A new process in a lost rank's place (recovery.on_lost_rank: replace):
+// what the survivors told it.
+struct JoinedRun {
+  std::string run_id;
+  std::vector<int> lost;  // the world ranks it and the others took
+  std::string how;        // how the loss was seen
+  double agreed_s = 0;
+  double since_loss_s = 0;  // from the loss to this process's reading of the survivors' message
 };
 
 struct TrainOptions {
@@ -99,6 +116,9 @@ struct TrainOptions {
   // the job): shrink goes on with them; stop with replicas has them write
   // the last step boundary as a checkpoint first.
   Survivors* survivors = nullptr;
+  // Set in a new process that takes a lost rank's place: the run goes on
+  // from the survivors' kept step, its state from a whole replica.
+  std::optional<JoinedRun> joined;
 };
 // Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).
 
@@ -131,6 +151,11 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
 // Returns the job's exit code: 0, 2 (an agreed error), or kExitStopped
 // after a stop at a step boundary with its checkpoint.
 int TrainJob(const std::string& config_path, const std::vector<std::string>& set, const TrainOptions& options);
+// `baton train --replacement` (started by the survivors of a lost rank,
+// recovery.on_lost_rank: replace, never by hand): joins their job in a
+// lost rank's place (the config and the run come from them) and trains
+// to the end with them. Does not return.
+[[noreturn]] int JoinTrainJob(const std::vector<std::string>& set, const TrainOptions& options);
 
 }  // namespace baton
 

@@ -41,9 +41,12 @@ struct TrainFlags {
   std::string config;
   std::vector<std::string> set;
   TrainOptions options;
+  bool replacement = false;  // started by the survivors of a lost rank (recovery.on_lost_rank: replace)
 };
 
-int RunTrain(const TrainFlags& f) { return TrainJob(f.config, f.set, f.options); }
+int RunTrain(const TrainFlags& f) {
+  return f.replacement ? JoinTrainJob(f.set, f.options) : TrainJob(f.config, f.set, f.options);
+}
 
 struct BenchFlags {
   TrainFlags train;
@@ -186,6 +189,8 @@ void AddTrainCommand(CLI::App& app) {
                                         "checkpoint.dir); auto: from checkpoint.dir's newest if there is one, else "
                                         "from scratch (./auto for a folder so named)")
                             ->expected(0, 1);
+  // Hidden: the survivors start a new rank so (recovery.on_lost_rank: replace).
+  cmd->add_flag("--replacement", flags->replacement)->group("");
   cmd->callback([flags, resume] {
     flags->options.resume_auto = resume->count() > 0 && flags->options.resume_dir == "auto";
     flags->options.resume = resume->count() > 0 && !flags->options.resume_auto;

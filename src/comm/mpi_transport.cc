@@ -510,6 +510,87 @@ MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout
   return out;
 }
 
+namespace {
+
+// The survivors' side and the new processes' meet here: rank 0's payload
+// over the merged communicator (survivor 0's), ...
+void BroadcastPayload(MPI_Comm merged, std::string* payload) {
+  unsigned long long n = payload->size();
+  BATON_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, merged));
+  if (n > static_cast<unsigned long long>(std::numeric_limits<int>::max())) {
+    throw Error(fmt::format("the new ranks' payload: {} bytes, more than one broadcast carries", n));
+  }
+  payload->resize(n);
+  BATON_MPI_CHECK(MPI_Bcast(payload->data(), static_cast<int>(n), MPI_CHAR, 0, merged));
+}
+
+// ... then the world in `key` order, laid out as `layout`.
+MpiWorld WorldFromMerged(MPI_Comm merged, int key, const ReplicaLayout& layout, double timeout_s) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  BATON_MPI_CHECK(MPI_Comm_split(merged, 0, key, &comm));
+  MPI_Comm_free(&merged);
+  MpiWorld out;
+  MPI_Comm world;
+  BATON_MPI_CHECK(MPI_Comm_dup(comm, &world));
+  out.world = std::make_unique<MpiTransport>(world, 0, timeout_s);
+  if (layout.replicas > 1) out.groups = GroupsOf(comm, layout, timeout_s);
+  MPI_Comm_free(&comm);
+  return out;
+}
+
+}  // namespace
+
+MpiWorld MakeMpiReplaced(const std::vector<int>& survivors, const Spawn& spawn, const std::string& payload, int key,
+                         const ReplicaLayout& layout, double timeout_s) {
+  MPI_Group all, kept;
+  BATON_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &all));
+  BATON_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(survivors.size()), survivors.data(), &kept));
+  MPI_Comm comm = MPI_COMM_NULL;
+  constexpr int kSurvivorsTag = 4022;
+  BATON_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, kept, kSurvivorsTag, &comm));
+  MPI_Group_free(&kept);
+  MPI_Group_free(&all);
+  std::vector<std::string> args = spawn.args;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  MPI_Info info;
+  BATON_MPI_CHECK(MPI_Info_create(&info));
+  if (!spawn.wdir.empty()) BATON_MPI_CHECK(MPI_Info_set(info, "wdir", spawn.wdir.c_str()));
+  MPI_Comm inter = MPI_COMM_NULL;
+  std::vector<int> codes(static_cast<std::size_t>(spawn.count), MPI_SUCCESS);
+  std::string command = spawn.command;
+  BATON_MPI_CHECK(MPI_Comm_spawn(command.data(), argv.data(), spawn.count, info, 0, comm, &inter, codes.data()));
+  MPI_Info_free(&info);
+  for (const int code : codes) {
+    if (code != MPI_SUCCESS) throw Error(fmt::format("MPI_Comm_spawn: a new process did not start (MPI error {})", code));
+  }
+  MPI_Comm merged = MPI_COMM_NULL;
+  BATON_MPI_CHECK(MPI_Intercomm_merge(inter, /*high=*/0, &merged));
+  MPI_Comm_free(&comm);
+  std::string text = payload;
+  BroadcastPayload(merged, &text);
+  return WorldFromMerged(merged, key, layout, timeout_s);
+}
+
+bool IsMpiReplacement() {
+  MPI_Comm parent = MPI_COMM_NULL;
+  BATON_MPI_CHECK(MPI_Comm_get_parent(&parent));
+  return parent != MPI_COMM_NULL;
+}
+
+MpiWorld JoinMpiJob(const std::function<std::pair<int, ReplicaLayout>(const std::string& payload, int index)>& place,
+                    std::string* payload, double timeout_s) {
+  MPI_Comm parent = MPI_COMM_NULL;
+  BATON_MPI_CHECK(MPI_Comm_get_parent(&parent));
+  if (parent == MPI_COMM_NULL) throw Error("JoinMpiJob: this process has no parent job");
+  MPI_Comm merged = MPI_COMM_NULL;
+  BATON_MPI_CHECK(MPI_Intercomm_merge(parent, /*high=*/1, &merged));
+  BroadcastPayload(merged, payload);
+  const auto [key, layout] = place(*payload, MpiWorldRank());
+  return WorldFromMerged(merged, key, layout, timeout_s);
+}
+
 int MpiWorldRank() {
   int rank = 0;
   BATON_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

@@ -233,9 +233,12 @@ std::span<const AdaptMode> EnumValues(AdaptMode) {
   static constexpr std::array<AdaptMode, 2> kValues = {AdaptMode::kOff, AdaptMode::kOn};
   return kValues;
 }
-std::string_view EnumName(LostRankMode v) { return v == LostRankMode::kStop ? "stop" : "shrink"; }
+std::string_view EnumName(LostRankMode v) {
+  return v == LostRankMode::kStop ? "stop" : v == LostRankMode::kShrink ? "shrink" : "replace";
+}
 std::span<const LostRankMode> EnumValues(LostRankMode) {
-  static constexpr std::array<LostRankMode, 2> kValues = {LostRankMode::kStop, LostRankMode::kShrink};
+  static constexpr std::array<LostRankMode, 3> kValues = {LostRankMode::kStop, LostRankMode::kShrink,
+                                                          LostRankMode::kReplace};
   return kValues;
 }
 std::span<const ResumeMode> EnumValues(ResumeMode) {
@@ -640,25 +643,38 @@ void ReadCheckpoint(YamlMap& top, TrainConfig& c) {
 void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
   YamlMap rec = top.Map("recovery");
   c.recovery.on_lost_rank = Choice(rec, "on_lost_rank", c.recovery.on_lost_rank);
-  if (c.recovery.on_lost_rank == LostRankMode::kShrink) {
+  const LostRankMode mode = c.recovery.on_lost_rank;
+  if (mode != LostRankMode::kStop) {
     const YAML::Node at = root["recovery"]["on_lost_rank"];
+    const std::string name(EnumName(mode));
     if (c.data_parallel.size < 2) {
       rec.Fail(at, "on_lost_rank",
-               "shrink goes on without the replicas that lost a rank, and needs data_parallel.size >= 2 (a pure "
-               "pipeline's stage exists nowhere else): use stop");
+               mode == LostRankMode::kShrink
+                   ? "shrink goes on without the replicas that lost a rank, and needs data_parallel.size >= 2 (a "
+                     "pure pipeline's stage exists nowhere else): use stop"
+                   : "replace rebuilds a lost rank's state from another replica's, and needs data_parallel.size >= "
+                     "2 (a pure pipeline's stage exists nowhere else): use stop");
     }
     if (c.data_parallel.zero.shards_optimizer()) {
       rec.Fail(at, "on_lost_rank",
-               fmt::format("shrink needs every replica to hold its stages' whole state, and ZeRO stage {} shards it "
+               fmt::format("{} needs every replica to hold its stages' whole state, and ZeRO stage {} shards it "
                            "(no buddy copies yet): use data_parallel.zero 0, or stop",
-                           c.data_parallel.zero.number()));
+                           name, c.data_parallel.zero.number()));
     }
     if (c.pipeline.adapt == AdaptMode::kOn) {
-      rec.Fail(at, "on_lost_rank", "shrink with pipeline.adapt: on is not built yet: use one of them");
+      rec.Fail(at, "on_lost_rank", name + " with pipeline.adapt: on is not built yet: use one of them");
     }
     if (c.device != Device::kCpu) {
-      rec.Fail(at, "on_lost_rank", "shrink runs on the CPU only so far (device: cpu)");
+      rec.Fail(at, "on_lost_rank", name + " runs on the CPU only so far (device: cpu)");
     }
+    if (mode == LostRankMode::kReplace && c.pipeline.partition == Partition::kAuto) {
+      rec.Fail(at, "on_lost_rank",
+               "replace starts new ranks on the run's placement, and an automatic one (pipeline.partition: auto) is "
+               "not passed to them yet: give the placement (pipeline.partition_counts or pipeline.layout)");
+    }
+  }
+  if (mode == LostRankMode::kShrink) {
+    const YAML::Node at = root["recovery"]["on_lost_rank"];
     // The replicas left share the global batch's microbatches (of the same
     // size) equally, however many are left.
     const int global = c.pipeline.microbatches * c.data_parallel.size;
@@ -742,7 +758,7 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
 
 bool AdaptsByDefault(const TrainConfig& c) {
   return c.pipeline.ranks > 1 && c.device == Device::kCpu && FindGenerator(c.pipeline.schedule) != nullptr &&
-         c.recovery.on_lost_rank != LostRankMode::kShrink;
+         c.recovery.on_lost_rank == LostRankMode::kStop;
 }
 
 TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::string>& overrides) {

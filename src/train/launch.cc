@@ -157,6 +157,7 @@ int RunWatched(const std::string& config_path, const std::vector<std::string>& s
     std::unique_ptr<JobWatch> watch;
     if (world.size() > 1 && DetectLaunch().keeps_survivors) {
       watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s);
+      watch->set_command({config_path, text, set});
     }
     try {
       // Setup errors inside the job are raised on one rank only (the lowest that failed).
@@ -175,6 +176,51 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
                     [&](const RunComms& comms, const TrainConfig& config, const std::string& text, JobWatch*) {
                       job(comms, config, text);
                     });
+}
+
+[[noreturn]] int JoinTrainJob(const std::vector<std::string>& set, const TrainOptions& options) {
+  const StopSignals signals;
+  MpiSession mpi(nullptr, nullptr);
+  StopWhenLauncherEnds();
+  Replacement join;
+  std::unique_ptr<JobWatch> watch;
+  try {
+    TrainConfig config;
+    std::string payload;
+    MpiWorld w = JoinMpiJob(
+        [&](const std::string& text, int index) {
+          join = ReadReplacementPayload(text, index);
+          config = ParseTrainConfig(join.command.config_text, join.command.config_path, join.command.set);
+          return std::pair<int, ReplicaLayout>{join.place,
+                                               ReplicaLayout{config.pipeline.ranks, config.data_parallel.size}};
+        },
+        &payload, StartupTimeout(set));
+    EndOnSignals(join.place);
+    w.world->Configure(0, config.pipeline.wait_timeout_s);
+    std::unique_ptr<ReplicaGroup> solo;
+    if (!w.groups.replicas) solo = MakeSoloReplicaGroup();
+    const RunComms comms{*w.world, w.groups.pipeline ? *w.groups.pipeline : *w.world,
+                         w.groups.replicas ? *w.groups.replicas : *solo};
+    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, JobWatch::Joining{});
+    TrainOptions o = options;
+    o.survivors = watch.get();
+    o.joined = join.run;
+    TrainSummary summary;
+    try {
+      summary = Train(config, comms, o);
+    } catch (const RankLost& lost) {
+      watch->End(lost);
+    }
+    // As the survivors end after a recovery: the files written, a goodbye
+    // to every rank, no MPI_Finalize (its parent's requests).
+    watch->Finish();
+    std::fflush(nullptr);
+    std::_Exit(summary.stop_signal != 0 ? kExitStopped : 0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton: rank %d (a new rank in a lost one's place): error: %s\n", join.place,
+                 ForTerminal(e.what()).c_str());
+    Abort();
+  }
 }
 
 int TrainJob(const std::string& config_path, const std::vector<std::string>& set, const TrainOptions& options) {

@@ -111,43 +111,42 @@ void Rewire(const TrainConfig& config, const RunComms& comms, RunSetup& u) {
   SetFlightRecords(config, comms, u);
 }
 
-// ZeRO 1-3: WholeState gathers the optimizer state's shards on the first
-// replica (the others hold none): every replica gets the first one's
-// tensors, whole. The parameters come too (every replica holds the same
-// bytes of them), so the tensors are one buffer in one collective over
-// the group. Returns the bytes this rank sent.
 std::size_t NumElements(const std::vector<std::int64_t>& shape) {
   std::size_t n = 1;
   for (std::int64_t d : shape) n *= static_cast<std::size_t>(d);
   return n;
 }
 
-std::size_t ShareFromFirstReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& tensors) {
+}  // namespace
+
+std::size_t ShareFromReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& tensors, int from) {
   std::size_t n = 0;
   for (const NamedTensor& nt : tensors) n += NumElements(nt.shape);
-  const bool first = replicas.rank() == 0;
+  const bool first = replicas.rank() == from;
   std::vector<float> all(n);
   if (first) {
     std::size_t at = 0;
     for (const NamedTensor& nt : tensors) {
       if (nt.data.size() != NumElements(nt.shape)) {
-        throw RunError(fmt::format("moving the model state: tensor '{}' has {} floats on the first replica, not {}",
-                                   nt.name, nt.data.size(), NumElements(nt.shape)));
+        throw RunError(fmt::format("sharing the model state: tensor '{}' has {} floats on replica {}, not {}",
+                                   nt.name, nt.data.size(), from, NumElements(nt.shape)));
       }
       std::copy(nt.data.begin(), nt.data.end(), all.begin() + static_cast<std::ptrdiff_t>(at));
       at += nt.data.size();
     }
   }
   if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
-    throw RunError(fmt::format("moving the model state: {} floats on one rank, more than one collective carries", n));
+    throw RunError(fmt::format("sharing the model state: {} floats on one rank, more than one collective carries", n));
   }
-  // A broadcast as an all-gather whose parts are all the first member's.
+  // A broadcast as an all-gather whose parts are all member `from`'s (the
+  // others' empty, before it at 0 and after it at n).
   const auto size = static_cast<std::size_t>(replicas.size());
-  std::vector<int> counts(size, 0), displs(size, static_cast<int>(n));
-  counts[0] = static_cast<int>(n);
-  displs[0] = 0;
+  std::vector<int> counts(size, 0), displs(size, 0);
+  for (std::size_t r = 0; r < size; ++r) displs[r] = static_cast<int>(r) > from ? static_cast<int>(n) : 0;
+  counts[static_cast<std::size_t>(from)] = static_cast<int>(n);
   replicas.StartAllGather(0, all, counts, displs);
-  replicas.Wait(0, {"the first replica's model state, to every replica", -1, -1, -1});
+  const std::string what = fmt::format("replica {}'s model state, to every replica", from);
+  replicas.Wait(0, {what.c_str(), -1, -1, -1});
   std::size_t at = 0;
   for (NamedTensor& nt : tensors) {
     const std::size_t k = NumElements(nt.shape);
@@ -157,7 +156,6 @@ std::size_t ShareFromFirstReplica(ReplicaGroup& replicas, std::vector<NamedTenso
   return first ? n * sizeof(float) * (size - 1) : 0;
 }
 
-}  // namespace
 
 std::size_t MoveTensors(Transport& t, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted) {
   std::vector<std::string> records;
@@ -239,7 +237,7 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   std::vector<NamedTensor> held = u.params->CheckpointTensors(u.params->WholeState(comms.replicas));
   PlanSwap swap;
   const bool sharded = u.rank_plan.reduction.shards_optimizer;
-  if (sharded) swap.bytes_sent += ShareFromFirstReplica(comms.replicas, held);
+  if (sharded) swap.bytes_sent += ShareFromReplica(comms.replicas, held, 0);
   RunPlan old_plan = u.plan;
   RankPlan old_rank_plan = u.rank_plan;
   try {

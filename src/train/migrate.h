@@ -32,6 +32,14 @@ namespace baton {
 // rank sent.
 std::size_t MoveTensors(Transport& pipeline, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted);
 
+// Every member of `replicas` gets member `from`'s `tensors` (theirs give
+// only the names and shapes; their data is replaced): one collective over
+// the group, the tensors one buffer. For ZeRO 1-3's whole state after a
+// plan change (WholeState gathers the shards on the first replica), and
+// for new ranks in lost ones' places (a whole replica's state). Returns the
+// bytes this rank sent.
+std::size_t ShareFromReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& tensors, int from);
+
 // What a plan change cost this rank.
 struct PlanSwap {
   std::size_t bytes_sent = 0;

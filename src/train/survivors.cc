@@ -12,6 +12,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
 
 #include "baton/error.h"
 #include "baton/signals.h"
@@ -25,6 +28,14 @@ constexpr double kLostAfterSilence = 1.0;
 
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// This process's executable: what a replacement runs.
+std::string ThisExecutable() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) throw Error(fmt::format("starting a new rank: /proc/self/exe: {}", error.message()));
+  return self.string();
 }
 
 std::string RankList(const std::vector<int>& ranks) {
@@ -133,6 +144,11 @@ JobWatch::JobWatch(const RunComms& comms, double timeout_s) : timeout_s_(timeout
   Watch();
 }
 
+JobWatch::JobWatch(const RunComms& comms, double timeout_s, Joining)
+    : timeout_s_(timeout_s), comms_(&comms), replaced_(true) {
+  Watch();
+}
+
 JobWatch::~JobWatch() { Finish(); }
 
 void JobWatch::Finish() {
@@ -149,6 +165,7 @@ void JobWatch::Watch() {
 Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) {
   const auto start = std::chrono::steady_clock::now();
   if (at) at("recovery", MpiWorldRank());
+  if (replaced_) End(seen);
   Shrunk out;
   try {
     out.lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
@@ -211,6 +228,108 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
   return out;
 }
 
+Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
+                                    const RecoveryHook& at) {
+  const auto start = std::chrono::steady_clock::now();
+  if (at) at("recovery", MpiWorldRank());
+  if (replaced_) End(seen);
+  Shrunk out;
+  try {
+    out.lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
+  } catch (const Error&) {
+    End(seen);
+  }
+  out.agreed_s = Since(start);
+  // A whole replica must be left to give the new ranks their state.
+  std::vector<int> gone;
+  for (const int w : out.lost) gone.push_back(layout.Replica(w));
+  std::sort(gone.begin(), gone.end());
+  gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+  if (static_cast<int>(gone.size()) == layout.replicas) End(seen);
+  out.replicas = layout.replicas;
+  std::vector<int> survivors, staying;  // MPI_COMM_WORLD ranks; world ranks
+  for (int w = 0; w < watch_->size(); ++w) {
+    if (std::binary_search(out.lost.begin(), out.lost.end(), w)) continue;
+    staying.push_back(w);
+    survivors.push_back(mpi_ranks_[static_cast<std::size_t>(w)]);
+  }
+  // When the loss was seen, as a wall-clock time: the new ranks' clocks
+  // start after their spawn.
+  const double seen_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - Since(start);
+  const std::string payload =
+      ReplacementPayload(command_, run_id, out.lost, DescribeLost(watch_->Lost()), out.agreed_s, seen_unix_s);
+  interrupt_.reset();
+  std::unique_ptr<RankWatch> old = std::move(watch_);
+  const int me = old->rank();
+  {
+    const RegroupGuard guard(*old, out.lost, staying, std::min(timeout_s_, 30.0));
+    if (at) at("regroup", MpiWorldRank());
+    Spawn how;
+    how.count = static_cast<int>(out.lost.size());
+    how.command = ThisExecutable();
+    how.args = {"train", command_.config_path, "--replacement"};
+    for (const std::string& s : command_.set) {
+      how.args.push_back("--set");
+      how.args.push_back(s);
+    }
+    how.wdir = std::filesystem::current_path().string();
+    survivors_.push_back(MakeMpiReplaced(survivors, how, payload, me, layout, timeout_s_));
+    MpiWorld& w = survivors_.back();
+    Transport& world = *w.world;
+    world.Configure(0, timeout_s_);
+    if (layout.replicas == 1) solo_ = MakeSoloReplicaGroup();
+    ReplicaGroup& replicas = layout.replicas > 1 ? *w.groups.replicas : *solo_;
+    shrunk_comms_.push_back(
+        std::make_unique<RunComms>(RunComms{world, layout.replicas > 1 ? *w.groups.pipeline : world, replicas}));
+    comms_ = shrunk_comms_.back().get();
+    mpi_ranks_.clear();
+    replaced_ = true;
+    Watch();
+  }
+  old.reset();  // a goodbye on every old connection
+  out.comms = comms_;
+  return out;
+}
+
+std::string ReplacementPayload(const JobWatch::Command& command, const std::string& run_id,
+                               const std::vector<int>& lost, const std::string& how, double agreed_s,
+                               double seen_unix_s) {
+  return nlohmann::json{{"config_path", command.config_path},
+                        {"config_text", command.config_text},
+                        {"set", command.set},
+                        {"run_id", run_id},
+                        {"lost", lost},
+                        {"how", how},
+                        {"agreed_s", agreed_s},
+                        {"seen_unix_s", seen_unix_s}}
+      .dump();
+}
+
+Replacement ReadReplacementPayload(const std::string& payload, int index) {
+  Replacement r;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(payload);
+    r.command.config_path = j.at("config_path").get<std::string>();
+    r.command.config_text = j.at("config_text").get<std::string>();
+    r.command.set = j.at("set").get<std::vector<std::string>>();
+    r.run.run_id = j.at("run_id").get<std::string>();
+    r.run.lost = j.at("lost").get<std::vector<int>>();
+    r.run.how = j.at("how").get<std::string>();
+    r.run.agreed_s = j.at("agreed_s").get<double>();
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    r.run.since_loss_s = std::max(0.0, now - j.at("seen_unix_s").get<double>());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("a new rank could not read the survivors' message: {}", e.what()));
+  }
+  if (index < 0 || index >= static_cast<int>(r.run.lost.size())) {
+    throw Error(fmt::format("a new rank, number {} of the new ones, has no lost rank's place (the survivors lost {})",
+                            index, r.run.lost.size()));
+  }
+  r.place = r.run.lost[static_cast<std::size_t>(index)];
+  return r;
+}
+
 void JobWatch::End(const RankLost& seen) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> lost;
@@ -252,12 +371,22 @@ void KeptState::Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step) {
 
 std::int64_t KeptState::latest() const { return std::max(slots_[0].step, slots_[1].step); }
 
-void KeptState::Restore(RunSetup& u, std::int64_t step) const {
+const std::vector<NamedTensor>* KeptState::Find(std::int64_t step) const {
   for (const Slot& slot : slots_) {
-    if (slot.step != step) continue;
-    u.params->Restore(slot.tensors, "this rank's state in memory", step);
-    const std::int64_t per_epoch = u.loader->batches_per_epoch();
-    u.loader->Seek(step / per_epoch, step % per_epoch);
+    if (slot.step == step) return &slot.tensors;
+  }
+  return nullptr;
+}
+
+void KeptState::Put(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what) {
+  u.params->Restore(tensors, what, step);
+  const std::int64_t per_epoch = u.loader->batches_per_epoch();
+  u.loader->Seek(step / per_epoch, step % per_epoch);
+}
+
+void KeptState::Restore(RunSetup& u, std::int64_t step) const {
+  if (const std::vector<NamedTensor>* tensors = Find(step)) {
+    Put(u, *tensors, step, "this rank's state in memory");
     return;
   }
   throw ConfigError(fmt::format("rank {}: the survivors agreed to go on after step {}, which this rank keeps no "

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "baton/comm.h"
@@ -20,6 +21,19 @@ class JobWatch final : public Survivors {
   // Collective over `comms.world`: every rank starts watching the others,
   // and every wait of this thread ends with RankLost once one is lost.
   JobWatch(const RunComms& comms, double timeout_s);
+  // A new process in a lost rank's place: it watches the world it joined
+  // (collective with the survivors' Replace), and a later loss ends the
+  // job.
+  struct Joining {};
+  JobWatch(const RunComms& comms, double timeout_s, Joining);
+
+  // What a replacement process is started with: the train command's
+  // config (its text, passed on to it) and overrides.
+  struct Command {
+    std::string config_path, config_text;
+    std::vector<std::string> set;
+  };
+  void set_command(Command c) { command_ = std::move(c); }
   ~JobWatch() override;
 
   // The agreement, then: the ranks of a replica that lost one exit (0); the
@@ -28,6 +42,12 @@ class JobWatch final : public Survivors {
   // it for good: Open MPI has no ULFM), or that world not made within the
   // deadline, ends the job as End does (RegroupGuard).
   Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) override;
+  // The agreement, then MakeMpiReplaced: a `baton train --replacement`
+  // for each lost rank, the payload (ReplacementPayload) telling it the
+  // run, the config and its place; one replacement a job (a later loss
+  // ends it: the world then holds processes beyond MPI_COMM_WORLD).
+  Shrunk Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
+                 const RecoveryHook& at) override;
 
   // The end of a job that lost a rank and does not go on: the survivors
   // agree, the lowest says which rank and how, and each exits
@@ -53,7 +73,22 @@ class JobWatch final : public Survivors {
   std::unique_ptr<ReplicaGroup> solo_;  // a world of one replica's replica group
   std::unique_ptr<RankWatch> watch_;
   std::optional<LostRankInterrupt> interrupt_;
+  Command command_;
+  bool replaced_ = false;  // this world holds new processes: no recovery again
 };
+
+// The survivors' message to the processes they start (JSON): the run, the
+// config and overrides, the loss, and each new process's world rank.
+std::string ReplacementPayload(const JobWatch::Command& command, const std::string& run_id,
+                               const std::vector<int>& lost, const std::string& how, double agreed_s,
+                               double seen_unix_s);
+struct Replacement {
+  JobWatch::Command command;
+  JoinedRun run;
+  int place = -1;  // this process's world rank
+};
+// A new process's reading of ReplacementPayload; `index`: its rank among the new ones.
+Replacement ReadReplacementPayload(const std::string& payload, int index);
 
 // A run's own state at its last two step boundaries, in memory, for going
 // on after a lost rank (recovery.on_lost_rank: shrink), or for writing it
@@ -70,6 +105,11 @@ class KeptState {
   // The state after `step` back into `u`'s stages, and the data where it
   // stood. ConfigError when this rank keeps no such step.
   void Restore(RunSetup& u, std::int64_t step) const;
+  // The tensors kept of `step`, or null.
+  const std::vector<NamedTensor>* Find(std::int64_t step) const;
+  // `tensors`, a stage state after `step`, into `u`'s stages (`what` names
+  // where it came from in errors), and the data where it stood.
+  static void Put(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what);
   std::string run_id;  // the run's (every rank knows it)
 
  private:

@@ -428,12 +428,25 @@ struct Recovery {
   // recovery.on_lost_rank: stop, with a whole replica left: the survivors
   // write the kept step as a checkpoint and stop, losing nothing.
   bool then_stop = false;
+  // recovery.on_lost_rank: replace: new processes took the lost ranks'
+  // places, their state from a whole replica.
+  bool replaced = false;
 };
 
 // Rank 0: the line and the metrics row of `r`, once step `step` has finished.
 void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int64_t step, bool tty) {
   const double seconds = Seconds(r.seen, Clock::now());
-  if (t.rank() == 0) {
+  if (t.rank() == 0 && r.replaced) {
+    std::fprintf(stderr,
+                 "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s, started %zu new rank%s in %s place "
+                 "(recovery.on_lost_rank: replace), %s state from a whole replica, and went on from step %lld with "
+                 "every replica; step %lld finished %.2f s after the loss\n",
+                 tty ? "\n" : "", r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(),
+                 r.how.c_str(), r.agreed_s, r.lost.size(), r.lost.size() > 1 ? "s" : "",
+                 r.lost.size() > 1 ? "their" : "its", r.lost.size() > 1 ? "their" : "its",
+                 static_cast<long long>(r.after_step + 1),
+                 static_cast<long long>(step), seconds);
+  } else if (t.rank() == 0) {
     std::fprintf(stderr,
                  "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s and went on with %d of %d replicas "
                  "(recovery.on_lost_rank: shrink) from step %lld, the same global batch; step %lld finished %.2f s "
@@ -447,7 +460,7 @@ void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int
                 {"step", std::to_string(step)},
                 {"lost", fmt::format("[{}]", fmt::join(r.lost, ", "))},
                 {"noticed", nlohmann::json(r.how).dump()},
-                {"mode", "\"shrink\""},
+                {"mode", r.replaced ? "\"replace\"" : "\"shrink\""},
                 {"replicas", std::to_string(r.replicas_after)},
                 {"resumed_after", std::to_string(r.after_step)},
                 {"seconds", Json(seconds)}}));
@@ -522,6 +535,37 @@ void SaveAfterLoss(const TrainConfig& c, const RunComms& comms, RunSetup& u, con
 
 namespace {
 
+// After new ranks took lost ones' places (recovery.on_lost_rank: replace):
+// in each replica group that holds a new rank, every member takes the
+// state of step `r.after_step` from the lowest replica that lost no rank
+// (ZeRO 0: every replica holds the same bytes of its stages); the other
+// groups restore their own kept state.
+void TakeStateFromAWholeReplica(const TrainConfig& c, const RunComms& comms, const KeptState& kept,
+                                const Recovery& r, RunSetup& u) {
+  const ReplicaLayout layout{c.pipeline.ranks, c.data_parallel.size};
+  auto lost_in = [&](auto same) { return std::any_of(r.lost.begin(), r.lost.end(), same); };
+  int whole = 0;
+  while (whole < layout.replicas && lost_in([&](int l) { return layout.Replica(l) == whole; })) ++whole;
+  const int p = layout.PipelineRank(comms.world.rank());
+  if (!lost_in([&](int l) { return layout.PipelineRank(l) == p; })) {
+    kept.Restore(u, r.after_step);
+    return;
+  }
+  std::vector<NamedTensor> tensors;
+  if (const std::vector<NamedTensor>* mine = kept.Find(r.after_step)) {
+    tensors = *mine;
+  } else {  // a new rank: the names and shapes, filled from the whole replica
+    tensors = u.params->CheckpointTensors({});
+    for (NamedTensor& t : tensors) {
+      std::size_t n = 1;
+      for (const std::int64_t d : t.shape) n *= static_cast<std::size_t>(d);
+      t.data.resize(n);
+    }
+  }
+  ShareFromReplica(comms.replicas, tensors, whole);
+  KeptState::Put(u, tensors, r.after_step, "a whole replica's state");
+}
+
 // The run set up on `comms`, from its start, a checkpoint, or (after a lost
 // rank) the state `kept` holds; with `kept`, every rank told the run's id.
 void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions& options, KeptState* kept,
@@ -530,7 +574,11 @@ void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions&
   if (recovered) setup.recovered = SetupOptions::Recovered{kept->run_id, recovered->after_step};
   SetUpRun(c, comms, u, setup);
   if (recovered) {
-    kept->Restore(u, recovered->after_step);
+    if (recovered->replaced) {
+      TakeStateFromAWholeReplica(c, comms, *kept, *recovered, u);
+    } else {
+      kept->Restore(u, recovered->after_step);
+    }
     TakeUpAfter(comms, u, recovered->after_step);
   } else if (u.first_step > 1) {
     Resume(comms, u);  // told to, or checkpoint.resume: auto found a checkpoint
@@ -649,6 +697,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change
   TrainSummary summary;
   const bool shrink = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kShrink;
+  const bool replace = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kReplace;
   const bool save_on_loss = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kStop && SavesOnLoss(c);
   KeptState kept;
   std::optional<Recovery> recovered;
@@ -658,9 +707,25 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   // the loss cannot be taken back), but their files let go.
   std::vector<std::unique_ptr<RunSetup>> left;
   auto u = std::make_unique<RunSetup>();
+  if (options.joined) {
+    // A new process in a lost rank's place: the survivors' recovery, from
+    // the step they all keep (it keeps none: the least of theirs).
+    const JoinedRun& j = *options.joined;
+    Recovery r;
+    r.lost = j.lost;
+    r.how = j.how;
+    r.agreed_s = j.agreed_s;
+    r.seen = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j.since_loss_s));
+    r.replicas_before = r.replicas_after = c.data_parallel.size;
+    r.replaced = true;
+    r.after_step = -on->world.AllMax(std::numeric_limits<int>::min(), "the survivors' kept steps");
+    kept.run_id = j.run_id;
+    recovered = r;
+    ++summary.recoveries;
+  }
   for (;;) {
     try {
-      KeptState* keeping = shrink || save_on_loss ? &kept : nullptr;
+      KeptState* keeping = shrink || save_on_loss || replace ? &kept : nullptr;
       SetUpSteps(c, *on, options, keeping, recovered, *u);
       if (recovered && recovered->then_stop) {
         SaveAfterLoss(c, *on, *u, *recovered, summary);
@@ -670,7 +735,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       }
       return summary;
     } catch (const RankLost& seen) {
-      if (!(shrink || save_on_loss) || !kept.any()) throw;  // the launch ends the job
+      if (!(shrink || save_on_loss || replace) || !kept.any()) throw;  // the launch ends the job
       u->metrics.reset();
       u->checkpoints.Abandon();
       u->held_outputs = HeldFifos();
@@ -683,11 +748,12 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       // BATON_FAULT's fault in a recovery, if any, fires in this one.
       const Fault fault = left.back()->fault;
       const std::int64_t interrupted = kept.latest() + 1;
-      const Survivors::Shrunk shrunk =
-          options.survivors->Shrink(seen, {c.pipeline.ranks, c.data_parallel.size},
-                                    [&](std::string_view point, int job_rank) {
-                                      MaybeInjectRecoveryFault(fault, job_rank, interrupted, point);
-                                    });
+      const Survivors::RecoveryHook hook = [&](std::string_view point, int job_rank) {
+        MaybeInjectRecoveryFault(fault, job_rank, interrupted, point);
+      };
+      const ReplicaLayout layout{c.pipeline.ranks, c.data_parallel.size};
+      const Survivors::Shrunk shrunk = replace ? options.survivors->Replace(seen, layout, kept.run_id, hook)
+                                               : options.survivors->Shrink(seen, layout, hook);
       on = shrunk.comms;
       r.lost = shrunk.lost;
       r.agreed_s = shrunk.agreed_s;
@@ -695,7 +761,8 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       // The step every survivor still keeps: the least of their latest.
       r.after_step = -on->world.AllMax(static_cast<int>(-kept.latest()), "the survivors' kept steps");
       r.then_stop = save_on_loss;
-      c = ShrunkConfig(c, shrunk.replicas);
+      r.replaced = replace;
+      if (!replace) c = ShrunkConfig(c, shrunk.replicas);
       recovered = r;
       ++summary.recoveries;
     }

@@ -1107,7 +1107,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"data_parallel.zero=4", "data_parallel.zero: must be in [0, 3], got 4"},
         BadValue{"data_parallel.bucket_cap_mb=0", "data_parallel.bucket_cap_mb: must be in"},
         BadValue{"data_parallel.sharded=true", "unknown key 'data_parallel.sharded'"},
-        BadValue{"recovery.on_lost_rank=restart", "recovery.on_lost_rank: 'restart' is not one of: stop, shrink"},
+        BadValue{"recovery.on_lost_rank=restart", "recovery.on_lost_rank: 'restart' is not one of: stop, shrink, replace"},
         BadValue{"recovery.on_lost_rank=shrink",
                  "recovery.on_lost_rank: shrink goes on without the replicas that lost a rank, and needs "
                  "data_parallel.size >= 2"}));
@@ -1133,6 +1133,34 @@ TEST(TrainConfigRecovery, ShrinkNeedsWholeReplicasAndEqualShares) {
           "and 3 cannot share them equally");
   EXPECT_NO_THROW(ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 4}", "train.batch_size=48",
                                                        "pipeline.microbatches=3", "recovery.on_lost_rank=shrink"}));
+}
+
+// recovery.on_lost_rank: replace needs what shrink needs of the replicas
+// (whole state, the CPU, no adaptive plans) but not equal shares, and a
+// placement it can hand to the new ranks; a run with it does not adapt by
+// default.
+TEST(TrainConfigRecovery, ReplaceNeedsAWholeReplicaAndAGivenPlacement) {
+  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 4}", "train.batch_size=32",
+                                                             "pipeline.microbatches=4", "recovery.on_lost_rank=replace"});
+  EXPECT_EQ(c.recovery.on_lost_rank, LostRankMode::kReplace);
+  EXPECT_EQ(EnumName(c.recovery.on_lost_rank), "replace");
+  EXPECT_EQ(c.pipeline.adapt, AdaptMode::kOff);
+  auto refused = [](std::vector<std::string> set, const std::string& says) {
+    try {
+      ParseTrainConfig(kValid, "t.yaml", set);
+      ADD_FAILURE() << "accepted: " << set.front();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({"recovery.on_lost_rank=replace"}, "replace rebuilds a lost rank's state from another replica's, and needs "
+                                              "data_parallel.size >= 2");
+  refused({"data_parallel={size: 2, zero: 1}", "recovery.on_lost_rank=replace"},
+          "replace needs every replica to hold its stages' whole state, and ZeRO stage 1 shards it");
+  refused({"data_parallel={size: 2}", "pipeline.partition=auto", "recovery.on_lost_rank=replace"},
+          "an automatic one (pipeline.partition: auto) is not passed to them yet");
+  refused({"data_parallel={size: 2}", "pipeline.adapt=on", "recovery.on_lost_rank=replace"},
+          "replace with pipeline.adapt: on is not built yet");
 }
 
 TEST(TrainConfigDataParallel, ReplicasRunOnTheGpuToo) {

@@ -246,4 +246,56 @@ TEST_F(Recovery, ALossWhileTheSurvivorsRegroupEndsTheJobWithOneMessage) {
   EXPECT_NE(again.output.find("resumed after step 20"), std::string::npos) << again.output;
 }
 
+// recovery.on_lost_rank: replace: a new process takes the lost rank's
+// place (MPI_Comm_spawn, merged into the world in its rank), its stages'
+// state from the whole replica, the interrupted step redone: the run ends
+// with the uninterrupted run's bytes, its metrics file has every step once
+// and one "recovered" row; rank 0 lost too (the new rank 0 goes on with the
+// metrics file and writes the checkpoints' manifests), and a checkpoint it
+// wrote resumes to the same bytes.
+TEST_F(Recovery, ReplaceStartsANewRankAndEndsWithTheUninterruptedRunsBytes) {
+  const std::string replace = "--set recovery.on_lost_rank=replace";
+  const Job ref = Train("", "ref", replace);
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  struct Victim {
+    int rank;
+    const char* action;
+  };
+  for (const Victim v : {Victim{3, "B"}, Victim{0, "F"}}) {
+    SCOPED_TRACE(v.rank);
+    const std::string out = "replaced" + std::to_string(v.rank);
+    fs::remove_all(dir_ / "ck");
+    const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=10";
+    const Job j = Train("BATON_FAULT=" + std::to_string(v.rank) + ":25:" + v.action + ":kill", out, replace + ck);
+    ASSERT_EQ(j.code, 0) << j.output;
+    EXPECT_EQ(Count(j.output, "started 1 new rank in its place (recovery.on_lost_rank: replace)"), 1u) << j.output;
+    int events = 0;
+    std::int64_t last = 0;
+    for (const auto& row : Rows(out)) {
+      if (row.contains("event")) {
+        EXPECT_EQ(row["event"], "recovered");
+        EXPECT_EQ(row["mode"], "replace");
+        EXPECT_EQ(row["lost"], nlohmann::json::array({v.rank}));
+        EXPECT_EQ(row["replicas"], 2);
+        EXPECT_EQ(row["resumed_after"], 24);
+        ++events;
+        continue;
+      }
+      EXPECT_EQ(row["step"].get<std::int64_t>(), last + 1);
+      last = row["step"];
+    }
+    EXPECT_EQ(events, 1);
+    EXPECT_EQ(last, 60);
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + ".safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
+    // The checkpoint of step 40, written with the new rank, resumes to the same bytes.
+    ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000040/manifest.json")) << j.output;
+    fs::remove_all(dir_ / "ck/step-00000050");
+    fs::remove_all(dir_ / "ck/step-00000060");
+    const Job again = Train("", out + "_resumed", replace + ck + " --resume auto");
+    ASSERT_EQ(again.code, 0) << again.output;
+    EXPECT_NE(again.output.find("resumed after step 40"), std::string::npos) << again.output;
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + "_resumed.safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
+  }
+}
+
 }  // namespace
