@@ -13,6 +13,7 @@
 # the uninterrupted run of the same layout and schedule, and the wall time;
 # then how many of the runs recovered.
 #   bench/recovery_sweep.sh [RUNS] [SEED]     (default 20 1)
+#   CONFIG=configs/gpt_fortunes_1f1b.yaml bench/recovery_sweep.sh ...  (another model)
 #   MODE=replace bench/recovery_sweep.sh ...  (recovery.on_lost_rank: replace:
 #     a new rank in the lost one's place; the weights should be the
 #     uninterrupted run's bit for bit, a difference of 0)
@@ -23,6 +24,7 @@ runs=${1:-20}
 seed=${2:-1}
 baton=${BATON:-build/baton}
 mode=${MODE:-shrink}
+config=${CONFIG:-tests/mpi/tiny.yaml}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -31,12 +33,12 @@ run() {  # NAME P SCHEDULE [ENV...]
   shift 3
   rm -rf "$out/ck-$name"
   env "$@" timeout 300 mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 \
-    -np $(( p * 2 )) "$baton" train tests/mpi/tiny.yaml --set pipeline.ranks="$p" --set data_parallel.size=2 \
+    -np $(( p * 2 )) "$baton" train "$config" --set pipeline.ranks="$p" --set data_parallel.size=2 \
     --set pipeline.schedule="$schedule" --set train.steps=100 --set log.every_steps=1 \
     --set recovery.on_lost_rank="$mode" --set checkpoint.dir="$out/ck-$name" --set checkpoint.every_steps=10 \
     --set log.metrics="$out/$name.jsonl" --set log.weights="$out/$name.safetensors" > "$out/$name.log" 2>&1
 }
-stamp "MODE=$mode $0 $runs $seed"
+stamp "MODE=$mode CONFIG=$config $0 $runs $seed"
 echo
 for p in 2 4; do
   for schedule in 1f1b zb_h1; do run "healthy-$p-$schedule" "$p" "$schedule"; done
