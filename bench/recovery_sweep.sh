@@ -70,7 +70,7 @@ out, i, p, schedule, rank, step, action, code, wall = sys.argv[1:]
 ok, seconds, diff = False, "-", "-"
 try:
     rows = [json.loads(l) for l in open(f"{out}/kill{i}.jsonl")]
-    steps = [r["step"] for r in rows if "event" not in r]
+    steps = [r["step"] for r in rows if "loss" in r]  # training rows (not the GPT's validation rows)
     events = [r for r in rows if r.get("event") == "recovered"]
     log = open(f"{out}/kill{i}.log").read()
     ok = code == "0" and steps == list(range(1, 101)) and len(events) == 1 and log.count("baton: lost rank") == 1
