@@ -82,7 +82,12 @@ except Exception as e:
 print(f"| {i} | {p} x 2 | {schedule} | {rank} | {step} | {action} | {code} | {ok} | {seconds} | {diff} | {float(wall):.1f} |")
 sys.exit(0 if ok else 1)
 EOF
-  then recovered=$(( recovered + 1 )); fi
+  then
+    recovered=$(( recovered + 1 ))
+  else  # its log kept, for a look
+    mkdir -p out/recovery_sweep && cp "$out/kill$i.log" "out/recovery_sweep/kill$i.log"
+    echo "(run $i's log: out/recovery_sweep/kill$i.log)"
+  fi
 done
 echo
 echo "Recovered: $recovered of $runs."

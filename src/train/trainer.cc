@@ -602,7 +602,8 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
   const bool root = t.rank() == 0;
   const std::int64_t total = u.total_steps;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
-  if (root && c.log.progress) PrintStart(c, u, t.size(), total);
+  // After a replace the job is the same size: its start is said already.
+  if (root && c.log.progress && !(recovered && recovered->replaced)) PrintStart(c, u, t.size(), total);
   if (root && !recovered) SayBeforeSteps(c, u);
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
