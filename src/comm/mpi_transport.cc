@@ -550,6 +550,10 @@ MpiWorld MakeMpiReplaced(const std::vector<int>& survivors, const Spawn& spawn, 
   BATON_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, kept, kSurvivorsTag, &comm));
   MPI_Group_free(&kept);
   MPI_Group_free(&all);
+  // A spawn that fails (a new process that cannot start or reach the
+  // others) is an error here, not an abort that mpirun, keeping the
+  // survivors, would end with 0.
+  BATON_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   std::vector<std::string> args = spawn.args;
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -42,6 +42,23 @@ std::string RankList(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
 }
 
+// The end of a job whose survivors cannot go on: `say`s why (the one rank
+// that says it), tells mpirun to end (it exits 1), and exits
+// kExitLostRank, with the checkpoints written so far.
+[[noreturn]] void EndTheJob(bool say, const std::string& why) {
+  if (say) {
+    std::fprintf(stderr,
+                 "baton: error: %s. The job ends (exit %d; mpirun, told to end, exits 1); run it again with "
+                 "--resume auto to continue from the last checkpoint\n",
+                 ForTerminal(why).c_str(), kExitLostRank);
+    std::fflush(stderr);
+  }
+  // mpirun forwards what the ranks print as it reads it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EndLauncher();
+  std::_Exit(kExitLostRank);
+}
+
 // While the survivors build their new world, the old watch goes on, and a
 // thread of this guard reads it: the MPI calls that make the new
 // communicator wait for every member, so a member lost meanwhile (or one
@@ -93,7 +110,7 @@ class RegroupGuard {
           break;
         }
       }
-      if (watch_.rank() == says) {
+      {
         const std::string why =
             fresh.empty() ? fmt::format("the survivors of the loss of {} did not make their new world within {:.0f} s "
                                         "(a survivor stalled in the recovery?)",
@@ -103,16 +120,8 @@ class RegroupGuard {
                                         "it wait for every member)",
                                         RankList(ranks), DescribeLost(fresh), RankList(agreed_),
                                         ranks.size() > 1 ? "them" : "it");
-        std::fprintf(stderr,
-                     "baton: error: %s. The job ends (exit %d; mpirun, told to end, exits 1); run it again with "
-                     "--resume auto to continue from the last checkpoint\n",
-                     ForTerminal(why).c_str(), kExitLostRank);
-        std::fflush(stderr);
+        EndTheJob(watch_.rank() == says, why);
       }
-      // mpirun forwards what the ranks print as it reads it.
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      EndLauncher();
-      std::_Exit(kExitLostRank);
     }
   }
 
@@ -274,7 +283,14 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
       how.args.push_back(s);
     }
     how.wdir = std::filesystem::current_path().string();
-    survivors_.push_back(MakeMpiReplaced(survivors, how, payload, me, layout, timeout_s_));
+    try {
+      survivors_.push_back(MakeMpiReplaced(survivors, how, payload, me, layout, timeout_s_));
+    } catch (const Error& e) {
+      EndTheJob(me == staying.front(), fmt::format("the survivors of the loss of {} could not start a new rank in "
+                                                   "{} place (recovery.on_lost_rank: replace): {}",
+                                                   RankList(out.lost), out.lost.size() > 1 ? "their" : "its",
+                                                   e.what()));
+    }
     MpiWorld& w = survivors_.back();
     Transport& world = *w.world;
     world.Configure(0, timeout_s_);

@@ -298,4 +298,18 @@ TEST_F(Recovery, ReplaceStartsANewRankAndEndsWithTheUninterruptedRunsBytes) {
   }
 }
 
+// A new rank that cannot join (here: only shared memory allowed, which a
+// spawned process cannot use to reach the others) ends the job with one
+// message and a non-zero exit from mpirun, which would otherwise exit 0.
+TEST_F(Recovery, AReplacementThatCannotStartEndsTheJobNonZeroWithOneMessage) {
+  const Job j = Train("BATON_FAULT=3:25:B:kill OMPI_MCA_btl=vader,self", "unreachable",
+                      "--set recovery.on_lost_rank=replace");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error: the survivors of the loss of rank 3 could not start a new rank in its "
+                            "place (recovery.on_lost_rank: replace)"),
+            1u)
+      << j.output;
+}
+
 }  // namespace
