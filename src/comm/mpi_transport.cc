@@ -137,72 +137,95 @@ class MpiTransport final : public Transport {
     }
   }
 
+  // Every collective's buffers of its own are a Scratch's (reused from one
+  // collective to the next): an interruption (RankLost out of its wait,
+  // the collective still in flight, which MPI cannot take back) keeps them
+  // to the process's end, since MPI may still write into them, and results
+  // reach the caller's buffers only once the collective is done.
   void ReduceSum(std::span<double> values) override {
+    Scratch& k = Fresh();
+    k.doubles.assign(values.begin(), values.end());
     MPI_Request req;
     if (rank_ == 0) {
-      BATON_MPI_CHECK(MPI_Ireduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
-                                  0, comm_, &req));
+      BATON_MPI_CHECK(MPI_Ireduce(MPI_IN_PLACE, k.doubles.data(), static_cast<int>(k.doubles.size()), MPI_DOUBLE,
+                                  MPI_SUM, 0, comm_, &req));
     } else {
-      BATON_MPI_CHECK(MPI_Ireduce(values.data(), nullptr, static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, 0,
-                                  comm_, &req));
+      BATON_MPI_CHECK(MPI_Ireduce(k.doubles.data(), nullptr, static_cast<int>(k.doubles.size()), MPI_DOUBLE, MPI_SUM,
+                                  0, comm_, &req));
     }
     WaitCollective(&req, "reduce of the step's loss");
+    if (rank_ == 0) std::copy(k.doubles.begin(), k.doubles.end(), values.begin());
   }
 
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override {
-    int n = static_cast<int>(mine.size());
-    std::vector<int> counts(size_), displs(size_);
+    Scratch& k = Fresh();
+    k.n = static_cast<int>(mine.size());
+    k.counts.assign(size_, 0);
+    k.displs.assign(size_, 0);
+    k.floats.assign(mine.begin(), mine.end());
     MPI_Request req;
-    BATON_MPI_CHECK(MPI_Igather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_, &req));
+    BATON_MPI_CHECK(MPI_Igather(&k.n, 1, MPI_INT, k.counts.data(), 1, MPI_INT, 0, comm_, &req));
     WaitCollective(&req, "gather of parameter sizes");
     int total = 0;
     for (int r = 0; r < size_; ++r) {
-      displs[r] = total;
-      total += counts[r];
+      k.displs[r] = total;
+      total += k.counts[r];
     }
-    if (rank_ == 0) out->assign(total, 0.0f);
-    BATON_MPI_CHECK(MPI_Igatherv(mine.data(), n, MPI_FLOAT, rank_ == 0 ? out->data() : nullptr, counts.data(),
-                                 displs.data(), MPI_FLOAT, 0, comm_, &req));
+    k.received.assign(rank_ == 0 ? static_cast<std::size_t>(total) : 0, 0.0f);
+    BATON_MPI_CHECK(MPI_Igatherv(k.floats.data(), k.n, MPI_FLOAT, rank_ == 0 ? k.received.data() : nullptr,
+                                 k.counts.data(), k.displs.data(), MPI_FLOAT, 0, comm_, &req));
     WaitCollective(&req, "gather of the final weights");
+    if (rank_ == 0) *out = k.received;
   }
 
   void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override {
     const std::string label(what);
-    int n = static_cast<int>(mine.size());
-    std::vector<int> counts(size_), displs(size_);
+    Scratch& k = Fresh();
+    k.n = static_cast<int>(mine.size());
+    k.counts.assign(size_, 0);
+    k.displs.assign(size_, 0);
+    k.sent.assign(mine.begin(), mine.end());
     MPI_Request req;
-    BATON_MPI_CHECK(MPI_Igather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_, &req));
+    BATON_MPI_CHECK(MPI_Igather(&k.n, 1, MPI_INT, k.counts.data(), 1, MPI_INT, 0, comm_, &req));
     WaitCollective(&req, label.c_str());
     int total = 0;
     for (int r = 0; r < size_; ++r) {
-      displs[r] = total;
-      total += counts[r];
+      k.displs[r] = total;
+      total += k.counts[r];
     }
-    std::string all(rank_ == 0 ? static_cast<std::size_t>(total) : 0, '\0');
-    BATON_MPI_CHECK(MPI_Igatherv(mine.data(), n, MPI_CHAR, rank_ == 0 ? all.data() : nullptr, counts.data(),
-                                 displs.data(), MPI_CHAR, 0, comm_, &req));
+    k.bytes.assign(rank_ == 0 ? static_cast<std::size_t>(total) : 0, '\0');
+    BATON_MPI_CHECK(MPI_Igatherv(k.sent.data(), k.n, MPI_CHAR, rank_ == 0 ? k.bytes.data() : nullptr,
+                                 k.counts.data(), k.displs.data(), MPI_CHAR, 0, comm_, &req));
     WaitCollective(&req, label.c_str());
     if (rank_ != 0) return;
     out->clear();
-    for (int r = 0; r < size_; ++r) out->push_back(all.substr(displs[r], counts[r]));
+    for (int r = 0; r < size_; ++r) out->emplace_back(k.bytes.data() + k.displs[r], static_cast<std::size_t>(k.counts[r]));
   }
 
   void BroadcastString(std::string* text) override {
-    long long n = static_cast<long long>(text->size());
+    Scratch& k = Fresh();
+    k.length = static_cast<long long>(text->size());
     MPI_Request req;
-    BATON_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_LONG_LONG, 0, comm_, &req));
+    BATON_MPI_CHECK(MPI_Ibcast(&k.length, 1, MPI_LONG_LONG, 0, comm_, &req));
     WaitCollective(&req, "broadcast of the config");
-    text->resize(static_cast<std::size_t>(n));
-    BATON_MPI_CHECK(MPI_Ibcast(text->data(), static_cast<int>(n), MPI_CHAR, 0, comm_, &req));
+    if (rank_ == 0) {
+      k.bytes.assign(text->begin(), text->end());
+    } else {
+      k.bytes.assign(static_cast<std::size_t>(k.length), '\0');
+    }
+    BATON_MPI_CHECK(MPI_Ibcast(k.bytes.data(), static_cast<int>(k.length), MPI_CHAR, 0, comm_, &req));
     WaitCollective(&req, "broadcast of the config");
+    text->assign(k.bytes.begin(), k.bytes.end());
   }
 
   int AllMax(int value, std::string_view what) override {
-    int out = 0;
+    Scratch& k = Fresh();
+    k.in = value;
+    k.out = 0;
     MPI_Request req;
-    BATON_MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT, MPI_MAX, comm_, &req));
+    BATON_MPI_CHECK(MPI_Iallreduce(&k.in, &k.out, 1, MPI_INT, MPI_MAX, comm_, &req));
     WaitCollective(&req, std::string(what).c_str());
-    return out;
+    return k.out;
   }
 
   void StartAllMax(int value) override {
@@ -244,6 +267,14 @@ class MpiTransport final : public Transport {
   // A collective's wait. Rank 0's deadline comes first, by kNoteGrace, so
   // that it is rank 0 that reports, naming the ranks that never arrived.
   void WaitCollective(MPI_Request* req, const char* what) {
+    try {
+      WaitCollectiveInFlight(req, what);
+    } catch (...) {
+      if (scratch_) abandoned_.push_back(std::move(scratch_));  // MPI may still write into it
+      throw;
+    }
+  }
+  void WaitCollectiveInFlight(MPI_Request* req, const char* what) {
     const std::int64_t number = ++collectives_;
     Deadline deadline(timeout_s_);
     bool noted = false;
@@ -345,6 +376,22 @@ class MpiTransport final : public Transport {
   MPI_Comm notes_comm_ = MPI_COMM_NULL;
   std::int64_t collectives_ = 0;
   std::vector<std::unique_ptr<long long>> note_values_;  // each note's buffer, kept until the end
+  // The collectives' own buffers (see ReduceSum), and those of collectives
+  // interrupted in flight.
+  struct Scratch {
+    int n = 0, in = 0, out = 0;
+    long long length = 0;
+    std::vector<int> counts, displs;
+    std::vector<char> bytes, sent;
+    std::vector<float> floats, received;
+    std::vector<double> doubles;
+  };
+  Scratch& Fresh() {
+    if (!scratch_) scratch_ = std::make_unique<Scratch>();
+    return *scratch_;
+  }
+  std::unique_ptr<Scratch> scratch_;
+  std::vector<std::unique_ptr<Scratch>> abandoned_;
   std::vector<MPI_Request> note_requests_;
 };
 
@@ -406,18 +453,26 @@ class MpiReplicaGroup final : public ReplicaGroup {
       if (deadline.Poll(spins)) Expire(deadline, fmt::format("{} of stage {}", info.what, info.stage));
     }
   }
+  // Into a buffer of its own, kept to the process's end if a lost rank
+  // interrupts the wait (MPI may still write into it), then into `out`.
   void Gather(std::span<const float> mine, std::vector<float>* out) override {
-    if (rank_ == 0) out->assign(mine.size() * static_cast<std::size_t>(size_), 0.0f);
+    auto received = std::make_unique<std::vector<float>>(rank_ == 0 ? mine.size() * static_cast<std::size_t>(size_) : 0);
     MPI_Request req;
-    BATON_MPI_CHECK(MPI_Igather(mine.data(), Count(mine.size()), MPI_FLOAT, rank_ == 0 ? out->data() : nullptr,
+    BATON_MPI_CHECK(MPI_Igather(mine.data(), Count(mine.size()), MPI_FLOAT, rank_ == 0 ? received->data() : nullptr,
                                 Count(mine.size()), MPI_FLOAT, 0, comm_, &req));
     Deadline deadline(timeout_s_);
     int done = 0;
-    for (int spins = 0;; ++spins) {
-      BATON_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-      if (done) return;
-      if (deadline.Poll(spins)) Expire(deadline, "the gather of the optimizer state");
+    try {
+      for (int spins = 0;; ++spins) {
+        BATON_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done) break;
+        if (deadline.Poll(spins)) Expire(deadline, "the gather of the optimizer state");
+      }
+    } catch (...) {
+      abandoned_.push_back(std::move(received));
+      throw;
     }
+    if (rank_ == 0) *out = std::move(*received);
   }
   void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
 
@@ -453,6 +508,7 @@ class MpiReplicaGroup final : public ReplicaGroup {
   std::vector<MPI_Request> requests_;
   std::vector<Move> moves_;  // per request: a reduce-scatter's part to move into place
   double timeout_s_ = 300;
+  std::vector<std::unique_ptr<std::vector<float>>> abandoned_;  // Gather's buffers of interrupted gathers
   std::function<void()> timeout_hook_;
 };
 
