@@ -548,15 +548,23 @@ Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s) {
   return GroupsOf(MPI_COMM_WORLD, layout, timeout_s);
 }
 
-MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout& layout, double timeout_s) {
+namespace {
+
+// The communicator of the MPI_COMM_WORLD ranks `survivors`, made by them
+// alone (MPI_Comm_create_group; `tag` tells one such call from another).
+MPI_Comm SurvivorsComm(const std::vector<int>& survivors, int tag) {
   MPI_Group all, kept;
   BATON_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &all));
   BATON_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(survivors.size()), survivors.data(), &kept));
   MPI_Comm comm = MPI_COMM_NULL;
-  constexpr int kSurvivorsTag = 4021;
-  BATON_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, kept, kSurvivorsTag, &comm));
+  BATON_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, kept, tag, &comm));
   MPI_Group_free(&kept);
   MPI_Group_free(&all);
+  return comm;
+}
+
+// The world over `comm` (which it frees), laid out as `layout`.
+MpiWorld WorldOver(MPI_Comm comm, const ReplicaLayout& layout, double timeout_s) {
   MpiWorld out;
   MPI_Comm world;
   BATON_MPI_CHECK(MPI_Comm_dup(comm, &world));
@@ -564,6 +572,13 @@ MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout
   if (layout.replicas > 1) out.groups = GroupsOf(comm, layout, timeout_s);
   MPI_Comm_free(&comm);
   return out;
+}
+
+}  // namespace
+
+MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout& layout, double timeout_s) {
+  constexpr int kSurvivorsTag = 4021;
+  return WorldOver(SurvivorsComm(survivors, kSurvivorsTag), layout, timeout_s);
 }
 
 namespace {
@@ -585,27 +600,15 @@ MpiWorld WorldFromMerged(MPI_Comm merged, int key, const ReplicaLayout& layout, 
   MPI_Comm comm = MPI_COMM_NULL;
   BATON_MPI_CHECK(MPI_Comm_split(merged, 0, key, &comm));
   MPI_Comm_free(&merged);
-  MpiWorld out;
-  MPI_Comm world;
-  BATON_MPI_CHECK(MPI_Comm_dup(comm, &world));
-  out.world = std::make_unique<MpiTransport>(world, 0, timeout_s);
-  if (layout.replicas > 1) out.groups = GroupsOf(comm, layout, timeout_s);
-  MPI_Comm_free(&comm);
-  return out;
+  return WorldOver(comm, layout, timeout_s);
 }
 
 }  // namespace
 
 MpiWorld MakeMpiReplaced(const std::vector<int>& survivors, const Spawn& spawn, const std::string& payload, int key,
                          const ReplicaLayout& layout, double timeout_s) {
-  MPI_Group all, kept;
-  BATON_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &all));
-  BATON_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(survivors.size()), survivors.data(), &kept));
-  MPI_Comm comm = MPI_COMM_NULL;
   constexpr int kSurvivorsTag = 4022;
-  BATON_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, kept, kSurvivorsTag, &comm));
-  MPI_Group_free(&kept);
-  MPI_Group_free(&all);
+  MPI_Comm comm = SurvivorsComm(survivors, kSurvivorsTag);
   // A spawn that fails (a new process that cannot start or reach the
   // others) is an error here, not an abort that mpirun, keeping the
   // survivors, would end with 0.

@@ -171,8 +171,8 @@ void JobWatch::Watch() {
   interrupt_.emplace(*watch_);
 }
 
-Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) {
-  const auto start = std::chrono::steady_clock::now();
+Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_clock::time_point start,
+                                  const RecoveryHook& at) {
   if (at) at("recovery", MpiWorldRank());
   if (replaced_) End(seen);
   Shrunk out;
@@ -182,10 +182,32 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
     End(seen);
   }
   out.agreed_s = Since(start);
-  std::vector<int> gone;  // replicas that lost a rank
-  for (const int w : out.lost) gone.push_back(layout.Replica(w));
+  return out;
+}
+
+std::vector<int> JobWatch::ReplicasLosing(const std::vector<int>& lost, const ReplicaLayout& layout) {
+  std::vector<int> gone;
+  for (const int w : lost) gone.push_back(layout.Replica(w));
   std::sort(gone.begin(), gone.end());
   gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+  return gone;
+}
+
+void JobWatch::TakeWorld(MpiWorld w, const ReplicaLayout& layout) {
+  survivors_.push_back(std::move(w));
+  MpiWorld& now = survivors_.back();
+  Transport& world = *now.world;
+  world.Configure(0, timeout_s_);
+  if (layout.replicas == 1) solo_ = MakeSoloReplicaGroup();
+  ReplicaGroup& replicas = layout.replicas > 1 ? *now.groups.replicas : *solo_;
+  shrunk_comms_.push_back(
+      std::make_unique<RunComms>(RunComms{world, layout.replicas > 1 ? *now.groups.pipeline : world, replicas}));
+  comms_ = shrunk_comms_.back().get();
+}
+
+Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) {
+  Shrunk out = Agree(seen, std::chrono::steady_clock::now(), at);
+  const std::vector<int> gone = ReplicasLosing(out.lost, layout);  // replicas that lost a rank
   out.replicas = layout.replicas - static_cast<int>(gone.size());
   if (out.replicas == 0) End(seen);
   const int me = comms_->world.rank();
@@ -220,15 +242,7 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
     if (at) at("regroup", MpiWorldRank());
     // The old communicators are left as they are: requests to the lost ranks
     // never complete, and freeing them is not safe; they end with the process.
-    survivors_.push_back(MakeMpiSurvivors(members, next, timeout_s_));
-    MpiWorld& w = survivors_.back();
-    Transport& world = *w.world;
-    world.Configure(0, timeout_s_);
-    if (next.replicas == 1) solo_ = MakeSoloReplicaGroup();
-    ReplicaGroup& replicas = next.replicas > 1 ? *w.groups.replicas : *solo_;
-    shrunk_comms_.push_back(
-        std::make_unique<RunComms>(RunComms{world, next.replicas > 1 ? *w.groups.pipeline : world, replicas}));
-    comms_ = shrunk_comms_.back().get();
+    TakeWorld(MakeMpiSurvivors(members, next, timeout_s_), next);
     mpi_ranks_ = members;
     Watch();
   }
@@ -240,20 +254,9 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
 Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
                                     const RecoveryHook& at) {
   const auto start = std::chrono::steady_clock::now();
-  if (at) at("recovery", MpiWorldRank());
-  if (replaced_) End(seen);
-  Shrunk out;
-  try {
-    out.lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
-  } catch (const Error&) {
-    End(seen);
-  }
-  out.agreed_s = Since(start);
+  Shrunk out = Agree(seen, start, at);
   // A whole replica must be left to give the new ranks their state.
-  std::vector<int> gone;
-  for (const int w : out.lost) gone.push_back(layout.Replica(w));
-  std::sort(gone.begin(), gone.end());
-  gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+  const std::vector<int> gone = ReplicasLosing(out.lost, layout);
   if (static_cast<int>(gone.size()) == layout.replicas) End(seen);
   out.replicas = layout.replicas;
   std::vector<int> survivors, staying;  // MPI_COMM_WORLD ranks; world ranks
@@ -284,21 +287,13 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
     }
     how.wdir = std::filesystem::current_path().string();
     try {
-      survivors_.push_back(MakeMpiReplaced(survivors, how, payload, me, layout, timeout_s_));
+      TakeWorld(MakeMpiReplaced(survivors, how, payload, me, layout, timeout_s_), layout);
     } catch (const Error& e) {
       EndTheJob(me == staying.front(), fmt::format("the survivors of the loss of {} could not start a new rank in "
                                                    "{} place (recovery.on_lost_rank: replace): {}",
                                                    RankList(out.lost), out.lost.size() > 1 ? "their" : "its",
                                                    e.what()));
     }
-    MpiWorld& w = survivors_.back();
-    Transport& world = *w.world;
-    world.Configure(0, timeout_s_);
-    if (layout.replicas == 1) solo_ = MakeSoloReplicaGroup();
-    ReplicaGroup& replicas = layout.replicas > 1 ? *w.groups.replicas : *solo_;
-    shrunk_comms_.push_back(
-        std::make_unique<RunComms>(RunComms{world, layout.replicas > 1 ? *w.groups.pipeline : world, replicas}));
-    comms_ = shrunk_comms_.back().get();
     mpi_ranks_.clear();
     replaced_ = true;
     Watch();

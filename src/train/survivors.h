@@ -4,6 +4,7 @@
 #ifndef BATON_SRC_TRAIN_SURVIVORS_H_
 #define BATON_SRC_TRAIN_SURVIVORS_H_
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,15 @@ class JobWatch final : public Survivors {
 
  private:
   void Watch();
+  // The start of a recovery: BATON_FAULT's "recovery" point, then the
+  // survivors' agreement on the lost ranks (End when none comes, or when
+  // this world was made by a replace).
+  Shrunk Agree(const RankLost& seen, std::chrono::steady_clock::time_point start, const RecoveryHook& at);
+  // The replicas (sorted, once each) that hold a rank of `lost`.
+  static std::vector<int> ReplicasLosing(const std::vector<int>& lost, const ReplicaLayout& layout);
+  // `w` (laid out as `layout`) is the world now: its communicators are
+  // this rank's (comms_); the worlds before are kept (see Shrink).
+  void TakeWorld(MpiWorld w, const ReplicaLayout& layout);
   double timeout_s_;
   const RunComms* comms_;             // the communicators now
   std::vector<int> mpi_ranks_;        // MPI_COMM_WORLD's rank of each rank of the world now
