@@ -20,8 +20,8 @@ std::string LostRankHandling(const Launch& l) {
     case Launch::kMpirun:
       if (l.keeps_survivors) {
         return "mpirun keeps the survivors (orte_enable_recovery 1): each rank watches the others and a lost rank "
-               "is seen within 1 s; with recovery.on_lost_rank: shrink the replicas that lost none go on, else the "
-               "job ends at once naming it (mpirun exits 1)";
+               "is seen within 1 s; with recovery.on_lost_rank: shrink the replicas that lost none go on, with "
+               "replace a new process takes its place, else the job ends at once naming it (mpirun exits 1)";
       }
       return "mpirun ends every rank within about 2 s of a lost one; a job that is to outlive a lost rank needs "
              "mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0";
