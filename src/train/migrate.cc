@@ -119,6 +119,12 @@ std::size_t NumElements(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
+std::vector<NamedTensor> StateTensorsToFill(RunSetup& u) {
+  std::vector<NamedTensor> tensors = u.params->CheckpointTensors({});
+  for (NamedTensor& t : tensors) t.data.resize(NumElements(t.shape));
+  return tensors;
+}
+
 std::size_t ShareFromReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& tensors, int from) {
   std::size_t n = 0;
   for (const NamedTensor& nt : tensors) n += NumElements(nt.shape);
@@ -260,8 +266,7 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   }
   // The new stages' tensors by name and shape, each sized for the whole
   // tensor the move brings (no gather of the state just built).
-  std::vector<NamedTensor> wanted = u.params->CheckpointTensors({});
-  for (NamedTensor& w : wanted) w.data.resize(NumElements(w.shape));
+  std::vector<NamedTensor> wanted = StateTensorsToFill(u);
   swap.bytes_sent += MoveTensors(t, held, wanted);
   u.params->Restore(wanted, "the moved model state", done);
   Rewire(next, comms, u);

@@ -40,6 +40,11 @@ std::size_t MoveTensors(Transport& pipeline, const std::vector<NamedTensor>& hel
 // bytes this rank sent.
 std::size_t ShareFromReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& tensors, int from);
 
+// This rank's stages' state tensors (parameters and optimizer state) by
+// name and shape, each sized for its whole data, zero: what another rank's
+// state is received into (a plan change, a new rank in a lost one's place).
+std::vector<NamedTensor> StateTensorsToFill(RunSetup& u);
+
 // What a plan change cost this rank.
 struct PlanSwap {
   std::size_t bytes_sent = 0;

@@ -555,12 +555,7 @@ void TakeStateFromAWholeReplica(const TrainConfig& c, const RunComms& comms, con
   if (const std::vector<NamedTensor>* mine = kept.Find(r.after_step)) {
     tensors = *mine;
   } else {  // a new rank: the names and shapes, filled from the whole replica
-    tensors = u.params->CheckpointTensors({});
-    for (NamedTensor& t : tensors) {
-      std::size_t n = 1;
-      for (const std::int64_t d : t.shape) n *= static_cast<std::size_t>(d);
-      t.data.resize(n);
-    }
+    tensors = StateTensorsToFill(u);
   }
   ShareFromReplica(comms.replicas, tensors, whole);
   KeptState::Put(u, tensors, r.after_step, "a whole replica's state");

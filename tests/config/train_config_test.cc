@@ -1112,20 +1112,22 @@ INSTANTIATE_TEST_SUITE_P(
                  "recovery.on_lost_rank: shrink goes on without the replicas that lost a rank, and needs "
                  "data_parallel.size >= 2"}));
 
+// The valid config with `set` is refused, saying `says`.
+void refused(const std::vector<std::string>& set, const std::string& says) {
+  try {
+    ParseTrainConfig(kValid, "t.yaml", set);
+    ADD_FAILURE() << "accepted: " << set.front();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
 // recovery.on_lost_rank: shrink needs replicas that each hold their stages'
 // whole state, and a global batch that the replicas left share equally.
 TEST(TrainConfigRecovery, ShrinkNeedsWholeReplicasAndEqualShares) {
   const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 2}", "recovery.on_lost_rank=shrink"});
   EXPECT_EQ(c.recovery.on_lost_rank, LostRankMode::kShrink);
   EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {}).recovery.on_lost_rank, LostRankMode::kStop);
-  auto refused = [](std::vector<std::string> set, const std::string& says) {
-    try {
-      ParseTrainConfig(kValid, "t.yaml", set);
-      ADD_FAILURE() << "accepted: " << set.front();
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
   refused({"data_parallel={size: 2, zero: 1}", "recovery.on_lost_rank=shrink"},
           "ZeRO stage 1 shards it (no buddy copies yet)");
   // 4 replicas x 4 microbatches: 3 replicas cannot share 16.
@@ -1145,14 +1147,6 @@ TEST(TrainConfigRecovery, ReplaceNeedsAWholeReplicaAndAGivenPlacement) {
   EXPECT_EQ(c.recovery.on_lost_rank, LostRankMode::kReplace);
   EXPECT_EQ(EnumName(c.recovery.on_lost_rank), "replace");
   EXPECT_EQ(c.pipeline.adapt, AdaptMode::kOff);
-  auto refused = [](std::vector<std::string> set, const std::string& says) {
-    try {
-      ParseTrainConfig(kValid, "t.yaml", set);
-      ADD_FAILURE() << "accepted: " << set.front();
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
   refused({"recovery.on_lost_rank=replace"}, "replace rebuilds a lost rank's state from another replica's, and needs "
                                               "data_parallel.size >= 2");
   refused({"data_parallel={size: 2, zero: 1}", "recovery.on_lost_rank=replace"},

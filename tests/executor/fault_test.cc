@@ -33,6 +33,20 @@ std::string Refusal(const std::string& text, std::int64_t first_step = 1, std::i
   return what;
 }
 
+// BATON_FAULT=`text` is refused when read: one ConfigError that says
+// `says` and names the forms (`forms`, a part of that list).
+void ExpectMisread(const std::string& text, const std::string& says, const std::string& forms) {
+  ::setenv("BATON_FAULT", text.c_str(), 1);
+  try {
+    FaultFromEnvironment();
+    ADD_FAILURE() << text << ": accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(forms), std::string::npos) << e.what();
+  }
+  ::unsetenv("BATON_FAULT");
+}
+
 TEST(SlowFault, AWindowOfStepsOnOneRank) {
   const Fault f = Read("1:3:slow=2.5:until=7");
   EXPECT_EQ(f.mode, Fault::kNone);
@@ -79,17 +93,7 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
       {"0>1:2:delay=0.01,1>0:2:delay=0.01", "one slow link at most"},
   };
   for (const auto& [text, says] : cases) {
-    ::setenv("BATON_FAULT", text.c_str(), 1);
-    try {
-      FaultFromEnvironment();
-      ADD_FAILURE() << text << ": accepted";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("SRC>DST:STEP:delay=SECONDS[:until=STEP]; joined by commas"),
-                std::string::npos)
-          << e.what();
-    }
-    ::unsetenv("BATON_FAULT");
+    ExpectMisread(text, says, "SRC>DST:STEP:delay=SECONDS[:until=STEP]; joined by commas");
   }
   EXPECT_NE(Refusal("1:9:slow=2").find("step 9 is past the run's last step 4: the fault would never fire"),
             std::string::npos);
@@ -123,15 +127,7 @@ TEST(RecoveryFault, BesideTheActionsFault) {
            {"1:2:regroup:term", "a fault in a recovery (regroup) takes the mode stall, exit or kill, not 'term'"},
            {"1:2:recovery:wait", "not 'wait'"},
            {"1:2:recovery:kill,0:2:regroup:kill", "one fault in a recovery at most"}}) {
-    ::setenv("BATON_FAULT", text.c_str(), 1);
-    try {
-      FaultFromEnvironment();
-      ADD_FAILURE() << text << ": accepted";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("RANK:STEP:regroup:MODE"), std::string::npos) << e.what();
-    }
-    ::unsetenv("BATON_FAULT");
+    ExpectMisread(text, says, "RANK:STEP:regroup:MODE");
   }
 }
 

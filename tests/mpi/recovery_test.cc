@@ -52,6 +52,24 @@ class Recovery : public ::testing::Test {
     for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
     return rows;
   }
+  // The metrics file `out`.jsonl: its step rows checked to be steps 1, 2,
+  // ... in order, once each; the last step and the event rows.
+  struct Run {
+    std::int64_t last = 0;
+    std::vector<nlohmann::json> events;
+  };
+  Run StepsAndEvents(const std::string& out) {
+    Run run;
+    for (const auto& row : Rows(out)) {
+      if (row.contains("event")) {
+        run.events.push_back(row);
+        continue;
+      }
+      EXPECT_EQ(row["step"].get<std::int64_t>(), run.last + 1);
+      run.last = row["step"];
+    }
+    return run;
+  }
   // The largest difference between two weights files' floats.
   double MaxDifference(const std::string& a, const std::string& b) {
     const auto x = baton::ReadSafetensors((dir_ / a).string()), y = baton::ReadSafetensors((dir_ / b).string());
@@ -140,17 +158,9 @@ TEST_F(Recovery, ACheckpointAfterARecoveryResumesUnderTheRunsConfig) {
   const Job again = Train("", "shrunk", checkpoints + " --resume auto");
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_NE(again.output.find("resumed after step 40"), std::string::npos) << again.output;
-  std::int64_t last = 0, events = 0;
-  for (const auto& row : Rows("shrunk")) {
-    if (row.contains("event")) {
-      ++events;
-      continue;
-    }
-    EXPECT_EQ(row["step"].get<std::int64_t>(), last + 1);
-    last = row["step"];
-  }
-  EXPECT_EQ(last, 60);
-  EXPECT_EQ(events, 1);
+  const Run run = StepsAndEvents("shrunk");
+  EXPECT_EQ(run.last, 60);
+  EXPECT_EQ(run.events.size(), 1u);
 }
 
 // With recovery.on_lost_rank: stop, a lost rank ends the job at once,
@@ -192,13 +202,7 @@ TEST_F(Recovery, StopWritesTheLastStepAsACheckpointAndTheRunResumesToTheSameByte
   const Job again = Train("", "stopped", stop + " --resume auto");
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_NE(again.output.find("resumed after step 24"), std::string::npos) << again.output;
-  std::int64_t last = 0;
-  for (const auto& row : Rows("stopped")) {
-    if (row.contains("event")) continue;
-    EXPECT_EQ(row["step"].get<std::int64_t>(), last + 1);
-    last = row["step"];
-  }
-  EXPECT_EQ(last, 60);
+  EXPECT_EQ(StepsAndEvents("stopped").last, 60);
   EXPECT_EQ(baton_test::ReadAll(dir_ / "stopped.safetensors"), baton_test::ReadAll(dir_ / "ref.safetensors"));
 }
 
@@ -211,21 +215,14 @@ TEST_F(Recovery, ALossAsTheRecoveryStartsIsAgreedOnWithTheFirst) {
   const Job j = Train("BATON_FAULT=2:25:F:kill,1:25:recovery:kill", "twice", three, 3);
   ASSERT_EQ(j.code, 0) << j.output;
   EXPECT_NE(j.output.find("in the recovery (recovery)"), std::string::npos) << j.output;
-  int events = 0;
-  std::int64_t last = 0;
-  for (const auto& row : Rows("twice")) {
-    if (row.contains("event")) {
-      EXPECT_EQ(row["event"], "recovered");
-      EXPECT_EQ(row["lost"], nlohmann::json::array({1, 2}));
-      EXPECT_EQ(row["replicas"], 1);
-      ++events;
-      continue;
-    }
-    EXPECT_EQ(row["step"].get<std::int64_t>(), last + 1);
-    last = row["step"];
+  const Run run = StepsAndEvents("twice");
+  for (const auto& row : run.events) {
+    EXPECT_EQ(row["event"], "recovered");
+    EXPECT_EQ(row["lost"], nlohmann::json::array({1, 2}));
+    EXPECT_EQ(row["replicas"], 1);
   }
-  EXPECT_EQ(events, 1);
-  EXPECT_EQ(last, 60);
+  EXPECT_EQ(run.events.size(), 1u);
+  EXPECT_EQ(run.last, 60);
 }
 
 // A second loss once the survivors have agreed, while they make their new
@@ -269,23 +266,16 @@ TEST_F(Recovery, ReplaceStartsANewRankAndEndsWithTheUninterruptedRunsBytes) {
     const Job j = Train("BATON_FAULT=" + std::to_string(v.rank) + ":25:" + v.action + ":kill", out, replace + ck);
     ASSERT_EQ(j.code, 0) << j.output;
     EXPECT_EQ(Count(j.output, "started 1 new rank in its place (recovery.on_lost_rank: replace)"), 1u) << j.output;
-    int events = 0;
-    std::int64_t last = 0;
-    for (const auto& row : Rows(out)) {
-      if (row.contains("event")) {
-        EXPECT_EQ(row["event"], "recovered");
-        EXPECT_EQ(row["mode"], "replace");
-        EXPECT_EQ(row["lost"], nlohmann::json::array({v.rank}));
-        EXPECT_EQ(row["replicas"], 2);
-        EXPECT_EQ(row["resumed_after"], 24);
-        ++events;
-        continue;
-      }
-      EXPECT_EQ(row["step"].get<std::int64_t>(), last + 1);
-      last = row["step"];
+    const Run run = StepsAndEvents(out);
+    for (const auto& row : run.events) {
+      EXPECT_EQ(row["event"], "recovered");
+      EXPECT_EQ(row["mode"], "replace");
+      EXPECT_EQ(row["lost"], nlohmann::json::array({v.rank}));
+      EXPECT_EQ(row["replicas"], 2);
+      EXPECT_EQ(row["resumed_after"], 24);
     }
-    EXPECT_EQ(events, 1);
-    EXPECT_EQ(last, 60);
+    EXPECT_EQ(run.events.size(), 1u);
+    EXPECT_EQ(run.last, 60);
     EXPECT_EQ(baton_test::ReadAll(dir_ / (out + ".safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
     // The checkpoint of step 40, written with the new rank, resumes to the same bytes.
     ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000040/manifest.json")) << j.output;
