@@ -17,6 +17,9 @@
 #   MODE=replace bench/recovery_sweep.sh ...  (recovery.on_lost_rank: replace:
 #     a new rank in the lost one's place; the weights should be the
 #     uninterrupted run's bit for bit, a difference of 0)
+#   MODE=replace REPLICAS=1 bench/recovery_sweep.sh ...  (a pure pipeline:
+#     the new rank's state from the next rank's snapshot, the steps since
+#     replayed; recovery.snapshot_every: auto)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/stamp.sh
@@ -25,6 +28,7 @@ seed=${2:-1}
 baton=${BATON:-build/baton}
 mode=${MODE:-shrink}
 config=${CONFIG:-tests/mpi/tiny.yaml}
+replicas=${REPLICAS:-2}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -33,12 +37,12 @@ run() {  # NAME P SCHEDULE [ENV...]
   shift 3
   rm -rf "$out/ck-$name"
   env "$@" timeout 300 mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 \
-    -np $(( p * 2 )) "$baton" train "$config" --set pipeline.ranks="$p" --set data_parallel.size=2 \
+    -np $(( p * replicas )) "$baton" train "$config" --set pipeline.ranks="$p" --set data_parallel.size="$replicas" \
     --set pipeline.schedule="$schedule" --set train.steps=100 --set log.every_steps=1 \
     --set recovery.on_lost_rank="$mode" --set checkpoint.dir="$out/ck-$name" --set checkpoint.every_steps=10 \
     --set log.metrics="$out/$name.jsonl" --set log.weights="$out/$name.safetensors" > "$out/$name.log" 2>&1
 }
-stamp "MODE=$mode CONFIG=$config $0 $runs $seed"
+stamp "MODE=$mode REPLICAS=$replicas CONFIG=$config $0 $runs $seed"
 echo
 for p in 2 4; do
   for schedule in 1f1b zb_h1; do run "healthy-$p-$schedule" "$p" "$schedule"; done
@@ -51,7 +55,7 @@ for i in $(seq 1 "$runs"); do
   p=$(( RANDOM % 2 ? 4 : 2 ))
   schedule=1f1b  # (no subshell: it would reseed RANDOM, and the seed would not repeat the runs)
   [ $(( RANDOM % 2 )) -eq 1 ] && schedule=zb_h1
-  rank=$(( RANDOM % (p * 2) ))
+  rank=$(( RANDOM % (p * replicas) ))
   if [ "$schedule" = 1f1b ]; then actions=(F B checkpoint); else actions=(F I W checkpoint); fi
   action=${actions[$(( RANDOM % ${#actions[@]} ))]}
   step=$(( 10 + RANDOM % 81 ))
@@ -62,11 +66,11 @@ for i in $(seq 1 "$runs"); do
   code=$?
   set -e
   wall=$(echo "$(date +%s.%N) - $start" | bc)
-  if python3 - "$out" "$i" "$p" "$schedule" "$rank" "$step" "$action" "$code" "$wall" <<'EOF'
+  if python3 - "$out" "$i" "$p" "$schedule" "$rank" "$step" "$action" "$code" "$wall" "$replicas" <<'EOF'
 import json, sys
 sys.path.insert(0, "bench")
 from weights_diff import largest_difference
-out, i, p, schedule, rank, step, action, code, wall = sys.argv[1:]
+out, i, p, schedule, rank, step, action, code, wall, replicas = sys.argv[1:]
 ok, seconds, diff = False, "-", "-"
 try:
     rows = [json.loads(l) for l in open(f"{out}/kill{i}.jsonl")]
@@ -79,7 +83,7 @@ try:
     diff = f"{largest_difference(f'{out}/healthy-{p}-{schedule}.safetensors', f'{out}/kill{i}.safetensors'):.2e}"
 except Exception as e:
     diff = f"({type(e).__name__})"
-print(f"| {i} | {p} x 2 | {schedule} | {rank} | {step} | {action} | {code} | {ok} | {seconds} | {diff} | {float(wall):.1f} |")
+print(f"| {i} | {p} x {replicas} | {schedule} | {rank} | {step} | {action} | {code} | {ok} | {seconds} | {diff} | {float(wall):.1f} |")
 sys.exit(0 if ok else 1)
 EOF
   then

@@ -124,7 +124,12 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << YAML::Value << c.checkpoint.keep << YAML::Key << "resume" << YAML::Value
     << std::string(EnumName(c.checkpoint.resume)) << YAML::EndMap;
   e << YAML::Key << "recovery" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "on_lost_rank"
-    << YAML::Value << std::string(EnumName(c.recovery.on_lost_rank)) << YAML::EndMap;
+    << YAML::Value << std::string(EnumName(c.recovery.on_lost_rank));
+  if (c.recovery.on_lost_rank == LostRankMode::kReplace && c.data_parallel.size == 1) {
+    e << YAML::Key << "snapshot_every" << YAML::Value
+      << (c.recovery.snapshot_every == 0 ? std::string("auto") : std::to_string(c.recovery.snapshot_every));
+  }
+  e << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
     << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
     << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;

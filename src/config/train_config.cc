@@ -647,13 +647,15 @@ void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
   if (mode != LostRankMode::kStop) {
     const YAML::Node at = root["recovery"]["on_lost_rank"];
     const std::string name(EnumName(mode));
-    if (c.data_parallel.size < 2) {
+    if (mode == LostRankMode::kShrink && c.data_parallel.size < 2) {
       rec.Fail(at, "on_lost_rank",
-               mode == LostRankMode::kShrink
-                   ? "shrink goes on without the replicas that lost a rank, and needs data_parallel.size >= 2 (a "
-                     "pure pipeline's stage exists nowhere else): use stop"
-                   : "replace rebuilds a lost rank's state from another replica's, and needs data_parallel.size >= "
-                     "2 (a pure pipeline's stage exists nowhere else): use stop");
+               "shrink goes on without the replicas that lost a rank, and needs data_parallel.size >= 2 (a pure "
+               "pipeline cannot go on without one of its stages): use replace (a neighbour's snapshot) or stop");
+    }
+    if (mode == LostRankMode::kReplace && c.data_parallel.size < 2 && c.pipeline.ranks < 2) {
+      rec.Fail(at, "on_lost_rank",
+               "replace rebuilds a lost rank's state from another replica or, in a pure pipeline, from the next "
+               "rank's snapshot of it, and a one-rank job has neither: use stop");
     }
     if (c.data_parallel.zero.shards_optimizer()) {
       rec.Fail(at, "on_lost_rank",
@@ -671,6 +673,24 @@ void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
       rec.Fail(at, "on_lost_rank",
                "replace starts new ranks on the run's placement, and an automatic one (pipeline.partition: auto) is "
                "not passed to them yet: give the placement (pipeline.partition_counts or pipeline.layout)");
+    }
+  }
+  if (rec.Has("snapshot_every")) {
+    const std::string word = rec.Get<std::string>("snapshot_every", "auto");
+    int every = 0;
+    if (word != "auto") {
+      const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), every);
+      if (ec != std::errc() || end != word.data() + word.size() || every < 1) {
+        rec.Fail(rec.Node("snapshot_every"), "snapshot_every",
+                 "must be auto or a whole number of steps >= 1 (how often each rank's state is copied to the next "
+                 "rank)");
+      }
+    }
+    c.recovery.snapshot_every = every;
+    if (mode != LostRankMode::kReplace || c.data_parallel.size > 1) {
+      rec.Fail(rec.Node("snapshot_every"), "snapshot_every",
+               "applies to recovery.on_lost_rank: replace in a pure pipeline (data_parallel.size 1), where a lost "
+               "rank's state comes from the next rank's snapshot; with replicas it comes from another replica");
     }
   }
   if (mode == LostRankMode::kShrink) {

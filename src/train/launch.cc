@@ -101,6 +101,8 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
     transport->Configure(0, config.pipeline.wait_timeout_s);
     job(*transport, config, text);
   } catch (const PeerFailed&) {
+    // Another rank said the error: the lowest tells mpirun, as for its own.
+    if (rank == 0) TellLauncherItFailed();
     return 2;
   } catch (const Error& e) {
     if (!Explained(e)) {

@@ -125,22 +125,41 @@ std::vector<NamedTensor> StateTensorsToFill(RunSetup& u) {
   return tensors;
 }
 
+std::vector<float> Flatten(const std::vector<NamedTensor>& tensors, const char* what) {
+  std::size_t n = 0;
+  for (const NamedTensor& nt : tensors) n += NumElements(nt.shape);
+  std::vector<float> all;
+  all.reserve(n);
+  for (const NamedTensor& nt : tensors) {
+    if (nt.data.size() != NumElements(nt.shape)) {
+      throw RunError(fmt::format("{}: tensor '{}' has {} floats, not {}", what, nt.name, nt.data.size(),
+                                 NumElements(nt.shape)));
+    }
+    all.insert(all.end(), nt.data.begin(), nt.data.end());
+  }
+  return all;
+}
+
+void Unflatten(std::span<const float> all, std::vector<NamedTensor>& tensors, const char* what) {
+  std::size_t n = 0;
+  for (const NamedTensor& nt : tensors) n += NumElements(nt.shape);
+  if (all.size() != n) {
+    throw RunError(fmt::format("{}: {} floats came for {} tensors of {} floats", what, all.size(), tensors.size(), n));
+  }
+  std::size_t at = 0;
+  for (NamedTensor& nt : tensors) {
+    const std::size_t k = NumElements(nt.shape);
+    nt.data.assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + k));
+    at += k;
+  }
+}
+
 std::size_t ShareFromReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& tensors, int from) {
   std::size_t n = 0;
   for (const NamedTensor& nt : tensors) n += NumElements(nt.shape);
   const bool first = replicas.rank() == from;
-  std::vector<float> all(n);
-  if (first) {
-    std::size_t at = 0;
-    for (const NamedTensor& nt : tensors) {
-      if (nt.data.size() != NumElements(nt.shape)) {
-        throw RunError(fmt::format("sharing the model state: tensor '{}' has {} floats on replica {}, not {}",
-                                   nt.name, nt.data.size(), from, NumElements(nt.shape)));
-      }
-      std::copy(nt.data.begin(), nt.data.end(), all.begin() + static_cast<std::ptrdiff_t>(at));
-      at += nt.data.size();
-    }
-  }
+  const std::string sharing = fmt::format("sharing the model state of replica {}", from);
+  std::vector<float> all = first ? Flatten(tensors, sharing.c_str()) : std::vector<float>(n);
   if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
     throw RunError(fmt::format("sharing the model state: {} floats on one rank, more than one collective carries", n));
   }
@@ -153,12 +172,7 @@ std::size_t ShareFromReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& t
   replicas.StartAllGather(0, all, counts, displs);
   const std::string what = fmt::format("replica {}'s model state, to every replica", from);
   replicas.Wait(0, {what.c_str(), -1, -1, -1});
-  std::size_t at = 0;
-  for (NamedTensor& nt : tensors) {
-    const std::size_t k = NumElements(nt.shape);
-    nt.data.assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + k));
-    at += k;
-  }
+  Unflatten(all, tensors, sharing.c_str());
   return first ? n * sizeof(float) * (size - 1) : 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,13 @@ namespace baton {
 // wanted tensor is held by no rank or by several. Returns the bytes this
 // rank sent.
 std::size_t MoveTensors(Transport& pipeline, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted);
+
+// `tensors`' data one after another (a state as one message); RunError,
+// naming `what`, when a tensor's data does not match its shape.
+std::vector<float> Flatten(const std::vector<NamedTensor>& tensors, const char* what);
+// `all` (a Flatten of tensors of these names and shapes) back into
+// `tensors`; RunError, naming `what`, when the sizes differ.
+void Unflatten(std::span<const float> all, std::vector<NamedTensor>& tensors, const char* what);
 
 // Every member of `replicas` gets member `from`'s `tensors` (theirs give
 // only the names and shapes; their data is replaced): one collective over

@@ -2,6 +2,7 @@
 #include "survivors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -18,6 +19,8 @@
 
 #include "baton/error.h"
 #include "baton/signals.h"
+#include "baton/timing.h"
+#include "migrate.h"
 
 namespace baton {
 
@@ -255,9 +258,20 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
                                     const RecoveryHook& at) {
   const auto start = std::chrono::steady_clock::now();
   Shrunk out = Agree(seen, start, at);
-  // A whole replica must be left to give the new ranks their state.
+  // A whole replica must be left to give the new ranks their state; in a
+  // pure pipeline, the next rank of each lost one (it holds its snapshot).
   const std::vector<int> gone = ReplicasLosing(out.lost, layout);
-  if (static_cast<int>(gone.size()) == layout.replicas) End(seen);
+  if (layout.replicas == 1 && !KeptState::NeighboursHold(out.lost, layout.pipeline_ranks)) {
+    int l = 0;
+    while (std::find(out.lost.begin(), out.lost.end(), (l + 1) % layout.pipeline_ranks) == out.lost.end() ||
+           std::find(out.lost.begin(), out.lost.end(), l) == out.lost.end()) {
+      ++l;
+    }
+    End(seen, fmt::format("recovery.on_lost_rank: replace: rank {}'s snapshot was on rank {}, lost too; a pure "
+                          "pipeline goes on after the loss of ranks that are not neighbours",
+                          l, (l + 1) % layout.pipeline_ranks));
+  }
+  if (layout.replicas > 1 && static_cast<int>(gone.size()) == layout.replicas) End(seen);
   out.replicas = layout.replicas;
   std::vector<int> survivors, staying;  // MPI_COMM_WORLD ranks; world ranks
   for (int w = 0; w < watch_->size(); ++w) {
@@ -341,7 +355,7 @@ Replacement ReadReplacementPayload(const std::string& payload, int index) {
   return r;
 }
 
-void JobWatch::End(const RankLost& seen) {
+void JobWatch::End(const RankLost& seen, const std::string& why) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> lost;
   try {
@@ -358,10 +372,11 @@ void JobWatch::End(const RankLost& seen) {
   if (watch_->rank() == lowest) {
     std::fprintf(stderr,
                  "baton: error: lost rank%s %s (%s); the %d survivors agreed in %.3f s. The job ends "
-                 "(recovery.on_lost_rank: stop, or no replica left whole; exit %d; mpirun, told to end, exits 1); "
+                 "(%s; exit %d; mpirun, told to end, exits 1); "
                  "run it again with --resume auto to continue from the last checkpoint\n",
                  lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(lost, ", ")).c_str(),
-                 DescribeLost(watch_->Lost()).c_str(), watch_->size() - static_cast<int>(lost.size()), agreed_s, kExitLostRank);
+                 DescribeLost(watch_->Lost()).c_str(), watch_->size() - static_cast<int>(lost.size()), agreed_s,
+                 why.empty() ? "recovery.on_lost_rank: stop, or no replica left whole" : why.c_str(), kExitLostRank);
     std::fflush(stderr);
   }
   // mpirun forwards what the ranks print as it reads it: time to read the
@@ -371,13 +386,96 @@ void JobWatch::End(const RankLost& seen) {
   std::_Exit(kExitLostRank);
 }
 
-void KeptState::Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step) {
-  Slot& slot = slots_[next_];
+int SnapshotEvery(double copy_s, double step_s, double share) {
+  if (!(copy_s > 0) || !(step_s > 0)) return 1;
+  const double n = std::ceil(copy_s / (share * step_s));
+  return static_cast<int>(std::clamp(n, 1.0, 1e6));
+}
+
+namespace {
+// Request ids and tag of a snapshot's copy: nothing else is in flight at a
+// step boundary.
+constexpr int kSnapshotSendId = 0, kSnapshotRecvId = 1, kSnapshotTag = 1;
+}  // namespace
+
+void KeptState::HoldNeighbours(Transport& ring, int every) {
+  ring_ = &ring;
+  every_ = every;
+  chosen_ = false;  // auto chooses, or a given interval's price is said, after the first steps
+}
+
+void KeptState::Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step, bool first) {
+  const double start = MonotonicSeconds();
+  if (ring_ != nullptr && last_start_ >= 0 && !first) steps_s_.push_back(start - last_start_ - last_copy_s_);
+  seen_ = step;
+  if (ring_ != nullptr && !chosen_ && choose_at_ < 0) choose_at_ = step + 3;
+  if (ring_ != nullptr && !chosen_ && step == choose_at_) Choose();
+  const bool due = ring_ == nullptr || first || every_ == 0 || step % every_ == 0;
+  last_start_ = start;
+  last_copy_s_ = 0;
+  if (!due) return;
   u.params->Pull();
-  slot.tensors = u.params->CheckpointTensors(u.params->WholeState(replicas));
+  std::vector<NamedTensor> tensors = u.params->CheckpointTensors(u.params->WholeState(replicas));
   u.params->Settle();
+  std::vector<float> previous;
+  if (ring_ != nullptr) previous = PassOn(tensors);
+  // The slot already holding `step` (a recovery keeps its step again), or the older.
+  Slot& slot = slots_[0].step == step ? slots_[0] : slots_[1].step == step ? slots_[1] : slots_[next_];
+  if (&slot == &slots_[next_]) next_ = 1 - next_;
   slot.step = step;
-  next_ = 1 - next_;
+  slot.tensors = std::move(tensors);
+  slot.previous = std::move(previous);
+  last_copy_s_ = MonotonicSeconds() - start;
+  copy_s_ = last_copy_s_;
+}
+
+std::vector<float> KeptState::PassOn(const std::vector<NamedTensor>& mine) {
+  Transport& t = *ring_;
+  const int next = (t.rank() + 1) % t.size(), prev = (t.rank() + t.size() - 1) % t.size();
+  auto wire = std::make_unique<Wire>();
+  wire->out = Flatten(mine, "a snapshot of this rank's state");
+  wire->count_out = static_cast<std::int64_t>(wire->out.size());
+  try {
+    t.Irecv(kSnapshotRecvId, &wire->count_in, sizeof wire->count_in, prev, kSnapshotTag);
+    t.Isend(kSnapshotSendId, &wire->count_out, sizeof wire->count_out, next, kSnapshotTag);
+    t.Wait(kSnapshotSendId, {"SEND of a snapshot's size", -1, -1, next});
+    t.Wait(kSnapshotRecvId, {"RECV of a snapshot's size", -1, -1, prev});
+    wire->in.resize(static_cast<std::size_t>(wire->count_in));
+    t.Irecv(kSnapshotRecvId, wire->in.data(), wire->in.size() * sizeof(float), prev, kSnapshotTag);
+    t.Isend(kSnapshotSendId, wire->out.data(), wire->out.size() * sizeof(float), next, kSnapshotTag);
+    t.Wait(kSnapshotSendId, {"SEND of a snapshot of this rank's state", -1, -1, next});
+    t.Wait(kSnapshotRecvId, {"RECV of a snapshot of the previous rank's state", -1, -1, prev});
+  } catch (...) {
+    abandoned_.push_back(std::move(wire));
+    throw;
+  }
+  return std::move(wire->in);
+}
+
+void KeptState::Choose() {
+  chosen_ = true;
+  std::vector<double> steps = steps_s_;
+  double step_s = 0;
+  if (!steps.empty()) {
+    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+    step_s = steps[steps.size() / 2];
+  }
+  // Every rank's slowest copy and step, in microseconds.
+  auto us = [](double s) { return static_cast<int>(std::clamp(s * 1e6, 0.0, 2e9)); };
+  const double copy = ring_->AllMax(us(copy_s_), "every rank's snapshot copy time") * 1e-6;
+  const double each = ring_->AllMax(us(step_s), "every rank's step time") * 1e-6;
+  const bool chose = every_ == 0;
+  if (chose) every_ = SnapshotEvery(copy, each);
+  // Two boundaries of this rank's state and the previous rank's.
+  const Slot& newest = slots_[0].step >= slots_[1].step ? slots_[0] : slots_[1];
+  std::size_t held = newest.previous.size();
+  for (const NamedTensor& nt : newest.tensors) held += nt.data.size();
+  said_ = fmt::format("snapshots of each rank's state on the next rank every {} step{} ({}; a copy took {:.1f} ms, "
+                      "{:.1f}% of a {:.1f} ms step, {:.1f}% a step at this interval); {:.1f} MiB held on this rank",
+                      every_, every_ > 1 ? "s" : "", chose ? "recovery.snapshot_every: auto" : "as set", copy * 1e3,
+                      each > 0 ? 100 * copy / each : 0.0, each * 1e3,
+                      each > 0 ? 100 * copy / (each * every_) : 0.0, held * 2.0 * sizeof(float) / 1048576.0);
+  if (ring_->rank() == 0) std::fprintf(stderr, "baton: %s\n", said_.c_str());
 }
 
 std::int64_t KeptState::latest() const { return std::max(slots_[0].step, slots_[1].step); }
@@ -403,6 +501,69 @@ void KeptState::Restore(RunSetup& u, std::int64_t step) const {
   throw ConfigError(fmt::format("rank {}: the survivors agreed to go on after step {}, which this rank keeps no "
                                 "state of",
                                 u.world_rank, step));
+}
+
+bool KeptState::NeighboursHold(const std::vector<int>& lost, int size) {
+  if (size < 2) return false;
+  for (const int l : lost) {
+    if (std::find(lost.begin(), lost.end(), (l + 1) % size) != lost.end()) return false;
+  }
+  return true;
+}
+
+void KeptState::HandBack(RunSetup& u, Transport& ring, const std::vector<int>& lost, std::int64_t step) {
+  ring_ = &ring;
+  // A new process (it has kept nothing) knows no interval: the survivors'.
+  // If auto had not chosen yet, every rank chooses three steps on from here.
+  const bool fresh = seen_ < 0;
+  every_ = ring.AllMax(fresh ? -1 : every_, "the survivors' snapshot interval");
+  chosen_ = ring.AllMax(fresh || chosen_ ? 0 : 1, "whether the snapshot interval is chosen") == 0;
+  choose_at_ = -1;
+  steps_s_.clear();
+  last_start_ = -1;
+  const int me = ring.rank(), size = ring.size();
+  const bool mine_lost = std::find(lost.begin(), lost.end(), me) != lost.end();
+  if (!mine_lost) Restore(u, step);
+  for (const int l : lost) {
+    const int holder = (l + 1) % size;
+    if (me == holder) {
+      const std::vector<float>* held = nullptr;
+      for (const Slot& slot : slots_) {
+        if (slot.step == step) held = &slot.previous;
+      }
+      if (held == nullptr) {
+        throw ConfigError(fmt::format("rank {}: rank {}'s new process asks the snapshot of step {}, which this rank "
+                                      "holds none of",
+                                      me, l, step));
+      }
+      auto wire = std::make_unique<Wire>();
+      wire->count_out = static_cast<std::int64_t>(held->size());
+      try {
+        ring.Isend(kSnapshotSendId, &wire->count_out, sizeof wire->count_out, l, kSnapshotTag);
+        ring.Wait(kSnapshotSendId, {"SEND of a held snapshot's size", -1, -1, l});
+        ring.Isend(kSnapshotSendId, held->data(), held->size() * sizeof(float), l, kSnapshotTag);
+        ring.Wait(kSnapshotSendId, {"SEND of a held snapshot to a new rank", -1, -1, l});
+      } catch (...) {
+        abandoned_.push_back(std::move(wire));
+        throw;
+      }
+    } else if (me == l) {
+      auto wire = std::make_unique<Wire>();
+      std::vector<NamedTensor> tensors = StateTensorsToFill(u);
+      try {
+        ring.Irecv(kSnapshotRecvId, &wire->count_in, sizeof wire->count_in, holder, kSnapshotTag);
+        ring.Wait(kSnapshotRecvId, {"RECV of a held snapshot's size", -1, -1, holder});
+        wire->in.resize(static_cast<std::size_t>(wire->count_in));
+        ring.Irecv(kSnapshotRecvId, wire->in.data(), wire->in.size() * sizeof(float), holder, kSnapshotTag);
+        ring.Wait(kSnapshotRecvId, {"RECV of this rank's snapshot from the next rank", -1, -1, holder});
+      } catch (...) {
+        abandoned_.push_back(std::move(wire));
+        throw;
+      }
+      Unflatten(wire->in, tensors, "this rank's snapshot from the next rank");
+      Put(u, tensors, step, "the next rank's snapshot of this rank");
+    }
+  }
 }
 
 }  // namespace baton

@@ -55,7 +55,9 @@ class JobWatch final : public Survivors {
   // kExitLostRank after telling its mpirun to end (which exits 1 then,
   // where it keeps the survivors: it exits 0 for ranks that only exit
   // non-zero, or call MPI_Abort, under orte_enable_recovery 1).
-  [[noreturn]] void End(const RankLost& seen);
+  // `why`: why the job cannot go on, in the message (by default: stop was
+  // asked, or no replica is left whole).
+  [[noreturn]] void End(const RankLost& seen, const std::string& why = "");
 
   // This rank is done: it says goodbye to every other, whose watch then
   // takes its end for no loss.
@@ -101,17 +103,38 @@ struct Replacement {
 Replacement ReadReplacementPayload(const std::string& payload, int index);
 
 // A run's own state at its last two step boundaries, in memory, for going
-// on after a lost rank (recovery.on_lost_rank: shrink), or for writing it
-// as a checkpoint before stopping (stop, with replicas: SavesOnLoss). Kept at each step's
-// start, before the ranks' agreement there: a rank that has kept step k
-// knows every rank finished step k - 1 and kept it, so the survivors can
-// always agree on a step each still holds (the least of their latest).
+// on after a lost rank (recovery.on_lost_rank: shrink or replace), or for
+// writing it as a checkpoint before stopping (stop, with replicas:
+// SavesOnLoss). Kept at each step's start, before the ranks' agreement
+// there: a rank that has kept step k knows every rank finished step k - 1
+// and kept it, so the survivors can always agree on a step each still
+// holds (the least of their latest).
+//
+// In a pure pipeline (replace with data_parallel.size 1: HoldNeighbours)
+// a stage's state exists nowhere else, so each kept state is also copied
+// to the next rank (rank + 1, wrapping), which holds it; and states are
+// kept only every N steps (recovery.snapshot_every; auto: the least N
+// that keeps the copy's price within 5% of the step, measured on the
+// run's first steps), the steps since replayed after a loss.
+// The least interval N (steps) that keeps a snapshot's copy, taking
+// `copy_s`, within `share` of the `step_s`-long steps: copy / N <= share x
+// step. A replay after a loss is then at most N steps, about copy / share.
+int SnapshotEvery(double copy_s, double step_s, double share = 0.05);
+
 class KeptState {
  public:
-  // This rank's stages' parameters and optimizer state after `step`.
-  void Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step);
+  // Snapshots on the next rank of `ring` every `every` steps (0: auto).
+  void HoldNeighbours(Transport& ring, int every);
+  // This rank's stages' parameters and optimizer state after `step`, when
+  // a state is due then (every step, or with HoldNeighbours every N steps
+  // and at `first`, the first boundary of the steps after a start or a
+  // recovery). With HoldNeighbours collective over the ring.
+  void Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step, bool first = false);
   bool any() const { return latest() >= 0; }
   std::int64_t latest() const;
+  // The last step boundary Keep was called at (kept or not): the survivors'
+  // greatest is the step the loss interrupted, less one.
+  std::int64_t seen() const { return seen_; }
   // The state after `step` back into `u`'s stages, and the data where it
   // stood. ConfigError when this rank keeps no such step.
   void Restore(RunSetup& u, std::int64_t step) const;
@@ -120,15 +143,48 @@ class KeptState {
   // `tensors`, a stage state after `step`, into `u`'s stages (`what` names
   // where it came from in errors), and the data where it stood.
   static void Put(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what);
+
+  // With HoldNeighbours, after new processes took the places of `lost`
+  // (replace in a pure pipeline), over the new world `ring`: the snapshot
+  // interval agreed (a new process knows none), every survivor restores its
+  // own state after `step`, and each new process takes the one the next
+  // rank holds of its place. Collective over `ring`.
+  void HandBack(RunSetup& u, Transport& ring, const std::vector<int>& lost, std::int64_t step);
+  // Whether the ranks left after losing `lost` (of a ring of `size`) still
+  // hold a snapshot of every lost rank: no two neighbours lost.
+  static bool NeighboursHold(const std::vector<int>& lost, int size);
+  // Steps between kept states (0 while auto has not chosen).
+  int every() const { return every_; }
+  // The snapshots' price as rank 0 said it, once chosen ("" before).
+  const std::string& said() const { return said_; }
   std::string run_id;  // the run's (every rank knows it)
 
  private:
   struct Slot {
     std::int64_t step = -1;
     std::vector<NamedTensor> tensors;
+    std::vector<float> previous;  // with HoldNeighbours: the previous rank's state after `step`
   };
+  // A copy's buffers while it is on the wire: kept to the process's end
+  // when a loss interrupts it (MPI may still write into them).
+  struct Wire {
+    std::int64_t count_out = 0, count_in = 0;
+    std::vector<float> out, in;
+  };
+  // This rank's state to the next rank, the previous rank's back.
+  std::vector<float> PassOn(const std::vector<NamedTensor>& mine);
+  // At the boundary the interval is chosen (auto) or its price said.
+  void Choose();
   Slot slots_[2];
   int next_ = 0;
+  Transport* ring_ = nullptr;
+  int every_ = 1;
+  bool chosen_ = true;
+  std::int64_t seen_ = -1, choose_at_ = -1;
+  double last_start_ = -1, last_copy_s_ = 0, copy_s_ = 0;
+  std::vector<double> steps_s_;  // the steps' own time, without the copies
+  std::vector<std::unique_ptr<Wire>> abandoned_;
+  std::string said_;
 };
 
 }  // namespace baton

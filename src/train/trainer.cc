@@ -429,14 +429,32 @@ struct Recovery {
   // write the kept step as a checkpoint and stop, losing nothing.
   bool then_stop = false;
   // recovery.on_lost_rank: replace: new processes took the lost ranks'
-  // places, their state from a whole replica.
+  // places, their state from a whole replica, or in a pure pipeline from
+  // the next rank's snapshot, the steps since replayed.
   bool replaced = false;
+  bool from_snapshot = false;
+  std::int64_t interrupted = 0;  // the step the loss interrupted: said once it has finished
 };
 
 // Rank 0: the line and the metrics row of `r`, once step `step` has finished.
 void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int64_t step, bool tty) {
   const double seconds = Seconds(r.seen, Clock::now());
-  if (t.rank() == 0 && r.replaced) {
+  if (t.rank() == 0 && r.from_snapshot) {
+    const std::int64_t replayed = r.interrupted - 1 - r.after_step;
+    std::fprintf(stderr,
+                 "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s, started %zu new rank%s in %s place "
+                 "(recovery.on_lost_rank: replace), %s state from the next rank's snapshot of step %lld, and went on "
+                 "from step %lld%s; step %lld finished %.2f s after the loss\n",
+                 tty ? "\n" : "", r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(),
+                 r.how.c_str(), r.agreed_s, r.lost.size(), r.lost.size() > 1 ? "s" : "",
+                 r.lost.size() > 1 ? "their" : "its", r.lost.size() > 1 ? "their" : "its",
+                 static_cast<long long>(r.after_step), static_cast<long long>(r.after_step + 1),
+                 replayed > 0 ? fmt::format(" (replaying {} step{} done before the loss)", replayed,
+                                            replayed > 1 ? "s" : "")
+                                    .c_str()
+                              : "",
+                 static_cast<long long>(step), seconds);
+  } else if (t.rank() == 0 && r.replaced) {
     std::fprintf(stderr,
                  "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s, started %zu new rank%s in %s place "
                  "(recovery.on_lost_rank: replace), %s state from a whole replica, and went on from step %lld with "
@@ -463,6 +481,7 @@ void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int
                 {"mode", r.replaced ? "\"replace\"" : "\"shrink\""},
                 {"replicas", std::to_string(r.replicas_after)},
                 {"resumed_after", std::to_string(r.after_step)},
+                {"replayed", std::to_string(std::max<std::int64_t>(0, r.interrupted - 1 - r.after_step))},
                 {"seconds", Json(seconds)}}));
 }
 
@@ -569,7 +588,9 @@ void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions&
   if (recovered) setup.recovered = SetupOptions::Recovered{kept->run_id, recovered->after_step};
   SetUpRun(c, comms, u, setup);
   if (recovered) {
-    if (recovered->replaced) {
+    if (recovered->from_snapshot) {
+      kept->HandBack(u, comms.pipeline, recovered->lost, recovered->after_step);
+    } else if (recovered->replaced) {
       TakeStateFromAWholeReplica(c, comms, *kept, *recovered, u);
     } else {
       kept->Restore(u, recovered->after_step);
@@ -611,7 +632,7 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
   WeightsWatch weights_lost;
   for (std::int64_t step = first_step; step <= total; ++step) {
     // Kept before the agreement below: see KeptState.
-    if (kept != nullptr) kept->Keep(u, comms.replicas, step - 1);
+    if (kept != nullptr) kept->Keep(u, comms.replicas, step - 1, step == first_step);
     // A stop signal on any rank stops every rank here, between steps.
     const int stop = t.AllMax(env.StopSignal(), "every rank checking for a stop signal");
     if (stop != 0) {
@@ -635,7 +656,7 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
     const bool epoch_end = step % per_epoch == 0 || step == total;
-    if (recovered) {
+    if (recovered && step >= recovered->interrupted) {
       numbers.Settle();
       SayRecovered(t, u.metrics.get(), *recovered, step, tty);
       recovered.reset();
@@ -696,6 +717,9 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   const bool replace = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kReplace;
   const bool save_on_loss = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kStop && SavesOnLoss(c);
   KeptState kept;
+  // A pure pipeline under replace: snapshots on the next rank (KeptState).
+  const bool neighbours = replace && c.data_parallel.size == 1;
+  if (neighbours) kept.HoldNeighbours(comms.pipeline, c.recovery.snapshot_every);
   std::optional<Recovery> recovered;
   const RunComms* on = &comms;
   // The setups of the communicators a loss left: kept to the process's end,
@@ -715,6 +739,8 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     r.replicas_before = r.replicas_after = c.data_parallel.size;
     r.replaced = true;
     r.after_step = -on->world.AllMax(std::numeric_limits<int>::min(), "the survivors' kept steps");
+    r.interrupted = on->world.AllMax(-1, "the survivors' last step boundaries") + 1;
+    r.from_snapshot = neighbours;
     kept.run_id = j.run_id;
     recovered = r;
     ++summary.recoveries;
@@ -743,7 +769,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       r.replicas_before = c.data_parallel.size;
       // BATON_FAULT's fault in a recovery, if any, fires in this one.
       const Fault fault = left.back()->fault;
-      const std::int64_t interrupted = kept.latest() + 1;
+      const std::int64_t interrupted = kept.seen() + 1;
       const Survivors::RecoveryHook hook = [&](std::string_view point, int job_rank) {
         MaybeInjectRecoveryFault(fault, job_rank, interrupted, point);
       };
@@ -756,8 +782,11 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       r.replicas_after = shrunk.replicas;
       // The step every survivor still keeps: the least of their latest.
       r.after_step = -on->world.AllMax(static_cast<int>(-kept.latest()), "the survivors' kept steps");
+      r.interrupted = on->world.AllMax(static_cast<int>(kept.seen()), "the survivors' last step boundaries") + 1;
+      if (!neighbours) r.interrupted = r.after_step + 1;  // the first step redone
       r.then_stop = save_on_loss;
       r.replaced = replace;
+      r.from_snapshot = neighbours;
       if (!replace) c = ShrunkConfig(c, shrunk.replicas);
       recovered = r;
       ++summary.recoveries;

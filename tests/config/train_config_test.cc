@@ -1147,14 +1147,43 @@ TEST(TrainConfigRecovery, ReplaceNeedsAWholeReplicaAndAGivenPlacement) {
   EXPECT_EQ(c.recovery.on_lost_rank, LostRankMode::kReplace);
   EXPECT_EQ(EnumName(c.recovery.on_lost_rank), "replace");
   EXPECT_EQ(c.pipeline.adapt, AdaptMode::kOff);
-  refused({"recovery.on_lost_rank=replace"}, "replace rebuilds a lost rank's state from another replica's, and needs "
-                                              "data_parallel.size >= 2");
+  refused({"pipeline.ranks=1", "pipeline.schedule=gpipe", "recovery.on_lost_rank=replace"},
+          "replace rebuilds a lost rank's state from another replica or, in a pure pipeline, from the next rank's "
+          "snapshot of it, and a one-rank job has neither: use stop");
   refused({"data_parallel={size: 2, zero: 1}", "recovery.on_lost_rank=replace"},
           "replace needs every replica to hold its stages' whole state, and ZeRO stage 1 shards it");
   refused({"data_parallel={size: 2}", "pipeline.partition=auto", "recovery.on_lost_rank=replace"},
           "an automatic one (pipeline.partition: auto) is not passed to them yet");
   refused({"data_parallel={size: 2}", "pipeline.adapt=on", "recovery.on_lost_rank=replace"},
           "replace with pipeline.adapt: on is not built yet");
+}
+
+// In a pure pipeline replace takes a lost rank's state from the next
+// rank's snapshot, taken every recovery.snapshot_every steps (auto, 0, by
+// default); the interval applies there only, and reads back as written.
+TEST(TrainConfigRecovery, ReplaceInAPurePipelineSnapshotsOnTheNextRank) {
+  const TrainConfig c = ParseTrainConfig(kValid, "t.yaml", {"recovery.on_lost_rank=replace"});
+  EXPECT_EQ(c.recovery.on_lost_rank, LostRankMode::kReplace);
+  EXPECT_EQ(c.data_parallel.size, 1);
+  EXPECT_EQ(c.recovery.snapshot_every, 0);
+  EXPECT_EQ(c.pipeline.adapt, AdaptMode::kOff);
+  const TrainConfig every =
+      ParseTrainConfig(kValid, "t.yaml", {"recovery={on_lost_rank: replace, snapshot_every: 7}"});
+  EXPECT_EQ(every.recovery.snapshot_every, 7);
+  EXPECT_EQ(ParseTrainConfig(DescribeTrainConfig(every), "d.yaml", {}).recovery.snapshot_every, 7);
+  EXPECT_NE(DescribeTrainConfig(c).find("snapshot_every: auto"), std::string::npos) << DescribeTrainConfig(c);
+  EXPECT_EQ(ParseTrainConfig(DescribeTrainConfig(c), "d.yaml", {}).recovery.snapshot_every, 0);
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {"recovery={on_lost_rank: replace, snapshot_every: auto}"})
+                .recovery.snapshot_every,
+            0);
+  for (const char* bad : {"0", "-2", "1.5", "often"}) {
+    refused({std::string("recovery={on_lost_rank: replace, snapshot_every: ") + bad + "}"},
+            "recovery.snapshot_every: must be auto or a whole number of steps >= 1");
+  }
+  refused({"recovery.snapshot_every=5"}, "recovery.snapshot_every: applies to recovery.on_lost_rank: replace in a "
+                                         "pure pipeline (data_parallel.size 1)");
+  refused({"data_parallel={size: 2}", "recovery={on_lost_rank: replace, snapshot_every: 5}"},
+          "with replicas it comes from another replica");
 }
 
 TEST(TrainConfigDataParallel, ReplicasRunOnTheGpuToo) {

@@ -302,4 +302,89 @@ TEST_F(Recovery, AReplacementThatCannotStartEndsTheJobNonZeroWithOneMessage) {
       << j.output;
 }
 
+// recovery.on_lost_rank: replace in a pure pipeline (4 ranks, one
+// replica): each rank's state is copied to the next rank every 5 steps; a
+// lost rank's new process takes the snapshot the next rank holds (rank 3's
+// is on rank 0), every survivor its own of the same step, and the steps
+// since are replayed: the run ends with the bytes of an uninterrupted run
+// without snapshots, its metrics file has every step once and one
+// "recovered" row saying the snapshot's step and the steps replayed; a
+// checkpoint written after the recovery resumes to the same bytes.
+TEST_F(Recovery, ReplaceInAPurePipelineTakesTheNextRanksSnapshotAndReplaysToTheSameBytes) {
+  const std::string pure = "--set pipeline.ranks=4 --set data_parallel.size=1 --set pipeline.adapt=off";
+  const Job ref = Train("", "ref", pure + " --set recovery.on_lost_rank=stop");
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  struct Victim {
+    int rank, step;
+    const char* action;
+    int snapshot;  // the step of the snapshot taken up
+  };
+  for (const Victim v : {Victim{2, 27, "F", 25}, Victim{3, 33, "B", 30}, Victim{0, 41, "F", 40}}) {
+    SCOPED_TRACE(v.rank);
+    const std::string out = "pure" + std::to_string(v.rank);
+    fs::remove_all(dir_ / "ck");
+    const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=10";
+    const std::string replace = pure + " --set recovery.on_lost_rank=replace --set recovery.snapshot_every=5";
+    const Job j = Train("BATON_FAULT=" + std::to_string(v.rank) + ":" + std::to_string(v.step) + ":" + v.action +
+                            ":kill",
+                        out, replace + ck);
+    ASSERT_EQ(j.code, 0) << j.output;
+    EXPECT_EQ(Count(j.output, "baton: snapshots of each rank's state on the next rank every 5 steps (as set;"), 1u)
+        << j.output;
+    EXPECT_EQ(Count(j.output, "started 1 new rank in its place (recovery.on_lost_rank: replace), its state from the "
+                              "next rank's snapshot of step " + std::to_string(v.snapshot)),
+              1u)
+        << j.output;
+    const Run run = StepsAndEvents(out);
+    for (const auto& row : run.events) {
+      EXPECT_EQ(row["event"], "recovered");
+      EXPECT_EQ(row["mode"], "replace");
+      EXPECT_EQ(row["lost"], nlohmann::json::array({v.rank}));
+      EXPECT_EQ(row["replicas"], 1);
+      EXPECT_EQ(row["resumed_after"], v.snapshot);
+      EXPECT_EQ(row["replayed"], v.step - 1 - v.snapshot);
+      EXPECT_EQ(row["step"], v.step);
+    }
+    EXPECT_EQ(run.events.size(), 1u);
+    EXPECT_EQ(run.last, 60);
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + ".safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
+    if (v.rank != 0) continue;
+    // The checkpoint of step 50, written with the new rank 0, resumes to the same bytes.
+    ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000050/manifest.json")) << j.output;
+    fs::remove_all(dir_ / "ck/step-00000060");
+    const Job again = Train("", out + "_resumed", replace + ck + " --resume auto");
+    ASSERT_EQ(again.code, 0) << again.output;
+    EXPECT_NE(again.output.find("resumed after step 50"), std::string::npos) << again.output;
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + "_resumed.safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
+  }
+}
+
+// Two neighbours of a pure pipeline lost (rank 2 as the survivors of rank
+// 1's loss agree): rank 1's snapshot was on rank 2, so the job ends with one
+// message saying so and mpirun non-zero, keeping the checkpoints.
+TEST_F(Recovery, TwoNeighboursLostInAPurePipelineEndTheJobWithOneMessage) {
+  const std::string pure = "--set pipeline.ranks=4 --set data_parallel.size=1 --set recovery.on_lost_rank=replace "
+                           "--set checkpoint.dir=ck --set checkpoint.every_steps=10";
+  const Job j = Train("BATON_FAULT=1:25:F:kill,2:25:recovery:kill", "neighbours", pure);
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error: lost ranks 1, 2 ("), 1u) << j.output;
+  EXPECT_NE(j.output.find("rank 1's snapshot was on rank 2, lost too"), std::string::npos) << j.output;
+  EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000020/manifest.json")) << j.output;
+}
+
+// An error one rank finds in setup (here rank 3's BATON_FAULT names an
+// action its schedule does not run) ends the job with that one message and
+// a non-zero exit from mpirun, which under the recovery settings would
+// exit 0 when its ranks exit 2.
+TEST_F(Recovery, ARanksOwnSetupErrorEndsTheJobNonZero) {
+  const Job j = Train("BATON_FAULT=3:25:B:kill", "error",
+                      "--set pipeline.ranks=4 --set data_parallel.size=1 --set pipeline.schedule=zb_h1 "
+                      "--set recovery.on_lost_rank=replace");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error: rank 3: BATON_FAULT='3:25:B:kill': rank 3 runs no B action"), 1u)
+      << j.output;
+}
+
 }  // namespace
