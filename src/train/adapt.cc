@@ -183,8 +183,14 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   if (done >= total) return std::nullopt;
   bool moved = false;
   const std::vector<double> healthy = meter_.HealthySeconds();
+  if (first_healthy_.empty()) first_healthy_ = healthy;
   for (std::size_t r = 0; r < factors.size(); ++r) {
-    const double worth = r < healthy.size() ? std::abs(factors[r] - assumed_[r]) * healthy[r] : 0.0;
+    // A change of speed is worth its compute a step on the rank's share
+    // now, or on its share in the first plan if that was more: a rank that
+    // recovers after a move left it little work is worth its layers back.
+    const double share = std::max(r < healthy.size() ? healthy[r] : 0.0,
+                                  r < first_healthy_.size() ? first_healthy_[r] : 0.0);
+    const double worth = std::abs(factors[r] - assumed_[r]) * share;
     moved = moved || (std::abs(factors[r] / assumed_[r] - 1.0) > s_.trigger && worth > s_.min_seconds);
   }
   if (assumed_links_.empty()) assumed_links_.assign(delays.size(), 0.0);

@@ -146,6 +146,7 @@ class AdaptivePlanner {
   std::optional<Profile> profile_;
   std::optional<RunPlan> first_plan_;  // the run's, priced healthy once there is a profile
   double first_window_step_ = -1;      // the median step of the first full window (healthy), seconds
+  std::vector<double> first_healthy_;  // each rank's compute a step at full speed under the first plan (its first full window)
   double profile_seconds_ = 0;
   AdaptSettings s_;
   SpeedMeter meter_;

@@ -173,5 +173,19 @@ TEST(AdaptivePlanner, ALateWireChangesThePlanToOneThatHidesIt) {
   EXPECT_TRUE(Simulated(1.0, 20, 200, 200, 0.0008).moves.empty());
 }
 
+// A rank slowed 3x whose compute at full speed is 1.2 ms a step: the move
+// leaves it 4 of its 10 layers, about 0.5 ms, and its recovery, worth 2 x
+// 0.5 = 1 ms on that share, would hide under the 1 ms floor; weighed on
+// its share in the first plan (2 x 1.2 ms) the layers go back.
+TEST(AdaptivePlanner, ARecoveryAfterAMoveThatLeftTheRankLittleIsWorthItsLayersBack) {
+  const Trace t = Simulated(3.0, 20, 60, 200, 0, 1.2e-3);
+  ASSERT_EQ(t.moves.size(), 2u);
+  const RunPlan healthy = PlanRun(Gpt());
+  EXPECT_EQ(t.moves[0].first, 22);
+  EXPECT_LT(LayersOn(t.moves[0].second, 1), LayersOn(healthy, 1));
+  EXPECT_EQ(t.moves[1].first, 62);
+  EXPECT_EQ(LayersOn(t.moves[1].second, 1), LayersOn(healthy, 1));
+}
+
 }  // namespace
 }  // namespace baton
