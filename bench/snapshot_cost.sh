@@ -28,7 +28,7 @@ run() {  # NAME MODE [--set ...]
   timeout 900 mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 -np "$p" \
     "$baton" train "$config" --set pipeline.ranks="$p" --set data_parallel.size=1 --set pipeline.adapt=off \
     --set train.steps="$steps" --set log.every_steps=1 --set log.progress=false --set recovery.on_lost_rank="$mode" \
-    --set log.metrics="$out/$name.jsonl" --set log.weights= "$@" > "$out/$name.log" 2>&1
+    --set log.metrics="$out/$name.jsonl" --set 'log.weights=""' "$@" > "$out/$name.log" 2>&1
 }
 stamp "$0 $p $steps $pairs $config $every"
 echo
