@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -63,6 +64,10 @@ std::vector<std::byte> Fill(const TensorDesc& t, int id_range, std::mt19937& rng
   return out;
 }
 
+// The shortest sample LayerTimer times: calls shorter than this are timed
+// in runs.
+constexpr double kShortestSample = 200e-6;
+
 class LayerTimer {
  public:
   // `cpu_clock`: time calls by the thread's CPU time (processes sharing
@@ -70,22 +75,29 @@ class LayerTimer {
   LayerTimer(RankDevice& device, const ProfileOptions& o, bool cpu_clock)
       : device_(device), options_(o), cpu_clock_(cpu_clock) {}
 
-  // The median of the timed calls of `call`, after the warm-up ones.
+  // The median time of a call of `call`, after the warm-up ones. A call
+  // of a few microseconds is timed in runs of calls that take at least
+  // kShortestSample together (a run's time over its calls): the clock's
+  // own cost and resolution are then a small part of what is timed.
   template <typename Call>
   double Time(Call call) {
+    const double warm = Now();
     for (int i = 0; i < options_.warmup; ++i) call();
     device_.Synchronize();
-    // At least `repetitions` calls, and more (up to ten times as many) until
-    // they add up to 20 ms: short calls are the noisiest.
+    const double each = options_.warmup > 0 ? (Now() - warm) / options_.warmup : 0.0;
+    const int run = each > 0 ? static_cast<int>(std::clamp(std::ceil(kShortestSample / each), 1.0, 1000.0)) : 1;
+    // At least `repetitions` samples, and more (up to ten times as many)
+    // until they add up to 20 ms: short calls are the noisiest.
     std::vector<double> t;
     double total = 0;
     while (static_cast<int>(t.size()) < options_.repetitions ||
            (total < 0.02 && static_cast<int>(t.size()) < 10 * options_.repetitions)) {
       const double start = Now();
-      call();
+      for (int i = 0; i < run; ++i) call();
       device_.Synchronize();
-      t.push_back(Now() - start);
-      total += t.back();
+      const double took = Now() - start;
+      t.push_back(took / run);
+      total += took;
     }
     return Median(t);
   }
