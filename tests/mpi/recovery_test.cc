@@ -359,6 +359,29 @@ TEST_F(Recovery, ReplaceInAPurePipelineTakesTheNextRanksSnapshotAndReplaysToTheS
   }
 }
 
+// Two ranks of a pure pipeline that are not neighbours lost (rank 2 as the
+// survivors of rank 0's loss agree): each one's snapshot is on a survivor,
+// so two new processes take their places and the run ends with the
+// uninterrupted run's bytes.
+TEST_F(Recovery, TwoRanksThatAreNotNeighboursAreBothReplacedInAPurePipeline) {
+  const std::string pure = "--set pipeline.ranks=4 --set data_parallel.size=1 --set pipeline.adapt=off";
+  const Job ref = Train("", "ref", pure + " --set recovery.on_lost_rank=stop");
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  const Job j = Train("BATON_FAULT=0:33:F:kill,2:33:recovery:kill", "both",
+                      pure + " --set recovery.on_lost_rank=replace --set recovery.snapshot_every=5");
+  ASSERT_EQ(j.code, 0) << j.output;
+  EXPECT_EQ(Count(j.output, "started 2 new ranks in their place (recovery.on_lost_rank: replace), their state from "
+                            "the next rank's snapshot of step 30"),
+            1u)
+      << j.output;
+  const Run run = StepsAndEvents("both");
+  ASSERT_EQ(run.events.size(), 1u);
+  EXPECT_EQ(run.events[0]["lost"], nlohmann::json::array({0, 2}));
+  EXPECT_EQ(run.events[0]["replayed"], 2);
+  EXPECT_EQ(run.last, 60);
+  EXPECT_EQ(baton_test::ReadAll(dir_ / "both.safetensors"), baton_test::ReadAll(dir_ / "ref.safetensors"));
+}
+
 // Two neighbours of a pure pipeline lost (rank 2 as the survivors of rank
 // 1's loss agree): rank 1's snapshot was on rank 2, so the job ends with one
 // message saying so and mpirun non-zero, keeping the checkpoints.
