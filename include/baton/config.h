@@ -36,9 +36,10 @@ enum class OnNonFinite : std::uint8_t { kStop, kSkip };
 // there is one, from scratch when there is none: a requeued job's script
 // needs no edit).
 enum class ResumeMode : std::uint8_t { kNever, kAuto };
-// pipeline.adapt: off, or on (the plan follows the ranks' measured speed:
-// layers move off a rank that slows, and back when it recovers).
-enum class AdaptMode : std::uint8_t { kOff, kOn };
+// pipeline.adapt: off, on (the plan follows the ranks' measured speed:
+// layers move off a rank that slows, and back when it recovers), or full
+// (on, and with replicas the microbatches are re-split between them too).
+enum class AdaptMode : std::uint8_t { kOff, kOn, kFull };
 // recovery.on_lost_rank: stop (the job ends: resume it from its last
 // checkpoint), shrink (it goes on without the replicas that lost a rank,
 // with the same global batch, the interrupted step redone), or replace
@@ -150,7 +151,11 @@ struct PipelineLayout {
 struct PipelineConfig {
   std::string schedule = "1f1b";      // generator or CSV schedule file
   int ranks = 1;                      // must equal the MPI world size
-  int microbatches = 1;
+  int microbatches = 1;               // each replica's (with replicas, unless replica_microbatches)
+  // Each replica's microbatches where they differ (pipeline.adapt: full
+  // re-splits them; the rows of a microbatch stay): empty, `microbatches`
+  // each. Set by a plan change, never read from a config.
+  std::vector<int> replica_microbatches;
   int chunks = 0;                     // 0 = the schedule's own
   Partition partition = Partition::kBalanced;
   BalanceBy balance_by = BalanceBy::kParams;
@@ -272,6 +277,13 @@ TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::stri
 // two ranks or more, a generated schedule, on the CPU (the measure is the
 // actions' CPU time), without recovery.on_lost_rank: shrink or replace.
 bool AdaptsByDefault(const TrainConfig& config);
+
+// `config` as replica `replica` runs it: pipeline.microbatches its own
+// (pipeline.replica_microbatches, where they differ).
+TrainConfig ReplicaConfig(const TrainConfig& config, int replica);
+// The global batch's microbatches before replica `replica`'s: its rows
+// start at this times a microbatch's rows.
+int MicrobatchesBefore(const TrainConfig& config, int replica);
 
 // The resolved settings, as YAML, for `baton validate`.
 std::string DescribeTrainConfig(const TrainConfig& config);

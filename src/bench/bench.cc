@@ -118,7 +118,7 @@ std::string BenchReportJson(const BenchReport& b) {
 
 BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchOptions& o) {
   const TrainConfig c = BenchConfig(PlaceStages(config, comms.world), o);
-  if (c.pipeline.adapt == AdaptMode::kOn && c.pipeline.adapt_asked && comms.world.rank() == 0) {
+  if (c.pipeline.adapt != AdaptMode::kOff && c.pipeline.adapt_asked && comms.world.rank() == 0) {
     // Bench holds the plan still to hold it against its prediction.
     std::fprintf(stderr,
                  "baton: bench measures the plan as placed; pipeline.adapt is applied by baton train, whose re-plans are "

@@ -228,9 +228,9 @@ std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
 std::span<const DatasetKind> EnumValues(DatasetKind) { return kDatasets; }
 std::string_view EnumName(OnNonFinite v) { return v == OnNonFinite::kStop ? "stop" : "skip"; }
 std::string_view EnumName(ResumeMode v) { return v == ResumeMode::kNever ? "never" : "auto"; }
-std::string_view EnumName(AdaptMode v) { return v == AdaptMode::kOff ? "off" : "on"; }
+std::string_view EnumName(AdaptMode v) { return v == AdaptMode::kOff ? "off" : v == AdaptMode::kOn ? "on" : "full"; }
 std::span<const AdaptMode> EnumValues(AdaptMode) {
-  static constexpr std::array<AdaptMode, 2> kValues = {AdaptMode::kOff, AdaptMode::kOn};
+  static constexpr std::array<AdaptMode, 3> kValues = {AdaptMode::kOff, AdaptMode::kOn, AdaptMode::kFull};
   return kValues;
 }
 std::string_view EnumName(LostRankMode v) {
@@ -542,7 +542,7 @@ void ReadPipeline(YamlMap& top, TrainConfig& c) {
   if (c.pipeline.partition != Partition::kAuto) {
     for (const char* key : {"profile", "memory_bytes"}) {
       // A profile prices the adaptive plans too, which are on unless set off.
-      const bool adapting = c.pipeline.adapt == AdaptMode::kOn || !c.pipeline.adapt_asked;
+      const bool adapting = c.pipeline.adapt != AdaptMode::kOff || !c.pipeline.adapt_asked;
       if (pipe.Has(key) && !(adapting && std::string_view(key) == "profile")) {
         pipe.Fail(pipe.Node(key), key,
                   "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: auto) "
@@ -663,8 +663,10 @@ void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
                            "(no buddy copies yet): use data_parallel.zero 0, or stop",
                            name, c.data_parallel.zero.number()));
     }
-    if (c.pipeline.adapt == AdaptMode::kOn) {
-      rec.Fail(at, "on_lost_rank", name + " with pipeline.adapt: on is not built yet: use one of them");
+    if (c.pipeline.adapt != AdaptMode::kOff) {
+      rec.Fail(at, "on_lost_rank",
+               fmt::format("{} with pipeline.adapt: {} is not built yet: use one of them", name,
+                           EnumName(c.pipeline.adapt)));
     }
     if (c.device != Device::kCpu) {
       rec.Fail(at, "on_lost_rank", name + " runs on the CPU only so far (device: cpu)");
@@ -752,20 +754,31 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                           c.data_parallel.zero.number()));
   }
   if (!c.pipeline.adapt_asked && AdaptsByDefault(c)) c.pipeline.adapt = AdaptMode::kOn;
-  if (c.pipeline.adapt != AdaptMode::kOn && !c.pipeline.profile.empty() && c.pipeline.partition != Partition::kAuto) {
+  if (c.pipeline.adapt == AdaptMode::kOff && !c.pipeline.profile.empty() && c.pipeline.partition != Partition::kAuto) {
     top.Map("pipeline").Fail(root["pipeline"]["profile"], "profile",
                              "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: "
                              "auto) or adaptive plans (pipeline.adapt: on), and this run's plan cannot change");
   }
-  if (c.pipeline.adapt == AdaptMode::kOn) {
+  if (c.pipeline.adapt != AdaptMode::kOff) {
     // A placement moves between steps (SwapPlan): a generated schedule's,
     // every replica's pipeline the same way.
     YamlMap pipe = top.Map("pipeline");
+    const std::string name(EnumName(c.pipeline.adapt));
     if (FindGenerator(c.pipeline.schedule) == nullptr) {
       pipe.Fail(root["pipeline"]["adapt"], "adapt",
-                fmt::format("on re-plans a generated schedule's placement, and {} is a schedule file: use off, or "
+                fmt::format("{} re-plans a generated schedule's placement, and {} is a schedule file: use off, or "
                             "one of the generators",
-                            c.pipeline.schedule));
+                            name, c.pipeline.schedule));
+    }
+    if (c.pipeline.adapt == AdaptMode::kFull && c.data_parallel.size < 2) {
+      pipe.Fail(root["pipeline"]["adapt"], "adapt",
+                "full also re-splits the microbatches between replicas, and needs data_parallel.size >= 2: use on");
+    }
+    if (c.pipeline.adapt == AdaptMode::kFull && c.data_parallel.zero.number() >= 2) {
+      pipe.Fail(root["pipeline"]["adapt"], "adapt",
+                fmt::format("full with data_parallel.zero {} is not built yet (its gathers and reduce-scatters "
+                            "follow each replica's schedule): use on, or ZeRO 0 or 1",
+                            c.data_parallel.zero.number()));
     }
   }
   if (c.precision != Precision::kFP32 && c.device != Device::kCuda) {
@@ -774,6 +787,21 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   }
   top.Finish();
   return c;
+}
+
+TrainConfig ReplicaConfig(const TrainConfig& config, int replica) {
+  TrainConfig c = config;
+  const std::vector<int>& split = config.pipeline.replica_microbatches;
+  if (!split.empty()) c.pipeline.microbatches = split.at(static_cast<std::size_t>(replica));
+  return c;
+}
+
+int MicrobatchesBefore(const TrainConfig& c, int replica) {
+  const std::vector<int>& split = c.pipeline.replica_microbatches;
+  if (split.empty()) return replica * c.pipeline.microbatches;
+  int before = 0;
+  for (int r = 0; r < replica; ++r) before += split.at(static_cast<std::size_t>(r));
+  return before;
 }
 
 bool AdaptsByDefault(const TrainConfig& c) {

@@ -123,8 +123,15 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   plan.zero = c.data_parallel.in_effect();
   plan.bucket_cap_bytes = c.data_parallel.bucket_cap_mb * 1024 * 1024;
   plan.global_batch = c.train.batch_size;
-  plan.batch_size = c.train.batch_size / plan.replicas;
-  plan.rows = plan.batch_size / c.pipeline.microbatches;
+  // A microbatch's rows: the global batch over every replica's
+  // microbatches (each replica's own count where they differ).
+  int microbatches = c.pipeline.microbatches * plan.replicas;
+  if (!c.pipeline.replica_microbatches.empty()) {
+    microbatches = 0;
+    for (const int m : c.pipeline.replica_microbatches) microbatches += m;
+  }
+  plan.rows = c.train.batch_size / microbatches;
+  plan.batch_size = plan.rows * c.pipeline.microbatches;
   plan.input = SampleInput(c.data);
   plan.labels_per_sample = LabelsPerSample(c.data);
   plan.checkpointing = c.pipeline.checkpointing;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -17,6 +18,19 @@
 #include "baton/timing.h"
 
 namespace baton {
+
+namespace {
+std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas);
+
+// Replica d's factors out of every world rank's (p x replicas + d).
+std::vector<double> ReplicaFactors(const std::vector<double>& world, int replicas, int d) {
+  std::vector<double> out;
+  for (std::size_t i = static_cast<std::size_t>(d); i < world.size(); i += static_cast<std::size_t>(replicas)) {
+    out.push_back(world[i]);
+  }
+  return out;
+}
+}  // namespace
 
 void SpeedMeter::Expect(std::vector<double> priced, std::vector<double> assumed) {
   priced_ = std::move(priced);
@@ -153,6 +167,92 @@ void AdaptivePlanner::Start(const RunPlan& plan) {
   if (links_) links_->Settle();
 }
 
+std::vector<RunPlan> AdaptivePlanner::ReplicaPlans(const TrainConfig& running) const {
+  std::vector<RunPlan> plans;
+  for (int d = 0; d < replicas_; ++d) plans.push_back(PlanRun(ReplicaConfig(running, d)));
+  return plans;
+}
+
+void AdaptivePlanner::StartReplicas(const TrainConfig& running, int replicas) {
+  replicas_ = replicas;
+  const std::vector<RunPlan> plans = ReplicaPlans(running);
+  if (!first_plan_) first_plan_ = plans.front();
+  const auto ranks = static_cast<std::size_t>(plans.front().lowered.ranks);
+  const auto d_count = static_cast<std::size_t>(replicas);
+  std::vector<double> priced(ranks * d_count, 1.0);  // no price yet: 1 each, as Start
+  if (profile_) {
+    for (std::size_t d = 0; d < d_count; ++d) {
+      const ProfilePrediction healthy = PredictFromProfile(plans[d], *profile_);
+      for (std::size_t p = 0; p < ranks && p < healthy.sim.per_rank.size(); ++p) {
+        priced[p * d_count + d] = healthy.sim.per_rank[p].busy;
+      }
+    }
+  }
+  if (assumed_.empty()) assumed_.assign(priced.size(), 1.0);
+  meter_.Expect(std::move(priced), assumed_);
+  if (links_) links_->Settle();
+}
+
+std::pair<std::vector<int>, double> AdaptivePlanner::BestSplit(const TrainConfig& running, std::vector<int> split,
+                                                               const std::vector<double>& factors,
+                                                               const std::vector<double>& links) {
+  const int d_count = replicas_;
+  int total = 0;
+  for (const int m : split) total += m;
+  std::map<std::pair<int, int>, double> memo;
+  // Replica d's step with m microbatches (the others share the rest: only
+  // the total and its own count shape its plan).
+  auto time = [&](int d, int m) {
+    const auto key = std::make_pair(d, m);
+    if (const auto it = memo.find(key); it != memo.end()) return it->second;
+    double t = std::numeric_limits<double>::infinity();
+    if (m >= 1) {
+      TrainConfig c = running;
+      std::vector<int> share(static_cast<std::size_t>(d_count), 0);
+      share[static_cast<std::size_t>(d)] = m;
+      for (int e = 0, k = 0; e < d_count; ++e) {
+        if (e == d) continue;
+        share[static_cast<std::size_t>(e)] = (total - m) / (d_count - 1) + (k++ < (total - m) % (d_count - 1) ? 1 : 0);
+      }
+      c.pipeline.replica_microbatches = share;
+      try {
+        t = PredictFromProfile(PlanRun(ReplicaConfig(c, d)), *profile_,
+                               Slowdown(ReplicaFactors(factors, d_count, d), links))
+                .sim.makespan;
+      } catch (const Error&) {
+        // a count the schedule cannot take
+      }
+    }
+    memo[key] = t;
+    return t;
+  };
+  auto slowest = [&](const std::vector<int>& s) {
+    double most = 0;
+    for (int d = 0; d < d_count; ++d) most = std::max(most, time(d, s[static_cast<std::size_t>(d)]));
+    return most;
+  };
+  double now = slowest(split);
+  // One microbatch at a time from the replica that finishes last to the
+  // one that would finish soonest with it, while the step shortens.
+  for (int moves = 0; moves < total; ++moves) {
+    int from = 0, to = 0;
+    for (int d = 1; d < d_count; ++d) {
+      const auto i = static_cast<std::size_t>(d);
+      if (time(d, split[i]) > time(from, split[static_cast<std::size_t>(from)])) from = d;
+      if (time(d, split[i] + 1) < time(to, split[static_cast<std::size_t>(to)] + 1)) to = d;
+    }
+    if (from == to || split[static_cast<std::size_t>(from)] <= 1) break;
+    std::vector<int> next = split;
+    --next[static_cast<std::size_t>(from)];
+    ++next[static_cast<std::size_t>(to)];
+    const double then = slowest(next);
+    if (!(then < now * (1 - 1e-9))) break;
+    split = std::move(next);
+    now = then;
+  }
+  return {split, now};
+}
+
 const Profile& AdaptivePlanner::Price() {
   if (!profile_) {
     const double start = MonotonicSeconds();
@@ -207,28 +307,72 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   if (!delays.empty()) assumed_links_ = delays;
   std::vector<double> priced_links;
   for (double d : delays) priced_links.push_back(d / unit_);
-  const Slowdown slowdown(factors, priced_links);
-  const double now = PredictFromProfile(plan, profile, slowdown).sim.makespan;
-  const PlacementChoice best = ChoosePlan(running, profile, slowdown, SwappableSchedules(running));
   Replan r;
-  r.decide_seconds = MonotonicSeconds() - start;
-  if (best.bounds == plan.bounds && best.schedule == running.pipeline.schedule && best.chunks == plan.lowered.chunks()) {
-    return std::nullopt;
+  double now = 0, after = 0;
+  if (replicas_ > 1) {
+    // adapt: full: each replica under its own ranks' factors; the plan's
+    // placement and schedule under each pipeline rank's slowest replica
+    // (every replica keeps the same plan), with the microbatches shared
+    // evenly; or the running placement and schedule with the
+    // microbatches re-split between the replicas; whichever is faster.
+    r.world_factors = factors;
+    const std::vector<double> slowest = SlowestReplica(factors, replicas_);
+    std::vector<int> split = running.pipeline.replica_microbatches;
+    if (split.empty()) split.assign(static_cast<std::size_t>(replicas_), running.pipeline.microbatches);
+    const std::vector<RunPlan> plans = ReplicaPlans(running);
+    for (int d = 0; d < replicas_; ++d) {
+      now = std::max(now, PredictFromProfile(plans[static_cast<std::size_t>(d)], profile,
+                                             Slowdown(ReplicaFactors(factors, replicas_, d), priced_links))
+                              .sim.makespan);
+    }
+    TrainConfig even = running;
+    even.pipeline.replica_microbatches.clear();
+    const PlacementChoice best = ChoosePlan(even, profile, Slowdown(slowest, priced_links), SwappableSchedules(running));
+    r.schedule = best.schedule;
+    r.chunks = best.chunks;
+    r.bounds = best.bounds;
+    after = best.step_s;
+    const std::vector<int> evenly(static_cast<std::size_t>(replicas_), running.pipeline.microbatches);
+    bool stays = best.bounds == plan.bounds && best.schedule == running.pipeline.schedule &&
+                 best.chunks == plan.lowered.chunks() && split == evenly;
+    if (plan.lowered.chunks() == 1) {
+      auto [resplit, step] = BestSplit(running, split, factors, priced_links);
+      if (step < after) {
+        after = step;
+        r.schedule = running.pipeline.schedule;
+        r.chunks = plan.lowered.chunks();
+        r.bounds = plan.bounds;
+        stays = resplit == split;
+        r.split = resplit == evenly ? std::vector<int>{} : resplit;
+      }
+    }
+    r.factors = slowest;
+    r.decide_seconds = MonotonicSeconds() - start;
+    if (stays) return std::nullopt;
+  } else {
+    const Slowdown slowdown(factors, priced_links);
+    now = PredictFromProfile(plan, profile, slowdown).sim.makespan;
+    const PlacementChoice best = ChoosePlan(running, profile, slowdown, SwappableSchedules(running));
+    r.decide_seconds = MonotonicSeconds() - start;
+    if (best.bounds == plan.bounds && best.schedule == running.pipeline.schedule && best.chunks == plan.lowered.chunks()) {
+      return std::nullopt;
+    }
+    r.schedule = best.schedule;
+    r.chunks = best.chunks;
+    r.bounds = best.bounds;
+    r.factors = factors;
+    after = best.step_s;
   }
-  const double gain = now - best.step_s;  // in the price's unit
+  const double gain = now - after;  // in the price's unit
   if (!(gain >= s_.min_gain * now)) return std::nullopt;
   // Ski rental with the real numbers: the time won over the steps left
   // against what moving costs.
   const double unit = unit_;
   const double cost = move_seconds_ >= 0 ? move_seconds_ : 2.0 * Median(steps_);
   if (!(gain * unit * static_cast<double>(total - done) > cost)) return std::nullopt;
-  r.schedule = best.schedule;
-  r.chunks = best.chunks;
-  r.bounds = best.bounds;
-  r.factors = factors;
   r.link_delays = delays;
   r.step_before = now * unit;
-  r.step_after = best.step_s * unit;
+  r.step_after = after * unit;
   r.step_healthy = healthy_ * unit;
   return r;
 }
@@ -331,10 +475,40 @@ RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetu
         return RunProfile(config, &source);
       }, settings);
     }
-    planner_->Start(u.plan);
+    StartPlanner(config);
   });
   u.exec->MeasureCompute(true);
 }
+
+void RunAdapter::StartPlanner(const TrainConfig& config) {
+  if (config.pipeline.adapt == AdaptMode::kFull && comms_.replicas.size() > 1) {
+    planner_->StartReplicas(config, comms_.replicas.size());
+  } else {
+    planner_->Start(u_.plan);
+  }
+}
+
+namespace {
+
+// "5/3" back into its numbers.
+std::vector<int> SplitOf(const std::string& text) {
+  std::vector<int> out;
+  std::istringstream in(text);
+  for (int m; in >> m;) {
+    out.push_back(m);
+    in.ignore(1);
+  }
+  return out;
+}
+
+// "5/3" of each replica's microbatches under `config`.
+std::string SplitText(const TrainConfig& config) {
+  std::vector<int> split = config.pipeline.replica_microbatches;
+  if (split.empty()) split.assign(static_cast<std::size_t>(config.data_parallel.size), config.pipeline.microbatches);
+  return fmt::format("{}", fmt::join(split, "/"));
+}
+
+}  // namespace
 
 RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t done, std::int64_t total,
                                         double step_seconds, bool tty) {
@@ -355,9 +529,11 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
   Decision d;
   if (t.rank() == 0 && deciding_) {
     const double profiled = planner_->profile_seconds();
+    // adapt: full measures every world rank on its own.
+    const bool full = config.pipeline.adapt == AdaptMode::kFull && replicas > 1;
     try {
-      d.replan = planner_->Observe(config, u_.plan, done, total, SlowestReplica(seconds, replicas), step_seconds,
-                                   SlowestTransits(messages, ranks, replicas));
+      d.replan = planner_->Observe(config, u_.plan, done, total, full ? seconds : SlowestReplica(seconds, replicas),
+                                   step_seconds, SlowestTransits(messages, ranks, replicas));
     } catch (const Error& e) {
       deciding_ = false;  // the run goes on as planned
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),
@@ -369,7 +545,9 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
                    planner_->profile_seconds());
     }
     if (d.replan) {
-      d.text = fmt::format("{} {} {}", d.replan->schedule, d.replan->chunks, fmt::join(d.replan->bounds, " "));
+      // "schedule chunks bounds... / split..." (no split: the same each).
+      d.text = fmt::format("{} {} {} / {}", d.replan->schedule, d.replan->chunks, fmt::join(d.replan->bounds, " "),
+                           fmt::join(d.replan->split, " "));
     }
   }
   t.BroadcastString(&d.text);
@@ -389,6 +567,12 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   in >> next.pipeline.schedule >> next.pipeline.chunks;
   std::vector<int> bounds;
   for (int b; in >> b;) bounds.push_back(b);
+  in.clear();
+  std::string slash;
+  in >> slash;
+  next.pipeline.replica_microbatches.clear();
+  for (int m; in >> m;) next.pipeline.replica_microbatches.push_back(m);
+  const std::string split_before = SplitText(config);
   const std::string before = PlanText(config, u_.plan);
   const std::string schedule_before = config.pipeline.schedule;
   const std::string layout_before = LayoutText(config, u_.plan.model, u_.plan.bounds);
@@ -404,7 +588,7 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
                    tty ? "\n" : "", u_.world_rank, static_cast<long long>(done), swap.failed.c_str(), before.c_str());
     }
     if (t.rank() == 0) {
-      planner_->Start(u_.plan);
+      StartPlanner(config);
       if (u_.metrics) {
         u_.metrics->Line(fmt::format("{{\"event\": \"replan_failed\", \"step\": {}, \"layout\": \"{}\", "
                                      "\"seconds\": {:.6g}}}",
@@ -419,15 +603,19 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   t.ReduceSum(moved);
   if (t.rank() != 0) return;
   planner_->Moved(swap.seconds);
-  planner_->Start(u_.plan);
+  StartPlanner(config);
   const std::string after = PlanText(config, u_.plan);
+  const bool full = config.pipeline.adapt == AdaptMode::kFull && comms_.replicas.size() > 1;
+  const std::string split_after = SplitText(config);
   std::fprintf(stderr,
-               "%sbaton: re-planned after step %lld: rank speeds %s%s; %s -> %s; predicted step %.2f ms -> %.2f "
+               "%sbaton: re-planned after step %lld: rank speeds %s%s; %s -> %s%s; predicted step %.2f ms -> %.2f "
                "ms; moved %.1f KiB in %.1f ms (decided in %.1f ms)\n",
-               tty ? "\n" : "", static_cast<long long>(done), Factors(replan->factors).c_str(),
-               LateLinksText(replan->link_delays, ranks).c_str(), before.c_str(),
-               after.c_str(), replan->step_before * 1e3, replan->step_after * 1e3, moved[0] / 1024.0,
-               swap.seconds * 1e3, replan->decide_seconds * 1e3);
+               tty ? "\n" : "", static_cast<long long>(done),
+               (full ? Factors(replan->world_factors) + " (each replica's rank)" : Factors(replan->factors)).c_str(),
+               LateLinksText(replan->link_delays, ranks).c_str(), before.c_str(), after.c_str(),
+               full ? fmt::format("; microbatches a replica {} -> {}", split_before, split_after).c_str() : "",
+               replan->step_before * 1e3, replan->step_after * 1e3, moved[0] / 1024.0, swap.seconds * 1e3,
+               replan->decide_seconds * 1e3);
   if (u_.metrics) {
     u_.metrics->Line(fmt::format(
         "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"link_delays_s\": {}, "
@@ -435,10 +623,14 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
         "\"chunks\": {}, \"layout_before\": \"{}\", "
         "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
         "\"predicted_step_healthy_s\": {:.6g}, "
-        "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}}}",
+        "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}{}}}",
         done, Factors(replan->factors), LateLinksJson(replan->link_delays, ranks), schedule_before, config.pipeline.schedule, u_.plan.lowered.chunks(),
         layout_before, LayoutText(config, u_.plan.model, u_.plan.bounds), replan->step_before,
-        replan->step_after, replan->step_healthy, moved[0], swap.seconds, replan->decide_seconds));
+        replan->step_after, replan->step_healthy, moved[0], swap.seconds, replan->decide_seconds,
+        full ? fmt::format(", \"world_factors\": {}, \"microbatches_before\": [{}], \"microbatches\": [{}]",
+                           Factors(replan->world_factors), fmt::join(SplitOf(split_before), ", "),
+                           fmt::join(SplitOf(split_after), ", "))
+             : std::string()));
   }
 }
 

@@ -109,6 +109,11 @@ struct Replan {
   double step_before = 0, step_after = 0;  // predicted under the factors, seconds
   double step_healthy = 0;                 // the run's first plan at full speed, predicted, seconds
   double decide_seconds = 0;            // the search's time
+  // pipeline.adapt: full: each replica's microbatches after the move
+  // (empty: the same each), and every world rank's factor (p x replicas +
+  // d; `factors` is then each pipeline rank's slowest replica's).
+  std::vector<int> split;
+  std::vector<double> world_factors;
 };
 
 // Rank 0's decisions over a run, from its profile.
@@ -122,6 +127,13 @@ class AdaptivePlanner {
   // A plan starts (the run's, or the one moved to): its priced compute per
   // rank at full speed.
   void Start(const RunPlan& plan);
+  // pipeline.adapt: full over `replicas` replicas: from here each world
+  // rank is measured on its own (seconds at p x replicas + d), each
+  // replica's plan priced with its own microbatches, and a re-plan may
+  // re-split the microbatches between the replicas as well (where the
+  // plan places one stage a rank: with chunks, a replica's gradient sums
+  // would start in another order). `running` starts, as Start.
+  void StartReplicas(const TrainConfig& running, int replicas);
   // After step `done` of `total`, with each rank's compute seconds in it
   // and the step's wall time: a re-plan to make now, or none. A move is
   // made only when its predicted gain over the remaining steps exceeds
@@ -141,6 +153,14 @@ class AdaptivePlanner {
  private:
   // The profile (measured now if there is none yet), with the price's unit.
   const Profile& Price();
+  // adapt: full: each replica's plan under `running` (its own microbatches).
+  std::vector<RunPlan> ReplicaPlans(const TrainConfig& running) const;
+  // adapt: full: the split of the global batch's microbatches that the
+  // running schedule and placement finish soonest under `factors` (world
+  // ranks) and `links`, from `split`; and that step (the price's unit).
+  std::pair<std::vector<int>, double> BestSplit(const TrainConfig& running, std::vector<int> split,
+                                                const std::vector<double>& factors,
+                                                const std::vector<double>& links);
 
   std::function<Profile()> measure_;
   std::optional<Profile> profile_;
@@ -157,6 +177,7 @@ class AdaptivePlanner {
   double healthy_ = -1;          // the first plan's price at full speed
   double unit_ = -1;             // seconds of a step per unit of its price (the first window's); < 0: not yet
   double move_seconds_ = -1;     // the last move's; < 0: none yet
+  int replicas_ = 1;             // adapt: full: the world's replicas, each rank measured on its own
 };
 
 // Every rank's part of a run with adaptive plans, collective over the
@@ -182,6 +203,9 @@ class RunAdapter {
     std::string text;
   };
   Decision Decide(const TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty);
+  // Rank 0: the planner starts `config`'s plan (each replica's, under
+  // pipeline.adapt: full).
+  void StartPlanner(const TrainConfig& config);
 
   const RunComms& comms_;
   RunSetup& u_;

@@ -71,6 +71,20 @@ std::string MoveList(const std::vector<std::string>& records) {
   return out;
 }
 
+// The replicas' own microbatches, if they differ, are one a replica, each
+// at least one, and add up to the global batch's.
+bool SharesTheGlobalBatch(const TrainConfig& c) {
+  const std::vector<int>& split = c.pipeline.replica_microbatches;
+  if (split.empty()) return true;
+  int total = 0;
+  for (const int m : split) {
+    if (m < 1) return false;
+    total += m;
+  }
+  return static_cast<int>(split.size()) == c.data_parallel.size &&
+         total == c.pipeline.microbatches * c.data_parallel.size;
+}
+
 // The settings every number depends on, the plan (schedule, chunks,
 // placement) left out.
 std::string AllButPlan(const TrainConfig& config) {
@@ -229,13 +243,15 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   Agree(comms.world, "every rank planning the new plan", [&] {
     const bool same = AllButPlan(next) == AllButPlan(running) && next.pipeline.ranks == running.pipeline.ranks &&
                       next.pipeline.microbatches == running.pipeline.microbatches &&
-                      next.data_parallel.size == running.data_parallel.size && next.device == running.device;
+                      next.data_parallel.size == running.data_parallel.size && next.device == running.device &&
+                      SharesTheGlobalBatch(next);
     if (!same) {
-      throw ConfigError(fmt::format("{}: a plan changed between steps may change only the schedule, its chunks and "
-                                    "the placement (the ranks, microbatches, replicas, device and every number stay)",
+      throw ConfigError(fmt::format("{}: a plan changed between steps may change only the schedule, its chunks, "
+                                    "the placement and the replicas' shares of the microbatches (the ranks, "
+                                    "microbatches, replicas, device and every number stay)",
                                     next.source));
     }
-    plan = PlanRun(next);
+    plan = PlanRun(ReplicaConfig(next, u.replica));
     rank_plan = PlanRank(plan, t.rank(), u.replica);
     if (rank_plan.has_inputs != u.first_rank || rank_plan.has_labels != u.last_rank) {
       throw ConfigError(fmt::format("{}: the new plan moves the first or the last stage to another rank, whose "
@@ -284,6 +300,12 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   swap.bytes_sent += MoveTensors(t, held, wanted);
   u.params->Restore(wanted, "the moved model state", done);
   Rewire(next, comms, u);
+  if (next.pipeline.replica_microbatches != running.pipeline.replica_microbatches) {
+    // Another share of the global batch: its rows, where the data stood.
+    const std::int64_t per_epoch = u.loader->batches_per_epoch();
+    MakeLoader(next, u);
+    u.loader->Seek(done / per_epoch, done % per_epoch);
+  }
   const std::string id = u.run.run_id;
   u.run = CheckpointRunOf(next, u.plan, u.total_steps);
   u.run.run_id = id;

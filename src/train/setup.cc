@@ -160,7 +160,7 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   }
   u.replica = comms.replicas.rank();
   u.world_rank = comms.world.rank();
-  u.plan = PlanRun(c);
+  u.plan = PlanRun(ReplicaConfig(c, u.replica));  // its own microbatches, where they differ (adapt: full)
   CheckModelInput(c, u.plan);
   u.rank_plan = PlanRank(u.plan, t.rank(), u.replica);
   u.first_rank = u.rank_plan.has_inputs;
@@ -259,15 +259,20 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   const Shard share = ShardOf(static_cast<std::size_t>(u.test.samples), u.replica, c.data_parallel.size);
   u.eval_begin = static_cast<std::int64_t>(share.begin);
   u.eval_end = static_cast<std::int64_t>(share.begin + share.count);
-  // This replica's share of every global batch.
-  u.loader = MakeBatchLoader(u.train, c.train.batch_size, c.data.shuffle, c.data.seed,
-                             u.replica * u.plan.batch_size, u.plan.batch_size);
+  MakeLoader(c, u);
   u.exec->set_world_rank(u.world_rank);
   u.exec->set_fault(u.fault);
   SetFlightRecords(c, comms, u);
 }
 
 }  // namespace
+
+void MakeLoader(const TrainConfig& c, RunSetup& u) {
+  // This replica's share of every global batch: its microbatches' rows,
+  // after those of the replicas before it.
+  u.loader = MakeBatchLoader(u.train, c.train.batch_size, c.data.shuffle, c.data.seed,
+                             MicrobatchesBefore(c, u.replica) * u.plan.rows, u.plan.batch_size);
+}
 
 void SetFlightRecords(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   // On a deadline's expiry the rank leaves its last actions next to the metrics.

@@ -135,6 +135,10 @@ Profile RunProfile(const TrainConfig& config, std::string* source);
 // the setup created.
 void SetUpRun(const TrainConfig& config, const RunComms& comms, RunSetup& u, const SetupOptions& options = {});
 
+// `u.loader`: this replica's share of every global batch under `c` (its
+// rows after those of the replicas before it), from the batches' start.
+void MakeLoader(const TrainConfig& c, RunSetup& u);
+
 // Points the pipeline's and the replica group's deadlines at u.exec's
 // flight record (flight-rank-N.json beside the metrics file); again after
 // the executor is rebuilt.

@@ -390,7 +390,7 @@ SetupOptions SetupFor(const TrainConfig& c, const TrainOptions& options) {
   setup.resume_from = options.resume_dir;
   setup.resume_auto = !options.resume && (options.resume_auto || c.checkpoint.resume == ResumeMode::kAuto);
   setup.env = options.env;
-  setup.replans = options.next_plan != nullptr || c.pipeline.adapt == AdaptMode::kOn;
+  setup.replans = options.next_plan != nullptr || c.pipeline.adapt != AdaptMode::kOff;
   return setup;
 }
 
@@ -626,7 +626,7 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
   NumbersCheck numbers(c, t, u, tty);
   MaybeInjectFault(u.fault, u.world_rank, first_step, "start");
   std::optional<RunAdapter> adapter;
-  if (c.pipeline.adapt == AdaptMode::kOn) adapter.emplace(c, comms, u);
+  if (c.pipeline.adapt != AdaptMode::kOff) adapter.emplace(c, comms, u);
   auto step_start = Clock::now();
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
   WeightsWatch weights_lost;
