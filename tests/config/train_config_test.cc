@@ -1286,6 +1286,34 @@ TEST(TrainConfigAdapt, OnByDefaultWhereAPlanCanChangeAndOffElsewhere) {
                        "shrink with pipeline.adapt: on is not built yet"));
 }
 
+// pipeline.adapt: full (the microbatches re-split between replicas too)
+// needs replicas, and is not built for ZeRO 2 and 3; it reads back the
+// same; a replica's own microbatches shape its plan's batch, not its rows.
+TEST(TrainConfigAdapt, FullNeedsReplicasAndZeroBelowTwo) {
+  const TrainConfig full =
+      ParseTrainConfig(kValid, "t.yaml", {"pipeline.adapt=full", "data_parallel={size: 2, zero: 1}"});
+  EXPECT_EQ(full.pipeline.adapt, AdaptMode::kFull);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(full), "adapt: full"));
+  EXPECT_EQ(ParseTrainConfig(DescribeTrainConfig(full), "d.yaml", {}).pipeline.adapt, AdaptMode::kFull);
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.adapt=full"}),
+                       "pipeline.adapt: full also re-splits the microbatches between replicas, and needs "
+                       "data_parallel.size >= 2: use on"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.adapt=full", "data_parallel={size: 2, zero: 2}"}),
+                       "full with data_parallel.zero 2 is not built yet"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.adapt=full", "data_parallel.size=2", "recovery.on_lost_rank=shrink"}),
+                       "shrink with pipeline.adapt: full is not built yet"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"pipeline.adapt=fast"}), "pipeline.adapt: 'fast' is not one of: off, on, full"));
+  // 2 replicas x 4 microbatches of a batch of 16: 2 rows each; replica 1
+  // running 6 of the 8 reads rows 4.. (2 microbatches before it).
+  TrainConfig split = ParseTrainConfig(kValid, "t.yaml", {"data_parallel.size=2"});
+  ASSERT_EQ(split.pipeline.microbatches, 4);
+  split.pipeline.replica_microbatches = {2, 6};
+  EXPECT_EQ(ReplicaConfig(split, 1).pipeline.microbatches, 6);
+  EXPECT_EQ(ReplicaConfig(split, 0).pipeline.microbatches, 2);
+  EXPECT_EQ(MicrobatchesBefore(split, 1), 2);
+  EXPECT_EQ(MicrobatchesBefore(ParseTrainConfig(kValid, "t.yaml", {"data_parallel.size=2"}), 1), 4);
+}
+
 // The automatic placement's keys: partition: auto for an MLP, layout: auto
 // for a GPT, profile and memory_bytes only with them.
 TEST(TrainConfigPlacement, AutoAndItsKeysAreReadAndMisuseIsRefused) {

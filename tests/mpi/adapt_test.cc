@@ -9,12 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+
+#include "baton/data.h"
 #include <vector>
 
 namespace {
@@ -212,6 +215,50 @@ TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHeal
     EXPECT_FALSE(Read("healthy.safetensors").empty());
     EXPECT_EQ(Read("adapt.safetensors"), Read("healthy.safetensors")) << "ZeRO " << zero;
   }
+}
+
+// pipeline.adapt: full with two replicas of a one-rank pipeline (no
+// placement to change): replica 1 slowed 3x from step 6 to 24, the
+// replicas' shares of the global batch's 8 microbatches move off it (4/4
+// to 6/2) within 3 steps and back to 4/4 within 3 steps of its recovery;
+// the rows say each replica's factor and share; under SGD the final weights
+// are within 1e-6 of the run that never adapted (the sums only grouped
+// otherwise).
+TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
+  const std::string dp = " --set pipeline.ranks=1 --set data_parallel.size=2 --set pipeline.microbatches=4"
+                         " --set train.steps=40 --set train.optimizer.type=sgd --set train.optimizer.lr=0.05";
+  ASSERT_EQ(Train("", "--set pipeline.adapt=off --set log.metrics=still.jsonl --set log.weights=still.safetensors" + dp),
+            0)
+      << Read("log.txt");
+  ASSERT_EQ(Train("BATON_FAULT=1:6:slow=3:until=25",
+                  "--set pipeline.adapt=full --set log.metrics=full.jsonl --set log.weights=full.safetensors" + dp),
+            0)
+      << Read("log.txt");
+  const std::string log = Read("log.txt");
+  const std::vector<nlohmann::json> replans = Replans("full.jsonl");
+  ASSERT_GE(replans.size(), 2u) << log;
+  const nlohmann::json& away = replans.front();
+  EXPECT_LE(away["step"].get<int>(), 8) << away.dump();
+  EXPECT_GT(away["world_factors"][1].get<double>(), 2.0) << away.dump();
+  EXPECT_LT(away["world_factors"][0].get<double>(), 1.5) << away.dump();
+  EXPECT_EQ(away["microbatches_before"], nlohmann::json::array({4, 4})) << away.dump();
+  EXPECT_GT(away["microbatches"][0].get<int>(), 4) << away.dump();
+  EXPECT_EQ(away["microbatches"][0].get<int>() + away["microbatches"][1].get<int>(), 8) << away.dump();
+  EXPECT_LT(away["predicted_step_after_s"].get<double>(), away["predicted_step_before_s"].get<double>());
+  EXPECT_NE(log.find("microbatches a replica 4/4 -> "), std::string::npos) << log;
+  const nlohmann::json& back = replans.back();
+  EXPECT_GE(back["step"].get<int>(), 25) << back.dump();
+  EXPECT_LE(back["step"].get<int>(), 28) << back.dump();
+  EXPECT_EQ(back["microbatches"], nlohmann::json::array({4, 4})) << back.dump();
+  const std::vector<baton::NamedTensor> a = baton::ReadSafetensors((dir_ / "still.safetensors").string());
+  const std::vector<baton::NamedTensor> b = baton::ReadSafetensors((dir_ / "full.safetensors").string());
+  ASSERT_EQ(a.size(), b.size());
+  double most = 0;
+  for (std::size_t t = 0; t < a.size(); ++t) {
+    ASSERT_EQ(a[t].data.size(), b[t].data.size());
+    for (std::size_t i = 0; i < a[t].data.size(); ++i) most = std::max(most, double(std::fabs(a[t].data[i] - b[t].data[i])));
+  }
+  EXPECT_LT(most, 1e-6);
 }
 
 // A move that a rank cannot build (BATON_FAULT's replan:error, as a rank
