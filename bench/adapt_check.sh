@@ -16,7 +16,11 @@
 # over the same window instead (BATON_FAULT 0>1:...:delay=), FACTOR unused.
 # With REPLICAS=D, each run is D replicas of the pipeline (ranks x D
 # processes, data_parallel.size D) and the slowed rank is pipeline rank 1
-# of the last replica (world rank 2D - 1).
+# of the last replica (world rank 2D - 1; with one rank a pipeline, the
+# last replica's rank).
+# With ADAPT=full, the adapting runs use pipeline.adapt: full (with
+# replicas, the microbatches re-split between them too); the weights are
+# then compared by their largest difference (the sums group otherwise).
 # With SVG=FILE, also draws the first rank count's three runs' step times
 # over the steps (docs/guide/adaptive-plans.svg).
 #   bench/adapt_check.sh [STEPS] [FACTOR] [RANKS...]     (default 120 2 2 4)
@@ -35,15 +39,19 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 from=21
 until=$(( steps - 20 ))
 replicas=${REPLICAS:-1}
-fault="$((2 * replicas - 1)):$from:slow=$factor:until=$until"
-[ -n "${WIRE:-}" ] && fault="0>1:$from:delay=$WIRE:until=$until"
-stamp "${WIRE:+WIRE=$WIRE }${REPLICAS:+REPLICAS=$REPLICAS }$0 $steps $factor ${ranks[*]}"
+mode=${ADAPT:-on}
+stamp "${WIRE:+WIRE=$WIRE }${REPLICAS:+REPLICAS=$REPLICAS }${ADAPT:+ADAPT=$ADAPT }$0 $steps $factor ${ranks[*]}"
 echo
-echo "Injected: BATON_FAULT=$fault"
+fault_for() {  # RANKS: the fault of a pipeline of RANKS ranks
+  local slowed=$(( ($1 > 1 ? 1 : 0) * replicas + replicas - 1 ))
+  if [ -n "${WIRE:-}" ]; then echo "0>1:$from:delay=$WIRE:until=$until"; else echo "$slowed:$from:slow=$factor:until=$until"; fi
+}
+for p in "${ranks[@]}"; do echo "Injected with $p ranks a pipeline: BATON_FAULT=$(fault_for "$p")"; done
 echo
 echo "| ranks | T_h | T_s | T_a | R | ceiling | R / ceiling | moved after step (onset $from) | back after step (recovered $until) | re-plans | decide | move | measured / predicted after the move | weights = healthy run's | healthy with adapt on: step, re-plans | late links at the first move | the first move's plan |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for p in "${ranks[@]}"; do
+  fault=$(fault_for "$p")
   sets=(--set pipeline.ranks="$p" --set model.blocks=8 --set pipeline.checkpointing=none --set train.steps="$steps"
         --set log.every_steps=1 --set log.progress=false --set data_parallel.size="$replicas")
   run() {  # NAME [ENV...] -- [ARGS...]
@@ -56,11 +64,15 @@ for p in "${ranks[@]}"; do
       > "$out/$p-$name.log" 2>&1 < /dev/null || { cat "$out/$p-$name.log" >&2; exit 1; }
   }
   run healthy -- --set pipeline.adapt=off
-  run healthy-on -- --set pipeline.adapt=on
+  run healthy-on -- --set pipeline.adapt="$mode"
   run off "BATON_FAULT=$fault" -- --set pipeline.adapt=off
-  run on "BATON_FAULT=$fault" -- --set pipeline.adapt=on
+  run on "BATON_FAULT=$fault" -- --set pipeline.adapt="$mode"
   same=no
-  cmp -s "$out/$p-healthy.safetensors" "$out/$p-on.safetensors" && same=yes
+  if cmp -s "$out/$p-healthy.safetensors" "$out/$p-on.safetensors"; then
+    same=yes
+  else
+    same="no: largest difference $(python3 -c "import sys; sys.path.insert(0, 'bench'); from weights_diff import largest_difference; print(f'{largest_difference(sys.argv[1], sys.argv[2]):.2e}')" "$out/$p-healthy.safetensors" "$out/$p-on.safetensors")"
+  fi
   python3 - "$out" "$p" "$from" "$until" "$same" <<'PY'
 import json, statistics, sys
 out, p, start, end, same = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
