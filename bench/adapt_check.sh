@@ -103,7 +103,9 @@ h_on = steps("healthy-on", start, end)
 cells.append(f"{h_on / t_h:.3f} of T_h, {sum(1 for x in rows('healthy-on') if x.get('event') == 'replan')}")
 if replans:
     cells.append(", ".join(f"{k} +{v * 1e3:.1f} ms" for k, v in replans[0].get("link_delays_s", {}).items()) or "none")
-    cells.append(f"{replans[0]['schedule']} {replans[0]['layout_after']}")
+    shares = replans[0].get("microbatches")
+    cells.append(f"{replans[0]['schedule']} {replans[0]['layout_after']}"
+                 + (f", microbatches {'/'.join(map(str, shares))}" if shares else ""))
 else:
     cells += ["-", "-"]
 print("| " + " | ".join(str(c) for c in cells) + " |")
