@@ -20,6 +20,8 @@
 #   MODE=replace REPLICAS=1 bench/recovery_sweep.sh ...  (a pure pipeline:
 #     the new rank's state from the next rank's snapshot, the steps since
 #     replayed; recovery.snapshot_every: auto)
+#   MODE=replace ZERO=1 bench/recovery_sweep.sh ...  (replicas under ZeRO 1-3:
+#     the new rank's state, its shards, from the next replica's snapshot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/stamp.sh
@@ -29,6 +31,8 @@ baton=${BATON:-build/baton}
 mode=${MODE:-shrink}
 config=${CONFIG:-tests/mpi/tiny.yaml}
 replicas=${REPLICAS:-2}
+zero=()
+[ -n "${ZERO:-}" ] && zero=(--set data_parallel.zero="$ZERO")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -38,11 +42,11 @@ run() {  # NAME P SCHEDULE [ENV...]
   rm -rf "$out/ck-$name"
   env "$@" timeout 300 mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 \
     -np $(( p * replicas )) "$baton" train "$config" --set pipeline.ranks="$p" --set data_parallel.size="$replicas" \
-    --set pipeline.schedule="$schedule" --set train.steps=100 --set log.every_steps=1 \
+    --set pipeline.schedule="$schedule" --set train.steps=100 --set log.every_steps=1 "${zero[@]}" \
     --set recovery.on_lost_rank="$mode" --set checkpoint.dir="$out/ck-$name" --set checkpoint.every_steps=10 \
     --set log.metrics="$out/$name.jsonl" --set log.weights="$out/$name.safetensors" > "$out/$name.log" 2>&1
 }
-stamp "MODE=$mode REPLICAS=$replicas CONFIG=$config $0 $runs $seed"
+stamp "MODE=$mode REPLICAS=$replicas${ZERO:+ ZERO=$ZERO} CONFIG=$config $0 $runs $seed"
 echo
 for p in 2 4; do
   for schedule in 1f1b zb_h1; do run "healthy-$p-$schedule" "$p" "$schedule"; done

@@ -237,9 +237,10 @@ struct CheckpointConfig {
 
 struct RecoveryConfig {
   LostRankMode on_lost_rank = LostRankMode::kStop;
-  // replace in a pure pipeline (data_parallel.size 1): each rank's state is
-  // copied to the next rank every `snapshot_every` steps, 0 = auto (chosen
-  // from the copy's measured price: at most 5% of the step).
+  // replace in a pure pipeline (data_parallel.size 1) or under ZeRO 1-3:
+  // each rank's own state is copied to another rank (the next pipeline
+  // rank, or the next replica) every `snapshot_every` steps, 0 = auto
+  // (chosen from the copy's measured price: at most 5% of the step).
   int snapshot_every = 0;
 };
 

@@ -81,9 +81,11 @@ class Survivors {
   // the lost ranks, start a new process for each, and the world goes on at
   // full size laid out as `layout`, each new process in a lost rank's
   // place (it learns `run_id` and the loss, and takes its state from a
-  // whole replica). Throws `seen` again when no replica is whole.
+  // whole replica, or with `from_snapshots` from the snapshot its holder
+  // keeps). Ends the job when no replica is whole (or, with snapshots, a
+  // lost rank's holder is lost too).
   virtual Shrunk Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
-                         const RecoveryHook& at) = 0;
+                         const RecoveryHook& at, bool from_snapshots) = 0;
 };
 
 // A new process in a lost rank's place (recovery.on_lost_rank: replace):

@@ -125,7 +125,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << std::string(EnumName(c.checkpoint.resume)) << YAML::EndMap;
   e << YAML::Key << "recovery" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "on_lost_rank"
     << YAML::Value << std::string(EnumName(c.recovery.on_lost_rank));
-  if (c.recovery.on_lost_rank == LostRankMode::kReplace && c.data_parallel.size == 1) {
+  if (c.recovery.on_lost_rank == LostRankMode::kReplace &&
+      (c.data_parallel.size == 1 || c.data_parallel.zero.shards_optimizer())) {
     e << YAML::Key << "snapshot_every" << YAML::Value
       << (c.recovery.snapshot_every == 0 ? std::string("auto") : std::to_string(c.recovery.snapshot_every));
   }

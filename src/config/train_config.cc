@@ -657,11 +657,12 @@ void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
                "replace rebuilds a lost rank's state from another replica or, in a pure pipeline, from the next "
                "rank's snapshot of it, and a one-rank job has neither: use stop");
     }
-    if (c.data_parallel.zero.shards_optimizer()) {
+    if (mode == LostRankMode::kShrink && c.data_parallel.zero.shards_optimizer()) {
       rec.Fail(at, "on_lost_rank",
-               fmt::format("{} needs every replica to hold its stages' whole state, and ZeRO stage {} shards it "
-                           "(no buddy copies yet): use data_parallel.zero 0, or stop",
-                           name, c.data_parallel.zero.number()));
+               fmt::format("shrink needs every replica to hold its stages' whole state, and ZeRO stage {} shards it "
+                           "(the replicas left would lack the lost one's shards): use data_parallel.zero 0, replace "
+                           "(each shard's snapshot on another replica), or stop",
+                           c.data_parallel.zero.number()));
     }
     if (c.pipeline.adapt != AdaptMode::kOff) {
       rec.Fail(at, "on_lost_rank",
@@ -689,10 +690,11 @@ void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
       }
     }
     c.recovery.snapshot_every = every;
-    if (mode != LostRankMode::kReplace || c.data_parallel.size > 1) {
+    if (mode != LostRankMode::kReplace || (c.data_parallel.size > 1 && !c.data_parallel.zero.shards_optimizer())) {
       rec.Fail(rec.Node("snapshot_every"), "snapshot_every",
-               "applies to recovery.on_lost_rank: replace in a pure pipeline (data_parallel.size 1), where a lost "
-               "rank's state comes from the next rank's snapshot; with replicas it comes from another replica");
+               "applies to recovery.on_lost_rank: replace in a pure pipeline (data_parallel.size 1) or under ZeRO "
+               "1-3, where a lost rank's state comes from a snapshot on another rank; with replicas under ZeRO 0 it "
+               "comes from another replica");
     }
   }
   if (mode == LostRankMode::kShrink) {

@@ -209,6 +209,69 @@ void ParamStore::Restore(const std::vector<NamedTensor>& saved, const std::strin
   Push();
 }
 
+std::vector<NamedTensor> ParamStore::OwnTensors() const {
+  std::vector<NamedTensor> out;
+  const std::vector<std::string> names = StateNames();
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    Stage& st = *stages_[k];
+    for (const Stage::Param& p : st.named_params()) out.push_back({p.name, p.shape, {p.data.begin(), p.data.end()}});
+    const auto state = st.device().OptimizerState();
+    for (std::size_t s = 0; s < state.size(); ++s) {
+      out.push_back({fmt::format("stage.{}.{}", k, s < names.size() ? names[s] : std::to_string(s)),
+                     {static_cast<std::int64_t>(state[s].size())},
+                     {state[s].begin(), state[s].end()}});
+    }
+  }
+  return out;
+}
+
+std::vector<NamedTensor> ParamStore::OwnTensorsToFill() const {
+  std::vector<NamedTensor> out;
+  const std::vector<std::string> names = StateNames();
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    Stage& st = *stages_[k];
+    for (const Stage::Param& p : st.named_params()) {
+      std::size_t n = 1;
+      for (const std::int64_t d : p.shape) n *= static_cast<std::size_t>(d);
+      out.push_back({p.name, p.shape, std::vector<float>(n)});
+    }
+    const auto state = st.device().OptimizerState();
+    for (std::size_t s = 0; s < state.size(); ++s) {
+      out.push_back({fmt::format("stage.{}.{}", k, s < names.size() ? names[s] : std::to_string(s)),
+                     {static_cast<std::int64_t>(state[s].size())},
+                     std::vector<float>(state[s].size())});
+    }
+  }
+  return out;
+}
+
+void ParamStore::RestoreOwn(const std::vector<NamedTensor>& own, const std::string& source, std::int64_t step) {
+  HoldWhole(false);  // ZeRO 3: every parameter is written below (whole, as OwnTensors gives them)
+  const std::vector<NamedTensor> wanted = OwnTensors();
+  if (own.size() != wanted.size()) {
+    throw ConfigError(fmt::format("{}: {} tensors, but this rank's state has {}", source, own.size(), wanted.size()));
+  }
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    if (own[i].name != wanted[i].name || own[i].data.size() != wanted[i].data.size()) {
+      throw ConfigError(fmt::format("{}: tensor {} is '{}' of {} floats, expected '{}' of {}", source, i, own[i].name,
+                                    own[i].data.size(), wanted[i].name, wanted[i].data.size()));
+    }
+  }
+  std::size_t at = 0;
+  for (auto& st : stages_) {
+    for (const Stage::Param& p : st->named_params()) {
+      std::copy(own[at].data.begin(), own[at].data.end(), p.data.data());
+      ++at;
+    }
+    auto state = st->device().OptimizerState();
+    for (std::size_t s = 0; s < state.size(); ++s, ++at) {
+      std::copy(own[at].data.begin(), own[at].data.end(), state[s].data());
+    }
+    st->device().set_optimizer_steps(step);
+  }
+  Push();
+}
+
 std::vector<float> ParamStore::LocalFloats() const {
   std::vector<float> out;
   for (const auto& st : stages_) out.insert(out.end(), st->params().begin(), st->params().end());

@@ -68,6 +68,20 @@ class ParamStore {
   // shape.
   void Restore(const std::vector<NamedTensor>& saved, const std::string& source, std::int64_t step);
 
+  // This rank's own part of its stages' state, what no other rank holds
+  // under ZeRO: each parameter whole (Pull first: under ZeRO 3 gathered),
+  // then each local stage's optimizer state as this replica keeps it (its
+  // shard under ZeRO 1-3; all of it otherwise), one tensor a buffer named
+  // "stage.K.NAME". What a snapshot on another rank holds
+  // (recovery.on_lost_rank: replace).
+  std::vector<NamedTensor> OwnTensors() const;
+  // OwnTensors' names and sizes, zero, without a Pull (a new rank's, to
+  // receive its state into).
+  std::vector<NamedTensor> OwnTensorsToFill() const;
+  // OwnTensors' tensors (from `source`, for errors) back, after `step`
+  // steps; then pushes. ConfigError for a tensor of another name or size.
+  void RestoreOwn(const std::vector<NamedTensor>& own, const std::string& source, std::int64_t step);
+
   // The local stages' parameters, in stage order (host copies; Pull first):
   // what the final weights gather from every rank.
   std::vector<float> LocalFloats() const;

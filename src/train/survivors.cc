@@ -255,23 +255,22 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
 }
 
 Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
-                                    const RecoveryHook& at) {
+                                    const RecoveryHook& at, bool from_snapshots) {
   const auto start = std::chrono::steady_clock::now();
   Shrunk out = Agree(seen, start, at);
-  // A whole replica must be left to give the new ranks their state; in a
-  // pure pipeline, the next rank of each lost one (it holds its snapshot).
+  // A whole replica must be left to give the new ranks their state; with
+  // snapshots, each lost rank's holder.
   const std::vector<int> gone = ReplicasLosing(out.lost, layout);
-  if (layout.replicas == 1 && !KeptState::NeighboursHold(out.lost, layout.pipeline_ranks)) {
-    int l = 0;
-    while (std::find(out.lost.begin(), out.lost.end(), (l + 1) % layout.pipeline_ranks) == out.lost.end() ||
-           std::find(out.lost.begin(), out.lost.end(), l) == out.lost.end()) {
-      ++l;
+  if (from_snapshots && !KeptState::NeighboursHold(out.lost, layout)) {
+    int l = out.lost.front();
+    for (const int x : out.lost) {
+      if (std::find(out.lost.begin(), out.lost.end(), SnapshotHolder(layout, x)) != out.lost.end()) l = x;
     }
-    End(seen, fmt::format("recovery.on_lost_rank: replace: rank {}'s snapshot was on rank {}, lost too; a pure "
-                          "pipeline goes on after the loss of ranks that are not neighbours",
-                          l, (l + 1) % layout.pipeline_ranks));
+    End(seen, fmt::format("recovery.on_lost_rank: replace: rank {}'s snapshot was on rank {}, lost too; the job "
+                          "goes on after the loss of ranks that do not hold each other's snapshots",
+                          l, SnapshotHolder(layout, l)));
   }
-  if (layout.replicas > 1 && static_cast<int>(gone.size()) == layout.replicas) End(seen);
+  if (!from_snapshots && static_cast<int>(gone.size()) == layout.replicas) End(seen);
   out.replicas = layout.replicas;
   std::vector<int> survivors, staying;  // MPI_COMM_WORLD ranks; world ranks
   for (int w = 0; w < watch_->size(); ++w) {
@@ -398,8 +397,17 @@ namespace {
 constexpr int kSnapshotSendId = 0, kSnapshotRecvId = 1, kSnapshotTag = 1;
 }  // namespace
 
-void KeptState::HoldNeighbours(Transport& ring, int every) {
+int SnapshotHolder(const ReplicaLayout& layout, int rank) {
+  if (layout.replicas <= 1) return (rank + 1) % layout.pipeline_ranks;
+  return layout.World(layout.PipelineRank(rank), (layout.Replica(rank) + 1) % layout.replicas);
+}
+
+void KeptState::HoldNeighbours(Transport& ring, const ReplicaLayout& layout, int every, double timeout_s) {
   ring_ = &ring;
+  layout_ = layout;
+  world_ring_ = layout.replicas > 1;
+  timeout_s_ = timeout_s;
+  if (world_ring_) ring.Configure(2, timeout_s);
   every_ = every;
   chosen_ = false;  // auto chooses, or a given interval's price is said, after the first steps
 }
@@ -415,7 +423,10 @@ void KeptState::Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step, boo
   last_copy_s_ = 0;
   if (!due) return;
   u.params->Pull();
-  std::vector<NamedTensor> tensors = u.params->CheckpointTensors(u.params->WholeState(replicas));
+  // With snapshots, this rank's own part (its shards under ZeRO); else the
+  // stages' whole state (with replicas under ZeRO 0 every replica holds it).
+  std::vector<NamedTensor> tensors =
+      ring_ != nullptr ? u.params->OwnTensors() : u.params->CheckpointTensors(u.params->WholeState(replicas));
   u.params->Settle();
   std::vector<float> previous;
   if (ring_ != nullptr) previous = PassOn(tensors);
@@ -431,7 +442,9 @@ void KeptState::Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step, boo
 
 std::vector<float> KeptState::PassOn(const std::vector<NamedTensor>& mine) {
   Transport& t = *ring_;
-  const int next = (t.rank() + 1) % t.size(), prev = (t.rank() + t.size() - 1) % t.size();
+  const int next = SnapshotHolder(layout_, t.rank());
+  int prev = 0;
+  while (SnapshotHolder(layout_, prev) != t.rank()) ++prev;
   auto wire = std::make_unique<Wire>();
   wire->out = Flatten(mine, "a snapshot of this rank's state");
   wire->count_out = static_cast<std::int64_t>(wire->out.size());
@@ -493,9 +506,19 @@ void KeptState::Put(RunSetup& u, const std::vector<NamedTensor>& tensors, std::i
   u.loader->Seek(step / per_epoch, step % per_epoch);
 }
 
+void KeptState::PutOwn(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what) {
+  u.params->RestoreOwn(tensors, what, step);
+  const std::int64_t per_epoch = u.loader->batches_per_epoch();
+  u.loader->Seek(step / per_epoch, step % per_epoch);
+}
+
 void KeptState::Restore(RunSetup& u, std::int64_t step) const {
   if (const std::vector<NamedTensor>* tensors = Find(step)) {
-    Put(u, *tensors, step, "this rank's state in memory");
+    if (ring_ != nullptr) {
+      PutOwn(u, *tensors, step, "this rank's own state in memory");
+    } else {
+      Put(u, *tensors, step, "this rank's state in memory");
+    }
     return;
   }
   throw ConfigError(fmt::format("rank {}: the survivors agreed to go on after step {}, which this rank keeps no "
@@ -503,16 +526,16 @@ void KeptState::Restore(RunSetup& u, std::int64_t step) const {
                                 u.world_rank, step));
 }
 
-bool KeptState::NeighboursHold(const std::vector<int>& lost, int size) {
-  if (size < 2) return false;
+bool KeptState::NeighboursHold(const std::vector<int>& lost, const ReplicaLayout& layout) {
   for (const int l : lost) {
-    if (std::find(lost.begin(), lost.end(), (l + 1) % size) != lost.end()) return false;
+    if (std::find(lost.begin(), lost.end(), SnapshotHolder(layout, l)) != lost.end()) return false;
   }
   return true;
 }
 
 void KeptState::HandBack(RunSetup& u, Transport& ring, const std::vector<int>& lost, std::int64_t step) {
   ring_ = &ring;
+  if (world_ring_) ring.Configure(2, timeout_s_);
   // A new process (it has kept nothing) knows no interval: the survivors'.
   // If auto had not chosen yet, every rank chooses three steps on from here.
   const bool fresh = seen_ < 0;
@@ -521,11 +544,11 @@ void KeptState::HandBack(RunSetup& u, Transport& ring, const std::vector<int>& l
   choose_at_ = -1;
   steps_s_.clear();
   last_start_ = -1;
-  const int me = ring.rank(), size = ring.size();
+  const int me = ring.rank();
   const bool mine_lost = std::find(lost.begin(), lost.end(), me) != lost.end();
   if (!mine_lost) Restore(u, step);
   for (const int l : lost) {
-    const int holder = (l + 1) % size;
+    const int holder = SnapshotHolder(layout_, l);
     if (me == holder) {
       const std::vector<float>* held = nullptr;
       for (const Slot& slot : slots_) {
@@ -549,7 +572,7 @@ void KeptState::HandBack(RunSetup& u, Transport& ring, const std::vector<int>& l
       }
     } else if (me == l) {
       auto wire = std::make_unique<Wire>();
-      std::vector<NamedTensor> tensors = StateTensorsToFill(u);
+      std::vector<NamedTensor> tensors = u.params->OwnTensorsToFill();
       try {
         ring.Irecv(kSnapshotRecvId, &wire->count_in, sizeof wire->count_in, holder, kSnapshotTag);
         ring.Wait(kSnapshotRecvId, {"RECV of a held snapshot's size", -1, -1, holder});
@@ -560,8 +583,8 @@ void KeptState::HandBack(RunSetup& u, Transport& ring, const std::vector<int>& l
         abandoned_.push_back(std::move(wire));
         throw;
       }
-      Unflatten(wire->in, tensors, "this rank's snapshot from the next rank");
-      Put(u, tensors, step, "the next rank's snapshot of this rank");
+      Unflatten(wire->in, tensors, "this rank's snapshot from its holder");
+      PutOwn(u, tensors, step, "its holder's snapshot of this rank");
     }
   }
 }

@@ -48,7 +48,7 @@ class JobWatch final : public Survivors {
   // run, the config and its place; one replacement a job (a later loss
   // ends it: the world then holds processes beyond MPI_COMM_WORLD).
   Shrunk Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
-                 const RecoveryHook& at) override;
+                 const RecoveryHook& at, bool from_snapshots) override;
 
   // The end of a job that lost a rank and does not go on: the survivors
   // agree, the lowest says which rank and how, and each exits
@@ -110,21 +110,31 @@ Replacement ReadReplacementPayload(const std::string& payload, int index);
 // and kept it, so the survivors can always agree on a step each still
 // holds (the least of their latest).
 //
-// In a pure pipeline (replace with data_parallel.size 1: HoldNeighbours)
-// a stage's state exists nowhere else, so each kept state is also copied
-// to the next rank (rank + 1, wrapping), which holds it; and states are
-// kept only every N steps (recovery.snapshot_every; auto: the least N
-// that keeps the copy's price within 5% of the step, measured on the
-// run's first steps), the steps since replayed after a loss.
+// Where a rank's state exists nowhere else (replace in a pure pipeline,
+// data_parallel.size 1; or with replicas under ZeRO 1-3, whose shards each
+// replica keeps alone: HoldNeighbours), each kept state is this rank's own
+// part (ParamStore::OwnTensors), also copied to the rank that holds its
+// snapshot (SnapshotHolder: the next pipeline rank, or the next replica of
+// the same pipeline rank); and states are kept only every N steps
+// (recovery.snapshot_every; auto: the least N that keeps the copy's price
+// within 5% of the step, measured on the run's first steps), the steps
+// since replayed after a loss.
 // The least interval N (steps) that keeps a snapshot's copy, taking
 // `copy_s`, within `share` of the `step_s`-long steps: copy / N <= share x
 // step. A replay after a loss is then at most N steps, about copy / share.
 int SnapshotEvery(double copy_s, double step_s, double share = 0.05);
 
+// The world rank that holds a snapshot of world rank `rank`'s state: in a
+// pure pipeline the next rank (wrapping), with replicas the same pipeline
+// rank of the next replica (wrapping).
+int SnapshotHolder(const ReplicaLayout& layout, int rank);
+
 class KeptState {
  public:
-  // Snapshots on the next rank of `ring` every `every` steps (0: auto).
-  void HoldNeighbours(Transport& ring, int every);
+  // Snapshots on their holders (SnapshotHolder) every `every` steps (0:
+  // auto), over `ring`: the pipeline in a pure pipeline, else the world
+  // (then given the two requests a copy takes, `timeout_s` its deadline).
+  void HoldNeighbours(Transport& ring, const ReplicaLayout& layout, int every, double timeout_s);
   // This rank's stages' parameters and optimizer state after `step`, when
   // a state is due then (every step, or with HoldNeighbours every N steps
   // and at `first`, the first boundary of the steps after a start or a
@@ -143,16 +153,18 @@ class KeptState {
   // `tensors`, a stage state after `step`, into `u`'s stages (`what` names
   // where it came from in errors), and the data where it stood.
   static void Put(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what);
+  // The same for a rank's own part (ParamStore::OwnTensors).
+  static void PutOwn(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what);
 
-  // With HoldNeighbours, after new processes took the places of `lost`
-  // (replace in a pure pipeline), over the new world `ring`: the snapshot
-  // interval agreed (a new process knows none), every survivor restores its
-  // own state after `step`, and each new process takes the one the next
-  // rank holds of its place. Collective over `ring`.
+  // With HoldNeighbours, after new processes took the places of `lost`,
+  // over the new world's `ring` (as HoldNeighbours): the snapshot interval
+  // agreed (a new process knows none), every survivor restores its own
+  // state after `step`, and each new process takes the one its holder
+  // keeps. Collective over `ring`.
   void HandBack(RunSetup& u, Transport& ring, const std::vector<int>& lost, std::int64_t step);
-  // Whether the ranks left after losing `lost` (of a ring of `size`) still
-  // hold a snapshot of every lost rank: no two neighbours lost.
-  static bool NeighboursHold(const std::vector<int>& lost, int size);
+  // Whether the ranks left after losing `lost` still hold a snapshot of
+  // every lost rank: no lost rank's holder lost too.
+  static bool NeighboursHold(const std::vector<int>& lost, const ReplicaLayout& layout);
   // Steps between kept states (0 while auto has not chosen).
   int every() const { return every_; }
   // The snapshots' price as rank 0 said it, once chosen ("" before).
@@ -178,6 +190,9 @@ class KeptState {
   Slot slots_[2];
   int next_ = 0;
   Transport* ring_ = nullptr;
+  ReplicaLayout layout_;
+  bool world_ring_ = false;  // the ring is the world's transport (replicas): it takes two requests
+  double timeout_s_ = 0;
   int every_ = 1;
   bool chosen_ = true;
   std::int64_t seen_ = -1, choose_at_ = -1;

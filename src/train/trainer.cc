@@ -433,6 +433,7 @@ struct Recovery {
   // the next rank's snapshot, the steps since replayed.
   bool replaced = false;
   bool from_snapshot = false;
+  std::vector<int> holders;  // from_snapshot: the rank that held each lost one's snapshot
   std::int64_t interrupted = 0;  // the step the loss interrupted: said once it has finished
 };
 
@@ -443,12 +444,13 @@ void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int
     const std::int64_t replayed = r.interrupted - 1 - r.after_step;
     std::fprintf(stderr,
                  "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s, started %zu new rank%s in %s place "
-                 "(recovery.on_lost_rank: replace), %s state from the next rank's snapshot of step %lld, and went on "
-                 "from step %lld%s; step %lld finished %.2f s after the loss\n",
+                 "(recovery.on_lost_rank: replace), %s state from the snapshot%s of step %lld on rank%s %s, and went "
+                 "on from step %lld%s; step %lld finished %.2f s after the loss\n",
                  tty ? "\n" : "", r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(),
                  r.how.c_str(), r.agreed_s, r.lost.size(), r.lost.size() > 1 ? "s" : "",
                  r.lost.size() > 1 ? "their" : "its", r.lost.size() > 1 ? "their" : "its",
-                 static_cast<long long>(r.after_step), static_cast<long long>(r.after_step + 1),
+                 r.lost.size() > 1 ? "s" : "", static_cast<long long>(r.after_step), r.lost.size() > 1 ? "s" : "",
+                 fmt::format("{}", fmt::join(r.holders, ", ")).c_str(), static_cast<long long>(r.after_step + 1),
                  replayed > 0 ? fmt::format(" (replaying {} step{} done before the loss)", replayed,
                                             replayed > 1 ? "s" : "")
                                     .c_str()
@@ -589,7 +591,8 @@ void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions&
   SetUpRun(c, comms, u, setup);
   if (recovered) {
     if (recovered->from_snapshot) {
-      kept->HandBack(u, comms.pipeline, recovered->lost, recovered->after_step);
+      kept->HandBack(u, c.data_parallel.size == 1 ? comms.pipeline : comms.world, recovered->lost,
+                     recovered->after_step);
     } else if (recovered->replaced) {
       TakeStateFromAWholeReplica(c, comms, *kept, *recovered, u);
     } else {
@@ -717,9 +720,12 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   const bool replace = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kReplace;
   const bool save_on_loss = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kStop && SavesOnLoss(c);
   KeptState kept;
-  // A pure pipeline under replace: snapshots on the next rank (KeptState).
-  const bool neighbours = replace && c.data_parallel.size == 1;
-  if (neighbours) kept.HoldNeighbours(comms.pipeline, c.recovery.snapshot_every);
+  // replace where a rank's state exists nowhere else (a pure pipeline, or
+  // replicas under ZeRO 1-3): snapshots on another rank (KeptState).
+  const bool neighbours = replace && (c.data_parallel.size == 1 || c.data_parallel.zero.shards_optimizer());
+  const ReplicaLayout job_layout{c.pipeline.ranks, c.data_parallel.size};
+  auto ring = [&](const RunComms& on) -> Transport& { return c.data_parallel.size == 1 ? on.pipeline : on.world; };
+  if (neighbours) kept.HoldNeighbours(ring(comms), job_layout, c.recovery.snapshot_every, c.pipeline.wait_timeout_s);
   std::optional<Recovery> recovered;
   const RunComms* on = &comms;
   // The setups of the communicators a loss left: kept to the process's end,
@@ -741,6 +747,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     r.after_step = -on->world.AllMax(std::numeric_limits<int>::min(), "the survivors' kept steps");
     r.interrupted = on->world.AllMax(-1, "the survivors' last step boundaries") + 1;
     r.from_snapshot = neighbours;
+    for (const int l : r.lost) r.holders.push_back(SnapshotHolder(job_layout, l));
     kept.run_id = j.run_id;
     recovered = r;
     ++summary.recoveries;
@@ -774,7 +781,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
         MaybeInjectRecoveryFault(fault, job_rank, interrupted, point);
       };
       const ReplicaLayout layout{c.pipeline.ranks, c.data_parallel.size};
-      const Survivors::Shrunk shrunk = replace ? options.survivors->Replace(seen, layout, kept.run_id, hook)
+      const Survivors::Shrunk shrunk = replace ? options.survivors->Replace(seen, layout, kept.run_id, hook, neighbours)
                                                : options.survivors->Shrink(seen, layout, hook);
       on = shrunk.comms;
       r.lost = shrunk.lost;
@@ -787,6 +794,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
       r.then_stop = save_on_loss;
       r.replaced = replace;
       r.from_snapshot = neighbours;
+      for (const int l : r.lost) r.holders.push_back(SnapshotHolder(layout, l));
       if (!replace) c = ShrunkConfig(c, shrunk.replicas);
       recovered = r;
       ++summary.recoveries;

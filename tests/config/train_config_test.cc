@@ -1129,7 +1129,7 @@ TEST(TrainConfigRecovery, ShrinkNeedsWholeReplicasAndEqualShares) {
   EXPECT_EQ(c.recovery.on_lost_rank, LostRankMode::kShrink);
   EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {}).recovery.on_lost_rank, LostRankMode::kStop);
   refused({"data_parallel={size: 2, zero: 1}", "recovery.on_lost_rank=shrink"},
-          "ZeRO stage 1 shards it (no buddy copies yet)");
+          "shrink needs every replica to hold its stages' whole state, and ZeRO stage 1 shards it");
   // 4 replicas x 4 microbatches: 3 replicas cannot share 16.
   refused({"data_parallel={size: 4}", "train.batch_size=32", "pipeline.microbatches=4", "recovery.on_lost_rank=shrink"},
           "and 3 cannot share them equally");
@@ -1150,8 +1150,13 @@ TEST(TrainConfigRecovery, ReplaceNeedsAWholeReplicaAndAGivenPlacement) {
   refused({"pipeline.ranks=1", "pipeline.schedule=gpipe", "recovery.on_lost_rank=replace"},
           "replace rebuilds a lost rank's state from another replica or, in a pure pipeline, from the next rank's "
           "snapshot of it, and a one-rank job has neither: use stop");
-  refused({"data_parallel={size: 2, zero: 1}", "recovery.on_lost_rank=replace"},
-          "replace needs every replica to hold its stages' whole state, and ZeRO stage 1 shards it");
+  // Under ZeRO 1-3 each replica's shards exist nowhere else: snapshots on
+  // the next replica, every snapshot_every steps.
+  for (const int zero : {1, 2, 3}) {
+    const TrainConfig z = ParseTrainConfig(kValid, "t.yaml", {"data_parallel={size: 2, zero: " + std::to_string(zero) + "}",
+                                                              "recovery={on_lost_rank: replace, snapshot_every: 4}"});
+    EXPECT_EQ(z.recovery.snapshot_every, 4);
+  }
   refused({"data_parallel={size: 2}", "pipeline.partition=auto", "recovery.on_lost_rank=replace"},
           "an automatic one (pipeline.partition: auto) is not passed to them yet");
   refused({"data_parallel={size: 2}", "pipeline.adapt=on", "recovery.on_lost_rank=replace"},
@@ -1183,7 +1188,7 @@ TEST(TrainConfigRecovery, ReplaceInAPurePipelineSnapshotsOnTheNextRank) {
   refused({"recovery.snapshot_every=5"}, "recovery.snapshot_every: applies to recovery.on_lost_rank: replace in a "
                                          "pure pipeline (data_parallel.size 1)");
   refused({"data_parallel={size: 2}", "recovery={on_lost_rank: replace, snapshot_every: 5}"},
-          "with replicas it comes from another replica");
+          "with replicas under ZeRO 0 it comes from another replica");
 }
 
 TEST(TrainConfigDataParallel, ReplicasRunOnTheGpuToo) {

@@ -332,7 +332,8 @@ TEST_F(Recovery, ReplaceInAPurePipelineTakesTheNextRanksSnapshotAndReplaysToTheS
     EXPECT_EQ(Count(j.output, "baton: snapshots of each rank's state on the next rank every 5 steps (as set;"), 1u)
         << j.output;
     EXPECT_EQ(Count(j.output, "started 1 new rank in its place (recovery.on_lost_rank: replace), its state from the "
-                              "next rank's snapshot of step " + std::to_string(v.snapshot)),
+                              "snapshot of step " + std::to_string(v.snapshot) + " on rank " +
+                                  std::to_string((v.rank + 1) % 4)),
               1u)
         << j.output;
     const Run run = StepsAndEvents(out);
@@ -371,7 +372,7 @@ TEST_F(Recovery, TwoRanksThatAreNotNeighboursAreBothReplacedInAPurePipeline) {
                       pure + " --set recovery.on_lost_rank=replace --set recovery.snapshot_every=5");
   ASSERT_EQ(j.code, 0) << j.output;
   EXPECT_EQ(Count(j.output, "started 2 new ranks in their place (recovery.on_lost_rank: replace), their state from "
-                            "the next rank's snapshot of step 30"),
+                            "the snapshots of step 30 on ranks 1, 3"),
             1u)
       << j.output;
   const Run run = StepsAndEvents("both");
@@ -380,6 +381,36 @@ TEST_F(Recovery, TwoRanksThatAreNotNeighboursAreBothReplacedInAPurePipeline) {
   EXPECT_EQ(run.events[0]["replayed"], 2);
   EXPECT_EQ(run.last, 60);
   EXPECT_EQ(baton_test::ReadAll(dir_ / "both.safetensors"), baton_test::ReadAll(dir_ / "ref.safetensors"));
+}
+
+// replace with replicas under ZeRO 1, 2 and 3 (2 x 2): each replica's
+// shards exist nowhere else, so every 5 steps each rank's own state (its
+// parameters and its shard) is copied to the same pipeline rank of the
+// next replica; a lost rank's new process takes it from there, every
+// survivor its own of the same step, and the steps since are replayed:
+// the run ends with the bytes of the uninterrupted run under the same
+// ZeRO stage.
+TEST_F(Recovery, ReplaceUnderZeroTakesTheShardsFromTheNextReplicasSnapshot) {
+  for (const int zero : {1, 2, 3}) {
+    SCOPED_TRACE(zero);
+    const std::string z = " --set data_parallel.zero=" + std::to_string(zero) + " --set pipeline.adapt=off";
+    const std::string ref = "zero_ref" + std::to_string(zero), out = "zero" + std::to_string(zero);
+    const Job healthy = Train("", ref, z + " --set recovery.on_lost_rank=stop");
+    ASSERT_EQ(healthy.code, 0) << healthy.output;
+    const Job j = Train("BATON_FAULT=2:27:F:kill", out,
+                        z + " --set recovery.on_lost_rank=replace --set recovery.snapshot_every=5");
+    ASSERT_EQ(j.code, 0) << j.output;
+    // World rank 2 is pipeline rank 1 of replica 0; its holder is replica 1's, world rank 3.
+    EXPECT_EQ(Count(j.output, "its state from the snapshot of step 25 on rank 3, and went on from step 26 (replaying "
+                              "1 step done before the loss)"),
+              1u)
+        << j.output;
+    const Run run = StepsAndEvents(out);
+    ASSERT_EQ(run.events.size(), 1u);
+    EXPECT_EQ(run.events[0]["resumed_after"], 25);
+    EXPECT_EQ(run.last, 60);
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + ".safetensors")), baton_test::ReadAll(dir_ / (ref + ".safetensors")));
+  }
 }
 
 // Two neighbours of a pure pipeline lost (rank 2 as the survivors of rank

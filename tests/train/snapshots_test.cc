@@ -31,17 +31,30 @@ TEST(SnapshotEvery, IsTheLeastIntervalThatKeepsTheCopyWithinItsShareOfTheStep) {
   EXPECT_EQ(SnapshotEvery(0.01, 0), 1);
 }
 
-// Rank r's snapshot is on rank r + 1 (wrapping): a loss is rebuilt unless
-// a lost rank's next rank is lost too; a one-rank job holds none.
-TEST(KeptStateNeighbours, HoldEveryLostRankUnlessTwoNeighboursAreLost) {
-  EXPECT_TRUE(KeptState::NeighboursHold({2}, 4));
-  EXPECT_TRUE(KeptState::NeighboursHold({3}, 4));  // on rank 0
-  EXPECT_TRUE(KeptState::NeighboursHold({0, 2}, 4));
-  EXPECT_TRUE(KeptState::NeighboursHold({1}, 2));
-  EXPECT_FALSE(KeptState::NeighboursHold({1, 2}, 4));
-  EXPECT_FALSE(KeptState::NeighboursHold({0, 3}, 4));  // 3's snapshot was on 0
-  EXPECT_FALSE(KeptState::NeighboursHold({0, 1}, 2));
-  EXPECT_FALSE(KeptState::NeighboursHold({0}, 1));
+// Rank r's snapshot is on rank r + 1 (wrapping) in a pure pipeline, on
+// the same pipeline rank of the next replica with replicas: a loss is
+// rebuilt unless a lost rank's holder is lost too; a one-rank job holds
+// none.
+TEST(KeptStateNeighbours, HoldEveryLostRankUnlessItsHolderIsLostToo) {
+  const ReplicaLayout pure{4, 1};
+  EXPECT_EQ(SnapshotHolder(pure, 2), 3);
+  EXPECT_EQ(SnapshotHolder(pure, 3), 0);
+  EXPECT_TRUE(KeptState::NeighboursHold({2}, pure));
+  EXPECT_TRUE(KeptState::NeighboursHold({3}, pure));  // on rank 0
+  EXPECT_TRUE(KeptState::NeighboursHold({0, 2}, pure));
+  EXPECT_TRUE(KeptState::NeighboursHold({1}, ReplicaLayout{2, 1}));
+  EXPECT_FALSE(KeptState::NeighboursHold({1, 2}, pure));
+  EXPECT_FALSE(KeptState::NeighboursHold({0, 3}, pure));  // 3's snapshot was on 0
+  EXPECT_FALSE(KeptState::NeighboursHold({0, 1}, ReplicaLayout{2, 1}));
+  EXPECT_FALSE(KeptState::NeighboursHold({0}, ReplicaLayout{1, 1}));
+  // 2 pipeline ranks x 3 replicas: world rank p x 3 + d.
+  const ReplicaLayout three{2, 3};
+  EXPECT_EQ(SnapshotHolder(three, 0), 1);  // pipeline rank 0: replica 0 -> 1
+  EXPECT_EQ(SnapshotHolder(three, 2), 0);  // replica 2 -> 0
+  EXPECT_EQ(SnapshotHolder(three, 5), 3);  // pipeline rank 1, replica 2 -> replica 0
+  EXPECT_TRUE(KeptState::NeighboursHold({0, 3}, three));   // the same replica, both pipeline ranks
+  EXPECT_FALSE(KeptState::NeighboursHold({0, 2}, three));  // 2's snapshot was on 0
+  EXPECT_FALSE(KeptState::NeighboursHold({1, 2}, three));  // 1's snapshot was on 2
 }
 
 }  // namespace

@@ -319,7 +319,7 @@ TEST_F(ThreadsTrain, APlanChangeBeyondThePlacementIsRefused) {
   const RunResult r = Train("refused", 2, 1, {}, options);
   bool named = false;
   for (const std::string& e : r.errors) {
-    named = named || e.find("may change only the schedule, its chunks and the placement") != std::string::npos;
+    named = named || e.find("may change only the schedule, its chunks, the placement and the replicas' shares of the microbatches") != std::string::npos;
   }
   EXPECT_TRUE(named) << r.errors[0] << " / " << r.errors[1];
 }
