@@ -30,6 +30,10 @@ mode=${MODE:-shrink}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Open MPI's shared-memory segments in this run's folder: a killed rank
+# never removes its own, and stale ones left in /dev/shm can hang a later
+# job that draws the same job number.
+export OMPI_MCA_btl_vader_backing_directory="$out"
 run() {  # NAME [ENV...]
   local name=$1
   shift
