@@ -440,32 +440,25 @@ struct Recovery {
 // Rank 0: the line and the metrics row of `r`, once step `step` has finished.
 void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int64_t step, bool tty) {
   const double seconds = Seconds(r.seen, Clock::now());
-  if (t.rank() == 0 && r.from_snapshot) {
-    const std::int64_t replayed = r.interrupted - 1 - r.after_step;
+  if (t.rank() == 0 && r.replaced) {
+    const bool many = r.lost.size() > 1;
+    std::string from;  // where the new ranks' state came from, and the steps redone
+    if (r.from_snapshot) {
+      const std::int64_t replayed = r.interrupted - 1 - r.after_step;
+      from = fmt::format("the snapshot{} of step {} on rank{} {}, and went on from step {}{}", many ? "s" : "",
+                         r.after_step, many ? "s" : "", fmt::join(r.holders, ", "), r.after_step + 1,
+                         replayed > 0 ? fmt::format(" (replaying {} step{} done before the loss)", replayed,
+                                                    replayed > 1 ? "s" : "")
+                                      : "");
+    } else {
+      from = fmt::format("a whole replica, and went on from step {} with every replica", r.after_step + 1);
+    }
     std::fprintf(stderr,
                  "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s, started %zu new rank%s in %s place "
-                 "(recovery.on_lost_rank: replace), %s state from the snapshot%s of step %lld on rank%s %s, and went "
-                 "on from step %lld%s; step %lld finished %.2f s after the loss\n",
-                 tty ? "\n" : "", r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(),
-                 r.how.c_str(), r.agreed_s, r.lost.size(), r.lost.size() > 1 ? "s" : "",
-                 r.lost.size() > 1 ? "their" : "its", r.lost.size() > 1 ? "their" : "its",
-                 r.lost.size() > 1 ? "s" : "", static_cast<long long>(r.after_step), r.lost.size() > 1 ? "s" : "",
-                 fmt::format("{}", fmt::join(r.holders, ", ")).c_str(), static_cast<long long>(r.after_step + 1),
-                 replayed > 0 ? fmt::format(" (replaying {} step{} done before the loss)", replayed,
-                                            replayed > 1 ? "s" : "")
-                                    .c_str()
-                              : "",
-                 static_cast<long long>(step), seconds);
-  } else if (t.rank() == 0 && r.replaced) {
-    std::fprintf(stderr,
-                 "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s, started %zu new rank%s in %s place "
-                 "(recovery.on_lost_rank: replace), %s state from a whole replica, and went on from step %lld with "
-                 "every replica; step %lld finished %.2f s after the loss\n",
-                 tty ? "\n" : "", r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(),
-                 r.how.c_str(), r.agreed_s, r.lost.size(), r.lost.size() > 1 ? "s" : "",
-                 r.lost.size() > 1 ? "their" : "its", r.lost.size() > 1 ? "their" : "its",
-                 static_cast<long long>(r.after_step + 1),
-                 static_cast<long long>(step), seconds);
+                 "(recovery.on_lost_rank: replace), %s state from %s; step %lld finished %.2f s after the loss\n",
+                 tty ? "\n" : "", many ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(), r.how.c_str(),
+                 r.agreed_s, r.lost.size(), many ? "s" : "", many ? "their" : "its", many ? "their" : "its",
+                 from.c_str(), static_cast<long long>(step), seconds);
   } else if (t.rank() == 0) {
     std::fprintf(stderr,
                  "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s and went on with %d of %d replicas "

@@ -9,6 +9,7 @@
 // by one replica (not the uninterrupted run's own: one replica sums the
 // global batch in other groups); and its checkpoints resume under the
 // original config.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,6 +81,18 @@ class Recovery : public ::testing::Test {
       for (std::size_t i = 0; i < x[t].data.size(); ++i) most = std::max(most, std::fabs(double(x[t].data[i]) - y[t].data[i]));
     }
     return most;
+  }
+
+  // Job `j`'s checkpoint of step `step` (in ck, every 10 steps to 60),
+  // the later ones removed, resumed with `extra` (--resume auto): it says
+  // so, and ends with ref.safetensors' bytes.
+  void ExpectResumedFrom(int step, const Job& j, const std::string& out, const std::string& extra) {
+    ASSERT_TRUE(fs::exists(dir_ / fmt::format("ck/step-{:08d}/manifest.json", step))) << j.output;
+    for (int later = step + 10; later <= 60; later += 10) fs::remove_all(dir_ / fmt::format("ck/step-{:08d}", later));
+    const Job again = Train("", out + "_resumed", extra + " --resume auto");
+    ASSERT_EQ(again.code, 0) << again.output;
+    EXPECT_NE(again.output.find("resumed after step " + std::to_string(step)), std::string::npos) << again.output;
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + "_resumed.safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
   }
 
   fs::path dir_;
@@ -278,13 +291,7 @@ TEST_F(Recovery, ReplaceStartsANewRankAndEndsWithTheUninterruptedRunsBytes) {
     EXPECT_EQ(run.last, 60);
     EXPECT_EQ(baton_test::ReadAll(dir_ / (out + ".safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
     // The checkpoint of step 40, written with the new rank, resumes to the same bytes.
-    ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000040/manifest.json")) << j.output;
-    fs::remove_all(dir_ / "ck/step-00000050");
-    fs::remove_all(dir_ / "ck/step-00000060");
-    const Job again = Train("", out + "_resumed", replace + ck + " --resume auto");
-    ASSERT_EQ(again.code, 0) << again.output;
-    EXPECT_NE(again.output.find("resumed after step 40"), std::string::npos) << again.output;
-    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + "_resumed.safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
+    ExpectResumedFrom(40, j, out, replace + ck);
   }
 }
 
@@ -351,12 +358,7 @@ TEST_F(Recovery, ReplaceInAPurePipelineTakesTheNextRanksSnapshotAndReplaysToTheS
     EXPECT_EQ(baton_test::ReadAll(dir_ / (out + ".safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
     if (v.rank != 0) continue;
     // The checkpoint of step 50, written with the new rank 0, resumes to the same bytes.
-    ASSERT_TRUE(fs::exists(dir_ / "ck/step-00000050/manifest.json")) << j.output;
-    fs::remove_all(dir_ / "ck/step-00000060");
-    const Job again = Train("", out + "_resumed", replace + ck + " --resume auto");
-    ASSERT_EQ(again.code, 0) << again.output;
-    EXPECT_NE(again.output.find("resumed after step 50"), std::string::npos) << again.output;
-    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + "_resumed.safetensors")), baton_test::ReadAll(dir_ / "ref.safetensors"));
+    ExpectResumedFrom(50, j, out, replace + ck);
   }
 }
 
