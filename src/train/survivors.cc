@@ -483,9 +483,10 @@ void KeptState::Choose() {
   const Slot& newest = slots_[0].step >= slots_[1].step ? slots_[0] : slots_[1];
   std::size_t held = newest.previous.size();
   for (const NamedTensor& nt : newest.tensors) held += nt.data.size();
-  said_ = fmt::format("snapshots of each rank's state on the next rank every {} step{} ({}; a copy took {:.1f} ms, "
+  said_ = fmt::format("snapshots of each rank's state on the {} every {} step{} ({}; a copy took {:.1f} ms, "
                       "{:.1f}% of a {:.1f} ms step, {:.1f}% a step at this interval); {:.1f} MiB held on this rank",
-                      every_, every_ > 1 ? "s" : "", chose ? "recovery.snapshot_every: auto" : "as set", copy * 1e3,
+                      layout_.replicas > 1 ? "same pipeline rank of the next replica" : "next rank", every_,
+                      every_ > 1 ? "s" : "", chose ? "recovery.snapshot_every: auto" : "as set", copy * 1e3,
                       each > 0 ? 100 * copy / each : 0.0, each * 1e3,
                       each > 0 ? 100 * copy / (each * every_) : 0.0, held * 2.0 * sizeof(float) / 1048576.0);
   if (ring_->rank() == 0) std::fprintf(stderr, "baton: %s\n", said_.c_str());
