@@ -365,7 +365,10 @@ CheckpointRun CheckpointRunOf(const TrainConfig& config, const RunPlan& plan, st
   run.schedule = plan.lowered.name;
   run.ranks = plan.lowered.ranks;
   run.chunks = plan.lowered.chunks();
-  run.microbatches = plan.lowered.microbatches;
+  // A replica's microbatches: under pipeline.adapt: full each replica may
+  // run its own share (`plan` is this rank's), and the run's is the even one.
+  run.microbatches = config.pipeline.replica_microbatches.empty() ? plan.lowered.microbatches
+                                                                  : config.pipeline.microbatches;
   run.partition = plan.bounds;
   run.total_steps = total_steps;
   run.data_parallel = plan.replicas;

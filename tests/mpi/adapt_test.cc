@@ -230,8 +230,9 @@ TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
   ASSERT_EQ(Train("", "--set pipeline.adapt=off --set log.metrics=still.jsonl --set log.weights=still.safetensors" + dp),
             0)
       << Read("log.txt");
+  const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=10";
   ASSERT_EQ(Train("BATON_FAULT=1:6:slow=3:until=25",
-                  "--set pipeline.adapt=full --set log.metrics=full.jsonl --set log.weights=full.safetensors" + dp),
+                  "--set pipeline.adapt=full --set log.metrics=full.jsonl --set log.weights=full.safetensors" + dp + ck),
             0)
       << Read("log.txt");
   const std::string log = Read("log.txt");
@@ -259,6 +260,15 @@ TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
     for (std::size_t i = 0; i < a[t].data.size(); ++i) most = std::max(most, double(std::fabs(a[t].data[i] - b[t].data[i])));
   }
   EXPECT_LT(most, 1e-6);
+  // The checkpoint of step 20, written while the shares were 6/2, resumes
+  // (the run's microbatches are the even ones) and goes on from step 21.
+  fs::remove_all(dir_ / "ck/step-00000030");
+  fs::remove_all(dir_ / "ck/step-00000040");
+  ASSERT_EQ(Train("", "--set pipeline.adapt=full --set log.metrics=resumed.jsonl --set log.weights=resumed.safetensors"
+                      " --resume auto" + dp + ck),
+            0)
+      << Read("log.txt");
+  EXPECT_NE(Read("log.txt").find("resumed after step 20"), std::string::npos) << Read("log.txt");
 }
 
 // A move that a rank cannot build (BATON_FAULT's replan:error, as a rank
