@@ -166,6 +166,12 @@ class ReplicaGroup {
   // counts, displs: size() entries, the parts in member order, contiguous.
   virtual void StartReduceScatter(int id, std::span<float> data, std::span<const int> counts,
                                   std::span<const int> displs) = 0;
+  // The same two sums in double (train.grad_accum_dtype: fp64, gradients
+  // accumulated in double so that their sums do not depend on how the
+  // microbatches are split between replicas). The host's groups only.
+  virtual void StartAllReduce(int id, std::span<double> data) = 0;
+  virtual void StartReduceScatter(int id, std::span<double> data, std::span<const int> counts,
+                                  std::span<const int> displs) = 0;
   // Starts giving every member every part of `data` (parts as above; each
   // member's own part is its input).
   virtual void StartAllGather(int id, std::span<float> data, std::span<const int> counts,

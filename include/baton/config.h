@@ -47,6 +47,15 @@ enum class AdaptMode : std::uint8_t { kOff, kOn, kFull };
 // replica, the interrupted step redone: the same floats as without the
 // loss).
 enum class LostRankMode : std::uint8_t { kStop, kShrink, kReplace };
+// train.grad_accum_dtype (DeepSpeed's name): what a step's gradients are
+// summed in, over its microbatches and over the replicas. fp32: in the
+// gradients' own floats. fp64: each backward's float gradients are added
+// into doubles and the replicas sum doubles, so the sum does not depend on
+// how the microbatches are split between replicas (pipeline.adapt: full,
+// recovery.on_lost_rank: shrink) beyond a double's last bits; the
+// optimizer gets them rounded to float. auto: fp64 where the split can
+// change (those two), fp32 elsewhere.
+enum class GradAccum : std::uint8_t { kAuto, kFP32, kFP64 };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
@@ -54,6 +63,8 @@ std::string_view EnumName(OnNonFinite v);    // stop, skip
 std::string_view EnumName(ResumeMode v);     // never, auto
 std::string_view EnumName(AdaptMode v);      // off, on
 std::string_view EnumName(LostRankMode v);   // stop, shrink, replace
+std::string_view EnumName(GradAccum v);      // auto, fp32, fp64
+std::span<const GradAccum> EnumValues(GradAccum);
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
 std::span<const DatasetKind> EnumValues(DatasetKind);
@@ -215,6 +226,7 @@ struct TrainLoopConfig {
   std::int64_t steps = 0;        // > 0: stop after this many steps
   OptimizerSpec optimizer;
   OnNonFinite on_nonfinite = OnNonFinite::kStop;  // a step with a non-finite loss or gradient
+  GradAccum grad_accum = GradAccum::kAuto;         // train.grad_accum_dtype (WideGradients)
 };
 
 // D replicas of the pipeline, their gradients summed (data parallelism).
@@ -278,6 +290,10 @@ TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::stri
 // two ranks or more, a generated schedule, on the CPU (the measure is the
 // actions' CPU time), without recovery.on_lost_rank: shrink or replace.
 bool AdaptsByDefault(const TrainConfig& config);
+
+// Whether the run sums its gradients in double (train.grad_accum_dtype:
+// fp64, or auto with pipeline.adapt: full or recovery.on_lost_rank: shrink).
+bool WideGradients(const TrainConfig& config);
 
 // `config` as replica `replica` runs it: pipeline.microbatches its own
 // (pipeline.replica_microbatches, where they differ).

@@ -54,6 +54,11 @@ struct RunPlan {
   // parameters (ShardingPlan).
   ZeroStage zero;
   double bucket_cap_bytes = 25.0 * 1024 * 1024;
+  // Gradients summed in double (WideGradients: train.grad_accum_dtype):
+  // each stage holds a double per parameter beside its float gradient, and
+  // the replicas' sums and the tied sum move doubles.
+  bool wide_gradients = false;
+  std::size_t GradSumBytes() const { return wide_gradients ? sizeof(double) : sizeof(float); }
   // One sample of the step's inputs, as the dataset gives it (dimension 0 is
   // 1): f32[1, features], or i32[1, seq_len] token ids. The first stage's
   // input is this with `rows` rows.
@@ -395,6 +400,7 @@ struct RankPlan {
   TiedPlan tied;
   ReductionPlan reduction;
   ShardingPlan sharding;
+  bool wide_gradients = false;             // RunPlan::wide_gradients
 
   // Request id of a message: (kind, stage, microbatch), kind = RECV_F 0,
   // RECV_B 1, SEND_F 2, SEND_B 3.

@@ -424,14 +424,15 @@ class MpiReplicaGroup final : public ReplicaGroup {
   }
   void StartReduceScatter(int id, std::span<float> data, std::span<const int> counts,
                           std::span<const int> displs) override {
-    // In place, MPI leaves this member's part at the buffer's start; Wait
-    // moves it to its own place.
-    Count(data.size());
-    const auto me = static_cast<std::size_t>(rank_);
-    moves_[static_cast<std::size_t>(id)] = {data.data(), static_cast<std::size_t>(displs[me]),
-                                            static_cast<std::size_t>(counts[me])};
-    BATON_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_,
-                                        &requests_[static_cast<std::size_t>(id)]));
+    StartReduceScatterOf(id, data, counts, displs, MPI_FLOAT);
+  }
+  void StartAllReduce(int id, std::span<double> data) override {
+    BATON_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), Count(data.size()), MPI_DOUBLE, MPI_SUM, comm_,
+                                   &requests_[static_cast<std::size_t>(id)]));
+  }
+  void StartReduceScatter(int id, std::span<double> data, std::span<const int> counts,
+                          std::span<const int> displs) override {
+    StartReduceScatterOf(id, data, counts, displs, MPI_DOUBLE);
   }
   void StartAllGather(int id, std::span<float> data, std::span<const int> counts,
                       std::span<const int> displs) override {
@@ -485,9 +486,22 @@ class MpiReplicaGroup final : public ReplicaGroup {
                     timeout_hook_, [] { MpiSession::AbortWorld(3); });
   }
   struct Move {
-    float* base = nullptr;
-    std::size_t to = 0, count = 0;
+    std::byte* base = nullptr;
+    std::size_t to = 0, count = 0;  // bytes
   };
+  // In place, MPI leaves this member's part at the buffer's start; Wait
+  // moves it to its own place.
+  template <typename T>
+  void StartReduceScatterOf(int id, std::span<T> data, std::span<const int> counts, std::span<const int> displs,
+                            MPI_Datatype type) {
+    Count(data.size());
+    const auto me = static_cast<std::size_t>(rank_);
+    moves_[static_cast<std::size_t>(id)] = {reinterpret_cast<std::byte*>(data.data()),
+                                            static_cast<std::size_t>(displs[me]) * sizeof(T),
+                                            static_cast<std::size_t>(counts[me]) * sizeof(T)};
+    BATON_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data.data(), counts.data(), type, MPI_SUM, comm_,
+                                        &requests_[static_cast<std::size_t>(id)]));
+  }
   static int Count(std::size_t n) {
     if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
       throw Error(fmt::format("a gradient bucket of {} floats is beyond MPI's int count: lower "
@@ -498,7 +512,7 @@ class MpiReplicaGroup final : public ReplicaGroup {
   }
   void Finish(int id) {
     Move& m = moves_[static_cast<std::size_t>(id)];
-    if (m.base != nullptr && m.to != 0) std::memmove(m.base + m.to, m.base, m.count * sizeof(float));
+    if (m.base != nullptr && m.to != 0) std::memmove(m.base + m.to, m.base, m.count);
     m = Move{};
   }
 

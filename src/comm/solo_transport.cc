@@ -50,6 +50,8 @@ class SoloReplicaGroup final : public ReplicaGroup {
   void Configure(int, double) override {}
   void StartAllReduce(int, std::span<float>) override {}
   void StartReduceScatter(int, std::span<float>, std::span<const int>, std::span<const int>) override {}
+  void StartAllReduce(int, std::span<double>) override {}
+  void StartReduceScatter(int, std::span<double>, std::span<const int>, std::span<const int>) override {}
   void StartAllGather(int, std::span<float>, std::span<const int>, std::span<const int>) override {}
   bool Test(int) override { return true; }
   void Wait(int, const WaitInfo&) override {}

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -295,18 +296,20 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     pending_.assign(static_cast<std::size_t>(max_requests), std::nullopt);
     timeout_s_ = timeout_s;
   }
-  void StartAllReduce(int id, std::span<float> data) override {
-    Start(id, {Op::kSum, data, {}, {}}, Copy(data.data(), data.size_bytes()));
-  }
+  void StartAllReduce(int id, std::span<float> data) override { StartSum(id, data, {}, {}); }
   void StartReduceScatter(int id, std::span<float> data, std::span<const int> counts,
                           std::span<const int> displs) override {
-    Start(id, {Op::kSumPart, data, {counts.begin(), counts.end()}, {displs.begin(), displs.end()}},
-          Copy(data.data(), data.size_bytes()));
+    StartSum(id, data, counts, displs);
+  }
+  void StartAllReduce(int id, std::span<double> data) override { StartSum(id, data, {}, {}); }
+  void StartReduceScatter(int id, std::span<double> data, std::span<const int> counts,
+                          std::span<const int> displs) override {
+    StartSum(id, data, counts, displs);
   }
   void StartAllGather(int id, std::span<float> data, std::span<const int> counts,
                       std::span<const int> displs) override {
     const auto me = static_cast<std::size_t>(rank_);
-    Start(id, {Op::kGather, data, {counts.begin(), counts.end()}, {displs.begin(), displs.end()}},
+    Start(id, {Op::kGather, data, {}, {counts.begin(), counts.end()}, {displs.begin(), displs.end()}},
           Copy(data.data() + displs[me], static_cast<std::size_t>(counts[me]) * sizeof(float)));
   }
   bool Test(int id) override {
@@ -334,10 +337,13 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
   }
 
  private:
-  enum class Op { kSum, kSumPart, kGather };
+  enum class Op { kSum, kGather };
+  // A sum's elements are floats or doubles (`wide`); counts and displs
+  // empty: every element (an all-reduce), else this member's part.
   struct Pending {
     Op op;
     std::span<float> data;
+    std::span<double> wide;
     std::vector<int> counts, displs;
     std::int64_t round = 0;
   };
@@ -345,31 +351,46 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     p.round = Contribute(std::move(mine));
     pending_.at(static_cast<std::size_t>(id)) = std::move(p);
   }
-  static float At(const Bytes& part, std::size_t i) {
-    float v;
-    std::memcpy(&v, part.data() + i * sizeof(float), sizeof v);
+  template <typename T>
+  void StartSum(int id, std::span<T> data, std::span<const int> counts, std::span<const int> displs) {
+    Pending p{Op::kSum, {}, {}, {counts.begin(), counts.end()}, {displs.begin(), displs.end()}};
+    if constexpr (std::is_same_v<T, double>) {
+      p.wide = data;
+    } else {
+      p.data = data;
+    }
+    Start(id, std::move(p), Copy(data.data(), data.size_bytes()));
+  }
+  template <typename T>
+  static T At(const Bytes& part, std::size_t i) {
+    T v;
+    std::memcpy(&v, part.data() + i * sizeof(T), sizeof v);
     return v;
   }
-  // Every member sums in member order: the same floats everywhere.
-  void Finish(std::optional<Pending>& p, const std::vector<Bytes>& all) {
+  // Every member sums in member order: the same values everywhere.
+  template <typename T>
+  void Sum(const Pending& p, std::span<T> data, const std::vector<Bytes>& all) const {
     const auto me = static_cast<std::size_t>(rank_);
+    std::size_t first = 0, n = data.size();
+    if (!p.counts.empty()) {
+      first = static_cast<std::size_t>(p.displs[me]);
+      n = static_cast<std::size_t>(p.counts[me]);
+    }
+    for (std::size_t i = first; i < first + n; ++i) {
+      T s = 0;
+      for (const Bytes& part : all) s += At<T>(part, i);
+      data[i] = s;
+    }
+  }
+  void Finish(std::optional<Pending>& p, const std::vector<Bytes>& all) {
     switch (p->op) {
       case Op::kSum:
-        for (std::size_t i = 0; i < p->data.size(); ++i) {
-          float s = 0.0f;
-          for (const Bytes& part : all) s += At(part, i);
-          p->data[i] = s;
+        if (p->wide.data() != nullptr) {
+          Sum(*p, p->wide, all);
+        } else {
+          Sum(*p, p->data, all);
         }
         break;
-      case Op::kSumPart: {
-        const auto first = static_cast<std::size_t>(p->displs[me]), n = static_cast<std::size_t>(p->counts[me]);
-        for (std::size_t i = first; i < first + n; ++i) {
-          float s = 0.0f;
-          for (const Bytes& part : all) s += At(part, i);
-          p->data[i] = s;
-        }
-        break;
-      }
       case Op::kGather:
         for (std::size_t m = 0; m < all.size(); ++m) {
           if (!all[m].empty()) std::memcpy(p->data.data() + p->displs[m], all[m].data(), all[m].size());

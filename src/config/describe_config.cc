@@ -106,6 +106,9 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"
     << YAML::Value << c.train.steps << YAML::Key << "on_nonfinite" << YAML::Value
     << std::string(EnumName(c.train.on_nonfinite));
+  // Written when the sums are in double only: fp32's settings text (and a
+  // checkpoint's digest of it) stays what it was before the key came.
+  if (WideGradients(c)) e << YAML::Key << "grad_accum_dtype" << YAML::Value << "fp64";
   e << YAML::Key << "optimizer" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value
     << std::string(EnumName(o.type)) << YAML::Key << "lr" << YAML::Value << o.lr << YAML::Key << "weight_decay" << YAML::Value
     << o.weight_decay;

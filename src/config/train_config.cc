@@ -241,6 +241,13 @@ std::span<const LostRankMode> EnumValues(LostRankMode) {
                                                           LostRankMode::kReplace};
   return kValues;
 }
+std::string_view EnumName(GradAccum v) {
+  return v == GradAccum::kAuto ? "auto" : v == GradAccum::kFP32 ? "fp32" : "fp64";
+}
+std::span<const GradAccum> EnumValues(GradAccum) {
+  static constexpr std::array<GradAccum, 3> kValues = {GradAccum::kAuto, GradAccum::kFP32, GradAccum::kFP64};
+  return kValues;
+}
 std::span<const ResumeMode> EnumValues(ResumeMode) {
   static constexpr std::array<ResumeMode, 2> kValues = {ResumeMode::kNever, ResumeMode::kAuto};
   return kValues;
@@ -597,6 +604,7 @@ void ReadTrain(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
   }
   ReadOptimizer(train, c.train.optimizer);
   c.train.on_nonfinite = Choice(train, "on_nonfinite", c.train.on_nonfinite);
+  c.train.grad_accum = Choice(train, "grad_accum_dtype", c.train.grad_accum);
   train.Finish();
 
 }
@@ -783,6 +791,21 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                             c.data_parallel.zero.number()));
     }
   }
+  if (WideGradients(c)) {
+    // Said of the key when set, else of what chose it (auto).
+    const bool asked = c.train.grad_accum == GradAccum::kFP64;
+    const char* why = asked ? "" : " (auto chose it for pipeline.adapt: full or recovery.on_lost_rank: shrink)";
+    if (c.device != Device::kCpu) {
+      top.Map("train").Fail(root["train"]["grad_accum_dtype"], "grad_accum_dtype",
+                            fmt::format("fp64{} sums gradients on the CPU only (device: cpu): use fp32", why));
+    }
+    if (c.data_parallel.zero.shards_gradients()) {
+      top.Map("train").Fail(root["train"]["grad_accum_dtype"], "grad_accum_dtype",
+                            fmt::format("fp64{} is not built for data_parallel.zero {} (its gradient windows are "
+                                        "floats): use fp32, or ZeRO 0 or 1",
+                                        why, c.data_parallel.zero.number()));
+    }
+  }
   if (c.precision != Precision::kFP32 && c.device != Device::kCuda) {
     top.Fail(top.Node("precision"), "precision",
              std::string(EnumName(c.precision)) + " needs device: cuda (the CPU layers compute in fp32)");
@@ -804,6 +827,17 @@ int MicrobatchesBefore(const TrainConfig& c, int replica) {
   int before = 0;
   for (int r = 0; r < replica; ++r) before += split.at(static_cast<std::size_t>(r));
   return before;
+}
+
+bool WideGradients(const TrainConfig& c) {
+  switch (c.train.grad_accum) {
+    case GradAccum::kFP32:
+      return false;
+    case GradAccum::kFP64:
+      return true;
+    default:
+      return c.pipeline.adapt == AdaptMode::kFull || c.recovery.on_lost_rank == LostRankMode::kShrink;
+  }
 }
 
 bool AdaptsByDefault(const TrainConfig& c) {

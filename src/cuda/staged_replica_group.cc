@@ -39,6 +39,14 @@ class StagedReplicaGroup final : public ReplicaGroup {
     Start(id, kReduceScatter, data, counts, displs, {0, data.size()}, mine);
   }
 
+  // Gradients in double are the host's (the config refuses fp64 on cuda).
+  void StartAllReduce(int, std::span<double>) override {
+    throw Error("gradient sums in double run on the CPU only (train.grad_accum_dtype: fp64 needs device: cpu)");
+  }
+  void StartReduceScatter(int, std::span<double>, std::span<const int>, std::span<const int>) override {
+    throw Error("gradient sums in double run on the CPU only (train.grad_accum_dtype: fp64 needs device: cpu)");
+  }
+
   // This member's part down (the optimizer's kernels wrote it), every part
   // gathered on the host, the whole bucket up.
   void StartAllGather(int id, std::span<float> data, std::span<const int> counts,

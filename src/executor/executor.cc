@@ -53,7 +53,17 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
     buffers_[static_cast<std::size_t>(b.local)][b.kind] = dev_.Allocate(b.tensor.bytes() * static_cast<std::size_t>(b.count));
   }
   dev_.ConfigureMessages(plan.message_bytes, wait_timeout_s);
-  if (plan.tied.peer >= 0) tied_inbox_ = dev_.Allocate(plan.tied.floats * sizeof(float));
+  if (plan.wide_gradients) {
+    if (!dev_.host_memory() || sh.active()) {
+      throw ConfigError(fmt::format("rank {}: gradients in double (train.grad_accum_dtype: fp64) are summed on the "
+                                    "CPU, with each stage's whole gradients (ZeRO 0 or 1)",
+                                    rank_));
+    }
+    for (auto& st : stages_) st->Widen();
+  }
+  if (plan.tied.peer >= 0) {
+    tied_inbox_ = dev_.Allocate(plan.tied.floats * (plan.wide_gradients ? sizeof(double) : sizeof(float)));
+  }
   if (!dev_.host_memory()) {
     if (plan.has_inputs) inputs_ = dev_.Allocate(plan.inputs.bytes());
     if (plan.has_labels) labels_ = dev_.Allocate(plan.labels.bytes());
@@ -149,6 +159,9 @@ StepStats Executor::ComputeGradients(const Batch& batch, StepObserver* observer)
   const StepStats stats = RunStep(batch);
   SumTiedGradients();
   replicas_->FinishReductions();
+  if (plan_.wide_gradients) {
+    for (auto& st : stages_) st->NarrowGrads();
+  }
   if (observer != nullptr) observer->GradientsDone();
   return stats;
 }
@@ -165,6 +178,10 @@ void Executor::DiscardGradients() {
 void Executor::SumTiedGradients() {
   const TiedPlan& t = plan_.tied;
   if (!t.active) return;
+  if (plan_.wide_gradients) {
+    SumTiedWide();
+    return;
+  }
   auto grads = [&](int local, std::size_t offset) {
     return FloatView(stages_[static_cast<std::size_t>(local)]->device().grads() + offset, t.floats);
   };
@@ -186,6 +203,27 @@ void Executor::SumTiedGradients() {
   dev_.WaitRecv(t.recv_request, {"RECV tied-embedding gradient", -1, -1, t.peer});
   dev_.WaitSend(t.send_request, {"SEND tied-embedding gradient", -1, -1, t.peer});
   stages_[static_cast<std::size_t>(local)]->device().AddInto(ConstView{tied_inbox_, mine.desc}, mine);
+}
+
+void Executor::SumTiedWide() {
+  const TiedPlan& t = plan_.tied;
+  auto wide = [&](int local, std::size_t offset) {
+    return stages_[static_cast<std::size_t>(local)]->wide_grads().subspan(offset, t.floats);
+  };
+  if (t.peer < 0) {
+    const std::span<double> e = wide(t.local_embedding, t.embedding_offset), h = wide(t.local_head, t.head_offset);
+    for (std::size_t i = 0; i < t.floats; ++i) e[i] = h[i] = e[i] + h[i];
+    return;
+  }
+  const int local = t.local_embedding >= 0 ? t.local_embedding : t.local_head;
+  const std::span<double> mine = wide(local, t.local_embedding >= 0 ? t.embedding_offset : t.head_offset);
+  const std::size_t bytes = t.floats * sizeof(double);
+  dev_.Irecv(t.recv_request, tied_inbox_, bytes, t.peer, t.tag);
+  dev_.Isend(t.send_request, reinterpret_cast<const std::byte*>(mine.data()), bytes, t.peer, t.tag);
+  dev_.WaitRecv(t.recv_request, {"RECV tied-embedding gradient", -1, -1, t.peer});
+  dev_.WaitSend(t.send_request, {"SEND tied-embedding gradient", -1, -1, t.peer});
+  const auto* other = reinterpret_cast<const double*>(tied_inbox_);
+  for (std::size_t i = 0; i < t.floats; ++i) mine[i] += other[i];
 }
 
 StepStats Executor::RunStep(const Batch& batch) {
@@ -324,7 +362,10 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         st.Backward(store.Get(j).data(), ConstView{op.input, Stage::Shaped(st.plan().output(), rows, part)},
                     View{op.output, Stage::Shaped(st.plan().input(), rows, part)}, full,
                     replicas_->BucketHook(i, in.local, train), part);
-        if (full) store.Release(j);
+        if (full) {
+          store.Release(j);
+          if (train && plan_.wide_gradients) st.FoldGrads();
+        }
         clock_.Record(a.kind, s, j, start);
         break;
       }
@@ -332,9 +373,10 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         replicas_->BeforeCompute(in);
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const ActionClock::Stamp start = clock_.Mark();
-        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(
-            store.Get(j).data(), replicas_->BucketHook(i, in.local, train), PartOf(in));
+        Stage& st = *stages_[static_cast<std::size_t>(in.local)];
+        st.BackwardWeight(store.Get(j).data(), replicas_->BucketHook(i, in.local, train), PartOf(in));
         store.Release(j);
+        if (train && plan_.wide_gradients) st.FoldGrads();
         clock_.Record(ActionKind::kBackwardWeight, s, j, start);
         break;
       }

@@ -264,6 +264,7 @@ class Executor {
   // locally, or with the other copy's rank. Part of TrainStep; collective
   // between those two ranks.
   void SumTiedGradients();
+  void SumTiedWide();  // the same in double (RankPlan::wide_gradients)
   // An instruction with its memory: the plan's BufferRefs made pointers.
   struct Op {
     const Instruction* in;

@@ -106,7 +106,8 @@ void ReplicaSync::BeforeCompute(const Instruction& in) {
 }
 
 GradientsReady* ReplicaSync::BucketHook(std::size_t i, int local, bool train) {
-  if (!reducing(train) || start_after_[i] < 0) return nullptr;
+  // Wide gradients are final once the action folds them in: AfterAction.
+  if (!reducing(train) || start_after_[i] < 0 || plan_.wide_gradients) return nullptr;
   starter_.local = local;
   return &starter_;
 }
@@ -128,16 +129,24 @@ void ReplicaSync::StartReduction(int local, std::size_t from) {
   const ReductionPlan& red = plan_.reduction;
   const auto k = static_cast<std::size_t>(local);
   float* grads = stages_[k]->device().grads();
+  double* wide = stages_[k]->wide_grads().data();
   int& next = next_[k];
   while (next > red.first_bucket[k] && red.buckets[static_cast<std::size_t>(next - 1)].offset >= from) {
     const int b = --next;
     if (started_ == 0) times_.first_start = MonotonicSeconds();
     const BucketPlan& bucket = red.buckets[static_cast<std::size_t>(b)];
-    const std::span<float> data(grads + bucket.offset, bucket.count);
-    if (red.shards_optimizer) {
-      group_->StartReduceScatter(bucket.request, data, bucket.counts, bucket.displs);
+    auto start = [&](auto* base) {  // the floats, or the doubles of wide gradients
+      const std::span data(base + bucket.offset, bucket.count);
+      if (red.shards_optimizer) {
+        group_->StartReduceScatter(bucket.request, data, bucket.counts, bucket.displs);
+      } else {
+        group_->StartAllReduce(bucket.request, data);
+      }
+    };
+    if (plan_.wide_gradients) {
+      start(wide);
     } else {
-      group_->StartAllReduce(bucket.request, data);
+      start(grads);
     }
     order_[started_++] = b;
   }

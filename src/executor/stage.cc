@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "baton/error.h"
+
 namespace baton {
 
 Stage::Stage(const ModelDesc& model, const StagePlan& plan, std::unique_ptr<StageDevice> device, bool own_params,
@@ -52,6 +54,29 @@ void Stage::Bind(std::span<float> params, std::span<float> grads) {
 
 void Stage::ZeroGrads() {
   if (!grads_.empty()) device_->Zero(FloatView(device_->grads(), grads_.size()));
+  std::fill(wide_.begin(), wide_.end(), 0.0);
+}
+
+void Stage::Widen() {
+  if (grads_.size() != plan_.num_params) {
+    throw Error(fmt::format("stage {}: gradients in double need the stage's own whole gradients", plan_.stage));
+  }
+  wide_.assign(plan_.num_params, 0.0);
+}
+
+void Stage::FoldGrads() {
+  float* g = grads_.data();
+  double* w = wide_.data();
+  for (std::size_t i = 0, n = wide_.size(); i < n; ++i) {
+    w[i] += static_cast<double>(g[i]);
+    g[i] = 0.0f;
+  }
+}
+
+void Stage::NarrowGrads() {
+  float* g = grads_.data();
+  const double* w = wide_.data();
+  for (std::size_t i = 0, n = wide_.size(); i < n; ++i) g[i] = static_cast<float>(w[i]);
 }
 
 void Stage::Init(std::uint64_t seed) {

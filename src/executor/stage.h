@@ -59,7 +59,20 @@ class Stage {
   // the binding. The host device only; never inside an action.
   void Bind(std::span<float> params, std::span<float> grads);
   StageDevice& device() { return *device_; }
+  // The float gradients and, when widened, the doubles too.
   void ZeroGrads();
+  // Gradients summed in double (RankPlan::wide_gradients; the host device,
+  // the stage's own gradients). Widen gives each parameter a double;
+  // FoldGrads, after each action that added to the float gradients (B, W),
+  // adds them into the doubles and zeroes them, so a step's sum over its
+  // microbatches is a sum of doubles of each microbatch's floats (exact
+  // unless their exponents span more than a double's extra 29 bits);
+  // NarrowGrads rounds the summed doubles into the float gradients for the
+  // optimizer.
+  void Widen();
+  std::span<double> wide_grads() { return wide_; }
+  void FoldGrads();
+  void NarrowGrads();
   // PyTorch's default init, each op from its own stream (InitParams): the
   // weights do not depend on the partition.
   void Init(std::uint64_t seed);
@@ -129,6 +142,7 @@ class Stage {
   std::unique_ptr<StageDevice> device_;
   FloatBuffer own_params_, own_grads_;  // host, unless the executor binds its own
   std::span<float> params_, grads_;      // what the layers use now
+  std::vector<double> wide_;              // Widen: the step's gradient sums in double
   std::vector<Param> named_;
   std::vector<std::pair<std::size_t, std::size_t>> named_at_;  // per named parameter: its floats' first, count
   // Workspace for one microbatch, device memory (workspace_offset per

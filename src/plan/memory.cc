@@ -27,7 +27,7 @@ RankMemory StageMemory(const RunPlan& run, const StagePlan& st, std::size_t opti
   RankMemory mem;
   const std::size_t param_bytes = st.num_params * sizeof(float);
   mem.params = param_bytes;
-  mem.grads = param_bytes;
+  mem.grads = st.num_params * (sizeof(float) + (run.wide_gradients ? sizeof(double) : 0));  // Stage's doubles too
   mem.optimizer = optimizer_floats * sizeof(float) * static_cast<std::size_t>(run.optimizer_states);
   mem.workspaces = 3 * st.workspace_bytes + st.state_workspace_bytes;
   // Sliced: the first stage gathers a slice's token ids, the last its labels.
@@ -60,7 +60,7 @@ RankMemory RankMemoryOf(const RunPlan& run, const RankPlan& r) {
     mem.rings += st.slot_bytes * static_cast<std::size_t>(st.ring_capacity);
     mem.sequences += st.sequence_bytes * static_cast<std::size_t>(st.sequence_capacity + st.gradient_capacity);
   }
-  if (r.tied.peer >= 0) mem.messages += r.tied.floats * sizeof(float);
+  if (r.tied.peer >= 0) mem.messages += r.tied.floats * run.GradSumBytes();
   // Sharded data parallel: the resting shards and the windows' pools in
   // place of whole gradients (ZeRO 2) and parameters (3).
   const ShardingPlan& sh = r.sharding;
@@ -141,8 +141,8 @@ std::vector<double> StaticBytesCache::operator()(const RunPlan& shape, Placement
   if (tied.embedding >= 0) {
     const int re = StageRank(placement, tied.embedding, ranks), rh = StageRank(placement, tied.head, ranks);
     if (re != rh) {
-      mem[static_cast<std::size_t>(re)].messages += tied.floats * sizeof(float);
-      mem[static_cast<std::size_t>(rh)].messages += tied.floats * sizeof(float);
+      mem[static_cast<std::size_t>(re)].messages += tied.floats * shape.GradSumBytes();
+      mem[static_cast<std::size_t>(rh)].messages += tied.floats * shape.GradSumBytes();
     }
   }
   std::vector<double> out;

@@ -16,8 +16,11 @@ GradientSums PriceGradientSums(const RunPlan& plan, const RunCosts& costs) {
   if (plan.replicas <= 1 || (costs.allreduce_step_latency == 0.0 && costs.allreduce_bandwidth == 0.0)) return sums;
   if (plan.zero.has_actions()) return sums;  // the schedule's REDUCE_GRAD actions (PriceShards)
   for (int s = 0; s < plan.stages(); ++s) {
-    sums.stage_time.push_back(GradientSumTime(plan.StageParamBytes(s), plan.replicas, plan.bucket_cap_bytes,
-                                              costs.allreduce_step_latency, costs.allreduce_bandwidth));
+    // In double (wide gradients) the same buckets carry twice the bytes.
+    const double wide = double(plan.GradSumBytes()) / sizeof(float);
+    sums.stage_time.push_back(GradientSumTime(plan.StageParamBytes(s) * wide, plan.replicas,
+                                              plan.bucket_cap_bytes * wide, costs.allreduce_step_latency,
+                                              costs.allreduce_bandwidth));
   }
   sums.at_end = plan.SummedAtEnd();
   return sums;

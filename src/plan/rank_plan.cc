@@ -262,7 +262,7 @@ void PlanTied(const RunPlan& run, RankPlan& r) {
     t.tag = r.max_tag + 1;
     r.requests += 2;
     r.max_tag += 1;
-    r.message_bytes.resize(static_cast<std::size_t>(r.requests), t.floats * sizeof(float));
+    r.message_bytes.resize(static_cast<std::size_t>(r.requests), t.floats * run.GradSumBytes());
   }
 }
 
@@ -442,6 +442,7 @@ RankPlan PlanRank(const RunPlan& run, int rank, int replica) {
   r.rows = run.rows;
   r.batch_size = run.batch_size;
   r.global_batch = run.global_batch;
+  r.wide_gradients = run.wide_gradients;
   r.stage_rank = lowered.stage_rank;
   r.local.assign(r.stages, -1);
   PlanStages(run, r);

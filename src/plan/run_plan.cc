@@ -122,6 +122,7 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   plan.replicas = c.data_parallel.size;
   plan.zero = c.data_parallel.in_effect();
   plan.bucket_cap_bytes = c.data_parallel.bucket_cap_mb * 1024 * 1024;
+  plan.wide_gradients = WideGradients(c);
   plan.global_batch = c.train.batch_size;
   // A microbatch's rows: the global batch over every replica's
   // microbatches (each replica's own count where they differ).

@@ -337,6 +337,9 @@ std::string MathSettings(const TrainConfig& config) {
   c.pipeline.wait_timeout_s = 0;
   c.pipeline.profile.clear();
   c.pipeline.memory_bytes = 0;
+  // What the gradients are summed in does (auto's choice follows adapt and
+  // recovery, cleared below).
+  c.train.grad_accum = WideGradients(c) ? GradAccum::kFP64 : GradAccum::kFP32;
   // Nor does adapting the placement: every placement trains the same floats.
   c.pipeline.adapt = AdaptMode::kOff;
   c.pipeline.adapt_asked = false;

@@ -1319,6 +1319,33 @@ TEST(TrainConfigAdapt, FullNeedsReplicasAndZeroBelowTwo) {
   EXPECT_EQ(MicrobatchesBefore(ParseTrainConfig(kValid, "t.yaml", {"data_parallel.size=2"}), 1), 4);
 }
 
+// train.grad_accum_dtype: auto is fp64 where the replicas' split of the
+// microbatches can change (adapt: full, shrink) and fp32 elsewhere; fp64
+// is written in the resolved settings (and only then), read back the
+// same, and refused where its doubles are not built (cuda, ZeRO 2 and 3).
+TEST(TrainConfigGradAccum, AutoFollowsTheSplitAndFp64IsRefusedWhereNotBuilt) {
+  const TrainConfig plain = ParseTrainConfig(kValid, "t.yaml", {"data_parallel.size=2"});
+  EXPECT_EQ(plain.train.grad_accum, GradAccum::kAuto);
+  EXPECT_FALSE(WideGradients(plain));
+  EXPECT_FALSE(Contains(DescribeTrainConfig(plain), "grad_accum_dtype"));
+  const TrainConfig full = ParseTrainConfig(kValid, "t.yaml", {"pipeline.adapt=full", "data_parallel.size=2"});
+  EXPECT_TRUE(WideGradients(full));
+  const TrainConfig shrink = ParseTrainConfig(kValid, "t.yaml", {"recovery.on_lost_rank=shrink", "data_parallel.size=2"});
+  EXPECT_TRUE(WideGradients(shrink));
+  EXPECT_FALSE(WideGradients(ParseTrainConfig(
+      kValid, "t.yaml", {"recovery.on_lost_rank=shrink", "data_parallel.size=2", "train.grad_accum_dtype=fp32"})));
+  const TrainConfig asked = ParseTrainConfig(kValid, "t.yaml", {"train.grad_accum_dtype=fp64"});
+  EXPECT_TRUE(WideGradients(asked));
+  EXPECT_TRUE(Contains(DescribeTrainConfig(asked), "grad_accum_dtype: fp64"));
+  EXPECT_TRUE(WideGradients(ParseTrainConfig(DescribeTrainConfig(asked), "d.yaml", {})));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"train.grad_accum_dtype=fp16"}),
+                       "train.grad_accum_dtype: 'fp16' is not one of: auto, fp32, fp64"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"train.grad_accum_dtype=fp64", "device=cuda"}),
+                       "grad_accum_dtype: fp64 sums gradients on the CPU only (device: cpu): use fp32"));
+  EXPECT_TRUE(Contains(ErrorOf(kValid, {"train.grad_accum_dtype=fp64", "data_parallel={size: 2, zero: 2}"}),
+                       "fp64 is not built for data_parallel.zero 2"));
+}
+
 // The automatic placement's keys: partition: auto for an MLP, layout: auto
 // for a GPT, profile and memory_bytes only with them.
 TEST(TrainConfigPlacement, AutoAndItsKeysAreReadAndMisuseIsRefused) {

@@ -44,6 +44,8 @@ class IdleReplicas final : public ReplicaGroup {
   void Configure(int, double) override {}
   void StartAllReduce(int, std::span<float>) override { Unused(); }
   void StartReduceScatter(int, std::span<float>, std::span<const int>, std::span<const int>) override { Unused(); }
+  void StartAllReduce(int, std::span<double>) override { Unused(); }
+  void StartReduceScatter(int, std::span<double>, std::span<const int>, std::span<const int>) override { Unused(); }
   void StartAllGather(int, std::span<float>, std::span<const int>, std::span<const int>) override { Unused(); }
   bool Test(int) override { Unused(); }
   void Wait(int, const WaitInfo&) override { Unused(); }
@@ -183,6 +185,17 @@ TEST(MemoryPlan, GptShardedDataParallel) {
   o.insert(o.end(), {"pipeline.ranks=1", "pipeline.schedule=interleaved_1f1b", "pipeline.chunks=4",
                      "data_parallel.size=4", "data_parallel.zero=3"});
   CheckCase({"gpt 1x4 interleaved v4 zero 3", "configs/gpt_fortunes_1f1b.yaml", o});
+}
+
+// Gradients summed in double: a double per parameter beside each float
+// gradient, and the tied head's inbox in doubles (2 ranks, ZeRO 0 and 1).
+TEST(MemoryPlan, GptWideGradients) {
+  for (int zero : {0, 1}) {
+    std::vector<std::string> o = kGpt;
+    o.insert(o.end(), {"pipeline.ranks=2", "data_parallel.size=2", "data_parallel.zero=" + std::to_string(zero),
+                       "train.grad_accum_dtype=fp64"});
+    CheckCase({"gpt 2x2 fp64 zero " + std::to_string(zero), "configs/gpt_fortunes_1f1b.yaml", o});
+  }
 }
 
 TEST(MemoryPlan, MlpZbH1) {
