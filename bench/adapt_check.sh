@@ -19,8 +19,10 @@
 # of the last replica (world rank 2D - 1; with one rank a pipeline, the
 # last replica's rank).
 # With ADAPT=full, the adapting runs use pipeline.adapt: full (with
-# replicas, the microbatches re-split between them too); the weights are
-# then compared by their largest difference (the sums group otherwise).
+# replicas, the microbatches re-split between them too), and every run
+# sums its gradients in double (train.grad_accum_dtype: fp64, what full
+# chooses by default), so that the weights compare byte for byte; where
+# they differ the largest difference is printed.
 # With SVG=FILE, also draws the first rank count's three runs' step times
 # over the steps (docs/guide/adaptive-plans.svg).
 #   bench/adapt_check.sh [STEPS] [FACTOR] [RANKS...]     (default 120 2 2 4)
@@ -54,6 +56,7 @@ for p in "${ranks[@]}"; do
   fault=$(fault_for "$p")
   sets=(--set pipeline.ranks="$p" --set model.blocks=8 --set pipeline.checkpointing=none --set train.steps="$steps"
         --set log.every_steps=1 --set log.progress=false --set data_parallel.size="$replicas")
+  [ "$mode" = full ] && sets+=(--set train.grad_accum_dtype=fp64)
   run() {  # NAME [ENV...] -- [ARGS...]
     local name=$1; shift
     local env=()
