@@ -362,10 +362,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         st.Backward(store.Get(j).data(), ConstView{op.input, Stage::Shaped(st.plan().output(), rows, part)},
                     View{op.output, Stage::Shaped(st.plan().input(), rows, part)}, full,
                     replicas_->BucketHook(i, in.local, train), part);
-        if (full) {
-          store.Release(j);
-          if (train && plan_.wide_gradients) st.FoldGrads();
-        }
+        if (full) store.Release(j);
         clock_.Record(a.kind, s, j, start);
         break;
       }
@@ -373,10 +370,9 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         replicas_->BeforeCompute(in);
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const ActionClock::Stamp start = clock_.Mark();
-        Stage& st = *stages_[static_cast<std::size_t>(in.local)];
-        st.BackwardWeight(store.Get(j).data(), replicas_->BucketHook(i, in.local, train), PartOf(in));
+        stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(
+            store.Get(j).data(), replicas_->BucketHook(i, in.local, train), PartOf(in));
         store.Release(j);
-        if (train && plan_.wide_gradients) st.FoldGrads();
         clock_.Record(ActionKind::kBackwardWeight, s, j, start);
         break;
       }

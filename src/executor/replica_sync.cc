@@ -106,8 +106,7 @@ void ReplicaSync::BeforeCompute(const Instruction& in) {
 }
 
 GradientsReady* ReplicaSync::BucketHook(std::size_t i, int local, bool train) {
-  // Wide gradients are final once the action folds them in: AfterAction.
-  if (!reducing(train) || start_after_[i] < 0 || plan_.wide_gradients) return nullptr;
+  if (!reducing(train) || start_after_[i] < 0) return nullptr;
   starter_.local = local;
   return &starter_;
 }

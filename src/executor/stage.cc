@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <Eigen/Core>
+
 #include <algorithm>
 
 #include "baton/error.h"
@@ -64,19 +66,20 @@ void Stage::Widen() {
   wide_.assign(plan_.num_params, 0.0);
 }
 
-void Stage::FoldGrads() {
-  float* g = grads_.data();
-  double* w = wide_.data();
-  for (std::size_t i = 0, n = wide_.size(); i < n; ++i) {
-    w[i] += static_cast<double>(g[i]);
-    g[i] = 0.0f;
-  }
+void Stage::NarrowGrads() {
+  const auto n = static_cast<Eigen::Index>(wide_.size());
+  Eigen::Map<Eigen::VectorXf>(grads_.data(), n) = Eigen::Map<const Eigen::VectorXd>(wide_.data(), n).cast<float>();
 }
 
-void Stage::NarrowGrads() {
-  float* g = grads_.data();
-  const double* w = wide_.data();
-  for (std::size_t i = 0, n = wide_.size(); i < n; ++i) g[i] = static_cast<float>(w[i]);
+void Stage::WeightsDone(int i, GradientsReady* ready) {
+  const std::size_t from = ParamsFrom(i);
+  if (!wide_.empty()) {
+    const auto n = static_cast<Eigen::Index>(model_.ops[static_cast<std::size_t>(plan_.first_op + i)].num_params);
+    Eigen::Map<Eigen::VectorXf> g(grads_.data() + from, n);
+    Eigen::Map<Eigen::VectorXd>(wide_.data() + from, n) += g.cast<double>();
+    g.setZero();
+  }
+  if (ready != nullptr) ready->Ready(from);
 }
 
 void Stage::Init(std::uint64_t seed) {
@@ -180,7 +183,7 @@ void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, Gradient
       }
       if (params && full) {
         device_->BackwardWeight(plan_.layer[i], x, Saved(i, slot), gout, stash, LayerPart(i, part));
-        if (ready != nullptr) ready->Ready(ParamsFrom(i));
+        WeightsDone(i, ready);
       }
     }
     if (gin.data != nullptr && plan_.block_input[i]) device_->AddInto(Workspace(ws_skip_, i, rows, part), gin);
@@ -196,7 +199,7 @@ void Stage::BackwardWeight(std::byte* slot, GradientsReady* ready, const Sequenc
     device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows, part), Saved(i, slot),
                             ConstView(slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], plan_.rows, part)),
                             Stash(i, slot), LayerPart(i, part));
-    if (ready != nullptr) ready->Ready(ParamsFrom(i));
+    WeightsDone(i, ready);
   }
 }
 

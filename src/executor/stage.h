@@ -62,16 +62,16 @@ class Stage {
   // The float gradients and, when widened, the doubles too.
   void ZeroGrads();
   // Gradients summed in double (RankPlan::wide_gradients; the host device,
-  // the stage's own gradients). Widen gives each parameter a double;
-  // FoldGrads, after each action that added to the float gradients (B, W),
-  // adds them into the doubles and zeroes them, so a step's sum over its
-  // microbatches is a sum of doubles of each microbatch's floats (exact
-  // unless their exponents span more than a double's extra 29 bits);
-  // NarrowGrads rounds the summed doubles into the float gradients for the
-  // optimizer.
+  // the stage's own gradients). Widen gives each parameter a double; from
+  // then on each op's weight gradients, as B or W finishes them for one
+  // microbatch, are added into the doubles and the floats zeroed (while
+  // they are still in cache), so a step's sum over its microbatches is a
+  // sum of doubles of each microbatch's floats (exact unless one
+  // parameter's exponents span more than a double's extra 29 bits), before
+  // the op is said ready; NarrowGrads rounds the summed doubles into the
+  // float gradients for the optimizer.
   void Widen();
   std::span<double> wide_grads() { return wide_; }
-  void FoldGrads();
   void NarrowGrads();
   // PyTorch's default init, each op from its own stream (InitParams): the
   // weights do not depend on the partition.
@@ -136,6 +136,9 @@ class Stage {
   void Recompute(std::byte* slot, const SequencePart& part);
   // Op i's first parameter, in floats from the stage's first.
   std::size_t ParamsFrom(int i) const;
+  // Op i's weight gradients done for a microbatch: folded into the
+  // doubles (Widen), then `ready` told.
+  void WeightsDone(int i, GradientsReady* ready);
 
   const ModelDesc& model_;
   const StagePlan& plan_;
