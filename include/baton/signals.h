@@ -5,6 +5,8 @@
 #ifndef BATON_SIGNALS_H_
 #define BATON_SIGNALS_H_
 
+#include <string>
+
 namespace baton {
 
 // Preemption-safe stops. Clusters stop jobs with a signal and a grace
@@ -58,6 +60,19 @@ void StopWhenLauncherEnds();
 // non-zero where it would not for its ranks' own exit codes (under
 // orte_enable_recovery 1 it exits 0 whatever they return). Whether it did.
 bool EndLauncher();
+
+// The job's exit code for a launcher that cannot pass it on: under
+// orte_enable_recovery 1 mpirun exits 0 whatever its ranks return (75, a
+// stop to run again, included), or 1 when told to end. Where the
+// environment variable BATON_EXIT_FILE names a file, the job's lowest rank
+// writes there, as the job ends, its exit code on the first line and what
+// ended it on the second (written whole or not at all: a missing file
+// means the job ended without saying, a failure), for the sbatch
+// template to read (as torchelastic's TORCHELASTIC_ERROR_FILE). Nothing
+// where it is unset; a file that cannot be written is said on standard
+// error, never thrown.
+inline constexpr const char* kExitFileVariable = "BATON_EXIT_FILE";
+void LeaveExitRecord(int code, const std::string& why);
 
 }  // namespace baton
 

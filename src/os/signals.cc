@@ -10,15 +10,17 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
-#include <string>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "baton/env.h"
 #include "baton/files.h"
 
 namespace baton {
@@ -89,6 +91,19 @@ bool EndLauncher() {
 #else
   return false;
 #endif
+}
+
+void LeaveExitRecord(int code, const std::string& why) {
+  const std::optional<std::string> path = Env::Default().Variable(kExitFileVariable);
+  if (!path || path->empty()) return;
+  try {
+    AtomicFile file(*path);
+    file.Append(fmt::format("{}\n{}\n", code, why));
+    file.Commit();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "baton: could not leave the exit record (%s=%s): %s\n", kExitFileVariable, path->c_str(),
+                 e.what());
+  }
 }
 
 StopSignals::StopSignals() {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -66,10 +67,36 @@ void TellLauncherItFailed() {
   EndLauncher();
 }
 
+// This process's rank in the job's world as it started (-1: before MPI),
+// and the error it said last: for the exit record (LeaveExitRecord), which
+// the lowest rank leaves.
+int g_world_rank = -1;
+std::string g_error;
+
 // This rank's error ends the whole job, non-zero.
 [[noreturn]] void Abort() {
+  if (g_world_rank == 0) LeaveExitRecord(1, "failed: " + g_error);
   TellLauncherItFailed();
   MpiSession::AbortWorld(1);
+}
+
+// What a run that ended with `code` says in its exit record.
+std::string WhyEnded(int code, const TrainSummary& summary) {
+  if (code == kExitStopped && summary.stopped_for_lost_rank) {
+    return fmt::format("stopped after a lost rank (recovery.on_lost_rank: stop) with the checkpoint of step {}: run "
+                       "it again to resume",
+                       summary.stopped_after);
+  }
+  if (code == kExitStopped) {
+    return fmt::format("stopped on {} after step {}{}: run it again to resume",
+                       summary.stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM", summary.stopped_after,
+                       summary.checkpointed ? " with a checkpoint" : "");
+  }
+  if (code == 0) {
+    return fmt::format("finished: {} steps{}", summary.steps,
+                       summary.recoveries > 0 ? fmt::format(", {} lost rank(s) recovered", summary.recoveries) : "");
+  }
+  return "failed: " + (g_error.empty() ? std::string("see the job's output") : g_error);
 }
 
 }  // namespace
@@ -78,6 +105,7 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
                   const std::function<void(Transport&, const TrainConfig&, const std::string&)>& job) {
   MpiSession mpi(nullptr, nullptr);
   const int rank = MpiSession::WorldRank();
+  g_world_rank = rank;
   EndOnSignals(rank);
   if (DetectLaunch().kind != Launch::kSingle) StopWhenLauncherEnds();
   std::unique_ptr<Transport> transport;
@@ -102,21 +130,31 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
     job(*transport, config, text);
   } catch (const PeerFailed&) {
     // Another rank said the error: the lowest tells mpirun, as for its own.
-    if (rank == 0) TellLauncherItFailed();
+    if (rank == 0) {
+      g_error = "another rank's error (see the job's output)";
+      LeaveExitRecord(2, "failed: " + g_error);  // before mpirun, told, ends the ranks
+      TellLauncherItFailed();
+    }
     return 2;
   } catch (const Error& e) {
+    g_error = ForTerminal(e.what());
     if (!Explained(e)) {
-      std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
+      std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, g_error.c_str());
       Abort();
     }
     report(e);
-    if (rank == 0) TellLauncherItFailed();
+    if (rank == 0) {
+      LeaveExitRecord(2, "failed: " + g_error);  // before mpirun, told, ends the ranks
+      TellLauncherItFailed();
+    }
     return 2;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "baton: rank %d: error: out of memory (an allocation failed outside setup's checks)\n", rank);
+    g_error = "out of memory (an allocation failed outside setup's checks)";
+    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, g_error.c_str());
     Abort();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, ForTerminal(e.what()).c_str());
+    g_error = ForTerminal(e.what());
+    std::fprintf(stderr, "baton: rank %d: error: %s\n", rank, g_error.c_str());
     Abort();
   }
   return 0;
@@ -198,6 +236,7 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
         },
         &payload, StartupTimeout(set));
     EndOnSignals(join.place);
+    if (!join.exit_file.empty()) ::setenv(kExitFileVariable, join.exit_file.c_str(), 1);
     w.world->Configure(0, config.pipeline.wait_timeout_s);
     std::unique_ptr<ReplicaGroup> solo;
     if (!w.groups.replicas) solo = MakeSoloReplicaGroup();
@@ -216,11 +255,15 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     // As the survivors end after a recovery: the files written, a goodbye
     // to every rank, no MPI_Finalize (its parent's requests).
     watch->Finish();
+    const int code = summary.stop_signal != 0 ? kExitStopped : 0;
+    if (watch->rank() == 0) LeaveExitRecord(code, WhyEnded(code, summary));
     std::fflush(nullptr);
-    std::_Exit(summary.stop_signal != 0 ? kExitStopped : 0);
+    std::_Exit(code);
   } catch (const std::exception& e) {
+    g_error = ForTerminal(e.what());
     std::fprintf(stderr, "baton: rank %d (a new rank in a lost one's place): error: %s\n", join.place,
-                 ForTerminal(e.what()).c_str());
+                 g_error.c_str());
+    if (join.place == 0) g_world_rank = 0;
     Abort();
   }
 }
@@ -239,6 +282,7 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
       // every rank ends as a stopped run does.
       const bool lowest = watch->rank() == 0;
       watch->Finish();
+      if (lowest) LeaveExitRecord(kExitStopped, WhyEnded(kExitStopped, summary));
       std::fflush(nullptr);
       if (lowest) TellLauncherItFailed();
       std::_Exit(kExitStopped);
@@ -247,13 +291,18 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
       // The old communicators hold requests to the lost ranks, and
       // MPI_Finalize would wait for them: the run's files are written and
       // closed, and the process ends here, once it has said goodbye.
+      const int code = summary.stop_signal != 0 ? kExitStopped : 0;
+      const bool lowest = watch->rank() == 0;
       watch->Finish();
+      if (lowest) LeaveExitRecord(code, WhyEnded(code, summary));
       std::fflush(nullptr);
-      std::_Exit(summary.stop_signal != 0 ? kExitStopped : 0);
+      std::_Exit(code);
     }
   });
   // Stopped by a signal at a step boundary (checkpointed): run it again.
-  return code == 0 && summary.stop_signal != 0 ? kExitStopped : code;
+  const int final_code = code == 0 && summary.stop_signal != 0 ? kExitStopped : code;
+  if (g_world_rank == 0) LeaveExitRecord(final_code, WhyEnded(final_code, summary));
+  return final_code;
 }
 
 }  // namespace baton

@@ -17,6 +17,7 @@
 
 #include <filesystem>
 
+#include "baton/env.h"
 #include "baton/error.h"
 #include "baton/signals.h"
 #include "baton/timing.h"
@@ -326,7 +327,10 @@ std::string ReplacementPayload(const JobWatch::Command& command, const std::stri
                         {"lost", lost},
                         {"how", how},
                         {"agreed_s", agreed_s},
-                        {"seen_unix_s", seen_unix_s}}
+                        {"seen_unix_s", seen_unix_s},
+                        // A new process is not started with the job's
+                        // environment: the exit record's file goes with it.
+                        {"exit_file", Env::Default().Variable(kExitFileVariable).value_or("")}}
       .dump();
 }
 
@@ -341,6 +345,7 @@ Replacement ReadReplacementPayload(const std::string& payload, int index) {
     r.run.lost = j.at("lost").get<std::vector<int>>();
     r.run.how = j.at("how").get<std::string>();
     r.run.agreed_s = j.at("agreed_s").get<double>();
+    r.exit_file = j.value("exit_file", std::string());
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     r.run.since_loss_s = std::max(0.0, now - j.at("seen_unix_s").get<double>());
   } catch (const nlohmann::json::exception& e) {

@@ -98,6 +98,7 @@ struct Replacement {
   JobWatch::Command command;
   JoinedRun run;
   int place = -1;  // this process's world rank
+  std::string exit_file;  // the job's BATON_EXIT_FILE (LeaveExitRecord), "" if unset
 };
 // A new process's reading of ReplacementPayload; `index`: its rank among the new ones.
 Replacement ReadReplacementPayload(const std::string& payload, int index);

@@ -451,4 +451,41 @@ TEST_F(Recovery, ARanksOwnSetupErrorEndsTheJobNonZero) {
       << j.output;
 }
 
+// Under the recovery settings mpirun's own exit code says little (0 for a
+// stop to run again, 0 or 1 for a failure): with BATON_EXIT_FILE the job's
+// lowest rank leaves its exit code and why. A run that finished after rank
+// 0 was replaced (the new rank 0 leaves it), a run stopped by SIGUSR1 sent
+// to mpirun (75, to run again), and a config error (2, the message).
+TEST_F(Recovery, TheExitRecordSaysWhatMpirunCannot) {
+  auto record = [&](const std::string& name) {
+    std::ifstream in(dir_ / name);
+    std::string code, why;
+    std::getline(in, code);
+    std::getline(in, why);
+    return std::pair<std::string, std::string>{code, why};
+  };
+  const Job replaced = Train("BATON_EXIT_FILE=replaced.exit BATON_FAULT=0:25:F:kill", "replaced",
+                             "--set recovery.on_lost_rank=replace");
+  ASSERT_EQ(replaced.code, 0) << replaced.output;
+  EXPECT_EQ(record("replaced.exit"), (std::pair<std::string, std::string>{"0", "finished: 60 steps, 1 lost rank(s) recovered"}));
+  // Rank 0 waits at step 30 until a stop signal reaches it: mpirun (the
+  // child of timeout), sent SIGUSR1, passes it on to every rank.
+  const std::string stop_cmd =
+      "cd '" + dir_.string() + "' && (BATON_EXIT_FILE=stopped.exit BATON_FAULT=0:30:F:wait timeout 120 '" BATON_MPIEXEC
+      "' --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 -np 4 '" BATON_BINARY "' train '"
+      BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 --set data_parallel.size=2 --set train.steps=60 "
+      "--set checkpoint.dir=ck --set checkpoint.every_steps=1000 --set log.metrics=stopped.jsonl > log.txt 2>&1 &"
+      " pid=$!; for i in $(seq 1200); do grep -q 'waiting for a stop signal' log.txt 2> /dev/null && break; sleep 0.1;"
+      " done; pkill -USR1 -P $pid; wait $pid)";
+  const Job stopped = baton_test::RunJob(stop_cmd, dir_ / "log.txt");
+  EXPECT_NE(stopped.output.find("stopped by SIGUSR1 after step 30"), std::string::npos) << stopped.output;
+  EXPECT_EQ(record("stopped.exit"),
+            (std::pair<std::string, std::string>{"75", "stopped on SIGUSR1 after step 30 with a checkpoint: run it again to resume"}));
+  const Job bad = Train("BATON_EXIT_FILE=bad.exit", "bad", "--set train.steps=-1");
+  EXPECT_NE(bad.code, 0) << bad.output;
+  EXPECT_EQ(record("bad.exit").first, "2");
+  EXPECT_NE(record("bad.exit").second.find("failed: "), std::string::npos);
+  EXPECT_NE(record("bad.exit").second.find("train.steps: must be >= 0"), std::string::npos) << record("bad.exit").second;
+}
+
 }  // namespace
