@@ -309,6 +309,9 @@ struct Launch {
   // OMPI_MCA_orte_enable_recovery): they must see the loss themselves
   // (RankWatch, baton/watch.h), or wait for it until their deadline.
   bool keeps_survivors = false;
+  // BATON_EXIT_FILE is set: the job's exit code is left there (signals.h
+  // LeaveExitRecord), where mpirun keeping the survivors cannot pass it on.
+  bool exit_record = false;
 };
 Launch DetectLaunch(const Env& env = Env::Default());
 // Launch::kSrunWithoutPmix with more than one task: Open MPI here would

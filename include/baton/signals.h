@@ -60,6 +60,9 @@ void StopWhenLauncherEnds();
 // non-zero where it would not for its ranks' own exit codes (under
 // orte_enable_recovery 1 it exits 0 whatever they return). Whether it did.
 bool EndLauncher();
+// Whether this process's parent is mpirun on this node (not its daemon on
+// another: there EndLauncher cannot reach it).
+bool LauncherIsParent();
 
 // The job's exit code for a launcher that cannot pass it on: under
 // orte_enable_recovery 1 mpirun exits 0 whatever its ranks return (75, a

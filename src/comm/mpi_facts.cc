@@ -19,9 +19,14 @@ std::string LostRankHandling(const Launch& l) {
       return "one process: no rank to lose";
     case Launch::kMpirun:
       if (l.keeps_survivors) {
-        return "mpirun keeps the survivors (orte_enable_recovery 1): each rank watches the others and a lost rank "
-               "is seen within 1 s; with recovery.on_lost_rank: shrink the replicas that lost none go on, with "
-               "replace a new process takes its place, else the job ends at once naming it (mpirun exits 1)";
+        return std::string(
+                   "mpirun keeps the survivors (orte_enable_recovery 1): each rank watches the others and a lost "
+                   "rank is seen within 1 s; with recovery.on_lost_rank: shrink the replicas that lost none go on, "
+                   "with replace a new process takes its place, else the job ends at once naming it; mpirun's own "
+                   "exit code says little here (0 for a stop to run again, 0 or 1 for a failure), ") +
+               (l.exit_record ? "and the job's is left in BATON_EXIT_FILE"
+                              : "so set BATON_EXIT_FILE for the job's (scripts/baton.sbatch with BATON_LAUNCH=mpirun "
+                                "does)");
       }
       return "mpirun ends every rank within about 2 s of a lost one; a job that is to outlive a lost rank needs "
              "mpirun --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0";
@@ -29,7 +34,8 @@ std::string LostRankHandling(const Launch& l) {
     case Launch::kSrunWithoutPmix:
       return "srun's direct launch cancels the whole step about 1 s after a task dies, and spawns no replacement: "
              "a job that is to outlive a lost rank needs mpirun inside the allocation, with --mca "
-             "orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0";
+             "orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 (scripts/baton.sbatch with "
+             "BATON_LAUNCH=mpirun)";
   }
   return "";
 }

@@ -688,6 +688,7 @@ int EnvInt(const Env& env, const char* name, int fallback) {
 Launch DetectLaunch(const Env& env) {
   Launch l;
   l.in_allocation = env.Variable("SLURM_JOB_ID").has_value();
+  l.exit_record = !env.Variable("BATON_EXIT_FILE").value_or("").empty();
   if (env.Variable("OMPI_COMM_WORLD_SIZE")) {
     l.kind = Launch::kMpirun;
     l.tasks = EnvInt(env, "OMPI_COMM_WORLD_SIZE", 1);

@@ -79,7 +79,16 @@ struct Fault {
     std::int64_t step = -1;
     std::string point;  // "recovery" or "regroup"
   } in_recovery;
-  bool any() const { return mode != kNone || slow.rank >= 0 || link.from >= 0 || in_recovery.mode != kNone; }
+  // Faults of actions on other ranks (one a rank at most, e.g.
+  // "2:30:F:kill,0:60:F:wait"): each rank injects its own (Own), the
+  // others kept for the checks.
+  std::vector<Fault> more;
+  bool any() const {
+    return mode != kNone || slow.rank >= 0 || link.from >= 0 || in_recovery.mode != kNone || !more.empty();
+  }
+  // This fault with rank `r`'s fault of an action in place of the first
+  // one's (none if `r` has none).
+  Fault Own(int r) const;
   // Whether step `at` is slowed on rank `on`.
   bool Slows(int on, std::int64_t at) const {
     return slow.rank >= 0 && on == slow.rank && at >= slow.step && (slow.until < 0 || at < slow.until);

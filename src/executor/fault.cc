@@ -159,7 +159,16 @@ class FaultPart {
       ReadRecovery(rank, step, f);
       return;
     }
-    if (f.mode != Fault::kNone) throw Bad("one fault of an action at most");
+    if (f.mode != Fault::kNone) {
+      // Another rank's: kept beside the first.
+      if (f.rank == rank || std::any_of(f.more.begin(), f.more.end(), [&](const Fault& m) { return m.rank == rank; })) {
+        throw Bad(fmt::format("one fault of an action a rank at most (rank {} has two)", rank));
+      }
+      Fault other;
+      ReadAction(rank, step, other);
+      f.more.push_back(std::move(other));
+      return;
+    }
     f.rank = rank;
     f.step = step;
     f.action = parts_[2];
@@ -208,6 +217,23 @@ Fault FaultFromEnvironment() {
     ReadFaultPart(s, s.substr(start, comma == std::string::npos ? std::string::npos : comma - start), f);
     if (comma == std::string::npos) break;
     start = comma + 1;
+  }
+  return f;
+}
+
+Fault Fault::Own(int r) const {
+  Fault f = *this;
+  if (more.empty() || rank == r) return f;
+  f.mode = kNone;
+  f.rank = -1;
+  f.step = -1;
+  f.action.clear();
+  for (const Fault& m : more) {
+    if (m.rank != r) continue;
+    f.mode = m.mode;
+    f.rank = m.rank;
+    f.step = m.step;
+    f.action = m.action;
   }
   return f;
 }
@@ -262,6 +288,7 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
     in_job(f.link.to);
     window(f.link.step, f.link.until);
   }
+  for (const Fault& m : f.more) in_job(m.rank);  // the rest checked on their ranks (Own)
   // Whether a recovery comes is the run's to find (a loss in its steps).
   if (f.in_recovery.mode != Fault::kNone) {
     in_job(f.in_recovery.rank);

@@ -80,14 +80,20 @@ void StopWhenLauncherEnds() {
 #endif
 }
 
-bool EndLauncher() {
+bool LauncherIsParent() {
 #ifdef __linux__
-  const pid_t parent = ::getppid();
-  std::ifstream comm("/proc/" + std::to_string(parent) + "/comm");
+  std::ifstream comm("/proc/" + std::to_string(::getppid()) + "/comm");
   std::string name;
   std::getline(comm, name);
-  if (name != "mpirun" && name != "orterun" && name != "mpiexec" && name != "prterun") return false;
-  return ::kill(parent, SIGTERM) == 0;
+  return name == "mpirun" || name == "orterun" || name == "mpiexec" || name == "prterun";
+#else
+  return false;
+#endif
+}
+
+bool EndLauncher() {
+#ifdef __linux__
+  return LauncherIsParent() && ::kill(::getppid(), SIGTERM) == 0;
 #else
   return false;
 #endif

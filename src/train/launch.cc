@@ -94,7 +94,10 @@ std::string WhyEnded(int code, const TrainSummary& summary) {
   }
   if (code == 0) {
     return fmt::format("finished: {} steps{}", summary.steps,
-                       summary.recoveries > 0 ? fmt::format(", {} lost rank(s) recovered", summary.recoveries) : "");
+                       summary.recoveries > 0
+                           ? fmt::format(", going on after {} loss{} of ranks", summary.recoveries,
+                                         summary.recoveries > 1 ? "es" : "")
+                           : "");
   }
   return "failed: " + (g_error.empty() ? std::string("see the job's output") : g_error);
 }

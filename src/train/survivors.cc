@@ -42,6 +42,10 @@ std::string ThisExecutable() {
   return self.string();
 }
 
+// What becomes of mpirun when the job ends, for the message: told to end
+// where it is this rank's parent (it exits 1).
+const char* LauncherNote() { return LauncherIsParent() ? "; mpirun, told to end, exits 1" : ""; }
+
 std::string RankList(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
 }
@@ -52,10 +56,12 @@ std::string RankList(const std::vector<int>& ranks) {
 [[noreturn]] void EndTheJob(bool say, const std::string& why) {
   if (say) {
     std::fprintf(stderr,
-                 "baton: error: %s. The job ends (exit %d; mpirun, told to end, exits 1); run it again with "
-                 "--resume auto to continue from the last checkpoint\n",
-                 ForTerminal(why).c_str(), kExitLostRank);
+                 "baton: error: %s. The job ends (exit %d%s); run it again with --resume auto to continue from the "
+                 "last checkpoint\n",
+                 ForTerminal(why).c_str(), kExitLostRank, LauncherNote());
     std::fflush(stderr);
+    LeaveExitRecord(kExitLostRank, "failed: " + ForTerminal(why) + ": run it again with --resume auto to continue "
+                                   "from the last checkpoint");
   }
   // mpirun forwards what the ranks print as it reads it.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -367,6 +373,8 @@ void JobWatch::End(const RankLost& seen, const std::string& why) {
   } catch (const Error& e) {
     std::fprintf(stderr, "baton: %s; %s\n", ForTerminal(seen.what()).c_str(), ForTerminal(e.what()).c_str());
     std::fflush(stderr);
+    // Which rank is lowest is not agreed: every one leaves the same code.
+    LeaveExitRecord(kExitLostRank, "failed: " + ForTerminal(seen.what()) + "; " + ForTerminal(e.what()));
     EndLauncher();
     std::_Exit(kExitLostRank);
   }
@@ -376,12 +384,16 @@ void JobWatch::End(const RankLost& seen, const std::string& why) {
   if (watch_->rank() == lowest) {
     std::fprintf(stderr,
                  "baton: error: lost rank%s %s (%s); the %d survivors agreed in %.3f s. The job ends "
-                 "(%s; exit %d; mpirun, told to end, exits 1); "
+                 "(%s; exit %d%s); "
                  "run it again with --resume auto to continue from the last checkpoint\n",
                  lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(lost, ", ")).c_str(),
                  DescribeLost(watch_->Lost()).c_str(), watch_->size() - static_cast<int>(lost.size()), agreed_s,
-                 why.empty() ? "recovery.on_lost_rank: stop, or no replica left whole" : why.c_str(), kExitLostRank);
+                 why.empty() ? "recovery.on_lost_rank: stop, or no replica left whole" : why.c_str(), kExitLostRank,
+                 LauncherNote());
     std::fflush(stderr);
+    LeaveExitRecord(kExitLostRank, fmt::format("failed: lost rank{} {}: run it again with --resume auto to "
+                                               "continue from the last checkpoint",
+                                               lost.size() > 1 ? "s" : "", fmt::join(lost, ", ")));
   }
   // mpirun forwards what the ranks print as it reads it: time to read the
   // message before it is told to end.

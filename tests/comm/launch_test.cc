@@ -42,6 +42,11 @@ TEST(DetectLaunch, SaysWhatALostRankDoesUnderItsLauncher) {
   EXPECT_TRUE(keeps.keeps_survivors);
   EXPECT_NE(LostRankHandling(keeps).find("a lost rank is seen within 1 s; with recovery.on_lost_rank: shrink"),
             std::string::npos);
+  EXPECT_NE(LostRankHandling(keeps).find("so set BATON_EXIT_FILE for the job's"), std::string::npos);
+  const Launch recorded =
+      Detect({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_MCA_orte_enable_recovery", "1"}, {"BATON_EXIT_FILE", "/x/exit"}});
+  EXPECT_TRUE(recorded.exit_record);
+  EXPECT_NE(LostRankHandling(recorded).find("and the job's is left in BATON_EXIT_FILE"), std::string::npos);
   const Launch srun = Detect({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"PMIX_RANK", "3"}});
   EXPECT_FALSE(srun.keeps_survivors);
   EXPECT_NE(LostRankHandling(srun).find("needs mpirun inside the allocation"), std::string::npos);

@@ -47,6 +47,22 @@ void ExpectMisread(const std::string& text, const std::string& says, const std::
   ::unsetenv("BATON_FAULT");
 }
 
+// Faults of actions on several ranks, one a rank: each rank injects its
+// own, and a rank the job does not have is refused on every rank.
+TEST(ActionFault, OneARankEachRankItsOwn) {
+  const Fault f = Read("2:30:F:kill,0:60:F:wait");
+  const Fault two = f.Own(2), zero = f.Own(0), one = f.Own(1);
+  EXPECT_EQ(two.mode, Fault::kKill);
+  EXPECT_EQ(two.rank, 2);
+  EXPECT_EQ(two.step, 30);
+  EXPECT_EQ(two.action, "F");
+  EXPECT_EQ(zero.mode, Fault::kWait);
+  EXPECT_EQ(zero.rank, 0);
+  EXPECT_EQ(zero.step, 60);
+  EXPECT_EQ(one.mode, Fault::kNone);
+  EXPECT_NE(Refusal("0:2:F:kill,5:3:F:kill").find("rank 5 is not in this job (2 ranks: 0..1)"), std::string::npos);
+}
+
 TEST(SlowFault, AWindowOfStepsOnOneRank) {
   const Fault f = Read("1:3:slow=2.5:until=7");
   EXPECT_EQ(f.mode, Fault::kNone);
@@ -80,7 +96,8 @@ TEST(SlowFault, EachMistakeIsOneErrorSayingTheRule) {
       {"1x:2:slow=2", "RANK must be a whole number, got '1x'"},
       {"1:2", "four fields needed"},
       {"1:2:slow=2,0:3:slow=3", "one slow rank at most"},
-      {"1:2:F:stall,0:3:B:exit", "one fault of an action at most"},
+      {"1:2:F:stall,1:3:B:exit", "one fault of an action a rank at most (rank 1 has two)"},
+      {"1:2:F:stall,0:3:B:exit,0:4:F:kill", "one fault of an action a rank at most (rank 0 has two)"},
       {"1:2:F:error", "mode error is for the action replan (a failed move the run survives)"},
       {"0>1:2:delay=0", "delay=SECONDS takes a number above 0, at most 10 (what each message is late by), got '0'"},
       {"0>1:2:delay=11", "got '11'"},

@@ -467,7 +467,7 @@ TEST_F(Recovery, TheExitRecordSaysWhatMpirunCannot) {
   const Job replaced = Train("BATON_EXIT_FILE=replaced.exit BATON_FAULT=0:25:F:kill", "replaced",
                              "--set recovery.on_lost_rank=replace");
   ASSERT_EQ(replaced.code, 0) << replaced.output;
-  EXPECT_EQ(record("replaced.exit"), (std::pair<std::string, std::string>{"0", "finished: 60 steps, 1 lost rank(s) recovered"}));
+  EXPECT_EQ(record("replaced.exit"), (std::pair<std::string, std::string>{"0", "finished: 60 steps, going on after 1 loss of ranks"}));
   // Rank 0 waits at step 30 until a stop signal reaches it: mpirun (the
   // child of timeout), sent SIGUSR1, passes it on to every rank.
   const std::string stop_cmd =

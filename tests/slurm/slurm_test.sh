@@ -8,7 +8,12 @@
 # message and Slurm's exit code; and scripts/baton.sbatch, sent SIGUSR1 by
 # `scancel --signal=USR1` mid-run, stops at a step boundary, requeues
 # itself, resumes (checkpoint.resume: auto) and ends with the
-# uninterrupted run's bytes. Work is sized in steps, never in seconds: the
+# uninterrupted run's bytes; the template again with BATON_LAUNCH=mpirun
+# (mpirun inside the allocation, keeping the survivors): a stop, its exit
+# record read (mpirun exits 0), a requeue, a resume and a rank replaced
+# (recovery.on_lost_rank: replace), to the uninterrupted run's bytes; and a
+# node lost (n2's orted and ranks killed): the replica left goes on
+# (shrink) to the uninterrupted run's bytes. Work is sized in steps, never in seconds: the
 # template's run waits at a step the test chose (BATON_FAULT's wait) until
 # the test's signal reaches it, and every wait is bounded by a multiple of
 # what the test measured itself (the reference runs' times). Every process
@@ -229,4 +234,97 @@ grep -q "requeueing job $id" log/template.out || fail "the job was not requeued:
 grep -q "resumed after step 60" log/template.out || fail "the requeued job did not resume after step 60: $(tail -10 log/template.out)"
 cmp out/whole.safetensors out/template.safetensors || fail "the requeued run's weights differ from the uninterrupted run's"
 echo "slurm: scripts/baton.sbatch stopped by SIGUSR1 at step 60, requeued, resumed: the uninterrupted run's weights"
+
+# Waits up to `limit` for job `id` to end (letting its requeued run go at
+# once, as above); prints its state.
+finish() {
+  local id=$1 limit=$2 state="" deadline=$((SECONDS + $2))
+  while [ $SECONDS -lt $deadline ]; do
+    state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    if [ "$state" = PENDING ] && scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
+      ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ]; then
+      scontrol update jobid="$id" StartTime=now > /dev/null 2>&1
+    fi
+    case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+    sleep 0.2
+  done
+  echo "$state"
+}
+
+# 6. The template with BATON_LAUNCH=mpirun (mpirun inside the allocation,
+# keeping the survivors) and recovery.on_lost_rank: replace in the 4-rank
+# pipeline: rank 0 waits at step 60 for the stop, which the test sends to
+# the batch shell (scancel --batch), the template to mpirun, mpirun to
+# every rank. mpirun exits 0, but the job's exit record says 75: the
+# template requeues, and the job resumes after step 60; there rank 2,
+# killed at step 90, is replaced by a new process (its state from rank 3's
+# snapshot, the steps since replayed), and the job ends with exit record 0
+# and the uninterrupted run's bytes.
+id=$(BATON_LAUNCH=mpirun BATON_EXIT_GRACE=5 BATON_FAULT=0:60:F:wait,2:90:F:kill BATON="$baton" BATON_CHECKPOINTS="$dir/ck_mpirun" \
+  sbatch --parsable --no-kill -o "$dir/log/template_mpirun.out" "$src/scripts/baton.sbatch" "$config" "${long[@]}" \
+  --set recovery.on_lost_rank=replace --set recovery.snapshot_every=5 \
+  --set log.metrics="$dir/out/template_mpirun.jsonl" --set log.weights="$dir/out/template_mpirun.safetensors")
+deadline=$((SECONDS + limit))
+until grep -q "waiting for a stop signal" log/template_mpirun.out 2> /dev/null; do
+  [ $SECONDS -lt $deadline ] || fail "the mpirun template's run did not reach step 60 in $limit s: $(tail -10 log/template_mpirun.out)"
+  scontrol show job "$id" | grep -qE 'JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)' &&
+    fail "the mpirun template's job ended before step 60: $(tail -10 log/template_mpirun.out)"
+  sleep 0.1
+done
+scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 $id"
+state=$(finish "$id" $((2 * limit)))
+out=log/template_mpirun.out
+[ "$state" = COMPLETED ] || fail "the mpirun template's job is $state after $((2 * limit)) s: $(tail -10 $out)"
+grep -q "baton.sbatch: the job ended with 75: stopped on SIGUSR1 after step 60" $out ||
+  fail "no exit record of the stop: $(tail -10 $out)"
+grep -q "requeueing job $id" $out || fail "the mpirun template's job was not requeued: $(tail -10 $out)"
+grep -q "resumed after step 60" $out || fail "the requeued job did not resume after step 60: $(tail -10 $out)"
+grep -q "started 1 new rank in its place (recovery.on_lost_rank: replace)" $out || fail "rank 2 was not replaced: $(tail -10 $out)"
+grep -q "baton.sbatch: the job ended with 0: finished: 200 steps, going on after 1 loss of ranks" $out || fail "no exit record of the end: $(tail -10 $out)"
+cmp out/whole.safetensors out/template_mpirun.safetensors ||
+  fail "the mpirun template's weights differ from the uninterrupted run's"
+echo "slurm: scripts/baton.sbatch with BATON_LAUNCH=mpirun: stopped at 60 (exit record 75), requeued, resumed, rank 2 replaced at step 90: the uninterrupted run's weights"
+
+# 7. A node lost: n2's orted and its ranks SIGKILLed mid-run. The template
+# with BATON_LAUNCH=mpirun and --map-by node puts world ranks 0 and 2 on
+# n1 and 1 and 3 on n2: with 2 replicas of a 2-rank pipeline, n2 holds
+# replica 1 whole, and recovery.on_lost_rank: shrink goes on with replica
+# 0. Rank 1 waits at step 100 (BATON_FAULT wait) until the test has killed
+# its node, so the loss lands at step 100 on any machine. The job ends
+# with exit record 0 and the bytes of a run that shrank at the same step
+# (the sums in double: the uninterrupted run's); mpirun, which waits on
+# for its lost daemon, is ended by the template after the record.
+node=(--set pipeline.ranks=2 --set data_parallel.size=2 --set train.steps=200 --set log.every_steps=50
+      --set log.progress=false --set recovery.on_lost_rank=shrink --set checkpoint.every_steps=100000)
+timeout 300 "$mpiexec" --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 -np 4 "$baton" train \
+  "$config" "${node[@]}" --set checkpoint.dir="$dir/ck_node_whole" --set log.metrics="$dir/out/node_whole.jsonl" \
+  --set log.weights="$dir/out/node_whole.safetensors" > log/node_whole.out 2>&1 ||
+  fail "the uninterrupted 2 x 2 run: $(tail -5 log/node_whole.out)"
+id=$(BATON_LAUNCH=mpirun BATON_MPIRUN_ARGS="--map-by node" BATON_EXIT_GRACE=5 BATON_FAULT=1:100:F:wait BATON="$baton" \
+  BATON_CHECKPOINTS="$dir/ck_node" sbatch --parsable --no-kill -o "$dir/log/node.out" "$src/scripts/baton.sbatch" \
+  "$config" "${node[@]}" --set log.metrics="$dir/out/node.jsonl" --set log.weights="$dir/out/node.safetensors")
+out=log/node.out
+deadline=$((SECONDS + limit))
+until grep -q "rank 1: injected fault (BATON_FAULT): waiting for a stop signal" $out 2> /dev/null; do
+  [ $SECONDS -lt $deadline ] || fail "the node test's run did not reach step 100 in $limit s: $(tail -10 $out)"
+  scontrol show job "$id" | grep -qE 'JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)' &&
+    fail "the node test's job ended before step 100: $(tail -10 $out)"
+  sleep 0.1
+done
+killed=""
+for p in $(pgrep -x orted); do
+  if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx SLURMD_NODENAME=n2; then
+    killed="$p $(pgrep -P "$p" | tr '\n' ' ')"
+    kill -KILL $killed
+  fi
+done
+[ -n "$killed" ] || fail "no orted of n2 to kill"
+state=$(finish "$id" $((2 * limit)))
+[ "$state" = COMPLETED ] || fail "the node test's job is $state after $((2 * limit)) s: $(tail -10 $out)"
+grep -q "went on with 1 of 2 replicas (recovery.on_lost_rank: shrink) from step 100" $out ||
+  fail "the job did not go on without n2: $(tail -10 $out)"
+grep -q "baton.sbatch: the job ended with 0: finished: 200 steps, going on after 1 loss of ranks" $out ||
+  fail "no exit record of the end: $(tail -10 $out)"
+cmp out/node_whole.safetensors out/node.safetensors || fail "the run without n2's ranks differs from the uninterrupted one"
+echo "slurm: n2's orted and ranks killed at step 100: the job went on with replica 0 (shrink), the uninterrupted run's weights"
 echo "slurm: all passed"
