@@ -225,11 +225,14 @@ struct MpiWorld {
   std::unique_ptr<Transport> world;
   Groups groups;
 };
-MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout& layout, double timeout_s);
+// `base`: the world the ranks were lost from (an MPI world: the job's at
+// first, then the one the last recovery made), `survivors` its ranks.
+MpiWorld MakeMpiSurvivors(Transport& base, const std::vector<int>& survivors, const ReplicaLayout& layout,
+                          double timeout_s);
 
 // The job after losing ranks, with new processes in their places
-// (recovery.on_lost_rank: replace). The survivors, the MPI_COMM_WORLD ranks
-// `survivors`, make a world of their own (as MakeMpiSurvivors), start
+// (recovery.on_lost_rank: replace). The survivors, the ranks `survivors`
+// of `base`, make a world of their own (as MakeMpiSurvivors), start
 // `spawn.count` processes of `spawn.command spawn.args` in `spawn.wdir`
 // (MPI_Comm_spawn), merge with them and give them `payload` (survivor 0's);
 // then every process takes its place: the world is ordered by each one's
@@ -242,8 +245,8 @@ struct Spawn {
   std::vector<std::string> args;
   std::string wdir;
 };
-MpiWorld MakeMpiReplaced(const std::vector<int>& survivors, const Spawn& spawn, const std::string& payload, int key,
-                         const ReplicaLayout& layout, double timeout_s);
+MpiWorld MakeMpiReplaced(Transport& base, const std::vector<int>& survivors, const Spawn& spawn,
+                         const std::string& payload, int key, const ReplicaLayout& layout, double timeout_s);
 // Whether this process was started by MakeMpiReplaced (it has a parent).
 bool IsMpiReplacement();
 // A new process's side of MakeMpiReplaced: merges with the survivors,

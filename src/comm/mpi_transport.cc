@@ -54,6 +54,7 @@ std::vector<int> WorldRanks(MPI_Comm comm) {
 class MpiTransport final : public Transport {
  public:
   // Takes `comm` (a duplicate or split of the world) and frees it.
+  MPI_Comm comm() const { return comm_; }
   MpiTransport(MPI_Comm comm, int max_requests, double timeout_s)
       : comm_(comm), requests_(max_requests, MPI_REQUEST_NULL), expected_(max_requests, 0), timeout_s_(timeout_s) {
     // Errors come back as return codes, so they can be explained.
@@ -564,14 +565,16 @@ Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s) {
 
 namespace {
 
-// The communicator of the MPI_COMM_WORLD ranks `survivors`, made by them
-// alone (MPI_Comm_create_group; `tag` tells one such call from another).
-MPI_Comm SurvivorsComm(const std::vector<int>& survivors, int tag) {
+// The communicator of `base`'s ranks `survivors`, made by them alone
+// (MPI_Comm_create_group; `tag` tells one such call from another).
+MPI_Comm SurvivorsComm(Transport& base, const std::vector<int>& survivors, int tag) {
+  auto* mpi = dynamic_cast<MpiTransport*>(&base);
+  if (mpi == nullptr) throw Error("the survivors of a lost rank: their world is not an MPI one");
   MPI_Group all, kept;
-  BATON_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &all));
+  BATON_MPI_CHECK(MPI_Comm_group(mpi->comm(), &all));
   BATON_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(survivors.size()), survivors.data(), &kept));
   MPI_Comm comm = MPI_COMM_NULL;
-  BATON_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, kept, tag, &comm));
+  BATON_MPI_CHECK(MPI_Comm_create_group(mpi->comm(), kept, tag, &comm));
   MPI_Group_free(&kept);
   MPI_Group_free(&all);
   return comm;
@@ -590,9 +593,10 @@ MpiWorld WorldOver(MPI_Comm comm, const ReplicaLayout& layout, double timeout_s)
 
 }  // namespace
 
-MpiWorld MakeMpiSurvivors(const std::vector<int>& survivors, const ReplicaLayout& layout, double timeout_s) {
+MpiWorld MakeMpiSurvivors(Transport& base, const std::vector<int>& survivors, const ReplicaLayout& layout,
+                          double timeout_s) {
   constexpr int kSurvivorsTag = 4021;
-  return WorldOver(SurvivorsComm(survivors, kSurvivorsTag), layout, timeout_s);
+  return WorldOver(SurvivorsComm(base, survivors, kSurvivorsTag), layout, timeout_s);
 }
 
 namespace {
@@ -619,10 +623,10 @@ MpiWorld WorldFromMerged(MPI_Comm merged, int key, const ReplicaLayout& layout, 
 
 }  // namespace
 
-MpiWorld MakeMpiReplaced(const std::vector<int>& survivors, const Spawn& spawn, const std::string& payload, int key,
-                         const ReplicaLayout& layout, double timeout_s) {
+MpiWorld MakeMpiReplaced(Transport& base, const std::vector<int>& survivors, const Spawn& spawn,
+                         const std::string& payload, int key, const ReplicaLayout& layout, double timeout_s) {
   constexpr int kSurvivorsTag = 4022;
-  MPI_Comm comm = SurvivorsComm(survivors, kSurvivorsTag);
+  MPI_Comm comm = SurvivorsComm(base, survivors, kSurvivorsTag);
   // A spawn that fails (a new process that cannot start or reach the
   // others) is an error here, not an abort that mpirun, keeping the
   // survivors, would end with 0.

@@ -246,6 +246,7 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     const RunComms comms{*w.world, w.groups.pipeline ? *w.groups.pipeline : *w.world,
                          w.groups.replicas ? *w.groups.replicas : *solo};
     watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, JobWatch::Joining{});
+    watch->set_command(join.command);  // a later loss may start new ranks from this one too
     TrainOptions o = options;
     o.survivors = watch.get();
     o.joined = join.run;

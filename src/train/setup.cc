@@ -323,8 +323,22 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     u.evaluation = world.AllMax(u.test.samples > 0 ? 1 : 0, "every rank's evaluation data") == 1;
     u.fault = FaultForRun(u.fault, u.world_rank, u.first_step);
     // A fault fires once in a job: the ranks that go on after a loss are
-    // numbered anew, and none repeats it.
-    if (o.recovered) u.fault = Fault{};
+    // numbered anew, and none repeats it; a survivor of a replace keeps its
+    // rank and its faults still to come (a second loss later in the job).
+    if (o.recovered) {
+      const std::int64_t after = o.recovered->keep_faults_after;
+      Fault kept;
+      if (after >= 0 && u.fault.mode != Fault::kNone && u.fault.step > after) {
+        kept.mode = u.fault.mode;
+        kept.rank = u.fault.rank;
+        kept.step = u.fault.step;
+        kept.action = u.fault.action;
+      }
+      if (after >= 0 && u.fault.in_recovery.mode != Fault::kNone && u.fault.in_recovery.step > after) {
+        kept.in_recovery = u.fault.in_recovery;
+      }
+      u.fault = kept;
+    }
     u.exec->set_fault(u.fault);
     Agree(world, "every rank checking BATON_FAULT", [&] {
       if (u.fault.mode != Fault::kNone && u.fault.action == "replan" && !o.replans) {

@@ -75,6 +75,10 @@ struct SetupOptions {
   struct Recovered {
     std::string run_id;
     std::int64_t step = 0;
+    // A survivor of a replace (its rank the same): BATON_FAULT's faults of
+    // this rank after this step are kept (-1: none is, the ranks
+    // renumbered or this process new).
+    std::int64_t keep_faults_after = -1;
   };
   std::optional<Recovered> recovered;
 };

@@ -146,25 +146,9 @@ class RegroupGuard {
 
 }  // namespace
 
-JobWatch::JobWatch(const RunComms& comms, double timeout_s) : timeout_s_(timeout_s), comms_(&comms) {
-  const int size = comms.world.size();
-  std::vector<std::string> ranks;
-  comms.world.GatherStrings(std::to_string(MpiWorldRank()), &ranks, "every rank's MPI rank");
-  std::string joined = fmt::format("{}", fmt::join(ranks, " "));
-  comms.world.BroadcastString(&joined);
-  mpi_ranks_.clear();
-  for (std::size_t at = 0; at < joined.size();) {
-    std::size_t end = joined.find(' ', at);
-    if (end == std::string::npos) end = joined.size();
-    mpi_ranks_.push_back(std::stoi(joined.substr(at, end - at)));
-    at = end + 1;
-  }
-  if (static_cast<int>(mpi_ranks_.size()) != size) throw Error("the lost-rank watch: every rank's MPI rank not known");
-  Watch();
-}
+JobWatch::JobWatch(const RunComms& comms, double timeout_s) : timeout_s_(timeout_s), comms_(&comms) { Watch(); }
 
-JobWatch::JobWatch(const RunComms& comms, double timeout_s, Joining)
-    : timeout_s_(timeout_s), comms_(&comms), replaced_(true) {
+JobWatch::JobWatch(const RunComms& comms, double timeout_s, Joining) : timeout_s_(timeout_s), comms_(&comms) {
   Watch();
 }
 
@@ -184,7 +168,6 @@ void JobWatch::Watch() {
 Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_clock::time_point start,
                                   const RecoveryHook& at) {
   if (at) at("recovery", MpiWorldRank());
-  if (replaced_) End(seen);
   Shrunk out;
   try {
     out.lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
@@ -239,7 +222,7 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
   for (int p = 0; p < layout.pipeline_ranks; ++p) {
     for (const int r : kept) {
       staying.push_back(layout.World(p, r));
-      members.push_back(mpi_ranks_[static_cast<std::size_t>(layout.World(p, r))]);
+      members.push_back(layout.World(p, r));  // its rank in the world now
     }
   }
   std::sort(staying.begin(), staying.end());
@@ -252,8 +235,7 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
     if (at) at("regroup", MpiWorldRank());
     // The old communicators are left as they are: requests to the lost ranks
     // never complete, and freeing them is not safe; they end with the process.
-    TakeWorld(MakeMpiSurvivors(members, next, timeout_s_), next);
-    mpi_ranks_ = members;
+    TakeWorld(MakeMpiSurvivors(comms_->world, members, next, timeout_s_), next);
     Watch();
   }
   old.reset();  // a goodbye on every old connection
@@ -279,11 +261,9 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
   }
   if (!from_snapshots && static_cast<int>(gone.size()) == layout.replicas) End(seen);
   out.replicas = layout.replicas;
-  std::vector<int> survivors, staying;  // MPI_COMM_WORLD ranks; world ranks
+  std::vector<int> staying;  // ranks of the world now
   for (int w = 0; w < watch_->size(); ++w) {
-    if (std::binary_search(out.lost.begin(), out.lost.end(), w)) continue;
-    staying.push_back(w);
-    survivors.push_back(mpi_ranks_[static_cast<std::size_t>(w)]);
+    if (!std::binary_search(out.lost.begin(), out.lost.end(), w)) staying.push_back(w);
   }
   // When the loss was seen, as a wall-clock time: the new ranks' clocks
   // start after their spawn.
@@ -307,15 +287,13 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
     }
     how.wdir = std::filesystem::current_path().string();
     try {
-      TakeWorld(MakeMpiReplaced(survivors, how, payload, me, layout, timeout_s_), layout);
+      TakeWorld(MakeMpiReplaced(comms_->world, staying, how, payload, me, layout, timeout_s_), layout);
     } catch (const Error& e) {
       EndTheJob(me == staying.front(), fmt::format("the survivors of the loss of {} could not start a new rank in "
                                                    "{} place (recovery.on_lost_rank: replace): {}",
                                                    RankList(out.lost), out.lost.size() > 1 ? "their" : "its",
                                                    e.what()));
     }
-    mpi_ranks_.clear();
-    replaced_ = true;
     Watch();
   }
   old.reset();  // a goodbye on every old connection

@@ -23,8 +23,8 @@ class JobWatch final : public Survivors {
   // and every wait of this thread ends with RankLost once one is lost.
   JobWatch(const RunComms& comms, double timeout_s);
   // A new process in a lost rank's place: it watches the world it joined
-  // (collective with the survivors' Replace), and a later loss ends the
-  // job.
+  // (collective with the survivors' Replace), and recovers from a later
+  // loss as the others do (set_command first).
   struct Joining {};
   JobWatch(const RunComms& comms, double timeout_s, Joining);
 
@@ -45,8 +45,9 @@ class JobWatch final : public Survivors {
   Shrunk Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) override;
   // The agreement, then MakeMpiReplaced: a `baton train --replacement`
   // for each lost rank, the payload (ReplacementPayload) telling it the
-  // run, the config and its place; one replacement a job (a later loss
-  // ends it: the world then holds processes beyond MPI_COMM_WORLD).
+  // run, the config and its place. The survivors' world is made from
+  // the world now (the job's, or the last recovery's, which holds the new
+  // processes of an earlier replace), so a job recovers again and again.
   Shrunk Replace(const RankLost& seen, const ReplicaLayout& layout, const std::string& run_id,
                  const RecoveryHook& at, bool from_snapshots) override;
 
@@ -69,8 +70,7 @@ class JobWatch final : public Survivors {
  private:
   void Watch();
   // The start of a recovery: BATON_FAULT's "recovery" point, then the
-  // survivors' agreement on the lost ranks (End when none comes, or when
-  // this world was made by a replace).
+  // survivors' agreement on the lost ranks (End when none comes).
   Shrunk Agree(const RankLost& seen, std::chrono::steady_clock::time_point start, const RecoveryHook& at);
   // The replicas (sorted, once each) that hold a rank of `lost`.
   static std::vector<int> ReplicasLosing(const std::vector<int>& lost, const ReplicaLayout& layout);
@@ -79,14 +79,12 @@ class JobWatch final : public Survivors {
   void TakeWorld(MpiWorld w, const ReplicaLayout& layout);
   double timeout_s_;
   const RunComms* comms_;             // the communicators now
-  std::vector<int> mpi_ranks_;        // MPI_COMM_WORLD's rank of each rank of the world now
   std::vector<MpiWorld> survivors_;   // the worlds made after losses (never freed: see Shrink)
   std::vector<std::unique_ptr<RunComms>> shrunk_comms_;
   std::unique_ptr<ReplicaGroup> solo_;  // a world of one replica's replica group
   std::unique_ptr<RankWatch> watch_;
   std::optional<LostRankInterrupt> interrupt_;
   Command command_;
-  bool replaced_ = false;  // this world holds new processes: no recovery again
 };
 
 // The survivors' message to the processes they start (JSON): the run, the

@@ -435,6 +435,7 @@ struct Recovery {
   bool from_snapshot = false;
   std::vector<int> holders;  // from_snapshot: the rank that held each lost one's snapshot
   std::int64_t interrupted = 0;  // the step the loss interrupted: said once it has finished
+  bool joined = false;           // this process is a new one, in a lost rank's place
 };
 
 // Rank 0: the line and the metrics row of `r`, once step `step` has finished.
@@ -580,7 +581,11 @@ void TakeStateFromAWholeReplica(const TrainConfig& c, const RunComms& comms, con
 void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions& options, KeptState* kept,
                 const std::optional<Recovery>& recovered, RunSetup& u) {
   SetupOptions setup = SetupFor(c, options);
-  if (recovered) setup.recovered = SetupOptions::Recovered{kept->run_id, recovered->after_step};
+  if (recovered) {
+    // A survivor of a replace keeps its rank, and its own fault of a later step.
+    setup.recovered = SetupOptions::Recovered{kept->run_id, recovered->after_step,
+                                              recovered->replaced && !recovered->joined ? recovered->interrupted : -1};
+  }
   SetUpRun(c, comms, u, setup);
   if (recovered) {
     if (recovered->from_snapshot) {
@@ -737,6 +742,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     r.seen = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j.since_loss_s));
     r.replicas_before = r.replicas_after = c.data_parallel.size;
     r.replaced = true;
+    r.joined = true;
     r.after_step = -on->world.AllMax(std::numeric_limits<int>::min(), "the survivors' kept steps");
     r.interrupted = on->world.AllMax(-1, "the survivors' last step boundaries") + 1;
     r.from_snapshot = neighbours;

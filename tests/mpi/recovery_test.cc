@@ -370,6 +370,42 @@ TEST_F(Recovery, ReplaceInAPurePipelineTakesTheNextRanksSnapshotAndReplaysToTheS
   }
 }
 
+// A second loss later in the job is recovered as the first: the survivors
+// make their world from the world now (which holds the first new process),
+// so a job goes on through any number of replaces. Replicas (rank 3 lost at
+// step 20, rank 1 at step 40) and a pure pipeline from snapshots (rank 1 at
+// step 22, then rank 2 at step 43, which holds the new rank 1's snapshot,
+// then the new rank 1 itself is not lost again: each new process takes no
+// fault). Each ends with the uninterrupted run's bytes, one "recovered" row
+// per loss, every step once.
+TEST_F(Recovery, ASecondLossLaterInTheJobIsReplacedToo) {
+  struct Case {
+    std::string name, sets, replace, faults;
+    std::vector<int> lost;
+  };
+  const std::string pure = "--set pipeline.ranks=4 --set data_parallel.size=1 --set pipeline.adapt=off";
+  for (const Case& c : {Case{"replicas", "", "", "3:20:B:kill,1:40:F:kill", {3, 1}},
+                        Case{"pure", pure, " --set recovery.snapshot_every=5", "1:22:F:kill,2:43:B:kill", {1, 2}}}) {
+    SCOPED_TRACE(c.name);
+    const Job ref = Train("", c.name + "_ref", c.sets + " --set recovery.on_lost_rank=stop");
+    ASSERT_EQ(ref.code, 0) << ref.output;
+    const Job j =
+        Train("BATON_FAULT=" + c.faults, c.name, c.sets + " --set recovery.on_lost_rank=replace" + c.replace);
+    ASSERT_EQ(j.code, 0) << j.output;
+    EXPECT_EQ(Count(j.output, "new rank in its place (recovery.on_lost_rank: replace)"), 2u) << j.output;
+    const Run run = StepsAndEvents(c.name);
+    ASSERT_EQ(run.events.size(), 2u) << j.output;
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(run.events[i]["event"], "recovered");
+      EXPECT_EQ(run.events[i]["mode"], "replace");
+      EXPECT_EQ(run.events[i]["lost"], nlohmann::json::array({c.lost[i]}));
+    }
+    EXPECT_EQ(run.last, 60);
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (c.name + ".safetensors")),
+              baton_test::ReadAll(dir_ / (c.name + "_ref.safetensors")));
+  }
+}
+
 // Two ranks of a pure pipeline that are not neighbours lost (rank 2 as the
 // survivors of rank 0's loss agree): each one's snapshot is on a survivor,
 // so two new processes take their places and the run ends with the
