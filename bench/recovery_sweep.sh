@@ -22,6 +22,9 @@
 #     replayed; recovery.snapshot_every: auto)
 #   MODE=replace ZERO=1 bench/recovery_sweep.sh ...  (replicas under ZeRO 1-3:
 #     the new rank's state, its shards, from the next replica's snapshot)
+#   MODE=replace KILLS=2 bench/recovery_sweep.sh ...  (two losses a run: the
+#     first at a step in 10..80, a second of another rank 10 to 80 steps
+#     later; each recovered: two recovery lines and rows)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/stamp.sh
@@ -29,6 +32,7 @@ runs=${1:-20}
 seed=${2:-1}
 baton=${BATON:-build/baton}
 mode=${MODE:-shrink}
+kills=${KILLS:-1}
 config=${CONFIG:-tests/mpi/tiny.yaml}
 replicas=${REPLICAS:-2}
 zero=()
@@ -50,7 +54,7 @@ run() {  # NAME P SCHEDULE [ENV...]
     --set recovery.on_lost_rank="$mode" --set checkpoint.dir="$out/ck-$name" --set checkpoint.every_steps=10 \
     --set log.metrics="$out/$name.jsonl" --set log.weights="$out/$name.safetensors" > "$out/$name.log" 2>&1
 }
-stamp "MODE=$mode REPLICAS=$replicas${ZERO:+ ZERO=$ZERO} CONFIG=$config $0 $runs $seed"
+stamp "MODE=$mode REPLICAS=$replicas${ZERO:+ ZERO=$ZERO}${KILLS:+ KILLS=$KILLS} CONFIG=$config $0 $runs $seed"
 echo
 for p in 2 4; do
   for schedule in 1f1b zb_h1; do run "healthy-$p-$schedule" "$p" "$schedule"; done
@@ -66,28 +70,41 @@ for i in $(seq 1 "$runs"); do
   rank=$(( RANDOM % (p * replicas) ))
   if [ "$schedule" = 1f1b ]; then actions=(F B checkpoint); else actions=(F I W checkpoint); fi
   action=${actions[$(( RANDOM % ${#actions[@]} ))]}
-  step=$(( 10 + RANDOM % 81 ))
+  if [ "$kills" -eq 1 ]; then step=$(( 10 + RANDOM % 81 )); else step=$(( 10 + RANDOM % 71 )); fi
   [ "$action" = checkpoint ] && step=$(( (step / 10) * 10 ))
+  fault="$rank:$step:$action:kill"
+  if [ "$kills" -eq 2 ]; then
+    # Another rank, 10 to 80 steps later (at most step 90).
+    rank2=$(( (rank + 1 + RANDOM % (p * replicas - 1)) % (p * replicas) ))
+    action2=${actions[$(( RANDOM % ${#actions[@]} ))]}
+    step2=$(( step + 10 + RANDOM % (81 - step) ))
+    [ "$action2" = checkpoint ] && step2=$(( ((step2 + 9) / 10) * 10 > 90 ? 90 : ((step2 + 9) / 10) * 10 ))
+    fault="$fault,$rank2:$step2:$action2:kill"
+    rank="$rank, $rank2"
+    step="$step, $step2"
+    action="$action, $action2"
+  fi
   start=$(date +%s.%N)
   set +e
-  run "kill$i" "$p" "$schedule" BATON_FAULT="$rank:$step:$action:kill"
+  run "kill$i" "$p" "$schedule" BATON_FAULT="$fault"
   code=$?
   set -e
   wall=$(echo "$(date +%s.%N) - $start" | bc)
-  if python3 - "$out" "$i" "$p" "$schedule" "$rank" "$step" "$action" "$code" "$wall" "$replicas" <<'EOF'
+  if python3 - "$out" "$i" "$p" "$schedule" "$rank" "$step" "$action" "$code" "$wall" "$replicas" "$kills" <<'EOF'
 import json, sys
 sys.path.insert(0, "bench")
 from weights_diff import largest_difference
-out, i, p, schedule, rank, step, action, code, wall, replicas = sys.argv[1:]
+out, i, p, schedule, rank, step, action, code, wall, replicas, kills = sys.argv[1:]
+kills = int(kills)
 ok, seconds, diff = False, "-", "-"
 try:
     rows = [json.loads(l) for l in open(f"{out}/kill{i}.jsonl")]
     steps = [r["step"] for r in rows if "loss" in r]  # training rows (not the GPT's validation rows)
     events = [r for r in rows if r.get("event") == "recovered"]
     log = open(f"{out}/kill{i}.log").read()
-    ok = code == "0" and steps == list(range(1, 101)) and len(events) == 1 and log.count("baton: lost rank") == 1
+    ok = code == "0" and steps == list(range(1, 101)) and len(events) == kills and log.count("baton: lost rank") == kills
     if events:
-        seconds = f"{events[0]['seconds']:.3f}"
+        seconds = ", ".join(f"{e['seconds']:.3f}" for e in events)
     diff = f"{largest_difference(f'{out}/healthy-{p}-{schedule}.safetensors', f'{out}/kill{i}.safetensors'):.2e}"
 except Exception as e:
     diff = f"({type(e).__name__})"
