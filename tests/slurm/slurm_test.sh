@@ -190,6 +190,24 @@ grep -q "baton: rank 2: injected fault (BATON_FAULT): killed at step 5" log/kill
 grep -q "task 2: Killed" log/kill.out || fail "Slurm did not report the killed task: $(tail -5 log/kill.out)"
 echo "slurm: a rank killed at step 5 ended the job (srun exit $code)"
 
+# Waits up to `limit` seconds for job `id` to end; prints its state. Slurm
+# holds a requeued job two minutes before it may start: it is let go as
+# soon as the nodes have finished with its first run's step (its PMIx
+# sockets gone: the requeued job's step has the same id).
+finish() {
+  local id=$1 limit=$2 state="" deadline=$((SECONDS + $2))
+  while [ $SECONDS -lt $deadline ]; do
+    state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    if [ "$state" = PENDING ] && scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
+      ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ]; then
+      scontrol update jobid="$id" StartTime=now > /dev/null 2>&1
+    fi
+    case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+    sleep 0.2
+  done
+  echo "$state"
+}
+
 # 5. The sbatch template, stopped by SIGUSR1 mid-run, requeued and resumed.
 # Rank 0 waits at step 60's forward until the signal reaches it (BATON_FAULT
 # wait), so the stop lands at the boundary after step 60 on any machine;
@@ -214,42 +232,13 @@ until grep -q "waiting for a stop signal" log/template.out 2> /dev/null; do
   sleep 0.1
 done
 scancel --signal=USR1 "$id" || fail "scancel --signal=USR1 $id"
-state=""
-deadline=$((SECONDS + 2 * limit))
-while [ $SECONDS -lt $deadline ]; do
-  state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-  # Slurm holds a requeued job two minutes before it may start: let it go
-  # as soon as the nodes have finished with its first run's step (its PMIx
-  # sockets gone: the requeued job's step has the same id).
-  if [ "$state" = PENDING ] && scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
-    ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ]; then
-    scontrol update jobid="$id" StartTime=now > /dev/null 2>&1
-  fi
-  case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
-  sleep 0.2
-done
+state=$(finish "$id" $((2 * limit)))
 [ "$state" = COMPLETED ] || fail "the template's job is $state after $((2 * limit)) s: $(tail -10 log/template.out)"
 grep -q "baton: stopped by SIGUSR1" log/template.out || fail "the job was not stopped: $(tail -10 log/template.out)"
 grep -q "requeueing job $id" log/template.out || fail "the job was not requeued: $(tail -10 log/template.out)"
 grep -q "resumed after step 60" log/template.out || fail "the requeued job did not resume after step 60: $(tail -10 log/template.out)"
 cmp out/whole.safetensors out/template.safetensors || fail "the requeued run's weights differ from the uninterrupted run's"
 echo "slurm: scripts/baton.sbatch stopped by SIGUSR1 at step 60, requeued, resumed: the uninterrupted run's weights"
-
-# Waits up to `limit` for job `id` to end (letting its requeued run go at
-# once, as above); prints its state.
-finish() {
-  local id=$1 limit=$2 state="" deadline=$((SECONDS + $2))
-  while [ $SECONDS -lt $deadline ]; do
-    state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-    if [ "$state" = PENDING ] && scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
-      ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ]; then
-      scontrol update jobid="$id" StartTime=now > /dev/null 2>&1
-    fi
-    case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
-    sleep 0.2
-  done
-  echo "$state"
-}
 
 # 6. The template with BATON_LAUNCH=mpirun (mpirun inside the allocation,
 # keeping the survivors) and recovery.on_lost_rank: replace in the 4-rank

@@ -211,6 +211,20 @@ TEST_F(ThreadsTrain, APlacementChangedWithReplicasAndZeroTrainsTheSameBits) {
   }
 }
 
+// The replicas' shares of a 2 x 2 run's 16 microbatches changed to 12 + 4
+// after step 2, then to 3 + 13 with another placement after step 5.
+TrainOptions ReSplitAfterSteps2And5() {
+  TrainOptions options;
+  options.next_plan = [](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
+    if (done != 2 && done != 5) return std::nullopt;
+    TrainConfig next = running;
+    next.pipeline.replica_microbatches = done == 2 ? std::vector<int>{12, 4} : std::vector<int>{3, 13};
+    if (done == 5) next = WithPlacement(next, PlanRun(running).model, {0, 6, 9});
+    return next;
+  };
+  return options;
+}
+
 // pipeline.adapt: full's move: the replicas' shares of the global batch's
 // microbatches changed between steps (16 as 12 + 4 after step 2, then 3 +
 // 13 with another placement after step 5), under ZeRO 0 and 1. The steps
@@ -226,14 +240,7 @@ TEST_F(ThreadsTrain, TheReplicasSharesOfTheMicrobatchesChangedBetweenStepsTrainT
     const std::vector<std::string> still = {"train.steps=8", "data_parallel.zero=" + std::to_string(zero)};
     const RunResult whole = Train(name + "_still", 2, 2, still);
     ExpectClean(whole);
-    TrainOptions options;
-    options.next_plan = [&](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
-      if (done != 2 && done != 5) return std::nullopt;
-      TrainConfig next = running;
-      next.pipeline.replica_microbatches = done == 2 ? std::vector<int>{12, 4} : std::vector<int>{3, 13};
-      if (done == 5) next = WithPlacement(next, PlanRun(running).model, {0, 6, 9});
-      return next;
-    };
+    const TrainOptions options = ReSplitAfterSteps2And5();
     const RunResult moved = Train(name + "_moved", 2, 2, still, options);
     ExpectClean(moved);
     ASSERT_EQ(moved.losses.size(), whole.losses.size());
@@ -268,14 +275,7 @@ TEST_F(ThreadsTrain, WithGradientsSummedInDoubleChangedSharesTrainTheSameBits) {
     std::vector<std::string> still = {"train.steps=8", "train.optimizer={type: adamw, lr: 0.01}",
                                       "data_parallel.zero=" + std::to_string(zero), "data_parallel.bucket_cap_mb=0.001",
                                       "train.grad_accum_dtype=fp64"};
-    TrainOptions options;
-    options.next_plan = [&](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
-      if (done != 2 && done != 5) return std::nullopt;
-      TrainConfig next = running;
-      next.pipeline.replica_microbatches = done == 2 ? std::vector<int>{12, 4} : std::vector<int>{3, 13};
-      if (done == 5) next = WithPlacement(next, PlanRun(running).model, {0, 6, 9});
-      return next;
-    };
+    const TrainOptions options = ReSplitAfterSteps2And5();
     const RunResult whole = Train(name + "_still", 2, 2, still);
     ExpectClean(whole);
     const RunResult moved = Train(name + "_moved", 2, 2, still, options);
