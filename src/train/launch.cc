@@ -245,7 +245,10 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     if (!w.groups.replicas) solo = MakeSoloReplicaGroup();
     const RunComms comms{*w.world, w.groups.pipeline ? *w.groups.pipeline : *w.world,
                          w.groups.replicas ? *w.groups.replicas : *solo};
-    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, JobWatch::Joining{});
+    // A new process in a lost rank's place watches the world it joined
+    // (collective with the survivors' Replace), and recovers from a later
+    // loss as they do.
+    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s);
     watch->set_command(join.command);  // a later loss may start new ranks from this one too
     TrainOptions o = options;
     o.survivors = watch.get();

@@ -148,10 +148,6 @@ class RegroupGuard {
 
 JobWatch::JobWatch(const RunComms& comms, double timeout_s) : timeout_s_(timeout_s), comms_(&comms) { Watch(); }
 
-JobWatch::JobWatch(const RunComms& comms, double timeout_s, Joining) : timeout_s_(timeout_s), comms_(&comms) {
-  Watch();
-}
-
 JobWatch::~JobWatch() { Finish(); }
 
 void JobWatch::Finish() {

@@ -22,11 +22,6 @@ class JobWatch final : public Survivors {
   // Collective over `comms.world`: every rank starts watching the others,
   // and every wait of this thread ends with RankLost once one is lost.
   JobWatch(const RunComms& comms, double timeout_s);
-  // A new process in a lost rank's place: it watches the world it joined
-  // (collective with the survivors' Replace), and recovers from a later
-  // loss as the others do (set_command first).
-  struct Joining {};
-  JobWatch(const RunComms& comms, double timeout_s, Joining);
 
   // What a replacement process is started with: the train command's
   // config (its text, passed on to it) and overrides.
