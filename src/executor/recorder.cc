@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "baton/deadline.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/timing.h"
@@ -57,8 +58,7 @@ void ActionClock::Record(ActionKind kind, int stage, int microbatch, Stamp start
     // Busy on this core, as a slower device would be: factor times the
     // action's own work, no sleep.
     const double until = start.cpu + slow_ * (cpu - start.cpu);
-    while ((cpu = ThreadCpuSeconds()) < until) {
-    }
+    while ((cpu = ThreadCpuSeconds()) < until) WhileWaiting::Run();  // a slow wire's due messages meanwhile
   }
   if (measuring_) busy_ += cpu - start.cpu;
   const double end = MonotonicSeconds();

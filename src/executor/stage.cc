@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "baton/deadline.h"
 #include "baton/error.h"
 
 namespace baton {
@@ -113,6 +114,7 @@ SequencePart Stage::LayerPart(int i, const SequencePart& part) const {
 }
 
 void Stage::RunOp(int i, std::byte* slot, int rows, const SequencePart& part, const std::byte* x, View out) {
+  WhileWaiting::Run();  // between ops too: a slow wire's held messages go out when due, not at the action's end
   const View in = Act(i, slot, rows, part, x);
   if (plan_.layer[i] >= 0) {
     device_->Forward(plan_.layer[i], in, out, Saved(i, slot), LayerPart(i, part));
@@ -164,6 +166,7 @@ void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, Gradient
   const ConstView top =
       plan_.is_last ? ConstView(slot + plan_.dlogits_offset, Shaped(plan_.act[K], rows, part)) : dy;
   for (int i = K - 1; i >= 0; --i) {
+    WhileWaiting::Run();
     const ConstView gout = i + 1 == K ? top : ConstView(Workspace(ws_grad_, i + 1, rows, part));
     const View gin = i == 0 ? dx : Workspace(ws_grad_, i, rows, part);
     if (plan_.layer[i] < 0) {
@@ -196,6 +199,7 @@ void Stage::BackwardWeight(std::byte* slot, GradientsReady* ready, const Sequenc
   // the order changes no bit, and the gradients become final from the end.
   for (int i = plan_.ops() - 1; i >= 0; --i) {
     if (plan_.layer[i] < 0 || !model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) continue;
+    WhileWaiting::Run();
     device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows, part), Saved(i, slot),
                             ConstView(slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], plan_.rows, part)),
                             Stash(i, slot), LayerPart(i, part));
