@@ -133,6 +133,19 @@ struct ShardCosts {
   std::vector<double> gather_time, reduce_time, gathered_bytes, after_step;
 };
 
+// A tied head (the embedding's weights used again by the last stage): the
+// two stages holding its copies, and the bytes of the gradient the two
+// ranks exchange after their last actions, before the at-end gradient
+// sums (GradientSums::at_end). Where the stages share a rank, or without
+// it (stages -1), nothing. Each rank receives the other's gradient: both
+// are done at max(end_a + delay a->b, end_b + delay b->a) + the message's
+// time for `bytes` (MessageCosts' latency and bandwidth, link_delay's
+// delays: a slow wire between them delays every step's end).
+struct TiedExchange {
+  int stage_a = -1, stage_b = -1;
+  double bytes = 0.0;
+};
+
 struct SimOptions {
   ComputeCosts compute;
   MessageCosts messages;
@@ -141,6 +154,7 @@ struct SimOptions {
   CorePools cores;
   SliceShares slices;
   ShardCosts shards;
+  TiedExchange tied;
   bool record_timeline = true;  // keep every action's start/end
 };
 
@@ -182,9 +196,10 @@ struct RankResult {
   // live at once (first slice's F to their slices' last B or W), and most
   // running backward (first input backward to last). Empty without slices.
   std::vector<int> peak_sequences, peak_backward_sequences;
-  // With gradient sums (SimOptions::sums) or sharding collectives
-  // (SimOptions::shards): the last one's end (>= end), and the time of
-  // them not hidden behind the compute, reduce_end - end.
+  // With gradient sums (SimOptions::sums), sharding collectives
+  // (SimOptions::shards) or a tied exchange (SimOptions::tied) on this
+  // rank: the last one's end (>= end), and the time of them not hidden
+  // behind the compute, reduce_end - end.
   double reduce_end = 0.0;
   double exposed_reduce = 0.0;
 };

@@ -74,6 +74,12 @@ SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
   SimOptions o = PriceSchedule(shape, costs);
   o.sums = PriceGradientSums(plan, costs);
   o.shards = PriceShards(plan, costs);
+  // A tied head's exchange between its two ranks (the executor's
+  // SumTiedGradients), in the gradients' element type.
+  const plan_detail::TiedStages tied = plan_detail::FindTiedStages(plan.model, plan.bounds);
+  if (tied.embedding >= 0) {
+    o.tied = {tied.embedding, tied.head, double(tied.floats) * double(plan.GradSumBytes())};
+  }
   return o;
 }
 

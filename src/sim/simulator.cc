@@ -688,20 +688,44 @@ class Simulator {
         out.peak_backward_sequences.push_back(peak_backward_sequences_[st]);
       }
     }
+    // A tied head's exchange: both its ranks are done with it when the
+    // later one's gradient has crossed the wire.
+    std::vector<double> tied_end(static_cast<std::size_t>(s_.ranks), 0.0);
+    if (o_.tied.stage_a >= 0 && o_.tied.stage_b >= 0) {
+      const int a = s_.stage_rank[o_.tied.stage_a], b = s_.stage_rank[o_.tied.stage_b];
+      if (a != b) {
+        auto delay = [&](int from, int to) {
+          return link_delay_ == nullptr ? 0.0 : (*link_delay_)[static_cast<std::size_t>(from * s_.ranks + to)];
+        };
+        const double message = o_.messages.latency +
+                               (o_.messages.bandwidth > 0.0 ? o_.tied.bytes / o_.messages.bandwidth : 0.0);
+        const double done =
+            std::max(res.per_rank[a].end + delay(a, b), res.per_rank[b].end + delay(b, a)) + message;
+        for (const int r : {a, b}) {
+          RankResult& out = res.per_rank[r];
+          tied_end[static_cast<std::size_t>(r)] = done;
+          out.reduce_end = std::max(out.end, done);
+          out.exposed_reduce = out.reduce_end - out.end;
+          res.makespan = std::max(res.makespan, out.reduce_end);
+        }
+      }
+    }
     if (!o_.sums.stage_time.empty()) {
       // Each rank's gradient sums, one after another, each from its stage's
-      // last gradient (or the rank's end), beside the compute.
+      // last gradient (or the rank's end, after its tied exchange), beside
+      // the compute.
       for (int r = 0; r < s_.ranks; ++r) {
         RankResult& out = res.per_rank[r];
+        const double end = std::max(out.end, tied_end[static_cast<std::size_t>(r)]);
         std::vector<std::pair<double, int>> ready;
         for (int st : out.stages) {
           const bool at_end = !o_.sums.at_end.empty() && o_.sums.at_end[static_cast<std::size_t>(st)];
-          ready.push_back({at_end ? out.end : grad_end_[st], st});
+          ready.push_back({at_end ? end : grad_end_[st], st});
         }
         std::sort(ready.begin(), ready.end());
         double t = 0.0;
         for (const auto& [when, st] : ready) t = std::max(t, when) + o_.sums.stage_time[static_cast<std::size_t>(st)];
-        out.reduce_end = std::max(t, out.end);
+        out.reduce_end = std::max(t, end);
         out.exposed_reduce = out.reduce_end - out.end;
         res.makespan = std::max(res.makespan, out.reduce_end);
       }

@@ -66,6 +66,34 @@ TEST(Simulator, ALinkDelayShiftsGPipeOnceAndOneFOneBAtEveryCycle) {
   EXPECT_THROW(Simulate(Generate("gpipe", p, m), bad), ScheduleError);
 }
 
+// A tied head's exchange (SimOptions::tied): both ranks are done when the
+// later one's gradient has crossed, x = its bytes over the bandwidth after
+// the ranks' ends. GPipe's rank 0 ends at T = (m + p - 1)(F + B) (+ d
+// with a delay d either way), rank 1 ends B before it (B + d with the delay
+// on the way back), so the step is T + x, T + 2d + x with the delay from 0
+// to 1 (rank 0's part waits out the wire after its end), and T + x with it
+// from 1 to 0 (rank 1's part leaves d before rank 0 ends). Stages on one
+// rank exchange nothing.
+TEST(Simulator, ATiedHeadsExchangeEndsTheStepAfterTheSlowerSideCrossesTheWire) {
+  const int p = 2, m = 6;
+  const double d = 0.75, x = 0.5, t = (m + p - 1) * 3.0;
+  SimOptions o = WithCosts(1, 1, 1);
+  o.messages.bandwidth = 1.0;  // activations: 0 bytes, free
+  o.tied = {0, 1, x};
+  const SimResult healthy = Simulate(Generate("gpipe", p, m), o);
+  EXPECT_NEAR(healthy.makespan, t + x, kEps);
+  for (int r = 0; r < p; ++r) EXPECT_NEAR(healthy.per_rank[r].reduce_end, t + x, kEps) << r;
+  EXPECT_NEAR(healthy.per_rank[1].exposed_reduce, 2.0 + x, kEps);
+  for (const auto& [link, want] : {std::pair{std::size_t{1}, t + 2 * d + x}, std::pair{std::size_t{2}, t + d + x}}) {
+    o.messages.link_delay.assign(p * p, 0.0);
+    o.messages.link_delay[link] = d;
+    EXPECT_NEAR(Simulate(Generate("gpipe", p, m), o).makespan, want, kEps) << link;
+  }
+  o.messages.link_delay.clear();
+  o.tied = {0, 0, x};  // one rank: a local sum
+  EXPECT_NEAR(Simulate(Generate("gpipe", p, m), o).makespan, t, kEps);
+}
+
 TEST(Simulator, PeakInFlightIsOneFOneBsWarmUpAndGPipesAll) {
   for (const Shape sh : kShapes) {
     const SimResult one = Simulate(Generate1F1B(sh.p, sh.m));
