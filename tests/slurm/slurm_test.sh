@@ -18,9 +18,11 @@
 # the test's signal reaches it, and every wait is bounded by a multiple of
 # what the test measured itself (the reference runs' times). Every process
 # the test starts carries BATON_SLURM_TEST in its environment (the
-# daemons, their slurmstepd, the jobs' ranks): whatever happens they are
-# stopped by their process ids, SIGTERM then SIGKILL after a grace period,
-# the test fails if any is left, and the folder is removed.
+# daemons, the jobs' ranks) or works in the test's folder (the step
+# daemons, slurmstepd, which slurmd starts with an environment of its own
+# and whose folder is the job's): whatever happens they are stopped by
+# their process ids, SIGTERM then SIGKILL after a grace period, the test
+# fails if any is left, and the folder is removed.
 #
 #   tests/slurm/slurm_test.sh BATON MPIEXEC SOURCE_DIR
 #
@@ -41,14 +43,24 @@ dir=$(mktemp -d /tmp/baton-slurm.XXXXXX)
 # step daemons and the jobs' tasks, whose environment srun and sbatch copy).
 export BATON_SLURM_TEST=$dir
 pids=()
-# The process ids carrying the mark, but this shell and its subshells.
+# The process ids carrying the mark or working in the test's folder, but
+# this shell and its subshells.
 ours() {
-  local e p
+  local e p cwd comm
   for e in /proc/[0-9]*/environ; do
     p=${e#/proc/}
     p=${p%/environ}
     [ "$p" = "$$" ] || [ "$p" = "$BASHPID" ] && continue
-    grep -qzx "BATON_SLURM_TEST=$dir" "$e" 2> /dev/null && echo "$p"
+    if grep -qzx "BATON_SLURM_TEST=$dir" "$e" 2> /dev/null; then
+      echo "$p"
+      continue
+    fi
+    # (By name too: this shell's subshells work in the folder as well.)
+    comm=""
+    read -r comm 2> /dev/null < "/proc/$p/comm"
+    [ "$comm" = slurmstepd ] || continue
+    cwd=$(readlink "/proc/$p/cwd" 2> /dev/null)
+    [ "$cwd" = "$dir" ] || [ "${cwd#"$dir"/}" != "$cwd" ] && echo "$p"
   done
 }
 # Sends `signal` to every marked process, then waits up to `seconds` for
