@@ -209,39 +209,44 @@ void ParamStore::Restore(const std::vector<NamedTensor>& saved, const std::strin
   Push();
 }
 
-std::vector<NamedTensor> ParamStore::OwnTensors() const {
-  std::vector<NamedTensor> out;
+void ParamStore::ForEachOwn(const std::function<void(std::string name, std::vector<std::int64_t> shape,
+                                                    std::span<const float> data)>& each) const {
   const std::vector<std::string> names = StateNames();
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     Stage& st = *stages_[k];
-    for (const Stage::Param& p : st.named_params()) out.push_back({p.name, p.shape, {p.data.begin(), p.data.end()}});
+    for (const Stage::Param& p : st.named_params()) each(p.name, p.shape, p.data);
     const auto state = st.device().OptimizerState();
     for (std::size_t s = 0; s < state.size(); ++s) {
-      out.push_back({fmt::format("stage.{}.{}", k, s < names.size() ? names[s] : std::to_string(s)),
-                     {static_cast<std::int64_t>(state[s].size())},
-                     {state[s].begin(), state[s].end()}});
+      each(fmt::format("stage.{}.{}", k, s < names.size() ? names[s] : std::to_string(s)),
+           {static_cast<std::int64_t>(state[s].size())}, state[s]);
     }
   }
+}
+
+std::vector<NamedTensor> ParamStore::OwnTensors() const {
+  std::vector<NamedTensor> out;
+  ForEachOwn([&](std::string name, std::vector<std::int64_t> shape, std::span<const float> data) {
+    out.push_back({std::move(name), std::move(shape), {data.begin(), data.end()}});
+  });
   return out;
 }
 
 std::vector<NamedTensor> ParamStore::OwnTensorsToFill() const {
   std::vector<NamedTensor> out;
-  const std::vector<std::string> names = StateNames();
-  for (std::size_t k = 0; k < stages_.size(); ++k) {
-    Stage& st = *stages_[k];
-    for (const Stage::Param& p : st.named_params()) {
-      std::size_t n = 1;
-      for (const std::int64_t d : p.shape) n *= static_cast<std::size_t>(d);
-      out.push_back({p.name, p.shape, std::vector<float>(n)});
-    }
-    const auto state = st.device().OptimizerState();
-    for (std::size_t s = 0; s < state.size(); ++s) {
-      out.push_back({fmt::format("stage.{}.{}", k, s < names.size() ? names[s] : std::to_string(s)),
-                     {static_cast<std::int64_t>(state[s].size())},
-                     std::vector<float>(state[s].size())});
-    }
-  }
+  ForEachOwn([&](std::string name, std::vector<std::int64_t> shape, std::span<const float> data) {
+    out.push_back({std::move(name), std::move(shape), std::vector<float>(data.size())});
+  });
+  return out;
+}
+
+std::vector<float> ParamStore::OwnFloats() const {
+  std::size_t n = 0;
+  ForEachOwn([&](const std::string&, const std::vector<std::int64_t>&, std::span<const float> data) { n += data.size(); });
+  std::vector<float> out;
+  out.reserve(n);
+  ForEachOwn([&](const std::string&, const std::vector<std::int64_t>&, std::span<const float> data) {
+    out.insert(out.end(), data.begin(), data.end());
+  });
   return out;
 }
 

@@ -9,7 +9,9 @@
 #define BATON_TRAIN_PARAMS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,9 @@ class ParamStore {
   // OwnTensors' names and sizes, zero, without a Pull (a new rank's, to
   // receive its state into).
   std::vector<NamedTensor> OwnTensorsToFill() const;
+  // OwnTensors' floats one after another in one buffer (Pull first): a
+  // snapshot's one copy (Unflatten into OwnTensorsToFill gives them back).
+  std::vector<float> OwnFloats() const;
   // OwnTensors' tensors (from `source`, for errors) back, after `step`
   // steps; then pushes. ConfigError for a tensor of another name or size.
   void RestoreOwn(const std::vector<NamedTensor>& own, const std::string& source, std::int64_t step);
@@ -90,6 +95,9 @@ class ParamStore {
   // ZeRO 3: every local stage's whole parameters in host copies, gathered
   // from the replicas or left for the caller to write (Executor::HoldWhole).
   void HoldWhole(bool gather);
+  // Each tensor of OwnTensors in order: its name, shape and floats.
+  void ForEachOwn(const std::function<void(std::string name, std::vector<std::int64_t> shape,
+                                           std::span<const float> data)>& each) const;
 
   const RunPlan& run_;
   const RankPlan& rank_;

@@ -414,30 +414,36 @@ void KeptState::Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step, boo
   last_copy_s_ = 0;
   if (!due) return;
   u.params->Pull();
-  // With snapshots, this rank's own part (its shards under ZeRO); else the
-  // stages' whole state (with replicas under ZeRO 0 every replica holds it).
-  std::vector<NamedTensor> tensors =
-      ring_ != nullptr ? u.params->OwnTensors() : u.params->CheckpointTensors(u.params->WholeState(replicas));
+  // With snapshots, this rank's own part (its shards under ZeRO), copied
+  // once into the buffer it is sent from and kept in; else the stages'
+  // whole state (with replicas under ZeRO 0 every replica holds it).
+  std::vector<NamedTensor> tensors;
+  std::vector<float> own, previous;
+  if (ring_ != nullptr) {
+    own = u.params->OwnFloats();
+  } else {
+    tensors = u.params->CheckpointTensors(u.params->WholeState(replicas));
+  }
   u.params->Settle();
-  std::vector<float> previous;
-  if (ring_ != nullptr) previous = PassOn(tensors);
+  if (ring_ != nullptr) previous = PassOn(own);
   // The slot already holding `step` (a recovery keeps its step again), or the older.
   Slot& slot = slots_[0].step == step ? slots_[0] : slots_[1].step == step ? slots_[1] : slots_[next_];
   if (&slot == &slots_[next_]) next_ = 1 - next_;
   slot.step = step;
   slot.tensors = std::move(tensors);
+  slot.own = std::move(own);
   slot.previous = std::move(previous);
   last_copy_s_ = MonotonicSeconds() - start;
   copy_s_ = last_copy_s_;
 }
 
-std::vector<float> KeptState::PassOn(const std::vector<NamedTensor>& mine) {
+std::vector<float> KeptState::PassOn(std::vector<float>& mine) {
   Transport& t = *ring_;
   const int next = SnapshotHolder(layout_, t.rank());
   int prev = 0;
   while (SnapshotHolder(layout_, prev) != t.rank()) ++prev;
   auto wire = std::make_unique<Wire>();
-  wire->out = Flatten(mine, "a snapshot of this rank's state");
+  wire->out = std::move(mine);  // MPI reads it from here: on a loss it stays with the wire
   wire->count_out = static_cast<std::int64_t>(wire->out.size());
   try {
     t.Irecv(kSnapshotRecvId, &wire->count_in, sizeof wire->count_in, prev, kSnapshotTag);
@@ -453,6 +459,7 @@ std::vector<float> KeptState::PassOn(const std::vector<NamedTensor>& mine) {
     abandoned_.push_back(std::move(wire));
     throw;
   }
+  mine = std::move(wire->out);
   return std::move(wire->in);
 }
 
@@ -472,8 +479,7 @@ void KeptState::Choose() {
   if (chose) every_ = SnapshotEvery(copy, each);
   // Two boundaries of this rank's state and the previous rank's.
   const Slot& newest = slots_[0].step >= slots_[1].step ? slots_[0] : slots_[1];
-  std::size_t held = newest.previous.size();
-  for (const NamedTensor& nt : newest.tensors) held += nt.data.size();
+  const std::size_t held = newest.previous.size() + newest.own.size();
   said_ = fmt::format("snapshots of each rank's state on the {} every {} step{} ({}; a copy took {:.1f} ms, "
                       "{:.1f}% of a {:.1f} ms step, {:.1f}% a step at this interval); {:.1f} MiB held on this rank",
                       layout_.replicas > 1 ? "same pipeline rank of the next replica" : "next rank", every_,
@@ -486,6 +492,7 @@ void KeptState::Choose() {
 std::int64_t KeptState::latest() const { return std::max(slots_[0].step, slots_[1].step); }
 
 const std::vector<NamedTensor>* KeptState::Find(std::int64_t step) const {
+  if (ring_ != nullptr) return nullptr;
   for (const Slot& slot : slots_) {
     if (slot.step == step) return &slot.tensors;
   }
@@ -505,11 +512,14 @@ void KeptState::PutOwn(RunSetup& u, const std::vector<NamedTensor>& tensors, std
 }
 
 void KeptState::Restore(RunSetup& u, std::int64_t step) const {
-  if (const std::vector<NamedTensor>* tensors = Find(step)) {
+  for (const Slot& slot : slots_) {
+    if (slot.step != step) continue;
     if (ring_ != nullptr) {
-      PutOwn(u, *tensors, step, "this rank's own state in memory");
+      std::vector<NamedTensor> tensors = u.params->OwnTensorsToFill();
+      Unflatten(slot.own, tensors, "this rank's own state in memory");
+      PutOwn(u, tensors, step, "this rank's own state in memory");
     } else {
-      Put(u, *tensors, step, "this rank's state in memory");
+      Put(u, slot.tensors, step, "this rank's state in memory");
     }
     return;
   }

@@ -142,7 +142,8 @@ class KeptState {
   // The state after `step` back into `u`'s stages, and the data where it
   // stood. ConfigError when this rank keeps no such step.
   void Restore(RunSetup& u, std::int64_t step) const;
-  // The tensors kept of `step`, or null.
+  // The tensors kept of `step` (a stage's whole state), or null; null too
+  // with HoldNeighbours, whose kept states are this rank's own part, flat.
   const std::vector<NamedTensor>* Find(std::int64_t step) const;
   // `tensors`, a stage state after `step`, into `u`'s stages (`what` names
   // where it came from in errors), and the data where it stood.
@@ -168,8 +169,9 @@ class KeptState {
  private:
   struct Slot {
     std::int64_t step = -1;
-    std::vector<NamedTensor> tensors;
-    std::vector<float> previous;  // with HoldNeighbours: the previous rank's state after `step`
+    std::vector<NamedTensor> tensors;  // without HoldNeighbours: the stages' whole state
+    std::vector<float> own;            // with HoldNeighbours: this rank's own part (ParamStore::OwnFloats)
+    std::vector<float> previous;       // with HoldNeighbours: the previous rank's own part after `step`
   };
   // A copy's buffers while it is on the wire: kept to the process's end
   // when a loss interrupts it (MPI may still write into them).
@@ -177,8 +179,9 @@ class KeptState {
     std::int64_t count_out = 0, count_in = 0;
     std::vector<float> out, in;
   };
-  // This rank's state to the next rank, the previous rank's back.
-  std::vector<float> PassOn(const std::vector<NamedTensor>& mine);
+  // This rank's state (`mine`, sent from where it lies and left there) to
+  // the next rank, the previous rank's back.
+  std::vector<float> PassOn(std::vector<float>& mine);
   // At the boundary the interval is chosen (auto) or its price said.
   void Choose();
   Slot slots_[2];
