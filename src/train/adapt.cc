@@ -335,16 +335,14 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
     const std::vector<int> evenly(static_cast<std::size_t>(replicas_), running.pipeline.microbatches);
     bool stays = best.bounds == plan.bounds && best.schedule == running.pipeline.schedule &&
                  best.chunks == plan.lowered.chunks() && split == evenly;
-    if (plan.lowered.chunks() == 1) {
-      auto [resplit, step] = BestSplit(running, split, factors, priced_links);
-      if (step < after) {
-        after = step;
-        r.schedule = running.pipeline.schedule;
-        r.chunks = plan.lowered.chunks();
-        r.bounds = plan.bounds;
-        stays = resplit == split;
-        r.split = resplit == evenly ? std::vector<int>{} : resplit;
-      }
+    auto [resplit, step] = BestSplit(running, split, factors, priced_links);
+    if (step < after) {
+      after = step;
+      r.schedule = running.pipeline.schedule;
+      r.chunks = plan.lowered.chunks();
+      r.bounds = plan.bounds;
+      stays = resplit == split;
+      r.split = resplit == evenly ? std::vector<int>{} : resplit;
     }
     r.factors = slowest;
     r.decide_seconds = MonotonicSeconds() - start;

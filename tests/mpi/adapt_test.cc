@@ -218,52 +218,59 @@ TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHeal
 }
 
 // pipeline.adapt: full with two replicas of a one-rank pipeline (no
-// placement to change): replica 1 slowed 3x from step 6 to 24, the
-// replicas' shares of the global batch's 8 microbatches move off it (4/4
-// to 6/2) within 3 steps and back to 4/4 within 3 steps of its recovery;
+// placement to change), as one stage (1F1B) and as two (looped BFS with 2
+// chunks, both on the rank): replica 1 slowed 3x from step 9 to 27 (after
+// the first window, steps 3-7, calibrated the healthy speeds: a slowdown
+// inside it is part of the calibration), the replicas' shares of the
+// global batch's 8 microbatches move off it (4/4 to 6/2) within 3 steps
+// and back to 4/4 within 3 steps of its recovery;
 // the rows say each replica's factor and share. Under AdamW the final
 // weights are the bytes of the run that never adapted: full sums the
 // gradients in double (train.grad_accum_dtype: auto), so the sums do not
 // depend on the split; the run without it sets fp64 to match.
 TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
-  const std::string dp = " --set pipeline.ranks=1 --set data_parallel.size=2 --set pipeline.microbatches=4"
-                         " --set train.steps=40 --set 'train.optimizer={type: adamw, lr: 0.01}'";
-  ASSERT_EQ(Train("", "--set pipeline.adapt=off --set log.metrics=still.jsonl --set log.weights=still.safetensors"
-                      " --set train.grad_accum_dtype=fp64" + dp),
-            0)
-      << Read("log.txt");
-  const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=10";
-  ASSERT_EQ(Train("BATON_FAULT=1:6:slow=3:until=25",
-                  "--set pipeline.adapt=full --set log.metrics=full.jsonl --set log.weights=full.safetensors" + dp + ck),
-            0)
-      << Read("log.txt");
-  const std::string log = Read("log.txt");
-  const std::vector<nlohmann::json> replans = Replans("full.jsonl");
-  ASSERT_GE(replans.size(), 2u) << log;
-  const nlohmann::json& away = replans.front();
-  EXPECT_LE(away["step"].get<int>(), 8) << away.dump();
-  EXPECT_GT(away["world_factors"][1].get<double>(), 2.0) << away.dump();
-  EXPECT_LT(away["world_factors"][0].get<double>(), 1.5) << away.dump();
-  EXPECT_EQ(away["microbatches_before"], nlohmann::json::array({4, 4})) << away.dump();
-  EXPECT_GT(away["microbatches"][0].get<int>(), 4) << away.dump();
-  EXPECT_EQ(away["microbatches"][0].get<int>() + away["microbatches"][1].get<int>(), 8) << away.dump();
-  EXPECT_LT(away["predicted_step_after_s"].get<double>(), away["predicted_step_before_s"].get<double>());
-  EXPECT_NE(log.find("microbatches a replica 4/4 -> "), std::string::npos) << log;
-  const nlohmann::json& back = replans.back();
-  EXPECT_GE(back["step"].get<int>(), 25) << back.dump();
-  EXPECT_LE(back["step"].get<int>(), 28) << back.dump();
-  EXPECT_EQ(back["microbatches"], nlohmann::json::array({4, 4})) << back.dump();
-  EXPECT_FALSE(Read("still.safetensors").empty());
-  EXPECT_EQ(Read("full.safetensors"), Read("still.safetensors"));
-  // The checkpoint of step 20, written while the shares were 6/2, resumes
-  // (the run's microbatches are the even ones) and goes on from step 21.
-  fs::remove_all(dir_ / "ck/step-00000030");
-  fs::remove_all(dir_ / "ck/step-00000040");
-  ASSERT_EQ(Train("", "--set pipeline.adapt=full --set log.metrics=resumed.jsonl --set log.weights=resumed.safetensors"
-                      " --resume auto" + dp + ck),
-            0)
-      << Read("log.txt");
-  EXPECT_NE(Read("log.txt").find("resumed after step 20"), std::string::npos) << Read("log.txt");
+  for (const auto& [name, schedule] : std::vector<std::pair<std::string, std::string>>{
+           {"one", ""}, {"two", " --set pipeline.schedule=looped_bfs --set pipeline.chunks=2"}}) {
+    const std::string dp = " --set pipeline.ranks=1 --set data_parallel.size=2 --set pipeline.microbatches=4"
+                           " --set train.steps=40 --set 'train.optimizer={type: adamw, lr: 0.01}'" + schedule;
+    ASSERT_EQ(Train("", "--set pipeline.adapt=off --set log.metrics=still.jsonl --set log.weights=still.safetensors"
+                        " --set train.grad_accum_dtype=fp64" + dp),
+              0)
+        << Read("log.txt");
+    const std::string ck = " --set checkpoint.dir=ck_" + name + " --set checkpoint.every_steps=10 --set checkpoint.keep=10";
+    ASSERT_EQ(Train("BATON_FAULT=1:9:slow=3:until=28",
+                    "--set pipeline.adapt=full --set log.metrics=full.jsonl --set log.weights=full.safetensors" + dp + ck),
+              0)
+        << Read("log.txt");
+    const std::string log = Read("log.txt");
+    const std::vector<nlohmann::json> replans = Replans("full.jsonl");
+    ASSERT_GE(replans.size(), 2u) << name << log;
+    const nlohmann::json& away = replans.front();
+    EXPECT_LE(away["step"].get<int>(), 11) << away.dump();
+    EXPECT_GT(away["world_factors"][1].get<double>(), 2.0) << away.dump();
+    EXPECT_LT(away["world_factors"][0].get<double>(), 1.5) << away.dump();
+    EXPECT_EQ(away["microbatches_before"], nlohmann::json::array({4, 4})) << away.dump();
+    EXPECT_GT(away["microbatches"][0].get<int>(), 4) << away.dump();
+    EXPECT_EQ(away["microbatches"][0].get<int>() + away["microbatches"][1].get<int>(), 8) << away.dump();
+    EXPECT_EQ(away["chunks"].get<int>(), schedule.empty() ? 1 : 2) << away.dump();
+    EXPECT_LT(away["predicted_step_after_s"].get<double>(), away["predicted_step_before_s"].get<double>());
+    EXPECT_NE(log.find("microbatches a replica 4/4 -> "), std::string::npos) << log;
+    const nlohmann::json& back = replans.back();
+    EXPECT_GE(back["step"].get<int>(), 28) << back.dump();
+    EXPECT_LE(back["step"].get<int>(), 31) << back.dump();
+    EXPECT_EQ(back["microbatches"], nlohmann::json::array({4, 4})) << back.dump();
+    EXPECT_FALSE(Read("still.safetensors").empty());
+    EXPECT_EQ(Read("full.safetensors"), Read("still.safetensors")) << name;
+    // The checkpoint of step 20, written while the shares were 6/2, resumes
+    // (the run's microbatches are the even ones) and goes on from step 21.
+    fs::remove_all(dir_ / ("ck_" + name) / "step-00000030");
+    fs::remove_all(dir_ / ("ck_" + name) / "step-00000040");
+    ASSERT_EQ(Train("", "--set pipeline.adapt=full --set log.metrics=resumed.jsonl --set log.weights=resumed.safetensors"
+                        " --resume auto" + dp + ck),
+              0)
+        << Read("log.txt");
+    EXPECT_NE(Read("log.txt").find("resumed after step 20"), std::string::npos) << Read("log.txt");
+  }
 }
 
 // A move that a rank cannot build (BATON_FAULT's replan:error, as a rank

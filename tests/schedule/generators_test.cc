@@ -308,5 +308,58 @@ TEST(Generators, OptionConstraintsSayTheRuleAndTheValue) {
             "ZB-2p 2p (got 0.5)");
 }
 
+// pipeline.adapt: full gives the replicas other microbatch counts, so
+// their schedules differ; each replica's rank starts a stage's gradient
+// sum after the stage's last gradient writer (B, W, or an overlapped
+// unit's B), and the replicas' collectives must start in one order. Every
+// generator keeps that order whatever the microbatch count: a rank's
+// stages' last writers come in the same order for 1 to 16 microbatches
+// (2, 3 and 4 ranks; 2 and 3 chunks where the generator takes them).
+TEST(Generators, ARanksStagesLastGradientsComeInOneOrderWhateverTheMicrobatches) {
+  auto order = [](const Schedule& s) {
+    std::vector<std::vector<int>> out;
+    for (const std::vector<Action>& list : s.actions) {
+      std::vector<int> stages;
+      auto wrote = [&](int stage) {
+        stages.erase(std::remove(stages.begin(), stages.end(), stage), stages.end());
+        stages.push_back(stage);
+      };
+      for (const Action& a : list) {
+        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) wrote(a.stage);
+        if (a.kind == ActionKind::kOverlapFB) wrote(a.backward_stage);
+      }
+      out.push_back(std::move(stages));
+    }
+    return out;
+  };
+  int multi = 0;  // cases of several stages a rank checked
+  for (const GeneratorEntry& g : Generators()) {
+    for (int p = 2; p <= 4; ++p) {
+      for (int chunks : {0, 2, 3}) {
+        std::vector<std::vector<int>> first;
+        int first_m = 0;
+        for (int m = 1; m <= 16; ++m) {
+          Schedule s;
+          try {
+            s = Generate(g.name, p, m, chunks);
+          } catch (const Error&) {
+            continue;  // a count or chunks this generator does not take
+          }
+          if (s.chunks() < 2) continue;
+          ++multi;
+          if (first.empty()) {
+            first = order(s);
+            first_m = m;
+            continue;
+          }
+          EXPECT_EQ(order(s), first) << g.name << " " << p << " ranks, " << s.chunks() << " chunks: " << m
+                                     << " microbatches against " << first_m;
+        }
+      }
+    }
+  }
+  EXPECT_GT(multi, 300);
+}
+
 }  // namespace
 }  // namespace baton

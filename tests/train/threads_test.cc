@@ -291,6 +291,32 @@ TEST_F(ThreadsTrain, WithGradientsSummedInDoubleChangedSharesTrainTheSameBits) {
   }
 }
 
+// The same re-splits in plans of two stages a rank (a loop and a V
+// schedule; each rank's stages start their sums in one order whatever its
+// replica's share: schedule/generators_test). The run ends with the bytes
+// of the unchanged one.
+TEST_F(ThreadsTrain, ChangedSharesInPlansOfTwoStagesARankTrainTheSameBits) {
+  for (const auto& [name, schedule, zero] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"looped_zero1", "pipeline.schedule=looped_bfs", 1}, {"zbv_zero0", "pipeline.schedule=zbv", 0}}) {
+    const std::vector<std::string> still = {"train.steps=8", "train.optimizer={type: adamw, lr: 0.01}", schedule,
+                                            "pipeline.chunks=2", "data_parallel.zero=" + std::to_string(zero),
+                                            "data_parallel.bucket_cap_mb=0.001", "train.grad_accum_dtype=fp64"};
+    TrainOptions options;
+    options.next_plan = [](std::int64_t done, const TrainConfig& running) -> std::optional<TrainConfig> {
+      if (done != 2 && done != 5) return std::nullopt;
+      TrainConfig next = running;
+      next.pipeline.replica_microbatches = done == 2 ? std::vector<int>{12, 4} : std::vector<int>{3, 13};
+      return next;
+    };
+    const RunResult whole = Train(name + "_still", 2, 2, still);
+    ExpectClean(whole);
+    const RunResult moved = Train(name + "_moved", 2, 2, still, options);
+    ExpectClean(moved);
+    EXPECT_EQ(moved.losses, whole.losses) << name;
+    EXPECT_TRUE(moved.weights == whole.weights) << name << ": the re-split run's weights differ";
+  }
+}
+
 // The schedule changed between steps too, with its chunks and placement:
 // within the loop family (the first stage on rank 0, the last on the last
 // rank) and within the V family (both on rank 0), the run ends with the
