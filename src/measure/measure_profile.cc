@@ -68,38 +68,48 @@ std::vector<std::byte> Fill(const TensorDesc& t, int id_range, std::mt19937& rng
 // in runs.
 constexpr double kShortestSample = 200e-6;
 
+// Rounds over the layers: each cost's samples are taken in this many rounds
+// over every layer, minutes of a noisy machine apart rather than back to
+// back, and the median taken over all of them: a burst of a neighbour's
+// work (seconds long, on a shared machine) then lands in one round of a
+// layer's samples, not in all of them.
+constexpr int kRounds = 5;
+
 class LayerTimer {
  public:
   // `cpu_clock`: time calls by the thread's CPU time (processes sharing
-  // cores), else by the wall clock.
-  LayerTimer(RankDevice& device, const ProfileOptions& o, bool cpu_clock)
-      : device_(device), options_(o), cpu_clock_(cpu_clock) {}
+  // cores), else by the wall clock. `share`: this round's share of the
+  // samples (1 / kRounds).
+  LayerTimer(RankDevice& device, const ProfileOptions& o, bool cpu_clock, double share)
+      : device_(device), options_(o), cpu_clock_(cpu_clock), share_(share) {}
 
-  // The median time of a call of `call`, after the warm-up ones. A call
-  // of a few microseconds is timed in runs of calls that take at least
-  // kShortestSample together (a run's time over its calls): the clock's
-  // own cost and resolution are then a small part of what is timed.
+  // This round's samples of a call of `call`, after the warm-up ones,
+  // added to `samples`. A call of a few microseconds is timed in runs of
+  // calls that take at least kShortestSample together (a run's time over
+  // its calls): the clock's own cost and resolution are then a small part
+  // of what is timed.
   template <typename Call>
-  double Time(Call call) {
+  void Sample(Call call, std::vector<double>& samples) {
     const double warm = Now();
     for (int i = 0; i < options_.warmup; ++i) call();
     device_.Synchronize();
     const double each = options_.warmup > 0 ? (Now() - warm) / options_.warmup : 0.0;
     const int run = each > 0 ? static_cast<int>(std::clamp(std::ceil(kShortestSample / each), 1.0, 1000.0)) : 1;
-    // At least `repetitions` samples, and more (up to ten times as many)
-    // until they add up to 20 ms: short calls are the noisiest.
-    std::vector<double> t;
+    // Over the rounds at least `repetitions` samples, and more (up to ten
+    // times as many) until they add up to 20 ms: short calls are the
+    // noisiest.
+    const int least = std::max(1, static_cast<int>(std::ceil(options_.repetitions * share_)));
+    int taken = 0;
     double total = 0;
-    while (static_cast<int>(t.size()) < options_.repetitions ||
-           (total < 0.02 && static_cast<int>(t.size()) < 10 * options_.repetitions)) {
+    while (taken < least || (total < 0.02 * share_ && taken < 10 * least)) {
       const double start = Now();
       for (int i = 0; i < run; ++i) call();
       device_.Synchronize();
       const double took = Now() - start;
-      t.push_back(took / run);
+      samples.push_back(took / run);
       total += took;
+      ++taken;
     }
-    return Median(t);
   }
 
  private:
@@ -108,10 +118,31 @@ class LayerTimer {
   RankDevice& device_;
   const ProfileOptions& options_;
   bool cpu_clock_;
+  double share_;
 };
 
-LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileOptions& o, bool cpu_clock,
-                          std::mt19937& rng) {
+// A layer's samples over the rounds: LayerProfile's costs before their medians.
+struct LayerSamples {
+  std::vector<double> forward, backward_input, backward_weight, backward;
+  std::vector<std::vector<double>> op_forward;
+  double saved_bytes = 0;
+
+  LayerProfile Medians() const {
+    LayerProfile out;
+    out.forward = Median(forward);
+    out.backward_input = Median(backward_input);
+    out.backward_weight = Median(backward_weight);
+    out.backward = Median(backward);
+    for (const std::vector<double>& op : op_forward) out.op_forward.push_back(Median(op));
+    out.saved_bytes = saved_bytes;
+    return out;
+  }
+};
+
+// One round of layer `t`'s samples, added to `into`: the layer built as a
+// one-layer stage, each cost timed.
+void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileOptions& o, bool cpu_clock,
+                 std::mt19937& rng, LayerSamples& into) {
   const ModelDesc& model = shape.model;
   const StagePlan plan = PlanStageAlone(shape, t, /*split_backward=*/true);
   Stage stage(model, plan, device.MakeStageDevice());
@@ -141,8 +172,7 @@ LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const
   const ConstView labels(Put(device, dev, labels_host.data(), labels_host.size()), labels_shape);
   const float scale = 1.0f / static_cast<float>(plan.rows);
 
-  LayerTimer timer(device, o, cpu_clock);
-  LayerProfile out;
+  LayerTimer timer(device, o, cpu_clock, 1.0 / kRounds);
   std::size_t written = 0;
   auto forward = [&] {
     rotate();
@@ -154,21 +184,28 @@ LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const
       stage.Forward(x, slot, y, &written);
     }
   };
-  out.forward = timer.Time(forward);
-  out.backward_input = timer.Time([&] {
-    rotate();
-    stage.Backward(slot, dy, dx, /*full=*/false);
-  });
-  out.backward_weight = timer.Time([&] {
-    rotate();
-    stage.BackwardWeight(slot);
-  });
-  out.backward = timer.Time([&] {
-    rotate();
-    stage.Backward(slot, dy, dx, /*full=*/true);
-  });
+  timer.Sample(forward, into.forward);
+  timer.Sample(
+      [&] {
+        rotate();
+        stage.Backward(slot, dy, dx, /*full=*/false);
+      },
+      into.backward_input);
+  timer.Sample(
+      [&] {
+        rotate();
+        stage.BackwardWeight(slot);
+      },
+      into.backward_weight);
+  timer.Sample(
+      [&] {
+        rotate();
+        stage.Backward(slot, dy, dx, /*full=*/true);
+      },
+      into.backward);
   stage.TakeLossTotals();
   // Each op's forward alone: what recomputing it costs.
+  into.op_forward.resize(static_cast<std::size_t>(plan.ops()));
   for (int k = 0; k < plan.ops(); ++k) {
     const TensorDesc& in = plan.act[static_cast<std::size_t>(k)];
     const TensorDesc& outd = plan.act[static_cast<std::size_t>(k) + 1];
@@ -178,16 +215,17 @@ LayerProfile ProfileLayer(const RunPlan& shape, int t, RankDevice& device, const
                            ? dev.Allocate(plan.saved_bytes[static_cast<std::size_t>(k)])
                            : nullptr;
     const int layer = plan.layer[static_cast<std::size_t>(k)];
-    out.op_forward.push_back(timer.Time([&] {
-      if (layer >= 0) {
-        dev.Forward(layer, a, b, saved, SequencePart{});
-      } else {
-        dev.Add(a, a, b);
-      }
-    }));
+    timer.Sample(
+        [&] {
+          if (layer >= 0) {
+            dev.Forward(layer, a, b, saved, SequencePart{});
+          } else {
+            dev.Add(a, a, b);
+          }
+        },
+        into.op_forward[static_cast<std::size_t>(k)]);
   }
-  out.saved_bytes = static_cast<double>(plan.slot_bytes);
-  return out;
+  into.saved_bytes = static_cast<double>(plan.slot_bytes);
 }
 
 // Latency and bandwidth between ranks 0 and 1: a small message's one-way
@@ -434,7 +472,13 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
       const RunPlan shape = LayerShape(config, model, r);
       ProfileRows pr;
       pr.rows = r;
-      for (int t = 0; t < model.top_layers(); ++t) pr.layers.push_back(ProfileLayer(shape, t, *device, o, p.cpu_clock, rng));
+      std::vector<LayerSamples> samples(static_cast<std::size_t>(model.top_layers()));
+      for (int round = 0; round < kRounds; ++round) {
+        for (int t = 0; t < model.top_layers(); ++t) {
+          SampleLayer(shape, t, *device, o, p.cpu_clock, rng, samples[static_cast<std::size_t>(t)]);
+        }
+      }
+      for (const LayerSamples& layer : samples) pr.layers.push_back(layer.Medians());
       p.rows.push_back(std::move(pr));
     }
   });
