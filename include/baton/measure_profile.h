@@ -24,7 +24,7 @@ struct ProfileOptions {
   std::vector<int> rows;  // samples per microbatch; empty: those of DefaultMicrobatches
   int warmup = 2;         // untimed calls before each round's samples of a cost
   int repetitions = 7;    // timed samples a median, at least (more, up to 10x, until they take 20 ms), taken in
-                          // three rounds over every layer; a sample is one call, or a run of calls of at least
+                          // five rounds over every layer; a sample is one call, or a run of calls of at least
                           // 0.2 ms together (its time over its calls)
 };
 

@@ -69,10 +69,10 @@ std::vector<std::byte> Fill(const TensorDesc& t, int id_range, std::mt19937& rng
 constexpr double kShortestSample = 200e-6;
 
 // Rounds over the layers: each cost's samples are taken in this many rounds
-// over every layer, minutes of a noisy machine apart rather than back to
-// back, and the median taken over all of them: a burst of a neighbour's
-// work (seconds long, on a shared machine) then lands in one round of a
-// layer's samples, not in all of them.
+// over every layer, seconds apart rather than back to back, and the median
+// taken over all of them: a burst of a neighbour's work (seconds long, on
+// a shared machine) then lands in one round of a layer's samples, not in
+// all of them.
 constexpr int kRounds = 5;
 
 class LayerTimer {
