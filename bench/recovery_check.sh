@@ -62,9 +62,10 @@ goal = 0.95 if mode == "replace" else 0.95 * (d - 1) / d
 def rows(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
 r = rows(f"lost{v}")
-steps_seen = [x["step"] for x in r if "event" not in x]
+train = [x for x in r if "event" not in x and "validation_loss" not in x]  # the steps' rows
+steps_seen = [x["step"] for x in train]
 event = [x for x in r if x.get("event") == "recovered"]
-t = {x["step"]: x["step_time_s"] for x in r if "event" not in x}
+t = {x["step"]: x["step_time_s"] for x in train}
 before = statistics.median(t[s] for s in range(at - 10, at))
 after = statistics.median(t[s] for s in range(at + 5, steps + 1))
 diff = largest_difference(f"{out}/healthy.safetensors", f"{out}/lost{v}.safetensors")
