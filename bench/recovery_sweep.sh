@@ -21,7 +21,8 @@
 #     the new rank's state from the next rank's snapshot, the steps since
 #     replayed; recovery.snapshot_every: auto)
 #   MODE=replace ZERO=1 bench/recovery_sweep.sh ...  (replicas under ZeRO 1-3:
-#     the new rank's state, its shards, from the next replica's snapshot)
+#     the new rank's state, its shards, from the next replica's snapshot;
+#     with ZERO=2 a kill may fall in a REDUCE_GRAD too, with 3 in an UNSHARD)
 #   MODE=replace KILLS=2 bench/recovery_sweep.sh ...  (two losses a run: the
 #     first at a step in 10..80, a second of another rank 10 to 80 steps
 #     later; each recovered: two recovery lines and rows)
@@ -69,6 +70,9 @@ for i in $(seq 1 "$runs"); do
   [ $(( RANDOM % 2 )) -eq 1 ] && schedule=zb_h1
   rank=$(( RANDOM % (p * replicas) ))
   if [ "$schedule" = 1f1b ]; then actions=(F B checkpoint); else actions=(F I W checkpoint); fi
+  # ZeRO 2 and 3's collectives are actions of the schedule too.
+  [ "${ZERO:-0}" -ge 2 ] && actions+=(REDUCE_GRAD)
+  [ "${ZERO:-0}" -ge 3 ] && actions+=(UNSHARD)
   action=${actions[$(( RANDOM % ${#actions[@]} ))]}
   if [ "$kills" -eq 1 ]; then step=$(( 10 + RANDOM % 81 )); else step=$(( 10 + RANDOM % 71 )); fi
   [ "$action" = checkpoint ] && step=$(( (step / 10) * 10 ))

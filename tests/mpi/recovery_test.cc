@@ -435,15 +435,17 @@ TEST_F(Recovery, TwoRanksThatAreNotNeighboursAreBothReplacedInAPurePipeline) {
 // next replica; a lost rank's new process takes it from there, every
 // survivor its own of the same step, and the steps since are replayed:
 // the run ends with the bytes of the uninterrupted run under the same
-// ZeRO stage.
+// ZeRO stage. The rank is killed in a forward (ZeRO 1), in its
+// REDUCE_GRAD's reduce-scatter (ZeRO 2) and in its UNSHARD's all-gather
+// (ZeRO 3).
 TEST_F(Recovery, ReplaceUnderZeroTakesTheShardsFromTheNextReplicasSnapshot) {
-  for (const int zero : {1, 2, 3}) {
+  for (const auto& [zero, action] : {std::pair{1, "F"}, std::pair{2, "REDUCE_GRAD"}, std::pair{3, "UNSHARD"}}) {
     SCOPED_TRACE(zero);
     const std::string z = " --set data_parallel.zero=" + std::to_string(zero) + " --set pipeline.adapt=off";
     const std::string ref = "zero_ref" + std::to_string(zero), out = "zero" + std::to_string(zero);
     const Job healthy = Train("", ref, z + " --set recovery.on_lost_rank=stop");
     ASSERT_EQ(healthy.code, 0) << healthy.output;
-    const Job j = Train("BATON_FAULT=2:27:F:kill", out,
+    const Job j = Train("BATON_FAULT=2:27:" + std::string(action) + ":kill", out,
                         z + " --set recovery.on_lost_rank=replace --set recovery.snapshot_every=5");
     ASSERT_EQ(j.code, 0) << j.output;
     // World rank 2 is pipeline rank 1 of replica 0; its holder is replica 1's, world rank 3.
