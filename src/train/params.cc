@@ -223,14 +223,6 @@ void ParamStore::ForEachOwn(const std::function<void(std::string name, std::vect
   }
 }
 
-std::vector<NamedTensor> ParamStore::OwnTensors() const {
-  std::vector<NamedTensor> out;
-  ForEachOwn([&](std::string name, std::vector<std::int64_t> shape, std::span<const float> data) {
-    out.push_back({std::move(name), std::move(shape), {data.begin(), data.end()}});
-  });
-  return out;
-}
-
 std::vector<NamedTensor> ParamStore::OwnTensorsToFill() const {
   std::vector<NamedTensor> out;
   ForEachOwn([&](std::string name, std::vector<std::int64_t> shape, std::span<const float> data) {
@@ -251,15 +243,19 @@ std::vector<float> ParamStore::OwnFloats() const {
 }
 
 void ParamStore::RestoreOwn(const std::vector<NamedTensor>& own, const std::string& source, std::int64_t step) {
-  HoldWhole(false);  // ZeRO 3: every parameter is written below (whole, as OwnTensors gives them)
-  const std::vector<NamedTensor> wanted = OwnTensors();
+  HoldWhole(false);  // ZeRO 3: every parameter is written below (whole, as OwnFloats gives them)
+  // The names and sizes of this rank's own tensors (not their floats).
+  std::vector<std::pair<std::string, std::size_t>> wanted;
+  ForEachOwn([&](std::string name, const std::vector<std::int64_t>&, std::span<const float> data) {
+    wanted.emplace_back(std::move(name), data.size());
+  });
   if (own.size() != wanted.size()) {
     throw ConfigError(fmt::format("{}: {} tensors, but this rank's state has {}", source, own.size(), wanted.size()));
   }
   for (std::size_t i = 0; i < own.size(); ++i) {
-    if (own[i].name != wanted[i].name || own[i].data.size() != wanted[i].data.size()) {
+    if (own[i].name != wanted[i].first || own[i].data.size() != wanted[i].second) {
       throw ConfigError(fmt::format("{}: tensor {} is '{}' of {} floats, expected '{}' of {}", source, i, own[i].name,
-                                    own[i].data.size(), wanted[i].name, wanted[i].data.size()));
+                                    own[i].data.size(), wanted[i].first, wanted[i].second));
     }
   }
   std::size_t at = 0;

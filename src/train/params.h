@@ -71,20 +71,19 @@ class ParamStore {
   void Restore(const std::vector<NamedTensor>& saved, const std::string& source, std::int64_t step);
 
   // This rank's own part of its stages' state, what no other rank holds
-  // under ZeRO: each parameter whole (Pull first: under ZeRO 3 gathered),
-  // then each local stage's optimizer state as this replica keeps it (its
-  // shard under ZeRO 1-3; all of it otherwise), one tensor a buffer named
-  // "stage.K.NAME". What a snapshot on another rank holds
-  // (recovery.on_lost_rank: replace).
-  std::vector<NamedTensor> OwnTensors() const;
-  // OwnTensors' names and sizes, zero, without a Pull (a new rank's, to
+  // under ZeRO, as tensors in a fixed order: each parameter whole (under
+  // ZeRO 3 gathered), then each local stage's optimizer state as this
+  // replica keeps it (its shard under ZeRO 1-3; all of it otherwise), one
+  // tensor a buffer named "stage.K.NAME". What a snapshot on another rank
+  // holds (recovery.on_lost_rank: replace).
+  // Its floats one after another in one buffer (Pull first): a snapshot's
+  // one copy (Unflatten into OwnTensorsToFill gives the tensors back).
+  std::vector<float> OwnFloats() const;
+  // Its tensors' names and sizes, zero, without a Pull (a new rank's, to
   // receive its state into).
   std::vector<NamedTensor> OwnTensorsToFill() const;
-  // OwnTensors' floats one after another in one buffer (Pull first): a
-  // snapshot's one copy (Unflatten into OwnTensorsToFill gives them back).
-  std::vector<float> OwnFloats() const;
-  // OwnTensors' tensors (from `source`, for errors) back, after `step`
-  // steps; then pushes. ConfigError for a tensor of another name or size.
+  // Its tensors (from `source`, for errors) back, after `step` steps; then
+  // pushes. ConfigError for a tensor of another name or size.
   void RestoreOwn(const std::vector<NamedTensor>& own, const std::string& source, std::int64_t step);
 
   // The local stages' parameters, in stage order (host copies; Pull first):
@@ -95,7 +94,7 @@ class ParamStore {
   // ZeRO 3: every local stage's whole parameters in host copies, gathered
   // from the replicas or left for the caller to write (Executor::HoldWhole).
   void HoldWhole(bool gather);
-  // Each tensor of OwnTensors in order: its name, shape and floats.
+  // Each tensor of this rank's own part in order: its name, shape and floats.
   void ForEachOwn(const std::function<void(std::string name, std::vector<std::int64_t> shape,
                                            std::span<const float> data)>& each) const;
 

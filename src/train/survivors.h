@@ -107,7 +107,7 @@ Replacement ReadReplacementPayload(const std::string& payload, int index);
 // Where a rank's state exists nowhere else (replace in a pure pipeline,
 // data_parallel.size 1; or with replicas under ZeRO 1-3, whose shards each
 // replica keeps alone: HoldNeighbours), each kept state is this rank's own
-// part (ParamStore::OwnTensors), also copied to the rank that holds its
+// part (ParamStore::OwnFloats), also copied to the rank that holds its
 // snapshot (SnapshotHolder: the next pipeline rank, or the next replica of
 // the same pipeline rank); and states are kept only every N steps
 // (recovery.snapshot_every; auto: the least N that keeps the copy's price
@@ -148,7 +148,7 @@ class KeptState {
   // `tensors`, a stage state after `step`, into `u`'s stages (`what` names
   // where it came from in errors), and the data where it stood.
   static void Put(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what);
-  // The same for a rank's own part (ParamStore::OwnTensors).
+  // The same for a rank's own part (ParamStore::OwnTensorsToFill's tensors).
   static void PutOwn(RunSetup& u, const std::vector<NamedTensor>& tensors, std::int64_t step, const char* what);
 
   // With HoldNeighbours, after new processes took the places of `lost`,
