@@ -114,14 +114,14 @@ struct FileFault {
 // A machine as a test sets it up: every variable, file, name and core
 // list the fake answers with; anything not listed is unset or unreadable.
 struct FakeMachine {
-  std::map<std::string, std::string> variables;
-  std::map<std::string, std::string> files;
+  std::map<std::string, std::string> variables{};
+  std::map<std::string, std::string> files{};
   std::string host = "fake-host";
   std::string cores = "0";
   // Files: the process's own (a test's folder), but for these failures.
-  std::vector<FileFault> file_faults;
+  std::vector<FileFault> file_faults{};
   // Each call of StopSignal: what it answers (empty: 0, no signal).
-  std::function<int()> stop_signal;
+  std::function<int()> stop_signal{};
 };
 std::unique_ptr<Env> MakeFakeEnv(FakeMachine machine);
 

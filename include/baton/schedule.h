@@ -167,14 +167,14 @@ struct GeneratorTraits {
   bool plans_with_costs = false;           // its order depends on GenerateOptions' costs and comm
   Placement placement = Placement::kLoop;  // where its stages go
   bool slices = false;                     // runs sequence slices (GenerateOptions::slices)
-  std::string_view one_slice_is;           // with one slice it is this generator's schedule (seq1f1b: 1f1b)
+  std::string_view one_slice_is{};         // with one slice it is this generator's schedule (seq1f1b: 1f1b)
   // Slices by its whole-microbatch order with every action expanded in
   // place into its k slices (ExpandSlices); false: its own sliced order.
   bool expands_slices = false;
   // The one-chunk order that runs the backward the other way (whole B
   // against I and W apart), for a run of this generator at one chunk a
   // rank: 1f1b's is zb_h1 and zb_h1's 1f1b; "" if none.
-  std::string_view other_backward;
+  std::string_view other_backward{};
 };
 
 struct GeneratorEntry {

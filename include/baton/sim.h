@@ -87,7 +87,7 @@ struct MemoryModel {
 // last has ended.
 struct GradientSums {
   std::vector<double> stage_time;
-  std::vector<char> at_end;  // empty, or one per stage
+  std::vector<char> at_end{};  // empty, or one per stage
 };
 
 // Ranks sharing cores (more processes than cores on a node): empty pools,
@@ -147,14 +147,14 @@ struct TiedExchange {
 };
 
 struct SimOptions {
-  ComputeCosts compute;
-  MessageCosts messages;
-  MemoryModel memory;
-  GradientSums sums;
-  CorePools cores;
-  SliceShares slices;
-  ShardCosts shards;
-  TiedExchange tied;
+  ComputeCosts compute{};
+  MessageCosts messages{};
+  MemoryModel memory{};
+  GradientSums sums{};
+  CorePools cores{};
+  SliceShares slices{};
+  ShardCosts shards{};
+  TiedExchange tied{};
   bool record_timeline = true;  // keep every action's start/end
 };
 

@@ -61,7 +61,7 @@ struct Candidate {
   // Sharded data parallel's stage (data_parallel.zero): 2 and 3 place the
   // schedule's REDUCE_GRAD (and UNSHARD, RESHARD) where the run places
   // them (PlaceRunShardingActions, baton/plan.h).
-  ZeroStage zero;
+  ZeroStage zero{};
 };
 
 // What one candidate costs. Times may be in any one unit (the step time

@@ -145,7 +145,9 @@ TEST_F(Recovery, ShrinkGoesOnWithoutTheReplicaThatLostARank) {
       }
       steps.push_back(row["step"].get<std::int64_t>());
       // Before the loss, the uninterrupted run's losses, bit for bit.
-      if (steps.back() < 25) EXPECT_EQ(row["loss"], healthy[steps.size() - 1]["loss"]) << "step " << steps.back();
+      if (steps.back() < 25) {
+        EXPECT_EQ(row["loss"], healthy[steps.size() - 1]["loss"]) << "step " << steps.back();
+      }
     }
     EXPECT_EQ(recovered, 1);
     ASSERT_EQ(steps.size(), 60u);

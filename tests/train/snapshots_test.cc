@@ -23,7 +23,9 @@ TEST(SnapshotEvery, IsTheLeastIntervalThatKeepsTheCopyWithinItsShareOfTheStep) {
     for (const double step : {0.001, 0.03, 0.4}) {
       const int n = SnapshotEvery(copy, step);
       EXPECT_LE(copy / n, 0.05 * step * (1 + 1e-12)) << copy << " " << step;
-      if (n > 1) EXPECT_GT(copy / (n - 1), 0.05 * step) << copy << " " << step;
+      if (n > 1) {
+        EXPECT_GT(copy / (n - 1), 0.05 * step) << copy << " " << step;
+      }
     }
   }
   // Nothing measured (no copy yet, or no step): every step.
