@@ -363,6 +363,13 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   }
   const double gain = now - after;  // in the price's unit
   if (!(gain >= s_.min_gain * now)) return std::nullopt;
+  // A plan a rank could not build is not tried again: the running one
+  // stands for these factors.
+  for (const Replan& f : failed_) {
+    if (f.schedule == r.schedule && f.chunks == r.chunks && f.bounds == r.bounds && f.split == r.split) {
+      return std::nullopt;
+    }
+  }
   // Ski rental with the real numbers: the time won over the steps left
   // against what moving costs.
   const double unit = unit_;
@@ -374,6 +381,8 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   r.step_healthy = healthy_ * unit;
   return r;
 }
+
+void AdaptivePlanner::Failed(const Replan& r) { failed_.push_back(r); }
 
 namespace {
 
@@ -575,22 +584,33 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   const std::string schedule_before = config.pipeline.schedule;
   const std::string layout_before = LayoutText(config, u_.plan.model, u_.plan.bounds);
   next = WithPlacement(next, u_.plan.model, bounds);
+  // The move's plan as PlanText names it (without planning it here: a plan
+  // is built only inside the swap, where every rank agrees on its errors).
+  const std::string target =
+      fmt::format("{}{} layout {}{}", next.pipeline.schedule,
+                  next.pipeline.chunks > 1 ? fmt::format(" ({} chunks)", next.pipeline.chunks) : "",
+                  LayoutText(next, u_.plan.model, bounds),
+                  next.pipeline.replica_microbatches.empty()
+                      ? ""
+                      : fmt::format(", microbatches a replica {}", SplitText(next)));
   const PlanSwap swap = SwapPlan(config, next, comms_, u_, done);
   u_.exec->MeasureCompute(true);  // a new executor either way
   if (!swap.failed.empty()) {
     // Every rank went back to the running plan, its state as it was.
     if (swap.failed_here) {
       std::fprintf(stderr,
-                   "%sbaton: rank %d: warning: the move after step %lld failed: %s; every rank went back to %s "
-                   "and the run goes on\n",
-                   tty ? "\n" : "", u_.world_rank, static_cast<long long>(done), swap.failed.c_str(), before.c_str());
+                   "%sbaton: rank %d: warning: the move after step %lld to %s failed: %s; every rank went back "
+                   "to %s and the run goes on (that plan is not tried again)\n",
+                   tty ? "\n" : "", u_.world_rank, static_cast<long long>(done), target.c_str(), swap.failed.c_str(),
+                   before.c_str());
     }
     if (t.rank() == 0) {
+      planner_->Failed(*replan);
       StartPlanner(config);
       if (u_.metrics) {
         u_.metrics->Line(fmt::format("{{\"event\": \"replan_failed\", \"step\": {}, \"layout\": \"{}\", "
-                                     "\"seconds\": {:.6g}}}",
-                                     done, before, swap.seconds));
+                                     "\"to\": \"{}\", \"seconds\": {:.6g}}}",
+                                     done, before, target, swap.seconds));
       }
     }
     return;

@@ -147,6 +147,10 @@ class AdaptivePlanner {
                                 const std::vector<double>& transits = {});
   // A move was made: its measured time.
   void Moved(double seconds) { move_seconds_ = seconds; }
+  // A move a rank could not build (its memory): the run stays on its plan,
+  // and Observe never proposes that plan (schedule, chunks, placement,
+  // split) again in this run, whatever the speeds do.
+  void Failed(const Replan& r);
   // The seconds the profile took to measure (0: read, or not yet).
   double profile_seconds() const { return profile_seconds_; }
 
@@ -178,6 +182,7 @@ class AdaptivePlanner {
   double unit_ = -1;             // seconds of a step per unit of its price (the first window's); < 0: not yet
   double move_seconds_ = -1;     // the last move's; < 0: none yet
   int replicas_ = 1;             // adapt: full: the world's replicas, each rank measured on its own
+  std::vector<Replan> failed_;   // the moves a rank could not build (Failed)
 };
 
 // Every rank's part of a run with adaptive plans, collective over the

@@ -46,15 +46,17 @@ class AdaptTest : public ::testing::Test {
     std::ifstream in(dir_ / name, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
-  std::vector<nlohmann::json> Replans(const std::string& name) {
+  // The metrics rows of one event ("replan", "replan_failed").
+  std::vector<nlohmann::json> Events(const std::string& name, const std::string& event) {
     std::vector<nlohmann::json> out;
     std::ifstream in(dir_ / name);
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json row = nlohmann::json::parse(line);
-      if (row.value("event", "") == "replan") out.push_back(row);
+      if (row.value("event", "") == event) out.push_back(row);
     }
     return out;
   }
+  std::vector<nlohmann::json> Replans(const std::string& name) { return Events(name, "replan"); }
 
   fs::path dir_;
 };
@@ -276,6 +278,8 @@ TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
 // A move that a rank cannot build (BATON_FAULT's replan:error, as a rank
 // out of memory would): every rank goes back to the plan it had with the
 // state it kept, says so, and the run ends with the healthy run's weights.
+// That move is not made later; another may be, where the speeds change
+// again (on a machine busy with other work rank 0's may).
 TEST_F(AdaptTest, AMoveARankCannotBuildLeavesTheOldPlanRunning) {
   ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
   ASSERT_EQ(Train("BATON_FAULT=1:6:slow=4,1:6:replan:error",
@@ -286,9 +290,27 @@ TEST_F(AdaptTest, AMoveARankCannotBuildLeavesTheOldPlanRunning) {
   EXPECT_NE(log.find("baton: rank 1: warning: the move after step "), std::string::npos) << log;
   EXPECT_NE(log.find("failed: BATON_FAULT: rank 1 failed to build the new plan after step"), std::string::npos)
       << log;
-  EXPECT_NE(log.find("every rank went back to 1f1b layout E,t*4|t*4,L and the run goes on"), std::string::npos) << log;
-  EXPECT_NE(Read("failed.jsonl").find(R"("event": "replan_failed")"), std::string::npos);
-  EXPECT_TRUE(Replans("failed.jsonl").empty());
+  EXPECT_NE(log.find("every rank went back to 1f1b layout E,t*4|t*4,L and the run goes on (that plan is not tried "
+                     "again)"),
+            std::string::npos)
+      << log;
+  const std::vector<nlohmann::json> failed = Events("failed.jsonl", "replan_failed");
+  ASSERT_EQ(failed.size(), 1u) << log;
+  EXPECT_EQ(failed[0]["layout"], "1f1b layout E,t*4|t*4,L");
+  const std::string to = failed[0]["to"].get<std::string>();
+  EXPECT_NE(to.find(" layout "), std::string::npos) << to;
+  EXPECT_NE(to, failed[0]["layout"]) << to;
+  EXPECT_NE(log.find("the move after step " + std::to_string(failed[0]["step"].get<int>()) + " to " + to + " failed"),
+            std::string::npos)
+      << log;
+  for (const nlohmann::json& r : Replans("failed.jsonl")) {
+    EXPECT_GT(r["step"].get<int>(), failed[0]["step"].get<int>()) << r.dump();
+    const int chunks = r["chunks"].get<int>();
+    const std::string plan = r["schedule"].get<std::string>() +
+                             (chunks > 1 ? " (" + std::to_string(chunks) + " chunks)" : "") + " layout " +
+                             r["layout_after"].get<std::string>();
+    EXPECT_NE(plan, to) << r.dump();
+  }
   EXPECT_EQ(Read("failed.safetensors"), Read("healthy.safetensors"));
 }
 

@@ -91,6 +91,7 @@ TEST(SpeedMeter, AMedianOfTheWindowCalibratedOnTheFirst) {
 struct Trace {
   std::vector<std::pair<std::int64_t, RunPlan>> moves;  // after which step, to what plan
   std::vector<std::string> schedules;                   // each move's schedule
+  std::vector<std::int64_t> failed;                     // the steps after which a move failed
 };
 
 // The top-level layers a plan places on rank `rank`.
@@ -106,8 +107,11 @@ int LayersOn(const RunPlan& plan, int rank) {
 // time otherwise 50 us, with 20 us of noise.
 // With `compute_s` > 0 the machine is that much faster: rank 1's compute
 // a step takes `compute_s` healthy.
+// With `again` > 0 rank 1 is slow again from that step on; with
+// `failing` > 0 the first `failing` moves proposed fail (a rank could not
+// build them): the run stays on its plan.
 Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t total, double wire = 0,
-                double compute_s = 0) {
+                double compute_s = 0, std::int64_t again = 0, int failing = 0) {
   TrainConfig c = Gpt();
   const Profile profile = Flat(c);
   AdaptivePlanner planner(profile);
@@ -116,7 +120,7 @@ Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t
   const double machine = compute_s > 0 ? compute_s / (1.5 * Priced(plan, profile)[1]) : 1.0;
   Trace t;
   for (std::int64_t step = 1; step <= total; ++step) {
-    const bool in_window = step >= from && step < until;
+    const bool in_window = (step >= from && step < until) || (again > 0 && step >= again);
     std::vector<double> speed = {1.0, in_window && wire == 0 ? slow : 1.0};
     std::vector<double> priced = Priced(plan, profile), seconds;
     for (std::size_t r = 0; r < priced.size(); ++r) seconds.push_back(machine * 1.5 * priced[r] * speed[r]);
@@ -127,6 +131,12 @@ Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t
         machine * 1.5 * PredictFromProfile(plan, profile, Slowdown(speed, {0, late / 1.5, 0, 0})).sim.makespan;
     if (std::optional<Replan> r = planner.Observe(c, plan, step, total, seconds, step_s, transits)) {
       EXPECT_GT(r->step_before, r->step_after);
+      if (static_cast<int>(t.failed.size()) < failing) {
+        t.failed.push_back(step);
+        planner.Failed(*r);
+        planner.Start(plan);
+        continue;
+      }
       c.pipeline.schedule = r->schedule;
       c.pipeline.chunks = r->chunks;
       c = WithPlacement(c, plan.model, r->bounds);
@@ -185,6 +195,26 @@ TEST(AdaptivePlanner, ARecoveryAfterAMoveThatLeftTheRankLittleIsWorthItsLayersBa
   EXPECT_LT(LayersOn(t.moves[0].second, 1), LayersOn(healthy, 1));
   EXPECT_EQ(t.moves[1].first, 62);
   EXPECT_EQ(LayersOn(t.moves[1].second, 1), LayersOn(healthy, 1));
+}
+
+// A move a rank could not build (out of memory) is not proposed again:
+// rank 1 slow, the move fails; the rank recovers (the run moves to the
+// plan best at full speed, as a run whose move went through does) and
+// slows again as before: where that run moves to the same plan as the
+// first time, the failed one stays untried.
+TEST(AdaptivePlanner, AMoveThatFailedIsNotTriedAgain) {
+  const Trace moving = Simulated(2.0, 20, 60, 200, 0, 0, 100);
+  ASSERT_EQ(moving.moves.size(), 3u);
+  EXPECT_EQ(moving.moves[0].first, 22);
+  EXPECT_EQ(moving.moves[1].first, 62);
+  EXPECT_EQ(moving.moves[2].first, 102);
+  EXPECT_EQ(moving.moves[2].second.bounds, moving.moves[0].second.bounds);
+  EXPECT_EQ(moving.schedules[2], moving.schedules[0]);
+  const Trace t = Simulated(2.0, 20, 60, 200, 0, 0, 100, 1);
+  ASSERT_EQ(t.failed, std::vector<std::int64_t>{22});
+  ASSERT_EQ(t.moves.size(), 1u);
+  EXPECT_EQ(t.moves[0].first, 62);
+  EXPECT_EQ(t.moves[0].second.bounds, moving.moves[1].second.bounds);
 }
 
 }  // namespace
