@@ -8,11 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -57,6 +59,23 @@ class AdaptTest : public ::testing::Test {
     return out;
   }
   std::vector<nlohmann::json> Replans(const std::string& name) { return Events(name, "replan"); }
+  // The first re-plan `is` picks out (null: none), and the step of the
+  // last move before it (0: none).
+  static std::pair<const nlohmann::json*, int> FirstWhere(const std::vector<nlohmann::json>& replans,
+                                                          const std::function<bool(const nlohmann::json&)>& is) {
+    int earlier = 0;
+    for (const nlohmann::json& r : replans) {
+      if (is(r)) return {&r, earlier};
+      earlier = r["step"].get<int>();
+    }
+    return {nullptr, earlier};
+  }
+  // The last step a change from step `onset` on is seen at: within three
+  // steps of it (a window's median or shortest time), or, where another
+  // change (a busy machine's) moved the plan at step `earlier`, at the
+  // first step the planner decides again: a moved plan is measured afresh,
+  // settle (2) and a full window (5) of steps later (AdaptSettings).
+  static int SeenBy(int onset, int earlier) { return std::max(onset + 4, earlier + 2 + 5); }
 
   fs::path dir_;
 };
@@ -78,14 +97,12 @@ TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns)
   // busy with other work a receiver kept from its core can look like a
   // slower wire first: the change the slow rank brings is the first whose
   // factors show it.)
-  const nlohmann::json* slowed = nullptr;
-  for (const nlohmann::json& r : replans) {
-    if (slowed == nullptr && r["factors"][1].get<double>() > 2.0) slowed = &r;
-  }
+  const auto [slowed, earlier] =
+      FirstWhere(replans, [](const nlohmann::json& r) { return r["factors"][1].get<double>() > 2.0; });
   ASSERT_NE(slowed, nullptr) << log;
   const nlohmann::json& away = *slowed;
   EXPECT_GE(away["step"].get<int>(), 12) << away.dump();
-  EXPECT_LE(away["step"].get<int>(), 16) << away.dump();
+  EXPECT_LE(away["step"].get<int>(), SeenBy(12, earlier)) << away.dump() << "\n" << log;
   if (slowed == &replans.front()) {
     EXPECT_EQ(away["layout_before"], "E,t*4|t*4,L");
     EXPECT_EQ(away["schedule_before"], "1f1b");
@@ -118,15 +135,14 @@ TEST_F(AdaptTest, ALateWireIsMeasuredAndThePlanChangesAroundIt) {
   // The first change the wire brings (on a machine busy with other work a
   // receiver kept from its core can look like a slower wire before it).
   const std::vector<nlohmann::json> replans = Replans("wire.jsonl");
-  const nlohmann::json* wire = nullptr;
-  for (const nlohmann::json& r : replans) {
+  const auto [wire, earlier] = FirstWhere(replans, [](const nlohmann::json& r) {
     const nlohmann::json& late = r["link_delays_s"];
-    if (wire == nullptr && late.contains("0>1") && late["0>1"].get<double>() > 0.015) wire = &r;
-  }
+    return late.contains("0>1") && late["0>1"].get<double>() > 0.015;
+  });
   ASSERT_NE(wire, nullptr) << log;
   const nlohmann::json& first = *wire;
   EXPECT_GE(first["step"].get<int>(), 12) << first.dump();
-  EXPECT_LE(first["step"].get<int>(), 16) << first.dump();
+  EXPECT_LE(first["step"].get<int>(), SeenBy(12, earlier)) << first.dump() << "\n" << log;
   EXPECT_LT(first["link_delays_s"].value("1>0", 0.0), 0.005) << first.dump();  // one way
   EXPECT_LT(first["predicted_step_after_s"].get<double>(), first["predicted_step_before_s"].get<double>());
   EXPECT_NE(log.find("link 0>1 +"), std::string::npos) << log;
