@@ -70,12 +70,12 @@ class AdaptTest : public ::testing::Test {
     }
     return {nullptr, earlier};
   }
-  // The last step a change from step `onset` on is seen at: within three
-  // steps of it (a window's median or shortest time), or, where another
-  // change (a busy machine's) moved the plan at step `earlier`, at the
-  // first step the planner decides again: a moved plan is measured afresh,
-  // settle (2) and a full window (5) of steps later (AdaptSettings).
-  static int SeenBy(int onset, int earlier) { return std::max(onset + 4, earlier + 2 + 5); }
+  // The last step a change is seen at: `by` (a few steps after its onset:
+  // a window's median or shortest time), or, where another change (a busy
+  // machine's) moved the plan at step `earlier`, the first step the
+  // planner decides again: a moved plan is measured afresh, settle (2) and
+  // a full window (5) of steps later (AdaptSettings).
+  static int SeenBy(int by, int earlier) { return std::max(by, earlier + 2 + 5); }
 
   fs::path dir_;
 };
@@ -102,7 +102,7 @@ TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns)
   ASSERT_NE(slowed, nullptr) << log;
   const nlohmann::json& away = *slowed;
   EXPECT_GE(away["step"].get<int>(), 12) << away.dump();
-  EXPECT_LE(away["step"].get<int>(), SeenBy(12, earlier)) << away.dump() << "\n" << log;
+  EXPECT_LE(away["step"].get<int>(), SeenBy(16, earlier)) << away.dump() << "\n" << log;
   if (slowed == &replans.front()) {
     EXPECT_EQ(away["layout_before"], "E,t*4|t*4,L");
     EXPECT_EQ(away["schedule_before"], "1f1b");
@@ -142,7 +142,7 @@ TEST_F(AdaptTest, ALateWireIsMeasuredAndThePlanChangesAroundIt) {
   ASSERT_NE(wire, nullptr) << log;
   const nlohmann::json& first = *wire;
   EXPECT_GE(first["step"].get<int>(), 12) << first.dump();
-  EXPECT_LE(first["step"].get<int>(), SeenBy(12, earlier)) << first.dump() << "\n" << log;
+  EXPECT_LE(first["step"].get<int>(), SeenBy(16, earlier)) << first.dump() << "\n" << log;
   EXPECT_LT(first["link_delays_s"].value("1>0", 0.0), 0.005) << first.dump();  // one way
   EXPECT_LT(first["predicted_step_after_s"].get<double>(), first["predicted_step_before_s"].get<double>());
   EXPECT_NE(log.find("link 0>1 +"), std::string::npos) << log;
@@ -224,11 +224,12 @@ TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHeal
     EXPECT_EQ(log.find("adaptive plans on"), std::string::npos) << log;
     EXPECT_NE(log.find("; measured a profile to price the plans in "), std::string::npos) << log;
     const std::vector<nlohmann::json> replans = Replans("adapt.jsonl");
-    ASSERT_FALSE(replans.empty()) << log;
-    const nlohmann::json& away = replans.front();
-    EXPECT_GT(away["factors"][1].get<double>(), 2.0) << away.dump();
+    const auto [slowed, earlier] =
+        FirstWhere(replans, [](const nlohmann::json& r) { return r["factors"][1].get<double>() > 2.0; });
+    ASSERT_NE(slowed, nullptr) << log;
+    const nlohmann::json& away = *slowed;
     EXPECT_LT(away["factors"][0].get<double>(), 1.5) << away.dump();
-    EXPECT_LE(away["step"].get<int>(), 10) << away.dump();
+    EXPECT_LE(away["step"].get<int>(), SeenBy(10, earlier)) << away.dump() << "\n" << log;
     EXPECT_GT(away["bytes_moved"].get<double>(), 0.0);
     EXPECT_FALSE(Read("healthy.safetensors").empty());
     EXPECT_EQ(Read("adapt.safetensors"), Read("healthy.safetensors")) << "ZeRO " << zero;
@@ -263,11 +264,15 @@ TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
     const std::string log = Read("log.txt");
     const std::vector<nlohmann::json> replans = Replans("full.jsonl");
     ASSERT_GE(replans.size(), 2u) << name << log;
-    const nlohmann::json& away = replans.front();
-    EXPECT_LE(away["step"].get<int>(), 11) << away.dump();
-    EXPECT_GT(away["world_factors"][1].get<double>(), 2.0) << away.dump();
+    const auto [slowed, earlier] =
+        FirstWhere(replans, [](const nlohmann::json& r) { return r["world_factors"][1].get<double>() > 2.0; });
+    ASSERT_NE(slowed, nullptr) << log;
+    const nlohmann::json& away = *slowed;
+    EXPECT_LE(away["step"].get<int>(), SeenBy(11, earlier)) << away.dump() << "\n" << log;
     EXPECT_LT(away["world_factors"][0].get<double>(), 1.5) << away.dump();
-    EXPECT_EQ(away["microbatches_before"], nlohmann::json::array({4, 4})) << away.dump();
+    if (slowed == &replans.front()) {
+      EXPECT_EQ(away["microbatches_before"], nlohmann::json::array({4, 4})) << away.dump();
+    }
     EXPECT_GT(away["microbatches"][0].get<int>(), 4) << away.dump();
     EXPECT_EQ(away["microbatches"][0].get<int>() + away["microbatches"][1].get<int>(), 8) << away.dump();
     EXPECT_EQ(away["chunks"].get<int>(), schedule.empty() ? 1 : 2) << away.dump();
