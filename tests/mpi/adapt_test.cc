@@ -281,7 +281,13 @@ TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
     const nlohmann::json& back = replans.back();
     EXPECT_GE(back["step"].get<int>(), 28) << back.dump();
     EXPECT_LE(back["step"].get<int>(), 31) << back.dump();
-    EXPECT_EQ(back["microbatches"], nlohmann::json::array({4, 4})) << back.dump();
+    // Back towards the even split, to within one microbatch: with four
+    // processes on fewer cores a healthy rank's measured speed moves by a
+    // quarter (the replica with fewer microbatches gets more of the cores).
+    const int back_first = back["microbatches"][0].get<int>();
+    EXPECT_EQ(back_first + back["microbatches"][1].get<int>(), 8) << back.dump();
+    EXPECT_LE(std::abs(back_first - 4), 1) << back.dump();
+    EXPECT_LT(std::abs(back_first - 4), std::abs(away["microbatches"][0].get<int>() - 4)) << back.dump();
     EXPECT_FALSE(Read("still.safetensors").empty());
     EXPECT_EQ(Read("full.safetensors"), Read("still.safetensors")) << name;
     // The checkpoint of step 20, written while the shares were 6/2, resumes
