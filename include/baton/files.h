@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,6 +54,24 @@ class AtomicFile {
   const Env& env_;
   std::string path_, tmp_;  // tmp_ empty: written through (the target is not a regular file)
   std::unique_ptr<WritableFile> file_;
+};
+
+// A check every durable write of this thread makes first (AtomicFile::
+// Commit, a run's metrics row, the exit record): a rank the job went on
+// without (RankWatch::Fence: it was paused, and the others agreed it was
+// lost) ends or throws there, so its late write never lands. Nested for
+// the object's life; Check runs every one of its thread, innermost first.
+class WriteFence {
+ public:
+  explicit WriteFence(std::function<void()> check);
+  ~WriteFence();
+  WriteFence(const WriteFence&) = delete;
+  WriteFence& operator=(const WriteFence&) = delete;
+  static void Check();
+
+ private:
+  std::function<void()> check_;
+  WriteFence* outer_;
 };
 
 // For a signal handler ending the process: removes the temporary file of

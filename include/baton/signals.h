@@ -26,6 +26,10 @@ inline constexpr int kExitStopped = 75;
 // A job that lost a rank and does not recover it inside the job (the
 // launcher kept the survivors; they agreed and ended it).
 inline constexpr int kExitLostRank = 4;
+// A rank the others agreed was lost while it was only paused or stalled:
+// it learns it is out of the job (RankWatch's fence) and exits with this,
+// writing nothing.
+inline constexpr int kExitExcluded = 6;
 class StopSignals {
  public:
   StopSignals();

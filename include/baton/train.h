@@ -66,6 +66,7 @@ class Survivors {
     int replicas = 0;       // the replicas that go on
     double agreed_s = 0;    // from the call to the agreement
     const RunComms* comms = nullptr;  // this rank's, over them
+    int epoch = 0;          // the job's membership epoch this agreement started
   };
   // After `seen`: the survivors agree on the lost ranks (their own
   // agreement, without the old communicators), the replicas that lost a

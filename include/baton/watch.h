@@ -11,6 +11,7 @@
 #ifndef BATON_WATCH_H_
 #define BATON_WATCH_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,16 @@ namespace baton {
 struct WatchOptions {
   double heartbeat_s = 0.1;  // between two heartbeats on each connection
   double silent_s = 1.0;     // a peer heard nothing from this long is lost; 0: never for silence
+  // The job's membership epoch this world was agreed in (0: as launched;
+  // each agreed loss starts the next). An agreement of this watch starts
+  // epoch + 1, + 2, ...
+  int epoch = 0;
+  // Called once, on the watch's thread, when the other ranks tell this
+  // one it was agreed lost (it was paused or stalled, and they went on
+  // without it), with the epoch that excluded it. A process ends itself
+  // here (JobWatch): it must write nothing more. Null: only noted, and
+  // every later wait or write fence of this rank throws RankExcluded.
+  std::function<void(int epoch)> on_excluded;
 };
 
 // A rank this rank has seen lost: how (its connection closed, or silent),
@@ -49,6 +60,23 @@ class RankLost : public Error {
   std::vector<LostRank> lost_;
 };
 
+// Thrown on a rank the others agreed is lost while it was still running
+// (paused, stalled): it is fenced out of the job and must write nothing.
+class RankExcluded : public Error {
+ public:
+  RankExcluded(int rank, int epoch);
+  int epoch() const { return epoch_; }
+
+ private:
+  int epoch_;
+};
+
+// The rank and process of each member, as the watch's setup exchanged them.
+struct WatchMember {
+  std::string host;  // its machine's name
+  int pid = 0;
+};
+
 class RankWatch {
  public:
   // Collective over `world` (every rank, once, at setup): listens on a TCP
@@ -64,8 +92,23 @@ class RankWatch {
   // The ranks this rank has seen lost so far, in the order seen.
   std::vector<LostRank> Lost() const;
   bool AnyLost() const;
-  // Throws RankLost when AnyLost().
+  // Throws RankLost when AnyLost(); RankExcluded first when this rank
+  // was told it is out.
   void ThrowIfLost() const;
+
+  // The fencing check a rank makes before a write that must not land once
+  // the job has gone on without it (a checkpoint, a metrics row, the exit
+  // record): reads what its peers sent so far, on this thread, so that a
+  // rank that wakes from a pause finds its exclusion before it writes,
+  // whichever of its threads runs first. Excluded: on_excluded, then
+  // RankExcluded.
+  void Fence() const;
+  // The epoch that excluded this rank, or -1.
+  int excluded_epoch() const;
+  // The epoch this watch's world was agreed in, and after its agreements:
+  // the options' epoch plus the agreements so far.
+  int epoch() const;
+  const WatchMember& member(int rank) const { return members_.at(static_cast<std::size_t>(rank)); }
 
   // The survivors' agreement on who is lost (every surviving rank calls it
   // once a loss is seen; no collective of the old communicators runs): the
@@ -80,6 +123,9 @@ class RankWatch {
   // Ends this rank's watch as its process's death would, as its peers see
   // it: every connection closed with no goodbye. For tests on thread ranks.
   void Die();
+  // Stops this rank's watch for `seconds` as a paused process's would
+  // (nothing read, nothing sent), then goes on. For tests on thread ranks.
+  void Pause(double seconds);
 
  private:
   struct State;
@@ -87,6 +133,7 @@ class RankWatch {
   int rank_ = 0;
   int size_ = 1;
   WatchOptions options_;
+  std::vector<WatchMember> members_;
   std::unique_ptr<State> state_;
 };
 

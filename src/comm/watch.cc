@@ -40,6 +40,9 @@ constexpr char kHeartbeat = 'H';
 constexpr char kGoodbye = 'B';
 constexpr char kView = 'V';
 constexpr char kDecision = 'D';
+// The survivors to a rank they agreed is lost, with the epoch that agreement
+// started: it is out of the job (it was paused or stalled, not dead).
+constexpr char kFence = 'X';
 
 // How a rank this one never saw lost is, once the survivors agreed it is.
 constexpr const char* kAgreedLost = "the survivors agreed it is lost";
@@ -117,6 +120,12 @@ struct RankWatch::State {
   std::atomic<bool> stop{false};
   std::thread thread;
   std::mutex send_mu;  // one frame at a time on every connection
+  // Who reads the connections: the watch's thread, or a rank's Fence.
+  std::mutex read_mu;
+  // The epoch that excluded this rank (-1: none), and whether on_excluded ran.
+  std::atomic<int> excluded_epoch{-1};
+  std::atomic<bool> told{false};
+  std::atomic<double> pause_s{0};  // Pause: the thread's next pause
 
   std::mutex mu;  // what follows
   std::condition_variable cv;
@@ -139,7 +148,7 @@ struct RankWatch::State {
     any_lost = true;
     cv.notify_all();
   }
-  // The whole frames of `peer`'s buffer, taken in.
+  // The whole frames of `peer`'s buffer, taken in. REQUIRES: read_mu.
   void Parse(int peer, int size) {
     std::string& in = peers[peer].in;
     std::size_t at = 0;
@@ -152,6 +161,15 @@ struct RankWatch::State {
         const std::lock_guard<std::mutex> lock(mu);
         peers[peer].left = true;
         ++at;
+      } else if (type == kFence) {
+        if (in.size() - at < 1 + sizeof(std::int32_t)) break;
+        std::int32_t e = 0;
+        std::memcpy(&e, in.data() + at + 1, sizeof e);
+        int none = -1;
+        excluded_epoch.compare_exchange_strong(none, e);
+        any_lost = true;  // every wait of this rank ends
+        cv.notify_all();
+        at += 1 + sizeof e;
       } else if (type == kView || type == kDecision) {
         if (in.size() - at < frame) break;
         std::int32_t e = 0;
@@ -176,8 +194,14 @@ struct RankWatch::State {
   }
 };
 
+RankExcluded::RankExcluded(int rank, int epoch)
+    : Error(fmt::format("rank {} was excluded from the job in epoch {}: the other ranks agreed it was lost (it was "
+                        "paused or stalled) and went on without it",
+                        rank, epoch)),
+      epoch_(epoch) {}
+
 RankWatch::RankWatch(Transport& world, WatchOptions options)
-    : rank_(world.rank()), size_(world.size()), options_(options), state_(std::make_unique<State>()) {
+    : rank_(world.rank()), size_(world.size()), options_(std::move(options)), state_(std::make_unique<State>()) {
   State& s = *state_;
   s.peers.resize(size_);
   s.views.assign(size_, std::string());
@@ -196,7 +220,10 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     if (::listen(listener, size_) != 0) Fail("listen");
     socklen_t len = sizeof any;
     if (::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &len) != 0) Fail("getsockname");
-    mine = fmt::format("{}:{}", HostAddress(), ntohs(any.sin_port));
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
+    // address:port, then the process and its machine (WatchMember).
+    mine = fmt::format("{}:{}\t{}\t{}", HostAddress(), ntohs(any.sin_port), ::getpid(), host);
   });
   std::vector<std::string> all;
   world.GatherStrings(mine, &all, "every rank's lost-rank watch address");
@@ -205,7 +232,10 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
   world.BroadcastString(&joined);
   all.clear();
   for (std::size_t at = 0, end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1) {
-    all.push_back(joined.substr(at, end - at));
+    const std::string line = joined.substr(at, end - at);
+    const std::size_t tab = line.find('\t'), tab2 = line.find('\t', tab + 1);
+    all.push_back(line.substr(0, tab));
+    members_.push_back({line.substr(tab2 + 1), std::atoi(line.substr(tab + 1, tab2 - tab - 1).c_str())});
   }
   Agree(world, "every rank connecting its lost-rank watch", [&] {
     // Each pair once: the lower rank connects (the listener's backlog takes
@@ -264,6 +294,9 @@ void RankWatch::Loop() {
   std::vector<int> who;
   char buffer[4096];
   while (!s.stop) {
+    if (const double pause = s.pause_s.exchange(0); pause > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+    }
     fds.clear();
     who.clear();
     {
@@ -276,17 +309,26 @@ void RankWatch::Loop() {
       }
     }
     ::poll(fds.data(), fds.size(), beat_ms);
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      const int peer = who[i];
-      const ssize_t n = ::recv(fds[i].fd, buffer, sizeof buffer, MSG_DONTWAIT);
-      if (n > 0) {
-        s.peers[peer].heard = Clock::now();
-        s.peers[peer].in.append(buffer, static_cast<std::size_t>(n));
-        s.Parse(peer, size_);
-      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        s.MarkLost(peer, "its connection closed");
+    {
+      const std::lock_guard<std::mutex> reading(s.read_mu);
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        const int peer = who[i];
+        const ssize_t n = ::recv(fds[i].fd, buffer, sizeof buffer, MSG_DONTWAIT);
+        if (n > 0) {
+          s.peers[peer].heard = Clock::now();
+          s.peers[peer].in.append(buffer, static_cast<std::size_t>(n));
+          s.Parse(peer, size_);
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          s.MarkLost(peer, "its connection closed");
+        }
       }
+    }
+    // Told it is out: before anything else (a silence it would see now is
+    // its own pause's).
+    if (s.excluded_epoch >= 0) {
+      if (!s.told.exchange(true) && options_.on_excluded) options_.on_excluded(s.excluded_epoch);
+      continue;
     }
     if (Since(last_beat) * 1000 >= beat_ms) {
       last_beat = Clock::now();
@@ -308,6 +350,40 @@ std::vector<LostRank> RankWatch::Lost() const {
 
 bool RankWatch::AnyLost() const { return state_->any_lost.load(std::memory_order_relaxed); }
 
+int RankWatch::excluded_epoch() const { return state_->excluded_epoch.load(); }
+
+int RankWatch::epoch() const {
+  const std::lock_guard<std::mutex> lock(state_->mu);
+  return options_.epoch + state_->epoch;
+}
+
+void RankWatch::Pause(double seconds) { state_->pause_s = seconds; }
+
+void RankWatch::Fence() const {
+  State& s = *state_;
+  if (s.excluded_epoch < 0) {
+    // What the peers sent so far, read here: this thread may run before
+    // the watch's after a pause.
+    const std::lock_guard<std::mutex> reading(s.read_mu);
+    char buffer[4096];
+    for (int peer = 0; peer < size_ && s.excluded_epoch < 0; ++peer) {
+      State::Peer& p = s.peers[peer];
+      if (peer == rank_ || p.fd < 0 || p.left) continue;
+      for (;;) {
+        const ssize_t n = ::recv(p.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+        if (n <= 0) break;  // nothing more now, or closed (the watch's thread sees that)
+        p.heard = Clock::now();
+        p.in.append(buffer, static_cast<std::size_t>(n));
+        s.Parse(peer, size_);
+      }
+    }
+  }
+  const int epoch = s.excluded_epoch;
+  if (epoch < 0) return;
+  if (!s.told.exchange(true) && options_.on_excluded) options_.on_excluded(epoch);
+  throw RankExcluded(rank_, epoch);
+}
+
 std::string DescribeLost(const std::vector<LostRank>& lost) {
   std::string how;
   for (const LostRank& l : lost) {
@@ -320,6 +396,7 @@ std::string DescribeLost(const std::vector<LostRank>& lost) {
 void RankWatch::ThrowIfLost() const {
   // Not while unwinding (a destructor's wait): the loss is already on its way up.
   if (!AnyLost() || std::uncaught_exceptions() > 0) return;
+  if (const int epoch = excluded_epoch(); epoch >= 0) throw RankExcluded(rank_, epoch);
   std::vector<LostRank> lost = Lost();
   const std::string what = DescribeLost(lost);
   throw RankLost(std::move(lost), fmt::format("rank {} saw a rank lost ({})", rank_, what));
@@ -337,6 +414,7 @@ std::vector<int> RankWatch::AgreeLost(double timeout_s) {
   int told = -1;          // the rank this rank last sent its view to
   std::string told_view;  // and that view
   while (Since(start) < timeout_s) {
+    if (s.excluded_epoch >= 0) throw RankExcluded(rank_, s.excluded_epoch);
     std::string flags(static_cast<std::size_t>(size_), '\0');
     for (int r = 0; r < size_; ++r) flags[r] = s.peers[r].lost ? 1 : 0;
     std::string decided;
@@ -378,8 +456,14 @@ std::vector<int> RankWatch::AgreeLost(double timeout_s) {
           s.Send(r, frame(kDecision, epoch, decided));
         }
       }
+      // Each lost rank still there (paused, stalled: its connection open)
+      // is told it is out, by every survivor: it reads it when it wakes.
+      const std::int32_t next = options_.epoch + epoch;
+      const std::string fence = std::string(1, kFence) + std::string(reinterpret_cast<const char*>(&next), sizeof next);
       for (const int r : out) {
-        if (r != rank_) s.MarkLost(r, kAgreedLost);
+        if (r == rank_) continue;
+        s.MarkLost(r, kAgreedLost);
+        s.Send(r, fence);
       }
       return out;
     }

@@ -34,8 +34,12 @@ namespace baton {
 // once, die by SIGKILL, send itself SIGTERM (a scheduler's stop) and go on,
 // or wait there until the process is sent a stop signal (at most
 // kFaultWaitSeconds), so that a test stops a run at the step it chose
-// however fast the machine is.
+// however fast the machine is; or (pause=SECONDS) be paused as a debugger,
+// a stalled node or a long swap-in pauses a process: stopped whole
+// (SIGSTOP, every thread), a child process sends it SIGCONT after SECONDS
+// (at most kMaxPauseSeconds).
 inline constexpr int kFaultWaitSeconds = 600;
+inline constexpr double kMaxPauseSeconds = 600;
 // "replan" is the adaptive plans' first placement change at or after STEP
 // (SwapPlan, before the state moves), where the mode may also be "error":
 // the rank fails to build the new plan, and every rank goes back to the
@@ -59,8 +63,9 @@ struct SlowLink {
   double seconds = 0.0;
 };
 struct Fault {
-  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait, kError };
+  enum Mode { kNone, kStall, kExit, kKill, kTerm, kWait, kError, kPause };
   Mode mode = kNone;
+  double pause_s = 0;  // kPause: how long
   int rank = -1;
   std::int64_t step = -1;
   std::string action;
@@ -75,6 +80,7 @@ struct Fault {
   // they build their new world.
   struct InRecovery {
     Mode mode = kNone;
+    double pause_s = 0;
     int rank = -1;
     std::int64_t step = -1;
     std::string point;  // "recovery" or "regroup"

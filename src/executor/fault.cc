@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <limits>
 #include <thread>
 
 #include "baton/error.h"
@@ -51,7 +55,7 @@ class FaultPart {
       ReadLink(arrow, f);
       return;
     }
-    const int rank = static_cast<int>(Whole(parts_[0], "RANK"));
+    const int rank = Rank(parts_[0], "RANK");
     const std::int64_t step = Whole(parts_[1], "STEP");
     if (parts_[2].rfind("slow=", 0) == 0) {
       ReadSlow(rank, step, f);
@@ -65,8 +69,8 @@ class FaultPart {
     return ConfigError(
         fmt::format("BATON_FAULT=\"{}\": {} (expected RANK:STEP:ACTION:MODE with ACTION F, B, I, W, "
                     "UNSHARD, REDUCE_GRAD, checkpoint, evaluate, start or replan and MODE stall, exit, kill, term, "
-                    "wait or (replan only) error; and/or RANK:STEP:recovery:MODE or RANK:STEP:regroup:MODE with "
-                    "MODE stall, exit or kill; and/or RANK:STEP:slow=FACTOR[:until=STEP]; and/or "
+                    "wait, pause=SECONDS or (replan only) error; and/or RANK:STEP:recovery:MODE or "
+                    "RANK:STEP:regroup:MODE with MODE stall, exit, kill or pause=SECONDS; and/or RANK:STEP:slow=FACTOR[:until=STEP]; and/or "
                     "SRC>DST:STEP:delay=SECONDS[:until=STEP]; joined by commas)",
                     text_, why));
   }
@@ -80,6 +84,26 @@ class FaultPart {
     }
     if (used == 0 || used != text.size()) throw Bad(fmt::format("{} must be a whole number, got '{}'", what, text));
     return v;
+  }
+  // A rank: a whole number from 0 to the largest int (a job's ranks).
+  int Rank(const std::string& text, const char* what) const {
+    const std::int64_t v = Whole(text, what);
+    if (v < 0 || v > std::numeric_limits<int>::max()) {
+      throw Bad(fmt::format("{} is a rank, from 0 to {}, got {}", what, std::numeric_limits<int>::max(), text));
+    }
+    return static_cast<int>(v);
+  }
+  // MODE pause=SECONDS: the seconds (0 where `mode` is another).
+  double Pause(const std::string& mode) const {
+    if (mode.rfind("pause=", 0) != 0) return 0;
+    const std::string seconds = mode.substr(6);
+    const double s = Number(seconds);
+    if (!(s > 0.0 && s <= kMaxPauseSeconds)) {
+      throw Bad(fmt::format("pause=SECONDS takes a number above 0, at most {} (how long the process is stopped), got "
+                            "'{}'",
+                            kMaxPauseSeconds, seconds));
+    }
+    return s;
   }
   // A number, or NaN if `text` is not one whole.
   static double Number(const std::string& text) {
@@ -105,8 +129,8 @@ class FaultPart {
   void ReadLink(std::size_t arrow, Fault& f) const {
     if (f.link.from >= 0) throw Bad("one slow link at most");
     SlowLink& w = f.link;
-    w.from = static_cast<int>(Whole(parts_[0].substr(0, arrow), "SRC"));
-    w.to = static_cast<int>(Whole(parts_[0].substr(arrow + 1), "DST"));
+    w.from = Rank(parts_[0].substr(0, arrow), "SRC");
+    w.to = Rank(parts_[0].substr(arrow + 1), "DST");
     if (w.from == w.to) throw Bad(fmt::format("a link joins two ranks, not rank {} to itself", w.from));
     w.step = Whole(parts_[1], "STEP");
     if (parts_[2].rfind("delay=", 0) != 0) throw Bad("a link's fault is delay=SECONDS");
@@ -143,11 +167,15 @@ class FaultPart {
     r.point = parts_[2];
     static const std::pair<const char*, Fault::Mode> kModes[] = {
         {"stall", Fault::kStall}, {"exit", Fault::kExit}, {"kill", Fault::kKill}};
+    if ((r.pause_s = Pause(parts_[3])) > 0) {
+      r.mode = Fault::kPause;
+      return;
+    }
     const auto mode = std::find_if(std::begin(kModes), std::end(kModes),
                                    [&](const auto& m) { return parts_[3] == m.first; });
     if (mode == std::end(kModes)) {
-      throw Bad(fmt::format("a fault in a recovery ({}) takes the mode stall, exit or kill, not '{}'", r.point,
-                            parts_[3]));
+      throw Bad(fmt::format("a fault in a recovery ({}) takes the mode stall, exit, kill or pause=SECONDS, not '{}'",
+                            r.point, parts_[3]));
     }
     r.mode = mode->second;
   }
@@ -180,6 +208,10 @@ class FaultPart {
     static const std::pair<const char*, Fault::Mode> kModes[] = {{"stall", Fault::kStall}, {"exit", Fault::kExit},
                                                                  {"kill", Fault::kKill},   {"term", Fault::kTerm},
                                                                  {"wait", Fault::kWait},   {"error", Fault::kError}};
+    if ((f.pause_s = Pause(parts_[3])) > 0) {
+      f.mode = Fault::kPause;
+      return;
+    }
     const auto mode = std::find_if(std::begin(kModes), std::end(kModes),
                                    [&](const auto& m) { return parts_[3] == m.first; });
     if (mode == std::end(kModes)) throw Bad("unknown mode '" + parts_[3] + "'");
@@ -231,6 +263,7 @@ Fault Fault::Own(int r) const {
   for (const Fault& m : more) {
     if (m.rank != r) continue;
     f.mode = m.mode;
+    f.pause_s = m.pause_s;
     f.rank = m.rank;
     f.step = m.step;
     f.action = m.action;
@@ -347,6 +380,7 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
                : f.mode == Fault::kExit ? "exiting"
                : f.mode == Fault::kTerm ? "sending itself SIGTERM"
                : f.mode == Fault::kWait ? "waiting for a stop signal (SIGTERM or SIGUSR1)"
+               : f.mode == Fault::kPause ? fmt::format("paused for {} s (SIGSTOP, then SIGCONT)", f.pause_s).c_str()
                                         : "killed",
                static_cast<long long>(step), static_cast<int>(action.size()), action.data());
   std::fflush(stderr);
@@ -373,6 +407,29 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
       }
       break;
     }
+    case Fault::kPause: {
+      // Stopped whole, as a debugger or a stalled node stops it: a child
+      // wakes it (nothing of a stopped process runs).
+      const pid_t self = ::getpid();
+      const pid_t child = ::fork();
+      if (child == 0) {
+        // Nothing of the rank's held open: its connections and its output
+        // (mpirun waits for the output's end) end with the rank.
+        ::close_range(0, ~0U, 0);
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the rank ended while paused (mpirun ended it): so does its waker
+        if (::getppid() != self) ::_exit(0);
+        const auto ns = static_cast<long long>(f.pause_s * 1e9);
+        timespec t{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+        while (::nanosleep(&t, &t) != 0) {
+        }
+        if (::getppid() == self) ::kill(self, SIGCONT);
+        ::_exit(0);
+      }
+      if (child < 0) throw RunError("BATON_FAULT: pause: fork failed");
+      ::raise(SIGSTOP);
+      ::waitpid(child, nullptr, 0);
+      break;
+    }
     case Fault::kNone:
     case Fault::kError:
       break;
@@ -384,6 +441,7 @@ void MaybeInjectRecoveryFault(const Fault& f, int job_rank, std::int64_t step, s
   if (r.mode == Fault::kNone || r.rank != job_rank || step < r.step || r.point != point) return;
   Fault now;
   now.mode = r.mode;
+  now.pause_s = r.pause_s;
   now.rank = job_rank;
   now.step = step;
   now.action = fmt::format("in the recovery ({})", point);

@@ -160,6 +160,7 @@ void AtomicFile::Append(std::span<const std::byte> bytes) {
 
 void AtomicFile::Commit() {
   if (file_ == nullptr) throw OutputError(fmt::format("{}: committed twice", path_));
+  WriteFence::Check();  // a rank fenced out of the job: before the file takes its name
   errno = 0;
   // Written in full and flushed to disk before it takes the real name, and
   // the rename made durable, so a crash leaves the old file or the new one
@@ -297,6 +298,18 @@ HeldFifos& HeldFifos::operator=(HeldFifos&& o) noexcept {
     o.fds_.clear();
   }
   return *this;
+}
+
+namespace {
+thread_local WriteFence* g_write_fence = nullptr;
+}  // namespace
+
+WriteFence::WriteFence(std::function<void()> check) : check_(std::move(check)), outer_(g_write_fence) {
+  g_write_fence = this;
+}
+WriteFence::~WriteFence() { g_write_fence = outer_; }
+void WriteFence::Check() {
+  for (WriteFence* f = g_write_fence; f != nullptr; f = f->outer_) f->check_();
 }
 
 bool FileLock::TryLock(const std::string& path, const Env& env) {

@@ -102,6 +102,7 @@ bool EndLauncher() {
 void LeaveExitRecord(int code, const std::string& why) {
   const std::optional<std::string> path = Env::Default().Variable(kExitFileVariable);
   if (!path || path->empty()) return;
+  WriteFence::Check();  // a rank fenced out of the job leaves no record (the survivors' lowest does)
   try {
     AtomicFile file(*path);
     file.Append(fmt::format("{}\n{}\n", code, why));

@@ -452,7 +452,7 @@ void CheckResumable(const ResumePoint& point, const CheckpointRun& run) {
 }
 
 CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed,
-                                         bool auto_resume) {
+                                         bool auto_resume, bool take_over) {
   CheckOutputFolder(dir, "checkpoint.dir");
   CheckpointFolder f;
   f.dir_ = dir;
@@ -463,7 +463,18 @@ CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::stri
   try {
     const std::string lock = dir + "/" + kLockFile;
     f.lock_created_ = !fs::exists(lock, ec);
-    if (!f.lock_.TryLock(lock)) {
+    bool held = f.lock_.TryLock(lock);
+    if (!held && take_over) {
+      // Held by a rank the survivors excluded (paused, not dead): made anew.
+      fs::remove(lock, ec);
+      held = f.lock_.TryLock(lock);
+      if (held) {
+        f.lock_created_ = true;
+        std::fprintf(stderr, "baton: %s: took over the checkpoint folder's lock from a rank the job excluded\n",
+                     dir.c_str());
+      }
+    }
+    if (!held) {
       throw ConfigError(fmt::format("checkpoint.dir: {}: another run is writing checkpoints into this folder (it "
                                     "holds {}); give this run another checkpoint.dir",
                                     dir, lock));

@@ -106,8 +106,12 @@ class CheckpointFolder {
   // checkpoint.resume: auto (`auto_resume`: it found no complete checkpoint)
   // first moves the unfinished step folders a stopped run left (no
   // manifest: never a checkpoint) aside as unfinished-step-NNNNNNNN.
+  // `take_over`: the survivors of a loss going on with the run, whose lock
+  // a rank they excluded may still hold (paused): the agreement is the
+  // authority, and the lock file is made anew (the excluded holder keeps a
+  // lock on a file no longer there, and its writes are fenced).
   static CheckpointFolder Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed,
-                                bool auto_resume = false);
+                                bool auto_resume = false, bool take_over = false);
   // Setup failed after the claim: releases the lock, removes the lock file
   // if Claim created it, and the folder if Claim created it and it is empty.
   void Abandon();

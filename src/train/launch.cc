@@ -207,6 +207,9 @@ int RunWatched(const std::string& config_path, const std::vector<std::string>& s
       job(comms, config, text, watch.get());
     } catch (const RankLost& lost) {
       watch->End(lost);
+    } catch (const RankExcluded&) {
+      watch->Fence();  // it ends there (JobWatch: one line, nothing written)
+      throw;
     }
   });
 }
@@ -248,7 +251,7 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     // A new process in a lost rank's place watches the world it joined
     // (collective with the survivors' Replace), and recovers from a later
     // loss as they do.
-    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s);
+    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, join.epoch);
     watch->set_command(join.command);  // a later loss may start new ranks from this one too
     TrainOptions o = options;
     o.survivors = watch.get();
@@ -258,12 +261,18 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
       summary = Train(config, comms, o);
     } catch (const RankLost& lost) {
       watch->End(lost);
+    } catch (const RankExcluded&) {
+      watch->Fence();  // it ends there (JobWatch: one line, nothing written)
+      throw;
     }
     // As the survivors end after a recovery: the files written, a goodbye
     // to every rank, no MPI_Finalize (its parent's requests).
     watch->Finish();
     const int code = summary.stop_signal != 0 ? kExitStopped : 0;
-    if (watch->rank() == 0) LeaveExitRecord(code, WhyEnded(code, summary));
+    if (watch->rank() == 0) {
+      LeaveExitRecord(code, WhyEnded(code, summary));
+      watch->EndExcludedRanks();
+    }
     std::fflush(nullptr);
     std::_Exit(code);
   } catch (const std::exception& e) {
@@ -301,7 +310,10 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
       const int code = summary.stop_signal != 0 ? kExitStopped : 0;
       const bool lowest = watch->rank() == 0;
       watch->Finish();
-      if (lowest) LeaveExitRecord(code, WhyEnded(code, summary));
+      if (lowest) {
+        LeaveExitRecord(code, WhyEnded(code, summary));
+        watch->EndExcludedRanks();  // mpirun would wait for a paused one
+      }
       std::fflush(nullptr);
       std::_Exit(code);
     }

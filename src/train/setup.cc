@@ -1,6 +1,9 @@
 #include "setup.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <cstring>
 #include <filesystem>
 #include <new>
@@ -14,7 +17,7 @@
 
 namespace baton {
 
-MetricsLog::MetricsLog(const std::string& path, const Env& env) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, const Env& env, bool take_over) : path_(path) {
   const std::filesystem::path p(FollowLinks(path));  // a broken link's file is made where it points
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
@@ -23,6 +26,19 @@ MetricsLog::MetricsLog(const std::string& path, const Env& env) : path_(path) {
   // rows. A device (/dev/null) is written through: no lock, nothing to cut.
   file_ = env.OpenLog(path);
   if (file_ != nullptr) return;
+  if (errno == EWOULDBLOCK && take_over) {
+    std::ifstream in(p, std::ios::binary);
+    std::string rows((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw OutputError(fmt::format("{}: cannot read the metrics file to take it over", path));
+    AtomicFile copy(p.string(), env);
+    copy.Append(rows);
+    copy.Commit();
+    file_ = env.OpenLog(path);
+    if (file_ != nullptr) {
+      std::fprintf(stderr, "baton: %s: took over the metrics file from a rank the job excluded\n", path.c_str());
+      return;
+    }
+  }
   if (errno == EWOULDBLOCK) {
     throw OutputError(
         fmt::format("{}: another run is writing this metrics file; give this run another log.metrics", path));
@@ -67,6 +83,7 @@ void MetricsLog::Start(std::int64_t resumed_after) {
 
 void MetricsLog::Line(std::string_view json) {
   if (file_ == nullptr) return;
+  WriteFence::Check();  // a rank fenced out of the job writes no row
   // The whole line in as few writes as the file takes (no stdio buffer to
   // flush in parts); if it fails part way (ENOSPC), the file is cut back to
   // where the line began, so every line in it stays whole JSON.
@@ -204,14 +221,14 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
 
 // Phase 1, rank 0, once the run's length is known: the resumed checkpoint
 // against this run, and the claim on checkpoint.dir.
-void ClaimCheckpoints(const TrainConfig& c, RunSetup& u, bool auto_resume) {
+void ClaimCheckpoints(const TrainConfig& c, RunSetup& u, bool auto_resume, bool take_over) {
   const std::string id = u.run.run_id;
   u.run = CheckpointRunOf(c, u.plan, u.total_steps);
   u.run.run_id = id;
   if (u.resume && !u.resume->manifest.empty()) CheckResumable(*u.resume, u.run);  // none in memory
   if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
     u.checkpoints = CheckpointFolder::Claim(c.checkpoint.dir, u.run.run_id, u.resume ? &*u.resume : nullptr,
-                                            auto_resume);
+                                            auto_resume, take_over);
   }
 }
 
@@ -315,7 +332,7 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     u.total_steps = TotalSteps(c, u);
     std::string resumed = u.resume ? std::to_string(u.resume->step) : std::string("0");
     Agree(world, "rank 0 claiming the checkpoint folder", [&] {
-      if (o.training && u.world_rank == 0) ClaimCheckpoints(c, u, o.resume_auto);
+      if (o.training && u.world_rank == 0) ClaimCheckpoints(c, u, o.resume_auto, o.recovered.has_value());
     });
     world.BroadcastString(&resumed);
     u.first_step = std::stoll(resumed) + 1;
@@ -330,6 +347,7 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
       Fault kept;
       if (after >= 0 && u.fault.mode != Fault::kNone && u.fault.step > after) {
         kept.mode = u.fault.mode;
+        kept.pause_s = u.fault.pause_s;
         kept.rank = u.fault.rank;
         kept.step = u.fault.step;
         kept.action = u.fault.action;
@@ -352,7 +370,7 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
     // Last: nothing fails after it, so a failed setup never empties a metrics file.
     Agree(world, "rank 0 opening the metrics file", [&] {
       if (o.training && u.world_rank == 0 && !c.log.metrics.empty()) {
-        u.metrics = std::make_unique<MetricsLog>(c.log.metrics, env);
+        u.metrics = std::make_unique<MetricsLog>(c.log.metrics, env, o.recovered.has_value());
         // A resumed run cuts its rows once its checkpoint is loaded (Train).
         if (u.first_step == 1) u.metrics->Start(0);
       }

@@ -37,7 +37,11 @@ class MetricsLog {
   // Opens `path` (created with its folders if missing) through `env` (the
   // OS room's LogFile) and locks it; changes nothing in it. Throws
   // OutputError (unwritable, or another run holds it).
-  explicit MetricsLog(const std::string& path, const Env& env = Env::Default());
+  // `take_over`: the survivors of a loss going on with the run: a file
+  // still locked by a rank they excluded (paused, not dead) is copied to a
+  // new file in its place, so that the excluded rank's late rows cannot
+  // land in it.
+  explicit MetricsLog(const std::string& path, const Env& env = Env::Default(), bool take_over = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <fstream>
+#include <cstring>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -146,19 +149,68 @@ class RegroupGuard {
 
 }  // namespace
 
-JobWatch::JobWatch(const RunComms& comms, double timeout_s) : timeout_s_(timeout_s), comms_(&comms) { Watch(); }
+JobWatch::JobWatch(const RunComms& comms, double timeout_s, int epoch)
+    : timeout_s_(timeout_s), comms_(&comms), epoch_(epoch) {
+  Watch();
+}
 
 JobWatch::~JobWatch() { Finish(); }
 
 void JobWatch::Finish() {
+  fence_.reset();
   interrupt_.reset();
   watch_.reset();
 }
 
 void JobWatch::Watch() {
+  fence_.reset();
   interrupt_.reset();
-  watch_ = std::make_unique<RankWatch>(comms_->world, WatchOptions{.heartbeat_s = 0.1, .silent_s = kLostAfterSilence});
+  WatchOptions options{.heartbeat_s = 0.1, .silent_s = kLostAfterSilence, .epoch = epoch_};
+  // The others went on without this rank (it was paused past the silence
+  // that calls a rank lost): whatever it was doing, it ends here, on the
+  // watch's thread, writing nothing more (its file being written removed).
+  options.on_excluded = [job_rank = MpiWorldRank()](int epoch) {
+    RemoveUnfinishedFile();
+    std::fprintf(stderr,
+                 "baton: rank %d (pid %d): excluded from the job in epoch %d: the other ranks agreed it was lost while "
+                 "it was paused or stalled, and went on without it; it stops here and writes nothing (exit %d)\n",
+                 job_rank, static_cast<int>(::getpid()), epoch, kExitExcluded);
+    std::fflush(stderr);
+    std::_Exit(kExitExcluded);
+  };
+  watch_ = std::make_unique<RankWatch>(comms_->world, std::move(options));
   interrupt_.emplace(*watch_);
+  fence_.emplace([w = watch_.get()] { w->Fence(); });
+}
+
+namespace {
+// Whether process `pid` of this machine still runs (a zombie does not).
+bool ProcessRuns(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const std::size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ||
+         (text[paren + 2] != 'Z' && text[paren + 2] != 'X');
+}
+}  // namespace
+
+bool JobWatch::EndExcludedRanks() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
+  std::vector<int> running;
+  for (const WatchMember& m : maybe_running_) {
+    // On another machine it cannot be looked at: taken to run.
+    if (m.host != host || ProcessRuns(m.pid)) running.push_back(m.pid);
+  }
+  if (running.empty()) return false;
+  std::fprintf(stderr,
+               "baton: the job ends; a rank it excluded still runs (pid %s, paused?): mpirun is told to end it%s\n",
+               fmt::format("{}", fmt::join(running, ", ")).c_str(),
+               LauncherIsParent() ? "" : " (mpirun is not this rank's parent: end it by hand)");
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  return EndLauncher();
 }
 
 Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_clock::time_point start,
@@ -167,10 +219,23 @@ Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_cloc
   Shrunk out;
   try {
     out.lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
+  } catch (const RankExcluded&) {
+    throw;
   } catch (const Error&) {
     End(seen);
   }
   out.agreed_s = Since(start);
+  epoch_ = watch_->epoch();
+  out.epoch = epoch_;
+  // A lost rank whose connection this rank saw close is gone; any other
+  // (silent, or seen by another rank) may still run: it was told it is out.
+  const std::vector<LostRank> seen_lost = watch_->Lost();
+  for (const int l : out.lost) {
+    const bool closed = std::any_of(seen_lost.begin(), seen_lost.end(), [&](const LostRank& x) {
+      return x.rank == l && x.how == "its connection closed";
+    });
+    if (!closed) maybe_running_.push_back(watch_->member(l));
+  }
   return out;
 }
 
@@ -266,7 +331,7 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
   const double seen_unix_s =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - Since(start);
   const std::string payload =
-      ReplacementPayload(command_, run_id, out.lost, DescribeLost(watch_->Lost()), out.agreed_s, seen_unix_s);
+      ReplacementPayload(command_, run_id, out.lost, DescribeLost(watch_->Lost()), out.agreed_s, seen_unix_s, epoch_);
   interrupt_.reset();
   std::unique_ptr<RankWatch> old = std::move(watch_);
   const int me = old->rank();
@@ -299,7 +364,7 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
 
 std::string ReplacementPayload(const JobWatch::Command& command, const std::string& run_id,
                                const std::vector<int>& lost, const std::string& how, double agreed_s,
-                               double seen_unix_s) {
+                               double seen_unix_s, int epoch) {
   return nlohmann::json{{"config_path", command.config_path},
                         {"config_text", command.config_text},
                         {"set", command.set},
@@ -308,6 +373,7 @@ std::string ReplacementPayload(const JobWatch::Command& command, const std::stri
                         {"how", how},
                         {"agreed_s", agreed_s},
                         {"seen_unix_s", seen_unix_s},
+                        {"epoch", epoch},
                         // A new process is not started with the job's
                         // environment: the exit record's file goes with it.
                         {"exit_file", Env::Default().Variable(kExitFileVariable).value_or("")}}
@@ -326,6 +392,7 @@ Replacement ReadReplacementPayload(const std::string& payload, int index) {
     r.run.how = j.at("how").get<std::string>();
     r.run.agreed_s = j.at("agreed_s").get<double>();
     r.exit_file = j.value("exit_file", std::string());
+    r.epoch = j.value("epoch", 0);
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     r.run.since_loss_s = std::max(0.0, now - j.at("seen_unix_s").get<double>());
   } catch (const nlohmann::json::exception& e) {
@@ -344,6 +411,9 @@ void JobWatch::End(const RankLost& seen, const std::string& why) {
   std::vector<int> lost;
   try {
     lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
+  } catch (const RankExcluded&) {
+    watch_->Fence();  // this rank is the one out: it ends there, saying so, and writes nothing
+    throw;
   } catch (const Error& e) {
     std::fprintf(stderr, "baton: %s; %s\n", ForTerminal(seen.what()).c_str(), ForTerminal(e.what()).c_str());
     std::fflush(stderr);

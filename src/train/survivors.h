@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "baton/comm.h"
+#include "baton/files.h"
 #include "baton/train.h"
 #include "baton/watch.h"
 #include "setup.h"
@@ -21,7 +22,9 @@ class JobWatch final : public Survivors {
  public:
   // Collective over `comms.world`: every rank starts watching the others,
   // and every wait of this thread ends with RankLost once one is lost.
-  JobWatch(const RunComms& comms, double timeout_s);
+  // `epoch`: the job's membership epoch the world was agreed in (0 as
+  // launched; a new process in a lost rank's place: the survivors').
+  JobWatch(const RunComms& comms, double timeout_s, int epoch = 0);
 
   // What a replacement process is started with: the train command's
   // config (its text, passed on to it) and overrides.
@@ -61,6 +64,18 @@ class JobWatch final : public Survivors {
 
   // This rank's number in the world now (after losses, the survivors').
   int rank() const { return comms_->world.rank(); }
+  // The job's membership epoch now: each agreed loss starts the next.
+  int epoch() const { return epoch_; }
+  // RankWatch::Fence: a rank the job went on without ends here, saying so.
+  void Fence() const {
+    if (watch_) watch_->Fence();
+  }
+
+  // The end of a job that went on after a loss, on its lowest rank, once
+  // its exit record is written: a rank it excluded that still runs
+  // (paused: mpirun would wait for it) is ended with mpirun (EndLauncher).
+  // Whether it had to.
+  bool EndExcludedRanks();
 
  private:
   void Watch();
@@ -79,19 +94,25 @@ class JobWatch final : public Survivors {
   std::unique_ptr<ReplicaGroup> solo_;  // a world of one replica's replica group
   std::unique_ptr<RankWatch> watch_;
   std::optional<LostRankInterrupt> interrupt_;
+  std::optional<WriteFence> fence_;  // this rank's writes checked against its exclusion
   Command command_;
+  int epoch_ = 0;
+  // The ranks agreed lost whose end this rank did not see (silent: paused,
+  // stalled, or a node gone): they may still run.
+  std::vector<WatchMember> maybe_running_;
 };
 
 // The survivors' message to the processes they start (JSON): the run, the
 // config and overrides, the loss, and each new process's world rank.
 std::string ReplacementPayload(const JobWatch::Command& command, const std::string& run_id,
                                const std::vector<int>& lost, const std::string& how, double agreed_s,
-                               double seen_unix_s);
+                               double seen_unix_s, int epoch);
 struct Replacement {
   JobWatch::Command command;
   JoinedRun run;
   int place = -1;  // this process's world rank
   std::string exit_file;  // the job's BATON_EXIT_FILE (LeaveExitRecord), "" if unset
+  int epoch = 0;          // the job's membership epoch the survivors started
 };
 // A new process's reading of ReplacementPayload; `index`: its rank among the new ones.
 Replacement ReadReplacementPayload(const std::string& payload, int index);

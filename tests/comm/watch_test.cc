@@ -5,6 +5,7 @@
 // whoever decides dies during the agreement, and ranks that end normally
 // (a goodbye) are no loss.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -136,6 +137,77 @@ TEST(RankWatch, RanksThatEndNormallyAreNoLoss) {
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   EXPECT_EQ(losses.load(), 0);
+}
+
+// A rank paused past the silence that calls a rank lost (a debugger, a
+// stalled node: here its watch stops reading and sending, as a stopped
+// process's would) is agreed lost by the others, who tell it so: once it
+// wakes, its next wait and its next write fence end with RankExcluded,
+// naming the epoch the agreement started (the watch's epoch + 1), and
+// on_excluded runs once, before it could write anything.
+TEST(RankWatch, ARankPausedPastTheSilenceIsToldItIsOutWhenItWakes) {
+  auto ranks = MakeThreadRanks({3, 1}, 60);
+  std::vector<std::vector<int>> agreed(3);
+  std::vector<std::string> waited(3), fenced(3);
+  std::atomic<int> told{0}, told_epoch{-1};
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    WatchOptions o{.heartbeat_s = 0.02, .silent_s = 0.3, .epoch = 4};
+    o.on_excluded = [&](int epoch) {
+      ++told;
+      told_epoch = epoch;
+    };
+    RankWatch watch(*me.world, std::move(o));
+    me.world->Barrier();
+    if (r == 1) {
+      // Paused: nothing of this rank runs. The others agree and go on
+      // (here: they return; their watches stay until the pause ends).
+      watch.Pause(1.5);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      try {
+        watch.Fence();
+      } catch (const RankExcluded& e) {
+        fenced[r] = e.what();
+        EXPECT_EQ(e.epoch(), 5);
+      }
+      const LostRankInterrupt interrupt(watch);
+      try {
+        me.world->Barrier();  // the others are gone: only the fence can end it
+      } catch (const RankExcluded& e) {
+        waited[r] = e.what();
+      }
+      EXPECT_EQ(watch.excluded_epoch(), 5);
+      return;
+    }
+    UntilLost(watch);
+    agreed[r] = watch.AgreeLost(10);
+    EXPECT_EQ(watch.epoch(), 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // until the paused rank has read its fence
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (const int r : {0, 2}) EXPECT_EQ(agreed[r], std::vector<int>({1})) << "rank " << r;
+  const std::string said = "rank 1 was excluded from the job in epoch 5: the other ranks agreed it was lost";
+  EXPECT_NE(fenced[1].find(said), std::string::npos) << fenced[1];
+  EXPECT_NE(waited[1].find(said), std::string::npos) << waited[1];
+  EXPECT_EQ(told.load(), 1);
+  EXPECT_EQ(told_epoch.load(), 5);
+}
+
+// A rank's write fence passes while it is a member, and every rank knows
+// each member's process and machine.
+TEST(RankWatch, AMembersFencePassesAndItsPeersProcessesAreKnown) {
+  auto ranks = MakeThreadRanks({2, 1}, 30);
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    RankWatch watch(*me.world, {.heartbeat_s = 0.02, .silent_s = 5});
+    me.world->Barrier();
+    watch.Fence();
+    EXPECT_EQ(watch.excluded_epoch(), -1);
+    for (int peer = 0; peer < 2; ++peer) {
+      EXPECT_EQ(watch.member(peer).pid, ::getpid());  // thread ranks: one process
+      EXPECT_FALSE(watch.member(peer).host.empty());
+    }
+    me.world->Barrier();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 }  // namespace

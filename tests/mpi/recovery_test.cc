@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -526,6 +527,81 @@ TEST_F(Recovery, TheExitRecordSaysWhatMpirunCannot) {
   EXPECT_EQ(record("bad.exit").first, "2");
   EXPECT_NE(record("bad.exit").second.find("failed: "), std::string::npos);
   EXPECT_NE(record("bad.exit").second.find("train.steps: must be >= 0"), std::string::npos) << record("bad.exit").second;
+}
+
+// A rank paused past the 1 s of silence that calls a rank lost (SIGSTOP,
+// SIGCONT from a child after the pause: BATON_FAULT's pause=SECONDS) is
+// excluded, not waited for: the survivors agree it is lost, start epoch 1
+// without it and tell it so; it wakes (mpirun, told to end, sends it
+// SIGCONT, or its pause ends), says one line naming the epoch and exits,
+// writing nothing. Under shrink and replace the run ends with the
+// uninterrupted run's bytes, every step once and one "recovered" row
+// (replace of rank 0: the new rank 0 takes over the checkpoint folder's
+// lock and the metrics file the paused rank still held); under stop the
+// survivors write the checkpoint of the last finished step (exit 75). A
+// pause in the survivors' agreement itself (rank 1 as the loss of rank 3
+// is being agreed) excludes it too. The job ends within seconds of its
+// exit record though a paused rank would sleep 30 s more.
+TEST_F(Recovery, APausedRankIsExcludedWritesNothingAndTheJobEndsWithoutIt) {
+  const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=10";
+  ASSERT_EQ(Train("", "ref_shrink").code, 0);
+  ASSERT_EQ(Train("", "ref_replace", "--set recovery.on_lost_rank=replace").code, 0);
+  struct Case {
+    const char* mode;
+    std::string fault;
+    int victim;
+    std::vector<int> lost;
+    const char* code;
+  };
+  const std::vector<Case> cases = {
+      {"shrink", "3:25:B:pause=30", 3, {3}, "0"},
+      {"replace", "0:25:F:pause=3", 0, {0}, "0"},
+      {"stop", "1:25:B:pause=3", 1, {1}, "75"},
+      {"shrink", "3:25:B:kill,1:25:recovery:pause=3", 1, {1, 3}, "0"},
+      {"shrink", "0:30:checkpoint:pause=3", 0, {0}, "0"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.mode) + " " + c.fault);
+    const std::string out = fmt::format("paused{}", n++);
+    fs::remove_all(dir_ / "ck");
+    const auto start = fs::file_time_type::clock::now();
+    const Job j = Train("BATON_EXIT_FILE=" + out + ".exit BATON_FAULT=" + c.fault, out,
+                        fmt::format("--set recovery.on_lost_rank={}", c.mode) + ck);
+    const auto end = fs::file_time_type::clock::now();
+    EXPECT_NE(j.code, 124) << j.output;
+    std::ifstream record(dir_ / (out + ".exit"));
+    std::string code;
+    std::getline(record, code);
+    EXPECT_EQ(code, c.code) << j.output;
+    // The job's end within seconds of its exit record, not after the pause.
+    const auto written = fs::last_write_time(dir_ / (out + ".exit"));
+    EXPECT_LT(std::chrono::duration<double>(end - written).count(), 10.0) << j.output;
+    EXPECT_LT(std::chrono::duration<double>(end - start).count(), 28.0) << "the job waited for the paused rank";
+    EXPECT_EQ(Count(j.output, fmt::format("baton: rank {} (pid ", c.victim)), 1u) << j.output;
+    EXPECT_EQ(Count(j.output, "excluded from the job in epoch 1: the other ranks agreed it was lost while it was "
+                              "paused or stalled, and went on without it; it stops here and writes nothing (exit 6)"),
+              1u)
+        << j.output;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      EXPECT_EQ(e.path().filename().string().rfind("flight-rank", 0), std::string::npos) << e.path();
+    }
+    if (std::string(c.mode) == "stop") {
+      EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000024/manifest.json")) << j.output;
+      continue;
+    }
+    const Run run = StepsAndEvents(out);
+    EXPECT_EQ(run.last, 60);
+    ASSERT_EQ(run.events.size(), 1u);
+    EXPECT_EQ(run.events[0]["lost"], nlohmann::json(c.lost));
+    EXPECT_EQ(baton_test::ReadAll(dir_ / (out + ".safetensors")),
+              baton_test::ReadAll(dir_ / (std::string("ref_") + c.mode + ".safetensors")));
+    if (c.victim == 0) {
+      EXPECT_EQ(Count(j.output, "took over the metrics file from a rank the job excluded"), 1u) << j.output;
+      EXPECT_EQ(Count(j.output, "took over the checkpoint folder's lock from a rank the job excluded"), 1u)
+          << j.output;
+    }
+  }
 }
 
 }  // namespace
