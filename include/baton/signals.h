@@ -80,6 +80,9 @@ bool LauncherIsParent();
 // error, never thrown.
 inline constexpr const char* kExitFileVariable = "BATON_EXIT_FILE";
 void LeaveExitRecord(int code, const std::string& why);
+// From now on this process leaves no exit record: BATON_EXIT_FILE names a
+// file the job reads or writes (found by its checks, which say so).
+void RefuseExitRecord();
 
 }  // namespace baton
 

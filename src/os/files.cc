@@ -240,9 +240,11 @@ FileId IdOf(const std::string& path) {
   // The existing part resolved (links followed), the rest made normal:
   // "sub/../x" names x even while sub does not exist, and a command that
   // writes it creates sub and then x.
+  // A link to a file not made yet names the file a write creates there.
+  const std::string named = id.exists ? path : FollowLinks(path);
   std::error_code ec;
-  const fs::path abs = fs::weakly_canonical(fs::absolute(path, ec), ec).lexically_normal();
-  id.path = ec ? fs::absolute(path).lexically_normal().string() : abs.string();
+  const fs::path abs = fs::weakly_canonical(fs::absolute(named, ec), ec).lexically_normal();
+  id.path = ec ? fs::absolute(named).lexically_normal().string() : abs.string();
   return id;
 }
 

@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -99,9 +100,15 @@ bool EndLauncher() {
 #endif
 }
 
+namespace {
+std::atomic<bool> g_exit_record_refused{false};
+}  // namespace
+
+void RefuseExitRecord() { g_exit_record_refused = true; }
+
 void LeaveExitRecord(int code, const std::string& why) {
   const std::optional<std::string> path = Env::Default().Variable(kExitFileVariable);
-  if (!path || path->empty()) return;
+  if (!path || path->empty() || g_exit_record_refused) return;
   WriteFence::Check();  // a rank fenced out of the job leaves no record (the survivors' lowest does)
   try {
     AtomicFile file(*path);

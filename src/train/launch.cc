@@ -20,6 +20,7 @@
 
 #include "baton/comm.h"
 #include "baton/config.h"
+#include "baton/env.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/signals.h"
@@ -122,7 +123,17 @@ int RunOnAnyRanks(const std::string& config_path, const std::vector<std::string>
     // launching node needs the file.
     std::string text;
     Agree(*transport, fmt::format("rank 0 reading the config file {}", Quote(config_path, 200)), [&] {
-      if (rank == 0) text = ReadTextFile(config_path);
+      if (rank != 0) return;
+      // The exit record must not land on the config (its other clashes are
+      // found with the run's outputs, SetUpRun).
+      const std::optional<std::string> exit_file = Env::Default().Variable(kExitFileVariable);
+      if (exit_file && !exit_file->empty() && IdOf(*exit_file) == IdOf(config_path)) {
+        RefuseExitRecord();
+        throw ConfigError(fmt::format("{}={}: is the config file {}: the job's exit record would overwrite it; name "
+                                      "a file of its own",
+                                      kExitFileVariable, Quote(*exit_file, 200), Quote(config_path, 200)));
+      }
+      text = ReadTextFile(config_path);
     });
     transport->BroadcastString(&text);
     // Every rank parses the same text: a config error is the same everywhere,

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "baton/env.h"
+#include "baton/signals.h"
 #include "resources.h"
 
 namespace baton {
@@ -193,6 +194,19 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   // length in steps is train.steps, or epochs x batches (Train).
   const CommandFiles files = FilesOf(c, world, o.extra_outputs);
   CheckCommandFiles(files);
+  // The exit record is one more output: a clash now is its own, and the
+  // job then leaves none (it would overwrite the file it names).
+  if (const std::optional<std::string> exit_file = Env::Default().Variable(kExitFileVariable);
+      exit_file && !exit_file->empty()) {
+    CommandFiles with = files;
+    with.outputs.push_back({kExitFileVariable, *exit_file});
+    try {
+      CheckCommandFiles(with);
+    } catch (const OutputError&) {
+      RefuseExitRecord();
+      throw;
+    }
+  }
   // The metrics file holds its own; the others until the run's end.
   std::vector<NamedPath> held;
   for (const NamedPath& out : files.outputs) {

@@ -258,6 +258,29 @@ TEST_F(Hostile, MetricsOverTheInitialWeightsIsRefused) {
   EXPECT_EQ(ReadAll(dir_ / "w.safetensors"), weights);
 }
 
+// Two outputs, one a link not yet made into a file to the other, are one
+// file (as they are once it exists): refused, nothing written.
+TEST_F(Hostile, AnOutputThroughADanglingLinkToAnotherIsOneFile) {
+  fs::create_symlink("w.safetensors", dir_ / "m.jsonl");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.metrics=m.jsonl --set log.weights=w.safetensors"),
+                "log.metrics (m.jsonl) and log.weights (w.safetensors) are the same file");
+  EXPECT_FALSE(fs::exists(dir_ / "w.safetensors"));
+}
+
+// BATON_EXIT_FILE is an output of the job: over the config or the metrics
+// file it is refused, and the job leaves no record over them.
+TEST_F(Hostile, AnExitRecordOverTheConfigOrTheMetricsIsRefused) {
+  fs::copy_file(Tiny(), dir_ / "cfg.yaml");
+  const std::string config = ReadAll(dir_ / "cfg.yaml");
+  ExpectRefused(Train(2, "--set pipeline.ranks=2", "BATON_EXIT_FILE=cfg.yaml", (dir_ / "cfg.yaml").string()),
+                "BATON_EXIT_FILE='cfg.yaml': is the config file");
+  EXPECT_EQ(ReadAll(dir_ / "cfg.yaml"), config);
+  std::ofstream(dir_ / "m.jsonl") << "{\"step\": 1}\n";
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.metrics=m.jsonl", "BATON_EXIT_FILE=m.jsonl"),
+                "log.metrics (m.jsonl) and BATON_EXIT_FILE (m.jsonl) are the same file");
+  EXPECT_EQ(ReadAll(dir_ / "m.jsonl"), "{\"step\": 1}\n");
+}
+
 TEST_F(Hostile, MetricsAndWeightsInOneFileAreRefused) {
   ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.metrics=out/x --set log.weights=out/x"),
                 "log.metrics (out/x) and log.weights (out/x) are the same file");

@@ -141,10 +141,42 @@ TEST(RecoveryFault, BesideTheActionsFault) {
   EXPECT_NE(Refusal("2:3:regroup:kill").find("rank 2 is not in this job"), std::string::npos);
   EXPECT_NE(Refusal("1:9:regroup:kill").find("step 9 is not in this run (steps 1..4)"), std::string::npos);
   for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
-           {"1:2:regroup:term", "a fault in a recovery (regroup) takes the mode stall, exit or kill, not 'term'"},
+           {"1:2:regroup:term",
+            "a fault in a recovery (regroup) takes the mode stall, exit, kill or pause=SECONDS, not 'term'"},
            {"1:2:recovery:wait", "not 'wait'"},
            {"1:2:recovery:kill,0:2:regroup:kill", "one fault in a recovery at most"}}) {
     ExpectMisread(text, says, "RANK:STEP:regroup:MODE");
+  }
+}
+
+// pause=SECONDS stops the process whole for that long, at an action or in
+// a recovery; SECONDS above 0 and at most kMaxPauseSeconds.
+TEST(PauseFault, AtAnActionOrInARecovery) {
+  const Fault f = Read("1:5:W:pause=2.5,2:5:recovery:pause=3");
+  EXPECT_EQ(f.mode, Fault::kPause);
+  EXPECT_DOUBLE_EQ(f.pause_s, 2.5);
+  EXPECT_EQ(f.in_recovery.mode, Fault::kPause);
+  EXPECT_DOUBLE_EQ(f.in_recovery.pause_s, 3.0);
+  EXPECT_DOUBLE_EQ(Read("1:5:F:kill,0:5:B:pause=4").Own(0).pause_s, 4.0);
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"1:5:F:pause=0", "pause=SECONDS takes a number above 0, at most 600"},
+           {"1:5:F:pause=601", "got '601'"},
+           {"1:5:F:pause=x", "got 'x'"},
+           {"1:5:recovery:pause=-1", "got '-1'"}}) {
+    ExpectMisread(text, says, "pause=SECONDS");
+  }
+}
+
+// A rank is a whole number from 0 to the largest int: a negative one or
+// one past an int is refused, never cast to another rank.
+TEST(ActionFault, ARankOutsideAnIntIsRefused) {
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"-1:5:F:kill", "RANK is a rank, from 0 to 2147483647, got -1"},
+           {"4294967297:5:F:kill", "RANK is a rank, from 0 to 2147483647, got 4294967297"},
+           {"4294967296:5:slow=2", "got 4294967296"},
+           {"4294967296>1:5:delay=0.1", "SRC is a rank, from 0 to 2147483647, got 4294967296"},
+           {"0>-1:5:delay=0.1", "DST is a rank"}}) {
+    ExpectMisread(text, says, "RANK:STEP:ACTION:MODE");
   }
 }
 
