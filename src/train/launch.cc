@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,30 @@ bool Explained(const Error& e) {
   return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
          dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
          dynamic_cast<const RunError*>(&e) != nullptr;
+}
+
+// Train on `comms`; where the job has gone on after a loss (`watch`'s
+// epoch past 0), an error then ends it through JobWatch::Fail: said once,
+// an exit record, mpirun told to end, no MPI_Finalize (the old
+// communicators hold requests to the lost ranks; it would crash).
+TrainSummary TrainWatched(const TrainConfig& config, const RunComms& comms, const TrainOptions& o, JobWatch* watch) {
+  try {
+    return Train(config, comms, o);
+  } catch (const RankLost&) {
+    throw;
+  } catch (const RankExcluded&) {
+    throw;
+  } catch (const Error& e) {
+    if (watch == nullptr || watch->epoch() == 0) throw;
+    const bool agreed = Explained(e) || dynamic_cast<const PeerFailed*>(&e) != nullptr;
+    watch->Fail(e, agreed, agreed ? 2 : 1);
+  } catch (const std::bad_alloc& e) {
+    if (watch == nullptr || watch->epoch() == 0) throw;
+    watch->Fail(std::runtime_error("out of memory (an allocation failed outside setup's checks)"), false, 1);
+  } catch (const std::exception& e) {
+    if (watch == nullptr || watch->epoch() == 0) throw;
+    watch->Fail(e, false, 1);
+  }
 }
 
 // Where mpirun keeps the survivors of a lost rank (orte_enable_recovery 1),
@@ -269,7 +294,7 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     o.joined = join.run;
     TrainSummary summary;
     try {
-      summary = Train(config, comms, o);
+      summary = TrainWatched(config, comms, o, watch.get());
     } catch (const RankLost& lost) {
       watch->End(lost);
     } catch (const RankExcluded&) {
@@ -302,7 +327,7 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
                                                     const std::string&, JobWatch* watch) {
     TrainOptions o = options;
     o.survivors = watch;
-    summary = Train(config, comms, o);
+    summary = TrainWatched(config, comms, o, watch);
     if (summary.stopped_for_lost_rank) {
       // Every file is written (Train's last barrier): the survivors say
       // goodbye, rank 0 tells mpirun the job failed (it would exit 0), and

@@ -53,23 +53,32 @@ std::string RankList(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
 }
 
-// The end of a job whose survivors cannot go on: `say`s why (the one rank
-// that says it), tells mpirun to end (it exits 1), and exits
-// kExitLostRank, with the checkpoints written so far.
-[[noreturn]] void EndTheJob(bool say, const std::string& why) {
+// The one end of a job that cannot go on after a loss: the rank that
+// `say`s it prints `line` (if any) and leaves the exit record (`code`,
+// `record`); after a moment (mpirun forwards what the ranks print as it
+// reads it) mpirun is told to end (it exits 1: it would exit 0 where it
+// keeps the survivors), and the process exits `code` without
+// MPI_Finalize (the old communicators hold requests to the lost ranks).
+[[noreturn]] void EndJob(bool say, int code, const std::string& line, const std::string& record) {
   if (say) {
-    std::fprintf(stderr,
-                 "baton: error: %s. The job ends (exit %d%s); run it again with --resume auto to continue from the "
-                 "last checkpoint\n",
-                 ForTerminal(why).c_str(), kExitLostRank, LauncherNote());
+    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
-    LeaveExitRecord(kExitLostRank, "failed: " + ForTerminal(why) + ": run it again with --resume auto to continue "
-                                   "from the last checkpoint");
+    LeaveExitRecord(code, record);
   }
-  // mpirun forwards what the ranks print as it reads it.
+  std::fflush(nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EndLauncher();
-  std::_Exit(kExitLostRank);
+  std::_Exit(code);
+}
+
+// The end of a job whose survivors cannot go on: `say`s why (the one rank
+// that says it), with the checkpoints written so far.
+[[noreturn]] void EndTheJob(bool say, const std::string& why) {
+  EndJob(say, kExitLostRank,
+         fmt::format("baton: error: {}. The job ends (exit {}{}); run it again with --resume auto to continue from the "
+                     "last checkpoint",
+                     ForTerminal(why), kExitLostRank, LauncherNote()),
+         "failed: " + ForTerminal(why) + ": run it again with --resume auto to continue from the last checkpoint");
 }
 
 // While the survivors build their new world, the old watch goes on, and a
@@ -227,6 +236,7 @@ Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_cloc
   out.agreed_s = Since(start);
   epoch_ = watch_->epoch();
   out.epoch = epoch_;
+  left_out_ = RankList(out.lost);
   // A lost rank whose connection this rank saw close is gone; any other
   // (silent, or seen by another rank) may still run: it was told it is out.
   const std::vector<LostRank> seen_lost = watch_->Lost();
@@ -415,35 +425,42 @@ void JobWatch::End(const RankLost& seen, const std::string& why) {
     watch_->Fence();  // this rank is the one out: it ends there, saying so, and writes nothing
     throw;
   } catch (const Error& e) {
-    std::fprintf(stderr, "baton: %s; %s\n", ForTerminal(seen.what()).c_str(), ForTerminal(e.what()).c_str());
-    std::fflush(stderr);
-    // Which rank is lowest is not agreed: every one leaves the same code.
-    LeaveExitRecord(kExitLostRank, "failed: " + ForTerminal(seen.what()) + "; " + ForTerminal(e.what()));
-    EndLauncher();
-    std::_Exit(kExitLostRank);
+    // Which rank is lowest is not agreed: every one says it and leaves the same code.
+    EndJob(true, kExitLostRank, fmt::format("baton: {}; {}", ForTerminal(seen.what()), ForTerminal(e.what())),
+           "failed: " + ForTerminal(seen.what()) + "; " + ForTerminal(e.what()));
   }
   const double agreed_s = Since(start);
   int lowest = 0;
   while (std::find(lost.begin(), lost.end(), lowest) != lost.end()) ++lowest;
-  if (watch_->rank() == lowest) {
-    std::fprintf(stderr,
-                 "baton: error: lost rank%s %s (%s); the %d survivors agreed in %.3f s. The job ends "
-                 "(%s; exit %d%s); "
-                 "run it again with --resume auto to continue from the last checkpoint\n",
-                 lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(lost, ", ")).c_str(),
-                 DescribeLost(watch_->Lost()).c_str(), watch_->size() - static_cast<int>(lost.size()), agreed_s,
-                 why.empty() ? "recovery.on_lost_rank: stop, or no replica left whole" : why.c_str(), kExitLostRank,
-                 LauncherNote());
-    std::fflush(stderr);
-    LeaveExitRecord(kExitLostRank, fmt::format("failed: lost rank{} {}: run it again with --resume auto to "
-                                               "continue from the last checkpoint",
-                                               lost.size() > 1 ? "s" : "", fmt::join(lost, ", ")));
+  EndJob(watch_->rank() == lowest, kExitLostRank,
+         fmt::format("baton: error: lost rank{} {} ({}); the {} survivors agreed in {:.3f} s. The job ends ({}; exit "
+                     "{}{}); run it again with --resume auto to continue from the last checkpoint",
+                     lost.size() > 1 ? "s" : "", fmt::join(lost, ", "), DescribeLost(watch_->Lost()),
+                     watch_->size() - static_cast<int>(lost.size()), agreed_s,
+                     why.empty() ? "recovery.on_lost_rank: stop, or no replica left whole" : why, kExitLostRank,
+                     LauncherNote()),
+         fmt::format("failed: lost rank{} {}: run it again with --resume auto to continue from the last checkpoint",
+                     lost.size() > 1 ? "s" : "", fmt::join(lost, ", ")));
+}
+
+void JobWatch::Fail(const std::exception& e, bool agreed, int code) {
+  const bool peer = dynamic_cast<const PeerFailed*>(&e) != nullptr;
+  const std::string after = fmt::format("after the job went on without {} (epoch {})", left_out_, epoch_);
+  const std::string what = ForTerminal(e.what());
+  if (!agreed) {
+    // One rank's own error, mid-step: it alone knows; it says it and ends the job.
+    EndJob(true, code, fmt::format("baton: rank {}: error {}: {}", rank(), after, what),
+           fmt::format("failed {}: rank {}: {}", after, rank(), what));
   }
-  // mpirun forwards what the ranks print as it reads it: time to read the
-  // message before it is told to end.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EndLauncher();
-  std::_Exit(kExitLostRank);
+  // Agreed (every rank is here): the rank that failed says why, the
+  // lowest leaves the record.
+  if (!peer) {
+    std::fprintf(stderr, "baton: error: %s%s: %s\n", rank() == 0 ? "" : fmt::format("rank {}: ", rank()).c_str(),
+                 after.c_str(), what.c_str());
+  }
+  EndJob(rank() == 0, code, "",
+         peer ? fmt::format("failed {}: another rank's error (see the job's output)", after)
+              : fmt::format("failed {}: {}", after, what));
 }
 
 int SnapshotEvery(double copy_s, double step_s, double share) {

@@ -58,6 +58,15 @@ class JobWatch final : public Survivors {
   // asked, or no replica is left whole).
   [[noreturn]] void End(const RankLost& seen, const std::string& why = "");
 
+  // The end of a job that went on after a loss (epoch() > 0) and then
+  // failed (`e`: a setup of the survivors', a takeover, a checkpoint): the
+  // job ends with one line naming it, the exit record `code`, and mpirun
+  // told to end, without MPI_Finalize (the old communicators hold requests
+  // to the lost ranks). `agreed`: every rank has it (Agree: the rank that
+  // failed says it, the others hold PeerFailed, the lowest leaves the
+  // record); else it is this rank's alone, which says it and leaves it.
+  [[noreturn]] void Fail(const std::exception& e, bool agreed, int code);
+
   // This rank is done: it says goodbye to every other, whose watch then
   // takes its end for no loss.
   void Finish();
@@ -100,6 +109,7 @@ class JobWatch final : public Survivors {
   // The ranks agreed lost whose end this rank did not see (silent: paused,
   // stalled, or a node gone): they may still run.
   std::vector<WatchMember> maybe_running_;
+  std::string left_out_ = "a lost rank";  // the last agreed lost ranks ("rank 3", "ranks 1, 3")
 };
 
 // The survivors' message to the processes they start (JSON): the run, the

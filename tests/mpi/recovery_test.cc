@@ -10,10 +10,13 @@
 // global batch in other groups); and its checkpoints resume under the
 // original config.
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -490,6 +493,36 @@ TEST_F(Recovery, ARanksOwnSetupErrorEndsTheJobNonZero) {
   EXPECT_NE(j.code, 124) << j.output;
   EXPECT_EQ(Count(j.output, "baton: error: rank 3: BATON_FAULT='3:25:B:kill': rank 3 runs no B action"), 1u)
       << j.output;
+}
+
+// A failure once the job has gone on after a loss is said, not lost in
+// MPI_Finalize: here the metrics file is a FIFO whose reader ends with the
+// lost rank 0's writer (rank 1, the new rank 0, pauses 0.5 s in the
+// regroup, under the 1 s that calls a rank lost, so that the reader is
+// gone by then), and the new rank 0 cannot open it again. One line names
+// it and the loss, the exit record holds it (2), mpirun ends non-zero, and
+// nothing crashes or waits for a deadline.
+TEST_F(Recovery, AFailureAfterTheJobWentOnIsSaidOnceWithAnExitRecord) {
+  ASSERT_EQ(std::system(("mkfifo '" + (dir_ / "rows").string() + "'").c_str()), 0);
+  const Job j = Train("(cat rows > rows.txt &) && BATON_EXIT_FILE=failed.exit BATON_FAULT=0:25:F:kill,1:25:regroup:pause=0.5",
+                      "failed", "--set log.metrics=rows");
+  // A reader still waiting (the job never opened the FIFO) is let go.
+  if (const int fd = ::open((dir_ / "rows").c_str(), O_WRONLY | O_NONBLOCK); fd >= 0) ::close(fd);
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << j.output;
+  const std::string said = "after the job went on without rank 0 (epoch 1): rows: cannot write the metrics file: a "
+                           "FIFO that nobody reads";
+  EXPECT_EQ(Count(j.output, "baton: error: " + said), 1u) << j.output;
+  EXPECT_EQ(Count(j.output, "baton: error"), 1u) << j.output;
+  for (const char* crash : {"Segmentation", "MPI_ERR", "signal 11", "timed out"}) {
+    EXPECT_EQ(j.output.find(crash), std::string::npos) << j.output;
+  }
+  std::ifstream in(dir_ / "failed.exit");
+  std::string code, why;
+  std::getline(in, code);
+  std::getline(in, why);
+  EXPECT_EQ(code, "2");
+  EXPECT_EQ(why, "failed " + said + " (start its reader first)");
 }
 
 // Under the recovery settings mpirun's own exit code says little (0 for a
