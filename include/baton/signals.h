@@ -56,7 +56,9 @@ void EndOnSignals(int rank);
 // waiting for its ranks), the rank is sent SIGTERM (Linux's
 // PR_SET_PDEATHSIG), so an orphaned run stops at its next step boundary
 // with a checkpoint, as at a scheduler's stop, instead of training on
-// with nobody to wait for it. Nothing elsewhere.
+// with nobody to wait for it; what it prints then is lost (SIGPIPE is
+// ignored: a write to the launcher's closed pipe fails, it does not end
+// the rank). Nothing elsewhere.
 void StopWhenLauncherEnds();
 
 // Ends this process's launcher when it is mpirun on this node (its parent:

@@ -74,6 +74,9 @@ void EndOnSignals(int rank) {
 }
 
 void StopWhenLauncherEnds() {
+  // Its output went to the launcher: once that has ended, a line written
+  // would end the rank by SIGPIPE before its checkpoint and exit record.
+  ::signal(SIGPIPE, SIG_IGN);
 #ifdef __linux__
   const pid_t parent = ::getppid();
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);

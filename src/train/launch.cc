@@ -323,6 +323,7 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
 int TrainJob(const std::string& config_path, const std::vector<std::string>& set, const TrainOptions& options) {
   const StopSignals signals;  // from the start: a signal during start-up is kept for the first step boundary
   TrainSummary summary;
+  bool recorded = false;
   const int code = RunWatched(config_path, set, [&](const RunComms& comms, const TrainConfig& config,
                                                     const std::string&, JobWatch* watch) {
     TrainOptions o = options;
@@ -353,10 +354,16 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
       std::fflush(nullptr);
       std::_Exit(code);
     }
+    // The record now, before MPI_Finalize: a launcher sent SIGTERM or
+    // SIGKILL (the ranks stopped at a step boundary with a checkpoint) is
+    // gone by then, and the ranks with it.
+    const int ended = summary.stop_signal != 0 ? kExitStopped : 0;
+    if (comms.world.rank() == 0) LeaveExitRecord(ended, WhyEnded(ended, summary));
+    recorded = true;
   });
   // Stopped by a signal at a step boundary (checkpointed): run it again.
   const int final_code = code == 0 && summary.stop_signal != 0 ? kExitStopped : code;
-  if (g_world_rank == 0) LeaveExitRecord(final_code, WhyEnded(final_code, summary));
+  if (g_world_rank == 0 && !recorded) LeaveExitRecord(final_code, WhyEnded(final_code, summary));
   return final_code;
 }
 

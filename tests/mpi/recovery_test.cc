@@ -525,6 +525,40 @@ TEST_F(Recovery, AFailureAfterTheJobWentOnIsSaidOnceWithAnExitRecord) {
   EXPECT_EQ(why, "failed " + said + " (start its reader first)");
 }
 
+// SIGTERM or SIGKILL to mpirun itself (a scheduler's stop sent to the
+// launcher; baton.sbatch's TERM trap sends exactly that SIGTERM): the
+// ranks stop at the step boundary with a checkpoint (mpirun passes SIGTERM
+// on; killed, it leaves its ranks SIGTERM as their parent dies), and the
+// lowest leaves exit record 75 before MPI_Finalize, so the job is requeued
+// and resumes. Every rank ends by itself.
+TEST_F(Recovery, ASignalToMpirunItselfLeavesTheExitRecordOfTheStop) {
+  for (const std::string sig : {"TERM", "KILL"}) {
+    SCOPED_TRACE(sig);
+    const std::string name = "sig" + sig;
+    const std::string metrics = (dir_ / (name + ".jsonl")).string();
+    // The ranks' own command lines (not the shell's, which holds them quoted).
+    const std::string ranks = "^" BATON_BINARY " train .*" + name + ".jsonl";
+    last_ = "cd '" + dir_.string() + "' && (BATON_EXIT_FILE=" + name +
+            ".exit BATON_FAULT=0:30:F:wait timeout 120 '" BATON_MPIEXEC
+            "' --mca orte_enable_recovery 1 --mca orte_abort_on_non_zero_status 0 -np 4 '" BATON_BINARY "' train '"
+            BATON_SOURCE_DIR "/tests/mpi/tiny.yaml' --set pipeline.ranks=2 --set data_parallel.size=2 "
+            "--set train.steps=60 --set checkpoint.dir=ck" + sig + " --set checkpoint.every_steps=1000 "
+            "--set log.metrics='" + metrics + "' > log.txt 2>&1 & pid=$!; for i in $(seq 1200); do "
+            "grep -q 'waiting for a stop signal' log.txt 2> /dev/null && break; sleep 0.1; done; pkill -" + sig +
+            " -P $pid; wait $pid; for i in $(seq 1200); do pgrep -f '" + ranks + "' > /dev/null || break; sleep 0.1; "
+            "done)";
+    const Job j = baton_test::RunJob(last_, dir_ / "log.txt");
+    std::ifstream in(dir_ / (name + ".exit"));
+    std::string code, why;
+    std::getline(in, code);
+    std::getline(in, why);
+    EXPECT_EQ(code, "75") << j.output;
+    EXPECT_EQ(why, "stopped on SIGTERM after step 30 with a checkpoint: run it again to resume") << j.output;
+    EXPECT_TRUE(fs::exists(dir_ / ("ck" + sig) / "step-00000030/manifest.json")) << j.output;
+    EXPECT_NE(std::system(("pgrep -f '" + ranks + "' > /dev/null").c_str()), 0) << "a rank was left running";
+  }
+}
+
 // Under the recovery settings mpirun's own exit code says little (0 for a
 // stop to run again, 0 or 1 for a failure): with BATON_EXIT_FILE the job's
 // lowest rank leaves its exit code and why. A run that finished after rank
