@@ -70,6 +70,12 @@ void MetricsLog::Start(std::int64_t resumed_after) {
         const auto row = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(start),
                                                text.begin() + static_cast<std::ptrdiff_t>(end));
         if (row.is_object()) step = row.value("step", std::int64_t{-1});
+        // An event of no step (a lost rank under stop, after the step its
+        // checkpoint holds) belongs to the steps before it: kept with them.
+        if (row.is_object() && !row.contains("step") && row.contains("event")) {
+          keep = static_cast<std::int64_t>(end + 1);
+          continue;
+        }
       } catch (const nlohmann::json::exception&) {
       }
       if (step < 0 || step > resumed_after) break;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 
 #include "baton/env.h"
@@ -130,6 +131,34 @@ TEST_F(MetricsLogTest, ASecondWriterIsRefusedAndKeepsTheRows) {
     EXPECT_NE(std::string(e.what()).find("another run is writing this metrics file"), std::string::npos);
   }
   EXPECT_EQ(ReadAll(path_), "{\"step\": 1}\n");
+}
+
+// A run that stopped after a lost rank (recovery.on_lost_rank: stop)
+// leaves an event row of no step after the step its checkpoint holds: the
+// resumed run keeps it, the record of the loss.
+TEST_F(MetricsLogTest, AResumeKeepsTheLostRankRowOfTheStepsBefore) {
+  const std::string rows = "{\"step\": 1}\n{\"step\": 2}\n{\"event\": \"lost_rank\", \"checkpoint_step\": 2}\n";
+  std::ofstream(path_) << rows << "{\"step\": 3}\n";
+  {
+    MetricsLog log(path_);
+    log.Start(2);
+    log.Line("{\"step\": 3}");
+  }
+  EXPECT_EQ(ReadAll(path_), rows + "{\"step\": 3}\n");
+}
+
+// The survivors of a loss take over a metrics file that a rank they
+// excluded (paused, not dead) still holds locked: a new file in its place,
+// the rows kept, the excluded holder's late rows landing in the old one.
+TEST_F(MetricsLogTest, TheSurvivorsTakeOverAFileAnExcludedRankStillHolds) {
+  auto paused = std::make_unique<MetricsLog>(path_);
+  paused->Start(0);
+  paused->Line("{\"step\": 1}");
+  EXPECT_THROW(MetricsLog(path_, Env::Default(), /*take_over=*/false), OutputError);
+  MetricsLog survivors(path_, Env::Default(), /*take_over=*/true);
+  survivors.Line("{\"step\": 2}");
+  paused->Line("{\"step\": 99}");  // late: cannot land
+  EXPECT_EQ(ReadAll(path_), "{\"step\": 1}\n{\"step\": 2}\n");
 }
 
 TEST_F(MetricsLogTest, AWriteThatFailsIsAnError) {
