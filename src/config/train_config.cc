@@ -359,7 +359,8 @@ void ReadGpt(YamlMap& model, TrainConfig& c) {
                fmt::format("the position table holds {} positions, but data.seq_len is {}", g.seq_len,
                            c.data.seq_len));
   }
-  g.hidden = model.GetInt("hidden", g.hidden, 1, kMaxInt);
+  // The MLP's first layer is 4 x hidden wide: counts past an int are refused here, by their key.
+  g.hidden = model.GetInt("hidden", g.hidden, 1, kMaxInt / 4);
   g.heads = model.GetInt("heads", g.heads, 1, kMaxInt);
   if (g.hidden % g.heads != 0) {
     model.Fail(model.Node("heads"), "heads",
@@ -683,7 +684,7 @@ void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
     if (mode == LostRankMode::kReplace && c.pipeline.partition == Partition::kAuto) {
       rec.Fail(at, "on_lost_rank",
                "replace starts new ranks on the run's placement, and an automatic one (pipeline.partition: auto) is "
-               "not passed to them yet: give the placement (pipeline.partition_counts or pipeline.layout)");
+               "not passed to them yet: give the placement (pipeline.partition as a list of layer counts, or pipeline.layout)");
     }
   }
   if (rec.Has("snapshot_every")) {

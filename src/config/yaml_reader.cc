@@ -82,6 +82,12 @@ std::string ApplyOverride(YAML::Node& root, const std::string& assignment, const
   } catch (const YAML::Exception& e) {
     throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
   }
+  // null and ~ are YAML's null too: as "key=", the default taken in silence.
+  if (value.IsNull()) {
+    throw ConfigError(fmt::format("--set {}: '{}' is YAML's null, which stands for the key's default: give a value, "
+                                  "leave the --set out for the default, or --set '{}=\"\"' for an empty one",
+                                  assignment, assignment.substr(eq + 1), path));
+  }
   std::vector<std::string> keys;
   for (std::size_t start = 0;;) {
     const std::size_t dot = path.find('.', start);
@@ -203,6 +209,10 @@ std::optional<long long> YamlMap::Optional<long long>(std::string_view key) {
   const std::string& s = n.Scalar();
   long long v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec == std::errc::result_out_of_range && ptr == s.data() + s.size()) {
+    Fail(n, key, fmt::format("{} is out of range for an integer (at most {})", Quote(s),
+                             std::numeric_limits<long long>::max()));
+  }
   if (ec != std::errc() || ptr != s.data() + s.size()) {
     Fail(n, key, fmt::format("expected an integer, got {}", Quote(s)));
   }

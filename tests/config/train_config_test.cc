@@ -257,6 +257,27 @@ pipeline:
   EXPECT_TRUE(Contains(msg, "t.yaml:5:10: pipeline.ranks: expected an integer, got 'two'")) << msg;
 }
 
+// An integer of more digits than any (a 64-bit one) is out of range, not
+// "not an integer".
+TEST(TrainConfigErrors, AnIntegerPastSixtyFourBitsIsOutOfRange) {
+  const std::string msg = ErrorOf(R"(model:
+  layers: [{type: linear, out: 3}]
+data: {dataset: synthetic, features: 4, classes: 3}
+train: {steps: 12345678901234567890}
+)");
+  EXPECT_TRUE(Contains(msg, "train.steps: '12345678901234567890' is out of range for an integer (at most "
+                            "9223372036854775807)"))
+      << msg;
+}
+
+// A GPT's hidden size whose MLP (4 x hidden) would pass an int is refused by its key.
+TEST(TrainConfigErrors, AGptHiddenSizePastWhatItsLayersHoldIsRefusedByItsKey) {
+  const std::string msg = ErrorOf(R"(model: {type: gpt, hidden: 1000000000, heads: 1}
+data: {dataset: synthetic_tokens, seq_len: 8, vocab: 16}
+)");
+  EXPECT_TRUE(Contains(msg, "model.hidden: must be in [1, 536870911], got 1000000000")) << msg;
+}
+
 TEST(TrainConfigErrors, ZeroBatchSizeIsOutOfRange) {
   const std::string msg = ErrorOf(R"(model:
   layers: [{type: linear, out: 3}]

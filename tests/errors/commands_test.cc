@@ -228,6 +228,11 @@ TEST_F(Commands, OutputsThatNameNoFileAreRefused) {
 // default weights path, overwritten): one error saying how to empty it.
 TEST_F(Commands, ASetWithoutAValueIsRefused) {
   ExpectRefused("validate cfg.yaml --set log.weights=", "--set log.weights=: no value after '='", "cfg.yaml");
+  // null and ~ are the same null.
+  ExpectRefused("validate cfg.yaml --set train.optimizer=null",
+                "--set train.optimizer=null: 'null' is YAML's null, which stands for the key's default", "cfg.yaml");
+  ExpectRefused("validate cfg.yaml --set pipeline.schedule=~", "--set pipeline.schedule=~: '~' is YAML's null",
+                "cfg.yaml");
 }
 
 // A symbolic link whose target does not exist yet: the write creates the
