@@ -1,6 +1,8 @@
 #include "baton/files.h"
 
 #include <fcntl.h>
+
+#include <atomic>
 #include <poll.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -46,6 +48,19 @@ void CheckWritableFolder(const fs::path& folder, std::string_view key, const std
     throw OutputError(fmt::format("{}: {}: the folder '{}' is not writable: {}", key, path, folder.string(),
                                   std::strerror(errno)));
   }
+  // access() lets root through where no file can be made (/proc, /sys, a
+  // file system that refuses new files): a file made and removed at once
+  // tells, before the run rather than after it.
+  static std::atomic<int> probes{0};
+  const std::string probe =
+      (folder / fmt::format(".baton-probe-{}-{}", ::getpid(), probes.fetch_add(1))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw OutputError(fmt::format("{}: {}: no file can be made in the folder '{}': {}", key, path, folder.string(),
+                                  std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 // The temporary file being written, for RemoveUnfinishedFile (a signal

@@ -314,6 +314,11 @@ TEST_F(Hostile, AnUnusableWeightsPathIsRefusedBeforeTraining) {
                 "checkpoint.dir: file.txt: is a file, not a folder");
   EXPECT_FALSE(fs::exists(dir_ / "metrics.jsonl"));
   EXPECT_EQ(ReadAll(dir_ / "file.txt"), "x");
+  // A folder that takes no new file whatever its permissions say (root
+  // passes access() there): found by making one, before training.
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set log.weights=/proc/w.safetensors"),
+                "log.weights: /proc/w.safetensors: no file can be made in the folder '/proc'");
+  EXPECT_FALSE(fs::exists(dir_ / "metrics.jsonl"));
 }
 
 TEST_F(Hostile, AWeightsPathTooLongForTheSystemIsRefusedBeforeTraining) {
