@@ -289,6 +289,7 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     // loss as they do.
     watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, join.epoch);
     watch->set_command(join.command);  // a later loss may start new ranks from this one too
+    watch->set_excluded(join.excluded);
     TrainOptions o = options;
     o.survivors = watch.get();
     o.joined = join.run;

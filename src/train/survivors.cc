@@ -12,6 +12,7 @@
 #include <thread>
 #include <fstream>
 #include <cstring>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -207,10 +208,23 @@ bool ProcessRuns(int pid) {
 bool JobWatch::EndExcludedRanks() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
-  std::vector<int> running;
+  // One stopped on this machine is woken (as mpirun would before ending
+  // it): it reads its fence, says so and exits by itself, and mpirun ends
+  // with its ranks. Given 2 s.
+  bool woken = false;
   for (const WatchMember& m : maybe_running_) {
-    // On another machine it cannot be looked at: taken to run.
-    if (m.host != host || ProcessRuns(m.pid)) running.push_back(m.pid);
+    if (m.host == host && ProcessRuns(m.pid)) woken = ::kill(m.pid, SIGCONT) == 0 || woken;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> running;
+  for (;;) {
+    running.clear();
+    for (const WatchMember& m : maybe_running_) {
+      // On another machine it cannot be looked at: taken to run.
+      if (m.host != host || ProcessRuns(m.pid)) running.push_back(m.pid);
+    }
+    if (running.empty() || !woken || Since(start) > 2.0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (running.empty()) return false;
   std::fprintf(stderr,
@@ -341,7 +355,8 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
   const double seen_unix_s =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - Since(start);
   const std::string payload =
-      ReplacementPayload(command_, run_id, out.lost, DescribeLost(watch_->Lost()), out.agreed_s, seen_unix_s, epoch_);
+      ReplacementPayload(command_, run_id, out.lost, DescribeLost(watch_->Lost()), out.agreed_s, seen_unix_s, epoch_,
+                         maybe_running_);
   interrupt_.reset();
   std::unique_ptr<RankWatch> old = std::move(watch_);
   const int me = old->rank();
@@ -374,7 +389,9 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
 
 std::string ReplacementPayload(const JobWatch::Command& command, const std::string& run_id,
                                const std::vector<int>& lost, const std::string& how, double agreed_s,
-                               double seen_unix_s, int epoch) {
+                               double seen_unix_s, int epoch, const std::vector<WatchMember>& excluded) {
+  nlohmann::json running = nlohmann::json::array();
+  for (const WatchMember& m : excluded) running.push_back({{"host", m.host}, {"pid", m.pid}});
   return nlohmann::json{{"config_path", command.config_path},
                         {"config_text", command.config_text},
                         {"set", command.set},
@@ -384,6 +401,8 @@ std::string ReplacementPayload(const JobWatch::Command& command, const std::stri
                         {"agreed_s", agreed_s},
                         {"seen_unix_s", seen_unix_s},
                         {"epoch", epoch},
+                        // A new rank 0 ends the job: it wakes those it may find still stopped.
+                        {"excluded", running},
                         // A new process is not started with the job's
                         // environment: the exit record's file goes with it.
                         {"exit_file", Env::Default().Variable(kExitFileVariable).value_or("")}}
@@ -403,6 +422,9 @@ Replacement ReadReplacementPayload(const std::string& payload, int index) {
     r.run.agreed_s = j.at("agreed_s").get<double>();
     r.exit_file = j.value("exit_file", std::string());
     r.epoch = j.value("epoch", 0);
+    for (const auto& m : j.value("excluded", nlohmann::json::array())) {
+      r.excluded.push_back({m.at("host").get<std::string>(), m.at("pid").get<int>()});
+    }
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     r.run.since_loss_s = std::max(0.0, now - j.at("seen_unix_s").get<double>());
   } catch (const nlohmann::json::exception& e) {

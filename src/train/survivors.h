@@ -33,6 +33,8 @@ class JobWatch final : public Survivors {
     std::vector<std::string> set;
   };
   void set_command(Command c) { command_ = std::move(c); }
+  // A new process's: the ranks the survivors excluded that may still run.
+  void set_excluded(std::vector<WatchMember> m) { maybe_running_ = std::move(m); }
   ~JobWatch() override;
 
   // The agreement, then: the ranks of a replica that lost one exit (0); the
@@ -81,9 +83,11 @@ class JobWatch final : public Survivors {
   }
 
   // The end of a job that went on after a loss, on its lowest rank, once
-  // its exit record is written: a rank it excluded that still runs
-  // (paused: mpirun would wait for it) is ended with mpirun (EndLauncher).
-  // Whether it had to.
+  // its exit record is written: a rank it excluded that is still stopped
+  // on this machine is woken (SIGCONT, as mpirun would before ending it),
+  // reads its fence and exits by itself; one that still runs 2 s later, or
+  // on another machine, is ended with mpirun (EndLauncher), which would
+  // wait for it. Whether it had to.
   bool EndExcludedRanks();
 
  private:
@@ -116,13 +120,14 @@ class JobWatch final : public Survivors {
 // config and overrides, the loss, and each new process's world rank.
 std::string ReplacementPayload(const JobWatch::Command& command, const std::string& run_id,
                                const std::vector<int>& lost, const std::string& how, double agreed_s,
-                               double seen_unix_s, int epoch);
+                               double seen_unix_s, int epoch, const std::vector<WatchMember>& excluded = {});
 struct Replacement {
   JobWatch::Command command;
   JoinedRun run;
   int place = -1;  // this process's world rank
   std::string exit_file;  // the job's BATON_EXIT_FILE (LeaveExitRecord), "" if unset
   int epoch = 0;          // the job's membership epoch the survivors started
+  std::vector<WatchMember> excluded;  // the ranks they agreed lost that may still run (JobWatch::EndExcludedRanks)
 };
 // A new process's reading of ReplacementPayload; `index`: its rank among the new ones.
 Replacement ReadReplacementPayload(const std::string& payload, int index);
