@@ -33,7 +33,7 @@ struct WatchOptions {
   // without it), with the epoch that excluded it. A process ends itself
   // here (JobWatch): it must write nothing more. Null: only noted, and
   // every later wait or write fence of this rank throws RankExcluded.
-  std::function<void(int epoch)> on_excluded;
+  std::function<void(int epoch)> on_excluded{};
 };
 
 // A rank this rank has seen lost: how (its connection closed, or silent),

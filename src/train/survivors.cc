@@ -241,7 +241,7 @@ Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_cloc
   if (at) at("recovery", MpiWorldRank());
   Shrunk out;
   try {
-    out.lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
+    out.lost = watch_->AgreeLost(RecoveryDeadline());
   } catch (const RankExcluded&) {
     throw;
   } catch (const Error&) {
@@ -316,7 +316,7 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
   // the guard meanwhile.
   std::unique_ptr<RankWatch> old = std::move(watch_);
   {
-    const RegroupGuard guard(*old, out.lost, staying, std::min(timeout_s_, 30.0));
+    const RegroupGuard guard(*old, out.lost, staying, RecoveryDeadline());
     if (at) at("regroup", MpiWorldRank());
     // The old communicators are left as they are: requests to the lost ranks
     // never complete, and freeing them is not safe; they end with the process.
@@ -361,7 +361,7 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
   std::unique_ptr<RankWatch> old = std::move(watch_);
   const int me = old->rank();
   {
-    const RegroupGuard guard(*old, out.lost, staying, std::min(timeout_s_, 30.0));
+    const RegroupGuard guard(*old, out.lost, staying, RecoveryDeadline());
     if (at) at("regroup", MpiWorldRank());
     Spawn how;
     how.count = static_cast<int>(out.lost.size());
@@ -442,7 +442,7 @@ void JobWatch::End(const RankLost& seen, const std::string& why) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> lost;
   try {
-    lost = watch_->AgreeLost(std::min(timeout_s_, 30.0));
+    lost = watch_->AgreeLost(RecoveryDeadline());
   } catch (const RankExcluded&) {
     watch_->Fence();  // this rank is the one out: it ends there, saying so, and writes nothing
     throw;
@@ -546,6 +546,22 @@ void KeptState::Keep(RunSetup& u, ReplicaGroup& replicas, std::int64_t step, boo
   copy_s_ = last_copy_s_;
 }
 
+void KeptState::Exchange(Transport& t, Wire& wire, int to, int from, const char* sent, const char* received) {
+  // Its size first: a new process knows no size of what it takes.
+  wire.count_out = static_cast<std::int64_t>(wire.out.size());
+  if (from >= 0) t.Irecv(kSnapshotRecvId, &wire.count_in, sizeof wire.count_in, from, kSnapshotTag);
+  if (to >= 0) t.Isend(kSnapshotSendId, &wire.count_out, sizeof wire.count_out, to, kSnapshotTag);
+  if (to >= 0) t.Wait(kSnapshotSendId, {"SEND of a snapshot's size", -1, -1, to});
+  if (from >= 0) t.Wait(kSnapshotRecvId, {"RECV of a snapshot's size", -1, -1, from});
+  if (from >= 0) {
+    wire.in.resize(static_cast<std::size_t>(wire.count_in));
+    t.Irecv(kSnapshotRecvId, wire.in.data(), wire.in.size() * sizeof(float), from, kSnapshotTag);
+  }
+  if (to >= 0) t.Isend(kSnapshotSendId, wire.out.data(), wire.out.size() * sizeof(float), to, kSnapshotTag);
+  if (to >= 0) t.Wait(kSnapshotSendId, {sent, -1, -1, to});
+  if (from >= 0) t.Wait(kSnapshotRecvId, {received, -1, -1, from});
+}
+
 std::vector<float> KeptState::PassOn(std::vector<float>& mine) {
   Transport& t = *ring_;
   const int next = SnapshotHolder(layout_, t.rank());
@@ -553,17 +569,9 @@ std::vector<float> KeptState::PassOn(std::vector<float>& mine) {
   while (SnapshotHolder(layout_, prev) != t.rank()) ++prev;
   auto wire = std::make_unique<Wire>();
   wire->out = std::move(mine);  // MPI reads it from here: on a loss it stays with the wire
-  wire->count_out = static_cast<std::int64_t>(wire->out.size());
   try {
-    t.Irecv(kSnapshotRecvId, &wire->count_in, sizeof wire->count_in, prev, kSnapshotTag);
-    t.Isend(kSnapshotSendId, &wire->count_out, sizeof wire->count_out, next, kSnapshotTag);
-    t.Wait(kSnapshotSendId, {"SEND of a snapshot's size", -1, -1, next});
-    t.Wait(kSnapshotRecvId, {"RECV of a snapshot's size", -1, -1, prev});
-    wire->in.resize(static_cast<std::size_t>(wire->count_in));
-    t.Irecv(kSnapshotRecvId, wire->in.data(), wire->in.size() * sizeof(float), prev, kSnapshotTag);
-    t.Isend(kSnapshotSendId, wire->out.data(), wire->out.size() * sizeof(float), next, kSnapshotTag);
-    t.Wait(kSnapshotSendId, {"SEND of a snapshot of this rank's state", -1, -1, next});
-    t.Wait(kSnapshotRecvId, {"RECV of a snapshot of the previous rank's state", -1, -1, prev});
+    Exchange(t, *wire, next, prev, "SEND of a snapshot of this rank's state",
+             "RECV of a snapshot of the previous rank's state");
   } catch (...) {
     abandoned_.push_back(std::move(wire));
     throw;
@@ -671,12 +679,9 @@ void KeptState::HandBack(RunSetup& u, Transport& ring, const std::vector<int>& l
                                       me, l, step));
       }
       auto wire = std::make_unique<Wire>();
-      wire->count_out = static_cast<std::int64_t>(held->size());
+      wire->out = *held;
       try {
-        ring.Isend(kSnapshotSendId, &wire->count_out, sizeof wire->count_out, l, kSnapshotTag);
-        ring.Wait(kSnapshotSendId, {"SEND of a held snapshot's size", -1, -1, l});
-        ring.Isend(kSnapshotSendId, held->data(), held->size() * sizeof(float), l, kSnapshotTag);
-        ring.Wait(kSnapshotSendId, {"SEND of a held snapshot to a new rank", -1, -1, l});
+        Exchange(ring, *wire, l, -1, "SEND of a held snapshot to a new rank", "");
       } catch (...) {
         abandoned_.push_back(std::move(wire));
         throw;
@@ -685,11 +690,7 @@ void KeptState::HandBack(RunSetup& u, Transport& ring, const std::vector<int>& l
       auto wire = std::make_unique<Wire>();
       std::vector<NamedTensor> tensors = u.params->OwnTensorsToFill();
       try {
-        ring.Irecv(kSnapshotRecvId, &wire->count_in, sizeof wire->count_in, holder, kSnapshotTag);
-        ring.Wait(kSnapshotRecvId, {"RECV of a held snapshot's size", -1, -1, holder});
-        wire->in.resize(static_cast<std::size_t>(wire->count_in));
-        ring.Irecv(kSnapshotRecvId, wire->in.data(), wire->in.size() * sizeof(float), holder, kSnapshotTag);
-        ring.Wait(kSnapshotRecvId, {"RECV of this rank's snapshot from the next rank", -1, -1, holder});
+        Exchange(ring, *wire, -1, holder, "", "RECV of this rank's snapshot from the next rank");
       } catch (...) {
         abandoned_.push_back(std::move(wire));
         throw;

@@ -4,6 +4,7 @@
 #ifndef BATON_SRC_TRAIN_SURVIVORS_H_
 #define BATON_SRC_TRAIN_SURVIVORS_H_
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -91,6 +92,9 @@ class JobWatch final : public Survivors {
   bool EndExcludedRanks();
 
  private:
+  // How long the survivors' agreement and their new world may take: 30 s,
+  // or pipeline.wait_timeout_s if shorter.
+  double RecoveryDeadline() const { return std::min(timeout_s_, 30.0); }
   void Watch();
   // The start of a recovery: BATON_FAULT's "recovery" point, then the
   // survivors' agreement on the lost ranks (End when none comes).
@@ -215,6 +219,10 @@ class KeptState {
     std::int64_t count_out = 0, count_in = 0;
     std::vector<float> out, in;
   };
+  // A snapshot over `t`: `wire.out` to rank `to` and one from rank `from`
+  // into `wire.in` (-1: none that way), each its size first. `sent` and
+  // `received` name the two waits in a deadline's message (kept strings).
+  static void Exchange(Transport& t, Wire& wire, int to, int from, const char* sent, const char* received);
   // This rank's state (`mine`, sent from where it lies and left there) to
   // the next rank, the previous rank's back.
   std::vector<float> PassOn(std::vector<float>& mine);
