@@ -196,7 +196,7 @@ TEST(RankWatch, ARankPausedPastTheSilenceIsToldItIsOutWhenItWakes) {
 // each member's process and machine.
 TEST(RankWatch, AMembersFencePassesAndItsPeersProcessesAreKnown) {
   auto ranks = MakeThreadRanks({2, 1}, 30);
-  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+  const auto errors = RunRanks(ranks, [&](int, ThreadRank& me) {
     RankWatch watch(*me.world, {.heartbeat_s = 0.02, .silent_s = 5});
     me.world->Barrier();
     watch.Fence();
