@@ -338,7 +338,10 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
       watch->Finish();
       if (lowest) LeaveExitRecord(kExitStopped, WhyEnded(kExitStopped, summary));
       std::fflush(nullptr);
-      if (lowest) TellLauncherItFailed();
+      if (lowest) {
+        watch->WakeExcluded();  // a paused rank says it is out before mpirun ends it
+        TellLauncherItFailed();
+      }
       std::_Exit(kExitStopped);
     }
     if (summary.recoveries > 0) {

@@ -205,7 +205,7 @@ bool ProcessRuns(int pid) {
 }
 }  // namespace
 
-bool JobWatch::EndExcludedRanks() {
+std::vector<int> JobWatch::WakeExcluded() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
   // One stopped on this machine is woken (as mpirun would before ending
@@ -226,6 +226,11 @@ bool JobWatch::EndExcludedRanks() {
     if (running.empty() || !woken || Since(start) > 2.0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return running;
+}
+
+bool JobWatch::EndExcludedRanks() {
+  const std::vector<int> running = WakeExcluded();
   if (running.empty()) return false;
   std::fprintf(stderr,
                "baton: the job ends; a rank it excluded still runs (pid %s, paused?): mpirun is told to end it%s\n",

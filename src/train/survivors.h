@@ -90,6 +90,10 @@ class JobWatch final : public Survivors {
   // on another machine, is ended with mpirun (EndLauncher), which would
   // wait for it. Whether it had to.
   bool EndExcludedRanks();
+  // The first part of it: those stopped on this machine woken, given 2 s
+  // to read their fence and exit; the processes (pids) still running, or
+  // on another machine, after it.
+  std::vector<int> WakeExcluded();
 
  private:
   // How long the survivors' agreement and their new world may take: 30 s,
