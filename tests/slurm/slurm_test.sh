@@ -96,7 +96,14 @@ cleanup() {
 trap cleanup EXIT
 # ctest's timeout, or a person's Ctrl-C: clean up all the same.
 trap 'exit 1' TERM INT HUP
-fail() { echo "FAILED: $*"; exit 1; }
+# With `whole_log` set, a failure prints that job's whole output too (the
+# node scenario's rare failures need more than its last lines to explain).
+whole_log=""
+fail() {
+  echo "FAILED: $*"
+  if [ -n "$whole_log" ] && [ -f "$whole_log" ]; then echo "--- $whole_log:"; cat "$whole_log"; fi
+  exit 1
+}
 
 cd "$dir" || exit 1
 mkdir -p state spool/n1 spool/n2 tmp/n1 tmp/n2 log out
@@ -305,6 +312,7 @@ id=$(BATON_LAUNCH=mpirun BATON_MPIRUN_ARGS="--map-by node" BATON_EXIT_GRACE=5 BA
   BATON_CHECKPOINTS="$dir/ck_node" sbatch --parsable --no-kill -o "$dir/log/node.out" "$src/scripts/baton.sbatch" \
   "$config" "${node[@]}" --set log.metrics="$dir/out/node.jsonl" --set log.weights="$dir/out/node.safetensors")
 out=log/node.out
+whole_log=$out
 deadline=$((SECONDS + limit))
 until grep -q "rank 1: injected fault (BATON_FAULT): waiting for a stop signal" $out 2> /dev/null; do
   [ $SECONDS -lt $deadline ] || fail "the node test's run did not reach step 100 in $limit s: $(tail -10 $out)"
