@@ -215,19 +215,22 @@ struct Groups {
 };
 Groups MakeMpiGroups(const ReplicaLayout& layout, double timeout_s);
 
+// A rank's world and, with replicas, its pipeline and replica group over
+// it (none when the layout has one replica): what a regroup after a lost
+// rank gives each survivor, over MPI or over thread ranks.
+struct RankWorld {
+  std::unique_ptr<Transport> world;
+  Groups groups;
+};
 // The job after losing ranks: a world of the MPI_COMM_WORLD ranks
 // `survivors` (new rank i is survivors[i]), made by them alone
 // (MPI_Comm_create_group: no rank outside it takes part, so the lost ones
 // are not waited for), with its pipelines and replica groups as
 // MakeMpiGroups lays them out over it (none when layout.replicas is 1).
 // Collective over `survivors`.
-struct MpiWorld {
-  std::unique_ptr<Transport> world;
-  Groups groups;
-};
 // `base`: the world the ranks were lost from (an MPI world: the job's at
 // first, then the one the last recovery made), `survivors` its ranks.
-MpiWorld MakeMpiSurvivors(Transport& base, const std::vector<int>& survivors, const ReplicaLayout& layout,
+RankWorld MakeMpiSurvivors(Transport& base, const std::vector<int>& survivors, const ReplicaLayout& layout,
                           double timeout_s);
 
 // The job after losing ranks, with new processes in their places
@@ -245,7 +248,7 @@ struct Spawn {
   std::vector<std::string> args;
   std::string wdir;
 };
-MpiWorld MakeMpiReplaced(Transport& base, const std::vector<int>& survivors, const Spawn& spawn,
+RankWorld MakeMpiReplaced(Transport& base, const std::vector<int>& survivors, const Spawn& spawn,
                          const std::string& payload, int key, const ReplicaLayout& layout, double timeout_s);
 // Whether this process was started by MakeMpiReplaced (it has a parent).
 bool IsMpiReplacement();
@@ -253,7 +256,7 @@ bool IsMpiReplacement();
 // receives the payload, and takes the place `place(payload, index)` gives
 // it (index: this process's rank among the new ones): its key and the
 // world's layout.
-MpiWorld JoinMpiJob(const std::function<std::pair<int, ReplicaLayout>(const std::string& payload, int index)>& place,
+RankWorld JoinMpiJob(const std::function<std::pair<int, ReplicaLayout>(const std::string& payload, int index)>& place,
                     std::string* payload, double timeout_s);
 // This process's rank in MPI_COMM_WORLD.
 int MpiWorldRank();

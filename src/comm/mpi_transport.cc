@@ -581,8 +581,8 @@ MPI_Comm SurvivorsComm(Transport& base, const std::vector<int>& survivors, int t
 }
 
 // The world over `comm` (which it frees), laid out as `layout`.
-MpiWorld WorldOver(MPI_Comm comm, const ReplicaLayout& layout, double timeout_s) {
-  MpiWorld out;
+RankWorld WorldOver(MPI_Comm comm, const ReplicaLayout& layout, double timeout_s) {
+  RankWorld out;
   MPI_Comm world;
   BATON_MPI_CHECK(MPI_Comm_dup(comm, &world));
   out.world = std::make_unique<MpiTransport>(world, 0, timeout_s);
@@ -593,7 +593,7 @@ MpiWorld WorldOver(MPI_Comm comm, const ReplicaLayout& layout, double timeout_s)
 
 }  // namespace
 
-MpiWorld MakeMpiSurvivors(Transport& base, const std::vector<int>& survivors, const ReplicaLayout& layout,
+RankWorld MakeMpiSurvivors(Transport& base, const std::vector<int>& survivors, const ReplicaLayout& layout,
                           double timeout_s) {
   constexpr int kSurvivorsTag = 4021;
   return WorldOver(SurvivorsComm(base, survivors, kSurvivorsTag), layout, timeout_s);
@@ -614,7 +614,7 @@ void BroadcastPayload(MPI_Comm merged, std::string* payload) {
 }
 
 // ... then the world in `key` order, laid out as `layout`.
-MpiWorld WorldFromMerged(MPI_Comm merged, int key, const ReplicaLayout& layout, double timeout_s) {
+RankWorld WorldFromMerged(MPI_Comm merged, int key, const ReplicaLayout& layout, double timeout_s) {
   MPI_Comm comm = MPI_COMM_NULL;
   BATON_MPI_CHECK(MPI_Comm_split(merged, 0, key, &comm));
   MPI_Comm_free(&merged);
@@ -623,7 +623,7 @@ MpiWorld WorldFromMerged(MPI_Comm merged, int key, const ReplicaLayout& layout, 
 
 }  // namespace
 
-MpiWorld MakeMpiReplaced(Transport& base, const std::vector<int>& survivors, const Spawn& spawn,
+RankWorld MakeMpiReplaced(Transport& base, const std::vector<int>& survivors, const Spawn& spawn,
                          const std::string& payload, int key, const ReplicaLayout& layout, double timeout_s) {
   constexpr int kSurvivorsTag = 4022;
   MPI_Comm comm = SurvivorsComm(base, survivors, kSurvivorsTag);
@@ -660,7 +660,7 @@ bool IsMpiReplacement() {
   return parent != MPI_COMM_NULL;
 }
 
-MpiWorld JoinMpiJob(const std::function<std::pair<int, ReplicaLayout>(const std::string& payload, int index)>& place,
+RankWorld JoinMpiJob(const std::function<std::pair<int, ReplicaLayout>(const std::string& payload, int index)>& place,
                     std::string* payload, double timeout_s) {
   MPI_Comm parent = MPI_COMM_NULL;
   BATON_MPI_CHECK(MPI_Comm_get_parent(&parent));

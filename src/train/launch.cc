@@ -58,30 +58,6 @@ bool Explained(const Error& e) {
          dynamic_cast<const RunError*>(&e) != nullptr;
 }
 
-// Train on `comms`; where the job has gone on after a loss (`watch`'s
-// epoch past 0), an error then ends it through JobWatch::Fail: said once,
-// an exit record, mpirun told to end, no MPI_Finalize (the old
-// communicators hold requests to the lost ranks; it would crash).
-TrainSummary TrainWatched(const TrainConfig& config, const RunComms& comms, const TrainOptions& o, JobWatch* watch) {
-  try {
-    return Train(config, comms, o);
-  } catch (const RankLost&) {
-    throw;
-  } catch (const RankExcluded&) {
-    throw;
-  } catch (const Error& e) {
-    if (watch == nullptr || watch->epoch() == 0) throw;
-    const bool agreed = Explained(e) || dynamic_cast<const PeerFailed*>(&e) != nullptr;
-    watch->Fail(e, agreed, agreed ? 2 : 1);
-  } catch (const std::bad_alloc& e) {
-    if (watch == nullptr || watch->epoch() == 0) throw;
-    watch->Fail(std::runtime_error("out of memory (an allocation failed outside setup's checks)"), false, 1);
-  } catch (const std::exception& e) {
-    if (watch == nullptr || watch->epoch() == 0) throw;
-    watch->Fail(e, false, 1);
-  }
-}
-
 // Where mpirun keeps the survivors of a lost rank (orte_enable_recovery 1),
 // it exits 0 whatever its ranks return, MPI_Abort included: a job that
 // failed tells it to end (after a moment, so that it forwards the message
@@ -108,23 +84,7 @@ std::string g_error;
 
 // What a run that ended with `code` says in its exit record.
 std::string WhyEnded(int code, const TrainSummary& summary) {
-  if (code == kExitStopped && summary.stopped_for_lost_rank) {
-    return fmt::format("stopped after a lost rank (recovery.on_lost_rank: stop) with the checkpoint of step {}: run "
-                       "it again to resume",
-                       summary.stopped_after);
-  }
-  if (code == kExitStopped) {
-    return fmt::format("stopped on {} after step {}{}: run it again to resume",
-                       summary.stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM", summary.stopped_after,
-                       summary.checkpointed ? " with a checkpoint" : "");
-  }
-  if (code == 0) {
-    return fmt::format("finished: {} steps{}", summary.steps,
-                       summary.recoveries > 0
-                           ? fmt::format(", going on after {} loss{} of ranks", summary.recoveries,
-                                         summary.recoveries > 1 ? "es" : "")
-                           : "");
-  }
+  if (code == 0 || code == kExitStopped) return EndedRecord(code, summary);
   return "failed: " + (g_error.empty() ? std::string("see the job's output") : g_error);
 }
 
@@ -233,9 +193,11 @@ int RunWatched(const std::string& config_path, const std::vector<std::string>& s
     const RunComms comms{world, groups.pipeline ? *groups.pipeline : world, *groups.replicas};
     // A launcher that keeps the survivors of a lost rank: every rank watches
     // the others, and a loss ends every wait at once.
+    std::unique_ptr<JobHost> host;
     std::unique_ptr<JobWatch> watch;
     if (world.size() > 1 && DetectLaunch().keeps_survivors) {
-      watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s);
+      host = MakeProcessHost();
+      watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, *host);
       watch->set_command({config_path, text, set});
     }
     try {
@@ -265,11 +227,12 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
   MpiSession mpi(nullptr, nullptr);
   StopWhenLauncherEnds();
   Replacement join;
+  const std::unique_ptr<JobHost> host = MakeProcessHost();
   std::unique_ptr<JobWatch> watch;
   try {
     TrainConfig config;
     std::string payload;
-    MpiWorld w = JoinMpiJob(
+    RankWorld w = JoinMpiJob(
         [&](const std::string& text, int index) {
           join = ReadReplacementPayload(text, index);
           config = ParseTrainConfig(join.command.config_text, join.command.config_path, join.command.set);
@@ -287,31 +250,15 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     // A new process in a lost rank's place watches the world it joined
     // (collective with the survivors' Replace), and recovers from a later
     // loss as they do.
-    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, join.epoch);
+    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, *host, join.epoch);
     watch->set_command(join.command);  // a later loss may start new ranks from this one too
     watch->set_excluded(join.excluded);
     TrainOptions o = options;
-    o.survivors = watch.get();
     o.joined = join.run;
-    TrainSummary summary;
-    try {
-      summary = TrainWatched(config, comms, o, watch.get());
-    } catch (const RankLost& lost) {
-      watch->End(lost);
-    } catch (const RankExcluded&) {
-      watch->Fence();  // it ends there (JobWatch: one line, nothing written)
-      throw;
-    }
-    // As the survivors end after a recovery: the files written, a goodbye
-    // to every rank, no MPI_Finalize (its parent's requests).
-    watch->Finish();
-    const int code = summary.stop_signal != 0 ? kExitStopped : 0;
-    if (watch->rank() == 0) {
-      LeaveExitRecord(code, WhyEnded(code, summary));
-      watch->EndExcludedRanks();
-    }
-    std::fflush(nullptr);
-    std::_Exit(code);
+    // A new rank's run went on after a loss: it ends in TrainWatched
+    // (JobWatch::Finished), as the survivors' does.
+    TrainWatched(config, comms, o, *watch);
+    throw Error("a new rank's run ended without its end (JobWatch::Finished)");
   } catch (const std::exception& e) {
     g_error = ForTerminal(e.what());
     std::fprintf(stderr, "baton: rank %d (a new rank in a lost one's place): error: %s\n", join.place,
@@ -327,37 +274,9 @@ int TrainJob(const std::string& config_path, const std::vector<std::string>& set
   bool recorded = false;
   const int code = RunWatched(config_path, set, [&](const RunComms& comms, const TrainConfig& config,
                                                     const std::string&, JobWatch* watch) {
-    TrainOptions o = options;
-    o.survivors = watch;
-    summary = TrainWatched(config, comms, o, watch);
-    if (summary.stopped_for_lost_rank) {
-      // Every file is written (Train's last barrier): the survivors say
-      // goodbye, rank 0 tells mpirun the job failed (it would exit 0), and
-      // every rank ends as a stopped run does.
-      const bool lowest = watch->rank() == 0;
-      watch->Finish();
-      if (lowest) LeaveExitRecord(kExitStopped, WhyEnded(kExitStopped, summary));
-      std::fflush(nullptr);
-      if (lowest) {
-        watch->WakeExcluded();  // a paused rank says it is out before mpirun ends it
-        TellLauncherItFailed();
-      }
-      std::_Exit(kExitStopped);
-    }
-    if (summary.recoveries > 0) {
-      // The old communicators hold requests to the lost ranks, and
-      // MPI_Finalize would wait for them: the run's files are written and
-      // closed, and the process ends here, once it has said goodbye.
-      const int code = summary.stop_signal != 0 ? kExitStopped : 0;
-      const bool lowest = watch->rank() == 0;
-      watch->Finish();
-      if (lowest) {
-        LeaveExitRecord(code, WhyEnded(code, summary));
-        watch->EndExcludedRanks();  // mpirun would wait for a paused one
-      }
-      std::fflush(nullptr);
-      std::_Exit(code);
-    }
+    // Where the launch keeps the survivors, a run that lost a rank ends
+    // inside TrainWatched (JobWatch::Finished), never here.
+    summary = watch != nullptr ? TrainWatched(config, comms, options, *watch) : Train(config, comms, options);
     // The record now, before MPI_Finalize: a launcher sent SIGTERM or
     // SIGKILL (the ranks stopped at a step boundary with a checkpoint) is
     // gone by then, and the ranks with it.

@@ -9,25 +9,21 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <limits>
 #include <memory>
 #include <optional>
-
-#include <nlohmann/json.hpp>
 
 #include "baton/data.h"
 #include "baton/error.h"
 #include "baton/placement.h"
 #include "baton/train.h"
 #include "baton/watch.h"
+#include "adapt.h"
 #include "checkpoint.h"
 #include "executor.h"
-#include "adapt.h"
+#include "metrics_row.h"
 #include "migrate.h"
+#include "recovery.h"
 #include "setup.h"
-#include "survivors.h"
 
 namespace baton {
 namespace {
@@ -40,32 +36,6 @@ std::string Duration(double s) {
   const long t = std::lround(std::max(0.0, s));
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
                    : fmt::format("{:02}:{:02}", t / 60, t % 60);
-}
-
-// A number as JSON: JSON has no NaN or infinity, so those are null (and
-// the row says "nonfinite": true; Row).
-std::string Json(double v, const char* format = "{:.7g}") {
-  return std::isfinite(v) ? fmt::format(fmt::runtime(format), v) : std::string("null");
-}
-
-// A metrics row from its fields (JSON text each), with "nonfinite": true
-// when one of them is null.
-std::string Row(const std::vector<std::pair<const char*, std::string>>& fields) {
-  std::string out = "{";
-  bool nonfinite = false;
-  for (const auto& [key, value] : fields) {
-    out += fmt::format("{}\"{}\": {}", out.size() > 1 ? ", " : "", key, value);
-    nonfinite = nonfinite || value == "null";
-  }
-  return out + (nonfinite ? ", \"nonfinite\": true}" : "}");
-}
-
-// Rank 0 writes a metrics row; a failed write ends the run on every rank
-// (the error is agreed), with the last complete checkpoint intact.
-void WriteRow(Transport& t, MetricsLog* metrics, const std::string& row) {
-  Agree(t, "rank 0 writing the metrics file", [&] {
-    if (t.rank() == 0 && metrics != nullptr) metrics->Line(row);
-  });
 }
 
 // One logged step: the losses reduced over every rank (one reduction per
@@ -416,202 +386,26 @@ void SayBeforeSteps(const TrainConfig& c, const RunSetup& u) {
 
 namespace {
 
-// A recovery inside the job, said and recorded once the next step has
-// finished: the lost ranks, how they were seen, and the time from the loss.
-struct Recovery {
-  std::vector<int> lost;
-  std::string how;
-  int replicas_before = 0, replicas_after = 0;
-  std::int64_t after_step = 0;  // the state the run went on from
-  Clock::time_point seen;
-  double agreed_s = 0;
-  // recovery.on_lost_rank: stop, with a whole replica left: the survivors
-  // write the kept step as a checkpoint and stop, losing nothing.
-  bool then_stop = false;
-  // recovery.on_lost_rank: replace: new processes took the lost ranks'
-  // places, their state from a whole replica, or in a pure pipeline from
-  // the next rank's snapshot, the steps since replayed.
-  bool replaced = false;
-  bool from_snapshot = false;
-  std::vector<int> holders;  // from_snapshot: the rank that held each lost one's snapshot
-  std::int64_t interrupted = 0;  // the step the loss interrupted: said once it has finished
-  bool joined = false;           // this process is a new one, in a lost rank's place
-};
-
-// Rank 0: the line and the metrics row of `r`, once step `step` has finished.
-void SayRecovered(Transport& t, MetricsLog* metrics, const Recovery& r, std::int64_t step, bool tty) {
-  const double seconds = Seconds(r.seen, Clock::now());
-  if (t.rank() == 0 && r.replaced) {
-    const bool many = r.lost.size() > 1;
-    std::string from;  // where the new ranks' state came from, and the steps redone
-    if (r.from_snapshot) {
-      const std::int64_t replayed = r.interrupted - 1 - r.after_step;
-      from = fmt::format("the snapshot{} of step {} on rank{} {}, and went on from step {}{}", many ? "s" : "",
-                         r.after_step, many ? "s" : "", fmt::join(r.holders, ", "), r.after_step + 1,
-                         replayed > 0 ? fmt::format(" (replaying {} step{} done before the loss)", replayed,
-                                                    replayed > 1 ? "s" : "")
-                                      : "");
-    } else {
-      from = fmt::format("a whole replica, and went on from step {} with every replica", r.after_step + 1);
-    }
-    std::fprintf(stderr,
-                 "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s, started %zu new rank%s in %s place "
-                 "(recovery.on_lost_rank: replace), %s state from %s; step %lld finished %.2f s after the loss\n",
-                 tty ? "\n" : "", many ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(), r.how.c_str(),
-                 r.agreed_s, r.lost.size(), many ? "s" : "", many ? "their" : "its", many ? "their" : "its",
-                 from.c_str(), static_cast<long long>(step), seconds);
-  } else if (t.rank() == 0) {
-    std::fprintf(stderr,
-                 "%sbaton: lost rank%s %s (%s); the survivors agreed in %.3f s and went on with %d of %d replicas "
-                 "(recovery.on_lost_rank: shrink) from step %lld, the same global batch; step %lld finished %.2f s "
-                 "after the loss\n",
-                 tty ? "\n" : "", r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(),
-                 r.how.c_str(), r.agreed_s, r.replicas_after, r.replicas_before,
-                 static_cast<long long>(r.after_step + 1), static_cast<long long>(step), seconds);
-  }
-  WriteRow(t, metrics,
-           Row({{"event", "\"recovered\""},
-                {"step", std::to_string(step)},
-                {"lost", fmt::format("[{}]", fmt::join(r.lost, ", "))},
-                {"noticed", nlohmann::json(r.how).dump()},
-                {"mode", r.replaced ? "\"replace\"" : "\"shrink\""},
-                {"replicas", std::to_string(r.replicas_after)},
-                {"resumed_after", std::to_string(r.after_step)},
-                {"replayed", std::to_string(std::max<std::int64_t>(0, r.interrupted - 1 - r.after_step))},
-                {"seconds", Json(seconds)}}));
-}
-
-// The config of the replicas that go on: the same global batch over
-// `replicas` replicas, in microbatches of the same size (recovery's config
-// check makes them divide).
-TrainConfig ShrunkConfig(TrainConfig c, int replicas) {
-  const int total = c.pipeline.microbatches * c.data_parallel.size;
-  c.data_parallel.size = replicas;
-  c.pipeline.microbatches = total / replicas;
-  return c;
-}
-
-// recovery.on_lost_rank: stop under a launch that keeps the survivors:
-// whether they can write the last step boundary as a checkpoint before
-// they stop (the state each rank keeps in memory, as shrink does): a
-// checkpoint folder, replicas holding their stages whole (ZeRO 0) on the
-// CPU, and the global batch's microbatches shared evenly by however many
-// replicas are left.
-bool SavesOnLoss(const TrainConfig& c) {
-  if (c.checkpoint.dir.empty() || c.data_parallel.size < 2 || c.data_parallel.zero.shards_optimizer() ||
-      c.device != Device::kCpu) {
-    return false;
-  }
-  for (int left = 1; left < c.data_parallel.size; ++left) {
-    if (c.pipeline.microbatches * c.data_parallel.size % left != 0) return false;
-  }
-  return true;
-}
-
-// After a lost rank under recovery.on_lost_rank: stop: the kept step as a
-// checkpoint (unless it was written whole before the loss), then one line
-// and a metrics row on rank 0. Every rank returns once every file is
-// written.
-void SaveAfterLoss(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Recovery& r,
-                   TrainSummary& summary) {
-  Transport& t = comms.world;
-  const std::int64_t done = r.after_step;
-  const std::string dir = StepDir(c.checkpoint.dir, done);
-  const int whole = t.AllMax(t.rank() == 0 && std::filesystem::exists(dir + "/manifest.json") ? 1 : 0,
-                             "rank 0 looking for the checkpoint of the kept step");
-  if (whole == 0) {
-    SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, done,
-                   [&] { MaybeInjectFault(u.fault, u.world_rank, done, "checkpoint"); });
-  }
-  summary.stopped_after = done;
-  summary.checkpointed = true;
-  summary.stopped_for_lost_rank = true;
-  if (t.rank() == 0) {
-    const double seconds = Seconds(r.seen, Clock::now());
-    std::fprintf(stderr,
-                 "baton: error: lost rank%s %s (%s); the survivors agreed in %.3f s and stopped (recovery.on_lost_rank: "
-                 "stop) with the checkpoint of step %lld in %s, %.2f s after the loss; run it again with --resume "
-                 "auto to continue from it (exit %d from every rank; mpirun, told to end, exits 1)\n",
-                 r.lost.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(r.lost, ", ")).c_str(), r.how.c_str(),
-                 r.agreed_s, static_cast<long long>(done), dir.c_str(), seconds, kExitStopped);
-  }
-  WriteRow(t, u.metrics.get(),
-           Row({{"event", "\"lost_rank\""},
-                {"mode", "\"stop\""},
-                {"lost", fmt::format("[{}]", fmt::join(r.lost, ", "))},
-                {"noticed", nlohmann::json(r.how).dump()},
-                {"checkpoint_step", std::to_string(done)},
-                {"agreed_s", Json(r.agreed_s)},
-                {"seconds", Json(Seconds(r.seen, Clock::now()))}}));
-  t.Barrier();  // the manifest and the row are written before any rank ends
-}
-
-}  // namespace
-
-namespace {
-
-// After new ranks took lost ones' places (recovery.on_lost_rank: replace):
-// in each replica group that holds a new rank, every member takes the
-// state of step `r.after_step` from the lowest replica that lost no rank
-// (ZeRO 0: every replica holds the same bytes of its stages); the other
-// groups restore their own kept state.
-void TakeStateFromAWholeReplica(const TrainConfig& c, const RunComms& comms, const KeptState& kept,
-                                const Recovery& r, RunSetup& u) {
-  const ReplicaLayout layout{c.pipeline.ranks, c.data_parallel.size};
-  auto lost_in = [&](auto same) { return std::any_of(r.lost.begin(), r.lost.end(), same); };
-  int whole = 0;
-  while (whole < layout.replicas && lost_in([&](int l) { return layout.Replica(l) == whole; })) ++whole;
-  const int p = layout.PipelineRank(comms.world.rank());
-  if (!lost_in([&](int l) { return layout.PipelineRank(l) == p; })) {
-    kept.Restore(u, r.after_step);
-    return;
-  }
-  std::vector<NamedTensor> tensors;
-  if (const std::vector<NamedTensor>* mine = kept.Find(r.after_step)) {
-    tensors = *mine;
-  } else {  // a new rank: the names and shapes, filled from the whole replica
-    tensors = StateTensorsToFill(u);
-  }
-  ShareFromReplica(comms.replicas, tensors, whole);
-  KeptState::Put(u, tensors, r.after_step, "a whole replica's state");
-}
-
-// The run set up on `comms`, from its start, a checkpoint, or (after a lost
-// rank) the state `kept` holds; with `kept`, every rank told the run's id.
-void SetUpSteps(const TrainConfig& c, const RunComms& comms, const TrainOptions& options, KeptState* kept,
-                const std::optional<Recovery>& recovered, RunSetup& u) {
+// The run set up on the world now: from its start, a checkpoint, or
+// (after a lost rank) the state the survivors kept.
+void SetUpSteps(const TrainConfig& c, Recovery& recovery, const TrainOptions& options, RunSetup& u) {
   SetupOptions setup = SetupFor(c, options);
-  if (recovered) {
-    // A survivor of a replace keeps its rank, and its own fault of a later step.
-    setup.recovered = SetupOptions::Recovered{kept->run_id, recovered->after_step,
-                                              recovered->replaced && !recovered->joined ? recovered->interrupted : -1};
-  }
+  setup.recovered = recovery.ForSetup();
+  const RunComms& comms = recovery.comms();
   SetUpRun(c, comms, u, setup);
-  if (recovered) {
-    if (recovered->from_snapshot) {
-      kept->HandBack(u, c.data_parallel.size == 1 ? comms.pipeline : comms.world, recovered->lost,
-                     recovered->after_step);
-    } else if (recovered->replaced) {
-      TakeStateFromAWholeReplica(c, comms, *kept, *recovered, u);
-    } else {
-      kept->Restore(u, recovered->after_step);
-    }
-    TakeUpAfter(comms, u, recovered->after_step);
+  if (const std::optional<std::int64_t> after = recovery.TakeUp(c, u)) {
+    TakeUpAfter(comms, u, *after);
   } else if (u.first_step > 1) {
     Resume(comms, u);  // told to, or checkpoint.resume: auto found a checkpoint
   }
-  if (kept != nullptr && !recovered) {  // every rank knows the run's id, should it become rank 0
-    kept->run_id = u.run.run_id;
-    comms.world.BroadcastString(&kept->run_id);
-  }
 }
 
-// The steps of a run planned by `c` on `comms` and set up by SetUpSteps
-// (from its start, a checkpoint, or after a lost rank the state `kept`
-// holds), each step's state kept in `kept`; throws RankLost when a rank is
-// lost.
-void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& options, Clock::time_point start,
-                KeptState* kept, std::optional<Recovery>& recovered, TrainSummary& summary, RunSetup& u) {
+// The steps of a run planned by `c` on the world now, set up by
+// SetUpSteps, each boundary kept by `recovery` where its mode keeps state;
+// throws RankLost when a rank is lost.
+void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options, Clock::time_point start,
+                TrainSummary& summary, RunSetup& u) {
+  const RunComms& comms = recovery.comms();
   const Env& env = options.env != nullptr ? *options.env : Env::Default();
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
@@ -620,8 +414,8 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
   const std::int64_t total = u.total_steps;
   const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   // After a replace the job is the same size: its start is said already.
-  if (root && c.log.progress && !(recovered && recovered->replaced)) PrintStart(c, u, t.size(), total);
-  if (root && !recovered) SayBeforeSteps(c, u);
+  if (root && c.log.progress && !recovery.replaced()) PrintStart(c, u, t.size(), total);
+  if (root && !recovery.recovering()) SayBeforeSteps(c, u);
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
@@ -633,7 +427,7 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
   WeightsWatch weights_lost;
   for (std::int64_t step = first_step; step <= total; ++step) {
     // Kept before the agreement below: see KeptState.
-    if (kept != nullptr) kept->Keep(u, comms.replicas, step - 1, step == first_step);
+    recovery.Keep(u, step - 1, step == first_step);
     // A stop signal on any rank stops every rank here, between steps.
     const int stop = t.AllMax(env.StopSignal(), "every rank checking for a stop signal");
     if (stop != 0) {
@@ -657,10 +451,9 @@ void TrainSteps(TrainConfig& c, const RunComms& comms, const TrainOptions& optio
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
     const bool epoch_end = step % per_epoch == 0 || step == total;
-    if (recovered && step >= recovered->interrupted) {
+    if (recovery.SayAfter(step)) {
       numbers.Settle();
-      SayRecovered(t, u.metrics.get(), *recovered, step, tty);
-      recovered.reset();
+      recovery.SayRecovered(u, step, tty);
     }
     if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
       numbers.Settle();
@@ -712,90 +505,25 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
   const auto start = Clock::now();
   // From here a stop signal is noted, and obeyed at a step boundary.
   const StopSignals signals;
-  TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change
+  TrainConfig c = PlaceStages(config, comms.world);  // the plan's config: another after a plan change or a shrink
   TrainSummary summary;
-  const bool shrink = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kShrink;
-  const bool replace = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kReplace;
-  const bool save_on_loss = options.survivors != nullptr && c.recovery.on_lost_rank == LostRankMode::kStop && SavesOnLoss(c);
-  KeptState kept;
-  // replace where a rank's state exists nowhere else (a pure pipeline, or
-  // replicas under ZeRO 1-3): snapshots on another rank (KeptState).
-  const bool neighbours = replace && (c.data_parallel.size == 1 || c.data_parallel.zero.shards_optimizer());
-  const ReplicaLayout job_layout{c.pipeline.ranks, c.data_parallel.size};
-  auto ring = [&](const RunComms& on) -> Transport& { return c.data_parallel.size == 1 ? on.pipeline : on.world; };
-  if (neighbours) kept.HoldNeighbours(ring(comms), job_layout, c.recovery.snapshot_every, c.pipeline.wait_timeout_s);
-  std::optional<Recovery> recovered;
-  const RunComms* on = &comms;
-  // The setups of the communicators a loss left: kept to the process's end,
-  // since MPI may still write into their buffers (a receive posted before
-  // the loss cannot be taken back), but their files let go.
-  std::vector<std::unique_ptr<RunSetup>> left;
+  Recovery recovery(c, comms, options);
+  if (recovery.recovering()) ++summary.recoveries;  // a new process in a lost rank's place
   auto u = std::make_unique<RunSetup>();
-  if (options.joined) {
-    // A new process in a lost rank's place: the survivors' recovery, from
-    // the step they all keep (it keeps none: the least of theirs).
-    const JoinedRun& j = *options.joined;
-    Recovery r;
-    r.lost = j.lost;
-    r.how = j.how;
-    r.agreed_s = j.agreed_s;
-    r.seen = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j.since_loss_s));
-    r.replicas_before = r.replicas_after = c.data_parallel.size;
-    r.replaced = true;
-    r.joined = true;
-    r.after_step = -on->world.AllMax(std::numeric_limits<int>::min(), "the survivors' kept steps");
-    r.interrupted = on->world.AllMax(-1, "the survivors' last step boundaries") + 1;
-    r.from_snapshot = neighbours;
-    for (const int l : r.lost) r.holders.push_back(SnapshotHolder(job_layout, l));
-    kept.run_id = j.run_id;
-    recovered = r;
-    ++summary.recoveries;
-  }
   for (;;) {
     try {
-      KeptState* keeping = shrink || save_on_loss || replace ? &kept : nullptr;
-      SetUpSteps(c, *on, options, keeping, recovered, *u);
-      if (recovered && recovered->then_stop) {
-        SaveAfterLoss(c, *on, *u, *recovered, summary);
+      SetUpSteps(c, recovery, options, *u);
+      if (recovery.stops_now()) {
+        recovery.SaveAndStop(c, *u, summary);
         summary.seconds = Seconds(start, Clock::now());
       } else {
-        TrainSteps(c, *on, options, start, keeping, recovered, summary, *u);
+        TrainSteps(c, recovery, options, start, summary, *u);
       }
       return summary;
     } catch (const RankLost& seen) {
-      if (!(shrink || save_on_loss || replace) || !kept.any()) throw;  // the launch ends the job
-      u->metrics.reset();
-      u->checkpoints.Abandon();
-      u->held_outputs = HeldFifos();
-      left.push_back(std::move(u));
+      if (!recovery.CanRecover()) throw;  // the launch ends the job
+      c = recovery.Regroup(seen, c, std::move(u));
       u = std::make_unique<RunSetup>();
-      Recovery r;
-      r.seen = Clock::now();
-      r.how = DescribeLost(seen.lost());
-      r.replicas_before = c.data_parallel.size;
-      // BATON_FAULT's fault in a recovery, if any, fires in this one.
-      const Fault fault = left.back()->fault;
-      const std::int64_t interrupted = kept.seen() + 1;
-      const Survivors::RecoveryHook hook = [&](std::string_view point, int job_rank) {
-        MaybeInjectRecoveryFault(fault, job_rank, interrupted, point);
-      };
-      const ReplicaLayout layout{c.pipeline.ranks, c.data_parallel.size};
-      const Survivors::Shrunk shrunk = replace ? options.survivors->Replace(seen, layout, kept.run_id, hook, neighbours)
-                                               : options.survivors->Shrink(seen, layout, hook);
-      on = shrunk.comms;
-      r.lost = shrunk.lost;
-      r.agreed_s = shrunk.agreed_s;
-      r.replicas_after = shrunk.replicas;
-      // The step every survivor still keeps: the least of their latest.
-      r.after_step = -on->world.AllMax(static_cast<int>(-kept.latest()), "the survivors' kept steps");
-      r.interrupted = on->world.AllMax(static_cast<int>(kept.seen()), "the survivors' last step boundaries") + 1;
-      if (!neighbours) r.interrupted = r.after_step + 1;  // the first step redone
-      r.then_stop = save_on_loss;
-      r.replaced = replace;
-      r.from_snapshot = neighbours;
-      for (const int l : r.lost) r.holders.push_back(SnapshotHolder(layout, l));
-      if (!replace) c = ShrunkConfig(c, shrunk.replicas);
-      recovered = r;
       ++summary.recoveries;
     }
   }

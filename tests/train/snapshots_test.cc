@@ -2,7 +2,7 @@
 // data_parallel.size 1): the interval auto chooses from the measured copy
 // and step, against its closed form; and which losses the ranks left can
 // rebuild (each lost rank's snapshot is on the next rank).
-#include "survivors.h"
+#include "kept_state.h"
 
 #include <gtest/gtest.h>
 
