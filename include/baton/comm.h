@@ -290,6 +290,25 @@ struct ThreadRank {
 };
 std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double timeout_s);
 
+// The in-process doubles of MakeMpiSurvivors and MakeMpiReplaced, over
+// thread ranks (`base` a world of MakeThreadRanks or of an earlier
+// regroup): a world of the ranks `members` of `base` (new rank i is
+// members[i]), laid out as `layout` (no groups with one replica), in the
+// same job (a rank's end_job ends every world of it). Collective over
+// `members`: it waits for each, under the deadline and the job's end
+// (then PeerFailed), as MPI_Comm_create_group waits.
+RankWorld MakeThreadSurvivors(Transport& base, const std::vector<int>& members, const ReplicaLayout& layout,
+                              double timeout_s);
+// The survivors `members` of `base` and a new thread rank in the place of
+// each of `lost` (the ranks of `base` not in `members`): the world in
+// `base`'s order, laid out as `layout`; `start(i, rank)` is called once
+// for the new rank of lost[i], by the first survivor to arrive, with that
+// rank's transports (its thread is the caller's to start). Collective over
+// `members` as MakeThreadSurvivors.
+RankWorld MakeThreadReplaced(Transport& base, const std::vector<int>& members, const std::vector<int>& lost,
+                             const ReplicaLayout& layout, double timeout_s,
+                             const std::function<void(int index, ThreadRank rank)>& start);
+
 // Open MPI (MPI_Isend/MPI_Irecv on a duplicate of MPI_COMM_WORLD).
 // REQUIRES: MPI is initialised (MpiSession). `timeout_s` is every wait's deadline.
 std::unique_ptr<Transport> MakeMpiTransport(int max_requests = 0, double timeout_s = 300.0);

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "baton/comm.h"
 #include "baton/deadline.h"
@@ -72,8 +73,20 @@ struct Hub {
     int readers = 0;
   };
   std::map<std::int64_t, Round> rounds;
+  // A new world being made by members of this one (MakeThreadSurvivors,
+  // MakeThreadReplaced), by the ranks that stay: its ranks, made by the
+  // first to come; how many have come and taken their own.
+  struct Regroup {
+    std::vector<ThreadRank> ranks;
+    std::size_t arrived = 0, taken = 0;
+  };
+  std::map<std::vector<int>, Regroup> regroups;
   int size() const { return static_cast<int>(world.size()); }
 };
+
+// Every world rank's transports for `layout` in `job`, laid out as
+// MakeMpiGroups lays out MPI ranks.
+std::vector<ThreadRank> MakeRanks(const std::shared_ptr<Job>& job, const ReplicaLayout& layout, double timeout_s);
 
 // A member of a hub: the deadline'd wait and the collective rounds, shared
 // by the transport and the replica group.
@@ -258,6 +271,41 @@ class ThreadTransport final : public Transport, private Member {
     return out;
   }
   void Barrier() override { Collect(Contribute({}), "barrier"); }
+  // A regroup of this world: the new world's ranks made by the first of
+  // `members` to come (the new ranks, in the places `lost`, handed to
+  // `start` by it), each member's own taken once every member has come.
+  // `place`: this rank's in the new world.
+  RankWorld Regroup(const std::vector<int>& members, const std::vector<int>& lost, int place,
+                    const ReplicaLayout& layout, double timeout_s,
+                    const std::function<void(int index, ThreadRank rank)>& start) {
+    Job& job = *hub_->job;
+    std::vector<ThreadRank> fresh;
+    {
+      std::lock_guard<std::mutex> lock(job.mu);
+      if (job.ended) throw PeerFailed();
+      const auto [it, first] = hub_->regroups.try_emplace(members);
+      Hub::Regroup& g = it->second;
+      if (first) {
+        g.ranks = MakeRanks(hub_->job, layout, timeout_s);
+        for (const int l : lost) fresh.push_back(std::move(g.ranks.at(static_cast<std::size_t>(l))));
+      }
+      ++g.arrived;
+      job.cv.notify_all();
+    }
+    for (std::size_t i = 0; i < fresh.size(); ++i) start(static_cast<int>(i), std::move(fresh[i]));
+    std::unique_lock<std::mutex> lock(job.mu);
+    Hub::Regroup& g = hub_->regroups.at(members);
+    WaitUntil(lock, fmt::format("the survivors' new world (ranks {} of the world before)", fmt::join(members, ", ")),
+              [&] { return g.arrived == members.size(); });
+    ThreadRank& r = g.ranks.at(static_cast<std::size_t>(place));
+    RankWorld mine;
+    mine.world = std::move(r.world);
+    mine.groups.pipeline = std::move(r.pipeline);
+    if (layout.replicas > 1) mine.groups.replicas = std::move(r.replicas);
+    if (++g.taken == members.size()) hub_->regroups.erase(members);
+    return mine;
+  }
+
   [[noreturn]] void Abort(int code) override {
     {
       std::lock_guard<std::mutex> lock(hub_->job->mu);
@@ -405,9 +453,10 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
 
 }  // namespace
 
-std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double timeout_s) {
+namespace {
+
+std::vector<ThreadRank> MakeRanks(const std::shared_ptr<Job>& job, const ReplicaLayout& layout, double timeout_s) {
   const int world = layout.pipeline_ranks * layout.replicas;
-  auto job = std::make_shared<Job>();
   std::vector<int> all(static_cast<std::size_t>(world));
   for (int w = 0; w < world; ++w) all[static_cast<std::size_t>(w)] = w;
   const auto world_hub = std::make_shared<Hub>(job, all);
@@ -444,6 +493,52 @@ std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double time
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double timeout_s) {
+  return MakeRanks(std::make_shared<Job>(), layout, timeout_s);
+}
+
+namespace {
+
+ThreadTransport& ThreadWorld(Transport& base) {
+  auto* t = dynamic_cast<ThreadTransport*>(&base);
+  if (t == nullptr) throw Error("a regroup of thread ranks over a transport that is not a thread rank's world");
+  return *t;
+}
+
+}  // namespace
+
+RankWorld MakeThreadSurvivors(Transport& base, const std::vector<int>& members, const ReplicaLayout& layout,
+                              double timeout_s) {
+  const auto me = std::find(members.begin(), members.end(), base.rank());
+  if (me == members.end() || static_cast<int>(members.size()) != layout.pipeline_ranks * layout.replicas) {
+    throw Error(fmt::format("rank {}: a regroup of {} ranks laid out as {} x {} that does not hold it", base.rank(),
+                            members.size(), layout.pipeline_ranks, layout.replicas));
+  }
+  return ThreadWorld(base).Regroup(members, {}, static_cast<int>(me - members.begin()), layout, timeout_s, {});
+}
+
+RankWorld MakeThreadReplaced(Transport& base, const std::vector<int>& members, const std::vector<int>& lost,
+                             const ReplicaLayout& layout, double timeout_s,
+                             const std::function<void(int index, ThreadRank rank)>& start) {
+  std::vector<int> all = members;
+  all.insert(all.end(), lost.begin(), lost.end());
+  std::sort(all.begin(), all.end());
+  for (int w = 0; w < static_cast<int>(all.size()); ++w) {
+    if (all[static_cast<std::size_t>(w)] != w || w >= base.size()) {
+      throw Error(fmt::format("a replace of thread ranks: the survivors and the lost ranks are not the world's {} "
+                              "ranks once each",
+                              base.size()));
+    }
+  }
+  if (static_cast<int>(all.size()) != base.size() || base.size() != layout.pipeline_ranks * layout.replicas) {
+    throw Error(fmt::format("a replace of thread ranks: a world of {} ranks laid out as {} x {}", base.size(),
+                            layout.pipeline_ranks, layout.replicas));
+  }
+  return ThreadWorld(base).Regroup(members, lost, base.rank(), layout, timeout_s, start);
 }
 
 }  // namespace baton

@@ -22,6 +22,7 @@
 #include "baton/store.h"
 #include "baton/plan.h"
 #include "recorder.h"
+#include "baton/env.h"
 #include "replica_sync.h"
 #include "stage.h"
 
@@ -85,6 +86,7 @@ struct Fault {
     std::int64_t step = -1;
     std::string point;  // "recovery" or "regroup"
   } in_recovery;
+  std::string spec;  // BATON_FAULT's text, for messages
   // Faults of actions on other ranks (one a rank at most, e.g.
   // "2:30:F:kill,0:60:F:wait"): each rank injects its own (Own), the
   // others kept for the checks.
@@ -112,8 +114,9 @@ inline constexpr double kMaxLinkDelaySeconds = 10.0;
 // Reads BATON_FAULT ("RANK:STEP:ACTION:MODE", e.g. "1:3:F:stall", and/or
 // "RANK:STEP:slow=FACTOR[:until=STEP]" and/or
 // "SRC>DST:STEP:delay=SECONDS[:until=STEP]", comma-joined); none if unset.
-// Throws ConfigError if it is malformed.
-Fault FaultFromEnvironment();
+// Throws ConfigError if it is malformed. Read through `env` (tests give a
+// fake's variables).
+Fault FaultFromEnvironment(const Env& env = Env::Default());
 // The fault this run injects: none if the run resumed after the fault's
 // step (a requeued job repeats its environment; the fault was the earlier
 // run's), said once on rank 0; else `fault`.
@@ -127,6 +130,34 @@ Fault FaultForRun(const Fault& fault, int rank, std::int64_t first_step);
 // at a step where none runs (`epoch_steps` 0: the run evaluates nothing).
 void CheckFault(const Fault& fault, int world, int rank, const RankPlan& plan, std::int64_t first_step,
                 std::int64_t last_step, std::int64_t checkpoint_every, std::int64_t epoch_steps = 0);
+// What a fault does to the rank it fires on: to its process (SIGKILL,
+// _Exit, SIGSTOP), unless the rank is a thread of one process (tests on
+// thread ranks), whose faults act on its own thread through the effects
+// set for it.
+class FaultEffects {
+ public:
+  virtual ~FaultEffects() = default;
+  // kill (`code` 137) or exit (7): the rank dies here, its connections
+  // closed as a process's would be, and nothing of it runs on.
+  [[noreturn]] virtual void Die(int code) = 0;
+  // stall: the rank hangs here for good, its watch alive.
+  [[noreturn]] virtual void Stall() = 0;
+  // pause: the rank stops whole for `seconds` (its watch silent too), then
+  // goes on.
+  virtual void Pause(double seconds) = 0;
+};
+// For its lifetime, the faults this thread fires act through `effects`
+// (nested: the innermost).
+class ScopedFaultEffects {
+ public:
+  explicit ScopedFaultEffects(FaultEffects& effects);
+  ~ScopedFaultEffects();
+  ScopedFaultEffects(const ScopedFaultEffects&) = delete;
+  ScopedFaultEffects& operator=(const ScopedFaultEffects&) = delete;
+
+ private:
+  FaultEffects* outer_;
+};
 // Triggers `fault` if it matches (rank, step, action).
 void MaybeInjectFault(const Fault& fault, int rank, std::int64_t step, std::string_view action);
 // The recovery's fault (Fault::in_recovery) at `point` ("recovery" or

@@ -15,7 +15,9 @@
 #include <cstdlib>
 #include <ctime>
 #include <limits>
+#include <optional>
 #include <thread>
+#include <tuple>
 
 #include "baton/error.h"
 #include "baton/signals.h"
@@ -238,11 +240,12 @@ std::vector<std::string> Executor::Injected() const {
   return out;
 }
 
-Fault FaultFromEnvironment() {
-  const char* text = std::getenv("BATON_FAULT");
-  if (text == nullptr || *text == '\0') return {};
-  const std::string s(text);
+Fault FaultFromEnvironment(const Env& env) {
+  const std::optional<std::string> text = env.Variable("BATON_FAULT");
+  if (!text || text->empty()) return {};
+  const std::string& s = *text;
   Fault f;
+  f.spec = s;
   std::size_t start = 0;
   for (;;) {
     const std::size_t comma = s.find(',', start);
@@ -293,7 +296,7 @@ Fault FaultForRun(const Fault& fault, int rank, std::int64_t first_step) {
 void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::int64_t first_step,
                 std::int64_t last_step, std::int64_t checkpoint_every, std::int64_t epoch_steps) {
   if (!f.any()) return;
-  const std::string spec = std::getenv("BATON_FAULT") != nullptr ? std::getenv("BATON_FAULT") : "";
+  const std::string& spec = f.spec;
   auto never = [&](const std::string& why) {
     return ConfigError(fmt::format("BATON_FAULT={}: {}: the fault would never fire, so a test built on it would "
                                    "test nothing",
@@ -371,10 +374,22 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
                           fmt::join(kinds, ", ")));
 }
 
+namespace {
+thread_local FaultEffects* t_effects = nullptr;
+}  // namespace
+
+ScopedFaultEffects::ScopedFaultEffects(FaultEffects& effects) : outer_(t_effects) { t_effects = &effects; }
+ScopedFaultEffects::~ScopedFaultEffects() { t_effects = outer_; }
+
 void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_view action) {
   if (f.mode == Fault::kNone || f.mode == Fault::kError || f.rank != rank || f.step != step || f.action != action) {
     return;  // kError: thrown where the run survives it (SwapPlan)
   }
+  // Once: at the first of the step's actions of its kind (a pause or a
+  // stop signal the rank lives through is not repeated at the next).
+  thread_local std::tuple<int, std::int64_t, std::string> fired{-1, -1, ""};
+  if (fired == std::tuple<int, std::int64_t, std::string>{rank, step, std::string(action)}) return;
+  fired = {rank, step, std::string(action)};
   std::fprintf(stderr, "baton: rank %d: injected fault (BATON_FAULT): %s at step %lld, %.*s\n", rank,
                f.mode == Fault::kStall  ? "stalling"
                : f.mode == Fault::kExit ? "exiting"
@@ -384,6 +399,21 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
                                         : "killed",
                static_cast<long long>(step), static_cast<int>(action.size()), action.data());
   std::fflush(stderr);
+  if (FaultEffects* effects = t_effects) {  // a thread rank's own
+    switch (f.mode) {
+      case Fault::kStall:
+        effects->Stall();
+      case Fault::kExit:
+        effects->Die(7);
+      case Fault::kKill:
+        effects->Die(128 + SIGKILL);
+      case Fault::kPause:
+        effects->Pause(f.pause_s);
+        return;
+      default:
+        break;  // a stop signal, or a wait for one: the process's, as below
+    }
+  }
   switch (f.mode) {
     case Fault::kStall:
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));

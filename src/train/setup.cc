@@ -189,7 +189,7 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   u.rank_plan = PlanRank(u.plan, t.rank(), u.replica);
   u.first_rank = u.rank_plan.has_inputs;
   u.last_rank = u.rank_plan.has_labels;
-  u.fault = FaultFromEnvironment().Own(u.world_rank);
+  u.fault = FaultFromEnvironment(o.env != nullptr ? *o.env : Env::Default()).Own(u.world_rank);
   // Every rank that writes a checkpoint shard checks the folder where it
   // writes (on many nodes, each its own view of the shared file system).
   if (o.training && u.replica == 0 && !c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {

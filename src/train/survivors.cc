@@ -145,6 +145,19 @@ void JobWatch::Finish() {
   fence_.reset();
   interrupt_.reset();
   watch_.reset();
+  old_watch_.reset();
+}
+
+void JobWatch::Die() {
+  for (RankWatch* w : {watch_.get(), old_watch_.get()}) {
+    if (w != nullptr) w->Die();
+  }
+}
+
+void JobWatch::Pause(double seconds) {
+  for (RankWatch* w : {watch_.get(), old_watch_.get()}) {
+    if (w != nullptr) w->Pause(seconds);
+  }
 }
 
 void JobWatch::Watch() {
@@ -222,9 +235,9 @@ void JobWatch::Regroup(const std::vector<int>& lost, const std::vector<int>& sta
   interrupt_.reset();
   // The old watch stays until the new one watches the new world, read by
   // the guard meanwhile.
-  std::unique_ptr<RankWatch> old = std::move(watch_);
+  old_watch_ = std::move(watch_);
   {
-    const RegroupGuard guard(*this, *old, lost, staying, RecoveryDeadline());
+    const RegroupGuard guard(*this, *old_watch_, lost, staying, RecoveryDeadline());
     if (at) at("regroup", host_.JobRank());
     // The old communicators are left as they are: requests to the lost
     // ranks never complete, and freeing them is not safe; they end with
@@ -232,7 +245,7 @@ void JobWatch::Regroup(const std::vector<int>& lost, const std::vector<int>& sta
     make();
     Watch();
   }
-  old.reset();  // a goodbye on every old connection
+  old_watch_.reset();  // a goodbye on every old connection
 }
 
 Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) {

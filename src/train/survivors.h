@@ -153,12 +153,9 @@ class JobWatch final : public Survivors {
   // For tests on thread ranks (thread_job.h): this rank's watch ends as
   // its process's death would (RankWatch::Die), or pauses as a stopped
   // process's would (RankWatch::Pause).
-  void Die() {
-    if (watch_) watch_->Die();
-  }
-  void Pause(double seconds) {
-    if (watch_) watch_->Pause(seconds);
-  }
+  // Both the watch now and, while the survivors regroup, the old one.
+  void Die();
+  void Pause(double seconds);
 
  private:
   // How long the survivors' agreement and their new world may take: 30 s,
@@ -192,6 +189,7 @@ class JobWatch final : public Survivors {
   std::vector<std::unique_ptr<RunComms>> shrunk_comms_;
   std::vector<std::unique_ptr<ReplicaGroup>> solos_;  // a one-replica world's replica group
   std::unique_ptr<RankWatch> watch_;
+  std::unique_ptr<RankWatch> old_watch_;  // while the survivors regroup: the world before's, for the guard
   std::optional<LostRankInterrupt> interrupt_;
   std::optional<WriteFence> fence_;  // this rank's writes checked against its exclusion
   TrainCommand command_;
