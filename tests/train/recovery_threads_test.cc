@@ -274,5 +274,73 @@ TEST_F(RecoveryThreads, ALossAsTheRecoveryStartsIsAgreedOnWithTheFirst) {
   EXPECT_TRUE(Bytes("two") == Bytes("ref")) << "weights differ";
 }
 
+// A rank paused for 2 s (twice the silence that calls a rank lost) at one
+// point of a run: in a forward, a backward, a weight gradient, a
+// checkpoint write, or the survivors' agreement on another loss; rank 0
+// and others; under stop, shrink and replace. Every case ends with the
+// paused rank told it is out (RankExcluded, exit 6) having written
+// nothing, one exit record with the mode's code, every other rank's code
+// as the mode says, every step in the metrics once, and (going on) the
+// uninterrupted run's bytes.
+struct Pause {
+  const char* name;
+  const char* mode;
+  int p, d;
+  const char* fault;
+  std::vector<int> codes;     // every rank's, launched then new
+  int record;                 // the exit record's code
+  std::int64_t last;          // the metrics' last step
+  std::vector<std::string> sets;
+};
+
+void PrintTo(const Pause& c, std::ostream* os) { *os << c.name; }
+
+class PausedRank : public RecoveryThreads, public ::testing::WithParamInterface<Pause> {};
+
+TEST_P(PausedRank, IsFencedAndTheJobEndsAsItsModeSays) {
+  const Pause& c = GetParam();
+  std::vector<std::string> sets = c.sets;
+  sets.push_back("checkpoint.dir=" + (dir_ / "ck").string());
+  sets.push_back("checkpoint.every_steps=10");
+  sets.push_back("checkpoint.keep=5");
+  const bool goes_on = std::string(c.mode) != "stop";
+  if (goes_on) {
+    ASSERT_EQ(Codes(Run("ref", c.p, c.d, c.mode, "", sets)).size(), static_cast<std::size_t>(c.p * c.d));
+    fs::remove_all(dir_ / "ck");
+  }
+  const ThreadJobEnd end = Run("paused", c.p, c.d, c.mode, c.fault, sets);
+  EXPECT_EQ(Codes(end), c.codes);
+  int excluded = 0;
+  for (const ThreadJobRank& r : end.ranks) {
+    if (r.code != kExitExcluded) continue;
+    ++excluded;
+    EXPECT_NE(r.error.find("excluded from the job in epoch 1"), std::string::npos) << r.error;
+  }
+  EXPECT_EQ(excluded, 1);
+  EXPECT_EQ(end.records, 1);
+  EXPECT_EQ(end.record_code, c.record) << end.record;
+  const auto events = Events("paused", c.last);
+  EXPECT_EQ(events.size(), 1u);
+  if (goes_on) EXPECT_TRUE(Bytes("paused") == Bytes("ref")) << "weights differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AtEveryPoint, PausedRank,
+    ::testing::Values(
+        Pause{"StopRank1InABackward", "stop", 2, 2, "1:12:B:pause=2", {kExitStopped, kExitExcluded, kExitStopped, 0},
+              kExitStopped, 11, {}},
+        Pause{"StopRank0InACheckpoint", "stop", 2, 2, "0:20:checkpoint:pause=2",
+              {kExitExcluded, kExitStopped, 0, kExitStopped}, kExitStopped, 19, {}},  // step 20 not yet kept
+        Pause{"ShrinkRank2InAForward", "shrink", 2, 2, "2:15:F:pause=2", {0, 0, kExitExcluded, 0}, 0, 30, {}},
+        Pause{"ShrinkRank0InACheckpoint", "shrink", 2, 2, "0:20:checkpoint:pause=2", {kExitExcluded, 0, 0, 0}, 0, 30,
+              {}},
+        Pause{"ReplaceRank1InAWeightGradient", "replace", 2, 2, "1:14:W:pause=2", {0, kExitExcluded, 0, 0, 0}, 0, 30,
+              {"pipeline.schedule=zb_h1"}},
+        Pause{"ReplaceRank3OfAPurePipelineInABackward", "replace", 4, 1, "3:13:B:pause=2",
+              {0, 0, 0, kExitExcluded, 0}, 0, 30, {"recovery.snapshot_every=5"}},
+        Pause{"ShrinkRank1InTheAgreementOnAnotherLoss", "shrink", 1, 3, "2:10:F:kill,1:10:recovery:pause=2",
+              {0, kExitExcluded, 137}, 0, 30, {"pipeline.microbatches=6", "train.batch_size=36"}}),
+    [](const ::testing::TestParamInfo<Pause>& info) { return std::string(info.param.name); });
+
 }  // namespace
 }  // namespace baton
