@@ -49,15 +49,6 @@ double StartupTimeout(const std::vector<std::string>& set) {
   return timeout;
 }
 
-// The errors every rank agreed on (or that end on the one rank left):
-// said once, exit code 2. Any other error is one rank's, mid-step, and ends
-// the whole job.
-bool Explained(const Error& e) {
-  return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
-         dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
-         dynamic_cast<const RunError*>(&e) != nullptr;
-}
-
 // Where mpirun keeps the survivors of a lost rank (orte_enable_recovery 1),
 // it exits 0 whatever its ranks return, MPI_Abort included: a job that
 // failed tells it to end (after a moment, so that it forwards the message

@@ -45,14 +45,6 @@ std::vector<int> ReplicasLosing(const std::vector<int>& lost, const ReplicaLayou
   return gone;
 }
 
-// The errors every rank agreed on (a config, schedule, output, resource or
-// run error, or another rank's: PeerFailed).
-bool Agreed(const std::exception& e) {
-  return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
-         dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
-         dynamic_cast<const RunError*>(&e) != nullptr || dynamic_cast<const PeerFailed*>(&e) != nullptr;
-}
-
 }  // namespace
 
 // While the survivors build their new world, the old watch goes on, and a
@@ -375,8 +367,12 @@ void JobWatch::Fail(const std::exception& e, bool agreed, int code) {
 
 void JobWatch::Finished(int code, const std::string& record, bool tell_launcher) {
   const bool lowest = rank() == 0;
-  Finish();
+  // The record first (fenced: an excluded rank leaves none), then the
+  // goodbyes: a launcher ending the job on a stop (Slurm's KillWait, or an
+  // orted that SIGKILLs its ranks soon after passing a SIGTERM on) finds
+  // it written.
   if (lowest) host_.LeaveRecord(code, record);
+  Finish();
   std::fflush(nullptr);
   if (lowest) {
     const std::vector<int> running = host_.WakeExcluded(maybe_running_);
@@ -410,7 +406,7 @@ TrainSummary TrainWatched(const TrainConfig& config, const RunComms& comms, Trai
       // After a loss the old communicators hold requests to the lost
       // ranks: the job ends through Fail, never MPI_Finalize.
       if (watch.epoch() == 0) throw;
-      const bool agreed = Agreed(e);
+      const bool agreed = Explained(e) || dynamic_cast<const PeerFailed*>(&e) != nullptr;
       watch.Fail(e, agreed, agreed ? 2 : 1);
     }
   } catch (const RankLost& lost) {
@@ -433,6 +429,12 @@ TrainSummary TrainWatched(const TrainConfig& config, const RunComms& comms, Trai
     watch.Finished(code, EndedRecord(code, summary), false);
   }
   return summary;
+}
+
+bool Explained(const std::exception& e) {
+  return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
+         dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
+         dynamic_cast<const RunError*>(&e) != nullptr;
 }
 
 std::string EndedRecord(int code, const TrainSummary& summary) {

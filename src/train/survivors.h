@@ -8,6 +8,7 @@
 #define BATON_SRC_TRAIN_SURVIVORS_H_
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -130,8 +131,8 @@ class JobWatch final : public Survivors {
   [[noreturn]] void Fail(const std::exception& e, bool agreed, int code);
 
   // The end of a run that went on after a loss, or stopped after one, once
-  // its files are written: a goodbye to every rank, the exit record
-  // (`code`, `record`) on the lowest, which wakes a rank it excluded that
+  // its files are written: the exit record (`code`, `record`) on the
+  // lowest, a goodbye to every rank; the lowest wakes a rank it excluded that
   // is still stopped (it reads its fence and exits by itself) and tells
   // the launcher to end for one still running (or, `tell_launcher`,
   // always: a stop, which the launcher would report as 0); then this rank
@@ -208,6 +209,11 @@ class JobWatch final : public Survivors {
 // or stopped after one, ends through JobWatch::Finished. Returns the
 // summary of a run that lost no rank (its end is the caller's).
 TrainSummary TrainWatched(const TrainConfig& config, const RunComms& comms, TrainOptions options, JobWatch& watch);
+
+// The errors every rank agreed on and one rank explained (a config,
+// schedule, output, resource or run error): said once, exit 2. Any other
+// is one rank's own, mid-step.
+bool Explained(const std::exception& e);
 
 // What a job's exit record says of a run that ended with `code` 0 or
 // kExitStopped ("finished: 200 steps", "stopped on SIGTERM after step 60

@@ -138,14 +138,7 @@ class ThreadHost final : public JobHost, public FaultEffects {
   std::optional<int> ended_;
 };
 
-// The errors every rank agreed on: said once, exit 2.
-bool Agreed(const std::exception& e) {
-  return dynamic_cast<const ConfigError*>(&e) != nullptr || dynamic_cast<const ScheduleError*>(&e) != nullptr ||
-         dynamic_cast<const OutputError*>(&e) != nullptr || dynamic_cast<const ResourceError*>(&e) != nullptr ||
-         dynamic_cast<const RunError*>(&e) != nullptr;
-}
-
-// The body of rank `slot`'s thread: a launched rank (no payload) or a new
+// The body of rank `me`'s thread: a launched rank (no payload) or a new
 // one told `payload` (the index-th new rank).
 void RunRank(Shared& s, ThreadJobRank& me, ThreadRank rank, const std::optional<std::string>& payload, int index) {
   ThreadHost host(s, me.place);
@@ -184,7 +177,7 @@ void RunRank(Shared& s, ThreadJobRank& me, ThreadRank rank, const std::optional<
     code = 2;
     error = "PeerFailed";
   } catch (const std::exception& e) {
-    code = Agreed(e) ? 2 : 1;
+    code = Explained(e) ? 2 : 1;
     error = e.what();
     rank.end_job();  // no other rank waits for it until its deadline
   }
