@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "baton/buffer.h"
+#include "baton/files.h"
 #include "baton/view.h"
 
 namespace baton {
@@ -83,6 +84,8 @@ struct TextCorpus {
   std::int64_t bytes = 0;    // the entries' bytes, without separators
   // Each split's entries in order, each followed by kEntrySeparator.
   std::vector<std::uint8_t> train, validation;
+  // Where each split's entries end in it (just past the separator), in order.
+  std::vector<std::int64_t> train_ends, validation_ends;
 };
 
 // Reads every regular file of `dir` in sorted file-name order, skipping
@@ -107,6 +110,106 @@ Dataset MakeTokenWindows(std::span<const std::uint8_t> tokens, int seq_len, cons
 // unknown split.
 Dataset LoadFortunes(const std::string& dir, const std::string& split, int seq_len, bool want_inputs,
                      bool want_labels);
+
+// ---- Token documents: the tokenised datasets people already have ----
+// A corpus as documents of token ids, read from memory-mapped files (or,
+// for text, from the text's bytes): each document is one or more pieces,
+// runs of tokens in the data. Opening a file checks every header field and
+// index entry against the file's size before anything is read through it,
+// and before anything proportional to what the header claims is allocated;
+// a bad file is one ConfigError naming the file, the byte offset and the
+// rule broken. Reading a document allocates nothing.
+class TokenDocuments {
+ public:
+  // How the tokens are stored: Megatron's dtype codes 1-5 and 8 (the
+  // integer ones), llm.c's uint16, bytes for text.
+  enum class Type : std::uint8_t { kU8, kI8, kI16, kI32, kI64, kU16 };
+  // One run of a document's tokens: `tokens` of them from byte `byte` of
+  // the data (the mapped file, or the text's bytes).
+  struct Piece {
+    std::int64_t byte = 0;
+    std::int64_t tokens = 0;
+  };
+
+  // `data`: the tokens (a mapped file, or text bytes held here: `owned`);
+  // `pieces`, each document's (document d: pieces [starts[d], starts[d +
+  // 1]), starts.size() = documents + 1). REQUIRES: every piece lies in
+  // the data (the readers check it first).
+  TokenDocuments(std::string name, std::string data_path, Type type, MappedFile data, std::vector<std::byte> owned,
+                 std::vector<Piece> pieces, std::vector<std::int64_t> starts);
+  TokenDocuments(TokenDocuments&&) noexcept = default;
+  TokenDocuments& operator=(TokenDocuments&&) noexcept = default;
+
+  // "megatron:PREFIX", "llmc:FILE", "jsonl:FILE", "fortunes/train", ...
+  const std::string& name() const { return name_; }
+  std::int64_t documents() const { return static_cast<std::int64_t>(starts_.size()) - 1; }
+  std::int64_t tokens() const { return tokens_; }
+  // Document `doc`'s tokens. REQUIRES: 0 <= doc < documents().
+  std::int64_t length(std::int64_t doc) const { return lengths_[static_cast<std::size_t>(doc)]; }
+  // Tokens [begin, begin + out.size()) of document `doc`, as int32 ids.
+  // REQUIRES: the range lies in the document.
+  void Read(std::int64_t doc, std::int64_t begin, std::span<std::int32_t> out) const;
+  // Throws ConfigError naming the data file, the byte offset, the document
+  // and the id if any token id is negative or not below `vocab`.
+  void CheckBelow(std::int64_t vocab) const;
+  // The size in bytes of one stored token.
+  int token_bytes() const;
+
+ private:
+  std::int32_t At(std::int64_t byte) const;  // the token stored at `byte` of the data
+  std::string name_, data_path_;
+  Type type_;
+  MappedFile file_;
+  std::vector<std::byte> owned_;
+  const std::byte* data_ = nullptr;
+  std::vector<Piece> pieces_;
+  std::vector<std::int64_t> starts_, lengths_;
+  std::int64_t tokens_ = 0;
+};
+
+// Megatron-LM's indexed dataset (MMIDIDX, version 1): `prefix`.idx and
+// `prefix`.bin, as its preprocessing writes them. The index: the 9-byte
+// magic "MMIDIDX\0\0", a little-endian u64 version (1), a u8 dtype code
+// (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8
+// uint16; the float codes are refused: token ids are integers), u64
+// sequence count S, u64 document-index count C, then S int32 sequence
+// lengths, S int64 byte pointers into the .bin and C int64 document
+// indices (ascending from 0 to S: document d is sequences [idx[d],
+// idx[d + 1]), so there are C - 1 documents).
+TokenDocuments OpenMegatron(const std::string& prefix);
+// llm.c's token shard: a header of 256 little-endian int32 (magic
+// 20240520, version 1, the token count N), then N uint16 tokens, exactly.
+// Documents start at each end-of-text token `eot` (llm.c writes one before
+// every document; it stays the document's first token); tokens before the
+// first make one too.
+TokenDocuments OpenLlmc(const std::string& path, std::int64_t eot);
+// JSON Lines: one document a line, an object with a string "text", as
+// byte tokens (its UTF-8 bytes; vocabulary kByteVocabulary). Blank lines
+// and empty texts are skipped. A line that is not such an object is a
+// ConfigError naming the line and its byte offset.
+TokenDocuments OpenJsonl(const std::string& path);
+// The fortunes corpus's split ("train" or "validation") as documents: one
+// fortune one document, its bytes then kEntrySeparator (so the documents
+// one after another are the split's stream, LoadFortunes's windows).
+TokenDocuments FortuneDocuments(const TextCorpus& corpus, const std::string& split);
+
+// Next-token windows (MakeTokenWindows) over `docs`' documents one after
+// another: every token once, in order, as the fixed windows Megatron-LM's
+// GPT dataset and llm.c's loader cut from the same file; ids in [0, vocab)
+// (the caller checks: TokenDocuments::CheckBelow). Throws ConfigError as
+// MakeTokenWindows does.
+Dataset MakeDocumentWindows(const TokenDocuments& docs, int seq_len, int vocab, bool want_inputs, bool want_labels);
+
+// What `baton data stats` prints: the documents, the tokens, the length's
+// quantiles and a histogram of lengths in powers of two (bin k holds the
+// lengths in [2^k, 2^(k+1)); bin 0 also holds length 0).
+struct DocumentStats {
+  std::int64_t documents = 0, tokens = 0;
+  std::int64_t shortest = 0, longest = 0, median = 0, p90 = 0, p99 = 0;
+  double mean = 0;
+  std::vector<std::int64_t> bins;  // documents per power-of-two length bin
+};
+DocumentStats DescribeDocuments(const TokenDocuments& docs);
 
 // Seeded uniform token ids in [0, vocab), for benchmarks: sample i is a
 // window of seq_len + 1 tokens of one std::mt19937_64 stream seeded with

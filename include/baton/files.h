@@ -98,6 +98,31 @@ inline constexpr std::size_t kMaxTextFileBytes = 16u << 20;
 std::string ReadTextFile(const std::string& path, std::string_view what = "config file",
                          std::size_t max_bytes = kMaxTextFileBytes);
 
+// A regular file mapped read-only into memory (a dataset's tokens and
+// index), for its lifetime; move-only. ConfigError naming the file and
+// `what` when it is missing, not a regular file (a folder, a FIFO or a
+// device: a mapping needs a size), or cannot be opened or mapped. An empty
+// file maps to no bytes. The bytes are the file's as the mapping sees them:
+// a reader checks every field against size() before it uses it.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(const std::string& path, std::string_view what);
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  std::size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 // Which file a path names, to compare inputs and outputs: the device and
 // inode of an existing file (links and other spellings of it compare
 // equal); where one of the two does not exist yet, the absolute paths with

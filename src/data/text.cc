@@ -93,6 +93,7 @@ TextCorpus ReadFortuneFolder(const std::string& dir) {
         ++bytes;
       }
       out.push_back(kEntrySeparator);
+      (validation ? c.validation_ends : c.train_ends).push_back(static_cast<std::int64_t>(out.size()));
       c.bytes += bytes;
       ++(validation ? c.validation_entries : c.train_entries);
       ++c.entries;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <poll.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -208,6 +209,56 @@ void WriteTextFile(const std::string& path, std::string_view content) {
   AtomicFile file(path);
   file.Append(content);
   file.Commit();
+}
+
+MappedFile::MappedFile(const std::string& path, std::string_view what) : path_(path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) throw ConfigError(fmt::format("{}: no such {}", path, what));
+  if (!fs::is_regular_file(st)) {
+    throw ConfigError(fmt::format("{}: the {} is not a regular file ({}): it is read mapped, by its size", path, what,
+                                  fs::is_directory(st) ? "a folder" : "a FIFO, a device or a socket"));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(fmt::format("{}: cannot open the {}: {}", path, what, std::strerror(errno)));
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: cannot read the {}'s size: {}", path, what, std::strerror(err)));
+  }
+  size_ = static_cast<std::size_t>(sb.st_size);
+  if (size_ > 0) {
+    void* at = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (at == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      throw ConfigError(fmt::format("{}: cannot map the {} ({} bytes): {}", path, what, size_, std::strerror(err)));
+    }
+    data_ = static_cast<const std::byte*>(at);
+  }
+  ::close(fd);  // the mapping keeps the file
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept : path_(std::move(o.path_)), data_(o.data_), size_(o.size_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+    path_ = std::move(o.path_);
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
 }
 
 std::string ReadTextFile(const std::string& path, std::string_view what, std::size_t max_bytes) {
