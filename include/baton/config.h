@@ -27,7 +27,15 @@ namespace baton {
 enum class Partition : std::uint8_t { kBalanced, kExplicit, kLayout, kAuto };
 enum class BalanceBy : std::uint8_t { kParams, kFlops };
 // fortunes and synthetic_tokens are byte-token datasets (IsTokenDataset).
-enum class DatasetKind : std::uint8_t { kFashionMnist, kSynthetic, kFortunes, kSyntheticTokens };
+enum class DatasetKind : std::uint8_t {
+  kFashionMnist,
+  kSynthetic,
+  kFortunes,
+  kSyntheticTokens,
+  kMegatron,  // Megatron-LM's indexed dataset (.bin/.idx), data.path its prefix
+  kLlmc,      // llm.c's token shard
+  kJsonl,     // JSON Lines text, a document a line, as byte tokens
+};
 // A step whose loss or gradients are not finite: the run stops there, or the
 // step's update is skipped (the parameters and optimizer state unchanged).
 enum class OnNonFinite : std::uint8_t { kStop, kSkip };
@@ -58,7 +66,7 @@ enum class LostRankMode : std::uint8_t { kStop, kShrink, kReplace };
 enum class GradAccum : std::uint8_t { kAuto, kFP32, kFP64 };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
-std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens
+std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens, megatron, llmc, jsonl
 std::string_view EnumName(OnNonFinite v);    // stop, skip
 std::string_view EnumName(ResumeMode v);     // never, auto
 std::string_view EnumName(AdaptMode v);      // off, on
@@ -209,15 +217,24 @@ struct DataConfig {
   int features = 784;           // synthetic
   int classes = 10;             // synthetic
   int seq_len = 0;              // token datasets: tokens per sample (required, >= 1)
-  int vocab = 256;              // synthetic_tokens (fortunes: 256, one id per byte value)
+  int vocab = 256;              // synthetic_tokens, megatron (required), llmc (50257); fortunes, jsonl: 256
+  std::int64_t eot = 50256;     // llmc: the end-of-text token that starts each document
+  // megatron, llmc, jsonl: a dataset of the same kind evaluated at epoch
+  // ends (validation loss); "" = none.
+  std::string validation_path;
   std::uint64_t seed = 1;       // synthetic data / shuffling
   bool evaluate = true;         // test accuracy at epoch ends (fashion_mnist)
   bool validation = true;       // validation loss at epoch ends (fortunes)
 };
 
-// True for the byte-token datasets (fortunes, synthetic_tokens).
+// The token datasets read from files people bring (megatron, llmc, jsonl).
+inline bool IsTokenFileDataset(DatasetKind kind) {
+  return kind == DatasetKind::kMegatron || kind == DatasetKind::kLlmc || kind == DatasetKind::kJsonl;
+}
+// True for the token datasets (fortunes, synthetic_tokens, and the files
+// people bring: megatron, llmc, jsonl).
 inline bool IsTokenDataset(DatasetKind kind) {
-  return kind == DatasetKind::kFortunes || kind == DatasetKind::kSyntheticTokens;
+  return kind == DatasetKind::kFortunes || kind == DatasetKind::kSyntheticTokens || IsTokenFileDataset(kind);
 }
 
 struct TrainLoopConfig {

@@ -91,6 +91,11 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   } else if (d.dataset == DatasetKind::kFortunes) {
     e << YAML::Key << "path" << YAML::Value << d.path << YAML::Key << "seq_len" << YAML::Value << d.seq_len
       << YAML::Key << "validation" << YAML::Value << d.validation;
+  } else if (IsTokenFileDataset(d.dataset)) {
+    e << YAML::Key << "path" << YAML::Value << d.path << YAML::Key << "seq_len" << YAML::Value << d.seq_len
+      << YAML::Key << "vocab" << YAML::Value << d.vocab;
+    if (d.dataset == DatasetKind::kLlmc) e << YAML::Key << "eot" << YAML::Value << d.eot;
+    if (!d.validation_path.empty()) e << YAML::Key << "validation_path" << YAML::Value << d.validation_path;
   } else if (d.dataset == DatasetKind::kSyntheticTokens) {
     e << YAML::Key << "samples" << YAML::Value << d.samples << YAML::Key << "seq_len" << YAML::Value << d.seq_len
       << YAML::Key << "vocab" << YAML::Value << d.vocab;

@@ -203,8 +203,10 @@ namespace {
 constexpr std::array<Partition, 4> kPartitions = {Partition::kBalanced, Partition::kExplicit, Partition::kLayout,
                                                   Partition::kAuto};
 constexpr std::array<BalanceBy, 2> kBalanceBys = {BalanceBy::kParams, BalanceBy::kFlops};
-constexpr std::array<DatasetKind, 4> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
-                                                   DatasetKind::kFortunes, DatasetKind::kSyntheticTokens};
+constexpr std::array<DatasetKind, 7> kDatasets = {DatasetKind::kFashionMnist, DatasetKind::kSynthetic,
+                                                   DatasetKind::kFortunes,     DatasetKind::kSyntheticTokens,
+                                                   DatasetKind::kMegatron,     DatasetKind::kLlmc,
+                                                   DatasetKind::kJsonl};
 }  // namespace
 
 std::string_view EnumName(Partition v) {
@@ -219,9 +221,16 @@ std::string_view EnumName(DatasetKind v) {
       return "synthetic";
     case DatasetKind::kFortunes:
       return "fortunes";
-    default:
+    case DatasetKind::kSyntheticTokens:
       return "synthetic_tokens";
+    case DatasetKind::kMegatron:
+      return "megatron";
+    case DatasetKind::kLlmc:
+      return "llmc";
+    case DatasetKind::kJsonl:
+      return "jsonl";
   }
+  return "synthetic_tokens";
 }
 std::span<const Partition> EnumValues(Partition) { return kPartitions; }
 std::span<const BalanceBy> EnumValues(BalanceBy) { return kBalanceBys; }
@@ -317,11 +326,41 @@ void ReadData(YamlMap& top, TrainConfig& c) {
       data.Fail(data.Node("dataset"), "seq_len", "a token dataset needs data.seq_len (tokens per sample, >= 1)");
     }
     c.data.seq_len = data.GetInt("seq_len", 0, 1, kMaxInt);
+    if (kind != DatasetKind::kLlmc) refuse({"eot"}, "is llm.c's end-of-text token (data.dataset: llmc)");
+    if (!IsTokenFileDataset(kind)) refuse({"validation_path"}, "is for the datasets read from files (megatron, llmc, jsonl)");
     if (kind == DatasetKind::kFortunes) {
       refuse({"samples"}, "is set by the corpus and seq_len");
       refuse({"vocab"}, "is 256 for fortunes: every byte is a token");
       c.data.validation = data.Get("validation", c.data.validation);
       c.data.vocab = 256;
+    } else if (IsTokenFileDataset(kind)) {
+      refuse({"samples"}, "is set by the file and seq_len");
+      refuse({"validation"}, "is fortunes' split; a dataset read from a file is validated on data.validation_path");
+      if (!data.Has("path")) {
+        data.Fail(data.Node("dataset"), "path",
+                  kind == DatasetKind::kMegatron
+                      ? "a megatron dataset needs data.path: the prefix of its .bin and .idx (as Megatron-LM's "
+                        "--data-path names it)"
+                      : fmt::format("a {} dataset needs data.path: the file", EnumName(kind)));
+      }
+      c.data.validation_path = data.Get<std::string>("validation_path", "");
+      if (kind == DatasetKind::kJsonl) {
+        refuse({"vocab"}, "is 256 for jsonl: every byte of the text is a token");
+        c.data.vocab = 256;
+      } else if (kind == DatasetKind::kMegatron) {
+        if (!data.Has("vocab")) {
+          data.Fail(data.Node("dataset"), "vocab",
+                    "a megatron dataset needs data.vocab: its tokenizer's vocabulary (every token id is below it; "
+                    "50257 for GPT-2's)");
+        }
+        c.data.vocab = data.GetInt("vocab", 0, 2, kMaxInt);
+      } else {
+        c.data.vocab = data.GetInt("vocab", 50257, 2, kMaxInt);  // llm.c's shards are GPT-2's tokens
+        c.data.eot = data.Get<long long>("eot", c.data.eot);
+        if (c.data.eot < 0 || c.data.eot > 65535) {
+          data.Fail(data.Node("eot"), "eot", "is a uint16 token id (0 to 65535): llm.c's shards hold uint16 tokens");
+        }
+      }
     } else {
       refuse({"path"}, "is for datasets read from files");
       refuse({"validation"}, "is for fortunes (the validation split)");
@@ -330,7 +369,8 @@ void ReadData(YamlMap& top, TrainConfig& c) {
     c.data.features = c.data.seq_len;
     c.data.classes = c.data.vocab;
   } else {
-    refuse({"seq_len", "vocab"}, "is for token datasets (fortunes, synthetic_tokens)");
+    refuse({"seq_len", "vocab", "eot", "validation_path"},
+           "is for token datasets (fortunes, synthetic_tokens, megatron, llmc, jsonl)");
     refuse({"validation"}, "is for fortunes (the validation split); fashion_mnist's is data.evaluate");
   }
   data.Finish();
@@ -344,7 +384,8 @@ void ReadGpt(YamlMap& model, TrainConfig& c) {
   c.model.gpt = true;
   if (!IsTokenDataset(c.data.dataset)) {
     model.Fail(model.Node("type"), "type",
-               fmt::format("a gpt model reads token ids, but data.dataset is {} (use fortunes or synthetic_tokens)",
+               fmt::format("a gpt model reads token ids, but data.dataset is {} (use a token dataset: fortunes, "
+                           "synthetic_tokens, megatron, llmc or jsonl)",
                            EnumName(c.data.dataset)));
   }
   g.vocab = model.GetInt("vocab", c.data.vocab, 1, kMaxInt);

@@ -131,9 +131,10 @@ Dataset MakeDocumentWindows(const TokenDocuments& docs, int seq_len, int vocab, 
     throw ConfigError(fmt::format("{}: {} tokens in {} documents do not fill one window of seq_len + 1 = {} tokens",
                                   docs.name(), docs.tokens(), docs.documents(), std::int64_t{seq_len} + 1));
   }
-  // The documents one after another, as far as the windows reach.
+  // The documents one after another, as far as the windows reach (read
+  // only where a part is wanted: a rank without stages' data takes the count).
   const std::size_t n = static_cast<std::size_t>(windows), t = static_cast<std::size_t>(seq_len);
-  std::vector<std::int32_t> stream(n * t + 1);  // (windows * seq_len + 1)
+  std::vector<std::int32_t> stream(want_inputs || want_labels ? n * t + 1 : 0);  // (windows * seq_len + 1)
   std::size_t at = 0;
   for (std::int64_t d = 0; d < docs.documents() && at < stream.size(); ++d) {
     const std::size_t take = std::min<std::size_t>(static_cast<std::size_t>(docs.length(d)), stream.size() - at);

@@ -34,6 +34,19 @@ CommandFiles RunInputsOf(const TrainConfig& c) {
     case DatasetKind::kSynthetic:
     case DatasetKind::kSyntheticTokens:
       break;
+    case DatasetKind::kMegatron:
+      for (const auto& [key, prefix] : {std::pair<const char*, std::string>{"data.path", c.data.path},
+                                        {"data.validation_path", c.data.validation_path}}) {
+        if (prefix.empty()) continue;
+        f.inputs.push_back({key, prefix + ".idx"});
+        f.inputs.push_back({key, prefix + ".bin"});
+      }
+      break;
+    case DatasetKind::kLlmc:
+    case DatasetKind::kJsonl:
+      f.inputs.push_back({"data.path", c.data.path});
+      if (!c.data.validation_path.empty()) f.inputs.push_back({"data.validation_path", c.data.validation_path});
+      break;
   }
   return f;
 }

@@ -117,6 +117,18 @@ void MetricsLog::Line(std::string_view json) {
 
 namespace {
 
+// A dataset read from a file people bring (data.dataset megatron, llmc or
+// jsonl) at `path`, as next-token windows of data.seq_len over its
+// documents in order; its token ids checked below data.vocab where a rank
+// reads them.
+Dataset LoadTokenFile(const DataConfig& d, const std::string& path, bool want_inputs, bool want_labels) {
+  const TokenDocuments docs = d.dataset == DatasetKind::kMegatron ? OpenMegatron(path)
+                              : d.dataset == DatasetKind::kLlmc   ? OpenLlmc(path, d.eot)
+                                                                  : OpenJsonl(path);
+  if (want_inputs || want_labels) docs.CheckBelow(d.vocab);
+  return MakeDocumentWindows(docs, d.seq_len, d.vocab, want_inputs, want_labels);
+}
+
 // The configured dataset's training split, and its test or validation
 // split when the config asks for one; each rank reads only what its stages
 // need (inputs on the first stage's rank, labels on the last's).
@@ -135,6 +147,12 @@ void LoadData(const DataConfig& d, RunSetup& u) {
       break;
     case DatasetKind::kSyntheticTokens:
       u.train = MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, u.first_rank, u.last_rank);
+      break;
+    case DatasetKind::kMegatron:
+    case DatasetKind::kLlmc:
+    case DatasetKind::kJsonl:
+      u.train = LoadTokenFile(d, d.path, u.first_rank, u.last_rank);
+      if (!d.validation_path.empty()) u.test = LoadTokenFile(d, d.validation_path, u.first_rank, u.last_rank);
       break;
   }
 }

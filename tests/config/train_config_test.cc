@@ -509,6 +509,45 @@ data: {dataset: synthetic_tokens, samples: 100, seq_len: 8, vocab: 50, seed: 4}
   EXPECT_EQ(c.data.classes, 50);
 }
 
+// The files people bring: their path, their vocabulary (megatron: given;
+// llm.c's: GPT-2's; jsonl: bytes), llm.c's end-of-text token, a
+// validation file of the same kind; what another dataset reads refused.
+TEST(TrainConfigTokens, TokenFilesNeedTheirPathAndVocabulary) {
+  const std::string model = "model: {type: gpt, hidden: 8, heads: 2, blocks: 1}\n";
+  const TrainConfig m = ParseTrainConfig(
+      model + "data: {dataset: megatron, path: /d/corpus_text_document, seq_len: 16, vocab: 50257}\n", "t.yaml");
+  EXPECT_EQ(m.data.dataset, DatasetKind::kMegatron);
+  EXPECT_TRUE(IsTokenDataset(m.data.dataset));
+  EXPECT_EQ(m.data.path, "/d/corpus_text_document");
+  EXPECT_EQ(m.data.vocab, 50257);
+  EXPECT_EQ(m.data.classes, 50257);
+  EXPECT_EQ(m.data.validation_path, "");
+  const TrainConfig l = ParseTrainConfig(
+      model + "data: {dataset: llmc, path: train.bin, validation_path: val.bin, seq_len: 16}\n", "t.yaml");
+  EXPECT_EQ(l.data.vocab, 50257);
+  EXPECT_EQ(l.data.eot, 50256);
+  EXPECT_EQ(l.data.validation_path, "val.bin");
+  EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: jsonl, path: d.jsonl, seq_len: 16}\n", "t.yaml").data.vocab,
+            256);
+  struct Case {
+    std::string data, message;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"{dataset: megatron, seq_len: 16, vocab: 9}", "data.path: a megatron dataset needs data.path: the prefix"},
+           {"{dataset: megatron, path: p, seq_len: 16}", "data.vocab: a megatron dataset needs data.vocab"},
+           {"{dataset: llmc, seq_len: 16}", "data.path: a llmc dataset needs data.path: the file"},
+           {"{dataset: llmc, path: p, seq_len: 16, eot: 70000}", "data.eot: is a uint16 token id"},
+           {"{dataset: jsonl, path: p, seq_len: 16, vocab: 300}", "data.vocab: is 256 for jsonl"},
+           {"{dataset: megatron, path: p, seq_len: 16, vocab: 9, eot: 3}", "data.eot: is llm.c's end-of-text token"},
+           {"{dataset: llmc, path: p, seq_len: 16, samples: 5}", "data.samples: is set by the file and seq_len"},
+           {"{dataset: llmc, path: p, seq_len: 16, validation: false}", "data.validation: is fortunes' split"},
+           {"{dataset: fortunes, seq_len: 16, validation_path: v}", "data.validation_path: is for the datasets read"},
+       }) {
+    const std::string msg = ErrorOf(model + "data: " + k.data + "\n");
+    EXPECT_TRUE(Contains(msg, k.message)) << k.data << " gave: " << msg;
+  }
+}
+
 TEST(TrainConfigTokens, SeqLenIsRequiredAndPositive) {
   std::string msg = ErrorOf(R"(model:
   layers: [{type: linear, out: 256}]
@@ -541,8 +580,8 @@ TEST(TrainConfigTokens, KeysOfOtherDatasetsAreRefused) {
     EXPECT_TRUE(Contains(msg, k.message)) << k.set << " gave: " << msg;
   }
   std::string msg = ErrorOf(kValid, {"data.seq_len=8"});
-  EXPECT_TRUE(Contains(msg, "data.seq_len: is for token datasets (fortunes, synthetic_tokens); data.dataset is "
-                            "synthetic"))
+  EXPECT_TRUE(Contains(msg, "data.seq_len: is for token datasets (fortunes, synthetic_tokens, megatron, llmc, "
+                            "jsonl); data.dataset is synthetic"))
       << msg;
   msg = ErrorOf(kValid, {"data.validation=false"});
   EXPECT_TRUE(Contains(msg, "data.validation: is for fortunes")) << msg;
