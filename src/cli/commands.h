@@ -27,6 +27,7 @@ void AddTrainCommand(CLI::App& app);  // train, bench and validate
 void AddTuneCommand(CLI::App& app);
 void AddProfileCommand(CLI::App& app);
 void AddDoctorCommand(CLI::App& app);  // baton doctor: what the job sees
+void AddDataCommand(CLI::App& app);    // baton data stats: a token dataset's documents and lengths
 
 // Writes `content` to `path` through a temporary file renamed into place, so
 // a failure never leaves a half-written file; "-" writes to standard output.

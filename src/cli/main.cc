@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   baton::AddTuneCommand(app);
   baton::AddProfileCommand(app);
   baton::AddDoctorCommand(app);
+  baton::AddDataCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

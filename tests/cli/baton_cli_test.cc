@@ -728,4 +728,29 @@ TEST(BatonProfile, ProfilesAConfigForTuneAndValidateAndRefusesAForeignOne) {
 }
 
 }  // namespace
+// baton data stats: a dataset's documents, tokens and lengths; the
+// histogram's bars and each budget's cut documents are the lengths'
+// counts; --svg draws it; a malformed file is one error, exit 2.
+TEST_F(BatonCliTest, DataStatsCountsTheDocumentsLengths) {
+  // Lengths 1, 3, 3, 9 and 20 bytes.
+  WriteWork("d.jsonl", "{\"text\": \"a\"}\n{\"text\": \"abc\"}\n{\"text\": \"xyz\"}\n"
+                       "{\"text\": \"123456789\"}\n{\"text\": \"aaaaaaaaaaaaaaaaaaaa\"}\n");
+  const RunResult r = Run("data stats d.jsonl --dataset jsonl --svg h.svg");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("jsonl:d.jsonl: 5 documents, 36 tokens (1 byte a token)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("shortest 1, median 3, mean 7.2, p90 20, p99 20, longest 20"), std::string::npos) << r.out;
+  for (const char* row : {"[0, 2)          1", "[2, 4)          2", "[4, 8)          0", "[8, 16)          1",
+                          "[16, 32)          1", "4 tokens: 2 documents (40.00%)", "16 tokens: 1 document (20.00%)",
+                          "32 tokens: 0 documents (0.00%)"}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << " in:\n" << r.out;
+  }
+  const std::string svg = ReadFile(Work() / "h.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  std::size_t bars = 0;
+  for (std::size_t at = svg.find("<rect "); at != std::string::npos; at = svg.find("<rect ", at + 1)) ++bars;
+  EXPECT_EQ(bars, 5u);  // a bar a bin, 0-1 to 16-31
+  WriteWork("bad.jsonl", "{\"text\": 3}\n");
+  ExpectOneLineError(Run("data stats bad.jsonl --dataset jsonl"), "bad.jsonl: byte 0: line 1 is not an object");
+}
+
 }  // namespace baton
