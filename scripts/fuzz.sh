@@ -15,7 +15,7 @@ bash scripts/setup.sh >/dev/null
 
 seconds="${BATON_FUZZ_SECONDS:-20}"
 targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then targets=(config schedule_csv safetensors); fi
+if [ ${#targets[@]} -eq 0 ]; then targets=(config schedule_csv safetensors token_files); fi
 
 # The sanitizers apply to the whole tree (the libraries are where the bugs
 # are); fuzzer-no-link adds the coverage instrumentation libFuzzer steers by,
