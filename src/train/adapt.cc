@@ -33,6 +33,7 @@ std::vector<double> ReplicaFactors(const std::vector<double>& world, int replica
 }  // namespace
 
 void SpeedMeter::Expect(std::vector<double> priced, std::vector<double> assumed) {
+  if (calibration_.size() == priced.size()) before_ = calibration_;
   priced_ = std::move(priced);
   assumed_ = std::move(assumed);
   if (assumed_.empty()) assumed_.assign(priced_.size(), 1.0);
@@ -52,7 +53,13 @@ void SpeedMeter::Observe(const std::vector<double>& seconds) {
     if (static_cast<int>(w.size()) > s_.window) w.erase(w.begin());
   }
   if (calibration_.empty() && !ratios_.empty() && static_cast<int>(ratios_[0].size()) == s_.window) {
-    for (std::size_t r = 0; r < ratios_.size(); ++r) calibration_.push_back(Median(ratios_[r]) / assumed_[r]);
+    for (std::size_t r = 0; r < ratios_.size(); ++r) {
+      double c = Median(ratios_[r]) / assumed_[r];
+      if (r < before_.size() && before_[r] > 0 && c > 0 && (c > before_[r] * kDrift || c * kDrift < before_[r])) {
+        c = before_[r];  // a change during the window, not the layers' mix
+      }
+      calibration_.push_back(c);
+    }
   }
 }
 

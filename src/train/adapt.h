@@ -48,8 +48,13 @@ class SpeedMeter {
   // (after `settle` steps), and its first full window calibrates each rank
   // again at those factors: how the price of a rank's layers compares with
   // their time depends on which layers they are (fixed costs an action
-  // weigh more on a rank with fewer layers).
+  // weigh more on a rank with fewer layers). A calibration off the plan
+  // before's by more than kDrift either way is not the layers' mix but a
+  // change during the window (a rank slowed or recovered just as the plan
+  // moved, often after a busy machine's noise moved it): that rank keeps
+  // the calibration before, so the change shows in its factor.
   void Expect(std::vector<double> priced, std::vector<double> assumed = {});
+  static constexpr double kDrift = 1.5;
   // One step's measured compute seconds, one per rank.
   void Observe(const std::vector<double>& seconds);
   // One per rank, 1 at the calibration; empty while the window fills.
@@ -61,6 +66,7 @@ class SpeedMeter {
  private:
   AdaptSettings s_;
   std::vector<double> priced_, assumed_, calibration_;
+  std::vector<double> before_;  // the plan before's calibration (empty: the run's first plan)
   std::vector<std::vector<double>> ratios_;  // per rank, the window's measured / priced
   int skip_ = 0;
 };

@@ -86,6 +86,36 @@ TEST(SpeedMeter, AMedianOfTheWindowCalibratedOnTheFirst) {
   EXPECT_DOUBLE_EQ(m.Factors()[1], 1.0);
 }
 
+// A busy machine's noise moved the plan (rank 0 measured 1.3 slow) just
+// before rank 1 slowed 4x, from the new plan's first calibrated step: its
+// calibration would take the slowness for its layers' mix and read 1.0 for
+// as long as it lasts. Off the plan before's by more than kDrift, it keeps
+// the calibration before, and the slowdown shows; a mix within it (here
+// 1.2) is calibrated as before.
+TEST(SpeedMeter, ASlowdownAsAMovedPlanCalibratesShowsInItsFactor) {
+  AdaptSettings s;
+  SpeedMeter m(s);
+  m.Expect({1.0, 1.0});
+  for (int step = 0; step < s.settle + s.window; ++step) m.Observe({1.5, 1.5});
+  m.Expect({1.0, 1.0}, {1.3, 1.0});
+  for (int step = 0; step < s.settle + s.window; ++step) m.Observe({1.5, 6.0});
+  ASSERT_EQ(m.Factors().size(), 2u);
+  EXPECT_NEAR(m.Factors()[0], 1.3, 1e-12);  // the noise gone: back at 1 once the planner asks
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 4.0);
+  // Recovered as the next plan calibrates: the calibration before again.
+  m.Expect({1.0, 1.0}, {1.0, 4.0});
+  for (int step = 0; step < s.settle + s.window; ++step) m.Observe({1.5, 1.5});
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 1.0);
+  // A layers' mix within kDrift is the new calibration.
+  m.Expect({1.0, 1.0});
+  for (int step = 0; step < s.settle + s.window; ++step) m.Observe({1.5, 1.8});
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 1.0);
+  m.Observe({1.5, 3.6});
+  m.Observe({1.5, 3.6});
+  m.Observe({1.5, 3.6});
+  EXPECT_DOUBLE_EQ(m.Factors()[1], 2.0);
+}
+
 // One run's steps: rank 1 at `slow` from step `from` to step `until`; each
 // rank's compute what the price says at its speed (times 1.5, this machine).
 struct Trace {
