@@ -1,4 +1,6 @@
-// The training config: model, pipeline, data, train, checkpoint, log.
+// The training config: the pipeline, train, data parallel, checkpoint,
+// recovery and log sections, and the checks across sections (the data and
+// model sections: data_config.cc, model_config.cc).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,13 +19,10 @@
 #include "baton/config.h"
 #include "baton/error.h"
 #include "baton/files.h"
+#include "sections.h"
 #include "yaml_reader.h"
 
 namespace baton {
-namespace {
-
-constexpr int kMaxInt = std::numeric_limits<int>::max();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, const std::vector<std::string>& allowed) {
   std::string v = map.Get<std::string>(key, fallback);
@@ -33,51 +32,9 @@ std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, cons
   return v;
 }
 
-// Reads a layer list; `width` is the number of features entering it and
-// comes back as the number leaving it.
-// Limits that keep a config's layer tree finite and small: YAML aliases can
-// make a list contain itself, or double at every level.
-constexpr int kMaxNesting = 16;
-constexpr int kMaxLayers = 100000;
+namespace {
 
-std::vector<LayerSpec> ReadLayers(YamlMap& parent, std::string_view key, int& width, int depth, int* count) {
-  YAML::Node list = parent.Node(key);
-  if (!list.IsDefined() || list.IsNull() || !list.IsSequence() || list.size() == 0) {
-    parent.Fail(list, key, "must be a non-empty list of layers, e.g. [{type: linear, out: 128}, {type: relu}]");
-  }
-  if (depth > kMaxNesting) {
-    parent.Fail(
-        list, key,
-        fmt::format("residual blocks nest deeper than {} levels (a YAML alias that refers to itself?)", kMaxNesting));
-  }
-  std::vector<LayerSpec> out;
-  for (YamlMap& item : parent.MapList(key)) {
-    if (++*count > kMaxLayers) {
-      parent.Fail(list, key,
-                  fmt::format("the model has more than {} layers (YAML aliases repeating a list?)", kMaxLayers));
-    }
-    LayerSpec spec;
-    spec.type = Choice<LayerType>(item, "type", std::nullopt);
-    if (spec.type == LayerType::kLinear) {
-      if (!item.Has("out")) item.Fail(item.Node("type"), "out", "a linear layer needs 'out' (output features)");
-      spec.out = item.GetInt("out", 0, 1, kMaxInt);
-      spec.bias = item.Get("bias", true);
-      width = spec.out;
-    } else if (spec.type == LayerType::kLayerNorm) {
-      spec.eps = item.GetNumber("eps", 1e-5, std::numeric_limits<double>::min(), 1.0);
-    } else if (spec.type == LayerType::kResidual) {
-      const int in = width;
-      spec.body = ReadLayers(item, "layers", width, depth + 1, count);
-      if (width != in) {
-        item.Fail(item.Node("layers"), "layers",
-                  fmt::format("a residual block's body must keep the width: {} features in, {} out", in, width));
-      }
-    }
-    item.Finish();
-    out.push_back(std::move(spec));
-  }
-  return out;
-}
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string_view Trim(std::string_view s) {
   const auto space = [](char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; };
@@ -288,174 +245,6 @@ std::shared_ptr<std::set<std::string>> ApplyOverrides(YAML::Node& root, const st
     overridden->insert(key_path);
   }
   return overridden;
-}
-
-// data: the dataset and its keys; a key another dataset reads is refused by
-// name. Read first: the model's widths depend on the dataset.
-void ReadData(YamlMap& top, TrainConfig& c) {
-  YamlMap data = top.Map("data");
-  c.data.dataset = Choice(data, "dataset", c.data.dataset);
-  const DatasetKind kind = c.data.dataset;
-  const bool tokens = IsTokenDataset(kind);
-  // A key another dataset reads is refused, by name, with the reason.
-  auto refuse = [&](std::initializer_list<std::string_view> keys, std::string_view why) {
-    for (std::string_view k : keys) {
-      if (data.Has(k)) data.Fail(data.Node(k), k, fmt::format("{}; data.dataset is {}", why, EnumName(kind)));
-    }
-  };
-  if (kind == DatasetKind::kFortunes) c.data.path = "/usr/share/games/fortunes";
-  c.data.path = data.Get<std::string>("path", c.data.path);
-  c.data.shuffle = data.Get("shuffle", c.data.shuffle);
-  c.data.samples = data.Get<long long>("samples", c.data.samples);
-  if (c.data.samples < 1) data.Fail(data.Node("samples"), "samples", "must be at least 1");
-  c.data.features = data.GetInt("features", c.data.features, 1, kMaxInt);
-  c.data.classes = data.GetInt("classes", c.data.classes, 2, kMaxInt);
-  c.data.seed = static_cast<std::uint64_t>(data.Get<long long>("seed", static_cast<long long>(c.data.seed)));
-  c.data.evaluate = data.Get("evaluate", c.data.evaluate);
-  if (kind == DatasetKind::kFashionMnist) {
-    for (std::string_view k : {"samples", "features", "classes"}) {
-      if (data.Has(k)) data.Fail(data.Node(k), k, "is set by the dataset for fashion_mnist (784 features, 10 classes)");
-    }
-    c.data.features = 784;
-    c.data.classes = 10;
-  }
-  if (tokens) {
-    refuse({"features", "classes"}, "is set by seq_len and the vocabulary for a token dataset");
-    refuse({"evaluate"}, "is a fashion_mnist setting: a token dataset's end-of-epoch check is data.validation");
-    if (!data.Has("seq_len")) {
-      data.Fail(data.Node("dataset"), "seq_len", "a token dataset needs data.seq_len (tokens per sample, >= 1)");
-    }
-    c.data.seq_len = data.GetInt("seq_len", 0, 1, kMaxInt);
-    if (kind != DatasetKind::kLlmc) refuse({"eot"}, "is llm.c's end-of-text token (data.dataset: llmc)");
-    if (!IsTokenFileDataset(kind)) refuse({"validation_path"}, "is for the datasets read from files (megatron, llmc, jsonl)");
-    if (kind == DatasetKind::kFortunes) {
-      refuse({"samples"}, "is set by the corpus and seq_len");
-      refuse({"vocab"}, "is 256 for fortunes: every byte is a token");
-      c.data.validation = data.Get("validation", c.data.validation);
-      c.data.vocab = 256;
-    } else if (IsTokenFileDataset(kind)) {
-      refuse({"samples"}, "is set by the file and seq_len");
-      refuse({"validation"}, "is fortunes' split; a dataset read from a file is validated on data.validation_path");
-      if (!data.Has("path")) {
-        data.Fail(data.Node("dataset"), "path",
-                  kind == DatasetKind::kMegatron
-                      ? "a megatron dataset needs data.path: the prefix of its .bin and .idx (as Megatron-LM's "
-                        "--data-path names it)"
-                      : fmt::format("a {} dataset needs data.path: the file", EnumName(kind)));
-      }
-      c.data.validation_path = data.Get<std::string>("validation_path", "");
-      if (kind == DatasetKind::kJsonl) {
-        refuse({"vocab"}, "is 256 for jsonl: every byte of the text is a token");
-        c.data.vocab = 256;
-      } else if (kind == DatasetKind::kMegatron) {
-        if (!data.Has("vocab")) {
-          data.Fail(data.Node("dataset"), "vocab",
-                    "a megatron dataset needs data.vocab: its tokenizer's vocabulary (every token id is below it; "
-                    "50257 for GPT-2's)");
-        }
-        c.data.vocab = data.GetInt("vocab", 0, 2, kMaxInt);
-      } else {
-        c.data.vocab = data.GetInt("vocab", 50257, 2, kMaxInt);  // llm.c's shards are GPT-2's tokens
-        c.data.eot = data.Get<long long>("eot", c.data.eot);
-        if (c.data.eot < 0 || c.data.eot > 65535) {
-          data.Fail(data.Node("eot"), "eot", "is a uint16 token id (0 to 65535): llm.c's shards hold uint16 tokens");
-        }
-      }
-    } else {
-      refuse({"path"}, "is for datasets read from files");
-      refuse({"validation"}, "is for fortunes (the validation split)");
-      c.data.vocab = data.GetInt("vocab", c.data.vocab, 2, kMaxInt);
-    }
-    c.data.features = c.data.seq_len;
-    c.data.classes = c.data.vocab;
-  } else {
-    refuse({"seq_len", "vocab", "eot", "validation_path"},
-           "is for token datasets (fortunes, synthetic_tokens, megatron, llmc, jsonl)");
-    refuse({"validation"}, "is for fortunes (the validation split); fashion_mnist's is data.evaluate");
-  }
-  data.Finish();
-
-}
-
-// model: {type: gpt, vocab, seq_len, hidden, heads, blocks, tied}
-void ReadGpt(YamlMap& model, TrainConfig& c) {
-  OneOf(model, "type", "gpt", {"gpt"});
-  GptSpec& g = c.model.gpt_spec;
-  c.model.gpt = true;
-  if (!IsTokenDataset(c.data.dataset)) {
-    model.Fail(model.Node("type"), "type",
-               fmt::format("a gpt model reads token ids, but data.dataset is {} (use a token dataset: fortunes, "
-                           "synthetic_tokens, megatron, llmc or jsonl)",
-                           EnumName(c.data.dataset)));
-  }
-  g.vocab = model.GetInt("vocab", c.data.vocab, 1, kMaxInt);
-  if (g.vocab < c.data.vocab) {
-    model.Fail(model.Node("vocab"), "vocab",
-               fmt::format("the dataset's token ids go up to {}, beyond a vocabulary of {}", c.data.vocab - 1,
-                           g.vocab));
-  }
-  g.seq_len = model.GetInt("seq_len", c.data.seq_len, 1, kMaxInt);
-  if (g.seq_len < c.data.seq_len) {
-    model.Fail(model.Node("seq_len"), "seq_len",
-               fmt::format("the position table holds {} positions, but data.seq_len is {}", g.seq_len,
-                           c.data.seq_len));
-  }
-  // The MLP's first layer is 4 x hidden wide: counts past an int are refused here, by their key.
-  g.hidden = model.GetInt("hidden", g.hidden, 1, kMaxInt / 4);
-  g.heads = model.GetInt("heads", g.heads, 1, kMaxInt);
-  if (g.hidden % g.heads != 0) {
-    model.Fail(model.Node("heads"), "heads",
-               fmt::format("{} heads do not divide hidden {} (each head takes hidden / heads features)", g.heads,
-                           g.hidden));
-  }
-  g.blocks = model.GetInt("blocks", g.blocks, 1, kMaxInt);
-  g.tied = model.Get("tied", g.tied);
-  g.eps = model.GetNumber("eps", g.eps, std::numeric_limits<double>::min(), 1.0);
-  if (model.Has("layers") || model.Has("input")) {
-    model.Fail(model.Has("layers") ? model.Node("layers") : model.Node("input"),
-               model.Has("layers") ? "layers" : "input", "is set by type: gpt");
-  }
-  c.model.layers = GptLayers(g);
-  c.model.seq = c.data.seq_len;
-  c.model.input = 1;
-}
-
-// model: {layers: [...]}: an MLP from the dataset's features to its classes.
-void ReadLayerList(YamlMap& model, TrainConfig& c) {
-  if (IsTokenDataset(c.data.dataset)) {
-    model.Fail(model.Node("layers"), "layers",
-               fmt::format("data.dataset {} gives token ids: use model: {{type: gpt, ...}}", EnumName(c.data.dataset)));
-  }
-  c.model.input = model.GetInt("input", c.data.features, 1, kMaxInt);
-  if (c.model.input != c.data.features) {
-    model.Fail(model.Node("input"), "input",
-               fmt::format("the dataset has {} features, but the model takes {}", c.data.features, c.model.input));
-  }
-  int width = c.model.input;
-  int layer_count = 0;
-  c.model.layers = ReadLayers(model, "layers", width, 0, &layer_count);
-  if (width != c.data.classes) {
-    model.Fail(model.Node("layers"), "layers",
-               fmt::format("the last layer gives {} outputs, but the dataset has {} classes (cross_entropy needs "
-                           "one logit per class)",
-                           width, c.data.classes));
-  }
-}
-
-void ReadModel(YamlMap& top, TrainConfig& c) {
-  YamlMap model = top.Map("model");
-  if (model.Has("type")) {
-    ReadGpt(model, c);
-  } else {
-    ReadLayerList(model, c);
-  }
-  OneOf(model, "loss", "cross_entropy", {"cross_entropy"});
-  YamlMap init = model.Map("init");
-  c.model.init_seed = static_cast<std::uint64_t>(init.Get<long long>("seed", 0));
-  c.model.init_from = init.Get<std::string>("from", "");
-  init.Finish();
-  model.Finish();
-
 }
 
 // pipeline.partition (balanced, or a list of layer counts) and

@@ -1,0 +1,33 @@
+// The training config's sections that have files of their own, read from
+// its YAML by ParseTrainConfig (train_config.cc) in order; private to the
+// config room.
+#ifndef BATON_SRC_CONFIG_SECTIONS_H_
+#define BATON_SRC_CONFIG_SECTIONS_H_
+
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "baton/config.h"
+#include "yaml_reader.h"
+
+namespace baton {
+
+inline constexpr int kMaxInt = std::numeric_limits<int>::max();
+
+// `key`'s word in `map`, `fallback` when absent; a word not in `allowed`
+// is a ConfigError naming them.
+std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, const std::vector<std::string>& allowed);
+
+// data: the dataset and its keys; a key another dataset reads is refused
+// by name. Read first: the model's widths depend on the dataset.
+void ReadData(YamlMap& top, TrainConfig& c);
+
+// model: a GPT (type: gpt) or a list of layers, its widths checked against
+// the data's features and classes; its loss and initialisation.
+void ReadModel(YamlMap& top, TrainConfig& c);
+
+}  // namespace baton
+
+#endif  // BATON_SRC_CONFIG_SECTIONS_H_
