@@ -278,9 +278,13 @@ TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
     EXPECT_EQ(away["chunks"].get<int>(), schedule.empty() ? 1 : 2) << away.dump();
     EXPECT_LT(away["predicted_step_after_s"].get<double>(), away["predicted_step_before_s"].get<double>());
     EXPECT_NE(log.find("microbatches a replica 4/4 -> "), std::string::npos) << log;
-    const nlohmann::json& back = replans.back();
-    EXPECT_GE(back["step"].get<int>(), 28) << back.dump();
-    EXPECT_LE(back["step"].get<int>(), 31) << back.dump();
+    // Back: the first move once it recovered (a busy machine's noise may
+    // move the shares again later; the weights below say none loses a bit).
+    const auto [recovered, before_back] =
+        FirstWhere(replans, [](const nlohmann::json& r) { return r["step"].get<int>() >= 28; });
+    ASSERT_NE(recovered, nullptr) << log;
+    const nlohmann::json& back = *recovered;
+    EXPECT_LE(back["step"].get<int>(), SeenBy(31, before_back)) << back.dump() << "\n" << log;
     // Back towards the even split, to within one microbatch: with four
     // processes on fewer cores a healthy rank's measured speed moves by a
     // quarter (the replica with fewer microbatches gets more of the cores).
