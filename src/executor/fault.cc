@@ -402,11 +402,14 @@ void MaybeInjectFault(const Fault& f, int rank, std::int64_t step, std::string_v
   if (FaultEffects* effects = t_effects) {  // a thread rank's own
     switch (f.mode) {
       case Fault::kStall:
-        effects->Stall();
+        effects->Stall();  // neither returns
+        return;
       case Fault::kExit:
         effects->Die(7);
+        return;
       case Fault::kKill:
         effects->Die(128 + SIGKILL);
+        return;
       case Fault::kPause:
         effects->Pause(f.pause_s);
         return;
