@@ -132,15 +132,25 @@ inline ConstView FloatView(const float* data, std::size_t n) {
   return {reinterpret_cast<const std::byte*>(data), {DType::kF32, {static_cast<std::int64_t>(n)}}};
 }
 
+// A label that counts for nothing (PyTorch's ignore_index): no loss, no
+// gradient; a packed sample's positions past its last document.
+inline constexpr std::int32_t kIgnoreLabel = -100;
+
 // A call's part of each sample's sequence (sequence slices, resolved by
 // the plan for each unit): tokens [begin, end) of it, its views shaped for
 // those tokens; and the sequence's key/value slot and, while the sequence
 // runs backward, their gradients' slot (a stage's slots, or an attention
 // layer's part of them; null for none). begin = end = 0: whole sequences.
+//
+// Packed documents (data.packing): `starts`, per sample of the call, per
+// token of its whole sequence (samples x T), the position of the first
+// token of that token's document: attention does not cross documents, and
+// positions restart at each. Null: one document a sample.
 struct SequencePart {
   int begin = 0, end = 0;
   std::byte* keys_values = nullptr;
   std::byte* gradients = nullptr;
+  const std::int32_t* starts = nullptr;
   bool whole() const { return end == 0; }
   int tokens() const { return end - begin; }
 };

@@ -3,6 +3,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 
 #include "gemm.h"
@@ -21,46 +23,60 @@ using ConstStrided = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 using ConstRowVector = Eigen::Map<const Eigen::RowVectorXf>;
 using RowVector = Eigen::Map<Eigen::RowVectorXf>;
 
+// The first key token `token` attends to: its document's first (`starts`,
+// the sample's per token; null: the sequence's).
+inline Eigen::Index FirstKey(const std::int32_t* starts, Eigen::Index token) {
+  return starts == nullptr ? 0 : starts[token];
+}
+
 // Row i of `s` holds the scores of token `first + i`, which attends to
-// tokens 0..first+i: they become its softmax (of the scores times
+// tokens FirstKey..first+i: they become its softmax (of the scores times
 // `scale`), the rest zero, and lse[i] its log-sum-exp.
-void CausalSoftmax(Mat& s, int first, float scale, float* lse) {
+void CausalSoftmax(Mat& s, int first, float scale, float* lse, const std::int32_t* starts) {
   for (Eigen::Index i = 0; i < s.rows(); ++i) {
     auto r = s.row(i);
-    const Eigen::Index last = first + i;
+    const Eigen::Index last = first + i, lo = FirstKey(starts, last);
     float m = -std::numeric_limits<float>::infinity();
-    for (Eigen::Index j = 0; j <= last; ++j) m = std::max(m, r(j) * scale);
+    for (Eigen::Index j = lo; j <= last; ++j) m = std::max(m, r(j) * scale);
     float sum = 0.0f;
-    for (Eigen::Index j = 0; j <= last; ++j) {
+    for (Eigen::Index j = lo; j <= last; ++j) {
       r(j) = std::exp(r(j) * scale - m);
       sum += r(j);
     }
     const float inv = 1.0f / sum;
-    for (Eigen::Index j = 0; j <= last; ++j) r(j) *= inv;
+    for (Eigen::Index j = 0; j < lo; ++j) r(j) = 0.0f;
+    for (Eigen::Index j = lo; j <= last; ++j) r(j) *= inv;
     for (Eigen::Index j = last + 1; j < s.cols(); ++j) r(j) = 0.0f;
     lse[i] = m + std::log(sum);
   }
 }
 
 // The same probabilities again, from the scores and the saved log-sum-exp.
-void CausalProbabilities(Mat& prob, int first, float scale, const float* lse) {
+void CausalProbabilities(Mat& prob, int first, float scale, const float* lse, const std::int32_t* starts) {
   for (Eigen::Index i = 0; i < prob.rows(); ++i) {
-    const Eigen::Index last = first + i;
-    for (Eigen::Index j = 0; j <= last; ++j) prob(i, j) = std::exp(prob(i, j) * scale - lse[i]);
+    const Eigen::Index last = first + i, lo = FirstKey(starts, last);
+    for (Eigen::Index j = 0; j < lo; ++j) prob(i, j) = 0.0f;
+    for (Eigen::Index j = lo; j <= last; ++j) prob(i, j) = std::exp(prob(i, j) * scale - lse[i]);
     for (Eigen::Index j = last + 1; j < prob.cols(); ++j) prob(i, j) = 0.0f;
   }
 }
 
 // Softmax backward, row by row: dprob (the probabilities' gradient)
 // becomes the scores' gradient p (dp - sum_k p_k dp_k), times `scale`.
-void SoftmaxBackward(const Mat& prob, Mat& dprob, int first, float scale) {
+void SoftmaxBackward(const Mat& prob, Mat& dprob, int first, float scale, const std::int32_t* starts) {
   for (Eigen::Index i = 0; i < prob.rows(); ++i) {
-    const Eigen::Index last = first + i;
+    const Eigen::Index last = first + i, lo = FirstKey(starts, last);
     float dot = 0.0f;
-    for (Eigen::Index j = 0; j <= last; ++j) dot += prob(i, j) * dprob(i, j);
-    for (Eigen::Index j = 0; j <= last; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
+    for (Eigen::Index j = lo; j <= last; ++j) dot += prob(i, j) * dprob(i, j);
+    for (Eigen::Index j = 0; j < lo; ++j) dprob(i, j) = 0.0f;
+    for (Eigen::Index j = lo; j <= last; ++j) dprob(i, j) = prob(i, j) * (dprob(i, j) - dot) * scale;
     for (Eigen::Index j = last + 1; j < prob.cols(); ++j) dprob(i, j) = 0.0f;
   }
+}
+
+// Sample n's per-token document starts (null: none).
+inline const std::int32_t* SampleStarts(const std::int32_t* starts, int n, int T) {
+  return starts == nullptr ? nullptr : starts + static_cast<std::ptrdiff_t>(n) * T;
 }
 
 }  // namespace
@@ -82,7 +98,8 @@ std::size_t CausalSelfAttention::StashFloats(int samples) const {
   return static_cast<std::size_t>(samples) * shape_.seq * layout_.stash_per_row();
 }
 
-void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples) {
+void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples,
+                                  const std::int32_t* starts) {
   const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
   const Eigen::Index rows = Eigen::Index(samples) * T;
   const auto count = static_cast<std::size_t>(samples);
@@ -101,8 +118,8 @@ void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, floa
       const ConstStrided k(base + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
       const ConstStrided v(base + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Product(s, q, k.transpose(), 0.0f);  // (T, T) = (T, D) (D, T)
-      // Row i attends to positions 0..i: softmax over them, zero beyond.
-      CausalSoftmax(s, 0, scale, lse + (Eigen::Index(n) * H + h) * T);
+      // Row i attends to positions 0..i of its document: softmax over them, zero beyond.
+      CausalSoftmax(s, 0, scale, lse + (Eigen::Index(n) * H + h) * T, SampleStarts(starts, n, T));
       Strided out(ctx + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
       Product(out, s, v, 0.0f);  // (T, D) = (T, T) (T, D)
     }
@@ -113,7 +130,7 @@ void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, floa
 }
 
 void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* saved, const float* dy, float* dx,
-                                        float* stash, int samples) {
+                                        float* stash, int samples, const std::int32_t* starts) {
   const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
   const Eigen::Index rows = Eigen::Index(samples) * T;
   const float* qkv = saved + layout_.saved_qkv(static_cast<std::size_t>(samples));
@@ -133,11 +150,11 @@ void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* s
       const ConstStrided dc(dctx_.data() + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
       // The probabilities again, from the scores and the saved log-sum-exp.
       Product(prob, q, k.transpose(), 0.0f);
-      CausalProbabilities(prob, 0, scale, lse + (Eigen::Index(n) * H + h) * T);
+      CausalProbabilities(prob, 0, scale, lse + (Eigen::Index(n) * H + h) * T, SampleStarts(starts, n, T));
       Strided dv(dbase + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Product(dv, prob.transpose(), dc, 0.0f);  // P^T dctx
       Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
-      SoftmaxBackward(prob, dprob, 0, scale);
+      SoftmaxBackward(prob, dprob, 0, scale, SampleStarts(starts, n, T));
       Strided dq(dbase + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Strided dk(dbase + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
       Product(dq, dprob, k, 0.0f);              // dS K
@@ -203,7 +220,7 @@ void CausalSelfAttention::ForwardSlice(const AttentionParams& p, const float* x,
       const ConstStrided v(kv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       Product(s, q, k.transpose(), 0.0f);  // (L, e)
       // Row i is token b + i: it attends to tokens 0..b+i.
-      CausalSoftmax(s, b, scale, lse + (Eigen::Index(n) * H + h) * L);
+      CausalSoftmax(s, b, scale, lse + (Eigen::Index(n) * H + h) * L, SampleStarts(sl.starts, n, T));
       Strided out(ctx + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
       Product(out, s, v, 0.0f);  // (L, D) = (L, e) (e, D)
     }
@@ -236,11 +253,11 @@ void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const flo
       const ConstStrided v(kv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       const ConstStrided dc(dctx_.data() + Eigen::Index(n) * L * C + h * D, L, D, Eigen::OuterStride<>(C));
       Product(prob, q, k.transpose(), 0.0f);
-      CausalProbabilities(prob, b, scale, lse + (Eigen::Index(n) * H + h) * L);
+      CausalProbabilities(prob, b, scale, lse + (Eigen::Index(n) * H + h) * L, SampleStarts(sl.starts, n, T));
       Strided dv(dkv + C + h * D, e, D, Eigen::OuterStride<>(2 * C));
       AddProduct(dv, prob.transpose(), dc);     // += P^T dctx, keys 0..e
       Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
-      SoftmaxBackward(prob, dprob, b, scale);
+      SoftmaxBackward(prob, dprob, b, scale, SampleStarts(sl.starts, n, T));
       Strided dq(own + h * D, L, D, Eigen::OuterStride<>(3 * C));
       Strided dk(dkv + h * D, e, D, Eigen::OuterStride<>(2 * C));
       Product(dq, dprob, k, 0.0f);           // dS K: this slice's queries alone

@@ -17,6 +17,7 @@
 #define BATON_HOST_ATTENTION_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct SequenceSlice {
   int end = 0;
   float* kv = nullptr;
   float* dkv = nullptr;
+  const std::int32_t* starts = nullptr;  // packed documents (SequencePart::starts): samples x T; null: none
   int tokens() const { return end - begin; }
 };
 
@@ -83,11 +85,15 @@ class CausalSelfAttention {
   std::size_t ScratchBytes() const { return (scores_.size() + dprobs_.size() + dctx_.size()) * sizeof(float); }
 
   // y = attention(x). x, y: (samples, seq, C). Writes `saved` (SavedFloats).
-  void Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples);
+  // `starts` (packed documents, samples x seq; null: none): each token's
+  // document's first token; a token attends to its own document's only.
+  void Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples,
+               const std::int32_t* starts = nullptr);
   // dx from dy, given what Forward saved; writes the qkv gradient into
   // `stash` (StashFloats) for BackwardWeight. dx may be null (not needed).
+  // `starts`: Forward's.
   void BackwardInput(const AttentionParams& p, const float* saved, const float* dy, float* dx, float* stash,
-                     int samples);
+                     int samples, const std::int32_t* starts = nullptr);
   // ADDS the weight gradients, from x, what Forward saved, dy and I's stash.
   void BackwardWeight(const AttentionGrads& g, const float* x, const float* saved, const float* dy,
                       const float* stash, int samples);

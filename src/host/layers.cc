@@ -242,20 +242,20 @@ class Embedding final : public Layer {
 };
 
 // ---- position_embedding: y[s, t] = x[s, t] + table[t] (GPT-2's wpe) ----
+// A slice's tokens take their positions in the sequence; a packed
+// document's restart at its first token (SequencePart::starts).
 class PositionEmbedding final : public Layer {
  public:
   explicit PositionEmbedding(const OpDesc& op) : Layer(op) {}
 
   void Forward(const ConstView& x, const View& y, float*, const SequencePart& part) const override {
-    const std::size_t per_sample = static_cast<std::size_t>(x.desc.shape.per_sample());
-    const auto samples = static_cast<std::size_t>(x.desc.shape[0]);
     const float* in = x.as<float>();
     float* out = y.as<float>();
-    // A slice's tokens take their positions in the sequence.
-    const float* table = params_ + static_cast<std::size_t>(part.begin) * static_cast<std::size_t>(out_features());
-    for (std::size_t n = 0; n < samples; ++n) {
-      for (std::size_t k = 0; k < per_sample; ++k) out[n * per_sample + k] = in[n * per_sample + k] + table[k];
-    }
+    const std::size_t c = static_cast<std::size_t>(out_features());
+    ForEachToken(x.desc, part, [&](std::size_t row, std::size_t position) {
+      const float* t = params_ + position * c;
+      for (std::size_t k = 0; k < c; ++k) out[row * c + k] = in[row * c + k] + t[k];
+    });
   }
   void BackwardInput(const ConstView&, const float*, const ConstView& dy, const View& dx, float*,
                      const SequencePart&) const override {
@@ -263,12 +263,31 @@ class PositionEmbedding final : public Layer {
   }
   void BackwardWeight(const ConstView&, const float*, const ConstView& dy, const float*,
                       const SequencePart& part) override {
-    const std::size_t per_sample = static_cast<std::size_t>(dy.desc.shape.per_sample());
-    const auto samples = static_cast<std::size_t>(dy.desc.shape[0]);
     const float* g = dy.as<float>();
-    float* table = grads_ + static_cast<std::size_t>(part.begin) * static_cast<std::size_t>(out_features());
+    const std::size_t c = static_cast<std::size_t>(out_features());
+    ForEachToken(dy.desc, part, [&](std::size_t row, std::size_t position) {
+      float* t = grads_ + position * c;
+      for (std::size_t k = 0; k < c; ++k) t[k] += g[row * c + k];
+    });
+  }
+
+ private:
+  // f(row, position) for each token row of `d` (samples x tokens rows, in
+  // order) and its position: in the sequence, from its document's first
+  // token where documents are packed.
+  template <typename F>
+  void ForEachToken(const TensorDesc& d, const SequencePart& part, F&& f) const {
+    const auto samples = static_cast<std::size_t>(d.shape[0]);
+    const std::size_t c = static_cast<std::size_t>(out_features());
+    const std::size_t tokens = static_cast<std::size_t>(d.shape.per_sample()) / c;
+    const std::size_t begin = static_cast<std::size_t>(part.begin);
+    const std::size_t seq = static_cast<std::size_t>(desc().seq);
     for (std::size_t n = 0; n < samples; ++n) {
-      for (std::size_t k = 0; k < per_sample; ++k) table[k] += g[n * per_sample + k];
+      for (std::size_t k = 0; k < tokens; ++k) {
+        const std::size_t t = begin + k;
+        const std::size_t first = part.starts == nullptr ? 0 : static_cast<std::size_t>(part.starts[n * seq + t]);
+        f(n * tokens + k, t - first);
+      }
     }
   }
 };
@@ -283,7 +302,7 @@ class Attention final : public Layer {
     if (!part.whole()) {
       attention_.ForwardSlice(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), Sequence(part));
     } else {
-      attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x));
+      attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), part.starts);
     }
   }
   void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx, float* stash,
@@ -292,7 +311,8 @@ class Attention final : public Layer {
       attention_.BackwardInputSlice(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x),
                                     Sequence(part));
     } else {
-      attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x));
+      attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x),
+                               part.starts);
     }
   }
   std::size_t ScratchBytes() const override { return attention_.ScratchBytes(); }
@@ -315,7 +335,8 @@ class Attention final : public Layer {
   int Samples(const ConstView& x) const { return static_cast<int>(x.desc.shape[0]); }
   // The slice and its sequence's q, k, v and their gradients.
   static SequenceSlice Sequence(const SequencePart& part) {
-    return {part.begin, part.end, reinterpret_cast<float*>(part.keys_values), reinterpret_cast<float*>(part.gradients)};
+    return {part.begin, part.end, reinterpret_cast<float*>(part.keys_values), reinterpret_cast<float*>(part.gradients),
+            part.starts};
   }
 
   mutable CausalSelfAttention attention_;  // its scratch is rewritten by every call

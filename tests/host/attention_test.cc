@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -160,8 +162,10 @@ TEST(Attention, AnOutputDoesNotDependOnLaterTokens) {
 // backward, against the whole sequence at once: the same outputs, input
 // and weight gradients to float rounding (the sums over keys are split
 // differently).
-void ExpectSlicesMatchTheWholeSequence(const std::vector<int>& cuts) {
+// `starts` (packed documents, samples x T; empty: none) as both see them.
+void ExpectSlicesMatchTheWholeSequence(const std::vector<int>& cuts, const std::vector<std::int32_t>& starts = {}) {
   const int samples = 2, T = cuts.back(), C = 8, H = 2;
+  const std::int32_t* packed = starts.empty() ? nullptr : starts.data();
   CausalSelfAttention att({T, C, H}, samples);
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -179,8 +183,8 @@ void ExpectSlicesMatchTheWholeSequence(const std::vector<int>& cuts) {
   // The whole sequence.
   std::vector<float> y(n), dx(n), saved(att.SavedFloats(samples)), stash(att.StashFloats(samples));
   std::vector<float> g(att.NumParams(), 0.0f);
-  att.Forward(p, x.data(), y.data(), saved.data(), samples);
-  att.BackwardInput(p, saved.data(), dy.data(), dx.data(), stash.data(), samples);
+  att.Forward(p, x.data(), y.data(), saved.data(), samples, packed);
+  att.BackwardInput(p, saved.data(), dy.data(), dx.data(), stash.data(), samples, packed);
   att.BackwardWeight(grads_of(g), x.data(), saved.data(), dy.data(), stash.data(), samples);
 
   // Slices: each a (samples, L, C) tensor of its tokens.
@@ -197,7 +201,7 @@ void ExpectSlicesMatchTheWholeSequence(const std::vector<int>& cuts) {
     return out;
   };
   for (int s = 0; s < k; ++s) {
-    slices[s] = {cuts[s], cuts[s + 1], kv.data(), dkv.data()};
+    slices[s] = {cuts[s], cuts[s + 1], kv.data(), dkv.data(), packed};
     const int L = slices[s].tokens();
     xs[s] = take(x, s);
     dys[s] = take(dy, s);
@@ -231,6 +235,69 @@ TEST(Attention, SlicesOfTheSequenceGiveTheWholeSequencesOutputsAndGradients) {
   ExpectSlicesMatchTheWholeSequence({0, 3, 6, 9, 12});    // even
   ExpectSlicesMatchTheWholeSequence({0, 5, 8, 10, 12});   // later slices shorter (compute split)
   ExpectSlicesMatchTheWholeSequence({0, 1, 2, 11, 12});   // one-token slices
+  // Packed documents: sample 0 holds documents of 5, 4 and 3 tokens, sample 1 of 12.
+  std::vector<std::int32_t> starts(24, 0);
+  for (int t = 0; t < 12; ++t) starts[t] = t < 5 ? 0 : t < 9 ? 5 : 9;
+  ExpectSlicesMatchTheWholeSequence({0, 3, 6, 9, 12}, starts);
+  ExpectSlicesMatchTheWholeSequence({0, 5, 8, 10, 12}, starts);
+}
+
+// Packed documents (SequencePart::starts): a sequence holding several
+// documents one after another gives each document's tokens the outputs
+// and input gradients of that document run alone as a sequence of its
+// own, and the weight gradients of the documents run alone, summed: no
+// token attends across a document's start. To float rounding (the same
+// dot products, summed over the same keys).
+TEST(Attention, PackedDocumentsGiveEachDocumentTheOutputsAndGradientsOfItRunAlone) {
+  const int C = 8, H = 2;
+  for (const std::vector<int>& lengths : std::vector<std::vector<int>>{{5, 4, 3}, {1, 11}, {12}, {3, 1, 1, 7}}) {
+    int T = 0;
+    for (int l : lengths) T += l;
+    SCOPED_TRACE(::testing::Message() << "documents of " << ::testing::PrintToString(lengths) << " tokens");
+    CausalSelfAttention packed_att({T, C, H}, 1);
+    std::mt19937_64 rng(T * 7 + lengths.size());
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> w(packed_att.NumParams()), x(std::size_t(T) * C), dy(x.size());
+    for (float& v : w) v = 0.5f * u(rng);
+    for (float& v : x) v = u(rng);
+    for (float& v : dy) v = u(rng);
+    const AttentionParams p{w.data(), w.data() + C * 3 * C, w.data() + C * 3 * C + 3 * C,
+                            w.data() + C * 3 * C + 3 * C + C * C};
+    auto grads_of = [&](std::vector<float>& g) {
+      return AttentionGrads{g.data(), g.data() + C * 3 * C, g.data() + C * 3 * C + 3 * C,
+                            g.data() + C * 3 * C + 3 * C + C * C};
+    };
+    std::vector<std::int32_t> starts;
+    for (int first = 0; int l : lengths) {
+      starts.insert(starts.end(), l, first);
+      first += l;
+    }
+    std::vector<float> y(x.size()), dx(x.size()), saved(packed_att.SavedFloats(1)), stash(packed_att.StashFloats(1));
+    std::vector<float> g(w.size(), 0.0f);
+    packed_att.Forward(p, x.data(), y.data(), saved.data(), 1, starts.data());
+    packed_att.BackwardInput(p, saved.data(), dy.data(), dx.data(), stash.data(), 1, starts.data());
+    packed_att.BackwardWeight(grads_of(g), x.data(), saved.data(), dy.data(), stash.data(), 1);
+
+    std::vector<float> alone_g(w.size(), 0.0f);
+    int first = 0;
+    for (int l : lengths) {
+      CausalSelfAttention att({l, C, H}, 1);
+      const std::size_t from = std::size_t(first) * C, n = std::size_t(l) * C;
+      std::vector<float> xa(x.begin() + from, x.begin() + from + n), dya(dy.begin() + from, dy.begin() + from + n);
+      std::vector<float> ya(n), dxa(n), sa(att.SavedFloats(1)), st(att.StashFloats(1));
+      att.Forward(p, xa.data(), ya.data(), sa.data(), 1);
+      att.BackwardInput(p, sa.data(), dya.data(), dxa.data(), st.data(), 1);
+      att.BackwardWeight(grads_of(alone_g), xa.data(), sa.data(), dya.data(), st.data(), 1);
+      for (std::size_t i = 0; i < n; ++i) {
+        EXPECT_NEAR(y[from + i], ya[i], 1e-6f * std::max(1.0f, std::abs(ya[i]))) << "y, token " << first + i / C;
+        EXPECT_NEAR(dx[from + i], dxa[i], 1e-6f * std::max(1.0f, std::abs(dxa[i]))) << "dx, token " << first + i / C;
+      }
+      first += l;
+    }
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      EXPECT_NEAR(g[i], alone_g[i], 1e-5f * std::max(1.0f, std::abs(alone_g[i]))) << "weight gradient " << i;
+    }
+  }
 }
 
 }  // namespace

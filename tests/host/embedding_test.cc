@@ -107,6 +107,44 @@ TEST(PositionEmbedding, AddsItsRowPerPositionAndMatchesFiniteDifferences) {
   for (std::size_t i = std::size_t(seq) * c; i < w.size(); ++i) EXPECT_EQ(g[i], 0.0f) << "an unused position moved";
 }
 
+// Packed documents (SequencePart::starts): a token's position counts from
+// its document's first token, so each document reads and trains the rows
+// it would alone; a slice of the sequence too.
+TEST(PositionEmbedding, PackedDocumentsRestartTheirPositions) {
+  const int samples = 2, seq = 6, c = 3;
+  LayerSpec spec;
+  spec.type = LayerType::kPositionEmbedding;
+  spec.positions = seq;
+  auto layer = MakeLayer(DescribeLayer(spec, c, seq), samples * seq);
+  std::vector<float> w(seq * c), g(seq * c, 0.0f), x(samples * seq * c, 0.0f), y(x.size());
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(i);
+  layer->Bind(w.data(), g.data());
+  // Sample 0: documents of 2, 3 and 1 tokens; sample 1: one of 6.
+  const std::vector<std::int32_t> starts{0, 0, 2, 2, 2, 5, 0, 0, 0, 0, 0, 0};
+  const std::vector<int> position{0, 1, 0, 1, 2, 0, 0, 1, 2, 3, 4, 5};
+  SequencePart packed;
+  packed.starts = starts.data();
+  const Shape shape{samples, seq, c};
+  layer->Forward(F32(x, shape), F32(y, shape), nullptr, packed);
+  for (int row = 0; row < samples * seq; ++row) {
+    for (int k = 0; k < c; ++k) EXPECT_EQ(y[row * c + k], w[position[row] * c + k]) << "token row " << row;
+  }
+  std::vector<float> ones(x.size(), 1.0f);
+  layer->BackwardWeight(F32(x, shape), nullptr, F32(ones, shape), nullptr, packed);
+  const std::vector<float> uses{4, 3, 2, 1, 1, 1};  // how often each position occurs above
+  for (int t = 0; t < seq; ++t) EXPECT_EQ(g[t * c], uses[t]) << "position " << t;
+  // Tokens 2..4 of each sample as a slice: their positions in their documents.
+  SequencePart slice = packed;
+  slice.begin = 2;
+  slice.end = 5;
+  std::vector<float> xs(samples * 3 * c, 0.0f), ys(xs.size());
+  const Shape sliced{samples, 3, c};
+  layer->Forward(F32(xs, sliced), F32(ys, sliced), nullptr, slice);
+  for (int n = 0; n < samples; ++n) {
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(ys[(n * 3 + k) * c], w[position[n * seq + 2 + k] * c]) << n << " " << k;
+  }
+}
+
 TEST(PositionEmbedding, ATableShorterThanTheSequenceIsRefused) {
   LayerSpec spec;
   spec.type = LayerType::kPositionEmbedding;
