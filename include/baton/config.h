@@ -64,6 +64,13 @@ enum class LostRankMode : std::uint8_t { kStop, kShrink, kReplace };
 // optimizer gets them rounded to float. auto: fp64 where the split can
 // change (those two), fp32 elsewhere.
 enum class GradAccum : std::uint8_t { kAuto, kFP32, kFP64 };
+// data.packing: none (each sample a fixed window of the token stream), or
+// greedy (whole documents first-fit into samples of data.max_tokens
+// positions, attention and positions restarting at each: PackGreedy).
+enum class Packing : std::uint8_t { kNone, kGreedy };
+// data.long_documents: a document longer than data.max_tokens is cut into
+// pieces (split) or refused.
+enum class LongDocuments : std::uint8_t { kSplit, kRefuse };
 std::string_view EnumName(Partition v);      // balanced, explicit, layout, auto
 std::string_view EnumName(BalanceBy v);      // params, flops
 std::string_view EnumName(DatasetKind v);    // fashion_mnist, synthetic, fortunes, synthetic_tokens, megatron, llmc, jsonl
@@ -72,6 +79,10 @@ std::string_view EnumName(ResumeMode v);     // never, auto
 std::string_view EnumName(AdaptMode v);      // off, on
 std::string_view EnumName(LostRankMode v);   // stop, shrink, replace
 std::string_view EnumName(GradAccum v);      // auto, fp32, fp64
+std::string_view EnumName(Packing v);        // none, greedy
+std::string_view EnumName(LongDocuments v);  // split, refuse
+std::span<const Packing> EnumValues(Packing);
+std::span<const LongDocuments> EnumValues(LongDocuments);
 std::span<const GradAccum> EnumValues(GradAccum);
 std::span<const Partition> EnumValues(Partition);
 std::span<const BalanceBy> EnumValues(BalanceBy);
@@ -225,6 +236,10 @@ struct DataConfig {
   std::uint64_t seed = 1;       // synthetic data / shuffling
   bool evaluate = true;         // test accuracy at epoch ends (fashion_mnist)
   bool validation = true;       // validation loss at epoch ends (fortunes)
+  // Documents packed into samples (fortunes, megatron, llmc, jsonl): a
+  // sample's positions are data.max_tokens, which seq_len then is.
+  Packing packing = Packing::kNone;
+  LongDocuments long_documents = LongDocuments::kSplit;
 };
 
 // The token datasets read from files people bring (megatron, llmc, jsonl).

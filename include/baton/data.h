@@ -26,6 +26,13 @@ namespace baton {
 //   next-token (fortunes, synthetic_tokens): sample i32[1, seq_len] token
 //     ids, seq_len labels per sample: label t of a sample is the token that
 //     follows its input token t; every id is in [0, classes) (the vocabulary)
+//
+//   packed documents (data.packing, MakePackedDocuments): next-token
+//     samples whose positions hold several documents; `starts` gives each
+//     position its document's first, every rank has them (attention and
+//     positions need them on every stage); a position no document fills is
+//     labelled kIgnoreLabel (no loss, no gradient); `targets` counts each
+//     sample's other labels.
 struct Dataset {
   std::string name;
   std::int64_t samples = 0;
@@ -34,6 +41,9 @@ struct Dataset {
   int labels_per_sample = 1;          // 1: a class per sample; seq_len: a next token per position
   ByteBuffer inputs;                  // (samples, ...) as `sample` says, row-major, 64-byte aligned
   std::vector<std::int32_t> labels;   // (samples, labels_per_sample)
+  std::vector<std::int32_t> starts;   // packed: (samples, labels_per_sample); empty: one document a sample
+  std::vector<std::int32_t> targets;  // packed: (samples), the labels that are not kIgnoreLabel
+  bool packed() const { return !targets.empty(); }
 
   std::size_t sample_bytes() const { return sample.bytes(); }
   // Input elements per sample: features, or seq_len.
@@ -200,6 +210,42 @@ TokenDocuments FortuneDocuments(const TextCorpus& corpus, const std::string& spl
 // MakeTokenWindows does.
 Dataset MakeDocumentWindows(const TokenDocuments& docs, int seq_len, int vocab, bool want_inputs, bool want_labels);
 
+// ---- Packed documents (data.packing) ----
+// (A packed sample's positions past its last document are labelled
+// kIgnoreLabel, view.h.)
+
+// Tokens [begin, begin + positions + 1) of document `document`: `positions`
+// next-token positions (inputs the first `positions` tokens, labels the
+// last), one document of a packed sample.
+struct DocumentPiece {
+  std::int64_t document = 0, begin = 0;
+  int positions = 0;
+  bool operator==(const DocumentPiece&) const = default;
+};
+
+// How documents go into samples of `max_tokens` positions (data.packing:
+// greedy). A document of n tokens has n - 1 next-token positions (one of
+// fewer than 2 tokens has none and is skipped). A document with more than
+// `max_tokens` is cut into pieces of `max_tokens` positions (the last
+// shorter), each packed as a document of its own (a piece's first input
+// is the piece before's last label), or, with `refuse_long`, refused
+// (ConfigError naming the document and its length). In data order, each
+// piece goes into the first sample of the current batch of `batch_samples`
+// with room for it (first-fit); a piece that fits in none of them once the
+// batch has all its samples starts the next batch. So each batch holds
+// whole documents in data order, the next batch starting where it ended.
+// Throws ConfigError (naming `name`) for max_tokens or batch_samples < 1.
+std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t> lengths, int max_tokens,
+                                                   int batch_samples, bool refuse_long, const std::string& name);
+
+// `docs` packed by PackGreedy into samples of `max_tokens` positions
+// (i32[1, max_tokens]), as Dataset says of packed documents: the inputs
+// where `want_inputs`, the labels where `want_labels`, the starts and
+// target counts always. Ids are in [0, vocab) (the caller checks:
+// TokenDocuments::CheckBelow); a position no document fills has input 0.
+Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
+                            int vocab, bool want_inputs, bool want_labels);
+
 // What `baton data stats` prints: the documents, the tokens, the length's
 // quantiles and a histogram of lengths in powers of two (bin k holds the
 // lengths in [2^k, 2^(k+1)); bin 0 also holds length 0).
@@ -246,6 +292,11 @@ struct Batch {
   int labels_per_sample = 1;
   std::span<const std::byte> inputs;      // (batch_size, ...) as `input` says, empty if not loaded
   std::span<const std::int32_t> labels;   // (batch_size, labels_per_sample), empty if not loaded
+  // Packed documents (Dataset::packed): each position's document's first
+  // (batch_size, labels_per_sample), and the labels that count in the
+  // whole global batch (every replica's slice): the loss is their mean.
+  std::span<const std::int32_t> starts;
+  std::int64_t targets = 0;
 
   template <typename T>
   std::span<const T> inputs_as() const {  // REQUIRES: T matches input.dtype

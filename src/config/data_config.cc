@@ -45,10 +45,27 @@ void ReadData(YamlMap& top, TrainConfig& c) {
   if (tokens) {
     refuse({"features", "classes"}, "is set by seq_len and the vocabulary for a token dataset");
     refuse({"evaluate"}, "is a fashion_mnist setting: a token dataset's end-of-epoch check is data.validation");
-    if (!data.Has("seq_len")) {
-      data.Fail(data.Node("dataset"), "seq_len", "a token dataset needs data.seq_len (tokens per sample, >= 1)");
+    c.data.packing = Choice(data, "packing", c.data.packing);
+    if (c.data.packing != Packing::kNone) {
+      // A packed sample holds documents in data.max_tokens positions.
+      if (kind == DatasetKind::kSyntheticTokens) {
+        data.Fail(data.Node("packing"), "packing",
+                  "packs documents, and synthetic_tokens has none (fortunes, megatron, llmc and jsonl do)");
+      }
+      refuse({"seq_len"}, "is data.max_tokens where documents are packed (data.packing)");
+      if (!data.Has("max_tokens")) {
+        data.Fail(data.Node("packing"), "max_tokens",
+                  "packing needs data.max_tokens: the positions of one packed sample (>= 1; the model's seq_len)");
+      }
+      c.data.seq_len = data.GetInt("max_tokens", 0, 1, kMaxInt);
+      c.data.long_documents = Choice(data, "long_documents", c.data.long_documents);
+    } else {
+      refuse({"max_tokens", "long_documents"}, "is for packed documents (data.packing: greedy)");
+      if (!data.Has("seq_len")) {
+        data.Fail(data.Node("dataset"), "seq_len", "a token dataset needs data.seq_len (tokens per sample, >= 1)");
+      }
+      c.data.seq_len = data.GetInt("seq_len", 0, 1, kMaxInt);
     }
-    c.data.seq_len = data.GetInt("seq_len", 0, 1, kMaxInt);
     if (kind != DatasetKind::kLlmc) refuse({"eot"}, "is llm.c's end-of-text token (data.dataset: llmc)");
     if (!IsTokenFileDataset(kind)) refuse({"validation_path"}, "is for the datasets read from files (megatron, llmc, jsonl)");
     if (kind == DatasetKind::kFortunes) {
@@ -92,7 +109,7 @@ void ReadData(YamlMap& top, TrainConfig& c) {
     c.data.features = c.data.seq_len;
     c.data.classes = c.data.vocab;
   } else {
-    refuse({"seq_len", "vocab", "eot", "validation_path"},
+    refuse({"seq_len", "vocab", "eot", "validation_path", "packing", "max_tokens", "long_documents"},
            "is for token datasets (fortunes, synthetic_tokens, megatron, llmc, jsonl)");
     refuse({"validation"}, "is for fortunes (the validation split); fashion_mnist's is data.evaluate");
   }

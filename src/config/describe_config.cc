@@ -86,14 +86,26 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   const DataConfig& d = c.data;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value
     << std::string(EnumName(d.dataset));
+  // A sample's tokens: a window of seq_len, or packed documents' budget.
+  auto sequence = [&] {
+    if (d.packing == Packing::kNone) {
+      e << YAML::Key << "seq_len" << YAML::Value << d.seq_len;
+      return;
+    }
+    e << YAML::Key << "packing" << YAML::Value << std::string(EnumName(d.packing)) << YAML::Key << "max_tokens"
+      << YAML::Value << d.seq_len << YAML::Key << "long_documents" << YAML::Value
+      << std::string(EnumName(d.long_documents));
+  };
   if (d.dataset == DatasetKind::kFashionMnist) {
     e << YAML::Key << "path" << YAML::Value << d.path;
   } else if (d.dataset == DatasetKind::kFortunes) {
-    e << YAML::Key << "path" << YAML::Value << d.path << YAML::Key << "seq_len" << YAML::Value << d.seq_len
-      << YAML::Key << "validation" << YAML::Value << d.validation;
+    e << YAML::Key << "path" << YAML::Value << d.path;
+    sequence();
+    e << YAML::Key << "validation" << YAML::Value << d.validation;
   } else if (IsTokenFileDataset(d.dataset)) {
-    e << YAML::Key << "path" << YAML::Value << d.path << YAML::Key << "seq_len" << YAML::Value << d.seq_len
-      << YAML::Key << "vocab" << YAML::Value << d.vocab;
+    e << YAML::Key << "path" << YAML::Value << d.path;
+    sequence();
+    e << YAML::Key << "vocab" << YAML::Value << d.vocab;
     if (d.dataset == DatasetKind::kLlmc) e << YAML::Key << "eot" << YAML::Value << d.eot;
     if (!d.validation_path.empty()) e << YAML::Key << "validation_path" << YAML::Value << d.validation_path;
   } else if (d.dataset == DatasetKind::kSyntheticTokens) {

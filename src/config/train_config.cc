@@ -210,6 +210,16 @@ std::span<const LostRankMode> EnumValues(LostRankMode) {
 std::string_view EnumName(GradAccum v) {
   return v == GradAccum::kAuto ? "auto" : v == GradAccum::kFP32 ? "fp32" : "fp64";
 }
+std::string_view EnumName(Packing v) { return v == Packing::kNone ? "none" : "greedy"; }
+std::span<const Packing> EnumValues(Packing) {
+  static constexpr std::array<Packing, 2> kValues = {Packing::kNone, Packing::kGreedy};
+  return kValues;
+}
+std::string_view EnumName(LongDocuments v) { return v == LongDocuments::kSplit ? "split" : "refuse"; }
+std::span<const LongDocuments> EnumValues(LongDocuments) {
+  static constexpr std::array<LongDocuments, 2> kValues = {LongDocuments::kSplit, LongDocuments::kRefuse};
+  return kValues;
+}
 std::span<const GradAccum> EnumValues(GradAccum) {
   static constexpr std::array<GradAccum, 3> kValues = {GradAccum::kAuto, GradAccum::kFP32, GradAccum::kFP64};
   return kValues;
@@ -587,6 +597,11 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   if (c.pipeline.seq_slices > 1 && c.device == Device::kCuda) {
     top.Map("pipeline").Fail(root["pipeline"]["seq_slices"], "seq_slices",
                              "sequence slices run on the CPU layers only so far (device: cpu)");
+  }
+  if (c.data.packing != Packing::kNone && c.device == Device::kCuda) {
+    top.Map("data").Fail(root["data"]["packing"], "packing",
+                         "packed documents run on the CPU layers only so far (device: cpu; their attention keeps "
+                         "to each document there)");
   }
   if (c.data_parallel.zero.shards_gradients() && c.device == Device::kCuda) {
     top.Map("data_parallel")

@@ -46,11 +46,13 @@ class DoubleBufferedLoader final : public BatchLoader {
         seed_(seed),
         batches_per_epoch_(dataset.samples / batch_size),
         has_inputs_(!dataset.inputs.empty()),
-        has_labels_(!dataset.labels.empty()) {
+        has_labels_(!dataset.labels.empty()),
+        packed_(dataset.packed()) {
     const std::size_t b = static_cast<std::size_t>(slice_size);
     for (Slot& s : slots_) {
       if (has_inputs_) s.inputs.resize(b * sample_bytes_);      // (B, ...) bytes
       if (has_labels_) s.labels.resize(b * labels_per_sample_);  // (B, labels_per_sample)
+      if (packed_) s.starts.resize(b * labels_per_sample_);      // (B, labels_per_sample)
     }
     if (shuffle_) order_.resize(static_cast<std::size_t>(dataset.samples));  // (samples)
     StartFill();
@@ -71,6 +73,10 @@ class DoubleBufferedLoader final : public BatchLoader {
     batch.labels_per_sample = static_cast<int>(labels_per_sample_);
     if (has_inputs_) batch.inputs = ready.inputs;
     if (has_labels_) batch.labels = ready.labels;
+    if (packed_) {
+      batch.starts = ready.starts;
+      batch.targets = ready.targets;
+    }
 
     // The caller now holds `ready`; the other slot's batch (the one returned
     // before) is no longer valid, so it can take the following batch.
@@ -102,6 +108,8 @@ class DoubleBufferedLoader final : public BatchLoader {
     std::int64_t index = 0;
     ByteBuffer inputs;                 // (B, ...) bytes, aligned for the first layer
     std::vector<std::int32_t> labels;  // (B, labels_per_sample)
+    std::vector<std::int32_t> starts;  // packed: (B, labels_per_sample)
+    std::int64_t targets = 0;          // packed: the global batch's labels that count
   };
 
   // REQUIRES: no fill in flight. The task owns slots_[filling_] and order_
@@ -127,12 +135,19 @@ class DoubleBufferedLoader final : public BatchLoader {
     const std::size_t l = labels_per_sample_;
     const std::size_t first =
         static_cast<std::size_t>(index) * static_cast<std::size_t>(batch_size_) + static_cast<std::size_t>(slice_begin_);
+    const std::size_t batch_first = static_cast<std::size_t>(index) * static_cast<std::size_t>(batch_size_);
+    const std::size_t whole = static_cast<std::size_t>(batch_size_);
     if (!shuffle_) {
       // Batch k is the contiguous range of samples [kB, (k+1)B); the slice a
       // contiguous part of it.
       if (has_inputs_) std::memcpy(slot.inputs.data(), data_.inputs.data() + first * f, b * f);
       if (has_labels_) {
         std::memcpy(slot.labels.data(), data_.labels.data() + first * l, b * l * sizeof(std::int32_t));
+      }
+      if (packed_) {
+        std::memcpy(slot.starts.data(), data_.starts.data() + first * l, b * l * sizeof(std::int32_t));
+        slot.targets = 0;
+        for (std::size_t i = 0; i < whole; ++i) slot.targets += data_.targets[batch_first + i];
       }
       return;
     }
@@ -148,6 +163,15 @@ class DoubleBufferedLoader final : public BatchLoader {
       if (has_labels_) {
         std::memcpy(slot.labels.data() + i * l, data_.labels.data() + sample * l, l * sizeof(std::int32_t));
       }
+      if (packed_) {
+        std::memcpy(slot.starts.data() + i * l, data_.starts.data() + sample * l, l * sizeof(std::int32_t));
+      }
+    }
+    if (packed_) {
+      slot.targets = 0;
+      for (std::size_t i = 0; i < whole; ++i) {
+        slot.targets += data_.targets[static_cast<std::size_t>(order_[batch_first + i])];
+      }
     }
   }
 
@@ -162,6 +186,7 @@ class DoubleBufferedLoader final : public BatchLoader {
   const std::int64_t batches_per_epoch_;
   const bool has_inputs_;
   const bool has_labels_;
+  const bool packed_;  // the starts and target counts too
 
   Slot slots_[2];
   int filling_ = 0;         // the slot the in-flight (or finished) fill writes
@@ -210,6 +235,14 @@ std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_s
                                                               static_cast<std::size_t>(dataset.labels_per_sample)) {
     throw ConfigError(fmt::format("{}: {} labels, expected {} per sample ({} samples)", what, dataset.labels.size(),
                                   dataset.labels_per_sample, dataset.samples));
+  }
+  if (dataset.packed() && (dataset.targets.size() != static_cast<std::size_t>(dataset.samples) ||
+                           dataset.starts.size() != static_cast<std::size_t>(dataset.samples) *
+                                                        static_cast<std::size_t>(dataset.labels_per_sample))) {
+    throw ConfigError(fmt::format("{}: packed, but {} document starts and {} target counts for {} samples of {} "
+                                  "positions",
+                                  what, dataset.starts.size(), dataset.targets.size(), dataset.samples,
+                                  dataset.labels_per_sample));
   }
   return std::make_unique<DoubleBufferedLoader>(dataset, batch_size, shuffle, seed, slice_begin, slice_size);
 }

@@ -151,17 +151,18 @@ void CheckTokens(const Dataset& data, int vocab) {
                                   "dataset (fortunes, synthetic_tokens)",
                                   data.name, ToString(data.sample)));
   }
-  auto check = [&](std::span<const std::int32_t> ids, std::int64_t per_sample, const char* part) {
+  // A packed sample's unfilled positions are labelled kIgnoreLabel.
+  auto check = [&](std::span<const std::int32_t> ids, std::int64_t per_sample, const char* part, bool ignored) {
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] >= 0 && ids[i] < vocab) continue;
+      if ((ids[i] >= 0 && ids[i] < vocab) || (ignored && ids[i] == kIgnoreLabel)) continue;
       throw ConfigError(fmt::format("dataset '{}': {} token id {} (sample {}, position {}) is outside the model's "
                                     "vocabulary of {} (ids must be in 0..{})",
                                     data.name, part, ids[i], static_cast<std::int64_t>(i) / per_sample,
                                     static_cast<std::int64_t>(i) % per_sample, vocab, vocab - 1));
     }
   };
-  check(data.inputs_as<std::int32_t>(), data.sample_elements(), "input");
-  check(data.labels, data.labels_per_sample, "label");
+  check(data.inputs_as<std::int32_t>(), data.sample_elements(), "input", false);
+  check(data.labels, data.labels_per_sample, "label", data.packed());
 }
 
 double UnigramCrossEntropy(const Dataset& train, const Dataset& validation, int vocab) {
@@ -169,6 +170,7 @@ double UnigramCrossEntropy(const Dataset& train, const Dataset& validation, int 
   for (const Dataset* d : {&train, &validation}) {
     if (d->labels.empty()) throw ConfigError(fmt::format("unigram baseline: dataset '{}' holds no labels", d->name));
     for (std::int32_t t : d->labels) {
+      if (t == kIgnoreLabel && d->packed()) continue;  // counts for nothing
       if (t < 0 || t >= vocab) {
         throw ConfigError(fmt::format("unigram baseline: dataset '{}' has token id {} outside 0..{}", d->name, t,
                                       vocab - 1));
@@ -176,13 +178,20 @@ double UnigramCrossEntropy(const Dataset& train, const Dataset& validation, int 
     }
   }
   std::vector<std::int64_t> count(static_cast<std::size_t>(vocab), 0);
-  for (std::int32_t t : train.labels) ++count[static_cast<std::size_t>(t)];
-  const double denominator = static_cast<double>(train.labels.size()) + vocab;
+  std::int64_t trained = 0, validated = 0;
+  for (std::int32_t t : train.labels) {
+    if (t == kIgnoreLabel) continue;
+    ++count[static_cast<std::size_t>(t)];
+    ++trained;
+  }
+  const double denominator = static_cast<double>(trained) + vocab;
   double sum = 0.0;
   for (std::int32_t t : validation.labels) {
+    if (t == kIgnoreLabel) continue;
     sum -= std::log((static_cast<double>(count[static_cast<std::size_t>(t)]) + 1.0) / denominator);
+    ++validated;
   }
-  return sum / static_cast<double>(validation.labels.size());
+  return sum / static_cast<double>(validated);
 }
 
 }  // namespace baton

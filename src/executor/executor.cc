@@ -228,6 +228,8 @@ void Executor::SumTiedWide() {
 
 StepStats Executor::RunStep(const Batch& batch) {
   StepStats stats;
+  starts_ = batch.starts.empty() ? nullptr : batch.starts.data();
+  step_grad_scale_ = batch.targets > 0 ? 1.0f / static_cast<float>(batch.targets) : grad_scale_;
   // A GPU reads the batch from its own memory: one upload per step, ordered
   // before the first forward by the compute stream.
   const std::byte* inputs = batch.inputs.data();
@@ -247,6 +249,10 @@ StepStats Executor::RunStep(const Batch& batch) {
 SequencePart Executor::PartOf(const Instruction& in) const {
   const UnitPart& u = in.part;
   SequencePart part{u.begin, u.end, nullptr, nullptr};
+  if (starts_ != nullptr) {
+    part.starts = starts_ + static_cast<std::size_t>(u.sequence) * static_cast<std::size_t>(plan_.rows) *
+                                static_cast<std::size_t>(plan_.labels_per_sample);
+  }
   const auto local = static_cast<std::size_t>(in.local);
   const std::size_t bytes = plan_.local_stages[local].sequence_bytes;
   if (u.sequence_slot >= 0) part.keys_values = sequences_[local] + static_cast<std::size_t>(u.sequence_slot) * bytes;
@@ -297,8 +303,11 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
         UnitRows(reinterpret_cast<const std::byte*>(labels + op.labels), unit_labels_, sizeof(std::int32_t),
                  static_cast<std::size_t>(plan_.labels_per_sample), in.part, rows));
     const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
-    st.ForwardLoss(x, slot, l, train ? grad_scale_ : 1.0f, &written, part);
-    stats->samples += tokens;
+    st.ForwardLoss(x, slot, l, train ? step_grad_scale_ : 1.0f, &written, part);
+    // Packed documents: the labels that count (the mean is over them).
+    stats->samples += starts_ == nullptr ? tokens
+                                         : std::count_if(mine, mine + tokens,
+                                                         [](std::int32_t v) { return v != kIgnoreLabel; });
   } else {
     st.Forward(x, slot, View{op.output, Stage::Shaped(st.plan().output(), rows, part)}, &written, part);
   }
@@ -445,8 +454,10 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
       dev_.Upload(labels_, lab, static_cast<std::size_t>(round * per_sample) * sizeof(std::int32_t));
       lab = reinterpret_cast<const std::int32_t*>(labels_);
     }
+    starts_ = data.starts.empty() ? nullptr : data.starts.data() + (begin + first) * per_sample;
     Run(evaluation_ops_, Mode::kEvaluate, in, lab, round_rows_.data(), &stats);
   }
+  starts_ = nullptr;
   TakeLoss(&stats);  // once: the device's totals add every round's losses in order
   return stats;
 }

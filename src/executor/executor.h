@@ -350,6 +350,11 @@ class Executor {
   RankDevice& dev_;
   int rank_;  // in the world
   float grad_scale_;
+  // Packed documents (Batch::starts): the step's (or evaluation round's)
+  // starts, host memory, null for none; and the step's gradient scale, one
+  // over the global batch's labels that count (else grad_scale_).
+  const std::int32_t* starts_ = nullptr;
+  float step_grad_scale_ = 0.0f;
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<ActivationStore>> stores_;
   // Per local stage: message buffers of each kind (BufferRef::Kind), m

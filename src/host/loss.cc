@@ -1,10 +1,12 @@
 // Softmax cross-entropy over one microbatch, PyTorch's
-// nn.CrossEntropyLoss(reduction='sum') with the gradient scaled by the caller.
+// nn.CrossEntropyLoss(reduction='sum', ignore_index=-100) with the gradient
+// scaled by the caller.
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "baton/error.h"
+#include "baton/view.h"
 #include "layers.h"
 
 namespace baton {
@@ -17,7 +19,7 @@ double CrossEntropy(ConstMatMap logits, std::span<const std::int32_t> labels, fl
   }
   // Check every label before writing anything, so a bad batch leaves dlogits untouched.
   for (Eigen::Index i = 0; i < rows; ++i) {
-    if (labels[i] < 0 || labels[i] >= classes) {
+    if ((labels[i] < 0 && labels[i] != kIgnoreLabel) || labels[i] >= classes) {
       throw Error(fmt::format("cross-entropy: row {} has label {}, outside [0, {}) for {} classes", i, labels[i],
                               classes, classes));
     }
@@ -26,8 +28,12 @@ double CrossEntropy(ConstMatMap logits, std::span<const std::int32_t> labels, fl
   double loss = 0.0;
   std::int64_t hits = 0;
   for (Eigen::Index i = 0; i < rows; ++i) {
-    const auto z = logits.row(i).array();  // (classes)
     const std::int32_t label = labels[i];
+    if (label == kIgnoreLabel) {  // no loss, no gradient (a packed sample's unfilled positions)
+      if (dlogits != nullptr) MatMap(dlogits, rows, classes).row(i).setZero();
+      continue;
+    }
+    const auto z = logits.row(i).array();  // (classes)
     Eigen::Index argmax = 0;
     const float max = z.maxCoeff(&argmax);  // the first maximum on ties, like torch.argmax
     hits += argmax == label;

@@ -121,18 +121,33 @@ namespace {
 // jsonl) at `path`, as next-token windows of data.seq_len over its
 // documents in order; its token ids checked below data.vocab where a rank
 // reads them.
-Dataset LoadTokenFile(const DataConfig& d, const std::string& path, bool want_inputs, bool want_labels) {
+// Packed (data.packing): the documents first-fit into samples of
+// data.max_tokens (the global batch's samples at a time), on every rank.
+Dataset Cut(const DataConfig& d, const TokenDocuments& docs, int batch_size, bool want_inputs, bool want_labels) {
+  if (d.packing == Packing::kNone) return MakeDocumentWindows(docs, d.seq_len, d.vocab, want_inputs, want_labels);
+  return MakePackedDocuments(docs, d.seq_len, batch_size, d.long_documents == LongDocuments::kRefuse, d.vocab,
+                             want_inputs, want_labels);
+}
+
+Dataset LoadTokenFile(const DataConfig& d, const std::string& path, int batch_size, bool want_inputs,
+                      bool want_labels) {
   const TokenDocuments docs = d.dataset == DatasetKind::kMegatron ? OpenMegatron(path)
                               : d.dataset == DatasetKind::kLlmc   ? OpenLlmc(path, d.eot)
                                                                   : OpenJsonl(path);
   if (want_inputs || want_labels) docs.CheckBelow(d.vocab);
-  return MakeDocumentWindows(docs, d.seq_len, d.vocab, want_inputs, want_labels);
+  return Cut(d, docs, batch_size, want_inputs, want_labels);
+}
+
+Dataset LoadFortuneSplit(const DataConfig& d, const std::string& split, int batch_size, bool want_inputs,
+                         bool want_labels) {
+  if (d.packing == Packing::kNone) return LoadFortunes(d.path, split, d.seq_len, want_inputs, want_labels);
+  return Cut(d, FortuneDocuments(ReadFortuneFolder(d.path), split), batch_size, want_inputs, want_labels);
 }
 
 // The configured dataset's training split, and its test or validation
 // split when the config asks for one; each rank reads only what its stages
 // need (inputs on the first stage's rank, labels on the last's).
-void LoadData(const DataConfig& d, RunSetup& u) {
+void LoadData(const DataConfig& d, int batch_size, RunSetup& u) {
   switch (d.dataset) {
     case DatasetKind::kFashionMnist:
       u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
@@ -142,8 +157,8 @@ void LoadData(const DataConfig& d, RunSetup& u) {
       u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
       break;
     case DatasetKind::kFortunes:
-      u.train = LoadFortunes(d.path, "train", d.seq_len, u.first_rank, u.last_rank);
-      if (d.validation) u.test = LoadFortunes(d.path, "validation", d.seq_len, u.first_rank, u.last_rank);
+      u.train = LoadFortuneSplit(d, "train", batch_size, u.first_rank, u.last_rank);
+      if (d.validation) u.test = LoadFortuneSplit(d, "validation", batch_size, u.first_rank, u.last_rank);
       break;
     case DatasetKind::kSyntheticTokens:
       u.train = MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, u.first_rank, u.last_rank);
@@ -151,8 +166,10 @@ void LoadData(const DataConfig& d, RunSetup& u) {
     case DatasetKind::kMegatron:
     case DatasetKind::kLlmc:
     case DatasetKind::kJsonl:
-      u.train = LoadTokenFile(d, d.path, u.first_rank, u.last_rank);
-      if (!d.validation_path.empty()) u.test = LoadTokenFile(d, d.validation_path, u.first_rank, u.last_rank);
+      u.train = LoadTokenFile(d, d.path, batch_size, u.first_rank, u.last_rank);
+      if (!d.validation_path.empty()) {
+        u.test = LoadTokenFile(d, d.validation_path, batch_size, u.first_rank, u.last_rank);
+      }
       break;
   }
 }
@@ -309,7 +326,7 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   u.params->Initialize(c.model.init_seed, c.train.optimizer);
   if (!c.model.init_from.empty()) u.params->LoadInitial(ReadSafetensors(c.model.init_from), c.model.init_from);
 
-  LoadData(c.data, u);
+  LoadData(c.data, c.train.batch_size, u);
   CheckData(c, u);
   const Shard share = ShardOf(static_cast<std::size_t>(u.test.samples), u.replica, c.data_parallel.size);
   u.eval_begin = static_cast<std::int64_t>(share.begin);

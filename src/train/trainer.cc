@@ -56,6 +56,15 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
       {"accuracy", Json(v[1] / std::max(labels, 1.0), "{:.6g}")},
       {"samples_per_s", Json(samples / window_s, "{:.6g}")},
       {"step_time_s", Json(window_s / std::max(1.0, samples / c.train.batch_size), "{:.6g}")}};
+  if (c.data.packing != Packing::kNone) {
+    // Packed documents: the step's real tokens (its labels that count),
+    // their rate, and the share of the samples' positions no document filled.
+    const double step_s = window_s / std::max(1.0, samples / c.train.batch_size);
+    const double positions = static_cast<double>(c.train.batch_size) * c.data.seq_len;
+    fields.push_back({"tokens", Json(labels, "{:.0f}")});
+    fields.push_back({"tokens_per_s", Json(labels / step_s, "{:.6g}")});
+    fields.push_back({"unused", Json(1.0 - labels / positions, "{:.4f}")});
+  }
   if (skipped) fields.push_back({"skipped", "true"});
   WriteRow(t, metrics, Row(fields));
   if (t.rank() != 0) return;

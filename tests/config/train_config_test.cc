@@ -548,6 +548,44 @@ TEST(TrainConfigTokens, TokenFilesNeedTheirPathAndVocabulary) {
   }
 }
 
+// data.packing: greedy packs a dataset's documents into samples of
+// data.max_tokens positions, which is then the sequence length; it needs
+// documents, the budget, and the CPU layers.
+TEST(TrainConfigTokens, PackingTakesTheBudgetAsTheSequenceLength) {
+  const std::string model = "model: {type: gpt, hidden: 8, heads: 2, blocks: 1}\n";
+  const TrainConfig c =
+      ParseTrainConfig(model + "data: {dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 24}\n", "t.yaml");
+  EXPECT_EQ(c.data.packing, Packing::kGreedy);
+  EXPECT_EQ(c.data.seq_len, 24);
+  EXPECT_EQ(c.data.long_documents, LongDocuments::kSplit);
+  EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, packing: greedy, max_tokens: 8, long_documents: "
+                                     "refuse}\n",
+                             "t.yaml")
+                .data.long_documents,
+            LongDocuments::kRefuse);
+  EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, seq_len: 8}\n", "t.yaml").data.packing,
+            Packing::kNone);
+  struct Case {
+    std::string text, message;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"data: {dataset: jsonl, path: p, packing: greedy}", "data.max_tokens: packing needs data.max_tokens"},
+           {"data: {dataset: jsonl, path: p, packing: greedy, max_tokens: 0}", "data.max_tokens: must be at least 1"},
+           {"data: {dataset: jsonl, path: p, packing: greedy, max_tokens: 8, seq_len: 8}",
+            "data.seq_len: is data.max_tokens where documents are packed"},
+           {"data: {dataset: synthetic_tokens, packing: greedy, max_tokens: 8}",
+            "data.packing: packs documents, and synthetic_tokens has none"},
+           {"data: {dataset: jsonl, path: p, seq_len: 8, max_tokens: 8}", "data.max_tokens: is for packed documents"},
+           {"data: {dataset: jsonl, path: p, packing: sometimes, max_tokens: 8}", "data.packing"},
+           {"data: {dataset: synthetic, packing: greedy}", "data.packing: is for token datasets"},
+           {"data: {dataset: jsonl, path: p, packing: greedy, max_tokens: 8}\ndevice: cuda",
+            "data.packing: packed documents run on the CPU layers only so far"},
+       }) {
+    const std::string msg = ErrorOf(model + k.text + "\n");
+    EXPECT_TRUE(Contains(msg, k.message)) << k.text << " gave: " << msg;
+  }
+}
+
 TEST(TrainConfigTokens, SeqLenIsRequiredAndPositive) {
   std::string msg = ErrorOf(R"(model:
   layers: [{type: linear, out: 256}]

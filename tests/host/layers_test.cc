@@ -422,6 +422,24 @@ TEST(CrossEntropy, KnownLogits) {
   EXPECT_NEAR(CrossEntropy(CView(logits), labels, 0.5f, nullptr, nullptr), loss, 1e-12);
 }
 
+// kIgnoreLabel (PyTorch's ignore_index, a packed sample's unfilled
+// positions): no loss, no correct count, a zero gradient row; the other
+// rows as before.
+TEST(CrossEntropy, AnIgnoredLabelCountsForNothing) {
+  RowMatrix logits(3, 3);
+  logits << 1, 2, 3, 9, 9, 9, 1000, 1001, 1002;
+  RowMatrix d = RowMatrix::Constant(3, 3, 7.0f);
+  std::int64_t correct = 0;
+  const double loss =
+      CrossEntropy(CView(logits), std::vector<std::int32_t>{2, kIgnoreLabel, 0}, 0.5f, d.data(), &correct);
+  EXPECT_NEAR(loss, 2 * 0.40760596444438013 + 2.0, 1e-5);
+  EXPECT_EQ(correct, 1);
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(d(1, c), 0.0f) << c;
+  EXPECT_NEAR(d(0, 2), 0.5 * (0.665240955774822 - 1), 1e-6);
+  // Other negative labels are still refused.
+  EXPECT_THROW(CrossEntropy(CView(logits), std::vector<std::int32_t>{2, -1, 0}, 1.0f, nullptr, nullptr), Error);
+}
+
 TEST(CrossEntropy, ArgmaxTiesPickTheFirst) {
   RowMatrix logits(2, 3);
   logits << 1, 5, 5, 7, 7, 0;

@@ -21,6 +21,10 @@ C++ code:
    baton's code) and trains the torch model in float64 with
    torch.optim.AdamW for the same steps (eps 1e-5: see ADAM_EPS for why not
    1e-8). A float32 torch run is printed beside it for scale.
+   With --packing greedy the corpus's entries are documents packed into
+   samples by the rule in docs/guide/your-data.md ("Packed documents"),
+   attention masked to each document, positions restarting at each, and
+   the loss averaged over the real tokens (torch's ignore_index).
 5. It compares baton's per-step losses (metrics.jsonl) and its final weights,
    loaded with a strict `load_state_dict` into the torch model, with the
    reference: the worst relative difference, max|a - b| / max|b| per tensor,
@@ -28,7 +32,7 @@ C++ code:
 
 Usage:
     gpt_reference.py BATON SOURCE_DIR MPIEXEC [--head tied|untied|both]
-                     [--adam-eps EPS] [--keep]
+                     [--adam-eps EPS] [--packing greedy] [--keep]
 
 Exit code 0 when every comparison passes, 1 otherwise (including when baton
 itself fails; its output is printed).
@@ -105,13 +109,16 @@ class Attention(nn.Module):
         self.c_attn = Conv1D(hidden, 3 * hidden)
         self.c_proj = Conv1D(hidden, hidden)
 
-    def forward(self, x):
+    def forward(self, x, starts=None):
         b, t, c = x.shape
         d = c // self.heads
         q, k, v = self.c_attn(x).split(c, dim=2)  # each (B, T, C)
         q, k, v = (z.view(b, t, self.heads, d).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)  # (B, H, T, T)
         future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)
+        if starts is not None:  # packed documents: key j is seen by query i iff starts[i] <= j <= i
+            earlier = torch.arange(t).view(1, 1, t) < starts.view(b, t, 1)  # (B, T, T)
+            future = (future.view(1, t, t) | earlier).view(b, 1, t, t)
         scores = scores.masked_fill(future, float("-inf"))
         y = scores.softmax(dim=-1) @ v  # (B, H, T, d)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
@@ -137,8 +144,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(hidden, eps=EPS)
         self.mlp = MLP(hidden)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, starts=None):
+        x = x + self.attn(self.ln_1(x), starts)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -150,11 +157,13 @@ class Transformer(nn.Module):
         self.h = nn.ModuleList(Block(hidden, heads) for _ in range(blocks))
         self.ln_f = nn.LayerNorm(hidden, eps=EPS)
 
-    def forward(self, ids):
+    def forward(self, ids, starts=None):
         positions = torch.arange(ids.shape[1])
+        if starts is not None:  # packed documents: positions restart at each document
+            positions = positions.view(1, -1) - starts
         x = self.wte(ids) + self.wpe(positions)  # (B, T, C)
         for block in self.h:
-            x = block(x)
+            x = block(x, starts)
         return self.ln_f(x)
 
 
@@ -173,10 +182,11 @@ class GPT2LMHeadModel(nn.Module):
         if self.tied:
             self.lm_head.weight = self.transformer.wte.weight
 
-    def forward(self, ids, labels):
-        """Next-token cross-entropy averaged over every token of the batch."""
-        logits = self.lm_head(self.transformer(ids))  # (B, T, vocab)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    def forward(self, ids, labels, starts=None):
+        """Next-token cross-entropy averaged over every token of the batch
+        (packed: over the labels that are not -100, torch's ignore_index)."""
+        logits = self.lm_head(self.transformer(ids, starts))  # (B, T, vocab)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
 
 
 def init_gpt2(model, seed):
@@ -285,19 +295,65 @@ def fortune_entries(text):
     return [e for e in entries if e]
 
 
-def fortune_splits(folder):
-    """(train, validation) byte streams: regular files in name order, entry k
+def fortune_documents(folder):
+    """(train, validation) documents: regular files in name order, entry k
     (over all files) to validation if k % 10 == 9, each entry followed by '\\n'."""
     names = sorted(n for n in os.listdir(folder)
                    if not n.endswith(".dat") and not os.path.islink(os.path.join(folder, n))
                    and os.path.isfile(os.path.join(folder, n)))
-    train, validation, k = bytearray(), bytearray(), 0
+    train, validation, k = [], [], 0
     for name in names:
         with open(os.path.join(folder, name), "rb") as f:
             for entry in fortune_entries(f.read()):
-                (validation if k % 10 == 9 else train).extend(entry + b"\n")
+                (validation if k % 10 == 9 else train).append(entry + b"\n")
                 k += 1
-    return bytes(train), bytes(validation)
+    return train, validation
+
+
+def fortune_splits(folder):
+    """(train, validation) byte streams: the documents one after another."""
+    train, validation = fortune_documents(folder)
+    return b"".join(train), b"".join(validation)
+
+
+def packed_samples(documents, budget, batch):
+    """The rule of docs/guide/your-data.md ("Packed documents"): a document of
+    n tokens has n - 1 next-token positions; one longer than `budget` is cut
+    into pieces of `budget` positions (each piece's tokens: its positions + 1,
+    the next piece starting at the last one's final label); in data order each
+    piece goes into the first sample of the current batch of `batch` samples
+    with room, and a piece that fits none once the batch is full starts the
+    next batch. Returns (inputs, labels, starts), (N, budget) int64: unfilled
+    positions have input 0, label -100 and a start of their own."""
+    samples, room, first = [], [], 0
+    for doc in documents:
+        n = len(doc) - 1
+        for begin in range(0, max(n, 0), budget):
+            piece = doc[begin:begin + min(budget, n - begin) + 1]
+            k = len(piece) - 1
+            for i, r in enumerate(room):
+                if r >= k:
+                    samples[first + i].append(piece)
+                    room[i] -= k
+                    break
+            else:
+                if len(room) == batch:
+                    first, room = len(samples), []
+                samples.append([piece])
+                room.append(budget - k)
+    inputs = torch.zeros(len(samples), budget, dtype=torch.int64)
+    labels = torch.full((len(samples), budget), -100, dtype=torch.int64)
+    starts = torch.zeros(len(samples), budget, dtype=torch.int64)
+    for s, pieces in enumerate(samples):
+        at = 0
+        for piece in pieces:
+            k = len(piece) - 1
+            inputs[s, at:at + k] = torch.tensor(list(piece[:-1]))
+            labels[s, at:at + k] = torch.tensor(list(piece[1:]))
+            starts[s, at:at + k] = at
+            at += k
+        starts[s, at:] = at
+    return inputs, labels, starts
 
 
 def token_windows(stream, seq_len):
@@ -314,13 +370,17 @@ def token_windows(stream, seq_len):
 # baton
 # ---------------------------------------------------------------------------
 
-def write_config(path, corpus, init, tied, ranks, schedule, out_dir, adam_eps):
+def write_config(path, corpus, init, tied, ranks, schedule, out_dir, adam_eps, packing=None):
     """The run's config; JSON is YAML, so baton reads it as written."""
+    data = {"dataset": "fortunes", "path": corpus, "seq_len": MODEL["seq_len"], "shuffle": False,
+            "validation": False}
+    if packing:
+        del data["seq_len"]
+        data.update(packing=packing, max_tokens=MODEL["seq_len"])
     config = {
         "model": dict(type="gpt", **MODEL, tied=tied, init={"from": init}),
         "pipeline": {"schedule": schedule, "ranks": ranks, "microbatches": MICROBATCHES},
-        "data": {"dataset": "fortunes", "path": corpus, "seq_len": MODEL["seq_len"],
-                 "shuffle": False, "validation": False},
+        "data": data,
         "train": {"batch_size": BATCH_SIZE, "steps": STEPS,
                   "optimizer": {"type": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY,
                                 "betas": list(BETAS), "eps": adam_eps}},
@@ -357,7 +417,7 @@ def read_losses(path):
 # The reference run and the comparison
 # ---------------------------------------------------------------------------
 
-def train_reference(init_state, tied, inputs, labels, adam_eps, dtype=torch.float64):
+def train_reference(init_state, tied, inputs, labels, adam_eps, dtype=torch.float64, starts=None):
     """AdamW for STEPS steps in `dtype` from the float32 init; batch k is
     windows [kB, (k+1)B). Returns (losses by step, final model)."""
     model = GPT2LMHeadModel(**MODEL, tied=tied)
@@ -370,7 +430,7 @@ def train_reference(init_state, tied, inputs, labels, adam_eps, dtype=torch.floa
     for step in range(1, STEPS + 1):
         batch = slice((step - 1) * BATCH_SIZE, step * BATCH_SIZE)
         optimizer.zero_grad()
-        loss = model(inputs[batch], labels[batch])
+        loss = model(inputs[batch], labels[batch], None if starts is None else starts[batch])
         loss.backward()
         optimizer.step()
         losses[step] = loss.item()
@@ -434,8 +494,13 @@ def check_head(head, args, tmp):
     os.makedirs(work)
     corpus = os.path.join(work, "corpus")
     write_corpus(corpus)
-    train, _ = fortune_splits(corpus)
-    inputs, labels = token_windows(train, MODEL["seq_len"])
+    starts = None
+    if args.packing:
+        documents, _ = fortune_documents(corpus)
+        inputs, labels, starts = packed_samples(documents, MODEL["seq_len"], BATCH_SIZE)
+    else:
+        train, _ = fortune_splits(corpus)
+        inputs, labels = token_windows(train, MODEL["seq_len"])
     if len(inputs) < STEPS * BATCH_SIZE:  # the test stays inside the first epoch
         sys.exit(f"gpt_reference: the corpus has {len(inputs)} train windows, fewer than "
                  f"{STEPS} steps x {BATCH_SIZE}")
@@ -477,15 +542,16 @@ def check_head(head, args, tmp):
         out = os.path.join(work, f"ranks{ranks}")
         os.makedirs(out)
         config = os.path.join(work, f"ranks{ranks}.yaml")
-        write_config(config, corpus, init_paths[ranks], tied, ranks, schedule, out, args.adam_eps)
+        write_config(config, corpus, init_paths[ranks], tied, ranks, schedule, out, args.adam_eps, args.packing)
         run_baton(launcher + [args.baton, "train", config], cwd=args.source_dir)
         results.append((label, out))
 
-    ref_losses, ref_model = train_reference(init_state, tied, inputs, labels, args.adam_eps)
-    print(f"{head} head: {len(inputs)} train windows of {MODEL['seq_len']} + 1 bytes, {STEPS} steps "
+    ref_losses, ref_model = train_reference(init_state, tied, inputs, labels, args.adam_eps, starts=starts)
+    what = "packed samples of" if args.packing else "train windows of"
+    print(f"{head} head: {len(inputs)} {what} {MODEL['seq_len']} + 1 bytes, {STEPS} steps "
           f"of {BATCH_SIZE}; reference losses " + " ".join(f"{ref_losses[s]:.5f}" for s in sorted(ref_losses)))
     # For scale, not judged: how far float32 itself lands from the reference.
-    _, f32_model = train_reference(init_state, tied, inputs, labels, args.adam_eps, torch.float32)
+    _, f32_model = train_reference(init_state, tied, inputs, labels, args.adam_eps, torch.float32, starts)
     f32_worst, f32_name = worst_weight_difference(f32_model.state_dict(), ref_model.state_dict())
     print(f"  torch float32 (for scale): weights  worst {f32_worst:.2e} ({f32_name})")
     ok = True
@@ -503,6 +569,8 @@ def main():
     parser.add_argument("--head", choices=("tied", "untied", "both"), default="both")
     parser.add_argument("--adam-eps", type=float, default=ADAM_EPS,
                         help=f"AdamW's eps, baton's and torch's (default {ADAM_EPS:g}; see ADAM_EPS)")
+    parser.add_argument("--packing", choices=("greedy",), default=None,
+                        help="pack the corpus's documents (data.packing) instead of cutting windows")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print it")
     args = parser.parse_args()
     for path in (args.baton, args.mpiexec):

@@ -1,0 +1,95 @@
+// Documents packed into samples of a token budget (data.h, data.packing):
+// first-fit into the samples of a batch, and the packed dataset with each
+// position's document start.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "baton/data.h"
+#include "baton/error.h"
+
+namespace baton {
+
+std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t> lengths, int max_tokens,
+                                                   int batch_samples, bool refuse_long, const std::string& name) {
+  if (max_tokens < 1) throw ConfigError(fmt::format("{}: data.max_tokens must be at least 1, got {}", name, max_tokens));
+  if (batch_samples < 1) {
+    throw ConfigError(fmt::format("{}: a batch must hold at least one sample, got {}", name, batch_samples));
+  }
+  std::vector<std::vector<DocumentPiece>> samples;
+  std::vector<int> room;       // the current batch's samples' free positions
+  std::size_t batch_first = 0;  // its first sample
+  auto place = [&](const DocumentPiece& piece) {
+    for (std::size_t k = 0; k < room.size(); ++k) {
+      if (room[k] >= piece.positions) {
+        samples[batch_first + k].push_back(piece);
+        room[k] -= piece.positions;
+        return;
+      }
+    }
+    if (room.size() == static_cast<std::size_t>(batch_samples)) {  // the batch is full: the next one starts
+      batch_first = samples.size();
+      room.clear();
+    }
+    samples.push_back({piece});
+    room.push_back(max_tokens - piece.positions);
+  };
+  for (std::size_t d = 0; d < lengths.size(); ++d) {
+    const std::int64_t positions = lengths[d] - 1;
+    if (positions < 1) continue;
+    if (positions > max_tokens && refuse_long) {
+      throw ConfigError(fmt::format("{}: document {} has {} tokens, more than data.max_tokens {} positions hold "
+                                    "(data.long_documents: refuse; split cuts it into pieces)",
+                                    name, d, lengths[d], max_tokens));
+    }
+    for (std::int64_t begin = 0; begin < positions; begin += max_tokens) {
+      place({static_cast<std::int64_t>(d), begin, static_cast<int>(std::min<std::int64_t>(max_tokens, positions - begin))});
+    }
+  }
+  return samples;
+}
+
+Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
+                            int vocab, bool want_inputs, bool want_labels) {
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(docs.documents()));
+  for (std::int64_t d = 0; d < docs.documents(); ++d) lengths[static_cast<std::size_t>(d)] = docs.length(d);
+  const std::vector<std::vector<DocumentPiece>> packed =
+      PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name());
+  if (packed.empty()) {
+    throw ConfigError(fmt::format("{}: no document has two tokens: nothing to predict", docs.name()));
+  }
+  const std::size_t n = packed.size(), t = static_cast<std::size_t>(max_tokens);
+  Dataset out;
+  out.name = docs.name();
+  out.samples = static_cast<std::int64_t>(n);
+  out.sample = {DType::kI32, {1, max_tokens}};
+  out.classes = vocab;
+  out.labels_per_sample = max_tokens;
+  out.starts.resize(n * t);
+  out.targets.resize(n);
+  if (want_inputs) out.inputs.resize(n * out.sample_bytes());
+  if (want_labels) out.labels.assign(n * t, kIgnoreLabel);
+  std::vector<std::int32_t> tokens(t + 1);
+  for (std::size_t s = 0; s < n; ++s) {
+    std::size_t at = 0;
+    std::int32_t* in = want_inputs ? out.inputs_as<std::int32_t>().data() + s * t : nullptr;
+    for (const DocumentPiece& p : packed[s]) {
+      const auto k = static_cast<std::size_t>(p.positions);
+      std::fill_n(out.starts.begin() + static_cast<std::ptrdiff_t>(s * t + at), k, static_cast<std::int32_t>(at));
+      if (want_inputs || want_labels) {
+        docs.Read(p.document, p.begin, std::span<std::int32_t>(tokens).first(k + 1));
+        if (in != nullptr) std::copy_n(tokens.begin(), k, in + at);
+        if (want_labels) std::copy_n(tokens.begin() + 1, k, out.labels.begin() + static_cast<std::ptrdiff_t>(s * t + at));
+      }
+      at += k;
+    }
+    out.targets[s] = static_cast<std::int32_t>(at);
+    // The positions no document fills: one more run of their own, input 0.
+    std::fill(out.starts.begin() + static_cast<std::ptrdiff_t>(s * t + at),
+              out.starts.begin() + static_cast<std::ptrdiff_t>((s + 1) * t), static_cast<std::int32_t>(at));
+  }
+  return out;
+}
+
+}  // namespace baton

@@ -1,0 +1,141 @@
+// Documents packed into samples (data.packing: greedy): first-fit in data
+// order into the current batch's samples, worked out by hand; long
+// documents cut into pieces or refused; the packed dataset's inputs,
+// labels, document starts and target counts against the documents' own
+// tokens; and the loader's starts and the global batch's target count,
+// with shuffling and a replica's slice.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "baton/data.h"
+#include "baton/error.h"
+#include "support/test_folder.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+using Pieces = std::vector<DocumentPiece>;
+
+TEST(PackGreedy, EachDocumentGoesIntoTheFirstSampleOfItsBatchWithRoom) {
+  // Positions (length - 1): 5, 6, 3, 2, 4, 1, 7. Budget 8, batches of 2 samples:
+  // batch 0: [5, 3] [6, 2]; 4 fits in neither -> batch 1: [4, 1] [7].
+  const std::vector<std::int64_t> lengths{6, 7, 4, 3, 5, 2, 8};
+  const auto packed = PackGreedy(lengths, 8, 2, false, "docs");
+  ASSERT_EQ(packed.size(), 4u);
+  EXPECT_EQ(packed[0], (Pieces{{0, 0, 5}, {2, 0, 3}}));
+  EXPECT_EQ(packed[1], (Pieces{{1, 0, 6}, {3, 0, 2}}));
+  EXPECT_EQ(packed[2], (Pieces{{4, 0, 4}, {5, 0, 1}}));
+  EXPECT_EQ(packed[3], (Pieces{{6, 0, 7}}));
+}
+
+TEST(PackGreedy, DocumentsWithoutAPositionAreSkipped) {
+  const auto packed = PackGreedy(std::vector<std::int64_t>{1, 0, 3, 1}, 4, 1, false, "docs");
+  ASSERT_EQ(packed.size(), 1u);
+  EXPECT_EQ(packed[0], (Pieces{{2, 0, 2}}));
+}
+
+TEST(PackGreedy, ALongDocumentIsCutIntoPiecesOfTheBudgetOrRefused) {
+  // 11 positions with a budget of 4: pieces of 4, 4 and 3, each a document of its own.
+  const auto packed = PackGreedy(std::vector<std::int64_t>{12, 2}, 4, 4, false, "docs");
+  ASSERT_EQ(packed.size(), 3u);
+  EXPECT_EQ(packed[0], (Pieces{{0, 0, 4}}));
+  EXPECT_EQ(packed[1], (Pieces{{0, 4, 4}}));
+  EXPECT_EQ(packed[2], (Pieces{{0, 8, 3}, {1, 0, 1}}));
+  try {
+    PackGreedy(std::vector<std::int64_t>{3, 12}, 4, 4, true, "docs.jsonl");
+    FAIL() << "a long document was packed under refuse";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "docs.jsonl: document 1 has 12 tokens, more than data.max_tokens 4 positions hold "
+                 "(data.long_documents: refuse; split cuts it into pieces)");
+  }
+  EXPECT_THROW(PackGreedy(std::vector<std::int64_t>{3}, 0, 1, false, "docs"), ConfigError);
+  EXPECT_THROW(PackGreedy(std::vector<std::int64_t>{3}, 4, 0, false, "docs"), ConfigError);
+}
+
+class PackedDocuments : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = baton_test::FreshTestFolder("baton_packing"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  // JSON Lines documents (byte tokens).
+  TokenDocuments Jsonl(const std::vector<std::string>& texts) {
+    const fs::path path = dir_ / "docs.jsonl";
+    std::ofstream out(path);
+    for (const std::string& t : texts) out << "{\"text\": \"" << t << "\"}\n";
+    out.close();
+    return OpenJsonl(path.string());
+  }
+  fs::path dir_;
+};
+
+TEST_F(PackedDocuments, SamplesHoldTheDocumentsTokensTheirStartsAndIgnoreTheRest) {
+  // "abcd" (3 positions), "xy" (1), "hello" (4), budget 6, one sample a batch:
+  // sample 0 = abcd + xy (4 positions, 2 unfilled), sample 1 = hello.
+  const TokenDocuments docs = Jsonl({"abcd", "xy", "hello"});
+  const Dataset d = MakePackedDocuments(docs, 6, 1, false, kByteVocabulary, true, true);
+  ASSERT_EQ(d.samples, 2);
+  EXPECT_TRUE(d.packed());
+  EXPECT_EQ(d.sample, (TensorDesc{DType::kI32, {1, 6}}));
+  EXPECT_EQ(d.labels_per_sample, 6);
+  const std::span<const std::int32_t> in = d.inputs_as<std::int32_t>();
+  const std::vector<std::int32_t> inputs(in.begin(), in.end());
+  EXPECT_EQ(inputs, (std::vector<std::int32_t>{'a', 'b', 'c', 'x', 0, 0, 'h', 'e', 'l', 'l', 0, 0}));
+  const std::int32_t I = kIgnoreLabel;
+  EXPECT_EQ(d.labels, (std::vector<std::int32_t>{'b', 'c', 'd', 'y', I, I, 'e', 'l', 'l', 'o', I, I}));
+  EXPECT_EQ(d.starts, (std::vector<std::int32_t>{0, 0, 0, 3, 4, 4, 0, 0, 0, 0, 4, 4}));
+  EXPECT_EQ(d.targets, (std::vector<std::int32_t>{4, 4}));
+  // A rank without the first or last stage still gets the starts and counts.
+  const Dataset middle = MakePackedDocuments(docs, 6, 1, false, kByteVocabulary, false, false);
+  EXPECT_TRUE(middle.inputs.empty());
+  EXPECT_TRUE(middle.labels.empty());
+  EXPECT_EQ(middle.starts, d.starts);
+  EXPECT_EQ(middle.targets, d.targets);
+  // CheckTokens takes the ignored labels of a packed dataset.
+  EXPECT_NO_THROW(CheckTokens(d, kByteVocabulary));
+}
+
+TEST_F(PackedDocuments, APieceOfALongDocumentStartsWhereTheLastEnded) {
+  // "abcdefgh": 7 positions, budget 3: pieces (a b c -> b c d), (d e f -> e f g), (g -> h).
+  const Dataset d = MakePackedDocuments(Jsonl({"abcdefgh"}), 3, 1, false, kByteVocabulary, true, true);
+  ASSERT_EQ(d.samples, 3);
+  const std::span<const std::int32_t> in = d.inputs_as<std::int32_t>();
+  EXPECT_EQ(std::vector<std::int32_t>(in.begin(), in.end()),
+            (std::vector<std::int32_t>{'a', 'b', 'c', 'd', 'e', 'f', 'g', 0, 0}));
+  const std::int32_t I = kIgnoreLabel;
+  EXPECT_EQ(d.labels, (std::vector<std::int32_t>{'b', 'c', 'd', 'e', 'f', 'g', 'h', I, I}));
+  EXPECT_EQ(d.targets, (std::vector<std::int32_t>{3, 3, 1}));
+}
+
+TEST_F(PackedDocuments, TheLoaderHandsOutStartsAndTheGlobalBatchsTargets) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 24; ++i) texts.push_back(std::string(static_cast<std::size_t>(2 + (i * 7) % 9), 'a' + i % 26));
+  const Dataset d = MakePackedDocuments(Jsonl(texts), 8, 4, false, kByteVocabulary, true, true);
+  ASSERT_GE(d.samples, 8);
+  for (const bool shuffle : {false, true}) {
+    SCOPED_TRACE(shuffle ? "shuffled" : "in order");
+    // The whole batch of 4, and a replica's slice of it (positions 2, 3).
+    auto whole = MakeBatchLoader(d, 4, shuffle, 7);
+    auto slice = MakeBatchLoader(d, 4, shuffle, 7, 2, 2);
+    for (int step = 0; step < 2 * whole->batches_per_epoch(); ++step) {
+      const Batch a = whole->Next(), b = slice->Next();
+      std::int64_t targets = 0;
+      for (std::size_t k = 0; k < a.labels.size(); ++k) targets += a.labels[k] != kIgnoreLabel;
+      EXPECT_EQ(a.targets, targets) << "batch " << step;
+      EXPECT_EQ(b.targets, a.targets) << "a slice's count is the global batch's";
+      ASSERT_EQ(a.starts.size(), 4u * 8);
+      ASSERT_EQ(b.starts.size(), 2u * 8);
+      EXPECT_TRUE(std::equal(b.starts.begin(), b.starts.end(), a.starts.begin() + 2 * 8));
+      EXPECT_TRUE(std::equal(b.labels.begin(), b.labels.end(), a.labels.begin() + 2 * 8));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton
