@@ -79,6 +79,25 @@ inline const std::int32_t* SampleStarts(const std::int32_t* starts, int n, int T
   return starts == nullptr ? nullptr : starts + static_cast<std::ptrdiff_t>(n) * T;
 }
 
+// f(a, b) for each document [a, b) of a sequence of T tokens, in order:
+// the runs of equal starts (null: one, the whole sequence). A packed
+// sample's attention is each document's own (L x L for L tokens: the sum
+// of the squares of its documents' lengths, not T x T).
+template <typename F>
+void ForEachDocument(const std::int32_t* starts, int T, F&& f) {
+  if (starts == nullptr) {
+    f(0, T);
+    return;
+  }
+  int a = 0;
+  for (int t = 1; t <= T; ++t) {
+    if (t == T || starts[t] != starts[a]) {
+      f(a, t);
+      a = t;
+    }
+  }
+}
+
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const AttentionShape& shape, int max_samples)
@@ -110,19 +129,23 @@ void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, floa
   q_k_v.rowwise() = ConstRowVector(p.b_qkv, 3 * C);
   AddProduct(q_k_v, ConstMat(x, rows, C), ConstMat(p.w_qkv, C, 3 * C));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  Mat s(scores_.data(), T, T);
   for (int n = 0; n < samples; ++n) {
-    const float* base = qkv + Eigen::Index(n) * T * 3 * C;
-    for (int h = 0; h < H; ++h) {
-      const ConstStrided q(base + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided k(base + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided v(base + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      Product(s, q, k.transpose(), 0.0f);  // (T, T) = (T, D) (D, T)
-      // Row i attends to positions 0..i of its document: softmax over them, zero beyond.
-      CausalSoftmax(s, 0, scale, lse + (Eigen::Index(n) * H + h) * T, SampleStarts(starts, n, T));
-      Strided out(ctx + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
-      Product(out, s, v, 0.0f);  // (T, D) = (T, T) (T, D)
-    }
+    // Each document [a, b) of the sample attends within itself.
+    ForEachDocument(SampleStarts(starts, n, T), T, [&](int a, int b) {
+      const int L = b - a;
+      const float* base = qkv + (Eigen::Index(n) * T + a) * 3 * C;
+      Mat s(scores_.data(), L, L);
+      for (int h = 0; h < H; ++h) {
+        const ConstStrided q(base + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        const ConstStrided k(base + C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        const ConstStrided v(base + 2 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        Product(s, q, k.transpose(), 0.0f);  // (L, L) = (L, D) (D, L)
+        // Row i attends to positions 0..i: softmax over them, zero beyond.
+        CausalSoftmax(s, 0, scale, lse + (Eigen::Index(n) * H + h) * T + a, nullptr);
+        Strided out(ctx + (Eigen::Index(n) * T + a) * C + h * D, L, D, Eigen::OuterStride<>(C));
+        Product(out, s, v, 0.0f);  // (L, D) = (L, L) (L, D)
+      }
+    });
   }
   Mat out(y, rows, C);
   out.rowwise() = ConstRowVector(p.b_proj, C);
@@ -139,27 +162,31 @@ void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* s
   Mat dctx(dctx_.data(), rows, C);
   Product(dctx, ConstMat(dy, rows, C), ConstMat(p.w_proj, C, C).transpose(), 0.0f);  // dy Wp^T
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  Mat prob(scores_.data(), T, T), dprob(dprobs_.data(), T, T);
   for (int n = 0; n < samples; ++n) {
-    const float* base = qkv + Eigen::Index(n) * T * 3 * C;
-    float* dbase = dqkv + Eigen::Index(n) * T * 3 * C;
-    for (int h = 0; h < H; ++h) {
-      const ConstStrided q(base + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided k(base + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided v(base + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      const ConstStrided dc(dctx_.data() + Eigen::Index(n) * T * C + h * D, T, D, Eigen::OuterStride<>(C));
-      // The probabilities again, from the scores and the saved log-sum-exp.
-      Product(prob, q, k.transpose(), 0.0f);
-      CausalProbabilities(prob, 0, scale, lse + (Eigen::Index(n) * H + h) * T, SampleStarts(starts, n, T));
-      Strided dv(dbase + 2 * C + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      Product(dv, prob.transpose(), dc, 0.0f);  // P^T dctx
-      Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
-      SoftmaxBackward(prob, dprob, 0, scale, SampleStarts(starts, n, T));
-      Strided dq(dbase + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      Strided dk(dbase + C + h * D, T, D, Eigen::OuterStride<>(3 * C));
-      Product(dq, dprob, k, 0.0f);              // dS K
-      Product(dk, dprob.transpose(), q, 0.0f);  // dS^T Q
-    }
+    // Each document [a, b) of the sample: its rows of dq, dk and dv are its own.
+    ForEachDocument(SampleStarts(starts, n, T), T, [&](int a, int b) {
+      const int L = b - a;
+      const float* base = qkv + (Eigen::Index(n) * T + a) * 3 * C;
+      float* dbase = dqkv + (Eigen::Index(n) * T + a) * 3 * C;
+      Mat prob(scores_.data(), L, L), dprob(dprobs_.data(), L, L);
+      for (int h = 0; h < H; ++h) {
+        const ConstStrided q(base + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        const ConstStrided k(base + C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        const ConstStrided v(base + 2 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        const ConstStrided dc(dctx_.data() + (Eigen::Index(n) * T + a) * C + h * D, L, D, Eigen::OuterStride<>(C));
+        // The probabilities again, from the scores and the saved log-sum-exp.
+        Product(prob, q, k.transpose(), 0.0f);
+        CausalProbabilities(prob, 0, scale, lse + (Eigen::Index(n) * H + h) * T + a, nullptr);
+        Strided dv(dbase + 2 * C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        Product(dv, prob.transpose(), dc, 0.0f);  // P^T dctx
+        Product(dprob, dc, v.transpose(), 0.0f);  // dctx V^T
+        SoftmaxBackward(prob, dprob, 0, scale, nullptr);
+        Strided dq(dbase + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        Strided dk(dbase + C + h * D, L, D, Eigen::OuterStride<>(3 * C));
+        Product(dq, dprob, k, 0.0f);              // dS K
+        Product(dk, dprob.transpose(), q, 0.0f);  // dS^T Q
+      }
+    });
   }
   if (dx != nullptr) {
     Product(Mat(dx, rows, C), ConstMat(dqkv, rows, 3 * C), ConstMat(p.w_qkv, C, 3 * C).transpose(), 0.0f);
