@@ -297,6 +297,7 @@ struct Batch {
   // whole global batch (every replica's slice): the loss is their mean.
   std::span<const std::int32_t> starts;
   std::int64_t targets = 0;
+  std::span<const std::int32_t> filled;   // packed: (batch_size), each sample's filled positions (Dataset::targets)
 
   template <typename T>
   std::span<const T> inputs_as() const {  // REQUIRES: T matches input.dtype

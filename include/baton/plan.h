@@ -77,6 +77,10 @@ struct RunPlan {
   int slices = 1;
   std::vector<int> cuts;
   int slice_tokens = 1;
+  // Packed documents (data.packing) on whole sequences: each microbatch
+  // computed and sent at its real length, its longest sample's filled
+  // positions (every rank derives it from the batch: Batch::filled).
+  bool packed = false;
   // Per slice: its share of a whole microbatch's compute (attention over
   // more keys the later it is) and of its tokens (SliceSequence).
   std::vector<double> slice_cost, slice_token_share;
@@ -389,7 +393,11 @@ struct RankPlan {
   // Where a unit that is a part of its sequence (sliced) gathers its tokens
   // of the step's inputs (first stage) and labels (last stage): rows x the
   // longest slice's tokens. Empty: units read the batch in place.
+  // Packed (RunPlan::packed) with more than one sample a microbatch: the
+  // same, rows x the whole sequence, where a microbatch's samples are
+  // gathered at its length.
   TensorDesc unit_inputs, unit_labels;
+  bool packed = false;                     // RunPlan::packed
   std::vector<BufferPlan> buffers;
   int requests = 0;                        // request ids are in [0, requests)
   int max_tag = 0;                         // the largest tag any message uses

@@ -145,12 +145,17 @@ inline constexpr std::int32_t kIgnoreLabel = -100;
 // Packed documents (data.packing): `starts`, per sample of the call, per
 // token of its whole sequence (samples x T), the position of the first
 // token of that token's document: attention does not cross documents, and
-// positions restart at each. Null: one document a sample.
+// positions restart at each. Null: one document a sample. `length` (whole
+// sequences only): the tokens of each sample the call computes, the first
+// `length` of T (a packed microbatch at its real length: its longest
+// sample's filled positions); its views are shaped for them, and `starts`
+// keeps its stride of T. 0: all T.
 struct SequencePart {
   int begin = 0, end = 0;
   std::byte* keys_values = nullptr;
   std::byte* gradients = nullptr;
   const std::int32_t* starts = nullptr;
+  int length = 0;
   bool whole() const { return end == 0; }
   int tokens() const { return end - begin; }
 };

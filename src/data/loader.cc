@@ -52,7 +52,10 @@ class DoubleBufferedLoader final : public BatchLoader {
     for (Slot& s : slots_) {
       if (has_inputs_) s.inputs.resize(b * sample_bytes_);      // (B, ...) bytes
       if (has_labels_) s.labels.resize(b * labels_per_sample_);  // (B, labels_per_sample)
-      if (packed_) s.starts.resize(b * labels_per_sample_);      // (B, labels_per_sample)
+      if (packed_) {
+        s.starts.resize(b * labels_per_sample_);  // (B, labels_per_sample)
+        s.filled.resize(b);                       // (B)
+      }
     }
     if (shuffle_) order_.resize(static_cast<std::size_t>(dataset.samples));  // (samples)
     StartFill();
@@ -76,6 +79,7 @@ class DoubleBufferedLoader final : public BatchLoader {
     if (packed_) {
       batch.starts = ready.starts;
       batch.targets = ready.targets;
+      batch.filled = ready.filled;
     }
 
     // The caller now holds `ready`; the other slot's batch (the one returned
@@ -109,6 +113,7 @@ class DoubleBufferedLoader final : public BatchLoader {
     ByteBuffer inputs;                 // (B, ...) bytes, aligned for the first layer
     std::vector<std::int32_t> labels;  // (B, labels_per_sample)
     std::vector<std::int32_t> starts;  // packed: (B, labels_per_sample)
+    std::vector<std::int32_t> filled;  // packed: (B)
     std::int64_t targets = 0;          // packed: the global batch's labels that count
   };
 
@@ -146,6 +151,7 @@ class DoubleBufferedLoader final : public BatchLoader {
       }
       if (packed_) {
         std::memcpy(slot.starts.data(), data_.starts.data() + first * l, b * l * sizeof(std::int32_t));
+        std::memcpy(slot.filled.data(), data_.targets.data() + first, b * sizeof(std::int32_t));
         slot.targets = 0;
         for (std::size_t i = 0; i < whole; ++i) slot.targets += data_.targets[batch_first + i];
       }
@@ -165,6 +171,7 @@ class DoubleBufferedLoader final : public BatchLoader {
       }
       if (packed_) {
         std::memcpy(slot.starts.data() + i * l, data_.starts.data() + sample * l, l * sizeof(std::int32_t));
+        slot.filled[i] = data_.targets[sample];
       }
     }
     if (packed_) {

@@ -46,6 +46,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
                              ? dev_.Allocate(sp.sequence_bytes * static_cast<std::size_t>(sp.gradient_capacity))
                              : nullptr);
   }
+  if (plan.packed) lengths_.assign(static_cast<std::size_t>(plan.sequences), 0);
   if (plan.unit_inputs.elements() > 0) unit_inputs_ = dev_.Allocate(plan.unit_inputs.bytes());
   if (plan.unit_labels.elements() > 0) unit_labels_ = dev_.Allocate(plan.unit_labels.bytes());
   buffers_.assign(plan.local_stages.size(), {});
@@ -230,6 +231,7 @@ StepStats Executor::RunStep(const Batch& batch) {
   StepStats stats;
   starts_ = batch.starts.empty() ? nullptr : batch.starts.data();
   step_grad_scale_ = batch.targets > 0 ? 1.0f / static_cast<float>(batch.targets) : grad_scale_;
+  if (!lengths_.empty()) SetLengths(batch.filled.data(), batch.filled.size(), full_rows_.data());
   // A GPU reads the batch from its own memory: one upload per step, ordered
   // before the first forward by the compute stream.
   const std::byte* inputs = batch.inputs.data();
@@ -253,6 +255,7 @@ SequencePart Executor::PartOf(const Instruction& in) const {
     part.starts = starts_ + static_cast<std::size_t>(u.sequence) * static_cast<std::size_t>(plan_.rows) *
                                 static_cast<std::size_t>(plan_.labels_per_sample);
   }
+  part.length = LengthOf(u);
   const auto local = static_cast<std::size_t>(in.local);
   const std::size_t bytes = plan_.local_stages[local].sequence_bytes;
   if (u.sequence_slot >= 0) part.keys_values = sequences_[local] + static_cast<std::size_t>(u.sequence_slot) * bytes;
@@ -260,10 +263,22 @@ SequencePart Executor::PartOf(const Instruction& in) const {
   return part;
 }
 
+void Executor::SetLengths(const std::int32_t* filled, std::size_t samples, const int* rows) {
+  for (std::size_t j = 0; j < lengths_.size(); ++j) {
+    int longest = 0;
+    const std::size_t first = j * static_cast<std::size_t>(plan_.rows);
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rows[j]) && first + r < samples; ++r) {
+      longest = std::max(longest, static_cast<int>(filled[first + r]));
+    }
+    lengths_[j] = longest;
+  }
+}
+
 const std::byte* Executor::UnitRows(const std::byte* batch, std::byte* staging, std::size_t token_bytes,
-                                    std::size_t tokens_per_sample, const UnitPart& u, int rows) {
-  if (u.whole()) return batch;
-  const auto begin = static_cast<std::size_t>(u.begin), tokens = static_cast<std::size_t>(u.end - u.begin);
+                                    std::size_t tokens_per_sample, const UnitPart& u, int rows, int length) {
+  if (u.whole() && (length == 0 || rows == 1 || static_cast<std::size_t>(length) == tokens_per_sample)) return batch;
+  const auto begin = static_cast<std::size_t>(u.begin);
+  const auto tokens = static_cast<std::size_t>(u.whole() ? length : u.end - u.begin);
   for (std::size_t n = 0; n < static_cast<std::size_t>(rows); ++n) {
     dev_.Copy(staging + n * tokens * token_bytes, batch + (n * tokens_per_sample + begin) * token_bytes,
               tokens * token_bytes);
@@ -276,6 +291,7 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
   const Instruction& in = *op.in;
   const int s = in.action.stage, j = in.action.microbatch;
   const SequencePart part = PartOf(in);
+  const int length = part.length;
   if (in.wait >= 0) {
     WaitRecorded(in.wait, {train ? "RECV_F" : "RECV_F (evaluation)", s, j, in.peer, "F"}, ActionKind::kRecvF, s, j);
   }
@@ -286,7 +302,7 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
       in.in.kind != BufferRef::kInputs
           ? nullptr
           : UnitRows(inputs + op.input_offset, unit_inputs_, token_bytes,
-                     plan_.inputs.WithRows(1).bytes() / token_bytes, in.part, rows);
+                     plan_.inputs.WithRows(1).bytes() / token_bytes, in.part, rows, length);
   const ConstView x{first_input != nullptr ? first_input : op.input, tensor};
   const ActionClock::Stamp start = clock_.Mark();
   std::byte* slot = nullptr;
@@ -298,10 +314,10 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
   std::size_t written = 0;
   if (in.labels.kind == BufferRef::kLabels) {
     // One label per token: the loss averages over every token of the batch.
-    const std::int64_t tokens = std::int64_t(rows) * in.part.Tokens(plan_.labels_per_sample);
+    const std::int64_t tokens = std::int64_t(rows) * (length > 0 ? length : in.part.Tokens(plan_.labels_per_sample));
     const auto* mine = reinterpret_cast<const std::int32_t*>(
         UnitRows(reinterpret_cast<const std::byte*>(labels + op.labels), unit_labels_, sizeof(std::int32_t),
-                 static_cast<std::size_t>(plan_.labels_per_sample), in.part, rows));
+                 static_cast<std::size_t>(plan_.labels_per_sample), in.part, rows, length));
     const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
     st.ForwardLoss(x, slot, l, train ? step_grad_scale_ : 1.0f, &written, part);
     // Packed documents: the labels that count (the mean is over them).
@@ -336,7 +352,9 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
     }
-    const TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
+    // A packed microbatch at its length: its messages and views too.
+    TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
+    if (const int length = LengthOf(in.part); length > 0 && tensor.elements() > 0) tensor = tensor.WithTokens(length);
     switch (a.kind) {
       case ActionKind::kRecvF:
       case ActionKind::kRecvB:
@@ -455,6 +473,10 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
       lab = reinterpret_cast<const std::int32_t*>(labels_);
     }
     starts_ = data.starts.empty() ? nullptr : data.starts.data() + (begin + first) * per_sample;
+    if (!lengths_.empty()) {
+      SetLengths(data.targets.data() + begin + first, static_cast<std::size_t>(std::max<std::int64_t>(round, 0)),
+                 round_rows_.data());
+    }
     Run(evaluation_ops_, Mode::kEvaluate, in, lab, round_rows_.data(), &stats);
   }
   starts_ = nullptr;

@@ -355,6 +355,13 @@ class Executor {
   // over the global batch's labels that count (else grad_scale_).
   const std::int32_t* starts_ = nullptr;
   float step_grad_scale_ = 0.0f;
+  // Packed (RankPlan::packed): each sequence's length this step or round,
+  // its longest sample's filled positions (0: the whole sequence); empty
+  // where microbatches are whole.
+  std::vector<int> lengths_;
+  // Sets lengths_ from each sample's filled positions (`filled`, the step's
+  // or round's, sequence j's rows[j] samples from j x plan rows).
+  void SetLengths(const std::int32_t* filled, std::size_t samples, const int* rows);
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<ActivationStore>> stores_;
   // Per local stage: message buffers of each kind (BufferRef::Kind), m
@@ -381,9 +388,14 @@ class Executor {
   SequencePart PartOf(const Instruction& in) const;
   // A unit's `rows` samples of a batch of whole sequences at `batch`
   // (tokens_per_sample tokens of token_bytes each): in place for a whole
-  // sequence; else its tokens, gathered into `staging`.
+  // sequence (or one sample); else its tokens (a slice's, or the first
+  // `length` of a packed microbatch), gathered into `staging`.
   const std::byte* UnitRows(const std::byte* batch, std::byte* staging, std::size_t token_bytes,
-                            std::size_t tokens_per_sample, const UnitPart& u, int rows);
+                            std::size_t tokens_per_sample, const UnitPart& u, int rows, int length = 0);
+  // The packed length of sequence `j` (0: whole).
+  int LengthOf(const UnitPart& u) const {
+    return lengths_.empty() || !u.whole() ? 0 : lengths_[static_cast<std::size_t>(u.sequence)];
+  }
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   bool measuring_links_ = false, timing_messages_ = false;
   std::vector<MessageTime> message_times_;   // measuring: this step's messages' ends

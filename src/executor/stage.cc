@@ -104,7 +104,7 @@ View Stage::Act(int i, std::byte* slot, int rows, const SequencePart& part, cons
 }
 
 SequencePart Stage::LayerPart(int i, const SequencePart& part) const {
-  SequencePart layer{part.begin, part.end, nullptr, nullptr, part.starts};
+  SequencePart layer{part.begin, part.end, nullptr, nullptr, part.starts, part.length};
   // An attention layer's keys and values (and their gradients) at its offset in the slots.
   if (model_.ops[static_cast<std::size_t>(plan_.first_op + i)].type == LayerType::kAttention) {
     if (part.keys_values != nullptr) layer.keys_values = part.keys_values + plan_.sequence_offset[i];

@@ -117,7 +117,8 @@ class Stage {
   // part's tokens.
   static TensorDesc Shaped(const TensorDesc& t, int rows, const SequencePart& part = {}) {
     const TensorDesc r = t.WithRows(rows);
-    return part.whole() ? r : r.WithTokens(part.tokens());
+    if (!part.whole()) return r.WithTokens(part.tokens());
+    return part.length > 0 ? r.WithTokens(part.length) : r;
   }
 
  private:

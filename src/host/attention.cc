@@ -118,20 +118,21 @@ std::size_t CausalSelfAttention::StashFloats(int samples) const {
 }
 
 void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples,
-                                  const std::int32_t* starts) {
-  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+                                  const std::int32_t* starts, int tokens) {
+  const int S = shape_.seq, T = tokens > 0 ? tokens : S, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+  const AttentionLayout layout(C, H, T);  // the call's tokens: saved state packed for them
   const Eigen::Index rows = Eigen::Index(samples) * T;
   const auto count = static_cast<std::size_t>(samples);
-  float* qkv = saved + layout_.saved_qkv(count);  // (rows, 3C)
-  float* lse = saved + layout_.saved_lse(count);  // (samples, H, T)
-  float* ctx = saved + layout_.saved_ctx(count);  // (rows, C)
+  float* qkv = saved + layout.saved_qkv(count);  // (rows, 3C)
+  float* lse = saved + layout.saved_lse(count);  // (samples, H, T)
+  float* ctx = saved + layout.saved_ctx(count);  // (rows, C)
   Mat q_k_v(qkv, rows, 3 * C);
   q_k_v.rowwise() = ConstRowVector(p.b_qkv, 3 * C);
   AddProduct(q_k_v, ConstMat(x, rows, C), ConstMat(p.w_qkv, C, 3 * C));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int n = 0; n < samples; ++n) {
     // Each document [a, b) of the sample attends within itself.
-    ForEachDocument(SampleStarts(starts, n, T), T, [&](int a, int b) {
+    ForEachDocument(SampleStarts(starts, n, S), T, [&](int a, int b) {
       const int L = b - a;
       const float* base = qkv + (Eigen::Index(n) * T + a) * 3 * C;
       Mat s(scores_.data(), L, L);
@@ -153,18 +154,19 @@ void CausalSelfAttention::Forward(const AttentionParams& p, const float* x, floa
 }
 
 void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* saved, const float* dy, float* dx,
-                                        float* stash, int samples, const std::int32_t* starts) {
-  const int T = shape_.seq, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+                                        float* stash, int samples, const std::int32_t* starts, int tokens) {
+  const int S = shape_.seq, T = tokens > 0 ? tokens : S, C = shape_.hidden, H = shape_.heads, D = shape_.head_size();
+  const AttentionLayout layout(C, H, T);
   const Eigen::Index rows = Eigen::Index(samples) * T;
-  const float* qkv = saved + layout_.saved_qkv(static_cast<std::size_t>(samples));
-  const float* lse = saved + layout_.saved_lse(static_cast<std::size_t>(samples));
+  const float* qkv = saved + layout.saved_qkv(static_cast<std::size_t>(samples));
+  const float* lse = saved + layout.saved_lse(static_cast<std::size_t>(samples));
   float* dqkv = stash;  // (rows, 3C)
   Mat dctx(dctx_.data(), rows, C);
   Product(dctx, ConstMat(dy, rows, C), ConstMat(p.w_proj, C, C).transpose(), 0.0f);  // dy Wp^T
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int n = 0; n < samples; ++n) {
     // Each document [a, b) of the sample: its rows of dq, dk and dv are its own.
-    ForEachDocument(SampleStarts(starts, n, T), T, [&](int a, int b) {
+    ForEachDocument(SampleStarts(starts, n, S), T, [&](int a, int b) {
       const int L = b - a;
       const float* base = qkv + (Eigen::Index(n) * T + a) * 3 * C;
       float* dbase = dqkv + (Eigen::Index(n) * T + a) * 3 * C;
@@ -194,9 +196,10 @@ void CausalSelfAttention::BackwardInput(const AttentionParams& p, const float* s
 }
 
 void CausalSelfAttention::BackwardWeight(const AttentionGrads& g, const float* x, const float* saved,
-                                         const float* dy, const float* stash, int samples) {
-  const float* ctx = saved + layout_.saved_ctx(static_cast<std::size_t>(samples));
-  WeightGrads(g, x, ctx, dy, stash, Eigen::Index(samples) * shape_.seq);
+                                         const float* dy, const float* stash, int samples, int tokens) {
+  const int T = tokens > 0 ? tokens : shape_.seq;
+  const float* ctx = saved + AttentionLayout(shape_.hidden, shape_.heads, T).saved_ctx(static_cast<std::size_t>(samples));
+  WeightGrads(g, x, ctx, dy, stash, Eigen::Index(samples) * T);
 }
 
 void CausalSelfAttention::WeightGrads(const AttentionGrads& g, const float* x, const float* ctx, const float* dy,

@@ -87,16 +87,18 @@ class CausalSelfAttention {
   // y = attention(x). x, y: (samples, seq, C). Writes `saved` (SavedFloats).
   // `starts` (packed documents, samples x seq; null: none): each token's
   // document's first token; a token attends to its own document's only.
+  // `tokens` (0: seq): each sample's first `tokens` only (a packed
+  // microbatch at its real length): x, y, saved laid out for them.
   void Forward(const AttentionParams& p, const float* x, float* y, float* saved, int samples,
-               const std::int32_t* starts = nullptr);
+               const std::int32_t* starts = nullptr, int tokens = 0);
   // dx from dy, given what Forward saved; writes the qkv gradient into
   // `stash` (StashFloats) for BackwardWeight. dx may be null (not needed).
-  // `starts`: Forward's.
+  // `starts`, `tokens`: Forward's.
   void BackwardInput(const AttentionParams& p, const float* saved, const float* dy, float* dx, float* stash,
-                     int samples, const std::int32_t* starts = nullptr);
+                     int samples, const std::int32_t* starts = nullptr, int tokens = 0);
   // ADDS the weight gradients, from x, what Forward saved, dy and I's stash.
   void BackwardWeight(const AttentionGrads& g, const float* x, const float* saved, const float* dy,
-                      const float* stash, int samples);
+                      const float* stash, int samples, int tokens = 0);
 
   // The same three calls for one slice of each sample's sequence: x, y, dy
   // and dx are the slice's tokens (samples, tokens, C); the slice keeps

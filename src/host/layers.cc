@@ -302,7 +302,7 @@ class Attention final : public Layer {
     if (!part.whole()) {
       attention_.ForwardSlice(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), Sequence(part));
     } else {
-      attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), part.starts);
+      attention_.Forward(Params(params_), x.as<float>(), y.as<float>(), saved, Samples(x), part.starts, part.length);
     }
   }
   void BackwardInput(const ConstView& x, const float* saved, const ConstView& dy, const View& dx, float* stash,
@@ -312,7 +312,7 @@ class Attention final : public Layer {
                                     Sequence(part));
     } else {
       attention_.BackwardInput(Params(params_), saved, dy.as<float>(), dx.as<float>(), stash, Samples(x),
-                               part.starts);
+                               part.starts, part.length);
     }
   }
   std::size_t ScratchBytes() const override { return attention_.ScratchBytes(); }
@@ -323,7 +323,7 @@ class Attention final : public Layer {
     if (!part.whole()) {
       attention_.BackwardWeightSlice(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x), Sequence(part));
     } else {
-      attention_.BackwardWeight(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x));
+      attention_.BackwardWeight(g, x.as<float>(), saved, dy.as<float>(), stash, Samples(x), part.length);
     }
   }
 
