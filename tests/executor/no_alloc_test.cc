@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <vector>
+#include <unistd.h>
 #include <new>
 
 #include "baton/host.h"
@@ -60,6 +63,62 @@ TEST(NoAllocation, SteadyStateStepsAllocateNothing) {
 }
 
 void* volatile g_escape;  // keeps the compiler from eliding the allocations below
+
+// Packed documents (a GPT on JSON Lines, each microbatch at its own
+// length, rows gathered where a microbatch holds two samples): nothing
+// allocated either.
+long PackedAllocationsPerStep(const std::string& schedule, int microbatches) {
+  const std::string path = ::testing::TempDir() + "/baton_no_alloc_docs_" + std::to_string(::getpid()) + ".jsonl";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    for (int d = 0; d < 64; ++d) std::fprintf(f, "{\"text\": \"%.*s\"}\n", 2 + (d * 7) % 30, "abcdefghijklmnopqrstuvwxyzabcdefgh");
+    std::fclose(f);
+  }
+  TrainConfig c = LoadTrainConfig(
+      BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml",
+      {"pipeline.schedule=" + schedule, "pipeline.microbatches=" + std::to_string(microbatches),
+       "data={dataset: jsonl, path: " + path + ", packing: greedy, max_tokens: 16}", "model.seq_len=16",
+       "model.vocab=256", "train.batch_size=8"});
+  const RunPlan run = PlanRun(c);
+  const RankPlan plan = PlanRank(run, 0);
+  std::unique_ptr<Transport> t = MakeSoloTransport();
+  std::unique_ptr<RankDevice> device = MakeHostRankDevice(*t);
+  Executor exec(run.model, plan, c.pipeline.wait_timeout_s, *t, *device);
+  for (auto& st : exec.stages()) {
+    st->Init(1);
+    st->device().SetOptimizer(c.train.optimizer);
+  }
+  const Dataset data = MakePackedDocuments(OpenJsonl(path), 16, 8, false, 256, true, true);
+  std::remove(path.c_str());
+  std::vector<Batch> batches;
+  for (std::int64_t first = 0; first + 8 <= data.samples; first += 8) {
+    Batch b;
+    b.input = data.sample.WithRows(8);
+    b.inputs = {data.inputs.data() + first * data.sample_bytes(), b.input.bytes()};
+    b.labels = {data.labels.data() + first * 16, std::size_t(8 * 16)};
+    b.starts = {data.starts.data() + first * 16, std::size_t(8 * 16)};
+    b.filled = {data.targets.data() + first, std::size_t(8)};
+    for (int k = 0; k < 8; ++k) b.targets += data.targets[static_cast<std::size_t>(first + k)];
+    batches.push_back(b);
+  }
+  EXPECT_GE(batches.size(), 3u);
+  std::size_t next = 0;
+  auto step = [&] { exec.TrainStep(batches[next++ % batches.size()]); };
+  step();
+  allocations = 0;
+  counting = true;
+  for (int i = 0; i < 3; ++i) step();
+  counting = false;
+  return allocations;
+}
+
+TEST(NoAllocation, PackedStepsAtTheirOwnLengthsAllocateNothing) {
+  for (const char* schedule : {"1f1b", "zbv", "interleaved_1f1b"}) {
+    for (int microbatches : {8, 4}) {
+      EXPECT_EQ(PackedAllocationsPerStep(schedule, microbatches), 0) << schedule << " " << microbatches;
+    }
+  }
+}
 
 TEST(NoAllocation, TheCounterSeesAllocations) {
   counting = true;
