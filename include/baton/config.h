@@ -67,7 +67,9 @@ enum class GradAccum : std::uint8_t { kAuto, kFP32, kFP64 };
 // data.packing: none (each sample a fixed window of the token stream), or
 // greedy (whole documents first-fit into samples of data.max_tokens
 // positions, attention and positions restarting at each: PackGreedy).
-enum class Packing : std::uint8_t { kNone, kGreedy };
+// balanced: the same documents a batch, packed so that its costliest
+// sample costs least (PackBalanced).
+enum class Packing : std::uint8_t { kNone, kGreedy, kBalanced };
 // data.long_documents: a document longer than data.max_tokens is cut into
 // pieces (split) or refused.
 enum class LongDocuments : std::uint8_t { kSplit, kRefuse };
@@ -79,7 +81,7 @@ std::string_view EnumName(ResumeMode v);     // never, auto
 std::string_view EnumName(AdaptMode v);      // off, on
 std::string_view EnumName(LostRankMode v);   // stop, shrink, replace
 std::string_view EnumName(GradAccum v);      // auto, fp32, fp64
-std::string_view EnumName(Packing v);        // none, greedy
+std::string_view EnumName(Packing v);        // none, greedy, balanced
 std::string_view EnumName(LongDocuments v);  // split, refuse
 std::span<const Packing> EnumValues(Packing);
 std::span<const LongDocuments> EnumValues(LongDocuments);

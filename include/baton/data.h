@@ -238,13 +238,25 @@ struct DocumentPiece {
 std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t> lengths, int max_tokens,
                                                    int batch_samples, bool refuse_long, const std::string& name);
 
-// `docs` packed by PackGreedy into samples of `max_tokens` positions
+// data.packing: balanced: each batch of PackGreedy's (the same documents)
+// packed again into as many samples, so that the costliest sample costs
+// least: a piece of n positions costs n + square x n^2 (the MLPs' work is
+// a token's, attention's a pair's: `square` is a pair's cost in tokens',
+// GptPairCost), the pieces taken costliest first, each into the cheapest
+// sample with room (longest processing time first); a batch where a
+// piece finds no room keeps the greedy packing. A sample's pieces stay in
+// data order.
+std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_t> lengths, int max_tokens,
+                                                     int batch_samples, bool refuse_long, double square,
+                                                     const std::string& name);
+
+// `docs` packed by PackGreedy (or PackBalanced, square >= 0) into samples of `max_tokens` positions
 // (i32[1, max_tokens]), as Dataset says of packed documents: the inputs
 // where `want_inputs`, the labels where `want_labels`, the starts and
 // target counts always. Ids are in [0, vocab) (the caller checks:
 // TokenDocuments::CheckBelow); a position no document fills has input 0.
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
-                            int vocab, bool want_inputs, bool want_labels);
+                            int vocab, bool want_inputs, bool want_labels, double square = -1);
 
 // What `baton data stats` prints: the documents, the tokens, the length's
 // quantiles and a histogram of lengths in powers of two (bin k holds the

@@ -246,6 +246,14 @@ struct GptSpec {
 // GELU MLP in Conv1D layout ("t"), then the final layernorm and the LM head
 // ("L"; its weight is the embedding's when tied).
 std::vector<LayerSpec> GptLayers(const GptSpec& gpt);
+// A pair of positions' cost in a GPT, in a position's: attention's
+// multiply-adds for one (query, key) pair (q.k and p.v, per block: 2C)
+// over a token's in the products (per block 12C^2 for the projections and
+// the MLP, and the head's C x vocab). Forward and backward scale alike.
+inline double GptPairCost(const GptSpec& g) {
+  const double c = g.hidden;
+  return 2.0 * c * g.blocks / (12.0 * c * c * g.blocks + c * g.vocab);
+}
 // Top-level layers of GptLayers' parts: 2 + 2 blocks + 2 in all.
 inline constexpr int kGptEmbeddingLayers = 2;  // wte, wpe
 inline constexpr int kGptBlockLayers = 2;      // attention half, MLP half

@@ -210,9 +210,11 @@ std::span<const LostRankMode> EnumValues(LostRankMode) {
 std::string_view EnumName(GradAccum v) {
   return v == GradAccum::kAuto ? "auto" : v == GradAccum::kFP32 ? "fp32" : "fp64";
 }
-std::string_view EnumName(Packing v) { return v == Packing::kNone ? "none" : "greedy"; }
+std::string_view EnumName(Packing v) {
+  return v == Packing::kNone ? "none" : v == Packing::kGreedy ? "greedy" : "balanced";
+}
 std::span<const Packing> EnumValues(Packing) {
-  static constexpr std::array<Packing, 2> kValues = {Packing::kNone, Packing::kGreedy};
+  static constexpr std::array<Packing, 3> kValues = {Packing::kNone, Packing::kGreedy, Packing::kBalanced};
   return kValues;
 }
 std::string_view EnumName(LongDocuments v) { return v == LongDocuments::kSplit ? "split" : "refuse"; }

@@ -50,12 +50,53 @@ std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t>
   return samples;
 }
 
+std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_t> lengths, int max_tokens,
+                                                     int batch_samples, bool refuse_long, double square,
+                                                     const std::string& name) {
+  std::vector<std::vector<DocumentPiece>> samples = PackGreedy(lengths, max_tokens, batch_samples, refuse_long, name);
+  auto cost = [square](const DocumentPiece& p) { return p.positions + square * p.positions * double(p.positions); };
+  for (std::size_t first = 0; first < samples.size(); first += static_cast<std::size_t>(batch_samples)) {
+    const std::size_t k = std::min(samples.size() - first, static_cast<std::size_t>(batch_samples));
+    std::vector<DocumentPiece> pieces;
+    for (std::size_t s = first; s < first + k; ++s) pieces.insert(pieces.end(), samples[s].begin(), samples[s].end());
+    // Costliest first; ties in data order.
+    std::stable_sort(pieces.begin(), pieces.end(),
+                     [&](const DocumentPiece& a, const DocumentPiece& b) { return cost(a) > cost(b); });
+    std::vector<std::vector<DocumentPiece>> balanced(k);
+    std::vector<double> load(k, 0.0);
+    std::vector<int> room(k, max_tokens);
+    bool fits = true;
+    for (const DocumentPiece& p : pieces) {
+      std::size_t best = k;
+      for (std::size_t s = 0; s < k; ++s) {
+        if (room[s] >= p.positions && (best == k || load[s] < load[best])) best = s;
+      }
+      if (best == k) {
+        fits = false;  // first fit found room where this does not: the batch keeps it
+        break;
+      }
+      balanced[best].push_back(p);
+      load[best] += cost(p);
+      room[best] -= p.positions;
+    }
+    if (!fits) continue;
+    for (std::size_t s = 0; s < k; ++s) {
+      std::sort(balanced[s].begin(), balanced[s].end(), [](const DocumentPiece& a, const DocumentPiece& b) {
+        return a.document != b.document ? a.document < b.document : a.begin < b.begin;
+      });
+      samples[first + s] = std::move(balanced[s]);
+    }
+  }
+  return samples;
+}
+
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
-                            int vocab, bool want_inputs, bool want_labels) {
+                            int vocab, bool want_inputs, bool want_labels, double square) {
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(docs.documents()));
   for (std::int64_t d = 0; d < docs.documents(); ++d) lengths[static_cast<std::size_t>(d)] = docs.length(d);
   const std::vector<std::vector<DocumentPiece>> packed =
-      PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name());
+      square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name())
+                 : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs.name());
   if (packed.empty()) {
     throw ConfigError(fmt::format("{}: no document has two tokens: nothing to predict", docs.name()));
   }

@@ -123,31 +123,34 @@ namespace {
 // reads them.
 // Packed (data.packing): the documents first-fit into samples of
 // data.max_tokens (the global batch's samples at a time), on every rank.
-Dataset Cut(const DataConfig& d, const TokenDocuments& docs, int batch_size, bool want_inputs, bool want_labels) {
+// balanced: priced by the model's pair cost (GptPairCost; a model that is
+// not a GPT has no attention to price).
+Dataset Cut(const DataConfig& d, const TokenDocuments& docs, int batch_size, double square, bool want_inputs,
+            bool want_labels) {
   if (d.packing == Packing::kNone) return MakeDocumentWindows(docs, d.seq_len, d.vocab, want_inputs, want_labels);
   return MakePackedDocuments(docs, d.seq_len, batch_size, d.long_documents == LongDocuments::kRefuse, d.vocab,
-                             want_inputs, want_labels);
+                             want_inputs, want_labels, d.packing == Packing::kBalanced ? square : -1.0);
 }
 
-Dataset LoadTokenFile(const DataConfig& d, const std::string& path, int batch_size, bool want_inputs,
+Dataset LoadTokenFile(const DataConfig& d, const std::string& path, int batch_size, double square, bool want_inputs,
                       bool want_labels) {
   const TokenDocuments docs = d.dataset == DatasetKind::kMegatron ? OpenMegatron(path)
                               : d.dataset == DatasetKind::kLlmc   ? OpenLlmc(path, d.eot)
                                                                   : OpenJsonl(path);
   if (want_inputs || want_labels) docs.CheckBelow(d.vocab);
-  return Cut(d, docs, batch_size, want_inputs, want_labels);
+  return Cut(d, docs, batch_size, square, want_inputs, want_labels);
 }
 
-Dataset LoadFortuneSplit(const DataConfig& d, const std::string& split, int batch_size, bool want_inputs,
-                         bool want_labels) {
+Dataset LoadFortuneSplit(const DataConfig& d, const std::string& split, int batch_size, double square,
+                         bool want_inputs, bool want_labels) {
   if (d.packing == Packing::kNone) return LoadFortunes(d.path, split, d.seq_len, want_inputs, want_labels);
-  return Cut(d, FortuneDocuments(ReadFortuneFolder(d.path), split), batch_size, want_inputs, want_labels);
+  return Cut(d, FortuneDocuments(ReadFortuneFolder(d.path), split), batch_size, square, want_inputs, want_labels);
 }
 
 // The configured dataset's training split, and its test or validation
 // split when the config asks for one; each rank reads only what its stages
 // need (inputs on the first stage's rank, labels on the last's).
-void LoadData(const DataConfig& d, int batch_size, RunSetup& u) {
+void LoadData(const DataConfig& d, int batch_size, double square, RunSetup& u) {
   switch (d.dataset) {
     case DatasetKind::kFashionMnist:
       u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
@@ -157,8 +160,8 @@ void LoadData(const DataConfig& d, int batch_size, RunSetup& u) {
       u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
       break;
     case DatasetKind::kFortunes:
-      u.train = LoadFortuneSplit(d, "train", batch_size, u.first_rank, u.last_rank);
-      if (d.validation) u.test = LoadFortuneSplit(d, "validation", batch_size, u.first_rank, u.last_rank);
+      u.train = LoadFortuneSplit(d, "train", batch_size, square, u.first_rank, u.last_rank);
+      if (d.validation) u.test = LoadFortuneSplit(d, "validation", batch_size, square, u.first_rank, u.last_rank);
       break;
     case DatasetKind::kSyntheticTokens:
       u.train = MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, u.first_rank, u.last_rank);
@@ -166,9 +169,9 @@ void LoadData(const DataConfig& d, int batch_size, RunSetup& u) {
     case DatasetKind::kMegatron:
     case DatasetKind::kLlmc:
     case DatasetKind::kJsonl:
-      u.train = LoadTokenFile(d, d.path, batch_size, u.first_rank, u.last_rank);
+      u.train = LoadTokenFile(d, d.path, batch_size, square, u.first_rank, u.last_rank);
       if (!d.validation_path.empty()) {
-        u.test = LoadTokenFile(d, d.validation_path, batch_size, u.first_rank, u.last_rank);
+        u.test = LoadTokenFile(d, d.validation_path, batch_size, square, u.first_rank, u.last_rank);
       }
       break;
   }
@@ -326,7 +329,7 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   u.params->Initialize(c.model.init_seed, c.train.optimizer);
   if (!c.model.init_from.empty()) u.params->LoadInitial(ReadSafetensors(c.model.init_from), c.model.init_from);
 
-  LoadData(c.data, c.train.batch_size, u);
+  LoadData(c.data, c.train.batch_size, c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0, u);
   CheckData(c, u);
   const Shard share = ShardOf(static_cast<std::size_t>(u.test.samples), u.replica, c.data_parallel.size);
   u.eval_begin = static_cast<std::int64_t>(share.begin);

@@ -565,6 +565,9 @@ TEST(TrainConfigTokens, PackingTakesTheBudgetAsTheSequenceLength) {
             LongDocuments::kRefuse);
   EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, seq_len: 8}\n", "t.yaml").data.packing,
             Packing::kNone);
+  EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, packing: balanced, max_tokens: 8}\n", "t.yaml")
+                .data.packing,
+            Packing::kBalanced);
   struct Case {
     std::string text, message;
   };

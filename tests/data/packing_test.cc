@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -58,6 +59,42 @@ TEST(PackGreedy, ALongDocumentIsCutIntoPiecesOfTheBudgetOrRefused) {
   }
   EXPECT_THROW(PackGreedy(std::vector<std::int64_t>{3}, 0, 1, false, "docs"), ConfigError);
   EXPECT_THROW(PackGreedy(std::vector<std::int64_t>{3}, 4, 0, false, "docs"), ConfigError);
+}
+
+// balanced: the batch's documents again, costliest first into the cheapest
+// sample with room. Positions 6, 1, 1, 5, 2 in batches of 2 samples of 8,
+// a pair costing a position (square 1): greedy's samples cost
+// 8 + 38 = 46 and 7 + 29 = 36; balanced's 7 + 37 = 44 and 8 + 30 = 38.
+TEST(PackBalanced, TheBatchsDocumentsGoCostliestFirstIntoTheCheapestSample) {
+  const std::vector<std::int64_t> lengths{7, 2, 2, 6, 3};
+  EXPECT_EQ(PackGreedy(lengths, 8, 2, false, "docs"),
+            (std::vector<Pieces>{{{0, 0, 6}, {1, 0, 1}, {2, 0, 1}}, {{3, 0, 5}, {4, 0, 2}}}));
+  EXPECT_EQ(PackBalanced(lengths, 8, 2, false, 1.0, "docs"),
+            (std::vector<Pieces>{{{0, 0, 6}, {2, 0, 1}}, {{1, 0, 1}, {3, 0, 5}, {4, 0, 2}}}));
+  // Every batch holds the same pieces as greedy's, whatever the price.
+  std::vector<std::int64_t> many;
+  for (int d = 0; d < 300; ++d) many.push_back(2 + (d * 37) % 41);
+  for (double square : {0.0, 0.01, 1.0}) {
+    const auto greedy = PackGreedy(many, 32, 4, false, "docs");
+    const auto balanced = PackBalanced(many, 32, 4, false, square, "docs");
+    ASSERT_EQ(balanced.size(), greedy.size());
+    for (std::size_t first = 0; first < greedy.size(); first += 4) {
+      Pieces a, b;
+      for (std::size_t s = first; s < std::min(first + 4, greedy.size()); ++s) {
+        a.insert(a.end(), greedy[s].begin(), greedy[s].end());
+        b.insert(b.end(), balanced[s].begin(), balanced[s].end());
+        int positions = 0;
+        for (const DocumentPiece& p : balanced[s]) positions += p.positions;
+        EXPECT_LE(positions, 32);
+      }
+      auto order = [](const DocumentPiece& x, const DocumentPiece& y) {
+        return x.document != y.document ? x.document < y.document : x.begin < y.begin;
+      };
+      std::sort(a.begin(), a.end(), order);
+      std::sort(b.begin(), b.end(), order);
+      EXPECT_EQ(a, b) << "batch from sample " << first;
+    }
+  }
 }
 
 class PackedDocuments : public ::testing::Test {
