@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 #include <unistd.h>
 #include <new>
@@ -26,19 +27,30 @@ using alloc_hooks::counting;
 namespace baton {
 namespace {
 
+// `c`'s plan on one rank: its executor, stages initialised, optimizer set.
+struct OneRank {
+  explicit OneRank(const TrainConfig& c) : run(PlanRun(c)), plan(PlanRank(run, 0)) {
+    t = MakeSoloTransport();
+    device = MakeHostRankDevice(*t);
+    exec = std::make_unique<Executor>(run.model, plan, c.pipeline.wait_timeout_s, *t, *device);
+    for (auto& st : exec->stages()) {
+      st->Init(1);
+      st->device().SetOptimizer(c.train.optimizer);
+    }
+  }
+  RunPlan run;
+  RankPlan plan;
+  std::unique_ptr<Transport> t;
+  std::unique_ptr<RankDevice> device;
+  std::unique_ptr<Executor> exec;
+};
+
 long AllocationsPerStep(const std::string& schedule, const std::string& checkpointing) {
   TrainConfig c = LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml",
                                   {"pipeline.schedule=" + schedule, "pipeline.checkpointing=" + checkpointing,
                                    checkpointing == "selective" ? "pipeline.keep=[linear]" : "pipeline.keep=[]"});
-  const RunPlan run = PlanRun(c);
-  const RankPlan plan = PlanRank(run, 0);
-  std::unique_ptr<Transport> t = MakeSoloTransport();
-  std::unique_ptr<RankDevice> device = MakeHostRankDevice(*t);
-  Executor exec(run.model, plan, c.pipeline.wait_timeout_s, *t, *device);
-  for (auto& st : exec.stages()) {
-    st->Init(1);
-    st->device().SetOptimizer(c.train.optimizer);
-  }
+  OneRank one(c);
+  Executor& exec = *one.exec;
   const Dataset data = MakeSynthetic(64, c.data.features, c.data.classes, 5, true, true);
   Batch batch;
   batch.input = data.sample.WithRows(c.train.batch_size);
@@ -79,15 +91,8 @@ long PackedAllocationsPerStep(const std::string& schedule, int microbatches) {
       {"pipeline.schedule=" + schedule, "pipeline.microbatches=" + std::to_string(microbatches),
        "data={dataset: jsonl, path: " + path + ", packing: greedy, max_tokens: 16}", "model.seq_len=16",
        "model.vocab=256", "train.batch_size=8"});
-  const RunPlan run = PlanRun(c);
-  const RankPlan plan = PlanRank(run, 0);
-  std::unique_ptr<Transport> t = MakeSoloTransport();
-  std::unique_ptr<RankDevice> device = MakeHostRankDevice(*t);
-  Executor exec(run.model, plan, c.pipeline.wait_timeout_s, *t, *device);
-  for (auto& st : exec.stages()) {
-    st->Init(1);
-    st->device().SetOptimizer(c.train.optimizer);
-  }
+  OneRank one(c);
+  Executor& exec = *one.exec;
   const Dataset data = MakePackedDocuments(OpenJsonl(path), 16, 8, false, 256, true, true);
   std::remove(path.c_str());
   std::vector<Batch> batches;
