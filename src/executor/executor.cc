@@ -472,10 +472,15 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
       dev_.Upload(labels_, lab, static_cast<std::size_t>(round * per_sample) * sizeof(std::int32_t));
       lab = reinterpret_cast<const std::int32_t*>(labels_);
     }
-    starts_ = data.starts.empty() ? nullptr : data.starts.data() + (begin + first) * per_sample;
+    // Packed: the round's starts and lengths (none past this replica's data).
+    const bool any = round > 0 && !data.starts.empty();
+    starts_ = any ? data.starts.data() + (begin + first) * per_sample : nullptr;
     if (!lengths_.empty()) {
-      SetLengths(data.targets.data() + begin + first, static_cast<std::size_t>(std::max<std::int64_t>(round, 0)),
-                 round_rows_.data());
+      if (any) {
+        SetLengths(data.targets.data() + begin + first, static_cast<std::size_t>(round), round_rows_.data());
+      } else {
+        std::fill(lengths_.begin(), lengths_.end(), 0);
+      }
     }
     Run(evaluation_ops_, Mode::kEvaluate, in, lab, round_rows_.data(), &stats);
   }
