@@ -62,7 +62,8 @@ enum class LostRankMode : std::uint8_t { kStop, kShrink, kReplace };
 // how the microbatches are split between replicas (pipeline.adapt: full,
 // recovery.on_lost_rank: shrink) beyond a double's last bits; the
 // optimizer gets them rounded to float. auto: fp64 where the split can
-// change (those two), fp32 elsewhere.
+// change (those two) and with packed documents (ZeRO 0 or 1), fp32
+// elsewhere.
 enum class GradAccum : std::uint8_t { kAuto, kFP32, kFP64 };
 // data.packing: none (each sample a fixed window of the token stream), or
 // greedy (whole documents first-fit into samples of data.max_tokens
@@ -326,7 +327,8 @@ TrainConfig LoadTrainConfig(const std::string& path, const std::vector<std::stri
 bool AdaptsByDefault(const TrainConfig& config);
 
 // Whether the run sums its gradients in double (train.grad_accum_dtype:
-// fp64, or auto with pipeline.adapt: full or recovery.on_lost_rank: shrink).
+// fp64, or auto with pipeline.adapt: full or recovery.on_lost_rank: shrink,
+// or with packed documents on the CPU under ZeRO 0 or 1).
 bool WideGradients(const TrainConfig& config);
 
 // `config` as replica `replica` runs it: pipeline.microbatches its own

@@ -684,7 +684,11 @@ bool WideGradients(const TrainConfig& c) {
     case GradAccum::kFP64:
       return true;
     default:
-      return c.pipeline.adapt == AdaptMode::kFull || c.recovery.on_lost_rank == LostRankMode::kShrink;
+      // Packed documents too, where double sums are built (the CPU, ZeRO 0
+      // or 1): greedy and balanced then differ only inside a microbatch.
+      return c.pipeline.adapt == AdaptMode::kFull || c.recovery.on_lost_rank == LostRankMode::kShrink ||
+             (c.data.packing != Packing::kNone && c.device == Device::kCpu &&
+              !c.data_parallel.zero.shards_gradients());
   }
 }
 

@@ -558,6 +558,15 @@ TEST(TrainConfigTokens, PackingTakesTheBudgetAsTheSequenceLength) {
   EXPECT_EQ(c.data.packing, Packing::kGreedy);
   EXPECT_EQ(c.data.seq_len, 24);
   EXPECT_EQ(c.data.long_documents, LongDocuments::kSplit);
+  // auto sums in double with packing (where it is built: ZeRO 0 or 1).
+  EXPECT_TRUE(WideGradients(c));
+  EXPECT_FALSE(WideGradients(ParseTrainConfig(
+      model + "data: {dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 24}\n"
+              "data_parallel: {size: 2, zero: 2}\npipeline: {ranks: 1}\n",
+      "t.yaml")));
+  EXPECT_FALSE(WideGradients(ParseTrainConfig(
+      model + "data: {dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 24}\ntrain: {grad_accum_dtype: fp32}\n",
+      "t.yaml")));
   EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, packing: greedy, max_tokens: 8, long_documents: "
                                      "refuse}\n",
                              "t.yaml")
