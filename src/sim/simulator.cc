@@ -19,6 +19,7 @@
 #include "baton/error.h"
 #include "baton/sim.h"
 #include "check_options.h"
+#include "collectives.h"
 #include "completion.h"
 
 namespace baton {
@@ -688,61 +689,13 @@ class Simulator {
         out.peak_backward_sequences.push_back(peak_backward_sequences_[st]);
       }
     }
-    // A tied head's exchange: both its ranks are done with it when the
-    // later one's gradient has crossed the wire.
-    std::vector<double> tied_end(static_cast<std::size_t>(s_.ranks), 0.0);
-    if (o_.tied.stage_a >= 0 && o_.tied.stage_b >= 0) {
-      const int a = s_.stage_rank[o_.tied.stage_a], b = s_.stage_rank[o_.tied.stage_b];
-      if (a != b) {
-        auto delay = [&](int from, int to) {
-          return link_delay_ == nullptr ? 0.0 : (*link_delay_)[static_cast<std::size_t>(from * s_.ranks + to)];
-        };
-        const double message = o_.messages.latency +
-                               (o_.messages.bandwidth > 0.0 ? o_.tied.bytes / o_.messages.bandwidth : 0.0);
-        const double done =
-            std::max(res.per_rank[a].end + delay(a, b), res.per_rank[b].end + delay(b, a)) + message;
-        for (const int r : {a, b}) {
-          RankResult& out = res.per_rank[r];
-          tied_end[static_cast<std::size_t>(r)] = done;
-          out.reduce_end = std::max(out.end, done);
-          out.exposed_reduce = out.reduce_end - out.end;
-          res.makespan = std::max(res.makespan, out.reduce_end);
-        }
-      }
-    }
-    if (!o_.sums.stage_time.empty()) {
-      // Each rank's gradient sums, one after another, each from its stage's
-      // last gradient (or the rank's end, after its tied exchange), beside
-      // the compute.
-      for (int r = 0; r < s_.ranks; ++r) {
-        RankResult& out = res.per_rank[r];
-        const double end = std::max(out.end, tied_end[static_cast<std::size_t>(r)]);
-        std::vector<std::pair<double, int>> ready;
-        for (int st : out.stages) {
-          const bool at_end = !o_.sums.at_end.empty() && o_.sums.at_end[static_cast<std::size_t>(st)];
-          ready.push_back({at_end ? end : grad_end_[st], st});
-        }
-        std::sort(ready.begin(), ready.end());
-        double t = 0.0;
-        for (const auto& [when, st] : ready) t = std::max(t, when) + o_.sums.stage_time[static_cast<std::size_t>(st)];
-        out.reduce_end = std::max(t, end);
-        out.exposed_reduce = out.reduce_end - out.end;
-        res.makespan = std::max(res.makespan, out.reduce_end);
-      }
-    }
+    // What the collectives after the compute add (tied exchange, gradient
+    // sums, sharding's), on each rank's end.
+    std::vector<double> comm_free;
     if (shards_) {
-      // The sharding collectives end after the compute where they were not hidden.
-      for (int r = 0; r < s_.ranks; ++r) {
-        RankResult& out = res.per_rank[r];
-        double after = 0.0;  // the rank's collectives after its optimizer step
-        for (int st : out.stages) {
-          if (!o_.shards.after_step.empty()) after += o_.shards.after_step[static_cast<std::size_t>(st)];
-        }
-        out.reduce_end = std::max({out.reduce_end, out.end, rank_[r].comm_free}) + after;
-        out.exposed_reduce = out.reduce_end - out.end;
-        res.makespan = std::max(res.makespan, out.reduce_end);
-      }
+      for (const RankState& rs : rank_) comm_free.push_back(rs.comm_free);
     }
+    AddCollectives(s_, o_, grad_end_, comm_free, res);
     const double p = s_.ranks;
     res.bubble_rate = res.makespan > 0.0 ? 1.0 - busy_total / (p * res.makespan) : 0.0;
     res.span_bubble_rate = max_span > 0.0 ? 1.0 - busy_total / (p * max_span) : 0.0;
@@ -798,20 +751,6 @@ void CheckCompletion(const Schedule& schedule) {
   SimOptions unit;
   unit.record_timeline = false;
   Simulator(schedule, unit, /*timed=*/false).Run();
-}
-
-double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth) {
-  if (replicas <= 1 || bytes <= 0.0) return 0.0;
-  const double d = replicas;
-  const double buckets = bucket_bytes > 0.0 ? std::ceil(bytes / bucket_bytes) : 1.0;
-  const double moved = 2.0 * (d - 1.0) / d * bytes;
-  return buckets * 2.0 * (d - 1.0) * latency + (bandwidth > 0.0 ? moved / bandwidth : 0.0);
-}
-
-double ShardCollectiveTime(double bytes, int replicas, double latency, double bandwidth) {
-  if (replicas <= 1 || bytes <= 0.0) return 0.0;
-  const double d = replicas;
-  return (d - 1.0) * latency + (bandwidth > 0.0 ? (d - 1.0) / d * bytes / bandwidth : 0.0);
 }
 
 }  // namespace baton

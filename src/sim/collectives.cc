@@ -1,0 +1,83 @@
+// What the collectives after a step's compute add to each rank's end.
+#include "collectives.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace baton {
+
+void AddCollectives(const Schedule& s, const SimOptions& o, const std::vector<double>& grad_end,
+                    const std::vector<double>& comm_free, SimResult& res) {
+  // A tied head's exchange: both its ranks are done with it when the
+  // later one's gradient has crossed the wire.
+  std::vector<double> tied_end(static_cast<std::size_t>(s.ranks), 0.0);
+  if (o.tied.stage_a >= 0 && o.tied.stage_b >= 0) {
+    const int a = s.stage_rank[o.tied.stage_a], b = s.stage_rank[o.tied.stage_b];
+    if (a != b) {
+      auto delay = [&](int from, int to) {
+        return o.messages.link_delay.empty() ? 0.0 : o.messages.link_delay[static_cast<std::size_t>(from * s.ranks + to)];
+      };
+      const double message = o.messages.latency +
+                             (o.messages.bandwidth > 0.0 ? o.tied.bytes / o.messages.bandwidth : 0.0);
+      const double done =
+          std::max(res.per_rank[a].end + delay(a, b), res.per_rank[b].end + delay(b, a)) + message;
+      for (const int r : {a, b}) {
+        RankResult& out = res.per_rank[r];
+        tied_end[static_cast<std::size_t>(r)] = done;
+        out.reduce_end = std::max(out.end, done);
+        out.exposed_reduce = out.reduce_end - out.end;
+        res.makespan = std::max(res.makespan, out.reduce_end);
+      }
+    }
+  }
+  if (!o.sums.stage_time.empty()) {
+    // Each rank's gradient sums, one after another, each from its stage's
+    // last gradient (or the rank's end, after its tied exchange), beside
+    // the compute.
+    for (int r = 0; r < s.ranks; ++r) {
+      RankResult& out = res.per_rank[r];
+      const double end = std::max(out.end, tied_end[static_cast<std::size_t>(r)]);
+      std::vector<std::pair<double, int>> ready;
+      for (int st : out.stages) {
+        const bool at_end = !o.sums.at_end.empty() && o.sums.at_end[static_cast<std::size_t>(st)];
+        ready.push_back({at_end ? end : grad_end[st], st});
+      }
+      std::sort(ready.begin(), ready.end());
+      double t = 0.0;
+      for (const auto& [when, st] : ready) t = std::max(t, when) + o.sums.stage_time[static_cast<std::size_t>(st)];
+      out.reduce_end = std::max(t, end);
+      out.exposed_reduce = out.reduce_end - out.end;
+      res.makespan = std::max(res.makespan, out.reduce_end);
+    }
+  }
+  if (!comm_free.empty()) {
+    // The sharding collectives end after the compute where they were not hidden.
+    for (int r = 0; r < s.ranks; ++r) {
+      RankResult& out = res.per_rank[r];
+      double after = 0.0;  // the rank's collectives after its optimizer step
+      for (int st : out.stages) {
+        if (!o.shards.after_step.empty()) after += o.shards.after_step[static_cast<std::size_t>(st)];
+      }
+      out.reduce_end = std::max({out.reduce_end, out.end, comm_free[static_cast<std::size_t>(r)]}) + after;
+      out.exposed_reduce = out.reduce_end - out.end;
+      res.makespan = std::max(res.makespan, out.reduce_end);
+    }
+  }
+}
+
+double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth) {
+  if (replicas <= 1 || bytes <= 0.0) return 0.0;
+  const double d = replicas;
+  const double buckets = bucket_bytes > 0.0 ? std::ceil(bytes / bucket_bytes) : 1.0;
+  const double moved = 2.0 * (d - 1.0) / d * bytes;
+  return buckets * 2.0 * (d - 1.0) * latency + (bandwidth > 0.0 ? moved / bandwidth : 0.0);
+}
+
+double ShardCollectiveTime(double bytes, int replicas, double latency, double bandwidth) {
+  if (replicas <= 1 || bytes <= 0.0) return 0.0;
+  const double d = replicas;
+  return (d - 1.0) * latency + (bandwidth > 0.0 ? (d - 1.0) / d * bytes / bandwidth : 0.0);
+}
+
+}  // namespace baton
