@@ -20,6 +20,9 @@
 //   microbatch's time and holds slices.memory[s] of its memory and message;
 //   its sequence holds memory.sequence_share while any of its slices is live on
 //   the stage, and as much again while it runs backward.
+// - Uneven microbatches (SimOptions::microbatches): microbatch j's actions
+//   cost its share of a whole one's, and its messages take their share of
+//   the bytes.
 #ifndef BATON_SIM_H_
 #define BATON_SIM_H_
 
@@ -116,6 +119,18 @@ struct SliceShares {
   std::vector<double> cost, memory, message;
 };
 
+// Microbatches of uneven size (packed documents, baton/data.h): per
+// microbatch (a sliced schedule's sequence) the factor on what a whole one
+// costs (ComputeCosts) and sends (MessageCosts::bytes). `cost`: empty, one
+// per microbatch (every stage alike) or microbatches x stages (microbatch
+// j on stage s at j x stages + s); `message`: empty or one per microbatch;
+// each >= 0. A slice's share multiplies its microbatch's. Memory stays a
+// whole microbatch's: the ring slots are preallocated at the budget.
+struct MicrobatchShares {
+  std::vector<double> cost, message;
+  bool empty() const { return cost.empty() && message.empty(); }
+};
+
 // Sharded data parallel (the schedule's UNSHARD and REDUCE_GRAD): empty,
 // or one per stage: the time to gather the stage's parameters from the
 // replicas' shards (an all-gather) and to reduce-scatter its gradients,
@@ -153,6 +168,7 @@ struct SimOptions {
   GradientSums sums{};
   CorePools cores{};
   SliceShares slices{};
+  MicrobatchShares microbatches{};
   ShardCosts shards{};
   TiedExchange tied{};
   bool record_timeline = true;  // keep every action's start/end

@@ -114,6 +114,21 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
       }
     }
   }
+  const MicrobatchShares& mb = o.microbatches;
+  const std::size_t j = static_cast<std::size_t>(s.sequences());
+  if (!mb.cost.empty() && mb.cost.size() != j && mb.cost.size() != j * static_cast<std::size_t>(s.stages)) {
+    throw ScheduleError(fmt::format("simulation: {} microbatch cost shares given, but the schedule has {} microbatches "
+                                    "(one each, or one each per stage: {})",
+                                    mb.cost.size(), j, j * static_cast<std::size_t>(s.stages)));
+  }
+  if (!mb.message.empty() && mb.message.size() != j) {
+    throw ScheduleError(fmt::format("simulation: {} microbatch message shares given, but the schedule has {} microbatches",
+                                    mb.message.size(), j));
+  }
+  for (std::size_t i = 0; i < mb.cost.size(); ++i) non_negative(fmt::format("microbatch cost share {}", i), mb.cost[i]);
+  for (std::size_t i = 0; i < mb.message.size(); ++i) {
+    non_negative(fmt::format("microbatch message share {}", i), mb.message[i]);
+  }
   for (const auto& [what, per_stage] :
        {std::pair{"gather time", &o.shards.gather_time}, std::pair{"reduce-scatter time", &o.shards.reduce_time},
         std::pair{"gathered bytes", &o.shards.gathered_bytes}, std::pair{"after-step time", &o.shards.after_step}}) {

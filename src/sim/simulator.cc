@@ -50,8 +50,9 @@ std::size_t RowBytes(const Schedule& s) {
 }
 
 // Which instance of the simulator's loop runs: completion only (no times,
-// memory or costs: Validate), whole microbatches, or slices.
-enum class Pass { kCompletion, kWhole, kSliced };
+// memory or costs: Validate), whole microbatches alike, or units of their
+// own shares (slices, uneven microbatches).
+enum class Pass { kCompletion, kWhole, kShaped };
 
 class Simulator {
  public:
@@ -77,14 +78,14 @@ class Simulator {
     work_.reserve(s_.ranks);
     queued_.assign(s_.ranks, 1);
     for (int r = s_.ranks - 1; r >= 0; --r) work_.push_back(r);
-    // Completion, whole microbatches and slices take separate instances of
+    // Completion, whole microbatches and shaped units take separate instances of
     // the loop, so that none carries another's work or tests per action.
     if (!timed_) {
       RunDependencies<Pass::kCompletion>();
     } else if (Shared()) {
-      sliced_ ? RunShared<Pass::kSliced>() : RunShared<Pass::kWhole>();
+      shaped_ ? RunShared<Pass::kShaped>() : RunShared<Pass::kWhole>();
     } else {
-      sliced_ ? RunDependencies<Pass::kSliced>() : RunDependencies<Pass::kWhole>();
+      shaped_ ? RunDependencies<Pass::kShaped>() : RunDependencies<Pass::kWhole>();
     }
     for (int r = 0; r < s_.ranks; ++r) {
       if (rank_[r].pc < s_.actions[r].size()) ReportDeadlock();
@@ -138,14 +139,16 @@ class Simulator {
       if (o_.cores.Factor() != 1.0) cost_[st] = Scaled(cost_[st], o_.cores.Factor());
       mem_per_chunk_[st] = 1.0 / v;
     }
-    // Per slice: its cost, memory and message shares (whole units: 1).
+    // Per slice: its memory share (whole units: 1); per unit: its cost
+    // (per stage where the microbatches' are) and message time.
     const int k = s_.slices;
     auto shares = [&](const std::vector<double>& given) {
       return given.empty() ? std::vector<double>(static_cast<std::size_t>(k), 1.0 / k) : given;
     };
-    slice_cost_ = shares(o_.slices.cost);
+    const std::vector<double> slice_cost = shares(o_.slices.cost);
     slice_memory_ = shares(o_.slices.memory);
     sliced_ = k > 1;
+    shaped_ = sliced_ || !o_.microbatches.empty();
     live_sequences_.assign(S, 0);
     peak_sequences_.assign(S, 0);
     backward_sequences_.assign(S, 0);
@@ -158,10 +161,7 @@ class Simulator {
     }
     comm_time_ = o_.messages.Time();
     link_delay_ = o_.messages.link_delay.empty() ? nullptr : &o_.messages.link_delay;
-    slice_comm_.clear();
-    for (double share : o_.slices.message.empty() ? slice_memory_ : o_.slices.message) {
-      slice_comm_.push_back(o_.messages.Time(share));
-    }
+    if (shaped_) ShapeUnits(slice_cost, o_.slices.message.empty() ? slice_memory_ : o_.slices.message);
     const std::size_t n = static_cast<std::size_t>(S) * m_;
     flags_.assign(n, 0);
     if (timed_) {
@@ -176,6 +176,28 @@ class Simulator {
     if (record_timeline_) {
       timeline_.resize(s_.ranks);
       for (int r = 0; r < s_.ranks; ++r) timeline_[r].reserve(s_.actions[r].size());
+    }
+  }
+
+  // Shaped units, per unit: its cost share (per stage, cost_stride_ = m_,
+  // where the microbatches' costs are; else one for every stage) and its
+  // message's time: its slice's share times its microbatch's.
+  void ShapeUnits(const std::vector<double>& slice_cost, const std::vector<double>& slice_message) {
+    const MicrobatchShares& mb = o_.microbatches;
+    const int S = s_.stages;
+    const bool per_stage = static_cast<int>(mb.cost.size()) == s_.sequences() * S && S > 1;
+    cost_stride_ = per_stage ? static_cast<std::size_t>(m_) : 0;
+    unit_cost_.assign(per_stage ? static_cast<std::size_t>(S) * m_ : static_cast<std::size_t>(m_), 0.0);
+    unit_comm_.assign(static_cast<std::size_t>(m_), 0.0);
+    for (int u = 0; u < m_; ++u) {
+      const std::size_t j = static_cast<std::size_t>(s_.SequenceOf(u));
+      const double slice = slice_cost[SliceOf(u)];
+      for (int st = 0; st < (per_stage ? S : 1); ++st) {
+        const double own = mb.cost.empty() ? 1.0 : per_stage ? mb.cost[j * S + st] : mb.cost[j];
+        unit_cost_[st * cost_stride_ + u] = slice * own;
+      }
+      const double message = mb.message.empty() ? 1.0 : mb.message[j];
+      unit_comm_[u] = o_.messages.Time(slice_message[SliceOf(u)] * message);
     }
   }
 
@@ -195,7 +217,7 @@ class Simulator {
     if (!(there & (lowered_ ? sent : done))) return kNotYet;
     if constexpr (kPass == Pass::kCompletion) return 0.0;
     const double wire = link_delay_ == nullptr ? 0.0 : (*link_delay_)[static_cast<std::size_t>(s_.stage_rank[from] * s_.ranks + r)];
-    return time[produced] + (kPass == Pass::kSliced ? slice_comm_[SliceOf(mb)] : comm_time_) + wire;
+    return time[produced] + (kPass == Pass::kShaped ? unit_comm_[static_cast<std::size_t>(mb)] : comm_time_) + wire;
   }
 
   // Rank r's next compute action, after running the markers and sends
@@ -449,7 +471,7 @@ class Simulator {
 
   template <Pass kPass>
   double PartCost(const Action& a) const {
-    if constexpr (kPass == Pass::kSliced) return SliceCost(a.microbatch) * WholeCost(a);
+    if constexpr (kPass == Pass::kShaped) return UnitCost(a.stage, a.microbatch) * WholeCost(a);
     return WholeCost(a);
   }
 
@@ -469,7 +491,9 @@ class Simulator {
         return 0.0;
     }
   }
-  double SliceCost(int unit) const { return slice_cost_[SliceOf(unit)]; }
+  double UnitCost(int stage, int unit) const {
+    return unit_cost_[static_cast<std::size_t>(stage) * cost_stride_ + static_cast<std::size_t>(unit)];
+  }
   std::size_t SliceOf(int unit) const { return static_cast<std::size_t>(s_.SliceOf(unit)); }
 
   // F of stage a with B of stage b: F_a + B_b less what overlapping saves,
@@ -479,8 +503,9 @@ class Simulator {
   double OverlapCost(const Action& a) const {
     const Costs& f = cost_[a.stage];
     const Costs& b = cost_[a.backward_stage];
-    constexpr bool sliced = kPass == Pass::kSliced;
-    const double fs = sliced ? SliceCost(a.microbatch) : 1.0, bs = sliced ? SliceCost(a.backward_microbatch) : 1.0;
+    constexpr bool shaped = kPass == Pass::kShaped;
+    const double fs = shaped ? UnitCost(a.stage, a.microbatch) : 1.0;
+    const double bs = shaped ? UnitCost(a.backward_stage, a.backward_microbatch) : 1.0;
     auto saving = [](const Costs& c) { return c.forward + c.Backward() - c.ForwardBackward(); };
     return std::max(0.0, fs * f.forward + bs * b.Backward() - 0.5 * (fs * saving(f) + bs * saving(b)));
   }
@@ -527,7 +552,7 @@ class Simulator {
   template <Pass kPass>
   [[gnu::always_inline]] inline void Account(RankState& rs, const Action& a, double end) {
     const int st = a.stage, mb = a.microbatch;
-    const double slice = kPass == Pass::kSliced ? slice_memory_[SliceOf(mb)] : 1.0;
+    const double slice = kPass == Pass::kShaped ? slice_memory_[SliceOf(mb)] : 1.0;
     const double unit = mem_per_chunk_[st] * slice;
     const double w_ratio = o_.memory.weight_ratio;
     // Adds `share` of a microbatch's activations on stage st (negative frees).
@@ -548,7 +573,9 @@ class Simulator {
       if constexpr (kPass != Pass::kCompletion) time[At(st, mb)] = end;
       if (to >= 0 && to < s_.stages) Wake(s_.stage_rank[to]);
     };
-    if constexpr (kPass == Pass::kSliced) AccountSequence(rs, a);
+    if constexpr (kPass == Pass::kShaped) {
+      if (sliced_) AccountSequence(rs, a);
+    }
     switch (a.kind) {
       case ActionKind::kForward:
         flags_[At(st, mb)] |= kForwardDone;
@@ -718,12 +745,16 @@ class Simulator {
   std::vector<char> queued_;  // rank is in work_
   std::vector<Costs> cost_;            // per stage, one microbatch
   std::vector<double> mem_per_chunk_;  // per stage: M_B units an F adds
-  // Sliced schedules, per slice: cost, memory and message shares, and the
-  // message time; whole microbatches: comm_time_.
+  // Shaped units (ShapeUnits): per unit its cost share (per stage at
+  // stage x cost_stride_ + unit) and message time; per slice its memory
+  // share. Whole microbatches alike: comm_time_.
   bool sliced_ = false;
+  bool shaped_ = false;
+  std::size_t cost_stride_ = 0;
+  std::vector<double> unit_cost_, unit_comm_;
   double comm_time_ = 0.0;
   const std::vector<double>* link_delay_ = nullptr;  // o_.messages.link_delay, or null without one
-  std::vector<double> slice_cost_, slice_memory_, slice_comm_;
+  std::vector<double> slice_memory_;
   std::vector<int> live_sequences_, peak_sequences_;             // per stage
   std::vector<int> backward_sequences_, peak_backward_sequences_;  // per stage
   std::vector<int> sequence_left_, sequence_backward_;           // per (stage, sequence)

@@ -321,7 +321,9 @@ TEST_P(PausedRank, IsFencedAndTheJobEndsAsItsModeSays) {
   EXPECT_EQ(end.record_code, c.record) << end.record;
   const auto events = Events("paused", c.last);
   EXPECT_EQ(events.size(), 1u);
-  if (goes_on) EXPECT_TRUE(Bytes("paused") == Bytes("ref")) << "weights differ";
+  if (goes_on) {
+    EXPECT_TRUE(Bytes("paused") == Bytes("ref")) << "weights differ";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
