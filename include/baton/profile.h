@@ -33,6 +33,12 @@ struct LayerProfile {
   double backward = 0;         // B (I and W together)
   std::vector<double> op_forward;  // per op of the layer (ModelDesc ops, in order): its forward alone
   double saved_bytes = 0;      // what one microbatch keeps for the backward (no checkpointing, split backward)
+  // F, I and W with each sample cut into documents of
+  // Profile::document_tokens (packed documents: attention within each
+  // only); the costs above are one document a sample. Only where the
+  // profile measured them (document_tokens > 0) and the layer attends;
+  // else the same as above.
+  Costs documents{0, 0, 0};
 };
 
 struct ProfileRows {
@@ -67,6 +73,9 @@ struct Profile {
   MachineModel machine;
   double seconds = 0;               // how long profiling took
   int repetitions = 0;              // timed calls per median
+  // The documents' length in LayerProfile::documents (kProfileDocuments
+  // to a sample); 0: not measured (a device without packed documents).
+  int document_tokens = 0;
   // The processes that profiled at once (each the run's rank would be),
   // and whether they were more than the machine's CPUs: then each call is
   // timed by its CPU time, since its wall time includes waiting for a core
@@ -75,6 +84,11 @@ struct Profile {
   int processes = 1;
   bool cpu_clock = false;
 };
+
+// What `baton profile` cuts a sample into to measure attention's cost per
+// document: this many documents of equal length (fewer where the sample
+// holds fewer tokens).
+inline constexpr int kProfileDocuments = 8;
 
 // What `config`'s model is, on the config's device, on `machine` with
 // `cores` CPUs: the identity a profile of it must have.

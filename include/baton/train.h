@@ -11,6 +11,7 @@
 
 #include "baton/comm.h"
 #include "baton/config.h"
+#include "baton/data.h"
 #include "baton/files.h"
 #include "baton/signals.h"
 
@@ -124,6 +125,16 @@ struct TrainOptions {
   std::optional<JoinedRun> joined;
 };
 // Stops on a scheduler's signal: StopSignals and kExitStopped (signals.h).
+
+// One split of the configured dataset, as a run's rank reads it: only the
+// inputs and labels wanted (packed documents' starts and targets always),
+// packed as data.packing says over global batches of `batch_size`
+// (balanced: at `square`, a pair's cost in a token's, GptPairCost). The
+// held-out split: fortunes' validation, Fashion-MNIST's test, a token
+// file's data.validation_path; empty for a dataset without one.
+enum class Split { kTraining, kHeldOut };
+Dataset LoadSplit(const DataConfig& data, Split split, int batch_size, double square, bool want_inputs,
+                  bool want_labels);
 
 // The files a training run of `config` on `world` ranks reads and writes
 // (its config file is config.source), plus `extra_outputs` (bench's

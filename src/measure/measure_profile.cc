@@ -124,6 +124,7 @@ class LayerTimer {
 // A layer's samples over the rounds: LayerProfile's costs before their medians.
 struct LayerSamples {
   std::vector<double> forward, backward_input, backward_weight, backward;
+  std::vector<double> documents_forward, documents_backward_input, documents_backward_weight;
   std::vector<std::vector<double>> op_forward;
   double saved_bytes = 0;
 
@@ -135,14 +136,41 @@ struct LayerSamples {
     out.backward = Median(backward);
     for (const std::vector<double>& op : op_forward) out.op_forward.push_back(Median(op));
     out.saved_bytes = saved_bytes;
+    out.documents = documents_forward.empty()
+                        ? Costs{out.forward, out.backward_input, out.backward_weight}
+                        : Costs{Median(documents_forward), Median(documents_backward_input),
+                                Median(documents_backward_weight)};
     return out;
   }
 };
 
+// Whether top-level layer t attends (its cost then depends on how its
+// samples are cut into documents).
+bool Attends(const ModelDesc& model, int t) {
+  const auto [first, last] = model.OpRange(t, t + 1);
+  for (int i = first; i < last; ++i) {
+    if (model.ops[static_cast<std::size_t>(i)].type == LayerType::kAttention) return true;
+  }
+  return false;
+}
+
+// Each position's document's first for `rows` samples of `seq` tokens cut
+// into documents of `tokens` (SequencePart::starts).
+std::vector<std::int32_t> EqualDocuments(int rows, int seq, int tokens) {
+  std::vector<std::int32_t> starts(static_cast<std::size_t>(rows) * static_cast<std::size_t>(seq));
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const int t = static_cast<int>(i % static_cast<std::size_t>(seq));
+    starts[i] = t / tokens * tokens;
+  }
+  return starts;
+}
+
 // One round of layer `t`'s samples, added to `into`: the layer built as a
-// one-layer stage, each cost timed.
+// one-layer stage, each cost timed; and where `document_tokens` > 0 and it
+// attends, F, I and W again with its samples cut into documents of that
+// length.
 void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileOptions& o, bool cpu_clock,
-                 std::mt19937& rng, LayerSamples& into) {
+                 int document_tokens, std::mt19937& rng, LayerSamples& into) {
   const ModelDesc& model = shape.model;
   const StagePlan plan = PlanStageAlone(shape, t, /*split_backward=*/true);
   Stage stage(model, plan, device.MakeStageDevice());
@@ -203,6 +231,34 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
         stage.Backward(slot, dy, dx, /*full=*/true);
       },
       into.backward);
+  if (document_tokens > 0 && Attends(model, t)) {
+    const std::vector<std::int32_t> starts = EqualDocuments(plan.rows, shape.model.seq, document_tokens);
+    SequencePart part;
+    part.starts = starts.data();
+    timer.Sample(
+        [&] {
+          rotate();
+          device.Copy(slot, x.data, x.bytes());
+          if (plan.is_last) {
+            stage.ForwardLoss(x, slot, labels, scale, &written, part);
+          } else {
+            stage.Forward(x, slot, y, &written, part);
+          }
+        },
+        into.documents_forward);
+    timer.Sample(
+        [&] {
+          rotate();
+          stage.Backward(slot, dy, dx, /*full=*/false, nullptr, part);
+        },
+        into.documents_backward_input);
+    timer.Sample(
+        [&] {
+          rotate();
+          stage.BackwardWeight(slot, nullptr, part);
+        },
+        into.documents_backward_weight);
+  }
   stage.TakeLossTotals();
   // Each op's forward alone: what recomputing it costs.
   into.op_forward.resize(static_cast<std::size_t>(plan.ops()));
@@ -460,6 +516,10 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
   // rank 0's times count. A failure ends every rank (Agree).
   p.processes = world.size();
   p.cpu_clock = config.device == Device::kCpu && world.size() > MachineCores();
+  // Attention's cost per document, where packed documents run (the host).
+  if (config.device == Device::kCpu && model.seq > 1) {
+    p.document_tokens = std::max(1, model.seq / kProfileDocuments);
+  }
   Agree(world, "every rank profiling the layers", [&] {
     std::unique_ptr<Transport> solo = MakeSoloTransport();
     const std::unique_ptr<RankDevice> device = MakeRankDevice(config.device, *solo, config.precision);
@@ -475,7 +535,7 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
       std::vector<LayerSamples> samples(static_cast<std::size_t>(model.top_layers()));
       for (int round = 0; round < kRounds; ++round) {
         for (int t = 0; t < model.top_layers(); ++t) {
-          SampleLayer(shape, t, *device, o, p.cpu_clock, rng, samples[static_cast<std::size_t>(t)]);
+          SampleLayer(shape, t, *device, o, p.cpu_clock, p.document_tokens, rng, samples[static_cast<std::size_t>(t)]);
         }
       }
       for (const LayerSamples& layer : samples) pr.layers.push_back(layer.Medians());

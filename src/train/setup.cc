@@ -147,34 +147,41 @@ Dataset LoadFortuneSplit(const DataConfig& d, const std::string& split, int batc
   return Cut(d, FortuneDocuments(ReadFortuneFolder(d.path), split), batch_size, square, want_inputs, want_labels);
 }
 
+}  // namespace
+
+Dataset LoadSplit(const DataConfig& d, Split split, int batch_size, double square, bool want_inputs,
+                  bool want_labels) {
+  const bool train = split == Split::kTraining;
+  switch (d.dataset) {
+    case DatasetKind::kFashionMnist:
+      return LoadFashionMnist(d.path, train ? "train" : "test", want_inputs, want_labels);
+    case DatasetKind::kSynthetic:
+      return train ? MakeSynthetic(d.samples, d.features, d.classes, d.seed, want_inputs, want_labels) : Dataset{};
+    case DatasetKind::kFortunes:
+      return LoadFortuneSplit(d, train ? "train" : "validation", batch_size, square, want_inputs, want_labels);
+    case DatasetKind::kSyntheticTokens:
+      return train ? MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, want_inputs, want_labels) : Dataset{};
+    case DatasetKind::kMegatron:
+    case DatasetKind::kLlmc:
+    case DatasetKind::kJsonl:
+      return LoadTokenFile(d, train ? d.path : d.validation_path, batch_size, square, want_inputs, want_labels);
+  }
+  return Dataset{};
+}
+
+namespace {
+
 // The configured dataset's training split, and its test or validation
 // split when the config asks for one; each rank reads only what its stages
 // need (inputs on the first stage's rank, labels on the last's).
 void LoadData(const DataConfig& d, int batch_size, double square, RunSetup& u) {
-  switch (d.dataset) {
-    case DatasetKind::kFashionMnist:
-      u.train = LoadFashionMnist(d.path, "train", u.first_rank, u.last_rank);
-      if (d.evaluate) u.test = LoadFashionMnist(d.path, "test", u.first_rank, u.last_rank);
-      break;
-    case DatasetKind::kSynthetic:
-      u.train = MakeSynthetic(d.samples, d.features, d.classes, d.seed, u.first_rank, u.last_rank);
-      break;
-    case DatasetKind::kFortunes:
-      u.train = LoadFortuneSplit(d, "train", batch_size, square, u.first_rank, u.last_rank);
-      if (d.validation) u.test = LoadFortuneSplit(d, "validation", batch_size, square, u.first_rank, u.last_rank);
-      break;
-    case DatasetKind::kSyntheticTokens:
-      u.train = MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, u.first_rank, u.last_rank);
-      break;
-    case DatasetKind::kMegatron:
-    case DatasetKind::kLlmc:
-    case DatasetKind::kJsonl:
-      u.train = LoadTokenFile(d, d.path, batch_size, square, u.first_rank, u.last_rank);
-      if (!d.validation_path.empty()) {
-        u.test = LoadTokenFile(d, d.validation_path, batch_size, square, u.first_rank, u.last_rank);
-      }
-      break;
-  }
+  u.train = LoadSplit(d, Split::kTraining, batch_size, square, u.first_rank, u.last_rank);
+  const bool held_out = (d.dataset == DatasetKind::kFashionMnist && d.evaluate) ||
+                        (d.dataset == DatasetKind::kFortunes && d.validation) ||
+                        ((d.dataset == DatasetKind::kMegatron || d.dataset == DatasetKind::kLlmc ||
+                          d.dataset == DatasetKind::kJsonl) &&
+                         !d.validation_path.empty());
+  if (held_out) u.test = LoadSplit(d, Split::kHeldOut, batch_size, square, u.first_rank, u.last_rank);
 }
 
 // The data fits the plan: each split's samples are what the first stage

@@ -24,10 +24,16 @@ std::string OpText(const OpDesc& op) {
   return text;
 }
 
-nlohmann::ordered_json LayerJson(const LayerProfile& l) {
-  return {{"forward_s", l.forward},       {"backward_input_s", l.backward_input},
-          {"backward_weight_s", l.backward_weight}, {"backward_s", l.backward},
-          {"op_forward_s", l.op_forward}, {"saved_bytes", l.saved_bytes}};
+nlohmann::ordered_json LayerJson(const LayerProfile& l, bool documents) {
+  nlohmann::ordered_json j = {{"forward_s", l.forward},       {"backward_input_s", l.backward_input},
+                              {"backward_weight_s", l.backward_weight}, {"backward_s", l.backward},
+                              {"op_forward_s", l.op_forward}, {"saved_bytes", l.saved_bytes}};
+  if (documents) {
+    j["documents_forward_s"] = l.documents.forward;
+    j["documents_backward_input_s"] = l.documents.backward_input;
+    j["documents_backward_weight_s"] = l.documents.backward_weight;
+  }
+  return j;
 }
 
 }  // namespace
@@ -64,12 +70,13 @@ std::string ProfileJson(const Profile& p) {
   j["processes"] = p.processes;
   j["clock"] = p.cpu_clock ? "cpu" : "wall";
   j["repetitions"] = p.repetitions;
+  if (p.document_tokens > 0) j["document_tokens"] = p.document_tokens;
   auto& rows = j["rows"] = nlohmann::ordered_json::array();
   for (const ProfileRows& r : p.rows) {
     nlohmann::ordered_json e;
     e["rows"] = r.rows;
     auto& layers = e["layers"] = nlohmann::ordered_json::array();
-    for (const LayerProfile& l : r.layers) layers.push_back(LayerJson(l));
+    for (const LayerProfile& l : r.layers) layers.push_back(LayerJson(l, p.document_tokens > 0));
     rows.push_back(std::move(e));
   }
   return j.dump(1) + "\n";
@@ -104,6 +111,11 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
     p.cpu_clock = clock == "cpu";
     if (p.processes < 1) throw ConfigError(fmt::format("{}: processes {}: must be >= 1", path, p.processes));
     p.repetitions = j.value("repetitions", 0);
+    p.document_tokens = j.value("document_tokens", 0);
+    if (p.document_tokens < 0 || p.document_tokens > p.identity.seq) {
+      throw ConfigError(fmt::format("{}: document_tokens {}: must be in [0, seq {}]", path, p.document_tokens,
+                                    p.identity.seq));
+    }
     for (const auto& e : j.at("rows")) {
       ProfileRows r;
       r.rows = e.at("rows").get<int>();
@@ -115,6 +127,10 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
         lp.backward = l.at("backward_s").get<double>();
         lp.op_forward = l.at("op_forward_s").get<std::vector<double>>();
         lp.saved_bytes = l.at("saved_bytes").get<double>();
+        if (p.document_tokens > 0) {
+          lp.documents = {l.at("documents_forward_s").get<double>(), l.at("documents_backward_input_s").get<double>(),
+                          l.at("documents_backward_weight_s").get<double>()};
+        }
         r.layers.push_back(std::move(lp));
       }
       p.rows.push_back(std::move(r));
@@ -203,6 +219,9 @@ std::vector<LayerProfile> LayersAt(const Profile& p, int rows, bool* exact) {
     l.backward = mix(l.backward, y.backward);
     for (std::size_t i = 0; i < l.op_forward.size(); ++i) l.op_forward[i] = mix(l.op_forward[i], y.op_forward[i]);
     l.saved_bytes = mix(l.saved_bytes, y.saved_bytes);
+    l.documents = {mix(l.documents.forward, y.documents.forward),
+                   mix(l.documents.backward_input, y.documents.backward_input),
+                   mix(l.documents.backward_weight, y.documents.backward_weight)};
   }
   return out;
 }
