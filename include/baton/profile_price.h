@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "baton/costs.h"
+#include "baton/data.h"
 #include "baton/model.h"
 #include "baton/plan.h"
 #include "baton/price.h"
@@ -53,6 +54,44 @@ struct ProfilePrediction {
   std::vector<double> peak_bytes;  // per rank
   std::vector<RankMemory> memory;  // per rank: what peak_bytes sums (PlanMemory), model state by ZeRO stage included
 };
+// A microbatch of packed documents as the runtime runs it (Executor: its
+// samples at the longest one's filled length): its samples, that length,
+// and the sum over its documents of their lengths squared (attention's
+// cost, within each document); and its real tokens (the samples' filled
+// positions, Batch::filled).
+struct PackedMicrobatch {
+  int rows = 0;
+  int length = 0;
+  double squares = 0;
+  double tokens = 0;
+};
+// A step's microbatches from one replica's batch (Batch::starts and
+// filled, baton/data.h): `microbatches` of `rows` samples of `seq`
+// positions each.
+std::vector<PackedMicrobatch> PackedMicrobatchesOf(const Batch& batch, int microbatches, int rows, int seq);
+
+// What each of a packed step's microbatches costs against the whole one the
+// plan is priced at (plan.rows samples of seq tokens, one document each;
+// MicrobatchShares, baton/sim.h), per microbatch and stage, from the
+// profile: each layer's cost cut into a part per token and attention's
+// part per document square, the latter from its cost with its samples cut
+// into documents (LayerProfile::documents):
+//   P = (whole - documents) / (1 - q / seq^2), q = sum of the cut's squares
+//   share(j, s) = sum over s's layers of
+//       [(whole - P) x rows_j length_j / (rows seq) + P x squares_j / (rows seq^2)]
+//     / sum over s's layers of whole
+// (F + I + W); a message's share is rows_j length_j / (rows seq). Throws
+// ConfigError for a profile without document costs (document_tokens 0).
+MicrobatchShares PackedShares(const RunPlan& plan, const Profile& profile, const std::vector<PackedMicrobatch>& mbs);
+
+// A packed step predicted: the profile's price of `plan` (as
+// PredictFromProfile's) with each replica's microbatches (one list per
+// replica, plan.microbatches each) at their shares (PackedShares); the
+// slowest replica's simulation, since the replicas' gradient sums wait for
+// it. record_timeline set.
+SimResult PredictPackedStep(const RunPlan& plan, const Profile& profile,
+                            const std::vector<std::vector<PackedMicrobatch>>& replicas);
+
 // How a run has slowed against its profile, as the adaptive plans measure
 // it: each pipeline rank's factor on its stages' compute costs (empty: 1
 // each), and each link's extra seconds a message (empty: none; ranks x

@@ -25,6 +25,7 @@
 #include "baton/sim.h"
 #include "baton/slices.h"
 #include "commands.h"
+#include "simulate_packed.h"
 #include "baton/measure_profile.h"
 
 namespace baton {
@@ -47,6 +48,8 @@ struct SimulateFlags {
   double memory_limit = 0.0;  // generators' memory limit, M_B (0 = each one's default)
   std::optional<std::string> compare, json, trace, svg;
   std::string profile;           // with a training config: its step from a baton profile
+  int steps = 10;                // packed documents: the steps priced
+  std::string lengths;           // packed documents: one step's lengths instead
   std::vector<std::string> set;  // the training config's overrides
 };
 
@@ -331,6 +334,12 @@ void RunSimulateProfile(const SimulateFlags& flags) {
     config = WithPlacement(config, model, ChoosePlacement(config, profile).bounds);
   }
   const RunPlan plan = PlanRun(config);
+  if (config.data.packing != Packing::kNone) {
+    SimulatePacked(config, plan, profile,
+                   {flags.steps, flags.lengths, flags.svg, flags.trace, flags.json, flags.config, flags.profile, source});
+    return;
+  }
+  if (!flags.lengths.empty()) throw ConfigError("simulate --lengths: the config packs no documents (data.packing: none)");
   const ProfilePrediction p = PredictFromProfile(plan, profile);
   const SimResult& r = p.sim;
   std::string out = fmt::format("{}: {} ranks, {} microbatches of {} samples, {} stages ({}), costs from {}\n",
@@ -466,6 +475,12 @@ void AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--profile", flags->profile,
                   "a baton profile of the training config CONFIG: simulate its step from the profiled costs");
   cmd->add_option("--set", flags->set, "with --profile: override a key of the training config (repeatable)");
+  cmd->add_option("--steps", flags->steps,
+                  "with --profile and packed documents (data.packing): the run's first steps priced, each by its "
+                  "microbatches' lengths (default 10)");
+  cmd->add_option("--lengths", flags->lengths,
+                  "with --profile and packed documents: price one step from a lengths file instead: one line a "
+                  "microbatch (replica 0's first), samples apart by ';', each its documents' token counts");
   cmd->add_option("-s,--schedule", flags->schedule,
                   fmt::format("{}, or a CSV schedule file (default 1f1b)", fmt::join(GeneratorNames(), ", ")));
   cmd->add_option("-p,--ranks", flags->ranks, "pipeline ranks p (default 4; a file's row count)");

@@ -754,3 +754,58 @@ TEST_F(BatonCliTest, DataStatsCountsTheDocumentsLengths) {
 }
 
 }  // namespace baton
+
+namespace baton {
+
+// baton simulate prices a packed run's steps by their microbatches'
+// lengths, from a profile that measured attention's cost per document;
+// a lengths file prices one step; a malformed one is one error, exit 2.
+TEST_F(BatonCliTest, SimulatePricesAPackedRunsStepsByTheirLengths) {
+  std::string docs;
+  for (int i = 0; i < 200; ++i) docs += "{\"text\": \"" + std::string(1 + (i * 7) % 23, 'a' + i % 26) + "\"}\n";
+  WriteWork("d.jsonl", docs);
+  const std::string config = std::string("'") + BATON_SOURCE_DIR +
+                             "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 --set model.vocab=256 --set model.seq_len=16 "
+                             "--set 'data={dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 16}' ";
+  RunResult r = Run("profile " + config + "--repetitions 2 --out p.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(ReadFile(Work() / "p.json"))["document_tokens"], 2);
+  r = Run("simulate " + config + "--profile p.json --steps 3 --json s.json --svg s.svg");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1f1b: 2 ranks x 1 replicas, 8 microbatches of 2 samples of data.max_tokens 16 (packing: greedy)"),
+            std::string::npos)
+      << r.out;
+  const json s = json::parse(ReadFile(Work() / "s.json"));
+  ASSERT_EQ(s["steps"].size(), 3u);
+  for (const json& step : s["steps"]) {
+    EXPECT_GT(step["predicted_s"].get<double>(), 0.0);
+    EXPECT_LE(step["predicted_s"].get<double>(), s["whole_step_s"].get<double>() * (1 + 1e-12));
+    EXPECT_EQ(step["lengths"].size(), 8u);
+  }
+  EXPECT_EQ(ReadFile(Work() / "s.svg").rfind("<svg", 0), 0u);
+  // Every sample one document of the whole budget: the unpacked step.
+  std::string full;
+  for (int j = 0; j < 8; ++j) full += "16; 16\n";
+  WriteWork("full.txt", "# two samples a microbatch\n" + full);
+  r = Run("simulate " + config + "--profile p.json --lengths full.txt --json f.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json f = json::parse(ReadFile(Work() / "f.json"));
+  EXPECT_NEAR(f["steps"][0]["predicted_s"].get<double>(), f["whole_step_s"].get<double>(),
+              1e-12 * f["whole_step_s"].get<double>());
+  EXPECT_EQ(f["steps"][0]["tokens"], 256);
+  WriteWork("short.txt", "16\n");
+  ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths short.txt"),
+                     "short.txt: 1 microbatches, but a step of this config has 8");
+  WriteWork("long.txt", "8 9\n");
+  ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths long.txt"),
+                     "long.txt:1: a sample of 17+ tokens: a sample holds at most data.max_tokens = 16");
+  WriteWork("word.txt", "# a comment\n3 x\n");
+  ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths word.txt"),
+                     "word.txt:2: 'x': a document's length is a whole number of tokens >= 1");
+  WriteWork("rows.txt", "1; 1; 1\n");
+  ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths rows.txt"),
+                     "rows.txt:1: 3 samples: a microbatch holds at most 2");
+  EXPECT_FALSE(fs::exists(Work() / "x.json"));
+}
+
+}  // namespace baton

@@ -1,0 +1,197 @@
+// `baton simulate CONFIG --profile P` for packed documents: each step priced
+// by its microbatches' real lengths (see simulate_packed.h).
+#include "simulate_packed.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+#include "baton/data.h"
+#include "baton/error.h"
+#include "baton/files.h"
+#include "baton/machine.h"
+#include "baton/profile_price.h"
+#include "baton/sim.h"
+#include "baton/train.h"
+#include "commands.h"
+
+namespace baton {
+namespace {
+
+// One step's microbatches per replica, from a lengths file.
+std::vector<std::vector<PackedMicrobatch>> ReadLengths(const std::string& path, const RunPlan& plan, int replicas) {
+  const std::string text = ReadTextFile(path, "lengths file");
+  const int seq = plan.model.seq;
+  std::vector<PackedMicrobatch> all;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto where = [&](const std::string& rule) { return ConfigError(fmt::format("{}:{}: {}", path, number, rule)); };
+    PackedMicrobatch mb;
+    std::istringstream samples(line);
+    std::string sample;
+    while (std::getline(samples, sample, ';')) {
+      std::replace(sample.begin(), sample.end(), ',', ' ');
+      std::istringstream docs(sample);
+      std::string word;
+      long long filled = 0;
+      bool any = false;
+      while (docs >> word) {
+        std::size_t used = 0;
+        long long n = 0;
+        try {
+          n = std::stoll(word, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != word.size() || n < 1) {
+          throw where(fmt::format("'{}': a document's length is a whole number of tokens >= 1", word));
+        }
+        filled += n;
+        if (filled > seq) {
+          throw where(fmt::format("a sample of {}+ tokens: a sample holds at most data.max_tokens = {}", filled, seq));
+        }
+        mb.squares += static_cast<double>(n) * static_cast<double>(n);
+        mb.tokens += static_cast<double>(n);
+        any = true;
+      }
+      if (!any) throw where("an empty sample: give each sample its documents' lengths, samples apart by ';'");
+      ++mb.rows;
+      mb.length = std::max(mb.length, static_cast<int>(filled));
+    }
+    if (mb.rows > plan.rows) {
+      throw where(fmt::format("{} samples: a microbatch holds at most {} (train.batch_size / replicas / "
+                              "microbatches)", mb.rows, plan.rows));
+    }
+    all.push_back(mb);
+  }
+  const std::size_t want = static_cast<std::size_t>(plan.microbatches()) * static_cast<std::size_t>(replicas);
+  if (all.size() != want) {
+    throw ConfigError(fmt::format("{}: {} microbatches, but a step of this config has {} ({} a replica x {} "
+                                  "replicas): one line each, replica 0's first",
+                                  path, all.size(), want, plan.microbatches(), replicas));
+  }
+  std::vector<std::vector<PackedMicrobatch>> out(static_cast<std::size_t>(replicas));
+  for (std::size_t k = 0; k < all.size(); ++k) out[k / static_cast<std::size_t>(plan.microbatches())].push_back(all[k]);
+  return out;
+}
+
+struct PricedStep {
+  SimResult sim;
+  std::vector<std::vector<PackedMicrobatch>> replicas;
+  double tokens = 0;  // real tokens of the global batch (every replica's)
+};
+
+// The run's first `steps` steps, in its order (the loaders a run makes).
+std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, const Profile& profile, int steps) {
+  const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
+  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false);
+  if (!data.packed()) throw ConfigError("simulate: the dataset holds no packed documents");
+  const int D = c.data_parallel.size;
+  std::vector<std::unique_ptr<BatchLoader>> loaders;
+  for (int r = 0; r < D; ++r) {
+    loaders.push_back(MakeBatchLoader(data, c.train.batch_size, c.data.shuffle, c.data.seed,
+                                      MicrobatchesBefore(c, r) * plan.rows, plan.batch_size));
+  }
+  std::vector<PricedStep> out;
+  for (int k = 0; k < steps; ++k) {
+    PricedStep step;
+    for (auto& loader : loaders) {
+      const Batch b = loader->Next();
+      step.replicas.push_back(PackedMicrobatchesOf(b, plan.microbatches(), plan.rows, plan.model.seq));
+      for (const PackedMicrobatch& mb : step.replicas.back()) step.tokens += mb.tokens;
+    }
+    step.sim = PredictPackedStep(plan, profile, step.replicas);
+    out.push_back(std::move(step));
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profile& profile,
+                    const PackedSimulation& what) {
+  if (what.steps < 1) throw ConfigError(fmt::format("simulate: --steps must be >= 1, got {}", what.steps));
+  CommandFiles files = RunInputsOf(config);
+  AddProfileInputs(files, "--profile", what.profile_path);
+  if (!what.lengths.empty()) files.inputs.push_back({"--lengths", what.lengths});
+  if (what.svg) files.outputs.push_back({"--svg", *what.svg});
+  if (what.trace) files.outputs.push_back({"--trace", *what.trace});
+  if (what.json) files.outputs.push_back({"--json", *what.json});
+  CheckCommandFiles(files);
+
+  const ProfilePrediction whole = PredictFromProfile(plan, profile);
+  std::vector<PricedStep> steps;
+  if (!what.lengths.empty()) {
+    PricedStep step;
+    step.replicas = ReadLengths(what.lengths, plan, config.data_parallel.size);
+    step.sim = PredictPackedStep(plan, profile, step.replicas);
+    for (const auto& mbs : step.replicas) {
+      for (const PackedMicrobatch& mb : mbs) step.tokens += mb.tokens;
+    }
+    steps.push_back(std::move(step));
+  } else {
+    steps = DatasetSteps(config, plan, profile, what.steps);
+  }
+  const double slot = static_cast<double>(plan.rows) * plan.model.seq;
+  std::string out = fmt::format(
+      "{}: {} ranks x {} replicas, {} microbatches of {} samples of data.max_tokens {} (packing: {}), costs from {}\n",
+      whole.sim.schedule, plan.lowered.ranks, plan.replicas, plan.microbatches(), plan.rows, plan.model.seq,
+      EnumName(config.data.packing), what.source);
+  out += fmt::format("whole microbatches (every position a token): step {:.3f} ms\n", whole.sim.makespan * 1e3);
+  out += fmt::format("{:>5}  {:>12}  {:>8}  {:>12}  {:>9}  {:>9}  {:>7}\n", "step", "predicted ms", "tokens",
+                     "tokens/s", "fullest", "emptiest", "unused");
+  nlohmann::ordered_json j;
+  j["whole_step_s"] = whole.sim.makespan;
+  auto& rows = j["steps"] = nlohmann::ordered_json::array();
+  std::vector<double> times, rates;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const PricedStep& s = steps[k];
+    double longest = 0, shortest = 1e300, used = 0, slots = 0;
+    std::vector<double> lengths;
+    for (const auto& mbs : s.replicas) {
+      for (const PackedMicrobatch& mb : mbs) {
+        longest = std::max(longest, mb.tokens);
+        shortest = std::min(shortest, mb.tokens);
+        used += mb.tokens;
+        slots += slot;
+        lengths.push_back(mb.length);
+      }
+    }
+    const double t = s.sim.makespan;
+    times.push_back(t);
+    rates.push_back(t > 0 ? s.tokens / t : 0.0);
+    out += fmt::format("{:>5}  {:>12.3f}  {:>8.0f}  {:>12.0f}  {:>9.0f}  {:>9.0f}  {:>6.1f}%\n", k + 1, t * 1e3, s.tokens,
+                       rates.back(), longest, shortest, 100 * (1 - used / slots));
+    rows.push_back({{"step", k + 1}, {"predicted_s", t}, {"tokens", s.tokens}, {"lengths", lengths},
+                    {"bubble_rate", s.sim.bubble_rate}});
+  }
+  out += fmt::format("median predicted step {:.3f} ms, {:.0f} real tokens/s\n", Median(times) * 1e3, Median(rates));
+  j["median_step_s"] = Median(times);
+  j["median_tokens_per_s"] = Median(rates);
+  const bool to_stdout = what.json.value_or("") == "-" || what.svg.value_or("") == "-" || what.trace.value_or("") == "-";
+  if (!to_stdout) std::cout << out;
+  if (what.svg) {
+    std::ostringstream svg;
+    WriteSvg(steps.front().sim, svg);
+    WriteOutput(*what.svg, svg.str());
+  }
+  if (what.trace) {
+    std::ostringstream trace;
+    WriteChromeTrace(steps.front().sim, trace);
+    WriteOutput(*what.trace, trace.str());
+  }
+  if (what.json) WriteOutput(*what.json, j.dump(1) + "\n");
+}
+
+}  // namespace baton

@@ -1,0 +1,158 @@
+// Packed steps priced from a profile (PackedShares, PackedMicrobatchesOf,
+// PredictPackedStep) against a model whose costs are exactly a part per
+// token and a part per document square, and against the unpacked price.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "baton/config.h"
+#include "baton/error.h"
+#include "baton/plan.h"
+#include "baton/profile.h"
+#include "baton/profile_price.h"
+
+namespace baton {
+namespace {
+
+TrainConfig TinyGpt(const std::vector<std::string>& sets) {
+  return LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", sets);
+}
+
+bool Attends(const ModelDesc& model, int t) {
+  const auto [first, last] = model.OpRange(t, t + 1);
+  for (int i = first; i < last; ++i) {
+    if (model.ops[static_cast<std::size_t>(i)].type == LayerType::kAttention) return true;
+  }
+  return false;
+}
+
+// Layer t's true cost of `tokens` tokens whose documents' squares sum to
+// `squares`: alpha_t per token (F, I, W at 1 : 2 : 1) and, where it
+// attends, beta_t per square.
+struct Truth {
+  std::vector<double> alpha, beta;
+  double Layer(int t, double tokens, double squares) const {
+    return alpha[static_cast<std::size_t>(t)] * tokens + beta[static_cast<std::size_t>(t)] * squares;
+  }
+};
+
+// A profile of that truth at `rows` samples of seq tokens: one document
+// a sample, and cut into documents of 2 tokens.
+Profile ProfileOf(const TrainConfig& c, const Truth& truth, int rows) {
+  const ModelDesc model = DescribeModel(c.model.layers, c.model.input, c.model.seq);
+  Profile p;
+  p.identity = IdentityOf(c, model, "test machine", 64);
+  p.document_tokens = 2;
+  const double T = model.seq;
+  ProfileRows pr;
+  pr.rows = rows;
+  for (int t = 0; t < model.top_layers(); ++t) {
+    auto costs = [&](double squares) {
+      const double all = truth.Layer(t, rows * T, rows * squares);
+      return Costs{all / 4, all / 2, all / 4};
+    };
+    LayerProfile l;
+    const Costs whole = costs(T * T), cut = costs(T / 2 * 4);
+    l.forward = whole.forward;
+    l.backward_input = whole.backward_input;
+    l.backward_weight = whole.backward_weight;
+    l.backward = whole.Backward();
+    l.documents = cut;
+    const auto [first, last] = model.OpRange(t, t + 1);
+    l.op_forward.assign(static_cast<std::size_t>(last - first), l.forward / (last - first));
+    pr.layers.push_back(l);
+  }
+  p.rows.push_back(pr);
+  return p;
+}
+
+TEST(PackedPrice, SharesAreTheTokensAndSquaresOfEachMicrobatch) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=16", "pipeline.microbatches=4"});
+  const RunPlan plan = PlanRun(c);
+  const ModelDesc& model = plan.model;
+  std::mt19937 rng(5);
+  Truth truth;
+  for (int t = 0; t < model.top_layers(); ++t) {
+    truth.alpha.push_back(std::uniform_real_distribution<double>(1, 3)(rng));
+    truth.beta.push_back(Attends(model, t) ? std::uniform_real_distribution<double>(0.5, 2)(rng) : 0.0);
+  }
+  const Profile profile = ProfileOf(c, truth, plan.rows);
+  std::vector<PackedMicrobatch> mbs;
+  for (int j = 0; j < plan.microbatches(); ++j) {
+    PackedMicrobatch mb;
+    mb.rows = 1 + j % plan.rows;
+    mb.length = 1 + (3 * j) % model.seq;
+    mb.squares = mb.rows * (1.0 + j);  // any sum of squares the documents may have
+    mbs.push_back(mb);
+  }
+  const MicrobatchShares shares = PackedShares(plan, profile, mbs);
+  ASSERT_EQ(shares.cost.size(), mbs.size() * static_cast<std::size_t>(plan.stages()));
+  const double T = model.seq;
+  for (std::size_t j = 0; j < mbs.size(); ++j) {
+    const double tokens = static_cast<double>(mbs[j].rows) * mbs[j].length;
+    EXPECT_NEAR(shares.message[j], tokens / (plan.rows * T), 1e-12);
+    for (int s = 0; s < plan.stages(); ++s) {
+      double real = 0, whole = 0;
+      for (int t = plan.bounds[static_cast<std::size_t>(s)]; t < plan.bounds[static_cast<std::size_t>(s) + 1]; ++t) {
+        real += truth.Layer(t, tokens, mbs[j].squares);
+        whole += truth.Layer(t, plan.rows * T, plan.rows * T * T);
+      }
+      EXPECT_NEAR(shares.cost[j * plan.stages() + s], real / whole, 1e-12) << "microbatch " << j << " stage " << s;
+    }
+  }
+}
+
+TEST(PackedPrice, AStepOfFullOneDocumentSamplesIsTheUnpackedStep) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=16", "pipeline.microbatches=8"});
+  const RunPlan plan = PlanRun(c);
+  Truth truth;
+  for (int t = 0; t < plan.model.top_layers(); ++t) {
+    truth.alpha.push_back(1.0 + t);
+    truth.beta.push_back(Attends(plan.model, t) ? 0.5 : 0.0);
+  }
+  const Profile profile = ProfileOf(c, truth, plan.rows);
+  const double T = plan.model.seq;
+  const std::vector<PackedMicrobatch> full(static_cast<std::size_t>(plan.microbatches()),
+                                           {plan.rows, plan.model.seq, plan.rows * T * T, plan.rows * T});
+  const SimResult packed = PredictPackedStep(plan, profile, {full});
+  EXPECT_NEAR(packed.makespan, PredictFromProfile(plan, profile).sim.makespan, 1e-12);
+  // Half the tokens in each microbatch, one document a sample: cheaper.
+  std::vector<PackedMicrobatch> half = full;
+  for (PackedMicrobatch& mb : half) mb = {plan.rows, plan.model.seq / 2, plan.rows * T * T / 4, plan.rows * T / 2};
+  EXPECT_LT(PredictPackedStep(plan, profile, {half}).makespan, 0.75 * packed.makespan);
+  // Two replicas: the slower one's step.
+  EXPECT_NEAR(PredictPackedStep(plan, profile, {half, full}).makespan, packed.makespan, 1e-12);
+}
+
+TEST(PackedPrice, AProfileWithoutDocumentCostsIsRefused) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2"});
+  const RunPlan plan = PlanRun(c);
+  Profile profile = ProfileOf(c, Truth{std::vector<double>(16, 1.0), std::vector<double>(16, 0.0)}, plan.rows);
+  profile.document_tokens = 0;
+  EXPECT_THROW(PackedShares(plan, profile, {}), ConfigError);
+}
+
+TEST(PackedPrice, ABatchsMicrobatchesAreItsSamplesRuns) {
+  // Two microbatches of two samples of 6 positions: documents by starts,
+  // filled positions by filled.
+  const std::vector<std::int32_t> starts = {0, 0, 0, 3, 3, 5,   // 3 + 2 (+ position 5 unfilled)
+                                            0, 0, 0, 0, 0, 0,   // 4 of 6 filled
+                                            0, 1, 1, 1, 1, 1,   // 1 + 5
+                                            0, 0, 2, 2, 2, 2};  // 2 + 4
+  const std::vector<std::int32_t> filled = {5, 4, 6, 6};
+  Batch b;
+  b.starts = starts;
+  b.filled = filled;
+  const std::vector<PackedMicrobatch> mbs = PackedMicrobatchesOf(b, 2, 2, 6);
+  ASSERT_EQ(mbs.size(), 2u);
+  EXPECT_EQ(mbs[0].rows, 2);
+  EXPECT_EQ(mbs[0].length, 5);
+  EXPECT_DOUBLE_EQ(mbs[0].tokens, 9);
+  EXPECT_DOUBLE_EQ(mbs[0].squares, 9 + 4 + 25);  // sample 2 computes 5 positions of one document
+  EXPECT_EQ(mbs[1].length, 6);
+  EXPECT_DOUBLE_EQ(mbs[1].squares, 1 + 25 + 4 + 16);
+  EXPECT_DOUBLE_EQ(mbs[1].tokens, 12);
+}
+
+}  // namespace
+}  // namespace baton
