@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <map>
@@ -250,13 +251,20 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
                                                      int batch_samples, bool refuse_long, double square,
                                                      const std::string& name);
 
-// `docs` packed by PackGreedy (or PackBalanced, square >= 0) into samples of `max_tokens` positions
+// data.packing: balanced's arrangement of one global batch's samples (in
+// place: the same samples, reordered) into the step's microbatches, as the
+// run's plan prices the step (ArrangeBalanced, baton/profile_price.h).
+using ArrangeBatch = std::function<void(std::span<std::vector<DocumentPiece>> samples)>;
+
+// `docs` packed by PackGreedy (or PackBalanced, square >= 0, each whole
+// batch then arranged by `arrange` where given) into samples of `max_tokens` positions
 // (i32[1, max_tokens]), as Dataset says of packed documents: the inputs
 // where `want_inputs`, the labels where `want_labels`, the starts and
 // target counts always. Ids are in [0, vocab) (the caller checks:
 // TokenDocuments::CheckBelow); a position no document fills has input 0.
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
-                            int vocab, bool want_inputs, bool want_labels, double square = -1);
+                            int vocab, bool want_inputs, bool want_labels, double square = -1,
+                            const ArrangeBatch& arrange = {});
 
 // What `baton data stats` prints: the documents, the tokens, the length's
 // quantiles and a histogram of lengths in powers of two (bin k holds the

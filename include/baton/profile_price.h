@@ -6,6 +6,7 @@
 #ifndef BATON_PROFILE_PRICE_H_
 #define BATON_PROFILE_PRICE_H_
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +92,23 @@ MicrobatchShares PackedShares(const RunPlan& plan, const Profile& profile, const
 // it. record_timeline set.
 SimResult PredictPackedStep(const RunPlan& plan, const Profile& profile,
                             const std::vector<std::vector<PackedMicrobatch>>& replicas);
+
+// data.packing: balanced's arrangement of one global batch's samples into
+// the steps of `plan` (ArrangeBatch, baton/data.h; replicas x
+// microbatches of plan.rows samples, replica 0's first): the samples by
+// their positions, fullest first, plan.rows at a time into microbatches
+// (the runtime runs a microbatch at its fullest sample's length); the
+// microbatches to the replicas costliest first, each to the cheapest with
+// room; then each replica's microbatches in the order whose step the
+// simulator prices least, of: costliest first, cheapest first, the
+// cheapest first and the next cheapest last with the rest costliest
+// first, then swaps of two while one lowers the price (at most
+// kArrangeTries prices a replica). Priced by `profile` (PackedShares)
+// where given with document costs, else by `square`: a microbatch costs rows x length +
+// square x its squares, on every stage alike, at unit costs. A batch of
+// another size is left as it is. Deterministic: every rank arranges alike.
+inline constexpr int kArrangeTries = 96;
+ArrangeBatch ArrangeBalanced(const RunPlan& plan, double square, std::optional<Profile> profile);
 
 // How a run has slowed against its profile, as the adaptive plans measure
 // it: each pipeline rank's factor on its stages' compute costs (empty: 1

@@ -13,6 +13,7 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/files.h"
+#include "baton/plan.h"
 #include "baton/signals.h"
 
 namespace baton {
@@ -134,7 +135,12 @@ struct TrainOptions {
 // file's data.validation_path; empty for a dataset without one.
 enum class Split { kTraining, kHeldOut };
 Dataset LoadSplit(const DataConfig& data, Split split, int batch_size, double square, bool want_inputs,
-                  bool want_labels);
+                  bool want_labels, const ArrangeBatch& arrange = {});
+// data.packing: balanced's arrangement of each global batch into the
+// steps of `plan` (ArrangeBalanced, baton/profile_price.h), priced by
+// pipeline.profile where the config names one, else by `square`; none for
+// another packing.
+ArrangeBatch BalancedArrangement(const TrainConfig& config, const RunPlan& plan, double square);
 
 // The files a training run of `config` on `world` ranks reads and writes
 // (its config file is config.source), plus `extra_outputs` (bench's

@@ -90,7 +90,9 @@ struct PricedStep {
 // The run's first `steps` steps, in its order (the loaders a run makes).
 std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, const Profile& profile, int steps) {
   const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
-  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false);
+  // Packed and arranged as the run packs and arranges it.
+  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false,
+                                 BalancedArrangement(c, plan, square));
   if (!data.packed()) throw ConfigError("simulate: the dataset holds no packed documents");
   const int D = c.data_parallel.size;
   std::vector<std::unique_ptr<BatchLoader>> loaders;

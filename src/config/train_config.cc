@@ -391,12 +391,14 @@ void ReadPipeline(YamlMap& top, TrainConfig& c) {
   c.pipeline.adapt_asked = pipe.Has("adapt");
   if (c.pipeline.partition != Partition::kAuto) {
     for (const char* key : {"profile", "memory_bytes"}) {
-      // A profile prices the adaptive plans too, which are on unless set off.
+      // A profile prices the adaptive plans too, which are on unless set
+      // off, and balanced packing's arrangement of each step.
       const bool adapting = c.pipeline.adapt != AdaptMode::kOff || !c.pipeline.adapt_asked;
-      if (pipe.Has(key) && !(adapting && std::string_view(key) == "profile")) {
+      const bool prices = adapting || c.data.packing == Packing::kBalanced;
+      if (pipe.Has(key) && !(prices && std::string_view(key) == "profile")) {
         pipe.Fail(pipe.Node(key), key,
-                  "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: auto) "
-                  "or adaptive plans (pipeline.adapt: on)");
+                  "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: auto), "
+                  "adaptive plans (pipeline.adapt: on) or balanced packing (data.packing: balanced)");
       }
     }
   }
@@ -612,10 +614,12 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                           c.data_parallel.zero.number()));
   }
   if (!c.pipeline.adapt_asked && AdaptsByDefault(c)) c.pipeline.adapt = AdaptMode::kOn;
-  if (c.pipeline.adapt == AdaptMode::kOff && !c.pipeline.profile.empty() && c.pipeline.partition != Partition::kAuto) {
+  if (c.pipeline.adapt == AdaptMode::kOff && !c.pipeline.profile.empty() && c.pipeline.partition != Partition::kAuto &&
+      c.data.packing != Packing::kBalanced) {
     top.Map("pipeline").Fail(root["pipeline"]["profile"], "profile",
                              "only applies with an automatic placement (pipeline.partition: auto, or pipeline.layout: "
-                             "auto) or adaptive plans (pipeline.adapt: on), and this run's plan cannot change");
+                             "auto), adaptive plans (pipeline.adapt: on) or balanced packing (data.packing: balanced), "
+                             "and this run's plan cannot change");
   }
   if (c.pipeline.adapt != AdaptMode::kOff) {
     // A placement moves between steps (SwapPlan): a generated schedule's,

@@ -91,12 +91,19 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
 }
 
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
-                            int vocab, bool want_inputs, bool want_labels, double square) {
+                            int vocab, bool want_inputs, bool want_labels, double square,
+                            const ArrangeBatch& arrange) {
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(docs.documents()));
   for (std::int64_t d = 0; d < docs.documents(); ++d) lengths[static_cast<std::size_t>(d)] = docs.length(d);
-  const std::vector<std::vector<DocumentPiece>> packed =
+  std::vector<std::vector<DocumentPiece>> packed =
       square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name())
                  : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs.name());
+  if (square >= 0 && arrange) {
+    const auto b = static_cast<std::size_t>(batch_samples);
+    for (std::size_t first = 0; first + b <= packed.size(); first += b) {
+      arrange(std::span<std::vector<DocumentPiece>>(packed).subspan(first, b));
+    }
+  }
   if (packed.empty()) {
     throw ConfigError(fmt::format("{}: no document has two tokens: nothing to predict", docs.name()));
   }

@@ -156,3 +156,125 @@ TEST(PackedPrice, ABatchsMicrobatchesAreItsSamplesRuns) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// A batch of samples whose documents have the given positions.
+std::vector<std::vector<DocumentPiece>> Samples(const std::vector<std::vector<int>>& positions) {
+  std::vector<std::vector<DocumentPiece>> out;
+  std::int64_t doc = 0;
+  for (const auto& sample : positions) {
+    out.emplace_back();
+    for (int n : sample) out.back().push_back({doc++, 0, n});
+  }
+  return out;
+}
+
+std::vector<PackedMicrobatch> MicrobatchesOf(const std::vector<std::vector<DocumentPiece>>& samples, int rows) {
+  std::vector<PackedMicrobatch> out;
+  for (std::size_t first = 0; first < samples.size(); first += static_cast<std::size_t>(rows)) {
+    PackedMicrobatch mb;
+    mb.rows = rows;
+    for (std::size_t s = first; s < first + static_cast<std::size_t>(rows); ++s) {
+      int filled = 0;
+      for (const DocumentPiece& p : samples[s]) {
+        filled += p.positions;
+        mb.squares += static_cast<double>(p.positions) * p.positions;
+      }
+      mb.length = std::max(mb.length, filled);
+      mb.tokens += filled;
+    }
+    out.push_back(mb);
+  }
+  return out;
+}
+
+// The step's price at unit costs with each microbatch's analytic share,
+// as the arrangement prices it without a profile.
+double Price(const RunPlan& plan, const std::vector<PackedMicrobatch>& mbs, double square) {
+  SimOptions o = PriceRun(plan, RunCosts{});
+  o.record_timeline = false;
+  const double whole = plan.rows * plan.model.seq + square * plan.rows * plan.model.seq * plan.model.seq;
+  for (const PackedMicrobatch& mb : mbs) o.microbatches.cost.push_back((mb.rows * mb.length + square * mb.squares) / whole);
+  return Simulate(plan.lowered, o).makespan;
+}
+
+TEST(ArrangeBalanced, TheSameSamplesInAStepThePricePutsNoHigher) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=4", "train.batch_size=16", "pipeline.microbatches=8",
+                                 "model.seq_len=16", "data.seq_len=16"});
+  const RunPlan plan = PlanRun(c);
+  ASSERT_EQ(plan.rows, 2);
+  std::mt19937 rng(9);
+  const double square = 0.25;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::vector<int>> positions(16);
+    for (auto& sample : positions) {
+      int room = 16;
+      while (room > 0) {
+        const int n = std::min(room, std::uniform_int_distribution<int>(1, 16)(rng));
+        sample.push_back(n);
+        room -= n;
+        if (std::uniform_int_distribution<int>(0, 3)(rng) == 0) break;  // some samples not full
+      }
+    }
+    const auto before = Samples(positions);
+    auto after = before;
+    ArrangeBalanced(plan, square, std::nullopt)(after);
+    // A permutation of the samples.
+    auto sorted = [](std::vector<std::vector<DocumentPiece>> v) {
+      std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.front().document < b.front().document; });
+      return v;
+    };
+    EXPECT_EQ(sorted(after), sorted(before));
+    // Each microbatch's samples as full as they can be together: fullest first, two at a time.
+    const auto mbs = MicrobatchesOf(after, plan.rows);
+    std::vector<int> fills;
+    for (const auto& s : after) {
+      int f = 0;
+      for (const DocumentPiece& p : s) f += p.positions;
+      fills.push_back(f);
+    }
+    std::vector<int> desc = fills;
+    std::sort(desc.rbegin(), desc.rend());
+    for (std::size_t j = 0; j < mbs.size(); ++j) {
+      const int hi = std::max(fills[2 * j], fills[2 * j + 1]), lo = std::min(fills[2 * j], fills[2 * j + 1]);
+      EXPECT_TRUE(std::find(desc.begin(), desc.end(), hi) != desc.end());
+      // The pair is adjacent in the descending order.
+      bool adjacent = false;
+      for (std::size_t k = 0; k + 1 < desc.size(); ++k) adjacent |= desc[k] == hi && desc[k + 1] == lo;
+      EXPECT_TRUE(adjacent) << "microbatch " << j << ": " << hi << ", " << lo;
+    }
+    // No dearer than the data's order, nor than its microbatches costliest first.
+    const double arranged = Price(plan, mbs, square);
+    EXPECT_LE(arranged, Price(plan, MicrobatchesOf(before, plan.rows), square) * (1 + 1e-12));
+    auto by_cost = mbs;
+    std::stable_sort(by_cost.begin(), by_cost.end(), [&](const PackedMicrobatch& a, const PackedMicrobatch& b) {
+      return a.rows * a.length + square * a.squares > b.rows * b.length + square * b.squares;
+    });
+    EXPECT_LE(arranged, Price(plan, by_cost, square) * (1 + 1e-12));
+    // Every rank arranges alike.
+    auto again = before;
+    ArrangeBalanced(plan, square, std::nullopt)(again);
+    EXPECT_EQ(again, after);
+  }
+}
+
+TEST(ArrangeBalanced, ReplicasGetMicrobatchesOfEvenCost) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "data_parallel.size=2", "train.batch_size=8",
+                                 "pipeline.microbatches=4"});
+  const RunPlan plan = PlanRun(c);
+  ASSERT_EQ(plan.rows, 1);
+  // Fills 8, 7, ..., 1 (one document each): costliest first into the cheaper replica.
+  std::vector<std::vector<int>> positions;
+  for (int n = 1; n <= 8; ++n) positions.push_back({n});
+  auto samples = Samples(positions);
+  ArrangeBalanced(plan, 0.0, std::nullopt)(samples);
+  double first = 0, second = 0;
+  for (std::size_t s = 0; s < samples.size(); ++s) (s < 4 ? first : second) += samples[s].front().positions;
+  EXPECT_EQ(first, 18);  // 8 + 5 + 4 + 1 against 7 + 6 + 3 + 2
+  EXPECT_EQ(second, 18);
+}
+
+}  // namespace
+}  // namespace baton
