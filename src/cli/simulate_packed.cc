@@ -15,6 +15,7 @@
 #include "baton/machine.h"
 #include "baton/profile_price.h"
 #include "baton/sim.h"
+#include "baton/timing.h"
 #include "baton/train.h"
 #include "commands.h"
 
@@ -87,12 +88,28 @@ struct PricedStep {
   double tokens = 0;  // real tokens of the global batch (every replica's)
 };
 
+// What arranging the steps took (data.packing: balanced): batches, seconds.
+struct Planning {
+  std::int64_t batches = 0;
+  double seconds = 0;
+};
+
 // The run's first `steps` steps, in its order (the loaders a run makes).
-std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, const Profile& profile, int steps) {
+std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, const Profile& profile, int steps,
+                                     Planning& planning) {
   const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
-  // Packed and arranged as the run packs and arranges it.
-  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false,
-                                 BalancedArrangement(c, plan, square));
+  // Packed and arranged as the run packs and arranges it, the arrangement timed.
+  ArrangeBatch arrange = BalancedArrangement(c, plan, square);
+  ArrangeBatch timed;
+  if (arrange) {
+    timed = [&](std::span<std::vector<DocumentPiece>> samples) {
+      const double start = MonotonicSeconds();
+      arrange(samples);
+      planning.seconds += MonotonicSeconds() - start;
+      ++planning.batches;
+    };
+  }
+  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false, timed);
   if (!data.packed()) throw ConfigError("simulate: the dataset holds no packed documents");
   const int D = c.data_parallel.size;
   std::vector<std::unique_ptr<BatchLoader>> loaders;
@@ -114,10 +131,6 @@ std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, 
   return out;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 }  // namespace
 
@@ -134,6 +147,7 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
 
   const ProfilePrediction whole = PredictFromProfile(plan, profile);
   std::vector<PricedStep> steps;
+  Planning planning;
   if (!what.lengths.empty()) {
     PricedStep step;
     step.replicas = ReadLengths(what.lengths, plan, config.data_parallel.size);
@@ -143,7 +157,7 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
     }
     steps.push_back(std::move(step));
   } else {
-    steps = DatasetSteps(config, plan, profile, what.steps);
+    steps = DatasetSteps(config, plan, profile, what.steps, planning);
   }
   const double slot = static_cast<double>(plan.rows) * plan.model.seq;
   std::string out = fmt::format(
@@ -179,6 +193,12 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
                     {"bubble_rate", s.sim.bubble_rate}});
   }
   out += fmt::format("median predicted step {:.3f} ms, {:.0f} real tokens/s\n", Median(times) * 1e3, Median(rates));
+  if (planning.batches > 0) {
+    const double each = planning.seconds / static_cast<double>(planning.batches);
+    out += fmt::format("planning: {:.3f} ms a step arranged ({:.2f}% of the median predicted step), ahead of the steps\n",
+                       each * 1e3, 100 * each / Median(times));
+    j["arrange_s_per_step"] = each;
+  }
   j["median_step_s"] = Median(times);
   j["median_tokens_per_s"] = Median(rates);
   const bool to_stdout = what.json.value_or("") == "-" || what.svg.value_or("") == "-" || what.trace.value_or("") == "-";

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# A packed step against its prediction, and balanced against greedy: the
+# fortunes GPT (configs/gpt_fortunes_1f1b.yaml's model, 1F1B, no
+# checkpointing) on the log-normal JSON Lines set of bench/packing.sh
+# (DOCS documents, median an eighth of the budget BUDGET, a tail to it).
+# One `baton profile` of the config (attention's cost per document
+# included); then ROUNDS rounds of greedy and balanced (arranged by the
+# profile, pipeline.profile) trained on P ranks (one core each) for STEPS
+# steps, each step's measured time (metrics rows) against `baton simulate`'s
+# prediction of the same step from the profile; then the prediction alone
+# on 4 and 8 ranks. Prints, with the stamp: per run the median over steps
+# 6..STEPS of measured / predicted, measured and predicted real tokens/s,
+# balanced over greedy of the same round; per rank count the predicted
+# tokens/s of both and their ratio, and balanced's planning cost a step.
+#   bench/packed_prediction.sh [P] [BUDGET] [STEPS] [ROUNDS] [DOCS]   (default 2 512 25 2 4000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/stamp.sh
+p=${1:-2}
+budget=${2:-512}
+steps=${3:-25}
+rounds=${4:-2}
+docs=${5:-4000}
+baton=${BATON:-build/baton}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+python3 - "$out/lognormal.jsonl" "$budget" "$docs" <<'PY'
+import json, math, random, sys
+path, budget, docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(11)
+with open(path, "w") as f:
+    for _ in range(docs):
+        n = min(budget, max(2, int(round(rng.lognormvariate(math.log(budget / 8), 1.0)))))
+        f.write(json.dumps({"text": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(n))}) + "\n")
+PY
+config=configs/gpt_fortunes_1f1b.yaml
+"$baton" profile "$config" --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: greedy, max_tokens: $budget}" \
+  --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks="$p" \
+  --set pipeline.checkpointing=none --rows 2 --out "$out/profile.json" > "$out/profile.log" 2>&1 \
+  || { cat "$out/profile.log" >&2; exit 1; }
+run() {  # NAME PACKING
+  timeout 900 mpirun -np "$p" "$baton" train "$config" \
+    --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $2, max_tokens: $budget}" \
+    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks="$p" \
+    --set pipeline.checkpointing=none --set pipeline.adapt=off $([ "$2" = balanced ] && echo --set pipeline.profile="$out/profile.json") \
+    --set train.steps="$steps" --set log.every_steps=1 --set log.progress=false --set log.metrics="$out/$1.jsonl" \
+    --set log.weights="$out/$1.safetensors" > "$out/$1.log" 2>&1 < /dev/null || { cat "$out/$1.log" >&2; exit 1; }
+  simulate "$2" "$p" "$out/$1.sim.json"
+}
+simulate() {  # PACKING RANKS JSON
+  "$baton" simulate "$config" --profile "$out/profile.json" \
+    --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $1, max_tokens: $budget}" \
+    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks="$2" \
+    --set pipeline.checkpointing=none --set pipeline.adapt=off $([ "$1" = balanced ] && echo --set pipeline.profile="$out/profile.json") \
+    --steps "$steps" --json "$3" > /dev/null
+}
+stamp "$0 $p $budget $steps $rounds $docs"
+echo
+echo "| round | packing | measured / predicted (median) | measured real tokens/s | predicted real tokens/s | measured vs greedy | predicted vs greedy |"
+echo "|---|---|---|---|---|---|---|"
+for i in $(seq 1 "$rounds"); do
+  run "greedy-$i" greedy
+  run "balanced-$i" balanced
+  python3 - "$out" "$i" <<'PY'
+import json, statistics, sys
+out, i = sys.argv[1], sys.argv[2]
+def measure(kind):
+    rows = [json.loads(l) for l in open(f"{out}/{kind}-{i}.jsonl")]
+    rows = {r["step"]: r for r in rows if "step_time_s" in r}
+    sim = json.load(open(f"{out}/{kind}-{i}.sim.json"))["steps"]
+    pairs = [(rows[s["step"]], s) for s in sim if s["step"] > 5 and s["step"] in rows]
+    for r, s in pairs:
+        assert r["tokens"] == s["tokens"], f"step {s['step']}: the run's tokens {r['tokens']} against the simulation's {s['tokens']}"
+    ratio = statistics.median(r["step_time_s"] / s["predicted_s"] for r, s in pairs)
+    measured = statistics.median(r["tokens"] / r["step_time_s"] for r, _ in pairs)
+    predicted = statistics.median(s["tokens"] / s["predicted_s"] for _, s in pairs)
+    return ratio, measured, predicted
+g = measure("greedy")
+for kind in ("greedy", "balanced"):
+    ratio, measured, predicted = measure(kind)
+    print(f"| {i} | {kind} | {ratio:.3f} | {measured:.0f} | {predicted:.0f} | {measured / g[1]:.3f} | {predicted / g[2]:.3f} |")
+PY
+done
+echo
+echo "| ranks | greedy predicted tokens/s | balanced predicted tokens/s | balanced vs greedy | balanced's planning a step (% of its step) |"
+echo "|---|---|---|---|---|"
+for ranks in 4 8; do
+  simulate greedy "$ranks" "$out/g$ranks.json"
+  simulate balanced "$ranks" "$out/b$ranks.json"
+  python3 - "$out" "$ranks" <<'PY'
+import json, sys
+out, ranks = sys.argv[1], sys.argv[2]
+g = json.load(open(f"{out}/g{ranks}.json"))
+b = json.load(open(f"{out}/b{ranks}.json"))
+print(f"| {ranks} | {g['median_tokens_per_s']:.0f} | {b['median_tokens_per_s']:.0f} | "
+      f"{b['median_tokens_per_s'] / g['median_tokens_per_s']:.3f} | "
+      f"{b['arrange_s_per_step'] * 1e3:.2f} ms ({100 * b['arrange_s_per_step'] / b['median_step_s']:.2f}%) |")
+PY
+done
