@@ -3,8 +3,8 @@
 # fortunes GPT (configs/gpt_fortunes_1f1b.yaml's model, 1F1B, no
 # checkpointing) on the log-normal JSON Lines set of bench/packing.sh
 # (DOCS documents, median an eighth of the budget BUDGET, a tail to it).
-# One `baton profile` of the config (attention's cost per document
-# included); then ROUNDS rounds of greedy and balanced (arranged by the
+# One `baton profile` of the config on P ranks (attention's cost per
+# document included); then ROUNDS rounds of greedy and balanced (arranged by the
 # profile, pipeline.profile) trained on P ranks (one core each) for STEPS
 # steps, each step's measured time (metrics rows) against `baton simulate`'s
 # prediction of the same step from the profile; then the prediction alone
@@ -35,7 +35,9 @@ with open(path, "w") as f:
         f.write(json.dumps({"text": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(n))}) + "\n")
 PY
 config=configs/gpt_fortunes_1f1b.yaml
-"$baton" profile "$config" --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: greedy, max_tokens: $budget}" \
+# The profile under mpirun -np P: every rank profiling at once, as the
+# run's ranks compute at once (rank 0's times count).
+timeout 900 mpirun -np "$p" "$baton" profile "$config" --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: greedy, max_tokens: $budget}" \
   --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks="$p" \
   --set pipeline.checkpointing=none --rows 2 --out "$out/profile.json" > "$out/profile.log" 2>&1 \
   || { cat "$out/profile.log" >&2; exit 1; }
