@@ -577,6 +577,15 @@ TEST(TrainConfigTokens, PackingTakesTheBudgetAsTheSequenceLength) {
   EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, packing: balanced, max_tokens: 8}\n", "t.yaml")
                 .data.packing,
             Packing::kBalanced);
+  // A profile prices balanced packing's arrangement, with plans that cannot change too.
+  EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, packing: balanced, max_tokens: 8}\n"
+                                     "pipeline: {ranks: 2, adapt: off, profile: p.json}\n",
+                             "t.yaml")
+                .pipeline.profile,
+            "p.json");
+  EXPECT_TRUE(Contains(ErrorOf(model + "data: {dataset: fortunes, packing: greedy, max_tokens: 8}\n"
+                                       "pipeline: {ranks: 2, adapt: off, profile: p.json}\n"),
+                       "or balanced packing (data.packing: balanced)"));
   struct Case {
     std::string text, message;
   };
