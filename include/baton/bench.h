@@ -23,6 +23,9 @@ struct BenchOptions {
   std::string trace_path;    // Chrome trace of the measured steps, all ranks
   std::string svg_path;      // measured timeline above the simulated one
   bool quiet = false;        // no printed report (sweeps)
+  // Packed documents (data.packing, --real-data): each recorded step set
+  // against its prediction from this profile (PredictPackedStep); "" = none.
+  std::string profile_path;
 };
 
 struct BenchRank {
@@ -36,6 +39,12 @@ struct BenchReport {
   int ranks = 0, microbatches = 0, chunks = 0, batch_size = 0;
   int warmup_steps = 0, steps = 0;
   double step_time_median_s = 0, step_time_min_s = 0, step_time_max_s = 0;
+  std::vector<double> step_times_s;  // each recorded step, in order
+  // Packed documents with a profile (BenchOptions::profile_path): each
+  // recorded step's prediction from its own microbatches, and the median
+  // of measured / predicted over the steps (0: not priced).
+  std::vector<double> packed_predicted_s;
+  double packed_measured_over_predicted = 0;
   double samples_per_s = 0;
   double tokens_per_s = 0;           // samples_per_s x tokens per sample (the sequence; 1 for feature vectors)
   double bubble_rate = 0;            // measured, the simulator's definition

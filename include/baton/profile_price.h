@@ -71,6 +71,15 @@ struct PackedMicrobatch {
 // positions each.
 std::vector<PackedMicrobatch> PackedMicrobatchesOf(const Batch& batch, int microbatches, int rows, int seq);
 
+// A packed step's work against a step of whole microbatches (every sample
+// one document of seq tokens), by the FLOPs rule balanced packing packs by:
+// a microbatch costs rows x length + square x its squares (square: a
+// pair's cost in a token's, GptPairCost), a whole one rows x seq + square
+// x rows x seq^2; the sum over `mbs` over `microbatches` whole ones. The
+// adaptive plans divide a rank's measured compute by it, so that a step
+// of short documents does not read as a fast rank (nor long ones as slow).
+double PackedStepShare(const std::vector<PackedMicrobatch>& mbs, int microbatches, int rows, int seq, double square);
+
 // What each of a packed step's microbatches costs against the whole one the
 // plan is priced at (plan.rows samples of seq tokens, one document each;
 // MicrobatchShares, baton/sim.h), per microbatch and stage, from the

@@ -14,6 +14,7 @@
 #include "baton/data.h"
 #include "baton/files.h"
 #include "baton/plan.h"
+#include "baton/profile_price.h"
 #include "baton/signals.h"
 
 namespace baton {
@@ -141,6 +142,19 @@ Dataset LoadSplit(const DataConfig& data, Split split, int batch_size, double sq
 // pipeline.profile where the config names one, else by `square`; none for
 // another packing.
 ArrangeBatch BalancedArrangement(const TrainConfig& config, const RunPlan& plan, double square);
+
+// A packed run's steps [first, first + count) (0-based) as its loaders
+// hand them out: every replica's slice of each global batch, packed and
+// arranged as the run packs and arranges them; per step, per replica, its
+// microbatches (PackedMicrobatchesOf). `arranged` batches took
+// `arrange_seconds` to arrange (balanced). Throws ConfigError for a
+// dataset without packed documents.
+struct PackedRunSteps {
+  std::vector<std::vector<std::vector<PackedMicrobatch>>> steps;
+  std::int64_t arranged = 0;
+  double arrange_seconds = 0;
+};
+PackedRunSteps PackedSteps(const TrainConfig& config, const RunPlan& plan, std::int64_t first, int count);
 
 // The files a training run of `config` on `world` ranks reads and writes
 // (its config file is config.source), plus `extra_outputs` (bench's

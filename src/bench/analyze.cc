@@ -367,6 +367,7 @@ BenchAnalysis AnalyzeBench(const BenchContext& c, const std::vector<RankRecord>&
   if (c.layout.replicas > 1) AnalyzeSharding(c, records, report);
   const StepTimes times = TimeSteps(records);
   report.step_time_median_s = Median(times.makespans);
+  report.step_times_s = times.makespans;
   report.step_time_min_s = *std::min_element(times.makespans.begin(), times.makespans.end());
   report.step_time_max_s = *std::max_element(times.makespans.begin(), times.makespans.end());
   report.samples_per_s = report.batch_size / report.step_time_median_s;

@@ -14,6 +14,10 @@
 #include "baton/bench.h"
 #include "baton/error.h"
 #include "baton/files.h"
+#include "baton/measure_profile.h"
+#include "baton/profile_price.h"
+#include "baton/timing.h"
+#include "baton/train.h"
 #include "measure.h"
 #include "render.h"
 #include "setup.h"
@@ -55,6 +59,11 @@ std::string BenchReportJson(const BenchReport& b) {
   j["step_time_median_s"] = b.step_time_median_s;
   j["step_time_min_s"] = b.step_time_min_s;
   j["step_time_max_s"] = b.step_time_max_s;
+  j["step_times_s"] = b.step_times_s;
+  if (!b.packed_predicted_s.empty()) {
+    j["packed_predicted_s"] = b.packed_predicted_s;
+    j["packed_measured_over_predicted"] = b.packed_measured_over_predicted;
+  }
   j["samples_per_s"] = b.samples_per_s;
   j["tokens_per_s"] = b.tokens_per_s;
   j["bubble_rate"] = b.bubble_rate;
@@ -116,8 +125,30 @@ std::string BenchReportJson(const BenchReport& b) {
   return j.dump(2) + "\n";
 }
 
+// Packed documents: each recorded step against its prediction from the
+// profile. The recorded steps follow the warm-up and as many unrecorded
+// steps (MeasureRank), in the loaders' order.
+void PricePackedSteps(const TrainConfig& c, const RunPlan& plan, const BenchOptions& o, BenchReport& report) {
+  std::string source;
+  const Profile profile = ProfileFor(c, o.profile_path, &source);
+  const PackedRunSteps run = PackedSteps(c, plan, o.warmup_steps + o.steps, o.steps);
+  std::vector<double> ratios;
+  for (std::size_t k = 0; k < run.steps.size(); ++k) {
+    const double predicted = PredictPackedStep(plan, profile, run.steps[k]).makespan;
+    report.packed_predicted_s.push_back(predicted);
+    if (k < report.step_times_s.size() && predicted > 0) ratios.push_back(report.step_times_s[k] / predicted);
+  }
+  report.packed_measured_over_predicted = Median(ratios);
+}
+
 BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchOptions& o) {
   const TrainConfig c = BenchConfig(PlaceStages(config, comms.world), o);
+  if (c.data.packing != Packing::kNone && !o.real_data) {
+    throw ConfigError("bench: packed documents (data.packing) are measured on their own documents: add --real-data");
+  }
+  if (!o.profile_path.empty() && c.data.packing == Packing::kNone) {
+    throw ConfigError("bench --profile: prices packed documents' steps (data.packing: greedy or balanced)");
+  }
   if (c.pipeline.adapt != AdaptMode::kOff && c.pipeline.adapt_asked && comms.world.rank() == 0) {
     // Bench holds the plan still to hold it against its prediction.
     std::fprintf(stderr,
@@ -138,7 +169,8 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   context.warmup_steps = o.warmup_steps;
   context.blas_core = u.device->GemmKernels();
   context.action_clock = u.device->has_clock() ? "device" : "host";
-  const BenchAnalysis analysis = AnalyzeBench(context, records);
+  BenchAnalysis analysis = AnalyzeBench(context, records);
+  if (!o.profile_path.empty()) PricePackedSteps(c, u.plan, o, analysis.report);
   if (!o.json_path.empty()) WriteTextFile(o.json_path, BenchReportJson(analysis.report));
   if (!o.trace_path.empty()) WriteBenchTrace(o.trace_path, analysis.report.schedule, records);
   if (!o.svg_path.empty()) WriteBenchSvg(o.svg_path, context, analysis, records);

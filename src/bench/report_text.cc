@@ -21,6 +21,14 @@ std::string DescribeBenchReport(const BenchReport& b) {
                      " ({:.3f} ms from mean costs; action times spread {:.0f}% p10-p90)\n",
                      b.predicted_step_time_s * 1e3, b.measured_over_predicted,
                      b.predicted_step_time_mean_costs_s * 1e3, 100 * b.action_time_spread);
+  if (!b.packed_predicted_s.empty()) {
+    out += fmt::format("packed steps     measured / predicted from the profile, step by step: median {:.3f} (", 
+                       b.packed_measured_over_predicted);
+    for (std::size_t k = 0; k < b.packed_predicted_s.size() && k < b.step_times_s.size(); ++k) {
+      out += fmt::format("{}{:.1f}/{:.1f}", k ? ", " : "", b.step_times_s[k] * 1e3, b.packed_predicted_s[k] * 1e3);
+    }
+    out += " ms)\n";
+  }
   out += fmt::format("message latency  {:.1f} us one way (rank 0 <-> 1, one activation)\n", b.message_latency_s * 1e6);
   if (b.gemm_gflops_inside > 0) {
     out += fmt::format("products         {:.2f} GFLOP/s inside actions, call by call; the same calls bare {:.2f} GFLOP/s: "

@@ -97,40 +97,21 @@ struct Planning {
 // The run's first `steps` steps, in its order (the loaders a run makes).
 std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, const Profile& profile, int steps,
                                      Planning& planning) {
-  const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
-  // Packed and arranged as the run packs and arranges it, the arrangement timed.
-  ArrangeBatch arrange = BalancedArrangement(c, plan, square);
-  ArrangeBatch timed;
-  if (arrange) {
-    timed = [&](std::span<std::vector<DocumentPiece>> samples) {
-      const double start = MonotonicSeconds();
-      arrange(samples);
-      planning.seconds += MonotonicSeconds() - start;
-      ++planning.batches;
-    };
-  }
-  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false, timed);
-  if (!data.packed()) throw ConfigError("simulate: the dataset holds no packed documents");
-  const int D = c.data_parallel.size;
-  std::vector<std::unique_ptr<BatchLoader>> loaders;
-  for (int r = 0; r < D; ++r) {
-    loaders.push_back(MakeBatchLoader(data, c.train.batch_size, c.data.shuffle, c.data.seed,
-                                      MicrobatchesBefore(c, r) * plan.rows, plan.batch_size));
-  }
+  PackedRunSteps run = PackedSteps(c, plan, 0, steps);
+  planning.batches = run.arranged;
+  planning.seconds = run.arrange_seconds;
   std::vector<PricedStep> out;
-  for (int k = 0; k < steps; ++k) {
+  for (auto& replicas : run.steps) {
     PricedStep step;
-    for (auto& loader : loaders) {
-      const Batch b = loader->Next();
-      step.replicas.push_back(PackedMicrobatchesOf(b, plan.microbatches(), plan.rows, plan.model.seq));
-      for (const PackedMicrobatch& mb : step.replicas.back()) step.tokens += mb.tokens;
+    step.replicas = std::move(replicas);
+    for (const auto& mbs : step.replicas) {
+      for (const PackedMicrobatch& mb : mbs) step.tokens += mb.tokens;
     }
     step.sim = PredictPackedStep(plan, profile, step.replicas);
     out.push_back(std::move(step));
   }
   return out;
 }
-
 
 }  // namespace
 

@@ -207,6 +207,9 @@ void AddTrainCommand(CLI::App& app) {
   bench->add_option("--steps", bflags->options.steps, "measured steps (default 10)");
   bench->add_option("--warmup", bflags->options.warmup_steps, "warm-up steps (default 3)");
   bench->add_flag("--real-data", bflags->options.real_data, "use the config's dataset (default: synthetic data)");
+  bench->add_option("--profile", bflags->options.profile_path,
+                    "packed documents (data.packing, with --real-data): set each recorded step against its "
+                    "prediction from this baton profile");
   bench->add_option("--json", bflags->options.json_path, "write the report as JSON");
   bench->add_option("--trace", bflags->options.trace_path, "write a Chrome trace of the measured steps");
   bench->add_option("--svg", bflags->options.svg_path, "draw the measured step above the simulated one");

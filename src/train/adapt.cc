@@ -525,7 +525,7 @@ std::string SplitText(const TrainConfig& config) {
 }  // namespace
 
 RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t done, std::int64_t total,
-                                        double step_seconds, bool tty) {
+                                        double step_seconds, bool tty, double work) {
   // With replicas every pipeline has the same plan: a pipeline rank's time
   // is its slowest replica's (the gradients' sum waits for it), a link's
   // its slowest pipeline's. World rank 0 (rank 0 of the first replica)
@@ -534,7 +534,10 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
   const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
   const auto at = static_cast<std::size_t>(comms_.pipeline.rank() * replicas + comms_.replicas.rank());
   std::vector<double> seconds(static_cast<std::size_t>(ranks * replicas), 0.0);
-  seconds[at] = u_.exec->TakeComputeSeconds();
+  // Per unit of the step's work: packed documents' steps differ in it.
+  const double unit = work > 0 ? work : 1.0;
+  seconds[at] = u_.exec->TakeComputeSeconds() / unit;
+  step_seconds /= unit;
   t.ReduceSum(seconds);
   std::vector<std::string> messages;
   t.GatherStrings(fmt::format("{} {}\n", comms_.pipeline.rank(), comms_.replicas.rank()) +
@@ -569,8 +572,8 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
 }
 
 void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds,
-                           bool tty) {
-  const Decision decided = Decide(config, done, total, step_seconds, tty);
+                           bool tty, double work) {
+  const Decision decided = Decide(config, done, total, step_seconds, tty, work);
   if (decided.text.empty()) return;
   Transport& t = comms_.world;
   const int ranks = comms_.pipeline.size();

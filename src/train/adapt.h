@@ -202,7 +202,11 @@ class RunAdapter {
   RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetup& u, const AdaptSettings& settings = {});
   // After step `done` of `total` (the step took `step_seconds`): `config`
   // becomes the new plan's config when the placement moves.
-  void AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty);
+  // `work`: the step's work against a step of whole microbatches (packed
+  // documents: PackedStepShare; else 1): each rank's compute and the step's
+  // time are measured per unit of it.
+  void AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty,
+                 double work = 1.0);
   int replans() const { return replans_; }
 
  private:
@@ -213,7 +217,8 @@ class RunAdapter {
     std::optional<Replan> replan;
     std::string text;
   };
-  Decision Decide(const TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty);
+  Decision Decide(const TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty,
+                  double work);
   // Rank 0: the planner starts `config`'s plan (each replica's, under
   // pipeline.adapt: full).
   void StartPlanner(const TrainConfig& config);

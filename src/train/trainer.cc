@@ -449,6 +449,13 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     u.exec->set_step(step);
     if (u.wire) u.wire->SetDelay(u.fault.link.to, u.fault.Delay(u.world_rank, u.fault.link.to, step));
     const StepStats stats = u.exec->ComputeGradients(batch);
+    // Packed documents: the step's work, for the adaptive plans' meters.
+    const double work =
+        adapter && u.plan.packed
+            ? PackedStepShare(PackedMicrobatchesOf(batch, u.plan.microbatches(), u.plan.rows, u.plan.model.seq),
+                              u.plan.microbatches(), u.plan.rows, u.plan.model.seq,
+                              c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0)
+            : 1.0;
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
     const bool skip = numbers.Skip(code, step);
     if (skip) {
@@ -490,7 +497,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     if (adapter && step < total) {
       numbers.Settle();
       const auto now = Clock::now();
-      adapter->AfterStep(c, step, total, Seconds(step_start, now), tty);
+      adapter->AfterStep(c, step, total, Seconds(step_start, now), tty, work);
       step_start = Clock::now();
     }
     if (options.next_plan && step < total) {

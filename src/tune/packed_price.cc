@@ -36,6 +36,14 @@ std::vector<PackedMicrobatch> PackedMicrobatchesOf(const Batch& batch, int micro
   return out;
 }
 
+double PackedStepShare(const std::vector<PackedMicrobatch>& mbs, int microbatches, int rows, int seq, double square) {
+  const double t = seq, whole = rows * t + square * rows * t * t;
+  if (microbatches < 1 || whole <= 0) return 1.0;
+  double work = 0;
+  for (const PackedMicrobatch& mb : mbs) work += static_cast<double>(mb.rows) * mb.length + square * mb.squares;
+  return work / (microbatches * whole);
+}
+
 namespace {
 
 double Total(const Costs& c) { return c.forward + c.backward_input + c.backward_weight; }

@@ -111,10 +111,13 @@ TEST_F(AdaptTest, ASlowRanksLayersMoveAwayAndBackAndTheWeightsAreTheHealthyRuns)
   EXPECT_GT(away["bytes_moved"].get<double>(), 0.0);
   EXPECT_NE(log.find("baton: re-planned after step " + std::to_string(away["step"].get<int>())), std::string::npos);
   // Back once it recovers (from step 40): the plan the healthy factors
-  // price best (the schedule may be another of the loop family).
+  // price best (the schedule may be another of the loop family). The
+  // first move back may come while the window still holds a slow step or
+  // two (a factor of 1.5 read two steps after the recovery): back is a
+  // factor under the slow one's threshold above.
   bool back = false;
   for (const nlohmann::json& r : replans) {
-    back = back || (r["step"].get<int>() >= 40 && r["factors"][1].get<double>() < 1.5);
+    back = back || (r["step"].get<int>() >= 40 && r["factors"][1].get<double>() < 2.0);
   }
   EXPECT_TRUE(back) << log;
   // Every placement trains the same floats.

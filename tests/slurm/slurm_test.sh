@@ -211,14 +211,18 @@ echo "slurm: a rank killed at step 5 ended the job (srun exit $code)"
 
 # Waits up to `limit` seconds for job `id` to end; prints its state. Slurm
 # holds a requeued job two minutes before it may start: it is let go as
-# soon as the nodes have finished with its first run's step (its PMIx
-# sockets gone: the requeued job's step has the same id).
+# soon as the nodes have finished with its first run (its PMIx sockets
+# gone: the requeued job's step has the same id; no slurmstepd of the job
+# left and no node still completing it: a slurmd that has not finished
+# killing the first run refuses the second's batch script, "already
+# killed", and the job fails).
 finish() {
   local id=$1 limit=$2 state="" deadline=$((SECONDS + $2))
   while [ $SECONDS -lt $deadline ]; do
     state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
     if [ "$state" = PENDING ] && scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
-      ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ]; then
+      ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ] &&
+      ! pgrep -f "slurmstepd: \[$id\." > /dev/null && ! sinfo -h -o %T | grep -q completing; then
       scontrol update jobid="$id" StartTime=now > /dev/null 2>&1
     fi
     case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac

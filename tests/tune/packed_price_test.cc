@@ -278,3 +278,20 @@ TEST(ArrangeBalanced, ReplicasGetMicrobatchesOfEvenCost) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// A step's work against whole microbatches: tokens plus square x squares,
+// over as many whole ones.
+TEST(PackedPrice, AStepsWorkIsItsTokensAndSquaresOverWholeMicrobatches) {
+  // Whole: 2 rows x 8 = 16 tokens + 0.5 x 2 x 64 = 64 squares' cost: 80 each.
+  const std::vector<PackedMicrobatch> mbs = {{2, 8, 128, 16}, {2, 4, 20, 7}, {1, 3, 9, 3}};
+  const double work = 2 * 8 + 0.5 * 128 + 2 * 4 + 0.5 * 20 + 1 * 3 + 0.5 * 9;
+  EXPECT_DOUBLE_EQ(PackedStepShare(mbs, 3, 2, 8, 0.5), work / (3 * 80));
+  EXPECT_DOUBLE_EQ(PackedStepShare({{2, 8, 128, 16}}, 1, 2, 8, 0.5), 1.0);
+  EXPECT_DOUBLE_EQ(PackedStepShare(mbs, 0, 2, 8, 0.5), 1.0);  // no microbatches: nothing to scale
+}
+
+}  // namespace
+}  // namespace baton
