@@ -25,15 +25,7 @@ baton=${BATON:-build/baton}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-python3 - "$out/lognormal.jsonl" "$budget" "$docs" <<'PY'
-import json, math, random, sys
-path, budget, docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rng = random.Random(11)
-with open(path, "w") as f:
-    for _ in range(docs):
-        n = min(budget, max(2, int(round(rng.lognormvariate(math.log(budget / 8), 1.0)))))
-        f.write(json.dumps({"text": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(n))}) + "\n")
-PY
+python3 bench/lognormal_docs.py "$out/lognormal.jsonl" "$budget" "$docs"
 config=configs/gpt_fortunes_1f1b.yaml
 # The profile under mpirun -np P: every rank profiling at once, as the
 # run's ranks compute at once (rank 0's times count).
