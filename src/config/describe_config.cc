@@ -34,11 +34,8 @@ void EmitLayers(YAML::Emitter& e, const std::vector<LayerSpec>& layers) {
   e << YAML::EndSeq;
 }
 
-}  // namespace
-
-std::string DescribeTrainConfig(const TrainConfig& c) {
-  YAML::Emitter e;
-  e << YAML::BeginMap;
+// model: the GPT or the layers, the loss and the init.
+void EmitModel(YAML::Emitter& e, const TrainConfig& c) {
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   if (c.model.gpt) {
     const GptSpec& g = c.model.gpt_spec;
@@ -55,6 +52,10 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   e << YAML::Key << "init" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "seed" << YAML::Value
     << c.model.init_seed << YAML::Key << "from" << YAML::Value << c.model.init_from << YAML::EndMap;
   e << YAML::EndMap;
+}
+
+// pipeline: schedule, placement, checkpointing, slices, adapt.
+void EmitPipeline(YAML::Emitter& e, const TrainConfig& c) {
   const PipelineConfig& p = c.pipeline;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "ranks" << YAML::Value << p.ranks
@@ -78,11 +79,17 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     e << YAML::Key << "seq_slices" << YAML::Value << p.seq_slices << YAML::Key << "seq_split" << YAML::Value
       << std::string(EnumName(p.seq_split));
   }
-  if (p.adapt != AdaptMode::kOff || p.adapt_asked) {
-    e << YAML::Key << "adapt" << YAML::Value << std::string(EnumName(p.adapt));
-    if (p.partition != Partition::kAuto && !p.profile.empty()) e << YAML::Key << "profile" << YAML::Value << p.profile;
+  const bool adapts = p.adapt != AdaptMode::kOff || p.adapt_asked;
+  if (adapts) e << YAML::Key << "adapt" << YAML::Value << std::string(EnumName(p.adapt));
+  // The profile that prices the plans or balanced packing's arrangement.
+  if (p.partition != Partition::kAuto && !p.profile.empty() && (adapts || c.data.packing == Packing::kBalanced)) {
+    e << YAML::Key << "profile" << YAML::Value << p.profile;
   }
   e << YAML::EndMap;
+}
+
+// data: the dataset and its sample (a window or packed documents).
+void EmitData(YAML::Emitter& e, const TrainConfig& c) {
   const DataConfig& d = c.data;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "dataset" << YAML::Value
     << std::string(EnumName(d.dataset));
@@ -118,6 +125,10 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
   e << YAML::Key << "shuffle" << YAML::Value << d.shuffle << YAML::Key << "seed" << YAML::Value << d.seed;
   if (!IsTokenDataset(d.dataset)) e << YAML::Key << "evaluate" << YAML::Value << d.evaluate;
   e << YAML::EndMap;
+}
+
+// train: batch, steps, sums and the optimizer.
+void EmitTrain(YAML::Emitter& e, const TrainConfig& c) {
   const OptimizerSpec& o = c.train.optimizer;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "batch_size" << YAML::Value
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"
@@ -136,6 +147,10 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
       << "eps" << YAML::Value << o.eps;
   }
   e << YAML::EndMap << YAML::EndMap;
+}
+
+// data_parallel, checkpoint, recovery, log, device and precision.
+void EmitRest(YAML::Emitter& e, const TrainConfig& c) {
   e << YAML::Key << "data_parallel" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "size"
     << YAML::Value << c.data_parallel.size << YAML::Key << "bucket_cap_mb" << YAML::Value
     << c.data_parallel.bucket_cap_mb << YAML::Key << "zero" << YAML::Value << c.data_parallel.zero.number() << YAML::EndMap;
@@ -156,6 +171,18 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
     << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << std::string(EnumName(c.device)) << YAML::Key << "precision"
     << YAML::Value << std::string(EnumName(c.precision));
+}
+
+}  // namespace
+
+std::string DescribeTrainConfig(const TrainConfig& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  EmitModel(e, c);
+  EmitPipeline(e, c);
+  EmitData(e, c);
+  EmitTrain(e, c);
+  EmitRest(e, c);
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
