@@ -50,6 +50,38 @@ void CheckCores(const Schedule& s, const SimOptions& o) {
   }
 }
 
+// Sliced schedules' slice shares and uneven microbatches' shares
+// (SimOptions::slices, SimOptions::microbatches): one each, in range.
+void CheckShares(const Schedule& s, const SimOptions& o) {
+  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slices.cost}, std::pair{"slice_memory", &o.slices.memory},
+                                     std::pair{"slice_message", &o.slices.message}}) {
+    if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {
+      throw ScheduleError(fmt::format("simulation: {} {} shares given, but the schedule has {} slices a microbatch",
+                                      shares->size(), what, s.slices));
+    }
+    for (std::size_t i = 0; i < shares->size(); ++i) {
+      if (!((*shares)[i] > 0.0 && (*shares)[i] <= 1.0)) {
+        throw ScheduleError(fmt::format("simulation: {} of slice {} must be in (0, 1], got {}", what, i, (*shares)[i]));
+      }
+    }
+  }
+  const MicrobatchShares& mb = o.microbatches;
+  const std::size_t j = static_cast<std::size_t>(s.sequences());
+  if (!mb.cost.empty() && mb.cost.size() != j && mb.cost.size() != j * static_cast<std::size_t>(s.stages)) {
+    throw ScheduleError(fmt::format("simulation: {} microbatch cost shares given, but the schedule has {} microbatches "
+                                    "(one each, or one each per stage: {})",
+                                    mb.cost.size(), j, j * static_cast<std::size_t>(s.stages)));
+  }
+  if (!mb.message.empty() && mb.message.size() != j) {
+    throw ScheduleError(fmt::format("simulation: {} microbatch message shares given, but the schedule has {} microbatches",
+                                    mb.message.size(), j));
+  }
+  for (std::size_t i = 0; i < mb.cost.size(); ++i) NonNegative(fmt::format("microbatch cost share {}", i), mb.cost[i]);
+  for (std::size_t i = 0; i < mb.message.size(); ++i) {
+    NonNegative(fmt::format("microbatch message share {}", i), mb.message[i]);
+  }
+}
+
 }  // namespace
 
 void CheckOptions(const Schedule& s, const SimOptions& o) {
@@ -102,33 +134,7 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
     non_negative(fmt::format("rank {} static memory bytes", i), o.memory.rank_static_bytes[i]);
   }
   CheckCores(s, o);
-  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slices.cost}, std::pair{"slice_memory", &o.slices.memory},
-                                     std::pair{"slice_message", &o.slices.message}}) {
-    if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {
-      throw ScheduleError(fmt::format("simulation: {} {} shares given, but the schedule has {} slices a microbatch",
-                                      shares->size(), what, s.slices));
-    }
-    for (std::size_t i = 0; i < shares->size(); ++i) {
-      if (!((*shares)[i] > 0.0 && (*shares)[i] <= 1.0)) {
-        throw ScheduleError(fmt::format("simulation: {} of slice {} must be in (0, 1], got {}", what, i, (*shares)[i]));
-      }
-    }
-  }
-  const MicrobatchShares& mb = o.microbatches;
-  const std::size_t j = static_cast<std::size_t>(s.sequences());
-  if (!mb.cost.empty() && mb.cost.size() != j && mb.cost.size() != j * static_cast<std::size_t>(s.stages)) {
-    throw ScheduleError(fmt::format("simulation: {} microbatch cost shares given, but the schedule has {} microbatches "
-                                    "(one each, or one each per stage: {})",
-                                    mb.cost.size(), j, j * static_cast<std::size_t>(s.stages)));
-  }
-  if (!mb.message.empty() && mb.message.size() != j) {
-    throw ScheduleError(fmt::format("simulation: {} microbatch message shares given, but the schedule has {} microbatches",
-                                    mb.message.size(), j));
-  }
-  for (std::size_t i = 0; i < mb.cost.size(); ++i) non_negative(fmt::format("microbatch cost share {}", i), mb.cost[i]);
-  for (std::size_t i = 0; i < mb.message.size(); ++i) {
-    non_negative(fmt::format("microbatch message share {}", i), mb.message[i]);
-  }
+  CheckShares(s, o);
   for (const auto& [what, per_stage] :
        {std::pair{"gather time", &o.shards.gather_time}, std::pair{"reduce-scatter time", &o.shards.reduce_time},
         std::pair{"gathered bytes", &o.shards.gathered_bytes}, std::pair{"after-step time", &o.shards.after_step}}) {
