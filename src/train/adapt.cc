@@ -273,21 +273,7 @@ const Profile& AdaptivePlanner::Price() {
   return *profile_;
 }
 
-std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,
-                                               std::int64_t total, const std::vector<double>& seconds,
-                                               double step_seconds, const std::vector<double>& transits) {
-  meter_.Observe(seconds);
-  if (!transits.empty()) {
-    if (!links_) links_.emplace(s_, plan.lowered.ranks);
-    links_->Observe(transits);
-  }
-  steps_.push_back(step_seconds);
-  if (static_cast<int>(steps_.size()) > s_.window) steps_.erase(steps_.begin());
-  const std::vector<double> factors = meter_.Factors();
-  if (factors.empty()) return std::nullopt;
-  const std::vector<double> delays = links_ ? links_->Delays() : std::vector<double>{};
-  if (first_window_step_ < 0) first_window_step_ = Median(steps_);
-  if (done >= total) return std::nullopt;
+bool AdaptivePlanner::Triggered(const std::vector<double>& factors, const std::vector<double>& delays) {
   bool moved = false;
   const std::vector<double> healthy = meter_.HealthySeconds();
   if (first_healthy_.empty()) first_healthy_ = healthy;
@@ -304,7 +290,106 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   for (std::size_t l = 0; l < delays.size() && l < assumed_links_.size(); ++l) {
     moved = moved || std::abs(delays[l] - assumed_links_[l]) > std::max(s_.link_trigger * Median(steps_), s_.min_seconds);
   }
-  if (!moved) return std::nullopt;
+  return moved;
+}
+
+std::optional<AdaptivePlanner::Proposal> AdaptivePlanner::ProposeForReplicas(const TrainConfig& running,
+                                                                               const RunPlan& plan,
+                                                                               const Profile& profile,
+                                                                               const std::vector<double>& factors,
+                                                                               const std::vector<double>& links) {
+  // adapt: full: each replica under its own ranks' factors; the plan's
+  // placement and schedule under each pipeline rank's slowest replica
+  // (every replica keeps the same plan), with the microbatches shared
+  // evenly; or the running placement and schedule with the microbatches
+  // re-split between the replicas; whichever is faster.
+  Proposal p;
+  Replan& r = p.replan;
+  r.world_factors = factors;
+  const std::vector<double> slowest = SlowestReplica(factors, replicas_);
+  std::vector<int> split = running.pipeline.replica_microbatches;
+  if (split.empty()) split.assign(static_cast<std::size_t>(replicas_), running.pipeline.microbatches);
+  const std::vector<RunPlan> plans = ReplicaPlans(running);
+  for (int d = 0; d < replicas_; ++d) {
+    p.now = std::max(p.now, PredictFromProfile(plans[static_cast<std::size_t>(d)], profile,
+                                               Slowdown(ReplicaFactors(factors, replicas_, d), links))
+                                .sim.makespan);
+  }
+  TrainConfig even = running;
+  even.pipeline.replica_microbatches.clear();
+  const PlacementChoice best = ChoosePlan(even, profile, Slowdown(slowest, links), SwappableSchedules(running));
+  r.schedule = best.schedule;
+  r.chunks = best.chunks;
+  r.bounds = best.bounds;
+  p.after = best.step_s;
+  const std::vector<int> evenly(static_cast<std::size_t>(replicas_), running.pipeline.microbatches);
+  bool stays = best.bounds == plan.bounds && best.schedule == running.pipeline.schedule &&
+               best.chunks == plan.lowered.chunks() && split == evenly;
+  auto [resplit, step] = BestSplit(running, split, factors, links);
+  if (step < p.after) {
+    p.after = step;
+    r.schedule = running.pipeline.schedule;
+    r.chunks = plan.lowered.chunks();
+    r.bounds = plan.bounds;
+    stays = resplit == split;
+    r.split = resplit == evenly ? std::vector<int>{} : resplit;
+  }
+  r.factors = slowest;
+  if (stays) return std::nullopt;
+  return p;
+}
+
+std::optional<AdaptivePlanner::Proposal> AdaptivePlanner::Propose(const TrainConfig& running, const RunPlan& plan,
+                                                                    const Profile& profile,
+                                                                    const std::vector<double>& factors,
+                                                                    const std::vector<double>& links) {
+  if (replicas_ > 1) return ProposeForReplicas(running, plan, profile, factors, links);
+  const Slowdown slowdown(factors, links);
+  Proposal p;
+  p.now = PredictFromProfile(plan, profile, slowdown).sim.makespan;
+  const PlacementChoice best = ChoosePlan(running, profile, slowdown, SwappableSchedules(running));
+  if (best.bounds == plan.bounds && best.schedule == running.pipeline.schedule && best.chunks == plan.lowered.chunks()) {
+    return std::nullopt;
+  }
+  p.replan.schedule = best.schedule;
+  p.replan.chunks = best.chunks;
+  p.replan.bounds = best.bounds;
+  p.replan.factors = factors;
+  p.after = best.step_s;
+  return p;
+}
+
+bool AdaptivePlanner::WorthIt(const Proposal& p, std::int64_t done, std::int64_t total) const {
+  const double gain = p.now - p.after;  // in the price's unit
+  if (!(gain >= s_.min_gain * p.now)) return false;
+  // A plan a rank could not build is not tried again: the running one
+  // stands for these factors.
+  const Replan& r = p.replan;
+  for (const Replan& f : failed_) {
+    if (f.schedule == r.schedule && f.chunks == r.chunks && f.bounds == r.bounds && f.split == r.split) return false;
+  }
+  // Ski rental with the real numbers: the time won over the steps left
+  // against what moving costs.
+  const double cost = move_seconds_ >= 0 ? move_seconds_ : 2.0 * Median(steps_);
+  return gain * unit_ * static_cast<double>(total - done) > cost;
+}
+
+std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const RunPlan& plan, std::int64_t done,
+                                               std::int64_t total, const std::vector<double>& seconds,
+                                               double step_seconds, const std::vector<double>& transits) {
+  meter_.Observe(seconds);
+  if (!transits.empty()) {
+    if (!links_) links_.emplace(s_, plan.lowered.ranks);
+    links_->Observe(transits);
+  }
+  steps_.push_back(step_seconds);
+  if (static_cast<int>(steps_.size()) > s_.window) steps_.erase(steps_.begin());
+  const std::vector<double> factors = meter_.Factors();
+  if (factors.empty()) return std::nullopt;
+  const std::vector<double> delays = links_ ? links_->Delays() : std::vector<double>{};
+  if (first_window_step_ < 0) first_window_step_ = Median(steps_);
+  if (done >= total) return std::nullopt;
+  if (!Triggered(factors, delays)) return std::nullopt;
   // The factors moved: the running plan and the best one, priced under
   // them (the links' delays in the price's unit). Whatever is decided, the
   // plan stands for these factors now.
@@ -314,78 +399,15 @@ std::optional<Replan> AdaptivePlanner::Observe(const TrainConfig& running, const
   if (!delays.empty()) assumed_links_ = delays;
   std::vector<double> priced_links;
   for (double d : delays) priced_links.push_back(d / unit_);
-  Replan r;
-  double now = 0, after = 0;
-  if (replicas_ > 1) {
-    // adapt: full: each replica under its own ranks' factors; the plan's
-    // placement and schedule under each pipeline rank's slowest replica
-    // (every replica keeps the same plan), with the microbatches shared
-    // evenly; or the running placement and schedule with the
-    // microbatches re-split between the replicas; whichever is faster.
-    r.world_factors = factors;
-    const std::vector<double> slowest = SlowestReplica(factors, replicas_);
-    std::vector<int> split = running.pipeline.replica_microbatches;
-    if (split.empty()) split.assign(static_cast<std::size_t>(replicas_), running.pipeline.microbatches);
-    const std::vector<RunPlan> plans = ReplicaPlans(running);
-    for (int d = 0; d < replicas_; ++d) {
-      now = std::max(now, PredictFromProfile(plans[static_cast<std::size_t>(d)], profile,
-                                             Slowdown(ReplicaFactors(factors, replicas_, d), priced_links))
-                              .sim.makespan);
-    }
-    TrainConfig even = running;
-    even.pipeline.replica_microbatches.clear();
-    const PlacementChoice best = ChoosePlan(even, profile, Slowdown(slowest, priced_links), SwappableSchedules(running));
-    r.schedule = best.schedule;
-    r.chunks = best.chunks;
-    r.bounds = best.bounds;
-    after = best.step_s;
-    const std::vector<int> evenly(static_cast<std::size_t>(replicas_), running.pipeline.microbatches);
-    bool stays = best.bounds == plan.bounds && best.schedule == running.pipeline.schedule &&
-                 best.chunks == plan.lowered.chunks() && split == evenly;
-    auto [resplit, step] = BestSplit(running, split, factors, priced_links);
-    if (step < after) {
-      after = step;
-      r.schedule = running.pipeline.schedule;
-      r.chunks = plan.lowered.chunks();
-      r.bounds = plan.bounds;
-      stays = resplit == split;
-      r.split = resplit == evenly ? std::vector<int>{} : resplit;
-    }
-    r.factors = slowest;
-    r.decide_seconds = MonotonicSeconds() - start;
-    if (stays) return std::nullopt;
-  } else {
-    const Slowdown slowdown(factors, priced_links);
-    now = PredictFromProfile(plan, profile, slowdown).sim.makespan;
-    const PlacementChoice best = ChoosePlan(running, profile, slowdown, SwappableSchedules(running));
-    r.decide_seconds = MonotonicSeconds() - start;
-    if (best.bounds == plan.bounds && best.schedule == running.pipeline.schedule && best.chunks == plan.lowered.chunks()) {
-      return std::nullopt;
-    }
-    r.schedule = best.schedule;
-    r.chunks = best.chunks;
-    r.bounds = best.bounds;
-    r.factors = factors;
-    after = best.step_s;
-  }
-  const double gain = now - after;  // in the price's unit
-  if (!(gain >= s_.min_gain * now)) return std::nullopt;
-  // A plan a rank could not build is not tried again: the running one
-  // stands for these factors.
-  for (const Replan& f : failed_) {
-    if (f.schedule == r.schedule && f.chunks == r.chunks && f.bounds == r.bounds && f.split == r.split) {
-      return std::nullopt;
-    }
-  }
-  // Ski rental with the real numbers: the time won over the steps left
-  // against what moving costs.
-  const double unit = unit_;
-  const double cost = move_seconds_ >= 0 ? move_seconds_ : 2.0 * Median(steps_);
-  if (!(gain * unit * static_cast<double>(total - done) > cost)) return std::nullopt;
+  std::optional<Proposal> p = Propose(running, plan, profile, factors, priced_links);
+  if (!p) return std::nullopt;
+  p->replan.decide_seconds = MonotonicSeconds() - start;
+  if (!WorthIt(*p, done, total)) return std::nullopt;
+  Replan& r = p->replan;
   r.link_delays = delays;
-  r.step_before = now * unit;
-  r.step_after = after * unit;
-  r.step_healthy = healthy_ * unit;
+  r.step_before = p->now * unit_;
+  r.step_after = p->after * unit_;
+  r.step_healthy = healthy_ * unit_;
   return r;
 }
 

@@ -172,6 +172,25 @@ class AdaptivePlanner {
                                                 const std::vector<double>& factors,
                                                 const std::vector<double>& links);
 
+  // Observe in parts. Triggered: a factor or a link's delay moved past its
+  // trigger, and by enough seconds a step to be worth a look. Propose: the
+  // plan the simulator prices best under the factors (with replicas,
+  // adapt: full's placement or re-split), with the running plan's price
+  // (`now`) and its own (`after`), in the price's unit; none where the
+  // running plan is best. WorthIt: the gain is at least min_gain of the
+  // step, the plan is not one a rank failed to build, and the time won
+  // over the steps left pays for the move (ski rental).
+  struct Proposal {
+    Replan replan;
+    double now = 0, after = 0;
+  };
+  bool Triggered(const std::vector<double>& factors, const std::vector<double>& delays);
+  std::optional<Proposal> Propose(const TrainConfig& running, const RunPlan& plan, const Profile& profile,
+                                  const std::vector<double>& factors, const std::vector<double>& links);
+  std::optional<Proposal> ProposeForReplicas(const TrainConfig& running, const RunPlan& plan, const Profile& profile,
+                                             const std::vector<double>& factors, const std::vector<double>& links);
+  bool WorthIt(const Proposal& p, std::int64_t done, std::int64_t total) const;
+
   std::function<Profile()> measure_;
   std::optional<Profile> profile_;
   std::optional<RunPlan> first_plan_;  // the run's, priced healthy once there is a profile
