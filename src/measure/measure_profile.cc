@@ -144,6 +144,31 @@ struct LayerSamples {
   }
 };
 
+// Each op of a one-layer stage's forward alone (what recomputing it
+// costs), into `into.op_forward`; `x` is the stage's input.
+void SampleOps(const StagePlan& plan, StageDevice& dev, ConstView x, LayerTimer& timer, LayerSamples& into) {
+  into.op_forward.resize(static_cast<std::size_t>(plan.ops()));
+  for (int k = 0; k < plan.ops(); ++k) {
+    const TensorDesc& in = plan.act[static_cast<std::size_t>(k)];
+    const TensorDesc& outd = plan.act[static_cast<std::size_t>(k) + 1];
+    const ConstView a(k == 0 ? x.data : dev.Allocate(in.bytes()), in);
+    const View b(dev.Allocate(outd.bytes()), outd);
+    std::byte* saved = plan.saved_bytes[static_cast<std::size_t>(k)] > 0
+                           ? dev.Allocate(plan.saved_bytes[static_cast<std::size_t>(k)])
+                           : nullptr;
+    const int layer = plan.layer[static_cast<std::size_t>(k)];
+    timer.Sample(
+        [&] {
+          if (layer >= 0) {
+            dev.Forward(layer, a, b, saved, SequencePart{});
+          } else {
+            dev.Add(a, a, b);
+          }
+        },
+        into.op_forward[static_cast<std::size_t>(k)]);
+  }
+}
+
 // Whether top-level layer t attends (its cost then depends on how its
 // samples are cut into documents).
 bool Attends(const ModelDesc& model, int t) {
@@ -260,27 +285,7 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
         into.documents_backward_weight);
   }
   stage.TakeLossTotals();
-  // Each op's forward alone: what recomputing it costs.
-  into.op_forward.resize(static_cast<std::size_t>(plan.ops()));
-  for (int k = 0; k < plan.ops(); ++k) {
-    const TensorDesc& in = plan.act[static_cast<std::size_t>(k)];
-    const TensorDesc& outd = plan.act[static_cast<std::size_t>(k) + 1];
-    const ConstView a(k == 0 ? x.data : dev.Allocate(in.bytes()), in);
-    const View b(dev.Allocate(outd.bytes()), outd);
-    std::byte* saved = plan.saved_bytes[static_cast<std::size_t>(k)] > 0
-                           ? dev.Allocate(plan.saved_bytes[static_cast<std::size_t>(k)])
-                           : nullptr;
-    const int layer = plan.layer[static_cast<std::size_t>(k)];
-    timer.Sample(
-        [&] {
-          if (layer >= 0) {
-            dev.Forward(layer, a, b, saved, SequencePart{});
-          } else {
-            dev.Add(a, a, b);
-          }
-        },
-        into.op_forward[static_cast<std::size_t>(k)]);
-  }
+  SampleOps(plan, dev, x, timer, into);
   into.saved_bytes = static_cast<double>(plan.slot_bytes);
 }
 

@@ -409,6 +409,15 @@ void SetUpSteps(const TrainConfig& c, Recovery& recovery, const TrainOptions& op
   }
 }
 
+// A step's work against one of whole microbatches: packed documents'
+// (PackedStepShare), else 1.
+double StepWork(const TrainConfig& c, const RunPlan& plan, const Batch& batch) {
+  if (!plan.packed) return 1.0;
+  const int m = plan.microbatches(), seq = plan.model.seq;
+  return PackedStepShare(PackedMicrobatchesOf(batch, m, plan.rows, seq), m, plan.rows, seq,
+                         c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0);
+}
+
 // The steps of a run planned by `c` on the world now, set up by
 // SetUpSteps, each boundary kept by `recovery` where its mode keeps state;
 // throws RankLost when a rank is lost.
@@ -449,13 +458,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     u.exec->set_step(step);
     if (u.wire) u.wire->SetDelay(u.fault.link.to, u.fault.Delay(u.world_rank, u.fault.link.to, step));
     const StepStats stats = u.exec->ComputeGradients(batch);
-    // Packed documents: the step's work, for the adaptive plans' meters.
-    const double work =
-        adapter && u.plan.packed
-            ? PackedStepShare(PackedMicrobatchesOf(batch, u.plan.microbatches(), u.plan.rows, u.plan.model.seq),
-                              u.plan.microbatches(), u.plan.rows, u.plan.model.seq,
-                              c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0)
-            : 1.0;
+    const double work = adapter ? StepWork(c, u.plan, batch) : 1.0;  // for the adaptive plans' meters
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
     const bool skip = numbers.Skip(code, step);
     if (skip) {
