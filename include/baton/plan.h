@@ -97,6 +97,7 @@ struct RunPlan {
   // All 0 without a tied head. The one place tied stages are found.
   std::vector<char> SummedAtEnd() const;
   int microbatches() const { return lowered.microbatches; }  // units: microbatches x slices
+  int sequences() const { return lowered.sequences(); }      // whole microbatches: units / slices
   // Unit u's slice of each sample's sequence: tokens [SliceBegin, SliceEnd).
   int SliceBegin(int unit) const { return cuts[static_cast<std::size_t>(SliceOfUnit(unit, slices))]; }
   int SliceEnd(int unit) const { return cuts[static_cast<std::size_t>(SliceOfUnit(unit, slices)) + 1]; }

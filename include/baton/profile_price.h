@@ -96,7 +96,8 @@ MicrobatchShares PackedShares(const RunPlan& plan, const Profile& profile, const
 
 // A packed step predicted: the profile's price of `plan` (as
 // PredictFromProfile's) with each replica's microbatches (one list per
-// replica, plan.microbatches each) at their shares (PackedShares); the
+// replica, plan.sequences() each: whole microbatches, a sliced plan's
+// sequences) at their shares (PackedShares); the
 // slowest replica's simulation, since the replicas' gradient sums wait for
 // it. record_timeline set.
 SimResult PredictPackedStep(const RunPlan& plan, const Profile& profile,

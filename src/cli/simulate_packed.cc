@@ -71,14 +71,14 @@ std::vector<std::vector<PackedMicrobatch>> ReadLengths(const std::string& path, 
     }
     all.push_back(mb);
   }
-  const std::size_t want = static_cast<std::size_t>(plan.microbatches()) * static_cast<std::size_t>(replicas);
+  const std::size_t want = static_cast<std::size_t>(plan.sequences()) * static_cast<std::size_t>(replicas);
   if (all.size() != want) {
     throw ConfigError(fmt::format("{}: {} microbatches, but a step of this config has {} ({} a replica x {} "
                                   "replicas): one line each, replica 0's first",
-                                  path, all.size(), want, plan.microbatches(), replicas));
+                                  path, all.size(), want, plan.sequences(), replicas));
   }
   std::vector<std::vector<PackedMicrobatch>> out(static_cast<std::size_t>(replicas));
-  for (std::size_t k = 0; k < all.size(); ++k) out[k / static_cast<std::size_t>(plan.microbatches())].push_back(all[k]);
+  for (std::size_t k = 0; k < all.size(); ++k) out[k / static_cast<std::size_t>(plan.sequences())].push_back(all[k]);
   return out;
 }
 
@@ -143,7 +143,7 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
   const double slot = static_cast<double>(plan.rows) * plan.model.seq;
   std::string out = fmt::format(
       "{}: {} ranks x {} replicas, {} microbatches of {} samples of data.max_tokens {} (packing: {}), costs from {}\n",
-      whole.sim.schedule, plan.lowered.ranks, plan.replicas, plan.microbatches(), plan.rows, plan.model.seq,
+      whole.sim.schedule, plan.lowered.ranks, plan.replicas, plan.sequences(), plan.rows, plan.model.seq,
       EnumName(config.data.packing), what.source);
   out += fmt::format("whole microbatches (every position a token): step {:.3f} ms\n", whole.sim.makespan * 1e3);
   out += fmt::format("{:>5}  {:>12}  {:>8}  {:>12}  {:>9}  {:>9}  {:>7}\n", "step", "predicted ms", "tokens",

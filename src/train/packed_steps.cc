@@ -35,7 +35,7 @@ PackedRunSteps PackedSteps(const TrainConfig& c, const RunPlan& plan, std::int64
     std::vector<std::vector<PackedMicrobatch>> step;
     for (auto& loader : loaders) {
       const Batch b = loader->Next();
-      if (k >= first) step.push_back(PackedMicrobatchesOf(b, plan.microbatches(), plan.rows, plan.model.seq));
+      if (k >= first) step.push_back(PackedMicrobatchesOf(b, plan.sequences(), plan.rows, plan.model.seq));
     }
     if (k >= first) out.steps.push_back(std::move(step));
   }

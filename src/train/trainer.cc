@@ -413,7 +413,7 @@ void SetUpSteps(const TrainConfig& c, Recovery& recovery, const TrainOptions& op
 // (PackedStepShare), else 1.
 double StepWork(const TrainConfig& c, const RunPlan& plan, const Batch& batch) {
   if (!plan.packed) return 1.0;
-  const int m = plan.microbatches(), seq = plan.model.seq;
+  const int m = plan.sequences(), seq = plan.model.seq;
   return PackedStepShare(PackedMicrobatchesOf(batch, m, plan.rows, seq), m, plan.rows, seq,
                          c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0);
 }

@@ -108,7 +108,7 @@ std::vector<int> BestOrder(const std::vector<PackedMicrobatch>& mbs, StepPrice& 
 }
 
 void Arrange(const RunPlan& plan, StepPrice& price, std::span<std::vector<DocumentPiece>> samples) {
-  const int R = plan.rows, m = plan.microbatches(), D = plan.replicas;
+  const int R = plan.rows, m = plan.sequences(), D = plan.replicas;
   if (R < 1 || m < 1 || samples.size() != static_cast<std::size_t>(R) * m * D) return;
   // Fullest first, R at a time.
   std::vector<SampleFill> fill;

@@ -783,6 +783,12 @@ TEST_F(BatonCliTest, SimulatePricesAPackedRunsStepsByTheirLengths) {
     EXPECT_EQ(step["lengths"].size(), 8u);
   }
   EXPECT_EQ(ReadFile(Work() / "s.svg").rfind("<svg", 0), 0u);
+  // Sliced: each sequence's share on top of its slices' (balanced arranges the sequences).
+  r = Run("simulate " + config + "--set pipeline.schedule=seq1f1b --set pipeline.seq_slices=2 "
+          "--set 'data={dataset: jsonl, path: d.jsonl, packing: balanced, max_tokens: 16}' --profile p.json --steps 2 "
+          "--json sliced.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(ReadFile(Work() / "sliced.json"))["steps"][0]["lengths"].size(), 8u);
   // Every sample one document of the whole budget: the unpacked step.
   std::string full;
   for (int j = 0; j < 8; ++j) full += "16; 16\n";
