@@ -812,27 +812,6 @@ TEST_F(BatonCliTest, SimulatePricesAPackedRunsStepsByTheirLengths) {
   ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths rows.txt"),
                      "rows.txt:1: 3 samples: a microbatch holds at most 2");
   EXPECT_FALSE(fs::exists(Work() / "x.json"));
-  // baton bench sets each recorded step against its prediction.
-  const std::string one = std::string("'") + BATON_SOURCE_DIR +
-                          "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=1 --set model.vocab=256 --set model.seq_len=16 "
-                          "--set 'data={dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 16}' ";
-  r = Run("bench " + one + "--real-data --profile p.json --steps 3 --warmup 1 --json b.json");
-  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find("packed steps     measured / predicted from the profile, step by step: median "), std::string::npos)
-      << r.out;
-  const json b = json::parse(ReadFile(Work() / "b.json"));
-  ASSERT_EQ(b["packed_predicted_s"].size(), 3u);
-  ASSERT_EQ(b["step_times_s"].size(), 3u);
-  EXPECT_GT(b["packed_measured_over_predicted"].get<double>(), 0.0);
-  // The steps priced are the recorded ones: after the warm-up and as many unrecorded.
-  r = Run("simulate " + one + "--profile p.json --steps 7 --json all.json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json all = json::parse(ReadFile(Work() / "all.json"));
-  for (int k = 0; k < 3; ++k) {
-    EXPECT_DOUBLE_EQ(b["packed_predicted_s"][k].get<double>(), all["steps"][4 + k]["predicted_s"].get<double>());
-  }
-  ExpectOneLineError(Run("bench " + one + "--steps 2"), "bench: packed documents (data.packing) are measured on their "
-                                                        "own documents: add --real-data");
 }
 
 }  // namespace baton

@@ -168,4 +168,43 @@ TEST_F(BenchTest, SweepWritesOneRowPerCombination) {
   EXPECT_TRUE(fs::exists(dir_ / "sw.svg"));
 }
 
+// Packed documents: bench, with a profile, sets each recorded step
+// against its prediction, which is `baton simulate`'s for the same step
+// (the steps after the warm-up and as many unrecorded ones); without
+// --real-data it refuses, in one line.
+TEST_F(BenchTest, PackedStepsAreSetAgainstTheirPredictionsFromTheProfile) {
+  {
+    std::ofstream docs(dir_ / "d.jsonl");
+    for (int i = 0; i < 200; ++i) docs << "{\"text\": \"" << std::string(1 + (i * 7) % 23, 'a' + i % 26) << "\"}\n";
+  }
+  const std::string config = "'" BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 "
+                             "--set model.vocab=256 --set model.seq_len=16 "
+                             "--set 'data={dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 16}' ";
+  auto run = [&](const std::string& command) {
+    const int status = std::system(("cd '" + dir_.string() + "' && " + command + " > log.txt 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string baton = std::string("'") + BATON_BINARY + "' ";
+  const std::string mpi = "timeout 300 '" BATON_MPIEXEC "' -np 2 " + baton;
+  ASSERT_EQ(run(baton + "profile " + config + "--repetitions 2 --out p.json"), 0) << Log();
+  ASSERT_EQ(run(mpi + "bench " + config + "--real-data --profile p.json --steps 3 --warmup 1 --json b.json"), 0)
+      << Log();
+  EXPECT_NE(Log().find("packed steps     measured / predicted from the profile, step by step: median "),
+            std::string::npos)
+      << Log();
+  const nlohmann::json b = nlohmann::json::parse(std::ifstream(dir_ / "b.json"));
+  ASSERT_EQ(b["packed_predicted_s"].size(), 3u);
+  ASSERT_EQ(b["step_times_s"].size(), 3u);
+  EXPECT_GT(b["packed_measured_over_predicted"].get<double>(), 0.0);
+  ASSERT_EQ(run(baton + "simulate " + config + "--profile p.json --steps 7 --json all.json"), 0) << Log();
+  const nlohmann::json all = nlohmann::json::parse(std::ifstream(dir_ / "all.json"));
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_DOUBLE_EQ(b["packed_predicted_s"][k].get<double>(), all["steps"][4 + k]["predicted_s"].get<double>());
+  }
+  EXPECT_EQ(run(mpi + "bench " + config + "--steps 2"), 2);
+  EXPECT_NE(Log().find("bench: packed documents (data.packing) are measured on their own documents: add --real-data"),
+            std::string::npos)
+      << Log();
+}
+
 }  // namespace
