@@ -5,10 +5,12 @@
 # log-normal with a median of an eighth of the budget BUDGET and a tail to
 # the budget (as fine-tuning sets have), and on the fortunes corpus itself.
 # Per set, ROUNDS rounds of: fixed windows of BUDGET tokens
-# (data.packing: none), greedy and balanced packing, taken in turn. Prints,
-# with the stamp, each run's median over steps 6..STEPS of the step time,
-# the real tokens a step and real tokens a second (windows: every position
-# is a token), and each packing's ratio to greedy of the same round.
+# (data.packing: none), every document padded to the budget (pad: one a
+# sample, the fixed-shape baseline), greedy and balanced packing, taken in
+# turn. Prints, with the stamp, each run's median over steps 6..STEPS of
+# the step time, the real tokens a step and real tokens a second
+# (windows: every position is a token), and each run's ratio to greedy
+# and to padded of the same round.
 #   bench/packing.sh [P] [BUDGET] [STEPS] [ROUNDS] [DOCS]   (default 2 512 25 2 4000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,12 +34,13 @@ run() {  # NAME DATA
 }
 stamp "$0 $p $budget $steps $rounds $docs"
 echo
-echo "| set | round | data | median step (ms) | real tokens a step | real tokens/s | vs greedy |"
-echo "|---|---|---|---|---|---|---|"
+echo "| set | round | data | median step (ms) | real tokens a step | real tokens/s | vs greedy | vs padded |"
+echo "|---|---|---|---|---|---|---|---|"
 for set in lognormal fortunes; do
   if [ "$set" = lognormal ]; then base="dataset: jsonl, path: $out/lognormal.jsonl"; else base="dataset: fortunes, validation: false"; fi
   for i in $(seq 1 "$rounds"); do
     run "$set-windows-$i" "{$base, seq_len: $budget}"
+    run "$set-padded-$i" "{$base, packing: pad, max_tokens: $budget}"
     run "$set-greedy-$i" "{$base, packing: greedy, max_tokens: $budget}"
     run "$set-balanced-$i" "{$base, packing: balanced, max_tokens: $budget}"
     python3 - "$out" "$set" "$i" "$budget" <<'PY'
@@ -49,10 +52,11 @@ def measure(kind):
     step = statistics.median(r["step_time_s"] for r in rows)
     tokens = statistics.median(r.get("tokens", 16 * budget) for r in rows)
     return step, tokens, statistics.median(r.get("tokens", 16 * budget) / r["step_time_s"] for r in rows)
-greedy = measure("greedy")[2]
-for kind in ("windows", "greedy", "balanced"):
+greedy, padded = measure("greedy")[2], measure("padded")[2]
+for kind in ("windows", "padded", "greedy", "balanced"):
     step, tokens, rate = measure(kind)
-    print(f"| {name} | {i} | {kind} | {step * 1e3:.1f} | {tokens:.0f} | {rate:.0f} | {rate / greedy:.3f} |")
+    print(f"| {name} | {i} | {kind} | {step * 1e3:.1f} | {tokens:.0f} | {rate:.0f} | {rate / greedy:.3f} "
+          f"| {rate / padded:.3f} |")
 PY
   done
 done

@@ -69,8 +69,10 @@ enum class GradAccum : std::uint8_t { kAuto, kFP32, kFP64 };
 // greedy (whole documents first-fit into samples of data.max_tokens
 // positions, attention and positions restarting at each: PackGreedy).
 // balanced: the same documents a batch, packed so that its costliest
-// sample costs least (PackBalanced).
-enum class Packing : std::uint8_t { kNone, kGreedy, kBalanced };
+// sample costs least (PackBalanced). pad: one document (or piece) a
+// sample, padded to data.max_tokens and every position computed, as a
+// pipeline of one fixed shape runs documents (PackPadded): the baseline.
+enum class Packing : std::uint8_t { kNone, kGreedy, kBalanced, kPad };
 // data.long_documents: a document longer than data.max_tokens is cut into
 // pieces (split) or refused.
 enum class LongDocuments : std::uint8_t { kSplit, kRefuse };
@@ -82,7 +84,7 @@ std::string_view EnumName(ResumeMode v);     // never, auto
 std::string_view EnumName(AdaptMode v);      // off, on
 std::string_view EnumName(LostRankMode v);   // stop, shrink, replace
 std::string_view EnumName(GradAccum v);      // auto, fp32, fp64
-std::string_view EnumName(Packing v);        // none, greedy, balanced
+std::string_view EnumName(Packing v);        // none, greedy, balanced, pad
 std::string_view EnumName(LongDocuments v);  // split, refuse
 std::span<const Packing> EnumValues(Packing);
 std::span<const LongDocuments> EnumValues(LongDocuments);
@@ -94,6 +96,10 @@ std::span<const OnNonFinite> EnumValues(OnNonFinite);
 std::span<const ResumeMode> EnumValues(ResumeMode);
 std::span<const AdaptMode> EnumValues(AdaptMode);
 std::span<const LostRankMode> EnumValues(LostRankMode);
+// Whether microbatches take their real lengths (greedy, balanced): the
+// runtime computes and sends only the positions documents fill, and the
+// simulator prices each step by them. none and pad are one fixed shape.
+inline bool RealLengths(Packing p) { return p == Packing::kGreedy || p == Packing::kBalanced; }
 
 // What `baton simulate` runs. Keys of the YAML file (all optional):
 //   schedule: 1f1b            # generator name or CSV schedule file

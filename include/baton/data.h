@@ -157,6 +157,7 @@ class TokenDocuments {
   std::int64_t tokens() const { return tokens_; }
   // Document `doc`'s tokens. REQUIRES: 0 <= doc < documents().
   std::int64_t length(std::int64_t doc) const { return lengths_[static_cast<std::size_t>(doc)]; }
+  std::span<const std::int64_t> lengths() const { return lengths_; }  // each document's, in order
   // Tokens [begin, begin + out.size()) of document `doc`, as int32 ids.
   // REQUIRES: the range lies in the document.
   void Read(std::int64_t doc, std::int64_t begin, std::span<std::int32_t> out) const;
@@ -251,6 +252,13 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
                                                      int batch_samples, bool refuse_long, double square,
                                                      const std::string& name);
 
+// data.packing: pad: each piece (a document, or a piece of one longer
+// than `max_tokens`, cut as PackGreedy cuts it) a sample of its own, in
+// data order, the rest of the sample unfilled: the baseline of padding
+// every document to the budget. Throws as PackGreedy does.
+std::vector<std::vector<DocumentPiece>> PackPadded(std::span<const std::int64_t> lengths, int max_tokens,
+                                                   bool refuse_long, const std::string& name);
+
 // data.packing: balanced's arrangement of one global batch's samples (in
 // place: the same samples, reordered) into the step's microbatches, as the
 // run's plan prices the step (ArrangeBalanced, baton/profile_price.h).
@@ -265,6 +273,12 @@ using ArrangeBatch = std::function<void(std::span<std::vector<DocumentPiece>> sa
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
                             int vocab, bool want_inputs, bool want_labels, double square = -1,
                             const ArrangeBatch& arrange = {});
+
+// The dataset of `docs` in the samples `packed` (each a list of pieces
+// in the order they fill its `max_tokens` positions), as
+// MakePackedDocuments says. Throws ConfigError when `packed` is empty.
+Dataset PackedDataset(const TokenDocuments& docs, const std::vector<std::vector<DocumentPiece>>& packed,
+                      int max_tokens, int vocab, bool want_inputs, bool want_labels);
 
 // What `baton data stats` prints: the documents, the tokens, the length's
 // quantiles and a histogram of lengths in powers of two (bin k holds the

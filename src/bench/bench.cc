@@ -146,7 +146,7 @@ BenchReport Bench(const TrainConfig& config, const RunComms& comms, const BenchO
   if (c.data.packing != Packing::kNone && !o.real_data) {
     throw ConfigError("bench: packed documents (data.packing) are measured on their own documents: add --real-data");
   }
-  if (!o.profile_path.empty() && c.data.packing == Packing::kNone) {
+  if (!o.profile_path.empty() && !RealLengths(c.data.packing)) {
     throw ConfigError("bench --profile: prices packed documents' steps (data.packing: greedy or balanced)");
   }
   if (c.pipeline.adapt != AdaptMode::kOff && c.pipeline.adapt_asked && comms.world.rank() == 0) {

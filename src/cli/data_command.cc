@@ -51,8 +51,7 @@ std::string Text(const TokenDocuments& docs, const DocumentStats& s) {
   // Each power-of-two budget from the median's bin: the documents longer
   // than it (cut into pieces of at most the budget, or refused).
   out += "a token budget (data.max_tokens) and the documents longer than it:\n";
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(s.documents));
-  for (std::int64_t d = 0; d < s.documents; ++d) lengths[static_cast<std::size_t>(d)] = docs.length(d);
+  std::vector<std::int64_t> lengths(docs.lengths().begin(), docs.lengths().end());
   std::sort(lengths.begin(), lengths.end());
   std::int64_t budget = 1;
   while (budget < std::max<std::int64_t>(1, s.median)) budget *= 2;

@@ -334,12 +334,16 @@ void RunSimulateProfile(const SimulateFlags& flags) {
     config = WithPlacement(config, model, ChoosePlacement(config, profile).bounds);
   }
   const RunPlan plan = PlanRun(config);
-  if (config.data.packing != Packing::kNone) {
+  if (RealLengths(config.data.packing)) {
     SimulatePacked(config, plan, profile,
                    {flags.steps, flags.lengths, flags.svg, flags.trace, flags.json, flags.config, flags.profile, source});
     return;
   }
-  if (!flags.lengths.empty()) throw ConfigError("simulate --lengths: the config packs no documents (data.packing: none)");
+  if (!flags.lengths.empty()) {
+    throw ConfigError(fmt::format("simulate --lengths: the config's microbatches are one fixed shape (data.packing: "
+                                  "{}); lengths price greedy or balanced packing",
+                                  EnumName(config.data.packing)));
+  }
   const ProfilePrediction p = PredictFromProfile(plan, profile);
   const SimResult& r = p.sim;
   std::string out = fmt::format("{}: {} ranks, {} microbatches of {} samples, {} stages ({}), costs from {}\n",

@@ -60,7 +60,7 @@ void ReadData(YamlMap& top, TrainConfig& c) {
       c.data.seq_len = data.GetInt("max_tokens", 0, 1, kMaxInt);
       c.data.long_documents = Choice(data, "long_documents", c.data.long_documents);
     } else {
-      refuse({"max_tokens", "long_documents"}, "is for packed documents (data.packing: greedy or balanced)");
+      refuse({"max_tokens", "long_documents"}, "is for packed documents (data.packing: greedy, balanced or pad)");
       if (!data.Has("seq_len")) {
         data.Fail(data.Node("dataset"), "seq_len", "a token dataset needs data.seq_len (tokens per sample, >= 1)");
       }

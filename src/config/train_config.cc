@@ -211,10 +211,11 @@ std::string_view EnumName(GradAccum v) {
   return v == GradAccum::kAuto ? "auto" : v == GradAccum::kFP32 ? "fp32" : "fp64";
 }
 std::string_view EnumName(Packing v) {
-  return v == Packing::kNone ? "none" : v == Packing::kGreedy ? "greedy" : "balanced";
+  return v == Packing::kNone ? "none" : v == Packing::kGreedy ? "greedy" : v == Packing::kBalanced ? "balanced" : "pad";
 }
 std::span<const Packing> EnumValues(Packing) {
-  static constexpr std::array<Packing, 3> kValues = {Packing::kNone, Packing::kGreedy, Packing::kBalanced};
+  static constexpr std::array<Packing, 4> kValues = {Packing::kNone, Packing::kGreedy, Packing::kBalanced,
+                                                     Packing::kPad};
   return kValues;
 }
 std::string_view EnumName(LongDocuments v) { return v == LongDocuments::kSplit ? "split" : "refuse"; }

@@ -160,8 +160,7 @@ DocumentStats DescribeDocuments(const TokenDocuments& docs) {
   s.documents = docs.documents();
   s.tokens = docs.tokens();
   if (s.documents == 0) return s;
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(s.documents));
-  for (std::int64_t d = 0; d < s.documents; ++d) lengths[static_cast<std::size_t>(d)] = docs.length(d);
+  std::vector<std::int64_t> lengths(docs.lengths().begin(), docs.lengths().end());
   std::sort(lengths.begin(), lengths.end());
   // The nearest rank: the smallest length at or above the fraction q of the documents.
   auto quantile = [&](double q) {

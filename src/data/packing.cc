@@ -50,6 +50,17 @@ std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t>
   return samples;
 }
 
+std::vector<std::vector<DocumentPiece>> PackPadded(std::span<const std::int64_t> lengths, int max_tokens,
+                                                   bool refuse_long, const std::string& name) {
+  // Greedy's pieces, in their order (batches of one sample, a sample
+  // possibly holding several), each then a sample of its own.
+  std::vector<std::vector<DocumentPiece>> samples;
+  for (std::vector<DocumentPiece>& sample : PackGreedy(lengths, max_tokens, 1, refuse_long, name)) {
+    for (const DocumentPiece& piece : sample) samples.push_back({piece});
+  }
+  return samples;
+}
+
 std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_t> lengths, int max_tokens,
                                                      int batch_samples, bool refuse_long, double square,
                                                      const std::string& name) {
@@ -93,8 +104,7 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
                             int vocab, bool want_inputs, bool want_labels, double square,
                             const ArrangeBatch& arrange) {
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(docs.documents()));
-  for (std::int64_t d = 0; d < docs.documents(); ++d) lengths[static_cast<std::size_t>(d)] = docs.length(d);
+  const std::span<const std::int64_t> lengths = docs.lengths();
   std::vector<std::vector<DocumentPiece>> packed =
       square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name())
                  : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs.name());
@@ -104,6 +114,11 @@ Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batc
       arrange(std::span<std::vector<DocumentPiece>>(packed).subspan(first, b));
     }
   }
+  return PackedDataset(docs, packed, max_tokens, vocab, want_inputs, want_labels);
+}
+
+Dataset PackedDataset(const TokenDocuments& docs, const std::vector<std::vector<DocumentPiece>>& packed,
+                      int max_tokens, int vocab, bool want_inputs, bool want_labels) {
   if (packed.empty()) {
     throw ConfigError(fmt::format("{}: no document has two tokens: nothing to predict", docs.name()));
   }

@@ -125,13 +125,19 @@ namespace {
 // documents in order; its token ids checked below data.vocab where a rank
 // reads them.
 // Packed (data.packing): the documents first-fit into samples of
-// data.max_tokens (the global batch's samples at a time), on every rank.
+// data.max_tokens (the global batch's samples at a time), on every rank;
+// pad: one a sample.
 // balanced: priced by the model's pair cost (GptPairCost; a model that is
 // not a GPT has no attention to price).
 Dataset Cut(const DataConfig& d, const TokenDocuments& docs, int batch_size, double square, bool want_inputs,
             bool want_labels, const ArrangeBatch& arrange) {
   if (d.packing == Packing::kNone) return MakeDocumentWindows(docs, d.seq_len, d.vocab, want_inputs, want_labels);
-  return MakePackedDocuments(docs, d.seq_len, batch_size, d.long_documents == LongDocuments::kRefuse, d.vocab,
+  const bool refuse_long = d.long_documents == LongDocuments::kRefuse;
+  if (d.packing == Packing::kPad) {
+    return PackedDataset(docs, PackPadded(docs.lengths(), d.seq_len, refuse_long, docs.name()), d.seq_len, d.vocab,
+                         want_inputs, want_labels);
+  }
+  return MakePackedDocuments(docs, d.seq_len, batch_size, refuse_long, d.vocab,
                              want_inputs, want_labels, d.packing == Packing::kBalanced ? square : -1.0, arrange);
 }
 

@@ -577,6 +577,14 @@ TEST(TrainConfigTokens, PackingTakesTheBudgetAsTheSequenceLength) {
   EXPECT_EQ(ParseTrainConfig(model + "data: {dataset: fortunes, packing: balanced, max_tokens: 8}\n", "t.yaml")
                 .data.packing,
             Packing::kBalanced);
+  // pad: the fixed-shape baseline, summed in double as the packings are.
+  const TrainConfig pad = ParseTrainConfig(model + "data: {dataset: fortunes, packing: pad, max_tokens: 8}\n", "t.yaml");
+  EXPECT_EQ(pad.data.packing, Packing::kPad);
+  EXPECT_EQ(pad.data.seq_len, 8);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(pad), "packing: pad")) << DescribeTrainConfig(pad);
+  EXPECT_TRUE(WideGradients(pad));
+  EXPECT_FALSE(RealLengths(Packing::kPad));
+  EXPECT_TRUE(RealLengths(Packing::kGreedy));
   // A profile prices balanced packing's arrangement, with plans that cannot change too.
   const TrainConfig priced = ParseTrainConfig(model + "data: {dataset: fortunes, packing: balanced, max_tokens: 8}\n"
                                                       "pipeline: {ranks: 2, adapt: off, profile: p.json}\n",

@@ -1,5 +1,6 @@
 // Documents packed into samples (data.packing: greedy): first-fit in data
-// order into the current batch's samples, worked out by hand; long
+// order into the current batch's samples, worked out by hand (and pad's
+// one document a sample); long
 // documents cut into pieces or refused; the packed dataset's inputs,
 // labels, document starts and target counts against the documents' own
 // tokens; and the loader's starts and the global batch's target count,
@@ -59,6 +60,16 @@ TEST(PackGreedy, ALongDocumentIsCutIntoPiecesOfTheBudgetOrRefused) {
   }
   EXPECT_THROW(PackGreedy(std::vector<std::int64_t>{3}, 0, 1, false, "docs"), ConfigError);
   EXPECT_THROW(PackGreedy(std::vector<std::int64_t>{3}, 4, 0, false, "docs"), ConfigError);
+}
+
+// pad: each document (or piece) a sample of its own, in data order, the
+// rest unfilled; long ones cut as greedy cuts them, or refused.
+TEST(PackPadded, EachPieceIsASampleOfItsOwn) {
+  const auto packed = PackPadded(std::vector<std::int64_t>{6, 1, 3, 12}, 4, false, "docs");
+  // Positions 5 (pieces 4 and 1), none, 2, 11 (pieces 4, 4 and 3).
+  const std::vector<Pieces> want{{{0, 0, 4}}, {{0, 4, 1}}, {{2, 0, 2}}, {{3, 0, 4}}, {{3, 4, 4}}, {{3, 8, 3}}};
+  EXPECT_EQ(packed, want);
+  EXPECT_THROW(PackPadded(std::vector<std::int64_t>{3, 12}, 4, true, "docs"), ConfigError);
 }
 
 // balanced: the batch's documents again, costliest first into the cheapest
@@ -136,6 +147,22 @@ TEST_F(PackedDocuments, SamplesHoldTheDocumentsTokensTheirStartsAndIgnoreTheRest
   EXPECT_EQ(middle.targets, d.targets);
   // CheckTokens takes the ignored labels of a packed dataset.
   EXPECT_NO_THROW(CheckTokens(d, kByteVocabulary));
+}
+
+// pad's samples: one document each, the same tokens, starts and counts as
+// greedy gives that document, the rest of the budget unfilled.
+TEST_F(PackedDocuments, PaddedSamplesHoldOneDocumentEach) {
+  const TokenDocuments docs = Jsonl({"abcd", "xy", "hello"});
+  const Dataset d = PackedDataset(docs, PackPadded(docs.lengths(), 6, false, "docs"), 6, kByteVocabulary, true, true);
+  ASSERT_EQ(d.samples, 3);
+  const std::span<const std::int32_t> in = d.inputs_as<std::int32_t>();
+  EXPECT_EQ(std::vector<std::int32_t>(in.begin(), in.end()),
+            (std::vector<std::int32_t>{'a', 'b', 'c', 0, 0, 0, 'x', 0, 0, 0, 0, 0, 'h', 'e', 'l', 'l', 0, 0}));
+  const std::int32_t I = kIgnoreLabel;
+  EXPECT_EQ(d.labels,
+            (std::vector<std::int32_t>{'b', 'c', 'd', I, I, I, 'y', I, I, I, I, I, 'e', 'l', 'l', 'o', I, I}));
+  EXPECT_EQ(d.starts, (std::vector<std::int32_t>{0, 0, 0, 3, 3, 3, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 4, 4}));
+  EXPECT_EQ(d.targets, (std::vector<std::int32_t>{3, 1, 4}));
 }
 
 TEST_F(PackedDocuments, APieceOfALongDocumentStartsWhereTheLastEnded) {

@@ -204,6 +204,17 @@ TEST(PackedBalanced, TrainsWhatGreedyTrainsAndOnPRanksWhatOneRankTrains) {
       Train("balanced_zbv", 2, with({"pipeline.ranks=2", "pipeline.schedule=zbv"}, "balanced")), balanced, 0.0);
 }
 
+// pad (one document a sample, every position of the budget computed: the
+// fixed-shape baseline) learns on P ranks what it learns on one, bit for
+// bit: its microbatches are one shape, their padding ignored by the loss.
+TEST(PackedPadded, OnPRanksWhatOneRankTrains) {
+  const RunOutput one = Train("pad_ref", 1, {"pipeline.ranks=1", "data.packing=pad"});
+  ASSERT_EQ(one.losses.size(), 4u);
+  baton_test::ExpectSameRun(Train("pad_1f1b", 2, {"pipeline.ranks=2", "data.packing=pad"}), one, 0.0);
+  baton_test::ExpectSameRun(
+      Train("pad_zbv", 2, {"pipeline.ranks=2", "pipeline.schedule=zbv", "data.packing=pad"}), one, 0.0);
+}
+
 // A packed run's checkpoint resumes to the same bytes: the packing is the
 // documents' and the budget's, so the loader seeks to the same samples.
 TEST(PackedResume, ACheckpointResumesToTheUninterruptedRunsBytes) {

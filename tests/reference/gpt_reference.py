@@ -24,7 +24,8 @@ C++ code:
    With --packing greedy the corpus's entries are documents packed into
    samples by the rule in docs/guide/your-data.md ("Packed documents"),
    attention masked to each document, positions restarting at each, and
-   the loss averaged over the real tokens (torch's ignore_index).
+   the loss averaged over the real tokens (torch's ignore_index). With
+   --packing pad each document (or piece) is a sample of its own, padded.
 5. It compares baton's per-step losses (metrics.jsonl) and its final weights,
    loaded with a strict `load_state_dict` into the torch model, with the
    reference: the worst relative difference, max|a - b| / max|b| per tensor,
@@ -32,7 +33,7 @@ C++ code:
 
 Usage:
     gpt_reference.py BATON SOURCE_DIR MPIEXEC [--head tied|untied|both]
-                     [--adam-eps EPS] [--packing greedy] [--keep]
+                     [--adam-eps EPS] [--packing greedy|pad] [--keep]
 
 Exit code 0 when every comparison passes, 1 otherwise (including when baton
 itself fails; its output is printed).
@@ -316,7 +317,7 @@ def fortune_splits(folder):
     return b"".join(train), b"".join(validation)
 
 
-def packed_samples(documents, budget, batch):
+def packed_samples(documents, budget, batch, pad=False):
     """The rule of docs/guide/your-data.md ("Packed documents"): a document of
     n tokens has n - 1 next-token positions; one longer than `budget` is cut
     into pieces of `budget` positions (each piece's tokens: its positions + 1,
@@ -324,13 +325,17 @@ def packed_samples(documents, budget, batch):
     piece goes into the first sample of the current batch of `batch` samples
     with room, and a piece that fits none once the batch is full starts the
     next batch. Returns (inputs, labels, starts), (N, budget) int64: unfilled
-    positions have input 0, label -100 and a start of their own."""
+    positions have input 0, label -100 and a start of their own. With `pad`
+    (data.packing: pad) each piece is a sample of its own."""
     samples, room, first = [], [], 0
     for doc in documents:
         n = len(doc) - 1
         for begin in range(0, max(n, 0), budget):
             piece = doc[begin:begin + min(budget, n - begin) + 1]
             k = len(piece) - 1
+            if pad:
+                samples.append([piece])
+                continue
             for i, r in enumerate(room):
                 if r >= k:
                     samples[first + i].append(piece)
@@ -497,7 +502,7 @@ def check_head(head, args, tmp):
     starts = None
     if args.packing:
         documents, _ = fortune_documents(corpus)
-        inputs, labels, starts = packed_samples(documents, MODEL["seq_len"], BATCH_SIZE)
+        inputs, labels, starts = packed_samples(documents, MODEL["seq_len"], BATCH_SIZE, args.packing == "pad")
     else:
         train, _ = fortune_splits(corpus)
         inputs, labels = token_windows(train, MODEL["seq_len"])
@@ -569,7 +574,7 @@ def main():
     parser.add_argument("--head", choices=("tied", "untied", "both"), default="both")
     parser.add_argument("--adam-eps", type=float, default=ADAM_EPS,
                         help=f"AdamW's eps, baton's and torch's (default {ADAM_EPS:g}; see ADAM_EPS)")
-    parser.add_argument("--packing", choices=("greedy",), default=None,
+    parser.add_argument("--packing", choices=("greedy", "pad"), default=None,
                         help="pack the corpus's documents (data.packing) instead of cutting windows")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print it")
     args = parser.parse_args()
