@@ -18,6 +18,7 @@
 #include "baton/schedule.h"
 #include "baton/tune_config.h"
 #include "commands.h"
+#include "tune_packed.h"
 #include "baton/measure_profile.h"
 
 namespace baton {
@@ -56,14 +57,15 @@ std::string Table(const TrainConfig& config, const ModelDesc& model, const TuneR
   return text;
 }
 
-// The winner's settings as a YAML overlay of the config.
-std::string Overlay(const TrainConfig& config, const ModelDesc& model, const TuneReport& report, double budget) {
-  const CandidateResult& best = *report.Best();
+// A candidate's settings as a YAML overlay of the config (its pipeline:
+// section open, for the packed winner's to follow).
+std::string Overlay(const TrainConfig& config, const ModelDesc& model, const CandidateResult& best,
+                    std::size_t candidates, double budget) {
   const Candidate& c = best.candidate;
   std::string overlay = fmt::format(
       "# baton tune {}: the best of {} candidates under {} per rank (predicted {:.2f} ms, bubble {:.1f}%)\n"
       "pipeline:\n  schedule: {}\n  microbatches: {}\n  chunks: {}\n  checkpointing: {}\n",
-      config.source, report.ranked.size(), Mib(budget), best.step_time * 1e3, 100 * best.bubble_rate, c.schedule,
+      config.source, candidates, Mib(budget), best.step_time * 1e3, 100 * best.bubble_rate, c.schedule,
       c.microbatches, TraitsOf(c.schedule).any_chunks ? c.chunks : 0, EnumName(c.checkpointing));
   if (c.checkpointing == Checkpointing::kSelective) {
     std::vector<std::string> names;
@@ -104,7 +106,53 @@ std::string Describe(const TrainConfig& config, const TuneRequest& req, const Tu
     }
     return text;
   }
-  const std::string overlay = Overlay(config, model, report, req.memory_bytes);
+  const std::string overlay = Overlay(config, model, *report.Best(), report.ranked.size(), req.memory_bytes);
+  if (!overlay_path.empty()) {
+    WriteTextFile(overlay_path, overlay);
+    text += fmt::format("wrote the winner's settings to {}\n", overlay_path);
+  }
+  return text + overlay;
+}
+
+// Packed documents: every budget and packing, the most real tokens a
+// second first, and the winner's overlay with its data and batch.
+std::string DescribePacked(const TrainConfig& config, const TuneRequest& req, const std::vector<PackedPoint>& points,
+                           const std::string& sources, int top, const std::string& overlay_path) {
+  std::string text = fmt::format(
+      "tune: {} ranks, packed documents, the batch's {} positions held (train.batch_size x data.max_tokens), "
+      "per-rank budget {}; costs from\n{}",
+      config.pipeline.ranks, static_cast<long long>(config.train.batch_size) * config.data.seq_len,
+      Mib(req.memory_bytes), sources);
+  text += fmt::format("{:>4}  {:>10} {:>5}  {:<8}  {:<17} {:>4} {:>3}  {:<10} {:>4} {:>10} {:>8} {:>10} {:>7} {:>12}  {}\n",
+                      "rank", "max_tokens", "batch", "packing", "schedule", "m", "v", "policy", "zero", "step ms",
+                      "tokens", "tokens/s", "unused", "peak/rank", "fits");
+  const std::size_t rows = std::min<std::size_t>(points.size(), static_cast<std::size_t>(std::max(top, 1)));
+  for (std::size_t i = 0; i < rows; ++i) {
+    const PackedPoint& p = points[i];
+    if (!p.why_not.empty()) {
+      text += fmt::format("{:>4}  {:>10} {:>5}  {:<8}  no: {}\n", i + 1, p.budget, p.batch_size, EnumName(p.packing),
+                          p.why_not);
+      continue;
+    }
+    const Candidate& c = p.candidate.candidate;
+    text += fmt::format("{:>4}  {:>10} {:>5}  {:<8}  {:<17} {:>4} {:>3}  {:<10} {:>4} {:>10.2f} {:>8.0f} {:>10.0f} "
+                        "{:>6.1f}% {:>12}  yes\n",
+                        i + 1, p.budget, p.batch_size, EnumName(p.packing), c.schedule, c.microbatches, c.chunks,
+                        EnumName(c.checkpointing), c.zero.number(), p.step_s * 1e3, p.tokens, p.TokensPerSecond(),
+                        100 * p.unused, Mib(p.candidate.max_peak_bytes));
+  }
+  if (points.empty() || !points.front().why_not.empty()) return text + "no budget and packing could run (see why above)\n";
+  const PackedPoint& best = points.front();
+  const ModelDesc model = DescribeModel(best.config.model.layers, best.config.model.input, best.config.model.seq);
+  std::string overlay = Overlay(best.config, model, best.candidate, best.candidates, req.memory_bytes);
+  overlay = fmt::format("# packed: {:.2f} ms a step predicted by the first steps' documents, {:.0f} real tokens/s "
+                        "({} budgets x packings tried)\n",
+                        best.step_s * 1e3, best.TokensPerSecond(), points.size()) + overlay;
+  overlay += fmt::format("data:\n  packing: {}\n  max_tokens: {}\ntrain:\n  batch_size: {}\n", EnumName(best.packing),
+                         best.budget, best.batch_size);
+  if (best.config.model.gpt && best.config.model.gpt_spec.seq_len != config.model.gpt_spec.seq_len) {
+    overlay += fmt::format("model:\n  seq_len: {}\n", best.config.model.gpt_spec.seq_len);
+  }
   if (!overlay_path.empty()) {
     WriteTextFile(overlay_path, overlay);
     text += fmt::format("wrote the winner's settings to {}\n", overlay_path);
@@ -128,6 +176,8 @@ void AddTuneCommand(CLI::App& app) {
     std::string profile_path;
     bool config_placement = false;
     std::string schedules, microbatches, chunks, policies, slices, splits, zero;
+    std::string budgets, packings;
+    int steps = 8;
   };
   auto tflags = std::make_shared<TuneFlags>();
   CLI::App* tune = app.add_subcommand(
@@ -136,7 +186,8 @@ void AddTuneCommand(CLI::App& app) {
   tune->add_option("--set", tflags->train.set, "override a key (repeatable)");
   tune->add_option("--memory-bytes", tflags->request.memory_bytes, "per-rank memory budget in bytes")->required();
   tune->add_option("--profile", tflags->profile_path,
-                   "a baton profile of this config (default: profile it first, in this process)");
+                   "a baton profile of this config (default: profile it first, in this process); with --budgets, "
+                   "{max_tokens} in the path names each budget's");
   tune->add_flag("--keep-placement", tflags->config_placement,
                  "keep the config's placement (default: search each candidate's placement)");
   tune->add_option("--schedules", tflags->schedules, "schedules to try (default: every generator but seq1f1b, which without slices is 1f1b)");
@@ -149,6 +200,11 @@ void AddTuneCommand(CLI::App& app) {
   tune->add_option("--zero", tflags->zero,
                    "with replicas: ZeRO stages to try, e.g. 1,3 (default 0,1,2,3 on the CPU, 0,1 on a GPU; the "
                    "config's without replicas)");
+  tune->add_option("--budgets", tflags->budgets,
+                   "packed documents: token budgets (data.max_tokens) to try, e.g. 256,512,1024, the batch's "
+                   "positions held (default: the config's)");
+  tune->add_option("--packings", tflags->packings, "packed documents: greedy, balanced, pad (default greedy,balanced)");
+  tune->add_option("--steps", tflags->steps, "packed documents: the run's first steps priced at each point (default 8)");
   tune->add_option("--top", tflags->top, "rows of the ranking to print (default 10)");
   tune->add_option("--overlay", tflags->overlay_path, "write the winner's settings as a YAML overlay");
   tune->callback([tflags] {
@@ -170,6 +226,17 @@ void AddTuneCommand(CLI::App& app) {
     }
     r.placement = !tflags->config_placement;
     std::string source;
+    if (c.data.packing != Packing::kNone) {
+      PackedTuneRequest packed{tflags->train.config, tflags->train.set, WholeNumbers(tflags->budgets, "tune"),
+                               EnumList<Packing>(tflags->packings, "tune", "--packings"), tflags->steps,
+                               tflags->profile_path};
+      const std::vector<PackedPoint> points = TunePacked(c, r, packed, &source);
+      std::cout << DescribePacked(c, r, points, source, tflags->top, tflags->overlay_path);
+      return;
+    }
+    if (!tflags->budgets.empty() || !tflags->packings.empty()) {
+      throw ConfigError("tune --budgets/--packings: the config packs no documents (data.packing: none)");
+    }
     const Profile profile = ProfileFor(c, tflags->profile_path, &source);
     std::cout << Describe(c, r, TuneConfig(c, r, profile), source, tflags->top, tflags->overlay_path);
   });

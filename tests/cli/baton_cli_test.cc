@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -812,6 +814,72 @@ TEST_F(BatonCliTest, SimulatePricesAPackedRunsStepsByTheirLengths) {
   ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths rows.txt"),
                      "rows.txt:1: 3 samples: a microbatch holds at most 2");
   EXPECT_FALSE(fs::exists(Work() / "x.json"));
+}
+
+// baton tune with packed documents: each token budget (the batch's
+// positions held) and packing tuned and priced by the run's first steps.
+// pad's real tokens a step are its first documents' (one a sample), worked
+// out here from the file; greedy at a budget trains at least pad's tokens
+// in at most pad's time (no sample holds fewer, none runs longer); the
+// winner's overlay names its budget, packing and batch.
+TEST_F(BatonCliTest, TuneSearchesTheTokenBudgetAndThePacking) {
+  std::string docs;
+  std::vector<int> positions;  // each document's, in order
+  for (int i = 0; i < 200; ++i) {
+    const int bytes = 1 + (i * 7) % 23;
+    docs += "{\"text\": \"" + std::string(static_cast<std::size_t>(bytes), static_cast<char>('a' + i % 26)) + "\"}\n";
+    positions.push_back(bytes - 1);
+  }
+  WriteWork("d.jsonl", docs);
+  auto config = [](int budget, int batch) {
+    return std::string("'") + BATON_SOURCE_DIR +
+           "/tests/mpi/tiny_gpt.yaml' --set pipeline.ranks=2 --set model.vocab=256 --set model.seq_len=16 "
+           "--set 'data={dataset: jsonl, path: d.jsonl, shuffle: false, packing: greedy, max_tokens: " +
+           std::to_string(budget) + "}' --set train.batch_size=" + std::to_string(batch) + " ";
+  };
+  ASSERT_EQ(Run("profile " + config(16, 16) + "--repetitions 2 --out p16.json").exit_code, 0);
+  ASSERT_EQ(Run("profile " + config(8, 32) + "--repetitions 2 --out p8.json").exit_code, 0);
+  const std::string tune = "tune " + config(16, 16) + "--memory-bytes 1e9 --schedules 1f1b,zb_h1 --policies none ";
+  RunResult r = Run(tune + "--budgets 8,16,12 --packings greedy,pad --profile 'p{max_tokens}.json' --steps 2 "
+                    "--overlay o.yaml");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("max_tokens 8: the profile p8.json"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("12    21  greedy    no: the batch's 256 positions"), std::string::npos) << r.out;
+  // rank, budget, batch, packing, schedule, m, v, policy, zero, step ms, tokens, tokens/s
+  const std::regex row(R"(^\s*\d+\s+(\d+)\s+(\d+)\s+(greedy|pad)\s+\S+\s+\d+\s+\d+\s+\S+\s+\d+\s+([\d.]+)\s+(\d+)\s+(\d+))");
+  std::map<std::pair<int, std::string>, std::array<double, 3>> points;  // step ms, tokens, tokens/s
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, row)) continue;
+    EXPECT_EQ(std::stoi(m[1]) * std::stoi(m[2]), 256) << line;
+    points[{std::stoi(m[1]), m[3]}] = {std::stod(m[4]), std::stod(m[5]), std::stod(m[6])};
+  }
+  ASSERT_EQ(points.size(), 4u) << r.out;
+  for (int budget : {8, 16}) {
+    // pad: the first 2 x 256 / budget pieces, a step's tokens their mean.
+    const int samples = 256 / budget;
+    double tokens = 0;
+    int pieces = 0;
+    for (int n : positions) {
+      for (int begin = 0; begin < n && pieces < 2 * samples; begin += budget, ++pieces) tokens += std::min(budget, n - begin);
+    }
+    const auto pad = points[{budget, "pad"}], greedy = points[{budget, "greedy"}];
+    EXPECT_NEAR(pad[1], tokens / 2, 0.5) << budget;
+    EXPECT_GE(greedy[1], pad[1]) << budget;
+    EXPECT_LE(greedy[0], pad[0] * (1 + 1e-9)) << budget;
+    EXPECT_GT(greedy[2], pad[2]) << budget;
+  }
+  const YAML::Node o = YAML::LoadFile((Work() / "o.yaml").string());
+  const int budget = o["data"]["max_tokens"].as<int>();
+  EXPECT_EQ(budget * o["train"]["batch_size"].as<int>(), 256);
+  EXPECT_EQ(o["data"]["packing"].as<std::string>(), "greedy");
+  const double best = std::max(points[{8, "greedy"}][2], points[{16, "greedy"}][2]);
+  const std::pair<int, std::string> winner{budget, "greedy"};
+  EXPECT_EQ(points[winner][2], best);
+  ExpectOneLineError(Run(tune + "--packings none"), "tune --packings: none cuts fixed windows, not documents");
+  ExpectOneLineError(Run("tune '" BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml' --memory-bytes 1e9 --budgets 8"),
+                     "tune --budgets/--packings: the config packs no documents (data.packing: none)");
 }
 
 }  // namespace baton
