@@ -28,6 +28,7 @@
 #include "baton/train.h"
 #include "baton/watch.h"
 #include "survivors.h"
+#include "watched.h"
 
 namespace baton {
 

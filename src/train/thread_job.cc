@@ -17,6 +17,7 @@
 #include "baton/signals.h"
 #include "executor.h"
 #include "survivors.h"
+#include "watched.h"
 
 namespace baton {
 

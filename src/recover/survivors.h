@@ -201,14 +201,6 @@ class JobWatch final : public Survivors {
   std::string left_out_ = "a lost rank";  // the last agreed lost ranks ("rank 3", "ranks 1, 3")
 };
 
-// Train on `comms` where the launch keeps the survivors (`watch`), and
-// every end of a job that lost a rank: a loss the run cannot go on from
-// ends the job (JobWatch::End); an error once the job went on after a
-// loss ends it through JobWatch::Fail; a rank told it is excluded ends
-// there (JobWatch::Fence, RankExcluded); a run that went on after a loss,
-// or stopped after one, ends through JobWatch::Finished. Returns the
-// summary of a run that lost no rank (its end is the caller's).
-TrainSummary TrainWatched(const TrainConfig& config, const RunComms& comms, TrainOptions options, JobWatch& watch);
 
 // The errors every rank agreed on and one rank explained (a config,
 // schedule, output, resource or run error): said once, exit 2. Any other
