@@ -30,6 +30,34 @@ struct DoctorFlags {
   std::string json_path;
 };
 
+// What `baton doctor` prints of its report.
+std::string DoctorText(const ordered_json& report, const Launch& launch, int world_size) {
+  std::string text = fmt::format("launcher   {} ({} rank{} in the world{})\n", report["launcher"].get<std::string>(),
+                                 world_size, world_size == 1 ? "" : "s",
+                                 launch.kind == Launch::kSingle ? "" : fmt::format(", the launcher says {}", launch.tasks));
+  text += fmt::format("lost rank  {}\n", report["lost_rank"].get<std::string>());
+  text += fmt::format("MPI        {}; PMIx {}\n", report["mpi"].get<std::string>(), report["pmix"].is_null() ? std::string("none loads") : report["pmix"].get<std::string>());
+  std::string asked;
+  for (const auto& [name, value] : report["transports"].items()) {
+    asked += fmt::format("{}{} {}", asked.empty() ? "" : ", ", name,
+                         value.get<std::string>().empty() ? "(Open MPI's choice)" : value.get<std::string>());
+  }
+  text += fmt::format("transports {}\n", asked.empty() ? "(as Open MPI chooses)" : "asked for: " + asked);
+  text += fmt::format("BLAS       {}\n", report["blas"].get<std::string>());
+  text += report["cuda"]["loads"].get<bool>()
+              ? fmt::format("CUDA       the backend loads: {}\n", report["cuda"]["module"].get<std::string>())
+              : fmt::format("CUDA       the backend does not load: {}\n", report["cuda"]["why"].get<std::string>());
+  text += fmt::format("{:>4}  {:<20} {:>8}  {:<10} {}\n", "rank", "host", "pid", "cores", "node rank");
+  for (const ordered_json& r : report["ranks"]) {
+    text += fmt::format("{:>4}  {:<20} {:>8}  {:<10} {} of {}\n", r["rank"].get<int>(), r["host"].get<std::string>(),
+                        r["pid"].get<long long>(), r["cores"].get<std::string>(), r["node_rank"].get<int>(),
+                        r["node_size"].get<int>());
+  }
+  text += fmt::format("{} ranks on {} host(s); took {:.3f} s\n", world_size, report["hosts"].get<std::size_t>(),
+                      report["seconds"].get<double>());
+  return text;
+}
+
 int RunDoctor(const DoctorFlags& f) {
   const auto start = std::chrono::steady_clock::now();
   const Launch launch = DetectLaunch();
@@ -77,29 +105,7 @@ int RunDoctor(const DoctorFlags& f) {
   }
   report["hosts"] = hosts.size();
   report["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::string text = fmt::format("launcher   {} ({} rank{} in the world{})\n", report["launcher"].get<std::string>(),
-                                 world->size(), world->size() == 1 ? "" : "s",
-                                 launch.kind == Launch::kSingle ? "" : fmt::format(", the launcher says {}", launch.tasks));
-  text += fmt::format("lost rank  {}\n", report["lost_rank"].get<std::string>());
-  text += fmt::format("MPI        {}; PMIx {}\n", report["mpi"].get<std::string>(), pmix.empty() ? "none loads" : pmix);
-  std::string asked;
-  for (const auto& [name, value] : transports.items()) {
-    asked += fmt::format("{}{} {}", asked.empty() ? "" : ", ", name,
-                         value.get<std::string>().empty() ? "(Open MPI's choice)" : value.get<std::string>());
-  }
-  text += fmt::format("transports {}\n", asked.empty() ? "(as Open MPI chooses)" : "asked for: " + asked);
-  text += fmt::format("BLAS       {}\n", report["blas"].get<std::string>());
-  text += report["cuda"]["loads"].get<bool>()
-              ? fmt::format("CUDA       the backend loads: {}\n", report["cuda"]["module"].get<std::string>())
-              : fmt::format("CUDA       the backend does not load: {}\n", report["cuda"]["why"].get<std::string>());
-  text += fmt::format("{:>4}  {:<20} {:>8}  {:<10} {}\n", "rank", "host", "pid", "cores", "node rank");
-  for (const ordered_json& r : report["ranks"]) {
-    text += fmt::format("{:>4}  {:<20} {:>8}  {:<10} {} of {}\n", r["rank"].get<int>(), r["host"].get<std::string>(),
-                        r["pid"].get<long long>(), r["cores"].get<std::string>(), r["node_rank"].get<int>(),
-                        r["node_size"].get<int>());
-  }
-  text += fmt::format("{} ranks on {} host(s); took {:.3f} s\n", world->size(), hosts.size(),
-                      report["seconds"].get<double>());
+  const std::string text = DoctorText(report, launch, world->size());
   if (!f.json_path.empty()) {
     CommandFiles files;
     files.outputs.push_back({"--json", f.json_path});

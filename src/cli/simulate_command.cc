@@ -67,21 +67,9 @@ std::string CoresText(const SimulateConfig& c) {
 
 bool IsGenerator(std::string_view name) { return FindGenerator(name) != nullptr; }
 
-SimulateConfig Resolve(const SimulateFlags& f) {
-  SimulateConfig c;
-  c.ranks = 0;  // 0 = unset: a generator's default, or what a file holds
-  c.microbatches = 0;
-  if (!f.config.empty()) c = LoadSimulateConfig(f.config);
-  if (f.schedule) c.schedule = *f.schedule;
-  // 0 means "unset" inside; an explicit flag must be a real count.
-  if ((f.ranks && *f.ranks < 1) || (f.microbatches && *f.microbatches < 1)) {
-    throw ConfigError(fmt::format("--ranks and --microbatches must be at least 1, got {}",
-                                  f.ranks && *f.ranks < 1 ? *f.ranks : *f.microbatches));
-  }
-  if (f.chunks && *f.chunks < 0) throw ConfigError(fmt::format("--chunks must be at least 0 (0 = the schedule's own), got {}", *f.chunks));
-  if (f.ranks) c.ranks = *f.ranks;
-  if (f.microbatches) c.microbatches = *f.microbatches;
-  if (f.chunks) c.chunks = *f.chunks;
+// The sequence-slice flags (--seq-slices, --seq-len, --seq-split and the
+// attention's shares) over `c`, each checked.
+void ResolveSlices(const SimulateFlags& f, SimulateConfig& c) {
   if (f.seq_slices) {
     if (*f.seq_slices < 1) throw ConfigError(fmt::format("--seq-slices must be at least 1, got {}", *f.seq_slices));
     c.seq_slices = *f.seq_slices;
@@ -111,6 +99,24 @@ SimulateConfig Resolve(const SimulateFlags& f) {
     }
     c.kv_memory_share = *f.kv_memory_share;
   }
+}
+
+SimulateConfig Resolve(const SimulateFlags& f) {
+  SimulateConfig c;
+  c.ranks = 0;  // 0 = unset: a generator's default, or what a file holds
+  c.microbatches = 0;
+  if (!f.config.empty()) c = LoadSimulateConfig(f.config);
+  if (f.schedule) c.schedule = *f.schedule;
+  // 0 means "unset" inside; an explicit flag must be a real count.
+  if ((f.ranks && *f.ranks < 1) || (f.microbatches && *f.microbatches < 1)) {
+    throw ConfigError(fmt::format("--ranks and --microbatches must be at least 1, got {}",
+                                  f.ranks && *f.ranks < 1 ? *f.ranks : *f.microbatches));
+  }
+  if (f.chunks && *f.chunks < 0) throw ConfigError(fmt::format("--chunks must be at least 0 (0 = the schedule's own), got {}", *f.chunks));
+  if (f.ranks) c.ranks = *f.ranks;
+  if (f.microbatches) c.microbatches = *f.microbatches;
+  if (f.chunks) c.chunks = *f.chunks;
+  ResolveSlices(f, c);
   if (f.cost) {
     if (f.cost->size() != 3 && f.cost->size() != 4) {
       throw ConfigError(

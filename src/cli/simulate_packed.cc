@@ -113,11 +113,9 @@ std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, 
   return out;
 }
 
-}  // namespace
-
-void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profile& profile,
-                    const PackedSimulation& what) {
-  if (what.steps < 1) throw ConfigError(fmt::format("simulate: --steps must be >= 1, got {}", what.steps));
+// The one output check (baton/files.h): the run's inputs, the profile,
+// the lengths file and the outputs.
+void CheckFiles(const TrainConfig& config, const PackedSimulation& what) {
   CommandFiles files = RunInputsOf(config);
   AddProfileInputs(files, "--profile", what.profile_path);
   if (!what.lengths.empty()) files.inputs.push_back({"--lengths", what.lengths});
@@ -125,6 +123,14 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
   if (what.trace) files.outputs.push_back({"--trace", *what.trace});
   if (what.json) files.outputs.push_back({"--json", *what.json});
   CheckCommandFiles(files);
+}
+
+}  // namespace
+
+void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profile& profile,
+                    const PackedSimulation& what) {
+  if (what.steps < 1) throw ConfigError(fmt::format("simulate: --steps must be >= 1, got {}", what.steps));
+  CheckFiles(config, what);
 
   const ProfilePrediction whole = PredictFromProfile(plan, profile);
   std::vector<PricedStep> steps;

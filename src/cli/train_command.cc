@@ -58,6 +58,25 @@ struct BenchFlags {
   std::string sweep_out = "out/sweep";
 };
 
+// The sweep's rows, rank 0's: PATH.csv (printed too), PATH.json and PATH.svg.
+void WriteSweep(const std::string& out, const std::vector<std::pair<std::string, BenchReport>>& rows) {
+  std::string csv = "schedule,microbatches,chunks,samples_per_s,step_time_median_s,bubble_rate,"
+                    "simulated_bubble_rate,predicted_step_time_s,measured_over_predicted,gflops_total\n";
+  std::string json = "[\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const BenchReport& b = rows[i].second;
+    csv += fmt::format("{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", b.schedule, b.microbatches,
+                       b.chunks, b.samples_per_s, b.step_time_median_s, b.bubble_rate, b.simulated_bubble_rate,
+                       b.predicted_step_time_s, b.measured_over_predicted, b.gflops_total);
+    json += (i ? ",\n" : "") + BenchReportJson(rows[i].second);
+  }
+  WriteTextFile(out + ".csv", csv);
+  WriteTextFile(out + ".json", json + "]\n");
+  WriteTextFile(out + ".svg", SweepSvg(rows));
+  std::fputs(csv.c_str(), stdout);
+  std::fprintf(stdout, "wrote %s.csv, %s.json, %s.svg\n", out.c_str(), out.c_str(), out.c_str());
+}
+
 int RunBench(const BenchFlags& f) {
   return RunOnAllRanks(f.train.config, f.train.set, [&](const RunComms& comms, const TrainConfig& config, const std::string& text) {
     const int rank = comms.world.rank();
@@ -124,22 +143,7 @@ int RunBench(const BenchFlags& f) {
     }
     if (rank == 0) {
       std::fputs(skipped.c_str(), stderr);
-      std::string csv = "schedule,microbatches,chunks,samples_per_s,step_time_median_s,bubble_rate,"
-                        "simulated_bubble_rate,predicted_step_time_s,measured_over_predicted,gflops_total\n";
-      std::string json = "[\n";
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        const BenchReport& b = rows[i].second;
-        csv += fmt::format("{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", b.schedule, b.microbatches,
-                           b.chunks, b.samples_per_s, b.step_time_median_s, b.bubble_rate, b.simulated_bubble_rate,
-                           b.predicted_step_time_s, b.measured_over_predicted, b.gflops_total);
-        json += (i ? ",\n" : "") + BenchReportJson(rows[i].second);
-      }
-      WriteTextFile(f.sweep_out + ".csv", csv);
-      WriteTextFile(f.sweep_out + ".json", json + "]\n");
-      WriteTextFile(f.sweep_out + ".svg", SweepSvg(rows));
-      std::fputs(csv.c_str(), stdout);
-      std::fprintf(stdout, "wrote %s.csv, %s.json, %s.svg\n", f.sweep_out.c_str(), f.sweep_out.c_str(),
-                   f.sweep_out.c_str());
+      WriteSweep(f.sweep_out, rows);
     }
   });
 }

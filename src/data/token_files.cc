@@ -32,6 +32,26 @@ ConfigError Bad(const std::string& path, std::uint64_t byte, const std::string& 
 constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr std::size_t kMegatronHeader = 9 + 8 + 1 + 8 + 8;  // magic, version, dtype, S, C
 
+// The token type of an MMIDIDX dtype code (at byte 17 of `idx_path`):
+// integers only.
+TokenDocuments::Type MegatronType(const std::string& idx_path, unsigned code) {
+  switch (code) {
+    case 1: return TokenDocuments::Type::kU8;
+    case 2: return TokenDocuments::Type::kI8;
+    case 3: return TokenDocuments::Type::kI16;
+    case 4: return TokenDocuments::Type::kI32;
+    case 5: return TokenDocuments::Type::kI64;
+    case 8: return TokenDocuments::Type::kU16;
+    case 6:
+    case 7:
+      throw Bad(idx_path, 17, fmt::format("dtype code {} ({}): token ids are integers (codes 1-5 and 8)", code,
+                                          code == 6 ? "float64" : "float32"));
+    default:
+      throw Bad(idx_path, 17,
+                fmt::format("unknown dtype code {} (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16)", code));
+  }
+}
+
 }  // namespace
 
 TokenDocuments OpenMegatron(const std::string& prefix) {
@@ -51,22 +71,7 @@ TokenDocuments OpenMegatron(const std::string& prefix) {
   const auto version = Load<std::uint64_t>(x, 9);
   if (version != 1) throw Bad(idx_path, 9, fmt::format("index version {}; baton reads version 1", version));
   const auto code = static_cast<unsigned>(Load<std::uint8_t>(x, 17));
-  TokenDocuments::Type type;
-  switch (code) {
-    case 1: type = TokenDocuments::Type::kU8; break;
-    case 2: type = TokenDocuments::Type::kI8; break;
-    case 3: type = TokenDocuments::Type::kI16; break;
-    case 4: type = TokenDocuments::Type::kI32; break;
-    case 5: type = TokenDocuments::Type::kI64; break;
-    case 8: type = TokenDocuments::Type::kU16; break;
-    case 6:
-    case 7:
-      throw Bad(idx_path, 17, fmt::format("dtype code {} ({}): token ids are integers (codes 1-5 and 8)", code,
-                                          code == 6 ? "float64" : "float32"));
-    default:
-      throw Bad(idx_path, 17,
-                fmt::format("unknown dtype code {} (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16)", code));
-  }
+  const TokenDocuments::Type type = MegatronType(idx_path, code);
   const std::uint64_t sequences = Load<std::uint64_t>(x, 18);
   const std::uint64_t indices = Load<std::uint64_t>(x, 26);
   // The counts against the file, before anything of their size is made.

@@ -80,6 +80,34 @@ void Flush(fmt::memory_buffer& buffer, std::ostream& out) {
   buffer.clear();
 }
 
+// The comma before every event but the first, and a line each.
+void Separate(fmt::memory_buffer& buffer, bool& first) {
+  if (!first) buffer.push_back(',');
+  buffer.push_back('\n');
+  first = false;
+}
+
+// Each rank's process and its compute thread, named and in rank order.
+void NameRanks(fmt::memory_buffer& buffer, bool& first, int ranks) {
+  for (int rank = 0; rank < ranks; ++rank) {
+    Separate(buffer, first);
+    fmt::format_to(std::back_inserter(buffer),
+                   R"({{"name":"process_name","ph":"M","pid":{0},"tid":{0},)"
+                   R"("args":{{"name":"rank {0}"}}}})",
+                   rank);
+    Separate(buffer, first);
+    fmt::format_to(std::back_inserter(buffer),
+                   R"({{"name":"process_sort_index","ph":"M","pid":{0},"tid":{0},)"
+                   R"("args":{{"sort_index":{0}}}}})",
+                   rank);
+    Separate(buffer, first);
+    fmt::format_to(std::back_inserter(buffer),
+                   R"({{"name":"thread_name","ph":"M","pid":{0},"tid":{0},)"
+                   R"("args":{{"name":"compute"}}}})",
+                   rank);
+  }
+}
+
 }  // namespace
 
 void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_unit) {
@@ -94,29 +122,9 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out, double us_per_
   auto it = std::back_inserter(buffer);
   fmt::format_to(it, "{{\"traceEvents\":[");
   bool first = true;
-  auto separator = [&] {
-    if (!first) buffer.push_back(',');
-    buffer.push_back('\n');
-    first = false;
-  };
+  auto separator = [&] { Separate(buffer, first); };
 
-  for (int rank = 0; rank < ranks; ++rank) {
-    separator();
-    fmt::format_to(it,
-                   R"({{"name":"process_name","ph":"M","pid":{0},"tid":{0},)"
-                   R"("args":{{"name":"rank {0}"}}}})",
-                   rank);
-    separator();
-    fmt::format_to(it,
-                   R"({{"name":"process_sort_index","ph":"M","pid":{0},"tid":{0},)"
-                   R"("args":{{"sort_index":{0}}}}})",
-                   rank);
-    separator();
-    fmt::format_to(it,
-                   R"({{"name":"thread_name","ph":"M","pid":{0},"tid":{0},)"
-                   R"("args":{{"name":"compute"}}}})",
-                   rank);
-  }
+  NameRanks(buffer, first, ranks);
 
   for (std::size_t rank = 0; rank < result.timeline.size(); ++rank) {
     bool announced = false;  // the rank's communication thread
