@@ -263,6 +263,13 @@ inline bool IsTokenDataset(DatasetKind kind) {
 
 struct TrainLoopConfig {
   int batch_size = 64;
+  // Packed documents: a step's documents by tokens (0: by samples). Each
+  // step takes whole documents (pieces of long ones) in data order while
+  // their positions stay within batch_tokens and they still pack into
+  // batch_size samples of data.max_tokens; the step then runs as many
+  // microbatches as its samples fill (at most pipeline.microbatches a
+  // replica), the rest of the batch_size slots empty and never computed.
+  std::int64_t batch_tokens = 0;
   int epochs = 1;                // used when steps == 0
   std::int64_t steps = 0;        // > 0: stop after this many steps
   OptimizerSpec optimizer;

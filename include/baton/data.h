@@ -225,6 +225,20 @@ struct DocumentPiece {
   bool operator==(const DocumentPiece&) const = default;
 };
 
+// A global batch by tokens (train.batch_tokens; `tokens` 0: off): the
+// batch also ends before the piece that would take its positions past
+// `tokens`, and is then padded with empty samples (no positions) to its
+// `batch_samples` slots; its samples dealt to the `replicas` in turn (the
+// i-th of the batch to replica i mod D, after that replica's earlier
+// ones: replica r's slots are [r B / D, (r + 1) B / D), its own samples
+// first). A last batch the documents end in before its budget is
+// dropped; documents too few for one batch are refused (ConfigError), as
+// is `tokens` below max_tokens.
+struct TokenBatches {
+  std::int64_t tokens = 0;
+  int replicas = 1;
+};
+
 // How documents go into samples of `max_tokens` positions (data.packing:
 // greedy). A document of n tokens has n - 1 next-token positions (one of
 // fewer than 2 tokens has none and is skipped). A document with more than
@@ -237,8 +251,10 @@ struct DocumentPiece {
 // batch has all its samples starts the next batch. So each batch holds
 // whole documents in data order, the next batch starting where it ended.
 // Throws ConfigError (naming `name`) for max_tokens or batch_samples < 1.
+// With `by` (TokenBatches), a batch holds as many samples as its pieces fill.
 std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t> lengths, int max_tokens,
-                                                   int batch_samples, bool refuse_long, const std::string& name);
+                                                   int batch_samples, bool refuse_long, const std::string& name,
+                                                   const TokenBatches& by = {});
 
 // data.packing: balanced: each batch of PackGreedy's (the same documents)
 // packed again into as many samples, so that the costliest sample costs
@@ -247,17 +263,19 @@ std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t>
 // GptPairCost), the pieces taken costliest first, each into the cheapest
 // sample with room (longest processing time first); a batch where a
 // piece finds no room keeps the greedy packing. A sample's pieces stay in
-// data order.
+// data order. With `by`, as many samples as greedy's batch fills.
 std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_t> lengths, int max_tokens,
                                                      int batch_samples, bool refuse_long, double square,
-                                                     const std::string& name);
+                                                     const std::string& name, const TokenBatches& by = {});
 
 // data.packing: pad: each piece (a document, or a piece of one longer
 // than `max_tokens`, cut as PackGreedy cuts it) a sample of its own, in
 // data order, the rest of the sample unfilled: the baseline of padding
-// every document to the budget. Throws as PackGreedy does.
+// every document to the budget. Throws as PackGreedy does. With `by`,
+// batches of at most `batch_samples` such samples by tokens.
 std::vector<std::vector<DocumentPiece>> PackPadded(std::span<const std::int64_t> lengths, int max_tokens,
-                                                   bool refuse_long, const std::string& name);
+                                                   bool refuse_long, const std::string& name, int batch_samples = 1,
+                                                   const TokenBatches& by = {});
 
 // data.packing: balanced's arrangement of one global batch's samples (in
 // place: the same samples, reordered) into the step's microbatches, as the
@@ -272,7 +290,7 @@ using ArrangeBatch = std::function<void(std::span<std::vector<DocumentPiece>> sa
 // TokenDocuments::CheckBelow); a position no document fills has input 0.
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
                             int vocab, bool want_inputs, bool want_labels, double square = -1,
-                            const ArrangeBatch& arrange = {});
+                            const ArrangeBatch& arrange = {}, const TokenBatches& by = {});
 
 // The dataset of `docs` in the samples `packed` (each a list of pieces
 // in the order they fill its `max_tokens` positions), as

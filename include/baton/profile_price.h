@@ -56,7 +56,7 @@ struct ProfilePrediction {
   std::vector<RankMemory> memory;  // per rank: what peak_bytes sums (PlanMemory), model state by ZeRO stage included
 };
 // A microbatch of packed documents as the runtime runs it (Executor: its
-// samples at the longest one's filled length): its samples, that length,
+// samples at the longest one's filled length): its samples run, that length,
 // and the sum over its documents of their lengths squared (attention's
 // cost, within each document); and its real tokens (the samples' filled
 // positions, Batch::filled).
@@ -68,7 +68,8 @@ struct PackedMicrobatch {
 };
 // A step's microbatches from one replica's batch (Batch::starts and
 // filled, baton/data.h): `microbatches` of `rows` samples of `seq`
-// positions each.
+// positions each, each run with its samples up to its last one with
+// positions (rows 0: an empty microbatch of a batch by tokens, not run).
 std::vector<PackedMicrobatch> PackedMicrobatchesOf(const Batch& batch, int microbatches, int rows, int seq);
 
 // A packed step's work against a step of whole microbatches (every sample

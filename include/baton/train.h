@@ -135,8 +135,12 @@ struct TrainOptions {
 // held-out split: fortunes' validation, Fashion-MNIST's test, a token
 // file's data.validation_path; empty for a dataset without one.
 enum class Split { kTraining, kHeldOut };
+// The training split's batches by tokens where the config asks
+// (train.batch_tokens, TokenBatches), the held-out split's always by samples.
 Dataset LoadSplit(const DataConfig& data, Split split, int batch_size, double square, bool want_inputs,
-                  bool want_labels, const ArrangeBatch& arrange = {});
+                  bool want_labels, const ArrangeBatch& arrange = {}, const TokenBatches& by = {});
+// train.batch_tokens over data_parallel.size replicas.
+TokenBatches TokenBatchesOf(const TrainConfig& config);
 // data.packing: balanced's arrangement of each global batch into the
 // steps of `plan` (ArrangeBalanced, baton/profile_price.h), priced by
 // pipeline.profile where the config names one, else by `square`; none for

@@ -134,6 +134,7 @@ void EmitTrain(YAML::Emitter& e, const TrainConfig& c) {
     << c.train.batch_size << YAML::Key << "epochs" << YAML::Value << c.train.epochs << YAML::Key << "steps"
     << YAML::Value << c.train.steps << YAML::Key << "on_nonfinite" << YAML::Value
     << std::string(EnumName(c.train.on_nonfinite));
+  if (c.train.batch_tokens > 0) e << YAML::Key << "batch_tokens" << YAML::Value << c.train.batch_tokens;
   // Written when the sums are in double only: fp32's settings text (and a
   // checkpoint's digest of it) stays what it was before the key came.
   if (WideGradients(c)) e << YAML::Key << "grad_accum_dtype" << YAML::Value << "fp64";

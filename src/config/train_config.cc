@@ -448,11 +448,59 @@ void ReadTrain(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
                           "number of samples",
                           c.pipeline.microbatches, c.train.batch_size));
   }
+  c.train.batch_tokens = train.Get<long long>("batch_tokens", 0);
+  if (train.Has("batch_tokens")) {
+    if (c.data.packing == Packing::kNone) {
+      train.Fail(train.Node("batch_tokens"), "batch_tokens",
+                 "counts the tokens of packed documents: set data.packing (greedy, balanced or pad), or use "
+                 "train.batch_size alone");
+    }
+    const std::int64_t budget = c.data.seq_len;  // data.max_tokens
+    if (c.train.batch_tokens < budget) {
+      train.Fail(train.Node("batch_tokens"), "batch_tokens",
+                 fmt::format("must be at least data.max_tokens {} (one full microbatch), got {}", budget,
+                             c.train.batch_tokens));
+    }
+    if (c.train.batch_tokens > budget * c.train.batch_size) {
+      train.Fail(train.Node("batch_tokens"), "batch_tokens",
+                 fmt::format("{} tokens do not fit in train.batch_size {} samples of data.max_tokens {} ({} "
+                             "positions): raise batch_size, the step's most samples",
+                             c.train.batch_tokens, c.train.batch_size, budget, budget * c.train.batch_size));
+    }
+  }
   ReadOptimizer(train, c.train.optimizer);
   c.train.on_nonfinite = Choice(train, "on_nonfinite", c.train.on_nonfinite);
   c.train.grad_accum = Choice(train, "grad_accum_dtype", c.train.grad_accum);
   train.Finish();
 
+}
+
+// train.batch_tokens: what a step of a varying microbatch count cannot
+// run with yet.
+void CheckBatchTokens(YamlMap& top, const YAML::Node& root, const TrainConfig& c) {
+  YamlMap train = top.Map("train");
+  const YAML::Node at = root["train"]["batch_tokens"];
+  if (c.pipeline.adapt == AdaptMode::kFull) {
+    train.Fail(at, "batch_tokens",
+               "is not built with pipeline.adapt: full (it re-splits a fixed microbatch count between the "
+               "replicas): use pipeline.adapt on or off, or train.batch_size alone");
+  }
+  if (c.recovery.on_lost_rank != LostRankMode::kStop) {
+    train.Fail(at, "batch_tokens",
+               fmt::format("is not built with recovery.on_lost_rank: {} (a step's samples are laid out for the "
+                           "replicas it started with): use stop, or train.batch_size alone",
+                           EnumName(c.recovery.on_lost_rank)));
+  }
+  if (c.data.shuffle) {
+    train.Fail(at, "batch_tokens",
+               "takes each step's documents in data order, and data.shuffle shuffles the samples between the "
+               "steps: set data.shuffle: false");
+  }
+  if (c.pipeline.seq_slices > 1) {
+    train.Fail(at, "batch_tokens",
+               "is not built with pipeline.seq_slices > 1 (a sliced microbatch is data.max_tokens positions): use "
+               "seq_slices 1, or train.batch_size alone");
+  }
 }
 
 void ReadDataParallel(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
@@ -644,6 +692,7 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                             c.data_parallel.zero.number()));
     }
   }
+  if (c.train.batch_tokens > 0) CheckBatchTokens(top, root, c);
   if (WideGradients(c)) {
     // Said of the key when set, else of what chose it (auto).
     const bool asked = c.train.grad_accum == GradAccum::kFP64;

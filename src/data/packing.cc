@@ -11,26 +11,45 @@
 
 namespace baton {
 
-std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t> lengths, int max_tokens,
-                                                   int batch_samples, bool refuse_long, const std::string& name) {
+namespace {
+
+// The pieces in data order, first-fit into the samples of a batch (or,
+// `alone`, each a sample of its own), as PackGreedy says; with
+// by.tokens > 0 each batch padded to `batch_samples` with empty samples
+// (its own at the front) and a last batch the documents ended in dropped.
+std::vector<std::vector<DocumentPiece>> FirstFit(std::span<const std::int64_t> lengths, int max_tokens,
+                                                 int batch_samples, bool refuse_long, const std::string& name,
+                                                 const TokenBatches& by, bool alone) {
   if (max_tokens < 1) throw ConfigError(fmt::format("{}: data.max_tokens must be at least 1, got {}", name, max_tokens));
   if (batch_samples < 1) {
     throw ConfigError(fmt::format("{}: a batch must hold at least one sample, got {}", name, batch_samples));
   }
+  if (by.tokens > 0 && by.tokens < max_tokens) {
+    throw ConfigError(fmt::format("{}: train.batch_tokens {} is below data.max_tokens {}", name, by.tokens, max_tokens));
+  }
   std::vector<std::vector<DocumentPiece>> samples;
-  std::vector<int> room;       // the current batch's samples' free positions
+  std::vector<int> room;        // the current batch's samples' free positions
   std::size_t batch_first = 0;  // its first sample
+  std::int64_t batch_positions = 0;
+  auto close = [&] {  // the batch is full: padded, and the next one starts
+    if (by.tokens > 0) samples.resize(batch_first + static_cast<std::size_t>(batch_samples));
+    batch_first = samples.size();
+    room.clear();
+    batch_positions = 0;
+  };
   auto place = [&](const DocumentPiece& piece) {
-    for (std::size_t k = 0; k < room.size(); ++k) {
+    if (by.tokens > 0 && batch_positions + piece.positions > by.tokens) close();
+    batch_positions += piece.positions;
+    for (std::size_t k = 0; k < room.size() && !alone; ++k) {
       if (room[k] >= piece.positions) {
         samples[batch_first + k].push_back(piece);
         room[k] -= piece.positions;
         return;
       }
     }
-    if (room.size() == static_cast<std::size_t>(batch_samples)) {  // the batch is full: the next one starts
-      batch_first = samples.size();
-      room.clear();
+    if (room.size() == static_cast<std::size_t>(batch_samples)) {
+      close();
+      batch_positions = piece.positions;
     }
     samples.push_back({piece});
     room.push_back(max_tokens - piece.positions);
@@ -47,27 +66,65 @@ std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t>
       place({static_cast<std::int64_t>(d), begin, static_cast<int>(std::min<std::int64_t>(max_tokens, positions - begin))});
     }
   }
+  if (by.tokens > 0) {
+    samples.resize(batch_first);  // the documents ended before the last batch's budget
+    if (samples.empty()) {
+      throw ConfigError(fmt::format("{}: its documents hold fewer positions than one batch of train.batch_tokens {}",
+                                    name, by.tokens));
+    }
+  }
+  return samples;
+}
+
+// train.batch_tokens: each batch's samples dealt to the replicas in turn
+// (the i-th to replica i mod D, after its earlier ones), so that every
+// replica's slots begin with its samples and end with the empty ones.
+void Spread(std::vector<std::vector<DocumentPiece>>& samples, int batch_samples, const TokenBatches& by) {
+  const auto B = static_cast<std::size_t>(batch_samples), D = static_cast<std::size_t>(std::max(1, by.replicas));
+  if (by.tokens <= 0 || D == 1 || B % D != 0) return;
+  std::vector<std::vector<DocumentPiece>> batch(B);
+  for (std::size_t first = 0; first + B <= samples.size(); first += B) {
+    for (auto& s : batch) s.clear();
+    std::size_t i = 0;
+    for (std::size_t k = first; k < first + B; ++k) {
+      if (samples[k].empty()) continue;
+      batch[(i % D) * (B / D) + i / D] = std::move(samples[k]);
+      ++i;
+    }
+    for (std::size_t k = 0; k < B; ++k) samples[first + k] = std::move(batch[k]);
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t> lengths, int max_tokens,
+                                                   int batch_samples, bool refuse_long, const std::string& name,
+                                                   const TokenBatches& by) {
+  std::vector<std::vector<DocumentPiece>> samples =
+      FirstFit(lengths, max_tokens, batch_samples, refuse_long, name, by, false);
+  Spread(samples, batch_samples, by);
   return samples;
 }
 
 std::vector<std::vector<DocumentPiece>> PackPadded(std::span<const std::int64_t> lengths, int max_tokens,
-                                                   bool refuse_long, const std::string& name) {
-  // Greedy's pieces, in their order (batches of one sample, a sample
-  // possibly holding several), each then a sample of its own.
-  std::vector<std::vector<DocumentPiece>> samples;
-  for (std::vector<DocumentPiece>& sample : PackGreedy(lengths, max_tokens, 1, refuse_long, name)) {
-    for (const DocumentPiece& piece : sample) samples.push_back({piece});
-  }
+                                                   bool refuse_long, const std::string& name, int batch_samples,
+                                                   const TokenBatches& by) {
+  // Greedy's pieces, in their order, each a sample of its own.
+  std::vector<std::vector<DocumentPiece>> samples =
+      FirstFit(lengths, max_tokens, by.tokens > 0 ? batch_samples : 1, refuse_long, name, by, true);
+  Spread(samples, batch_samples, by);
   return samples;
 }
 
 std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_t> lengths, int max_tokens,
                                                      int batch_samples, bool refuse_long, double square,
-                                                     const std::string& name) {
-  std::vector<std::vector<DocumentPiece>> samples = PackGreedy(lengths, max_tokens, batch_samples, refuse_long, name);
+                                                     const std::string& name, const TokenBatches& by) {
+  std::vector<std::vector<DocumentPiece>> samples =
+      FirstFit(lengths, max_tokens, batch_samples, refuse_long, name, by, false);
   auto cost = [square](const DocumentPiece& p) { return p.positions + square * p.positions * double(p.positions); };
   for (std::size_t first = 0; first < samples.size(); first += static_cast<std::size_t>(batch_samples)) {
-    const std::size_t k = std::min(samples.size() - first, static_cast<std::size_t>(batch_samples));
+    std::size_t k = std::min(samples.size() - first, static_cast<std::size_t>(batch_samples));
+    while (k > 0 && samples[first + k - 1].empty()) --k;  // a batch by tokens: its own samples
     std::vector<DocumentPiece> pieces;
     for (std::size_t s = first; s < first + k; ++s) pieces.insert(pieces.end(), samples[s].begin(), samples[s].end());
     // Costliest first; ties in data order.
@@ -98,16 +155,17 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
       samples[first + s] = std::move(balanced[s]);
     }
   }
+  Spread(samples, batch_samples, by);
   return samples;
 }
 
 Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
                             int vocab, bool want_inputs, bool want_labels, double square,
-                            const ArrangeBatch& arrange) {
+                            const ArrangeBatch& arrange, const TokenBatches& by) {
   const std::span<const std::int64_t> lengths = docs.lengths();
   std::vector<std::vector<DocumentPiece>> packed =
-      square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name())
-                 : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs.name());
+      square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name(), by)
+                 : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs.name(), by);
   if (square >= 0 && arrange) {
     const auto b = static_cast<std::size_t>(batch_samples);
     for (std::size_t first = 0; first + b <= packed.size(); first += b) {

@@ -73,6 +73,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   evaluation_ops_ = Bind(plan.evaluation);
   full_rows_.assign(static_cast<std::size_t>(plan.sequences), plan.rows);
   round_rows_.assign(static_cast<std::size_t>(plan.sequences), 0);
+  step_rows_.assign(static_cast<std::size_t>(plan.sequences), 0);
   pending_.reserve(static_cast<std::size_t>(plan.sends_per_step));
   replicas_ = std::make_unique<ReplicaSync>(plan, stages_, dev_, replicas, wait_timeout_s);
 }
@@ -231,7 +232,8 @@ StepStats Executor::RunStep(const Batch& batch) {
   StepStats stats;
   starts_ = batch.starts.empty() ? nullptr : batch.starts.data();
   step_grad_scale_ = batch.targets > 0 ? 1.0f / static_cast<float>(batch.targets) : grad_scale_;
-  if (!lengths_.empty()) SetLengths(batch.filled.data(), batch.filled.size(), full_rows_.data());
+  const int* rows = StepRows(batch, &stats);
+  if (!lengths_.empty()) SetLengths(batch.filled.data(), batch.filled.size(), rows);
   // A GPU reads the batch from its own memory: one upload per step, ordered
   // before the first forward by the compute stream.
   const std::byte* inputs = batch.inputs.data();
@@ -244,8 +246,33 @@ StepStats Executor::RunStep(const Batch& batch) {
     dev_.Upload(labels_, batch.labels.data(), plan_.labels.bytes());
     labels = reinterpret_cast<const std::int32_t*>(labels_);
   }
-  Run(train_ops_, Mode::kTrain, inputs, labels, full_rows_.data(), &stats);
+  Run(train_ops_, Mode::kTrain, inputs, labels, rows, &stats);
   return stats;
+}
+
+const int* Executor::StepRows(const Batch& batch, StepStats* stats) {
+  const bool last_here = plan_.local[static_cast<std::size_t>(plan_.stages - 1)] >= 0;
+  const std::int64_t seq = plan_.labels_per_sample;
+  if (batch.filled.empty()) {
+    if (last_here) {
+      stats->microbatches = plan_.sequences;
+      stats->positions = std::int64_t(plan_.sequences) * plan_.rows * seq;
+    }
+    return full_rows_.data();
+  }
+  const auto R = static_cast<std::size_t>(plan_.rows);
+  for (std::size_t j = 0; j < step_rows_.size(); ++j) {
+    int rows = 0;
+    for (std::size_t r = 0; r < R && j * R + r < batch.filled.size(); ++r) {
+      if (batch.filled[j * R + r] > 0) rows = static_cast<int>(r) + 1;
+    }
+    step_rows_[j] = rows;
+    if (last_here && rows > 0) {
+      ++stats->microbatches;
+      stats->positions += rows * seq;
+    }
+  }
+  return step_rows_.data();
 }
 
 SequencePart Executor::PartOf(const Instruction& in) const {
@@ -347,7 +374,10 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
       continue;
     }
     const int rows = rows_of[in.part.sequence];
-    if (rows == 0) continue;  // past the end of the evaluation data
+    if (rows == 0) {  // past the end of the evaluation data, or an empty microbatch of a step
+      replicas_->AfterAction(i, train);  // a stage's gradient sums start where its last writer would have
+      continue;
+    }
     const std::size_t flight = flight_.Start(step_, a);
     if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
       MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
@@ -398,7 +428,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
         ActivationStore& store = *stores_[static_cast<std::size_t>(in.local)];
         const ActionClock::Stamp start = clock_.Mark();
         stages_[static_cast<std::size_t>(in.local)]->BackwardWeight(
-            store.Get(j).data(), replicas_->BucketHook(i, in.local, train), PartOf(in));
+            store.Get(j).data(), rows, replicas_->BucketHook(i, in.local, train), PartOf(in));
         store.Release(j);
         clock_.Record(ActionKind::kBackwardWeight, s, j, start);
         break;

@@ -171,6 +171,10 @@ struct StepStats {
   double loss_sum = 0.0;
   std::int64_t correct = 0;
   std::int64_t samples = 0;  // samples whose loss this rank computed
+  // A training step's microbatches run and their positions (their samples
+  // run x the sequence), on the last stage's rank: packed documents' run
+  // only up to their last sample with positions, an empty one not at all.
+  std::int64_t microbatches = 0, positions = 0;
 };
 
 // Told where a training step is, between TrainStep's phases: `baton
@@ -378,6 +382,10 @@ class Executor {
   // optimizer step (data parallelism; with one replica it only steps).
   std::unique_ptr<ReplicaSync> replicas_;
   std::vector<int> full_rows_, round_rows_;  // per sequence (UnitPart::sequence) of a round
+  // Packed documents: this step's samples run per sequence, up to its last
+  // sample with positions (0: none, the sequence is not run; StepRows).
+  std::vector<int> step_rows_;
+  const int* StepRows(const Batch& batch, StepStats* stats);
   // Per local stage its sequence and gradient slots (StagePlan), and where
   // a unit that is a part of its sequence gathers its token ids (first
   // stage) and labels (last) from the batch (RankPlan::unit_inputs, unit_labels).

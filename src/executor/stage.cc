@@ -146,20 +146,20 @@ void Stage::ForwardLoss(ConstView x, std::byte* slot, ConstView labels, float gr
   device_->CrossEntropy(logits, labels, grad_scale, dlogits);
 }
 
-void Stage::Recompute(std::byte* slot, const SequencePart& part) {
+void Stage::Recompute(std::byte* slot, int rows, const SequencePart& part) {
   if (plan_.checkpointing == Checkpointing::kNone) return;
   const int K = plan_.ops();
   for (int i = 0; i + 1 < K; ++i) {
     if (plan_.kept[i + 1]) continue;
-    RunOp(i, slot, plan_.rows, part, nullptr, Act(i + 1, slot, plan_.rows, part));
+    RunOp(i, slot, rows, part, nullptr, Act(i + 1, slot, rows, part));
   }
 }
 
 void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready,
                      const SequencePart& part) {
-  Recompute(slot, part);
+  const int rows = static_cast<int>(dx.desc.shape[0]);  // the microbatch's samples run
+  Recompute(slot, rows, part);
   const int K = plan_.ops();
-  const int rows = plan_.rows;
   for (int i = 0; i < K; ++i) {
     if (plan_.block_input[i]) device_->Zero(Workspace(ws_skip_, i, rows, part));
   }
@@ -193,15 +193,15 @@ void Stage::Backward(std::byte* slot, ConstView dy, View dx, bool full, Gradient
   }
 }
 
-void Stage::BackwardWeight(std::byte* slot, GradientsReady* ready, const SequencePart& part) {
-  Recompute(slot, part);
+void Stage::BackwardWeight(std::byte* slot, int rows, GradientsReady* ready, const SequencePart& part) {
+  Recompute(slot, rows, part);
   // Last op first, as B goes: each op adds into its own gradients only, so
   // the order changes no bit, and the gradients become final from the end.
   for (int i = plan_.ops() - 1; i >= 0; --i) {
     if (plan_.layer[i] < 0 || !model_.ops[static_cast<std::size_t>(plan_.first_op + i)].has_params()) continue;
     WhileWaiting::Run();
-    device_->BackwardWeight(plan_.layer[i], Act(i, slot, plan_.rows, part), Saved(i, slot),
-                            ConstView(slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], plan_.rows, part)),
+    device_->BackwardWeight(plan_.layer[i], Act(i, slot, rows, part), Saved(i, slot),
+                            ConstView(slot + plan_.wgrad_offset[i], Shaped(plan_.act[i + 1], rows, part)),
                             Stash(i, slot), LayerPart(i, part));
     WeightsDone(i, ready);
   }

@@ -103,13 +103,14 @@ class Stage {
                    const SequencePart& part = {});
   // I (full = false) or B (full = true). dy: the output gradient, ignored
   // on the last stage (its gradient is the slot's dlogits). dx: the input
-  // gradient, or a null view when no one needs it (stage 0).
+  // gradient, or a null view when no one needs it (stage 0); its shape's
+  // rows are the microbatch's samples run (its forward's).
   // `ready` (optional): told as each op's weight gradients are done (B only).
   void Backward(std::byte* slot, ConstView dy, View dx, bool full, GradientsReady* ready = nullptr,
                 const SequencePart& part = {});
-  // W: weight gradients from the slot's kept inputs and output gradients,
-  // last op first; `ready` as for Backward.
-  void BackwardWeight(std::byte* slot, GradientsReady* ready = nullptr, const SequencePart& part = {});
+  // W: weight gradients from the slot's kept inputs and output gradients of
+  // the microbatch's `rows` samples run, last op first; `ready` as for Backward.
+  void BackwardWeight(std::byte* slot, int rows, GradientsReady* ready = nullptr, const SequencePart& part = {});
   // The loss and correct predictions added since the last call.
   LossTotals TakeLossTotals() { return device_->TakeLossTotals(); }
 
@@ -134,7 +135,7 @@ class Stage {
   SequencePart LayerPart(int i, const SequencePart& part) const;
   // Runs op i for `rows` samples.
   void RunOp(int i, std::byte* slot, int rows, const SequencePart& part, const std::byte* x, View out);
-  void Recompute(std::byte* slot, const SequencePart& part);
+  void Recompute(std::byte* slot, int rows, const SequencePart& part);
   // Op i's first parameter, in floats from the stage's first.
   std::size_t ParamsFrom(int i) const;
   // Op i's weight gradients done for a microbatch: folded into the

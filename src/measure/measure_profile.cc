@@ -247,7 +247,7 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
   timer.Sample(
       [&] {
         rotate();
-        stage.BackwardWeight(slot);
+        stage.BackwardWeight(slot, plan.rows);
       },
       into.backward_weight);
   timer.Sample(
@@ -280,7 +280,7 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
     timer.Sample(
         [&] {
           rotate();
-          stage.BackwardWeight(slot, nullptr, part);
+          stage.BackwardWeight(slot, plan.rows, nullptr, part);
         },
         into.documents_backward_weight);
   }

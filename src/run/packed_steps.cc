@@ -24,7 +24,8 @@ PackedRunSteps PackedSteps(const TrainConfig& c, const RunPlan& plan, std::int64
       ++out.arranged;
     };
   }
-  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false, timed);
+  const Dataset data =
+      LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false, timed, TokenBatchesOf(c));
   if (!data.packed()) throw ConfigError(fmt::format("{}: the dataset holds no packed documents", data.name));
   std::vector<std::unique_ptr<BatchLoader>> loaders;
   for (int r = 0; r < c.data_parallel.size; ++r) {

@@ -130,37 +130,37 @@ namespace {
 // balanced: priced by the model's pair cost (GptPairCost; a model that is
 // not a GPT has no attention to price).
 Dataset Cut(const DataConfig& d, const TokenDocuments& docs, int batch_size, double square, bool want_inputs,
-            bool want_labels, const ArrangeBatch& arrange) {
+            bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
   if (d.packing == Packing::kNone) return MakeDocumentWindows(docs, d.seq_len, d.vocab, want_inputs, want_labels);
   const bool refuse_long = d.long_documents == LongDocuments::kRefuse;
   if (d.packing == Packing::kPad) {
-    return PackedDataset(docs, PackPadded(docs.lengths(), d.seq_len, refuse_long, docs.name()), d.seq_len, d.vocab,
-                         want_inputs, want_labels);
+    return PackedDataset(docs, PackPadded(docs.lengths(), d.seq_len, refuse_long, docs.name(), batch_size, by),
+                         d.seq_len, d.vocab, want_inputs, want_labels);
   }
   return MakePackedDocuments(docs, d.seq_len, batch_size, refuse_long, d.vocab,
-                             want_inputs, want_labels, d.packing == Packing::kBalanced ? square : -1.0, arrange);
+                             want_inputs, want_labels, d.packing == Packing::kBalanced ? square : -1.0, arrange, by);
 }
 
 Dataset LoadTokenFile(const DataConfig& d, const std::string& path, int batch_size, double square, bool want_inputs,
-                      bool want_labels, const ArrangeBatch& arrange) {
+                      bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
   const TokenDocuments docs = d.dataset == DatasetKind::kMegatron ? OpenMegatron(path)
                               : d.dataset == DatasetKind::kLlmc   ? OpenLlmc(path, d.eot)
                                                                   : OpenJsonl(path);
   if (want_inputs || want_labels) docs.CheckBelow(d.vocab);
-  return Cut(d, docs, batch_size, square, want_inputs, want_labels, arrange);
+  return Cut(d, docs, batch_size, square, want_inputs, want_labels, arrange, by);
 }
 
 Dataset LoadFortuneSplit(const DataConfig& d, const std::string& split, int batch_size, double square,
-                         bool want_inputs, bool want_labels, const ArrangeBatch& arrange) {
+                         bool want_inputs, bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
   if (d.packing == Packing::kNone) return LoadFortunes(d.path, split, d.seq_len, want_inputs, want_labels);
   return Cut(d, FortuneDocuments(ReadFortuneFolder(d.path), split), batch_size, square, want_inputs, want_labels,
-             arrange);
+             arrange, by);
 }
 
 }  // namespace
 
 Dataset LoadSplit(const DataConfig& d, Split split, int batch_size, double square, bool want_inputs,
-                  bool want_labels, const ArrangeBatch& arrange) {
+                  bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
   const bool train = split == Split::kTraining;
   switch (d.dataset) {
     case DatasetKind::kFashionMnist:
@@ -169,17 +169,19 @@ Dataset LoadSplit(const DataConfig& d, Split split, int batch_size, double squar
       return train ? MakeSynthetic(d.samples, d.features, d.classes, d.seed, want_inputs, want_labels) : Dataset{};
     case DatasetKind::kFortunes:
       return LoadFortuneSplit(d, train ? "train" : "validation", batch_size, square, want_inputs, want_labels,
-                              arrange);
+                              arrange, train ? by : TokenBatches{});
     case DatasetKind::kSyntheticTokens:
       return train ? MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, want_inputs, want_labels) : Dataset{};
     case DatasetKind::kMegatron:
     case DatasetKind::kLlmc:
     case DatasetKind::kJsonl:
       return LoadTokenFile(d, train ? d.path : d.validation_path, batch_size, square, want_inputs, want_labels,
-                           arrange);
+                           arrange, train ? by : TokenBatches{});
   }
   return Dataset{};
 }
+
+TokenBatches TokenBatchesOf(const TrainConfig& c) { return {c.train.batch_tokens, c.data_parallel.size}; }
 
 ArrangeBatch BalancedArrangement(const TrainConfig& c, const RunPlan& plan, double square) {
   if (c.data.packing != Packing::kBalanced) return {};
@@ -194,8 +196,9 @@ namespace {
 // The configured dataset's training split, and its test or validation
 // split when the config asks for one; each rank reads only what its stages
 // need (inputs on the first stage's rank, labels on the last's).
-void LoadData(const DataConfig& d, int batch_size, double square, const ArrangeBatch& arrange, RunSetup& u) {
-  u.train = LoadSplit(d, Split::kTraining, batch_size, square, u.first_rank, u.last_rank, arrange);
+void LoadData(const DataConfig& d, int batch_size, double square, const ArrangeBatch& arrange,
+              const TokenBatches& by, RunSetup& u) {
+  u.train = LoadSplit(d, Split::kTraining, batch_size, square, u.first_rank, u.last_rank, arrange, by);
   const bool held_out = (d.dataset == DatasetKind::kFashionMnist && d.evaluate) ||
                         (d.dataset == DatasetKind::kFortunes && d.validation) ||
                         ((d.dataset == DatasetKind::kMegatron || d.dataset == DatasetKind::kLlmc ||
@@ -357,7 +360,7 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   if (!c.model.init_from.empty()) u.params->LoadInitial(ReadSafetensors(c.model.init_from), c.model.init_from);
 
   const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
-  LoadData(c.data, c.train.batch_size, square, BalancedArrangement(c, u.plan, square), u);
+  LoadData(c.data, c.train.batch_size, square, BalancedArrangement(c, u.plan, square), TokenBatchesOf(c), u);
   CheckData(c, u);
   const Shard share = ShardOf(static_cast<std::size_t>(u.test.samples), u.replica, c.data_parallel.size);
   u.eval_begin = static_cast<std::int64_t>(share.begin);

@@ -43,7 +43,8 @@ std::string Duration(double s) {
 void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const StepStats& stats, std::int64_t step,
              std::int64_t epoch, std::int64_t total, double samples, double window_s, double elapsed_s,
              bool tty, bool skipped, TrainSummary& summary) {
-  double v[3] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.samples)};
+  double v[5] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.samples),
+                 static_cast<double>(stats.microbatches), static_cast<double>(stats.positions)};
   t.ReduceSum(v);
   // Per label (StepStats::samples counts labels): per sample for classes,
   // per token for next-token data.
@@ -58,11 +59,13 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
       {"step_time_s", Json(window_s / std::max(1.0, samples / c.train.batch_size), "{:.6g}")}};
   if (c.data.packing != Packing::kNone) {
     // Packed documents: the step's real tokens (its labels that count),
-    // their rate, and the share of the samples' positions no document filled.
+    // their rate, its microbatches run (every replica's), and the share
+    // of their samples' positions no document filled.
     const double step_s = window_s / std::max(1.0, samples / c.train.batch_size);
-    const double positions = static_cast<double>(c.train.batch_size) * c.data.seq_len;
+    const double positions = v[4] > 0 ? v[4] : static_cast<double>(c.train.batch_size) * c.data.seq_len;
     fields.push_back({"tokens", Json(labels, "{:.0f}")});
     fields.push_back({"tokens_per_s", Json(labels / step_s, "{:.6g}")});
+    fields.push_back({"microbatches", Json(v[3], "{:.0f}")});
     fields.push_back({"unused", Json(1.0 - labels / positions, "{:.4f}")});
   }
   if (skipped) fields.push_back({"skipped", "true"});

@@ -58,11 +58,18 @@ class StepPrice {
   SimOptions options_;
 };
 
-// The order of `mbs` (a permutation) the price finds least.
+// The order of `mbs` (a permutation) the price finds least, its empty
+// microbatches (no rows: a batch by tokens) last.
 std::vector<int> BestOrder(const std::vector<PackedMicrobatch>& mbs, StepPrice& price) {
-  const int m = static_cast<int>(mbs.size());
-  std::vector<int> by_cost(static_cast<std::size_t>(m));
-  std::iota(by_cost.begin(), by_cost.end(), 0);
+  std::vector<int> empty;
+  for (int j = 0; j < static_cast<int>(mbs.size()); ++j) {
+    if (mbs[static_cast<std::size_t>(j)].rows == 0) empty.push_back(j);
+  }
+  const int m = static_cast<int>(mbs.size() - empty.size());
+  std::vector<int> by_cost;
+  for (int j = 0; j < static_cast<int>(mbs.size()); ++j) {
+    if (mbs[static_cast<std::size_t>(j)].rows > 0) by_cost.push_back(j);
+  }
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](int a, int b) { return price.Cost(mbs[a]) > price.Cost(mbs[b]); });
   std::vector<int> ascending(by_cost.rbegin(), by_cost.rend());
   std::vector<int> valley;  // the cheapest first, the next cheapest last, the rest costliest first
@@ -76,6 +83,7 @@ std::vector<int> BestOrder(const std::vector<PackedMicrobatch>& mbs, StepPrice& 
     ++tries;
     std::vector<PackedMicrobatch> ordered;
     for (int j : order) ordered.push_back(mbs[static_cast<std::size_t>(j)]);
+    for (int j : empty) ordered.push_back(mbs[static_cast<std::size_t>(j)]);
     return price(ordered);
   };
   std::vector<int> best = by_cost;
@@ -104,6 +112,7 @@ std::vector<int> BestOrder(const std::vector<PackedMicrobatch>& mbs, StepPrice& 
       }
     }
   }
+  best.insert(best.end(), empty.begin(), empty.end());
   return best;
 }
 
@@ -122,11 +131,11 @@ void Arrange(const RunPlan& plan, StepPrice& price, std::span<std::vector<Docume
   std::vector<std::vector<int>> members(static_cast<std::size_t>(M));
   for (int j = 0; j < M; ++j) {
     PackedMicrobatch& mb = mbs[static_cast<std::size_t>(j)];
-    mb.rows = R;
     for (int r = 0; r < R; ++r) {
       const int s = by_fill[static_cast<std::size_t>(j * R + r)];
       const SampleFill& f = fill[static_cast<std::size_t>(s)];
       members[static_cast<std::size_t>(j)].push_back(s);
+      if (f.positions > 0) mb.rows = r + 1;  // the runtime computes up to its last sample with positions
       mb.length = std::max(mb.length, f.positions);
       mb.squares += f.squares;
       mb.tokens += f.positions;

@@ -615,6 +615,43 @@ TEST(TrainConfigTokens, PackingTakesTheBudgetAsTheSequenceLength) {
   }
 }
 
+// train.batch_tokens: a step's documents by tokens, with packing, within
+// the batch's slots, and refused where a varying microbatch count is not
+// built.
+TEST(TrainConfigTokens, BatchTokensCountsThePackedStepsTokens) {
+  const std::string model = "model: {type: gpt, hidden: 8, heads: 2, blocks: 1}\n";
+  const std::string data = "data: {dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 16}\n";
+  const TrainConfig c = ParseTrainConfig(model + data + "train: {batch_size: 8, batch_tokens: 100}\n", "t.yaml");
+  EXPECT_EQ(c.train.batch_tokens, 100);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(c), "batch_tokens: 100")) << DescribeTrainConfig(c);
+  EXPECT_FALSE(Contains(DescribeTrainConfig(ParseTrainConfig(model + data, "t.yaml")), "batch_tokens"));
+  struct Case {
+    std::string text, message;
+  };
+  for (const Case& k : std::vector<Case>{
+           {data + "train: {batch_size: 8, batch_tokens: 15}",
+            "train.batch_tokens: must be at least data.max_tokens 16 (one full microbatch), got 15"},
+           {data + "train: {batch_size: 8, batch_tokens: 129}",
+            "train.batch_tokens: 129 tokens do not fit in train.batch_size 8 samples of data.max_tokens 16"},
+           {"data: {dataset: jsonl, path: d.jsonl, seq_len: 16}\ntrain: {batch_size: 8, batch_tokens: 64}",
+            "train.batch_tokens: counts the tokens of packed documents: set data.packing"},
+           {"data: {dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 16, shuffle: true}\n"
+            "train: {batch_size: 8, batch_tokens: 64}",
+            "train.batch_tokens: takes each step's documents in data order"},
+           {data + "train: {batch_size: 8, batch_tokens: 64}\npipeline: {ranks: 2, seq_slices: 2, schedule: seq1f1b}",
+            "train.batch_tokens: is not built with pipeline.seq_slices > 1"},
+           {data + "train: {batch_size: 8, batch_tokens: 64}\npipeline: {ranks: 2, adapt: full}\n"
+                   "data_parallel: {size: 2}",
+            "train.batch_tokens: is not built with pipeline.adapt: full"},
+           {data + "train: {batch_size: 8, batch_tokens: 64}\ndata_parallel: {size: 2}\n"
+                   "recovery: {on_lost_rank: shrink}",
+            "train.batch_tokens: is not built with recovery.on_lost_rank: shrink"},
+       }) {
+    const std::string msg = ErrorOf(model + k.text + "\n");
+    EXPECT_TRUE(Contains(msg, k.message)) << k.text << " gave: " << msg;
+  }
+}
+
 TEST(TrainConfigTokens, SeqLenIsRequiredAndPositive) {
   std::string msg = ErrorOf(R"(model:
   layers: [{type: linear, out: 256}]

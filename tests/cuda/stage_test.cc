@@ -143,7 +143,7 @@ void Compare(const Case& k) {
   }
   host.Backward(slot.data(), {Bytes(dy.data()), sp.output()},
                 {k.first > 0 ? Bytes(dx.data()) : nullptr, sp.input()}, !k.split);
-  if (k.split) host.BackwardWeight(slot.data());
+  if (k.split) host.BackwardWeight(slot.data(), sp.rows);
   const LossTotals host_loss = host.TakeLossTotals();
 
   // Device.
@@ -165,7 +165,7 @@ void Compare(const Case& k) {
   }
   gpu.Backward(dslot.data(), {Bytes(ddy.data()), sp.output()},
                {k.first > 0 ? Bytes(ddx.data()) : nullptr, sp.input()}, !k.split);
-  if (k.split) gpu.BackwardWeight(dslot.data());
+  if (k.split) gpu.BackwardWeight(dslot.data(), sp.rows);
   const LossTotals gpu_loss = gpu.TakeLossTotals();
 
   EXPECT_EQ(gwritten, written);

@@ -62,6 +62,67 @@ TEST(PackGreedy, ALongDocumentIsCutIntoPiecesOfTheBudgetOrRefused) {
   EXPECT_THROW(PackGreedy(std::vector<std::int64_t>{3}, 4, 0, false, "docs"), ConfigError);
 }
 
+// train.batch_tokens: a batch ends before the piece that would take it
+// past the tokens, padded to its slots with empty samples. Positions 6
+// each (lengths 7), budget 8, 4 slots, 20 tokens: three documents a batch
+// (18; a fourth would make 24), a sample each; the seventh document ends
+// in a batch the data ends in, dropped.
+TEST(PackGreedy, ByTokensABatchHoldsWholeDocumentsUpToItsTokens) {
+  const std::vector<std::int64_t> lengths(7, 7);
+  const auto packed = PackGreedy(lengths, 8, 4, false, "docs", {20, 1});
+  const std::vector<Pieces> want{{{0, 0, 6}}, {{1, 0, 6}}, {{2, 0, 6}}, {}, {{3, 0, 6}}, {{4, 0, 6}}, {{5, 0, 6}}, {}};
+  EXPECT_EQ(packed, want);
+  // Two replicas: the i-th sample to replica i mod 2, each one's slots its own first.
+  const auto spread = PackGreedy(lengths, 8, 4, false, "docs", {20, 2});
+  const std::vector<Pieces> dealt{{{0, 0, 6}}, {{2, 0, 6}}, {{1, 0, 6}}, {}, {{3, 0, 6}}, {{5, 0, 6}}, {{4, 0, 6}}, {}};
+  EXPECT_EQ(spread, dealt);
+  // Short documents share a sample: 4 + 4 of 10 tokens, then the next batch.
+  EXPECT_EQ(PackGreedy(std::vector<std::int64_t>(5, 5), 8, 4, false, "docs", {10, 1}),
+            (std::vector<Pieces>{{{0, 0, 4}, {1, 0, 4}}, {}, {}, {}, {{2, 0, 4}, {3, 0, 4}}, {}, {}, {}}));
+  // pad by tokens: a piece a sample, as many as the tokens take.
+  EXPECT_EQ(PackPadded(std::vector<std::int64_t>(5, 5), 8, false, "docs", 4, {10, 1}),
+            (std::vector<Pieces>{{{0, 0, 4}}, {{1, 0, 4}}, {}, {}, {{2, 0, 4}}, {{3, 0, 4}}, {}, {}}));
+  try {
+    PackGreedy(std::vector<std::int64_t>{7, 7}, 8, 4, false, "docs.jsonl", {20, 1});
+    FAIL() << "documents fewer than a batch were packed";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "docs.jsonl: its documents hold fewer positions than one batch of train.batch_tokens 20");
+  }
+  EXPECT_THROW(PackGreedy(lengths, 8, 4, false, "docs", {7, 1}), ConfigError);
+}
+
+// balanced by tokens: greedy's documents a batch, in as many samples.
+TEST(PackBalanced, ByTokensTheSameDocumentsInAsManySamples) {
+  std::vector<std::int64_t> many;
+  for (int d = 0; d < 300; ++d) many.push_back(2 + (d * 37) % 41);
+  const auto greedy = PackGreedy(many, 32, 8, false, "docs", {150, 2});
+  const auto balanced = PackBalanced(many, 32, 8, false, 0.05, "docs", {150, 2});
+  ASSERT_EQ(balanced.size(), greedy.size());
+  ASSERT_EQ(greedy.size() % 8, 0u);
+  for (std::size_t first = 0; first < greedy.size(); first += 8) {
+    Pieces a, b;
+    int filled_a = 0, filled_b = 0, tokens = 0;
+    for (std::size_t s = first; s < first + 8; ++s) {
+      a.insert(a.end(), greedy[s].begin(), greedy[s].end());
+      b.insert(b.end(), balanced[s].begin(), balanced[s].end());
+      filled_a += !greedy[s].empty();
+      filled_b += !balanced[s].empty();
+      for (const DocumentPiece& p : greedy[s]) tokens += p.positions;
+    }
+    auto by_document = [](Pieces& v) {
+      std::sort(v.begin(), v.end(), [](auto& x, auto& y) {
+        return x.document != y.document ? x.document < y.document : x.begin < y.begin;
+      });
+    };
+    by_document(a);
+    by_document(b);
+    EXPECT_EQ(a, b) << "batch at " << first;
+    EXPECT_EQ(filled_a, filled_b) << "batch at " << first;
+    EXPECT_LE(tokens, 150);
+    EXPECT_LT(filled_a, 8) << "batch at " << first;  // 150 tokens never fill 8 x 32
+  }
+}
+
 // pad: each document (or piece) a sample of its own, in data order, the
 // rest unfilled; long ones cut as greedy cuts them, or refused.
 TEST(PackPadded, EachPieceIsASampleOfItsOwn) {

@@ -77,9 +77,9 @@ TEST(NoAllocation, SteadyStateStepsAllocateNothing) {
 void* volatile g_escape;  // keeps the compiler from eliding the allocations below
 
 // Packed documents (a GPT on JSON Lines, each microbatch at its own
-// length, rows gathered where a microbatch holds two samples): nothing
-// allocated either.
-long PackedAllocationsPerStep(const std::string& schedule, int microbatches) {
+// length, rows gathered where a microbatch holds two samples; by tokens,
+// the step's empty microbatches not run): nothing allocated either.
+long PackedAllocationsPerStep(const std::string& schedule, int microbatches, std::int64_t batch_tokens = 0) {
   const std::string path = ::testing::TempDir() + "/baton_no_alloc_docs_" + std::to_string(::getpid()) + ".jsonl";
   {
     std::FILE* f = std::fopen(path.c_str(), "w");
@@ -93,7 +93,7 @@ long PackedAllocationsPerStep(const std::string& schedule, int microbatches) {
        "model.vocab=256", "train.batch_size=8"});
   OneRank one(c);
   Executor& exec = *one.exec;
-  const Dataset data = MakePackedDocuments(OpenJsonl(path), 16, 8, false, 256, true, true);
+  const Dataset data = MakePackedDocuments(OpenJsonl(path), 16, 8, false, 256, true, true, -1, {}, {batch_tokens, 1});
   std::remove(path.c_str());
   std::vector<Batch> batches;
   for (std::int64_t first = 0; first + 8 <= data.samples; first += 8) {
@@ -121,6 +121,8 @@ TEST(NoAllocation, PackedStepsAtTheirOwnLengthsAllocateNothing) {
   for (const char* schedule : {"1f1b", "zbv", "interleaved_1f1b"}) {
     for (int microbatches : {8, 4}) {
       EXPECT_EQ(PackedAllocationsPerStep(schedule, microbatches), 0) << schedule << " " << microbatches;
+      EXPECT_EQ(PackedAllocationsPerStep(schedule, microbatches, 60), 0) << schedule << " " << microbatches
+                                                                         << " by tokens";
     }
   }
 }

@@ -215,6 +215,48 @@ TEST(PackedPadded, OnPRanksWhatOneRankTrains) {
       Train("pad_zbv", 2, {"pipeline.ranks=2", "pipeline.schedule=zbv", "data.packing=pad"}), one, 0.0);
 }
 
+// train.batch_tokens: each step's documents by tokens (at most 80 of the
+// 8 x 16 positions), its microbatches as many as they fill, the empty ones
+// never run (nor their messages sent): on P ranks the bytes of one rank on
+// the same steps, the count changing from step to step; microbatches of
+// two samples, the last one partly filled; balanced within 1e-5 of greedy;
+// and two replicas under ZeRO 1, each its share of the step's samples.
+RunOutput TrainByTokens(const std::string& name, int np, std::vector<std::string> sets) {
+  sets.insert(sets.begin(), {"train.batch_tokens=80", "train.steps=8", "pipeline.microbatches=8",
+                             "train.grad_accum_dtype=fp64"});
+  return Train("tokens_" + name, np, sets);
+}
+
+TEST(PackedByTokens, TheMicrobatchCountChangesAndPRanksTrainWhatOneRankTrains) {
+  const RunOutput one = TrainByTokens("ref", 1, {"pipeline.ranks=1"});
+  ASSERT_EQ(one.losses.size(), 8u);
+  ASSERT_EQ(one.microbatches.size(), 8u);
+  ASSERT_EQ(one.tokens.size(), 8u);
+  for (std::size_t k = 0; k < one.tokens.size(); ++k) {
+    EXPECT_LE(one.tokens[k], 80) << "step " << k + 1;
+    EXPECT_GE(one.microbatches[k], std::ceil(one.tokens[k] / 16)) << "step " << k + 1;
+    EXPECT_LE(one.microbatches[k], 8) << "step " << k + 1;
+  }
+  EXPECT_LT(*std::min_element(one.microbatches.begin(), one.microbatches.end()), 8);
+  EXPECT_NE(*std::min_element(one.microbatches.begin(), one.microbatches.end()),
+            *std::max_element(one.microbatches.begin(), one.microbatches.end()));
+  for (const char* schedule : {"1f1b", "zbv", "interleaved_1f1b", "dualpipev"}) {
+    const RunOutput got = TrainByTokens(std::string("p2_") + schedule, 2,
+                                        {"pipeline.ranks=2", std::string("pipeline.schedule=") + schedule});
+    baton_test::ExpectSameRun(got, one, 0.0);
+    EXPECT_EQ(got.microbatches, one.microbatches) << schedule;
+  }
+  baton_test::ExpectSameRun(TrainByTokens("gpipe4", 4, {"pipeline.ranks=4", "pipeline.schedule=gpipe"}), one, 0.0);
+  // Two samples a microbatch: a step's last one may hold one.
+  const RunOutput rows2 = TrainByTokens("rows2_ref", 1, {"pipeline.ranks=1", "pipeline.microbatches=4"});
+  baton_test::ExpectSameRun(TrainByTokens("rows2", 2, {"pipeline.ranks=2", "pipeline.microbatches=4"}), rows2, 0.0);
+  baton_test::ExpectSameRun(rows2, one, 1e-5);
+  baton_test::ExpectSameRun(TrainByTokens("balanced", 1, {"pipeline.ranks=1", "data.packing=balanced"}), one, 1e-5);
+  baton_test::ExpectSameRun(TrainByTokens("dp_zero1", 4, {"pipeline.ranks=2", "data_parallel.size=2",
+                                                          "data_parallel.zero=1", "pipeline.microbatches=4"}),
+                            one, 1e-6);
+}
+
 // A packed run's checkpoint resumes to the same bytes: the packing is the
 // documents' and the budget's, so the loader seeks to the same samples.
 TEST(PackedResume, ACheckpointResumesToTheUninterruptedRunsBytes) {

@@ -40,6 +40,7 @@ struct RunOutput {
   std::vector<baton::NamedTensor> weights;
   std::vector<double> evaluation;  // each evaluation's loss (test_loss or validation_loss)
   std::vector<double> evaluated;   // and how much it covered (test_samples or validation_tokens)
+  std::vector<double> tokens, microbatches;  // packed documents: each step's real tokens and microbatches run
 };
 
 inline int Shell(const std::string& command) {
@@ -55,6 +56,8 @@ inline RunOutput ReadRunOutput(const fs::path& dir) {
   for (std::string line; std::getline(metrics, line);) {
     const auto j = nlohmann::json::parse(line);
     if (j.contains("loss")) out.losses.push_back(j["loss"].get<double>());
+    if (j.contains("microbatches")) out.microbatches.push_back(j["microbatches"].get<double>());
+    if (j.contains("tokens")) out.tokens.push_back(j["tokens"].get<double>());
     for (const char* key : {"test_loss", "validation_loss"}) {
       if (j.contains(key)) out.evaluation.push_back(j[key].get<double>());
     }
