@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <span>
 #include <map>
@@ -267,6 +268,14 @@ std::vector<std::vector<DocumentPiece>> PackGreedy(std::span<const std::int64_t>
 std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_t> lengths, int max_tokens,
                                                      int batch_samples, bool refuse_long, double square,
                                                      const std::string& name, const TokenBatches& by = {});
+
+// PackBalanced's step: `pieces` into `samples` samples of `max_tokens`
+// positions, costliest first (n + square n^2 a piece of n positions) each
+// into the cheapest sample with room, each sample's pieces then in data
+// order; none where a piece finds no room.
+std::optional<std::vector<std::vector<DocumentPiece>>> PackLongestFirst(std::vector<DocumentPiece> pieces,
+                                                                        std::size_t samples, int max_tokens,
+                                                                        double square);
 
 // data.packing: pad: each piece (a document, or a piece of one longer
 // than `max_tokens`, cut as PackGreedy cuts it) a sample of its own, in

@@ -114,7 +114,11 @@ SimResult PredictPackedStep(const RunPlan& plan, const Profile& profile,
 // simulator prices least, of: costliest first, cheapest first, the
 // cheapest first and the next cheapest last with the rest costliest
 // first, then swaps of two while one lowers the price (at most
-// kArrangeTries prices a replica). Priced by `profile` (PackedShares)
+// kArrangeTries prices a replica), a replica's empty microbatches last.
+// A batch by tokens (train.batch_tokens: empty samples in it) first has
+// its pieces packed again (PackLongestFirst) into each count of samples
+// from its own to all the batch's, and takes the count whose step (each
+// replica's microbatches costliest first) prices least. Priced by `profile` (PackedShares)
 // where given with document costs, else by `square`: a microbatch costs rows x length +
 // square x its squares, on every stage alike, at unit costs. A batch of
 // another size is left as it is. Deterministic: every rank arranges alike.

@@ -3,6 +3,7 @@
 // position's document start.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -116,43 +117,47 @@ std::vector<std::vector<DocumentPiece>> PackPadded(std::span<const std::int64_t>
   return samples;
 }
 
+std::optional<std::vector<std::vector<DocumentPiece>>> PackLongestFirst(std::vector<DocumentPiece> pieces,
+                                                                        std::size_t samples, int max_tokens,
+                                                                        double square) {
+  auto cost = [square](const DocumentPiece& p) { return p.positions + square * p.positions * double(p.positions); };
+  // Costliest first; ties in data order.
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [&](const DocumentPiece& a, const DocumentPiece& b) { return cost(a) > cost(b); });
+  std::vector<std::vector<DocumentPiece>> packed(samples);
+  std::vector<double> load(samples, 0.0);
+  std::vector<int> room(samples, max_tokens);
+  for (const DocumentPiece& p : pieces) {
+    std::size_t best = samples;
+    for (std::size_t s = 0; s < samples; ++s) {
+      if (room[s] >= p.positions && (best == samples || load[s] < load[best])) best = s;
+    }
+    if (best == samples) return std::nullopt;
+    packed[best].push_back(p);
+    load[best] += cost(p);
+    room[best] -= p.positions;
+  }
+  for (auto& sample : packed) {
+    std::sort(sample.begin(), sample.end(), [](const DocumentPiece& a, const DocumentPiece& b) {
+      return a.document != b.document ? a.document < b.document : a.begin < b.begin;
+    });
+  }
+  return packed;
+}
+
 std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_t> lengths, int max_tokens,
                                                      int batch_samples, bool refuse_long, double square,
                                                      const std::string& name, const TokenBatches& by) {
   std::vector<std::vector<DocumentPiece>> samples =
       FirstFit(lengths, max_tokens, batch_samples, refuse_long, name, by, false);
-  auto cost = [square](const DocumentPiece& p) { return p.positions + square * p.positions * double(p.positions); };
   for (std::size_t first = 0; first < samples.size(); first += static_cast<std::size_t>(batch_samples)) {
     std::size_t k = std::min(samples.size() - first, static_cast<std::size_t>(batch_samples));
     while (k > 0 && samples[first + k - 1].empty()) --k;  // a batch by tokens: its own samples
     std::vector<DocumentPiece> pieces;
     for (std::size_t s = first; s < first + k; ++s) pieces.insert(pieces.end(), samples[s].begin(), samples[s].end());
-    // Costliest first; ties in data order.
-    std::stable_sort(pieces.begin(), pieces.end(),
-                     [&](const DocumentPiece& a, const DocumentPiece& b) { return cost(a) > cost(b); });
-    std::vector<std::vector<DocumentPiece>> balanced(k);
-    std::vector<double> load(k, 0.0);
-    std::vector<int> room(k, max_tokens);
-    bool fits = true;
-    for (const DocumentPiece& p : pieces) {
-      std::size_t best = k;
-      for (std::size_t s = 0; s < k; ++s) {
-        if (room[s] >= p.positions && (best == k || load[s] < load[best])) best = s;
-      }
-      if (best == k) {
-        fits = false;  // first fit found room where this does not: the batch keeps it
-        break;
-      }
-      balanced[best].push_back(p);
-      load[best] += cost(p);
-      room[best] -= p.positions;
-    }
-    if (!fits) continue;
-    for (std::size_t s = 0; s < k; ++s) {
-      std::sort(balanced[s].begin(), balanced[s].end(), [](const DocumentPiece& a, const DocumentPiece& b) {
-        return a.document != b.document ? a.document < b.document : a.begin < b.begin;
-      });
-      samples[first + s] = std::move(balanced[s]);
+    // Where first fit found room and this does not, the batch keeps first fit's.
+    if (auto balanced = PackLongestFirst(std::move(pieces), k, max_tokens, square)) {
+      std::move(balanced->begin(), balanced->end(), samples.begin() + static_cast<std::ptrdiff_t>(first));
     }
   }
   Spread(samples, batch_samples, by);

@@ -42,6 +42,7 @@ class StepPrice {
     }
     return Simulate(plan_.lowered, options_).makespan;
   }
+  double square() const { return square_; }
   // A microbatch's cost alone (the replicas' balance): its tokens and squares.
   double Cost(const PackedMicrobatch& mb) const {
     return static_cast<double>(mb.rows) * mb.length + square_ * mb.squares;
@@ -116,10 +117,18 @@ std::vector<int> BestOrder(const std::vector<PackedMicrobatch>& mbs, StepPrice& 
   return best;
 }
 
-void Arrange(const RunPlan& plan, StepPrice& price, std::span<std::vector<DocumentPiece>> samples) {
+// A batch's samples as the step's microbatches: the samples by their
+// positions, fullest first, plan.rows at a time (a microbatch runs up to
+// its last sample with positions); the microbatches to the replicas
+// costliest first, each to the cheapest with room.
+struct Layout {
+  std::vector<PackedMicrobatch> mbs;
+  std::vector<std::vector<int>> members;  // per microbatch, its samples
+  std::vector<std::vector<int>> replica;  // per replica, its microbatches
+};
+
+Layout LayOut(const RunPlan& plan, const StepPrice& price, std::span<const std::vector<DocumentPiece>> samples) {
   const int R = plan.rows, m = plan.sequences(), D = plan.replicas;
-  if (R < 1 || m < 1 || samples.size() != static_cast<std::size_t>(R) * m * D) return;
-  // Fullest first, R at a time.
   std::vector<SampleFill> fill;
   for (const auto& s : samples) fill.push_back(FillOf(s));
   std::vector<int> by_fill(samples.size());
@@ -127,45 +136,92 @@ void Arrange(const RunPlan& plan, StepPrice& price, std::span<std::vector<Docume
   std::stable_sort(by_fill.begin(), by_fill.end(),
                    [&](int a, int b) { return fill[static_cast<std::size_t>(a)].positions > fill[static_cast<std::size_t>(b)].positions; });
   const int M = m * D;
-  std::vector<PackedMicrobatch> mbs(static_cast<std::size_t>(M));
-  std::vector<std::vector<int>> members(static_cast<std::size_t>(M));
+  Layout out;
+  out.mbs.resize(static_cast<std::size_t>(M));
+  out.members.resize(static_cast<std::size_t>(M));
   for (int j = 0; j < M; ++j) {
-    PackedMicrobatch& mb = mbs[static_cast<std::size_t>(j)];
+    PackedMicrobatch& mb = out.mbs[static_cast<std::size_t>(j)];
     for (int r = 0; r < R; ++r) {
       const int s = by_fill[static_cast<std::size_t>(j * R + r)];
       const SampleFill& f = fill[static_cast<std::size_t>(s)];
-      members[static_cast<std::size_t>(j)].push_back(s);
-      if (f.positions > 0) mb.rows = r + 1;  // the runtime computes up to its last sample with positions
+      out.members[static_cast<std::size_t>(j)].push_back(s);
+      if (f.positions > 0) mb.rows = r + 1;
       mb.length = std::max(mb.length, f.positions);
       mb.squares += f.squares;
       mb.tokens += f.positions;
     }
   }
-  // The replicas: costliest first into the cheapest with room.
   std::vector<int> order(static_cast<std::size_t>(M));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return price.Cost(mbs[static_cast<std::size_t>(a)]) > price.Cost(mbs[static_cast<std::size_t>(b)]);
+    return price.Cost(out.mbs[static_cast<std::size_t>(a)]) > price.Cost(out.mbs[static_cast<std::size_t>(b)]);
   });
-  std::vector<std::vector<int>> replica(static_cast<std::size_t>(D));
+  out.replica.resize(static_cast<std::size_t>(D));
   std::vector<double> load(static_cast<std::size_t>(D), 0.0);
-  for (int j : order) {
+  for (int j : order) {  // costliest first: each replica's list is costliest first too
     int best = -1;
     for (int r = 0; r < D; ++r) {
-      if (static_cast<int>(replica[static_cast<std::size_t>(r)].size()) >= m) continue;
+      if (static_cast<int>(out.replica[static_cast<std::size_t>(r)].size()) >= m) continue;
       if (best < 0 || load[static_cast<std::size_t>(r)] < load[static_cast<std::size_t>(best)]) best = r;
     }
-    replica[static_cast<std::size_t>(best)].push_back(j);
-    load[static_cast<std::size_t>(best)] += price.Cost(mbs[static_cast<std::size_t>(j)]);
+    out.replica[static_cast<std::size_t>(best)].push_back(j);
+    load[static_cast<std::size_t>(best)] += price.Cost(out.mbs[static_cast<std::size_t>(j)]);
   }
+  return out;
+}
+
+// A layout's step priced with each replica's microbatches costliest first
+// (empty ones last): the slowest replica's.
+double FirstPrice(const Layout& layout, StepPrice& price) {
+  double worst = 0;
+  for (const std::vector<int>& mine : layout.replica) {
+    std::vector<PackedMicrobatch> own;
+    for (int j : mine) own.push_back(layout.mbs[static_cast<std::size_t>(j)]);
+    worst = std::max(worst, price(own));
+  }
+  return worst;
+}
+
+// A batch by tokens (empty samples in it, train.batch_tokens): its pieces
+// again into each count of samples from its own up to the batch's slots
+// (PackLongestFirst), the count whose step prices least taken: more,
+// shorter microbatches fill and drain the pipeline sooner.
+void ChooseCount(const RunPlan& plan, StepPrice& price, std::span<std::vector<DocumentPiece>> samples) {
+  std::size_t filled = 0;
+  std::vector<DocumentPiece> pieces;
+  for (const auto& s : samples) {
+    filled += !s.empty();
+    pieces.insert(pieces.end(), s.begin(), s.end());
+  }
+  if (filled == 0 || filled == samples.size()) return;
+  double best = FirstPrice(LayOut(plan, price, samples), price);
+  std::optional<std::vector<std::vector<DocumentPiece>>> chosen;
+  for (std::size_t k = filled + 1; k <= samples.size(); ++k) {
+    auto packed = PackLongestFirst(pieces, k, plan.model.seq, price.square());
+    if (!packed) continue;
+    packed->resize(samples.size());
+    const double p = FirstPrice(LayOut(plan, price, *packed), price);
+    if (p < best * (1 - 1e-9)) {
+      best = p;
+      chosen = std::move(packed);
+    }
+  }
+  if (chosen) std::move(chosen->begin(), chosen->end(), samples.begin());
+}
+
+void Arrange(const RunPlan& plan, StepPrice& price, std::span<std::vector<DocumentPiece>> samples) {
+  const int R = plan.rows, m = plan.sequences(), D = plan.replicas;
+  if (R < 1 || m < 1 || samples.size() != static_cast<std::size_t>(R) * m * D) return;
+  ChooseCount(plan, price, samples);
+  const Layout layout = LayOut(plan, price, samples);
   // Each replica's order, then the samples written back in it.
   std::vector<std::vector<DocumentPiece>> arranged;
   arranged.reserve(samples.size());
-  for (const std::vector<int>& mine : replica) {
+  for (const std::vector<int>& mine : layout.replica) {
     std::vector<PackedMicrobatch> own;
-    for (int j : mine) own.push_back(mbs[static_cast<std::size_t>(j)]);
+    for (int j : mine) own.push_back(layout.mbs[static_cast<std::size_t>(j)]);
     for (int k : BestOrder(own, price)) {
-      for (int s : members[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])]) {
+      for (int s : layout.members[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])]) {
         arranged.push_back(std::move(samples[static_cast<std::size_t>(s)]));
       }
     }

@@ -175,13 +175,13 @@ std::vector<PackedMicrobatch> MicrobatchesOf(const std::vector<std::vector<Docum
   std::vector<PackedMicrobatch> out;
   for (std::size_t first = 0; first < samples.size(); first += static_cast<std::size_t>(rows)) {
     PackedMicrobatch mb;
-    mb.rows = rows;
     for (std::size_t s = first; s < first + static_cast<std::size_t>(rows); ++s) {
       int filled = 0;
       for (const DocumentPiece& p : samples[s]) {
         filled += p.positions;
         mb.squares += static_cast<double>(p.positions) * p.positions;
       }
+      if (filled > 0) mb.rows = static_cast<int>(s - first) + 1;  // run up to its last sample with positions
       mb.length = std::max(mb.length, filled);
       mb.tokens += filled;
     }
@@ -258,6 +258,40 @@ TEST(ArrangeBalanced, TheSameSamplesInAStepThePricePutsNoHigher) {
     ArrangeBalanced(plan, square, std::nullopt)(again);
     EXPECT_EQ(again, after);
   }
+}
+
+// A batch by tokens (train.batch_tokens: 4 of its 8 slots filled, each
+// with four documents of 4 positions): its documents again into the count
+// of samples the price puts lowest, here every slot (eight microbatches of
+// half the work fill and drain 2 ranks sooner), the same documents, none over the budget, and the same on every
+// rank.
+TEST(ArrangeBalanced, ABatchByTokensTakesTheMicrobatchCountThePricePutsLowest) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=8", "pipeline.microbatches=8",
+                                 "model.seq_len=16", "data.seq_len=16"});
+  const RunPlan plan = PlanRun(c);
+  ASSERT_EQ(plan.rows, 1);
+  std::vector<std::vector<int>> positions(4, {4, 4, 4, 4});
+  positions.resize(8);
+  const auto before = Samples(positions);
+  auto after = before;
+  ArrangeBalanced(plan, 0.0, std::nullopt)(after);
+  auto pieces = [](const std::vector<std::vector<DocumentPiece>>& v) {
+    std::vector<DocumentPiece> all;
+    for (const auto& sample : v) all.insert(all.end(), sample.begin(), sample.end());
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.document < b.document; });
+    return all;
+  };
+  EXPECT_EQ(pieces(after), pieces(before));
+  for (const auto& sample : after) {
+    int filled = 0;
+    for (const DocumentPiece& p : sample) filled += p.positions;
+    EXPECT_EQ(filled, 8);
+  }
+  const double was = Price(plan, MicrobatchesOf(before, 1), 0.0), now = Price(plan, MicrobatchesOf(after, 1), 0.0);
+  EXPECT_LT(now, was * 0.95);
+  auto again = before;
+  ArrangeBalanced(plan, 0.0, std::nullopt)(again);
+  EXPECT_EQ(again, after);
 }
 
 TEST(ArrangeBalanced, ReplicasGetMicrobatchesOfEvenCost) {
