@@ -12,7 +12,11 @@
 # 6..STEPS of measured / predicted, measured and predicted real tokens/s,
 # balanced over greedy of the same round; per rank count the predicted
 # tokens/s of both and their ratio, and balanced's planning cost a step.
-#   bench/packed_prediction.sh [P] [BUDGET] [STEPS] [ROUNDS] [DOCS]   (default 2 512 25 2 4000)
+# TOKENS > 0: each step's documents by tokens (train.batch_tokens), its
+# microbatch count what they fill of the 16 slots (greedy) or what the
+# price chooses (balanced); MICROBATCHES of the 16 samples a step.
+#   bench/packed_prediction.sh [P] [BUDGET] [STEPS] [ROUNDS] [DOCS] [TOKENS] [MICROBATCHES]
+#   (default 2 512 25 2 4000 0 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/stamp.sh
@@ -21,6 +25,10 @@ budget=${2:-512}
 steps=${3:-25}
 rounds=${4:-2}
 docs=${5:-4000}
+tokens=${6:-0}
+mbs=${7:-8}
+by_tokens=()
+[ "$tokens" -gt 0 ] && by_tokens=(--set train.batch_tokens="$tokens")
 baton=${BATON:-build/baton}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -30,14 +38,14 @@ config=configs/gpt_fortunes_1f1b.yaml
 # The profile under mpirun -np P: every rank profiling at once, as the
 # run's ranks compute at once (rank 0's times count).
 timeout 900 mpirun -np "$p" "$baton" profile "$config" --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: greedy, max_tokens: $budget}" \
-  --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks="$p" \
-  --set pipeline.checkpointing=none --rows 2 --out "$out/profile.json" > "$out/profile.log" 2>&1 \
+  --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches="$mbs" --set pipeline.ranks="$p" \
+  --set pipeline.checkpointing=none --rows $((16 / mbs)) --out "$out/profile.json" > "$out/profile.log" 2>&1 \
   || { cat "$out/profile.log" >&2; exit 1; }
 run() {  # NAME PACKING
   timeout 900 mpirun -np "$p" "$baton" train "$config" \
     --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $2, max_tokens: $budget}" \
-    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks="$p" \
-    --set pipeline.checkpointing=none --set pipeline.adapt=off $([ "$2" = balanced ] && echo --set pipeline.profile="$out/profile.json") \
+    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches="$mbs" --set pipeline.ranks="$p" \
+    "${by_tokens[@]}" --set pipeline.checkpointing=none --set pipeline.adapt=off $([ "$2" = balanced ] && echo --set pipeline.profile="$out/profile.json") \
     --set train.steps="$steps" --set log.every_steps=1 --set log.progress=false --set log.metrics="$out/$1.jsonl" \
     --set log.weights="$out/$1.safetensors" > "$out/$1.log" 2>&1 < /dev/null || { cat "$out/$1.log" >&2; exit 1; }
   simulate "$2" "$p" "$out/$1.sim.json"
@@ -45,11 +53,11 @@ run() {  # NAME PACKING
 simulate() {  # PACKING RANKS JSON
   "$baton" simulate "$config" --profile "$out/profile.json" \
     --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $1, max_tokens: $budget}" \
-    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks="$2" \
-    --set pipeline.checkpointing=none --set pipeline.adapt=off $([ "$1" = balanced ] && echo --set pipeline.profile="$out/profile.json") \
+    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches="$mbs" --set pipeline.ranks="$2" \
+    "${by_tokens[@]}" --set pipeline.checkpointing=none --set pipeline.adapt=off $([ "$1" = balanced ] && echo --set pipeline.profile="$out/profile.json") \
     --steps "$steps" --json "$3" > /dev/null
 }
-stamp "$0 $p $budget $steps $rounds $docs"
+stamp "$0 $p $budget $steps $rounds $docs $tokens $mbs"
 echo
 echo "| round | packing | measured / predicted (median) | measured real tokens/s | predicted real tokens/s | measured vs greedy | predicted vs greedy |"
 echo "|---|---|---|---|---|---|---|"
