@@ -11,6 +11,7 @@
 #include "baton/error.h"
 #include "baton/timing.h"
 #include "checkpoint.h"
+#include "fault.h"
 #include "params.h"
 
 namespace baton {
@@ -121,7 +122,7 @@ void Rewire(const TrainConfig& config, const RunComms& comms, RunSetup& u) {
   Transport& t = u.wire ? *u.wire : comms.pipeline;
   t.Configure(u.rank_plan.requests, config.pipeline.wait_timeout_s);
   u.exec->set_world_rank(u.world_rank);
-  u.exec->set_fault(u.fault);
+  u.ArmFaults();
   SetFlightRecords(config, comms, u);
 }
 
@@ -260,7 +261,7 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
     }
   });
   const bool fault_here = u.fault.action == "replan" && done >= u.fault.step;  // BATON_FAULT: the first change at or after its step
-  if (fault_here) MaybeInjectFault(u.fault, u.world_rank, u.fault.step, "replan");
+  if (fault_here) u.FaultAt(u.fault.step, "replan");
   // The state as it is, by name (the optimizer's too); then the old stages
   // go and the new plan's are built in their place (the executor and the
   // store refer to u.plan and u.rank_plan). Should any rank fail to build

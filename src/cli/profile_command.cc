@@ -100,7 +100,7 @@ void AddProfileCommand(CLI::App& app) {
       (f->out == "-" ? std::cerr : std::cout) << DescribeProfile(p) << "wrote " << wrote << "\n";
     };
     // Not started by mpirun: one process, without MPI (errors go to main).
-    if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
+    if (DetectLaunch().kind == Launch::kSingle && !Env::Default().Variable("PMIX_RANK")) {
       const std::unique_ptr<Transport> solo = MakeSoloTransport();
       job(*solo, LoadTrainConfig(f->config, f->set), "");
       return;

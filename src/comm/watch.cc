@@ -1,5 +1,6 @@
 // The lost-rank watch (baton/watch.h): a TCP mesh with heartbeats, read by
 // one thread, and the survivors' agreement over it.
+#include "baton/env.h"
 #include "baton/watch.h"
 
 #include <arpa/inet.h>
@@ -66,13 +67,12 @@ bool SendAll(int fd, const std::string& bytes) {
 // This host's IPv4 address as the others reach it (its name, resolved), or
 // the loopback where the name resolves to none.
 std::string HostAddress() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "127.0.0.1";
+  const std::string name = Env::Default().HostName();
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(name, nullptr, &hints, &found) != 0 || found == nullptr) return "127.0.0.1";
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return "127.0.0.1";
   char text[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
   ::freeaddrinfo(found);
@@ -220,10 +220,8 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     if (::listen(listener, size_) != 0) Fail("listen");
     socklen_t len = sizeof any;
     if (::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &len) != 0) Fail("getsockname");
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
     // address:port, then the process and its machine (WatchMember).
-    mine = fmt::format("{}:{}\t{}\t{}", HostAddress(), ntohs(any.sin_port), ::getpid(), host);
+    mine = fmt::format("{}:{}\t{}\t{}", HostAddress(), ntohs(any.sin_port), ::getpid(), Env::Default().HostName());
   });
   std::vector<std::string> all;
   world.GatherStrings(mine, &all, "every rank's lost-rank watch address");

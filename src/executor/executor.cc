@@ -379,9 +379,7 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
       continue;
     }
     const std::size_t flight = flight_.Start(step_, a);
-    if (train && fault_.mode != Fault::kNone && IsCompute(a.kind)) {
-      MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
-    }
+    if (train && hook_ != nullptr && IsCompute(a.kind)) hook_->Before(rank_, step_, KindName(a.kind));
     // A packed microbatch at its length: its messages and views too.
     TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
     if (const int length = LengthOf(in.part); length > 0 && tensor.elements() > 0) tensor = tensor.WithTokens(length);
@@ -449,9 +447,7 @@ void Executor::RunShardingAction(const Instruction& in, bool train) {
   const Action& a = in.action;
   if (!plan_.sharding.active() || a.kind == ActionKind::kIdle) return;  // a file's, under ZeRO 0 or 1
   const std::size_t flight = flight_.Start(step_, a);
-  if (train && fault_.mode != Fault::kNone && a.kind != ActionKind::kReshard) {
-    MaybeInjectFault(fault_, rank_, step_, KindName(a.kind));
-  }
+  if (train && hook_ != nullptr && a.kind != ActionKind::kReshard) hook_->Before(rank_, step_, KindName(a.kind));
   replicas_->RunShardingAction(in, train);
   flight_.Done(flight);
 }

@@ -21,7 +21,7 @@
 
 #include "baton/error.h"
 #include "baton/signals.h"
-#include "executor.h"
+#include "fault.h"
 
 namespace baton {
 
@@ -231,10 +231,18 @@ void ReadFaultPart(const std::string& s, const std::string& part, Fault& f) { Fa
 
 }  // namespace
 
-std::vector<std::string> Executor::Injected() const {
+void ActionFaults::Before(int rank, std::int64_t step, std::string_view action) const {
+  if (fault_.mode != Fault::kNone) MaybeInjectFault(fault_, rank, step, action);
+}
+
+double ActionFaults::Slowdown(int rank, std::int64_t step) const {
+  return fault_.Slows(rank, step) ? fault_.slow.factor : 1.0;
+}
+
+std::vector<std::string> ActionFaults::Injected(int rank, std::int64_t step) const {
   std::vector<std::string> out;
-  if (fault_.Slows(rank_, step_)) out.push_back(fmt::format("slow={} (every compute action)", fault_.slow.factor));
-  if (fault_.link.from == rank_ && fault_.Delay(rank_, fault_.link.to, step_) > 0) {
+  if (fault_.Slows(rank, step)) out.push_back(fmt::format("slow={} (every compute action)", fault_.slow.factor));
+  if (fault_.link.from == rank && fault_.Delay(rank, fault_.link.to, step) > 0) {
     out.push_back(fmt::format("delay={} s to rank {}", fault_.link.seconds, fault_.link.to));
   }
   return out;

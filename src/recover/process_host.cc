@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "baton/comm.h"
+#include "baton/env.h"
 #include "baton/error.h"
 #include "baton/files.h"
 #include "baton/signals.h"
@@ -104,8 +105,7 @@ class ProcessHost final : public JobHost {
   }
 
   std::vector<int> WakeExcluded(const std::vector<WatchMember>& members) override {
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
+    const std::string host = Env::Default().HostName();
     // One stopped on this machine is woken (as mpirun would before ending
     // it): it reads its fence, says so and exits by itself, and mpirun
     // ends with its ranks. Given 2 s.

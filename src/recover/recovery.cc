@@ -14,6 +14,7 @@
 #include "baton/signals.h"
 #include "checkpoint.h"
 #include "executor.h"
+#include "fault.h"
 #include "metrics_row.h"
 #include "migrate.h"
 
@@ -206,7 +207,7 @@ void Recovery::SaveAndStop(const TrainConfig& c, RunSetup& u, TrainSummary& summ
                              "rank 0 looking for the checkpoint of the kept step");
   if (whole == 0) {
     SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, *comms_, *u.params, done,
-                   [&] { MaybeInjectFault(u.fault, u.world_rank, done, "checkpoint"); });
+                   [&] { u.FaultAt(done, "checkpoint"); });
   }
   summary.stopped_after = done;
   summary.checkpointed = true;

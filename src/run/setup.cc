@@ -367,7 +367,7 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   u.eval_end = static_cast<std::int64_t>(share.begin + share.count);
   MakeLoader(c, u);
   u.exec->set_world_rank(u.world_rank);
-  u.exec->set_fault(u.fault);
+  u.ArmFaults();
   SetFlightRecords(c, comms, u);
 }
 
@@ -446,7 +446,7 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
       }
       u.fault = kept;
     }
-    u.exec->set_fault(u.fault);
+    u.ArmFaults();
     Agree(world, "every rank checking BATON_FAULT", [&] {
       if (u.fault.mode != Fault::kNone && u.fault.action == "replan" && !o.replans) {
         throw ConfigError(fmt::format("BATON_FAULT's fault at a re-plan would never fire: this run's plan never "

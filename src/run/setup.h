@@ -25,6 +25,7 @@
 #include "baton/train.h"
 #include "checkpoint.h"
 #include "executor.h"
+#include "fault.h"
 #include "params.h"
 
 namespace baton {
@@ -103,6 +104,18 @@ struct RunSetup {
   bool first_rank = false, last_rank = false;
   std::unique_ptr<MetricsLog> metrics;  // rank 0, training only
   Fault fault;                          // BATON_FAULT, for testing
+  // The executor's hook for `fault` (none when it has no fault): set by
+  // ArmFaults whenever `fault` or the executor changes.
+  std::unique_ptr<ActionFaults> action_faults;
+  // The loop's named points (BATON_FAULT's "start", "evaluate",
+  // "checkpoint", "replan"): `fault` fires there if it is this rank's.
+  void FaultAt(std::int64_t step, std::string_view point) const {
+    if (fault.mode != Fault::kNone) MaybeInjectFault(fault, world_rank, step, point);
+  }
+  void ArmFaults() {
+    action_faults = fault.any() ? std::make_unique<ActionFaults>(fault) : nullptr;
+    exec->set_hook(action_faults.get());
+  }
   int replica = 0;                      // this rank's replica (data parallelism)
   bool evaluation = false;              // epochs end with an evaluation
   // This replica's share of the evaluation set: samples [eval_begin,

@@ -16,6 +16,7 @@
 #include "baton/files.h"
 #include "baton/signals.h"
 #include "executor.h"
+#include "fault.h"
 #include "survivors.h"
 #include "watched.h"
 

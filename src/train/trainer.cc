@@ -20,6 +20,7 @@
 #include "adapt.h"
 #include "checkpoint.h"
 #include "executor.h"
+#include "fault.h"
 #include "metrics_row.h"
 #include "migrate.h"
 #include "recovery.h"
@@ -87,7 +88,7 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
 void Evaluate(const TrainConfig& c, Transport& t, RunSetup& u, std::int64_t step, std::int64_t epoch, bool tty,
               TrainSummary& summary) {
   StepStats ev;
-  MaybeInjectFault(u.fault, u.world_rank, step, "evaluate");
+  u.FaultAt(step, "evaluate");
   if (u.test.samples > 0) ev = u.exec->Evaluate(u.test, u.eval_begin, u.eval_end);
   double v[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.samples)};
   t.ReduceSum(v);
@@ -272,13 +273,13 @@ class WeightsWatch {
 // checkpoint.dir, or no step has run), and the summary says so. The final
 // weights are not written: the run has not ended.
 void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, std::int64_t done,
-          std::int64_t last_checkpoint, bool tty, TrainSummary& summary) {
+          std::int64_t last_checkpoint, bool tty, const Env& env, TrainSummary& summary) {
   const bool ran = done >= u.first_step;
   summary.stop_signal = signal;
   summary.stopped_after = done;
   if (ran && !c.checkpoint.dir.empty() && last_checkpoint != done) {
     SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, done,
-                   [&] { MaybeInjectFault(u.fault, u.world_rank, done, "checkpoint"); });
+                   [&] { u.FaultAt(done, "checkpoint"); });
     last_checkpoint = done;
   }
   summary.checkpointed = !c.checkpoint.dir.empty() && last_checkpoint == done && done > 0;
@@ -296,7 +297,7 @@ void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, 
   // Under mpirun the ranks' signal may be mpirun's own relay: it passes on
   // SIGINT and SIGTERM as SIGTERM, and when it was signalled itself it
   // exits 1 whatever its ranks' codes (measured with Open MPI 4.1.4).
-  const bool relayed = signal == SIGTERM && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  const bool relayed = signal == SIGTERM && DetectLaunch(env).kind == Launch::kMpirun;
   std::fprintf(stderr, "%sbaton: stopped by %s %s; run it again with --resume auto (or checkpoint.resume: auto) to "
                "continue (exit %d%s)\n",
                tty ? "\n" : "", name.c_str(), what.c_str(), kExitStopped,
@@ -440,7 +441,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
-  MaybeInjectFault(u.fault, u.world_rank, first_step, "start");
+  u.FaultAt(first_step, "start");
   std::optional<RunAdapter> adapter;
   if (c.pipeline.adapt != AdaptMode::kOff) adapter.emplace(c, comms, u);
   auto step_start = Clock::now();
@@ -453,7 +454,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     const int stop = t.AllMax(env.StopSignal(), "every rank checking for a stop signal");
     if (stop != 0) {
       numbers.Settle();
-      Stop(c, comms, u, stop, step - 1, last_checkpoint, tty, summary);
+      Stop(c, comms, u, stop, step - 1, last_checkpoint, tty, env, summary);
       summary.seconds = Seconds(start, Clock::now());
       return;
     }
@@ -494,7 +495,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
       numbers.Settle();
       SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, step,
-                     [&] { MaybeInjectFault(u.fault, u.world_rank, step, "checkpoint"); });
+                     [&] { u.FaultAt(step, "checkpoint"); });
       last_checkpoint = step;
       if (root) weights_lost.Check(c);
     }

@@ -10,6 +10,7 @@
 
 #include "baton/error.h"
 #include "executor.h"
+#include "fault.h"
 
 namespace baton {
 namespace {
