@@ -91,6 +91,21 @@ class Env {
   // another process holds the lock).
   virtual std::unique_ptr<LogFile> OpenLog(const std::string& path) const = 0;
 
+  // ---- Folders (thread-safe) ----
+  // What `path` names (stat(2), through links).
+  enum class PathKind { kNone, kFile, kFolder, kOther };
+  virtual PathKind KindOf(const std::string& path) const = 0;
+  // The names of folder `path`'s entries, sorted; empty if it is no folder.
+  virtual std::vector<std::string> ListFolder(const std::string& path) const = 0;
+  // Creates the folder and its missing parents (mkdir -p); true if it is
+  // there after. false with errno set.
+  virtual bool CreateFolders(const std::string& path) const = 0;
+  // Removes an empty folder (rmdir(2)): false with errno (ENOTEMPTY: it
+  // holds something).
+  virtual bool RemoveFolder(const std::string& path) const = 0;
+  // Removes `path` and everything under it, best effort.
+  virtual void RemoveAll(const std::string& path) const = 0;
+
   // ---- Signals ----
   // The first stop request (SIGTERM or SIGUSR1) noted since StopSignals
   // began noting them (baton/signals.h), or 0. Each rank asks at every step
@@ -99,7 +114,7 @@ class Env {
 };
 
 // A file operation a test makes fail: the `after`+1-th call of `op`
-// ("open", "append", "sync", "close", "rename", "lock"; a LogFile's "open",
+// ("open", "append", "sync", "close", "rename", "lock", "mkdir"; a LogFile's "open",
 // "lock", "append", "truncate") on a path that contains `path` (empty:
 // any) fails with `error` (errno; EWOULDBLOCK for "lock": another process
 // holds it). A LogFile's failed "append" writes half its bytes first, as a

@@ -7,10 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -145,6 +147,35 @@ class ProcessEnv final : public Env {
   bool Rename(const std::string& from, const std::string& to) const override {
     return std::rename(from.c_str(), to.c_str()) == 0;
   }
+  PathKind KindOf(const std::string& path) const override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return PathKind::kNone;
+    return S_ISREG(st.st_mode) ? PathKind::kFile : S_ISDIR(st.st_mode) ? PathKind::kFolder : PathKind::kOther;
+  }
+  std::vector<std::string> ListFolder(const std::string& path) const override {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(path, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      names.push_back(it->path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  bool CreateFolders(const std::string& path) const override {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec) {
+      errno = ec.value();
+      return false;
+    }
+    return true;
+  }
+  bool RemoveFolder(const std::string& path) const override { return ::rmdir(path.c_str()) == 0; }
+  void RemoveAll(const std::string& path) const override {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
   void Remove(const std::string& path) const override { std::remove(path.c_str()); }
   void SyncFolder(const std::string& folder) const override {
     const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -263,6 +294,13 @@ class FakeEnv final : public Env {
   }
   void Remove(const std::string& path) const override { Default().Remove(path); }
   void SyncFolder(const std::string& folder) const override { Default().SyncFolder(folder); }
+  PathKind KindOf(const std::string& path) const override { return Default().KindOf(path); }
+  std::vector<std::string> ListFolder(const std::string& path) const override { return Default().ListFolder(path); }
+  bool CreateFolders(const std::string& path) const override {
+    return !Fails("mkdir", path) && Default().CreateFolders(path);
+  }
+  bool RemoveFolder(const std::string& path) const override { return Default().RemoveFolder(path); }
+  void RemoveAll(const std::string& path) const override { Default().RemoveAll(path); }
   int LockFile(const std::string& path) const override { return Fails("lock", path) ? -1 : Default().LockFile(path); }
   void UnlockFile(int fd) const override { Default().UnlockFile(fd); }
   std::unique_ptr<LogFile> OpenLog(const std::string& path) const override {

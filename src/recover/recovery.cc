@@ -206,7 +206,7 @@ void Recovery::SaveAndStop(const TrainConfig& c, RunSetup& u, TrainSummary& summ
   const int whole = t.AllMax(t.rank() == 0 && std::filesystem::exists(dir + "/manifest.json") ? 1 : 0,
                              "rank 0 looking for the checkpoint of the kept step");
   if (whole == 0) {
-    SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, *comms_, *u.params, done,
+    SaveCheckpoint(u.CheckpointsAt(c), u.run, *comms_, *u.params, done,
                    [&] { u.FaultAt(done, "checkpoint"); });
   }
   summary.stopped_after = done;

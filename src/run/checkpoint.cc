@@ -67,23 +67,23 @@ struct StepFolder {
   std::int64_t total = 0;    // the run's length, from the manifest
 };
 
+bool Exists(const Env& env, const std::string& path) { return env.KindOf(path) != Env::PathKind::kNone; }
+
 // Every step folder under `dir`, by step.
-std::vector<StepFolder> StepFolders(const std::string& dir) {
+std::vector<StepFolder> StepFolders(const std::string& dir, const Env& env) {
   std::vector<StepFolder> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  if (env.KindOf(dir) != Env::PathKind::kFolder) return out;
+  for (const std::string& name : env.ListFolder(dir)) {
     const std::int64_t step = StepOf(name);
-    if (step < 0 || !entry.is_directory(ec)) continue;
+    if (step < 0 || env.KindOf(dir + "/" + name) != Env::PathKind::kFolder) continue;
     StepFolder f;
     f.step = step;
     f.name = name;
-    const fs::path manifest = entry.path() / "manifest.json";
-    f.complete = fs::exists(manifest, ec);
+    const std::string manifest = dir + "/" + name + "/manifest.json";
+    f.complete = Exists(env, manifest);
     if (f.complete) {
       try {
-        const json m = json::parse(ReadTextFile(manifest.string(), "checkpoint manifest"));
+        const json m = json::parse(ReadTextFile(manifest, "checkpoint manifest"));
         f.run_id = m.value("run_id", "");
         f.total = m.value("train_steps", std::int64_t{0});
       } catch (const std::exception&) {
@@ -233,31 +233,31 @@ void WriteManifest(const CheckpointPlace& place, const CheckpointRun& run, std::
     if (!r.empty()) manifest["shards"].push_back(json::parse(r));  // the other replicas write none
   }
   WriteTextFile(StepDir(place.dir, step) + "/manifest.json", manifest.dump(2) + "\n");
+  const Env& env = place.env != nullptr ? *place.env : Env::Default();
   std::vector<std::int64_t> mine;
-  const std::vector<StepFolder> folders = StepFolders(place.dir);
+  const std::vector<StepFolder> folders = StepFolders(place.dir, env);
   for (const StepFolder& f : folders) {
     if (f.complete && f.run_id == run.run_id) mine.push_back(f.step);
   }
   const auto keep = static_cast<std::size_t>(place.keep);
-  std::error_code ec;
-  for (std::size_t i = 0; i + keep < mine.size(); ++i) fs::remove_all(StepDir(place.dir, mine[i]), ec);
+  for (std::size_t i = 0; i + keep < mine.size(); ++i) env.RemoveAll(StepDir(place.dir, mine[i]));
   const std::int64_t oldest_kept = mine.size() > keep ? mine[mine.size() - keep] : (mine.empty() ? 0 : mine.front());
   for (const StepFolder& f : folders) {
-    if (!f.complete && f.step < oldest_kept) fs::remove_all(StepDir(place.dir, f.step), ec);
+    if (!f.complete && f.step < oldest_kept) env.RemoveAll(StepDir(place.dir, f.step));
   }
 }
 
 // This pipeline rank's shard of the manifest's checkpoint in `where`,
 // checked against its recorded size and CRC-32, read.
-std::vector<NamedTensor> ReadShard(const json& m, const std::string& where, int pipeline_rank, std::string* path) {
+std::vector<NamedTensor> ReadShard(const json& m, const std::string& where, int pipeline_rank, std::string* path,
+                                   const Env& env) {
   const json* shard = nullptr;
   for (const json& s : m["shards"]) {
     if (s.value("rank", -1) == pipeline_rank) shard = &s;
   }
   if (shard == nullptr) throw ConfigError(fmt::format("{}: the manifest lists no shard for rank {}", where, pipeline_rank));
   *path = where + "/" + shard->value("file", "");
-  std::error_code ec;
-  if (!fs::is_regular_file(*path, ec)) {
+  if (env.KindOf(*path) != Env::PathKind::kFile) {
     throw ConfigError(fmt::format("{}: the checkpoint shard of pipeline rank {} is missing: the checkpoint is "
                                   "incomplete (resume from another step folder)",
                                   *path, pipeline_rank));
@@ -385,25 +385,24 @@ std::string NewRunId() {
   return fmt::format("{:016x}", id);
 }
 
-ResumePoint FindResumePoint(const std::string& from) {
-  std::error_code ec;
-  if (!fs::is_directory(from, ec)) {
+ResumePoint FindResumePoint(const std::string& from, const Env& env) {
+  if (env.KindOf(from) != Env::PathKind::kFolder) {
     throw ConfigError(fmt::format("{}: no complete checkpoint to resume from: {}", from,
-                                  fs::exists(from, ec) ? "it is a file, not a folder" : "no such folder"));
+                                  Exists(env, from) ? "it is a file, not a folder" : "no such folder"));
   }
   ResumePoint p;
   const std::string name = fs::path(from).lexically_normal().filename().string();
-  if (fs::exists(fs::path(from) / "manifest.json", ec) || StepOf(name) >= 0) {
+  if (Exists(env, from + "/manifest.json") || StepOf(name) >= 0) {
     // A step folder, named: it must be complete.
     p.folder = from;
-    if (!fs::exists(fs::path(from) / "manifest.json", ec)) {
+    if (!Exists(env, from + "/manifest.json")) {
       throw ConfigError(fmt::format("{}: this checkpoint is unfinished (no manifest.json: the run stopped while "
                                     "writing it); resume from its folder's newest complete checkpoint instead",
                                     from));
     }
   } else {
     std::vector<StepFolder> complete;
-    for (StepFolder& f : StepFolders(from)) {
+    for (StepFolder& f : StepFolders(from, env)) {
       if (f.complete) complete.push_back(std::move(f));
     }
     if (complete.empty()) {
@@ -426,9 +425,9 @@ ResumePoint FindResumePoint(const std::string& from) {
   return p;
 }
 
-std::optional<ResumePoint> NewestCheckpoint(const std::string& dir) {
-  for (const StepFolder& f : StepFolders(dir)) {
-    if (f.complete) return FindResumePoint(dir);  // the newest, read and checked
+std::optional<ResumePoint> NewestCheckpoint(const std::string& dir, const Env& env) {
+  for (const StepFolder& f : StepFolders(dir, env)) {
+    if (f.complete) return FindResumePoint(dir, env);  // the newest, read and checked
   }
   return std::nullopt;
 }
@@ -452,22 +451,23 @@ void CheckResumable(const ResumePoint& point, const CheckpointRun& run) {
 }
 
 CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed,
-                                         bool auto_resume, bool take_over) {
+                                         bool auto_resume, bool take_over, const Env& env) {
   CheckOutputFolder(dir, "checkpoint.dir");
   CheckpointFolder f;
   f.dir_ = dir;
-  std::error_code ec;
-  f.created_ = !fs::exists(dir, ec);
-  fs::create_directories(dir, ec);
-  if (ec) throw OutputError(fmt::format("checkpoint.dir: {}: cannot create the folder: {}", dir, ec.message()));
+  f.env_ = &env;
+  f.created_ = !Exists(env, dir);
+  if (!env.CreateFolders(dir)) {
+    throw OutputError(fmt::format("checkpoint.dir: {}: cannot create the folder: {}", dir, std::strerror(errno)));
+  }
   try {
     const std::string lock = dir + "/" + kLockFile;
-    f.lock_created_ = !fs::exists(lock, ec);
-    bool held = f.lock_.TryLock(lock);
+    f.lock_created_ = !Exists(env, lock);
+    bool held = f.lock_.TryLock(lock, env);
     if (!held && take_over) {
       // Held by a rank the survivors excluded (paused, not dead): made anew.
-      fs::remove(lock, ec);
-      held = f.lock_.TryLock(lock);
+      env.Remove(lock);
+      held = f.lock_.TryLock(lock, env);
       if (held) {
         f.lock_created_ = true;
         std::fprintf(stderr, "baton: %s: took over the checkpoint folder's lock from a rank the job excluded\n",
@@ -481,18 +481,19 @@ CheckpointFolder CheckpointFolder::Claim(const std::string& dir, const std::stri
     }
     if (auto_resume && resumed == nullptr) {
       // What a stopped run left unfinished was never a checkpoint: kept aside.
-      for (const StepFolder& s : StepFolders(dir)) {
+      for (const StepFolder& s : StepFolders(dir, env)) {
         if (s.complete) continue;
         std::string target = dir + "/unfinished-" + s.name;
-        for (int k = 2; fs::exists(target, ec); ++k) target = fmt::format("{}/unfinished-{}-{}", dir, s.name, k);
-        fs::rename(dir + "/" + s.name, target, ec);
-        if (ec) throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir, s.name, ec.message()));
+        for (int k = 2; Exists(env, target); ++k) target = fmt::format("{}/unfinished-{}-{}", dir, s.name, k);
+        if (!env.Rename(dir + "/" + s.name, target)) {
+          throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir, s.name, std::strerror(errno)));
+        }
         std::fprintf(stderr, "baton: %s: an unfinished checkpoint folder is kept aside: %s -> %s\n", dir.c_str(),
                      s.name.c_str(), fs::path(target).filename().string().c_str());
       }
     }
     std::vector<std::string> others;
-    for (const StepFolder& s : StepFolders(dir)) {
+    for (const StepFolder& s : StepFolders(dir, env)) {
       if (resumed == nullptr || (s.complete && s.run_id != run_id)) others.push_back(Describe(s));
     }
     if (!others.empty()) {
@@ -517,19 +518,18 @@ void CheckpointFolder::Abandon() {
   // Removed while still held: a run that opened it meanwhile finds, once it
   // has the lock, that the path no longer names its file (FileLock).
   lock_.Release(/*remove=*/lock_created_);
-  std::error_code ec;
-  if (created_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
+  if (created_ && env_->ListFolder(dir_).empty()) env_->RemoveFolder(dir_);
 }
 
 std::vector<std::string> CheckpointFolder::SupersedeAfter(std::int64_t step, const std::string& run_id) {
   std::vector<std::string> moved;
-  std::error_code ec;
-  for (const StepFolder& s : StepFolders(dir_)) {
+  for (const StepFolder& s : StepFolders(dir_, *env_)) {
     if (!s.complete || s.run_id != run_id || s.step <= step) continue;
     std::string target = dir_ + "/superseded-" + s.name;
-    for (int k = 2; fs::exists(target, ec); ++k) target = fmt::format("{}/superseded-{}-{}", dir_, s.name, k);
-    fs::rename(dir_ + "/" + s.name, target, ec);
-    if (ec) throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir_, s.name, ec.message()));
+    for (int k = 2; Exists(*env_, target); ++k) target = fmt::format("{}/superseded-{}-{}", dir_, s.name, k);
+    if (!env_->Rename(dir_ + "/" + s.name, target)) {
+      throw OutputError(fmt::format("{}/{}: cannot move it aside: {}", dir_, s.name, std::strerror(errno)));
+    }
     moved.push_back(fmt::format("{} -> {}", s.name, fs::path(target).filename().string()));
   }
   return moved;
@@ -538,6 +538,7 @@ std::vector<std::string> CheckpointFolder::SupersedeAfter(std::int64_t step, con
 void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, const RunComms& comms, ParamStore& store,
                     std::int64_t step, const std::function<void()>& between) {
   Transport& t = comms.world;
+  const Env& env = place.env != nullptr ? *place.env : Env::Default();
   const std::string dir = StepDir(place.dir, step);
   const int pipeline_rank = comms.pipeline.rank();
   const std::string file = fmt::format("rank-{:05}.safetensors", pipeline_rank);
@@ -548,9 +549,9 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
   try {
     Agree(t, fmt::format("writing the shards of checkpoint {}", StepName(step)), [&] {
       if (!writer) return;
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      if (ec) throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, ec.message()));
+      if (!env.CreateFolders(dir)) {
+        throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, std::strerror(errno)));
+      }
       WriteSafetensors(dir + "/" + file, store.CheckpointTensors(state), {{kShardStepKey, std::to_string(step)}});
       std::uint64_t bytes = 0;
       const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
@@ -561,9 +562,8 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
     // follow, so the shards written are taken back and the folder, once
     // empty, with them; nothing half-written is left in checkpoint.dir.
     if (writer) {
-      std::error_code ec;
-      fs::remove(dir + "/" + file, ec);
-      fs::remove(dir, ec);  // only an empty folder; another rank's shard keeps it until that rank's remove
+      env.Remove(dir + "/" + file);
+      env.RemoveFolder(dir);  // only an empty folder; another rank's shard keeps it until that rank's remove
     }
     throw;
   }
@@ -579,7 +579,7 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
   });
 }
 
-void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore& store) {
+void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore& store, const Env& env) {
   Transport& t = comms.world;
   std::string text = point.manifest;
   std::string folder = point.folder;
@@ -588,7 +588,7 @@ void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore&
   Agree(t, fmt::format("every rank reading its shard of {}", folder), [&] {
     const json m = ParseManifest(text, folder);
     std::string path;
-    std::vector<NamedTensor> saved = ReadShard(m, folder, comms.pipeline.rank(), &path);
+    std::vector<NamedTensor> saved = ReadShard(m, folder, comms.pipeline.rank(), &path, env);
     // Written by another placement (a run that moved its layers): this
     // rank's tensors by name, from whichever shards hold them.
     const std::vector<NamedTensor> wanted = store.CheckpointTensors({});
@@ -599,7 +599,7 @@ void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore&
       std::map<std::string, NamedTensor> by_name;
       for (const json& shard : m["shards"]) {
         std::string other;
-        for (NamedTensor& tensor : ReadShard(m, folder, shard.value("rank", -1), &other)) {
+        for (NamedTensor& tensor : ReadShard(m, folder, shard.value("rank", -1), &other, env)) {
           by_name.emplace(tensor.name, std::move(tensor));
         }
       }

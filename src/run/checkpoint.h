@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "baton/config.h"
+#include "baton/env.h"
 #include "baton/files.h"
 #include "baton/plan.h"
 #include "baton/train.h"
@@ -84,11 +85,11 @@ struct ResumePoint {
 // or the newest complete checkpoint in a folder of them. ConfigError if
 // there is none, the step folder is incomplete, or the manifest is not a
 // baton checkpoint manifest of this format.
-ResumePoint FindResumePoint(const std::string& from);
+ResumePoint FindResumePoint(const std::string& from, const Env& env = Env::Default());
 // Rank 0, checkpoint.resume: auto: the newest complete checkpoint in the
 // folder `dir`, or none when it is missing or holds none (its manifest
 // read and checked as FindResumePoint's).
-std::optional<ResumePoint> NewestCheckpoint(const std::string& dir);
+std::optional<ResumePoint> NewestCheckpoint(const std::string& dir, const Env& env = Env::Default());
 // Rank 0: ConfigError, saying exactly what differs (one line a setting),
 // unless `point` is a checkpoint of a run like `run`.
 void CheckResumable(const ResumePoint& point, const CheckpointRun& run);
@@ -110,8 +111,10 @@ class CheckpointFolder {
   // a rank they excluded may still hold (paused): the agreement is the
   // authority, and the lock file is made anew (the excluded holder keeps a
   // lock on a file no longer there, and its writes are fenced).
+  // Every folder and file operation through `env` (the OS room), which
+  // must outlive the folder.
   static CheckpointFolder Claim(const std::string& dir, const std::string& run_id, const ResumePoint* resumed,
-                                bool auto_resume = false, bool take_over = false);
+                                bool auto_resume = false, bool take_over = false, const Env& env = Env::Default());
   // Setup failed after the claim: releases the lock, removes the lock file
   // if Claim created it, and the folder if Claim created it and it is empty.
   void Abandon();
@@ -124,6 +127,7 @@ class CheckpointFolder {
 
  private:
   std::string dir_;
+  const Env* env_ = &Env::Default();
   FileLock lock_;
   bool created_ = false;       // Claim made the folder
   bool lock_created_ = false;  // ... or its lock file
@@ -133,6 +137,7 @@ class CheckpointFolder {
 struct CheckpointPlace {
   std::string dir;
   int keep = 1;  // the newest complete checkpoints of this run kept
+  const Env* env = nullptr;  // its folders' operations (null: Env::Default())
 };
 
 // Collective: every rank of the first replica writes its shard of step
@@ -151,7 +156,8 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
 // checkpoint, its tensors by name from every shard. A shard
 // that is missing, damaged or unreadable is a ConfigError naming it, agreed
 // by every rank.
-void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore& store);
+void LoadCheckpoint(const ResumePoint& point, const RunComms& comms, ParamStore& store,
+                    const Env& env = Env::Default());
 
 }  // namespace baton
 

@@ -257,7 +257,8 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   u.rank_plan = PlanRank(u.plan, t.rank(), u.replica);
   u.first_rank = u.rank_plan.has_inputs;
   u.last_rank = u.rank_plan.has_labels;
-  u.fault = FaultFromEnvironment(o.env != nullptr ? *o.env : Env::Default()).Own(u.world_rank);
+  u.env = o.env != nullptr ? o.env : &Env::Default();
+  u.fault = FaultFromEnvironment(*u.env).Own(u.world_rank);
   // Every rank that writes a checkpoint shard checks the folder where it
   // writes (on many nodes, each its own view of the shared file system).
   if (o.training && u.replica == 0 && !c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
@@ -294,13 +295,13 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   } else if (o.resume) {
     const std::string from = o.resume_from.empty() ? c.checkpoint.dir : o.resume_from;
     if (from.empty()) throw ConfigError("--resume needs a folder: give one, or set checkpoint.dir");
-    u.resume = FindResumePoint(from);
+    u.resume = FindResumePoint(from, *u.env);
     u.run.run_id = u.resume->run_id;
   } else if (o.resume_auto) {
     if (c.checkpoint.dir.empty()) {
       throw ConfigError("--resume auto resumes from checkpoint.dir: set it (and checkpoint.every_steps)");
     }
-    u.resume = NewestCheckpoint(c.checkpoint.dir);
+    u.resume = NewestCheckpoint(c.checkpoint.dir, *u.env);
     u.run.run_id = u.resume ? u.resume->run_id : NewRunId();
   } else {
     u.run.run_id = NewRunId();
@@ -316,7 +317,7 @@ void ClaimCheckpoints(const TrainConfig& c, RunSetup& u, bool auto_resume, bool 
   if (u.resume && !u.resume->manifest.empty()) CheckResumable(*u.resume, u.run);  // none in memory
   if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {
     u.checkpoints = CheckpointFolder::Claim(c.checkpoint.dir, u.run.run_id, u.resume ? &*u.resume : nullptr,
-                                            auto_resume, take_over);
+                                            auto_resume, take_over, *u.env);
   }
 }
 

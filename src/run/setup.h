@@ -103,10 +103,13 @@ struct RunSetup {
   std::unique_ptr<BatchLoader> loader;
   bool first_rank = false, last_rank = false;
   std::unique_ptr<MetricsLog> metrics;  // rank 0, training only
+  const Env* env = &Env::Default();      // the OS room's (TrainOptions::env): folders, files, the host
   Fault fault;                          // BATON_FAULT, for testing
   // The executor's hook for `fault` (none when it has no fault): set by
   // ArmFaults whenever `fault` or the executor changes.
   std::unique_ptr<ActionFaults> action_faults;
+  // Where checkpoints go, through the run's Env.
+  CheckpointPlace CheckpointsAt(const TrainConfig& c) const { return {c.checkpoint.dir, c.checkpoint.keep, env}; }
   // The loop's named points (BATON_FAULT's "start", "evaluate",
   // "checkpoint", "replan"): `fault` fires there if it is this rank's.
   void FaultAt(std::int64_t step, std::string_view point) const {

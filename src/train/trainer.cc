@@ -278,7 +278,7 @@ void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, 
   summary.stop_signal = signal;
   summary.stopped_after = done;
   if (ran && !c.checkpoint.dir.empty() && last_checkpoint != done) {
-    SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, done,
+    SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, done,
                    [&] { u.FaultAt(done, "checkpoint"); });
     last_checkpoint = done;
   }
@@ -314,7 +314,7 @@ void TakeUpAfter(const RunComms& comms, RunSetup& u, std::int64_t resumed);
 void Resume(const RunComms& comms, RunSetup& u) {
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
   const std::int64_t resumed = u.first_step - 1;
-  LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params);
+  LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params, *u.env);
   u.loader->Seek(resumed / per_epoch, resumed % per_epoch);
   TakeUpAfter(comms, u, resumed);
 }
@@ -494,7 +494,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
       numbers.Settle();
-      SaveCheckpoint({c.checkpoint.dir, c.checkpoint.keep}, u.run, comms, *u.params, step,
+      SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, step,
                      [&] { u.FaultAt(step, "checkpoint"); });
       last_checkpoint = step;
       if (root) weights_lost.Check(c);

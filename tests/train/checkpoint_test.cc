@@ -8,11 +8,13 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "baton/env.h"
 #include "baton/error.h"
 #include "support/test_folder.h"
 
@@ -105,6 +107,51 @@ TEST_F(CheckpointFolderTest, AResumedRunRefusesAnotherRunsAndMovesItsOwnLaterOne
   WriteCheckpoint(dir_ / "ck", 8, other);
   EXPECT_NE(ClaimError(run_.run_id, &from).find("of another run: step-00000008 (run 00000000000000cc"),
             std::string::npos);
+}
+
+// Every folder operation goes through the run's Env, so a fake machine
+// fails them: the claim's creation of the folder (nothing left behind),
+// the move aside of a later checkpoint (said, the folder left where it
+// was), and an unfinished folder's move under resume: auto.
+TEST_F(CheckpointFolderTest, TheEnvsFolderOperationsFailWithOneErrorEach) {
+  const std::string ck = (dir_ / "ck").string();
+  {
+    const auto env = MakeFakeEnv({.file_faults = {{"mkdir", "ck", 0, ENOSPC}}});
+    try {
+      CheckpointFolder::Claim(ck, run_.run_id, nullptr, false, false, *env);
+      FAIL() << "the claim went on without its folder";
+    } catch (const OutputError& e) {
+      EXPECT_EQ(std::string(e.what()), "checkpoint.dir: " + ck + ": cannot create the folder: No space left on device");
+    }
+    EXPECT_FALSE(fs::exists(ck));
+  }
+  WriteCheckpoint(dir_ / "ck", 2, run_);
+  WriteCheckpoint(dir_ / "ck", 4, run_);
+  {
+    const auto env = MakeFakeEnv({.file_faults = {{"rename", "superseded-", 0, EIO}}});
+    const ResumePoint from = FindResumePoint((dir_ / "ck/step-00000002").string(), *env);
+    CheckpointFolder f = CheckpointFolder::Claim(ck, run_.run_id, &from, false, false, *env);
+    try {
+      f.SupersedeAfter(from.step, run_.run_id);
+      FAIL() << "a failed move aside was not said";
+    } catch (const OutputError& e) {
+      EXPECT_EQ(std::string(e.what()), ck + "/step-00000004: cannot move it aside: Input/output error");
+    }
+    EXPECT_TRUE(fs::exists(dir_ / "ck/step-00000004/manifest.json"));
+  }
+  fs::remove_all(dir_ / "ck");
+  fs::create_directories(dir_ / "ck/step-00000003");  // unfinished
+  {
+    const auto env = MakeFakeEnv({.file_faults = {{"rename", "unfinished-", 0, EACCES}}});
+    try {
+      CheckpointFolder::Claim(ck, run_.run_id, nullptr, /*auto_resume=*/true, false, *env);
+      FAIL() << "a failed move aside was not said";
+    } catch (const OutputError& e) {
+      EXPECT_EQ(std::string(e.what()), ck + "/step-00000003: cannot move it aside: Permission denied");
+    }
+    EXPECT_TRUE(fs::is_directory(dir_ / "ck/step-00000003"));
+    EXPECT_FALSE(fs::exists(dir_ / "ck/.baton-lock")) << "a refused claim leaves its lock file behind";
+  }
 }
 
 TEST_F(CheckpointFolderTest, FindResumePointSaysWhyThereIsNone) {
