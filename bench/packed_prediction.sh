@@ -8,10 +8,14 @@
 # profile, pipeline.profile) trained on P ranks (one core each) for STEPS
 # steps, each step's measured time (metrics rows) against `baton simulate`'s
 # prediction of the same step from the profile; then the prediction alone
-# on 4 and 8 ranks. Prints, with the stamp: per run the median over steps
-# 6..STEPS of measured / predicted, measured and predicted real tokens/s,
-# balanced over greedy of the same round; per rank count the predicted
-# tokens/s of both and their ratio, and balanced's planning cost a step.
+# on 4 and 8 ranks, each rank a core of its own (`--cores 0`: the machine
+# the profile's costs stand for, not this one's two cores shared). Prints,
+# with the stamp: per run the median over steps 6..STEPS of measured /
+# predicted, measured and predicted real tokens/s (the steps' tokens over
+# their time), balanced over greedy of the same round; per rank count the
+# predicted tokens/s of both, their ratio, each against the even steps
+# (`baton simulate`'s reference: every microbatch an equal share of the
+# step's tokens and squares), and balanced's planning cost a step.
 # TOKENS > 0: each step's documents by tokens (train.batch_tokens), its
 # microbatch count what they fill of the 16 slots (greedy) or what the
 # price chooses (balanced); MICROBATCHES of the 16 samples a step.
@@ -50,8 +54,8 @@ run() {  # NAME PACKING
     --set log.weights="$out/$1.safetensors" > "$out/$1.log" 2>&1 < /dev/null || { cat "$out/$1.log" >&2; exit 1; }
   simulate "$2" "$p" "$out/$1.sim.json"
 }
-simulate() {  # PACKING RANKS JSON
-  "$baton" simulate "$config" --profile "$out/profile.json" \
+simulate() {  # PACKING RANKS JSON [--cores N]
+  "$baton" simulate "$config" --profile "$out/profile.json" "${@:4}" \
     --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $1, max_tokens: $budget}" \
     --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches="$mbs" --set pipeline.ranks="$2" \
     "${by_tokens[@]}" --set pipeline.checkpointing=none --set pipeline.adapt=off $([ "$1" = balanced ] && echo --set pipeline.profile="$out/profile.json") \
@@ -75,8 +79,9 @@ def measure(kind):
     for r, s in pairs:
         assert r["tokens"] == s["tokens"], f"step {s['step']}: the run's tokens {r['tokens']} against the simulation's {s['tokens']}"
     ratio = statistics.median(r["step_time_s"] / s["predicted_s"] for r, s in pairs)
-    measured = statistics.median(r["tokens"] / r["step_time_s"] for r, _ in pairs)
-    predicted = statistics.median(s["tokens"] / s["predicted_s"] for _, s in pairs)
+    tokens = sum(s["tokens"] for _, s in pairs)
+    measured = tokens / sum(r["step_time_s"] for r, _ in pairs)
+    predicted = tokens / sum(s["predicted_s"] for _, s in pairs)
     return ratio, measured, predicted
 g = measure("greedy")
 for kind in ("greedy", "balanced"):
@@ -85,18 +90,19 @@ for kind in ("greedy", "balanced"):
 PY
 done
 echo
-echo "| ranks | greedy predicted tokens/s | balanced predicted tokens/s | balanced vs greedy | balanced's planning a step (% of its step) |"
-echo "|---|---|---|---|---|"
-for ranks in 4 8; do
-  simulate greedy "$ranks" "$out/g$ranks.json"
-  simulate balanced "$ranks" "$out/b$ranks.json"
+echo "| ranks (a core each) | greedy predicted tokens/s | balanced predicted tokens/s | balanced vs greedy | greedy's time / even | balanced's time / even | balanced's planning a step (% of its step) |"
+echo "|---|---|---|---|---|---|---|"
+for ranks in 2 4 8; do
+  simulate greedy "$ranks" "$out/g$ranks.json" --cores 0
+  simulate balanced "$ranks" "$out/b$ranks.json" --cores 0
   python3 - "$out" "$ranks" <<'PY'
 import json, sys
 out, ranks = sys.argv[1], sys.argv[2]
 g = json.load(open(f"{out}/g{ranks}.json"))
 b = json.load(open(f"{out}/b{ranks}.json"))
-print(f"| {ranks} | {g['median_tokens_per_s']:.0f} | {b['median_tokens_per_s']:.0f} | "
-      f"{b['median_tokens_per_s'] / g['median_tokens_per_s']:.3f} | "
+print(f"| {ranks} | {g['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | "
+      f"{b['tokens_per_s'] / g['tokens_per_s']:.3f} | "
+      f"{g['even_tokens_per_s'] / g['tokens_per_s']:.3f} | {b['even_tokens_per_s'] / b['tokens_per_s']:.3f} | "
       f"{b['arrange_s_per_step'] * 1e3:.2f} ms ({100 * b['arrange_s_per_step'] / b['median_step_s']:.2f}%) |")
 PY
 done

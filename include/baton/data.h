@@ -366,6 +366,20 @@ struct Batch {
   }
 };
 
+// The samples a packed microbatch runs, given its samples' filled
+// positions in order (Batch::filled's run of them): up to its last sample
+// with positions, the empty ones before it included (their rows are
+// computed, their labels count for nothing); 0: none, the microbatch is not
+// run nor sent (a batch by tokens). The executor, the price of a packed step
+// and balanced's arrangement all count a microbatch's rows by this rule.
+inline int RowsRun(std::span<const std::int32_t> filled) {
+  int rows = 0;
+  for (std::size_t r = 0; r < filled.size(); ++r) {
+    if (filled[r] > 0) rows = static_cast<int>(r) + 1;
+  }
+  return rows;
+}
+
 // Hands out batches of `batch_size` samples in order (shuffle off: batch k is
 // samples [k*B, (k+1)*B) of the file; on: a permutation drawn per epoch from
 // `seed`). The last partial batch of an epoch is dropped. While the caller

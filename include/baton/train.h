@@ -144,21 +144,25 @@ TokenBatches TokenBatchesOf(const TrainConfig& config);
 // data.packing: balanced's arrangement of each global batch into the
 // steps of `plan` (ArrangeBalanced, baton/profile_price.h), priced by
 // pipeline.profile where the config names one, else by `square`; none for
-// another packing.
-ArrangeBatch BalancedArrangement(const TrainConfig& config, const RunPlan& plan, double square);
+// another packing. `cores`: priced for ranks sharing that many CPUs (0: a
+// core each) instead of the profile's own machine (`baton simulate
+// --cores`: the step on a machine other than the one profiled).
+ArrangeBatch BalancedArrangement(const TrainConfig& config, const RunPlan& plan, double square,
+                                 std::optional<int> cores = std::nullopt);
 
 // A packed run's steps [first, first + count) (0-based) as its loaders
 // hand them out: every replica's slice of each global batch, packed and
 // arranged as the run packs and arranges them; per step, per replica, its
 // microbatches (PackedMicrobatchesOf). `arranged` batches took
 // `arrange_seconds` to arrange (balanced). Throws ConfigError for a
-// dataset without packed documents.
+// dataset without packed documents. `cores` as BalancedArrangement's.
 struct PackedRunSteps {
   std::vector<std::vector<std::vector<PackedMicrobatch>>> steps;
   std::int64_t arranged = 0;
   double arrange_seconds = 0;
 };
-PackedRunSteps PackedSteps(const TrainConfig& config, const RunPlan& plan, std::int64_t first, int count);
+PackedRunSteps PackedSteps(const TrainConfig& config, const RunPlan& plan, std::int64_t first, int count,
+                           std::optional<int> cores = std::nullopt);
 
 // The files a training run of `config` on `world` ranks reads and writes
 // (its config file is config.source), plus `extra_outputs` (bench's

@@ -334,7 +334,19 @@ void RunSimulateProfile(const SimulateFlags& flags) {
   if (flags.config.empty()) throw ConfigError("simulate --profile: give the training config the profile is of");
   TrainConfig config = LoadTrainConfig(flags.config, flags.set);
   std::string source;
-  const Profile profile = ProfileFor(config, flags.profile, &source);
+  Profile profile = ProfileFor(config, flags.profile, &source);
+  // --cores: the step on a machine of that many CPUs (0: a core a rank)
+  // rather than the profiled one's.
+  std::optional<int> cores;
+  if (flags.cores) {
+    if (!(*flags.cores >= 0.0) || *flags.cores != std::floor(*flags.cores) || *flags.cores > 1e6) {
+      throw ConfigError(fmt::format("simulate --profile --cores {}: a whole number of CPUs >= 0 (0: a core per rank)",
+                                    *flags.cores));
+    }
+    cores = static_cast<int>(*flags.cores);
+    profile.identity.cores = *cores;
+    source += *cores == 0 ? ", priced for a core per rank" : fmt::format(", priced for {} cores", *cores);
+  }
   const ModelDesc model = DescribeModel(config.model.layers, config.model.input, config.model.seq);
   if (config.pipeline.partition == Partition::kAuto) {
     config = WithPlacement(config, model, ChoosePlacement(config, profile).bounds);
@@ -342,7 +354,8 @@ void RunSimulateProfile(const SimulateFlags& flags) {
   const RunPlan plan = PlanRun(config);
   if (RealLengths(config.data.packing)) {
     SimulatePacked(config, plan, profile,
-                   {flags.steps, flags.lengths, flags.svg, flags.trace, flags.json, flags.config, flags.profile, source});
+                   {flags.steps, flags.lengths, flags.svg, flags.trace, flags.json, flags.config, flags.profile, source,
+                    cores});
     return;
   }
   if (!flags.lengths.empty()) {
@@ -510,7 +523,7 @@ void AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--memory-bytes", flags->memory_bytes, "M_B in bytes, to report peak memory in bytes too");
   cmd->add_option("--cores", flags->cores,
                   "the ranks share this many cores: while n compute, each runs at min(1, cores/n) of its speed "
-                  "(default 0: a core per rank)");
+                  "(default 0: a core per rank; with --profile, default the profiled machine's)");
   cmd->add_option("--seq-slices", flags->seq_slices,
                   "cut each microbatch's sequence into k slices, each a unit of the pipeline (every schedule "
                   "but 1f1b, whose sliced form is seq1f1b; default 1); memory still reads in whole microbatches (M_B)");

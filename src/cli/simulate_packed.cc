@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -86,7 +87,40 @@ struct PricedStep {
   SimResult sim;
   std::vector<std::vector<PackedMicrobatch>> replicas;
   double tokens = 0;  // real tokens of the global batch (every replica's)
+  double even = 0;    // EvenStep's price of it
 };
+
+// A reference for a packing: the step were each replica's real tokens and
+// documents' squares spread evenly over all of its microbatches (each an
+// equal share of each: documents divisible at will, so no packing of real
+// documents reaches it where one document is long).
+double EvenStep(const RunPlan& plan, const Profile& profile, const std::vector<std::vector<PackedMicrobatch>>& replicas) {
+  std::vector<std::vector<PackedMicrobatch>> even;
+  for (const std::vector<PackedMicrobatch>& mbs : replicas) {
+    double tokens = 0, squares = 0;
+    for (const PackedMicrobatch& mb : mbs) {
+      tokens += mb.tokens;
+      squares += mb.squares;
+    }
+    const double m = static_cast<double>(mbs.size());
+    PackedMicrobatch share;
+    share.rows = 1;
+    share.length = static_cast<int>(std::lround(tokens / m));
+    share.tokens = tokens / m;
+    share.squares = squares / m;
+    even.emplace_back(mbs.size(), share);
+  }
+  return PredictPackedStep(plan, profile, even).makespan;
+}
+
+// Prices `step` (its replicas' microbatches), its even reference too.
+void Price(const RunPlan& plan, const Profile& profile, PricedStep& step) {
+  for (const auto& mbs : step.replicas) {
+    for (const PackedMicrobatch& mb : mbs) step.tokens += mb.tokens;
+  }
+  step.sim = PredictPackedStep(plan, profile, step.replicas);
+  step.even = EvenStep(plan, profile, step.replicas);
+}
 
 // What arranging the steps took (data.packing: balanced): batches, seconds.
 struct Planning {
@@ -96,18 +130,15 @@ struct Planning {
 
 // The run's first `steps` steps, in its order (the loaders a run makes).
 std::vector<PricedStep> DatasetSteps(const TrainConfig& c, const RunPlan& plan, const Profile& profile, int steps,
-                                     Planning& planning) {
-  PackedRunSteps run = PackedSteps(c, plan, 0, steps);
+                                     std::optional<int> cores, Planning& planning) {
+  PackedRunSteps run = PackedSteps(c, plan, 0, steps, cores);
   planning.batches = run.arranged;
   planning.seconds = run.arrange_seconds;
   std::vector<PricedStep> out;
   for (auto& replicas : run.steps) {
     PricedStep step;
     step.replicas = std::move(replicas);
-    for (const auto& mbs : step.replicas) {
-      for (const PackedMicrobatch& mb : mbs) step.tokens += mb.tokens;
-    }
-    step.sim = PredictPackedStep(plan, profile, step.replicas);
+    Price(plan, profile, step);
     out.push_back(std::move(step));
   }
   return out;
@@ -138,13 +169,10 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
   if (!what.lengths.empty()) {
     PricedStep step;
     step.replicas = ReadLengths(what.lengths, plan, config.data_parallel.size);
-    step.sim = PredictPackedStep(plan, profile, step.replicas);
-    for (const auto& mbs : step.replicas) {
-      for (const PackedMicrobatch& mb : mbs) step.tokens += mb.tokens;
-    }
+    Price(plan, profile, step);
     steps.push_back(std::move(step));
   } else {
-    steps = DatasetSteps(config, plan, profile, what.steps, planning);
+    steps = DatasetSteps(config, plan, profile, what.steps, what.cores, planning);
   }
   const double slot = static_cast<double>(plan.rows) * plan.model.seq;
   std::string out = fmt::format(
@@ -152,8 +180,8 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
       whole.sim.schedule, plan.lowered.ranks, plan.replicas, plan.sequences(), plan.rows, plan.model.seq,
       EnumName(config.data.packing), what.source);
   out += fmt::format("whole microbatches (every position a token): step {:.3f} ms\n", whole.sim.makespan * 1e3);
-  out += fmt::format("{:>5}  {:>12}  {:>8}  {:>12}  {:>9}  {:>9}  {:>7}\n", "step", "predicted ms", "tokens",
-                     "tokens/s", "fullest", "emptiest", "unused");
+  out += fmt::format("{:>5}  {:>12}  {:>8}  {:>8}  {:>12}  {:>9}  {:>9}  {:>7}\n", "step", "predicted ms", "even ms",
+                     "tokens", "tokens/s", "fullest", "emptiest", "unused");
   nlohmann::ordered_json j;
   j["whole_step_s"] = whole.sim.makespan;
   auto& rows = j["steps"] = nlohmann::ordered_json::array();
@@ -174,12 +202,23 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
     const double t = s.sim.makespan;
     times.push_back(t);
     rates.push_back(t > 0 ? s.tokens / t : 0.0);
-    out += fmt::format("{:>5}  {:>12.3f}  {:>8.0f}  {:>12.0f}  {:>9.0f}  {:>9.0f}  {:>6.1f}%\n", k + 1, t * 1e3, s.tokens,
-                       rates.back(), longest, shortest, 100 * (1 - used / slots));
-    rows.push_back({{"step", k + 1}, {"predicted_s", t}, {"tokens", s.tokens}, {"lengths", lengths},
-                    {"bubble_rate", s.sim.bubble_rate}});
+    out += fmt::format("{:>5}  {:>12.3f}  {:>8.3f}  {:>8.0f}  {:>12.0f}  {:>9.0f}  {:>9.0f}  {:>6.1f}%\n", k + 1,
+                       t * 1e3, s.even * 1e3, s.tokens, rates.back(), longest, shortest, 100 * (1 - used / slots));
+    rows.push_back({{"step", k + 1}, {"predicted_s", t}, {"even_s", s.even}, {"tokens", s.tokens},
+                    {"lengths", lengths}, {"bubble_rate", s.sim.bubble_rate}});
+  }
+  // The steps as a run: their tokens over their time (and the even steps').
+  double tokens = 0, time = 0, even = 0;
+  for (const PricedStep& s : steps) {
+    tokens += s.tokens;
+    time += s.sim.makespan;
+    even += s.even;
   }
   out += fmt::format("median predicted step {:.3f} ms, {:.0f} real tokens/s\n", Median(times) * 1e3, Median(rates));
+  out += fmt::format("the {} steps: {:.0f} real tokens/s ({:.3f}x the even steps' time)\n", steps.size(),
+                     tokens / time, time / even);
+  j["tokens_per_s"] = tokens / time;
+  j["even_tokens_per_s"] = tokens / even;
   if (planning.batches > 0) {
     const double each = planning.seconds / static_cast<double>(planning.batches);
     out += fmt::format("planning: {:.3f} ms a step arranged ({:.2f}% of the median predicted step), ahead of the steps\n",

@@ -18,6 +18,7 @@ struct PackedSimulation {
   std::string lengths;          // a lengths file instead: one step (SimulatePacked)
   std::optional<std::string> svg, trace, json;  // the first step's picture and trace; every step's numbers
   std::string config_path, profile_path, source;
+  std::optional<int> cores;     // --cores: the CPUs the ranks share (0: one each), the arrangement's too
 };
 
 // Prints the step of whole microbatches (every position a token), then

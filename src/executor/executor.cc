@@ -262,10 +262,8 @@ const int* Executor::StepRows(const Batch& batch, StepStats* stats) {
   }
   const auto R = static_cast<std::size_t>(plan_.rows);
   for (std::size_t j = 0; j < step_rows_.size(); ++j) {
-    int rows = 0;
-    for (std::size_t r = 0; r < R && j * R + r < batch.filled.size(); ++r) {
-      if (batch.filled[j * R + r] > 0) rows = static_cast<int>(r) + 1;
-    }
+    const std::size_t first = std::min(j * R, batch.filled.size());
+    const int rows = RowsRun(batch.filled.subspan(first, std::min(R, batch.filled.size() - first)));
     step_rows_[j] = rows;
     if (last_here && rows > 0) {
       ++stats->microbatches;

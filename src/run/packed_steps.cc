@@ -10,11 +10,12 @@
 
 namespace baton {
 
-PackedRunSteps PackedSteps(const TrainConfig& c, const RunPlan& plan, std::int64_t first, int count) {
+PackedRunSteps PackedSteps(const TrainConfig& c, const RunPlan& plan, std::int64_t first, int count,
+                           std::optional<int> cores) {
   PackedRunSteps out;
   const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
   // Packed and arranged as the run packs and arranges it, the arrangement timed.
-  const ArrangeBatch arrange = BalancedArrangement(c, plan, square);
+  const ArrangeBatch arrange = BalancedArrangement(c, plan, square, cores);
   ArrangeBatch timed;
   if (arrange) {
     timed = [&](std::span<std::vector<DocumentPiece>> samples) {

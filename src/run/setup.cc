@@ -183,11 +183,12 @@ Dataset LoadSplit(const DataConfig& d, Split split, int batch_size, double squar
 
 TokenBatches TokenBatchesOf(const TrainConfig& c) { return {c.train.batch_tokens, c.data_parallel.size}; }
 
-ArrangeBatch BalancedArrangement(const TrainConfig& c, const RunPlan& plan, double square) {
+ArrangeBatch BalancedArrangement(const TrainConfig& c, const RunPlan& plan, double square, std::optional<int> cores) {
   if (c.data.packing != Packing::kBalanced) return {};
   std::optional<Profile> profile;
   std::string source;  // checked against the model and this machine
   if (!c.pipeline.profile.empty()) profile = ProfileFor(c, c.pipeline.profile, &source);
+  if (profile && cores) profile->identity.cores = *cores;
   return ArrangeBalanced(plan, square, std::move(profile));
 }
 

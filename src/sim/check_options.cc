@@ -1,10 +1,12 @@
 // The simulator's options, checked against a schedule before it runs.
 #include "check_options.h"
 
-#include <cmath>
-#include <string_view>
-
 #include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "baton/error.h"
 
@@ -12,10 +14,22 @@ namespace baton {
 
 namespace {
 
-void NonNegative(std::string_view what, double v) {
-  if (!(v >= 0.0) || !std::isfinite(v)) {
-    throw ScheduleError(fmt::format("simulation: {} must be a finite number >= 0, got {}", what, v));
+// `v` checked; its name (a string, or a function that makes it) is made
+// only for the error: the check runs before every simulation, and balanced
+// packing prices about a hundred of them a step.
+template <class Name>
+std::string NameOf(const Name& name) {
+  if constexpr (std::is_invocable_v<Name>) {
+    return name();
+  } else {
+    return std::string(name);
   }
+}
+
+template <class Name>
+void NonNegative(const Name& name, double v) {
+  if (v >= 0.0 && std::isfinite(v)) return;
+  throw ScheduleError(fmt::format("simulation: {} must be a finite number >= 0, got {}", NameOf(name), v));
 }
 
 // The machine model's core pools (SimOptions::cores): one pool a rank,
@@ -40,7 +54,8 @@ void CheckCores(const Schedule& s, const SimOptions& o) {
         fmt::format("simulation: action_cost must be a finite number > 0, got {}", o.cores.shared.action_cost));
   }
   if (!(o.cores.shared.waiting_share >= 0.0 && o.cores.shared.waiting_share <= 1.0)) {
-    throw ScheduleError(fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.cores.shared.waiting_share));
+    throw ScheduleError(
+        fmt::format("simulation: waiting_share must be in [0, 1], got {}", o.cores.shared.waiting_share));
   }
   for (std::size_t k = 0; k < o.cores.pool_cores.size(); ++k) {
     if (!(o.cores.pool_cores[k] > 0.0) || !std::isfinite(o.cores.pool_cores[k])) {
@@ -53,8 +68,9 @@ void CheckCores(const Schedule& s, const SimOptions& o) {
 // Sliced schedules' slice shares and uneven microbatches' shares
 // (SimOptions::slices, SimOptions::microbatches): one each, in range.
 void CheckShares(const Schedule& s, const SimOptions& o) {
-  for (const auto& [what, shares] : {std::pair{"slice_cost", &o.slices.cost}, std::pair{"slice_memory", &o.slices.memory},
-                                     std::pair{"slice_message", &o.slices.message}}) {
+  for (const auto& [what, shares] :
+       {std::pair{"slice_cost", &o.slices.cost}, std::pair{"slice_memory", &o.slices.memory},
+        std::pair{"slice_message", &o.slices.message}}) {
     if (!shares->empty() && static_cast<int>(shares->size()) != s.slices) {
       throw ScheduleError(fmt::format("simulation: {} {} shares given, but the schedule has {} slices a microbatch",
                                       shares->size(), what, s.slices));
@@ -68,56 +84,65 @@ void CheckShares(const Schedule& s, const SimOptions& o) {
   const MicrobatchShares& mb = o.microbatches;
   const std::size_t j = static_cast<std::size_t>(s.sequences());
   if (!mb.cost.empty() && mb.cost.size() != j && mb.cost.size() != j * static_cast<std::size_t>(s.stages)) {
-    throw ScheduleError(fmt::format("simulation: {} microbatch cost shares given, but the schedule has {} microbatches "
-                                    "(one each, or one each per stage: {})",
-                                    mb.cost.size(), j, j * static_cast<std::size_t>(s.stages)));
+    throw ScheduleError(
+        fmt::format("simulation: {} microbatch cost shares given, but the schedule has {} microbatches "
+                    "(one each, or one each per stage: {})",
+                    mb.cost.size(), j, j * static_cast<std::size_t>(s.stages)));
   }
   if (!mb.message.empty() && mb.message.size() != j) {
-    throw ScheduleError(fmt::format("simulation: {} microbatch message shares given, but the schedule has {} microbatches",
-                                    mb.message.size(), j));
+    throw ScheduleError(fmt::format(
+        "simulation: {} microbatch message shares given, but the schedule has {} microbatches", mb.message.size(), j));
   }
-  for (std::size_t i = 0; i < mb.cost.size(); ++i) NonNegative(fmt::format("microbatch cost share {}", i), mb.cost[i]);
+  for (std::size_t i = 0; i < mb.cost.size(); ++i) {
+    NonNegative([&] { return fmt::format("microbatch cost share {}", i); }, mb.cost[i]);
+  }
   for (std::size_t i = 0; i < mb.message.size(); ++i) {
-    NonNegative(fmt::format("microbatch message share {}", i), mb.message[i]);
+    NonNegative([&] { return fmt::format("microbatch message share {}", i); }, mb.message[i]);
   }
 }
 
 }  // namespace
 
 void CheckOptions(const Schedule& s, const SimOptions& o) {
-  const auto non_negative = NonNegative;
-  auto check_costs = [&](std::string_view where, const Costs& c) {
-    non_negative(fmt::format("{} forward cost", where), c.forward);
-    non_negative(fmt::format("{} backward_input cost", where), c.backward_input);
-    non_negative(fmt::format("{} backward_weight cost", where), c.backward_weight);
-    if (c.forward_backward) non_negative(fmt::format("{} forward_backward cost", where), *c.forward_backward);
+  auto check_costs = [&](const auto& where, const Costs& c) {
+    NonNegative([&] { return fmt::format("{} forward cost", NameOf(where)); }, c.forward);
+    NonNegative([&] { return fmt::format("{} backward_input cost", NameOf(where)); }, c.backward_input);
+    NonNegative([&] { return fmt::format("{} backward_weight cost", NameOf(where)); }, c.backward_weight);
+    if (c.forward_backward) {
+      NonNegative([&] { return fmt::format("{} forward_backward cost", NameOf(where)); }, *c.forward_backward);
+    }
   };
   check_costs("the per-rank", o.compute.uniform);
   if (!o.compute.stages.empty() && static_cast<int>(o.compute.stages.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage costs given, but the schedule has {} stages",
                                     o.compute.stages.size(), s.stages));
   }
-  for (std::size_t i = 0; i < o.compute.stages.size(); ++i) check_costs(fmt::format("stage {}", i), o.compute.stages[i]);
-  non_negative("comm", o.messages.latency);
-  non_negative("bandwidth", o.messages.bandwidth);
-  non_negative("message_bytes", o.messages.bytes);
-  non_negative("microbatch_memory_bytes", o.memory.microbatch_bytes);
+  for (std::size_t i = 0; i < o.compute.stages.size(); ++i)
+    check_costs([&] { return fmt::format("stage {}", i); }, o.compute.stages[i]);
+  NonNegative("comm", o.messages.latency);
+  NonNegative("bandwidth", o.messages.bandwidth);
+  NonNegative("message_bytes", o.messages.bytes);
+  NonNegative("microbatch_memory_bytes", o.memory.microbatch_bytes);
   if (!o.memory.stage_bytes.empty() && static_cast<int>(o.memory.stage_bytes.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage memory sizes given, but the schedule has {} stages",
                                     o.memory.stage_bytes.size(), s.stages));
   }
   for (std::size_t i = 0; i < o.memory.stage_bytes.size(); ++i) {
-    non_negative(fmt::format("stage {} memory bytes", i), o.memory.stage_bytes[i]);
+    NonNegative([&] { return fmt::format("stage {} memory bytes", i); }, o.memory.stage_bytes[i]);
   }
   const std::size_t links = static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.ranks);
   if (!o.messages.link_delay.empty() && o.messages.link_delay.size() != links) {
-    throw ScheduleError(fmt::format("simulation: {} link delays given, but the schedule has {} ranks: it needs {} (ranks x ranks)",
-                                    o.messages.link_delay.size(), s.ranks, links));
+    throw ScheduleError(
+        fmt::format("simulation: {} link delays given, but the schedule has {} ranks: it needs {} (ranks x ranks)",
+                    o.messages.link_delay.size(), s.ranks, links));
   }
   for (std::size_t i = 0; i < o.messages.link_delay.size(); ++i) {
-    non_negative(fmt::format("the delay of the link from rank {} to rank {}", i / static_cast<std::size_t>(s.ranks),
-                             i % static_cast<std::size_t>(s.ranks)),
-                 o.messages.link_delay[i]);
+    NonNegative(
+        [&] {
+          return fmt::format("the delay of the link from rank {} to rank {}", i / static_cast<std::size_t>(s.ranks),
+                             i % static_cast<std::size_t>(s.ranks));
+        },
+        o.messages.link_delay[i]);
   }
   if (!o.memory.rank_static_bytes.empty() && static_cast<int>(o.memory.rank_static_bytes.size()) != s.ranks) {
     throw ScheduleError(fmt::format("simulation: {} per-rank static memory sizes given, but the schedule has {} ranks",
@@ -128,10 +153,10 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
                                     o.sums.stage_time.size(), s.stages));
   }
   for (std::size_t i = 0; i < o.sums.stage_time.size(); ++i) {
-    non_negative(fmt::format("stage {} gradient-sum time", i), o.sums.stage_time[i]);
+    NonNegative([&] { return fmt::format("stage {} gradient-sum time", i); }, o.sums.stage_time[i]);
   }
   for (std::size_t i = 0; i < o.memory.rank_static_bytes.size(); ++i) {
-    non_negative(fmt::format("rank {} static memory bytes", i), o.memory.rank_static_bytes[i]);
+    NonNegative([&] { return fmt::format("rank {} static memory bytes", i); }, o.memory.rank_static_bytes[i]);
   }
   CheckCores(s, o);
   CheckShares(s, o);
@@ -142,9 +167,10 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
       throw ScheduleError(fmt::format("simulation: {} per-stage sharding {}s given, but the schedule has {} stages",
                                       per_stage->size(), what, s.stages));
     }
-    for (std::size_t i = 0; i < per_stage->size(); ++i) non_negative(fmt::format("stage {} {}", i, what), (*per_stage)[i]);
+    for (std::size_t i = 0; i < per_stage->size(); ++i)
+      NonNegative([&] { return fmt::format("stage {} {}", i, what); }, (*per_stage)[i]);
   }
-  non_negative("sequence_memory", o.memory.sequence_share);
+  NonNegative("sequence_memory", o.memory.sequence_share);
   if (!o.memory.stage_sequence_bytes.empty() && static_cast<int>(o.memory.stage_sequence_bytes.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage sequence sizes given, but the schedule has {} stages",
                                     o.memory.stage_sequence_bytes.size(), s.stages));

@@ -139,17 +139,19 @@ Layout LayOut(const RunPlan& plan, const StepPrice& price, std::span<const std::
   Layout out;
   out.mbs.resize(static_cast<std::size_t>(M));
   out.members.resize(static_cast<std::size_t>(M));
+  std::vector<std::int32_t> filled(static_cast<std::size_t>(R));
   for (int j = 0; j < M; ++j) {
     PackedMicrobatch& mb = out.mbs[static_cast<std::size_t>(j)];
     for (int r = 0; r < R; ++r) {
       const int s = by_fill[static_cast<std::size_t>(j * R + r)];
       const SampleFill& f = fill[static_cast<std::size_t>(s)];
       out.members[static_cast<std::size_t>(j)].push_back(s);
-      if (f.positions > 0) mb.rows = r + 1;
+      filled[static_cast<std::size_t>(r)] = f.positions;
       mb.length = std::max(mb.length, f.positions);
       mb.squares += f.squares;
       mb.tokens += f.positions;
     }
+    mb.rows = RowsRun(filled);
   }
   std::vector<int> order(static_cast<std::size_t>(M));
   std::iota(order.begin(), order.end(), 0);

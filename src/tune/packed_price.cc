@@ -12,12 +12,13 @@ std::vector<PackedMicrobatch> PackedMicrobatchesOf(const Batch& batch, int micro
   std::vector<PackedMicrobatch> out(static_cast<std::size_t>(microbatches));
   for (int j = 0; j < microbatches; ++j) {
     PackedMicrobatch& mb = out[static_cast<std::size_t>(j)];
-    for (int r = 0; r < rows; ++r) {
-      const std::size_t sample = static_cast<std::size_t>(j) * rows + r;
-      if (sample >= batch.filled.size()) continue;
-      mb.length = std::max(mb.length, static_cast<int>(batch.filled[sample]));
-      mb.tokens += batch.filled[sample];
-      if (batch.filled[sample] > 0) mb.rows = r + 1;  // up to its last sample with positions (MicrobatchRows)
+    const std::size_t first = std::min(static_cast<std::size_t>(j) * rows, batch.filled.size());
+    const std::span<const std::int32_t> filled =
+        batch.filled.subspan(first, std::min<std::size_t>(rows, batch.filled.size() - first));
+    mb.rows = RowsRun(filled);
+    for (const std::int32_t f : filled) {
+      mb.length = std::max(mb.length, static_cast<int>(f));
+      mb.tokens += f;
     }
     // The documents within the positions the runtime computes: runs of
     // equal starts in each sample's first `length`.

@@ -801,6 +801,30 @@ TEST_F(BatonCliTest, SimulatePricesAPackedRunsStepsByTheirLengths) {
   EXPECT_NEAR(f["steps"][0]["predicted_s"].get<double>(), f["whole_step_s"].get<double>(),
               1e-12 * f["whole_step_s"].get<double>());
   EXPECT_EQ(f["steps"][0]["tokens"], 256);
+  // Equal microbatches are their own even step; the even step is the
+  // documents', whichever way they are packed.
+  EXPECT_NEAR(f["steps"][0]["even_s"].get<double>(), f["steps"][0]["predicted_s"].get<double>(),
+              1e-12 * f["whole_step_s"].get<double>());
+  const std::string tail = "4; 4\n4; 4\n4; 4\n4; 4\n4; 4\n4; 4\n";
+  WriteWork("one.txt", "12 4; 4\n4; 4\n" + tail);
+  WriteWork("two.txt", "12; 4\n4 4; 4\n" + tail);
+  ASSERT_EQ(Run("simulate " + config + "--profile p.json --lengths one.txt --json one.json").exit_code, 0);
+  ASSERT_EQ(Run("simulate " + config + "--profile p.json --lengths two.txt --json two.json").exit_code, 0);
+  const json one = json::parse(ReadFile(Work() / "one.json"))["steps"][0];
+  const json two = json::parse(ReadFile(Work() / "two.json"))["steps"][0];
+  EXPECT_NE(one["predicted_s"], two["predicted_s"]);
+  EXPECT_NEAR(one["even_s"].get<double>(), two["even_s"].get<double>(), 1e-12 * one["even_s"].get<double>());
+  EXPECT_LT(one["even_s"].get<double>(), one["predicted_s"].get<double>());
+  // --cores: the step on another machine; 2 ranks sharing 1 core take
+  // longer than 2 ranks with a core each (their 1F1B overlaps).
+  r = Run("simulate " + config + "--profile p.json --lengths full.txt --cores 0 --json c0.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("priced for a core per rank"), std::string::npos) << r.out;
+  ASSERT_EQ(Run("simulate " + config + "--profile p.json --lengths full.txt --cores 1 --json c1.json").exit_code, 0);
+  EXPECT_GT(json::parse(ReadFile(Work() / "c1.json"))["steps"][0]["predicted_s"].get<double>(),
+            json::parse(ReadFile(Work() / "c0.json"))["steps"][0]["predicted_s"].get<double>());
+  ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths full.txt --cores 1.5"),
+                     "simulate --profile --cores 1.5: a whole number of CPUs >= 0");
   WriteWork("short.txt", "16\n");
   ExpectOneLineError(Run("simulate " + config + "--profile p.json --lengths short.txt"),
                      "short.txt: 1 microbatches, but a step of this config has 8");
