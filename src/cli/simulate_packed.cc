@@ -91,9 +91,10 @@ struct PricedStep {
 };
 
 // A reference for a packing: the step were each replica's real tokens and
-// documents' squares spread evenly over all of its microbatches (each an
-// equal share of each: documents divisible at will, so no packing of real
-// documents reaches it where one document is long).
+// documents' squares spread evenly over all of its microbatches, every
+// sample of each equally full (documents divisible at will: where one
+// document is long, no packing of the real ones reaches it; not a bound
+// either: cheap microbatches at the pipeline's ends can beat it).
 double EvenStep(const RunPlan& plan, const Profile& profile, const std::vector<std::vector<PackedMicrobatch>>& replicas) {
   std::vector<std::vector<PackedMicrobatch>> even;
   for (const std::vector<PackedMicrobatch>& mbs : replicas) {
@@ -104,8 +105,8 @@ double EvenStep(const RunPlan& plan, const Profile& profile, const std::vector<s
     }
     const double m = static_cast<double>(mbs.size());
     PackedMicrobatch share;
-    share.rows = 1;
-    share.length = static_cast<int>(std::lround(tokens / m));
+    share.rows = plan.rows;
+    share.length = static_cast<int>(std::lround(tokens / m / plan.rows));
     share.tokens = tokens / m;
     share.squares = squares / m;
     even.emplace_back(mbs.size(), share);
