@@ -2,6 +2,8 @@
 #include "adapt.h"
 
 #include "migrate.h"
+#include "metrics_row.h"
+#include "wire.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,7 +13,6 @@
 #include <cstdio>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include "baton/placement.h"
 #include "baton/profile_price.h"
@@ -119,7 +120,7 @@ std::vector<double> LinkMeter::Delays() const {
   return any ? out : std::vector<double>{};
 }
 
-std::vector<double> ShortestTransits(const std::vector<std::string>& per_rank) {
+std::vector<double> ShortestTransits(const std::vector<std::vector<Executor::MessageTime>>& per_rank) {
   const std::size_t ranks = per_rank.size();
   std::vector<double> out(ranks * ranks, -1.0);
   // Per link, each message's send time, by key; then its arrival.
@@ -131,15 +132,14 @@ std::vector<double> ShortestTransits(const std::vector<std::string>& per_rank) {
   };
   std::vector<Arrival> arrivals;
   for (std::size_t r = 0; r < ranks; ++r) {
-    std::istringstream in(per_rank[r]);
-    char what = 0;
-    std::size_t peer = 0;
-    std::int64_t key = 0;
-    double seconds = 0;
-    while (in >> what >> peer >> key >> seconds) {
-      if (peer >= ranks) continue;
-      if (what == 's') sent[r * ranks + peer][key] = seconds;
-      if (what == 'r') arrivals.push_back({peer * ranks + r, key, seconds});
+    for (const Executor::MessageTime& m : per_rank[r]) {
+      const auto peer = static_cast<std::size_t>(m.peer);
+      if (m.peer < 0 || peer >= ranks) continue;
+      if (m.sent) {
+        sent[r * ranks + peer][m.key] = m.seconds;
+      } else {
+        arrivals.push_back({peer * ranks + r, m.key, m.seconds});
+      }
     }
   }
   for (const Arrival& a : arrivals) {
@@ -457,33 +457,23 @@ std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int repl
   return out;
 }
 
-// Every world rank's message times ("P D" then its lines), each link's
+// Every world rank's message times (MessageTimesJson), each link's
 // shortest time a step in each replica's pipeline, and per link the
 // largest of those over the replicas (a late wire in one pipeline holds
 // every replica at the gradients' sum).
 std::vector<double> SlowestTransits(const std::vector<std::string>& per_world_rank, int ranks, int replicas) {
-  std::vector<std::vector<std::string>> pipelines(static_cast<std::size_t>(replicas),
-                                                  std::vector<std::string>(static_cast<std::size_t>(ranks)));
+  std::vector<std::vector<std::vector<Executor::MessageTime>>> pipelines(
+      static_cast<std::size_t>(replicas), std::vector<std::vector<Executor::MessageTime>>(static_cast<std::size_t>(ranks)));
   for (const std::string& text : per_world_rank) {
-    std::istringstream in(text);
-    std::size_t p = 0, d = 0;
-    if (!(in >> p >> d) || p >= pipelines.front().size() || d >= pipelines.size()) continue;
-    pipelines[d][p] = text.substr(std::min(text.size(), text.find('\n') + 1));
+    RankMessageTimes t = ParseMessageTimes(text);
+    if (t.rank < 0 || t.rank >= ranks || t.replica < 0 || t.replica >= replicas) continue;
+    pipelines[static_cast<std::size_t>(t.replica)][static_cast<std::size_t>(t.rank)] = std::move(t.times);
   }
   std::vector<double> out;
   for (const auto& pipeline : pipelines) {
     const std::vector<double> one = ShortestTransits(pipeline);
     if (out.empty()) out.assign(one.size(), -1.0);
     for (std::size_t l = 0; l < one.size(); ++l) out[l] = std::max(out[l], one[l]);
-  }
-  return out;
-}
-
-// This rank's message times of the step, as ShortestTransits reads them.
-std::string MessageTimesText(const std::vector<Executor::MessageTime>& times) {
-  std::string out;
-  for (const Executor::MessageTime& m : times) {
-    out += fmt::format("{} {} {} {:.9f}\n", m.sent ? 's' : 'r', m.peer, m.key, m.seconds);
   }
   return out;
 }
@@ -526,23 +516,15 @@ void RunAdapter::StartPlanner(const TrainConfig& config) {
 
 namespace {
 
-// "5/3" back into its numbers.
-std::vector<int> SplitOf(const std::string& text) {
-  std::vector<int> out;
-  std::istringstream in(text);
-  for (int m; in >> m;) {
-    out.push_back(m);
-    in.ignore(1);
-  }
-  return out;
-}
-
-// "5/3" of each replica's microbatches under `config`.
-std::string SplitText(const TrainConfig& config) {
+// Each replica's microbatches under `config`.
+std::vector<int> SplitOf(const TrainConfig& config) {
   std::vector<int> split = config.pipeline.replica_microbatches;
   if (split.empty()) split.assign(static_cast<std::size_t>(config.data_parallel.size), config.pipeline.microbatches);
-  return fmt::format("{}", fmt::join(split, "/"));
+  return split;
 }
+
+// "5/3": each replica's microbatches under `config`.
+std::string SplitText(const TrainConfig& config) { return fmt::format("{}", fmt::join(SplitOf(config), "/")); }
 
 }  // namespace
 
@@ -562,8 +544,7 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
   step_seconds /= unit;
   t.ReduceSum(seconds);
   std::vector<std::string> messages;
-  t.GatherStrings(fmt::format("{} {}\n", comms_.pipeline.rank(), comms_.replicas.rank()) +
-                      MessageTimesText(u_.exec->TakeMessageTimes()),
+  t.GatherStrings(MessageTimesJson({comms_.pipeline.rank(), comms_.replicas.rank(), u_.exec->TakeMessageTimes()}),
                   &messages, "every rank's message times of the step");
   Decision d;
   if (t.rank() == 0 && deciding_) {
@@ -583,11 +564,7 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
                    "price the plans in %.2f s\n", tty ? "\n" : "", static_cast<long long>(done),
                    planner_->profile_seconds());
     }
-    if (d.replan) {
-      // "schedule chunks bounds... / split..." (no split: the same each).
-      d.text = fmt::format("{} {} {} / {}", d.replan->schedule, d.replan->chunks, fmt::join(d.replan->bounds, " "),
-                           fmt::join(d.replan->split, " "));
-    }
+    if (d.replan) d.text = DecisionJson({d.replan->schedule, d.replan->chunks, d.replan->bounds, d.replan->split});
   }
   t.BroadcastString(&d.text);
   return d;
@@ -598,35 +575,26 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
   const Decision decided = Decide(config, done, total, step_seconds, tty, work);
   if (decided.text.empty()) return;
   Transport& t = comms_.world;
-  const int ranks = comms_.pipeline.size();
-  const std::optional<Replan>& replan = decided.replan;  // rank 0's
-  const std::string& decision = decided.text;
-  std::istringstream in(decision);
+  const ReplanDecision decision = ParseDecision(decided.text);
   TrainConfig next = config;
-  in >> next.pipeline.schedule >> next.pipeline.chunks;
-  std::vector<int> bounds;
-  for (int b; in >> b;) bounds.push_back(b);
-  in.clear();
-  std::string slash;
-  in >> slash;
-  next.pipeline.replica_microbatches.clear();
-  for (int m; in >> m;) next.pipeline.replica_microbatches.push_back(m);
-  const std::string split_before = SplitText(config);
-  const std::string before = PlanText(config, u_.plan);
-  const std::string schedule_before = config.pipeline.schedule;
-  const std::string layout_before = LayoutText(config, u_.plan.model, u_.plan.bounds);
-  next = WithPlacement(next, u_.plan.model, bounds);
+  next.pipeline.schedule = decision.schedule;
+  next.pipeline.chunks = decision.chunks;
+  next.pipeline.replica_microbatches = decision.split;
+  const Before before{PlanText(config, u_.plan), config.pipeline.schedule,
+                      LayoutText(config, u_.plan.model, u_.plan.bounds), SplitOf(config)};
+  next = WithPlacement(next, u_.plan.model, decision.bounds);
   // The move's plan as PlanText names it (without planning it here: a plan
   // is built only inside the swap, where every rank agrees on its errors).
   const std::string target =
       fmt::format("{}{} layout {}{}", next.pipeline.schedule,
                   next.pipeline.chunks > 1 ? fmt::format(" ({} chunks)", next.pipeline.chunks) : "",
-                  LayoutText(next, u_.plan.model, bounds),
+                  LayoutText(next, u_.plan.model, decision.bounds),
                   next.pipeline.replica_microbatches.empty()
                       ? ""
                       : fmt::format(", microbatches a replica {}", SplitText(next)));
   const PlanSwap swap = SwapPlan(config, next, comms_, u_, done);
   u_.exec->MeasureCompute(true);  // a new executor either way
+  std::string row;  // rank 0's, written by every rank's agreement: a failed write ends them alike
   if (!swap.failed.empty()) {
     // Every rank went back to the running plan, its state as it was.
     if (swap.failed_here) {
@@ -634,54 +602,57 @@ void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t 
                    "%sbaton: rank %d: warning: the move after step %lld to %s failed: %s; every rank went back "
                    "to %s and the run goes on (that plan is not tried again)\n",
                    tty ? "\n" : "", u_.world_rank, static_cast<long long>(done), target.c_str(), swap.failed.c_str(),
-                   before.c_str());
+                   before.plan.c_str());
     }
     if (t.rank() == 0) {
-      planner_->Failed(*replan);
+      planner_->Failed(*decided.replan);
       StartPlanner(config);
-      if (u_.metrics) {
-        u_.metrics->Line(fmt::format("{{\"event\": \"replan_failed\", \"step\": {}, \"layout\": \"{}\", "
-                                     "\"to\": \"{}\", \"seconds\": {:.6g}}}",
-                                     done, before, target, swap.seconds));
-      }
+      row = fmt::format("{{\"event\": \"replan_failed\", \"step\": {}, \"layout\": \"{}\", \"to\": \"{}\", "
+                        "\"seconds\": {:.6g}}}",
+                        done, before.plan, target, swap.seconds);
     }
+    WriteRow(t, u_.metrics.get(), row);
     return;
   }
   config = std::move(next);
   ++replans_;
   double moved[1] = {static_cast<double>(swap.bytes_sent)};
   t.ReduceSum(moved);
-  if (t.rank() != 0) return;
-  planner_->Moved(swap.seconds);
+  if (t.rank() == 0) row = Replanned(config, *decided.replan, done, tty, swap.seconds, moved[0], before);
+  WriteRow(t, u_.metrics.get(), row);
+}
+
+std::string RunAdapter::Replanned(const TrainConfig& config, const Replan& replan, std::int64_t done, bool tty,
+                                  double move_seconds, double moved_bytes, const Before& before) {
+  const int ranks = comms_.pipeline.size();
+  planner_->Moved(move_seconds);
   StartPlanner(config);
   const std::string after = PlanText(config, u_.plan);
   const bool full = config.pipeline.adapt == AdaptMode::kFull && comms_.replicas.size() > 1;
-  const std::string split_after = SplitText(config);
+  const std::vector<int> split_after = SplitOf(config);
+  const std::string resplit =
+      full ? fmt::format("; microbatches a replica {} -> {}", fmt::join(before.split, "/"), fmt::join(split_after, "/"))
+           : "";
   std::fprintf(stderr,
                "%sbaton: re-planned after step %lld: rank speeds %s%s; %s -> %s%s; predicted step %.2f ms -> %.2f "
                "ms; moved %.1f KiB in %.1f ms (decided in %.1f ms)\n",
                tty ? "\n" : "", static_cast<long long>(done),
-               (full ? Factors(replan->world_factors) + " (each replica's rank)" : Factors(replan->factors)).c_str(),
-               LateLinksText(replan->link_delays, ranks).c_str(), before.c_str(), after.c_str(),
-               full ? fmt::format("; microbatches a replica {} -> {}", split_before, split_after).c_str() : "",
-               replan->step_before * 1e3, replan->step_after * 1e3, moved[0] / 1024.0, swap.seconds * 1e3,
-               replan->decide_seconds * 1e3);
-  if (u_.metrics) {
-    u_.metrics->Line(fmt::format(
-        "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"link_delays_s\": {}, "
-        "\"schedule_before\": \"{}\", \"schedule\": \"{}\", "
-        "\"chunks\": {}, \"layout_before\": \"{}\", "
-        "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
-        "\"predicted_step_healthy_s\": {:.6g}, "
-        "\"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, \"decide_seconds\": {:.6g}{}}}",
-        done, Factors(replan->factors), LateLinksJson(replan->link_delays, ranks), schedule_before, config.pipeline.schedule, u_.plan.lowered.chunks(),
-        layout_before, LayoutText(config, u_.plan.model, u_.plan.bounds), replan->step_before,
-        replan->step_after, replan->step_healthy, moved[0], swap.seconds, replan->decide_seconds,
-        full ? fmt::format(", \"world_factors\": {}, \"microbatches_before\": [{}], \"microbatches\": [{}]",
-                           Factors(replan->world_factors), fmt::join(SplitOf(split_before), ", "),
-                           fmt::join(SplitOf(split_after), ", "))
-             : std::string()));
-  }
+               (full ? Factors(replan.world_factors) + " (each replica's rank)" : Factors(replan.factors)).c_str(),
+               LateLinksText(replan.link_delays, ranks).c_str(), before.plan.c_str(), after.c_str(), resplit.c_str(),
+               replan.step_before * 1e3, replan.step_after * 1e3, moved_bytes / 1024.0, move_seconds * 1e3,
+               replan.decide_seconds * 1e3);
+  return fmt::format(
+      "{{\"event\": \"replan\", \"step\": {}, \"factors\": {}, \"link_delays_s\": {}, "
+      "\"schedule_before\": \"{}\", \"schedule\": \"{}\", \"chunks\": {}, \"layout_before\": \"{}\", "
+      "\"layout_after\": \"{}\", \"predicted_step_before_s\": {:.6g}, \"predicted_step_after_s\": {:.6g}, "
+      "\"predicted_step_healthy_s\": {:.6g}, \"bytes_moved\": {:.0f}, \"move_seconds\": {:.6g}, "
+      "\"decide_seconds\": {:.6g}{}}}",
+      done, Factors(replan.factors), LateLinksJson(replan.link_delays, ranks), before.schedule,
+      config.pipeline.schedule, u_.plan.lowered.chunks(), before.layout, LayoutText(config, u_.plan.model, u_.plan.bounds),
+      replan.step_before, replan.step_after, replan.step_healthy, moved_bytes, move_seconds, replan.decide_seconds,
+      full ? fmt::format(", \"world_factors\": {}, \"microbatches_before\": [{}], \"microbatches\": [{}]",
+                         Factors(replan.world_factors), fmt::join(before.split, ", "), fmt::join(split_after, ", "))
+           : std::string());
 }
 
 }  // namespace baton

@@ -100,10 +100,10 @@ class LinkMeter {
   int skip_ = 0;
 };
 
-// One step's message times from every rank (Executor::TakeMessageTimes,
-// as each rank wrote them: "s PEER KEY SECONDS" or "r PEER KEY SECONDS"
-// lines) into each link's shortest time (ranks x ranks; -1: none).
-std::vector<double> ShortestTransits(const std::vector<std::string>& per_rank);
+// One step's message times from every rank of a pipeline
+// (Executor::TakeMessageTimes, rank r's at r) into each link's shortest
+// time (ranks x ranks; -1: none).
+std::vector<double> ShortestTransits(const std::vector<std::vector<Executor::MessageTime>>& per_rank);
 
 // A re-plan: the schedule, chunks and placement to move to, and why.
 struct Replan {
@@ -230,14 +230,24 @@ class RunAdapter {
 
  private:
   // The step's measures to rank 0 and its decision to every rank: the
-  // re-plan (rank 0's) and its text ("schedule chunks bounds..."; empty:
-  // none).
+  // re-plan (rank 0's) and what every rank moves to (DecisionJson, wire.h;
+  // empty: none).
   struct Decision {
     std::optional<Replan> replan;
     std::string text;
   };
   Decision Decide(const TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty,
                   double work);
+  // The running plan before a move: as PlanText, its schedule and layout,
+  // each replica's microbatches.
+  struct Before {
+    std::string plan, schedule, layout;
+    std::vector<int> split;
+  };
+  // Rank 0, after a move: the planner told, the line printed, and the
+  // metrics row returned.
+  std::string Replanned(const TrainConfig& config, const Replan& replan, std::int64_t done, bool tty,
+                        double move_seconds, double moved_bytes, const Before& before);
   // Rank 0: the planner starts `config`'s plan (each replica's, under
   // pipeline.adapt: full).
   void StartPlanner(const TrainConfig& config);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include "checkpoint.h"
 #include "fault.h"
 #include "params.h"
+#include "wire.h"
 
 namespace baton {
 namespace {
@@ -21,52 +21,35 @@ namespace {
 // boundary.
 constexpr int kSendId = 0, kRecvId = 1, kMoveTag = 0;
 
-std::vector<std::string> Lines(const std::string& text) {
+std::vector<std::string> NamesOf(const std::vector<NamedTensor>& tensors) {
   std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.push_back(line);
-  }
+  for (const NamedTensor& t : tensors) out.push_back(t.name);
   return out;
 }
 
-std::string NamesOf(const std::vector<NamedTensor>& tensors) {
-  std::string out;
-  for (const NamedTensor& t : tensors) out += t.name + "\n";
-  return out;
-}
-
-// Rank 0: every wanted tensor with the rank that holds it, "name\tfrom\tto"
-// a line, in the wanting ranks' order. `records[r]` is rank r's held names,
-// a line "--", then its wanted names.
-std::string MoveList(const std::vector<std::string>& records) {
+// Rank 0: every wanted tensor with the rank that holds it, in the wanting
+// ranks' order. `records[r]` is rank r's tensors (TensorNamesJson).
+std::vector<Move> MoveList(const std::vector<std::string>& records) {
   std::map<std::string, int> holder;
   std::vector<std::vector<std::string>> wants(records.size());
   for (std::size_t r = 0; r < records.size(); ++r) {
-    bool held = true;
-    for (const std::string& name : Lines(records[r])) {
-      if (name == "--") {
-        held = false;
-        continue;
-      }
-      if (!held) {
-        wants[r].push_back(name);
-        continue;
-      }
+    TensorNames names = ParseTensorNames(records[r]);
+    for (const std::string& name : names.held) {
       if (!holder.emplace(name, static_cast<int>(r)).second) {
         throw RunError(fmt::format("moving the model state: tensor '{}' is held by ranks {} and {}", name,
                                    holder[name], r));
       }
     }
+    wants[r] = std::move(names.wanted);
   }
-  std::string out;
+  std::vector<Move> out;
   for (std::size_t r = 0; r < wants.size(); ++r) {
     for (const std::string& name : wants[r]) {
       const auto it = holder.find(name);
       if (it == holder.end()) {
         throw RunError(fmt::format("moving the model state: rank {} needs tensor '{}', which no rank holds", r, name));
       }
-      out += fmt::format("{}\t{}\t{}\n", name, it->second, r);
+      out.push_back({name, it->second, static_cast<int>(r)});
     }
   }
   return out;
@@ -194,22 +177,19 @@ std::size_t ShareFromReplica(ReplicaGroup& replicas, std::vector<NamedTensor>& t
 
 std::size_t MoveTensors(Transport& t, const std::vector<NamedTensor>& held, std::vector<NamedTensor>& wanted) {
   std::vector<std::string> records;
-  t.GatherStrings(NamesOf(held) + "--\n" + NamesOf(wanted), &records, "every rank's tensors to move");
-  std::string moves;
+  t.GatherStrings(TensorNamesJson({NamesOf(held), NamesOf(wanted)}), &records, "every rank's tensors to move");
+  std::string list;
   Agree(t, "rank 0 listing the model state's moves", [&] {
-    if (t.rank() == 0) moves = MoveList(records);
+    if (t.rank() == 0) list = MovesJson(MoveList(records));
   });
-  t.BroadcastString(&moves);
+  t.BroadcastString(&list);
   std::map<std::string, const NamedTensor*> mine;
   for (const NamedTensor& h : held) mine[h.name] = &h;
   std::map<std::string, NamedTensor*> into;
   for (NamedTensor& w : wanted) into[w.name] = &w;
   std::size_t sent = 0;
   const int me = t.rank();
-  for (const std::string& line : Lines(moves)) {
-    const std::size_t a = line.find('\t'), b = line.find('\t', a + 1);
-    const std::string name = line.substr(0, a);
-    const int from = std::stoi(line.substr(a + 1, b - a - 1)), to = std::stoi(line.substr(b + 1));
+  for (const auto& [name, from, to] : ParseMoves(list)) {
     if (from != me && to != me) continue;
     if (from == me && to == me) {
       const NamedTensor& h = *mine.at(name);
