@@ -23,12 +23,11 @@ namespace baton {
 namespace {
 std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas);
 
-// Replica d's factors out of every world rank's (p x replicas + d).
+// Replica d's factors out of every world rank's (ReplicaLayout's order).
 std::vector<double> ReplicaFactors(const std::vector<double>& world, int replicas, int d) {
+  const ReplicaLayout layout{static_cast<int>(world.size()) / replicas, replicas};
   std::vector<double> out;
-  for (std::size_t i = static_cast<std::size_t>(d); i < world.size(); i += static_cast<std::size_t>(replicas)) {
-    out.push_back(world[i]);
-  }
+  for (int p = 0; p < layout.pipeline_ranks; ++p) out.push_back(world[static_cast<std::size_t>(layout.World(p, d))]);
   return out;
 }
 }  // namespace
@@ -446,13 +445,14 @@ std::string LateLinksJson(const std::vector<double>& delays, int ranks) {
   return fmt::format("{{{}}}", fmt::join(parts, ", "));
 }
 
-// Per pipeline rank, the largest of its replicas' (`per_rank`: rank p of
-// replica d at p x replicas + d).
+// Per pipeline rank, the largest of its replicas' (`per_rank`: every
+// world rank's, in ReplicaLayout's order).
 std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas) {
-  std::vector<double> out(per_rank.size() / static_cast<std::size_t>(replicas), 0.0);
-  for (std::size_t i = 0; i < per_rank.size(); ++i) {
-    double& o = out[i / static_cast<std::size_t>(replicas)];
-    o = std::max(o, per_rank[i]);
+  const ReplicaLayout layout{static_cast<int>(per_rank.size()) / replicas, replicas};
+  std::vector<double> out(static_cast<std::size_t>(layout.pipeline_ranks), 0.0);
+  for (int w = 0; w < static_cast<int>(per_rank.size()); ++w) {
+    double& o = out[static_cast<std::size_t>(layout.PipelineRank(w))];
+    o = std::max(o, per_rank[static_cast<std::size_t>(w)]);
   }
   return out;
 }
@@ -536,7 +536,7 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
   // decides for all.
   Transport& t = comms_.world;
   const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
-  const auto at = static_cast<std::size_t>(comms_.pipeline.rank() * replicas + comms_.replicas.rank());
+  const auto at = static_cast<std::size_t>(ReplicaLayout{ranks, replicas}.World(comms_.pipeline.rank(), comms_.replicas.rank()));
   std::vector<double> seconds(static_cast<std::size_t>(ranks * replicas), 0.0);
   // Per unit of the step's work: packed documents' steps differ in it.
   const double unit = work > 0 ? work : 1.0;
