@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "baton/buffer.h"
+#include "baton/env.h"
 #include "baton/files.h"
 #include "baton/view.h"
 
@@ -416,9 +417,10 @@ struct NamedTensor {
 // data), so `safetensors.torch.load_file` reads it. Written to a temporary
 // file, flushed and renamed: a crash leaves no half-written file.
 // `metadata` joins the header's "__metadata__" strings (beside "format":
-// "pt"), e.g. a checkpoint shard's step.
+// "pt"), e.g. a checkpoint shard's step. Its file operations go through
+// `env` (a run's, so that a test's fake can fail them).
 void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {}, const Env& env = Env::Default());
 
 // Reads a safetensors file of F32 tensors. Throws ConfigError naming the file
 // for a truncated file, a header length out of range, malformed JSON, a dtype

@@ -83,8 +83,9 @@ void RemoveUnfinishedFile() noexcept;
 // stays); the path itself if it is not a link, or the chain loops.
 std::string FollowLinks(const std::string& path);
 
-// Writes `content` to `path` as an AtomicFile. Throws OutputError.
-void WriteTextFile(const std::string& path, std::string_view content);
+// Writes `content` to `path` as an AtomicFile through `env`. Throws
+// OutputError.
+void WriteTextFile(const std::string& path, std::string_view content, const Env& env = Env::Default());
 
 // The most bytes ReadTextFile reads by default: configs, manifests and
 // schedule files are far smaller, and a file without an end (a device) or a

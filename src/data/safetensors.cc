@@ -65,7 +65,7 @@ bool Elements(const std::vector<std::int64_t>& shape, std::uint64_t limit, std::
 }  // namespace
 
 void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, const Env& env) {
   // Check and lay out everything before touching the filesystem.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header[kMetadataKey] = {{"format", "pt"}};  // what safetensors.torch.save_model writes
@@ -92,7 +92,7 @@ void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& t
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');
 
-  AtomicFile file(path);
+  AtomicFile file(path, env);
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t{json.size()} >> (8 * i));
   file.Append(std::as_bytes(std::span<const unsigned char>(length, 8)));

@@ -205,8 +205,8 @@ void AtomicFile::Commit() {
   env_.SyncFolder(target.has_parent_path() ? target.parent_path().string() : ".");
 }
 
-void WriteTextFile(const std::string& path, std::string_view content) {
-  AtomicFile file(path);
+void WriteTextFile(const std::string& path, std::string_view content, const Env& env) {
+  AtomicFile file(path, env);
   file.Append(content);
   file.Commit();
 }

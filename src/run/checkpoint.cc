@@ -232,8 +232,8 @@ void WriteManifest(const CheckpointPlace& place, const CheckpointRun& run, std::
   for (const std::string& r : records) {
     if (!r.empty()) manifest["shards"].push_back(json::parse(r));  // the other replicas write none
   }
-  WriteTextFile(StepDir(place.dir, step) + "/manifest.json", manifest.dump(2) + "\n");
   const Env& env = place.env != nullptr ? *place.env : Env::Default();
+  WriteTextFile(StepDir(place.dir, step) + "/manifest.json", manifest.dump(2) + "\n", env);
   std::vector<std::int64_t> mine;
   const std::vector<StepFolder> folders = StepFolders(place.dir, env);
   for (const StepFolder& f : folders) {
@@ -552,7 +552,8 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
       if (!env.CreateFolders(dir)) {
         throw OutputError(fmt::format("{}: cannot create the checkpoint folder: {}", dir, std::strerror(errno)));
       }
-      WriteSafetensors(dir + "/" + file, store.CheckpointTensors(state), {{kShardStepKey, std::to_string(step)}});
+      WriteSafetensors(dir + "/" + file, store.CheckpointTensors(state), {{kShardStepKey, std::to_string(step)}},
+                       env);
       std::uint64_t bytes = 0;
       const std::uint32_t crc = Crc32OfFile(dir + "/" + file, &bytes);
       record = json{{"rank", pipeline_rank}, {"file", file}, {"bytes", bytes}, {"crc32", crc}}.dump();

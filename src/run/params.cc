@@ -279,7 +279,8 @@ std::vector<float> ParamStore::LocalFloats() const {
   return out;
 }
 
-void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& run, const ParamStore& store) {
+void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& run, const ParamStore& store,
+                 const Env& env) {
   std::vector<float> all;
   pipeline.GatherToRoot(store.LocalFloats(), &all);
   if (pipeline.rank() != 0) return;
@@ -303,7 +304,7 @@ void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& ru
     const auto from = whole.begin() + static_cast<std::ptrdiff_t>(p.offset);
     tensors.push_back({std::move(p.name), std::move(p.shape), {from, from + static_cast<std::ptrdiff_t>(p.size)}});
   }
-  WriteSafetensors(path, tensors);
+  WriteSafetensors(path, tensors, {}, env);
 }
 
 }  // namespace baton

@@ -107,8 +107,10 @@ class ParamStore {
 
 // Rank 0 of `pipeline` writes every stage's parameters as one safetensors
 // file at `path`, in the model's order with PyTorch's names; every rank of
-// the pipeline sends its own (collective over `pipeline`). Pull first.
-void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& run, const ParamStore& store);
+// the pipeline sends its own (collective over `pipeline`). Pull first. The
+// file's operations go through `env` (the run's).
+void SaveWeights(const std::string& path, Transport& pipeline, const RunPlan& run, const ParamStore& store,
+                 const Env& env = Env::Default());
 
 }  // namespace baton
 

@@ -234,7 +234,7 @@ void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64
   if (c.log.weights.empty()) return;
   u.params->Pull();  // every replica: under ZeRO 3 the pull gathers the shards
   try {
-    if (u.replica == 0) SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params);
+    if (u.replica == 0) SaveWeights(c.log.weights, comms.pipeline, u.plan, *u.params, *u.env);
   } catch (const OutputError& e) {
     // Lost at the end (the folder removed or made unwritable mid-run): the
     // last step's checkpoint holds the weights, and resumes to them.

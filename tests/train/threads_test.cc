@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -441,6 +442,46 @@ TEST_F(ThreadsTrain, AStopRequestStopsEveryRankAtOneBoundaryAndResumesBitForBit)
   ExpectClean(resumed);
   EXPECT_EQ(resumed.losses, whole.losses);
   EXPECT_EQ(resumed.weights, whole.weights);
+}
+
+// A checkpoint's files go through the run's Env: a fake that fails rank
+// 1's shard (its move into place, a full disk) ends every rank at that
+// checkpoint with the shard named, and nothing of the checkpoint is left
+// (rank 0's shard taken back, the step folder removed); one that fails
+// the manifest ends the run there too, the step folder left unfinished
+// (a resume moves it aside); one that fails the final weights says so.
+TEST_F(ThreadsTrain, TheRunsEnvFailsACheckpointsShardManifestOrWeightsWithOneError) {
+  const std::vector<std::string> ckpt = {"train.steps=4", "checkpoint.every_steps=2",
+                                         "checkpoint.dir=" + (dir_ / "ck").string()};
+  auto failing = [&](const std::string& name, const FileFault& fault) {
+    const auto env = MakeFakeEnv({.file_faults = {fault}});
+    TrainOptions o;
+    o.env = env.get();
+    const RunResult r = Train(name, 2, 1, ckpt, o);
+    std::string said;
+    for (const std::string& e : r.errors) {
+      if (!e.empty() && e != "PeerFailed") said = e;
+    }
+    return std::pair{said, r};
+  };
+  const auto [shard, shard_run] = failing("shard", {"rename", "rank-00001.safetensors", 0, ENOSPC});
+  EXPECT_NE(shard.find("rank-00001.safetensors: cannot move the finished file into place: No space left on device"),
+            std::string::npos)
+      << shard;
+  EXPECT_FALSE(fs::exists(dir_ / "ck/step-00000002")) << "a checkpoint without every shard was left";
+  EXPECT_TRUE(shard_run.weights.empty());
+  fs::remove_all(dir_ / "ck");
+  const auto [manifest, manifest_run] = failing("manifest", {"rename", "manifest.json", 0, EIO});
+  EXPECT_NE(manifest.find("manifest.json: cannot move the finished file into place: Input/output error"),
+            std::string::npos)
+      << manifest;
+  EXPECT_FALSE(fs::exists(dir_ / "ck/step-00000002/manifest.json"));
+  fs::remove_all(dir_ / "ck");
+  const auto [weights, weights_run] = failing("weights", {"rename", "weights.safetensors", 0, ENOSPC});
+  EXPECT_NE(weights.find("weights.safetensors: cannot move the finished file into place"), std::string::npos)
+      << weights;
+  EXPECT_TRUE(weights_run.weights.empty());
+  EXPECT_EQ(weights_run.losses.size(), 4u);
 }
 
 // A non-finite loss stops every rank at its step: rank 0 says why, the
