@@ -240,8 +240,7 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
                                     next.source));
     }
   });
-  const bool fault_here = u.fault.action == "replan" && done >= u.fault.step;  // BATON_FAULT: the first change at or after its step
-  if (fault_here) u.FaultAt(u.fault.step, "replan");
+  if (u.faults) u.faults->Replanning(done);
   // The state as it is, by name (the optimizer's too); then the old stages
   // go and the new plan's are built in their place (the executor and the
   // store refer to u.plan and u.rank_plan). Should any rank fail to build
@@ -259,16 +258,13 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   RankPlan old_rank_plan = u.rank_plan;
   try {
     Agree(comms.world, "every rank building the new plan", [&] {
-      if (fault_here && u.fault.mode == Fault::kError && u.fault.rank == u.world_rank) {
-        throw RunError(fmt::format("BATON_FAULT: rank {} failed to build the new plan after step {}",
-                                   u.world_rank, done));
-      }
+      if (u.faults) u.faults->Building(done);
       Build(next, comms, u, std::move(plan), std::move(rank_plan));
     });
   } catch (const Error& e) {
     Build(running, comms, u, std::move(old_plan), std::move(old_rank_plan));
     u.params->Restore(held, "the model state kept", done);
-    if (fault_here && u.fault.mode == Fault::kError) u.fault.mode = Fault::kNone;  // it fired
+    if (u.faults) u.faults->BuildFailed();
     Rewire(running, comms, u);
     swap.failed = e.what();
     swap.failed_here = dynamic_cast<const PeerFailed*>(&e) == nullptr;

@@ -239,6 +239,28 @@ double ActionFaults::Slowdown(int rank, std::int64_t step) const {
   return fault_.Slows(rank, step) ? fault_.slow.factor : 1.0;
 }
 
+void RunFaults::Replanning(std::int64_t done) {
+  replanning_ = fault_.action == "replan" && done >= fault_.step;  // the first change at or after its step
+  if (replanning_) At(fault_.step, "replan");
+}
+
+void RunFaults::Building(std::int64_t done) const {
+  if (replanning_ && fault_.mode == Fault::kError && fault_.rank == rank_) {
+    throw RunError(fmt::format("BATON_FAULT: rank {} failed to build the new plan after step {}", rank_, done));
+  }
+}
+
+void RunFaults::BuildFailed() {
+  if (replanning_ && fault_.mode == Fault::kError) fault_.mode = Fault::kNone;  // it fired
+}
+
+void RunFaults::CheckFired() const {
+  if (fault_.mode != Fault::kNone && fault_.rank == rank_) {
+    throw RunError(fmt::format("BATON_FAULT: the fault at rank {} step {} action {} did not fire", fault_.rank,
+                               fault_.step, fault_.action));
+  }
+}
+
 std::vector<std::string> ActionFaults::Injected(int rank, std::int64_t step) const {
   std::vector<std::string> out;
   if (fault_.Slows(rank, step)) out.push_back(fmt::format("slow={} (every compute action)", fault_.slow.factor));

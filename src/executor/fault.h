@@ -167,6 +167,48 @@ class ActionFaults final : public ActionHook {
   Fault fault_;
 };
 
+// BATON_FAULT's faults of one rank's run, fired from outside the run's
+// real paths: the loop, a re-plan and a recovery call these hooks at their
+// named points, and a real run has none (RunSetup::faults is null), so no
+// real path reads a fault. Made by the run's setup from the fault it
+// checked (FaultForRun, CheckFault) for world rank `rank`.
+class RunFaults {
+ public:
+  RunFaults(Fault fault, int rank) : fault_(std::move(fault)), rank_(rank), actions_(fault_) {}
+  // The executor's hook: the actions' faults, the slow rank.
+  ActionHook* actions() { return &actions_; }
+  // A named point of the loop ("start", "evaluate", "checkpoint") at step `step`.
+  void At(std::int64_t step, std::string_view point) const {
+    if (fault_.mode != Fault::kNone) MaybeInjectFault(fault_, rank_, step, point);
+  }
+  // A re-plan after step `done`: the first at or after the fault's step is
+  // its "replan" point (the fault fires here); Building, inside the ranks'
+  // agreement on the new plan, then throws RunError where the fault is this
+  // rank's failure to build it (mode error), until BuildFailed says it
+  // fired.
+  void Replanning(std::int64_t done);
+  void Building(std::int64_t done) const;
+  void BuildFailed();
+  // A recovery from a loss in step `step`, at `point` ("recovery",
+  // "regroup"), on the job's rank `job_rank`.
+  void InRecovery(int job_rank, std::int64_t step, std::string_view point) const {
+    MaybeInjectRecoveryFault(fault_, job_rank, step, point);
+  }
+  // A slow wire from this rank: the rank it leads to, and how late a
+  // message on it is in step `step` (seconds; 0: none).
+  int WireTo() const { return fault_.link.to; }
+  double WireDelay(std::int64_t step) const { return fault_.Delay(rank_, fault_.link.to, step); }
+  // Throws RunError where this rank's fault was asked for and never fired
+  // (at the run's end: a test it would have made was not made).
+  void CheckFired() const;
+
+ private:
+  Fault fault_;
+  int rank_;
+  ActionFaults actions_;
+  bool replanning_ = false;  // this re-plan is the fault's
+};
+
 }  // namespace baton
 
 #endif  // BATON_EXECUTOR_FAULT_H_

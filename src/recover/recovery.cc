@@ -238,16 +238,19 @@ TrainConfig Recovery::Regroup(const RankLost& seen, const TrainConfig& c, std::u
   old->checkpoints.Abandon();
   old->held_outputs = HeldFifos();
   // BATON_FAULT's fault in a recovery, if any, fires in this one.
-  const Fault fault = old->fault;
+  RunFaults* const faults = old->faults.get();  // kept with `old` in left_
   left_.push_back(std::move(old));
   Loss r;
   r.seen = Clock::now();
   r.how = DescribeLost(seen.lost());
   r.replicas_before = c.data_parallel.size;
   const std::int64_t interrupted = kept_.seen() + 1;
-  const Survivors::RecoveryHook hook = [&](std::string_view point, int job_rank) {
-    MaybeInjectRecoveryFault(fault, job_rank, interrupted, point);
-  };
+  Survivors::RecoveryHook hook;  // none in a real run
+  if (faults != nullptr) {
+    hook = [faults, interrupted](std::string_view point, int job_rank) {
+      faults->InRecovery(job_rank, interrupted, point);
+    };
+  }
   const ReplicaLayout layout{c.pipeline.ranks, c.data_parallel.size};
   // stop with a checkpoint shrinks too: the replicas that lost a rank
   // leave, the others write the checkpoint.

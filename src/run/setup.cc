@@ -448,6 +448,7 @@ void SetUpRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Se
       }
       u.fault = kept;
     }
+    if (u.fault.any()) u.faults = std::make_unique<RunFaults>(u.fault, u.world_rank);
     u.ArmFaults();
     Agree(world, "every rank checking BATON_FAULT", [&] {
       if (u.fault.mode != Fault::kNone && u.fault.action == "replan" && !o.replans) {

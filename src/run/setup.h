@@ -104,21 +104,20 @@ struct RunSetup {
   bool first_rank = false, last_rank = false;
   std::unique_ptr<MetricsLog> metrics;  // rank 0, training only
   const Env* env = &Env::Default();      // the OS room's (TrainOptions::env): folders, files, the host
-  Fault fault;                          // BATON_FAULT, for testing
-  // The executor's hook for `fault` (none when it has no fault): set by
-  // ArmFaults whenever `fault` or the executor changes.
-  std::unique_ptr<ActionFaults> action_faults;
+  // BATON_FAULT as the setup reads and checks it, for testing; the run
+  // fires it only through `faults`, its hooks (null: none, a real run).
+  Fault fault;
+  std::unique_ptr<RunFaults> faults;
   // Where checkpoints go, through the run's Env.
   CheckpointPlace CheckpointsAt(const TrainConfig& c) const { return {c.checkpoint.dir, c.checkpoint.keep, env}; }
   // The loop's named points (BATON_FAULT's "start", "evaluate",
-  // "checkpoint", "replan"): `fault` fires there if it is this rank's.
+  // "checkpoint"): a fault fires there if it is this rank's.
   void FaultAt(std::int64_t step, std::string_view point) const {
-    if (fault.mode != Fault::kNone) MaybeInjectFault(fault, world_rank, step, point);
+    if (faults) faults->At(step, point);
   }
-  void ArmFaults() {
-    action_faults = fault.any() ? std::make_unique<ActionFaults>(fault) : nullptr;
-    exec->set_hook(action_faults.get());
-  }
+  // The executor's hook from `faults` (none without): whenever the
+  // executor is made anew.
+  void ArmFaults() { exec->set_hook(faults ? faults->actions() : nullptr); }
   int replica = 0;                      // this rank's replica (data parallelism)
   bool evaluation = false;              // epochs end with an evaluation
   // This replica's share of the evaluation set: samples [eval_begin,

@@ -226,10 +226,7 @@ class NumbersCheck {
 // (the replicas hold the same).
 void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64_t last_checkpoint) {
   Agree(comms.world, "every rank checking that BATON_FAULT fired", [&] {
-    if (u.fault.mode != Fault::kNone && u.fault.rank == u.world_rank) {
-      throw RunError(fmt::format("BATON_FAULT: the fault at rank {} step {} action {} did not fire", u.fault.rank,
-                                 u.fault.step, u.fault.action));
-    }
+    if (u.faults) u.faults->CheckFired();
   });
   if (c.log.weights.empty()) return;
   u.params->Pull();  // every replica: under ZeRO 3 the pull gathers the shards
@@ -460,7 +457,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     const Batch batch = u.loader->Next();
     u.exec->set_step(step);
-    if (u.wire) u.wire->SetDelay(u.fault.link.to, u.fault.Delay(u.world_rank, u.fault.link.to, step));
+    if (u.wire && u.faults) u.wire->SetDelay(u.faults->WireTo(), u.faults->WireDelay(step));
     const StepStats stats = u.exec->ComputeGradients(batch);
     const double work = adapter ? StepWork(c, u.plan, batch) : 1.0;  // for the adaptive plans' meters
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
