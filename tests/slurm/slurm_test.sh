@@ -215,12 +215,17 @@ echo "slurm: a rank killed at step 5 ended the job (srun exit $code)"
 # gone: the requeued job's step has the same id; no slurmstepd of the job
 # left and no node still completing it: a slurmd that has not finished
 # killing the first run refuses the second's batch script, "already
-# killed", and the job fails).
+# killed", and the job fails); and not within the second its first run's
+# credential was revoked: slurmd compares a credential's time with the
+# revocation's in whole seconds, so a second run started in the same second
+# is refused too ("Job credential revoked").
 finish() {
-  local id=$1 limit=$2 state="" deadline=$((SECONDS + $2))
+  local id=$1 limit=$2 state="" deadline=$((SECONDS + $2)) pending_since=""
   while [ $SECONDS -lt $deadline ]; do
     state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-    if [ "$state" = PENDING ] && scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
+    [ "$state" = PENDING ] && [ -z "$pending_since" ] && pending_since=$(date +%s)
+    if [ "$state" = PENDING ] && [ "$(date +%s)" -gt $((pending_since + 1)) ] &&
+      scontrol show job "$id" | grep -q 'Reason=BeginTime' &&
       ! compgen -G "$dir/spool/n*/stepd.slurm.pmix.$id.*" > /dev/null && [ -z "$(squeue -h -s -j "$id" 2> /dev/null)" ] &&
       ! pgrep -f "slurmstepd: \[$id\." > /dev/null && ! sinfo -h -o %T | grep -q completing; then
       scontrol update jobid="$id" StartTime=now > /dev/null 2>&1
