@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton {
@@ -106,6 +107,28 @@ class Env {
   // Removes `path` and everything under it, best effort.
   virtual void RemoveAll(const std::string& path) const = 0;
 
+  // ---- Sockets (TCP between ranks: the lost-rank watch; thread-safe) ----
+  // This host's IPv4 address as the others reach it (HostName resolved),
+  // or the loopback where the name resolves to none.
+  virtual std::string HostAddress() const = 0;
+  // A listening socket on any port of every address, its port into
+  // *port; -1 with errno if it cannot be.
+  virtual int ListenTcp(int backlog, int* port) const = 0;
+  // A connection to "ADDRESS:PORT" (IPv4, no Nagle delay); -1 with errno
+  // (EINVAL: not an IPv4 address and port).
+  virtual int ConnectTcp(const std::string& address) const = 0;
+  // The next connection on `listener` within `timeout_ms` (no Nagle
+  // delay); -1 with errno (ETIMEDOUT: none came).
+  virtual int AcceptTcp(int listener, int timeout_ms) const = 0;
+  // All of `bytes` on `fd`, retried where interrupted; false with errno if
+  // the peer closed or it failed.
+  virtual bool SendAll(int fd, std::string_view bytes) const = 0;
+  // Up to `size` bytes into `into`: all of them (`wait_all`) or what is
+  // there now. The bytes read, 0 (closed) or -1 with errno (EAGAIN:
+  // nothing now).
+  virtual long Receive(int fd, void* into, std::size_t size, bool wait_all) const = 0;
+  virtual void CloseSocket(int fd) const = 0;
+
   // ---- Signals ----
   // The first stop request (SIGTERM or SIGUSR1) noted since StopSignals
   // began noting them (baton/signals.h), or 0. Each rank asks at every step
@@ -115,10 +138,11 @@ class Env {
 
 // A file operation a test makes fail: the `after`+1-th call of `op`
 // ("open", "append", "sync", "close", "rename", "lock", "mkdir"; a LogFile's "open",
-// "lock", "append", "truncate") on a path that contains `path` (empty:
-// any) fails with `error` (errno; EWOULDBLOCK for "lock": another process
-// holds it). A LogFile's failed "append" writes half its bytes first, as a
-// full disk does.
+// "lock", "append", "truncate"; a socket's "listen", "connect" (its path
+// the address connected to), "accept", "send", "receive") on a path that
+// contains `path` (empty: any) fails with `error` (errno; EWOULDBLOCK for
+// "lock": another process holds it). A LogFile's failed "append" writes
+// half its bytes first, as a full disk does.
 struct FileFault {
   std::string op;
   std::string path;

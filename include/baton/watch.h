@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "baton/comm.h"
+#include "baton/env.h"
 #include "baton/error.h"
 
 namespace baton {
@@ -34,6 +35,9 @@ struct WatchOptions {
   // here (JobWatch): it must write nothing more. Null: only noted, and
   // every later wait or write fence of this rank throws RankExcluded.
   std::function<void(int epoch)> on_excluded{};
+  // The OS room's sockets and host name (baton/env.h); null:
+  // Env::Default(), the process's. Tests give a fake that fails them.
+  const Env* env = nullptr;
 };
 
 // A rank this rank has seen lost: how (its connection closed, or silent),

@@ -3,12 +3,7 @@
 #include "baton/env.h"
 #include "baton/watch.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,58 +47,6 @@ constexpr const char* kAgreedLost = "the survivors agreed it is lost";
   throw Error(fmt::format("the lost-rank watch: {}: {}", what, std::strerror(errno)));
 }
 
-// Sends all of `bytes` (a closed peer: false).
-bool SendAll(int fd, const std::string& bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-// This host's IPv4 address as the others reach it (its name, resolved), or
-// the loopback where the name resolves to none.
-std::string HostAddress() {
-  const std::string name = Env::Default().HostName();
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return "127.0.0.1";
-  char text[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
-  ::freeaddrinfo(found);
-  return text;
-}
-
-void NoDelay(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-int Connect(const std::string& address) {
-  const std::size_t colon = address.rfind(':');
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
-  if (::inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) {
-    throw Error(fmt::format("the lost-rank watch: {}: not an IPv4 address", address));
-  }
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) Fail("socket");
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    const int e = errno;
-    ::close(fd);
-    errno = e;
-    Fail("connecting to " + address);
-  }
-  NoDelay(fd);
-  return fd;
-}
-
 }  // namespace
 
 struct RankWatch::State {
@@ -136,9 +79,11 @@ struct RankWatch::State {
   int decision_epoch = -1;
   int epoch = 0;
 
+  const Env* env = &Env::Default();  // its sockets
+
   void Send(int peer, const std::string& frame) {
     const std::lock_guard<std::mutex> lock(send_mu);
-    if (peers[peer].fd >= 0) SendAll(peers[peer].fd, frame);  // a closed peer is seen by the reader
+    if (peers[peer].fd >= 0) env->SendAll(peers[peer].fd, frame);  // a closed peer is seen by the reader
   }
   void MarkLost(int peer, const std::string& how) {
     const std::lock_guard<std::mutex> lock(mu);
@@ -206,22 +151,30 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
   s.peers.resize(size_);
   s.views.assign(size_, std::string());
   s.view_epoch.assign(size_, -1);
+  const Env& env = *(s.env = options_.env != nullptr ? options_.env : &Env::Default());
   int listener = -1;
+  // Until the watch runs, what it opened is closed on an error (a watch
+  // that does not start leaves no socket behind).
+  struct Opened {
+    const Env& env;
+    const int& listener;
+    State& s;
+    bool running = false;
+    ~Opened() {
+      if (running) return;
+      if (listener >= 0) env.CloseSocket(listener);
+      for (State::Peer& p : s.peers) {
+        if (p.fd >= 0) env.CloseSocket(p.fd);
+      }
+    }
+  } opened{env, listener, s};
   std::string mine;
   Agree(world, "every rank opening its lost-rank watch", [&] {
-    listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (listener < 0) Fail("socket");
-    const int one = 1;
-    ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in any{};
-    any.sin_family = AF_INET;
-    any.sin_addr.s_addr = htonl(INADDR_ANY);
-    if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) Fail("bind");
-    if (::listen(listener, size_) != 0) Fail("listen");
-    socklen_t len = sizeof any;
-    if (::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &len) != 0) Fail("getsockname");
+    int port = 0;
+    listener = env.ListenTcp(size_, &port);
+    if (listener < 0) Fail("listening");
     // address:port, then the process and its machine (WatchMember).
-    mine = fmt::format("{}:{}\t{}\t{}", HostAddress(), ntohs(any.sin_port), ::getpid(), Env::Default().HostName());
+    mine = fmt::format("{}:{}\t{}\t{}", env.HostAddress(), port, ::getpid(), env.HostName());
   });
   std::vector<std::string> all;
   world.GatherStrings(mine, &all, "every rank's lost-rank watch address");
@@ -239,30 +192,38 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     // Each pair once: the lower rank connects (the listener's backlog takes
     // it before anyone accepts), and says who it is.
     for (int peer = rank_ + 1; peer < size_; ++peer) {
-      s.peers[peer].fd = Connect(all.at(static_cast<std::size_t>(peer)));
+      const std::string& address = all.at(static_cast<std::size_t>(peer));
+      s.peers[peer].fd = env.ConnectTcp(address);
+      if (s.peers[peer].fd < 0) Fail(fmt::format("connecting to rank {} at {}", peer, address));
       const std::int32_t me = rank_;
-      if (!SendAll(s.peers[peer].fd, std::string(reinterpret_cast<const char*>(&me), sizeof me))) Fail("send");
+      if (!env.SendAll(s.peers[peer].fd, std::string_view(reinterpret_cast<const char*>(&me), sizeof me))) {
+        Fail(fmt::format("saying who it is to rank {} at {}", peer, address));
+      }
     }
+  });
+  // Only once every rank has connected (a failed connection is every
+  // rank's error here, before any waits to accept it).
+  Agree(world, "every rank accepting its lost-rank watch's connections", [&] {
     for (int accepted = 0; accepted < rank_; ++accepted) {
-      pollfd p{listener, POLLIN, 0};
-      if (::poll(&p, 1, 60'000) != 1) throw Error("the lost-rank watch: a lower rank did not connect in 60 s");
-      const int fd = ::accept(listener, nullptr, nullptr);
-      if (fd < 0) Fail("accept");
+      const int fd = env.AcceptTcp(listener, 60'000);
+      if (fd < 0 && errno == ETIMEDOUT) throw Error("the lost-rank watch: a lower rank did not connect in 60 s");
+      if (fd < 0) Fail("accepting a lower rank's connection");
       std::int32_t who = -1;
-      if (::recv(fd, &who, sizeof who, MSG_WAITALL) != static_cast<ssize_t>(sizeof who) || who < 0 ||
+      if (env.Receive(fd, &who, sizeof who, /*wait_all=*/true) != static_cast<long>(sizeof who) || who < 0 ||
           who >= rank_ || s.peers[who].fd >= 0) {
-        ::close(fd);
+        env.CloseSocket(fd);
         throw Error("the lost-rank watch: a connection that is no lower rank's");
       }
-      NoDelay(fd);
       s.peers[who].fd = fd;
     }
   });
-  ::close(listener);
+  env.CloseSocket(listener);
+  listener = -1;
   const Clock::time_point now = Clock::now();
   for (State::Peer& p : s.peers) p.heard = now;
   s.start = now;
   s.thread = std::thread([this] { Loop(); });
+  opened.running = true;
 }
 
 RankWatch::~RankWatch() {
@@ -279,7 +240,7 @@ void RankWatch::Die() {
   if (s.thread.joinable()) s.thread.join();
   const std::lock_guard<std::mutex> lock(s.send_mu);
   for (State::Peer& p : s.peers) {
-    if (p.fd >= 0) ::close(p.fd);
+    if (p.fd >= 0) s.env->CloseSocket(p.fd);
     p.fd = -1;
   }
 }
@@ -312,7 +273,7 @@ void RankWatch::Loop() {
       for (std::size_t i = 0; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         const int peer = who[i];
-        const ssize_t n = ::recv(fds[i].fd, buffer, sizeof buffer, MSG_DONTWAIT);
+        const long n = s.env->Receive(fds[i].fd, buffer, sizeof buffer, /*wait_all=*/false);
         if (n > 0) {
           s.peers[peer].heard = Clock::now();
           s.peers[peer].in.append(buffer, static_cast<std::size_t>(n));
@@ -368,7 +329,7 @@ void RankWatch::Fence() const {
       State::Peer& p = s.peers[peer];
       if (peer == rank_ || p.fd < 0 || p.left) continue;
       for (;;) {
-        const ssize_t n = ::recv(p.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+        const long n = s.env->Receive(p.fd, buffer, sizeof buffer, /*wait_all=*/false);
         if (n <= 0) break;  // nothing more now, or closed (the watch's thread sees that)
         p.heard = Clock::now();
         p.in.append(buffer, static_cast<std::size_t>(n));

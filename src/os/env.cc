@@ -24,6 +24,7 @@
 #include <fmt/ranges.h>
 
 #include "baton/signals.h"
+#include "sockets.h"
 
 namespace baton {
 namespace {
@@ -221,6 +222,16 @@ class ProcessEnv final : public Env {
     return std::make_unique<ProcessLog>(fd, device);
   }
 
+  std::string HostAddress() const override { return sockets::HostAddress(HostName()); }
+  int ListenTcp(int backlog, int* port) const override { return sockets::ListenTcp(backlog, port); }
+  int ConnectTcp(const std::string& address) const override { return sockets::ConnectTcp(address); }
+  int AcceptTcp(int listener, int timeout_ms) const override { return sockets::AcceptTcp(listener, timeout_ms); }
+  bool SendAll(int fd, std::string_view bytes) const override { return sockets::SendAll(fd, bytes); }
+  long Receive(int fd, void* into, std::size_t size, bool wait_all) const override {
+    return sockets::Receive(fd, into, size, wait_all);
+  }
+  void CloseSocket(int fd) const override { sockets::Close(fd); }
+
   int StopSignal() const override { return StopSignals::Received(); }
 };
 
@@ -309,6 +320,26 @@ class FakeEnv final : public Env {
     if (file == nullptr) return nullptr;
     return std::make_unique<FaultyLog>(std::move(file), [this, path](const char* op) { return Fails(op, path); });
   }
+
+  // The process's sockets, on the loopback (the fake's host has no
+  // address), each operation failing as the faults say.
+  std::string HostAddress() const override { return "127.0.0.1"; }
+  int ListenTcp(int backlog, int* port) const override {
+    return Fails("listen", "") ? -1 : Default().ListenTcp(backlog, port);
+  }
+  int ConnectTcp(const std::string& address) const override {
+    return Fails("connect", address) ? -1 : Default().ConnectTcp(address);
+  }
+  int AcceptTcp(int listener, int timeout_ms) const override {
+    return Fails("accept", "") ? -1 : Default().AcceptTcp(listener, timeout_ms);
+  }
+  bool SendAll(int fd, std::string_view bytes) const override {
+    return !Fails("send", "") && Default().SendAll(fd, bytes);
+  }
+  long Receive(int fd, void* into, std::size_t size, bool wait_all) const override {
+    return Fails("receive", "") ? -1 : Default().Receive(fd, into, size, wait_all);
+  }
+  void CloseSocket(int fd) const override { Default().CloseSocket(fd); }
 
   int StopSignal() const override { return m_.stop_signal ? m_.stop_signal() : 0; }
 

@@ -8,12 +8,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <memory>
 #include <chrono>
+#include <filesystem>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "baton/comm.h"
+#include "baton/env.h"
 #include "baton/error.h"
 #include "baton/timing.h"
 #include "baton/watch.h"
@@ -23,6 +28,7 @@ namespace baton {
 namespace {
 
 using baton_test::RunRanks;
+namespace fs = std::filesystem;
 
 // Waits (at most 10 s: the watch must see it far sooner) until `watch` has
 // seen a loss; the seconds it took.
@@ -61,6 +67,36 @@ TEST(RankWatch, ALostRankIsSeenByEveryOtherAndTheSurvivorsAgree) {
     EXPECT_EQ(seen[r][0].rank, 2);
     EXPECT_EQ(seen[r][0].how, "its connection closed");
     EXPECT_EQ(agreed[r], std::vector<int>({2})) << "rank " << r;
+  }
+}
+
+// The watch's sockets are the OS room's (WatchOptions::env): a fake that
+// refuses rank 0's first connection, or rank 2's listening socket, ends the
+// watch's start on every rank (an agreed error, none waiting for the
+// others), the rank that failed naming what and where, and no socket left
+// open.
+TEST(RankWatch, ASocketTheEnvFailsEndsTheStartOnEveryRankWithOneError) {
+  auto open_files = [] { return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()); };
+  const auto before = open_files();
+  struct Case {
+    int rank;
+    FileFault fault;
+    std::string said;
+  };
+  for (const Case& c : {Case{0, {"connect", "", 0, ECONNREFUSED}, "connecting to rank 1 at 127.0.0.1:"},
+                        Case{2, {"listen", "", 0, EADDRINUSE}, "listening: Address already in use"},
+                        Case{3, {"accept", "", 1, EMFILE}, "accepting a lower rank's connection: Too many open files"}}) {
+    SCOPED_TRACE(c.said);
+    auto ranks = MakeThreadRanks({4, 1}, 30);
+    std::vector<std::unique_ptr<Env>> envs;
+    for (int r = 0; r < 4; ++r) envs.push_back(MakeFakeEnv({.file_faults = r == c.rank ? std::vector<FileFault>{c.fault}
+                                                                                        : std::vector<FileFault>{}}));
+    const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+      RankWatch watch(*me.world, {.heartbeat_s = 0.05, .silent_s = 5, .env = envs[static_cast<std::size_t>(r)].get()});
+    });
+    for (int r = 0; r < 4; ++r) EXPECT_NE(errors[r], "") << "rank " << r << " went on";
+    EXPECT_NE(errors[c.rank].find("the lost-rank watch: " + c.said), std::string::npos) << errors[c.rank];
+    EXPECT_EQ(open_files(), before) << "a watch that did not start left a socket open";
   }
 }
 
