@@ -38,6 +38,10 @@ RunPlan LayerShape(const TrainConfig& config, const ModelDesc& model, int rows) 
   c.pipeline.keep.clear();
   c.pipeline.partition = Partition::kExplicit;
   c.pipeline.partition_counts.assign(static_cast<std::size_t>(model.top_layers()), 1);
+  // Whole sequences: a layer's slices are priced as shares of its whole
+  // cost (the plan's slice shares); its stage planned for slices would
+  // hold a slice's tokens, not the whole sequence a sample runs here.
+  c.pipeline.seq_slices = 1;
   return PlanShape(c, model, model.top_layers());
 }
 

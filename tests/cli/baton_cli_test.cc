@@ -791,6 +791,14 @@ TEST_F(BatonCliTest, SimulatePricesAPackedRunsStepsByTheirLengths) {
           "--json sliced.json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(ReadFile(Work() / "sliced.json"))["steps"][0]["lengths"].size(), 8u);
+  // A sliced config's own profile: its layers at whole sequences, as the
+  // unsliced config's (its stages once ran whole samples through a slice's
+  // buffers).
+  r = Run("profile " + config + "--set pipeline.schedule=seq1f1b --set pipeline.seq_slices=2 --repetitions 2 --out ps.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json whole = json::parse(ReadFile(Work() / "p.json")), sliced = json::parse(ReadFile(Work() / "ps.json"));
+  ASSERT_EQ(sliced["rows"].size(), whole["rows"].size());
+  EXPECT_EQ(sliced["rows"][0]["layers"].size(), whole["rows"][0]["layers"].size());
   // Every sample one document of the whole budget: the unpacked step.
   std::string full;
   for (int j = 0; j < 8; ++j) full += "16; 16\n";
