@@ -77,9 +77,10 @@ struct RunPlan {
   int slices = 1;
   std::vector<int> cuts;
   int slice_tokens = 1;
-  // Packed documents (data.packing) on whole sequences: each microbatch
-  // computed and sent at its real length, its longest sample's filled
-  // positions (every rank derives it from the batch: Batch::filled).
+  // Packed documents (data.packing): each microbatch computed and sent at
+  // its real length, its longest sample's filled positions (every rank
+  // derives it from the batch: Batch::filled); sliced, each slice up to
+  // that length and a slice past it not at all.
   bool packed = false;
   // Per slice: its share of a whole microbatch's compute (attention over
   // more keys the later it is) and of its tokens (SliceSequence).

@@ -145,11 +145,13 @@ inline constexpr std::int32_t kIgnoreLabel = -100;
 // Packed documents (data.packing): `starts`, per sample of the call, per
 // token of its whole sequence (samples x T), the position of the first
 // token of that token's document: attention does not cross documents, and
-// positions restart at each. Null: one document a sample. `length` (whole
-// sequences only): the tokens of each sample the call computes, the first
-// `length` of T (a packed microbatch at its real length: its longest
-// sample's filled positions); its views are shaped for them, and `starts`
-// keeps its stride of T. 0: all T.
+// positions restart at each. Null: one document a sample. `length`: a
+// packed microbatch's real length (its longest sample's filled positions).
+// A whole sequence's call computes the first `length` tokens of T, its
+// views shaped for them; a slice's [begin, end) ends at `length` at the
+// latest (the executor skips a slice past it), and its sequence's last
+// slice is the one that ends there. `starts` keeps its stride of T. 0: all
+// T.
 struct SequencePart {
   int begin = 0, end = 0;
   std::byte* keys_values = nullptr;

@@ -274,13 +274,15 @@ const int* Executor::StepRows(const Batch& batch, StepStats* stats) {
 }
 
 SequencePart Executor::PartOf(const Instruction& in) const {
-  const UnitPart& u = in.part;
+  const UnitPart u = RealPart(in.part);
   SequencePart part{u.begin, u.end, nullptr, nullptr};
   if (starts_ != nullptr) {
     part.starts = starts_ + static_cast<std::size_t>(u.sequence) * static_cast<std::size_t>(plan_.rows) *
                                 static_cast<std::size_t>(plan_.labels_per_sample);
   }
-  part.length = LengthOf(u);
+  // A slice of a packed sequence: its sequence's length, where the last of
+  // its slices that runs ends (its keys' gradients start there).
+  part.length = lengths_.empty() ? 0 : lengths_[static_cast<std::size_t>(u.sequence)];
   const auto local = static_cast<std::size_t>(in.local);
   const std::size_t bytes = plan_.local_stages[local].sequence_bytes;
   if (u.sequence_slot >= 0) part.keys_values = sequences_[local] + static_cast<std::size_t>(u.sequence_slot) * bytes;
@@ -327,7 +329,7 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
       in.in.kind != BufferRef::kInputs
           ? nullptr
           : UnitRows(inputs + op.input_offset, unit_inputs_, token_bytes,
-                     plan_.inputs.WithRows(1).bytes() / token_bytes, in.part, rows, length);
+                     plan_.inputs.WithRows(1).bytes() / token_bytes, RealPart(in.part), rows, length);
   const ConstView x{first_input != nullptr ? first_input : op.input, tensor};
   const ActionClock::Stamp start = clock_.Mark();
   std::byte* slot = nullptr;
@@ -339,10 +341,12 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
   std::size_t written = 0;
   if (in.labels.kind == BufferRef::kLabels) {
     // One label per token: the loss averages over every token of the batch.
-    const std::int64_t tokens = std::int64_t(rows) * (length > 0 ? length : in.part.Tokens(plan_.labels_per_sample));
+    const UnitPart u = RealPart(in.part);
+    const std::int64_t tokens =
+        std::int64_t(rows) * (u.whole() && length > 0 ? length : u.Tokens(plan_.labels_per_sample));
     const auto* mine = reinterpret_cast<const std::int32_t*>(
         UnitRows(reinterpret_cast<const std::byte*>(labels + op.labels), unit_labels_, sizeof(std::int32_t),
-                 static_cast<std::size_t>(plan_.labels_per_sample), in.part, rows, length));
+                 static_cast<std::size_t>(plan_.labels_per_sample), u, rows, length));
     const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
     st.ForwardLoss(x, slot, l, train ? step_grad_scale_ : 1.0f, &written, part);
     // Packed documents: the labels that count (the mean is over them).
@@ -372,7 +376,9 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
       continue;
     }
     const int rows = rows_of[in.part.sequence];
-    if (rows == 0) {  // past the end of the evaluation data, or an empty microbatch of a step
+    // Past the end of the evaluation data, an empty microbatch of a step,
+    // or a slice past its packed sequence's length.
+    if (rows == 0 || !SliceRuns(in.part)) {
       replicas_->AfterAction(i, train);  // a stage's gradient sums start where its last writer would have
       continue;
     }
@@ -381,6 +387,9 @@ void Executor::Run(const std::vector<Op>& ops, Mode mode, const std::byte* input
     // A packed microbatch at its length: its messages and views too.
     TensorDesc tensor = in.tensor.elements() > 0 ? in.tensor.WithRows(rows) : in.tensor;
     if (const int length = LengthOf(in.part); length > 0 && tensor.elements() > 0) tensor = tensor.WithTokens(length);
+    if (!in.part.whole() && !lengths_.empty() && tensor.elements() > 0) {
+      tensor = tensor.WithTokens(RealPart(in.part).end - in.part.begin);  // a slice up to its sequence's length
+    }
     switch (a.kind) {
       case ActionKind::kRecvF:
       case ActionKind::kRecvB:

@@ -271,6 +271,19 @@ class Executor {
   int LengthOf(const UnitPart& u) const {
     return lengths_.empty() || !u.whole() ? 0 : lengths_[static_cast<std::size_t>(u.sequence)];
   }
+  // A packed sequence's slice as it runs: up to its sequence's length, the
+  // tokens past it not computed nor sent; a slice that begins at or past
+  // it runs nothing (SliceRuns false: skipped on every rank, each knowing
+  // every length). Whole units, and fixed shapes, as planned.
+  UnitPart RealPart(const UnitPart& u) const {
+    if (lengths_.empty() || u.whole()) return u;
+    UnitPart r = u;
+    r.end = std::max(u.begin, std::min(u.end, lengths_[static_cast<std::size_t>(u.sequence)]));
+    return r;
+  }
+  bool SliceRuns(const UnitPart& u) const {
+    return lengths_.empty() || u.whole() || u.begin < lengths_[static_cast<std::size_t>(u.sequence)];
+  }
   std::vector<Pending> pending_;             // sends in flight (capacity preallocated)
   bool measuring_links_ = false, timing_messages_ = false;
   std::vector<MessageTime> message_times_;   // measuring: this step's messages' ends

@@ -267,8 +267,9 @@ void CausalSelfAttention::BackwardInputSlice(const AttentionParams& p, const flo
   const Eigen::Index rows = Eigen::Index(samples) * L;
   const float* q_all = saved;
   const float* lse = saved + rows * C;
-  // The last slice is the sequence's first backward: its gradients start here.
-  if (e == T) Mat(sl.dkv, Eigen::Index(samples) * T, 2 * C).setZero();
+  // The last slice is the sequence's first backward: its gradients start
+  // here (a packed sequence's last is the one its length ends in).
+  if (e == (sl.length > 0 ? sl.length : T)) Mat(sl.dkv, Eigen::Index(samples) * T, 2 * C).setZero();
   Mat dctx(dctx_.data(), rows, C);
   Product(dctx, ConstMat(dy, rows, C), ConstMat(p.w_proj, C, C).transpose(), 0.0f);  // dy Wp^T
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));

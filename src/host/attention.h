@@ -65,6 +65,9 @@ struct SequenceSlice {
   float* kv = nullptr;
   float* dkv = nullptr;
   const std::int32_t* starts = nullptr;  // packed documents (SequencePart::starts): samples x T; null: none
+  // A packed sequence's length (SequencePart::length): its slices end
+  // there, the last one's backward the first (0: T, every slice runs).
+  int length = 0;
   int tokens() const { return end - begin; }
 };
 

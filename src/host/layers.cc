@@ -336,7 +336,7 @@ class Attention final : public Layer {
   // The slice and its sequence's q, k, v and their gradients.
   static SequenceSlice Sequence(const SequencePart& part) {
     return {part.begin, part.end, reinterpret_cast<float*>(part.keys_values), reinterpret_cast<float*>(part.gradients),
-            part.starts};
+            part.starts, part.length};
   }
 
   mutable CausalSelfAttention attention_;  // its scratch is rewritten by every call

@@ -144,7 +144,7 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   // the model's work that attends over the keys; the saved state grows
   // with the tokens alone).
   plan.slices = c.pipeline.seq_slices;
-  plan.packed = RealLengths(c.data.packing) && plan.slices == 1;
+  plan.packed = RealLengths(c.data.packing);
   const SequenceSlices sliced = SliceSequence(plan.model.seq, plan.slices, c.pipeline.seq_split,
                                               plan_detail::AttentionCostShare(plan.model), 0.0);
   plan.cuts = sliced.cuts;
