@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "baton/costs.h"
@@ -60,17 +61,27 @@ struct ProfilePrediction {
 // and the sum over its documents of their lengths squared (attention's
 // cost, within each document); and its real tokens (the samples' filled
 // positions, Batch::filled).
+// Under sequence slices (the plan's cuts given), per slice: the tokens it
+// computes (its rows at its part up to `length`; 0: past it, not run) and
+// its part of the squares: each document's queries in the slice attend
+// over the document's keys before them, (hi - start)^2 - (lo - start)^2
+// for the slice's part [lo, hi) of a document from `start` (a document's
+// slices add up to its square).
 struct PackedMicrobatch {
   int rows = 0;
   int length = 0;
   double squares = 0;
   double tokens = 0;
+  std::vector<double> slice_tokens, slice_squares;  // sliced: per slice; else empty
 };
 // A step's microbatches from one replica's batch (Batch::starts and
 // filled, baton/data.h): `microbatches` of `rows` samples of `seq`
 // positions each, each run with its samples up to its last one with
 // positions (rows 0: an empty microbatch of a batch by tokens, not run).
-std::vector<PackedMicrobatch> PackedMicrobatchesOf(const Batch& batch, int microbatches, int rows, int seq);
+// `cuts` (RunPlan::cuts of a sliced plan; empty: whole sequences): each
+// microbatch's slices too.
+std::vector<PackedMicrobatch> PackedMicrobatchesOf(const Batch& batch, int microbatches, int rows, int seq,
+                                                   std::span<const int> cuts = {});
 
 // A packed step's work against a step of whole microbatches (every sample
 // one document of seq tokens), by the FLOPs rule balanced packing packs by:
@@ -91,7 +102,10 @@ double PackedStepShare(const std::vector<PackedMicrobatch>& mbs, int microbatche
 //   share(j, s) = sum over s's layers of
 //       [(whole - P) x rows_j length_j / (rows seq) + P x squares_j / (rows seq^2)]
 //     / sum over s's layers of whole
-// (F + I + W); a message's share is rows_j length_j / (rows seq). Throws
+// (F + I + W); a message's share is rows_j length_j / (rows seq). Under
+// sequence slices with the microbatches' slices given, each unit (slice i
+// of microbatch j) is priced on its own alike, by its slice_tokens and
+// slice_squares (MicrobatchShares::unit_cost, unit_message). Throws
 // ConfigError for a profile without document costs (document_tokens 0).
 MicrobatchShares PackedShares(const RunPlan& plan, const Profile& profile, const std::vector<PackedMicrobatch>& mbs);
 

@@ -126,9 +126,16 @@ struct SliceShares {
 // j on stage s at j x stages + s); `message`: empty or one per microbatch;
 // each >= 0. A slice's share multiplies its microbatch's. Memory stays a
 // whole microbatch's: the ring slots are preallocated at the budget.
+// A sliced schedule's units priced each on its own (packed sequences whose
+// slices end at their real length): `unit_cost` (one per unit, or units x
+// stages) and `unit_message` (one per unit), each unit's factor on a whole
+// microbatch's cost and bytes in place of its slice's share times its
+// microbatch's (the slice shares and `cost`/`message` then unused; 0: a
+// unit that runs nothing).
 struct MicrobatchShares {
   std::vector<double> cost, message;
-  bool empty() const { return cost.empty() && message.empty(); }
+  std::vector<double> unit_cost, unit_message;
+  bool empty() const { return cost.empty() && message.empty() && unit_cost.empty() && unit_message.empty(); }
 };
 
 // Sharded data parallel (the schedule's UNSHARD and REDUCE_GRAD): empty,

@@ -9,6 +9,14 @@
 #include "baton/train.h"
 
 namespace baton {
+namespace {
+
+// A sliced plan's cuts (each microbatch's slices priced on their own), else none.
+std::span<const int> Cuts(const RunPlan& plan) {
+  return plan.slices > 1 ? std::span<const int>(plan.cuts) : std::span<const int>();
+}
+
+}  // namespace
 
 PackedRunSteps PackedSteps(const TrainConfig& c, const RunPlan& plan, std::int64_t first, int count,
                            std::optional<int> cores) {
@@ -37,7 +45,7 @@ PackedRunSteps PackedSteps(const TrainConfig& c, const RunPlan& plan, std::int64
     std::vector<std::vector<PackedMicrobatch>> step;
     for (auto& loader : loaders) {
       const Batch b = loader->Next();
-      if (k >= first) step.push_back(PackedMicrobatchesOf(b, plan.sequences(), plan.rows, plan.model.seq));
+      if (k >= first) step.push_back(PackedMicrobatchesOf(b, plan.sequences(), plan.rows, plan.model.seq, Cuts(plan)));
     }
     if (k >= first) out.steps.push_back(std::move(step));
   }

@@ -93,6 +93,23 @@ void CheckShares(const Schedule& s, const SimOptions& o) {
     throw ScheduleError(fmt::format(
         "simulation: {} microbatch message shares given, but the schedule has {} microbatches", mb.message.size(), j));
   }
+  const std::size_t units = static_cast<std::size_t>(s.sequences()) * static_cast<std::size_t>(s.slices);
+  if (!mb.unit_cost.empty() && mb.unit_cost.size() != units &&
+      mb.unit_cost.size() != units * static_cast<std::size_t>(s.stages)) {
+    throw ScheduleError(fmt::format("simulation: {} unit cost shares given, but the schedule has {} units (one each, "
+                                    "or one each per stage: {})",
+                                    mb.unit_cost.size(), units, units * static_cast<std::size_t>(s.stages)));
+  }
+  if (!mb.unit_message.empty() && mb.unit_message.size() != units) {
+    throw ScheduleError(fmt::format("simulation: {} unit message shares given, but the schedule has {} units",
+                                    mb.unit_message.size(), units));
+  }
+  for (std::size_t i = 0; i < mb.unit_cost.size(); ++i) {
+    NonNegative([&] { return fmt::format("unit cost share {}", i); }, mb.unit_cost[i]);
+  }
+  for (std::size_t i = 0; i < mb.unit_message.size(); ++i) {
+    NonNegative([&] { return fmt::format("unit message share {}", i); }, mb.unit_message[i]);
+  }
   for (std::size_t i = 0; i < mb.cost.size(); ++i) {
     NonNegative([&] { return fmt::format("microbatch cost share {}", i); }, mb.cost[i]);
   }

@@ -185,6 +185,24 @@ class Simulator {
   void ShapeUnits(const std::vector<double>& slice_cost, const std::vector<double>& slice_message) {
     const MicrobatchShares& mb = o_.microbatches;
     const int S = s_.stages;
+    if (!mb.unit_cost.empty() || !mb.unit_message.empty()) {
+      // Each unit's own share (MicrobatchShares::unit_cost, unit_message).
+      const bool per_stage = static_cast<int>(mb.unit_cost.size()) == m_ * S && S > 1;
+      cost_stride_ = per_stage ? static_cast<std::size_t>(m_) : 0;
+      unit_cost_.assign(per_stage ? static_cast<std::size_t>(S) * m_ : static_cast<std::size_t>(m_), 0.0);
+      unit_comm_.assign(static_cast<std::size_t>(m_), 0.0);
+      for (int u = 0; u < m_; ++u) {
+        for (int st = 0; st < (per_stage ? S : 1); ++st) {
+          unit_cost_[st * cost_stride_ + u] =
+              mb.unit_cost.empty() ? slice_cost[SliceOf(u)]
+                                   : mb.unit_cost[static_cast<std::size_t>(u) * (per_stage ? S : 1) + st];
+        }
+        // A unit that sends nothing (a slice past its sequence's end) takes no time on the wire.
+        const double share = mb.unit_message.empty() ? slice_message[SliceOf(u)] : mb.unit_message[u];
+        unit_comm_[u] = share > 0 ? o_.messages.Time(share) : 0.0;
+      }
+      return;
+    }
     const bool per_stage = static_cast<int>(mb.cost.size()) == s_.sequences() * S && S > 1;
     cost_stride_ = per_stage ? static_cast<std::size_t>(m_) : 0;
     unit_cost_.assign(per_stage ? static_cast<std::size_t>(S) * m_ : static_cast<std::size_t>(m_), 0.0);

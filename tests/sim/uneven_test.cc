@@ -100,6 +100,45 @@ TEST(UnevenMicrobatches, SlicesTakeTheirShareOfTheirMicrobatch) {
   EXPECT_NEAR(Simulate(s, o).makespan, Simulate(GenerateSeq1F1B(2, 1, 2), alone).makespan, kEps);
 }
 
+// Each unit's own share (packed sequences whose slices end at their real
+// length): the product of its slice's and its microbatch's given as unit
+// shares is the same step; per stage too; and a unit of no cost and no
+// bytes (a slice past its sequence's end) takes no time: one rank's step
+// is the sum of its units' F, I and W at their shares.
+TEST(UnevenMicrobatches, UnitSharesStandInForTheSlicesTimesTheMicrobatches) {
+  const Schedule s = GenerateSeq1F1B(3, 4, 2);
+  SimOptions product = Uniform(1.0, 2.0, 0.5);
+  product.messages = {0.1, 1.0, 2.0};
+  product.slices.cost = {0.3, 0.7};
+  product.slices.message = {0.5, 0.5};
+  product.microbatches.cost = RandomShares(4, 3);
+  product.microbatches.message = RandomShares(4, 4);
+  SimOptions units = product;
+  units.microbatches = {};
+  for (int u = 0; u < 8; ++u) {
+    units.microbatches.unit_cost.push_back(product.slices.cost[u % 2] * product.microbatches.cost[u / 2]);
+    units.microbatches.unit_message.push_back(product.slices.message[u % 2] * product.microbatches.message[u / 2]);
+  }
+  EXPECT_NEAR(Simulate(s, units).makespan, Simulate(s, product).makespan, kEps);
+  SimOptions staged = units;
+  staged.microbatches.unit_cost.clear();
+  for (int u = 0; u < 8; ++u) {
+    for (int st = 0; st < 3; ++st) staged.microbatches.unit_cost.push_back(units.microbatches.unit_cost[u]);
+  }
+  EXPECT_NEAR(Simulate(s, staged).makespan, Simulate(s, product).makespan, kEps);
+  // Two sequences of two slices on one rank: sequence 1's second slice runs nothing.
+  SimOptions cut = Uniform(1.0, 2.0, 0.5);
+  cut.microbatches.unit_cost = {0.5, 0.5, 0.25, 0.0};
+  cut.microbatches.unit_message = {0.5, 0.5, 0.5, 0.0};
+  EXPECT_NEAR(Simulate(GenerateSeq1F1B(1, 2, 2), cut).makespan, 3.5 * (0.5 + 0.5 + 0.25), kEps);
+  SimOptions wrong = units;
+  wrong.microbatches.unit_cost.pop_back();
+  EXPECT_THROW(Simulate(s, wrong), ScheduleError);
+  wrong = units;
+  wrong.microbatches.unit_message[0] = -1;
+  EXPECT_THROW(Simulate(s, wrong), ScheduleError);
+}
+
 TEST(UnevenMicrobatches, SharesOfTheWrongCountOrSignAreRefused) {
   const Schedule s = Generate1F1B(2, 4);
   SimOptions o;

@@ -152,6 +152,74 @@ TEST(PackedPrice, ABatchsMicrobatchesAreItsSamplesRuns) {
   EXPECT_EQ(mbs[1].length, 6);
   EXPECT_DOUBLE_EQ(mbs[1].squares, 1 + 25 + 4 + 16);
   EXPECT_DOUBLE_EQ(mbs[1].tokens, 12);
+  // Sliced at 0 | 2 | 4 | 6: each slice's rows up to the length, and each
+  // document's part of its square ((hi - start)^2 - (lo - start)^2).
+  const std::vector<int> cuts = {0, 2, 4, 6};
+  const std::vector<PackedMicrobatch> sliced = PackedMicrobatchesOf(b, 2, 2, 6, cuts);
+  ASSERT_EQ(sliced[0].slice_tokens.size(), 3u);
+  EXPECT_EQ(sliced[0].slice_tokens, (std::vector<double>{4, 4, 2}));  // length 5: the last slice 1 token a row
+  // Sample 1: documents [0,3) and [3,5); sample 2: one run [0,5).
+  EXPECT_EQ(sliced[0].slice_squares, (std::vector<double>{4 + 4, (9 - 4) + 1 + (16 - 4), (4 - 1) + (25 - 16)}));
+  EXPECT_EQ(sliced[1].slice_tokens, (std::vector<double>{4, 4, 4}));
+  for (const PackedMicrobatch& mb : sliced) {
+    EXPECT_DOUBLE_EQ(mb.slice_squares[0] + mb.slice_squares[1] + mb.slice_squares[2], mb.squares);
+  }
+}
+
+// Under sequence slices each unit is priced by its own tokens and squares
+// against the truth, exactly; a slice past its microbatch's length costs
+// and sends nothing; and a full one-document sample's slices add up to
+// its unsliced share.
+TEST(PackedPrice, ASlicedStepsUnitsArePricedByTheirOwnTokensAndSquares) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=8", "pipeline.microbatches=8",
+                                 "pipeline.schedule=seq1f1b", "pipeline.seq_slices=2"});
+  const RunPlan plan = PlanRun(c);
+  const ModelDesc& model = plan.model;
+  const int T = model.seq, k = plan.slices;
+  ASSERT_EQ(plan.cuts.size(), 3u);
+  std::mt19937 rng(9);
+  Truth truth;
+  for (int t = 0; t < model.top_layers(); ++t) {
+    truth.alpha.push_back(std::uniform_real_distribution<double>(1, 3)(rng));
+    truth.beta.push_back(Attends(model, t) ? std::uniform_real_distribution<double>(0.5, 2)(rng) : 0.0);
+  }
+  const Profile profile = ProfileOf(c, truth, plan.rows);
+  // A sample a microbatch: one document of length L (1..T), or two.
+  std::vector<std::int32_t> starts, filled;
+  for (int j = 0; j < plan.sequences(); ++j) {
+    const int L = 1 + (5 * j) % T, split = j % 2 == 1 && L > 2 ? L / 2 : L;
+    for (int t = 0; t < T; ++t) starts.push_back(t < split ? 0 : t < L ? split : L);
+    filled.push_back(L);
+  }
+  Batch b;
+  b.starts = starts;
+  b.filled = filled;
+  const std::vector<PackedMicrobatch> mbs = PackedMicrobatchesOf(b, plan.sequences(), plan.rows, T, plan.cuts);
+  const MicrobatchShares shares = PackedShares(plan, profile, mbs);
+  ASSERT_EQ(shares.unit_cost.size(), mbs.size() * k * static_cast<std::size_t>(plan.stages()));
+  ASSERT_TRUE(shares.cost.empty());
+  for (std::size_t j = 0; j < mbs.size(); ++j) {
+    for (int i = 0; i < k; ++i) {
+      const std::size_t u = j * k + static_cast<std::size_t>(i);
+      EXPECT_NEAR(shares.unit_message[u], mbs[j].slice_tokens[static_cast<std::size_t>(i)] / T, 1e-12);
+      if (plan.cuts[static_cast<std::size_t>(i)] >= mbs[j].length) {
+        EXPECT_EQ(shares.unit_message[u], 0.0) << "a slice past the length";
+      }
+      for (int s = 0; s < plan.stages(); ++s) {
+        double real = 0, whole = 0;
+        for (int t = plan.bounds[static_cast<std::size_t>(s)]; t < plan.bounds[static_cast<std::size_t>(s) + 1]; ++t) {
+          real += truth.Layer(t, mbs[j].slice_tokens[static_cast<std::size_t>(i)],
+                              mbs[j].slice_squares[static_cast<std::size_t>(i)]);
+          whole += truth.Layer(t, double(T), double(T) * T);
+        }
+        EXPECT_NEAR(shares.unit_cost[u * plan.stages() + s], real / whole, 1e-12) << "unit " << u << " stage " << s;
+      }
+    }
+  }
+  // A step of them predicted: each unit's own share in the simulator (a
+  // slice past its microbatch's end takes no time): no dearer than every
+  // microbatch at the budget.
+  EXPECT_LT(PredictPackedStep(plan, profile, {mbs}).makespan, PredictFromProfile(plan, profile).sim.makespan);
 }
 
 }  // namespace
