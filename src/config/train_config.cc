@@ -496,11 +496,6 @@ void CheckBatchTokens(YamlMap& top, const YAML::Node& root, const TrainConfig& c
                "takes each step's documents in data order, and data.shuffle shuffles the samples between the "
                "steps: set data.shuffle: false");
   }
-  if (c.pipeline.seq_slices > 1) {
-    train.Fail(at, "batch_tokens",
-               "is not built with pipeline.seq_slices > 1 (a sliced microbatch is data.max_tokens positions): use "
-               "seq_slices 1, or train.batch_size alone");
-  }
 }
 
 void ReadDataParallel(YamlMap& top, const YAML::Node& root, TrainConfig& c) {

@@ -638,8 +638,6 @@ TEST(TrainConfigTokens, BatchTokensCountsThePackedStepsTokens) {
            {"data: {dataset: jsonl, path: d.jsonl, packing: greedy, max_tokens: 16, shuffle: true}\n"
             "train: {batch_size: 8, batch_tokens: 64}",
             "train.batch_tokens: takes each step's documents in data order"},
-           {data + "train: {batch_size: 8, batch_tokens: 64}\npipeline: {ranks: 2, seq_slices: 2, schedule: seq1f1b}",
-            "train.batch_tokens: is not built with pipeline.seq_slices > 1"},
            {data + "train: {batch_size: 8, batch_tokens: 64}\npipeline: {ranks: 2, adapt: full}\n"
                    "data_parallel: {size: 2}",
             "train.batch_tokens: is not built with pipeline.adapt: full"},

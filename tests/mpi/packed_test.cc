@@ -269,6 +269,12 @@ TEST(PackedByTokens, TheMicrobatchCountChangesAndPRanksTrainWhatOneRankTrains) {
     EXPECT_EQ(got.microbatches, one.microbatches) << schedule;
   }
   baton_test::ExpectSameRun(TrainByTokens("gpipe4", 4, {"pipeline.ranks=4", "pipeline.schedule=gpipe"}), one, 0.0);
+  // Sequence slices: each slice up to its sequence's length, the empty
+  // sequences' not at all (sums over keys split differently: 1e-5).
+  const RunOutput sliced = TrainByTokens("seq1f1b", 2, {"pipeline.ranks=2", "pipeline.schedule=seq1f1b",
+                                                        "pipeline.seq_slices=2"});
+  baton_test::ExpectSameRun(sliced, one, 1e-5);
+  EXPECT_EQ(sliced.microbatches, one.microbatches);
   // Two samples a microbatch: a step's last one may hold one.
   const RunOutput rows2 = TrainByTokens("rows2_ref", 1, {"pipeline.ranks=1", "pipeline.microbatches=4"});
   baton_test::ExpectSameRun(TrainByTokens("rows2", 2, {"pipeline.ranks=2", "pipeline.microbatches=4"}), rows2, 0.0);
