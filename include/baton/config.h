@@ -273,7 +273,11 @@ struct TrainLoopConfig {
   int epochs = 1;                // used when steps == 0
   std::int64_t steps = 0;        // > 0: stop after this many steps
   OptimizerSpec optimizer;
+  LrSchedule lr_schedule;                          // each step's rate (baton/model.h); default: optimizer.lr
   OnNonFinite on_nonfinite = OnNonFinite::kStop;  // a step with a non-finite loss or gradient
+  // on_nonfinite: skip: more steps skipped in a row than this stop the run
+  // (as stop would, with its exit and message).
+  std::int64_t max_skipped = 10;
   GradAccum grad_accum = GradAccum::kAuto;         // train.grad_accum_dtype (WideGradients)
 };
 

@@ -284,6 +284,27 @@ struct OptimizerSpec {
 
 // Throws ConfigError naming the field, the value and the rule.
 void CheckOptimizerSpec(const OptimizerSpec& spec);
+
+// train.lr_schedule: each step's learning rate, shaped as nanoGPT and
+// Megatron-LM shape it. Step s (1-based) of a peak rate `lr`:
+//   s <= warmup_steps:            lr x s / warmup_steps (a linear warm-up from 0)
+//   warmup_steps < s <= decay:    constant: lr; linear: lr - r (lr - min_lr);
+//                                 cosine: min_lr + (1 + cos(pi r)) / 2 (lr - min_lr),
+//                                 r = (s - warmup_steps) / (decay - warmup_steps)
+//   s > decay:                    min_lr (constant: lr)
+// decay = decay_steps, or the run's last step where 0. The schedule's state
+// is the step: a resumed run goes on at the same rates.
+enum class LrDecay : std::uint8_t { kConstant, kLinear, kCosine };
+std::string_view EnumName(LrDecay type);  // constant, linear, cosine
+std::span<const LrDecay> EnumValues(LrDecay);
+struct LrSchedule {
+  LrDecay type = LrDecay::kConstant;
+  std::int64_t warmup_steps = 0;  // 0: none
+  double min_lr = 0.0;            // linear, cosine: where the decay ends
+  std::int64_t decay_steps = 0;   // linear, cosine: the step it ends at (0: the run's last)
+};
+// Step `step`'s rate (1-based) of a run of `total_steps` with peak `lr`.
+double LearningRateAt(const LrSchedule& schedule, double lr, std::int64_t step, std::int64_t total_steps);
 // PyTorch's names of the optimizer's state buffers, in order:
 // "momentum_buffer" (SGD with momentum); "exp_avg", "exp_avg_sq" (AdamW);
 // none for plain SGD. Every backend keeps its state in this order.
@@ -301,6 +322,8 @@ class OptimizerBook {
   // Restores the number of steps taken (resuming from a checkpoint: AdamW's
   // bias correction and SGD's first-step momentum depend on it).
   void set_steps(std::int64_t steps) { steps_ = steps; }
+  // The rate the next steps take (a schedule's, LearningRateAt).
+  void set_lr(double lr) { spec_.lr = lr; }
 
  protected:
   OptimizerSpec spec_;

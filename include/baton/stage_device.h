@@ -68,6 +68,9 @@ class StageDevice {
   // parallel's resting shards (ZeRO 2 and 3), which the host runs only.
   virtual void SetShardOptimizer(const OptimizerSpec& spec, std::span<float> params, std::span<float> grads) = 0;
   virtual void OptimizerStep() = 0;
+  // The rate the following optimizer steps take (train.lr_schedule's of
+  // the step, LearningRateAt); until set, the spec's.
+  virtual void SetLearningRate(double lr) = 0;
   // Every replica's update of the parameters is in (the optimizer step, and
   // with ZeRO the all-gather): the device refreshes what it derives from
   // them once per update rather than on every call (a GPU's BF16 weight

@@ -135,6 +135,17 @@ void EmitTrain(YAML::Emitter& e, const TrainConfig& c) {
     << YAML::Value << c.train.steps << YAML::Key << "on_nonfinite" << YAML::Value
     << std::string(EnumName(c.train.on_nonfinite));
   if (c.train.batch_tokens > 0) e << YAML::Key << "batch_tokens" << YAML::Value << c.train.batch_tokens;
+  if (c.train.max_skipped != 10) e << YAML::Key << "max_skipped" << YAML::Value << c.train.max_skipped;
+  // Written when set (a run without one keeps its settings text).
+  if (const LrSchedule& s = c.train.lr_schedule; s.type != LrDecay::kConstant || s.warmup_steps > 0) {
+    e << YAML::Key << "lr_schedule" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "type"
+      << YAML::Value << std::string(EnumName(s.type)) << YAML::Key << "warmup_steps" << YAML::Value << s.warmup_steps;
+    if (s.type != LrDecay::kConstant) {
+      e << YAML::Key << "min_lr" << YAML::Value << s.min_lr << YAML::Key << "decay_steps" << YAML::Value
+        << s.decay_steps;
+    }
+    e << YAML::EndMap;
+  }
   // Written when the sums are in double only: fp32's settings text (and a
   // checkpoint's digest of it) stays what it was before the key came.
   if (WideGradients(c)) e << YAML::Key << "grad_accum_dtype" << YAML::Value << "fp64";

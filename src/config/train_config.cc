@@ -435,6 +435,38 @@ void ReadOptimizer(YamlMap& train, OptimizerSpec& o) {
   opt.Finish();
 }
 
+// train.lr_schedule (LrSchedule, baton/model.h), checked against the
+// optimizer's peak rate and, where the run's length is set, its steps.
+void ReadLrSchedule(YamlMap& train, const TrainConfig& c, LrSchedule& s) {
+  if (!train.Has("lr_schedule")) return;
+  YamlMap m = train.Map("lr_schedule");
+  s.type = Choice(m, "type", s.type);
+  s.warmup_steps = m.Get<long long>("warmup_steps", 0);
+  if (s.warmup_steps < 0) m.Fail(m.Node("warmup_steps"), "warmup_steps", "must be >= 0 (0: no warm-up)");
+  const bool decays = s.type != LrDecay::kConstant;
+  for (const char* key : {"min_lr", "decay_steps"}) {
+    if (!decays && m.Has(key)) {
+      m.Fail(m.Node(key), key, "only applies to a decay (type: linear or cosine); constant keeps optimizer.lr");
+    }
+  }
+  const double lr = c.train.optimizer.lr;
+  s.min_lr = m.GetNumber("min_lr", 0.0, 0.0, std::numeric_limits<double>::max());
+  if (s.min_lr > lr) {
+    m.Fail(m.Node("min_lr"), "min_lr",
+           fmt::format("{} is above the peak rate train.optimizer.lr {}: a decay ends at or below where it starts",
+                       s.min_lr, lr));
+  }
+  s.decay_steps = m.Get<long long>("decay_steps", 0);
+  if (s.decay_steps < 0) m.Fail(m.Node("decay_steps"), "decay_steps", "must be >= 0 (0: the run's last step)");
+  const std::int64_t decay = s.decay_steps > 0 ? s.decay_steps : c.train.steps;
+  if (decays && decay > 0 && s.warmup_steps >= decay) {
+    m.Fail(m.Node("warmup_steps"), "warmup_steps",
+           fmt::format("{} steps of warm-up are not shorter than the decay's {} ({}): the decay would never run",
+                       s.warmup_steps, decay, s.decay_steps > 0 ? "decay_steps" : "train.steps"));
+  }
+  m.Finish();
+}
+
 void ReadTrain(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
   YamlMap train = top.Map("train");
   c.train.batch_size = train.GetInt("batch_size", c.train.batch_size, 1, kMaxInt);
@@ -469,7 +501,12 @@ void ReadTrain(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
     }
   }
   ReadOptimizer(train, c.train.optimizer);
+  ReadLrSchedule(train, c, c.train.lr_schedule);
   c.train.on_nonfinite = Choice(train, "on_nonfinite", c.train.on_nonfinite);
+  if (train.Has("max_skipped") && c.train.on_nonfinite != OnNonFinite::kSkip) {
+    train.Fail(train.Node("max_skipped"), "max_skipped", "only applies with train.on_nonfinite: skip");
+  }
+  c.train.max_skipped = train.GetInt("max_skipped", 10, 0, kMaxInt);
   c.train.grad_accum = Choice(train, "grad_accum_dtype", c.train.grad_accum);
   train.Finish();
 

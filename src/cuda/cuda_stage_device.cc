@@ -113,6 +113,9 @@ class CudaStageDevice final : public StageDevice {
   void OptimizerStep() override {
     optimizer_->Step(ctx_, params_.data() + optimizer_first_, grads_.data() + optimizer_first_);
   }
+  void SetLearningRate(double lr) override {
+    if (optimizer_) optimizer_->set_lr(lr);
+  }
   // On the compute stream, behind the optimizer's kernels and (ZeRO) the
   // all-gather's copies, which that stream waits for.
   void ParamsUpdated() override {

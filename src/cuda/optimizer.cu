@@ -97,7 +97,6 @@ class CudaSgd final : public CudaOptimizer {
   CudaSgd(const OptimizerSpec& s, std::size_t num_params)
       : CudaOptimizer(s),
         num_params_(num_params),
-        lr_(static_cast<float>(s.lr)),
         momentum_(static_cast<float>(s.momentum)),
         weight_decay_(static_cast<float>(s.weight_decay)),
         buf_(s.momentum != 0.0 ? num_params : 0) {
@@ -106,14 +105,15 @@ class CudaSgd final : public CudaOptimizer {
 
   void Step(const Context& ctx, float* params, const float* grads) override {
     // As on the CPU: the branch follows the float momentum, the buffer's
-    // existence the configured one.
+    // existence the configured one; the rate is the step's (a schedule's).
+    const auto lr = static_cast<float>(spec_.lr);
     if (num_params_ > 0) {
       if (momentum_ == 0.0f) {
-        SgdKernel<<<BlocksFor(num_params_), kThreads, 0, ctx.stream>>>(params, grads, num_params_, lr_, weight_decay_,
+        SgdKernel<<<BlocksFor(num_params_), kThreads, 0, ctx.stream>>>(params, grads, num_params_, lr, weight_decay_,
                                                                        weight_decay_ != 0.0f);
       } else {
         SgdMomentumKernel<<<BlocksFor(num_params_), kThreads, 0, ctx.stream>>>(
-            params, grads, buf_.data(), num_params_, lr_, momentum_, weight_decay_, steps_ == 0);
+            params, grads, buf_.data(), num_params_, lr, momentum_, weight_decay_, steps_ == 0);
       }
       BATON_CUDA_CHECK_LAUNCH();
     }
@@ -127,7 +127,7 @@ class CudaSgd final : public CudaOptimizer {
 
  private:
   std::size_t num_params_;
-  float lr_, momentum_, weight_decay_;
+  float momentum_, weight_decay_;
   DeviceBuffer<float> buf_;  // momentum buffer; empty without momentum
 };
 

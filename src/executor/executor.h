@@ -161,6 +161,9 @@ class Executor {
   // parameters: the whole stage, ZeRO's shard of it, or under ZeRO 2 and 3
   // the resting shards (ShardingPlan). Setup only.
   void SetOptimizers(const OptimizerSpec& spec) { replicas_->SetOptimizers(spec); }
+  // The rate the next training steps' optimizer steps take (a schedule's
+  // of the step: the loop sets it before each).
+  void SetLearningRate(double lr) { replicas_->SetLearningRate(lr); }
   // ZeRO 3 (the parameters rest as shards), outside a step: binds local
   // stage `local`'s parameters to `whole` (host memory of its num_params
   // floats), after gathering every replica's shard into it when `gather`

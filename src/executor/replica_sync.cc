@@ -371,6 +371,10 @@ bool ReplicaSync::GradientsFinite() {
 
 // ---- Setup and whole-model copies ----
 
+void ReplicaSync::SetLearningRate(double lr) {
+  for (auto& st : stages_) st->device().SetLearningRate(lr);
+}
+
 void ReplicaSync::SetOptimizers(const OptimizerSpec& spec) {
   const ReductionPlan& red = plan_.reduction;
   const ShardingPlan& sh = plan_.sharding;

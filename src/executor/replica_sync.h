@@ -81,6 +81,8 @@ class ReplicaSync {
   // Every local stage's optimizer over this replica's part of its
   // parameters (Executor::SetOptimizers).
   void SetOptimizers(const OptimizerSpec& spec);
+  // Every local stage's optimizer: the rate of the next steps.
+  void SetLearningRate(double lr);
   // ZeRO 3 outside a step (Executor::HoldWhole, KeepShard).
   void HoldWhole(int local, std::span<float> whole, bool gather);
   void KeepShard(int local);

@@ -67,6 +67,9 @@ class HostStageDevice final : public StageDevice {
     optimizer_ = MakeOptimizer(spec, params.size());
   }
   void OptimizerStep() override { optimizer_->Step(opt_params_, opt_grads_); }
+  void SetLearningRate(double lr) override {
+    if (optimizer_) optimizer_->set_lr(lr);
+  }
   void ParamsUpdated() override {}  // the layers read the parameters themselves
   std::vector<std::span<float>> OptimizerState() override { return optimizer_->State(); }
   std::vector<std::string> OptimizerStateNames() const override { return optimizer_->StateNames(); }

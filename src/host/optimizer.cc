@@ -35,7 +35,6 @@ class Sgd final : public Optimizer {
   Sgd(const OptimizerSpec& s, std::size_t num_params)
       : Optimizer(s),
         num_params_(num_params),
-        lr_(static_cast<float>(s.lr)),
         momentum_(static_cast<float>(s.momentum)),
         weight_decay_(static_cast<float>(s.weight_decay)),
         buf_(s.momentum != 0.0 ? num_params : 0) {}
@@ -45,12 +44,13 @@ class Sgd final : public Optimizer {
     const auto n = static_cast<Eigen::Index>(num_params_);
     ArrayMap p(params.data(), n);
     const ConstArrayMap grad(grads.data(), n);
+    const auto lr = static_cast<float>(spec_.lr);  // the step's rate (a schedule's)
     const auto g = grad + weight_decay_ * p;  // an expression, evaluated where it is used
     if (momentum_ == 0.0f) {
       if (weight_decay_ != 0.0f) {
-        p -= lr_ * g;
+        p -= lr * g;
       } else {
-        p -= lr_ * grad;
+        p -= lr * grad;
       }
     } else {
       ArrayMap buf(buf_.data(), n);
@@ -59,7 +59,7 @@ class Sgd final : public Optimizer {
       } else {
         buf = momentum_ * buf + g;
       }
-      p -= lr_ * buf;
+      p -= lr * buf;
     }
     ++steps_;
   }
@@ -71,7 +71,7 @@ class Sgd final : public Optimizer {
 
  private:
   std::size_t num_params_;
-  float lr_, momentum_, weight_decay_;
+  float momentum_, weight_decay_;
   FloatBuffer buf_;  // momentum buffer; empty without momentum
 };
 

@@ -42,8 +42,8 @@ std::string Duration(double s) {
 // One logged step: the losses reduced over every rank (one reduction per
 // logged step, none when logging is off), a metrics line and the progress.
 void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const StepStats& stats, std::int64_t step,
-             std::int64_t epoch, std::int64_t total, double samples, double window_s, double elapsed_s,
-             bool tty, bool skipped, TrainSummary& summary) {
+             std::int64_t epoch, std::int64_t total, double samples, double window_s, double elapsed_s, double lr,
+             bool tty, bool skipped, std::int64_t skipped_so_far, TrainSummary& summary) {
   double v[5] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.samples),
                  static_cast<double>(stats.microbatches), static_cast<double>(stats.positions)};
   t.ReduceSum(v);
@@ -57,7 +57,8 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
       {"loss", Json(loss)},
       {"accuracy", Json(v[1] / std::max(labels, 1.0), "{:.6g}")},
       {"samples_per_s", Json(samples / window_s, "{:.6g}")},
-      {"step_time_s", Json(window_s / std::max(1.0, samples / c.train.batch_size), "{:.6g}")}};
+      {"step_time_s", Json(window_s / std::max(1.0, samples / c.train.batch_size), "{:.6g}")},
+      {"lr", Json(lr, "{:.9g}")}};
   if (c.data.packing != Packing::kNone) {
     // Packed documents: the step's real tokens (its labels that count),
     // their rate, its microbatches run (every replica's), and the share
@@ -75,9 +76,14 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
   summary.last_loss = loss;
   if (c.log.progress) {
     const double eta = elapsed_s / step * (total - step);
-    std::fprintf(stderr, "%sstep %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s%s", tty ? "\r" : "",
+    // The step's rate where a schedule moves it.
+    const LrSchedule& s = c.train.lr_schedule;
+    std::string rate =
+        s.type != LrDecay::kConstant || s.warmup_steps > 0 ? fmt::format("  lr {:.3g}", lr) : std::string();
+    if (skipped_so_far > 0) rate += fmt::format("  skipped {}", skipped_so_far);  // train.on_nonfinite: skip
+    std::fprintf(stderr, "%sstep %lld/%lld  epoch %lld  loss %.4f%s  %.0f samples/s  ETA %s%s", tty ? "\r" : "",
                  static_cast<long long>(step), static_cast<long long>(total), static_cast<long long>(epoch), loss,
-                 samples / window_s, Duration(eta).c_str(), tty ? "   " : "\n");
+                 rate.c_str(), samples / window_s, Duration(eta).c_str(), tty ? "   " : "\n");
   }
 }
 
@@ -164,12 +170,19 @@ std::string NonFiniteText(int verdict, const RunSetup& u, std::int64_t step) {
                      rank, stages.size() > 1 ? "s" : "", fmt::join(stages, ", "), loss ? ", the last" : "");
 }
 
-[[noreturn]] void StopNonFinite(int verdict, const RunSetup& u, std::int64_t step, bool root) {
+// `in_a_row` > 0: skip's bound, train.max_skipped steps skipped in a row
+// before this one.
+[[noreturn]] void StopNonFinite(int verdict, const RunSetup& u, std::int64_t step, bool root,
+                                std::int64_t in_a_row = 0) {
   if (!root) throw PeerFailed();
   throw RunError(fmt::format(
-      "{}; the run stops (train.on_nonfinite: stop): no weights written, the last complete checkpoint (if any) "
-      "kept. A lower learning rate often helps; train.on_nonfinite: skip drops such steps instead",
-      NonFiniteText(verdict, u, step)));
+      "{}; the run stops ({}): no weights written, the last complete checkpoint (if any) "
+      "kept. A lower learning rate often helps{}",
+      NonFiniteText(verdict, u, step),
+      in_a_row > 0 ? fmt::format("train.on_nonfinite: skip, after {} steps skipped in a row, train.max_skipped",
+                                 in_a_row)
+                   : std::string("train.on_nonfinite: stop"),
+      in_a_row > 0 ? "" : "; train.on_nonfinite: skip drops such steps instead"));
 }
 
 // train.on_nonfinite, step by step. stop agrees on a step's numbers while
@@ -180,13 +193,19 @@ std::string NonFiniteText(int verdict, const RunSetup& u, std::int64_t step) {
 class NumbersCheck {
  public:
   NumbersCheck(const TrainConfig& c, Transport& t, const RunSetup& u, bool tty)
-      : policy_(c.train.on_nonfinite), t_(t), u_(u), tty_(tty) {}
+      : policy_(c.train.on_nonfinite), max_in_a_row_(c.train.max_skipped), t_(t), u_(u), tty_(tty) {}
   // After the step's gradients, with this rank's NonFiniteCode: true if the
-  // step's update is to be dropped (skip; agreed here).
+  // step's update is to be dropped (skip; agreed here). One more in a row
+  // than train.max_skipped stops the run as stop would.
   bool Skip(int code, std::int64_t step) {
     if (policy_ != OnNonFinite::kSkip) return false;
     const int verdict = t_.AllMax(code, kVerdictWait);
-    if (verdict == 0) return false;
+    if (verdict == 0) {
+      in_a_row_ = 0;
+      return false;
+    }
+    if (in_a_row_ >= max_in_a_row_) StopNonFinite(verdict, u_, step, t_.rank() == 0, in_a_row_);
+    ++in_a_row_;
     ++skipped_;
     if (t_.rank() == 0) {
       std::fprintf(stderr, "%sbaton: %s: the step is skipped (train.on_nonfinite: skip)\n", tty_ ? "\n" : "",
@@ -213,11 +232,12 @@ class NumbersCheck {
 
  private:
   OnNonFinite policy_;
+  std::int64_t max_in_a_row_;
   Transport& t_;
   const RunSetup& u_;
   bool tty_;
   std::int64_t pending_ = 0;  // the step whose verdict is in flight (0: none)
-  std::int64_t skipped_ = 0;
+  std::int64_t skipped_ = 0, in_a_row_ = 0;
 };
 
 // The run's end on every rank: a fault that was asked for and never fired
@@ -462,9 +482,13 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     const double work = adapter ? StepWork(c, u.plan, batch) : 1.0;  // for the adaptive plans' meters
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
     const bool skip = numbers.Skip(code, step);
+    // train.lr_schedule's rate of the step (its state is the step: a
+    // resumed run goes on at the same rates).
+    const double lr = LearningRateAt(c.train.lr_schedule, c.train.optimizer.lr, step, total);
     if (skip) {
       u.exec->DiscardGradients();
     } else {
+      u.exec->SetLearningRate(lr);
       u.exec->ApplyGradients();
     }
     numbers.Started(code, step);
@@ -478,7 +502,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
       numbers.Settle();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
-              Seconds(start, Clock::now()), tty, skip, summary);
+              Seconds(start, Clock::now()), lr, tty, skip, numbers.skipped(), summary);
       window_start = Clock::now();
       window_samples = 0;
     }

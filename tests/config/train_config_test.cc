@@ -1541,3 +1541,38 @@ train: {batch_size: 4}
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// train.lr_schedule: read whole, written back by DescribeTrainConfig, and
+// every schedule that cannot be what was meant refused where it is written.
+TEST(TrainConfigLrSchedule, ReadsItsShapeAndRefusesWhatCannotBeMeant) {
+  const std::string base = std::string(kValid) + "  steps: 100\n";
+  const TrainConfig c =
+      ParseTrainConfig(base + "  lr_schedule: {type: cosine, warmup_steps: 10, min_lr: 1.0e-4, decay_steps: 80}\n",
+                       "t.yaml");
+  EXPECT_EQ(c.train.lr_schedule.type, LrDecay::kCosine);
+  EXPECT_EQ(c.train.lr_schedule.warmup_steps, 10);
+  EXPECT_EQ(c.train.lr_schedule.min_lr, 1.0e-4);
+  EXPECT_EQ(c.train.lr_schedule.decay_steps, 80);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(c), "lr_schedule: {type: cosine, warmup_steps: 10, min_lr: 0.0001, "
+                                               "decay_steps: 80}"))
+      << DescribeTrainConfig(c);
+  EXPECT_FALSE(Contains(DescribeTrainConfig(ParseTrainConfig(base, "t.yaml")), "lr_schedule"));
+  EXPECT_TRUE(Contains(ErrorOf(base + "  lr_schedule: {type: cosine, warmup_steps: 100}\n"),
+                       "train.lr_schedule.warmup_steps: 100 steps of warm-up are not shorter than the decay's 100 "
+                       "(train.steps)"));
+  EXPECT_TRUE(Contains(ErrorOf(base + "  lr_schedule: {type: linear, warmup_steps: 50, decay_steps: 40}\n"),
+                       "not shorter than the decay's 40 (decay_steps)"));
+  EXPECT_TRUE(Contains(ErrorOf(base + "  lr_schedule: {type: cosine, min_lr: 0.01}\n"),
+                       "train.lr_schedule.min_lr: 0.01 is above the peak rate train.optimizer.lr 0.001"));
+  EXPECT_TRUE(Contains(ErrorOf(base + "  lr_schedule: {type: constant, min_lr: 0.0001}\n"),
+                       "train.lr_schedule.min_lr: only applies to a decay (type: linear or cosine)"));
+  EXPECT_TRUE(Contains(ErrorOf(base + "  lr_schedule: {type: cosine, warmup_steps: -1}\n"),
+                       "train.lr_schedule.warmup_steps: must be >= 0"));
+  EXPECT_TRUE(Contains(ErrorOf(base + "  lr_schedule: {type: step}\n"), "train.lr_schedule.type"));
+}
+
+}  // namespace
+}  // namespace baton

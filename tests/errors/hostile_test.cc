@@ -457,6 +457,16 @@ TEST_F(Hostile, SkippingDropsTheNonFiniteStepsAndSaysSo) {
   EXPECT_TRUE(rows[2]["skipped"].get<bool>());
   // The skipped steps left the weights as step 1 made them.
   EXPECT_EQ(ReadAll(dir_ / "weights.safetensors"), ReadAll(dir_ / "one.safetensors"));
+  // Bounded: with train.max_skipped 2, the third in a row (step 4) stops
+  // the run as stop would, saying why; no weights.
+  fs::remove(dir_ / "weights.safetensors");
+  const Job bounded = Train(2, "--set pipeline.ranks=2 --set train.optimizer.lr=1e30 --set train.steps=6 "
+                               "--set train.on_nonfinite=skip --set train.max_skipped=2");
+  ExpectRefused(bounded, "step 4: the loss is not finite (NaN or infinite) on rank 1 (stage 1, the last); the run "
+                         "stops (train.on_nonfinite: skip, after 2 steps skipped in a row, train.max_skipped)");
+  EXPECT_FALSE(fs::exists(dir_ / "weights.safetensors"));
+  ExpectRefused(Train(2, "--set pipeline.ranks=2 --set train.max_skipped=3"),
+                "train.max_skipped: only applies with train.on_nonfinite: skip");
 }
 
 TEST_F(Hostile, InitialWeightsThatAreNotFiniteOrNotTheModelsAreRefused) {

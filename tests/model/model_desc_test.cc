@@ -100,3 +100,29 @@ TEST(LayerScratch, EachDeviceCountsWhatItsLayersAllocate) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// train.lr_schedule's rates against their closed forms (nanoGPT's and
+// Megatron-LM's shapes): a linear warm-up from 0, then the decay to
+// min_lr at decay_steps (the run's last step where 0), then flat.
+TEST(LearningRate, WarmUpThenDecayToMinLrThenFlat) {
+  const double lr = 1.0e-3, min = 1.0e-4;
+  const LrSchedule cosine{LrDecay::kCosine, 10, min, 110};
+  EXPECT_DOUBLE_EQ(LearningRateAt(cosine, lr, 1, 200), lr / 10);
+  EXPECT_DOUBLE_EQ(LearningRateAt(cosine, lr, 10, 200), lr);
+  EXPECT_DOUBLE_EQ(LearningRateAt(cosine, lr, 60, 200), min + 0.5 * (lr - min));  // half way: cos(pi/2) = 0
+  EXPECT_DOUBLE_EQ(LearningRateAt(cosine, lr, 110, 200), min);
+  EXPECT_DOUBLE_EQ(LearningRateAt(cosine, lr, 150, 200), min);
+  const LrSchedule linear{LrDecay::kLinear, 0, min, 0};  // decays over the whole run of 100
+  EXPECT_DOUBLE_EQ(LearningRateAt(linear, lr, 25, 100), lr - 0.25 * (lr - min));
+  EXPECT_DOUBLE_EQ(LearningRateAt(linear, lr, 100, 100), min);
+  const LrSchedule constant{LrDecay::kConstant, 4, 0.0, 0};
+  EXPECT_DOUBLE_EQ(LearningRateAt(constant, lr, 2, 100), lr / 2);
+  EXPECT_DOUBLE_EQ(LearningRateAt(constant, lr, 5, 100), lr);
+  EXPECT_DOUBLE_EQ(LearningRateAt(LrSchedule{}, lr, 1, 100), lr);
+}
+
+}  // namespace
+}  // namespace baton

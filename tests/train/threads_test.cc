@@ -41,6 +41,7 @@ namespace fs = std::filesystem;
 struct RunResult {
   std::vector<std::string> errors;  // per world rank: "" (returned), "PeerFailed" or the message
   std::vector<double> losses;
+  std::vector<double> lrs;  // each logged step's rate
   std::string weights;  // the weights file's bytes
 };
 
@@ -86,6 +87,7 @@ class ThreadsTrain : public ::testing::Test {
     for (std::string line; std::getline(metrics, line);) {
       const auto row = nlohmann::json::parse(line);
       if (row.contains("loss")) run.losses.push_back(row["loss"].get<double>());
+      if (row.contains("lr")) run.lrs.push_back(row["lr"].get<double>());
     }
     run.weights = baton_test::ReadAll(out / "weights.safetensors");
     return run;
@@ -442,6 +444,40 @@ TEST_F(ThreadsTrain, AStopRequestStopsEveryRankAtOneBoundaryAndResumesBitForBit)
   ExpectClean(resumed);
   EXPECT_EQ(resumed.losses, whole.losses);
   EXPECT_EQ(resumed.weights, whole.weights);
+}
+
+// train.lr_schedule on a 2-rank pipeline: each step's rate in its metrics
+// row is the schedule's formula (a warm-up, a cosine decay to min_lr at
+// step 5, then flat), the run ends with the bytes of one rank under the
+// same schedule (and not those of a constant rate), and a run resumed
+// from its checkpoint of step 3 goes on at the same rates to the same
+// bytes: the schedule's state is the step.
+TEST_F(ThreadsTrain, ALearningRateScheduleRatesEveryStepAlikeOnPRanksOnOneAndAcrossAResume) {
+  const std::string ck = "checkpoint.dir=" + (dir_ / "ck").string();
+  const std::vector<std::string> sched = {"train.steps=6", "checkpoint.every_steps=3", "checkpoint.keep=3", ck,
+                                          "train.lr_schedule={type: cosine, warmup_steps: 2, min_lr: 0.01, "
+                                          "decay_steps: 5}"};
+  const RunResult two = Train("two", 2, 1, sched);
+  ExpectClean(two);
+  const LrSchedule s{LrDecay::kCosine, 2, 0.01, 5};
+  ASSERT_EQ(two.lrs.size(), 6u);
+  for (int k = 0; k < 6; ++k) EXPECT_NEAR(two.lrs[static_cast<std::size_t>(k)], LearningRateAt(s, 0.1, k + 1, 6), 1e-10);
+  EXPECT_DOUBLE_EQ(two.lrs[0], 0.05);  // half the peak after one of two warm-up steps
+  EXPECT_DOUBLE_EQ(two.lrs[5], 0.01);
+  fs::remove(dir_ / "ck/step-00000006/manifest.json");
+  TrainOptions resume;
+  resume.resume = true;
+  const RunResult resumed = Train("resumed", 2, 1, sched, resume);
+  ExpectClean(resumed);
+  EXPECT_EQ(resumed.weights, two.weights);
+  ASSERT_EQ(resumed.lrs.size(), 3u);
+  EXPECT_EQ(resumed.lrs[0], two.lrs[3]);
+  fs::remove_all(dir_ / "ck");
+  const RunResult one = Train("one", 1, 1, sched);
+  ExpectClean(one);
+  EXPECT_EQ(one.weights, two.weights);
+  fs::remove_all(dir_ / "ck");
+  EXPECT_NE(Train("flat", 2, 1, {"train.steps=6"}).weights, two.weights);
 }
 
 // A checkpoint's files go through the run's Env: a fake that fails rank
