@@ -274,6 +274,11 @@ struct TrainLoopConfig {
   std::int64_t steps = 0;        // > 0: stop after this many steps
   OptimizerSpec optimizer;
   LrSchedule lr_schedule;                          // each step's rate (baton/model.h); default: optimizer.lr
+  // > 0: every step's gradients scaled by min(1, X / (norm + 1e-6)) before
+  // the optimizer step (PyTorch's clip_grad_norm_), the norm over every
+  // parameter of every stage and replica, a tied head's once, summed in
+  // double; 0: off.
+  double clip_grad_norm = 0;
   OnNonFinite on_nonfinite = OnNonFinite::kStop;  // a step with a non-finite loss or gradient
   // on_nonfinite: skip: more steps skipped in a row than this stop the run
   // (as stop would, with its exit and message).

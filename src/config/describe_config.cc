@@ -136,6 +136,7 @@ void EmitTrain(YAML::Emitter& e, const TrainConfig& c) {
     << std::string(EnumName(c.train.on_nonfinite));
   if (c.train.batch_tokens > 0) e << YAML::Key << "batch_tokens" << YAML::Value << c.train.batch_tokens;
   if (c.train.max_skipped != 10) e << YAML::Key << "max_skipped" << YAML::Value << c.train.max_skipped;
+  if (c.train.clip_grad_norm > 0) e << YAML::Key << "clip_grad_norm" << YAML::Value << c.train.clip_grad_norm;
   // Written when set (a run without one keeps its settings text).
   if (const LrSchedule& s = c.train.lr_schedule; s.type != LrDecay::kConstant || s.warmup_steps > 0) {
     e << YAML::Key << "lr_schedule" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "type"

@@ -502,6 +502,7 @@ void ReadTrain(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
   }
   ReadOptimizer(train, c.train.optimizer);
   ReadLrSchedule(train, c, c.train.lr_schedule);
+  c.train.clip_grad_norm = train.GetNumber("clip_grad_norm", 0.0, 0.0, std::numeric_limits<double>::max());
   c.train.on_nonfinite = Choice(train, "on_nonfinite", c.train.on_nonfinite);
   if (train.Has("max_skipped") && c.train.on_nonfinite != OnNonFinite::kSkip) {
     train.Fail(train.Node("max_skipped"), "max_skipped", "only applies with train.on_nonfinite: skip");
@@ -687,6 +688,10 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
     top.Map("data").Fail(root["data"]["packing"], "packing",
                          "packed documents run on the CPU layers only so far (device: cpu; their attention keeps "
                          "to each document there)");
+  }
+  if (c.train.clip_grad_norm > 0 && c.device == Device::kCuda) {
+    top.Map("train").Fail(root["train"]["clip_grad_norm"], "clip_grad_norm",
+                          "clips on the CPU only so far (device: cpu): the norm reads the gradients in host memory");
   }
   if (c.data_parallel.zero.shards_gradients() && c.device == Device::kCuda) {
     top.Map("data_parallel")

@@ -173,6 +173,26 @@ void Executor::ApplyGradients(StepObserver* observer) {
   if (observer != nullptr) observer->StepEnds();
 }
 
+void Executor::GradientSquares(std::span<double> per_op) {
+  replicas_->ForCountedGradients([&](int local, std::size_t first, std::span<const float> g) {
+    const StagePlan& st = plan_.local_stages[static_cast<std::size_t>(local)];
+    const std::size_t last = first + g.size();
+    for (int i = 0; i < st.ops(); ++i) {
+      const auto o = static_cast<std::size_t>(st.first_op + i);
+      const OpDesc& op = model_.ops[o];
+      if (op.num_params == 0 || op.tied_to >= 0) continue;
+      const std::size_t begin = op.param_offset - st.param_offset, end = begin + op.num_params;
+      const std::size_t from = std::max(begin, first), to = std::min(end, last);
+      double sum = 0;
+      for (std::size_t k = from; k < to; ++k) {
+        const double x = g[k - first];
+        sum += x * x;
+      }
+      per_op[o] += sum;
+    }
+  });
+}
+
 void Executor::DiscardGradients() {
   for (auto& st : stages_) st->ZeroGrads();
 }

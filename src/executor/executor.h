@@ -87,6 +87,16 @@ class Executor {
   // After ComputeGradients: false if a gradient this rank holds final (under
   // ZeRO its shard of each stage) is a NaN or an infinity.
   bool GradientsFinite() { return replicas_->GradientsFinite(); }
+  // After ComputeGradients: into `per_op` (one per ModelDesc op), the sum
+  // of the squares, in double, of each op's final gradients this rank
+  // counts (ReplicaSync::ForCountedGradients; a tied head's copy not: its
+  // embedding's is the one), each op's floats in their order. Summed over
+  // every rank, op by op, and the ops then in order, it is what one process
+  // computes (train.clip_grad_norm's norm; under ZeRO 1-3 a tensor's parts
+  // on the replicas are summed apart first). Host memory: the host backend.
+  void GradientSquares(std::span<double> per_op);
+  // Every gradient the optimizer step reads times `factor`.
+  void ScaleGradients(float factor) { replicas_->ScaleGradients(factor); }
   // The last TrainStep's gradient sums (zeros without replicas).
   const ReductionTimes& reduction_times() const { return replicas_->times(); }
   // The plan's step alone: gradients accumulate into the stages' gradient

@@ -369,6 +369,35 @@ bool ReplicaSync::GradientsFinite() {
   return true;
 }
 
+void ReplicaSync::ForCountedGradients(const std::function<void(int, std::size_t, std::span<const float>)>& f) {
+  const ReductionPlan& red = plan_.reduction;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const int local = static_cast<int>(k);
+    if (plan_.sharding.active()) {
+      f(local, red.shard_begin[k], {sharded_[k].gradient_shard, red.shard_count[k]});
+    } else if (group_ != nullptr && red.shards_optimizer) {
+      const auto me = static_cast<std::size_t>(group_->rank());
+      const float* g = stages_[k]->device().grads();
+      for (const BucketPlan& b : red.buckets) {
+        if (b.local != local) continue;
+        const std::size_t first = b.offset + static_cast<std::size_t>(b.displs[me]);
+        f(local, first, {g + first, static_cast<std::size_t>(b.counts[me])});
+      }
+    } else if (group_ == nullptr || group_->rank() == 0) {
+      f(local, 0, {stages_[k]->device().grads(), plan_.local_stages[k].num_params});
+    }
+  }
+}
+
+void ReplicaSync::ScaleGradients(float factor) {
+  const ReductionPlan& red = plan_.reduction;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    float* g = plan_.sharding.active() ? sharded_[k].gradient_shard : stages_[k]->device().grads();
+    const std::size_t n = plan_.sharding.active() ? red.shard_count[k] : plan_.local_stages[k].num_params;
+    for (std::size_t i = 0; i < n; ++i) g[i] *= factor;
+  }
+}
+
 // ---- Setup and whole-model copies ----
 
 void ReplicaSync::SetLearningRate(double lr) {

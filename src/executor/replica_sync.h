@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -75,6 +76,15 @@ class ReplicaSync {
   // After FinishReductions: false if a gradient this rank holds final (under
   // ZeRO its shard of each stage) is a NaN or an infinity.
   bool GradientsFinite();
+  // After FinishReductions: every range of final gradients whose norm this
+  // rank counts, each gradient counted once in the job: f(local stage,
+  // its first float's index in the stage, the floats). Under ZeRO 2 and 3
+  // its shards, under 1 its part of each bucket, under 0 the whole stages
+  // on the first replica (every replica holds the same sums).
+  void ForCountedGradients(const std::function<void(int, std::size_t, std::span<const float>)>& f);
+  // Every gradient the optimizer step reads on this rank times `factor`
+  // (train.clip_grad_norm).
+  void ScaleGradients(float factor);
   const ReductionTimes& times() const { return times_; }
 
   // ---- Setup and whole-model copies ----

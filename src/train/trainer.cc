@@ -7,6 +7,8 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -43,7 +45,7 @@ std::string Duration(double s) {
 // logged step, none when logging is off), a metrics line and the progress.
 void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const StepStats& stats, std::int64_t step,
              std::int64_t epoch, std::int64_t total, double samples, double window_s, double elapsed_s, double lr,
-             bool tty, bool skipped, std::int64_t skipped_so_far, TrainSummary& summary) {
+             double grad_norm, bool tty, bool skipped, std::int64_t skipped_so_far, TrainSummary& summary) {
   double v[5] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.samples),
                  static_cast<double>(stats.microbatches), static_cast<double>(stats.positions)};
   t.ReduceSum(v);
@@ -58,7 +60,8 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
       {"accuracy", Json(v[1] / std::max(labels, 1.0), "{:.6g}")},
       {"samples_per_s", Json(samples / window_s, "{:.6g}")},
       {"step_time_s", Json(window_s / std::max(1.0, samples / c.train.batch_size), "{:.6g}")},
-      {"lr", Json(lr, "{:.9g}")}};
+      {"lr", Json(lr, "{:.9g}")},
+      {"grad_norm", Json(grad_norm, "{:.9g}")}};
   if (c.data.packing != Packing::kNone) {
     // Packed documents: the step's real tokens (its labels that count),
     // their rate, its microbatches run (every replica's), and the share
@@ -80,6 +83,7 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
     const LrSchedule& s = c.train.lr_schedule;
     std::string rate =
         s.type != LrDecay::kConstant || s.warmup_steps > 0 ? fmt::format("  lr {:.3g}", lr) : std::string();
+    if (c.train.clip_grad_norm > 0) rate += fmt::format("  grad norm {:.3g}", grad_norm);
     if (skipped_so_far > 0) rate += fmt::format("  skipped {}", skipped_so_far);  // train.on_nonfinite: skip
     std::fprintf(stderr, "%sstep %lld/%lld  epoch %lld  loss %.4f%s  %.0f samples/s  ETA %s%s", tty ? "\r" : "",
                  static_cast<long long>(step), static_cast<long long>(total), static_cast<long long>(epoch), loss,
@@ -430,6 +434,32 @@ void SetUpSteps(const TrainConfig& c, Recovery& recovery, const TrainOptions& op
   }
 }
 
+// The norm of every gradient of the step (collective over the world: each
+// op's squares summed over the ranks at rank 0, then the ops in order, as
+// one process sums them; the norm's bits sent to every rank), and
+// train.clip_grad_norm's clip: the gradients scaled by
+// min(1, X / (norm + 1e-6)) as PyTorch's clip_grad_norm_ scales them.
+double ClipGradients(const TrainConfig& c, Transport& t, RunSetup& u, std::vector<double>& squares) {
+  std::fill(squares.begin(), squares.end(), 0.0);
+  u.exec->GradientSquares(squares);
+  t.ReduceSum(squares);
+  double norm = 0;
+  std::string bits(sizeof norm, '\0');
+  if (t.rank() == 0) {
+    double sum = 0;
+    for (const double s : squares) sum += s;
+    norm = std::sqrt(sum);
+    std::memcpy(bits.data(), &norm, sizeof norm);
+  }
+  t.BroadcastString(&bits);
+  std::memcpy(&norm, bits.data(), sizeof norm);
+  if (const double x = c.train.clip_grad_norm; x > 0) {
+    const double coefficient = x / (norm + 1e-6);
+    if (coefficient < 1.0) u.exec->ScaleGradients(static_cast<float>(coefficient));
+  }
+  return norm;
+}
+
 // A step's work against one of whole microbatches: packed documents'
 // (PackedStepShare), else 1.
 double StepWork(const TrainConfig& c, const RunPlan& plan, const Batch& batch) {
@@ -464,6 +494,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   auto step_start = Clock::now();
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
   WeightsWatch weights_lost;
+  std::vector<double> squares(u.plan.model.ops.size());  // per op: the gradients' squares (ClipGradients)
   for (std::int64_t step = first_step; step <= total; ++step) {
     // Kept before the agreement below: see KeptState.
     recovery.Keep(u, step - 1, step == first_step);
@@ -485,9 +516,16 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     // train.lr_schedule's rate of the step (its state is the step: a
     // resumed run goes on at the same rates).
     const double lr = LearningRateAt(c.train.lr_schedule, c.train.optimizer.lr, step, total);
+    const bool logged = c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total);
+    // The gradients' norm where clipped, or logged on the host (it reads the
+    // gradients in host memory: on a GPU the rows carry none yet).
+    double grad_norm = std::numeric_limits<double>::quiet_NaN();
     if (skip) {
       u.exec->DiscardGradients();
     } else {
+      if (c.train.clip_grad_norm > 0 || (logged && c.device == Device::kCpu)) {
+        grad_norm = ClipGradients(c, t, u, squares);
+      }
       u.exec->SetLearningRate(lr);
       u.exec->ApplyGradients();
     }
@@ -502,7 +540,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
       numbers.Settle();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
-              Seconds(start, Clock::now()), lr, tty, skip, numbers.skipped(), summary);
+              Seconds(start, Clock::now()), lr, grad_norm, tty, skip, numbers.skipped(), summary);
       window_start = Clock::now();
       window_samples = 0;
     }

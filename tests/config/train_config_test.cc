@@ -1576,3 +1576,17 @@ TEST(TrainConfigLrSchedule, ReadsItsShapeAndRefusesWhatCannotBeMeant) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(TrainConfigClip, ANegativeClipOrAClipOnAGpuIsRefused) {
+  const std::string base = std::string(kValid);
+  EXPECT_EQ(ParseTrainConfig(base + "  clip_grad_norm: 1.0\n", "t.yaml").train.clip_grad_norm, 1.0);
+  EXPECT_TRUE(Contains(ErrorOf(base + "  clip_grad_norm: -1\n"), "train.clip_grad_norm"));
+  EXPECT_TRUE(Contains(ErrorOf(base + "  clip_grad_norm: 1.0\ndevice: cuda\n"),
+                       "train.clip_grad_norm: clips on the CPU only so far"));
+}
+
+}  // namespace
+}  // namespace baton

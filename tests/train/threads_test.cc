@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "baton/comm.h"
@@ -42,6 +43,7 @@ struct RunResult {
   std::vector<std::string> errors;  // per world rank: "" (returned), "PeerFailed" or the message
   std::vector<double> losses;
   std::vector<double> lrs;  // each logged step's rate
+  std::vector<double> grad_norms;  // each logged step's gradient norm (before a clip)
   std::string weights;  // the weights file's bytes
 };
 
@@ -88,6 +90,9 @@ class ThreadsTrain : public ::testing::Test {
       const auto row = nlohmann::json::parse(line);
       if (row.contains("loss")) run.losses.push_back(row["loss"].get<double>());
       if (row.contains("lr")) run.lrs.push_back(row["lr"].get<double>());
+      if (row.contains("grad_norm") && row["grad_norm"].is_number()) {
+        run.grad_norms.push_back(row["grad_norm"].get<double>());
+      }
     }
     run.weights = baton_test::ReadAll(out / "weights.safetensors");
     return run;
@@ -478,6 +483,70 @@ TEST_F(ThreadsTrain, ALearningRateScheduleRatesEveryStepAlikeOnPRanksOnOneAndAcr
   EXPECT_EQ(one.weights, two.weights);
   fs::remove_all(dir_ / "ck");
   EXPECT_NE(Train("flat", 2, 1, {"train.steps=6"}).weights, two.weights);
+}
+
+// train.clip_grad_norm, small enough to clip every step, with a cosine
+// schedule: on 2 ranks under 1F1B, ZB-H1, ZB-V, interleaved 1F1B and
+// DualPipeV, and 2 x 2 under ZeRO 0 and 1 (fp64 sums and one rank's
+// microbatch size, as replicas need for bytes), each step's norm is one
+// rank's to the bit and the run ends with one rank's bytes. And the clip is the norm's: one SGD step (no
+// momentum) from the same weights moves them by lr x X, where unclipped it
+// moves them by lr x the norm (both within float rounding).
+TEST_F(ThreadsTrain, ClippingByTheGlobalNormLearnsWhatOneRankLearns) {
+  const std::vector<std::string> clip = {"train.steps=6", "train.clip_grad_norm=0.05", "train.grad_accum_dtype=fp64",
+                                         "train.lr_schedule={type: cosine, warmup_steps: 2, min_lr: 0.01}"};
+  const RunResult one = Train("one", 1, 1, clip);
+  ExpectClean(one);
+  ASSERT_EQ(one.grad_norms.size(), 6u);
+  for (const double n : one.grad_norms) EXPECT_GT(n, 0.05) << "a step that did not clip";
+  // The replicas' microbatches hold 2 samples (32 / 2 replicas / 8): one rank's the same.
+  std::vector<std::string> rows2 = clip;
+  rows2.push_back("pipeline.microbatches=16");
+  const RunResult one_rows2 = Train("one_rows2", 1, 1, rows2);
+  ExpectClean(one_rows2);
+  for (const auto& [name, ranks, replicas, sets] : std::vector<std::tuple<std::string, int, int, std::vector<std::string>>>{
+           {"1f1b", 2, 1, {}},
+           {"zb_h1", 2, 1, {"pipeline.schedule=zb_h1"}},
+           {"zbv", 2, 1, {"pipeline.schedule=zbv"}},
+           {"interleaved", 2, 1, {"pipeline.schedule=interleaved_1f1b", "pipeline.chunks=2"}},
+           {"dualpipev", 2, 1, {"pipeline.schedule=dualpipev"}},
+           {"dp_zero0", 2, 2, {}},
+           {"dp_zero1", 2, 2, {"data_parallel.zero=1"}}}) {
+    std::vector<std::string> all = clip;
+    all.insert(all.end(), sets.begin(), sets.end());
+    const RunResult got = Train(name, ranks, replicas, all);
+    ExpectClean(got);
+    const RunResult& want = replicas > 1 ? one_rows2 : one;
+    EXPECT_EQ(got.grad_norms, want.grad_norms) << name;
+    EXPECT_EQ(got.weights, want.weights) << name;
+  }
+  // The clip's size, from the weights: W0 from two unclipped steps of lr
+  // and 2 lr (W0 = 2 Wa - Wc), then a clipped one.
+  auto step = [&](const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> sets = {"train.steps=1", "train.optimizer={type: sgd, lr: 0.1}"};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    const RunResult r = Train(name, 2, 1, sets);
+    ExpectClean(r);
+    std::vector<float> w;
+    for (const NamedTensor& t : ReadSafetensors((dir_ / name / "weights.safetensors").string())) {
+      w.insert(w.end(), t.data.begin(), t.data.end());
+    }
+    return std::pair{w, r.grad_norms.at(0)};
+  };
+  const auto [wa, norm] = step("sgd", {});
+  const auto [wc, norm_c] = step("sgd2", {"train.optimizer={type: sgd, lr: 0.2}"});
+  const auto [wb, norm_b] = step("clipped", {"train.clip_grad_norm=0.05"});
+  EXPECT_EQ(norm_b, norm);
+  EXPECT_EQ(norm_c, norm);
+  ASSERT_GT(norm, 0.05);
+  double moved = 0, unclipped = 0;
+  for (std::size_t i = 0; i < wa.size(); ++i) {
+    const double w0 = 2.0 * wa[i] - wc[i];
+    moved += (wb[i] - w0) * (wb[i] - w0);
+    unclipped += (wa[i] - w0) * (wa[i] - w0);
+  }
+  EXPECT_NEAR(std::sqrt(moved), 0.1 * 0.05, 1e-4 * 0.1 * 0.05);
+  EXPECT_NEAR(std::sqrt(unclipped), 0.1 * norm, 1e-4 * 0.1 * norm);
 }
 
 // A checkpoint's files go through the run's Env: a fake that fails rank
