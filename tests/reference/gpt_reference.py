@@ -26,7 +26,9 @@ C++ code:
    attention masked to each document, positions restarting at each, and
    the loss averaged over the real tokens (torch's ignore_index). With
    --packing pad each document (or piece) is a sample of its own, padded.
-5. It compares baton's per-step losses (metrics.jsonl) and its final weights,
+5. It compares baton's per-step losses and gradient norms (metrics.jsonl:
+   the norm over every parameter, a tied head's once, as
+   torch.nn.utils.clip_grad_norm_ measures it) and its final weights,
    loaded with a strict `load_state_dict` into the torch model, with the
    reference: the worst relative difference, max|a - b| / max|b| per tensor,
    must be at most 1e-4.
@@ -412,10 +414,10 @@ def run_baton(command, cwd):
         sys.exit(f"gpt_reference: FAIL: baton exited with code {done.returncode}: {' '.join(command)}")
 
 
-def read_losses(path):
+def read_losses(path, key="loss"):
     with open(path) as f:
         lines = [json.loads(line) for line in f if line.strip()]
-    return {line["step"]: line["loss"] for line in lines if "loss" in line}
+    return {line["step"]: line[key] for line in lines if key in line}
 
 
 # ---------------------------------------------------------------------------
@@ -424,22 +426,25 @@ def read_losses(path):
 
 def train_reference(init_state, tied, inputs, labels, adam_eps, dtype=torch.float64, starts=None):
     """AdamW for STEPS steps in `dtype` from the float32 init; batch k is
-    windows [kB, (k+1)B). Returns (losses by step, final model)."""
+    windows [kB, (k+1)B). Returns (losses by step, gradient norms by step
+    (every parameter once: a tied head is one), final model)."""
     model = GPT2LMHeadModel(**MODEL, tied=tied)
     model.load_state_dict(init_state, strict=True)
     model.to(dtype)
     model.tie_weights()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=adam_eps,
                                   weight_decay=WEIGHT_DECAY)
-    losses = {}
+    losses, norms = {}, {}
     for step in range(1, STEPS + 1):
         batch = slice((step - 1) * BATCH_SIZE, step * BATCH_SIZE)
         optimizer.zero_grad()
         loss = model(inputs[batch], labels[batch], None if starts is None else starts[batch])
         loss.backward()
+        norms[step] = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None])).item()
         optimizer.step()
         losses[step] = loss.item()
-    return losses, model
+    return losses, norms, model
 
 
 def relative_difference(a, b):
@@ -453,7 +458,7 @@ def worst_weight_difference(state, reference):
     return max((relative_difference(t, reference[name]), name) for name, t in state.items())
 
 
-def compare(label, weights_path, metrics_path, ref_losses, ref_model, tied):
+def compare(label, weights_path, metrics_path, ref_losses, ref_norms, ref_model, tied):
     """Prints one run's report; returns True if it is within TOLERANCE."""
     ok = True
     losses = read_losses(metrics_path)
@@ -462,6 +467,12 @@ def compare(label, weights_path, metrics_path, ref_losses, ref_model, tied):
         return False
     loss_diffs = {s: abs(losses[s] - ref_losses[s]) / max(abs(ref_losses[s]), TINY) for s in losses}
     worst_step = max(loss_diffs, key=loss_diffs.get)
+    norms = read_losses(metrics_path, "grad_norm")
+    if sorted(norms) != list(range(1, STEPS + 1)):
+        print(f"  {label}: FAIL: metrics hold gradient norms of steps {sorted(norms)}, expected 1..{STEPS}")
+        return False
+    norm_diffs = {s: abs(norms[s] - ref_norms[s]) / max(abs(ref_norms[s]), TINY) for s in norms}
+    worst_norm = max(norm_diffs, key=norm_diffs.get)
 
     weights = read_safetensors(weights_path)
     if tied and not torch.equal(weights["transformer.wte.weight"], weights["lm_head.weight"]):
@@ -479,16 +490,19 @@ def compare(label, weights_path, metrics_path, ref_losses, ref_model, tied):
     worst_tensor = max(weight_diffs, key=weight_diffs.get)
 
     losses_ok = loss_diffs[worst_step] <= TOLERANCE
+    norms_ok = norm_diffs[worst_norm] <= TOLERANCE
     weights_ok = weight_diffs[worst_tensor] <= TOLERANCE
     print(f"  {label}: losses   worst {loss_diffs[worst_step]:.2e} (step {worst_step}: baton "
           f"{losses[worst_step]:.7f}, torch {ref_losses[worst_step]:.7f})  {'ok' if losses_ok else 'FAIL'}")
+    print(f"  {label}: grad norms worst {norm_diffs[worst_norm]:.2e} (step {worst_norm}: baton "
+          f"{norms[worst_norm]:.7f}, torch {ref_norms[worst_norm]:.7f})  {'ok' if norms_ok else 'FAIL'}")
     print(f"  {label}: weights  worst {weight_diffs[worst_tensor]:.2e} ({worst_tensor}, "
           f"{len(weight_diffs)} tensors)  {'ok' if weights_ok else 'FAIL'}")
     if not weights_ok:
         for name, d in sorted(weight_diffs.items(), key=lambda kv: -kv[1]):
             if d > TOLERANCE:
                 print(f"    {name}: {d:.2e}")
-    return ok and losses_ok and weights_ok
+    return ok and losses_ok and norms_ok and weights_ok
 
 
 def check_head(head, args, tmp):
@@ -551,18 +565,18 @@ def check_head(head, args, tmp):
         run_baton(launcher + [args.baton, "train", config], cwd=args.source_dir)
         results.append((label, out))
 
-    ref_losses, ref_model = train_reference(init_state, tied, inputs, labels, args.adam_eps, starts=starts)
+    ref_losses, ref_norms, ref_model = train_reference(init_state, tied, inputs, labels, args.adam_eps, starts=starts)
     what = "packed samples of" if args.packing else "train windows of"
     print(f"{head} head: {len(inputs)} {what} {MODEL['seq_len']} + 1 bytes, {STEPS} steps "
           f"of {BATCH_SIZE}; reference losses " + " ".join(f"{ref_losses[s]:.5f}" for s in sorted(ref_losses)))
     # For scale, not judged: how far float32 itself lands from the reference.
-    _, f32_model = train_reference(init_state, tied, inputs, labels, args.adam_eps, torch.float32, starts)
+    _, _, f32_model = train_reference(init_state, tied, inputs, labels, args.adam_eps, torch.float32, starts)
     f32_worst, f32_name = worst_weight_difference(f32_model.state_dict(), ref_model.state_dict())
     print(f"  torch float32 (for scale): weights  worst {f32_worst:.2e} ({f32_name})")
     ok = True
     for label, out in results:
         ok &= compare(label, os.path.join(out, "weights.safetensors"), os.path.join(out, "metrics.jsonl"),
-                      ref_losses, ref_model, tied)
+                      ref_losses, ref_norms, ref_model, tied)
     return ok
 
 
