@@ -185,7 +185,7 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
                                       per_stage->size(), what, s.stages));
     }
     for (std::size_t i = 0; i < per_stage->size(); ++i)
-      NonNegative([&] { return fmt::format("stage {} {}", i, what); }, (*per_stage)[i]);
+      NonNegative([&, what = what] { return fmt::format("stage {} {}", i, what); }, (*per_stage)[i]);
   }
   NonNegative("sequence_memory", o.memory.sequence_share);
   if (!o.memory.stage_sequence_bytes.empty() && static_cast<int>(o.memory.stage_sequence_bytes.size()) != s.stages) {
