@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -489,7 +490,8 @@ TEST_F(ThreadsTrain, ALearningRateScheduleRatesEveryStepAlikeOnPRanksOnOneAndAcr
 // schedule: on 2 ranks under 1F1B, ZB-H1, ZB-V, interleaved 1F1B and
 // DualPipeV, and 2 x 2 under ZeRO 0 and 1 (fp64 sums and one rank's
 // microbatch size, as replicas need for bytes), each step's norm is one
-// rank's to the bit and the run ends with one rank's bytes. And the clip is the norm's: one SGD step (no
+// rank's to the bit and the run ends with one rank's bytes; under ZeRO 2
+// and 3 both within 1e-6. And the clip is the norm's: one SGD step (no
 // momentum) from the same weights moves them by lr x X, where unclipped it
 // moves them by lr x the norm (both within float rounding).
 TEST_F(ThreadsTrain, ClippingByTheGlobalNormLearnsWhatOneRankLearns) {
@@ -519,6 +521,38 @@ TEST_F(ThreadsTrain, ClippingByTheGlobalNormLearnsWhatOneRankLearns) {
     const RunResult& want = replicas > 1 ? one_rows2 : one;
     EXPECT_EQ(got.grad_norms, want.grad_norms) << name;
     EXPECT_EQ(got.weights, want.weights) << name;
+  }
+  // ZeRO 2 and 3 reduce-scatter each microbatch's gradients as they come
+  // (the sums in another order): every step's norm and the final weights
+  // within 1e-6 of one rank's.
+  auto floats = [&](const std::string& name) {
+    std::vector<float> w;
+    for (const NamedTensor& t : ReadSafetensors((dir_ / name / "weights.safetensors").string())) {
+      w.insert(w.end(), t.data.begin(), t.data.end());
+    }
+    return w;
+  };
+  // (Their gradient windows are floats: fp32 sums, one rank's too.)
+  std::vector<std::string> fp32 = {"train.steps=6", "train.clip_grad_norm=0.05", "pipeline.microbatches=16",
+                                   "train.lr_schedule={type: cosine, warmup_steps: 2, min_lr: 0.01}"};
+  const RunResult one_fp32 = Train("one_fp32", 1, 1, fp32);
+  ExpectClean(one_fp32);
+  const std::vector<float> want_w = floats("one_fp32");
+  for (const int zero : {2, 3}) {
+    std::vector<std::string> all = fp32;
+    all.push_back("data_parallel.zero=" + std::to_string(zero));
+    const std::string name = "dp_zero" + std::to_string(zero);
+    const RunResult got = Train(name, 2, 2, all);
+    ExpectClean(got);
+    ASSERT_EQ(got.grad_norms.size(), one_fp32.grad_norms.size()) << name;
+    for (std::size_t k = 0; k < got.grad_norms.size(); ++k) {
+      EXPECT_NEAR(got.grad_norms[k], one_fp32.grad_norms[k], 1e-6 * one_fp32.grad_norms[k]) << name << " step " << k + 1;
+    }
+    const std::vector<float> w = floats(name);
+    ASSERT_EQ(w.size(), want_w.size()) << name;
+    double worst = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(w[i]) - want_w[i]));
+    EXPECT_LE(worst, 1e-6) << name;
   }
   // The clip's size, from the weights: W0 from two unclipped steps of lr
   // and 2 lr (W0 = 2 Wa - Wc), then a clipped one.
