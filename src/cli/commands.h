@@ -28,6 +28,7 @@ void AddTuneCommand(CLI::App& app);
 void AddProfileCommand(CLI::App& app);
 void AddDoctorCommand(CLI::App& app);  // baton doctor: what the job sees
 void AddDataCommand(CLI::App& app);    // baton data stats: a token dataset's documents and lengths
+void AddPlotCommand(CLI::App& app);    // baton plot: a run's metrics file drawn
 
 // Writes `content` to `path` through a temporary file renamed into place, so
 // a failure never leaves a half-written file; "-" writes to standard output.

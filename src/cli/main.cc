@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   baton::AddProfileCommand(app);
   baton::AddDoctorCommand(app);
   baton::AddDataCommand(app);
+  baton::AddPlotCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <tuple>
@@ -912,6 +913,145 @@ TEST_F(BatonCliTest, TuneSearchesTheTokenBudgetAndThePacking) {
   ExpectOneLineError(Run(tune + "--packings none"), "tune --packings: none cuts fixed windows, not documents");
   ExpectOneLineError(Run("tune '" BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml' --memory-bytes 1e9 --budgets 8"),
                      "tune --budgets/--packings: the config packs no documents (data.packing: none)");
+}
+
+}  // namespace baton
+
+namespace baton {
+
+namespace {
+
+// The SVG's elements that open with `head` (e.g. "<polyline class=\"loss steps\" data-run=\"0\""), each
+// as a map of its attributes.
+std::vector<std::map<std::string, std::string>> Elements(const std::string& svg, const std::string& head) {
+  std::vector<std::map<std::string, std::string>> out;
+  const std::regex attr("([a-z0-9-]+)=\"([^\"]*)\"");
+  for (std::size_t at = svg.find(head); at != std::string::npos; at = svg.find(head, at + 1)) {
+    const std::string tag = svg.substr(at, svg.find('>', at) - at);
+    std::map<std::string, std::string> m;
+    for (auto it = std::sregex_iterator(tag.begin(), tag.end(), attr); it != std::sregex_iterator(); ++it) {
+      m[(*it)[1]] = (*it)[2];
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<std::pair<double, double>> Points(const std::string& points) {
+  std::vector<std::pair<double, double>> out;
+  std::istringstream in(points);
+  for (std::string xy; in >> xy;) {
+    const std::size_t comma = xy.find(',');
+    out.push_back({std::stod(xy.substr(0, comma)), std::stod(xy.substr(comma + 1))});
+  }
+  return out;
+}
+
+}  // namespace
+
+// baton plot draws a metrics file as baton train writes it: each panel's
+// lines are its values mapped linearly onto the panel (x from the first to
+// the last step over 720 px from x = 78, y from the panel's bottom), a step
+// whose loss was not finite breaks the loss line and is marked skipped, a
+// step time far above the rest is drawn at the panel's top and marked,
+// events are lines at their steps (an event of no step at the last step
+// before it); --compare adds a run in its own colour. Bad files: one
+// error each, and no picture.
+TEST_F(BatonCliTest, PlotDrawsARunsMetricsAtTheirStepsWithItsEvents) {
+  std::string a, b;
+  for (int step = 2; step <= 20; step += 2) {
+    const double loss = 5 - 0.1 * step, time = step == 2 ? 1.0 : 0.1 + 0.001 * step;
+    if (step == 10) {
+      a += "{\"step\": 10, \"epoch\": 1, \"loss\": null, \"accuracy\": 0, \"samples_per_s\": 300, \"step_time_s\": 0.11, "
+           "\"lr\": 0.001, \"grad_norm\": null, \"nonfinite\": true, \"skipped\": true}\n";
+    } else {
+      a += fmt::format("{{\"step\": {}, \"epoch\": 1, \"loss\": {}, \"accuracy\": 0.1, \"samples_per_s\": {}, "
+                       "\"step_time_s\": {}, \"lr\": {}, \"grad_norm\": {}}}\n",
+                       step, loss, 32 / time, time, 1e-4 * step, 2.0 / step);
+    }
+    if (step == 12) a += "{\"event\": \"replan\", \"step\": 12, \"factors\": [1.0, 2.0]}\n";
+    b += fmt::format("{{\"step\": {}, \"epoch\": 1, \"loss\": {}, \"samples_per_s\": 250, \"step_time_s\": 0.128, "
+                     "\"lr\": 0.001, \"grad_norm\": 0}}\n",
+                     step, loss + 0.5);
+  }
+  a += "{\"event\": \"lost_rank\", \"lost\": [1]}\n";
+  a += "{\"step\": 20, \"epoch\": 1, \"validation_loss\": 2.75, \"validation_perplexity\": 15.6}\n";
+  WriteWork("a.jsonl", a);
+  WriteWork("b.jsonl", b);
+  const RunResult r = Run("plot a.jsonl --compare b.jsonl --svg p.svg");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  const std::string svg = ReadFile(Work() / "p.svg");
+  ASSERT_EQ(svg.rfind("<svg", 0), 0u);
+  const auto x_of = [](double step) { return 78 + (step - 2) / 18 * 720; };
+  // Each panel's lines against its range; "above" marks a value over its top.
+  std::map<std::string, std::map<std::string, std::string>> panels;
+  for (const auto& g : Elements(svg, "<g class=\"panel ")) panels[g.at("class").substr(6)] = g;
+  ASSERT_EQ(panels.size(), 5u) << "loss, step time, rate, lr (moves in a) and grad norm (> 0 in a)";
+  auto check = [&](const std::string& panel, int run, const std::vector<std::vector<std::pair<double, double>>>& want) {
+    const auto& g = panels.at(panel);
+    const double lo = std::stod(g.at("data-lo")), hi = std::stod(g.at("data-hi"));
+    const double top = std::stod(g.at("data-top")), height = std::stod(g.at("data-height"));
+    const auto lines = Elements(svg, "<polyline class=\"" + panel + " steps\" data-run=\"" + std::to_string(run) + "\"");
+    ASSERT_EQ(lines.size(), want.size()) << panel << " run " << run;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      const auto got = Points(lines[k].at("points"));
+      ASSERT_EQ(got.size(), want[k].size()) << panel << " run " << run << " line " << k;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const auto [step, v] = want[k][i];
+        EXPECT_NEAR(got[i].first, x_of(step), 0.006) << panel << " step " << step;
+        EXPECT_NEAR(got[i].second, top + height - (std::min(v, hi) - lo) / (hi - lo) * height, 0.006)
+            << panel << " step " << step;
+      }
+    }
+  };
+  std::vector<std::pair<double, double>> before, after, times_a, loss_b;
+  for (int step = 2; step <= 20; step += 2) {
+    if (step < 10) before.push_back({step, 5 - 0.1 * step});
+    if (step > 10) after.push_back({step, 5 - 0.1 * step});
+    times_a.push_back({step, step == 2 ? 1.0 : step == 10 ? 0.11 : 0.1 + 0.001 * step});
+    loss_b.push_back({step, 5.5 - 0.1 * step});
+  }
+  check("loss", 0, {before, after});  // broken at the skipped step 10
+  check("loss", 1, {loss_b});
+  check("step_time", 0, {times_a});
+  EXPECT_DOUBLE_EQ(std::stod(panels["loss"].at("data-lo")), 2.75);  // the validation loss
+  EXPECT_DOUBLE_EQ(std::stod(panels["loss"].at("data-hi")), 5.3);   // b's first
+  EXPECT_DOUBLE_EQ(std::stod(panels["step_time"].at("data-lo")), 0.0);
+  // The median of both runs' 20 step times is 0.128 (b's ten), the top 3 times it: a's 1.0 above.
+  EXPECT_DOUBLE_EQ(std::stod(panels["step_time"].at("data-hi")), 3 * 0.128);
+  EXPECT_EQ(Elements(svg, "<path class=\"above\" data-run=\"0\"").size(), 1u);
+  // Events at their steps, through every panel; the stepless lost rank at step 20 (the last before it).
+  const auto replans = Elements(svg, "<line class=\"event replan\"");
+  ASSERT_EQ(replans.size(), 5u);
+  for (const auto& e : replans) {
+    EXPECT_EQ(e.at("data-step"), "12");
+    EXPECT_NEAR(std::stod(e.at("x1")), x_of(12), 0.006);
+  }
+  const auto lost = Elements(svg, "<line class=\"event lost_rank\"");
+  ASSERT_EQ(lost.size(), 5u);
+  EXPECT_NEAR(std::stod(lost[0].at("x1")), x_of(20), 0.006);
+  const auto skipped = Elements(svg, "<text class=\"skipped\"");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].at("data-step"), "10");
+  EXPECT_EQ(Elements(svg, "<circle class=\"validation\"").size(), 1u);
+  EXPECT_NE(svg.find(">samples/s<"), std::string::npos) << "no run packs: samples, not tokens";
+
+  // Bad files: one error each, and no picture.
+  ExpectOneLineError(Run("plot missing.jsonl --svg q.svg"), "missing.jsonl: no such metrics file");
+  fs::create_directory(Work() / "folder");
+  ExpectOneLineError(Run("plot folder --svg q.svg"), "folder: is a folder, not a metrics file");
+  WriteWork("bad.jsonl", "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\n");
+  ExpectOneLineError(Run("plot bad.jsonl --svg q.svg"), "bad.jsonl:2: not JSON");
+  WriteWork("array.jsonl", "[1, 2]\n");
+  ExpectOneLineError(Run("plot array.jsonl --svg q.svg"), "array.jsonl:1: not a JSON object");
+  WriteWork("nostep.jsonl", "{\"loss\": 2}\n");
+  ExpectOneLineError(Run("plot nostep.jsonl --svg q.svg"), "nostep.jsonl:1: a loss without a numeric \"step\"");
+  WriteWork("events.jsonl", "{\"event\": \"replan\", \"step\": 3}\n");
+  ExpectOneLineError(Run("plot events.jsonl --svg q.svg"), "events.jsonl: no step rows");
+  ExpectOneLineError(Run("plot a.jsonl --compare b.jsonl --svg b.jsonl"), "--svg (b.jsonl) is the same file as --compare (b.jsonl)");
+  EXPECT_FALSE(fs::exists(Work() / "q.svg"));
+  EXPECT_EQ(ReadFile(Work() / "b.jsonl"), b);
 }
 
 }  // namespace baton
