@@ -111,6 +111,220 @@ struct Panel {
   std::vector<std::vector<std::pair<double, double>>> dashed;  // per run: validation points
 };
 
+// The picture's frame: panels of `height` from x = left over `width`, the
+// steps from x_lo to x_hi.
+struct Frame {
+  double left = 78, width = 720, right = 24, height = 150, gap = 52, top = 40;
+  double x_lo = 0, x_hi = 1;
+  double X(double step) const { return left + (step - x_lo) / (x_hi - x_lo) * width; }
+};
+
+// A panel's value range and its place: y of a value (clamped to the top).
+struct Scale {
+  double lo = 0, hi = 1, top = 0, bottom = 0;
+  double Y(double v) const { return bottom - (std::min(v, hi) - lo) / (hi - lo) * (bottom - top); }
+};
+
+// The panels the runs fill: loss, step time and rate always; the learning
+// rate where it moves, the gradient norm where one was measured.
+std::vector<Panel> PanelsOf(const std::vector<MetricsRun>& runs) {
+  const bool tokens = std::all_of(runs.begin(), runs.end(), [](const MetricsRun& r) {
+    return std::any_of(r.steps.begin(), r.steps.end(), [](const MetricsStep& s) { return !std::isnan(s.tokens_per_s); });
+  });
+  const bool test = std::any_of(runs.begin(), runs.end(), [](const MetricsRun& r) { return r.test_split; });
+  std::vector<Panel> panels;
+  panels.push_back({test ? "loss (training: solid; test: dashed, dots)" : "loss (training: solid; validation: dashed, dots)",
+                    "loss", false, false, {}, {}});
+  panels.push_back({"step time (s)", "step_time", true, true, {}, {}});
+  panels.push_back({tokens ? "real tokens/s" : "samples/s", "rate", true, true, {}, {}});
+  Panel lr{"learning rate", "lr", true, false, {}, {}}, norm{"gradient norm (before clipping)", "grad_norm", true, false, {}, {}};
+  bool lr_moves = false, has_norm = false;
+  for (const MetricsRun& r : runs) {
+    std::vector<std::pair<double, double>> loss, time, rate, rates, norms;
+    for (const MetricsStep& s : r.steps) {
+      loss.push_back({s.step, s.loss});
+      time.push_back({s.step, s.step_time_s});
+      rate.push_back({s.step, tokens ? s.tokens_per_s : s.samples_per_s});
+      rates.push_back({s.step, s.lr});
+      norms.push_back({s.step, s.grad_norm});
+      if (!std::isnan(s.lr) && s.lr != r.steps.front().lr) lr_moves = true;
+      if (s.grad_norm > 0) has_norm = true;
+    }
+    panels[0].lines.push_back(loss);
+    panels[0].dashed.push_back(r.validation);
+    panels[1].lines.push_back(time);
+    panels[2].lines.push_back(rate);
+    lr.lines.push_back(rates);
+    norm.lines.push_back(norms);
+  }
+  if (lr_moves) panels.push_back(lr);
+  if (has_norm) panels.push_back(norm);
+  return panels;
+}
+
+// The steps every run's rows and events cover.
+void StepRange(const std::vector<MetricsRun>& runs, Frame& f) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const MetricsRun& r : runs) {
+    for (const MetricsStep& s : r.steps) lo = std::min(lo, s.step), hi = std::max(hi, s.step);
+    for (const auto& [step, v] : r.validation) lo = std::min(lo, step), hi = std::max(hi, step);
+    for (const auto& [step, e] : r.events) lo = std::min(lo, step), hi = std::max(hi, step);
+  }
+  f.x_lo = lo;
+  f.x_hi = hi > lo ? hi : lo + 1;
+}
+
+// A panel's range: its finite values (from 0 for times, rates and norms);
+// a time or a rate far above the rest (the first logged step holds the
+// start-up) would flatten the panel, so its top is at most 3 times the
+// median, and what lies above is drawn at the top, marked.
+Scale ScaleOf(const Panel& p, double top, double height) {
+  Scale s;
+  s.top = top;
+  s.bottom = top + height;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  std::vector<double> values;
+  for (const auto* set : {&p.lines, &p.dashed}) {
+    for (const auto& line : *set) {
+      for (const auto& [step, v] : line) {
+        if (!std::isfinite(v)) continue;
+        lo = std::min(lo, v), hi = std::max(hi, v);
+        if (set == &p.lines) values.push_back(v);
+      }
+    }
+  }
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (p.from_zero) lo = std::min(lo, 0.0);
+  if (p.trim && !values.empty()) {
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+    const double median = values[values.size() / 2];
+    if (median > 0) hi = std::min(hi, 3 * median);
+  }
+  if (hi <= lo) {
+    const double pad = lo == 0 ? 1.0 : std::abs(lo) * 0.05;
+    lo -= pad, hi += pad;
+  }
+  s.lo = lo;
+  s.hi = hi;
+  return s;
+}
+
+// The title, a line a run in its colour, and the markers' key.
+void DrawLegend(std::ostream& o, const std::vector<MetricsRun>& runs, const Frame& f) {
+  const double left = f.left;
+  o << fmt::format("<text x=\"{}\" y=\"22\" font-size=\"14\" font-weight=\"bold\">{}</text>\n", left,
+                   runs.size() == 1 ? Escape(runs[0].path) : fmt::format("{} runs", runs.size()));
+  double y = f.top;
+  for (std::size_t i = 0; i < runs.size(); ++i, y += 18) {
+    const char* c = kColors[i % std::size(kColors)];
+    o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n", left,
+                     Coord(y - 4), left + 24, Coord(y - 4), c);
+    o << fmt::format("<text x=\"{}\" y=\"{}\">{}: {} steps logged</text>\n", left + 30, Coord(y), Escape(runs[i].path),
+                     runs[i].steps.size());
+  }
+  double x = left;
+  for (const EventStyle& e : kEvents) {
+    o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" "
+                     "stroke-dasharray=\"{}\"/>\n",
+                     Coord(x), Coord(y - 12), Coord(x), Coord(y + 2), e.color, e.dash);
+    o << fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", Coord(x + 6), Coord(y), e.label);
+    x += 22 + 6.5 * static_cast<double>(std::string_view(e.label).size());
+  }
+  o << fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#c00\" font-weight=\"bold\">\u00d7</text>\n", Coord(x), Coord(y));
+  o << fmt::format("<text x=\"{}\" y=\"{}\">skipped step</text>\n", Coord(x + 12), Coord(y));
+}
+
+// A panel's box, title, grid and both axes' ticks.
+void DrawAxes(std::ostream& o, const Panel& p, const Frame& f, const Scale& s) {
+  o << fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{}</text>\n", f.left, Coord(s.top - 8), p.title);
+  o << fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n", f.left,
+                   Coord(s.top), f.width, Coord(s.bottom - s.top));
+  for (const double t : Ticks(s.lo, s.hi, 4)) {
+    o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#eee\"/>\n", f.left, Coord(s.Y(t)),
+                     f.left + f.width, Coord(s.Y(t)));
+    o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", f.left - 6, Coord(s.Y(t) + 4), Label(t));
+  }
+  for (const double t : Ticks(f.x_lo, f.x_hi, 8)) {
+    o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/>\n", Coord(f.X(t)),
+                     Coord(s.bottom), Coord(f.X(t)), Coord(s.bottom + 4));
+    o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", Coord(f.X(t)), Coord(s.bottom + 16),
+                     Label(t));
+  }
+  o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#666\">step</text>\n", f.left + f.width,
+                   Coord(s.bottom + 30));
+}
+
+// Run `run`'s points as polylines, one a stretch of finite values (a step
+// of no value breaks it); a value above the panel at its top, marked.
+void DrawLine(std::ostream& o, const std::vector<std::pair<double, double>>& points, const std::string& cls, std::size_t run,
+              const char* dash, const Frame& f, const Scale& s) {
+  const char* c = kColors[run % std::size(kColors)];
+  std::string pts;
+  auto flush = [&] {
+    if (pts.empty()) return;
+    o << fmt::format("<polyline class=\"{}\" data-run=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} "
+                     "points=\"{}\"/>\n",
+                     cls, run, c, dash, pts);
+    pts.clear();
+  };
+  for (const auto& [step, v] : points) {
+    if (!std::isfinite(v)) {
+      flush();
+      continue;
+    }
+    if (!pts.empty()) pts += ' ';
+    pts += Coord(f.X(step)) + "," + Coord(s.Y(v));
+    if (v > s.hi) {
+      o << fmt::format("<path class=\"above\" data-run=\"{}\" d=\"M{},{} l-4,7 h8 z\" fill=\"{}\"><title>step {}: {} "
+                       "(above the panel)</title></path>\n",
+                       run, Coord(f.X(step)), Coord(s.top), c, Label(step), Label(v));
+    }
+  }
+  flush();
+}
+
+// The events as lines through the panel; on the loss panel, skipped steps.
+void DrawMarks(std::ostream& o, const Panel& p, const MetricsRun& r, std::size_t run, const Frame& f, const Scale& s) {
+  for (const auto& [step, event] : r.events) {
+    const EventStyle* e = StyleOf(event);
+    if (e == nullptr) continue;
+    o << fmt::format("<line class=\"event {}\" data-run=\"{}\" data-step=\"{}\" x1=\"{}\" y1=\"{}\" x2=\"{}\" "
+                     "y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"{}\"><title>{} at step {} "
+                     "({})</title></line>\n",
+                     e->event, run, Label(step), Coord(f.X(step)), Coord(s.top), Coord(f.X(step)), Coord(s.bottom),
+                     e->color, e->dash, e->label, Label(step), Escape(r.path));
+  }
+  if (p.key != "loss") return;
+  for (const MetricsStep& m : r.steps) {
+    if (!m.skipped) continue;
+    o << fmt::format("<text class=\"skipped\" data-run=\"{}\" data-step=\"{}\" x=\"{}\" y=\"{}\" "
+                     "text-anchor=\"middle\" fill=\"#c00\" font-weight=\"bold\">\u00d7<title>step {} skipped "
+                     "(train.on_nonfinite: skip)</title></text>\n",
+                     run, Label(m.step), Coord(f.X(m.step)), Coord(s.bottom - 4), Label(m.step));
+  }
+}
+
+// One panel whole: its axes, every run's lines (validation dashed, a dot
+// an evaluation), then the marks over them.
+void DrawPanel(std::ostream& o, const Panel& p, const std::vector<MetricsRun>& runs, const Frame& f, double top) {
+  const Scale s = ScaleOf(p, top, f.height);
+  o << fmt::format("<g class=\"panel {}\" data-lo=\"{:.17g}\" data-hi=\"{:.17g}\" data-top=\"{}\" data-height=\"{}\">\n",
+                   p.key, s.lo, s.hi, Coord(s.top), Coord(f.height));
+  DrawAxes(o, p, f, s);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (i < p.lines.size()) DrawLine(o, p.lines[i], p.key + " steps", i, "", f, s);
+    if (i >= p.dashed.size() || p.dashed[i].empty()) continue;
+    DrawLine(o, p.dashed[i], p.key + " validation", i, " stroke-dasharray=\"5 3\"", f, s);
+    for (const auto& [step, v] : p.dashed[i]) {
+      if (!std::isfinite(v)) continue;
+      o << fmt::format("<circle class=\"validation\" cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>\n", Coord(f.X(step)),
+                       Coord(s.Y(v)), kColors[i % std::size(kColors)]);
+    }
+  }
+  for (std::size_t i = 0; i < runs.size(); ++i) DrawMarks(o, p, runs[i], i, f, s);
+  o << "</g>\n";
+}
+
 }  // namespace
 
 MetricsRun ReadMetricsRun(const std::string& path) {
@@ -171,192 +385,22 @@ MetricsRun ReadMetricsRun(const std::string& path) {
 }
 
 std::string PlotSvg(const std::vector<MetricsRun>& runs) {
-  const bool tokens = std::all_of(runs.begin(), runs.end(), [](const MetricsRun& r) {
-    return std::any_of(r.steps.begin(), r.steps.end(), [](const MetricsStep& s) { return !std::isnan(s.tokens_per_s); });
-  });
-  const bool test = std::any_of(runs.begin(), runs.end(), [](const MetricsRun& r) { return r.test_split; });
-  std::vector<Panel> panels;
-  panels.push_back({test ? "loss (training: solid; test: dashed, dots)" : "loss (training: solid; validation: dashed, dots)",
-                    "loss", false, false, {}, {}});
-  panels.push_back({"step time (s)", "step_time", true, true, {}, {}});
-  panels.push_back({tokens ? "real tokens/s" : "samples/s", "rate", true, true, {}, {}});
-  Panel lr{"learning rate", "lr", true, false, {}, {}}, norm{"gradient norm (before clipping)", "grad_norm", true, false, {}, {}};
-  bool lr_moves = false, has_norm = false;
-  for (const MetricsRun& r : runs) {
-    std::vector<std::pair<double, double>> loss, time, rate, rates, norms;
-    for (const MetricsStep& s : r.steps) {
-      loss.push_back({s.step, s.loss});
-      time.push_back({s.step, s.step_time_s});
-      rate.push_back({s.step, tokens ? s.tokens_per_s : s.samples_per_s});
-      rates.push_back({s.step, s.lr});
-      norms.push_back({s.step, s.grad_norm});
-      if (!std::isnan(s.lr) && s.lr != r.steps.front().lr) lr_moves = true;
-      if (s.grad_norm > 0) has_norm = true;
-    }
-    panels[0].lines.push_back(loss);
-    panels[0].dashed.push_back(r.validation);
-    panels[1].lines.push_back(time);
-    panels[2].lines.push_back(rate);
-    lr.lines.push_back(rates);
-    norm.lines.push_back(norms);
-  }
-  if (lr_moves) panels.push_back(lr);
-  if (has_norm) panels.push_back(norm);
-
-  double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo;
-  for (const MetricsRun& r : runs) {
-    for (const MetricsStep& s : r.steps) x_lo = std::min(x_lo, s.step), x_hi = std::max(x_hi, s.step);
-    for (const auto& [step, v] : r.validation) x_lo = std::min(x_lo, step), x_hi = std::max(x_hi, step);
-    for (const auto& [step, e] : r.events) x_lo = std::min(x_lo, step), x_hi = std::max(x_hi, step);
-  }
-  if (x_hi <= x_lo) x_hi = x_lo + 1;
-
-  const double left = 78, width = 720, right = 24, height = 150, gap = 52, top = 40;
+  const std::vector<Panel> panels = PanelsOf(runs);
+  Frame f;
+  StepRange(runs, f);
   const double legend_h = 18.0 * static_cast<double>(runs.size()) + 26;
-  const double total_w = left + width + right;
-  const double total_h = top + legend_h + static_cast<double>(panels.size()) * (height + gap) + 10;
-  auto x_of = [&](double step) { return left + (step - x_lo) / (x_hi - x_lo) * width; };
-  const std::vector<double> x_ticks = Ticks(x_lo, x_hi, 8);
-
+  const double total_w = f.left + f.width + f.right;
+  const double total_h = f.top + legend_h + static_cast<double>(panels.size()) * (f.height + f.gap) + 10;
   std::ostringstream o;
   o << fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
                    "font-family=\"sans-serif\" font-size=\"11\">\n",
                    Coord(total_w), Coord(total_h), Coord(total_w), Coord(total_h));
   o << fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", Coord(total_w), Coord(total_h));
-  o << fmt::format("<text x=\"{}\" y=\"22\" font-size=\"14\" font-weight=\"bold\">{}</text>\n", left,
-                   runs.size() == 1 ? Escape(runs[0].path) : fmt::format("{} runs", runs.size()));
-  // The legend: a colour a run, then the events' lines.
-  double y = top;
-  for (std::size_t i = 0; i < runs.size(); ++i, y += 18) {
-    const char* c = kColors[i % std::size(kColors)];
-    o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n", left,
-                     Coord(y - 4), left + 24, Coord(y - 4), c);
-    o << fmt::format("<text x=\"{}\" y=\"{}\">{}: {} steps logged</text>\n", left + 30, Coord(y), Escape(runs[i].path),
-                     runs[i].steps.size());
-  }
-  double lx = left;
-  for (const EventStyle& e : kEvents) {
-    o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" "
-                     "stroke-dasharray=\"{}\"/>\n",
-                     Coord(lx), Coord(y - 12), Coord(lx), Coord(y + 2), e.color, e.dash);
-    o << fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", Coord(lx + 6), Coord(y), e.label);
-    lx += 22 + 6.5 * static_cast<double>(std::string_view(e.label).size());
-  }
-  o << fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#c00\" font-weight=\"bold\">\u00d7</text>\n", Coord(lx), Coord(y));
-  o << fmt::format("<text x=\"{}\" y=\"{}\">skipped step</text>\n", Coord(lx + 12), Coord(y));
-
-  double panel_top = top + legend_h;
+  DrawLegend(o, runs, f);
+  double top = f.top + legend_h;
   for (const Panel& p : panels) {
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (const auto* set : {&p.lines, &p.dashed}) {
-      for (const auto& line : *set) {
-        for (const auto& [step, v] : line) {
-          if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-        }
-      }
-    }
-    if (!std::isfinite(lo)) lo = 0, hi = 1;
-    if (p.from_zero) lo = std::min(lo, 0.0);
-    if (p.trim) {
-      // A time or a rate far above the rest (the first logged step holds
-      // the start-up) would flatten the panel: its top is at most 3 times
-      // the median, and what lies above is drawn at the top, marked.
-      std::vector<double> values;
-      for (const auto& line : p.lines) {
-        for (const auto& [step, v] : line) {
-          if (std::isfinite(v)) values.push_back(v);
-        }
-      }
-      if (!values.empty()) {
-        std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
-        const double median = values[values.size() / 2];
-        if (median > 0) hi = std::min(hi, 3 * median);
-      }
-    }
-    if (hi <= lo) {
-      const double pad = lo == 0 ? 1.0 : std::abs(lo) * 0.05;
-      lo -= pad, hi += pad;
-    }
-    const double bottom = panel_top + height;
-    auto y_of = [&](double v) { return bottom - (v - lo) / (hi - lo) * height; };
-    o << fmt::format("<g class=\"panel {}\" data-lo=\"{:.17g}\" data-hi=\"{:.17g}\" data-top=\"{}\" data-height=\"{}\">\n",
-                     p.key, lo, hi, Coord(panel_top), Coord(height));
-    o << fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{}</text>\n", left, Coord(panel_top - 8), p.title);
-    o << fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n", left,
-                     Coord(panel_top), width, height);
-    for (const double t : Ticks(lo, hi, 4)) {
-      o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#eee\"/>\n", left, Coord(y_of(t)),
-                       left + width, Coord(y_of(t)));
-      o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", left - 6, Coord(y_of(t) + 4), Label(t));
-    }
-    for (const double t : x_ticks) {
-      o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/>\n", Coord(x_of(t)), Coord(bottom),
-                       Coord(x_of(t)), Coord(bottom + 4));
-      o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", Coord(x_of(t)), Coord(bottom + 16),
-                       Label(t));
-    }
-    o << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#666\">step</text>\n", left + width,
-                     Coord(bottom + 30));
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      const char* c = kColors[i % std::size(kColors)];
-      // A line a stretch of finite values (a step of no value breaks it).
-      auto draw = [&](const std::vector<std::pair<double, double>>& points, const char* kind, const char* dash) {
-        std::string pts;
-        auto flush = [&] {
-          if (pts.empty()) return;
-          o << fmt::format("<polyline class=\"{} {}\" data-run=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} "
-                           "points=\"{}\"/>\n",
-                           p.key, kind, i, c, dash, pts);
-          pts.clear();
-        };
-        for (const auto& [step, v] : points) {
-          if (!std::isfinite(v)) {
-            flush();
-            continue;
-          }
-          if (!pts.empty()) pts += ' ';
-          pts += Coord(x_of(step)) + "," + Coord(y_of(std::min(v, hi)));
-          if (v > hi) {
-            o << fmt::format("<path class=\"above\" data-run=\"{}\" d=\"M{},{} l-4,7 h8 z\" fill=\"{}\"><title>step {}: "
-                             "{} (above the panel)</title></path>\n",
-                             i, Coord(x_of(step)), Coord(panel_top), c, Label(step), Label(v));
-          }
-        }
-        flush();
-      };
-      if (i < p.lines.size()) draw(p.lines[i], "steps", "");
-      if (i < p.dashed.size() && !p.dashed[i].empty()) {
-        draw(p.dashed[i], "validation", " stroke-dasharray=\"5 3\"");
-        for (const auto& [step, v] : p.dashed[i]) {
-          if (std::isfinite(v)) {
-            o << fmt::format("<circle class=\"validation\" cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>\n", Coord(x_of(step)),
-                             Coord(y_of(v)), c);
-          }
-        }
-      }
-    }
-    // The events through every panel; skipped steps on the loss panel.
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      for (const auto& [step, event] : runs[i].events) {
-        const EventStyle* s = StyleOf(event);
-        if (s == nullptr) continue;
-        o << fmt::format("<line class=\"event {}\" data-run=\"{}\" data-step=\"{}\" x1=\"{}\" y1=\"{}\" x2=\"{}\" "
-                         "y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"{}\"><title>{} at step {} "
-                         "({})</title></line>\n",
-                         s->event, i, Label(step), Coord(x_of(step)), Coord(panel_top), Coord(x_of(step)), Coord(bottom),
-                         s->color, s->dash, s->label, Label(step), Escape(runs[i].path));
-      }
-      if (p.key != "loss") continue;
-      for (const MetricsStep& s : runs[i].steps) {
-        if (!s.skipped) continue;
-        o << fmt::format("<text class=\"skipped\" data-run=\"{}\" data-step=\"{}\" x=\"{}\" y=\"{}\" "
-                         "text-anchor=\"middle\" fill=\"#c00\" font-weight=\"bold\">\u00d7<title>step {} skipped "
-                         "(train.on_nonfinite: skip)</title></text>\n",
-                         i, Label(s.step), Coord(x_of(s.step)), Coord(bottom - 4), Label(s.step));
-      }
-    }
-    o << "</g>\n";
-    panel_top += height + gap;
+    DrawPanel(o, p, runs, f, top);
+    top += f.height + f.gap;
   }
   o << "</svg>\n";
   return o.str();

@@ -157,6 +157,25 @@ void CheckFiles(const TrainConfig& config, const PackedSimulation& what) {
   CheckCommandFiles(files);
 }
 
+// The table (unless a file goes to standard output), the first step's
+// picture and trace, and every step's JSON, where asked.
+void WriteOutputs(const PackedSimulation& what, const std::string& table, const nlohmann::ordered_json& j,
+                  const SimResult& first) {
+  const bool to_stdout = what.json.value_or("") == "-" || what.svg.value_or("") == "-" || what.trace.value_or("") == "-";
+  if (!to_stdout) std::cout << table;
+  if (what.svg) {
+    std::ostringstream svg;
+    WriteSvg(first, svg);
+    WriteOutput(*what.svg, svg.str());
+  }
+  if (what.trace) {
+    std::ostringstream trace;
+    WriteChromeTrace(first, trace);
+    WriteOutput(*what.trace, trace.str());
+  }
+  if (what.json) WriteOutput(*what.json, j.dump(1) + "\n");
+}
+
 }  // namespace
 
 void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profile& profile,
@@ -228,19 +247,7 @@ void SimulatePacked(const TrainConfig& config, const RunPlan& plan, const Profil
   }
   j["median_step_s"] = Median(times);
   j["median_tokens_per_s"] = Median(rates);
-  const bool to_stdout = what.json.value_or("") == "-" || what.svg.value_or("") == "-" || what.trace.value_or("") == "-";
-  if (!to_stdout) std::cout << out;
-  if (what.svg) {
-    std::ostringstream svg;
-    WriteSvg(steps.front().sim, svg);
-    WriteOutput(*what.svg, svg.str());
-  }
-  if (what.trace) {
-    std::ostringstream trace;
-    WriteChromeTrace(steps.front().sim, trace);
-    WriteOutput(*what.trace, trace.str());
-  }
-  if (what.json) WriteOutput(*what.json, j.dump(1) + "\n");
+  WriteOutputs(what, out, j, steps.front().sim);
 }
 
 }  // namespace baton

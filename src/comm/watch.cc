@@ -47,6 +47,25 @@ constexpr const char* kAgreedLost = "the survivors agreed it is lost";
   throw Error(fmt::format("the lost-rank watch: {}: {}", what, std::strerror(errno)));
 }
 
+// Every rank's "address:port\tpid\thost" (gathered at rank 0, broadcast):
+// the addresses by rank, the members appended to `members`.
+std::vector<std::string> ExchangeAddresses(Transport& world, const std::string& mine,
+                                           std::vector<WatchMember>& members) {
+  std::vector<std::string> all;
+  world.GatherStrings(mine, &all, "every rank's lost-rank watch address");
+  std::string joined;
+  for (const std::string& a : all) joined += a + "\n";
+  world.BroadcastString(&joined);
+  all.clear();
+  for (std::size_t at = 0, end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1) {
+    const std::string line = joined.substr(at, end - at);
+    const std::size_t tab = line.find('\t'), tab2 = line.find('\t', tab + 1);
+    all.push_back(line.substr(0, tab));
+    members.push_back({line.substr(tab2 + 1), std::atoi(line.substr(tab + 1, tab2 - tab - 1).c_str())});
+  }
+  return all;
+}
+
 }  // namespace
 
 struct RankWatch::State {
@@ -176,18 +195,7 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     // address:port, then the process and its machine (WatchMember).
     mine = fmt::format("{}:{}\t{}\t{}", env.HostAddress(), port, ::getpid(), env.HostName());
   });
-  std::vector<std::string> all;
-  world.GatherStrings(mine, &all, "every rank's lost-rank watch address");
-  std::string joined;
-  for (const std::string& a : all) joined += a + "\n";
-  world.BroadcastString(&joined);
-  all.clear();
-  for (std::size_t at = 0, end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1) {
-    const std::string line = joined.substr(at, end - at);
-    const std::size_t tab = line.find('\t'), tab2 = line.find('\t', tab + 1);
-    all.push_back(line.substr(0, tab));
-    members_.push_back({line.substr(tab2 + 1), std::atoi(line.substr(tab + 1, tab2 - tab - 1).c_str())});
-  }
+  const std::vector<std::string> all = ExchangeAddresses(world, mine, members_);
   Agree(world, "every rank connecting its lost-rank watch", [&] {
     // Each pair once: the lower rank connects (the listener's backlog takes
     // it before anyone accepts), and says who it is.

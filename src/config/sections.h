@@ -28,6 +28,14 @@ void ReadData(YamlMap& top, TrainConfig& c);
 // the data's features and classes; its loss and initialisation.
 void ReadModel(YamlMap& top, TrainConfig& c);
 
+// train.optimizer (optimizer_config.cc).
+void ReadOptimizer(YamlMap& train, OptimizerSpec& o);
+
+// train.lr_schedule (LrSchedule, baton/model.h), checked against the
+// optimizer's peak rate and, where the run's length is set, its steps
+// (optimizer_config.cc; read after the optimizer and train.steps).
+void ReadLrSchedule(YamlMap& train, const TrainConfig& c, LrSchedule& s);
+
 }  // namespace baton
 
 #endif  // BATON_SRC_CONFIG_SECTIONS_H_

@@ -378,9 +378,7 @@ void CheckFault(const Fault& f, int world, int rank, const RankPlan& plan, std::
     return;
   }
   if (f.action == "start") {
-    if (f.step != first_step) {
-      throw never(fmt::format("the run starts at step {}, not {}", first_step, f.step));
-    }
+    if (f.step != first_step) throw never(fmt::format("the run starts at step {}, not {}", first_step, f.step));
     return;
   }
   if (f.action == "checkpoint") {

@@ -21,6 +21,7 @@
 #include "check_options.h"
 #include "collectives.h"
 #include "completion.h"
+#include "unit_shares.h"
 
 namespace baton {
 namespace {
@@ -161,7 +162,12 @@ class Simulator {
     }
     comm_time_ = o_.messages.Time();
     link_delay_ = o_.messages.link_delay.empty() ? nullptr : &o_.messages.link_delay;
-    if (shaped_) ShapeUnits(slice_cost, o_.slices.message.empty() ? slice_memory_ : o_.slices.message);
+    if (shaped_) {
+      UnitShares u = ShapeUnits(s_, o_, slice_cost, o_.slices.message.empty() ? slice_memory_ : o_.slices.message);
+      cost_stride_ = u.stride;
+      unit_cost_ = std::move(u.cost);
+      unit_comm_ = std::move(u.message_time);
+    }
     const std::size_t n = static_cast<std::size_t>(S) * m_;
     flags_.assign(n, 0);
     if (timed_) {
@@ -176,46 +182,6 @@ class Simulator {
     if (record_timeline_) {
       timeline_.resize(s_.ranks);
       for (int r = 0; r < s_.ranks; ++r) timeline_[r].reserve(s_.actions[r].size());
-    }
-  }
-
-  // Shaped units, per unit: its cost share (per stage, cost_stride_ = m_,
-  // where the microbatches' costs are; else one for every stage) and its
-  // message's time: its slice's share times its microbatch's.
-  void ShapeUnits(const std::vector<double>& slice_cost, const std::vector<double>& slice_message) {
-    const MicrobatchShares& mb = o_.microbatches;
-    const int S = s_.stages;
-    if (!mb.unit_cost.empty() || !mb.unit_message.empty()) {
-      // Each unit's own share (MicrobatchShares::unit_cost, unit_message).
-      const bool per_stage = static_cast<int>(mb.unit_cost.size()) == m_ * S && S > 1;
-      cost_stride_ = per_stage ? static_cast<std::size_t>(m_) : 0;
-      unit_cost_.assign(per_stage ? static_cast<std::size_t>(S) * m_ : static_cast<std::size_t>(m_), 0.0);
-      unit_comm_.assign(static_cast<std::size_t>(m_), 0.0);
-      for (int u = 0; u < m_; ++u) {
-        for (int st = 0; st < (per_stage ? S : 1); ++st) {
-          unit_cost_[st * cost_stride_ + u] =
-              mb.unit_cost.empty() ? slice_cost[SliceOf(u)]
-                                   : mb.unit_cost[static_cast<std::size_t>(u) * (per_stage ? S : 1) + st];
-        }
-        // A unit that sends nothing (a slice past its sequence's end) takes no time on the wire.
-        const double share = mb.unit_message.empty() ? slice_message[SliceOf(u)] : mb.unit_message[u];
-        unit_comm_[u] = share > 0 ? o_.messages.Time(share) : 0.0;
-      }
-      return;
-    }
-    const bool per_stage = static_cast<int>(mb.cost.size()) == s_.sequences() * S && S > 1;
-    cost_stride_ = per_stage ? static_cast<std::size_t>(m_) : 0;
-    unit_cost_.assign(per_stage ? static_cast<std::size_t>(S) * m_ : static_cast<std::size_t>(m_), 0.0);
-    unit_comm_.assign(static_cast<std::size_t>(m_), 0.0);
-    for (int u = 0; u < m_; ++u) {
-      const std::size_t j = static_cast<std::size_t>(s_.SequenceOf(u));
-      const double slice = slice_cost[SliceOf(u)];
-      for (int st = 0; st < (per_stage ? S : 1); ++st) {
-        const double own = mb.cost.empty() ? 1.0 : per_stage ? mb.cost[j * S + st] : mb.cost[j];
-        unit_cost_[st * cost_stride_ + u] = slice * own;
-      }
-      const double message = mb.message.empty() ? 1.0 : mb.message[j];
-      unit_comm_[u] = o_.messages.Time(slice_message[SliceOf(u)] * message);
     }
   }
 

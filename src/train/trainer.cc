@@ -398,9 +398,13 @@ SetupOptions SetupFor(const TrainConfig& c, const TrainOptions& options) {
   return setup;
 }
 
-// Rank 0's lines before the first step that are said even without
-// progress output: sharding actions that do nothing here, and a resume.
-void SayBeforeSteps(const TrainConfig& c, const RunSetup& u) {
+// Rank 0's lines before the first step: the run's start with progress
+// output (not after a replace: the job is the same size, its start said
+// already); and, even without, unless recovering, sharding actions that
+// do nothing here, and a resume.
+void SayBeforeSteps(const TrainConfig& c, const RunSetup& u, const Recovery& recovery, int ranks) {
+  if (c.log.progress && !recovery.replaced()) PrintStart(c, u, ranks, u.total_steps);
+  if (recovery.recovering()) return;
   if (u.plan.idle_sharding_actions) {
     std::fprintf(stderr,
                  "baton: the schedule %s holds sharded data parallel's UNSHARD/RESHARD/REDUCE_GRAD; data_parallel.zero "
@@ -469,6 +473,43 @@ double StepWork(const TrainConfig& c, const RunPlan& plan, const Batch& batch) {
                          c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0);
 }
 
+// The step's update: its gradients dropped (a skipped step), or their
+// norm measured where clipped, or logged on the host (it reads the
+// gradients in host memory: on a GPU the rows carry none yet), the clip
+// applied, and the optimizer step taken at `lr` (train.lr_schedule's rate
+// of the step: its state is the step, so a resumed run goes on at the
+// same rates). The norm, NaN where not measured.
+double Update(const TrainConfig& c, Transport& t, RunSetup& u, bool skip, bool logged, double lr,
+              std::vector<double>& squares) {
+  if (skip) {
+    u.exec->DiscardGradients();
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  if (c.train.clip_grad_norm > 0 || (logged && c.device == Device::kCpu)) grad_norm = ClipGradients(c, t, u, squares);
+  u.exec->SetLearningRate(lr);
+  u.exec->ApplyGradients();
+  return grad_norm;
+}
+
+// Between steps (not after the last): the adaptive plans' step (its meters
+// read the step's time since `step_start`, which starts again here), and a
+// caller's next plan (TrainOptions::next_plan).
+void MaybeChangePlan(TrainConfig& c, const RunComms& comms, RunSetup& u, const TrainOptions& options,
+                     std::optional<RunAdapter>& adapter, NumbersCheck& numbers, std::int64_t step, std::int64_t total,
+                     double work, bool tty, Clock::time_point& step_start) {
+  if (adapter) {
+    numbers.Settle();
+    adapter->AfterStep(c, step, total, Seconds(step_start, Clock::now()), tty, work);
+    step_start = Clock::now();
+  }
+  if (!options.next_plan) return;
+  if (std::optional<TrainConfig> next = options.next_plan(step, c)) {
+    numbers.Settle();
+    ChangePlan(std::move(*next), comms, u, step, tty, c);
+  }
+}
+
 // The steps of a run planned by `c` on the world now, set up by
 // SetUpSteps, each boundary kept by `recovery` where its mode keeps state;
 // throws RankLost when a rank is lost.
@@ -478,13 +519,9 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   const Env& env = options.env != nullptr ? *options.env : Env::Default();
   Transport& t = comms.world;  // logging and evaluation reduce over every rank
   const std::int64_t per_epoch = u.loader->batches_per_epoch();
-  const std::int64_t first_step = u.first_step;
-  const bool root = t.rank() == 0;
-  const std::int64_t total = u.total_steps;
-  const bool tty = root && c.log.progress && ::isatty(STDERR_FILENO);
-  // After a replace the job is the same size: its start is said already.
-  if (root && c.log.progress && !recovery.replaced()) PrintStart(c, u, t.size(), total);
-  if (root && !recovery.recovering()) SayBeforeSteps(c, u);
+  const std::int64_t first_step = u.first_step, total = u.total_steps;
+  const bool root = t.rank() == 0, tty = root && c.log.progress && ::isatty(STDERR_FILENO);
+  if (root) SayBeforeSteps(c, u, recovery, t.size());
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
@@ -513,22 +550,9 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     const double work = adapter ? StepWork(c, u.plan, batch) : 1.0;  // for the adaptive plans' meters
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
     const bool skip = numbers.Skip(code, step);
-    // train.lr_schedule's rate of the step (its state is the step: a
-    // resumed run goes on at the same rates).
     const double lr = LearningRateAt(c.train.lr_schedule, c.train.optimizer.lr, step, total);
     const bool logged = c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total);
-    // The gradients' norm where clipped, or logged on the host (it reads the
-    // gradients in host memory: on a GPU the rows carry none yet).
-    double grad_norm = std::numeric_limits<double>::quiet_NaN();
-    if (skip) {
-      u.exec->DiscardGradients();
-    } else {
-      if (c.train.clip_grad_norm > 0 || (logged && c.device == Device::kCpu)) {
-        grad_norm = ClipGradients(c, t, u, squares);
-      }
-      u.exec->SetLearningRate(lr);
-      u.exec->ApplyGradients();
-    }
+    const double grad_norm = Update(c, t, u, skip, logged, lr, squares);
     numbers.Started(code, step);
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
@@ -537,7 +561,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
       numbers.Settle();
       recovery.SayRecovered(u, step, tty);
     }
-    if (c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total)) {
+    if (logged) {
       numbers.Settle();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
               Seconds(start, Clock::now()), lr, grad_norm, tty, skip, numbers.skipped(), summary);
@@ -553,25 +577,13 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
       numbers.Settle();
-      SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, step,
-                     [&] { u.FaultAt(step, "checkpoint"); });
+      SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, step, [&] { u.FaultAt(step, "checkpoint"); });
       last_checkpoint = step;
       if (root) weights_lost.Check(c);
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
-    if (adapter && step < total) {
-      numbers.Settle();
-      const auto now = Clock::now();
-      adapter->AfterStep(c, step, total, Seconds(step_start, now), tty, work);
-      step_start = Clock::now();
-    }
-    if (options.next_plan && step < total) {
-      if (std::optional<TrainConfig> next = options.next_plan(step, c)) {
-        numbers.Settle();
-        ChangePlan(std::move(*next), comms, u, step, tty, c);
-      }
-    }
+    if (step < total) MaybeChangePlan(c, comms, u, options, adapter, numbers, step, total, work, tty, step_start);
   }
   numbers.Settle();
   if (adapter) summary.replans = adapter->replans();
