@@ -318,6 +318,10 @@ struct LogConfig {
   std::string metrics = "out/metrics.jsonl";
   std::string weights = "out/weights.safetensors";  // final weights; empty = none
   bool progress = true;
+  // A Chrome trace of every trace_every-th step's actions on every rank
+  // ("": none; src/run/run_trace.h).
+  std::string trace;
+  std::int64_t trace_every = 100;
 };
 
 struct TrainConfig {

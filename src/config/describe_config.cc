@@ -181,7 +181,12 @@ void EmitRest(YAML::Emitter& e, const TrainConfig& c) {
   e << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
     << c.log.every_steps << YAML::Key << "metrics" << YAML::Value << c.log.metrics << YAML::Key << "weights"
-    << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress << YAML::EndMap;
+    << YAML::Value << c.log.weights << YAML::Key << "progress" << YAML::Value << c.log.progress;
+  if (!c.log.trace.empty()) {
+    e << YAML::Key << "trace" << YAML::Value << c.log.trace << YAML::Key << "trace_every" << YAML::Value
+      << c.log.trace_every;
+  }
+  e << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << std::string(EnumName(c.device)) << YAML::Key << "precision"
     << YAML::Value << std::string(EnumName(c.precision));
 }

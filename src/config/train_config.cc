@@ -596,6 +596,12 @@ void ReadLog(YamlMap& top, TrainConfig& c) {
   c.log.metrics = log.Get<std::string>("metrics", c.log.metrics);
   c.log.weights = log.Get<std::string>("weights", c.log.weights);
   c.log.progress = log.Get("progress", c.log.progress);
+  c.log.trace = log.Get<std::string>("trace", c.log.trace);
+  c.log.trace_every = log.Get<long long>("trace_every", c.log.trace_every);
+  if (c.log.trace_every < 1) log.Fail(log.Node("trace_every"), "trace_every", "must be >= 1 (every Nth step traced)");
+  if (log.Has("trace_every") && c.log.trace.empty()) {
+    log.Fail(log.Node("trace_every"), "trace_every", "only applies with log.trace (the trace file's path)");
+  }
   log.Finish();
 
 }

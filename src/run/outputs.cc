@@ -55,6 +55,7 @@ CommandFiles FilesOf(const TrainConfig& c, int world, const std::vector<NamedPat
   CommandFiles f = RunInputsOf(c);
   if (!c.log.metrics.empty()) f.outputs.push_back({"log.metrics", c.log.metrics});
   if (!c.log.weights.empty()) f.outputs.push_back({"log.weights", c.log.weights});
+  if (!c.log.trace.empty()) f.outputs.push_back({"log.trace", c.log.trace});
   for (const NamedPath& o : extra_outputs) {
     if (!o.path.empty()) f.outputs.push_back(o);  // "": not asked for
   }

@@ -26,6 +26,7 @@
 #include "metrics_row.h"
 #include "migrate.h"
 #include "recovery.h"
+#include "run_trace.h"
 #include "setup.h"
 
 namespace baton {
@@ -496,18 +497,43 @@ double Update(const TrainConfig& c, Transport& t, RunSetup& u, bool skip, bool l
 // read the step's time since `step_start`, which starts again here), and a
 // caller's next plan (TrainOptions::next_plan).
 void MaybeChangePlan(TrainConfig& c, const RunComms& comms, RunSetup& u, const TrainOptions& options,
-                     std::optional<RunAdapter>& adapter, NumbersCheck& numbers, std::int64_t step, std::int64_t total,
-                     double work, bool tty, Clock::time_point& step_start) {
+                     std::optional<RunAdapter>& adapter, NumbersCheck& numbers, RunTrace& trace, std::int64_t step,
+                     std::int64_t total, double work, bool tty, Clock::time_point& step_start) {
   if (adapter) {
     numbers.Settle();
+    const int before = adapter->replans();
     adapter->AfterStep(c, step, total, Seconds(step_start, Clock::now()), tty, work);
+    if (adapter->replans() > before) trace.Mark("replan", step);
     step_start = Clock::now();
   }
   if (!options.next_plan) return;
   if (std::optional<TrainConfig> next = options.next_plan(step, c)) {
     numbers.Settle();
     ChangePlan(std::move(*next), comms, u, step, tty, c);
+    trace.Mark("replan", step);
   }
+}
+
+// The step's gradients (BATON_FAULT's slow wire set for it first), its
+// actions recorded where log.trace traces it.
+StepStats ComputeGradients(RunSetup& u, RunTrace& trace, const Batch& batch, std::int64_t step) {
+  u.exec->set_step(step);
+  if (u.wire && u.faults) u.wire->SetDelay(u.faults->WireTo(), u.faults->WireDelay(step));
+  const bool traced = trace.Traces(step);
+  if (traced) trace.StepStarts(step);
+  StepStats stats = u.exec->ComputeGradients(batch);
+  if (traced) trace.StepEnds(step);
+  return stats;
+}
+
+// A checkpoint of `step` (an instant in the trace); rank 0 checks the
+// final weights' file is still there to write. The step.
+std::int64_t Checkpoint(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64_t step, RunTrace& trace,
+                        WeightsWatch& weights_lost) {
+  SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, step, [&] { u.FaultAt(step, "checkpoint"); });
+  trace.Mark("checkpoint", step, /*write=*/true);
+  if (comms.world.rank() == 0) weights_lost.Check(c);
+  return step;
 }
 
 // The steps of a run planned by `c` on the world now, set up by
@@ -522,6 +548,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   const std::int64_t first_step = u.first_step, total = u.total_steps;
   const bool root = t.rank() == 0, tty = root && c.log.progress && ::isatty(STDERR_FILENO);
   if (root) SayBeforeSteps(c, u, recovery, t.size());
+  RunTrace trace(c, t, u);  // log.trace
   auto window_start = Clock::now();
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
@@ -539,14 +566,13 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     const int stop = t.AllMax(env.StopSignal(), "every rank checking for a stop signal");
     if (stop != 0) {
       numbers.Settle();
+      trace.Mark("stop", step - 1, /*write=*/true);
       Stop(c, comms, u, stop, step - 1, last_checkpoint, tty, env, summary);
       summary.seconds = Seconds(start, Clock::now());
       return;
     }
     const Batch batch = u.loader->Next();
-    u.exec->set_step(step);
-    if (u.wire && u.faults) u.wire->SetDelay(u.faults->WireTo(), u.faults->WireDelay(step));
-    const StepStats stats = u.exec->ComputeGradients(batch);
+    const StepStats stats = ComputeGradients(u, trace, batch, step);
     const double work = adapter ? StepWork(c, u.plan, batch) : 1.0;  // for the adaptive plans' meters
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
     const bool skip = numbers.Skip(code, step);
@@ -560,6 +586,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     if (recovery.SayAfter(step)) {
       numbers.Settle();
       recovery.SayRecovered(u, step, tty);
+      trace.Mark("recovered", step);
     }
     if (logged) {
       numbers.Settle();
@@ -577,18 +604,17 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
       numbers.Settle();
-      SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, step, [&] { u.FaultAt(step, "checkpoint"); });
-      last_checkpoint = step;
-      if (root) weights_lost.Check(c);
+      last_checkpoint = Checkpoint(c, comms, u, step, trace, weights_lost);
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
-    if (step < total) MaybeChangePlan(c, comms, u, options, adapter, numbers, step, total, work, tty, step_start);
+    if (step < total) MaybeChangePlan(c, comms, u, options, adapter, numbers, trace, step, total, work, tty, step_start);
   }
   numbers.Settle();
   if (adapter) summary.replans = adapter->replans();
   if (tty) std::fprintf(stderr, "\n");
   EndRun(c, comms, u, last_checkpoint);
+  trace.Write();
   summary.seconds = Seconds(start, Clock::now());
   if (root) SayDone(c, summary, numbers.skipped());
 }

@@ -1588,5 +1588,19 @@ TEST(TrainConfigClip, ANegativeClipOrAClipOnAGpuIsRefused) {
                        "train.clip_grad_norm: clips on the CPU only so far"));
 }
 
+// log.trace and log.trace_every: read, written back, refused where they
+// cannot be what was meant.
+TEST(TrainConfigLog, ReadsTheTraceAndRefusesAStrideWithoutOne) {
+  const TrainConfig c = ParseTrainConfig(std::string(kValid) + "log: {trace: out/t.json, trace_every: 50}\n", "t.yaml");
+  EXPECT_EQ(c.log.trace, "out/t.json");
+  EXPECT_EQ(c.log.trace_every, 50);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(c), "trace: out/t.json")) << DescribeTrainConfig(c);
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml").log.trace_every, 100);
+  EXPECT_TRUE(Contains(ErrorOf(std::string(kValid) + "log: {trace: t.json, trace_every: 0}\n"),
+                       "log.trace_every: must be >= 1"));
+  EXPECT_TRUE(Contains(ErrorOf(std::string(kValid) + "log: {trace_every: 10}\n"),
+                       "log.trace_every: only applies with log.trace"));
+}
+
 }  // namespace
 }  // namespace baton

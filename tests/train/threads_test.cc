@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 #include "baton/profile.h"
 #include "baton/train.h"
 #include "baton/measure_profile.h"
+#include "run_trace.h"
 #include "support/job.h"
 #include "support/test_folder.h"
 
@@ -670,6 +672,107 @@ TEST_F(ThreadsTrain, DivergenceStopsEveryRank) {
       << r.errors[0];
   EXPECT_EQ(r.errors[1], "PeerFailed");
   EXPECT_TRUE(r.weights.empty());
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+// log.trace on 2 x 2 ranks under ZB-V (two stages a rank, V-shaped: stage
+// 0 and 3 on pipeline rank 0, 1 and 2 on pipeline rank 1): every traced
+// step (2 and 4 of 4) holds every world rank's compute actions, 8
+// microbatches x 2 stages x F, I and W = 48 a rank; each message between
+// ranks is one flow from the rank that made it to the one that used it in
+// the same replica (forward: stage 0 -> 1 and 2 -> 3; back: 3 -> 2 and
+// 1 -> 0, each microbatch: 32 a replica, 64 a step), never before it left;
+// each checkpoint is an instant; ranks on one host have offset 0. Resumed
+// from step 2's checkpoint, the file keeps step 2's events and adds step
+// 4's after them, once. A trace path that is the metrics file is refused.
+TEST_F(ThreadsTrain, TheTraceHoldsEveryRanksActionsAndEachMessageAsAFlow) {
+  const std::string trace = (dir_ / "trace.json").string();
+  const std::vector<std::string> sets = {"pipeline.schedule=zbv", "log.trace=" + trace, "log.trace_every=2",
+                                         "checkpoint.every_steps=2", "checkpoint.keep=3",
+                                         "checkpoint.dir=" + (dir_ / "ck").string()};
+  ExpectClean(Train("run", 2, 2, sets));
+  struct Seen {
+    std::map<std::pair<int, int>, int> compute;  // (step, pid) -> compute actions
+    std::map<std::int64_t, nlohmann::json> starts, ends;  // flows by id
+    std::vector<std::int64_t> checkpoints;
+    double last_step2_end = 0, first_step4_start = 1e300;
+  };
+  auto read = [&] {
+    const nlohmann::json t = nlohmann::json::parse(ReadTextFile(trace, "trace", 1 << 30));
+    Seen s;
+    for (const nlohmann::json& e : t.at("traceEvents")) {
+      const std::string ph = e.at("ph");
+      if (ph == "M") continue;
+      const int step = e.at("args").at("step");
+      if (ph == "X" && e.at("cat") == "compute") ++s.compute[{step, e.at("pid").get<int>()}];
+      if (ph == "X" && step == 2) s.last_step2_end = std::max(s.last_step2_end, e.at("ts").get<double>() + e.at("dur").get<double>());
+      if (ph == "X" && step == 4) s.first_step4_start = std::min(s.first_step4_start, e.at("ts").get<double>());
+      if (ph == "s") s.starts[e.at("id")] = e;
+      if (ph == "f") s.ends[e.at("id")] = e;
+      if (ph == "i" && e.at("name") == "checkpoint") s.checkpoints.push_back(step);
+    }
+    EXPECT_EQ(t.at("otherData").at("clock_offsets_s"), nlohmann::json::parse("[0,0,0,0]"));
+    return s;
+  };
+  auto check = [&](const Seen& s) {
+    for (const int step : {2, 4}) {
+      for (int pid = 0; pid < 4; ++pid) EXPECT_EQ((s.compute.at({step, pid})), 48) << "step " << step << " rank " << pid;
+    }
+    EXPECT_EQ(s.compute.size(), 8u) << "only steps 2 and 4 traced";
+    ASSERT_EQ(s.starts.size(), 2u * 64);
+    std::map<int, int> per_step;
+    for (const auto& [id, from] : s.starts) {
+      ASSERT_TRUE(s.ends.count(id)) << id;
+      const nlohmann::json& to = s.ends.at(id);
+      EXPECT_NE(from.at("pid"), to.at("pid"));
+      EXPECT_EQ(from.at("pid").get<int>() % 2, to.at("pid").get<int>() % 2) << "a flow across replicas";
+      EXPECT_LE(from.at("ts").get<double>(), to.at("ts").get<double>()) << from.dump() << " " << to.dump();
+      // World rank = pipeline rank x 2 + replica; stages 0 and 3 on pipeline rank 0.
+      const int stage = from.at("args").at("stage");
+      EXPECT_EQ(from.at("pid").get<int>() / 2, stage == 0 || stage == 3 ? 0 : 1) << from.dump();
+      ++per_step[from.at("args").at("step").get<int>()];
+    }
+    EXPECT_EQ(per_step, (std::map<int, int>{{2, 64}, {4, 64}}));
+    EXPECT_EQ(s.checkpoints, (std::vector<std::int64_t>{2, 4}));
+    EXPECT_LT(s.last_step2_end, s.first_step4_start);
+  };
+  check(read());
+  // Resumed after step 2: step 2's events kept, step 4's made anew.
+  fs::remove(dir_ / "ck/step-00000004/manifest.json");
+  TrainOptions resume;
+  resume.resume = true;
+  ExpectClean(Train("run", 2, 2, sets, resume));
+  check(read());
+  // The trace path is an output like the others.
+  const RunResult clash = Train("clash", 2, 1, {"log.trace=" + (dir_ / "clash" / "metrics.jsonl").string()});
+  EXPECT_NE(clash.errors[0].find("the same file"), std::string::npos) << clash.errors[0];
+}
+
+// Clock offsets by Cristian's method on 4 thread ranks taken as on other
+// hosts: they share one clock, so each estimate is 0 within its own bound
+// (half the shortest round trip), and the bound is a round trip's, small.
+TEST(ClockOffsets, EachRanksOffsetIsZeroWithinItsBoundOnOneClock) {
+  std::vector<ThreadRank> ranks = MakeThreadRanks({4, 1}, 30);
+  std::vector<ClockOffsets> got(4);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] { got[w] = MeasureClockOffsets(*ranks[w].world, {1, 0, 0, 0}, 8); });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < 4; ++w) {
+    EXPECT_EQ(got[w].offset_s, got[0].offset_s) << "every rank has rank 0's";
+    EXPECT_EQ(got[w].offset_s[0], 0.0);
+  }
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_LE(std::abs(got[0].offset_s[r]), got[0].bound_s[r] + 1e-9) << r;
+    EXPECT_GT(got[0].bound_s[r], 0.0) << r;
+    EXPECT_LT(got[0].bound_s[r], 1.0) << r;
+  }
 }
 
 }  // namespace
