@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -121,6 +123,43 @@ TEST(InitFrom, TwoPlusTwoStepsEqualFour) {
   }
   ASSERT_EQ(second.losses.size(), 2u);
   EXPECT_NEAR(second.losses[1], whole.losses[3], 1e-5 * whole.losses[3]);
+}
+
+// log.trace on 4 ranks under 1F1B (one stage a rank), every 2nd of 4 steps:
+// the file is trace-event JSON with every rank's 8 forwards and 8
+// backwards a traced step, and each message between ranks one flow, from
+// the stage that made it to its neighbour (3 links x 8 microbatches each
+// way, 48 a step), never arriving before it left.
+TEST(Trace, FourRanksEveryRanksActionsAndEachMessageAsAFlow) {
+  const fs::path trace = fs::path(::testing::TempDir()) / ("baton_trace_" + std::to_string(::getpid()) + ".json");
+  struct Remove {
+    fs::path path;
+    ~Remove() { fs::remove(path); }
+  } remove{trace};
+  Train("trace", 4, {"log.trace=" + trace.string(), "log.trace_every=2"});
+  std::ifstream in(trace);
+  const nlohmann::json t = nlohmann::json::parse(in);
+  std::map<std::pair<int, int>, int> compute;  // (step, rank) -> F and B
+  std::map<long long, nlohmann::json> from, to;
+  for (const nlohmann::json& e : t.at("traceEvents")) {
+    if (e.at("ph") == "M") continue;
+    if (e.at("ph") == "X" && e.at("cat") == "compute") ++compute[{e["args"]["step"], e["pid"]}];
+    if (e.at("ph") == "s") from[e.at("id")] = e;
+    if (e.at("ph") == "f") to[e.at("id")] = e;
+  }
+  for (const int step : {2, 4}) {
+    for (int rank = 0; rank < 4; ++rank) EXPECT_EQ((compute[{step, rank}]), 16) << step << " " << rank;
+  }
+  EXPECT_EQ(compute.size(), 8u);
+  ASSERT_EQ(from.size(), 2u * 48);
+  for (const auto& [id, s] : from) {
+    ASSERT_TRUE(to.count(id)) << id;
+    const nlohmann::json& f = to.at(id);
+    const int stage = s["args"]["stage"];
+    EXPECT_EQ(s.at("pid"), stage) << s.dump();  // stage s on rank s
+    EXPECT_EQ(f.at("pid").get<int>(), stage + (s.at("name") == "activation" ? 1 : -1)) << f.dump();
+    EXPECT_LE(s.at("ts").get<double>(), f.at("ts").get<double>()) << s.dump() << " " << f.dump();
+  }
 }
 
 }  // namespace
