@@ -34,8 +34,6 @@ std::string OneOf(YamlMap& map, std::string_view key, std::string fallback, cons
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 std::string_view Trim(std::string_view s) {
   const auto space = [](char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; };
   while (!s.empty() && space(s.front())) s.remove_prefix(1);

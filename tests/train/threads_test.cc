@@ -585,6 +585,51 @@ TEST_F(ThreadsTrain, ClippingByTheGlobalNormLearnsWhatOneRankLearns) {
   EXPECT_NEAR(std::sqrt(unclipped), 0.1 * norm, 1e-4 * 0.1 * norm);
 }
 
+// The recipe's goal on 2 x 2: a clip small enough to clip every step and a
+// cosine schedule with warm-up, under 1F1B, ZB-H1, ZB-V, interleaved 1F1B
+// and DualPipeV, with ZeRO 0 and 1 (fp64 sums, one rank's microbatch
+// size): each run's norms and final bytes are one rank's; and a run
+// stopped after step 3's checkpoint and resumed ends with them too.
+TEST_F(ThreadsTrain, AClippedScheduledRunOnTwoByTwoEndsWithOneRanksBytesUnderEverySchedule) {
+  const std::vector<std::string> recipe = {"train.steps=6", "train.clip_grad_norm=0.05", "train.grad_accum_dtype=fp64",
+                                           "train.lr_schedule={type: cosine, warmup_steps: 2, min_lr: 0.01}",
+                                           "pipeline.microbatches=8"};
+  std::vector<std::string> one_sets = recipe;
+  one_sets.back() = "pipeline.microbatches=16";  // 2 samples a microbatch, as each replica's
+  const RunResult one = Train("one", 1, 1, one_sets);
+  ExpectClean(one);
+  for (const auto& [name, schedule] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"1f1b", {}},
+           {"zb_h1", {"pipeline.schedule=zb_h1"}},
+           {"zbv", {"pipeline.schedule=zbv"}},
+           {"interleaved", {"pipeline.schedule=interleaved_1f1b", "pipeline.chunks=2"}},
+           {"dualpipev", {"pipeline.schedule=dualpipev"}}}) {
+    for (const int zero : {0, 1}) {
+      std::vector<std::string> all = recipe;
+      all.insert(all.end(), schedule.begin(), schedule.end());
+      all.push_back("data_parallel.zero=" + std::to_string(zero));
+      const std::string run = name + "_zero" + std::to_string(zero);
+      const RunResult got = Train(run, 2, 2, all);
+      ExpectClean(got);
+      EXPECT_EQ(got.grad_norms, one.grad_norms) << run;
+      EXPECT_EQ(got.weights, one.weights) << run;
+    }
+  }
+  // Stopped after step 3's checkpoint (step 6's taken away), resumed.
+  std::vector<std::string> ck = recipe;
+  ck.insert(ck.end(), {"pipeline.schedule=zbv", "data_parallel.zero=1", "checkpoint.every_steps=3", "checkpoint.keep=3",
+                       "checkpoint.dir=" + (dir_ / "ck").string()});
+  ExpectClean(Train("stopped", 2, 2, ck));
+  fs::remove(dir_ / "ck/step-00000006/manifest.json");
+  TrainOptions resume;
+  resume.resume = true;
+  const RunResult resumed = Train("resumed", 2, 2, ck, resume);
+  ExpectClean(resumed);
+  ASSERT_EQ(resumed.grad_norms.size(), 3u);
+  EXPECT_EQ(resumed.grad_norms[0], one.grad_norms[3]);
+  EXPECT_EQ(resumed.weights, one.weights);
+}
+
 // A checkpoint's files go through the run's Env: a fake that fails rank
 // 1's shard (its move into place, a full disk) ends every rank at that
 // checkpoint with the shard named, and nothing of the checkpoint is left
