@@ -49,10 +49,11 @@ std::string Escape(std::string_view text) {
   return out;
 }
 
-// "12.5", "0.001", "3e+05": short enough for an axis.
+// "12.5", "0.001", "120000", "3.5e+05": short enough for an axis.
 std::string Label(double v) {
   if (v == 0) return "0";
   const double a = std::abs(v);
+  if (a < 1e12 && v == std::round(v)) return fmt::format("{:.0f}", v);  // a step, a count
   if (a >= 1e5 || a < 1e-3) return fmt::format("{:.3g}", v);
   std::string s = fmt::format("{:.4f}", v);
   while (s.back() == '0') s.pop_back();
