@@ -322,6 +322,11 @@ struct LogConfig {
   // ("": none; src/run/run_trace.h).
   std::string trace;
   std::int64_t trace_every = 100;
+  // Which rank, link or data made a step late (src/adapt/blame.h): a
+  // "late" row for each step later than its price by more than
+  // blame_threshold (a share of the step).
+  bool blame = false;
+  double blame_threshold = 0.1;
 };
 
 struct TrainConfig {

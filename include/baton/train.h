@@ -33,6 +33,7 @@ struct TrainSummary {
   std::int64_t stopped_after = 0;
   bool checkpointed = false;
   int replans = 0;  // placements moved by the adaptive plans (pipeline.adapt: on)
+  int late_steps = 0;  // steps log.blame named what made late (rank 0)
   int recoveries = 0;  // lost ranks the run went on without (recovery.on_lost_rank: shrink)
   // recovery.on_lost_rank: stop under a launch that keeps the survivors:
   // they wrote the last step boundary (stopped_after) as a checkpoint and

@@ -42,6 +42,17 @@ void SpeedMeter::Expect(std::vector<double> priced, std::vector<double> assumed)
   skip_ = s_.settle;
 }
 
+void SpeedMeter::Reprice(std::vector<double> priced) {
+  if (priced.size() != priced_.size()) return;
+  for (std::size_t r = 0; r < priced.size(); ++r) {
+    if (!(priced[r] > 0 && priced_[r] > 0)) continue;
+    const double scale = priced_[r] / priced[r];
+    for (double& ratio : ratios_[r]) ratio *= scale;
+    if (r < calibration_.size()) calibration_[r] *= scale;
+  }
+  priced_ = std::move(priced);
+}
+
 void SpeedMeter::Observe(const std::vector<double>& seconds) {
   if (skip_ > 0) {
     --skip_;
@@ -156,19 +167,28 @@ AdaptivePlanner::AdaptivePlanner(Profile profile, const AdaptSettings& settings)
 AdaptivePlanner::AdaptivePlanner(std::function<Profile()> measure, const AdaptSettings& settings)
     : measure_(std::move(measure)), s_(settings), meter_(settings) {}
 
+std::vector<double> AdaptivePlanner::PricedCompute() const {
+  // Without a price yet every rank's compute counts as 1, which the
+  // window's calibration divides out (a factor is a rank's time against
+  // its own first window).
+  const auto d_count = running_plans_.size();
+  const auto ranks = static_cast<std::size_t>(running_plans_.front().lowered.ranks);
+  std::vector<double> priced(ranks * d_count, 1.0);
+  if (!profile_) return priced;
+  for (std::size_t d = 0; d < d_count; ++d) {
+    const ProfilePrediction healthy = PredictFromProfile(running_plans_[d], *profile_);
+    for (std::size_t p = 0; p < ranks && p < healthy.sim.per_rank.size(); ++p) {
+      priced[p * d_count + d] = healthy.sim.per_rank[p].busy;
+    }
+  }
+  return priced;
+}
+
 void AdaptivePlanner::Start(const RunPlan& plan) {
   if (!first_plan_) first_plan_ = plan;
-  std::vector<double> priced;
-  if (profile_) {
-    const ProfilePrediction healthy = PredictFromProfile(plan, *profile_);
-    for (const RankResult& r : healthy.sim.per_rank) priced.push_back(r.busy);
-  } else {
-    // No price yet: every rank's compute counts as 1, which the window's
-    // calibration divides out (a factor is a rank's time against its own
-    // first window).
-    priced.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
-  }
-  if (assumed_.empty()) assumed_.assign(static_cast<std::size_t>(plan.lowered.ranks), 1.0);
+  running_plans_ = {plan};
+  std::vector<double> priced = PricedCompute();
+  if (assumed_.empty()) assumed_.assign(priced.size(), 1.0);
   meter_.Expect(std::move(priced), assumed_);
   if (links_) links_->Settle();
 }
@@ -181,19 +201,9 @@ std::vector<RunPlan> AdaptivePlanner::ReplicaPlans(const TrainConfig& running) c
 
 void AdaptivePlanner::StartReplicas(const TrainConfig& running, int replicas) {
   replicas_ = replicas;
-  const std::vector<RunPlan> plans = ReplicaPlans(running);
-  if (!first_plan_) first_plan_ = plans.front();
-  const auto ranks = static_cast<std::size_t>(plans.front().lowered.ranks);
-  const auto d_count = static_cast<std::size_t>(replicas);
-  std::vector<double> priced(ranks * d_count, 1.0);  // no price yet: 1 each, as Start
-  if (profile_) {
-    for (std::size_t d = 0; d < d_count; ++d) {
-      const ProfilePrediction healthy = PredictFromProfile(plans[d], *profile_);
-      for (std::size_t p = 0; p < ranks && p < healthy.sim.per_rank.size(); ++p) {
-        priced[p * d_count + d] = healthy.sim.per_rank[p].busy;
-      }
-    }
-  }
+  running_plans_ = ReplicaPlans(running);
+  if (!first_plan_) first_plan_ = running_plans_.front();
+  std::vector<double> priced = PricedCompute();
   if (assumed_.empty()) assumed_.assign(priced.size(), 1.0);
   meter_.Expect(std::move(priced), assumed_);
   if (links_) links_->Settle();
@@ -264,6 +274,10 @@ const Profile& AdaptivePlanner::Price() {
     const double start = MonotonicSeconds();
     profile_ = measure_();
     profile_seconds_ = MonotonicSeconds() - start;
+    // The running plan was priced at 1 a rank until now: its meter's
+    // ratios and calibration in the profile's unit from here, as every
+    // plan moved to is priced.
+    meter_.Reprice(PricedCompute());
   }
   if (healthy_ < 0) healthy_ = PredictFromProfile(*first_plan_, *profile_).sim.makespan;
   // The first full window, healthy: the price's unit in this machine's
@@ -529,23 +543,17 @@ std::string SplitText(const TrainConfig& config) { return fmt::format("{}", fmt:
 }  // namespace
 
 RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t done, std::int64_t total,
-                                        double step_seconds, bool tty, double work) {
+                                        double step_seconds, bool tty, double work, const StepMeasures& measured) {
   // With replicas every pipeline has the same plan: a pipeline rank's time
   // is its slowest replica's (the gradients' sum waits for it), a link's
   // its slowest pipeline's. World rank 0 (rank 0 of the first replica)
-  // decides for all.
+  // decides for all. Per unit of the step's work: packed documents' steps
+  // differ in it (MeasureStep's seconds are).
   Transport& t = comms_.world;
   const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
-  const auto at = static_cast<std::size_t>(ReplicaLayout{ranks, replicas}.World(comms_.pipeline.rank(), comms_.replicas.rank()));
-  std::vector<double> seconds(static_cast<std::size_t>(ranks * replicas), 0.0);
-  // Per unit of the step's work: packed documents' steps differ in it.
-  const double unit = work > 0 ? work : 1.0;
-  seconds[at] = u_.exec->TakeComputeSeconds() / unit;
-  step_seconds /= unit;
-  t.ReduceSum(seconds);
-  std::vector<std::string> messages;
-  t.GatherStrings(MessageTimesJson({comms_.pipeline.rank(), comms_.replicas.rank(), u_.exec->TakeMessageTimes()}),
-                  &messages, "every rank's message times of the step");
+  step_seconds /= work > 0 ? work : 1.0;
+  const std::vector<double>& seconds = measured.seconds;
+  const std::vector<std::string>& messages = measured.messages;
   Decision d;
   if (t.rank() == 0 && deciding_) {
     const double profiled = planner_->profile_seconds();
@@ -571,8 +579,8 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
 }
 
 void RunAdapter::AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds,
-                           bool tty, double work) {
-  const Decision decided = Decide(config, done, total, step_seconds, tty, work);
+                           bool tty, double work, const StepMeasures& measured) {
+  const Decision decided = Decide(config, done, total, step_seconds, tty, work, measured);
   if (decided.text.empty()) return;
   Transport& t = comms_.world;
   const ReplanDecision decision = ParseDecision(decided.text);

@@ -16,6 +16,7 @@
 #include "baton/config.h"
 #include "baton/plan.h"
 #include "baton/profile.h"
+#include "blame.h"
 #include "setup.h"
 
 namespace baton {
@@ -55,6 +56,9 @@ class SpeedMeter {
   // the calibration before, so the change shows in its factor.
   void Expect(std::vector<double> priced, std::vector<double> assumed = {});
   static constexpr double kDrift = 1.5;
+  // The same plan priced anew (a profile measured while it runs): its
+  // window and calibration carried over into the new price's unit.
+  void Reprice(std::vector<double> priced);
   // One step's measured compute seconds, one per rank.
   void Observe(const std::vector<double>& seconds);
   // One per rank, 1 at the calibration; empty while the window fills.
@@ -165,6 +169,9 @@ class AdaptivePlanner {
   const Profile& Price();
   // adapt: full: each replica's plan under `running` (its own microbatches).
   std::vector<RunPlan> ReplicaPlans(const TrainConfig& running) const;
+  // The running plans' compute per rank at full speed, priced (1 each
+  // without a profile): at p x replicas + d.
+  std::vector<double> PricedCompute() const;
   // adapt: full: the split of the global batch's microbatches that the
   // running schedule and placement finish soonest under `factors` (world
   // ranks) and `links`, from `split`; and that step (the price's unit).
@@ -194,6 +201,7 @@ class AdaptivePlanner {
   std::function<Profile()> measure_;
   std::optional<Profile> profile_;
   std::optional<RunPlan> first_plan_;  // the run's, priced healthy once there is a profile
+  std::vector<RunPlan> running_plans_;  // the running plan (each replica's under adapt: full)
   double first_window_step_ = -1;      // the median step of the first full window (healthy), seconds
   std::vector<double> first_healthy_;  // each rank's compute a step at full speed under the first plan (its first full window)
   double profile_seconds_ = 0;
@@ -223,9 +231,10 @@ class RunAdapter {
   // becomes the new plan's config when the placement moves.
   // `work`: the step's work against a step of whole microbatches (packed
   // documents: PackedStepShare; else 1): each rank's compute and the step's
-  // time are measured per unit of it.
+  // time are measured per unit of it. `measured`: the step's measures
+  // (MeasureStep, with the same work).
   void AfterStep(TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty,
-                 double work = 1.0);
+                 double work, const StepMeasures& measured);
   int replans() const { return replans_; }
 
  private:
@@ -237,7 +246,7 @@ class RunAdapter {
     std::string text;
   };
   Decision Decide(const TrainConfig& config, std::int64_t done, std::int64_t total, double step_seconds, bool tty,
-                  double work);
+                  double work, const StepMeasures& measured);
   // The running plan before a move: as PlanText, its schedule and layout,
   // each replica's microbatches.
   struct Before {

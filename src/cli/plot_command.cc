@@ -2,9 +2,9 @@
 // SVG picture: the training loss and the validation (or test) loss, the
 // step time and the real tokens a second (samples a second where the run
 // packs no documents), the learning rate and the gradient norm where they
-// move, over the steps; re-plans, recoveries and lost ranks as lines
-// through every panel, skipped steps as crosses. --compare overlays other
-// runs' files, a colour each.
+// move, over the steps; re-plans, recoveries, lost ranks and late steps
+// (log.blame) as lines through every panel, skipped steps as crosses.
+// --compare overlays other runs' files, a colour each.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -93,7 +93,8 @@ struct EventStyle {
 constexpr EventStyle kEvents[] = {{"replan", "re-plan", "#2a9d8f", "6 3"},
                                   {"replan_failed", "re-plan failed", "#e9c46a", "2 3"},
                                   {"lost_rank", "lost rank", "#6d597a", "2 2"},
-                                  {"recovered", "recovery", "#e76f51", "8 2 2 2"}};
+                                  {"recovered", "recovery", "#e76f51", "8 2 2 2"},
+                                  {"late", "late step (log.blame)", "#f4a261", "1 3"}};
 
 const EventStyle* StyleOf(const std::string& event) {
   for (const EventStyle& s : kEvents) {

@@ -186,6 +186,10 @@ void EmitRest(YAML::Emitter& e, const TrainConfig& c) {
     e << YAML::Key << "trace" << YAML::Value << c.log.trace << YAML::Key << "trace_every" << YAML::Value
       << c.log.trace_every;
   }
+  if (c.log.blame) {
+    e << YAML::Key << "blame" << YAML::Value << true << YAML::Key << "blame_threshold" << YAML::Value
+      << c.log.blame_threshold;
+  }
   e << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << std::string(EnumName(c.device)) << YAML::Key << "precision"
     << YAML::Value << std::string(EnumName(c.precision));

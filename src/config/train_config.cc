@@ -600,6 +600,15 @@ void ReadLog(YamlMap& top, TrainConfig& c) {
   if (log.Has("trace_every") && c.log.trace.empty()) {
     log.Fail(log.Node("trace_every"), "trace_every", "only applies with log.trace (the trace file's path)");
   }
+  c.log.blame = log.Get("blame", c.log.blame);
+  c.log.blame_threshold = log.Get<double>("blame_threshold", c.log.blame_threshold);
+  if (!(c.log.blame_threshold > 0 && c.log.blame_threshold <= 10)) {
+    log.Fail(log.Node("blame_threshold"), "blame_threshold",
+             "must be above 0 and at most 10 (a share of the step's price: 0.1 names steps 10% late)");
+  }
+  if (log.Has("blame_threshold") && !c.log.blame) {
+    log.Fail(log.Node("blame_threshold"), "blame_threshold", "only applies with log.blame: true");
+  }
   log.Finish();
 
 }
@@ -635,6 +644,11 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
   if (c.train.clip_grad_norm > 0 && c.device == Device::kCuda) {
     top.Map("train").Fail(root["train"]["clip_grad_norm"], "clip_grad_norm",
                           "clips on the CPU only so far (device: cpu): the norm reads the gradients in host memory");
+  }
+  if (c.log.blame && c.device == Device::kCuda) {
+    top.Map("log").Fail(root["log"]["blame"], "blame",
+                        "names late steps on the CPU only so far (device: cpu): it reads each action's CPU time, "
+                        "not the GPU's");
   }
   if (c.data_parallel.zero.shards_gradients() && c.device == Device::kCuda) {
     top.Map("data_parallel")

@@ -184,6 +184,12 @@ void RunTrace::Mark(std::string_view what, std::int64_t step, bool write) {
   if (write) Write();
 }
 
+void RunTrace::MarkLate(std::string_view what, std::int64_t step, int pid, std::string_view late) {
+  if (!on_ || world_->rank() != 0) return;
+  lines_.push_back(fmt::format(R"({{"name":"{}","cat":"late","ph":"i","s":"p","ts":{},"pid":{},"tid":0,"args":{{"step":{},"late":{}}}}})",
+                               what, Num(Ts(MonotonicSeconds())), pid, step, late));
+}
+
 void RunTrace::Write() {
   if (!on_ || world_->rank() != 0) return;
   const int replicas = std::max(1, u_->plan.replicas);

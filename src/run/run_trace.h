@@ -54,6 +54,10 @@ class RunTrace {
   // Rank 0: an instant event now ("checkpoint", "replan", "recovered",
   // "stop"), written with the next rewrite (or now, with `write`).
   void Mark(std::string_view what, std::int64_t step, bool write = false);
+  // Rank 0: a late step (log.blame) as an instant on the rank it names
+  // (`pid`: a link's receiver), now, at the step's end: `what` names it
+  // ("late: rank 1"), `late` is its JSON (the row's "late").
+  void MarkLate(std::string_view what, std::int64_t step, int pid, std::string_view late);
   // Rank 0: the file as it stands (the run's end).
   void Write();
 

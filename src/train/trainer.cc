@@ -493,17 +493,60 @@ double Update(const TrainConfig& c, Transport& t, RunSetup& u, bool skip, bool l
   return grad_norm;
 }
 
+// What watches the steps: the adaptive plans (pipeline.adapt) and
+// log.blame, both fed by one measure of each step (MeasureStep).
+struct StepWatch {
+  StepWatch(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
+    if (c.pipeline.adapt != AdaptMode::kOff) adapter.emplace(c, comms, u);
+    if (c.log.blame) blame.emplace(c, comms, u);
+  }
+  bool on() const { return adapter || blame; }
+  // Before a step: the executor's sums since the last step (an
+  // evaluation, a checkpoint) dropped.
+  void StepStarts(RunSetup& u) {
+    if (on()) u.exec->MeasureCompute(true);
+    gradients_start = Clock::now();
+  }
+  // After the step's update: its work and measures; log.blame's verdict,
+  // marked in the trace.
+  void StepEnds(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Batch& batch, RunTrace& trace,
+                std::int64_t step, bool tty) {
+    if (!on()) return;
+    work = StepWork(c, u.plan, batch);
+    measured = MeasureStep(comms, *u.exec, work);
+    if (!blame) return;
+    if (const std::optional<Late> late = blame->AfterStep(*measured, step, Seconds(gradients_start, Clock::now()), work, tty)) {
+      trace.MarkLate("late: " + LateText(*late), step, late->what == "link" ? late->to : std::max(late->rank, 0),
+                     LateJson(*late));
+    }
+  }
+  // The late rows so far into the metrics file (before a step's row, at the end).
+  void WriteRows() {
+    if (blame) blame->WriteRows();
+  }
+
+  std::optional<RunAdapter> adapter;
+  std::optional<RunBlame> blame;
+  std::optional<StepMeasures> measured;  // the last step's
+  double work = 1.0;                     // the last step's (StepWork)
+  Clock::time_point gradients_start;     // the step's gradients started
+};
+
 // Between steps (not after the last): the adaptive plans' step (its meters
 // read the step's time since `step_start`, which starts again here), and a
-// caller's next plan (TrainOptions::next_plan).
+// caller's next plan (TrainOptions::next_plan); log.blame calibrates again
+// after either moves the plan.
 void MaybeChangePlan(TrainConfig& c, const RunComms& comms, RunSetup& u, const TrainOptions& options,
-                     std::optional<RunAdapter>& adapter, NumbersCheck& numbers, RunTrace& trace, std::int64_t step,
-                     std::int64_t total, double work, bool tty, Clock::time_point& step_start) {
-  if (adapter) {
+                     StepWatch& watch, NumbersCheck& numbers, RunTrace& trace, std::int64_t step, std::int64_t total,
+                     bool tty, Clock::time_point& step_start) {
+  if (watch.adapter) {
     numbers.Settle();
-    const int before = adapter->replans();
-    adapter->AfterStep(c, step, total, Seconds(step_start, Clock::now()), tty, work);
-    if (adapter->replans() > before) trace.Mark("replan", step);
+    const int before = watch.adapter->replans();
+    watch.adapter->AfterStep(c, step, total, Seconds(step_start, Clock::now()), tty, watch.work, *watch.measured);
+    if (watch.adapter->replans() > before) {
+      trace.Mark("replan", step);
+      if (watch.blame) watch.blame->Restart();
+    }
     step_start = Clock::now();
   }
   if (!options.next_plan) return;
@@ -511,6 +554,7 @@ void MaybeChangePlan(TrainConfig& c, const RunComms& comms, RunSetup& u, const T
     numbers.Settle();
     ChangePlan(std::move(*next), comms, u, step, tty, c);
     trace.Mark("replan", step);
+    if (watch.blame) watch.blame->Restart();
   }
 }
 
@@ -553,8 +597,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   std::int64_t window_samples = 0;
   NumbersCheck numbers(c, t, u, tty);
   u.FaultAt(first_step, "start");
-  std::optional<RunAdapter> adapter;
-  if (c.pipeline.adapt != AdaptMode::kOff) adapter.emplace(c, comms, u);
+  StepWatch watch(c, comms, u);
   auto step_start = Clock::now();
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
   WeightsWatch weights_lost;
@@ -567,18 +610,20 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     if (stop != 0) {
       numbers.Settle();
       trace.Mark("stop", step - 1, /*write=*/true);
+      watch.WriteRows();
       Stop(c, comms, u, stop, step - 1, last_checkpoint, tty, env, summary);
       summary.seconds = Seconds(start, Clock::now());
       return;
     }
     const Batch batch = u.loader->Next();
+    watch.StepStarts(u);
     const StepStats stats = ComputeGradients(u, trace, batch, step);
-    const double work = adapter ? StepWork(c, u.plan, batch) : 1.0;  // for the adaptive plans' meters
     const int code = NonFiniteCode(stats, *u.exec, u.world_rank);
     const bool skip = numbers.Skip(code, step);
     const double lr = LearningRateAt(c.train.lr_schedule, c.train.optimizer.lr, step, total);
     const bool logged = c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total);
     const double grad_norm = Update(c, t, u, skip, logged, lr, squares);
+    watch.StepEnds(c, comms, u, batch, trace, step, tty);
     numbers.Started(code, step);
     window_samples += c.train.batch_size;
     const std::int64_t epoch = (step - 1) / per_epoch + 1;
@@ -590,6 +635,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     if (logged) {
       numbers.Settle();
+      watch.WriteRows();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
               Seconds(start, Clock::now()), lr, grad_norm, tty, skip, numbers.skipped(), summary);
       window_start = Clock::now();
@@ -608,10 +654,12 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
-    if (step < total) MaybeChangePlan(c, comms, u, options, adapter, numbers, trace, step, total, work, tty, step_start);
+    if (step < total) MaybeChangePlan(c, comms, u, options, watch, numbers, trace, step, total, tty, step_start);
   }
   numbers.Settle();
-  if (adapter) summary.replans = adapter->replans();
+  watch.WriteRows();
+  if (watch.adapter) summary.replans = watch.adapter->replans();
+  if (watch.blame) summary.late_steps = watch.blame->late_steps();
   if (tty) std::fprintf(stderr, "\n");
   EndRun(c, comms, u, last_checkpoint);
   trace.Write();

@@ -121,6 +121,7 @@ TEST(SpeedMeter, ASlowdownAsAMovedPlanCalibratesShowsInItsFactor) {
 struct Trace {
   std::vector<std::pair<std::int64_t, RunPlan>> moves;  // after which step, to what plan
   std::vector<std::string> schedules;                   // each move's schedule
+  std::vector<std::vector<double>> factors;             // each move's ranks' factors, as measured
   std::vector<std::int64_t> failed;                     // the steps after which a move failed
 };
 
@@ -140,11 +141,13 @@ int LayersOn(const RunPlan& plan, int rank) {
 // With `again` > 0 rank 1 is slow again from that step on; with
 // `failing` > 0 the first `failing` moves proposed fail (a rank could not
 // build them): the run stays on its plan.
+// With `lazy`, the profile is measured at the first slowdown (the
+// default), not given at the start.
 Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t total, double wire = 0,
-                double compute_s = 0, std::int64_t again = 0, int failing = 0) {
+                double compute_s = 0, std::int64_t again = 0, int failing = 0, bool lazy = false) {
   TrainConfig c = Gpt();
   const Profile profile = Flat(c);
-  AdaptivePlanner planner(profile);
+  AdaptivePlanner planner = lazy ? AdaptivePlanner([profile] { return profile; }) : AdaptivePlanner(profile);
   RunPlan plan = PlanRun(c);
   planner.Start(plan);
   const double machine = compute_s > 0 ? compute_s / (1.5 * Priced(plan, profile)[1]) : 1.0;
@@ -173,6 +176,7 @@ Trace Simulated(double slow, std::int64_t from, std::int64_t until, std::int64_t
       plan = PlanRun(c);
       t.moves.emplace_back(step, plan);
       t.schedules.push_back(r->schedule);
+      t.factors.push_back(r->factors);
       planner.Moved(2 * step_s);
       planner.Start(plan);
     }
@@ -188,6 +192,37 @@ TEST(AdaptivePlanner, MovesLayersOffASlowRankAndBackWhenItRecovers) {
   EXPECT_LT(LayersOn(t.moves[0].second, 1), LayersOn(healthy, 1));
   EXPECT_EQ(t.moves[1].first, 62);
   EXPECT_EQ(LayersOn(t.moves[1].second, 1), LayersOn(healthy, 1));  // the layers back
+}
+
+// A profile measured at the first slowdown prices the running plan from
+// then on: its meter's window and calibration carried into the profile's
+// unit, so the factors after the move are the rank's speeds (they read
+// tens before), and the layers come back when it recovers.
+TEST(AdaptivePlanner, AProfileMeasuredAtTheFirstSlowdownMovesAsOneGivenAtTheStart) {
+  const Trace t = Simulated(2.0, 20, 60, 200, 0, 0, 0, 0, /*lazy=*/true);
+  ASSERT_EQ(t.moves.size(), 2u);
+  EXPECT_EQ(t.moves[0].first, 22);
+  EXPECT_EQ(t.moves[1].first, 62);
+  EXPECT_EQ(LayersOn(t.moves[1].second, 1), LayersOn(PlanRun(Gpt()), 1));
+  ASSERT_EQ(t.factors[1].size(), 2u);
+  EXPECT_NEAR(t.factors[0][1], 2.0, 1e-9);
+  EXPECT_NEAR(t.factors[1][0], 1.0, 1e-9);  // recovered: both at full speed
+  EXPECT_NEAR(t.factors[1][1], 1.0, 1e-9);
+}
+
+TEST(SpeedMeter, ARepricedPlanKeepsItsFactors) {
+  AdaptSettings s;
+  SpeedMeter m(s);
+  m.Expect({1.0, 1.0});
+  for (int step = 0; step < s.settle + s.window; ++step) m.Observe({0.03, 0.02});
+  m.Observe({0.03, 0.04});
+  m.Reprice({0.01, 0.005});
+  m.Observe({0.03, 0.04});
+  m.Observe({0.03, 0.04});
+  ASSERT_EQ(m.Factors().size(), 2u);
+  EXPECT_NEAR(m.Factors()[0], 1.0, 1e-12);
+  EXPECT_NEAR(m.Factors()[1], 2.0, 1e-12);
+  EXPECT_NEAR(m.HealthySeconds()[1], 0.02, 1e-12);
 }
 
 TEST(AdaptivePlanner, NoMoveThatTheStepsLeftCannotPayFor) {

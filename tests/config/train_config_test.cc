@@ -1602,5 +1602,25 @@ TEST(TrainConfigLog, ReadsTheTraceAndRefusesAStrideWithoutOne) {
                        "log.trace_every: only applies with log.trace"));
 }
 
+// log.blame and log.blame_threshold: read, written back, refused where
+// they cannot be what was meant.
+TEST(TrainConfigLog, ReadsBlameAndRefusesAThresholdWithoutIt) {
+  const TrainConfig c = ParseTrainConfig(std::string(kValid) + "log: {blame: true, blame_threshold: 0.2}\n", "t.yaml");
+  EXPECT_TRUE(c.log.blame);
+  EXPECT_DOUBLE_EQ(c.log.blame_threshold, 0.2);
+  EXPECT_TRUE(Contains(DescribeTrainConfig(c), "blame: true")) << DescribeTrainConfig(c);
+  EXPECT_EQ(ParseTrainConfig(DescribeTrainConfig(c), "again.yaml").log.blame_threshold, 0.2);
+  const TrainConfig off = ParseTrainConfig(kValid, "t.yaml");
+  EXPECT_FALSE(off.log.blame);
+  EXPECT_DOUBLE_EQ(off.log.blame_threshold, 0.1);
+  EXPECT_FALSE(Contains(DescribeTrainConfig(off), "blame")) << DescribeTrainConfig(off);
+  EXPECT_TRUE(Contains(ErrorOf(std::string(kValid) + "log: {blame: true, blame_threshold: 0}\n"),
+                       "log.blame_threshold: must be above 0"));
+  EXPECT_TRUE(Contains(ErrorOf(std::string(kValid) + "log: {blame_threshold: 0.2}\n"),
+                       "log.blame_threshold: only applies with log.blame: true"));
+  EXPECT_TRUE(Contains(ErrorOf(std::string(kValid) + "log: {blame: true}\ndevice: cuda\n"),
+                       "log.blame: names late steps on the CPU only so far"));
+}
+
 }  // namespace
 }  // namespace baton

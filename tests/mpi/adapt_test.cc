@@ -356,4 +356,54 @@ TEST_F(AdaptTest, AdaptOnIsRefusedWhereItCannotMoveAPlacement) {
       << Read("log.txt");
 }
 
+// log.blame under mpirun, the plan held (pipeline.adapt: off): rank 1
+// slowed 2x for steps 20-39, then the wire from rank 0 to rank 1 late by
+// 2 ms a message for steps 20-39 (about two of this model's actions). The
+// culprit is named in the affected steps (a step late by its own compute
+// or messages, whatever the machine's speed: the judge compares each
+// rank's CPU time and each link's shortest message with the run's own
+// first steps), a "late" row each, a summary line, and an instant on the
+// culprit's track in the trace; the healthy steps name almost nothing (a
+// shared machine's noise may delay a message).
+TEST_F(AdaptTest, BlameNamesTheSlowRankAndTheLateWire) {
+  const std::string common = " --set pipeline.adapt=off --set log.blame=true --set log.every_steps=10";
+  ASSERT_EQ(Train("BATON_FAULT=1:20:slow=2:until=40",
+                  common + " --set log.metrics=slow.jsonl --set log.trace=slow.json --set log.trace_every=10"),
+            0)
+      << Read("log.txt");
+  ASSERT_EQ(Train("BATON_FAULT='0>1:20:delay=0.002:until=40'", common + " --set log.metrics=wire.jsonl"), 0)
+      << Read("log.txt");
+  const auto culprits = [&](const std::string& file, const std::string& want) {
+    int named = 0, wrong = 0, healthy_named = 0;
+    for (const nlohmann::json& row : Events(file, "late")) {
+      const int step = row["step"].get<int>();
+      const nlohmann::json& late = row["late"];
+      EXPECT_GT(late["by_s"].get<double>(), 0) << row.dump();
+      std::string who = late["what"].get<std::string>();
+      if (who == "rank") who += " " + std::to_string(late["rank"].get<int>());
+      if (who == "link") who += " " + std::to_string(late["from"].get<int>()) + ">" + std::to_string(late["to"].get<int>());
+      if (step >= 20 && step < 40) {
+        (who == want ? named : wrong) += 1;
+      } else {
+        ++healthy_named;
+      }
+    }
+    EXPECT_GE(named, 18) << file << ": of 20 affected steps";
+    EXPECT_EQ(wrong, 0) << file;
+    EXPECT_LE(healthy_named, 4) << file << ": of 33 healthy steps measured";
+  };
+  culprits("slow.jsonl", "rank 1");
+  culprits("wire.jsonl", "link 0>1");
+  // The trace: the traced step 30's late instant on rank 1's track.
+  const nlohmann::json trace = nlohmann::json::parse(Read("slow.json"));
+  int instants = 0;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e.value("cat", "") != "late") continue;
+    EXPECT_EQ(e["pid"], 1) << e.dump();
+    EXPECT_EQ(e["name"], "late: rank 1") << e.dump();
+    ++instants;
+  }
+  EXPECT_GE(instants, 18);
+}
+
 }  // namespace

@@ -1,0 +1,254 @@
+// Which rank or link made a step late (blame.h).
+#include "blame.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "adapt.h"
+#include "baton/action.h"
+#include "metrics_row.h"
+#include "wire.h"
+
+namespace baton {
+
+StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work) {
+  Transport& t = comms.world;
+  const int ranks = comms.pipeline.size(), replicas = comms.replicas.size();
+  const auto at = static_cast<std::size_t>(ReplicaLayout{ranks, replicas}.World(comms.pipeline.rank(), comms.replicas.rank()));
+  StepMeasures m;
+  m.seconds.assign(static_cast<std::size_t>(ranks * replicas), 0.0);
+  m.seconds[at] = exec.TakeComputeSeconds() / (work > 0 ? work : 1.0);
+  t.ReduceSum(m.seconds);
+  t.GatherStrings(MessageTimesJson({comms.pipeline.rank(), comms.replicas.rank(), exec.TakeMessageTimes()}),
+                  &m.messages, "every rank's message times of the step");
+  return m;
+}
+
+std::vector<double> WorldTransits(const std::vector<std::string>& messages, int ranks, int replicas) {
+  const ReplicaLayout layout{ranks, replicas};
+  const auto world = static_cast<std::size_t>(ranks * replicas);
+  std::vector<std::vector<std::vector<Executor::MessageTime>>> pipelines(
+      static_cast<std::size_t>(replicas), std::vector<std::vector<Executor::MessageTime>>(static_cast<std::size_t>(ranks)));
+  for (const std::string& text : messages) {
+    RankMessageTimes t = ParseMessageTimes(text);
+    if (t.rank < 0 || t.rank >= ranks || t.replica < 0 || t.replica >= replicas) continue;
+    pipelines[static_cast<std::size_t>(t.replica)][static_cast<std::size_t>(t.rank)] = std::move(t.times);
+  }
+  std::vector<double> out(world * world, -1.0);
+  for (int d = 0; d < replicas; ++d) {
+    const std::vector<double> one = ShortestTransits(pipelines[static_cast<std::size_t>(d)]);
+    for (int a = 0; a < ranks; ++a) {
+      for (int b = 0; b < ranks; ++b) {
+        const auto from = static_cast<std::size_t>(layout.World(a, d)), to = static_cast<std::size_t>(layout.World(b, d));
+        out[from * world + to] = one[static_cast<std::size_t>(a * ranks + b)];
+      }
+    }
+  }
+  return out;
+}
+
+std::string LateJson(const Late& late) {
+  std::string who;
+  if (late.what == "rank") who = fmt::format(", \"rank\": {}", late.rank);
+  if (late.what == "link") who = fmt::format(", \"from\": {}, \"to\": {}", late.from, late.to);
+  return fmt::format("{{\"what\": \"{}\"{}, \"by_s\": {}}}", late.what, who, Json(late.by_s, "{:.6g}"));
+}
+
+std::string LateText(const Late& late) {
+  if (late.what == "rank") return fmt::format("rank {}", late.rank);
+  if (late.what == "link") return fmt::format("link {}>{}", late.from, late.to);
+  return "the data";
+}
+
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+}  // namespace
+
+StepBlame::StepBlame(int ranks, int actions, const BlameSettings& settings)
+    : s_(settings), ranks_(ranks), actions_(std::max(1, actions)) {
+  Restart();
+}
+
+void StepBlame::Restart() {
+  skip_ = s_.settle;
+  calibrated_ = false;
+  const auto n = static_cast<std::size_t>(ranks_);
+  rank_samples_.assign(n, {});
+  link_samples_.assign(n * n, {});
+  step_samples_.clear();
+  work_samples_.clear();
+}
+
+void StepBlame::Calibrate() {
+  const auto n = static_cast<std::size_t>(ranks_);
+  rank_healthy_.assign(n, 0.0);
+  for (std::size_t r = 0; r < n; ++r) rank_healthy_[r] = Median(rank_samples_[r]);
+  link_healthy_.assign(n * n, -1.0);
+  link_spread_.assign(n * n, 0.0);
+  for (std::size_t l = 0; l < n * n; ++l) {
+    const std::vector<double>& v = link_samples_[l];
+    if (v.empty()) continue;
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    link_healthy_[l] = *lo;
+    link_spread_[l] = *hi - *lo;
+  }
+  step_healthy_ = Median(step_samples_);
+  typical_work_ = Median(work_samples_);
+  calibrated_ = true;
+}
+
+std::optional<Late> StepBlame::Observe(const std::vector<double>& seconds, double step_seconds,
+                                       const std::vector<double>& transits, double work) {
+  if (skip_ > 0) {
+    --skip_;
+    return std::nullopt;
+  }
+  const auto n = static_cast<std::size_t>(ranks_);
+  if (seconds.size() != n) return std::nullopt;
+  const double unit = work > 0 ? work : 1.0;
+  if (!calibrated_) {
+    for (std::size_t r = 0; r < n; ++r) rank_samples_[r].push_back(seconds[r]);
+    for (std::size_t l = 0; l < std::min(transits.size(), n * n); ++l) {
+      if (transits[l] >= 0) link_samples_[l].push_back(transits[l]);
+    }
+    step_samples_.push_back(step_seconds / unit);
+    work_samples_.push_back(unit);
+    if (static_cast<int>(step_samples_.size()) >= s_.window) Calibrate();
+    return std::nullopt;
+  }
+  // Against the step's price under the healthy costs.
+  const double expected = step_healthy_ * unit, by_s = step_seconds - expected;
+  if (by_s > std::max(s_.threshold * expected, s_.min_seconds)) {
+    if (std::optional<Late> late = Suspect(seconds, transits, unit, by_s)) return late;
+  }
+  // Within its price, or with no rank or link to blame: a step that costs
+  // more than the run's typical step, and is late against it, is the data's.
+  const double typical = step_healthy_ * typical_work_, over = step_seconds - typical;
+  if (unit > typical_work_ * (1 + s_.threshold) && over > std::max(s_.threshold * typical, s_.min_seconds)) {
+    Late late;
+    late.what = "data";
+    late.by_s = over;
+    return late;
+  }
+  return std::nullopt;
+}
+
+std::optional<Late> StepBlame::Suspect(const std::vector<double>& seconds, const std::vector<double>& transits,
+                                       double work, double by_s) const {
+  const auto n = static_cast<std::size_t>(ranks_);
+  // Each suspect's excess against its own bar; the largest is named, a
+  // rank before any link: a rank's compute is its own CPU time, which a
+  // late wire does not lengthen, while a busy rank (on a core it shares)
+  // takes longer to see its messages arrive, which lengthens its links'
+  // times.
+  double best = 1.0, mean_action = 0;
+  Late late;
+  late.by_s = by_s;
+  for (std::size_t r = 0; r < n; ++r) {
+    const double healthy = rank_healthy_[r], excess = (seconds[r] - healthy) * work;
+    mean_action += healthy * work / static_cast<double>(n * static_cast<std::size_t>(actions_));
+    const double bar = std::max(s_.rank_trigger * healthy * work, s_.min_seconds);
+    if (healthy > 0 && excess > bar && excess / bar > best) {
+      best = excess / bar;
+      late.what = "rank";
+      late.rank = static_cast<int>(r);
+    }
+  }
+  if (!late.what.empty()) return late;
+  for (std::size_t l = 0; l < std::min(transits.size(), n * n); ++l) {
+    if (link_healthy_[l] < 0 || transits[l] < 0) continue;
+    const double excess = transits[l] - link_healthy_[l];
+    const double bar = std::max({3 * link_spread_[l], s_.link_trigger * mean_action, s_.min_seconds});
+    if (excess > bar && excess / bar > best) {
+      best = excess / bar;
+      late.what = "link";
+      late.rank = -1;
+      late.from = static_cast<int>(l / n);
+      late.to = static_cast<int>(l % n);
+    }
+  }
+  if (late.what.empty()) return std::nullopt;
+  return late;
+}
+
+namespace {
+
+// Compute actions a rank runs a step (the most of any rank).
+int ComputeActions(const Schedule& lowered) {
+  std::size_t most = 1;
+  for (const std::vector<Action>& row : lowered.actions) {
+    const auto n = static_cast<std::size_t>(
+        std::count_if(row.begin(), row.end(), [](const Action& a) { return IsCompute(a.kind); }));
+    most = std::max(most, n);
+  }
+  return static_cast<int>(most);
+}
+
+}  // namespace
+
+RunBlame::RunBlame(const TrainConfig& c, const RunComms& comms, RunSetup& u, const BlameSettings& settings)
+    : comms_(comms), u_(u), every_(c.log.every_steps) {
+  if (comms.world.rank() == 0) {
+    BlameSettings s = settings;
+    s.threshold = c.log.blame_threshold;
+    judge_.emplace(comms.world.size(), ComputeActions(u.plan.lowered), s);
+  }
+  u.exec->MeasureCompute(true);
+}
+
+void RunBlame::StepStarts() { u_.exec->MeasureCompute(true); }
+
+void RunBlame::Restart() {
+  if (judge_) judge_->Restart();
+}
+
+std::optional<Late> RunBlame::AfterStep(const StepMeasures& measures, std::int64_t step, double step_seconds,
+                                        double work, bool tty) {
+  std::optional<Late> late;
+  if (!judge_) return late;
+  const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
+  late = judge_->Observe(measures.seconds, step_seconds, WorldTransits(measures.messages, ranks, replicas), work);
+  ++window_steps_;
+  if (late) {
+    ++late_steps_;
+    ++window_late_;
+    window_by_s_ += late->by_s;
+    const std::string who = LateText(*late);
+    if (std::find(window_culprits_.begin(), window_culprits_.end(), who) == window_culprits_.end()) {
+      window_culprits_.push_back(who);
+    }
+    pending_.push_back(Row({{"event", "\"late\""}, {"step", std::to_string(step)}, {"late", LateJson(*late)}}));
+  }
+  if (every_ > 0 && step % every_ == 0 && window_late_ > 0) {
+    std::fprintf(stderr, "%sbaton: late: %d of the last %d steps, by %.3g s on average, made late by %s\n",
+                 tty ? "\n" : "", window_late_, window_steps_, window_by_s_ / window_late_,
+                 fmt::format("{}", fmt::join(window_culprits_, ", ")).c_str());
+  }
+  if (every_ > 0 && step % every_ == 0) {
+    window_late_ = window_steps_ = 0;
+    window_by_s_ = 0;
+    window_culprits_.clear();
+  }
+  return late;
+}
+
+void RunBlame::WriteRows() {
+  Agree(comms_.world, "rank 0 writing the metrics file", [&] {
+    if (comms_.world.rank() == 0 && u_.metrics) {
+      for (const std::string& row : pending_) u_.metrics->Line(row);
+    }
+  });
+  pending_.clear();
+}
+
+}  // namespace baton

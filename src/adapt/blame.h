@@ -1,0 +1,144 @@
+// Which rank or link made a step late (log.blame). Every step, every
+// rank's compute time (its actions' own CPU time, waits excluded) and each
+// link's shortest message time (from a SEND's start to the end of its
+// RECV's wait: the wire's own time where the receiver was already
+// waiting) go to rank 0, the same measures the adaptive plans read
+// (MeasureStep). Rank 0 sets the step against its price: the run's first
+// healthy window gives each rank's compute, each link's time and the
+// step's time per unit of the simulator's price of a step (packed
+// documents' steps differ in it: PackedStepShare), and a step later than
+// its price by more than a threshold is blamed on what moved: a rank whose
+// compute took longer, a link whose messages arrived late, or, where
+// neither did, the data (the step's microbatches cost more than the run's
+// typical step).
+#ifndef BATON_ADAPT_BLAME_H_
+#define BATON_ADAPT_BLAME_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "baton/comm.h"
+#include "baton/config.h"
+#include "setup.h"
+
+namespace baton {
+
+// One step's measures, gathered at rank 0 (collective over the world):
+// every world rank's compute seconds per unit of its step's `work` (in
+// ReplicaLayout's order; every rank gets them) and its message times
+// (MessageTimesJson, one string a world rank; rank 0's only). Zeroes the
+// executor's sums.
+struct StepMeasures {
+  std::vector<double> seconds;
+  std::vector<std::string> messages;
+};
+StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work);
+
+// Each link's shortest message time in the step, between world ranks
+// (world x world, from a to b at a x world + b; < 0: no message), from
+// every world rank's message times: each replica's pipeline's links.
+std::vector<double> WorldTransits(const std::vector<std::string>& messages, int ranks, int replicas);
+
+struct BlameSettings {
+  int settle = 2;            // steps not measured at the start and after a plan change
+  int window = 5;            // healthy steps whose median (a rank's, the step's) or least (a link's) calibrates
+  double threshold = 0.1;    // a step later than its price by this share of it is late
+  double rank_trigger = 0.2; // a rank whose compute took this share more than its calibration is a suspect
+  // A link whose shortest time grew by more than this share of the healthy
+  // step's mean action (and three times its first window's spread) is a
+  // suspect.
+  double link_trigger = 0.25;
+  double min_seconds = 1e-4;  // lateness under this many seconds is noise
+};
+
+// What made a step late: "rank" (rank), "link" (from, to) or "data", and
+// by how many seconds the step was later than its price (or, for the
+// data, than the run's typical step).
+struct Late {
+  std::string what;
+  int rank = -1, from = -1, to = -1;
+  double by_s = 0;
+};
+// {"what": "rank", "rank": 1, "by_s": 0.0123}
+std::string LateJson(const Late& late);
+// "rank 1", "link 0>1", "the data"
+std::string LateText(const Late& late);
+
+// Rank 0's judge of each step (the logic alone: testable without ranks).
+class StepBlame {
+ public:
+  // `ranks` world ranks; `actions` compute actions a rank runs a step (for
+  // a link's trigger: a message late by a share of one action).
+  StepBlame(int ranks, int actions, const BlameSettings& settings = {});
+  // A plan change: calibrate again after `settle` steps.
+  void Restart();
+  // One step: every world rank's compute seconds per unit of work
+  // (MeasureStep), the step's wall seconds,
+  // each link's shortest time (WorldTransits; empty: none), and the step's
+  // work (its price against a step of whole microbatches; 1 unpacked).
+  // What made it late, or none (healthy, calibrating, or late with no
+  // rank, link or data to blame).
+  std::optional<Late> Observe(const std::vector<double>& seconds, double step_seconds,
+                              const std::vector<double>& transits, double work);
+  bool calibrated() const { return calibrated_; }
+
+ private:
+  void Calibrate();
+  std::optional<Late> Suspect(const std::vector<double>& seconds, const std::vector<double>& transits,
+                              double work, double by_s) const;
+
+  BlameSettings s_;
+  int ranks_ = 0, actions_ = 1;
+  int skip_ = 0;
+  bool calibrated_ = false;
+  // The window's samples: per rank and for the step, per unit of work;
+  // per link, its shortest times; the steps' work.
+  std::vector<std::vector<double>> rank_samples_, link_samples_;
+  std::vector<double> step_samples_, work_samples_;
+  std::vector<double> rank_healthy_;  // per rank, compute seconds per unit of work
+  std::vector<double> link_healthy_, link_spread_;  // per link; < 0: no message
+  double step_healthy_ = 0;  // wall seconds per unit of work
+  double typical_work_ = 1;  // the window's median work
+};
+
+// Every rank's part (collective over the world, each step): the step's
+// measures to rank 0, judged there, a "late" row in the metrics file for
+// each late step, and a summary line on standard error every
+// log.every_steps steps that had a late one.
+class RunBlame {
+ public:
+  RunBlame(const TrainConfig& c, const RunComms& comms, RunSetup& u, const BlameSettings& settings = {});
+  // Before a step: what the executor summed since the last step (an
+  // evaluation, a checkpoint) dropped; a new executor (a plan change)
+  // measured.
+  void StepStarts();
+  // After the step's update: `measures` (MeasureStep), the step's seconds
+  // (its gradients and update) and work. Rank 0: what made it late, or
+  // none. Collective (a row written by every rank's agreement).
+  std::optional<Late> AfterStep(const StepMeasures& measures, std::int64_t step, double step_seconds, double work,
+                                bool tty);
+  // A plan change: calibrate again.
+  void Restart();
+  // The late rows since the last call into the metrics file, before the
+  // step's own row (collective: one agreement).
+  void WriteRows();
+  int late_steps() const { return late_steps_; }
+
+ private:
+  const RunComms& comms_;
+  RunSetup& u_;
+  std::int64_t every_ = 10;
+  std::optional<StepBlame> judge_;  // rank 0
+  int late_steps_ = 0;
+  // Since the last summary line: late steps, their seconds, the culprits named.
+  int window_late_ = 0, window_steps_ = 0;
+  double window_by_s_ = 0;
+  std::vector<std::string> window_culprits_;
+  std::vector<std::string> pending_;  // rank 0: late rows not yet written
+};
+
+}  // namespace baton
+
+#endif  // BATON_ADAPT_BLAME_H_

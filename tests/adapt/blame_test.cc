@@ -1,0 +1,118 @@
+// log.blame's judge, in-process, on made-up timings: a step later than its
+// price is blamed on the rank whose compute grew, the link whose messages
+// arrived late, or the data whose step costs more; healthy steps, noise
+// in the step alone, and the calibrating steps name nothing.
+#include "blame.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+namespace baton {
+namespace {
+
+// Two ranks, 12 compute actions each a step: 10 ms of compute on each, a
+// step of 24 ms, each link's shortest message 50 us (with 10 us of
+// spread in the calibration).
+struct Steps {
+  StepBlame judge{2, 12};
+  int step = 0;
+  std::optional<Late> Step(std::vector<double> seconds, double step_s, std::vector<double> transits,
+                           double work = 1.0) {
+    ++step;
+    return judge.Observe(seconds, step_s, transits, work);
+  }
+  std::optional<Late> Healthy(double work = 1.0) {
+    const double noise = 10e-6 * (step % 2);
+    // Compute seconds per unit of the step's work (MeasureStep's).
+    return Step({10e-3, 10e-3}, 24e-3 * work, {-1, 50e-6 + noise, 50e-6 + noise, -1}, work);
+  }
+  void Calibrate() {
+    const BlameSettings s;
+    for (int k = 0; k < s.settle + s.window; ++k) EXPECT_FALSE(Healthy()) << "calibrating";
+    ASSERT_TRUE(judge.calibrated());
+  }
+};
+
+TEST(StepBlame, ASlowRankIsNamedByTheSecondsItMadeTheStepLate) {
+  Steps r;
+  r.Calibrate();
+  EXPECT_FALSE(r.Healthy());
+  // Rank 1 computes 1.5x: 5 ms more, the step 4 ms later than its price.
+  const std::optional<Late> late = r.Step({10e-3, 15e-3}, 28e-3, {-1, 50e-6, 50e-6, -1});
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->what, "rank");
+  EXPECT_EQ(late->rank, 1);
+  EXPECT_NEAR(late->by_s, 4e-3, 1e-12);
+  EXPECT_EQ(LateJson(*late), R"({"what": "rank", "rank": 1, "by_s": 0.004})");
+  EXPECT_EQ(LateText(*late), "rank 1");
+  // The same rank 1.5x on a step that is not late (its share of the step
+  // hidden by the other's waits): nothing named.
+  EXPECT_FALSE(r.Step({10e-3, 15e-3}, 24.5e-3, {-1, 50e-6, 50e-6, -1}));
+}
+
+TEST(StepBlame, ALateWireIsNamedAndARankBusyBesideItIsNamedFirst) {
+  Steps r;
+  r.Calibrate();
+  // Messages from 0 to 1 arrive 1 ms late (a mean action is 0.83 ms).
+  const std::optional<Late> late = r.Step({10e-3, 10e-3}, 30e-3, {-1, 1.05e-3, 50e-6, -1});
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->what, "link");
+  EXPECT_EQ(late->from, 0);
+  EXPECT_EQ(late->to, 1);
+  EXPECT_NEAR(late->by_s, 6e-3, 1e-12);
+  EXPECT_EQ(LateJson(*late), R"({"what": "link", "from": 0, "to": 1, "by_s": 0.006})");
+  // Within the calibration's spread (three times 10 us): not a late wire.
+  EXPECT_FALSE(r.Step({10e-3, 10e-3}, 30e-3, {-1, 75e-6, 50e-6, -1}));
+  // A slow rank takes longer to see its messages arrive: the rank is named.
+  const std::optional<Late> both = r.Step({10e-3, 20e-3}, 34e-3, {-1, 1.05e-3, 50e-6, -1});
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->what, "rank");
+  EXPECT_EQ(both->rank, 1);
+}
+
+TEST(StepBlame, AStepOfCostlierMicrobatchesIsTheDatas) {
+  Steps r;
+  r.Calibrate();
+  // A packed step with 1.5 times the work of the run's typical step: its
+  // time is its price, late only against the typical step, by 12 ms.
+  const std::optional<Late> late = r.Healthy(1.5);
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->what, "data");
+  EXPECT_NEAR(late->by_s, 12e-3, 1e-12);
+  EXPECT_EQ(LateJson(*late), R"({"what": "data", "by_s": 0.012})");
+  // Lighter steps are never late for their data.
+  EXPECT_FALSE(r.Healthy(0.7));
+  // A slow rank on a costly step is the rank's (compute per unit of work).
+  const std::optional<Late> slow = r.Step({10e-3, 15e-3}, 45e-3, {-1, 50e-6, 50e-6, -1}, 1.5);
+  ASSERT_TRUE(slow);
+  EXPECT_EQ(slow->what, "rank");
+  EXPECT_EQ(slow->rank, 1);
+  EXPECT_NEAR(slow->by_s, 9e-3, 1e-12);
+}
+
+TEST(StepBlame, NoiseInTheStepAloneNamesNothingAndAPlanChangeCalibratesAgain) {
+  Steps r;
+  r.Calibrate();
+  // 50% late with every rank and link as healthy (a neighbour's process
+  // took the core): nothing to blame.
+  EXPECT_FALSE(r.Step({10e-3, 10e-3}, 36e-3, {-1, 50e-6, 50e-6, -1}));
+  // A rank 1.1x (under the trigger) on a late step: nothing.
+  EXPECT_FALSE(r.Step({10e-3, 11e-3}, 36e-3, {-1, 50e-6, 50e-6, -1}));
+  // A new plan: rank 1 computes 16 ms a step from here, its new normal.
+  r.judge.Restart();
+  EXPECT_FALSE(r.judge.calibrated());
+  const BlameSettings s;
+  for (int k = 0; k < s.settle + s.window; ++k) {
+    EXPECT_FALSE(r.Step({10e-3, 16e-3}, 30e-3, {-1, 50e-6, 50e-6 + 10e-6 * (k % 2), -1}));
+  }
+  EXPECT_TRUE(r.judge.calibrated());
+  EXPECT_FALSE(r.Step({10e-3, 16e-3}, 30e-3, {-1, 50e-6, 50e-6, -1}));
+  const std::optional<Late> late = r.Step({10e-3, 24e-3}, 38e-3, {-1, 50e-6, 50e-6, -1});
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->rank, 1);
+}
+
+}  // namespace
+}  // namespace baton
