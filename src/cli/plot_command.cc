@@ -2,8 +2,9 @@
 // SVG picture: the training loss and the validation (or test) loss, the
 // step time and the real tokens a second (samples a second where the run
 // packs no documents), the learning rate and the gradient norm where they
-// move, over the steps; re-plans, recoveries, lost ranks and late steps
-// (log.blame) as lines through every panel, skipped steps as crosses.
+// move, over the steps; re-plans, recoveries, lost ranks, resumes and late
+// steps (log.blame) as lines through every panel, skipped steps as
+// crosses.
 // --compare overlays other runs' files, a colour each.
 #include <algorithm>
 #include <cmath>
@@ -94,7 +95,8 @@ constexpr EventStyle kEvents[] = {{"replan", "re-plan", "#2a9d8f", "6 3"},
                                   {"replan_failed", "re-plan failed", "#e9c46a", "2 3"},
                                   {"lost_rank", "lost rank", "#6d597a", "2 2"},
                                   {"recovered", "recovery", "#e76f51", "8 2 2 2"},
-                                  {"late", "late step (log.blame)", "#f4a261", "1 3"}};
+                                  {"late", "late step (log.blame)", "#f4a261", "1 3"},
+                                  {"resumed", "resumed", "#264653", "4 2 1 2"}};
 
 const EventStyle* StyleOf(const std::string& event) {
   for (const EventStyle& s : kEvents) {
@@ -356,6 +358,8 @@ MetricsRun ReadMetricsRun(const std::string& path) {
       run.events.push_back({std::isnan(step) ? last_step : step, row["event"].get<std::string>()});
       continue;
     }
+    // A resumed run's first row names the checkpoint's step it went on from.
+    if (const double after = Number(row, "resumed_after"); !std::isnan(after)) run.events.push_back({after, "resumed"});
     const bool validation = row.contains("validation_loss") || row.contains("test_loss");
     const bool train = row.contains("loss");
     if (!train && !validation) continue;  // a row of some other kind: not drawn

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 
@@ -140,6 +141,7 @@ void RunTrace::AddStep(std::int64_t step, const std::vector<std::string>& packed
   // A compute action by (replica, forward, stage, microbatch).
   std::map<std::tuple<int, bool, int, int>, Placed> compute;
   std::vector<std::pair<int, ActionEvent>> all;
+  std::vector<PathAction> actions;  // every compute action, for the critical path
   for (std::size_t r = 0; r < packed.size(); ++r) {
     const std::size_t n = packed[r].size() / sizeof(ActionEvent);
     for (std::size_t k = 0; k < n; ++k) {
@@ -156,8 +158,10 @@ void RunTrace::AddStep(std::int64_t step, const std::vector<std::string>& packed
       if (e.kind == ActionKind::kForward || IsInputBackward(e.kind)) {
         compute[{rank % replicas, e.kind == ActionKind::kForward, e.stage, e.microbatch}] = {rank, at, dur};
       }
+      if (compute_kind) actions.push_back({rank, at, at + dur, e.kind, e.stage, e.microbatch});
     }
   }
+  AddCriticalPath(step, std::move(actions), replicas);
   // Each message: from the action that made it to the one that used it,
   // where they ran on different ranks (an activation forward, an input
   // gradient back).
@@ -174,6 +178,54 @@ void RunTrace::AddStep(std::int64_t step, const std::vector<std::string>& packed
         R"({{"name":"{}","cat":"message","ph":"f","bp":"e","id":{},"ts":{},"pid":{},"tid":0,"args":{{"step":{},"stage":{},"microbatch":{}}}}})",
         name, id, Num(Inside(to->second.start, to->second.dur, +1)), to->second.rank, step,
         std::get<2>(to->first), microbatch));
+  }
+}
+
+void RunTrace::AddCriticalPath(std::int64_t step, std::vector<PathAction> actions, int replicas) {
+  if (actions.empty()) return;
+  // Each rank's actions in the order they ran; each forward or input
+  // backward by (replica, forward, stage, microbatch): whose message it
+  // waits for.
+  std::map<int, std::vector<std::size_t>> by_rank;
+  std::map<std::tuple<int, bool, int, int>, std::size_t> made;
+  std::sort(actions.begin(), actions.end(), [](const PathAction& a, const PathAction& b) { return a.start < b.start; });
+  for (std::size_t k = 0; k < actions.size(); ++k) {
+    const PathAction& a = actions[k];
+    by_rank[a.rank].push_back(k);
+    if (a.kind == ActionKind::kForward || IsInputBackward(a.kind)) {
+      made[{a.rank % replicas, a.kind == ActionKind::kForward, a.stage, a.microbatch}] = k;
+    }
+  }
+  std::vector<std::size_t> position(actions.size());
+  for (const auto& [rank, list] : by_rank) {
+    for (std::size_t i = 0; i < list.size(); ++i) position[list[i]] = i;
+  }
+  // Back from the action that ended last: to whichever of its inputs came
+  // last, the action before it on its rank or the message it used (from
+  // another rank), until an action waited for neither.
+  std::size_t at = 0;
+  for (std::size_t k = 1; k < actions.size(); ++k) {
+    if (actions[k].end > actions[at].end) at = k;
+  }
+  for (std::size_t hops = 0; hops < actions.size(); ++hops) {
+    const PathAction& a = actions[at];
+    lines_.push_back(fmt::format(
+        R"({{"name":"{}","cat":"critical","ph":"X","ts":{},"dur":{},"pid":{},"tid":2,"args":{{"step":{},"stage":{},"microbatch":{}}}}})",
+        KindName(a.kind), Num(a.start), Num(a.end - a.start), a.rank, step, a.stage, a.microbatch));
+    std::optional<std::size_t> local, message;
+    if (position[at] > 0) local = by_rank[a.rank][position[at] - 1];
+    const bool forward = a.kind == ActionKind::kForward;
+    if (forward || IsInputBackward(a.kind)) {
+      const auto from = made.find({a.rank % replicas, forward, forward ? a.stage - 1 : a.stage + 1, a.microbatch});
+      if (from != made.end() && actions[from->second].rank != a.rank) message = from->second;
+    }
+    if (message && (!local || actions[*message].end > actions[*local].end)) {
+      at = *message;
+    } else if (local) {
+      at = *local;
+    } else {
+      break;
+    }
   }
 }
 
@@ -202,7 +254,9 @@ void RunTrace::Write() {
     out += "\n";
     out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":0,"args":{{"name":"compute"}}}},)", r);
     out += "\n";
-    out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":1,"args":{{"name":"waits"}}}})", r);
+    out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":1,"args":{{"name":"waits"}}}},)", r);
+    out += "\n";
+    out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":2,"args":{{"name":"critical path"}}}})", r);
     out += lines_.empty() && r + 1 == world_->size() ? "\n" : ",\n";
   }
   for (std::size_t k = 0; k < lines_.size(); ++k) {

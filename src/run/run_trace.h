@@ -64,6 +64,18 @@ class RunTrace {
  private:
   double Ts(double rank0_seconds) const { return (rank0_seconds - base_s_) * 1e6; }
   void AddStep(std::int64_t step, const std::vector<std::string>& packed);
+  // A traced step's critical path (each action's time on the trace, in
+  // microseconds): from the action that ended last, back through whichever
+  // input each waited for last (the action before it on its rank, or the
+  // message it used from another rank), each on its rank's "critical path"
+  // track.
+  struct PathAction {
+    int rank;
+    double start, end;
+    ActionKind kind;
+    int stage, microbatch;
+  };
+  void AddCriticalPath(std::int64_t step, std::vector<PathAction> actions, int replicas);
 
   bool on_ = false;
   std::int64_t every_ = 100;

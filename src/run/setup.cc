@@ -100,6 +100,10 @@ void MetricsLog::Line(std::string_view json) {
   const bool device = file_->device();
   const std::int64_t before = device ? -1 : file_->Size();
   std::string line(json);
+  if (resumed_after_ > 0 && line.rfind("{\"step\"", 0) == 0 && line.back() == '}') {
+    line.insert(line.size() - 1, fmt::format(", \"resumed_after\": {}", resumed_after_));
+    resumed_after_ = 0;
+  }
   line += '\n';
   const std::span<const std::byte> bytes = std::as_bytes(std::span<const char>(line));
   int err = 0;

@@ -50,6 +50,9 @@ class MetricsLog {
   // resumed after step `resumed_after` keeps the rows of steps up to it
   // (the file is cut after them, never rewritten). OutputError.
   void Start(std::int64_t resumed_after);
+  // A run resumed from the checkpoint of step `after` (--resume): the next
+  // step row written carries "resumed_after": `after` (baton plot marks it).
+  void MarkResume(std::int64_t after) { resumed_after_ = after; }
   // Appends `json` and a line break, flushed. Throws OutputError.
   void Line(std::string_view json);
   const std::string& path() const { return path_; }
@@ -57,6 +60,7 @@ class MetricsLog {
  private:
   std::string path_;
   std::unique_ptr<LogFile> file_;
+  std::int64_t resumed_after_ = 0;  // MarkResume's, until a step row carries it
 };
 
 // What the run's setup does besides planning and allocating.

@@ -339,6 +339,7 @@ void Resume(const RunComms& comms, RunSetup& u) {
   LoadCheckpoint(u.resume.value_or(ResumePoint{}), comms, *u.params, *u.env);
   u.loader->Seek(resumed / per_epoch, resumed % per_epoch);
   TakeUpAfter(comms, u, resumed);
+  if (u.metrics) u.metrics->MarkResume(resumed);
 }
 
 // The run's files after step `resumed`: this run's checkpoints after it set

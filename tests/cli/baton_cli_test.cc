@@ -970,6 +970,7 @@ TEST_F(BatonCliTest, PlotDrawsARunsMetricsAtTheirStepsWithItsEvents) {
                        step, loss, 32 / time, time, 1e-4 * step, 2.0 / step);
     }
     if (step == 12) a += "{\"event\": \"replan\", \"step\": 12, \"factors\": [1.0, 2.0]}\n";
+    if (step == 16) a.insert(a.size() - 2, ", \"resumed_after\": 14");  // a resume from step 14's checkpoint
     if (step == 6) a += "{\"event\": \"late\", \"step\": 5, \"late\": {\"what\": \"rank\", \"rank\": 1, \"by_s\": 0.02}}\n";
     b += fmt::format("{{\"step\": {}, \"epoch\": 1, \"loss\": {}, \"samples_per_s\": 250, \"step_time_s\": 0.128, "
                      "\"lr\": 0.001, \"grad_norm\": 0}}\n",
@@ -1033,6 +1034,9 @@ TEST_F(BatonCliTest, PlotDrawsARunsMetricsAtTheirStepsWithItsEvents) {
   ASSERT_EQ(late.size(), 5u);
   EXPECT_EQ(late[0].at("data-step"), "5");
   EXPECT_NEAR(std::stod(late[0].at("x1")), x_of(5), 0.006);
+  const auto resumed = Elements(svg, "<line class=\"event resumed\"");
+  ASSERT_EQ(resumed.size(), 5u);
+  EXPECT_EQ(resumed[0].at("data-step"), "14");
   const auto lost = Elements(svg, "<line class=\"event lost_rank\"");
   ASSERT_EQ(lost.size(), 5u);
   EXPECT_NEAR(std::stod(lost[0].at("x1")), x_of(20), 0.006);

@@ -230,9 +230,15 @@ TEST_F(Hostile, MetricsAfterAResumeHoldEachStepOnce) {
   EXPECT_NE(Train(2, ckpt, "BATON_FAULT=0:6:F:kill").code, 0);  // rows 1..5 logged, checkpoint 4
   ASSERT_EQ(MetricsRows(dir_ / "metrics.jsonl").size(), 5u);
   ASSERT_EQ(Train(2, ckpt + "--resume").code, 0) << ReadAll(dir_ / "log.txt");
-  std::vector<std::int64_t> steps;
-  for (const auto& row : MetricsRows(dir_ / "metrics.jsonl")) steps.push_back(row["step"].get<std::int64_t>());
+  std::vector<std::int64_t> steps, resumed;
+  for (const auto& row : MetricsRows(dir_ / "metrics.jsonl")) {
+    steps.push_back(row["step"].get<std::int64_t>());
+    if (row.contains("resumed_after")) resumed.push_back(row["resumed_after"].get<std::int64_t>());
+  }
   EXPECT_EQ(steps, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+  // The first row after the resume says where it went on from (baton plot marks it).
+  EXPECT_EQ(resumed, (std::vector<std::int64_t>{4}));
+  EXPECT_TRUE(MetricsRows(dir_ / "metrics.jsonl")[4].contains("resumed_after"));
 }
 
 // ---- outputs: no output is an input or another output ----

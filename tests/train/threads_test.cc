@@ -746,6 +746,9 @@ TEST_F(ThreadsTrain, TheTraceHoldsEveryRanksActionsAndEachMessageAsAFlow) {
     std::map<std::int64_t, nlohmann::json> starts, ends;  // flows by id
     std::vector<std::int64_t> checkpoints;
     double last_step2_end = 0, first_step4_start = 1e300;
+    std::map<int, std::vector<nlohmann::json>> critical;  // by step, as written (from the end back)
+    std::map<int, double> compute_end;                    // by step: the last compute action's end
+    std::map<std::pair<int, int>, double> compute_start;  // (step, pid): the rank's first compute action
   };
   auto read = [&] {
     const nlohmann::json t = nlohmann::json::parse(ReadTextFile(trace, "trace", 1 << 30));
@@ -754,7 +757,15 @@ TEST_F(ThreadsTrain, TheTraceHoldsEveryRanksActionsAndEachMessageAsAFlow) {
       const std::string ph = e.at("ph");
       if (ph == "M") continue;
       const int step = e.at("args").at("step");
-      if (ph == "X" && e.at("cat") == "compute") ++s.compute[{step, e.at("pid").get<int>()}];
+      if (ph == "X" && e.at("cat") == "compute") {
+        const int pid = e.at("pid").get<int>();
+        const double ts = e.at("ts").get<double>(), end = ts + e.at("dur").get<double>();
+        ++s.compute[{step, pid}];
+        s.compute_end[step] = std::max(s.compute_end[step], end);
+        const auto [at, fresh] = s.compute_start.insert({{step, pid}, ts});
+        if (!fresh) at->second = std::min(at->second, ts);
+      }
+      if (ph == "X" && e.at("cat") == "critical") s.critical[step].push_back(e);
       if (ph == "X" && step == 2) s.last_step2_end = std::max(s.last_step2_end, e.at("ts").get<double>() + e.at("dur").get<double>());
       if (ph == "X" && step == 4) s.first_step4_start = std::min(s.first_step4_start, e.at("ts").get<double>());
       if (ph == "s") s.starts[e.at("id")] = e;
@@ -785,6 +796,20 @@ TEST_F(ThreadsTrain, TheTraceHoldsEveryRanksActionsAndEachMessageAsAFlow) {
     EXPECT_EQ(per_step, (std::map<int, int>{{2, 64}, {4, 64}}));
     EXPECT_EQ(s.checkpoints, (std::vector<std::int64_t>{2, 4}));
     EXPECT_LT(s.last_step2_end, s.first_step4_start);
+    // Each traced step's critical path: from the compute action that ended
+    // last, back through actions each ending before the next began (on its
+    // rank, or as the message it used), to a rank's first action.
+    for (const int step : {2, 4}) {
+      const std::vector<nlohmann::json>& path = s.critical.at(step);
+      ASSERT_GE(path.size(), 2u) << "step " << step;
+      const auto end = [](const nlohmann::json& e) { return e.at("ts").get<double>() + e.at("dur").get<double>(); };
+      EXPECT_DOUBLE_EQ(end(path.front()), s.compute_end.at(step));
+      for (std::size_t k = 1; k < path.size(); ++k) {
+        EXPECT_LE(end(path[k]), path[k - 1].at("ts").get<double>() + 1e-3) << path[k].dump() << " " << path[k - 1].dump();
+      }
+      EXPECT_DOUBLE_EQ(path.back().at("ts").get<double>(),
+                       s.compute_start.at({step, path.back().at("pid").get<int>()}));
+    }
   };
   check(read());
   // Resumed after step 2: step 2's events kept, step 4's made anew.
