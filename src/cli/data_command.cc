@@ -13,6 +13,7 @@
 
 #include "baton/data.h"
 #include "baton/files.h"
+#include "baton/svg_text.h"
 #include "commands.h"
 
 namespace baton {
@@ -73,10 +74,7 @@ std::string Svg(const TokenDocuments& docs, const DocumentStats& s) {
   o << fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
                    "font-size=\"11\">\n",
                    width, top + height + 60);
-  std::string title = docs.name();
-  for (const char c : std::string("&<>")) {
-    for (std::size_t at; (at = title.find(c)) != std::string::npos;) title.replace(at, 1, c == '&' ? "&#38;" : c == '<' ? "&#60;" : "&#62;");
-  }
+  const std::string title = XmlEscape(docs.name());
   o << fmt::format("<text x=\"{}\" y=\"20\" font-size=\"13\">{}: {} documents, {} tokens; median {}, longest {}</text>\n",
                    left, title, s.documents, s.tokens, s.median, s.longest);
   o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#444\"/>\n", left - 4, top + height,

@@ -21,6 +21,7 @@
 
 #include "baton/error.h"
 #include "baton/files.h"
+#include "baton/svg_text.h"
 #include "commands.h"
 #include "plot.h"
 
@@ -36,20 +37,6 @@ double Number(const nlohmann::json& row, const char* key) {
   return it->get<double>();
 }
 
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 // "12.5", "0.001", "120000", "3.5e+05": short enough for an axis.
 std::string Label(double v) {
   if (v == 0) return "0";
@@ -62,22 +49,12 @@ std::string Label(double v) {
   return s;
 }
 
-std::string Coord(double v) {
-  std::string s = fmt::format("{:.2f}", v);
-  while (s.back() == '0') s.pop_back();
-  if (s.back() == '.') s.pop_back();
-  return s == "-0" ? "0" : s;
-}
+// A coordinate: at most 2 decimals.
+std::string Coord(double v) { return Num(v, 2); }
 
 // Ticks at 1, 2 or 5 times a power of ten, about `count` of them over [lo, hi].
 std::vector<double> Ticks(double lo, double hi, int count) {
-  const double raw = (hi - lo) / count;
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = power;
-  for (const double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * power;
-    if (step >= raw) break;
-  }
+  const double step = TickStep(hi - lo, count);
   std::vector<double> out;
   for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
   return out;
@@ -217,13 +194,13 @@ Scale ScaleOf(const Panel& p, double top, double height) {
 void DrawLegend(std::ostream& o, const std::vector<MetricsRun>& runs, const Frame& f) {
   const double left = f.left;
   o << fmt::format("<text x=\"{}\" y=\"22\" font-size=\"14\" font-weight=\"bold\">{}</text>\n", left,
-                   runs.size() == 1 ? Escape(runs[0].path) : fmt::format("{} runs", runs.size()));
+                   runs.size() == 1 ? XmlEscape(runs[0].path) : fmt::format("{} runs", runs.size()));
   double y = f.top;
   for (std::size_t i = 0; i < runs.size(); ++i, y += 18) {
     const char* c = kColors[i % std::size(kColors)];
     o << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n", left,
                      Coord(y - 4), left + 24, Coord(y - 4), c);
-    o << fmt::format("<text x=\"{}\" y=\"{}\">{}: {} steps logged</text>\n", left + 30, Coord(y), Escape(runs[i].path),
+    o << fmt::format("<text x=\"{}\" y=\"{}\">{}: {} steps logged</text>\n", left + 30, Coord(y), XmlEscape(runs[i].path),
                      runs[i].steps.size());
   }
   double x = left;
@@ -296,7 +273,7 @@ void DrawMarks(std::ostream& o, const Panel& p, const MetricsRun& r, std::size_t
                      "y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"{}\"><title>{} at step {} "
                      "({})</title></line>\n",
                      e->event, run, Label(step), Coord(f.X(step)), Coord(s.top), Coord(f.X(step)), Coord(s.bottom),
-                     e->color, e->dash, e->label, Label(step), Escape(r.path));
+                     e->color, e->dash, e->label, Label(step), XmlEscape(r.path));
   }
   if (p.key != "loss") return;
   for (const MetricsStep& m : r.steps) {

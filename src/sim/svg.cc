@@ -33,7 +33,7 @@
 #include <fmt/format.h>
 
 #include "baton/sim.h"
-#include "svg_text.h"
+#include "baton/svg_text.h"
 
 namespace baton {
 namespace {
@@ -143,16 +143,6 @@ int KindIndex(ActionKind kind) {
     if (kKindStyles[i].kind == kind) return static_cast<int>(i);
   }
   return -1;
-}
-
-// A 1-2-5 step giving at most about `max_ticks` ticks over [0, span].
-double TickStep(double span, double max_ticks) {
-  const double raw = span / max_ticks;
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double factor : {1.0, 2.0, 5.0, 10.0}) {
-    if (factor * power >= raw * (1 - 1e-9)) return factor * power;
-  }
-  return 10 * power;
 }
 
 // One compute action as drawn.

@@ -1,6 +1,7 @@
 // Text as the SVG pictures write it.
-#include "svg_text.h"
+#include "baton/svg_text.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -106,6 +107,15 @@ double TextWidth(std::string_view text, double font_size, bool bold) {
     if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++code_points;
   }
   return static_cast<double>(code_points) * font_size * (bold ? kBoldCharWidth : kCharWidth);
+}
+
+double TickStep(double span, double max_ticks) {
+  const double raw = span / max_ticks;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double factor : {1.0, 2.0, 5.0, 10.0}) {
+    if (factor * power >= raw * (1 - 1e-9)) return factor * power;
+  }
+  return 10 * power;
 }
 
 }  // namespace baton

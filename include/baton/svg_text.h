@@ -1,7 +1,8 @@
-// Private to src/sim: text as the SVG pictures write it (numbers, escaped
-// strings, estimated widths), apart from the drawing.
-#ifndef BATON_SRC_SIM_SVG_TEXT_H_
-#define BATON_SRC_SIM_SVG_TEXT_H_
+// Text as baton's SVG pictures write it (numbers, escaped strings,
+// estimated widths, axis ticks), apart from the drawing: the simulator's
+// timelines, baton plot, baton data stats.
+#ifndef BATON_SVG_TEXT_H_
+#define BATON_SVG_TEXT_H_
 
 #include <string>
 #include <string_view>
@@ -21,7 +22,10 @@ std::string Num(double value, int decimals = 2);
 std::string XmlEscape(std::string_view text);
 // Estimated rendered width; good enough to reserve room, not to typeset.
 double TextWidth(std::string_view text, double font_size, bool bold = false);
+// A 1-2-5 step (1, 2 or 5 times a power of ten) giving at most about
+// `max_ticks` ticks over a span of `span`.
+double TickStep(double span, double max_ticks);
 
 }  // namespace baton
 
-#endif  // BATON_SRC_SIM_SVG_TEXT_H_
+#endif  // BATON_SVG_TEXT_H_
