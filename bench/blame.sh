@@ -5,8 +5,10 @@
 # seconds a message, for steps 20-39. Per case: the affected steps where
 # the culprit was named (goal >= 95%), where something else was, and the
 # healthy steps (from step 8, after the judge's calibration) where anything
-# was named (goal <= 1%). Then the cost: the median step with log.blame
-# against without it, PAIRS alternating pairs of healthy runs (goal <= 1%).
+# was named (goal <= 1%). Then the cost on the fortunes GPT
+# (configs/gpt_fortunes_1f1b.yaml, 100 steps): the median step with
+# log.blame against without it, PAIRS alternating pairs of healthy runs
+# (goal <= 1%).
 #   bench/blame.sh [STEPS] [DELAY] [PAIRS]   (default 60 0.002 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,9 +66,12 @@ echo "| ranks | pair | median step, blame off (ms) | median step, blame on (ms) 
 echo "| --- | --- | --- | --- | --- |"
 for ranks in 2 4; do
   for pair in $(seq 1 "$pairs"); do
-    run "$ranks" "" "$out/off.jsonl" --set log.every_steps=1
-    run "$ranks" "" "$out/on.jsonl" --set log.every_steps=1 --set log.blame=true
-    /usr/bin/python3 - "$out/off.jsonl" "$out/on.jsonl" "$ranks" "$pair" <<'PY'
+    for blame in false true; do
+      mpirun -np "$ranks" "$baton" train configs/gpt_fortunes_1f1b.yaml --set pipeline.ranks="$ranks" \
+        --set train.steps=100 --set log.every_steps=1 --set log.progress=false --set pipeline.adapt=off \
+        --set 'log.weights=""' --set log.blame=$blame --set log.metrics="$out/$blame.jsonl" >/dev/null 2>&1
+    done
+    /usr/bin/python3 - "$out/false.jsonl" "$out/true.jsonl" "$ranks" "$pair" <<'PY'
 import json, statistics, sys
 def med(p):
     return statistics.median(r["step_time_s"] for r in map(json.loads, open(p)) if "loss" in r and r["step"] >= 8)

@@ -471,20 +471,13 @@ std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int repl
   return out;
 }
 
-// Every world rank's message times (MessageTimesJson), each link's
-// shortest time a step in each replica's pipeline, and per link the
-// largest of those over the replicas (a late wire in one pipeline holds
-// every replica at the gradients' sum).
-std::vector<double> SlowestTransits(const std::vector<std::string>& per_world_rank, int ranks, int replicas) {
-  std::vector<std::vector<std::vector<Executor::MessageTime>>> pipelines(
-      static_cast<std::size_t>(replicas), std::vector<std::vector<Executor::MessageTime>>(static_cast<std::size_t>(ranks)));
-  for (const std::string& text : per_world_rank) {
-    RankMessageTimes t = ParseMessageTimes(text);
-    if (t.rank < 0 || t.rank >= ranks || t.replica < 0 || t.replica >= replicas) continue;
-    pipelines[static_cast<std::size_t>(t.replica)][static_cast<std::size_t>(t.rank)] = std::move(t.times);
-  }
+// Every world rank's message times (MeasureStep), each link's shortest
+// time a step in each replica's pipeline, and per link the largest of those
+// over the replicas (a late wire in one pipeline holds every replica at
+// the gradients' sum).
+std::vector<double> SlowestTransits(const std::vector<RankMessageTimes>& per_world_rank, int ranks, int replicas) {
   std::vector<double> out;
-  for (const auto& pipeline : pipelines) {
+  for (const auto& pipeline : PipelineTimes(per_world_rank, ranks, replicas)) {
     const std::vector<double> one = ShortestTransits(pipeline);
     if (out.empty()) out.assign(one.size(), -1.0);
     for (std::size_t l = 0; l < one.size(); ++l) out[l] = std::max(out[l], one[l]);
@@ -553,7 +546,7 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
   const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
   step_seconds /= work > 0 ? work : 1.0;
   const std::vector<double>& seconds = measured.seconds;
-  const std::vector<std::string>& messages = measured.messages;
+  const std::vector<RankMessageTimes>& messages = measured.ranks;
   Decision d;
   if (t.rank() == 0 && deciding_) {
     const double profiled = planner_->profile_seconds();

@@ -220,8 +220,9 @@ class AdaptivePlanner {
 
 // Every rank's part of a run with adaptive plans, collective over the
 // pipeline: rank 0 reads the run's profile (pipeline.profile) or measures
-// one at start-up; after each step the ranks' compute seconds go to rank 0
-// (one reduction), its decision to every rank (one broadcast), and a
+// one at start-up; after each step the ranks' compute seconds and message
+// times go to rank 0 (one gather, MeasureStep), its decision to every rank
+// (one broadcast), and a
 // re-plan moves the state (SwapPlan) then and there, said in one line on
 // standard error and one "replan" row in the metrics file.
 class RunAdapter {

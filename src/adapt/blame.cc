@@ -17,26 +17,38 @@ namespace baton {
 StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work) {
   Transport& t = comms.world;
   const int ranks = comms.pipeline.size(), replicas = comms.replicas.size();
-  const auto at = static_cast<std::size_t>(ReplicaLayout{ranks, replicas}.World(comms.pipeline.rank(), comms.replicas.rank()));
+  const RankMessageTimes mine{comms.pipeline.rank(), comms.replicas.rank(), exec.TakeMessageTimes(),
+                              exec.TakeComputeSeconds() / (work > 0 ? work : 1.0)};
+  std::vector<std::string> texts;
+  t.GatherStrings(MessageTimesJson(mine), &texts, "every rank's measures of the step");
   StepMeasures m;
+  if (t.rank() != 0) return m;
+  const ReplicaLayout layout{ranks, replicas};
   m.seconds.assign(static_cast<std::size_t>(ranks * replicas), 0.0);
-  m.seconds[at] = exec.TakeComputeSeconds() / (work > 0 ? work : 1.0);
-  t.ReduceSum(m.seconds);
-  t.GatherStrings(MessageTimesJson({comms.pipeline.rank(), comms.replicas.rank(), exec.TakeMessageTimes()}),
-                  &m.messages, "every rank's message times of the step");
+  for (const std::string& text : texts) {
+    RankMessageTimes r = ParseMessageTimes(text);
+    if (r.rank < 0 || r.rank >= ranks || r.replica < 0 || r.replica >= replicas) continue;
+    m.seconds[static_cast<std::size_t>(layout.World(r.rank, r.replica))] = r.compute_s;
+    m.ranks.push_back(std::move(r));
+  }
   return m;
 }
 
-std::vector<double> WorldTransits(const std::vector<std::string>& messages, int ranks, int replicas) {
-  const ReplicaLayout layout{ranks, replicas};
-  const auto world = static_cast<std::size_t>(ranks * replicas);
+std::vector<std::vector<std::vector<Executor::MessageTime>>> PipelineTimes(
+    const std::vector<RankMessageTimes>& measured, int ranks, int replicas) {
   std::vector<std::vector<std::vector<Executor::MessageTime>>> pipelines(
       static_cast<std::size_t>(replicas), std::vector<std::vector<Executor::MessageTime>>(static_cast<std::size_t>(ranks)));
-  for (const std::string& text : messages) {
-    RankMessageTimes t = ParseMessageTimes(text);
+  for (const RankMessageTimes& t : measured) {
     if (t.rank < 0 || t.rank >= ranks || t.replica < 0 || t.replica >= replicas) continue;
-    pipelines[static_cast<std::size_t>(t.replica)][static_cast<std::size_t>(t.rank)] = std::move(t.times);
+    pipelines[static_cast<std::size_t>(t.replica)][static_cast<std::size_t>(t.rank)] = t.times;
   }
+  return pipelines;
+}
+
+std::vector<double> WorldTransits(const std::vector<RankMessageTimes>& measured, int ranks, int replicas) {
+  const ReplicaLayout layout{ranks, replicas};
+  const auto world = static_cast<std::size_t>(ranks * replicas);
+  const auto pipelines = PipelineTimes(measured, ranks, replicas);
   std::vector<double> out(world * world, -1.0);
   for (int d = 0; d < replicas; ++d) {
     const std::vector<double> one = ShortestTransits(pipelines[static_cast<std::size_t>(d)]);
@@ -157,7 +169,10 @@ std::optional<Late> StepBlame::Suspect(const std::vector<double>& seconds, const
   for (std::size_t r = 0; r < n; ++r) {
     const double healthy = rank_healthy_[r], excess = (seconds[r] - healthy) * work;
     mean_action += healthy * work / static_cast<double>(n * static_cast<std::size_t>(actions_));
-    const double bar = std::max(s_.rank_trigger * healthy * work, s_.min_seconds);
+    // Past its trigger, and the rank's extra compute accounts for at least
+    // half the step's lateness (a few percent of CPU time that a busy
+    // machine's neighbour adds does not make a step late by a wire's delay).
+    const double bar = std::max({s_.rank_trigger * healthy * work, s_.min_seconds, 0.5 * by_s});
     if (healthy > 0 && excess > bar && excess / bar > best) {
       best = excess / bar;
       late.what = "rank";
@@ -217,7 +232,7 @@ std::optional<Late> RunBlame::AfterStep(const StepMeasures& measures, std::int64
   std::optional<Late> late;
   if (!judge_) return late;
   const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
-  late = judge_->Observe(measures.seconds, step_seconds, WorldTransits(measures.messages, ranks, replicas), work);
+  late = judge_->Observe(measures.seconds, step_seconds, WorldTransits(measures.ranks, ranks, replicas), work);
   ++window_steps_;
   if (late) {
     ++late_steps_;

@@ -22,30 +22,36 @@
 #include "baton/comm.h"
 #include "baton/config.h"
 #include "setup.h"
+#include "wire.h"
 
 namespace baton {
 
-// One step's measures, gathered at rank 0 (collective over the world):
-// every world rank's compute seconds per unit of its step's `work` (in
-// ReplicaLayout's order; every rank gets them) and its message times
-// (MessageTimesJson, one string a world rank; rank 0's only). Zeroes the
-// executor's sums.
+// One step's measures, gathered at rank 0 in one collective over the world
+// (each rank's MessageTimesJson): every world rank's compute seconds per
+// unit of its step's `work` (in ReplicaLayout's order) and message times.
+// Rank 0's; empty elsewhere. Zeroes the executor's sums.
 struct StepMeasures {
   std::vector<double> seconds;
-  std::vector<std::string> messages;
+  std::vector<RankMessageTimes> ranks;
 };
 StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work);
 
+// Every world rank's message times by replica and pipeline rank (none
+// where a rank sent no measures).
+std::vector<std::vector<std::vector<Executor::MessageTime>>> PipelineTimes(
+    const std::vector<RankMessageTimes>& measured, int ranks, int replicas);
 // Each link's shortest message time in the step, between world ranks
 // (world x world, from a to b at a x world + b; < 0: no message), from
 // every world rank's message times: each replica's pipeline's links.
-std::vector<double> WorldTransits(const std::vector<std::string>& messages, int ranks, int replicas);
+std::vector<double> WorldTransits(const std::vector<RankMessageTimes>& measured, int ranks, int replicas);
 
 struct BlameSettings {
   int settle = 2;            // steps not measured at the start and after a plan change
   int window = 5;            // healthy steps whose median (a rank's, the step's) or least (a link's) calibrates
   double threshold = 0.1;    // a step later than its price by this share of it is late
-  double rank_trigger = 0.2; // a rank whose compute took this share more than its calibration is a suspect
+  // A rank whose compute took this share more than its calibration, and
+  // at least half the step's lateness more, is a suspect.
+  double rank_trigger = 0.2;
   // A link whose shortest time grew by more than this share of the healthy
   // step's mean action (and three times its first window's spread) is a
   // suspect.

@@ -28,7 +28,7 @@ std::string MessageTimesJson(const RankMessageTimes& t) {
   // [sent, peer, key, seconds] a message: a step's hundreds stay short.
   json times = json::array();
   for (const Executor::MessageTime& m : t.times) times.push_back(json::array({m.sent ? 1 : 0, m.peer, m.key, m.seconds}));
-  return json{{"rank", t.rank}, {"replica", t.replica}, {"times", std::move(times)}}.dump();
+  return json{{"rank", t.rank}, {"replica", t.replica}, {"compute_s", t.compute_s}, {"times", std::move(times)}}.dump();
 }
 
 RankMessageTimes ParseMessageTimes(const std::string& text) {
@@ -36,6 +36,7 @@ RankMessageTimes ParseMessageTimes(const std::string& text) {
     RankMessageTimes out;
     out.rank = j.at("rank").get<int>();
     out.replica = j.at("replica").get<int>();
+    out.compute_s = j.at("compute_s").get<double>();
     for (const json& m : j.at("times")) {
       out.times.push_back({m.at(0).get<int>() != 0, m.at(1).get<int>(), m.at(2).get<std::int64_t>(),
                            m.at(3).get<double>()});

@@ -1,6 +1,6 @@
 // What the adaptive plans send between ranks, one JSON encoding each: a
-// rank's message times of a step (gathered at rank 0, which measures the
-// links), rank 0's re-plan decision (broadcast to every rank, which moves)
+// rank's measures of a step (its compute seconds and message times,
+// gathered at rank 0, which measures the ranks and links), rank 0's re-plan decision (broadcast to every rank, which moves)
 // and the model state's moves (each rank's tensors gathered, the list of
 // moves broadcast). Each Parse throws RunError naming what it was reading
 // and why, where the text is not that encoding.
@@ -14,12 +14,14 @@
 
 namespace baton {
 
-// One rank's message times of a step (Executor::TakeMessageTimes) and
-// its place: pipeline rank and replica.
+// One rank's measures of a step and its place (pipeline rank and
+// replica): its message times (Executor::TakeMessageTimes) and its compute
+// seconds per unit of the step's work (MeasureStep).
 struct RankMessageTimes {
   int rank = 0;
   int replica = 0;
   std::vector<Executor::MessageTime> times;
+  double compute_s = 0;
 };
 std::string MessageTimesJson(const RankMessageTimes& times);
 RankMessageTimes ParseMessageTimes(const std::string& json);

@@ -65,6 +65,11 @@ TEST(StepBlame, ALateWireIsNamedAndARankBusyBesideItIsNamedFirst) {
   EXPECT_EQ(LateJson(*late), R"({"what": "link", "from": 0, "to": 1, "by_s": 0.006})");
   // Within the calibration's spread (three times 10 us): not a late wire.
   EXPECT_FALSE(r.Step({10e-3, 10e-3}, 30e-3, {-1, 75e-6, 50e-6, -1}));
+  // A rank 25% over its calibration (a busy neighbour on its core) whose
+  // 2.5 ms explain less than half of a step 10 ms late: the wire's.
+  const std::optional<Late> wire = r.Step({10e-3, 12.5e-3}, 34e-3, {-1, 1.05e-3, 50e-6, -1});
+  ASSERT_TRUE(wire);
+  EXPECT_EQ(wire->what, "link");
   // A slow rank takes longer to see its messages arrive: the rank is named.
   const std::optional<Late> both = r.Step({10e-3, 20e-3}, 34e-3, {-1, 1.05e-3, 50e-6, -1});
   ASSERT_TRUE(both);

@@ -11,17 +11,18 @@ namespace baton {
 namespace {
 
 TEST(Wire, MessageTimesReadBackExactly) {
-  RankMessageTimes t{3, 1, {{true, 2, 17, 0.125}, {false, 4, (std::int64_t{1} << 40) + 5, 1.0 / 3.0}}};
+  RankMessageTimes t{3, 1, {{true, 2, 17, 0.125}, {false, 4, (std::int64_t{1} << 40) + 5, 1.0 / 3.0}}, 0.1};
   const RankMessageTimes back = ParseMessageTimes(MessageTimesJson(t));
   EXPECT_EQ(back.rank, 3);
   EXPECT_EQ(back.replica, 1);
+  EXPECT_EQ(back.compute_s, 0.1);
   ASSERT_EQ(back.times.size(), 2u);
   EXPECT_TRUE(back.times[0].sent);
   EXPECT_FALSE(back.times[1].sent);
   EXPECT_EQ(back.times[1].peer, 4);
   EXPECT_EQ(back.times[1].key, (std::int64_t{1} << 40) + 5);
   EXPECT_EQ(back.times[1].seconds, 1.0 / 3.0);  // every bit: a link's time is a difference of two
-  EXPECT_TRUE(ParseMessageTimes(MessageTimesJson({0, 0, {}})).times.empty());
+  EXPECT_TRUE(ParseMessageTimes(MessageTimesJson({0, 0, {}, 0})).times.empty());
 }
 
 TEST(Wire, ADecisionReadsBack) {
