@@ -242,7 +242,7 @@ std::optional<Late> RunBlame::AfterStep(const StepMeasures& measures, std::int64
     if (std::find(window_culprits_.begin(), window_culprits_.end(), who) == window_culprits_.end()) {
       window_culprits_.push_back(who);
     }
-    pending_.push_back(Row({{"event", "\"late\""}, {"step", std::to_string(step)}, {"late", LateJson(*late)}}));
+    if (u_.metrics) u_.metrics->Hold(Row({{"event", "\"late\""}, {"step", std::to_string(step)}, {"late", LateJson(*late)}}));
   }
   if (every_ > 0 && step % every_ == 0 && window_late_ > 0) {
     std::fprintf(stderr, "%sbaton: late: %d of the last %d steps, by %.3g s on average, made late by %s\n",
@@ -259,11 +259,8 @@ std::optional<Late> RunBlame::AfterStep(const StepMeasures& measures, std::int64
 
 void RunBlame::WriteRows() {
   Agree(comms_.world, "rank 0 writing the metrics file", [&] {
-    if (comms_.world.rank() == 0 && u_.metrics) {
-      for (const std::string& row : pending_) u_.metrics->Line(row);
-    }
+    if (comms_.world.rank() == 0 && u_.metrics) u_.metrics->WriteHeld();
   });
-  pending_.clear();
 }
 
 }  // namespace baton

@@ -127,8 +127,10 @@ class RunBlame {
                                 bool tty);
   // A plan change: calibrate again.
   void Restart();
-  // The late rows since the last call into the metrics file, before the
-  // step's own row (collective: one agreement).
+  // The late rows not yet written into the metrics file (collective: one
+  // agreement). Each late row is held (MetricsLog::Hold) and written with
+  // the next logged step's row, in its write; this is for the run's end
+  // and a stop.
   void WriteRows();
   int late_steps() const { return late_steps_; }
 
@@ -142,7 +144,6 @@ class RunBlame {
   int window_late_ = 0, window_steps_ = 0;
   double window_by_s_ = 0;
   std::vector<std::string> window_culprits_;
-  std::vector<std::string> pending_;  // rank 0: late rows not yet written
 };
 
 }  // namespace baton

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <new>
 #include <span>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include <fmt/ranges.h>
@@ -91,6 +92,13 @@ void MetricsLog::Start(std::int64_t resumed_after) {
   }
 }
 
+void MetricsLog::WriteHeld() {
+  if (held_.empty()) return;
+  std::string rows = std::exchange(held_, {});
+  rows.pop_back();  // Line adds the last line break
+  Line(rows);
+}
+
 void MetricsLog::Line(std::string_view json) {
   if (file_ == nullptr) return;
   WriteFence::Check();  // a rank fenced out of the job writes no row
@@ -104,6 +112,7 @@ void MetricsLog::Line(std::string_view json) {
     line.insert(line.size() - 1, fmt::format(", \"resumed_after\": {}", resumed_after_));
     resumed_after_ = 0;
   }
+  line.insert(0, std::exchange(held_, {}));
   line += '\n';
   const std::span<const std::byte> bytes = std::as_bytes(std::span<const char>(line));
   int err = 0;

@@ -53,7 +53,16 @@ class MetricsLog {
   // A run resumed from the checkpoint of step `after` (--resume): the next
   // step row written carries "resumed_after": `after` (baton plot marks it).
   void MarkResume(std::int64_t after) { resumed_after_ = after; }
-  // Appends `json` and a line break, flushed. Throws OutputError.
+  // Rank 0's row to write with the next Line, before it, in the same write
+  // (no agreement of its own: log.blame's late rows ride on the step's).
+  void Hold(std::string_view row) {
+    held_ += row;
+    held_ += '\n';
+  }
+  // The held rows now, where no Line follows (the run's end, a stop).
+  void WriteHeld();
+  // Appends `json` and a line break (after any held rows), flushed.
+  // Throws OutputError.
   void Line(std::string_view json);
   const std::string& path() const { return path_; }
 
@@ -61,6 +70,7 @@ class MetricsLog {
   std::string path_;
   std::unique_ptr<LogFile> file_;
   std::int64_t resumed_after_ = 0;  // MarkResume's, until a step row carries it
+  std::string held_;                // Hold's rows, each with its line break
 };
 
 // What the run's setup does besides planning and allocating.

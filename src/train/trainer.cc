@@ -521,7 +521,7 @@ struct StepWatch {
                      LateJson(*late));
     }
   }
-  // The late rows so far into the metrics file (before a step's row, at the end).
+  // The late rows not yet written into the metrics file (the end, a stop).
   void WriteRows() {
     if (blame) blame->WriteRows();
   }
@@ -636,7 +636,6 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     if (logged) {
       numbers.Settle();
-      watch.WriteRows();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
               Seconds(start, Clock::now()), lr, grad_norm, tty, skip, numbers.skipped(), summary);
       window_start = Clock::now();
