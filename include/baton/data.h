@@ -272,11 +272,14 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
 
 // PackBalanced's step: `pieces` into `samples` samples of `max_tokens`
 // positions, costliest first (n + square n^2 a piece of n positions) each
-// into the cheapest sample with room, each sample's pieces then in data
-// order; none where a piece finds no room.
+// into the sample with room whose load with it is least for its share,
+// each sample's pieces then in data order; none where a piece finds no
+// room. Sample s of k has the share 1 + tilt (1 - 2s / (k - 1)): tilt 0,
+// equal shares (longest processing time first); tilt t in [0, 1), the
+// first sample's 1 + t falling evenly to the last's 1 - t.
 std::optional<std::vector<std::vector<DocumentPiece>>> PackLongestFirst(std::vector<DocumentPiece> pieces,
                                                                         std::size_t samples, int max_tokens,
-                                                                        double square);
+                                                                        double square, double tilt = 0);
 
 // data.packing: pad: each piece (a document, or a piece of one longer
 // than `max_tokens`, cut as PackGreedy cuts it) a sample of its own, in

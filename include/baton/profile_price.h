@@ -129,14 +129,16 @@ SimResult PredictPackedStep(const RunPlan& plan, const Profile& profile,
 // cheapest first and the next cheapest last with the rest costliest
 // first, then swaps of two while one lowers the price (at most
 // kArrangeTries prices a replica), a replica's empty microbatches last.
-// A batch by tokens (train.batch_tokens: empty samples in it) first has
-// its pieces packed again (PackLongestFirst) into each count of samples
-// from its own to all the batch's, and takes the count whose step (each
-// replica's microbatches costliest first) prices least. Priced by `profile` (PackedShares)
+// First the batch's pieces are packed again (PackLongestFirst) into each
+// count of samples from its own to all the batch's (a batch by tokens,
+// train.batch_tokens, has empty samples), at each tilt of kArrangeTilts,
+// and the packing whose step (each replica's microbatches costliest first)
+// prices least is taken. Priced by `profile` (PackedShares)
 // where given with document costs, else by `square`: a microbatch costs rows x length +
 // square x its squares, on every stage alike, at unit costs. A batch of
 // another size is left as it is. Deterministic: every rank arranges alike.
 inline constexpr int kArrangeTries = 96;
+inline constexpr double kArrangeTilts[] = {0, 0.25, 0.5, 0.75};
 ArrangeBatch ArrangeBalanced(const RunPlan& plan, double square, std::optional<Profile> profile);
 
 // How a run has slowed against its profile, as the adaptive plans measure

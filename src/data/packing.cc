@@ -119,7 +119,7 @@ std::vector<std::vector<DocumentPiece>> PackPadded(std::span<const std::int64_t>
 
 std::optional<std::vector<std::vector<DocumentPiece>>> PackLongestFirst(std::vector<DocumentPiece> pieces,
                                                                         std::size_t samples, int max_tokens,
-                                                                        double square) {
+                                                                        double square, double tilt) {
   auto cost = [square](const DocumentPiece& p) { return p.positions + square * p.positions * double(p.positions); };
   // Costliest first; ties in data order.
   std::stable_sort(pieces.begin(), pieces.end(),
@@ -127,10 +127,13 @@ std::optional<std::vector<std::vector<DocumentPiece>>> PackLongestFirst(std::vec
   std::vector<std::vector<DocumentPiece>> packed(samples);
   std::vector<double> load(samples, 0.0);
   std::vector<int> room(samples, max_tokens);
+  std::vector<double> weight(samples, 1.0);
+  for (std::size_t s = 0; s < samples && samples > 1; ++s) weight[s] = 1 + tilt * (1 - 2.0 * s / (samples - 1));
   for (const DocumentPiece& p : pieces) {
     std::size_t best = samples;
+    const double c = cost(p);
     for (std::size_t s = 0; s < samples; ++s) {
-      if (room[s] >= p.positions && (best == samples || load[s] < load[best])) best = s;
+      if (room[s] >= p.positions && (best == samples || (load[s] + c) / weight[s] < (load[best] + c) / weight[best])) best = s;
     }
     if (best == samples) return std::nullopt;
     packed[best].push_back(p);

@@ -184,28 +184,34 @@ double FirstPrice(const Layout& layout, StepPrice& price) {
   return worst;
 }
 
-// A batch by tokens (empty samples in it, train.batch_tokens): its pieces
-// again into each count of samples from its own up to the batch's slots
-// (PackLongestFirst), the count whose step prices least taken: more,
-// shorter microbatches fill and drain the pipeline sooner.
-void ChooseCount(const RunPlan& plan, StepPrice& price, std::span<std::vector<DocumentPiece>> samples) {
+// The batch's pieces packed again (PackLongestFirst) into each count of
+// samples from its own up to the batch's slots (a batch by tokens,
+// train.batch_tokens, has empty ones), at each of kArrangeTilts, the
+// packing whose step (each replica's microbatches costliest first) prices
+// least taken: more, shorter microbatches fill and drain the pipeline
+// sooner, and a tilt's costlier first microbatches and cheap last ones
+// leave the steady state's waits and the drain short.
+void ChoosePacking(const RunPlan& plan, StepPrice& price, std::span<std::vector<DocumentPiece>> samples) {
   std::size_t filled = 0;
   std::vector<DocumentPiece> pieces;
   for (const auto& s : samples) {
     filled += !s.empty();
     pieces.insert(pieces.end(), s.begin(), s.end());
   }
-  if (filled == 0 || filled == samples.size()) return;
+  if (filled == 0) return;
   double best = FirstPrice(LayOut(plan, price, samples), price);
   std::optional<std::vector<std::vector<DocumentPiece>>> chosen;
-  for (std::size_t k = filled + 1; k <= samples.size(); ++k) {
-    auto packed = PackLongestFirst(pieces, k, plan.model.seq, price.square());
-    if (!packed) continue;
-    packed->resize(samples.size());
-    const double p = FirstPrice(LayOut(plan, price, *packed), price);
-    if (p < best * (1 - 1e-9)) {
-      best = p;
-      chosen = std::move(packed);
+  for (std::size_t k = filled; k <= samples.size(); ++k) {
+    for (double tilt : kArrangeTilts) {
+      if (k == filled && tilt == 0) continue;  // the batch's own packing
+      auto packed = PackLongestFirst(pieces, k, plan.model.seq, price.square(), tilt);
+      if (!packed) continue;
+      packed->resize(samples.size());
+      const double p = FirstPrice(LayOut(plan, price, *packed), price);
+      if (p < best * (1 - 1e-9)) {
+        best = p;
+        chosen = std::move(packed);
+      }
     }
   }
   if (chosen) std::move(chosen->begin(), chosen->end(), samples.begin());
@@ -214,7 +220,7 @@ void ChooseCount(const RunPlan& plan, StepPrice& price, std::span<std::vector<Do
 void Arrange(const RunPlan& plan, StepPrice& price, std::span<std::vector<DocumentPiece>> samples) {
   const int R = plan.rows, m = plan.sequences(), D = plan.replicas;
   if (R < 1 || m < 1 || samples.size() != static_cast<std::size_t>(R) * m * D) return;
-  ChooseCount(plan, price, samples);
+  ChoosePacking(plan, price, samples);
   const Layout layout = LayOut(plan, price, samples);
   // Each replica's order, then the samples written back in it.
   std::vector<std::vector<DocumentPiece>> arranged;

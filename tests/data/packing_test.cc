@@ -125,6 +125,38 @@ TEST(PackBalanced, ByTokensTheSameDocumentsInAsManySamples) {
 
 // pad: each document (or piece) a sample of its own, in data order, the
 // rest unfilled; long ones cut as greedy cuts them, or refused.
+// A tilt shares the load out unevenly: sample s of k takes
+// 1 + tilt (1 - 2s / (k - 1)) of an even share. Twelve pieces of one
+// position at tilt 0.5 into 3 samples: 1.5 : 1 : 0.5, six, four and two.
+TEST(PackLongestFirst, ATiltGivesTheFirstSamplesMoreAndTheLastLess) {
+  std::vector<DocumentPiece> pieces;
+  for (std::int64_t d = 0; d < 12; ++d) pieces.push_back({d, 0, 1});
+  auto sizes = [](const std::vector<std::vector<DocumentPiece>>& packed) {
+    std::vector<std::size_t> n;
+    for (const auto& s : packed) n.push_back(s.size());
+    return n;
+  };
+  const auto tilted = PackLongestFirst(pieces, 3, 16, 0.0, 0.5);
+  ASSERT_TRUE(tilted);
+  EXPECT_EQ(sizes(*tilted), (std::vector<std::size_t>{6, 4, 2}));
+  const auto even = PackLongestFirst(pieces, 3, 16, 0.0, 0.0);
+  ASSERT_TRUE(even);
+  EXPECT_EQ(sizes(*even), (std::vector<std::size_t>{4, 4, 4}));
+  // Room still bounds a sample: at most 5 positions, so the first holds 5
+  // and the rest go by share (the second's fifth, 5 / 1, before the
+  // last's third, 3 / 0.5).
+  const auto bounded = PackLongestFirst(pieces, 3, 5, 0.0, 0.5);
+  ASSERT_TRUE(bounded);
+  EXPECT_EQ(sizes(*bounded), (std::vector<std::size_t>{5, 5, 2}));
+  EXPECT_FALSE(PackLongestFirst(pieces, 2, 5, 0.0, 0.5));  // 12 positions do not fit in 2 x 5
+  // Each sample's pieces in data order.
+  for (const auto& s : *tilted) {
+    EXPECT_TRUE(std::is_sorted(s.begin(), s.end(), [](const DocumentPiece& a, const DocumentPiece& b) {
+      return a.document < b.document;
+    }));
+  }
+}
+
 TEST(PackPadded, EachPieceIsASampleOfItsOwn) {
   const auto packed = PackPadded(std::vector<std::int64_t>{6, 1, 3, 12}, 4, false, "docs");
   // Positions 5 (pieces 4 and 1), none, 2, 11 (pieces 4, 4 and 3).

@@ -268,7 +268,10 @@ double Price(const RunPlan& plan, const std::vector<PackedMicrobatch>& mbs, doub
   return Simulate(plan.lowered, o).makespan;
 }
 
-TEST(ArrangeBalanced, TheSameSamplesInAStepThePricePutsNoHigher) {
+// Random steps of 16 samples on 4 ranks: balanced keeps the step's
+// documents, pairs its samples fullest first, and prices the step no
+// higher than the data's order or its own microbatches costliest first.
+TEST(ArrangeBalanced, TheSameDocumentsInAStepThePricePutsNoHigher) {
   const TrainConfig c = TinyGpt({"pipeline.ranks=4", "train.batch_size=16", "pipeline.microbatches=8",
                                  "model.seq_len=16", "data.seq_len=16"});
   const RunPlan plan = PlanRun(c);
@@ -289,12 +292,24 @@ TEST(ArrangeBalanced, TheSameSamplesInAStepThePricePutsNoHigher) {
     const auto before = Samples(positions);
     auto after = before;
     ArrangeBalanced(plan, square, std::nullopt)(after);
-    // A permutation of the samples.
-    auto sorted = [](std::vector<std::vector<DocumentPiece>> v) {
-      std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.front().document < b.front().document; });
-      return v;
+    // The same documents, packed again (each count and tilt) or not: none
+    // lost, none twice, every sample within the budget with its documents
+    // in data order.
+    auto pieces = [](const std::vector<std::vector<DocumentPiece>>& v) {
+      std::vector<DocumentPiece> all;
+      for (const auto& s : v) all.insert(all.end(), s.begin(), s.end());
+      std::sort(all.begin(), all.end(), [](const DocumentPiece& a, const DocumentPiece& b) { return a.document < b.document; });
+      return all;
     };
-    EXPECT_EQ(sorted(after), sorted(before));
+    EXPECT_EQ(pieces(after), pieces(before));
+    for (const auto& s : after) {
+      int f = 0;
+      for (const DocumentPiece& p : s) f += p.positions;
+      EXPECT_LE(f, 16);
+      EXPECT_TRUE(std::is_sorted(s.begin(), s.end(), [](const DocumentPiece& a, const DocumentPiece& b) {
+        return a.document < b.document;
+      }));
+    }
     // Each microbatch's samples as full as they can be together: fullest first, two at a time.
     const auto mbs = MicrobatchesOf(after, plan.rows);
     std::vector<int> fills;
