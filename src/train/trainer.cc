@@ -28,6 +28,7 @@
 #include "recovery.h"
 #include "run_trace.h"
 #include "setup.h"
+#include "step_watch.h"
 
 namespace baton {
 namespace {
@@ -466,15 +467,6 @@ double ClipGradients(const TrainConfig& c, Transport& t, RunSetup& u, std::vecto
   return norm;
 }
 
-// A step's work against one of whole microbatches: packed documents'
-// (PackedStepShare), else 1.
-double StepWork(const TrainConfig& c, const RunPlan& plan, const Batch& batch) {
-  if (!plan.packed) return 1.0;
-  const int m = plan.sequences(), seq = plan.model.seq;
-  return PackedStepShare(PackedMicrobatchesOf(batch, m, plan.rows, seq), m, plan.rows, seq,
-                         c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0);
-}
-
 // The step's update: its gradients dropped (a skipped step), or their
 // norm measured where clipped, or logged on the host (it reads the
 // gradients in host memory: on a GPU the rows carry none yet), the clip
@@ -494,45 +486,6 @@ double Update(const TrainConfig& c, Transport& t, RunSetup& u, bool skip, bool l
   return grad_norm;
 }
 
-// What watches the steps: the adaptive plans (pipeline.adapt) and
-// log.blame, both fed by one measure of each step (MeasureStep).
-struct StepWatch {
-  StepWatch(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
-    if (c.pipeline.adapt != AdaptMode::kOff) adapter.emplace(c, comms, u);
-    if (c.log.blame) blame.emplace(c, comms, u);
-  }
-  bool on() const { return adapter || blame; }
-  // Before a step: the executor's sums since the last step (an
-  // evaluation, a checkpoint) dropped.
-  void StepStarts(RunSetup& u) {
-    if (on()) u.exec->MeasureCompute(true);
-    gradients_start = Clock::now();
-  }
-  // After the step's update: its work and measures; log.blame's verdict,
-  // marked in the trace.
-  void StepEnds(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Batch& batch, RunTrace& trace,
-                std::int64_t step, bool tty) {
-    if (!on()) return;
-    work = StepWork(c, u.plan, batch);
-    measured = MeasureStep(comms, *u.exec, work);
-    if (!blame) return;
-    if (const std::optional<Late> late = blame->AfterStep(*measured, step, Seconds(gradients_start, Clock::now()), work, tty)) {
-      trace.MarkLate("late: " + LateText(*late), step, late->what == "link" ? late->to : std::max(late->rank, 0),
-                     LateJson(*late));
-    }
-  }
-  // The late rows not yet written into the metrics file (the end, a stop).
-  void WriteRows() {
-    if (blame) blame->WriteRows();
-  }
-
-  std::optional<RunAdapter> adapter;
-  std::optional<RunBlame> blame;
-  std::optional<StepMeasures> measured;  // the last step's
-  double work = 1.0;                     // the last step's (StepWork)
-  Clock::time_point gradients_start;     // the step's gradients started
-};
-
 // Between steps (not after the last): the adaptive plans' step (its meters
 // read the step's time since `step_start`, which starts again here), and a
 // caller's next plan (TrainOptions::next_plan); log.blame calibrates again
@@ -540,14 +493,9 @@ struct StepWatch {
 void MaybeChangePlan(TrainConfig& c, const RunComms& comms, RunSetup& u, const TrainOptions& options,
                      StepWatch& watch, NumbersCheck& numbers, RunTrace& trace, std::int64_t step, std::int64_t total,
                      bool tty, Clock::time_point& step_start) {
-  if (watch.adapter) {
+  if (watch.adapting()) {
     numbers.Settle();
-    const int before = watch.adapter->replans();
-    watch.adapter->AfterStep(c, step, total, Seconds(step_start, Clock::now()), tty, watch.work, *watch.measured);
-    if (watch.adapter->replans() > before) {
-      trace.Mark("replan", step);
-      if (watch.blame) watch.blame->Restart();
-    }
+    watch.Adapt(c, step, total, Seconds(step_start, Clock::now()), tty, trace);
     step_start = Clock::now();
   }
   if (!options.next_plan) return;
@@ -555,7 +503,7 @@ void MaybeChangePlan(TrainConfig& c, const RunComms& comms, RunSetup& u, const T
     numbers.Settle();
     ChangePlan(std::move(*next), comms, u, step, tty, c);
     trace.Mark("replan", step);
-    if (watch.blame) watch.blame->Restart();
+    watch.PlanChanged();
   }
 }
 
@@ -658,8 +606,8 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   }
   numbers.Settle();
   watch.WriteRows();
-  if (watch.adapter) summary.replans = watch.adapter->replans();
-  if (watch.blame) summary.late_steps = watch.blame->late_steps();
+  if (watch.adapting()) summary.replans = watch.replans();
+  if (watch.blaming()) summary.late_steps = watch.late_steps();
   if (tty) std::fprintf(stderr, "\n");
   EndRun(c, comms, u, last_checkpoint);
   trace.Write();

@@ -1,0 +1,68 @@
+// What watches a run's steps (step_watch.h).
+#include "step_watch.h"
+
+#include <algorithm>
+
+#include "baton/model.h"
+#include "baton/profile_price.h"
+#include "executor.h"
+
+namespace baton {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
+
+StepWatch::StepWatch(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
+  if (c.pipeline.adapt != AdaptMode::kOff) adapter_.emplace(c, comms, u);
+  if (c.log.blame) blame_.emplace(c, comms, u);
+}
+
+void StepWatch::StepStarts(RunSetup& u) {
+  if (on()) u.exec->MeasureCompute(true);
+  gradients_start_ = Clock::now();
+}
+
+void StepWatch::StepEnds(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Batch& batch,
+                         RunTrace& trace, std::int64_t step, bool tty) {
+  if (!on()) return;
+  work_ = StepWork(c, u.plan, batch);
+  measured_ = MeasureStep(comms, *u.exec, work_);
+  if (!blame_) return;
+  if (const std::optional<Late> late =
+          blame_->AfterStep(*measured_, step, Seconds(gradients_start_, Clock::now()), work_, tty)) {
+    trace.MarkLate("late: " + LateText(*late), step, late->what == "link" ? late->to : std::max(late->rank, 0),
+                   LateJson(*late));
+  }
+}
+
+bool StepWatch::Adapt(TrainConfig& c, std::int64_t step, std::int64_t total, double step_seconds, bool tty,
+                      RunTrace& trace) {
+  if (!adapter_) return false;
+  const int before = adapter_->replans();
+  adapter_->AfterStep(c, step, total, step_seconds, tty, work_, *measured_);
+  if (adapter_->replans() == before) return false;
+  trace.Mark("replan", step);
+  if (blame_) blame_->Restart();
+  return true;
+}
+
+void StepWatch::PlanChanged() {
+  if (blame_) blame_->Restart();
+}
+
+void StepWatch::WriteRows() {
+  if (blame_) blame_->WriteRows();
+}
+
+double StepWork(const TrainConfig& c, const RunPlan& plan, const Batch& batch) {
+  if (!plan.packed) return 1.0;
+  const int m = plan.sequences(), seq = plan.model.seq;
+  return PackedStepShare(PackedMicrobatchesOf(batch, m, plan.rows, seq), m, plan.rows, seq,
+                         c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0);
+}
+
+}  // namespace baton
