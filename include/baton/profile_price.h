@@ -131,7 +131,9 @@ SimResult PredictPackedStep(const RunPlan& plan, const Profile& profile,
 // kArrangeTries prices a replica), a replica's empty microbatches last.
 // First the batch's pieces are packed again (PackLongestFirst) into each
 // count of samples from its own to all the batch's (a batch by tokens,
-// train.batch_tokens, has empty samples), at each tilt of kArrangeTilts,
+// train.batch_tokens, has empty samples; where that is more than
+// kArrangeCounts + 1 counts, that many evenly apart, its own and all
+// among them), at each tilt of kArrangeTilts,
 // and the packing whose step (each replica's microbatches costliest first)
 // prices least is taken. Priced by `profile` (PackedShares)
 // where given with document costs, else by `square`: a microbatch costs rows x length +
@@ -139,6 +141,7 @@ SimResult PredictPackedStep(const RunPlan& plan, const Profile& profile,
 // another size is left as it is. Deterministic: every rank arranges alike.
 inline constexpr int kArrangeTries = 96;
 inline constexpr double kArrangeTilts[] = {0, 0.25, 0.5, 0.75};
+inline constexpr std::size_t kArrangeCounts = 16;
 ArrangeBatch ArrangeBalanced(const RunPlan& plan, double square, std::optional<Profile> profile);
 
 // How a run has slowed against its profile, as the adaptive plans measure

@@ -186,7 +186,8 @@ double FirstPrice(const Layout& layout, StepPrice& price) {
 
 // The batch's pieces packed again (PackLongestFirst) into each count of
 // samples from its own up to the batch's slots (a batch by tokens,
-// train.batch_tokens, has empty ones), at each of kArrangeTilts, the
+// train.batch_tokens, has empty ones; at most kArrangeCounts + 1 counts,
+// evenly apart, where it has more), at each of kArrangeTilts, the
 // packing whose step (each replica's microbatches costliest first) prices
 // least taken: more, shorter microbatches fill and drain the pipeline
 // sooner, and a tilt's costlier first microbatches and cheap last ones
@@ -201,7 +202,12 @@ void ChoosePacking(const RunPlan& plan, StepPrice& price, std::span<std::vector<
   if (filled == 0) return;
   double best = FirstPrice(LayOut(plan, price, samples), price);
   std::optional<std::vector<std::vector<DocumentPiece>>> chosen;
-  for (std::size_t k = filled; k <= samples.size(); ++k) {
+  // At most kArrangeCounts + 1 counts, evenly apart, the batch's own and
+  // all its slots among them: the prices a batch stay bounded however
+  // many slots it has.
+  const std::size_t span = samples.size() - filled;
+  const std::size_t stride = span / kArrangeCounts + 1;
+  for (std::size_t k = filled; k <= samples.size(); k = k == samples.size() ? k + 1 : std::min(k + stride, samples.size())) {
     for (double tilt : kArrangeTilts) {
       if (k == filled && tilt == 0) continue;  // the batch's own packing
       auto packed = PackLongestFirst(pieces, k, plan.model.seq, price.square(), tilt);

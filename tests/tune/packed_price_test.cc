@@ -377,6 +377,43 @@ TEST(ArrangeBalanced, ABatchByTokensTakesTheMicrobatchCountThePricePutsLowest) {
   EXPECT_EQ(again, after);
 }
 
+// A batch by tokens with many slots (4 of 40 filled): the counts tried
+// are kArrangeCounts + 1 at most, evenly apart; the same documents still
+// come back, none over the budget, every rank alike, and the step's
+// microbatches spread out (16 documents of 4 positions: the price on 2
+// ranks falls as they fill more microbatches).
+TEST(ArrangeBalanced, ABatchWithManySlotsTriesABoundedSetOfCounts) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=40", "pipeline.microbatches=40",
+                                 "model.seq_len=16", "data.seq_len=16"});
+  const RunPlan plan = PlanRun(c);
+  ASSERT_EQ(plan.rows, 1);
+  std::vector<std::vector<int>> positions(4, {4, 4, 4, 4});
+  positions.resize(40);
+  const auto before = Samples(positions);
+  auto after = before;
+  ArrangeBalanced(plan, 0.0, std::nullopt)(after);
+  auto pieces = [](const std::vector<std::vector<DocumentPiece>>& v) {
+    std::vector<DocumentPiece> all;
+    for (const auto& sample : v) all.insert(all.end(), sample.begin(), sample.end());
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.document < b.document; });
+    return all;
+  };
+  EXPECT_EQ(pieces(after), pieces(before));
+  int used = 0;
+  for (const auto& sample : after) {
+    int filled = 0;
+    for (const DocumentPiece& p : sample) filled += p.positions;
+    EXPECT_LE(filled, 16);
+    used += filled > 0;
+  }
+  EXPECT_GT(used, 4);
+  const double was = Price(plan, MicrobatchesOf(before, 1), 0.0), now = Price(plan, MicrobatchesOf(after, 1), 0.0);
+  EXPECT_LT(now, was * 0.95);
+  auto again = before;
+  ArrangeBalanced(plan, 0.0, std::nullopt)(again);
+  EXPECT_EQ(again, after);
+}
+
 TEST(ArrangeBalanced, ReplicasGetMicrobatchesOfEvenCost) {
   const TrainConfig c = TinyGpt({"pipeline.ranks=2", "data_parallel.size=2", "train.batch_size=8",
                                  "pipeline.microbatches=4"});
