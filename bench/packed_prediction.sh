@@ -3,11 +3,12 @@
 # fortunes GPT (configs/gpt_fortunes_1f1b.yaml's model, 1F1B, no
 # checkpointing) on the log-normal JSON Lines set of bench/packing.sh
 # (DOCS documents, median an eighth of the budget BUDGET, a tail to it).
-# One `baton profile` of the config on P ranks (attention's cost per
-# document included); then ROUNDS rounds of greedy and balanced (arranged by the
-# profile, pipeline.profile) trained on P ranks (one core each) for STEPS
-# steps, each step's measured time (metrics rows) against `baton simulate`'s
-# prediction of the same step from the profile; then the prediction alone
+# ROUNDS rounds of: a `baton profile` of the config on P ranks
+# (attention's cost per document included), then greedy and balanced
+# (arranged by that profile, pipeline.profile) trained on P ranks (one
+# core each) for STEPS steps, each step's measured time (metrics rows)
+# against `baton simulate`'s prediction of the same step from the
+# profile; then, from the last round's profile, the prediction alone
 # on 4 and 8 ranks, each rank a core of its own (`--cores 0`: the machine
 # the profile's costs stand for, not this one's two cores shared). Prints,
 # with the stamp: per run the median over steps 6..STEPS of measured /
@@ -40,11 +41,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 python3 bench/lognormal_docs.py "$out/lognormal.jsonl" "$budget" "$docs"
 config=configs/gpt_fortunes_1f1b.yaml
 # The profile under mpirun -np P: every rank profiling at once, as the
-# run's ranks compute at once (rank 0's times count).
-timeout 900 mpirun -np "$p" "$baton" profile "$config" --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: greedy, max_tokens: $budget}" \
-  --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches="$mbs" --set pipeline.ranks="$p" \
-  --set pipeline.checkpointing=none --rows $((16 / mbs)) --out "$out/profile.json" > "$out/profile.log" 2>&1 \
-  || { cat "$out/profile.log" >&2; exit 1; }
+# run's ranks compute at once (rank 0's times count). Taken again at each
+# round's start: a shared machine's speed drifts over minutes, and a
+# round's runs are set against a profile of the machine as they meet it.
+profile() {
+  timeout 900 mpirun -np "$p" "$baton" profile "$config" --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: greedy, max_tokens: $budget}" \
+    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches="$mbs" --set pipeline.ranks="$p" \
+    --set pipeline.checkpointing=none --rows $((16 / mbs)) --out "$out/profile.json" > "$out/profile.log" 2>&1 \
+    || { cat "$out/profile.log" >&2; exit 1; }
+}
 run() {  # NAME PACKING
   timeout 900 mpirun -np "$p" "$baton" train "$config" \
     --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $2, max_tokens: $budget}" \
@@ -66,6 +71,7 @@ echo
 echo "| round | packing | measured / predicted (median) | measured real tokens/s | predicted real tokens/s | measured vs greedy | predicted vs greedy |"
 echo "|---|---|---|---|---|---|---|"
 for i in $(seq 1 "$rounds"); do
+  profile
   run "greedy-$i" greedy
   run "balanced-$i" balanced
   python3 - "$out" "$i" <<'PY'
