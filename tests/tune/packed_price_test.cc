@@ -239,6 +239,14 @@ std::vector<std::vector<DocumentPiece>> Samples(const std::vector<std::vector<in
   return out;
 }
 
+// A batch's pieces, by document: what a packing may move but not change.
+std::vector<DocumentPiece> AllPieces(const std::vector<std::vector<DocumentPiece>>& samples) {
+  std::vector<DocumentPiece> all;
+  for (const auto& sample : samples) all.insert(all.end(), sample.begin(), sample.end());
+  std::sort(all.begin(), all.end(), [](const DocumentPiece& a, const DocumentPiece& b) { return a.document < b.document; });
+  return all;
+}
+
 std::vector<PackedMicrobatch> MicrobatchesOf(const std::vector<std::vector<DocumentPiece>>& samples, int rows) {
   std::vector<PackedMicrobatch> out;
   for (std::size_t first = 0; first < samples.size(); first += static_cast<std::size_t>(rows)) {
@@ -295,13 +303,7 @@ TEST(ArrangeBalanced, TheSameDocumentsInAStepThePricePutsNoHigher) {
     // The same documents, packed again (each count and tilt) or not: none
     // lost, none twice, every sample within the budget with its documents
     // in data order.
-    auto pieces = [](const std::vector<std::vector<DocumentPiece>>& v) {
-      std::vector<DocumentPiece> all;
-      for (const auto& s : v) all.insert(all.end(), s.begin(), s.end());
-      std::sort(all.begin(), all.end(), [](const DocumentPiece& a, const DocumentPiece& b) { return a.document < b.document; });
-      return all;
-    };
-    EXPECT_EQ(pieces(after), pieces(before));
+    EXPECT_EQ(AllPieces(after), AllPieces(before));
     for (const auto& s : after) {
       int f = 0;
       for (const DocumentPiece& p : s) f += p.positions;
@@ -343,75 +345,57 @@ TEST(ArrangeBalanced, TheSameDocumentsInAStepThePricePutsNoHigher) {
   }
 }
 
-// A batch by tokens (train.batch_tokens: 4 of its 8 slots filled, each
-// with four documents of 4 positions): its documents again into the count
-// of samples the price puts lowest, here every slot (eight microbatches of
-// half the work fill and drain 2 ranks sooner), the same documents, none over the budget, and the same on every
-// rank.
-TEST(ArrangeBalanced, ABatchByTokensTakesTheMicrobatchCountThePricePutsLowest) {
-  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=8", "pipeline.microbatches=8",
-                                 "model.seq_len=16", "data.seq_len=16"});
+// A batch by tokens (train.batch_tokens) on 2 ranks: 4 of its `slots`
+// filled, each with four documents of 4 positions, arranged by balanced
+// at unit costs; the same documents come back, the step prices at least
+// 5% lower than as it came (more microbatches of less work fill and drain
+// 2 ranks sooner), and every rank arranges alike. The samples as arranged.
+std::vector<std::vector<DocumentPiece>> ArrangedByTokens(int slots) {
+  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=" + std::to_string(slots),
+                                 "pipeline.microbatches=" + std::to_string(slots), "model.seq_len=16",
+                                 "data.seq_len=16"});
   const RunPlan plan = PlanRun(c);
-  ASSERT_EQ(plan.rows, 1);
+  EXPECT_EQ(plan.rows, 1);
   std::vector<std::vector<int>> positions(4, {4, 4, 4, 4});
-  positions.resize(8);
+  positions.resize(static_cast<std::size_t>(slots));
   const auto before = Samples(positions);
   auto after = before;
   ArrangeBalanced(plan, 0.0, std::nullopt)(after);
-  auto pieces = [](const std::vector<std::vector<DocumentPiece>>& v) {
-    std::vector<DocumentPiece> all;
-    for (const auto& sample : v) all.insert(all.end(), sample.begin(), sample.end());
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.document < b.document; });
-    return all;
-  };
-  EXPECT_EQ(pieces(after), pieces(before));
-  for (const auto& sample : after) {
-    int filled = 0;
-    for (const DocumentPiece& p : sample) filled += p.positions;
-    EXPECT_EQ(filled, 8);
-  }
+  EXPECT_EQ(AllPieces(after), AllPieces(before));
   const double was = Price(plan, MicrobatchesOf(before, 1), 0.0), now = Price(plan, MicrobatchesOf(after, 1), 0.0);
   EXPECT_LT(now, was * 0.95);
   auto again = before;
   ArrangeBalanced(plan, 0.0, std::nullopt)(again);
   EXPECT_EQ(again, after);
+  return after;
 }
 
-// A batch by tokens with many slots (4 of 40 filled): the counts tried
-// are kArrangeCounts + 1 at most, evenly apart; the same documents still
-// come back, none over the budget, every rank alike, and the step's
-// microbatches spread out (16 documents of 4 positions: the price on 2
-// ranks falls as they fill more microbatches).
-TEST(ArrangeBalanced, ABatchWithManySlotsTriesABoundedSetOfCounts) {
-  const TrainConfig c = TinyGpt({"pipeline.ranks=2", "train.batch_size=40", "pipeline.microbatches=40",
-                                 "model.seq_len=16", "data.seq_len=16"});
-  const RunPlan plan = PlanRun(c);
-  ASSERT_EQ(plan.rows, 1);
-  std::vector<std::vector<int>> positions(4, {4, 4, 4, 4});
-  positions.resize(40);
-  const auto before = Samples(positions);
-  auto after = before;
-  ArrangeBalanced(plan, 0.0, std::nullopt)(after);
-  auto pieces = [](const std::vector<std::vector<DocumentPiece>>& v) {
-    std::vector<DocumentPiece> all;
-    for (const auto& sample : v) all.insert(all.end(), sample.begin(), sample.end());
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.document < b.document; });
-    return all;
-  };
-  EXPECT_EQ(pieces(after), pieces(before));
-  int used = 0;
-  for (const auto& sample : after) {
+std::vector<int> Fills(const std::vector<std::vector<DocumentPiece>>& samples) {
+  std::vector<int> fills;
+  for (const auto& sample : samples) {
     int filled = 0;
     for (const DocumentPiece& p : sample) filled += p.positions;
+    fills.push_back(filled);
+  }
+  return fills;
+}
+
+// 8 slots: the count the price puts lowest is every slot, each sample
+// half full.
+TEST(ArrangeBalanced, ABatchByTokensTakesTheMicrobatchCountThePricePutsLowest) {
+  for (int filled : Fills(ArrangedByTokens(8))) EXPECT_EQ(filled, 8);
+}
+
+// 40 slots: the counts tried are kArrangeCounts + 1 at most, evenly
+// apart; the documents still spread over more samples, none over the
+// budget.
+TEST(ArrangeBalanced, ABatchWithManySlotsTriesABoundedSetOfCounts) {
+  int used = 0;
+  for (int filled : Fills(ArrangedByTokens(40))) {
     EXPECT_LE(filled, 16);
     used += filled > 0;
   }
   EXPECT_GT(used, 4);
-  const double was = Price(plan, MicrobatchesOf(before, 1), 0.0), now = Price(plan, MicrobatchesOf(after, 1), 0.0);
-  EXPECT_LT(now, was * 0.95);
-  auto again = before;
-  ArrangeBalanced(plan, 0.0, std::nullopt)(again);
-  EXPECT_EQ(again, after);
 }
 
 TEST(ArrangeBalanced, ReplicasGetMicrobatchesOfEvenCost) {
