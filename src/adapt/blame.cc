@@ -221,7 +221,6 @@ RunBlame::RunBlame(const TrainConfig& c, const RunComms& comms, RunSetup& u, con
   u.exec->MeasureCompute(true);
 }
 
-void RunBlame::StepStarts() { u_.exec->MeasureCompute(true); }
 
 void RunBlame::Restart() {
   if (judge_) judge_->Restart();

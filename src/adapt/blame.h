@@ -116,10 +116,6 @@ class StepBlame {
 class RunBlame {
  public:
   RunBlame(const TrainConfig& c, const RunComms& comms, RunSetup& u, const BlameSettings& settings = {});
-  // Before a step: what the executor summed since the last step (an
-  // evaluation, a checkpoint) dropped; a new executor (a plan change)
-  // measured.
-  void StepStarts();
   // After the step's update: `measures` (MeasureStep), the step's seconds
   // (its gradients and update) and work. Rank 0: what made it late, or
   // none. Collective (a row written by every rank's agreement).

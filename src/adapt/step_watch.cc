@@ -5,16 +5,10 @@
 
 #include "baton/model.h"
 #include "baton/profile_price.h"
+#include "baton/timing.h"
 #include "executor.h"
 
 namespace baton {
-namespace {
-
-double Seconds(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
-  return std::chrono::duration<double>(to - from).count();
-}
-
-}  // namespace
 
 StepWatch::StepWatch(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   if (c.pipeline.adapt != AdaptMode::kOff) adapter_.emplace(c, comms, u);
@@ -23,7 +17,7 @@ StepWatch::StepWatch(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
 
 void StepWatch::StepStarts(RunSetup& u) {
   if (on()) u.exec->MeasureCompute(true);
-  gradients_start_ = Clock::now();
+  gradients_start_ = MonotonicSeconds();
 }
 
 void StepWatch::StepEnds(const TrainConfig& c, const RunComms& comms, RunSetup& u, const Batch& batch,
@@ -33,21 +27,20 @@ void StepWatch::StepEnds(const TrainConfig& c, const RunComms& comms, RunSetup& 
   measured_ = MeasureStep(comms, *u.exec, work_);
   if (!blame_) return;
   if (const std::optional<Late> late =
-          blame_->AfterStep(*measured_, step, Seconds(gradients_start_, Clock::now()), work_, tty)) {
+          blame_->AfterStep(*measured_, step, MonotonicSeconds() - gradients_start_, work_, tty)) {
     trace.MarkLate("late: " + LateText(*late), step, late->what == "link" ? late->to : std::max(late->rank, 0),
                    LateJson(*late));
   }
 }
 
-bool StepWatch::Adapt(TrainConfig& c, std::int64_t step, std::int64_t total, double step_seconds, bool tty,
+void StepWatch::Adapt(TrainConfig& c, std::int64_t step, std::int64_t total, double step_seconds, bool tty,
                       RunTrace& trace) {
-  if (!adapter_) return false;
+  if (!adapter_) return;
   const int before = adapter_->replans();
   adapter_->AfterStep(c, step, total, step_seconds, tty, work_, *measured_);
-  if (adapter_->replans() == before) return false;
+  if (adapter_->replans() == before) return;
   trace.Mark("replan", step);
   if (blame_) blame_->Restart();
-  return true;
 }
 
 void StepWatch::PlanChanged() {

@@ -5,7 +5,6 @@
 #ifndef BATON_ADAPT_STEP_WATCH_H_
 #define BATON_ADAPT_STEP_WATCH_H_
 
-#include <chrono>
 #include <cstdint>
 #include <optional>
 
@@ -34,9 +33,9 @@ class StepWatch {
                 std::int64_t step, bool tty);
   // Between steps, with adaptive plans: their step after `step` of
   // `total` (the step took `step_seconds`); `c` becomes the new plan's
-  // config where the placement moves. True where it moved (marked in the
-  // trace; log.blame calibrates again).
-  bool Adapt(TrainConfig& c, std::int64_t step, std::int64_t total, double step_seconds, bool tty, RunTrace& trace);
+  // config where the placement moves. A move is marked in the trace, and
+  // log.blame calibrates again.
+  void Adapt(TrainConfig& c, std::int64_t step, std::int64_t total, double step_seconds, bool tty, RunTrace& trace);
   // The plan changed from outside (TrainOptions::next_plan): log.blame
   // calibrates again.
   void PlanChanged();
@@ -47,12 +46,11 @@ class StepWatch {
   int late_steps() const { return blame_ ? blame_->late_steps() : 0; }
 
  private:
-  using Clock = std::chrono::steady_clock;
   std::optional<RunAdapter> adapter_;
   std::optional<RunBlame> blame_;
   std::optional<StepMeasures> measured_;  // the last step's
   double work_ = 1.0;                     // the last step's (StepWork)
-  Clock::time_point gradients_start_;     // the step's gradients started
+  double gradients_start_ = 0;            // the step's gradients started (MonotonicSeconds)
 };
 
 // A step's work against one of whole microbatches: packed documents'
