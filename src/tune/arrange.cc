@@ -205,9 +205,11 @@ void ChoosePacking(const RunPlan& plan, StepPrice& price, std::span<std::vector<
   // At most kArrangeCounts + 1 counts, evenly apart, the batch's own and
   // all its slots among them: the prices a batch stay bounded however
   // many slots it has.
-  const std::size_t span = samples.size() - filled;
-  const std::size_t stride = span / kArrangeCounts + 1;
-  for (std::size_t k = filled; k <= samples.size(); k = k == samples.size() ? k + 1 : std::min(k + stride, samples.size())) {
+  const std::size_t stride = (samples.size() - filled) / kArrangeCounts + 1;
+  std::vector<std::size_t> counts;
+  for (std::size_t k = filled; k < samples.size(); k += stride) counts.push_back(k);
+  counts.push_back(samples.size());
+  for (std::size_t k : counts) {
     for (double tilt : kArrangeTilts) {
       if (k == filled && tilt == 0) continue;  // the batch's own packing
       auto packed = PackLongestFirst(pieces, k, plan.model.seq, price.square(), tilt);
