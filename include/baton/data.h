@@ -36,6 +36,24 @@ namespace baton {
 //     positions need them on every stage); a position no document fills is
 //     labelled kIgnoreLabel (no loss, no gradient); `targets` counts each
 //     sample's other labels.
+//
+// A dataset of token documents (MakeDocumentWindows, PackedDataset) holds
+// no sample: its `source` cuts each from the memory-mapped documents when a
+// batch wants it, so a rank holds nothing proportional to the tokens
+// (inputs, labels and starts stay empty; has_inputs and has_labels say
+// which parts the rank reads). The others hold every sample in memory.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Sample i's next-token positions: its input ids into `inputs`, its
+  // labels into `labels`, each position's document's first into `starts`
+  // (packed samples), each span one sample's positions; an empty span is
+  // not written. REQUIRES: 0 <= i < the dataset's samples. Allocates
+  // nothing; safe to call from several threads at once.
+  virtual void Read(std::int64_t i, std::span<std::int32_t> inputs, std::span<std::int32_t> labels,
+                    std::span<std::int32_t> starts) const = 0;
+};
+
 struct Dataset {
   std::string name;
   std::int64_t samples = 0;
@@ -46,7 +64,18 @@ struct Dataset {
   std::vector<std::int32_t> labels;   // (samples, labels_per_sample)
   std::vector<std::int32_t> starts;   // packed: (samples, labels_per_sample); empty: one document a sample
   std::vector<std::int32_t> targets;  // packed: (samples), the labels that are not kIgnoreLabel
+  std::shared_ptr<const SampleSource> source;  // set: the samples are read from it, not held above
+  bool source_inputs = false, source_labels = false;  // with `source`: the parts this rank reads
   bool packed() const { return !targets.empty(); }
+  bool has_inputs() const { return !inputs.empty() || (source != nullptr && source_inputs); }
+  bool has_labels() const { return !labels.empty() || (source != nullptr && source_labels); }
+  // Sample i's parts, from memory or from the source: its input into
+  // `inputs` (sample_bytes()), its labels into `labels` (labels_per_sample),
+  // packed, its starts into `starts` (labels_per_sample). An empty span is
+  // not written. REQUIRES: 0 <= i < samples; each part asked for is held
+  // (has_inputs, has_labels; starts: packed). Allocates nothing.
+  void ReadSample(std::int64_t i, std::span<std::byte> inputs, std::span<std::int32_t> labels,
+                  std::span<std::int32_t> starts) const;
 
   std::size_t sample_bytes() const { return sample.bytes(); }
   // Input elements per sample: features, or seq_len.
@@ -210,9 +239,11 @@ TokenDocuments FortuneDocuments(const TextCorpus& corpus, const std::string& spl
 // Next-token windows (MakeTokenWindows) over `docs`' documents one after
 // another: every token once, in order, as the fixed windows Megatron-LM's
 // GPT dataset and llm.c's loader cut from the same file; ids in [0, vocab)
-// (the caller checks: TokenDocuments::CheckBelow). Throws ConfigError as
-// MakeTokenWindows does.
-Dataset MakeDocumentWindows(const TokenDocuments& docs, int seq_len, int vocab, bool want_inputs, bool want_labels);
+// (the caller checks: TokenDocuments::CheckBelow). Read from `docs` as
+// batches want them (Dataset::source: nothing proportional to the tokens
+// is held but the documents' ends). Throws ConfigError as MakeTokenWindows does.
+Dataset MakeDocumentWindows(std::shared_ptr<const TokenDocuments> docs, int seq_len, int vocab, bool want_inputs,
+                            bool want_labels);
 
 // ---- Packed documents (data.packing) ----
 // (A packed sample's positions past its last document are labelled
@@ -301,14 +332,16 @@ using ArrangeBatch = std::function<void(std::span<std::vector<DocumentPiece>> sa
 // where `want_inputs`, the labels where `want_labels`, the starts and
 // target counts always. Ids are in [0, vocab) (the caller checks:
 // TokenDocuments::CheckBelow); a position no document fills has input 0.
-Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
-                            int vocab, bool want_inputs, bool want_labels, double square = -1,
+Dataset MakePackedDocuments(std::shared_ptr<const TokenDocuments> docs, int max_tokens, int batch_samples,
+                            bool refuse_long, int vocab, bool want_inputs, bool want_labels, double square = -1,
                             const ArrangeBatch& arrange = {}, const TokenBatches& by = {});
 
 // The dataset of `docs` in the samples `packed` (each a list of pieces
 // in the order they fill its `max_tokens` positions), as
-// MakePackedDocuments says. Throws ConfigError when `packed` is empty.
-Dataset PackedDataset(const TokenDocuments& docs, const std::vector<std::vector<DocumentPiece>>& packed,
+// MakePackedDocuments says, read from `docs` as batches want them
+// (Dataset::source): a rank holds the samples' pieces and target counts,
+// not their positions. Throws ConfigError when `packed` is empty.
+Dataset PackedDataset(std::shared_ptr<const TokenDocuments> docs, const std::vector<std::vector<DocumentPiece>>& packed,
                       int max_tokens, int vocab, bool want_inputs, bool want_labels);
 
 // What `baton data stats` prints: the documents, the tokens, the length's
@@ -335,7 +368,8 @@ Dataset MakeSyntheticTokens(std::int64_t samples, int seq_len, int vocab, std::u
 // any input token id or label of `data` is outside [0, vocab). Data that is
 // not token ids (f32 inputs) is refused as well: only a token dataset has a
 // vocabulary to check. A run with a token model calls it on every token
-// dataset it loads, before the first step.
+// dataset it holds in memory, before the first step (one read from its
+// documents has them checked there: TokenDocuments::CheckBelow).
 void CheckTokens(const Dataset& data, int vocab);
 
 // The unigram baseline, in nats per token: the cross-entropy of
@@ -345,8 +379,8 @@ void CheckTokens(const Dataset& data, int vocab);
 //   p(t) = (count_train(t) + 1) / (N_train + vocab)
 //   H    = -(1 / N_val) * sum over validation labels t of ln p(t)
 // A model that learned nothing about context scores about this much.
-// REQUIRES: both datasets have labels in [0, vocab) (CheckTokens); throws
-// ConfigError otherwise or if either holds no labels.
+// REQUIRES: both datasets hold their labels in memory, in [0, vocab)
+// (CheckTokens); throws ConfigError otherwise or if either holds no labels.
 double UnigramCrossEntropy(const Dataset& train, const Dataset& validation, int vocab);
 
 // One batch: views into loader-owned, preallocated memory, valid until the

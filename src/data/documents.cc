@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -124,34 +126,66 @@ void TokenDocuments::CheckBelow(std::int64_t vocab) const {
   }
 }
 
-Dataset MakeDocumentWindows(const TokenDocuments& docs, int seq_len, int vocab, bool want_inputs, bool want_labels) {
-  if (seq_len < 1) throw ConfigError(fmt::format("{}: seq_len must be at least 1, got {}", docs.name(), seq_len));
-  const std::int64_t windows = docs.tokens() < 1 ? 0 : (docs.tokens() - 1) / seq_len;
+namespace {
+
+// Windows of seq_len + 1 tokens over the documents one after another, the
+// stride seq_len (MakeTokenWindows), cut from the documents as each is
+// read. Holds the documents' ends in the stream: (documents).
+class DocumentWindows final : public SampleSource {
+ public:
+  DocumentWindows(std::shared_ptr<const TokenDocuments> docs, int seq_len)
+      : docs_(std::move(docs)), seq_len_(seq_len), ends_(static_cast<std::size_t>(docs_->documents())) {
+    std::int64_t at = 0;
+    for (std::int64_t d = 0; d < docs_->documents(); ++d) ends_[static_cast<std::size_t>(d)] = at += docs_->length(d);
+  }
+
+  void Read(std::int64_t i, std::span<std::int32_t> inputs, std::span<std::int32_t> labels,
+            std::span<std::int32_t> /*starts: one document a sample*/) const override {
+    const std::int64_t first = i * seq_len_;
+    if (!inputs.empty()) Stream(first, inputs);
+    if (!labels.empty()) Stream(first + 1, labels);  // the next token of each input
+  }
+
+ private:
+  // Tokens [at, at + out.size()) of the documents one after another.
+  void Stream(std::int64_t at, std::span<std::int32_t> out) const {
+    // The document holding token `at`: the first whose end lies past it.
+    auto d = static_cast<std::int64_t>(std::upper_bound(ends_.begin(), ends_.end(), at) - ends_.begin());
+    std::size_t filled = 0;
+    for (; filled < out.size(); ++d) {
+      const std::int64_t begin = at - (ends_[static_cast<std::size_t>(d)] - docs_->length(d));
+      const std::size_t take =
+          std::min<std::size_t>(static_cast<std::size_t>(docs_->length(d) - begin), out.size() - filled);
+      docs_->Read(d, begin, out.subspan(filled, take));
+      filled += take;
+      at += static_cast<std::int64_t>(take);
+    }
+  }
+
+  std::shared_ptr<const TokenDocuments> docs_;
+  std::int64_t seq_len_;
+  std::vector<std::int64_t> ends_;  // (documents): where each document ends in the stream
+};
+
+}  // namespace
+
+Dataset MakeDocumentWindows(std::shared_ptr<const TokenDocuments> docs, int seq_len, int vocab, bool want_inputs,
+                            bool want_labels) {
+  if (seq_len < 1) throw ConfigError(fmt::format("{}: seq_len must be at least 1, got {}", docs->name(), seq_len));
+  const std::int64_t windows = docs->tokens() < 1 ? 0 : (docs->tokens() - 1) / seq_len;
   if (windows < 1) {
     throw ConfigError(fmt::format("{}: {} tokens in {} documents do not fill one window of seq_len + 1 = {} tokens",
-                                  docs.name(), docs.tokens(), docs.documents(), std::int64_t{seq_len} + 1));
-  }
-  // The documents one after another, as far as the windows reach (read
-  // only where a part is wanted: a rank without stages' data takes the count).
-  const std::size_t n = static_cast<std::size_t>(windows), t = static_cast<std::size_t>(seq_len);
-  std::vector<std::int32_t> stream(want_inputs || want_labels ? n * t + 1 : 0);  // (windows * seq_len + 1)
-  std::size_t at = 0;
-  for (std::int64_t d = 0; d < docs.documents() && at < stream.size(); ++d) {
-    const std::size_t take = std::min<std::size_t>(static_cast<std::size_t>(docs.length(d)), stream.size() - at);
-    docs.Read(d, 0, std::span<std::int32_t>(stream).subspan(at, take));
-    at += take;
+                                  docs->name(), docs->tokens(), docs->documents(), std::int64_t{seq_len} + 1));
   }
   Dataset out;
-  out.name = docs.name();
+  out.name = docs->name();
   out.samples = windows;
   out.sample = {DType::kI32, {1, seq_len}};
   out.classes = vocab;
   out.labels_per_sample = seq_len;
-  if (want_inputs) {
-    out.inputs.resize(n * out.sample_bytes());  // (samples, seq_len) i32
-    std::memcpy(out.inputs.data(), stream.data(), n * t * sizeof(std::int32_t));
-  }
-  if (want_labels) out.labels.assign(stream.begin() + 1, stream.end());  // (samples, seq_len): shifted by one
+  out.source = std::make_shared<DocumentWindows>(std::move(docs), seq_len);
+  out.source_inputs = want_inputs;
+  out.source_labels = want_labels;
   return out;
 }
 

@@ -1,8 +1,8 @@
 // Double-buffered batch loader.
 //
 // Two preallocated slots, each one batch: inputs (B, ...) as bytes, whatever
-// their element type (a sample is copied whole), and labels (B,
-// labels_per_sample). At any time one slot is the caller's (the batch Next() returned last)
+// their element type (a sample is copied whole, or cut from its documents:
+// Dataset::ReadSample), and labels (B, labels_per_sample). At any time one slot is the caller's (the batch Next() returned last)
 // and the other is being filled on a oneTBB worker with the batch at
 // position (epoch_, index_). Next() waits for that fill, hands the slot out,
 // and starts filling the other slot with the following batch, so the copy
@@ -45,8 +45,8 @@ class DoubleBufferedLoader final : public BatchLoader {
         shuffle_(shuffle),
         seed_(seed),
         batches_per_epoch_(dataset.samples / batch_size),
-        has_inputs_(!dataset.inputs.empty()),
-        has_labels_(!dataset.labels.empty()),
+        has_inputs_(dataset.has_inputs()),
+        has_labels_(dataset.has_labels()),
         packed_(dataset.packed()) {
     const std::size_t b = static_cast<std::size_t>(slice_size);
     for (Slot& s : slots_) {
@@ -142,43 +142,27 @@ class DoubleBufferedLoader final : public BatchLoader {
         static_cast<std::size_t>(index) * static_cast<std::size_t>(batch_size_) + static_cast<std::size_t>(slice_begin_);
     const std::size_t batch_first = static_cast<std::size_t>(index) * static_cast<std::size_t>(batch_size_);
     const std::size_t whole = static_cast<std::size_t>(batch_size_);
-    if (!shuffle_) {
-      // Batch k is the contiguous range of samples [kB, (k+1)B); the slice a
-      // contiguous part of it.
-      if (has_inputs_) std::memcpy(slot.inputs.data(), data_.inputs.data() + first * f, b * f);
-      if (has_labels_) {
-        std::memcpy(slot.labels.data(), data_.labels.data() + first * l, b * l * sizeof(std::int32_t));
-      }
-      if (packed_) {
-        std::memcpy(slot.starts.data(), data_.starts.data() + first * l, b * l * sizeof(std::int32_t));
-        std::memcpy(slot.filled.data(), data_.targets.data() + first, b * sizeof(std::int32_t));
-        slot.targets = 0;
-        for (std::size_t i = 0; i < whole; ++i) slot.targets += data_.targets[batch_first + i];
-      }
-      return;
-    }
-    if (order_epoch_ != epoch) {
+    if (shuffle_ && order_epoch_ != epoch) {
       std::iota(order_.begin(), order_.end(), std::int64_t{0});
       std::mt19937_64 rng(seed_ + static_cast<std::uint64_t>(epoch));
       std::shuffle(order_.begin(), order_.end(), rng);
       order_epoch_ = epoch;
     }
+    // Position i of the batch: sample kB + i in order (batch k is the
+    // contiguous range [kB, (k+1)B), the slice a part of it), or that
+    // position of the epoch's permutation.
+    auto sample = [&](std::size_t i) { return shuffle_ ? static_cast<std::size_t>(order_[i]) : i; };
     for (std::size_t i = 0; i < b; ++i) {
-      const std::size_t sample = static_cast<std::size_t>(order_[first + i]);
-      if (has_inputs_) std::memcpy(slot.inputs.data() + i * f, data_.inputs.data() + sample * f, f);
-      if (has_labels_) {
-        std::memcpy(slot.labels.data() + i * l, data_.labels.data() + sample * l, l * sizeof(std::int32_t));
-      }
-      if (packed_) {
-        std::memcpy(slot.starts.data() + i * l, data_.starts.data() + sample * l, l * sizeof(std::int32_t));
-        slot.filled[i] = data_.targets[sample];
-      }
+      const std::size_t s = sample(first + i);
+      data_.ReadSample(static_cast<std::int64_t>(s),
+                       has_inputs_ ? std::span<std::byte>(slot.inputs).subspan(i * f, f) : std::span<std::byte>(),
+                       has_labels_ ? std::span<std::int32_t>(slot.labels).subspan(i * l, l) : std::span<std::int32_t>(),
+                       packed_ ? std::span<std::int32_t>(slot.starts).subspan(i * l, l) : std::span<std::int32_t>());
+      if (packed_) slot.filled[i] = data_.targets[s];
     }
     if (packed_) {
       slot.targets = 0;
-      for (std::size_t i = 0; i < whole; ++i) {
-        slot.targets += data_.targets[static_cast<std::size_t>(order_[batch_first + i])];
-      }
+      for (std::size_t i = 0; i < whole; ++i) slot.targets += data_.targets[sample(batch_first + i)];
     }
   }
 
@@ -212,6 +196,19 @@ class DoubleBufferedLoader final : public BatchLoader {
 
 }  // namespace
 
+void Dataset::ReadSample(std::int64_t i, std::span<std::byte> in, std::span<std::int32_t> out,
+                         std::span<std::int32_t> first) const {
+  if (source != nullptr) {
+    // A token dataset's input is its ids: i32[1, seq_len].
+    source->Read(i, {reinterpret_cast<std::int32_t*>(in.data()), in.size() / sizeof(std::int32_t)}, out, first);
+    return;
+  }
+  const auto s = static_cast<std::size_t>(i);
+  if (!in.empty()) std::memcpy(in.data(), inputs.data() + s * in.size(), in.size());
+  if (!out.empty()) std::memcpy(out.data(), labels.data() + s * out.size(), out.size() * sizeof(std::int32_t));
+  if (!first.empty()) std::memcpy(first.data(), starts.data() + s * first.size(), first.size() * sizeof(std::int32_t));
+}
+
 std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed,
                                              int slice_begin, int slice_size) {
   const std::string what = fmt::format("batch loader for dataset '{}'", dataset.name);
@@ -244,8 +241,9 @@ std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_s
                                   dataset.labels_per_sample, dataset.samples));
   }
   if (dataset.packed() && (dataset.targets.size() != static_cast<std::size_t>(dataset.samples) ||
-                           dataset.starts.size() != static_cast<std::size_t>(dataset.samples) *
-                                                        static_cast<std::size_t>(dataset.labels_per_sample))) {
+                           (dataset.source == nullptr &&
+                            dataset.starts.size() != static_cast<std::size_t>(dataset.samples) *
+                                                         static_cast<std::size_t>(dataset.labels_per_sample)))) {
     throw ConfigError(fmt::format("{}: packed, but {} document starts and {} target counts for {} samples of {} "
                                   "positions",
                                   what, dataset.starts.size(), dataset.targets.size(), dataset.samples,

@@ -3,7 +3,9 @@
 // position's document start.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -167,57 +169,87 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
   return samples;
 }
 
-Dataset MakePackedDocuments(const TokenDocuments& docs, int max_tokens, int batch_samples, bool refuse_long,
-                            int vocab, bool want_inputs, bool want_labels, double square,
+Dataset MakePackedDocuments(std::shared_ptr<const TokenDocuments> docs, int max_tokens, int batch_samples,
+                            bool refuse_long, int vocab, bool want_inputs, bool want_labels, double square,
                             const ArrangeBatch& arrange, const TokenBatches& by) {
-  const std::span<const std::int64_t> lengths = docs.lengths();
+  const std::span<const std::int64_t> lengths = docs->lengths();
   std::vector<std::vector<DocumentPiece>> packed =
-      square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs.name(), by)
-                 : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs.name(), by);
+      square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs->name(), by)
+                 : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs->name(), by);
   if (square >= 0 && arrange) {
     const auto b = static_cast<std::size_t>(batch_samples);
     for (std::size_t first = 0; first + b <= packed.size(); first += b) {
       arrange(std::span<std::vector<DocumentPiece>>(packed).subspan(first, b));
     }
   }
-  return PackedDataset(docs, packed, max_tokens, vocab, want_inputs, want_labels);
+  return PackedDataset(std::move(docs), packed, max_tokens, vocab, want_inputs, want_labels);
 }
 
-Dataset PackedDataset(const TokenDocuments& docs, const std::vector<std::vector<DocumentPiece>>& packed,
+namespace {
+
+// Packed samples cut from their documents as each is read: each sample's
+// pieces, in the order they fill its positions. Holds (pieces) and
+// (samples + 1) offsets, not the samples' positions.
+class PackedSamples final : public SampleSource {
+ public:
+  PackedSamples(std::shared_ptr<const TokenDocuments> docs, const std::vector<std::vector<DocumentPiece>>& packed)
+      : docs_(std::move(docs)) {
+    first_.reserve(packed.size() + 1);
+    for (const std::vector<DocumentPiece>& sample : packed) {
+      first_.push_back(pieces_.size());
+      pieces_.insert(pieces_.end(), sample.begin(), sample.end());
+    }
+    first_.push_back(pieces_.size());
+  }
+
+  void Read(std::int64_t i, std::span<std::int32_t> inputs, std::span<std::int32_t> labels,
+            std::span<std::int32_t> starts) const override {
+    std::size_t at = 0;
+    for (std::size_t p = first_[static_cast<std::size_t>(i)]; p < first_[static_cast<std::size_t>(i) + 1]; ++p) {
+      const DocumentPiece& piece = pieces_[p];
+      const auto k = static_cast<std::size_t>(piece.positions);
+      // Tokens [begin, begin + k) are the inputs, one further on the labels.
+      if (!inputs.empty()) docs_->Read(piece.document, piece.begin, inputs.subspan(at, k));
+      if (!labels.empty()) docs_->Read(piece.document, piece.begin + 1, labels.subspan(at, k));
+      if (!starts.empty()) std::fill_n(starts.begin() + static_cast<std::ptrdiff_t>(at), k, static_cast<std::int32_t>(at));
+      at += k;
+    }
+    // The positions no document fills: one more run of their own, input 0, no label.
+    if (!inputs.empty()) std::fill(inputs.begin() + static_cast<std::ptrdiff_t>(at), inputs.end(), 0);
+    if (!labels.empty()) std::fill(labels.begin() + static_cast<std::ptrdiff_t>(at), labels.end(), kIgnoreLabel);
+    if (!starts.empty()) {
+      std::fill(starts.begin() + static_cast<std::ptrdiff_t>(at), starts.end(), static_cast<std::int32_t>(at));
+    }
+  }
+
+ private:
+  std::shared_ptr<const TokenDocuments> docs_;
+  std::vector<DocumentPiece> pieces_;  // (pieces): every sample's, one sample after another
+  std::vector<std::size_t> first_;     // (samples + 1): sample s's pieces are [first_[s], first_[s + 1])
+};
+
+}  // namespace
+
+Dataset PackedDataset(std::shared_ptr<const TokenDocuments> docs, const std::vector<std::vector<DocumentPiece>>& packed,
                       int max_tokens, int vocab, bool want_inputs, bool want_labels) {
   if (packed.empty()) {
-    throw ConfigError(fmt::format("{}: no document has two tokens: nothing to predict", docs.name()));
+    throw ConfigError(fmt::format("{}: no document has two tokens: nothing to predict", docs->name()));
   }
-  const std::size_t n = packed.size(), t = static_cast<std::size_t>(max_tokens);
   Dataset out;
-  out.name = docs.name();
-  out.samples = static_cast<std::int64_t>(n);
+  out.name = docs->name();
+  out.samples = static_cast<std::int64_t>(packed.size());
   out.sample = {DType::kI32, {1, max_tokens}};
   out.classes = vocab;
   out.labels_per_sample = max_tokens;
-  out.starts.resize(n * t);
-  out.targets.resize(n);
-  if (want_inputs) out.inputs.resize(n * out.sample_bytes());
-  if (want_labels) out.labels.assign(n * t, kIgnoreLabel);
-  std::vector<std::int32_t> tokens(t + 1);
-  for (std::size_t s = 0; s < n; ++s) {
-    std::size_t at = 0;
-    std::int32_t* in = want_inputs ? out.inputs_as<std::int32_t>().data() + s * t : nullptr;
-    for (const DocumentPiece& p : packed[s]) {
-      const auto k = static_cast<std::size_t>(p.positions);
-      std::fill_n(out.starts.begin() + static_cast<std::ptrdiff_t>(s * t + at), k, static_cast<std::int32_t>(at));
-      if (want_inputs || want_labels) {
-        docs.Read(p.document, p.begin, std::span<std::int32_t>(tokens).first(k + 1));
-        if (in != nullptr) std::copy_n(tokens.begin(), k, in + at);
-        if (want_labels) std::copy_n(tokens.begin() + 1, k, out.labels.begin() + static_cast<std::ptrdiff_t>(s * t + at));
-      }
-      at += k;
-    }
-    out.targets[s] = static_cast<std::int32_t>(at);
-    // The positions no document fills: one more run of their own, input 0.
-    std::fill(out.starts.begin() + static_cast<std::ptrdiff_t>(s * t + at),
-              out.starts.begin() + static_cast<std::ptrdiff_t>((s + 1) * t), static_cast<std::int32_t>(at));
+  out.targets.resize(packed.size());  // (samples)
+  for (std::size_t s = 0; s < packed.size(); ++s) {
+    std::int32_t filled = 0;
+    for (const DocumentPiece& p : packed[s]) filled += p.positions;
+    out.targets[s] = filled;
   }
+  out.source = std::make_shared<PackedSamples>(std::move(docs), packed);
+  out.source_inputs = want_inputs;
+  out.source_labels = want_labels;
   return out;
 }
 

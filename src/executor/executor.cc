@@ -496,6 +496,8 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
   end = std::clamp<std::int64_t>(end, begin, data.samples);
   const std::byte* inputs = data.inputs.empty() ? nullptr : data.inputs.data() + begin * sample_bytes;
   const std::int32_t* labels = data.labels.empty() ? nullptr : data.labels.data() + begin * per_sample;
+  // Held in memory: read in place; from a source: each round read into the round_ buffers.
+  const bool read = data.source != nullptr;
   const std::int64_t samples = end - begin;
   // Rounds of the evaluation schedule: its sequences (whole microbatches)
   // of `rows` samples, the last round's tail shorter (or empty). Every rank
@@ -515,8 +517,13 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
           static_cast<int>(std::clamp<std::int64_t>(samples - first - std::int64_t(j) * rows, 0, rows));
     }
     const std::int64_t round = std::clamp<std::int64_t>(samples - first, 0, std::int64_t(sequences) * rows);
-    const std::byte* in = inputs != nullptr ? inputs + first * sample_bytes : nullptr;
-    const std::int32_t* lab = labels != nullptr ? labels + first * per_sample : nullptr;
+    if (read) ReadRound(data, begin + first, round);
+    const std::byte* in = read     ? (data.has_inputs() ? round_inputs_.data() : nullptr)
+                          : inputs != nullptr ? inputs + first * sample_bytes
+                                              : nullptr;
+    const std::int32_t* lab = read     ? (data.has_labels() ? round_labels_.data() : nullptr)
+                              : labels != nullptr ? labels + first * per_sample
+                                                  : nullptr;
     if (inputs_ != nullptr && in != nullptr) {
       dev_.Upload(inputs_, in, static_cast<std::size_t>(round) * sample_bytes);
       in = inputs_;
@@ -526,8 +533,8 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
       lab = reinterpret_cast<const std::int32_t*>(labels_);
     }
     // Packed: the round's starts and lengths (none past this replica's data).
-    const bool any = round > 0 && !data.starts.empty();
-    starts_ = any ? data.starts.data() + (begin + first) * per_sample : nullptr;
+    const bool any = round > 0 && data.packed();
+    starts_ = !any ? nullptr : read ? round_starts_.data() : data.starts.data() + (begin + first) * per_sample;
     if (!lengths_.empty()) {
       if (any) {
         SetLengths(data.targets.data() + begin + first, static_cast<std::size_t>(round), round_rows_.data());
@@ -540,6 +547,22 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
   starts_ = nullptr;
   TakeLoss(&stats);  // once: the device's totals add every round's losses in order
   return stats;
+}
+
+void Executor::ReadRound(const Dataset& data, std::int64_t first, std::int64_t round) {
+  const std::size_t samples = static_cast<std::size_t>(plan_.sequences) * static_cast<std::size_t>(plan_.rows);
+  const std::size_t f = data.sample_bytes(), l = static_cast<std::size_t>(data.labels_per_sample);
+  if (data.has_inputs()) round_inputs_.resize(samples * f);  // (sequences x rows, ...): once, the first round
+  if (data.has_labels()) round_labels_.resize(samples * l);
+  if (data.packed()) round_starts_.resize(samples * l);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(round); ++i) {
+    data.ReadSample(first + static_cast<std::int64_t>(i),
+                    data.has_inputs() ? std::span<std::byte>(round_inputs_).subspan(i * f, f) : std::span<std::byte>(),
+                    data.has_labels() ? std::span<std::int32_t>(round_labels_).subspan(i * l, l)
+                                      : std::span<std::int32_t>(),
+                    data.packed() ? std::span<std::int32_t>(round_starts_).subspan(i * l, l)
+                                  : std::span<std::int32_t>());
+  }
 }
 
 }  // namespace baton

@@ -262,6 +262,13 @@ class Executor {
   // optimizer step (data parallelism; with one replica it only steps).
   std::unique_ptr<ReplicaSync> replicas_;
   std::vector<int> full_rows_, round_rows_;  // per sequence (UnitPart::sequence) of a round
+  // An evaluation round's samples read from a dataset's source (token
+  // documents hold no samples: Dataset::source), host memory, sized at the
+  // first such round: (sequences x rows, ...) inputs, labels and starts.
+  ByteBuffer round_inputs_;
+  std::vector<std::int32_t> round_labels_, round_starts_;
+  // The round of `round` samples from `first` of `data` into the round_ buffers.
+  void ReadRound(const Dataset& data, std::int64_t first, std::int64_t round);
   // Packed documents: this step's samples run per sequence, up to its last
   // sample with positions (0: none, the sequence is not run; StepRows).
   std::vector<int> step_rows_;

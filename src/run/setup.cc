@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <cstring>
 #include <filesystem>
 #include <new>
@@ -142,32 +143,36 @@ namespace {
 // pad: one a sample.
 // balanced: priced by the model's pair cost (GptPairCost; a model that is
 // not a GPT has no attention to price).
-Dataset Cut(const DataConfig& d, const TokenDocuments& docs, int batch_size, double square, bool want_inputs,
-            bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
-  if (d.packing == Packing::kNone) return MakeDocumentWindows(docs, d.seq_len, d.vocab, want_inputs, want_labels);
+// The dataset reads its samples from `docs` as batches want them
+// (Dataset::source): it holds the mapped files, not their tokens.
+Dataset Cut(const DataConfig& d, std::shared_ptr<const TokenDocuments> docs, int batch_size, double square,
+            bool want_inputs, bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
+  if (d.packing == Packing::kNone) {
+    return MakeDocumentWindows(std::move(docs), d.seq_len, d.vocab, want_inputs, want_labels);
+  }
   const bool refuse_long = d.long_documents == LongDocuments::kRefuse;
   if (d.packing == Packing::kPad) {
-    return PackedDataset(docs, PackPadded(docs.lengths(), d.seq_len, refuse_long, docs.name(), batch_size, by),
-                         d.seq_len, d.vocab, want_inputs, want_labels);
+    const auto padded = PackPadded(docs->lengths(), d.seq_len, refuse_long, docs->name(), batch_size, by);
+    return PackedDataset(std::move(docs), padded, d.seq_len, d.vocab, want_inputs, want_labels);
   }
-  return MakePackedDocuments(docs, d.seq_len, batch_size, refuse_long, d.vocab,
-                             want_inputs, want_labels, d.packing == Packing::kBalanced ? square : -1.0, arrange, by);
+  return MakePackedDocuments(std::move(docs), d.seq_len, batch_size, refuse_long, d.vocab, want_inputs, want_labels,
+                             d.packing == Packing::kBalanced ? square : -1.0, arrange, by);
 }
 
 Dataset LoadTokenFile(const DataConfig& d, const std::string& path, int batch_size, double square, bool want_inputs,
                       bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
-  const TokenDocuments docs = d.dataset == DatasetKind::kMegatron ? OpenMegatron(path)
-                              : d.dataset == DatasetKind::kLlmc   ? OpenLlmc(path, d.eot)
-                                                                  : OpenJsonl(path);
-  if (want_inputs || want_labels) docs.CheckBelow(d.vocab);
-  return Cut(d, docs, batch_size, square, want_inputs, want_labels, arrange, by);
+  auto docs = std::make_shared<const TokenDocuments>(d.dataset == DatasetKind::kMegatron ? OpenMegatron(path)
+                                                     : d.dataset == DatasetKind::kLlmc   ? OpenLlmc(path, d.eot)
+                                                                                         : OpenJsonl(path));
+  if (want_inputs || want_labels) docs->CheckBelow(d.vocab);
+  return Cut(d, std::move(docs), batch_size, square, want_inputs, want_labels, arrange, by);
 }
 
 Dataset LoadFortuneSplit(const DataConfig& d, const std::string& split, int batch_size, double square,
                          bool want_inputs, bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
   if (d.packing == Packing::kNone) return LoadFortunes(d.path, split, d.seq_len, want_inputs, want_labels);
-  return Cut(d, FortuneDocuments(ReadFortuneFolder(d.path), split), batch_size, square, want_inputs, want_labels,
-             arrange, by);
+  return Cut(d, std::make_shared<const TokenDocuments>(FortuneDocuments(ReadFortuneFolder(d.path), split)),
+             batch_size, square, want_inputs, want_labels, arrange, by);
 }
 
 }  // namespace

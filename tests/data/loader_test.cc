@@ -2,19 +2,25 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <new>
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <span>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "baton/buffer.h"
 #include "baton/data.h"
 #include "baton/error.h"
+#include "support/held_samples.h"
 
 // Counts every global operator new while g_counting is set, on any thread, to
 // prove that Next() allocates nothing in steady state.
@@ -370,6 +376,47 @@ TEST(BatchLoaderTokens, NextAllocatesNothing) {
   g_counting = false;
   EXPECT_EQ(g_allocations.load(), 0);
   EXPECT_GE(sum, 0);
+}
+
+// A dataset read from its documents (Dataset::source): the loader cuts
+// each sample as its batch wants it, hands out the batches the same
+// samples held in memory give (windows and packed, in order and
+// shuffled, a replica's slice), and allocates nothing doing it.
+TEST(BatchLoaderDocuments, CutsTheSamplesHeldOnesGiveAndAllocatesNothing) {
+  const std::string path = ::testing::TempDir() + "/baton_loader_docs_" + std::to_string(::getpid()) + ".jsonl";
+  {
+    std::ofstream out(path);
+    for (int d = 0; d < 40; ++d) out << "{\"text\": \"" << std::string(static_cast<std::size_t>(1 + (d * 11) % 23), 'a' + d % 26) << "\"}\n";
+  }
+  const auto docs = std::make_shared<const TokenDocuments>(OpenJsonl(path));
+  std::remove(path.c_str());  // the mapping keeps the file's pages
+  for (const bool packed : {false, true}) {
+    const Dataset read = packed ? MakePackedDocuments(docs, 16, 4, false, kByteVocabulary, true, true)
+                                : MakeDocumentWindows(docs, 16, kByteVocabulary, true, true);
+    ASSERT_TRUE(read.inputs.empty() && read.labels.empty());
+    const Dataset held = baton_test::HeldSamples(read);
+    for (const bool shuffle : {false, true}) {
+      SCOPED_TRACE(std::string(packed ? "packed" : "windows") + (shuffle ? ", shuffled" : ", in order"));
+      auto a = MakeBatchLoader(read, 4, shuffle, 3, 1, 2);
+      auto b = MakeBatchLoader(held, 4, shuffle, 3, 1, 2);
+      for (std::int64_t k = 0; k < 2 * a->batches_per_epoch() + 1; ++k) {
+        const Batch x = a->Next(), y = b->Next();
+        ASSERT_EQ(x.inputs.size(), y.inputs.size());
+        EXPECT_TRUE(std::equal(x.inputs.begin(), x.inputs.end(), y.inputs.begin())) << "batch " << k;
+        EXPECT_TRUE(std::ranges::equal(x.labels, y.labels)) << "batch " << k;
+        EXPECT_TRUE(std::ranges::equal(x.starts, y.starts)) << "batch " << k;
+        EXPECT_TRUE(std::ranges::equal(x.filled, y.filled)) << "batch " << k;
+        EXPECT_EQ(x.targets, y.targets) << "batch " << k;
+      }
+      g_allocations = 0;
+      g_counting = true;
+      std::int64_t sum = 0;
+      for (int i = 0; i < 30; ++i) sum += a->Next().labels[0];
+      g_counting = false;
+      EXPECT_EQ(g_allocations.load(), 0);
+      EXPECT_NE(sum, 0);
+    }
+  }
 }
 
 TEST(BatchLoader, RejectsLabelsThatDoNotMatchLabelsPerSample) {

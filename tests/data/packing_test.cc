@@ -17,6 +17,7 @@
 
 #include "baton/data.h"
 #include "baton/error.h"
+#include "support/held_samples.h"
 #include "support/test_folder.h"
 
 namespace baton {
@@ -206,12 +207,12 @@ class PackedDocuments : public ::testing::Test {
   void SetUp() override { dir_ = baton_test::FreshTestFolder("baton_packing"); }
   void TearDown() override { fs::remove_all(dir_); }
   // JSON Lines documents (byte tokens).
-  TokenDocuments Jsonl(const std::vector<std::string>& texts) {
+  std::shared_ptr<const TokenDocuments> Jsonl(const std::vector<std::string>& texts) {
     const fs::path path = dir_ / "docs.jsonl";
     std::ofstream out(path);
     for (const std::string& t : texts) out << "{\"text\": \"" << t << "\"}\n";
     out.close();
-    return OpenJsonl(path.string());
+    return std::make_shared<const TokenDocuments>(OpenJsonl(path.string()));
   }
   fs::path dir_;
 };
@@ -219,8 +220,12 @@ class PackedDocuments : public ::testing::Test {
 TEST_F(PackedDocuments, SamplesHoldTheDocumentsTokensTheirStartsAndIgnoreTheRest) {
   // "abcd" (3 positions), "xy" (1), "hello" (4), budget 6, one sample a batch:
   // sample 0 = abcd + xy (4 positions, 2 unfilled), sample 1 = hello.
-  const TokenDocuments docs = Jsonl({"abcd", "xy", "hello"});
-  const Dataset d = MakePackedDocuments(docs, 6, 1, false, kByteVocabulary, true, true);
+  const auto docs = Jsonl({"abcd", "xy", "hello"});
+  const Dataset read = MakePackedDocuments(docs, 6, 1, false, kByteVocabulary, true, true);
+  // Read from the documents as batches want them: no sample held.
+  EXPECT_TRUE(read.inputs.empty() && read.labels.empty() && read.starts.empty());
+  EXPECT_TRUE(read.has_inputs() && read.has_labels());
+  const Dataset d = baton_test::HeldSamples(read);
   ASSERT_EQ(d.samples, 2);
   EXPECT_TRUE(d.packed());
   EXPECT_EQ(d.sample, (TensorDesc{DType::kI32, {1, 6}}));
@@ -233,7 +238,7 @@ TEST_F(PackedDocuments, SamplesHoldTheDocumentsTokensTheirStartsAndIgnoreTheRest
   EXPECT_EQ(d.starts, (std::vector<std::int32_t>{0, 0, 0, 3, 4, 4, 0, 0, 0, 0, 4, 4}));
   EXPECT_EQ(d.targets, (std::vector<std::int32_t>{4, 4}));
   // A rank without the first or last stage still gets the starts and counts.
-  const Dataset middle = MakePackedDocuments(docs, 6, 1, false, kByteVocabulary, false, false);
+  const Dataset middle = baton_test::HeldSamples(MakePackedDocuments(docs, 6, 1, false, kByteVocabulary, false, false));
   EXPECT_TRUE(middle.inputs.empty());
   EXPECT_TRUE(middle.labels.empty());
   EXPECT_EQ(middle.starts, d.starts);
@@ -245,8 +250,9 @@ TEST_F(PackedDocuments, SamplesHoldTheDocumentsTokensTheirStartsAndIgnoreTheRest
 // pad's samples: one document each, the same tokens, starts and counts as
 // greedy gives that document, the rest of the budget unfilled.
 TEST_F(PackedDocuments, PaddedSamplesHoldOneDocumentEach) {
-  const TokenDocuments docs = Jsonl({"abcd", "xy", "hello"});
-  const Dataset d = PackedDataset(docs, PackPadded(docs.lengths(), 6, false, "docs"), 6, kByteVocabulary, true, true);
+  const auto docs = Jsonl({"abcd", "xy", "hello"});
+  const Dataset d = baton_test::HeldSamples(
+      PackedDataset(docs, PackPadded(docs->lengths(), 6, false, "docs"), 6, kByteVocabulary, true, true));
   ASSERT_EQ(d.samples, 3);
   const std::span<const std::int32_t> in = d.inputs_as<std::int32_t>();
   EXPECT_EQ(std::vector<std::int32_t>(in.begin(), in.end()),
@@ -260,7 +266,8 @@ TEST_F(PackedDocuments, PaddedSamplesHoldOneDocumentEach) {
 
 TEST_F(PackedDocuments, APieceOfALongDocumentStartsWhereTheLastEnded) {
   // "abcdefgh": 7 positions, budget 3: pieces (a b c -> b c d), (d e f -> e f g), (g -> h).
-  const Dataset d = MakePackedDocuments(Jsonl({"abcdefgh"}), 3, 1, false, kByteVocabulary, true, true);
+  const Dataset d =
+      baton_test::HeldSamples(MakePackedDocuments(Jsonl({"abcdefgh"}), 3, 1, false, kByteVocabulary, true, true));
   ASSERT_EQ(d.samples, 3);
   const std::span<const std::int32_t> in = d.inputs_as<std::int32_t>();
   EXPECT_EQ(std::vector<std::int32_t>(in.begin(), in.end()),

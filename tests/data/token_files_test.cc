@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 
 #include "baton/data.h"
 #include "baton/error.h"
+#include "support/held_samples.h"
 #include "support/test_folder.h"
 
 namespace baton {
@@ -110,8 +112,11 @@ TEST_F(TokenFiles, MegatronsDocumentsAreTheirSequencesInOrder) {
 }
 
 TEST_F(TokenFiles, WindowsOverDocumentsAreTheirTokensOneAfterAnother) {
-  const TokenDocuments d = OpenMegatron(Megatron("w", "uint16", {{{1, 2, 3}}, {{4, 5}, {6, 7, 8}}, {{9, 10, 11}}}));
-  const Dataset windows = MakeDocumentWindows(d, 3, 16, true, true);
+  const auto d = std::make_shared<const TokenDocuments>(
+      OpenMegatron(Megatron("w", "uint16", {{{1, 2, 3}}, {{4, 5}, {6, 7, 8}}, {{9, 10, 11}}})));
+  const Dataset read = MakeDocumentWindows(d, 3, 16, true, true);
+  EXPECT_TRUE(read.inputs.empty() && read.labels.empty()) << "read from the documents as batches want them";
+  const Dataset windows = baton_test::HeldSamples(read);
   ASSERT_EQ(windows.samples, 3);  // (11 - 1) / 3
   EXPECT_EQ(windows.classes, 16);
   const auto in = windows.inputs_as<std::int32_t>();
@@ -160,7 +165,8 @@ TEST_F(TokenFiles, FortunesDocumentsAreItsEntries) {
   fs::create_directories(dir_ / "fortunes");
   std::ofstream(dir_ / "fortunes/a") << "one\n%\ntwo\n\nlines\n%\nthree\n";
   const TextCorpus corpus = ReadFortuneFolder((dir_ / "fortunes").string());
-  const TokenDocuments d = FortuneDocuments(corpus, "train");
+  const auto docs = std::make_shared<const TokenDocuments>(FortuneDocuments(corpus, "train"));
+  const TokenDocuments& d = *docs;
   ASSERT_EQ(d.documents(), 3);
   const auto text = [&](std::int64_t doc) {
     std::string s;
@@ -171,7 +177,7 @@ TEST_F(TokenFiles, FortunesDocumentsAreItsEntries) {
   EXPECT_EQ(text(1), "two\n\nlines\n\n");
   EXPECT_EQ(text(2), "three\n\n");
   EXPECT_EQ(d.tokens(), static_cast<std::int64_t>(corpus.train.size()));
-  const Dataset windows = MakeDocumentWindows(d, 4, kByteVocabulary, true, true);
+  const Dataset windows = baton_test::HeldSamples(MakeDocumentWindows(docs, 4, kByteVocabulary, true, true));
   const Dataset fixed = MakeTokenWindows(corpus.train, 4, "fortunes/train", true, true);
   EXPECT_EQ(windows.samples, fixed.samples);
   EXPECT_EQ(windows.labels, fixed.labels);

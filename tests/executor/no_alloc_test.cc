@@ -23,6 +23,7 @@
 #include "baton/plan.h"
 
 #include "alloc_hooks.h"
+#include "support/held_samples.h"
 
 using alloc_hooks::allocations;
 using alloc_hooks::counting;
@@ -97,7 +98,8 @@ PackedRun PackedBatches(std::vector<std::string> sets, std::int64_t batch_tokens
   sets.insert(sets.end(), {"data={dataset: jsonl, path: " + path + ", packing: greedy, max_tokens: 16}",
                            "model.seq_len=16", "model.vocab=256", "train.batch_size=8"});
   PackedRun run{LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", sets), {}, {}};
-  run.data = MakePackedDocuments(OpenJsonl(path), 16, 8, false, 256, true, true, -1, {}, {batch_tokens, 1});
+  run.data = baton_test::HeldSamples(MakePackedDocuments(std::make_shared<const TokenDocuments>(OpenJsonl(path)), 16,
+                                                         8, false, 256, true, true, -1, {}, {batch_tokens, 1}));
   std::remove(path.c_str());
   const Dataset& data = run.data;
   for (std::int64_t first = 0; first + 8 <= data.samples; first += 8) {
