@@ -42,6 +42,15 @@ namespace baton {
 // batch wants it, so a rank holds nothing proportional to the tokens
 // (inputs, labels and starts stay empty; has_inputs and has_labels say
 // which parts the rank reads). The others hold every sample in memory.
+// Tokens [begin, begin + positions + 1) of document `document`: `positions`
+// next-token positions (inputs the first `positions` tokens, labels the
+// last), one document of a packed sample.
+struct DocumentPiece {
+  std::int64_t document = 0, begin = 0;
+  int positions = 0;
+  bool operator==(const DocumentPiece&) const = default;
+};
+
 class SampleSource {
  public:
   virtual ~SampleSource() = default;
@@ -52,6 +61,13 @@ class SampleSource {
   // nothing; safe to call from several threads at once.
   virtual void Read(std::int64_t i, std::span<std::int32_t> inputs, std::span<std::int32_t> labels,
                     std::span<std::int32_t> starts) const = 0;
+  // Packed samples: sample i's pieces, in the order they fill its
+  // positions; empty for samples that are not packed.
+  virtual std::span<const DocumentPiece> Pieces(std::int64_t /*i*/) const { return {}; }
+  // Packed samples: the sample that `pieces` (of this source's documents,
+  // at most a sample's positions in all) make, read as Read reads one.
+  virtual void ReadPieces(std::span<const DocumentPiece> /*pieces*/, std::span<std::int32_t> /*inputs*/,
+                          std::span<std::int32_t> /*labels*/, std::span<std::int32_t> /*starts*/) const {}
 };
 
 struct Dataset {
@@ -249,15 +265,6 @@ Dataset MakeDocumentWindows(std::shared_ptr<const TokenDocuments> docs, int seq_
 // (A packed sample's positions past its last document are labelled
 // kIgnoreLabel, view.h.)
 
-// Tokens [begin, begin + positions + 1) of document `document`: `positions`
-// next-token positions (inputs the first `positions` tokens, labels the
-// last), one document of a packed sample.
-struct DocumentPiece {
-  std::int64_t document = 0, begin = 0;
-  int positions = 0;
-  bool operator==(const DocumentPiece&) const = default;
-};
-
 // A global batch by tokens (train.batch_tokens; `tokens` 0: off): the
 // batch also ends before the piece that would take its positions past
 // `tokens`, and is then padded with empty samples (no positions) to its
@@ -322,19 +329,21 @@ std::vector<std::vector<DocumentPiece>> PackPadded(std::span<const std::int64_t>
                                                    const TokenBatches& by = {});
 
 // data.packing: balanced's arrangement of one global batch's samples (in
-// place: the same samples, reordered) into the step's microbatches, as the
-// run's plan prices the step (ArrangeBalanced, baton/profile_price.h).
+// place: the same documents, packed again and reordered) into the step's
+// microbatches, as the run's plan prices the step (ArrangeBalanced,
+// baton/profile_price.h). The batch loader arranges each batch as it
+// gathers it (MakeBatchLoader), ahead of the step that takes it.
 using ArrangeBatch = std::function<void(std::span<std::vector<DocumentPiece>> samples)>;
 
-// `docs` packed by PackGreedy (or PackBalanced, square >= 0, each whole
-// batch then arranged by `arrange` where given) into samples of `max_tokens` positions
-// (i32[1, max_tokens]), as Dataset says of packed documents: the inputs
-// where `want_inputs`, the labels where `want_labels`, the starts and
-// target counts always. Ids are in [0, vocab) (the caller checks:
-// TokenDocuments::CheckBelow); a position no document fills has input 0.
+// `docs` packed by PackGreedy (or PackBalanced, square >= 0) into samples
+// of `max_tokens` positions (i32[1, max_tokens]), as Dataset says of
+// packed documents: the inputs where `want_inputs`, the labels where
+// `want_labels`, the starts and target counts always. Ids are in [0,
+// vocab) (the caller checks: TokenDocuments::CheckBelow); a position no
+// document fills has input 0.
 Dataset MakePackedDocuments(std::shared_ptr<const TokenDocuments> docs, int max_tokens, int batch_samples,
                             bool refuse_long, int vocab, bool want_inputs, bool want_labels, double square = -1,
-                            const ArrangeBatch& arrange = {}, const TokenBatches& by = {});
+                            const TokenBatches& by = {});
 
 // The dataset of `docs` in the samples `packed` (each a list of pieces
 // in the order they fill its `max_tokens` positions), as
@@ -439,8 +448,14 @@ class BatchLoader {
 // positions [slice_begin, slice_begin + slice_size) of the global batch of
 // `batch_size` samples (a data-parallel replica's share: the replicas
 // together see exactly the batches of one process).
+// `arrange` (balanced; a packed dataset read from its documents, else
+// ConfigError): each global batch's samples, as gathered, arranged by it
+// before the slice is read from them, on the loader's worker while the
+// caller trains on the batch before (the arrangement allocates there; each
+// rank arranges each batch alike). Not called concurrently by one loader.
 std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle,
-                                             std::uint64_t seed, int slice_begin = 0, int slice_size = 0);
+                                             std::uint64_t seed, int slice_begin = 0, int slice_size = 0,
+                                             ArrangeBatch arrange = {});
 
 // ---- safetensors (f32 only) ----
 struct NamedTensor {

@@ -139,11 +139,12 @@ enum class Split { kTraining, kHeldOut };
 // The training split's batches by tokens where the config asks
 // (train.batch_tokens, TokenBatches), the held-out split's always by samples.
 Dataset LoadSplit(const DataConfig& data, Split split, int batch_size, double square, bool want_inputs,
-                  bool want_labels, const ArrangeBatch& arrange = {}, const TokenBatches& by = {});
+                  bool want_labels, const TokenBatches& by = {});
 // train.batch_tokens over data_parallel.size replicas.
 TokenBatches TokenBatchesOf(const TrainConfig& config);
 // data.packing: balanced's arrangement of each global batch into the
-// steps of `plan` (ArrangeBalanced, baton/profile_price.h), priced by
+// steps of `plan` (ArrangeBalanced, baton/profile_price.h; the batch
+// loader arranges each batch as it gathers it, MakeBatchLoader), priced by
 // pipeline.profile where the config names one, else by `square`; none for
 // another packing. `cores`: priced for ranks sharing that many CPUs (0: a
 // core each) instead of the profile's own machine (`baton simulate

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -34,8 +35,9 @@ namespace {
 class DoubleBufferedLoader final : public BatchLoader {
  public:
   DoubleBufferedLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed, int slice_begin,
-                       int slice_size)
+                       int slice_size, ArrangeBatch arrange)
       : data_(dataset),
+        arrange_(std::move(arrange)),
         batch_size_(batch_size),
         slice_begin_(slice_begin),
         slice_size_(slice_size),
@@ -56,6 +58,7 @@ class DoubleBufferedLoader final : public BatchLoader {
         s.starts.resize(b * labels_per_sample_);  // (B, labels_per_sample)
         s.filled.resize(b);                       // (B)
       }
+      if (arrange_) s.arranged.resize(static_cast<std::size_t>(batch_size));  // (global B)
     }
     if (shuffle_) order_.resize(static_cast<std::size_t>(dataset.samples));  // (samples)
     StartFill();
@@ -63,7 +66,12 @@ class DoubleBufferedLoader final : public BatchLoader {
 
   // tbb::task_group may throw from its destructor when tasks are left
   // running; waiting first makes that impossible.
-  ~DoubleBufferedLoader() noexcept override { WaitFill(); }
+  ~DoubleBufferedLoader() noexcept override {
+    try {
+      WaitFill();
+    } catch (...) {  // a fill's error (an arrangement's) no Next() took: the batch is not handed out
+    }
+  }
 
   std::int64_t batches_per_epoch() const override { return batches_per_epoch_; }
 
@@ -115,6 +123,7 @@ class DoubleBufferedLoader final : public BatchLoader {
     std::vector<std::int32_t> starts;  // packed: (B, labels_per_sample)
     std::vector<std::int32_t> filled;  // packed: (B)
     std::int64_t targets = 0;          // packed: the global batch's labels that count
+    std::vector<std::vector<DocumentPiece>> arranged;  // arranged: the global batch's samples' pieces (global B)
   };
 
   // REQUIRES: no fill in flight. The task owns slots_[filling_] and order_
@@ -152,6 +161,10 @@ class DoubleBufferedLoader final : public BatchLoader {
     // contiguous range [kB, (k+1)B), the slice a part of it), or that
     // position of the epoch's permutation.
     auto sample = [&](std::size_t i) { return shuffle_ ? static_cast<std::size_t>(order_[i]) : i; };
+    if (arrange_) {
+      FillArranged(slot, batch_first, sample);
+      return;
+    }
     for (std::size_t i = 0; i < b; ++i) {
       const std::size_t s = sample(first + i);
       data_.ReadSample(static_cast<std::int64_t>(s),
@@ -166,7 +179,38 @@ class DoubleBufferedLoader final : public BatchLoader {
     }
   }
 
+  // The global batch's samples (`sample` of its positions) gathered as
+  // pieces, arranged, and the slice read from them.
+  template <typename SampleAt>
+  void FillArranged(Slot& slot, std::size_t batch_first, const SampleAt& sample) {
+    const SampleSource& source = *data_.source;
+    for (std::size_t i = 0; i < slot.arranged.size(); ++i) {
+      const std::span<const DocumentPiece> pieces = source.Pieces(static_cast<std::int64_t>(sample(batch_first + i)));
+      slot.arranged[i].assign(pieces.begin(), pieces.end());
+    }
+    arrange_(slot.arranged);
+    const std::size_t l = labels_per_sample_;
+    auto ids = [&](std::span<std::byte> in) {
+      return std::span<std::int32_t>(reinterpret_cast<std::int32_t*>(in.data()), in.size() / sizeof(std::int32_t));
+    };
+    slot.targets = 0;
+    for (std::size_t i = 0; i < slot.arranged.size(); ++i) {
+      std::int32_t filled = 0;
+      for (const DocumentPiece& p : slot.arranged[i]) filled += p.positions;
+      slot.targets += filled;
+      const std::size_t at = i - static_cast<std::size_t>(slice_begin_);  // the position in the slice
+      if (i < static_cast<std::size_t>(slice_begin_) || at >= static_cast<std::size_t>(slice_size_)) continue;
+      source.ReadPieces(slot.arranged[i],
+                        has_inputs_ ? ids(std::span<std::byte>(slot.inputs).subspan(at * sample_bytes_, sample_bytes_))
+                                    : std::span<std::int32_t>(),
+                        has_labels_ ? std::span<std::int32_t>(slot.labels).subspan(at * l, l) : std::span<std::int32_t>(),
+                        std::span<std::int32_t>(slot.starts).subspan(at * l, l));
+      slot.filled[at] = filled;
+    }
+  }
+
   const Dataset& data_;
+  const ArrangeBatch arrange_;  // balanced: each global batch's samples arranged before the slice is read
   const int batch_size_;        // the global batch
   const int slice_begin_, slice_size_;  // the positions of it this loader gathers
   const std::size_t sample_bytes_;       // one sample's input
@@ -210,7 +254,7 @@ void Dataset::ReadSample(std::int64_t i, std::span<std::byte> in, std::span<std:
 }
 
 std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_size, bool shuffle, std::uint64_t seed,
-                                             int slice_begin, int slice_size) {
+                                             int slice_begin, int slice_size, ArrangeBatch arrange) {
   const std::string what = fmt::format("batch loader for dataset '{}'", dataset.name);
   if (slice_size == 0) slice_size = batch_size;
   if (slice_begin < 0 || slice_size < 1 || slice_begin + slice_size > batch_size) {
@@ -249,7 +293,13 @@ std::unique_ptr<BatchLoader> MakeBatchLoader(const Dataset& dataset, int batch_s
                                   what, dataset.starts.size(), dataset.targets.size(), dataset.samples,
                                   dataset.labels_per_sample));
   }
-  return std::make_unique<DoubleBufferedLoader>(dataset, batch_size, shuffle, seed, slice_begin, slice_size);
+  if (arrange && (dataset.source == nullptr || !dataset.packed())) {
+    throw ConfigError(fmt::format("{}: arranged batches (data.packing: balanced) need packed documents read from "
+                                  "their files",
+                                  what));
+  }
+  return std::make_unique<DoubleBufferedLoader>(dataset, batch_size, shuffle, seed, slice_begin, slice_size,
+                                                std::move(arrange));
 }
 
 }  // namespace baton

@@ -171,17 +171,11 @@ std::vector<std::vector<DocumentPiece>> PackBalanced(std::span<const std::int64_
 
 Dataset MakePackedDocuments(std::shared_ptr<const TokenDocuments> docs, int max_tokens, int batch_samples,
                             bool refuse_long, int vocab, bool want_inputs, bool want_labels, double square,
-                            const ArrangeBatch& arrange, const TokenBatches& by) {
+                            const TokenBatches& by) {
   const std::span<const std::int64_t> lengths = docs->lengths();
-  std::vector<std::vector<DocumentPiece>> packed =
+  const std::vector<std::vector<DocumentPiece>> packed =
       square < 0 ? PackGreedy(lengths, max_tokens, batch_samples, refuse_long, docs->name(), by)
                  : PackBalanced(lengths, max_tokens, batch_samples, refuse_long, square, docs->name(), by);
-  if (square >= 0 && arrange) {
-    const auto b = static_cast<std::size_t>(batch_samples);
-    for (std::size_t first = 0; first + b <= packed.size(); first += b) {
-      arrange(std::span<std::vector<DocumentPiece>>(packed).subspan(first, b));
-    }
-  }
   return PackedDataset(std::move(docs), packed, max_tokens, vocab, want_inputs, want_labels);
 }
 
@@ -194,6 +188,9 @@ class PackedSamples final : public SampleSource {
  public:
   PackedSamples(std::shared_ptr<const TokenDocuments> docs, const std::vector<std::vector<DocumentPiece>>& packed)
       : docs_(std::move(docs)) {
+    std::size_t pieces = 0;
+    for (const std::vector<DocumentPiece>& sample : packed) pieces += sample.size();
+    pieces_.reserve(pieces);
     first_.reserve(packed.size() + 1);
     for (const std::vector<DocumentPiece>& sample : packed) {
       first_.push_back(pieces_.size());
@@ -204,9 +201,18 @@ class PackedSamples final : public SampleSource {
 
   void Read(std::int64_t i, std::span<std::int32_t> inputs, std::span<std::int32_t> labels,
             std::span<std::int32_t> starts) const override {
+    ReadPieces(Pieces(i), inputs, labels, starts);
+  }
+
+  std::span<const DocumentPiece> Pieces(std::int64_t i) const override {
+    const std::size_t begin = first_[static_cast<std::size_t>(i)], end = first_[static_cast<std::size_t>(i) + 1];
+    return std::span<const DocumentPiece>(pieces_).subspan(begin, end - begin);
+  }
+
+  void ReadPieces(std::span<const DocumentPiece> pieces, std::span<std::int32_t> inputs,
+                  std::span<std::int32_t> labels, std::span<std::int32_t> starts) const override {
     std::size_t at = 0;
-    for (std::size_t p = first_[static_cast<std::size_t>(i)]; p < first_[static_cast<std::size_t>(i) + 1]; ++p) {
-      const DocumentPiece& piece = pieces_[p];
+    for (const DocumentPiece& piece : pieces) {
       const auto k = static_cast<std::size_t>(piece.positions);
       // Tokens [begin, begin + k) are the inputs, one further on the labels.
       if (!inputs.empty()) docs_->Read(piece.document, piece.begin, inputs.subspan(at, k));

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "baton/error.h"
 #include "baton/timing.h"
@@ -22,33 +25,38 @@ PackedRunSteps PackedSteps(const TrainConfig& c, const RunPlan& plan, std::int64
                            std::optional<int> cores) {
   PackedRunSteps out;
   const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
-  // Packed and arranged as the run packs and arranges it, the arrangement timed.
-  const ArrangeBatch arrange = BalancedArrangement(c, plan, square, cores);
-  ArrangeBatch timed;
-  if (arrange) {
-    timed = [&](std::span<std::vector<DocumentPiece>> samples) {
-      const double start = MonotonicSeconds();
-      arrange(samples);
-      out.arrange_seconds += MonotonicSeconds() - start;
-      ++out.arranged;
-    };
-  }
-  const Dataset data =
-      LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false, timed, TokenBatchesOf(c));
+  const Dataset data = LoadSplit(c.data, Split::kTraining, c.train.batch_size, square, false, false, TokenBatchesOf(c));
   if (!data.packed()) throw ConfigError(fmt::format("{}: the dataset holds no packed documents", data.name));
+  // Each replica's loader, arranging as the run's loaders arrange (an
+  // arrangement of its own each: one is not called from two threads), the
+  // arrangements timed one at a time.
+  std::mutex timing;
   std::vector<std::unique_ptr<BatchLoader>> loaders;
   for (int r = 0; r < c.data_parallel.size; ++r) {
+    ArrangeBatch timed;
+    if (ArrangeBatch arrange = BalancedArrangement(c, plan, square, cores)) {
+      timed = [&out, &timing, arrange = std::move(arrange)](std::span<std::vector<DocumentPiece>> samples) {
+        const std::lock_guard<std::mutex> lock(timing);
+        const double start = MonotonicSeconds();
+        arrange(samples);
+        out.arrange_seconds += MonotonicSeconds() - start;
+        ++out.arranged;
+      };
+    }
     loaders.push_back(MakeBatchLoader(data, c.train.batch_size, c.data.shuffle, c.data.seed,
-                                      MicrobatchesBefore(c, r) * plan.rows, plan.batch_size));
+                                      MicrobatchesBefore(c, r) * plan.rows, plan.batch_size, std::move(timed)));
+    // Straight to step `first`: the batches before it are neither gathered nor arranged.
+    const std::int64_t per_epoch = loaders.back()->batches_per_epoch();
+    loaders.back()->Seek(first / per_epoch, first % per_epoch);
   }
-  for (std::int64_t k = 0; k < first + count; ++k) {
+  for (int k = 0; k < count; ++k) {
     std::vector<std::vector<PackedMicrobatch>> step;
     for (auto& loader : loaders) {
-      const Batch b = loader->Next();
-      if (k >= first) step.push_back(PackedMicrobatchesOf(b, plan.sequences(), plan.rows, plan.model.seq, Cuts(plan)));
+      step.push_back(PackedMicrobatchesOf(loader->Next(), plan.sequences(), plan.rows, plan.model.seq, Cuts(plan)));
     }
-    if (k >= first) out.steps.push_back(std::move(step));
+    out.steps.push_back(std::move(step));
   }
+  for (auto& loader : loaders) loader.reset();  // their last prefetches done before `timing` and `out` go
   return out;
 }
 

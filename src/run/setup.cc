@@ -146,7 +146,7 @@ namespace {
 // The dataset reads its samples from `docs` as batches want them
 // (Dataset::source): it holds the mapped files, not their tokens.
 Dataset Cut(const DataConfig& d, std::shared_ptr<const TokenDocuments> docs, int batch_size, double square,
-            bool want_inputs, bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
+            bool want_inputs, bool want_labels, const TokenBatches& by) {
   if (d.packing == Packing::kNone) {
     return MakeDocumentWindows(std::move(docs), d.seq_len, d.vocab, want_inputs, want_labels);
   }
@@ -156,29 +156,29 @@ Dataset Cut(const DataConfig& d, std::shared_ptr<const TokenDocuments> docs, int
     return PackedDataset(std::move(docs), padded, d.seq_len, d.vocab, want_inputs, want_labels);
   }
   return MakePackedDocuments(std::move(docs), d.seq_len, batch_size, refuse_long, d.vocab, want_inputs, want_labels,
-                             d.packing == Packing::kBalanced ? square : -1.0, arrange, by);
+                             d.packing == Packing::kBalanced ? square : -1.0, by);
 }
 
 Dataset LoadTokenFile(const DataConfig& d, const std::string& path, int batch_size, double square, bool want_inputs,
-                      bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
+                      bool want_labels, const TokenBatches& by) {
   auto docs = std::make_shared<const TokenDocuments>(d.dataset == DatasetKind::kMegatron ? OpenMegatron(path)
                                                      : d.dataset == DatasetKind::kLlmc   ? OpenLlmc(path, d.eot)
                                                                                          : OpenJsonl(path));
   if (want_inputs || want_labels) docs->CheckBelow(d.vocab);
-  return Cut(d, std::move(docs), batch_size, square, want_inputs, want_labels, arrange, by);
+  return Cut(d, std::move(docs), batch_size, square, want_inputs, want_labels, by);
 }
 
 Dataset LoadFortuneSplit(const DataConfig& d, const std::string& split, int batch_size, double square,
-                         bool want_inputs, bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
+                         bool want_inputs, bool want_labels, const TokenBatches& by) {
   if (d.packing == Packing::kNone) return LoadFortunes(d.path, split, d.seq_len, want_inputs, want_labels);
   return Cut(d, std::make_shared<const TokenDocuments>(FortuneDocuments(ReadFortuneFolder(d.path), split)),
-             batch_size, square, want_inputs, want_labels, arrange, by);
+             batch_size, square, want_inputs, want_labels, by);
 }
 
 }  // namespace
 
 Dataset LoadSplit(const DataConfig& d, Split split, int batch_size, double square, bool want_inputs,
-                  bool want_labels, const ArrangeBatch& arrange, const TokenBatches& by) {
+                  bool want_labels, const TokenBatches& by) {
   const bool train = split == Split::kTraining;
   switch (d.dataset) {
     case DatasetKind::kFashionMnist:
@@ -187,14 +187,14 @@ Dataset LoadSplit(const DataConfig& d, Split split, int batch_size, double squar
       return train ? MakeSynthetic(d.samples, d.features, d.classes, d.seed, want_inputs, want_labels) : Dataset{};
     case DatasetKind::kFortunes:
       return LoadFortuneSplit(d, train ? "train" : "validation", batch_size, square, want_inputs, want_labels,
-                              arrange, train ? by : TokenBatches{});
+                              train ? by : TokenBatches{});
     case DatasetKind::kSyntheticTokens:
       return train ? MakeSyntheticTokens(d.samples, d.seq_len, d.vocab, d.seed, want_inputs, want_labels) : Dataset{};
     case DatasetKind::kMegatron:
     case DatasetKind::kLlmc:
     case DatasetKind::kJsonl:
       return LoadTokenFile(d, train ? d.path : d.validation_path, batch_size, square, want_inputs, want_labels,
-                           arrange, train ? by : TokenBatches{});
+                           train ? by : TokenBatches{});
   }
   return Dataset{};
 }
@@ -215,9 +215,8 @@ namespace {
 // The configured dataset's training split, and its test or validation
 // split when the config asks for one; each rank reads only what its stages
 // need (inputs on the first stage's rank, labels on the last's).
-void LoadData(const DataConfig& d, int batch_size, double square, const ArrangeBatch& arrange,
-              const TokenBatches& by, RunSetup& u) {
-  u.train = LoadSplit(d, Split::kTraining, batch_size, square, u.first_rank, u.last_rank, arrange, by);
+void LoadData(const DataConfig& d, int batch_size, double square, const TokenBatches& by, RunSetup& u) {
+  u.train = LoadSplit(d, Split::kTraining, batch_size, square, u.first_rank, u.last_rank, by);
   const bool held_out = (d.dataset == DatasetKind::kFashionMnist && d.evaluate) ||
                         (d.dataset == DatasetKind::kFortunes && d.validation) ||
                         ((d.dataset == DatasetKind::kMegatron || d.dataset == DatasetKind::kLlmc ||
@@ -380,7 +379,11 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
   if (!c.model.init_from.empty()) u.params->LoadInitial(ReadSafetensors(c.model.init_from), c.model.init_from);
 
   const double square = c.model.gpt ? GptPairCost(c.model.gpt_spec) : 0.0;
-  LoadData(c.data, c.train.batch_size, square, BalancedArrangement(c, u.plan, square), TokenBatchesOf(c), u);
+  LoadData(c.data, c.train.batch_size, square, TokenBatchesOf(c), u);
+  // Balanced: each batch arranged by the first plan's price as the loader
+  // gathers it; a later plan (adaptation) keeps it, so that every plan
+  // trains the same samples.
+  u.arrange = BalancedArrangement(c, u.plan, square);
   CheckData(c, u);
   const Shard share = ShardOf(static_cast<std::size_t>(u.test.samples), u.replica, c.data_parallel.size);
   u.eval_begin = static_cast<std::int64_t>(share.begin);
@@ -397,7 +400,7 @@ void MakeLoader(const TrainConfig& c, RunSetup& u) {
   // This replica's share of every global batch: its microbatches' rows,
   // after those of the replicas before it.
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, c.data.shuffle, c.data.seed,
-                             MicrobatchesBefore(c, u.replica) * u.plan.rows, u.plan.batch_size);
+                             MicrobatchesBefore(c, u.replica) * u.plan.rows, u.plan.batch_size, u.arrange);
 }
 
 void SetFlightRecords(const TrainConfig& c, const RunComms& comms, RunSetup& u) {

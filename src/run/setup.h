@@ -115,6 +115,7 @@ struct RunSetup {
   std::unique_ptr<ParamStore> params;  // the executor's stages' parameters, named, and their optimizer state
   Dataset train, test;
   std::unique_ptr<BatchLoader> loader;
+  ArrangeBatch arrange;  // balanced: how the loader arranges each batch (the first plan's price); else none
   bool first_rank = false, last_rank = false;
   std::unique_ptr<MetricsLog> metrics;  // rank 0, training only
   const Env* env = &Env::Default();      // the OS room's (TrainOptions::env): folders, files, the host

@@ -419,6 +419,59 @@ TEST(BatchLoaderDocuments, CutsTheSamplesHeldOnesGiveAndAllocatesNothing) {
   }
 }
 
+// balanced: each global batch arranged as the loader gathers it (here:
+// its samples reversed), the slice read from the arranged samples, the
+// batch's target count the whole batch's; a seek arranges the batch it
+// lands on alike; one arrangement a batch gathered, none before.
+TEST(BatchLoaderDocuments, ArrangesEachBatchAsItGathersIt) {
+  const std::string path = ::testing::TempDir() + "/baton_loader_arranged_" + std::to_string(::getpid()) + ".jsonl";
+  {
+    std::ofstream out(path);
+    for (int d = 0; d < 40; ++d) out << "{\"text\": \"" << std::string(static_cast<std::size_t>(2 + (d * 5) % 13), 'a' + d % 26) << "\"}\n";
+  }
+  const auto docs = std::make_shared<const TokenDocuments>(OpenJsonl(path));
+  std::remove(path.c_str());
+  const Dataset read = MakePackedDocuments(docs, 16, 4, false, kByteVocabulary, true, true);
+  const Dataset held = baton_test::HeldSamples(read);
+  std::atomic<int> calls{0};  // from the loaders' workers
+  auto reverse = [&calls](std::span<std::vector<DocumentPiece>> samples) {
+    ++calls;
+    std::reverse(samples.begin(), samples.end());
+  };
+  auto loader = MakeBatchLoader(read, 4, false, 0, 1, 2, reverse);
+  ASSERT_GE(loader->batches_per_epoch(), 3);
+  for (std::int64_t k = 0; k < loader->batches_per_epoch(); ++k) {
+    const Batch b = loader->Next();
+    std::int64_t targets = 0;
+    for (std::int64_t i = 0; i < 4; ++i) targets += held.targets[static_cast<std::size_t>(4 * k + i)];
+    EXPECT_EQ(b.targets, targets) << "batch " << k;
+    // Slice positions 1 and 2 of the reversed batch: samples 4k + 2 and 4k + 1.
+    for (std::int64_t at = 0; at < 2; ++at) {
+      const auto s = static_cast<std::size_t>(4 * k + 2 - at);
+      EXPECT_TRUE(std::equal(b.labels.begin() + at * 16, b.labels.begin() + (at + 1) * 16, held.labels.begin() + s * 16))
+          << "batch " << k << ", position " << at;
+      EXPECT_TRUE(std::equal(b.starts.begin() + at * 16, b.starts.begin() + (at + 1) * 16, held.starts.begin() + s * 16));
+      EXPECT_EQ(b.filled[static_cast<std::size_t>(at)], held.targets[s]);
+    }
+  }
+  const std::int64_t batches = loader->batches_per_epoch();
+  loader.reset();  // its last prefetch done
+  EXPECT_EQ(calls.load(), batches + 1) << "one a batch gathered (the next one's prefetch too)";
+  auto again = MakeBatchLoader(read, 4, false, 0, 1, 2, reverse);
+  again->Seek(0, 2);
+  auto through = MakeBatchLoader(read, 4, false, 0, 1, 2, reverse);
+  through->Next();
+  through->Next();
+  const Batch x = again->Next(), y = through->Next();
+  EXPECT_TRUE(std::ranges::equal(x.labels, y.labels));
+  EXPECT_TRUE(std::ranges::equal(x.inputs, y.inputs));
+  EXPECT_EQ(x.targets, y.targets);
+  // Only packed documents read from their files can be arranged.
+  EXPECT_THROW(MakeBatchLoader(held, 4, false, 0, 0, 0, reverse), ConfigError);
+  EXPECT_THROW(MakeBatchLoader(MakeDocumentWindows(docs, 16, kByteVocabulary, true, true), 4, false, 0, 0, 0, reverse),
+               ConfigError);
+}
+
 TEST(BatchLoader, RejectsLabelsThatDoNotMatchLabelsPerSample) {
   Dataset d = MakeSyntheticTokens(10, 4, 256, 1, true, true);
   d.labels.pop_back();

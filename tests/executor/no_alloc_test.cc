@@ -99,7 +99,7 @@ PackedRun PackedBatches(std::vector<std::string> sets, std::int64_t batch_tokens
                            "model.seq_len=16", "model.vocab=256", "train.batch_size=8"});
   PackedRun run{LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", sets), {}, {}};
   run.data = baton_test::HeldSamples(MakePackedDocuments(std::make_shared<const TokenDocuments>(OpenJsonl(path)), 16,
-                                                         8, false, 256, true, true, -1, {}, {batch_tokens, 1}));
+                                                         8, false, 256, true, true, -1, {batch_tokens, 1}));
   std::remove(path.c_str());
   const Dataset& data = run.data;
   for (std::int64_t first = 0; first + 8 <= data.samples; first += 8) {
