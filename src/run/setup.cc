@@ -398,7 +398,10 @@ void BuildSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
 
 void MakeLoader(const TrainConfig& c, RunSetup& u) {
   // This replica's share of every global batch: its microbatches' rows,
-  // after those of the replicas before it.
+  // after those of the replicas before it. The loader before it (a plan
+  // before) ends first: its prefetch may be arranging with u.arrange,
+  // which serves one loader at a time.
+  u.loader.reset();
   u.loader = MakeBatchLoader(u.train, c.train.batch_size, c.data.shuffle, c.data.seed,
                              MicrobatchesBefore(c, u.replica) * u.plan.rows, u.plan.batch_size, u.arrange);
 }
