@@ -2,9 +2,10 @@
 //
 // Two preallocated slots, each one batch: inputs (B, ...) as bytes, whatever
 // their element type (a sample is copied whole, or cut from its documents:
-// Dataset::ReadSample), and labels (B, labels_per_sample). At any time one slot is the caller's (the batch Next() returned last)
-// and the other is being filled on a oneTBB worker with the batch at
-// position (epoch_, index_). Next() waits for that fill, hands the slot out,
+// Dataset::ReadSample), and labels (B, labels_per_sample). At any time one
+// slot is the caller's (the batch Next() returned last) and the other is
+// being filled on a oneTBB worker with the batch at position (epoch_,
+// index_), arranged first where the loader arranges batches (balanced). Next() waits for that fill, hands the slot out,
 // and starts filling the other slot with the following batch, so the copy
 // overlaps the caller's training step. Setup sizes everything; Next()
 // allocates nothing.

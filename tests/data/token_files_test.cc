@@ -112,8 +112,11 @@ TEST_F(TokenFiles, MegatronsDocumentsAreTheirSequencesInOrder) {
 }
 
 TEST_F(TokenFiles, WindowsOverDocumentsAreTheirTokensOneAfterAnother) {
+  // Document 1 has no sequence (two equal document indices): no tokens.
   const auto d = std::make_shared<const TokenDocuments>(
-      OpenMegatron(Megatron("w", "uint16", {{{1, 2, 3}}, {{4, 5}, {6, 7, 8}}, {{9, 10, 11}}})));
+      OpenMegatron(Megatron("w", "uint16", {{{1, 2, 3}}, {}, {{4, 5}, {6, 7, 8}}, {{9, 10, 11}}})));
+  ASSERT_EQ(d->documents(), 4);
+  ASSERT_EQ(d->length(1), 0);
   const Dataset read = MakeDocumentWindows(d, 3, 16, true, true);
   EXPECT_TRUE(read.inputs.empty() && read.labels.empty()) << "read from the documents as batches want them";
   const Dataset windows = baton_test::HeldSamples(read);
