@@ -286,38 +286,45 @@ TEST(PackedByTokens, TheMicrobatchCountChangesAndPRanksTrainWhatOneRankTrains) {
 }
 
 // A packed run's checkpoint resumes to the same bytes: the packing is the
-// documents' and the budget's, so the loader seeks to the same samples.
+// documents' and the budget's, so the loader seeks to the same samples;
+// balanced arranges the batch it seeks to as the uninterrupted run
+// arranged it.
 TEST(PackedResume, ACheckpointResumesToTheUninterruptedRunsBytes) {
-  const fs::path ck = fs::path(::testing::TempDir()) / ("baton_packed_ck_" + std::to_string(::getpid()));
-  fs::remove_all(ck);
-  const std::vector<std::string> sets = {"pipeline.ranks=2", "checkpoint.dir=" + ck.string(),
-                                         "checkpoint.every_steps=2", "checkpoint.keep=10"};
-  const RunOutput whole = Train("ck_whole", 2, sets);
-  ASSERT_TRUE(fs::exists(ck / "step-00000002" / "manifest.json"));
-  fs::remove_all(ck / "step-00000004");
-  std::vector<std::string> again = sets;
-  again.push_back("checkpoint.resume=auto");
-  std::string log;
-  const RunOutput resumed = baton_test::TrainRun("packed_ck_resumed", "tests/mpi/tiny_gpt.yaml", 2, [&] {
-    std::vector<std::string> all = {"data={dataset: jsonl, path: " + Documents() + ", packing: greedy, max_tokens: 16}",
-                                    "model.seq_len=16", "model.vocab=256", "train.steps=4", "train.batch_size=8",
-                                    "train.optimizer={type: sgd, lr: 0.1, momentum: 0.9}"};
-    all.insert(all.end(), again.begin(), again.end());
-    return all;
-  }(), &log);
+  for (const std::string packing : {"greedy", "balanced"}) {
+    SCOPED_TRACE(packing);
+    const fs::path ck =
+        fs::path(::testing::TempDir()) / ("baton_packed_ck_" + packing + "_" + std::to_string(::getpid()));
+    fs::remove_all(ck);
+    const std::vector<std::string> sets = {"pipeline.ranks=2", "data.packing=" + packing,
+                                           "checkpoint.dir=" + ck.string(), "checkpoint.every_steps=2",
+                                           "checkpoint.keep=10"};
+    const RunOutput whole = Train("ck_whole_" + packing, 2, sets);
+    ASSERT_TRUE(fs::exists(ck / "step-00000002" / "manifest.json"));
+    fs::remove_all(ck / "step-00000004");
+    std::vector<std::string> again = sets;
+    again.push_back("checkpoint.resume=auto");
+    std::string log;
+    const RunOutput resumed = baton_test::TrainRun("packed_ck_resumed_" + packing, "tests/mpi/tiny_gpt.yaml", 2, [&] {
+      std::vector<std::string> all = {"data={dataset: jsonl, path: " + Documents() + ", packing: greedy, max_tokens: 16}",
+                                      "model.seq_len=16", "model.vocab=256", "train.steps=4", "train.batch_size=8",
+                                      "train.optimizer={type: sgd, lr: 0.1, momentum: 0.9}"};
+      all.insert(all.end(), again.begin(), again.end());
+      return all;
+    }(), &log);
 #ifndef BATON_RANKS_AS_THREADS
-  EXPECT_NE(log.find("resumed after step 2"), std::string::npos) << log;
+    EXPECT_NE(log.find("resumed after step 2"), std::string::npos) << log;
 #endif
-  // It trained steps 3 and 4 only, to the same losses.
-  ASSERT_EQ(resumed.losses.size(), 2u);
-  ASSERT_EQ(whole.losses.size(), 4u);
-  EXPECT_EQ(resumed.losses[0], whole.losses[2]);
-  EXPECT_EQ(resumed.losses[1], whole.losses[3]);
-  ASSERT_EQ(resumed.weights.size(), whole.weights.size());
-  for (std::size_t t = 0; t < whole.weights.size(); ++t) {
-    EXPECT_EQ(resumed.weights[t].data, whole.weights[t].data) << whole.weights[t].name;
+    // It trained steps 3 and 4 only, to the same losses.
+    ASSERT_EQ(resumed.losses.size(), 2u);
+    ASSERT_EQ(whole.losses.size(), 4u);
+    EXPECT_EQ(resumed.losses[0], whole.losses[2]);
+    EXPECT_EQ(resumed.losses[1], whole.losses[3]);
+    ASSERT_EQ(resumed.weights.size(), whole.weights.size());
+    for (std::size_t t = 0; t < whole.weights.size(); ++t) {
+      EXPECT_EQ(resumed.weights[t].data, whole.weights[t].data) << whole.weights[t].name;
+    }
+    fs::remove_all(ck);
   }
-  fs::remove_all(ck);
 }
 
 }  // namespace
