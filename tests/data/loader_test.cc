@@ -378,18 +378,28 @@ TEST(BatchLoaderTokens, NextAllocatesNothing) {
   EXPECT_GE(sum, 0);
 }
 
+// 40 JSON Lines documents, document d `length(d)` bytes of one letter,
+// opened (the file removed: the mapping keeps its pages).
+std::shared_ptr<const TokenDocuments> LetterDocuments(const std::string& name, int (*length)(int)) {
+  const std::string path = ::testing::TempDir() + "/baton_loader_" + name + "_" + std::to_string(::getpid()) + ".jsonl";
+  {
+    std::ofstream out(path);
+    for (int d = 0; d < 40; ++d) {
+      out << "{\"text\": \"" << std::string(static_cast<std::size_t>(length(d)), static_cast<char>('a' + d % 26))
+          << "\"}\n";
+    }
+  }
+  auto docs = std::make_shared<const TokenDocuments>(OpenJsonl(path));
+  std::remove(path.c_str());
+  return docs;
+}
+
 // A dataset read from its documents (Dataset::source): the loader cuts
 // each sample as its batch wants it, hands out the batches the same
 // samples held in memory give (windows and packed, in order and
 // shuffled, a replica's slice), and allocates nothing doing it.
 TEST(BatchLoaderDocuments, CutsTheSamplesHeldOnesGiveAndAllocatesNothing) {
-  const std::string path = ::testing::TempDir() + "/baton_loader_docs_" + std::to_string(::getpid()) + ".jsonl";
-  {
-    std::ofstream out(path);
-    for (int d = 0; d < 40; ++d) out << "{\"text\": \"" << std::string(static_cast<std::size_t>(1 + (d * 11) % 23), 'a' + d % 26) << "\"}\n";
-  }
-  const auto docs = std::make_shared<const TokenDocuments>(OpenJsonl(path));
-  std::remove(path.c_str());  // the mapping keeps the file's pages
+  const auto docs = LetterDocuments("docs", [](int d) { return 1 + (d * 11) % 23; });
   for (const bool packed : {false, true}) {
     const Dataset read = packed ? MakePackedDocuments(docs, 16, 4, false, kByteVocabulary, true, true)
                                 : MakeDocumentWindows(docs, 16, kByteVocabulary, true, true);
@@ -424,13 +434,7 @@ TEST(BatchLoaderDocuments, CutsTheSamplesHeldOnesGiveAndAllocatesNothing) {
 // batch's target count the whole batch's; a seek arranges the batch it
 // lands on alike; one arrangement a batch gathered, none before.
 TEST(BatchLoaderDocuments, ArrangesEachBatchAsItGathersIt) {
-  const std::string path = ::testing::TempDir() + "/baton_loader_arranged_" + std::to_string(::getpid()) + ".jsonl";
-  {
-    std::ofstream out(path);
-    for (int d = 0; d < 40; ++d) out << "{\"text\": \"" << std::string(static_cast<std::size_t>(2 + (d * 5) % 13), 'a' + d % 26) << "\"}\n";
-  }
-  const auto docs = std::make_shared<const TokenDocuments>(OpenJsonl(path));
-  std::remove(path.c_str());
+  const auto docs = LetterDocuments("arranged", [](int d) { return 2 + (d * 5) % 13; });
   const Dataset read = MakePackedDocuments(docs, 16, 4, false, kByteVocabulary, true, true);
   const Dataset held = baton_test::HeldSamples(read);
   std::atomic<int> calls{0};  // from the loaders' workers
