@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,7 +57,8 @@ struct Folder {
   std::filesystem::path dir;
 };
 
-void ReadWhole(const baton::TokenDocuments& docs) {
+void ReadWhole(std::shared_ptr<const baton::TokenDocuments> held) {
+  const baton::TokenDocuments& docs = *held;
   std::int64_t sum = 0;
   std::vector<std::int32_t> tokens;
   for (std::int64_t d = 0; d < docs.documents(); ++d) {
@@ -70,8 +73,14 @@ void ReadWhole(const baton::TokenDocuments& docs) {
   }
   baton::DescribeDocuments(docs);
   if (docs.tokens() >= 3) {
-    const baton::Dataset windows = baton::MakeDocumentWindows(docs, 2, 1 << 16, true, true);
+    // Every window cut from the documents, as the loader cuts them.
+    const baton::Dataset windows = baton::MakeDocumentWindows(held, 2, 1 << 16, true, true);
     if (windows.samples != (docs.tokens() - 1) / 2) Die("the windows do not cover the tokens");
+    std::vector<std::int32_t> inputs(2), labels(2);
+    for (std::int64_t i = 0; i < windows.samples; ++i) {
+      windows.ReadSample(i, std::as_writable_bytes(std::span<std::int32_t>(inputs)), labels, {});
+      if (inputs[1] != labels[0]) Die("a window's labels are not its inputs one on");
+    }
   }
 }
 
@@ -85,15 +94,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   --size;
   try {
     if (kind == 0) {
-      ReadWhole(baton::OpenLlmc(folder.Write("shard.bin", data, size), 50256));
+      ReadWhole(
+          std::make_shared<const baton::TokenDocuments>(baton::OpenLlmc(folder.Write("shard.bin", data, size), 50256)));
     } else if (kind == 1) {
-      ReadWhole(baton::OpenJsonl(folder.Write("docs.jsonl", data, size)));
+      ReadWhole(
+          std::make_shared<const baton::TokenDocuments>(baton::OpenJsonl(folder.Write("docs.jsonl", data, size))));
     } else {
       if (size < 2) return 0;
       const std::size_t idx = std::min<std::size_t>(size - 2, data[0] | (std::size_t{data[1]} << 8));
       folder.Write("d.idx", data + 2, idx);
       folder.Write("d.bin", data + 2 + idx, size - 2 - idx);
-      ReadWhole(baton::OpenMegatron((folder.dir / "d").string()));
+      ReadWhole(
+          std::make_shared<const baton::TokenDocuments>(baton::OpenMegatron((folder.dir / "d").string())));
     }
   } catch (const baton::Error&) {
     return 0;  // a rejected file: the expected outcome for most inputs
