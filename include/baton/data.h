@@ -19,7 +19,39 @@
 
 namespace baton {
 
-// A whole dataset in memory: `samples` samples, each an input tensor of
+// Tokens [begin, begin + positions + 1) of document `document`: `positions`
+// next-token positions (inputs the first `positions` tokens, labels the
+// last), one document of a packed sample.
+struct DocumentPiece {
+  std::int64_t document = 0, begin = 0;
+  int positions = 0;
+  bool operator==(const DocumentPiece&) const = default;
+};
+
+// Where a dataset's samples come from when it does not hold them
+// (Dataset::source, below): token documents, memory-mapped, each sample
+// cut from them when its batch is gathered (MakeDocumentWindows,
+// PackedDataset).
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Sample i's next-token positions: its input ids into `inputs`, its
+  // labels into `labels`, each position's document's first into `starts`
+  // (packed samples), each span one sample's positions; an empty span is
+  // not written. REQUIRES: 0 <= i < the dataset's samples. Allocates
+  // nothing; safe to call from several threads at once.
+  virtual void Read(std::int64_t i, std::span<std::int32_t> inputs, std::span<std::int32_t> labels,
+                    std::span<std::int32_t> starts) const = 0;
+  // Packed samples: sample i's pieces, in the order they fill its
+  // positions; empty for samples that are not packed.
+  virtual std::span<const DocumentPiece> Pieces(std::int64_t /*i*/) const { return {}; }
+  // Packed samples: the sample that `pieces` (of this source's documents,
+  // at most a sample's positions in all) make, read as Read reads one.
+  virtual void ReadPieces(std::span<const DocumentPiece> /*pieces*/, std::span<std::int32_t> /*inputs*/,
+                          std::span<std::int32_t> /*labels*/, std::span<std::int32_t> /*starts*/) const {}
+};
+
+// A dataset: `samples` samples, each an input tensor of
 // `sample` and `labels_per_sample` int32 labels. Either part may be left
 // empty when a rank does not need it (inputs live on the first stage's rank,
 // labels on the last's).
@@ -42,34 +74,6 @@ namespace baton {
 // batch wants it, so a rank holds nothing proportional to the tokens
 // (inputs, labels and starts stay empty; has_inputs and has_labels say
 // which parts the rank reads). The others hold every sample in memory.
-// Tokens [begin, begin + positions + 1) of document `document`: `positions`
-// next-token positions (inputs the first `positions` tokens, labels the
-// last), one document of a packed sample.
-struct DocumentPiece {
-  std::int64_t document = 0, begin = 0;
-  int positions = 0;
-  bool operator==(const DocumentPiece&) const = default;
-};
-
-class SampleSource {
- public:
-  virtual ~SampleSource() = default;
-  // Sample i's next-token positions: its input ids into `inputs`, its
-  // labels into `labels`, each position's document's first into `starts`
-  // (packed samples), each span one sample's positions; an empty span is
-  // not written. REQUIRES: 0 <= i < the dataset's samples. Allocates
-  // nothing; safe to call from several threads at once.
-  virtual void Read(std::int64_t i, std::span<std::int32_t> inputs, std::span<std::int32_t> labels,
-                    std::span<std::int32_t> starts) const = 0;
-  // Packed samples: sample i's pieces, in the order they fill its
-  // positions; empty for samples that are not packed.
-  virtual std::span<const DocumentPiece> Pieces(std::int64_t /*i*/) const { return {}; }
-  // Packed samples: the sample that `pieces` (of this source's documents,
-  // at most a sample's positions in all) make, read as Read reads one.
-  virtual void ReadPieces(std::span<const DocumentPiece> /*pieces*/, std::span<std::int32_t> /*inputs*/,
-                          std::span<std::int32_t> /*labels*/, std::span<std::int32_t> /*starts*/) const {}
-};
-
 struct Dataset {
   std::string name;
   std::int64_t samples = 0;

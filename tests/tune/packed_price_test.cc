@@ -113,12 +113,12 @@ TEST(PackedPrice, AStepOfFullOneDocumentSamplesIsTheUnpackedStep) {
   const Profile profile = ProfileOf(c, truth, plan.rows);
   const double T = plan.model.seq;
   const std::vector<PackedMicrobatch> full(static_cast<std::size_t>(plan.microbatches()),
-                                           {plan.rows, plan.model.seq, plan.rows * T * T, plan.rows * T});
+                                           {plan.rows, plan.model.seq, plan.rows * T * T, plan.rows * T, {}, {}});
   const SimResult packed = PredictPackedStep(plan, profile, {full});
   EXPECT_NEAR(packed.makespan, PredictFromProfile(plan, profile).sim.makespan, 1e-12);
   // Half the tokens in each microbatch, one document a sample: cheaper.
   std::vector<PackedMicrobatch> half = full;
-  for (PackedMicrobatch& mb : half) mb = {plan.rows, plan.model.seq / 2, plan.rows * T * T / 4, plan.rows * T / 2};
+  for (PackedMicrobatch& mb : half) mb = {plan.rows, plan.model.seq / 2, plan.rows * T * T / 4, plan.rows * T / 2, {}, {}};
   EXPECT_LT(PredictPackedStep(plan, profile, {half}).makespan, 0.75 * packed.makespan);
   // Two replicas: the slower one's step.
   EXPECT_NEAR(PredictPackedStep(plan, profile, {half, full}).makespan, packed.makespan, 1e-12);
@@ -424,10 +424,10 @@ namespace {
 // over as many whole ones.
 TEST(PackedPrice, AStepsWorkIsItsTokensAndSquaresOverWholeMicrobatches) {
   // Whole: 2 rows x 8 = 16 tokens + 0.5 x 2 x 64 = 64 squares' cost: 80 each.
-  const std::vector<PackedMicrobatch> mbs = {{2, 8, 128, 16}, {2, 4, 20, 7}, {1, 3, 9, 3}};
+  const std::vector<PackedMicrobatch> mbs = {{2, 8, 128, 16, {}, {}}, {2, 4, 20, 7, {}, {}}, {1, 3, 9, 3, {}, {}}};
   const double work = 2 * 8 + 0.5 * 128 + 2 * 4 + 0.5 * 20 + 1 * 3 + 0.5 * 9;
   EXPECT_DOUBLE_EQ(PackedStepShare(mbs, 3, 2, 8, 0.5), work / (3 * 80));
-  EXPECT_DOUBLE_EQ(PackedStepShare({{2, 8, 128, 16}}, 1, 2, 8, 0.5), 1.0);
+  EXPECT_DOUBLE_EQ(PackedStepShare({{2, 8, 128, 16, {}, {}}}, 1, 2, 8, 0.5), 1.0);
   EXPECT_DOUBLE_EQ(PackedStepShare(mbs, 0, 2, 8, 0.5), 1.0);  // no microbatches: nothing to scale
 }
 
