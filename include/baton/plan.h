@@ -68,6 +68,10 @@ struct RunPlan {
   std::vector<LayerType> keep;  // selective: the layer types whose outputs a slot keeps
   double wait_timeout_s = 300;
   int optimizer_states = 0;  // buffers of optimizer state per parameter (SGD 0 or 1, AdamW 2)
+  OptimizerType optimizer = OptimizerType::kSgd;  // train.optimizer's type: what its step costs
+  // train.clip_grad_norm on: each step's update waits for the gradients'
+  // global norm, reduced over every rank (a priced part of the step).
+  bool clips = false;
   Device device = Device::kCpu;  // where the stages compute: whose layers' scratch the memory counts
   // Sequence slices (pipeline.seq_slices): each microbatch's sequence in
   // `slices` slices, the schedule's units (unit u = microbatch u / k,

@@ -42,6 +42,13 @@ struct RunCosts {
   // latency and the bandwidth (both 0: the gradient sums are not priced).
   double allreduce_step_latency = 0.0;
   double allreduce_bandwidth = 0.0;
+  // The optimizer's step: per stage, its update over the stage's whole
+  // parameters (`update`), and the clip's pass over its gradients (`clip`:
+  // their squares and their scaling); empty: not priced. PriceRun shares
+  // them out over the replicas where each updates its shard (ZeRO 1-3),
+  // takes the clip only where the plan clips, and prices the norm's
+  // exchange over every rank (UpdateCosts, baton/sim.h).
+  std::vector<double> update, clip;
   // The memory plan's (PlanMemory): each stage's ring slot, each rank's
   // static bytes; a sliced plan's slots are a slice's, so each slice holds
   // a whole one. Default: memory in units of M_B only.

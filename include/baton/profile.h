@@ -83,6 +83,14 @@ struct Profile {
   // the time each keeps losing to the others' use of its caches is in it.
   int processes = 1;
   bool cpu_clock = false;
+  // The optimizer's step, per top-level layer (whatever the rows): its
+  // update over the layer's parameters by `optimizer` (the config's
+  // train.optimizer: sgd, adamw), and the clip's pass over its gradients
+  // (their squares in double, then their scaling). Empty: not measured
+  // (an older profile): the step's price leaves the update out. Priced
+  // only for a run of the same optimizer.
+  std::string optimizer;
+  std::vector<double> update, clip;
 };
 
 // What `baton profile` cuts a sample into to measure attention's cost per

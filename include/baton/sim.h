@@ -168,6 +168,25 @@ struct TiedExchange {
   double bytes = 0.0;
 };
 
+// The optimizer's step that ends a training step, after each rank's
+// gradient sums and collectives: empty, or one per stage: `stage_time`, the
+// time of the stage's update (its optimizer's step over its parameters, or
+// its replica's shard of them), on its rank, one stage after another.
+// With a clip (train.clip_grad_norm: `clip` one per stage, else empty) the
+// update waits for the gradients' global norm: each rank first takes its
+// stages' pass over their gradients (`clip`: their squares, and their
+// scaling), then every rank waits for the slowest rank's pass and the
+// norm's exchange over every rank (`exchange`), and only then updates.
+// Without a clip a rank updates as soon as it is done, while the others
+// still compute. The rank is done when its update ends
+// (RankResult::update_end); the update and the pass count as busy time.
+struct UpdateCosts {
+  std::vector<double> stage_time;
+  std::vector<double> clip;
+  double exchange = 0.0;
+  bool empty() const { return stage_time.empty() && clip.empty(); }
+};
+
 struct SimOptions {
   ComputeCosts compute{};
   MessageCosts messages{};
@@ -178,6 +197,7 @@ struct SimOptions {
   MicrobatchShares microbatches{};
   ShardCosts shards{};
   TiedExchange tied{};
+  UpdateCosts update{};
   bool record_timeline = true;  // keep every action's start/end
 };
 
@@ -206,7 +226,7 @@ struct RankResult {
   int rank = 0;
   double start = 0.0;        // first compute action's start
   double end = 0.0;          // last compute action's end
-  double busy = 0.0;         // sum of compute durations
+  double busy = 0.0;         // sum of compute durations (and the update's, where priced)
   double work = 0.0;         // sum of its actions' costs (= busy unless ranks share cores)
   double span = 0.0;         // end - start
   double peak_memory = 0.0;  // units of M_B
@@ -225,6 +245,11 @@ struct RankResult {
   // behind the compute, reduce_end - end.
   double reduce_end = 0.0;
   double exposed_reduce = 0.0;
+  // With the optimizer's step priced (SimOptions::update): when this rank's
+  // update ends (>= its end and reduce_end), and how long it waited for the
+  // clip's norm (the slowest rank's pass and the exchange) before it.
+  double update_end = 0.0;
+  double clip_wait = 0.0;
 };
 
 struct SimResult {
@@ -233,7 +258,8 @@ struct SimResult {
   int microbatches = 0;           // units: microbatches x slices
   int slices = 1;                 // sequence slices a microbatch (Schedule::slices)
   int chunks = 0;
-  double makespan = 0.0;          // max_r end_r (with gradient sums or sharding: max_r reduce_end_r)
+  double makespan = 0.0;          // max_r end_r (with gradient sums or sharding: max_r reduce_end_r;
+                                  // with the update priced: max_r update_end_r)
   double bubble_rate = 0.0;       // 1 - sum busy / (ranks x makespan)
   double span_bubble_rate = 0.0;  // 1 - sum busy / (ranks x max_r span_r)
   std::vector<RankResult> per_rank;

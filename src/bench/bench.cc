@@ -37,6 +37,7 @@ TrainConfig BenchConfig(const TrainConfig& config, const BenchOptions& o) {
   c.log.progress = false;
   c.data.evaluate = false;
   c.data.validation = false;
+  c.train.clip_grad_norm = 0;  // its steps are the executor's, unclipped: so is their price
   const DatasetKind synthetic = IsTokenDataset(c.data.dataset) ? DatasetKind::kSyntheticTokens : DatasetKind::kSynthetic;
   if (!o.real_data && c.data.dataset != synthetic) {
     c.data.dataset = synthetic;

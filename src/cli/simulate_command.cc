@@ -328,6 +328,23 @@ void PrintComparison(const SimulateConfig& c, const std::vector<Run>& runs) {
   std::cout << out;
 }
 
+// The optimizer's step where the profile priced it: how far the step's end
+// lies past the last rank's gradients, and with a clip, the longest a rank
+// waited for the norm. Empty where not priced.
+std::string DescribeUpdate(const SimResult& r, bool clips) {
+  double gradients = 0, wait = 0, update_end = 0;
+  for (const RankResult& rr : r.per_rank) {
+    gradients = std::max({gradients, rr.end, rr.reduce_end});
+    wait = std::max(wait, rr.clip_wait);
+    update_end = std::max(update_end, rr.update_end);
+  }
+  if (update_end == 0) return "";
+  std::string out = fmt::format("the optimizer's step: the step ends {:.3f} ms after the last rank's gradients",
+                                (r.makespan - gradients) * 1e3);
+  if (clips) out += fmt::format("; the clip's norm (train.clip_grad_norm) held a rank {:.3f} ms", wait * 1e3);
+  return out + "\n";
+}
+
 // A training config's step from a profile: its plan (placed, for an
 // automatic placement) simulated with each stage's profiled costs.
 void RunSimulateProfile(const SimulateFlags& flags) {
@@ -369,6 +386,7 @@ void RunSimulateProfile(const SimulateFlags& flags) {
                                 r.schedule, r.ranks, r.microbatches, plan.rows, plan.stages(),
                                 LayoutText(config, model, plan.bounds), source);
   out += fmt::format("step {:.3f} ms   bubble {:.2f}%\n", r.makespan * 1e3, 100 * r.bubble_rate);
+  out += DescribeUpdate(r, plan.clips);
   // The model state (parameters, gradients, optimizer state) as the ZeRO
   // stage in effect holds it: shards and windows under 2 and 3.
   out += fmt::format("{:>4}  {:>10}  {:>7}  {:>14}  {:>26}  {}\n", "rank", "busy ms", "idle", "memory MiB",

@@ -183,12 +183,7 @@ void Executor::GradientSquares(std::span<double> per_op) {
       if (op.num_params == 0 || op.tied_to >= 0) continue;
       const std::size_t begin = op.param_offset - st.param_offset, end = begin + op.num_params;
       const std::size_t from = std::max(begin, first), to = std::min(end, last);
-      double sum = 0;
-      for (std::size_t k = from; k < to; ++k) {
-        const double x = g[k - first];
-        sum += x * x;
-      }
-      per_op[o] += sum;
+      if (from < to) per_op[o] += SumOfSquares(g.subspan(from - first, to - from));
     }
   });
 }

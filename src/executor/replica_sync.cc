@@ -394,7 +394,7 @@ void ReplicaSync::ScaleGradients(float factor) {
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     float* g = plan_.sharding.active() ? sharded_[k].gradient_shard : stages_[k]->device().grads();
     const std::size_t n = plan_.sharding.active() ? red.shard_count[k] : plan_.local_stages[k].num_params;
-    for (std::size_t i = 0; i < n; ++i) g[i] *= factor;
+    ScaleFloats({g, n}, factor);
   }
 }
 

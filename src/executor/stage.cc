@@ -211,4 +211,17 @@ std::size_t Stage::ParamsFrom(int i) const {
   return model_.ops[static_cast<std::size_t>(plan_.first_op + i)].param_offset - plan_.param_offset;
 }
 
+double SumOfSquares(std::span<const float> g) {
+  double sum = 0;
+  for (const float f : g) {
+    const double x = f;
+    sum += x * x;
+  }
+  return sum;
+}
+
+void ScaleFloats(std::span<float> g, float factor) {
+  for (float& x : g) x *= factor;
+}
+
 }  // namespace baton

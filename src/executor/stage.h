@@ -36,6 +36,13 @@ class GradientsReady {
   ~GradientsReady() = default;
 };
 
+// The clip's pass over a span of host gradients (train.clip_grad_norm):
+// the sum of their squares in double, one after another
+// (Executor::GradientSquares), and their scaling
+// (Executor::ScaleGradients). `baton profile` times the same two.
+double SumOfSquares(std::span<const float> g);
+void ScaleFloats(std::span<float> g, float factor);
+
 class Stage {
  public:
   // REQUIRES: `plan` is a stage of a plan of `model`; both outlive the stage.

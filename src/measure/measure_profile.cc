@@ -293,6 +293,43 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
   into.saved_bytes = static_cast<double>(plan.slot_bytes);
 }
 
+// One round of top-level layer `t`'s optimizer step, added to `update` and
+// `clip`: the config's optimizer's step over the layer's parameters, as a
+// one-layer stage takes it; and on the host, the clip's pass over its
+// gradients (their squares, then their scaling, as the executor takes
+// them; a scale of 2 and of 1/2 in turn, exact). A layer without
+// parameters takes nothing.
+void SampleUpdate(const RunPlan& shape, int t, RankDevice& device, const OptimizerSpec& spec, const ProfileOptions& o,
+                  bool cpu_clock, bool host, std::vector<double>& update, std::vector<double>& clip) {
+  const StagePlan plan = PlanStageAlone(shape, t, /*split_backward=*/true);
+  if (plan.num_params == 0) {
+    update.push_back(0);
+    clip.push_back(0);
+    return;
+  }
+  Stage stage(shape.model, plan, device.MakeStageDevice());
+  stage.Init(1);
+  StageDevice& dev = stage.device();
+  dev.SetOptimizer(spec);
+  LayerTimer timer(device, o, cpu_clock, 1.0 / kRounds);
+  timer.Sample([&] { dev.OptimizerStep(); }, update);
+  if (!host) {
+    clip.push_back(0);
+    return;
+  }
+  const std::span<float> g(dev.grads(), plan.num_params);
+  float factor = 2.0f;
+  double sink = 0;
+  timer.Sample(
+      [&] {
+        sink += SumOfSquares(g);
+        ScaleFloats(g, factor);
+        factor = 1.0f / factor;
+      },
+      clip);
+  if (sink < 0) throw Error("profile: a sum of squares below 0");  // keeps the sums
+}
+
 // Latency and bandwidth between ranks 0 and 1: a small message's one-way
 // time, and a large one's bytes over its time beyond that.
 // The other ranks wait meanwhile as a pipeline's waiting ranks do (the
@@ -550,6 +587,20 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
       for (const LayerSamples& layer : samples) pr.layers.push_back(layer.Medians());
       p.rows.push_back(std::move(pr));
     }
+    // The optimizer's step, whatever the rows: at the first.
+    const RunPlan shape = LayerShape(config, model, rows.front());
+    std::vector<std::vector<double>> update(static_cast<std::size_t>(model.top_layers())), clip(update.size());
+    for (int round = 0; round < kRounds; ++round) {
+      for (int t = 0; t < model.top_layers(); ++t) {
+        SampleUpdate(shape, t, *device, config.train.optimizer, o, p.cpu_clock, config.device == Device::kCpu,
+                     update[static_cast<std::size_t>(t)], clip[static_cast<std::size_t>(t)]);
+      }
+    }
+    p.optimizer = std::string(EnumName(config.train.optimizer.type));
+    for (std::size_t t = 0; t < update.size(); ++t) {
+      p.update.push_back(Median(update[t]));
+      p.clip.push_back(Median(clip[t]));
+    }
   });
   p.seconds = MonotonicSeconds() - start;
   return p;
@@ -595,6 +646,16 @@ std::string DescribeProfile(const Profile& p) {
                           l.backward_input * 1e3, l.backward_weight * 1e3, l.backward * 1e3, l.saved_bytes / 1024,
                           p.identity.layers[t]);
     }
+  }
+  if (!p.update.empty()) {
+    double update = 0, clip = 0;
+    for (std::size_t t = 0; t < p.update.size(); ++t) {
+      update += p.update[t];
+      clip += p.clip[t];
+    }
+    text += fmt::format("the optimizer's step ({}) over every layer: {:.4f} ms; the clip's pass over the gradients "
+                        "(train.clip_grad_norm): {:.4f} ms\n",
+                        p.optimizer, update * 1e3, clip * 1e3);
   }
   return text;
 }

@@ -2,6 +2,7 @@
 #include "baton/price.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "internal.h"
 
@@ -43,6 +44,24 @@ ShardCosts PriceShards(const RunPlan& plan, const RunCosts& costs) {
   return shards;
 }
 
+// The optimizer's step: each stage's update and clip pass over what its
+// replica updates (a shard of 1 / D under ZeRO 1-3: the clip's squares
+// then count the shard alone, as the runtime counts them), and the norm's
+// exchange: a reduction of the per-op squares to rank 0 and the norm's
+// broadcast, each a tree of ceil(log2 N) messages over the N ranks.
+UpdateCosts PriceUpdates(const RunPlan& plan, const RunCosts& costs) {
+  UpdateCosts u;
+  if (costs.update.empty() && costs.clip.empty()) return u;
+  const double share = plan.zero.shards_optimizer() && plan.replicas > 1 ? 1.0 / plan.replicas : 1.0;
+  for (const double t : costs.update) u.stage_time.push_back(t * share);
+  if (!plan.clips) return u;
+  for (const double t : costs.clip) u.clip.push_back(t * share);
+  // (A shape not yet lowered: a rank a stage.)
+  const int world = (plan.lowered.ranks > 0 ? plan.lowered.ranks : plan.stages()) * plan.replicas;
+  u.exchange = world > 1 ? 2.0 * std::ceil(std::log2(double(world))) * costs.latency : 0.0;
+  return u;
+}
+
 }  // namespace
 
 SimOptions PriceSchedule(const PriceShape& shape, const RunCosts& costs) {
@@ -74,6 +93,7 @@ SimOptions PriceRun(const RunPlan& plan, const RunCosts& costs) {
   SimOptions o = PriceSchedule(shape, costs);
   o.sums = PriceGradientSums(plan, costs);
   o.shards = PriceShards(plan, costs);
+  o.update = PriceUpdates(plan, costs);
   // A tied head's exchange between its two ranks (the executor's
   // SumTiedGradients), in the gradients' element type.
   const plan_detail::TiedStages tied = plan_detail::FindTiedStages(plan.model, plan.bounds);

@@ -139,6 +139,8 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   plan.keep = c.pipeline.keep;
   plan.wait_timeout_s = c.pipeline.wait_timeout_s;
   plan.optimizer_states = static_cast<int>(OptimizerStateNames(c.train.optimizer).size());
+  plan.optimizer = c.train.optimizer.type;
+  plan.clips = c.train.clip_grad_norm > 0;
   plan.device = c.device;
   // Slices: the cuts of a sequence (the compute split from the share of
   // the model's work that attends over the keys; the saved state grows

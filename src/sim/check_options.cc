@@ -118,6 +118,20 @@ void CheckShares(const Schedule& s, const SimOptions& o) {
   }
 }
 
+// The optimizer's step: one time a stage each, none negative.
+void CheckUpdate(const Schedule& s, const SimOptions& o) {
+  for (const auto& [what, per_stage] :
+       {std::pair{"update time", &o.update.stage_time}, std::pair{"clip time", &o.update.clip}}) {
+    if (!per_stage->empty() && static_cast<int>(per_stage->size()) != s.stages) {
+      throw ScheduleError(fmt::format("simulation: {} per-stage {}s given, but the schedule has {} stages",
+                                      per_stage->size(), what, s.stages));
+    }
+    for (std::size_t i = 0; i < per_stage->size(); ++i)
+      NonNegative([&, what = what] { return fmt::format("stage {} {}", i, what); }, (*per_stage)[i]);
+  }
+  NonNegative("the clip's norm exchange", o.update.exchange);
+}
+
 }  // namespace
 
 void CheckOptions(const Schedule& s, const SimOptions& o) {
@@ -187,6 +201,7 @@ void CheckOptions(const Schedule& s, const SimOptions& o) {
     for (std::size_t i = 0; i < per_stage->size(); ++i)
       NonNegative([&, what = what] { return fmt::format("stage {} {}", i, what); }, (*per_stage)[i]);
   }
+  CheckUpdate(s, o);
   NonNegative("sequence_memory", o.memory.sequence_share);
   if (!o.memory.stage_sequence_bytes.empty() && static_cast<int>(o.memory.stage_sequence_bytes.size()) != s.stages) {
     throw ScheduleError(fmt::format("simulation: {} per-stage sequence sizes given, but the schedule has {} stages",

@@ -66,6 +66,42 @@ void AddCollectives(const Schedule& s, const SimOptions& o, const std::vector<do
   }
 }
 
+void AddUpdates(const Schedule& s, const SimOptions& o, SimResult& res) {
+  const UpdateCosts& u = o.update;
+  auto of_rank = [](const std::vector<double>& per_stage, const RankResult& r) {
+    double t = 0.0;
+    if (per_stage.empty()) return t;
+    for (const int st : r.stages) t += per_stage[static_cast<std::size_t>(st)];
+    return t;
+  };
+  const bool clip = !u.clip.empty();
+  // When each rank is done with its gradients (its compute and the
+  // collectives after it), and with a clip, when the norm is known: the
+  // slowest rank's pass, then the exchange.
+  std::vector<double> done(static_cast<std::size_t>(s.ranks));
+  double norm_known = 0.0;
+  for (int r = 0; r < s.ranks; ++r) {
+    const RankResult& out = res.per_rank[static_cast<std::size_t>(r)];
+    done[static_cast<std::size_t>(r)] = std::max(out.end, out.reduce_end) + of_rank(u.clip, out);
+    norm_known = std::max(norm_known, done[static_cast<std::size_t>(r)]);
+  }
+  norm_known += u.exchange;
+  double busy = 0.0;
+  res.makespan = 0.0;
+  for (int r = 0; r < s.ranks; ++r) {
+    RankResult& out = res.per_rank[static_cast<std::size_t>(r)];
+    const double from = clip ? norm_known : done[static_cast<std::size_t>(r)];
+    const double own = of_rank(u.clip, out) + of_rank(u.stage_time, out);
+    out.clip_wait = from - done[static_cast<std::size_t>(r)];
+    out.update_end = from + of_rank(u.stage_time, out);
+    out.busy += own;
+    out.work += own;
+    busy += out.busy;
+    res.makespan = std::max(res.makespan, out.update_end);
+  }
+  res.bubble_rate = res.makespan > 0.0 ? 1.0 - busy / (s.ranks * res.makespan) : 0.0;
+}
+
 double GradientSumTime(double bytes, int replicas, double bucket_bytes, double latency, double bandwidth) {
   if (replicas <= 1 || bytes <= 0.0) return 0.0;
   const double d = replicas;

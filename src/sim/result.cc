@@ -19,6 +19,8 @@ void ScaleTimes(SimResult& result, double factor) {
     r.span *= factor;
     r.reduce_end *= factor;
     r.exposed_reduce *= factor;
+    r.update_end *= factor;
+    r.clip_wait *= factor;
   }
 }
 

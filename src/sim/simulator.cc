@@ -710,6 +710,7 @@ class Simulator {
     const double p = s_.ranks;
     res.bubble_rate = res.makespan > 0.0 ? 1.0 - busy_total / (p * res.makespan) : 0.0;
     res.span_bubble_rate = max_span > 0.0 ? 1.0 - busy_total / (p * max_span) : 0.0;
+    if (!o_.update.empty()) AddUpdates(s_, o_, res);  // the optimizer's step, after all of it
     res.timeline = std::move(timeline_);
     return res;
   }

@@ -51,6 +51,19 @@ RunCosts ProfileRunCosts(const RunPlan& plan, const Profile& profile) {
   for (int s = 0; s < plan.stages(); ++s) {
     costs.stage_costs.push_back(PriceStage(plan, layers, s, SplitsBackward(plan.lowered, s)).costs);
   }
+  // The optimizer's step, where the profile measured the run's optimizer:
+  // each stage's layers' update and clip pass.
+  if (!profile.update.empty() && profile.optimizer == EnumName(plan.optimizer)) {
+    for (int s = 0; s < plan.stages(); ++s) {
+      double update = 0, clip = 0;
+      for (int t = plan.bounds[static_cast<std::size_t>(s)]; t < plan.bounds[static_cast<std::size_t>(s) + 1]; ++t) {
+        update += profile.update[static_cast<std::size_t>(t)];
+        clip += profile.clip[static_cast<std::size_t>(t)];
+      }
+      costs.update.push_back(update);
+      costs.clip.push_back(clip);
+    }
+  }
   costs.latency = MessageLatency(profile);
   costs.bandwidth = profile.bandwidth_Bps;
   costs.cores = ShareCores(profile.machine.shared, profile.identity.cores, plan.lowered.ranks, plan.replicas);

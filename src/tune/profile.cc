@@ -71,6 +71,11 @@ std::string ProfileJson(const Profile& p) {
   j["clock"] = p.cpu_clock ? "cpu" : "wall";
   j["repetitions"] = p.repetitions;
   if (p.document_tokens > 0) j["document_tokens"] = p.document_tokens;
+  if (!p.update.empty()) {
+    j["optimizer"] = p.optimizer;
+    j["update_s"] = p.update;
+    j["clip_s"] = p.clip;
+  }
   auto& rows = j["rows"] = nlohmann::ordered_json::array();
   for (const ProfileRows& r : p.rows) {
     nlohmann::ordered_json e;
@@ -81,6 +86,30 @@ std::string ProfileJson(const Profile& p) {
   }
   return j.dump(1) + "\n";
 }
+
+namespace {
+
+// The optimizer's step (Profile::update, clip), where the file has it:
+// one update and one clip time a layer, none negative. REQUIRES: the
+// layers read.
+void ReadUpdate(const nlohmann::json& j, const std::string& path, Profile& p) {
+  if (!j.contains("update_s")) return;
+  p.optimizer = j.at("optimizer").get<std::string>();
+  p.update = j.at("update_s").get<std::vector<double>>();
+  p.clip = j.at("clip_s").get<std::vector<double>>();
+  if (p.update.size() != p.identity.layers.size() || p.clip.size() != p.update.size()) {
+    throw ConfigError(fmt::format("{}: the profile's optimizer step has {} update and {} clip times for {} layers: the "
+                                  "file is damaged",
+                                  path, p.update.size(), p.clip.size(), p.identity.layers.size()));
+  }
+  for (std::size_t t = 0; t < p.update.size(); ++t) {
+    if (!(p.update[t] >= 0) || !(p.clip[t] >= 0)) {
+      throw ConfigError(fmt::format("{}: layer {}'s update or clip time is negative: the file is damaged", path, t));
+    }
+  }
+}
+
+}  // namespace
 
 Profile ParseProfile(const std::string& text, const std::string& path) {
   Profile p;
@@ -116,6 +145,7 @@ Profile ParseProfile(const std::string& text, const std::string& path) {
       throw ConfigError(fmt::format("{}: document_tokens {}: must be in [0, seq {}]", path, p.document_tokens,
                                     p.identity.seq));
     }
+    ReadUpdate(j, path, p);
     for (const auto& e : j.at("rows")) {
       ProfileRows r;
       r.rows = e.at("rows").get<int>();

@@ -688,6 +688,17 @@ TEST(BatonProfile, ProfilesAConfigForTuneAndValidateAndRefusesAForeignOne) {
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(profile));
   EXPECT_EQ(j["rows"].size(), 2u);
   EXPECT_EQ(j["layers"].size(), 9u);
+  // The optimizer's step, per layer: something where the layer has
+  // parameters (linear, the residual block, layernorm), nothing where not.
+  EXPECT_EQ(j["optimizer"], "sgd");
+  ASSERT_EQ(j["update_s"].size(), 9u);
+  ASSERT_EQ(j["clip_s"].size(), 9u);
+  for (const int t : {0, 2, 3, 5, 6, 8}) {
+    EXPECT_GT(j["update_s"][t].get<double>(), 0.0) << t;
+    EXPECT_GT(j["clip_s"][t].get<double>(), 0.0) << t;
+  }
+  for (const int t : {1, 4, 7}) EXPECT_EQ(j["update_s"][t].get<double>(), 0.0) << t;
+  EXPECT_NE(text.find("the optimizer's step (sgd) over every layer: "), std::string::npos) << text;
 
   std::tie(code, text) = run("tune " + tiny + "--memory-bytes 1e9 --top 3 --profile '" + profile + "'");
   ASSERT_EQ(code, 0) << text;
@@ -704,6 +715,12 @@ TEST(BatonProfile, ProfilesAConfigForTuneAndValidateAndRefusesAForeignOne) {
   EXPECT_NE(text.find("zb_h1: 2 ranks, 8 microbatches of 4 samples, 2 stages"), std::string::npos) << text;
   EXPECT_NE(text.find("costs from the profile " + profile), std::string::npos) << text;
   EXPECT_NE(text.find("model state MiB (ZeRO 0)"), std::string::npos) << text;
+  EXPECT_NE(text.find("the optimizer's step: the step ends "), std::string::npos) << text;
+  EXPECT_EQ(text.find("the clip's norm"), std::string::npos) << text;
+  std::tie(code, text) = run("simulate " + tiny + "--set pipeline.schedule=zb_h1 --set train.clip_grad_norm=1 "
+                             "--profile '" + profile + "'");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("the clip's norm (train.clip_grad_norm) held a rank "), std::string::npos) << text;
   std::tie(code, text) = run("validate " + tiny + "--set pipeline.partition=auto");
   ASSERT_EQ(code, 0) << text;
   EXPECT_NE(text.find("searched when the run starts"), std::string::npos) << text;

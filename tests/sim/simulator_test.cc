@@ -400,6 +400,50 @@ TEST(SimulatorGradientSums, AlphaBetaPerBucket) {
   EXPECT_THROW(Simulate(Generate("1f1b", 2, 4), SimOptions{.sums = {.stage_time = {1.0}}}), ScheduleError);
 }
 
+// ---- The optimizer's step (SimOptions::update) ----
+
+TEST(SimulatorUpdate, EachRankUpdatesWhenDoneUnlessTheClipMakesItWaitForTheNorm) {
+  const Schedule s = Generate("1f1b", 2, 4);
+  SimOptions o;  // F = I = W = 1
+  const SimResult plain = Simulate(s, o);
+  const double e0 = plain.per_rank[0].end, e1 = plain.per_rank[1].end;
+  ASSERT_DOUBLE_EQ(e1, e0 - 2.0);  // 1F1B: the first stage's last B comes after the last stage's
+  // Without a clip each rank updates as soon as it is done: the last
+  // stage's long update runs in the first stage's cool-down.
+  o.update.stage_time = {0.5, 3.0};
+  const SimResult own = Simulate(s, o);
+  EXPECT_DOUBLE_EQ(own.per_rank[0].update_end, e0 + 0.5);
+  EXPECT_DOUBLE_EQ(own.per_rank[1].update_end, e1 + 3.0);
+  EXPECT_DOUBLE_EQ(own.makespan, e0 + 1.0);
+  EXPECT_DOUBLE_EQ(own.per_rank[1].clip_wait, 0.0);
+  EXPECT_DOUBLE_EQ(own.per_rank[1].busy, plain.per_rank[1].busy + 3.0);
+  EXPECT_DOUBLE_EQ(own.bubble_rate,
+                   1.0 - (plain.per_rank[0].busy + plain.per_rank[1].busy + 3.5) / (2 * own.makespan));
+  // With a clip every rank takes its pass, then waits for the slowest
+  // rank's pass and the norm's exchange, then updates.
+  o.update.clip = {0.25, 0.25};
+  o.update.exchange = 0.1;
+  const SimResult clipped = Simulate(s, o);
+  const double norm = e0 + 0.25 + 0.1;
+  EXPECT_DOUBLE_EQ(clipped.per_rank[0].update_end, norm + 0.5);
+  EXPECT_DOUBLE_EQ(clipped.per_rank[1].update_end, norm + 3.0);
+  EXPECT_NEAR(clipped.per_rank[0].clip_wait, 0.1, 1e-12);
+  EXPECT_NEAR(clipped.per_rank[1].clip_wait, 2.1, 1e-12);  // e0 - e1 = 2, and the exchange
+  EXPECT_DOUBLE_EQ(clipped.makespan, norm + 3.0);
+  EXPECT_DOUBLE_EQ(clipped.per_rank[1].busy, plain.per_rank[1].busy + 3.25);
+  // After the gradient sums: a rank is done when its sums are.
+  SimOptions summed;
+  summed.sums.stage_time = {0.5, 0.5};
+  const SimResult sums = Simulate(s, summed);
+  summed.update.stage_time = {1.0, 1.0};
+  const SimResult both = Simulate(s, summed);
+  for (int r = 0; r < 2; ++r) EXPECT_DOUBLE_EQ(both.per_rank[r].update_end, sums.per_rank[r].reduce_end + 1.0);
+  EXPECT_DOUBLE_EQ(both.makespan, sums.makespan + 1.0);
+  // Not one a stage, or negative: refused.
+  EXPECT_THROW(Simulate(s, SimOptions{.update = {.stage_time = {1.0}}}), ScheduleError);
+  EXPECT_THROW(Simulate(s, SimOptions{.update = {.stage_time = {1.0, 1.0}, .clip = {1.0, -1.0}}}), ScheduleError);
+}
+
 // ---- Ranks sharing cores (processor sharing) ----
 
 double TotalWork(const SimResult& r) {

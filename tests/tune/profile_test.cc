@@ -224,6 +224,74 @@ TEST(Profile, AnEmptyOrForeignFileIsOneClearError) {
   ExpectRefused([&] { ParseProfile(json, "e.json"); }, "e.json: clock \"sundial\": a profile's clock is");
 }
 
+// The optimizer's step a profile measured (per layer: the update, the
+// clip's pass): kept through its file, summed over each stage's layers for
+// a run of the same optimizer, shared out over the replicas under ZeRO 1,
+// the clip priced only where the run clips (with the norm's exchange: a
+// reduction and a broadcast over the world's ranks), and a damaged one
+// refused.
+TEST(Profile, TheOptimizersStepIsPricedForARunOfTheOptimizerItMeasured) {
+  const std::vector<std::string> two = {"pipeline.ranks=2", "pipeline.partition=[4, 5]"};
+  const TrainConfig c = Tiny(two);
+  Profile p = MadeUp(c, {4}, 3);
+  p.latency_s = 7e-6;
+  p.optimizer = "sgd";
+  for (int t = 0; t < 9; ++t) {
+    p.update.push_back(1e-4 * (t + 1));
+    p.clip.push_back(1e-5 * (t + 1));
+  }
+  const Profile q = ParseProfile(ProfileJson(p), "p.json");
+  EXPECT_EQ(q.optimizer, "sgd");
+  ASSERT_EQ(q.update.size(), 9u);
+  ASSERT_EQ(q.clip.size(), 9u);
+  for (std::size_t t = 0; t < 9; ++t) {
+    EXPECT_DOUBLE_EQ(q.update[t], p.update[t]);
+    EXPECT_DOUBLE_EQ(q.clip[t], p.clip[t]);
+  }
+  // Layers 0-3 and 4-8: 1 + 2 + 3 + 4 and 5 + ... + 9 units.
+  const RunPlan plan = PlanRun(c);
+  const RunCosts costs = ProfileRunCosts(plan, q);
+  ASSERT_EQ(costs.update.size(), 2u);
+  EXPECT_NEAR(costs.update[0], 10e-4, 1e-15);
+  EXPECT_NEAR(costs.update[1], 35e-4, 1e-15);
+  EXPECT_NEAR(costs.clip[1], 35e-5, 1e-15);
+  const SimOptions unclipped = PriceRun(plan, costs);
+  EXPECT_EQ(unclipped.update.stage_time, costs.update);
+  EXPECT_TRUE(unclipped.update.clip.empty());
+  std::vector<std::string> clipping = two;
+  clipping.push_back("train.clip_grad_norm=1.0");
+  const RunPlan clipped_plan = PlanRun(Tiny(clipping));
+  const SimOptions clipped = PriceRun(clipped_plan, ProfileRunCosts(clipped_plan, q));
+  EXPECT_EQ(clipped.update.clip, costs.clip);
+  EXPECT_DOUBLE_EQ(clipped.update.exchange, 2 * 1 * 7e-6);  // 2 ranks: one message each way
+  EXPECT_GT(PredictFromProfile(clipped_plan, q).sim.makespan, PredictFromProfile(plan, q).sim.makespan);
+  // ZeRO 1 over 2 replicas: each updates half, and the norm crosses 4 ranks.
+  std::vector<std::string> sharded = clipping;
+  sharded.insert(sharded.end(), {"data_parallel.size=2", "data_parallel.zero=1"});
+  const RunPlan zero1 = PlanRun(Tiny(sharded));
+  const SimOptions halves = PriceRun(zero1, ProfileRunCosts(zero1, q));
+  ASSERT_EQ(halves.update.stage_time.size(), 2u);
+  EXPECT_NEAR(halves.update.stage_time[1], 35e-4 / 2, 1e-15);
+  EXPECT_NEAR(halves.update.clip[0], 10e-5 / 2, 1e-15);
+  EXPECT_DOUBLE_EQ(halves.update.exchange, 2 * 2 * 7e-6);
+  // Another optimizer's step is not this one's: not priced.
+  std::vector<std::string> adamw = two;
+  adamw.push_back("train.optimizer={type: adamw, lr: 0.001}");
+  const RunPlan other = PlanRun(Tiny(adamw));
+  EXPECT_TRUE(ProfileRunCosts(other, q).update.empty());
+  EXPECT_TRUE(PriceRun(other, ProfileRunCosts(other, q)).update.empty());
+  // A profile without it (an older one) prices no update.
+  EXPECT_TRUE(ProfileRunCosts(plan, MadeUp(c, {4}, 3)).update.empty());
+  // Damaged: a time a layer short, or negative.
+  Profile short_one = p;
+  short_one.clip.pop_back();
+  ExpectRefused([&] { ParseProfile(ProfileJson(short_one), "d.json"); },
+                "d.json: the profile's optimizer step has 9 update and 8 clip times for 9 layers");
+  Profile negative = p;
+  negative.update[2] = -1;
+  ExpectRefused([&] { ParseProfile(ProfileJson(negative), "d.json"); }, "d.json: layer 2's update or clip time is negative");
+}
+
 TEST(Profile, CostsBetweenProfiledRowsAreLinear) {
   const Profile p = MadeUp(Tiny(), {4, 8}, 3);
   bool exact = false;
