@@ -10,7 +10,10 @@
 # the same step without and with the clip, from a profile of the same 2
 # ranks taken first (`baton simulate --profile`: the optimizer's step and
 # the clip's pass as the profile measured them, the norm's exchange at its
-# message latency).
+# message latency); and the clip's own time in the clipped runs, as their
+# metrics rows give it (`clip_s`, rank 0's pass, exchange and scaling,
+# over `step_time_s`: the median over the windows), beside the share the
+# simulator gives it.
 #   bench/clip_cost.sh [STEPS] [PAIRS] [SCHEDULES]   (default 200 3 "1f1b zb_h1 zbv dualpipev")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +32,8 @@ predict() {  # schedule clip: the simulator's step in ms
   "$baton" simulate "$config" --set pipeline.ranks=2 --set pipeline.schedule="$1" --set train.clip_grad_norm="$2" \
     --profile "$out/profile.json" | sed -n 's/^step \([0-9.]*\) ms.*/\1/p'
 }
-echo "| schedule | step, no clip (ms) | step, clip (ms) | clip / no clip | predicted no clip (ms) | predicted clip (ms) | predicted clip / no clip |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| schedule | step, no clip (ms) | step, clip (ms) | clip / no clip | predicted no clip (ms) | predicted clip (ms) | predicted clip / no clip | the clip in the run (ms) | its share of the step |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for schedule in $schedules; do
   for k in $(seq "$pairs"); do
     for clip in 0 1.0; do
@@ -50,7 +53,12 @@ def window(clip, k):
 plain = [window("0", k) for k in range(1, pairs + 1)]
 clip = [window("1.0", k) for k in range(1, pairs + 1)]
 ratio = statistics.median(c / p for c, p in zip(clip, plain))
+windows = [r for k in range(1, pairs + 1)  # each run's windows but its first
+           for r in [json.loads(l) for l in open(f"{out}/{schedule}-1.0-{k}.jsonl") if '"loss"' in l][1:]]
+own = statistics.median(r["clip_s"] for r in windows)
+share = statistics.median(r["clip_s"] / r["step_time_s"] for r in windows)
 print(f"| {schedule} | {statistics.median(plain)*1e3:.2f} | {statistics.median(clip)*1e3:.2f} | {ratio:.3f} "
-      f"| {predicted_plain:.2f} | {predicted_clip:.2f} | {predicted_clip / predicted_plain:.3f} |")
+      f"| {predicted_plain:.2f} | {predicted_clip:.2f} | {predicted_clip / predicted_plain:.3f} "
+      f"| {own*1e3:.3f} | {share*100:.2f}% |")
 PY
 done

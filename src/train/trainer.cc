@@ -16,6 +16,7 @@
 
 #include "baton/data.h"
 #include "baton/error.h"
+#include "baton/timing.h"
 #include "baton/placement.h"
 #include "baton/train.h"
 #include "baton/watch.h"
@@ -43,11 +44,21 @@ std::string Duration(double s) {
                    : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
+// This rank's optimizer steps over a logging window: the update (with the
+// clip, where taken) and the clip's own part (the gradients' squares, the
+// norm's exchange, which waits for every rank, and the scaling), in
+// seconds, and the steps.
+struct UpdateTimes {
+  double update_s = 0, clip_s = 0;
+  int steps = 0;
+};
+
 // One logged step: the losses reduced over every rank (one reduction per
 // logged step, none when logging is off), a metrics line and the progress.
 void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const StepStats& stats, std::int64_t step,
              std::int64_t epoch, std::int64_t total, double samples, double window_s, double elapsed_s, double lr,
-             double grad_norm, bool tty, bool skipped, std::int64_t skipped_so_far, TrainSummary& summary) {
+             double grad_norm, const UpdateTimes& times, bool tty, bool skipped, std::int64_t skipped_so_far,
+             TrainSummary& summary) {
   double v[5] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.samples),
                  static_cast<double>(stats.microbatches), static_cast<double>(stats.positions)};
   t.ReduceSum(v);
@@ -63,7 +74,10 @@ void LogStep(const TrainConfig& c, Transport& t, MetricsLog* metrics, const Step
       {"samples_per_s", Json(samples / window_s, "{:.6g}")},
       {"step_time_s", Json(window_s / std::max(1.0, samples / c.train.batch_size), "{:.6g}")},
       {"lr", Json(lr, "{:.9g}")},
-      {"grad_norm", Json(grad_norm, "{:.9g}")}};
+      {"grad_norm", Json(grad_norm, "{:.9g}")},
+      // Rank 0's optimizer step, its mean over the window's steps.
+      {"update_s", Json(times.update_s / std::max(1, times.steps), "{:.6g}")}};
+  if (c.train.clip_grad_norm > 0) fields.push_back({"clip_s", Json(times.clip_s / std::max(1, times.steps), "{:.6g}")});
   if (c.data.packing != Packing::kNone) {
     // Packed documents: the step's real tokens (its labels that count),
     // their rate, its microbatches run (every replica's), and the share
@@ -474,15 +488,20 @@ double ClipGradients(const TrainConfig& c, Transport& t, RunSetup& u, std::vecto
 // of the step: its state is the step, so a resumed run goes on at the
 // same rates). The norm, NaN where not measured.
 double Update(const TrainConfig& c, Transport& t, RunSetup& u, bool skip, bool logged, double lr,
-              std::vector<double>& squares) {
+              std::vector<double>& squares, UpdateTimes& times) {
   if (skip) {
     u.exec->DiscardGradients();
     return std::numeric_limits<double>::quiet_NaN();
   }
+  const double start = MonotonicSeconds();
   double grad_norm = std::numeric_limits<double>::quiet_NaN();
   if (c.train.clip_grad_norm > 0 || (logged && c.device == Device::kCpu)) grad_norm = ClipGradients(c, t, u, squares);
+  const double clipped = MonotonicSeconds();
   u.exec->SetLearningRate(lr);
   u.exec->ApplyGradients();
+  if (c.train.clip_grad_norm > 0) times.clip_s += clipped - start;
+  times.update_s += MonotonicSeconds() - start;
+  ++times.steps;
   return grad_norm;
 }
 
@@ -551,6 +570,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
   WeightsWatch weights_lost;
   std::vector<double> squares(u.plan.model.ops.size());  // per op: the gradients' squares (ClipGradients)
+  UpdateTimes times;
   for (std::int64_t step = first_step; step <= total; ++step) {
     // Kept before the agreement below: see KeptState.
     recovery.Keep(u, step - 1, step == first_step);
@@ -571,7 +591,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     const bool skip = numbers.Skip(code, step);
     const double lr = LearningRateAt(c.train.lr_schedule, c.train.optimizer.lr, step, total);
     const bool logged = c.log.every_steps > 0 && (step % c.log.every_steps == 0 || step == total);
-    const double grad_norm = Update(c, t, u, skip, logged, lr, squares);
+    const double grad_norm = Update(c, t, u, skip, logged, lr, squares, times);
     watch.StepEnds(c, comms, u, batch, trace, step, tty);
     numbers.Started(code, step);
     window_samples += c.train.batch_size;
@@ -585,9 +605,10 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     if (logged) {
       numbers.Settle();
       LogStep(c, t, u.metrics.get(), stats, step, epoch, total, window_samples, Seconds(window_start, Clock::now()),
-              Seconds(start, Clock::now()), lr, grad_norm, tty, skip, numbers.skipped(), summary);
+              Seconds(start, Clock::now()), lr, grad_norm, times, tty, skip, numbers.skipped(), summary);
       window_start = Clock::now();
       window_samples = 0;
+      times = {};
     }
     // u.test holds Fashion-MNIST's test split or fortunes' validation split
     // when the config asks for them, and nothing otherwise.

@@ -47,6 +47,9 @@ struct RunResult {
   std::vector<double> losses;
   std::vector<double> lrs;  // each logged step's rate
   std::vector<double> grad_norms;  // each logged step's gradient norm (before a clip)
+  // Each logged step's optimizer step and the clip's part of it (where
+  // the run clips), rank 0's seconds.
+  std::vector<double> update_s, clip_s;
   std::string weights;  // the weights file's bytes
 };
 
@@ -96,6 +99,8 @@ class ThreadsTrain : public ::testing::Test {
       if (row.contains("grad_norm") && row["grad_norm"].is_number()) {
         run.grad_norms.push_back(row["grad_norm"].get<double>());
       }
+      if (row.contains("update_s")) run.update_s.push_back(row["update_s"].get<double>());
+      if (row.contains("clip_s")) run.clip_s.push_back(row["clip_s"].get<double>());
     }
     run.weights = baton_test::ReadAll(out / "weights.safetensors");
     return run;
@@ -563,6 +568,14 @@ TEST_F(ThreadsTrain, ClippingByTheGlobalNormLearnsWhatOneRankLearns) {
     sets.insert(sets.end(), extra.begin(), extra.end());
     const RunResult r = Train(name, 2, 1, sets);
     ExpectClean(r);
+    // The row times the optimizer step, and the clip's part where it clips.
+    EXPECT_EQ(r.update_s.size(), 1u) << name;
+    for (const double u : r.update_s) EXPECT_GT(u, 0) << name;
+    EXPECT_EQ(r.clip_s.size(), name == "clipped" ? 1u : 0u) << name;
+    for (const double x : r.clip_s) {
+      EXPECT_GT(x, 0) << name;
+      EXPECT_LT(x, r.update_s.at(0)) << name;
+    }
     std::vector<float> w;
     for (const NamedTensor& t : ReadSafetensors((dir_ / name / "weights.safetensors").string())) {
       w.insert(w.end(), t.data.begin(), t.data.end());
