@@ -131,7 +131,7 @@ std::string BenchReportJson(const BenchReport& b) {
 // steps (MeasureRank), in the loaders' order.
 void PricePackedSteps(const TrainConfig& c, const RunPlan& plan, const BenchOptions& o, BenchReport& report) {
   std::string source;
-  const Profile profile = ProfileFor(c, o.profile_path, &source);
+  const Profile profile = GradientsOnly(ProfileFor(c, o.profile_path, &source));  // as MeasureRank times a step
   const PackedRunSteps run = PackedSteps(c, plan, o.warmup_steps + o.steps, o.steps);
   std::vector<double> ratios;
   for (std::size_t k = 0; k < run.steps.size(); ++k) {

@@ -15,6 +15,7 @@
 #include "baton/profile_price.h"
 #include "baton/schedule.h"
 #include "baton/train.h"
+#include "measure.h"
 
 namespace baton {
 namespace {
@@ -112,13 +113,14 @@ void CalibrateSharing(Transport& world, const TrainConfig& config, int steps, Pr
     p.machine.calibration.push_back(MachineModel::Calibration{
         fmt::format("{} m{} v{} {} {}", run.pipeline.schedule, run.pipeline.microbatches, plans[k].lowered.chunks(),
                     EnumName(run.pipeline.checkpointing), LayoutText(run, plans[k].model, plans[k].bounds)),
-        measured[k], PredictFromProfile(plans[k], p).sim.makespan, 0.0});
+        measured[k], PredictFromProfile(plans[k], GradientsOnly(p)).sim.makespan, 0.0});
   }
-  const SharedCoresFit fit = FitSharedCores(plans, p, measured);
+  // Bench's steps end at their gradients: fitted to a price without the optimizer's step.
+  const SharedCoresFit fit = FitSharedCores(plans, GradientsOnly(p), measured);
   p.machine.shared.action_cost = fit.scale;
   p.machine.shared.waiting_share = fit.waiting_share;
   for (std::size_t k = 0; k < runs.size(); ++k) {
-    p.machine.calibration[k].fitted_step_s = PredictFromProfile(plans[k], p).sim.makespan;
+    p.machine.calibration[k].fitted_step_s = PredictFromProfile(plans[k], GradientsOnly(p)).sim.makespan;
   }
 }
 

@@ -177,4 +177,11 @@ std::vector<RankRecord> GatherRecords(Transport& t, const RankRecord& mine) {
   return all;
 }
 
+Profile GradientsOnly(Profile profile) {
+  profile.optimizer.clear();
+  profile.update.clear();
+  profile.clip.clear();
+  return profile;
+}
+
 }  // namespace baton

@@ -22,6 +22,12 @@ namespace baton {
 // Collective over the world.
 RankRecord MeasureRank(RunSetup& u, const RunComms& comms, const BenchOptions& options);
 
+// `profile` without the optimizer's step (Profile::update and clip): its
+// price is then of what MeasureRank times, a step to its final gradients,
+// as `baton bench`'s packed prediction and the shared-core fit set it
+// against the measured steps.
+Profile GradientsOnly(Profile profile);
+
 // Collective over `t`: every rank's record on rank 0 (index = rank), an
 // empty list elsewhere.
 std::vector<RankRecord> GatherRecords(Transport& t, const RankRecord& mine);
