@@ -7,6 +7,10 @@
 # ways) and the pick's measured step against the best measured (goal: the
 # pick within 5% of the best). Timings on a shared machine are noisy:
 # ROUNDS rounds bench the candidates alternately and the medians count.
+# The tuner prices a training step, the optimizer's step included; bench
+# times a step to its gradients: measured / predicted reads that much
+# (the profile's update, about 1-2% of a step here) below a training
+# run's.
 #   bench/tune_check.sh [CONFIG] [RANKS] [MEMORY_BYTES] [K] [ROUNDS] [--set KEY=VALUE ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
