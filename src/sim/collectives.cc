@@ -74,28 +74,30 @@ void AddUpdates(const Schedule& s, const SimOptions& o, SimResult& res) {
     for (const int st : r.stages) t += per_stage[static_cast<std::size_t>(st)];
     return t;
   };
-  const bool clip = !u.clip.empty();
-  // When each rank is done with its gradients (its compute and the
-  // collectives after it), and with a clip, when the norm is known: the
-  // slowest rank's pass, then the exchange.
-  std::vector<double> done(static_cast<std::size_t>(s.ranks));
+  // Per rank: its clip pass and its update; when it is done with its
+  // gradients (its compute, the collectives after it, its pass); and with
+  // a clip, when the norm is known (the slowest rank's pass, then the
+  // exchange).
+  const auto ranks = static_cast<std::size_t>(s.ranks);
+  std::vector<double> pass(ranks), update(ranks), done(ranks);
   double norm_known = 0.0;
-  for (int r = 0; r < s.ranks; ++r) {
-    const RankResult& out = res.per_rank[static_cast<std::size_t>(r)];
-    done[static_cast<std::size_t>(r)] = std::max(out.end, out.reduce_end) + of_rank(u.clip, out);
-    norm_known = std::max(norm_known, done[static_cast<std::size_t>(r)]);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const RankResult& out = res.per_rank[r];
+    pass[r] = of_rank(u.clip, out);
+    update[r] = of_rank(u.stage_time, out);
+    done[r] = std::max(out.end, out.reduce_end) + pass[r];
+    norm_known = std::max(norm_known, done[r]);
   }
   norm_known += u.exchange;
   double busy = 0.0;
   res.makespan = 0.0;
-  for (int r = 0; r < s.ranks; ++r) {
-    RankResult& out = res.per_rank[static_cast<std::size_t>(r)];
-    const double from = clip ? norm_known : done[static_cast<std::size_t>(r)];
-    const double own = of_rank(u.clip, out) + of_rank(u.stage_time, out);
-    out.clip_wait = from - done[static_cast<std::size_t>(r)];
-    out.update_end = from + of_rank(u.stage_time, out);
-    out.busy += own;
-    out.work += own;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    RankResult& out = res.per_rank[r];
+    const double from = u.clip.empty() ? done[r] : norm_known;
+    out.clip_wait = from - done[r];
+    out.update_end = from + update[r];
+    out.busy += pass[r] + update[r];
+    out.work += pass[r] + update[r];
     busy += out.busy;
     res.makespan = std::max(res.makespan, out.update_end);
   }

@@ -16,8 +16,8 @@
 
 #include "baton/data.h"
 #include "baton/error.h"
-#include "baton/timing.h"
 #include "baton/placement.h"
+#include "baton/timing.h"
 #include "baton/train.h"
 #include "baton/watch.h"
 #include "adapt.h"
