@@ -67,10 +67,14 @@ struct Hub {
     std::map<std::int64_t, Bytes> messages;
   };
   std::map<std::tuple<int, int, int>, Channel> channels;  // (to, from, tag)
-  // Collective k: each member's contribution, and how many have yet to read it.
+  // Collective k: each member's contribution, how many have come, and how
+  // many have yet to read it; once all have come, the contributions shared
+  // by the readers (none copies them).
   struct Round {
     std::vector<std::optional<Bytes>> parts;
+    int arrived = 0;
     int readers = 0;
+    std::shared_ptr<const std::vector<Bytes>> all;
   };
   std::map<std::int64_t, Round> rounds;
   // A new world being made by members of this one (MakeThreadSurvivors,
@@ -109,7 +113,10 @@ class Member {
       const bool working = WhileWaiting::Run();
       lock.lock();
       if (ready()) return;
-      job.cv.wait_for(lock, working ? std::chrono::microseconds(500) : std::chrono::microseconds(5000));
+      // What it waits for, and the job's end, wake it; the poll is for the
+      // thread's work (0.5 ms) and the deadline (50 ms: a thousand ranks
+      // waiting on one lock poll it 20,000 times a second, not 200,000).
+      job.cv.wait_for(lock, working ? std::chrono::microseconds(500) : std::chrono::milliseconds(50));
       if (job.ended) throw PeerFailed();
       if (ready()) return;
       if (deadline.waited_s() < timeout_s_) continue;
@@ -133,24 +140,29 @@ class Member {
       r.readers = hub_->size();
     }
     r.parts[static_cast<std::size_t>(rank_)] = std::move(mine);
-    hub_->job->cv.notify_all();
+    if (++r.arrived == hub_->size()) {  // the last to come wakes the others
+      auto all = std::make_shared<std::vector<Bytes>>();
+      all->reserve(r.parts.size());
+      for (auto& part : r.parts) all->push_back(std::move(*part));
+      r.parts.clear();
+      r.all = std::move(all);
+      hub_->job->cv.notify_all();
+    }
     return k;
   }
   bool Complete(std::int64_t k) const {
     const auto it = hub_->rounds.find(k);
-    return it != hub_->rounds.end() &&
-           std::all_of(it->second.parts.begin(), it->second.parts.end(), [](const auto& p) { return p.has_value(); });
+    return it != hub_->rounds.end() && it->second.all != nullptr;
   }
   // Every member's contribution to round `k`, in member order, once all are
   // in (REQUIRES: the lock held, Complete(k)); the round goes with its last reader.
-  std::vector<Bytes> Take(std::int64_t k) {
+  std::shared_ptr<const std::vector<Bytes>> Take(std::int64_t k) {
     Hub::Round& r = hub_->rounds.at(k);
-    std::vector<Bytes> out;
-    for (auto& p : r.parts) out.push_back(*p);
+    std::shared_ptr<const std::vector<Bytes>> out = r.all;
     if (--r.readers == 0) hub_->rounds.erase(k);
     return out;
   }
-  std::vector<Bytes> Collect(std::int64_t k, const std::string& what) {
+  std::shared_ptr<const std::vector<Bytes>> Collect(std::int64_t k, const std::string& what) {
     std::unique_lock<std::mutex> lock(hub_->job->mu);
     WaitUntil(lock, what, [&] { return Complete(k); });
     return Take(k);
@@ -224,7 +236,8 @@ class ThreadTransport final : public Transport, private Member {
   bool Idle(int id) const override { return requests_.at(static_cast<std::size_t>(id)).kind == Request::kNone; }
 
   void ReduceSum(std::span<double> values) override {
-    const auto all = Collect(Contribute(Copy(values.data(), values.size_bytes())), "the reduce of the step's loss");
+    const auto held = Collect(Contribute(Copy(values.data(), values.size_bytes())), "the reduce of the step's loss");
+    const std::vector<Bytes>& all = *held;
     if (rank_ != 0) return;
     std::fill(values.begin(), values.end(), 0.0);
     for (const Bytes& part : all) {
@@ -236,19 +249,22 @@ class ThreadTransport final : public Transport, private Member {
     }
   }
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override {
-    const auto all = Collect(Contribute(Copy(mine.data(), mine.size_bytes())), "the gather of the final weights");
+    const auto held = Collect(Contribute(Copy(mine.data(), mine.size_bytes())), "the gather of the final weights");
+    const std::vector<Bytes>& all = *held;
     if (rank_ != 0) return;
     *out = Floats(all);
   }
   void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override {
-    const auto all = Collect(Contribute(Copy(mine.data(), mine.size())), std::string(what));
+    const auto held = Collect(Contribute(Copy(mine.data(), mine.size())), std::string(what));
+    const std::vector<Bytes>& all = *held;
     if (rank_ != 0) return;
     out->clear();
     for (const Bytes& part : all) out->emplace_back(reinterpret_cast<const char*>(part.data()), part.size());
   }
   void BroadcastString(std::string* text) override {
-    const auto all =
+    const auto held =
         Collect(Contribute(rank_ == 0 ? Copy(text->data(), text->size()) : Bytes{}), "the broadcast of the config");
+    const std::vector<Bytes>& all = *held;
     text->assign(reinterpret_cast<const char*>(all[0].data()), all[0].size());
   }
   int AllMax(int value, std::string_view what) override {
@@ -260,7 +276,8 @@ class ThreadTransport final : public Transport, private Member {
     max_round_ = Contribute(Copy(&value, sizeof value));
   }
   int EndAllMax(std::string_view what) override {
-    const auto all = Collect(*max_round_, std::string(what));
+    const auto held = Collect(*max_round_, std::string(what));
+    const std::vector<Bytes>& all = *held;
     max_round_.reset();
     int out = std::numeric_limits<int>::min();
     for (const Bytes& part : all) {
@@ -366,7 +383,7 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     std::unique_lock<std::mutex> lock(hub_->job->mu);
     if (hub_->job->ended) throw PeerFailed();
     if (!Complete(p->round)) return false;
-    Finish(p, Take(p->round));
+    Finish(p, *Take(p->round));
     return true;
   }
   void Wait(int id, const WaitInfo& info) override {
@@ -375,11 +392,12 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     std::unique_lock<std::mutex> lock(hub_->job->mu);
     WaitUntil(lock, fmt::format("{} of stage {} with its replicas (ranks {})", info.what, info.stage, Members()),
               [&] { return Complete(p->round); });
-    Finish(p, Take(p->round));
+    Finish(p, *Take(p->round));
   }
   void Gather(std::span<const float> mine, std::vector<float>* out) override {
-    const auto all = Collect(Contribute(Copy(mine.data(), mine.size_bytes())),
-                             fmt::format("the gather of the optimizer state with its replicas (ranks {})", Members()));
+    const auto held = Collect(Contribute(Copy(mine.data(), mine.size_bytes())),
+                              fmt::format("the gather of the optimizer state with its replicas (ranks {})", Members()));
+    const std::vector<Bytes>& all = *held;
     if (rank_ != 0) return;
     *out = Floats(all);
   }
