@@ -2,12 +2,16 @@
 // is lost, without MPI: MPI requests to a dead rank never complete and never
 // fail (Open MPI 4.1 has no ULFM), so something beside them must tell.
 //
-// Every rank holds one TCP connection to every other (a full mesh, made once
-// at setup) and a thread that sends a heartbeat on each every `heartbeat_s`
-// and reads theirs. A process that dies has its connections closed by its
-// kernel: its peers see it at once. A node that dies, or a process stopped,
-// goes silent: seen after `silent_s` (0: silence is never a loss). A slow
-// rank is not a lost one: the thread heartbeats however busy the rank is.
+// Every rank holds a TCP connection to each of a few others, its
+// neighbours (WatchNeighbours: at most 7 whatever the job's size, made once
+// at setup), and a thread that sends a heartbeat on each every
+// `heartbeat_s` and reads theirs. A process that dies has its connections
+// closed by its kernel: its neighbours see it at once. A node that dies, or
+// a process stopped, goes silent: seen after `silent_s` (0: silence is
+// never a loss). A slow rank is not a lost one: the thread heartbeats
+// however busy the rank is. A rank that sees a loss tells its neighbours,
+// and each tells its own the first time it hears (a flood): every survivor
+// knows within O(log N) hops, along the tree of the neighbours.
 #ifndef BATON_WATCH_H_
 #define BATON_WATCH_H_
 
@@ -40,12 +44,31 @@ struct WatchOptions {
   const Env* env = nullptr;
 };
 
-// A rank this rank has seen lost: how (its connection closed, or silent),
-// and when, in seconds since the watch started.
+// A rank this rank has seen lost: how (its connection closed, or silent,
+// here or at the neighbour that told), and when, in seconds since the
+// watch started. `gone`: a connection to it closed, so its process ended
+// (a silent rank may still run).
 struct LostRank {
   int rank = -1;
   std::string how;
   double at_s = 0;
+  bool gone = false;
+};
+
+// The ranks `rank` of a job of `size` watches: those one and two places
+// before and after it on a ring, and its parent and children in the
+// binary tree of the ranks (rank r's parent is (r - 1) / 2). At most 7,
+// symmetric (each watches the other), sorted; every rank for a job of up
+// to 5. The tree keeps any two ranks within 2 log2(size) hops; the ring
+// keeps the survivors of a few losses connected.
+std::vector<int> WatchNeighbours(int rank, int size);
+
+// What a rank's watch has sent so far: its frames and their bytes, and of
+// those its heartbeats.
+struct WatchTraffic {
+  long frames = 0;
+  long bytes = 0;
+  long heartbeats = 0;
 };
 
 // The lost ranks as they were seen, for messages: "rank 1: its connection
@@ -84,8 +107,8 @@ struct WatchMember {
 class RankWatch {
  public:
   // Collective over `world` (every rank, once, at setup): listens on a TCP
-  // port of this host, exchanges the addresses, connects every pair, and
-  // starts the thread. Throws Error naming the socket call that failed.
+  // port of this host, exchanges the addresses, connects each rank to its
+  // neighbours, and starts the thread. Throws Error naming the socket call that failed.
   RankWatch(Transport& world, WatchOptions options);
   ~RankWatch();
   RankWatch(const RankWatch&) = delete;
@@ -96,6 +119,9 @@ class RankWatch {
   // The ranks this rank has seen lost so far, in the order seen.
   std::vector<LostRank> Lost() const;
   bool AnyLost() const;
+  // Blocks until this rank has seen a rank lost (or was told it is out),
+  // at most `timeout_s`; whether it has.
+  bool WaitForLoss(double timeout_s) const;
   // Throws RankLost when AnyLost(); RankExcluded first when this rank
   // was told it is out.
   void ThrowIfLost() const;
@@ -113,15 +139,23 @@ class RankWatch {
   // the options' epoch plus the agreements so far.
   int epoch() const;
   const WatchMember& member(int rank) const { return members_.at(static_cast<std::size_t>(rank)); }
+  // The ranks this one watches (WatchNeighbours), one connection each.
+  const std::vector<int>& neighbours() const { return neighbours_; }
+  WatchTraffic traffic() const;
 
   // The survivors' agreement on who is lost (every surviving rank calls it
-  // once a loss is seen; no collective of the old communicators runs): the
-  // lowest rank it believes alive collects every survivor's view, decides
-  // the union and sends it; each rank that gets the decision passes it on
-  // before it returns, so the death of whoever decides (at any moment) is
-  // itself seen and the next lowest decides. Returns the agreed lost ranks,
-  // sorted. Throws DeadlineExpired when no decision comes within
-  // `timeout_s`.
+  // once a loss is seen; no collective of the old communicators runs), up a
+  // tree: the survivors' breadth-first tree over the neighbours' connections
+  // from the lowest rank believed alive, as each rank computes it from the
+  // losses it knows. A rank tells its parent its view (the lost ranks) once
+  // each of its children has told it the same view; the root, once all of
+  // its children have, decides that view. The decision goes back to every
+  // neighbour of each rank that gets it, before that rank returns, so the
+  // death of whoever decides (at any moment) is itself seen, spreads, and
+  // the next lowest decides. A loss seen meanwhile changes the views and the
+  // tree, and the rounds start again: 2 log2 N hops each. Returns the
+  // agreed lost ranks, sorted. Throws DeadlineExpired when no decision
+  // comes within `timeout_s` (as where the losses cut the survivors apart).
   std::vector<int> AgreeLost(double timeout_s);
 
   // Ends this rank's watch as its process's death would, as its peers see
@@ -138,6 +172,7 @@ class RankWatch {
   int size_ = 1;
   WatchOptions options_;
   std::vector<WatchMember> members_;
+  std::vector<int> neighbours_;
   std::unique_ptr<State> state_;
 };
 

@@ -1,5 +1,6 @@
-// The lost-rank watch (baton/watch.h): a TCP mesh with heartbeats, read by
-// one thread, and the survivors' agreement over it.
+// The lost-rank watch (baton/watch.h): TCP connections to a few neighbours
+// with heartbeats, read by one thread, losses flooded over them, and the
+// survivors' agreement up a tree of them.
 #include "baton/env.h"
 #include "baton/watch.h"
 
@@ -13,8 +14,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -29,11 +32,14 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Frames on a connection: a heartbeat, a goodbye (the peer ends normally),
-// and a view or a decision (an agreement's epoch and one byte a rank: 1
-// for lost).
+// Frames on a connection: a heartbeat; a goodbye (the peer ends normally);
+// a loss (the lost rank, the rank that saw it, and how: a Seen), passed on by each rank the first time it hears; a view (an
+// agreement's epoch and its lost ranks, from a child to its parent in the
+// survivors' tree) and a decision (the same, from the root, passed on by
+// every rank that gets it).
 constexpr char kHeartbeat = 'H';
 constexpr char kGoodbye = 'B';
+constexpr char kLoss = 'L';
 constexpr char kView = 'V';
 constexpr char kDecision = 'D';
 // The survivors to a rank they agreed is lost, with the epoch that agreement
@@ -43,8 +49,41 @@ constexpr char kFence = 'X';
 // How a rank this one never saw lost is, once the survivors agreed it is.
 constexpr const char* kAgreedLost = "the survivors agreed it is lost";
 
+// How a loss was seen, as a loss frame says.
+enum class Seen : char { kClosed = 'c', kSilent = 's', kAgreed = 'a', kGarbled = 'g' };
+
+// A loss `seer` saw and told of, as the ranks it reached describe it.
+std::string ToldLoss(int seer, Seen how) {
+  switch (how) {
+    case Seen::kClosed:
+      return fmt::format("rank {} saw its connection close", seer);
+    case Seen::kSilent:
+      return fmt::format("rank {} heard nothing from it", seer);
+    case Seen::kAgreed:
+      return kAgreedLost;
+    case Seen::kGarbled:
+      break;
+  }
+  return fmt::format("rank {} had a frame from it the watch does not know", seer);
+}
+
 [[noreturn]] void Fail(const std::string& what) {
   throw Error(fmt::format("the lost-rank watch: {}: {}", what, std::strerror(errno)));
+}
+
+std::string Int32(std::int32_t v) { return std::string(reinterpret_cast<const char*>(&v), sizeof v); }
+
+std::int32_t ReadInt32(const std::string& in, std::size_t at) {
+  std::int32_t v = 0;
+  std::memcpy(&v, in.data() + at, sizeof v);
+  return v;
+}
+
+// A view or a decision: its type, epoch, and lost ranks.
+std::string ListFrame(char type, int epoch, const std::vector<int>& ranks) {
+  std::string out = std::string(1, type) + Int32(epoch) + Int32(static_cast<std::int32_t>(ranks.size()));
+  for (const int r : ranks) out += Int32(r);
+  return out;
 }
 
 // Every rank's "address:port\tpid\thost" (gathered at rank 0, broadcast):
@@ -66,22 +105,80 @@ std::vector<std::string> ExchangeAddresses(Transport& world, const std::string& 
   return all;
 }
 
+// This rank's place in the survivors' tree: breadth first over the
+// neighbours' connections from the lowest rank not in `lost`, each rank's
+// neighbours in order. root -1: every rank is lost; parent -1: the root,
+// or a rank the losses cut off from it.
+struct TreePlace {
+  int root = -1;
+  int parent = -1;
+  bool reached = false;
+  std::vector<int> children;
+};
+
+TreePlace SurvivorTree(int rank, int size, const std::vector<char>& lost) {
+  TreePlace t;
+  for (int r = 0; r < size && t.root < 0; ++r) {
+    if (lost[static_cast<std::size_t>(r)] == 0) t.root = r;
+  }
+  if (t.root < 0) return t;
+  std::vector<int> parent(static_cast<std::size_t>(size), -2);  // -2: not reached
+  std::deque<int> queue{t.root};
+  parent[static_cast<std::size_t>(t.root)] = -1;
+  while (!queue.empty()) {
+    const int at = queue.front();
+    queue.pop_front();
+    for (const int n : WatchNeighbours(at, size)) {
+      if (lost[static_cast<std::size_t>(n)] != 0 || parent[static_cast<std::size_t>(n)] != -2) continue;
+      parent[static_cast<std::size_t>(n)] = at;
+      if (at == rank) t.children.push_back(n);
+      queue.push_back(n);
+    }
+  }
+  t.reached = parent[static_cast<std::size_t>(rank)] != -2;
+  t.parent = t.reached ? parent[static_cast<std::size_t>(rank)] : -1;
+  return t;
+}
+
 }  // namespace
+
+std::vector<int> WatchNeighbours(int rank, int size) {
+  std::vector<int> out;
+  if (size <= 1) return out;
+  for (const int d : {1, 2}) {
+    out.push_back((rank + d) % size);
+    out.push_back(((rank - d) % size + size) % size);
+  }
+  if (rank > 0) out.push_back((rank - 1) / 2);
+  for (const int child : {2 * rank + 1, 2 * rank + 2}) {
+    if (child < size) out.push_back(child);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  out.erase(std::remove(out.begin(), out.end(), rank), out.end());
+  return out;
+}
 
 struct RankWatch::State {
   struct Peer {
-    int fd = -1;
+    int fd = -1;     // a neighbour's connection
     std::string in;  // bytes read, not yet a whole frame
     Clock::time_point heard;
     bool lost = false;
     bool left = false;  // said goodbye: its end is no loss
+    // Its latest view (a child's, in an agreement) and that agreement.
+    int view_epoch = -1;
+    std::vector<int> view;
   };
+  int rank = 0;
+  std::vector<int> neighbours;
   std::vector<Peer> peers;  // by rank; this rank's own entry is unused
   Clock::time_point start = Clock::now();
   std::atomic<bool> any_lost{false};
   std::atomic<bool> stop{false};
   std::thread thread;
-  std::mutex send_mu;  // one frame at a time on every connection
+  std::mutex send_mu;  // one frame at a time on every connection; and `sent`
+  WatchTraffic sent;
   // Who reads the connections: the watch's thread, or a rank's Fence.
   std::mutex read_mu;
   // The epoch that excluded this rank (-1: none), and whether on_excluded ran.
@@ -89,12 +186,10 @@ struct RankWatch::State {
   std::atomic<bool> told{false};
   std::atomic<double> pause_s{0};  // Pause: the thread's next pause
 
-  std::mutex mu;  // what follows
+  std::mutex mu;  // what follows, and the peers' lost, left and view
   std::condition_variable cv;
   std::vector<LostRank> lost;
-  std::vector<std::string> views;  // per peer: its latest view's flags
-  std::vector<int> view_epoch;     // per peer: that view's agreement
-  std::string decision;
+  std::vector<int> decision;
   int decision_epoch = -1;
   int epoch = 0;
 
@@ -102,23 +197,49 @@ struct RankWatch::State {
 
   void Send(int peer, const std::string& frame) {
     const std::lock_guard<std::mutex> lock(send_mu);
-    if (peers[peer].fd >= 0) env->SendAll(peers[peer].fd, frame);  // a closed peer is seen by the reader
+    if (peers[peer].fd < 0) return;
+    env->SendAll(peers[peer].fd, frame);  // a closed peer is seen by the reader
+    ++sent.frames;
+    sent.bytes += static_cast<long>(frame.size());
+    if (frame.size() == 1 && frame[0] == kHeartbeat) ++sent.heartbeats;
   }
-  void MarkLost(int peer, const std::string& how) {
+  // The neighbours still watched (neither lost nor gone), but `except`.
+  std::vector<int> Watched(int except = -1) {
     const std::lock_guard<std::mutex> lock(mu);
-    if (peers[peer].lost || peers[peer].left) return;
-    peers[peer].lost = true;
-    lost.push_back({peer, how, Since(start)});
-    any_lost = true;
-    cv.notify_all();
+    std::vector<int> out;
+    for (const int n : neighbours) {
+      if (n != except && !peers[n].lost && !peers[n].left) out.push_back(n);
+    }
+    return out;
+  }
+  // Notes `peer` lost, the first time, and tells every neighbour still
+  // watched (`seer`: the rank that saw it, `seen`: how).
+  void MarkLost(int peer, const std::string& how, int seer, Seen seen) {
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      if (peers[peer].lost || peers[peer].left) return;
+      peers[peer].lost = true;
+      lost.push_back({peer, how, Since(start), seen == Seen::kClosed});
+      any_lost = true;
+      cv.notify_all();
+    }
+    const std::string frame = std::string(1, kLoss) + Int32(peer) + Int32(seer) + std::string(1, static_cast<char>(seen));
+    for (const int n : Watched(peer)) Send(n, frame);
   }
   // The whole frames of `peer`'s buffer, taken in. REQUIRES: read_mu.
-  void Parse(int peer, int size) {
+  void Parse(int peer) {
     std::string& in = peers[peer].in;
     std::size_t at = 0;
-    const std::size_t frame = 1 + sizeof(std::int32_t) + static_cast<std::size_t>(size);
+    constexpr std::size_t kInt = sizeof(std::int32_t);
     while (at < in.size()) {
       const char type = in[at];
+      // What a rank already lost says of others is not taken in (it was
+      // paused, and wakes to silences of its own making).
+      bool from_lost = false;
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        from_lost = peers[peer].lost;
+      }
       if (type == kHeartbeat) {
         ++at;
       } else if (type == kGoodbye) {
@@ -126,31 +247,43 @@ struct RankWatch::State {
         peers[peer].left = true;
         ++at;
       } else if (type == kFence) {
-        if (in.size() - at < 1 + sizeof(std::int32_t)) break;
-        std::int32_t e = 0;
-        std::memcpy(&e, in.data() + at + 1, sizeof e);
+        if (in.size() - at < 1 + kInt) break;
         int none = -1;
-        excluded_epoch.compare_exchange_strong(none, e);
-        any_lost = true;  // every wait of this rank ends
+        excluded_epoch.compare_exchange_strong(none, ReadInt32(in, at + 1));
+        {
+          const std::lock_guard<std::mutex> lock(mu);
+          any_lost = true;  // every wait of this rank ends
+        }
         cv.notify_all();
-        at += 1 + sizeof e;
+        at += 1 + kInt;
+      } else if (type == kLoss) {
+        if (in.size() - at < 1 + 2 * kInt + 1) break;
+        const int who = ReadInt32(in, at + 1), seer = ReadInt32(in, at + 1 + kInt);
+        const auto seen = static_cast<Seen>(in[at + 1 + 2 * kInt]);
+        at += 1 + 2 * kInt + 1;
+        if (from_lost || who == rank || who < 0 || who >= static_cast<int>(peers.size())) continue;
+        MarkLost(who, ToldLoss(seer, seen), seer, seen);
       } else if (type == kView || type == kDecision) {
+        if (in.size() - at < 1 + 2 * kInt) break;
+        const int e = ReadInt32(in, at + 1), n = ReadInt32(in, at + 1 + kInt);
+        const std::size_t frame = 1 + 2 * kInt + kInt * static_cast<std::size_t>(std::max(0, n));
         if (in.size() - at < frame) break;
-        std::int32_t e = 0;
-        std::memcpy(&e, in.data() + at + 1, sizeof e);
-        std::string flags = in.substr(at + 1 + sizeof e, static_cast<std::size_t>(size));
+        std::vector<int> ranks;
+        for (int i = 0; i < n; ++i) ranks.push_back(ReadInt32(in, at + 1 + 2 * kInt + kInt * i));
+        at += frame;
+        if (from_lost) continue;
         const std::lock_guard<std::mutex> lock(mu);
         if (type == kView) {
-          views[peer] = std::move(flags);
-          view_epoch[peer] = e;
+          peers[peer].view = std::move(ranks);
+          peers[peer].view_epoch = e;
         } else if (e > decision_epoch) {
-          decision = std::move(flags);
+          decision = std::move(ranks);
           decision_epoch = e;
         }
         cv.notify_all();
-        at += frame;
       } else {
-        MarkLost(peer, fmt::format("it sent a byte the watch does not know ({})", static_cast<int>(type)));
+        MarkLost(peer, fmt::format("it sent a byte the watch does not know ({})", static_cast<int>(type)), rank,
+                 Seen::kGarbled);
         at = in.size();
       }
     }
@@ -167,9 +300,9 @@ RankExcluded::RankExcluded(int rank, int epoch)
 RankWatch::RankWatch(Transport& world, WatchOptions options)
     : rank_(world.rank()), size_(world.size()), options_(std::move(options)), state_(std::make_unique<State>()) {
   State& s = *state_;
+  s.rank = rank_;
   s.peers.resize(size_);
-  s.views.assign(size_, std::string());
-  s.view_epoch.assign(size_, -1);
+  neighbours_ = s.neighbours = WatchNeighbours(rank_, size_);
   const Env& env = *(s.env = options_.env != nullptr ? options_.env : &Env::Default());
   int listener = -1;
   // Until the watch runs, what it opened is closed on an error (a watch
@@ -190,16 +323,17 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
   std::string mine;
   Agree(world, "every rank opening its lost-rank watch", [&] {
     int port = 0;
-    listener = env.ListenTcp(size_, &port);
+    listener = env.ListenTcp(static_cast<int>(neighbours_.size()) + 1, &port);
     if (listener < 0) Fail("listening");
     // address:port, then the process and its machine (WatchMember).
     mine = fmt::format("{}:{}\t{}\t{}", env.HostAddress(), port, ::getpid(), env.HostName());
   });
   const std::vector<std::string> all = ExchangeAddresses(world, mine, members_);
   Agree(world, "every rank connecting its lost-rank watch", [&] {
-    // Each pair once: the lower rank connects (the listener's backlog takes
-    // it before anyone accepts), and says who it is.
-    for (int peer = rank_ + 1; peer < size_; ++peer) {
+    // Each pair of neighbours once: the lower rank connects (the listener's
+    // backlog takes it before anyone accepts), and says who it is.
+    for (const int peer : neighbours_) {
+      if (peer < rank_) continue;
       const std::string& address = all.at(static_cast<std::size_t>(peer));
       s.peers[peer].fd = env.ConnectTcp(address);
       if (s.peers[peer].fd < 0) Fail(fmt::format("connecting to rank {} at {}", peer, address));
@@ -212,13 +346,14 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
   // Only once every rank has connected (a failed connection is every
   // rank's error here, before any waits to accept it).
   Agree(world, "every rank accepting its lost-rank watch's connections", [&] {
-    for (int accepted = 0; accepted < rank_; ++accepted) {
+    const auto lower = std::count_if(neighbours_.begin(), neighbours_.end(), [&](int n) { return n < rank_; });
+    for (long accepted = 0; accepted < lower; ++accepted) {
       const int fd = env.AcceptTcp(listener, 60'000);
       if (fd < 0 && errno == ETIMEDOUT) throw Error("the lost-rank watch: a lower rank did not connect in 60 s");
       if (fd < 0) Fail("accepting a lower rank's connection");
       std::int32_t who = -1;
       if (env.Receive(fd, &who, sizeof who, /*wait_all=*/true) != static_cast<long>(sizeof who) || who < 0 ||
-          who >= rank_ || s.peers[who].fd >= 0) {
+          who >= rank_ || s.peers[who].fd >= 0 || !std::binary_search(neighbours_.begin(), neighbours_.end(), who)) {
         env.CloseSocket(fd);
         throw Error("the lost-rank watch: a connection that is no lower rank's");
       }
@@ -236,9 +371,7 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
 
 RankWatch::~RankWatch() {
   State& s = *state_;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) s.Send(peer, std::string(1, kGoodbye));
-  }
+  for (const int peer : neighbours_) s.Send(peer, std::string(1, kGoodbye));
   Die();
 }
 
@@ -268,9 +401,9 @@ void RankWatch::Loop() {
     who.clear();
     {
       const std::lock_guard<std::mutex> lock(s.mu);
-      for (int peer = 0; peer < size_; ++peer) {
+      for (const int peer : neighbours_) {
         const State::Peer& p = s.peers[peer];
-        if (peer == rank_ || p.fd < 0 || p.lost || p.left) continue;
+        if (p.fd < 0 || p.lost || p.left) continue;
         fds.push_back({p.fd, POLLIN, 0});
         who.push_back(peer);
       }
@@ -285,9 +418,9 @@ void RankWatch::Loop() {
         if (n > 0) {
           s.peers[peer].heard = Clock::now();
           s.peers[peer].in.append(buffer, static_cast<std::size_t>(n));
-          s.Parse(peer, size_);
+          s.Parse(peer);
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-          s.MarkLost(peer, "its connection closed");
+          s.MarkLost(peer, "its connection closed", rank_, Seen::kClosed);
         }
       }
     }
@@ -304,7 +437,9 @@ void RankWatch::Loop() {
     if (options_.silent_s > 0) {
       for (const int peer : who) {
         const double silent = Since(s.peers[peer].heard);
-        if (silent >= options_.silent_s) s.MarkLost(peer, fmt::format("silent for {:.1f} s", silent));
+        if (silent >= options_.silent_s) {
+          s.MarkLost(peer, fmt::format("silent for {:.1f} s", silent), rank_, Seen::kSilent);
+        }
       }
     }
   }
@@ -317,6 +452,11 @@ std::vector<LostRank> RankWatch::Lost() const {
 
 bool RankWatch::AnyLost() const { return state_->any_lost.load(std::memory_order_relaxed); }
 
+bool RankWatch::WaitForLoss(double timeout_s) const {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  return state_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return AnyLost(); });
+}
+
 int RankWatch::excluded_epoch() const { return state_->excluded_epoch.load(); }
 
 int RankWatch::epoch() const {
@@ -326,6 +466,11 @@ int RankWatch::epoch() const {
 
 void RankWatch::Pause(double seconds) { state_->pause_s = seconds; }
 
+WatchTraffic RankWatch::traffic() const {
+  const std::lock_guard<std::mutex> lock(state_->send_mu);
+  return state_->sent;
+}
+
 void RankWatch::Fence() const {
   State& s = *state_;
   if (s.excluded_epoch < 0) {
@@ -333,15 +478,16 @@ void RankWatch::Fence() const {
     // the watch's after a pause.
     const std::lock_guard<std::mutex> reading(s.read_mu);
     char buffer[4096];
-    for (int peer = 0; peer < size_ && s.excluded_epoch < 0; ++peer) {
+    for (const int peer : neighbours_) {
+      if (s.excluded_epoch >= 0) break;
       State::Peer& p = s.peers[peer];
-      if (peer == rank_ || p.fd < 0 || p.left) continue;
+      if (p.fd < 0 || p.left) continue;
       for (;;) {
         const long n = s.env->Receive(p.fd, buffer, sizeof buffer, /*wait_all=*/false);
         if (n <= 0) break;  // nothing more now, or closed (the watch's thread sees that)
         p.heard = Clock::now();
         p.in.append(buffer, static_cast<std::size_t>(n));
-        s.Parse(peer, size_);
+        s.Parse(peer);
       }
     }
   }
@@ -372,69 +518,69 @@ void RankWatch::ThrowIfLost() const {
 std::vector<int> RankWatch::AgreeLost(double timeout_s) {
   State& s = *state_;
   const Clock::time_point start = Clock::now();
-  auto frame = [&](char type, int epoch, const std::string& flags) {
-    const std::int32_t e = epoch;
-    return std::string(1, type) + std::string(reinterpret_cast<const char*>(&e), sizeof e) + flags;
-  };
   std::unique_lock<std::mutex> lock(s.mu);
   const int epoch = ++s.epoch;
-  int told = -1;          // the rank this rank last sent its view to
-  std::string told_view;  // and that view
+  int told = -1;                // the parent this rank last sent its view to
+  std::vector<int> told_view;   // and that view
+  std::vector<char> flags(static_cast<std::size_t>(size_));
+  std::vector<int> placed_view{-1};  // the view `place` was computed for
+  TreePlace place;
   while (Since(start) < timeout_s) {
     if (s.excluded_epoch >= 0) throw RankExcluded(rank_, s.excluded_epoch);
-    std::string flags(static_cast<std::size_t>(size_), '\0');
-    for (int r = 0; r < size_; ++r) flags[r] = s.peers[r].lost ? 1 : 0;
-    std::string decided;
+    std::optional<std::vector<int>> decided;
     if (s.decision_epoch == epoch) {
       decided = s.decision;
     } else {
-      const int coordinator = static_cast<int>(std::find(flags.begin(), flags.end(), 0) - flags.begin());
-      if (coordinator == rank_) {
-        bool every_view = true;
-        for (int r = 0; r < size_; ++r) {
-          if (r == rank_ || flags[r] != 0) continue;
-          if (s.view_epoch[r] != epoch) {
-            every_view = false;
-          } else {
-            for (int q = 0; q < size_; ++q) flags[q] = static_cast<char>(flags[q] | s.views[r][q]);
-          }
+      std::vector<int> view;
+      for (int r = 0; r < size_; ++r) {
+        flags[static_cast<std::size_t>(r)] = s.peers[r].lost ? 1 : 0;
+        if (s.peers[r].lost) view.push_back(r);
+      }
+      if (view != placed_view) {  // the tree changes only with the losses known
+        place = SurvivorTree(rank_, size_, flags);
+        placed_view = view;
+      }
+      const bool children_agree = std::all_of(place.children.begin(), place.children.end(), [&](int c) {
+        return s.peers[c].view_epoch == epoch && s.peers[c].view == view;
+      });
+      if (place.reached && children_agree) {
+        if (place.parent < 0) {
+          decided = view;
+        } else if (place.parent != told || view != told_view) {
+          told = place.parent;
+          told_view = view;
+          lock.unlock();
+          s.Send(told, ListFrame(kView, epoch, view));
+          lock.lock();
+          continue;
         }
-        if (every_view) decided = flags;
-      } else if (coordinator != told || flags != told_view) {
-        told = coordinator;
-        told_view = flags;
-        lock.unlock();
-        s.Send(coordinator, frame(kView, epoch, flags));
-        lock.lock();
-        continue;
       }
     }
-    if (!decided.empty()) {
-      s.decision = decided;
+    if (decided) {
+      s.decision = *decided;
       s.decision_epoch = epoch;
       lock.unlock();
+      const std::vector<int>& out = *decided;
       // Passed on before returning: a decider lost halfway through sending
       // it leaves no survivor waiting.
-      std::vector<int> out;
-      for (int r = 0; r < size_; ++r) {
-        if (decided[r] != 0) {
-          out.push_back(r);
-        } else if (r != rank_) {
-          s.Send(r, frame(kDecision, epoch, decided));
-        }
+      const std::string frame = ListFrame(kDecision, epoch, out);
+      for (const int n : neighbours_) {
+        if (!std::binary_search(out.begin(), out.end(), n)) s.Send(n, frame);
       }
       // Each lost rank still there (paused, stalled: its connection open)
-      // is told it is out, by every survivor: it reads it when it wakes.
-      const std::int32_t next = options_.epoch + epoch;
-      const std::string fence = std::string(1, kFence) + std::string(reinterpret_cast<const char*>(&next), sizeof next);
+      // is told it is out, by every neighbour of it: it reads it when it
+      // wakes.
+      const std::string fence = std::string(1, kFence) + Int32(options_.epoch + epoch);
       for (const int r : out) {
         if (r == rank_) continue;
-        s.MarkLost(r, kAgreedLost);
-        s.Send(r, fence);
+        s.MarkLost(r, kAgreedLost, rank_, Seen::kAgreed);
+        if (std::binary_search(neighbours_.begin(), neighbours_.end(), r)) s.Send(r, fence);
       }
       return out;
     }
-    s.cv.wait_for(lock, std::chrono::milliseconds(10));
+    // Woken by what can change the outcome: a loss, a view, a decision, a
+    // fence.
+    s.cv.wait_for(lock, std::chrono::milliseconds(100));
   }
   throw DeadlineExpired(fmt::format("rank {}: the survivors did not agree on the lost ranks in {:.1f} s", rank_,
                                     timeout_s));

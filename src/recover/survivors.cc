@@ -198,12 +198,13 @@ Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_cloc
   epoch_ = watch_->epoch();
   out.epoch = epoch_;
   left_out_ = RankList(out.lost);
-  // A lost rank whose connection this rank saw close is gone; any other
-  // (silent, or seen by another rank) may still run: it was told it is out.
+  // A lost rank whose connection closed (here or at the rank that told) is
+  // gone; any other (silent, or only agreed on) may still run: it was told
+  // it is out.
   const std::vector<LostRank> seen_lost = watch_->Lost();
   for (const int l : out.lost) {
     const bool closed = std::any_of(seen_lost.begin(), seen_lost.end(), [&](const LostRank& x) {
-      return x.rank == l && x.how == "its connection closed";
+      return x.rank == l && x.gone;
     });
     if (!closed) maybe_running_.push_back(watch_->member(l));
   }
