@@ -311,6 +311,10 @@ struct RecoveryConfig {
   // rank, or the next replica) every `snapshot_every` steps, 0 = auto
   // (chosen from the copy's measured price: at most 5% of the step).
   int snapshot_every = 0;
+  // The lost-rank watch: a rank its neighbours hear nothing from for this
+  // long is lost (0: only a closed connection is; a loss of its node then
+  // waits for the deadline).
+  double silent_s = 1.0;
 };
 
 struct LogConfig {

@@ -48,17 +48,20 @@ class Deadline {
 // elsewhere holds them; a lost-rank watch ending the wait (RankWatch,
 // baton/watch.h). Nested, for the object's life: Deadline::Poll runs every
 // one of its thread, innermost first, and the in-process transport's waits.
+// `timed`: the work has things that come due (the late wire's messages),
+// so a wait polls it often; otherwise it looks for an event now and then.
 class WhileWaiting {
  public:
-  explicit WhileWaiting(std::function<void()> work);
+  explicit WhileWaiting(std::function<void()> work, bool timed = false);
   ~WhileWaiting();
   WhileWaiting(const WhileWaiting&) = delete;
   WhileWaiting& operator=(const WhileWaiting&) = delete;
-  // Runs this thread's work, if it has any; whether it has.
+  // Runs this thread's work, if it has any; whether any of it is timed.
   static bool Run();
 
  private:
   std::function<void()> work_;
+  bool timed_;
   WhileWaiting* outer_;
 };
 

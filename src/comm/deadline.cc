@@ -16,15 +16,19 @@ namespace {
 thread_local WhileWaiting* g_while_waiting = nullptr;
 }  // namespace
 
-WhileWaiting::WhileWaiting(std::function<void()> work) : work_(std::move(work)), outer_(g_while_waiting) {
+WhileWaiting::WhileWaiting(std::function<void()> work, bool timed)
+    : work_(std::move(work)), timed_(timed), outer_(g_while_waiting) {
   g_while_waiting = this;
 }
 WhileWaiting::~WhileWaiting() { g_while_waiting = outer_; }
 
 bool WhileWaiting::Run() {
-  if (g_while_waiting == nullptr) return false;
-  for (WhileWaiting* w = g_while_waiting; w != nullptr; w = w->outer_) w->work_();
-  return true;
+  bool timed = false;
+  for (WhileWaiting* w = g_while_waiting; w != nullptr; w = w->outer_) {
+    timed = timed || w->timed_;
+    w->work_();
+  }
+  return timed;
 }
 
 bool Deadline::Poll(int spins) {

@@ -21,7 +21,7 @@ struct LateWire::Held {
 LateWire::LateWire(Transport& inner)
     : inner_(inner),
       delay_(static_cast<std::size_t>(inner.size()), 0.0),
-      while_waiting_(std::make_unique<WhileWaiting>([this] { PostDue(); })) {}
+      while_waiting_(std::make_unique<WhileWaiting>([this] { PostDue(); }, /*timed=*/true)) {}
 
 LateWire::~LateWire() = default;
 

@@ -110,13 +110,14 @@ class Member {
       if (ready()) return;
       // A late wire's messages that came due are posted outside the lock.
       lock.unlock();
-      const bool working = WhileWaiting::Run();
+      const bool timed = WhileWaiting::Run();
       lock.lock();
       if (ready()) return;
       // What it waits for, and the job's end, wake it; the poll is for the
-      // thread's work (0.5 ms) and the deadline (50 ms: a thousand ranks
-      // waiting on one lock poll it 20,000 times a second, not 200,000).
-      job.cv.wait_for(lock, working ? std::chrono::microseconds(500) : std::chrono::milliseconds(50));
+      // thread's work that comes due (0.5 ms), its other work (a lost
+      // rank's interrupt) and the deadline (20 ms: a thousand ranks waiting
+      // on one lock poll it 50,000 times a second, not 2,000,000).
+      job.cv.wait_for(lock, timed ? std::chrono::microseconds(500) : std::chrono::milliseconds(20));
       if (job.ended) throw PeerFailed();
       if (ready()) return;
       if (deadline.waited_s() < timeout_s_) continue;

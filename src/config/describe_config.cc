@@ -173,6 +173,7 @@ void EmitRest(YAML::Emitter& e, const TrainConfig& c) {
     << std::string(EnumName(c.checkpoint.resume)) << YAML::EndMap;
   e << YAML::Key << "recovery" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "on_lost_rank"
     << YAML::Value << std::string(EnumName(c.recovery.on_lost_rank));
+  if (c.recovery.silent_s != 1.0) e << YAML::Key << "silent_s" << YAML::Value << c.recovery.silent_s;
   if (c.recovery.on_lost_rank == LostRankMode::kReplace &&
       (c.data_parallel.size == 1 || c.data_parallel.zero.shards_optimizer())) {
     e << YAML::Key << "snapshot_every" << YAML::Value

@@ -25,9 +25,6 @@ namespace baton {
 
 namespace {
 
-// A peer silent this long (its node lost, or the process stopped) is lost.
-constexpr double kLostAfterSilence = 1.0;
-
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -126,8 +123,8 @@ class RegroupGuard {
   std::thread thread_;  // last: started once the rest is set
 };
 
-JobWatch::JobWatch(const RunComms& comms, double timeout_s, JobHost& host, int epoch)
-    : timeout_s_(timeout_s), host_(host), comms_(&comms), epoch_(epoch) {
+JobWatch::JobWatch(const RunComms& comms, double timeout_s, double silent_s, JobHost& host, int epoch)
+    : timeout_s_(timeout_s), silent_s_(silent_s), host_(host), comms_(&comms), epoch_(epoch) {
   Watch();
 }
 
@@ -155,7 +152,7 @@ void JobWatch::Pause(double seconds) {
 void JobWatch::Watch() {
   fence_.reset();
   interrupt_.reset();
-  WatchOptions options{.heartbeat_s = 0.1, .silent_s = kLostAfterSilence, .epoch = epoch_};
+  WatchOptions options{.heartbeat_s = 0.1, .silent_s = silent_s_, .epoch = epoch_};
   // The others went on without this rank (it was paused past the silence
   // that calls a rank lost): whatever it was doing, it ends there.
   options.on_excluded = host_.OnExcluded();

@@ -94,7 +94,8 @@ class JobWatch final : public Survivors {
   // `epoch`: the job's membership epoch the world was agreed in (0 as
   // launched; a new rank in a lost one's place: the survivors'). `host`
   // outlives the watch.
-  JobWatch(const RunComms& comms, double timeout_s, JobHost& host, int epoch = 0);
+  // `silent_s`: recovery.silent_s, the silence that makes a rank lost.
+  JobWatch(const RunComms& comms, double timeout_s, double silent_s, JobHost& host, int epoch = 0);
   ~JobWatch() override;
 
   void set_command(TrainCommand c) { command_ = std::move(c); }
@@ -184,6 +185,7 @@ class JobWatch final : public Survivors {
   friend class RegroupGuard;
 
   double timeout_s_;
+  double silent_s_;  // recovery.silent_s
   JobHost& host_;
   const RunComms* comms_;              // the communicators now
   std::vector<RankWorld> survivors_;   // the worlds made after losses (never freed: see Shrink)

@@ -189,7 +189,7 @@ int RunWatched(const std::string& config_path, const std::vector<std::string>& s
     std::unique_ptr<JobWatch> watch;
     if (world.size() > 1 && DetectLaunch().keeps_survivors) {
       host = MakeProcessHost();
-      watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, *host);
+      watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, config.recovery.silent_s, *host);
       watch->set_command({config_path, text, set});
     }
     try {
@@ -242,7 +242,8 @@ int RunOnAllRanks(const std::string& config_path, const std::vector<std::string>
     // A new process in a lost rank's place watches the world it joined
     // (collective with the survivors' Replace), and recovers from a later
     // loss as they do.
-    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, *host, join.epoch);
+    watch = std::make_unique<JobWatch>(comms, config.pipeline.wait_timeout_s, config.recovery.silent_s, *host,
+                                       join.epoch);
     watch->set_command(join.command);  // a later loss may start new ranks from this one too
     watch->set_excluded(join.excluded);
     TrainOptions o = options;

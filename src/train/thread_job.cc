@@ -161,7 +161,7 @@ void RunRank(Shared& s, ThreadJobRank& me, ThreadRank rank, const std::optional<
     }
     const TrainConfig config = ParseTrainConfig(command.config_text, command.config_path, command.set);
     const RunComms comms{*rank.world, rank.pipeline ? *rank.pipeline : *rank.world, *rank.replicas};
-    JobWatch watch(comms, config.pipeline.wait_timeout_s, host, epoch);
+    JobWatch watch(comms, config.pipeline.wait_timeout_s, config.recovery.silent_s, host, epoch);
     host.set_watch(&watch);
     watch.set_command(command);
     watch.set_excluded(std::move(excluded));

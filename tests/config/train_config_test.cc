@@ -1325,6 +1325,17 @@ TEST(TrainConfigRecovery, ReplaceNeedsAWholeReplicaAndAGivenPlacement) {
           "replace with pipeline.adapt: on is not built yet");
 }
 
+// recovery.silent_s: the silence that makes a rank lost, 1 s by default,
+// 0 for none (only a closed connection), never under 5 heartbeats.
+TEST(TrainConfigRecovery, TheSilenceThatMakesARankLostIsZeroOrAtLeastHalfASecond) {
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {}).recovery.silent_s, 1.0);
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {"recovery.silent_s=0"}).recovery.silent_s, 0.0);
+  EXPECT_EQ(ParseTrainConfig(kValid, "t.yaml", {"recovery.silent_s=30"}).recovery.silent_s, 30.0);
+  for (const char* bad : {"recovery.silent_s=0.2", "recovery.silent_s=-1"}) {
+    refused({bad}, "recovery.silent_s: must be 0 (only a closed connection is a loss) or at least 0.5 s");
+  }
+}
+
 // In a pure pipeline replace takes a lost rank's state from the next
 // rank's snapshot, taken every recovery.snapshot_every steps (auto, 0, by
 // default); the interval applies there only, and reads back as written.

@@ -1,0 +1,145 @@
+// A training job as it grows: the tiny MLP (tests/mpi/tiny.yaml) on N
+// thread ranks of this process (RunThreadJob: the launch's own code on
+// each, a real lost-rank watch over TCP, silence no loss), 2 pipeline
+// ranks x N/2 replicas, one sample a microbatch, 2 microbatches a replica.
+// Two runs a size, 8 steps each:
+//   - plain: a checkpoint after step 4; its wall time from the start to
+//     the last rank's end, and the median step (the metrics' step_time_s,
+//     steps 2 to 8);
+//   - lost: rank N/3 + 1 killed in step 5 (BATON_FAULT), a new rank
+//     in its place (replace) and the job goes on: the seconds from the loss to the step
+//     that finished after it (the "recovered" row).
+// Prints a markdown row a size.
+//
+//   build/bench/thread_job_scale [--plain] [SIZES...]   (default 8 64 256 1024;
+//   --plain: the plain runs only)
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "baton/env.h"
+#include "baton/timing.h"
+#include "baton/train.h"
+#include "thread_job.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  double wall_s = 0;
+  std::vector<nlohmann::json> rows;
+  int failed = 0;  // ranks that ended other than as expected
+  std::string first_error;
+};
+
+Run Job(int ranks, const fs::path& dir, const std::string& name, const std::string& fault) {
+  const int replicas = ranks / 2;
+  std::vector<std::string> sets = {"pipeline.ranks=2",
+                                   "data_parallel.size=" + std::to_string(replicas),
+                                   "pipeline.microbatches=2",
+                                   "train.batch_size=" + std::to_string(2 * replicas),
+                                   "data.samples=" + std::to_string(std::max(256, 4 * ranks)),
+                                   "train.steps=8",
+                                   "pipeline.adapt=off",
+                                   "pipeline.wait_timeout_s=300",
+                                   // Only a closed connection is a loss: 1,024 busy threads on 2
+                                   // cores each wait past a second for a core.
+                                   "recovery.silent_s=0",
+                                   "log.metrics=" + (dir / (name + ".jsonl")).string(),
+                                   "log.weights=\"\""};
+  if (fault.empty()) {
+    sets.push_back("checkpoint.dir=" + (dir / (name + "-ck")).string());
+    sets.push_back("checkpoint.every_steps=4");
+  } else {
+    sets.push_back("recovery.on_lost_rank=replace");
+  }
+  baton::FakeMachine machine;
+  if (!fault.empty()) machine.variables["BATON_FAULT"] = fault;
+  const auto env = baton::MakeFakeEnv(machine);
+  baton::TrainOptions options;
+  options.env = env.get();
+  Run run;
+  const double start = baton::MonotonicSeconds();
+  const baton::ThreadJobEnd end = baton::RunThreadJob(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets, options);
+  run.wall_s = baton::MonotonicSeconds() - start;
+  for (const baton::ThreadJobRank& r : end.ranks) {
+    const bool killed = !fault.empty() && r.code == 137;
+    if (r.code != 0 && !killed) {
+      if (run.failed++ == 0) run.first_error = r.error;
+    }
+  }
+  std::ifstream in(dir / (name + ".jsonl"));
+  for (std::string line; std::getline(in, line);) run.rows.push_back(nlohmann::json::parse(line));
+  return run;
+}
+
+double MedianStep(const Run& run) {
+  std::vector<double> steps;
+  for (const auto& row : run.rows) {
+    if (row.contains("step_time_s") && row["step"].get<int>() >= 2) steps.push_back(row["step_time_s"]);
+  }
+  if (steps.empty()) return 0;
+  std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+  return steps[steps.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> sizes;
+  bool plain_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--plain") {
+      plain_only = true;
+    } else {
+      sizes.push_back(std::atoi(argv[i]));
+    }
+  }
+  if (sizes.empty()) sizes = {8, 64, 256, 1024};
+  for (const int n : sizes) {
+    if (n < 4 || n % 2 != 0) {
+      std::fprintf(stderr, "thread_job_scale: a size of %d: each must be even and at least 4\n", n);
+      return 2;
+    }
+  }
+  const fs::path dir = fs::temp_directory_path() / ("baton_thread_job_scale_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::printf("| ranks | plain run, 8 steps (s) | median step (ms) | lost run (s) | recovery (s) |\n");
+  std::printf("| --- | --- | --- | --- | --- |\n");
+  bool ok = true;
+  for (const int n : sizes) {
+    const Run plain = Job(n, dir, "plain" + std::to_string(n), "");
+    Run lost;
+    double recovery = -1;
+    if (!plain_only) {
+      lost = Job(n, dir, "lost" + std::to_string(n), std::to_string(n / 3 + 1) + ":5:F:kill");
+      for (const auto& row : lost.rows) {
+        if (row.value("event", "") == "recovered") recovery = row["seconds"];
+      }
+      std::printf("| %d | %.2f | %.2f | %.2f | %.3f |\n", n, plain.wall_s, 1e3 * MedianStep(plain), lost.wall_s,
+                  recovery);
+    } else {
+      std::printf("| %d | %.2f | %.2f | | |\n", n, plain.wall_s, 1e3 * MedianStep(plain));
+    }
+    for (const Run* r : std::initializer_list<const Run*>{&plain, &lost}) {
+      if (r->failed > 0) {
+        std::fprintf(stderr, "thread_job_scale: %d ranks: %d ranks failed, the first: %s\n", n, r->failed,
+                     r->first_error.c_str());
+        ok = false;
+      }
+    }
+    if (!plain_only && recovery < 0) ok = false;
+    std::fflush(stdout);
+  }
+  fs::remove_all(dir);
+  return ok ? 0 : 1;
+}
