@@ -33,10 +33,10 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Frames on a connection: a heartbeat; a goodbye (the peer ends normally);
-// a loss (the lost rank, the rank that saw it, and how: a Seen), passed on by each rank the first time it hears; a view (an
-// agreement's epoch and its lost ranks, from a child to its parent in the
-// survivors' tree) and a decision (the same, from the root, passed on by
-// every rank that gets it).
+// a loss (the lost rank, the rank that saw it, and how: a Seen), passed on
+// by each rank the first time it hears; a view (an agreement's epoch and
+// its lost ranks, from a child to its parent in the survivors' tree) and a
+// decision (the same, from the root, passed on by every rank that gets it).
 constexpr char kHeartbeat = 'H';
 constexpr char kGoodbye = 'B';
 constexpr char kLoss = 'L';
@@ -223,7 +223,8 @@ struct RankWatch::State {
       any_lost = true;
       cv.notify_all();
     }
-    const std::string frame = std::string(1, kLoss) + Int32(peer) + Int32(seer) + std::string(1, static_cast<char>(seen));
+    const std::string frame =
+        std::string(1, kLoss) + Int32(peer) + Int32(seer) + std::string(1, static_cast<char>(seen));
     for (const int n : Watched(peer)) Send(n, frame);
   }
   // The whole frames of `peer`'s buffer, taken in. REQUIRES: read_mu.
@@ -266,12 +267,25 @@ struct RankWatch::State {
       } else if (type == kView || type == kDecision) {
         if (in.size() - at < 1 + 2 * kInt) break;
         const int e = ReadInt32(in, at + 1), n = ReadInt32(in, at + 1 + kInt);
-        const std::size_t frame = 1 + 2 * kInt + kInt * static_cast<std::size_t>(std::max(0, n));
+        if (n < 0 || n > static_cast<int>(peers.size())) {
+          MarkLost(peer, fmt::format("it sent a view of {} ranks in a job of {}", n, peers.size()), rank,
+                   Seen::kGarbled);
+          at = in.size();
+          break;
+        }
+        const std::size_t frame = 1 + 2 * kInt + kInt * static_cast<std::size_t>(n);
         if (in.size() - at < frame) break;
         std::vector<int> ranks;
         for (int i = 0; i < n; ++i) ranks.push_back(ReadInt32(in, at + 1 + 2 * kInt + kInt * i));
         at += frame;
         if (from_lost) continue;
+        std::sort(ranks.begin(), ranks.end());
+        const auto outside = [&](int r) { return r < 0 || r >= static_cast<int>(peers.size()); };
+        if (std::any_of(ranks.begin(), ranks.end(), outside)) {
+          MarkLost(peer, "it sent a view of ranks that are not in the job", rank, Seen::kGarbled);
+          at = in.size();
+          break;
+        }
         const std::lock_guard<std::mutex> lock(mu);
         if (type == kView) {
           peers[peer].view = std::move(ranks);
