@@ -510,6 +510,16 @@ void ReadCheckpoint(YamlMap& top, TrainConfig& c) {
 
 }
 
+// recovery.silent_s: the silence that makes a rank lost.
+void ReadSilence(YamlMap& rec, TrainConfig& c) {
+  c.recovery.silent_s = rec.Get<double>("silent_s", c.recovery.silent_s);
+  if (c.recovery.silent_s != 0 && !(c.recovery.silent_s >= 0.5)) {
+    rec.Fail(rec.Node("silent_s"), "silent_s",
+             "must be 0 (only a closed connection is a loss) or at least 0.5 s (5 of the watch's heartbeats, 0.1 s "
+             "apart)");
+  }
+}
+
 // recovery: what the job does when a rank is lost. shrink drops the
 // replicas that lost one; the others hold every stage's whole state.
 void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
@@ -550,12 +560,7 @@ void ReadRecovery(YamlMap& top, const YAML::Node& root, TrainConfig& c) {
                "not passed to them yet: give the placement (pipeline.partition as a list of layer counts, or pipeline.layout)");
     }
   }
-  c.recovery.silent_s = rec.Get<double>("silent_s", c.recovery.silent_s);
-  if (c.recovery.silent_s != 0 && !(c.recovery.silent_s >= 0.5)) {
-    rec.Fail(rec.Node("silent_s"), "silent_s",
-             "must be 0 (only a closed connection is a loss) or at least 0.5 s (5 of the watch's heartbeats, 0.1 s "
-             "apart)");
-  }
+  ReadSilence(rec, c);
   if (rec.Has("snapshot_every")) {
     const std::string word = rec.Get<std::string>("snapshot_every", "auto");
     int every = 0;
