@@ -327,11 +327,13 @@ TEST(RankWatch, ASilenceSeenByTheNeighboursReachesEveryRankAndThePausedRankIsFen
   std::vector<std::string> how(kRanks);
   std::atomic<int> excluded{-1};
   const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
-    RankWatch watch(*me.world, {.heartbeat_s = 0.02, .silent_s = 0.3});
+    // A second's silence (the default): 32 threads of a loaded machine are
+    // not each kept from a core that long.
+    RankWatch watch(*me.world, {.heartbeat_s = 0.05, .silent_s = 1.0});
     me.world->Barrier();
     if (r == 9) {
-      watch.Pause(1.5);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      watch.Pause(2.5);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       try {
         watch.Fence();
       } catch (const RankExcluded& e) {
@@ -342,7 +344,7 @@ TEST(RankWatch, ASilenceSeenByTheNeighboursReachesEveryRankAndThePausedRankIsFen
     UntilLost(watch);
     agreed[static_cast<std::size_t>(r)] = watch.AgreeLost(10);
     how[static_cast<std::size_t>(r)] = watch.Lost().at(0).how;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // until the paused rank has read its fence
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // until the paused rank has read its fence
   });
   const std::vector<int> near = WatchNeighbours(9, kRanks);
   for (int r = 0; r < kRanks; ++r) {
