@@ -11,10 +11,12 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -45,20 +47,32 @@ std::vector<float> Floats(const std::vector<Bytes>& parts) {
   return out;
 }
 
-// What every rank of one job shares: one lock, one condition, and the end.
+struct Hub;
+
+// What every rank of one job shares: one lock, the end, and the
+// communicators whose waiting members the end wakes.
 struct Job {
   std::mutex mu;
-  std::condition_variable cv;
   bool ended = false;
   std::string why;  // the message of the wait that ended it
+  std::vector<std::weak_ptr<Hub>> hubs;
+  // Ends the job (REQUIRES: the lock held): every member of every hub wakes.
+  void End(std::string message);
 };
 
 // One communicator's shared state: its point-to-point channels and its
 // collective rounds. Guarded by the job's lock.
 struct Hub {
-  Hub(std::shared_ptr<Job> j, std::vector<int> world_ranks) : job(std::move(j)), world(std::move(world_ranks)) {}
+  Hub(std::shared_ptr<Job> j, std::vector<int> world_ranks)
+      : job(std::move(j)), world(std::move(world_ranks)), wake(world.size()) {}
   std::shared_ptr<Job> job;
   std::vector<int> world;  // the world rank of each member, for messages
+  // Each member waits on its own condition, so a message wakes only the
+  // member it is for (not every thread of a thousand-rank job).
+  std::vector<std::condition_variable> wake;
+  void WakeAll() {
+    for (std::condition_variable& c : wake) c.notify_all();
+  }
   // Messages from `from` to `to` with `tag`, numbered in the order sent;
   // receives are numbered in the order posted, so the k-th receive takes
   // the k-th message (MPI's non-overtaking rule).
@@ -88,8 +102,16 @@ struct Hub {
   int size() const { return static_cast<int>(world.size()); }
 };
 
+void Job::End(std::string message) {
+  if (!ended && !message.empty()) why = std::move(message);
+  ended = true;
+  for (const std::weak_ptr<Hub>& h : hubs) {
+    if (const std::shared_ptr<Hub> hub = h.lock()) hub->WakeAll();
+  }
+}
+
 // Every world rank's transports for `layout` in `job`, laid out as
-// MakeMpiGroups lays out MPI ranks.
+// MakeMpiGroups lays out MPI ranks (REQUIRES: the job's lock held).
 std::vector<ThreadRank> MakeRanks(const std::shared_ptr<Job>& job, const ReplicaLayout& layout, double timeout_s);
 
 // A member of a hub: the deadline'd wait and the collective rounds, shared
@@ -117,22 +139,24 @@ class Member {
       // thread's work that comes due (0.5 ms), its other work (a lost
       // rank's interrupt) and the deadline (20 ms: a thousand ranks waiting
       // on one lock poll it 50,000 times a second, not 2,000,000).
-      job.cv.wait_for(lock, timed ? std::chrono::microseconds(500) : std::chrono::milliseconds(20));
+      hub_->wake[static_cast<std::size_t>(rank_)].wait_for(
+          lock, timed ? std::chrono::microseconds(500) : std::chrono::milliseconds(20));
       if (job.ended) throw PeerFailed();
       if (ready()) return;
       if (deadline.waited_s() < timeout_s_) continue;
       const std::string message = deadline.Message(World(rank_), what) + "; ending the job";
-      job.ended = true;
-      job.why = message;
-      job.cv.notify_all();
+      job.End(message);
       lock.unlock();
       if (hook_) hook_();
       throw DeadlineExpired(message);
     }
   }
   // Collective `k`'s contribution of this member (the rounds are numbered
-  // by each member's own count of collectives started).
-  std::int64_t Contribute(Bytes mine) {
+  // by each member's own count of collectives started). `combine`, where
+  // given: what the members read instead of the contributions, made once
+  // by the last to come (an all-reduce's sum, not one on every member).
+  using Combine = Bytes (*)(const std::vector<std::optional<Bytes>>& parts);
+  std::int64_t Contribute(Bytes mine, Combine combine = nullptr) {
     std::lock_guard<std::mutex> lock(hub_->job->mu);
     const std::int64_t k = started_++;
     Hub::Round& r = hub_->rounds[k];
@@ -143,11 +167,15 @@ class Member {
     r.parts[static_cast<std::size_t>(rank_)] = std::move(mine);
     if (++r.arrived == hub_->size()) {  // the last to come wakes the others
       auto all = std::make_shared<std::vector<Bytes>>();
-      all->reserve(r.parts.size());
-      for (auto& part : r.parts) all->push_back(std::move(*part));
+      if (combine != nullptr) {
+        all->push_back(combine(r.parts));
+      } else {
+        all->reserve(r.parts.size());
+        for (auto& part : r.parts) all->push_back(std::move(*part));
+      }
       r.parts.clear();
       r.all = std::move(all);
-      hub_->job->cv.notify_all();
+      hub_->WakeAll();
     }
     return k;
   }
@@ -205,7 +233,7 @@ class ThreadTransport final : public Transport, private Member {
     Hub::Channel& ch = hub_->channels[{peer, rank_, tag}];
     ch.messages.emplace(ch.sent++, Copy(data, bytes));  // buffered: the send is done
     requests_.at(static_cast<std::size_t>(id)) = Request{Request::kSend};
-    hub_->job->cv.notify_all();
+    hub_->wake[static_cast<std::size_t>(peer)].notify_all();
   }
   void Irecv(int id, void* data, std::size_t bytes, int peer, int tag) override {
     Peer(peer, "receive from");
@@ -308,7 +336,7 @@ class ThreadTransport final : public Transport, private Member {
         for (const int l : lost) fresh.push_back(std::move(g.ranks.at(static_cast<std::size_t>(l))));
       }
       ++g.arrived;
-      job.cv.notify_all();
+      hub_->WakeAll();
     }
     for (std::size_t i = 0; i < fresh.size(); ++i) start(static_cast<int>(i), std::move(fresh[i]));
     std::unique_lock<std::mutex> lock(job.mu);
@@ -327,9 +355,7 @@ class ThreadTransport final : public Transport, private Member {
   [[noreturn]] void Abort(int code) override {
     {
       std::lock_guard<std::mutex> lock(hub_->job->mu);
-      hub_->job->ended = true;
-      hub_->job->why = fmt::format("rank {} ended the job (code {})", World(rank_), code);
-      hub_->job->cv.notify_all();
+      hub_->job->End(fmt::format("rank {} ended the job (code {})", World(rank_), code));
     }
     throw DeadlineExpired(fmt::format("rank {} ended the job (code {})", World(rank_), code));
   }
@@ -426,7 +452,19 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     } else {
       p.data = data;
     }
-    Start(id, std::move(p), Copy(data.data(), data.size_bytes()));
+    p.round = Contribute(Copy(data.data(), data.size_bytes()), counts.empty() ? &SumOfParts<T> : nullptr);
+    pending_.at(static_cast<std::size_t>(id)) = std::move(p);
+  }
+  // An all-reduce's sum, element by element in member order (the order
+  // every member summed in when each made its own).
+  template <typename T>
+  static Bytes SumOfParts(const std::vector<std::optional<Bytes>>& parts) {
+    const std::size_t n = parts.front()->size() / sizeof(T);
+    std::vector<T> sum(n, T(0));
+    for (const std::optional<Bytes>& part : parts) {
+      for (std::size_t i = 0; i < n; ++i) sum[i] += At<T>(*part, i);
+    }
+    return Copy(sum.data(), n * sizeof(T));
   }
   template <typename T>
   static T At(const Bytes& part, std::size_t i) {
@@ -434,15 +472,17 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     std::memcpy(&v, part.data() + i * sizeof(T), sizeof v);
     return v;
   }
-  // Every member sums in member order: the same values everywhere.
+  // Every member sums in member order: the same values everywhere. An
+  // all-reduce's sum came whole (SumOfParts); a reduce-scatter's member
+  // sums its own part.
   template <typename T>
   void Sum(const Pending& p, std::span<T> data, const std::vector<Bytes>& all) const {
-    const auto me = static_cast<std::size_t>(rank_);
-    std::size_t first = 0, n = data.size();
-    if (!p.counts.empty()) {
-      first = static_cast<std::size_t>(p.displs[me]);
-      n = static_cast<std::size_t>(p.counts[me]);
+    if (p.counts.empty()) {
+      if (!data.empty()) std::memcpy(data.data(), all.front().data(), data.size_bytes());
+      return;
     }
+    const auto me = static_cast<std::size_t>(rank_);
+    const auto first = static_cast<std::size_t>(p.displs[me]), n = static_cast<std::size_t>(p.counts[me]);
     for (std::size_t i = first; i < first + n; ++i) {
       T s = 0;
       for (const Bytes& part : all) s += At<T>(part, i);
@@ -493,13 +533,17 @@ std::vector<ThreadRank> MakeRanks(const std::shared_ptr<Job>& job, const Replica
     for (int d = 0; d < layout.replicas; ++d) members.push_back(layout.World(p, d));
     groups.push_back(std::make_shared<Hub>(job, members));
   }
+  // The end wakes these hubs' members; hubs no rank holds any more are dropped.
+  std::erase_if(job->hubs, [](const std::weak_ptr<Hub>& h) { return h.expired(); });
+  job->hubs.push_back(world_hub);
+  job->hubs.insert(job->hubs.end(), pipelines.begin(), pipelines.end());
+  job->hubs.insert(job->hubs.end(), groups.begin(), groups.end());
   std::vector<ThreadRank> out(static_cast<std::size_t>(world));
   for (int w = 0; w < world; ++w) {
     ThreadRank& r = out[static_cast<std::size_t>(w)];
     r.end_job = [job] {
       std::lock_guard<std::mutex> lock(job->mu);
-      job->ended = true;
-      job->cv.notify_all();
+      job->End("");
     };
     const int p = layout.PipelineRank(w), d = layout.Replica(w);
     r.world = std::make_unique<ThreadTransport>(world_hub, w, timeout_s);
@@ -517,7 +561,9 @@ std::vector<ThreadRank> MakeRanks(const std::shared_ptr<Job>& job, const Replica
 }  // namespace
 
 std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double timeout_s) {
-  return MakeRanks(std::make_shared<Job>(), layout, timeout_s);
+  const auto job = std::make_shared<Job>();
+  const std::lock_guard<std::mutex> lock(job->mu);
+  return MakeRanks(job, layout, timeout_s);
 }
 
 namespace {
