@@ -4,8 +4,10 @@
 // ranks x N/2 replicas, one sample a microbatch, 2 microbatches a replica.
 // Two runs a size, 8 steps each:
 //   - plain: a checkpoint after step 4; its wall time from the start to
-//     the last rank's end, and the median step (the metrics' step_time_s,
-//     steps 2 to 8);
+//     the last rank's end, the median step (the metrics' step_time_s,
+//     steps 2 to 8), and the start-up: from the call of RunThreadJob to
+//     the first step's start (when the first metrics row appeared, seen
+//     by polling the file every millisecond, less that step's time);
 //   - lost: rank N/3 + 1 killed in step 5 (BATON_FAULT), a new rank
 //     in its place (replace) and the job goes on: the seconds from the loss to the step
 //     that finished after it (the "recovered" row).
@@ -16,11 +18,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +41,7 @@ namespace fs = std::filesystem;
 
 struct Run {
   double wall_s = 0;
+  double first_row_s = -1;  // from the start until the metrics file held a row
   std::vector<nlohmann::json> rows;
   int failed = 0;  // ranks that ended other than as expected
   std::string first_error;
@@ -50,7 +56,7 @@ Run Job(int ranks, const fs::path& dir, const std::string& name, const std::stri
                                    "data.samples=" + std::to_string(std::max(256, 4 * ranks)),
                                    "train.steps=8",
                                    "pipeline.adapt=off",
-                                   "pipeline.wait_timeout_s=300",
+                                   "pipeline.wait_timeout_s=60",
                                    // Only a closed connection is a loss: 1,024 busy threads on 2
                                    // cores each wait past a second for a core.
                                    "recovery.silent_s=0",
@@ -68,16 +74,30 @@ Run Job(int ranks, const fs::path& dir, const std::string& name, const std::stri
   baton::TrainOptions options;
   options.env = env.get();
   Run run;
+  const fs::path metrics = dir / (name + ".jsonl");
   const double start = baton::MonotonicSeconds();
+  std::atomic<bool> done{false};
+  std::thread poll([&] {
+    while (!done) {
+      std::error_code ec;
+      if (fs::file_size(metrics, ec) > 0 && !ec) {
+        run.first_row_s = baton::MonotonicSeconds() - start;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
   const baton::ThreadJobEnd end = baton::RunThreadJob(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets, options);
   run.wall_s = baton::MonotonicSeconds() - start;
+  done = true;
+  poll.join();
   for (const baton::ThreadJobRank& r : end.ranks) {
     const bool killed = !fault.empty() && r.code == 137;
     if (r.code != 0 && !killed) {
       if (run.failed++ == 0) run.first_error = r.error;
     }
   }
-  std::ifstream in(dir / (name + ".jsonl"));
+  std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) run.rows.push_back(nlohmann::json::parse(line));
   return run;
 }
@@ -90,6 +110,16 @@ double MedianStep(const Run& run) {
   if (steps.empty()) return 0;
   std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
   return steps[steps.size() / 2];
+}
+
+// The start-up: until the first row, less the first step it logs.
+double StartUp(const Run& run) {
+  for (const auto& row : run.rows) {
+    if (row.contains("step_time_s") && row["step"].get<int>() == 1 && run.first_row_s >= 0) {
+      return run.first_row_s - row["step_time_s"].get<double>();
+    }
+  }
+  return -1;
 }
 
 }  // namespace
@@ -113,8 +143,8 @@ int main(int argc, char** argv) {
   }
   const fs::path dir = fs::temp_directory_path() / ("baton_thread_job_scale_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::printf("| ranks | plain run, 8 steps (s) | median step (ms) | lost run (s) | recovery (s) |\n");
-  std::printf("| --- | --- | --- | --- | --- |\n");
+  std::printf("| ranks | start-up (s) | plain run, 8 steps (s) | median step (ms) | lost run (s) | recovery (s) |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
   bool ok = true;
   for (const int n : sizes) {
     const Run plain = Job(n, dir, "plain" + std::to_string(n), "");
@@ -125,10 +155,10 @@ int main(int argc, char** argv) {
       for (const auto& row : lost.rows) {
         if (row.value("event", "") == "recovered") recovery = row["seconds"];
       }
-      std::printf("| %d | %.2f | %.2f | %.2f | %.3f |\n", n, plain.wall_s, 1e3 * MedianStep(plain), lost.wall_s,
-                  recovery);
+      std::printf("| %d | %.3f | %.2f | %.2f | %.2f | %.3f |\n", n, StartUp(plain), plain.wall_s,
+                  1e3 * MedianStep(plain), lost.wall_s, recovery);
     } else {
-      std::printf("| %d | %.2f | %.2f | | |\n", n, plain.wall_s, 1e3 * MedianStep(plain));
+      std::printf("| %d | %.3f | %.2f | %.2f | | |\n", n, StartUp(plain), plain.wall_s, 1e3 * MedianStep(plain));
     }
     for (const Run* r : std::initializer_list<const Run*>{&plain, &lost}) {
       if (r->failed > 0) {

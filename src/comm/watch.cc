@@ -537,22 +537,25 @@ std::vector<int> RankWatch::AgreeLost(double timeout_s) {
   int told = -1;                // the parent this rank last sent its view to
   std::vector<int> told_view;   // and that view
   std::vector<char> flags(static_cast<std::size_t>(size_));
-  std::vector<int> placed_view{-1};  // the view `place` was computed for
-  TreePlace place;
+  // The lost ranks known (s.lost only grows, by MarkLost), sorted, and the
+  // tree for them: both made again only when a loss is added, not at
+  // every wake.
+  std::vector<int> view;
+  std::size_t viewed = 0;
+  TreePlace place = SurvivorTree(rank_, size_, flags);
   while (Since(start) < timeout_s) {
     if (s.excluded_epoch >= 0) throw RankExcluded(rank_, s.excluded_epoch);
     std::optional<std::vector<int>> decided;
     if (s.decision_epoch == epoch) {
       decided = s.decision;
     } else {
-      std::vector<int> view;
-      for (int r = 0; r < size_; ++r) {
-        flags[static_cast<std::size_t>(r)] = s.peers[r].lost ? 1 : 0;
-        if (s.peers[r].lost) view.push_back(r);
-      }
-      if (view != placed_view) {  // the tree changes only with the losses known
+      if (viewed != s.lost.size()) {
+        for (; viewed < s.lost.size(); ++viewed) {
+          const int r = s.lost[viewed].rank;
+          flags[static_cast<std::size_t>(r)] = 1;
+          view.insert(std::lower_bound(view.begin(), view.end(), r), r);
+        }
         place = SurvivorTree(rank_, size_, flags);
-        placed_view = view;
       }
       const bool children_agree = std::all_of(place.children.begin(), place.children.end(), [&](int c) {
         return s.peers[c].view_epoch == epoch && s.peers[c].view == view;
