@@ -184,6 +184,10 @@ class ReplicaGroup {
   // Member 0 receives every member's `mine` (the same size everywhere) in
   // member order into `out`; blocking, for checkpoints.
   virtual void Gather(std::span<const float> mine, std::vector<float>* out) = 0;
+  // Every member's `data` (the same size everywhere) becomes the largest
+  // of each element over the group; blocking (a deadline, as above), for
+  // the adaptive plans' measure of a step. `what`: the wait, for its error.
+  virtual void AllMax(std::span<double> data, std::string_view what) = 0;
   // Called once when a wait passes its deadline, before the job is aborted.
   virtual void SetTimeoutHook(std::function<void()> hook) = 0;
 };

@@ -21,7 +21,6 @@
 namespace baton {
 
 namespace {
-std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas);
 
 // Replica d's factors out of every world rank's (ReplicaLayout's order).
 std::vector<double> ReplicaFactors(const std::vector<double>& world, int replicas, int d) {
@@ -459,32 +458,6 @@ std::string LateLinksJson(const std::vector<double>& delays, int ranks) {
   return fmt::format("{{{}}}", fmt::join(parts, ", "));
 }
 
-// Per pipeline rank, the largest of its replicas' (`per_rank`: every
-// world rank's, in ReplicaLayout's order).
-std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas) {
-  const ReplicaLayout layout{static_cast<int>(per_rank.size()) / replicas, replicas};
-  std::vector<double> out(static_cast<std::size_t>(layout.pipeline_ranks), 0.0);
-  for (int w = 0; w < static_cast<int>(per_rank.size()); ++w) {
-    double& o = out[static_cast<std::size_t>(layout.PipelineRank(w))];
-    o = std::max(o, per_rank[static_cast<std::size_t>(w)]);
-  }
-  return out;
-}
-
-// Every world rank's message times (MeasureStep), each link's shortest
-// time a step in each replica's pipeline, and per link the largest of those
-// over the replicas (a late wire in one pipeline holds every replica at
-// the gradients' sum).
-std::vector<double> SlowestTransits(const std::vector<RankMessageTimes>& per_world_rank, int ranks, int replicas) {
-  std::vector<double> out;
-  for (const auto& pipeline : PipelineTimes(per_world_rank, ranks, replicas)) {
-    const std::vector<double> one = ShortestTransits(pipeline);
-    if (out.empty()) out.assign(one.size(), -1.0);
-    for (std::size_t l = 0; l < one.size(); ++l) out[l] = std::max(out[l], one[l]);
-  }
-  return out;
-}
-
 }  // namespace
 
 RunAdapter::RunAdapter(const TrainConfig& config, const RunComms& comms, RunSetup& u, const AdaptSettings& settings)
@@ -553,8 +526,12 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
     // adapt: full measures every world rank on its own.
     const bool full = config.pipeline.adapt == AdaptMode::kFull && replicas > 1;
     try {
-      d.replan = planner_->Observe(config, u_.plan, done, total, full ? seconds : SlowestReplica(seconds, replicas),
-                                   step_seconds, SlowestTransits(messages, ranks, replicas));
+      if (measured.whole) {
+        d.replan = planner_->Observe(config, u_.plan, done, total, full ? seconds : SlowestReplica(seconds, replicas),
+                                     step_seconds, SlowestTransits(messages, ranks, replicas));
+      } else {
+        d.replan = planner_->Observe(config, u_.plan, done, total, measured.slowest, step_seconds, measured.transits);
+      }
     } catch (const Error& e) {
       deciding_ = false;  // the run goes on as planned
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),

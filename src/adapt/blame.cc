@@ -14,11 +14,46 @@
 
 namespace baton {
 
-StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work) {
+namespace {
+
+StepMeasures ReducedMeasures(const RunComms& comms, const RankMessageTimes& mine) {
+  Transport& p = comms.pipeline;
+  std::vector<std::string> texts;
+  p.GatherStrings(MessageTimesJson(mine), &texts, "every pipeline rank's measures of the step");
+  StepMeasures m;
+  m.whole = false;
+  if (p.rank() != 0) return m;
+  const auto ranks = static_cast<std::size_t>(p.size());
+  std::vector<std::vector<Executor::MessageTime>> times(ranks);
+  std::vector<double> both(ranks + ranks * ranks, 0.0);  // compute per rank, then each link's time
+  for (const std::string& text : texts) {
+    RankMessageTimes r = ParseMessageTimes(text);
+    if (r.rank < 0 || r.rank >= static_cast<int>(ranks)) continue;
+    both[static_cast<std::size_t>(r.rank)] = r.compute_s;
+    times[static_cast<std::size_t>(r.rank)] = std::move(r.times);
+  }
+  const std::vector<double> transits = ShortestTransits(times);
+  std::copy(transits.begin(), transits.end(), both.begin() + static_cast<std::ptrdiff_t>(ranks));
+  comms.replicas.AllMax(both, "the slowest replica's measures of the step");
+  if (comms.world.rank() != 0) return m;
+  m.slowest.assign(both.begin(), both.begin() + static_cast<std::ptrdiff_t>(ranks));
+  m.transits.assign(both.begin() + static_cast<std::ptrdiff_t>(ranks), both.end());
+  return m;
+}
+
+}  // namespace
+
+StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work, bool whole) {
+  return GatherMeasures(comms,
+                        {comms.pipeline.rank(), comms.replicas.rank(), exec.TakeMessageTimes(),
+                         exec.TakeComputeSeconds() / (work > 0 ? work : 1.0)},
+                        whole);
+}
+
+StepMeasures GatherMeasures(const RunComms& comms, const RankMessageTimes& mine, bool whole) {
   Transport& t = comms.world;
   const int ranks = comms.pipeline.size(), replicas = comms.replicas.size();
-  const RankMessageTimes mine{comms.pipeline.rank(), comms.replicas.rank(), exec.TakeMessageTimes(),
-                              exec.TakeComputeSeconds() / (work > 0 ? work : 1.0)};
+  if (!whole) return ReducedMeasures(comms, mine);
   std::vector<std::string> texts;
   t.GatherStrings(MessageTimesJson(mine), &texts, "every rank's measures of the step");
   StepMeasures m;
@@ -58,6 +93,32 @@ std::vector<double> WorldTransits(const std::vector<RankMessageTimes>& measured,
         out[from * world + to] = one[static_cast<std::size_t>(a * ranks + b)];
       }
     }
+  }
+  return out;
+}
+
+// Per pipeline rank, the largest of its replicas' (`per_rank`: every
+// world rank's, in ReplicaLayout's order).
+std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas) {
+  const ReplicaLayout layout{static_cast<int>(per_rank.size()) / replicas, replicas};
+  std::vector<double> out(static_cast<std::size_t>(layout.pipeline_ranks), 0.0);
+  for (int w = 0; w < static_cast<int>(per_rank.size()); ++w) {
+    double& o = out[static_cast<std::size_t>(layout.PipelineRank(w))];
+    o = std::max(o, per_rank[static_cast<std::size_t>(w)]);
+  }
+  return out;
+}
+
+// Every world rank's message times (MeasureStep), each link's shortest
+// time a step in each replica's pipeline, and per link the largest of those
+// over the replicas (a late wire in one pipeline holds every replica at
+// the gradients' sum).
+std::vector<double> SlowestTransits(const std::vector<RankMessageTimes>& per_world_rank, int ranks, int replicas) {
+  std::vector<double> out;
+  for (const auto& pipeline : PipelineTimes(per_world_rank, ranks, replicas)) {
+    const std::vector<double> one = ShortestTransits(pipeline);
+    if (out.empty()) out.assign(one.size(), -1.0);
+    for (std::size_t l = 0; l < one.size(); ++l) out[l] = std::max(out[l], one[l]);
   }
   return out;
 }

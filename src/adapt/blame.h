@@ -26,15 +26,29 @@
 
 namespace baton {
 
-// One step's measures, gathered at rank 0 in one collective over the world
-// (each rank's MessageTimesJson): every world rank's compute seconds per
-// unit of its step's `work` (in ReplicaLayout's order) and message times.
-// Rank 0's; empty elsewhere. Zeroes the executor's sums.
+// One step's measures at world rank 0 (empty elsewhere), each rank's
+// compute seconds per unit of its step's `work` and its message times
+// (MessageTimesJson). Zeroes the executor's sums.
+//   - whole (log.blame, adapt: full with replicas): every world rank's, in
+//     one gather over the world: `seconds` by world rank (ReplicaLayout's
+//     order) and `ranks`.
+//   - else reduced: each pipeline's ranks' measures gathered at its rank 0
+//     (P ranks), which finds each of its links' shortest time
+//     (ShortestTransits), and the largest of each over the replicas (one
+//     AllMax over the replica group of pipeline rank 0s, P + P x P values):
+//     `slowest` per pipeline rank and `transits` per link (a x P + b; < 0:
+//     no message), what the adaptive plans decide by. Nothing a rank sends
+//     or receives grows with the number of replicas but that AllMax, which
+//     MPI runs in O(log D) messages.
 struct StepMeasures {
+  bool whole = true;
   std::vector<double> seconds;
   std::vector<RankMessageTimes> ranks;
+  std::vector<double> slowest, transits;
 };
-StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work);
+StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work, bool whole = true);
+// The same from this rank's measures `mine` (collective over the world).
+StepMeasures GatherMeasures(const RunComms& comms, const RankMessageTimes& mine, bool whole);
 
 // Every world rank's message times by replica and pipeline rank (none
 // where a rank sent no measures).
@@ -44,6 +58,12 @@ std::vector<std::vector<std::vector<Executor::MessageTime>>> PipelineTimes(
 // (world x world, from a to b at a x world + b; < 0: no message), from
 // every world rank's message times: each replica's pipeline's links.
 std::vector<double> WorldTransits(const std::vector<RankMessageTimes>& measured, int ranks, int replicas);
+// Per pipeline rank, the largest of its replicas' (`per_rank`: every
+// world rank's, in ReplicaLayout's order).
+std::vector<double> SlowestReplica(const std::vector<double>& per_rank, int replicas);
+// Per link of the pipeline (a x ranks + b), its largest shortest time over
+// the replicas' pipelines (< 0: no message in any).
+std::vector<double> SlowestTransits(const std::vector<RankMessageTimes>& measured, int ranks, int replicas);
 
 struct BlameSettings {
   int settle = 2;            // steps not measured at the start and after a plan change

@@ -24,7 +24,10 @@ void StepWatch::StepEnds(const TrainConfig& c, const RunComms& comms, RunSetup& 
                          RunTrace& trace, std::int64_t step, bool tty) {
   if (!on()) return;
   work_ = StepWork(c, u.plan, batch);
-  measured_ = MeasureStep(comms, *u.exec, work_);
+  // Every world rank's measures where blame or adapt: full judges them
+  // one by one; else only what the adaptive plans decide by.
+  const bool whole = blame_ || (c.pipeline.adapt == AdaptMode::kFull && comms.replicas.size() > 1);
+  measured_ = MeasureStep(comms, *u.exec, work_, whole);
   if (!blame_) return;
   if (const std::optional<Late> late =
           blame_->AfterStep(*measured_, step, MonotonicSeconds() - gradients_start_, work_, tty)) {

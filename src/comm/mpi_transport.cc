@@ -476,6 +476,25 @@ class MpiReplicaGroup final : public ReplicaGroup {
     }
     if (rank_ == 0) *out = std::move(*received);
   }
+  void AllMax(std::span<double> data, std::string_view what) override {
+    // MPI's own buffer until it ends: an interrupted reduction may still write into it.
+    auto buffer = std::make_unique<std::vector<double>>(data.begin(), data.end());
+    MPI_Request req;
+    BATON_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer->data(), Count(data.size()), MPI_DOUBLE, MPI_MAX, comm_, &req));
+    Deadline deadline(timeout_s_);
+    int done = 0;
+    try {
+      for (int spins = 0;; ++spins) {
+        BATON_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done) break;
+        if (deadline.Poll(spins)) Expire(deadline, std::string(what));
+      }
+    } catch (...) {
+      abandoned_max_.push_back(std::move(buffer));
+      throw;
+    }
+    std::copy(buffer->begin(), buffer->end(), data.begin());
+  }
   void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
 
  private:
@@ -524,6 +543,7 @@ class MpiReplicaGroup final : public ReplicaGroup {
   std::vector<Move> moves_;  // per request: a reduce-scatter's part to move into place
   double timeout_s_ = 300;
   std::vector<std::unique_ptr<std::vector<float>>> abandoned_;  // Gather's buffers of interrupted gathers
+  std::vector<std::unique_ptr<std::vector<double>>> abandoned_max_;  // AllMax's, likewise
   std::function<void()> timeout_hook_;
 };
 

@@ -56,6 +56,7 @@ class SoloReplicaGroup final : public ReplicaGroup {
   bool Test(int) override { return true; }
   void Wait(int, const WaitInfo&) override {}
   void Gather(std::span<const float> mine, std::vector<float>* out) override { out->assign(mine.begin(), mine.end()); }
+  void AllMax(std::span<double>, std::string_view) override {}
   void SetTimeoutHook(std::function<void()>) override {}
 };
 

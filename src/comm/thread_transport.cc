@@ -428,9 +428,24 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     if (rank_ != 0) return;
     *out = Floats(all);
   }
+  void AllMax(std::span<double> data, std::string_view what) override {
+    const auto held = Collect(Contribute(Copy(data.data(), data.size_bytes()), &MaxOfParts),
+                              fmt::format("{} with its replicas (ranks {})", what, Members()));
+    if (!data.empty()) std::memcpy(data.data(), held->front().data(), data.size_bytes());
+  }
 
  private:
   enum class Op { kSum, kGather };
+  // Each element's largest over the members, made once by the last to come.
+  static Bytes MaxOfParts(const std::vector<std::optional<Bytes>>& parts) {
+    std::size_t n = parts.front()->size() / sizeof(double);
+    for (const std::optional<Bytes>& part : parts) n = std::min(n, part->size() / sizeof(double));
+    std::vector<double> out(n, -std::numeric_limits<double>::infinity());
+    for (const std::optional<Bytes>& part : parts) {
+      for (std::size_t i = 0; i < n; ++i) out[i] = std::max(out[i], At<double>(*part, i));
+    }
+    return Copy(out.data(), n * sizeof(double));
+  }
   // A sum's elements are floats or doubles (`wide`); counts and displs
   // empty: every element (an all-reduce), else this member's part.
   struct Pending {

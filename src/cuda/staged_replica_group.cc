@@ -79,6 +79,7 @@ class StagedReplicaGroup final : public ReplicaGroup {
   }
 
   void Gather(std::span<const float> mine, std::vector<float>* out) override { host_.Gather(mine, out); }
+  void AllMax(std::span<double> data, std::string_view what) override { host_.AllMax(data, what); }
   void SetTimeoutHook(std::function<void()> hook) override { host_.SetTimeoutHook(std::move(hook)); }
 
  private:

@@ -9,6 +9,8 @@
 #include <optional>
 #include <vector>
 
+#include "support/thread_ranks.h"
+
 namespace baton {
 namespace {
 
@@ -117,6 +119,57 @@ TEST(StepBlame, NoiseInTheStepAloneNamesNothingAndAPlanChangeCalibratesAgain) {
   const std::optional<Late> late = r.Step({10e-3, 24e-3}, 38e-3, {-1, 50e-6, 50e-6, -1});
   ASSERT_TRUE(late);
   EXPECT_EQ(late->rank, 1);
+}
+
+// The adaptive plans' reduced measure of a step (each pipeline's measures
+// at its rank 0, their largest over the replicas) is what the whole
+// gather gives, reduced at rank 0 (SlowestReplica, SlowestTransits), and
+// the closed form: 3 replicas of a 3-rank pipeline, rank p of replica d
+// computing 1 + p + 0.1 d, its message to rank p + 1 arriving 0.01 (p + 1)
+// + 0.001 d after it was sent (twice, the shorter counted), and replica
+// 1's rank 0 also sending to rank 2 (a link only one pipeline uses).
+TEST(GatherMeasures, TheReducedMeasureIsTheWholeOnesSlowestReplicaAndSlowestLinks) {
+  constexpr int kRanks = 3, kReplicas = 3;
+  auto ranks = MakeThreadRanks({kRanks, kReplicas}, 30);
+  std::vector<StepMeasures> whole(kRanks * kReplicas), reduced(kRanks * kReplicas);
+  const auto errors = baton_test::RunRanks(ranks, [&](int w, ThreadRank& me) {
+    const int p = me.pipeline->rank(), d = me.replicas->rank();
+    RankMessageTimes mine{p, d, {}, 1.0 + p + 0.1 * d};
+    for (std::int64_t key = 0; key < 2; ++key) {
+      const double late = 0.01 * (p + 1) + 0.001 * d + 0.0005 * static_cast<double>(key == 0);
+      if (p + 1 < kRanks) mine.times.push_back({true, p + 1, key, 1.0 * static_cast<double>(key)});
+      if (p > 0) mine.times.push_back({false, p - 1, key, 1.0 * static_cast<double>(key) + late - 0.01});
+    }
+    if (p == 0 && d == 1) mine.times.push_back({true, 2, 7, 3.0});
+    if (p == 2 && d == 1) mine.times.push_back({false, 0, 7, 3.25});
+    const RunComms comms{*me.world, *me.pipeline, *me.replicas};
+    whole[static_cast<std::size_t>(w)] = GatherMeasures(comms, mine, true);
+    reduced[static_cast<std::size_t>(w)] = GatherMeasures(comms, mine, false);
+  });
+  for (const std::string& e : errors) ASSERT_EQ(e, "");
+  const StepMeasures& all = whole[0];
+  const StepMeasures& r = reduced[0];
+  ASSERT_TRUE(all.whole);
+  ASSERT_FALSE(r.whole);
+  EXPECT_EQ(r.slowest, SlowestReplica(all.seconds, kReplicas));
+  EXPECT_EQ(r.transits, SlowestTransits(all.ranks, kRanks, kReplicas));
+  ASSERT_EQ(r.slowest.size(), 3u);
+  for (int p = 0; p < kRanks; ++p) EXPECT_DOUBLE_EQ(r.slowest[static_cast<std::size_t>(p)], 1.0 + p + 0.2);
+  ASSERT_EQ(r.transits.size(), 9u);
+  // Link p - 1 > p: received 0.01 p + 0.001 d after it was sent (the
+  // second message, without the first's extra 0.5 ms), slowest in replica
+  // d = 2; link 0 > 2 only in replica 1, 0.25.
+  EXPECT_NEAR(r.transits[0 * 3 + 1], 0.012, 1e-12);
+  EXPECT_NEAR(r.transits[1 * 3 + 2], 0.022, 1e-12);
+  EXPECT_NEAR(r.transits[0 * 3 + 2], 0.25, 1e-12);
+  for (const std::size_t l : {0, 1 * 3 + 0, 1 * 3 + 1, 2 * 3 + 0, 2 * 3 + 1, 2 * 3 + 2}) {
+    EXPECT_LT(r.transits[l], 0) << l;
+  }
+  // Everywhere else: nothing (world rank 0's alone).
+  for (std::size_t w = 1; w < reduced.size(); ++w) {
+    EXPECT_TRUE(reduced[w].slowest.empty() && reduced[w].transits.empty()) << w;
+    EXPECT_TRUE(whole[w].seconds.empty()) << w;
+  }
 }
 
 }  // namespace

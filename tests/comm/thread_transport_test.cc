@@ -176,5 +176,24 @@ TEST(ThreadReplicaGroup, SumsPartsAndGathersAsMpiDoes) {
   for (const std::string& e : errors) EXPECT_EQ(e, "");
 }
 
+// AllMax: each element's largest over the replicas, on every member, each
+// group on its own (3 replicas of a 2-rank pipeline: group p holds world
+// ranks 3p, 3p + 1, 3p + 2).
+TEST(ThreadReplicaGroup, AllMaxGivesEveryMemberEachElementsLargest) {
+  auto ranks = MakeThreadRanks({2, 3}, 10);
+  const auto errors = RunRanks(ranks, [](int w, ThreadRank& me) {
+    ReplicaGroup& g = *me.replicas;
+    const int p = w / 3, d = w % 3;
+    // Element 0 is largest on replica 2, element 1 on replica 0, element 2
+    // is -1 everywhere but replica 1 (a link one pipeline measured).
+    std::vector<double> v = {10.0 * p + d, 10.0 * p - d, d == 1 ? 0.5 * p : -1.0};
+    g.AllMax(v, "the measures");
+    EXPECT_EQ(v, (std::vector<double>{10.0 * p + 2, 10.0 * p, 0.5 * p})) << "world rank " << w;
+    std::vector<double> none;
+    g.AllMax(none, "nothing");
+  });
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+}
+
 }  // namespace
 }  // namespace baton

@@ -50,6 +50,7 @@ class IdleReplicas final : public ReplicaGroup {
   bool Test(int) override { Unused(); }
   void Wait(int, const WaitInfo&) override { Unused(); }
   void Gather(std::span<const float>, std::vector<float>*) override { Unused(); }
+  void AllMax(std::span<double>, std::string_view) override { Unused(); }
   void SetTimeoutHook(std::function<void()>) override {}
 
  private:
