@@ -13,8 +13,15 @@
 //     that finished after it (the "recovered" row).
 // Prints a markdown row a size.
 //
-//   build/bench/thread_job_scale [--plain] [SIZES...]   (default 8 64 256 1024;
-//   --plain: the plain runs only)
+// --count: instead, one run a size with the adaptive plans on (6 steps,
+// no checkpoint), and the messages and bytes each rank's collectives moved
+// (ThreadRank::traffic: counted, not timed) for the step's stop agreement,
+// the adaptive plans' measure and their decision, and the loss's reduce:
+// per call, the mean over the ranks and the busiest rank's, sent and
+// received.
+//
+//   build/bench/thread_job_scale [--plain | --count] [SIZES...]   (default
+//   8 64 256 1024; --plain: the plain runs only)
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +47,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Run {
+  baton::ThreadTraffic traffic;
   double wall_s = 0;
   double first_row_s = -1;  // from the start until the metrics file held a row
   std::vector<nlohmann::json> rows;
@@ -47,25 +55,25 @@ struct Run {
   std::string first_error;
 };
 
-Run Job(int ranks, const fs::path& dir, const std::string& name, const std::string& fault) {
+Run Job(int ranks, const fs::path& dir, const std::string& name, const std::string& fault, bool count = false) {
   const int replicas = ranks / 2;
   std::vector<std::string> sets = {"pipeline.ranks=2",
                                    "data_parallel.size=" + std::to_string(replicas),
                                    "pipeline.microbatches=2",
                                    "train.batch_size=" + std::to_string(2 * replicas),
                                    "data.samples=" + std::to_string(std::max(256, 4 * ranks)),
-                                   "train.steps=8",
-                                   "pipeline.adapt=off",
+                                   count ? "train.steps=6" : "train.steps=8",
+                                   count ? "pipeline.adapt=on" : "pipeline.adapt=off",
                                    "pipeline.wait_timeout_s=60",
                                    // Only a closed connection is a loss: 1,024 busy threads on 2
                                    // cores each wait past a second for a core.
                                    "recovery.silent_s=0",
                                    "log.metrics=" + (dir / (name + ".jsonl")).string(),
                                    "log.weights=\"\""};
-  if (fault.empty()) {
+  if (fault.empty() && !count) {
     sets.push_back("checkpoint.dir=" + (dir / (name + "-ck")).string());
     sets.push_back("checkpoint.every_steps=4");
-  } else {
+  } else if (!fault.empty()) {
     sets.push_back("recovery.on_lost_rank=replace");
   }
   baton::FakeMachine machine;
@@ -89,6 +97,7 @@ Run Job(int ranks, const fs::path& dir, const std::string& name, const std::stri
   });
   const baton::ThreadJobEnd end = baton::RunThreadJob(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", sets, options);
   run.wall_s = baton::MonotonicSeconds() - start;
+  run.traffic = end.traffic;
   done = true;
   poll.join();
   for (const baton::ThreadJobRank& r : end.ranks) {
@@ -122,13 +131,52 @@ double StartUp(const Run& run) {
   return -1;
 }
 
+// The rows of --count: per call of each of `names`, a rank's messages
+// and bytes, the mean over the ranks and the busiest rank's.
+void PrintCounts(int ranks, const Run& run) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> mechanisms = {
+      {"stop agreement", {"every rank checking for a stop signal"}},
+      {"adapt: measure", {"every pipeline rank's measures of the step", "the slowest replica's measures of the step"}},
+      {"adapt: decision", {"rank 0's decision on the plan"}},
+      {"loss reduce (logging)", {"the reduce of the step's loss"}}};
+  for (const auto& [mechanism, names] : mechanisms) {
+    // Per rank, per step: the sum over the mechanism's calls, each divided
+    // by that call's count on the rank.
+    std::vector<double> sent(static_cast<std::size_t>(ranks)), bytes(sent), received(sent), received_bytes(sent);
+    for (const std::string& name : names) {
+      const auto it = run.traffic.find(name);
+      if (it == run.traffic.end()) continue;
+      for (std::size_t r = 0; r < it->second.size() && r < sent.size(); ++r) {
+        const baton::CallTraffic& c = it->second[r];
+        if (c.calls == 0) continue;
+        const double n = static_cast<double>(c.calls);
+        sent[r] += static_cast<double>(c.sent) / n;
+        bytes[r] += static_cast<double>(c.sent_bytes) / n;
+        received[r] += static_cast<double>(c.received) / n;
+        received_bytes[r] += static_cast<double>(c.received_bytes) / n;
+      }
+    }
+    const auto mean = [](const std::vector<double>& v) {
+      double s = 0;
+      for (const double x : v) s += x;
+      return s / static_cast<double>(v.size());
+    };
+    const auto most = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+    std::printf("| %d | %s | %.2f / %.0f | %.0f / %.0f | %.2f / %.0f | %.0f / %.0f |\n", ranks, mechanism.c_str(),
+                mean(sent), most(sent), mean(bytes), most(bytes), mean(received), most(received),
+                mean(received_bytes), most(received_bytes));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> sizes;
-  bool plain_only = false;
+  bool plain_only = false, count = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--plain") {
+    if (std::string(argv[i]) == "--count") {
+      count = true;
+    } else if (std::string(argv[i]) == "--plain") {
       plain_only = true;
     } else {
       sizes.push_back(std::atoi(argv[i]));
@@ -143,6 +191,23 @@ int main(int argc, char** argv) {
   }
   const fs::path dir = fs::temp_directory_path() / ("baton_thread_job_scale_" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  if (count) {
+    std::printf("| ranks | per step | messages sent (mean / most) | bytes sent | messages received | bytes received |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- |\n");
+    bool ok = true;
+    for (const int n : sizes) {
+      const Run run = Job(n, dir, "count" + std::to_string(n), "", true);
+      PrintCounts(n, run);
+      if (run.failed > 0) {
+        std::fprintf(stderr, "thread_job_scale: %d ranks: %d ranks failed, the first: %s\n", n, run.failed,
+                     run.first_error.c_str());
+        ok = false;
+      }
+      std::fflush(stdout);
+    }
+    fs::remove_all(dir);
+    return ok ? 0 : 1;
+  }
   std::printf("| ranks | start-up (s) | plain run, 8 steps (s) | median step (ms) | lost run (s) | recovery (s) |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   bool ok = true;

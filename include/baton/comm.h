@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,8 +66,8 @@ class Transport {
   // `what` names the wait in the deadline's message.
   virtual void GatherStrings(const std::string& mine, std::vector<std::string>* out,
                              std::string_view what = "a gather of every rank's record") = 0;
-  // Broadcasts rank 0's bytes to every rank.
-  virtual void BroadcastString(std::string* text) = 0;
+  // Broadcasts rank 0's bytes to every rank. `what` names the wait.
+  virtual void BroadcastString(std::string* text, std::string_view what = "the broadcast of the config") = 0;
   // Largest of `value` over ranks, on every rank (a collective). `what`
   // names the wait in the deadline's message ("rank 0 reading the config
   // file x.yaml").
@@ -118,7 +119,7 @@ class LateWire final : public Transport {
   void ReduceSum(std::span<double> values) override;
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override;
   void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override;
-  void BroadcastString(std::string* text) override;
+  void BroadcastString(std::string* text, std::string_view what) override;
   int AllMax(int value, std::string_view what) override;
   void StartAllMax(int value) override;
   int EndAllMax(std::string_view what) override;
@@ -286,11 +287,32 @@ void BroadcastInts(Transport& t, std::vector<int>* values);
 // hook; every wait of every other rank then throws PeerFailed. A rank's
 // thread that fails outside an agreement calls end_job, so no other waits
 // for it until its deadline.
+//
+// AllMax, StartAllMax / EndAllMax, ReplicaGroup::AllMax, BroadcastString
+// and ReduceSum run over the binary tree of a communicator's members
+// (member r's parent (r - 1) / 2): each member's value combined with its
+// children's on the way up (a sum: its own, then its children's), the
+// result passed down (not for ReduceSum), a member taking it once its
+// parent has. What they move is counted (`traffic`), with GatherStrings
+// and GatherToRoot's parts (which go to member 0 whole).
+
+// What one rank's calls of one kind moved: messages and bytes, as the
+// thread transport moves them (a value passed along a tree edge, a part
+// read by another member).
+struct CallTraffic {
+  std::int64_t calls = 0;
+  std::int64_t sent = 0, sent_bytes = 0;
+  std::int64_t received = 0, received_bytes = 0;
+};
+// By what each call waits for (its error's words), every world rank's.
+using ThreadTraffic = std::map<std::string, std::vector<CallTraffic>>;
+
 struct ThreadRank {
   std::unique_ptr<Transport> world;
   std::unique_ptr<Transport> pipeline;     // with replicas; null: the world is the pipeline
   std::unique_ptr<ReplicaGroup> replicas;  // a solo group without replicas
   std::function<void()> end_job;
+  std::function<ThreadTraffic()> traffic;  // the whole job's counts so far
 };
 std::vector<ThreadRank> MakeThreadRanks(const ReplicaLayout& layout, double timeout_s);
 

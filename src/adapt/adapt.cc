@@ -544,7 +544,7 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
     }
     if (d.replan) d.text = DecisionJson({d.replan->schedule, d.replan->chunks, d.replan->bounds, d.replan->split});
   }
-  t.BroadcastString(&d.text);
+  t.BroadcastString(&d.text, "rank 0's decision on the plan");
   return d;
 }
 

@@ -94,9 +94,9 @@ void LateWire::GatherStrings(const std::string& mine, std::vector<std::string>* 
   PostDue();
   inner_.GatherStrings(mine, out, what);
 }
-void LateWire::BroadcastString(std::string* text) {
+void LateWire::BroadcastString(std::string* text, std::string_view what) {
   PostDue();
-  inner_.BroadcastString(text);
+  inner_.BroadcastString(text, what);
 }
 int LateWire::AllMax(int value, std::string_view what) {
   PostDue();

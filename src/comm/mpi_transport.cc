@@ -203,19 +203,20 @@ class MpiTransport final : public Transport {
     for (int r = 0; r < size_; ++r) out->emplace_back(k.bytes.data() + k.displs[r], static_cast<std::size_t>(k.counts[r]));
   }
 
-  void BroadcastString(std::string* text) override {
+  void BroadcastString(std::string* text, std::string_view what) override {
+    const std::string label(what);
     Scratch& k = Fresh();
     k.length = static_cast<long long>(text->size());
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Ibcast(&k.length, 1, MPI_LONG_LONG, 0, comm_, &req));
-    WaitCollective(&req, "broadcast of the config");
+    WaitCollective(&req, label.c_str());
     if (rank_ == 0) {
       k.bytes.assign(text->begin(), text->end());
     } else {
       k.bytes.assign(static_cast<std::size_t>(k.length), '\0');
     }
     BATON_MPI_CHECK(MPI_Ibcast(k.bytes.data(), static_cast<int>(k.length), MPI_CHAR, 0, comm_, &req));
-    WaitCollective(&req, "broadcast of the config");
+    WaitCollective(&req, label.c_str());
     text->assign(k.bytes.begin(), k.bytes.end());
   }
 

@@ -26,7 +26,7 @@ class SoloTransport final : public Transport {
   void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view) override {
     *out = {mine};
   }
-  void BroadcastString(std::string*) override {}
+  void BroadcastString(std::string*, std::string_view) override {}
   int AllMax(int value, std::string_view) override { return value; }
   void StartAllMax(int value) override { started_ = value; }
   int EndAllMax(std::string_view) override { return started_; }

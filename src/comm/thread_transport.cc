@@ -49,6 +49,36 @@ std::vector<float> Floats(const std::vector<Bytes>& parts) {
 
 struct Hub;
 
+template <typename T>
+T At(const Bytes& part, std::size_t i) {
+  T v;
+  std::memcpy(&v, part.data() + i * sizeof(T), sizeof v);
+  return v;
+}
+
+// Each element's largest over the parts (the shortest part's elements).
+template <typename T>
+Bytes MaxOfParts(const std::vector<std::optional<Bytes>>& parts) {
+  std::size_t n = parts.front()->size() / sizeof(T);
+  for (const std::optional<Bytes>& part : parts) n = std::min(n, part->size() / sizeof(T));
+  std::vector<T> out(n, std::numeric_limits<T>::lowest());
+  for (const std::optional<Bytes>& part : parts) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = std::max(out[i], At<T>(*part, i));
+  }
+  return Copy(out.data(), n * sizeof(T));
+}
+
+// Each element's sum over the parts, in their order.
+template <typename T>
+Bytes SumOfParts(const std::vector<std::optional<Bytes>>& parts) {
+  const std::size_t n = parts.front()->size() / sizeof(T);
+  std::vector<T> sum(n, T(0));
+  for (const std::optional<Bytes>& part : parts) {
+    for (std::size_t i = 0; i < n; ++i) sum[i] += At<T>(*part, i);
+  }
+  return Copy(sum.data(), n * sizeof(T));
+}
+
 // What every rank of one job shares: one lock, the end, and the
 // communicators whose waiting members the end wakes.
 struct Job {
@@ -56,8 +86,20 @@ struct Job {
   bool ended = false;
   std::string why;  // the message of the wait that ended it
   std::vector<std::weak_ptr<Hub>> hubs;
+  ThreadTraffic traffic;
   // Ends the job (REQUIRES: the lock held): every member of every hub wakes.
   void End(std::string message);
+  // Adds `moved` to world rank `rank`'s count of `what` (REQUIRES: the lock held).
+  void Count(const std::string& what, int rank, const CallTraffic& moved) {
+    std::vector<CallTraffic>& each = traffic[what];
+    if (each.size() <= static_cast<std::size_t>(rank)) each.resize(static_cast<std::size_t>(rank) + 1);
+    CallTraffic& c = each[static_cast<std::size_t>(rank)];
+    c.calls += moved.calls;
+    c.sent += moved.sent;
+    c.sent_bytes += moved.sent_bytes;
+    c.received += moved.received;
+    c.received_bytes += moved.received_bytes;
+  }
 };
 
 // One communicator's shared state: its point-to-point channels and its
@@ -83,12 +125,19 @@ struct Hub {
   std::map<std::tuple<int, int, int>, Channel> channels;  // (to, from, tag)
   // Collective k: each member's contribution, how many have come, and how
   // many have yet to read it; once all have come, the contributions shared
-  // by the readers (none copies them).
+  // by the readers (none copies them). A tree round (Member::Climb): each
+  // member's subtree's value once combined, which members have taken the
+  // result (their children may), and what each member's combining moved.
   struct Round {
     std::vector<std::optional<Bytes>> parts;
     int arrived = 0;
     int readers = 0;
     std::shared_ptr<const std::vector<Bytes>> all;
+    bool tree = false;
+    std::string reduce;  // a reduce's name: only member 0 reads it, the others gone once their part is in
+    std::vector<std::optional<Bytes>> below;
+    std::vector<char> taken;
+    std::vector<CallTraffic> up;
   };
   std::map<std::int64_t, Round> rounds;
   // A new world being made by members of this one (MakeThreadSurvivors,
@@ -179,22 +228,126 @@ class Member {
     }
     return k;
   }
+  // A tree round's contribution: `combine` over the binary tree of the
+  // members (the result: the root's subtree's), or, without it, member
+  // 0's `mine` passed down (a broadcast: the others' `mine` unused).
+  // `reduce`: the round's name where only member 0 collects it.
+  std::int64_t ContributeTree(Bytes mine, Combine combine, const std::string& reduce = {}) {
+    std::lock_guard<std::mutex> lock(hub_->job->mu);
+    const std::int64_t k = started_++;
+    Hub::Round& r = hub_->rounds[k];
+    const auto n = static_cast<std::size_t>(hub_->size());
+    if (!r.tree) {
+      r.tree = true;
+      r.reduce = reduce;
+      r.readers = reduce.empty() ? hub_->size() : 1;
+      r.parts.resize(n);
+      r.below.resize(n);
+      r.taken.assign(n, 0);
+      r.up.assign(n, {});
+    }
+    if (combine == nullptr) {
+      if (rank_ == 0) r.all = std::make_shared<std::vector<Bytes>>(1, std::move(mine));
+      return k;
+    }
+    r.parts[static_cast<std::size_t>(rank_)] = std::move(mine);
+    Climb(r, rank_, combine);
+    return k;
+  }
+  // Member x's subtree combined once its own part and its children's
+  // subtrees are in (by whichever member's arrival completes them), then
+  // its parent's, up to the root.
+  void Climb(Hub::Round& r, int x, Combine combine) {
+    const int n = hub_->size();
+    for (;;) {
+      const auto me = static_cast<std::size_t>(x);
+      const int first = 2 * x + 1, last = std::min(2 * x + 2, n - 1);
+      if (!r.parts[me]) return;
+      for (int c = first; c <= last; ++c) {
+        if (!r.below[static_cast<std::size_t>(c)]) return;
+      }
+      std::vector<std::optional<Bytes>> in;
+      in.push_back(std::move(r.parts[me]));
+      r.parts[me].reset();
+      for (int c = first; c <= last; ++c) {
+        std::optional<Bytes>& child = r.below[static_cast<std::size_t>(c)];
+        ++r.up[me].received;
+        r.up[me].received_bytes += static_cast<std::int64_t>(child->size());
+        in.push_back(std::move(child));
+        child.reset();
+      }
+      Bytes value = combine(in);
+      if (x == 0) {
+        r.all = std::make_shared<std::vector<Bytes>>(1, std::move(value));
+        hub_->wake[0].notify_all();
+        for (std::size_t m = 0; m < r.up.size() && !r.reduce.empty(); ++m) {
+          r.up[m].calls = 1;
+          hub_->job->Count(r.reduce, World(static_cast<int>(m)), r.up[m]);
+        }
+        return;
+      }
+      ++r.up[me].sent;
+      r.up[me].sent_bytes += static_cast<std::int64_t>(value.size());
+      r.below[me] = std::move(value);
+      x = (x - 1) / 2;
+    }
+  }
   bool Complete(std::int64_t k) const {
     const auto it = hub_->rounds.find(k);
-    return it != hub_->rounds.end() && it->second.all != nullptr;
+    if (it == hub_->rounds.end() || it->second.all == nullptr) return false;
+    const Hub::Round& r = it->second;
+    return !r.tree || rank_ == 0 || r.taken[static_cast<std::size_t>((rank_ - 1) / 2)] != 0;
   }
   // Every member's contribution to round `k`, in member order, once all are
-  // in (REQUIRES: the lock held, Complete(k)); the round goes with its last reader.
-  std::shared_ptr<const std::vector<Bytes>> Take(std::int64_t k) {
+  // in, or a tree round's result (REQUIRES: the lock held, Complete(k));
+  // the round goes with its last reader. A tree round's member passes the
+  // result on to its children; what it moved counts as `what`.
+  std::shared_ptr<const std::vector<Bytes>> Take(std::int64_t k, const std::string& what = {}) {
     Hub::Round& r = hub_->rounds.at(k);
     std::shared_ptr<const std::vector<Bytes>> out = r.all;
+    if (r.tree && r.reduce.empty()) {
+      const auto me = static_cast<std::size_t>(rank_);
+      const auto bytes = static_cast<std::int64_t>(out->front().size());
+      r.taken[me] = 1;
+      CallTraffic moved = r.up[me];
+      moved.calls = 1;
+      if (rank_ > 0) {
+        ++moved.received;
+        moved.received_bytes += bytes;
+      }
+      for (int c = 2 * rank_ + 1; c <= std::min(2 * rank_ + 2, hub_->size() - 1); ++c) {
+        ++moved.sent;
+        moved.sent_bytes += bytes;
+        hub_->wake[static_cast<std::size_t>(c)].notify_all();
+      }
+      hub_->job->Count(what, World(rank_), moved);
+    }
     if (--r.readers == 0) hub_->rounds.erase(k);
     return out;
   }
-  std::shared_ptr<const std::vector<Bytes>> Collect(std::int64_t k, const std::string& what) {
+  // `counted`: the name its traffic counts under, where not `what`.
+  std::shared_ptr<const std::vector<Bytes>> Collect(std::int64_t k, const std::string& what,
+                                                    const std::string& counted = {}) {
     std::unique_lock<std::mutex> lock(hub_->job->mu);
     WaitUntil(lock, what, [&] { return Complete(k); });
-    return Take(k);
+    return Take(k, counted.empty() ? what : counted);
+  }
+  // A round that went to member 0 whole: each member's part counted as
+  // sent to it, and read there (REQUIRES: `all` every member's parts).
+  void CountToRoot(const std::string& what, const std::vector<Bytes>& all) {
+    const std::lock_guard<std::mutex> lock(hub_->job->mu);
+    CallTraffic moved;
+    moved.calls = 1;
+    if (rank_ == 0) {
+      for (std::size_t m = 1; m < all.size(); ++m) {
+        ++moved.received;
+        moved.received_bytes += static_cast<std::int64_t>(all[m].size());
+      }
+    } else {
+      moved.sent = 1;
+      moved.sent_bytes = static_cast<std::int64_t>(all[static_cast<std::size_t>(rank_)].size());
+    }
+    hub_->job->Count(what, World(rank_), moved);
   }
   int World(int r) const { return r >= 0 && r < hub_->size() ? hub_->world[static_cast<std::size_t>(r)] : r; }
   std::string Members() const {
@@ -265,34 +418,34 @@ class ThreadTransport final : public Transport, private Member {
   bool Idle(int id) const override { return requests_.at(static_cast<std::size_t>(id)).kind == Request::kNone; }
 
   void ReduceSum(std::span<double> values) override {
-    const auto held = Collect(Contribute(Copy(values.data(), values.size_bytes())), "the reduce of the step's loss");
-    const std::vector<Bytes>& all = *held;
+    // Up the tree, each member's values summed with its children's
+    // subtrees' (in that order); rank 0 reads the whole, the others are
+    // done once their part is in.
+    const std::string what = "the reduce of the step's loss";
+    const std::int64_t k = ContributeTree(Copy(values.data(), values.size_bytes()), &SumOfParts<double>, what);
     if (rank_ != 0) return;
-    std::fill(values.begin(), values.end(), 0.0);
-    for (const Bytes& part : all) {
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        double v;
-        std::memcpy(&v, part.data() + i * sizeof(double), sizeof v);
-        values[i] += v;
-      }
-    }
+    const auto held = Collect(k, what);
+    if (!values.empty()) std::memcpy(values.data(), held->front().data(), values.size_bytes());
   }
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override {
-    const auto held = Collect(Contribute(Copy(mine.data(), mine.size_bytes())), "the gather of the final weights");
+    const std::string what = "the gather of the final weights";
+    const auto held = Collect(Contribute(Copy(mine.data(), mine.size_bytes())), what);
     const std::vector<Bytes>& all = *held;
+    CountToRoot(what, all);
     if (rank_ != 0) return;
     *out = Floats(all);
   }
   void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override {
     const auto held = Collect(Contribute(Copy(mine.data(), mine.size())), std::string(what));
     const std::vector<Bytes>& all = *held;
+    CountToRoot(std::string(what), all);
     if (rank_ != 0) return;
     out->clear();
     for (const Bytes& part : all) out->emplace_back(reinterpret_cast<const char*>(part.data()), part.size());
   }
-  void BroadcastString(std::string* text) override {
-    const auto held =
-        Collect(Contribute(rank_ == 0 ? Copy(text->data(), text->size()) : Bytes{}), "the broadcast of the config");
+  void BroadcastString(std::string* text, std::string_view what) override {
+    const auto held = Collect(ContributeTree(rank_ == 0 ? Copy(text->data(), text->size()) : Bytes{}, nullptr),
+                              std::string(what));
     const std::vector<Bytes>& all = *held;
     text->assign(reinterpret_cast<const char*>(all[0].data()), all[0].size());
   }
@@ -302,19 +455,12 @@ class ThreadTransport final : public Transport, private Member {
   }
   void StartAllMax(int value) override {
     if (max_round_) throw Error("Transport::StartAllMax called while one is in flight");
-    max_round_ = Contribute(Copy(&value, sizeof value));
+    max_round_ = ContributeTree(Copy(&value, sizeof value), &MaxOfParts<int>);
   }
   int EndAllMax(std::string_view what) override {
     const auto held = Collect(*max_round_, std::string(what));
-    const std::vector<Bytes>& all = *held;
     max_round_.reset();
-    int out = std::numeric_limits<int>::min();
-    for (const Bytes& part : all) {
-      int v;
-      std::memcpy(&v, part.data(), sizeof v);
-      out = std::max(out, v);
-    }
-    return out;
+    return At<int>(held->front(), 0);
   }
   void Barrier() override { Collect(Contribute({}), "barrier"); }
   // A regroup of this world: the new world's ranks made by the first of
@@ -429,23 +575,13 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     *out = Floats(all);
   }
   void AllMax(std::span<double> data, std::string_view what) override {
-    const auto held = Collect(Contribute(Copy(data.data(), data.size_bytes()), &MaxOfParts),
-                              fmt::format("{} with its replicas (ranks {})", what, Members()));
+    const auto held = Collect(ContributeTree(Copy(data.data(), data.size_bytes()), &MaxOfParts<double>),
+                              fmt::format("{} with its replicas (ranks {})", what, Members()), std::string(what));
     if (!data.empty()) std::memcpy(data.data(), held->front().data(), data.size_bytes());
   }
 
  private:
   enum class Op { kSum, kGather };
-  // Each element's largest over the members, made once by the last to come.
-  static Bytes MaxOfParts(const std::vector<std::optional<Bytes>>& parts) {
-    std::size_t n = parts.front()->size() / sizeof(double);
-    for (const std::optional<Bytes>& part : parts) n = std::min(n, part->size() / sizeof(double));
-    std::vector<double> out(n, -std::numeric_limits<double>::infinity());
-    for (const std::optional<Bytes>& part : parts) {
-      for (std::size_t i = 0; i < n; ++i) out[i] = std::max(out[i], At<double>(*part, i));
-    }
-    return Copy(out.data(), n * sizeof(double));
-  }
   // A sum's elements are floats or doubles (`wide`); counts and displs
   // empty: every element (an all-reduce), else this member's part.
   struct Pending {
@@ -467,25 +603,10 @@ class ThreadReplicaGroup final : public ReplicaGroup, private Member {
     } else {
       p.data = data;
     }
+    // An all-reduce's sum is made once, in member order (the order every
+    // member summed in when each made its own).
     p.round = Contribute(Copy(data.data(), data.size_bytes()), counts.empty() ? &SumOfParts<T> : nullptr);
     pending_.at(static_cast<std::size_t>(id)) = std::move(p);
-  }
-  // An all-reduce's sum, element by element in member order (the order
-  // every member summed in when each made its own).
-  template <typename T>
-  static Bytes SumOfParts(const std::vector<std::optional<Bytes>>& parts) {
-    const std::size_t n = parts.front()->size() / sizeof(T);
-    std::vector<T> sum(n, T(0));
-    for (const std::optional<Bytes>& part : parts) {
-      for (std::size_t i = 0; i < n; ++i) sum[i] += At<T>(*part, i);
-    }
-    return Copy(sum.data(), n * sizeof(T));
-  }
-  template <typename T>
-  static T At(const Bytes& part, std::size_t i) {
-    T v;
-    std::memcpy(&v, part.data() + i * sizeof(T), sizeof v);
-    return v;
   }
   // Every member sums in member order: the same values everywhere. An
   // all-reduce's sum came whole (SumOfParts); a reduce-scatter's member
@@ -559,6 +680,10 @@ std::vector<ThreadRank> MakeRanks(const std::shared_ptr<Job>& job, const Replica
     r.end_job = [job] {
       std::lock_guard<std::mutex> lock(job->mu);
       job->End("");
+    };
+    r.traffic = [job] {
+      std::lock_guard<std::mutex> lock(job->mu);
+      return job->traffic;
     };
     const int p = layout.PipelineRank(w), d = layout.Replica(w);
     r.world = std::make_unique<ThreadTransport>(world_hub, w, timeout_s);

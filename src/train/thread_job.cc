@@ -212,6 +212,7 @@ ThreadJobEnd RunThreadJob(const std::string& config_path, const std::vector<std:
   const TrainConfig config = ParseTrainConfig(s.command.config_text, config_path, set);
   std::vector<ThreadRank> ranks =
       MakeThreadRanks({config.pipeline.ranks, config.data_parallel.size}, config.pipeline.wait_timeout_s);
+  const std::function<ThreadTraffic()> traffic = ranks.front().traffic;
   for (std::size_t w = 0; w < ranks.size(); ++w) StartRank(s, std::move(ranks[w]), static_cast<int>(w), std::nullopt, 0);
   {
     std::unique_lock<std::mutex> lock(s.mu);
@@ -222,6 +223,7 @@ ThreadJobEnd RunThreadJob(const std::string& config_path, const std::vector<std:
   // No rank is live: none starts another thread now.
   for (std::thread& t : s.threads) t.join();
   s.end.ranks.assign(s.ranks.begin(), s.ranks.end());
+  s.end.traffic = traffic();
   return s.end;
 }
 

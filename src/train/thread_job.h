@@ -38,6 +38,9 @@ struct ThreadJobEnd {
   int record_code = -1;
   std::string record;
   int records = 0;
+  // What the ranks' collectives moved, counted (ThreadRank::traffic), over
+  // every world of the job.
+  ThreadTraffic traffic;
 };
 
 // Runs `baton train CONFIG_PATH --set ...` on pipeline.ranks x
