@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tables of docs/results/scale.md: the lost-rank watch at 8 to 1,024
-# thread ranks (build/bench/watch_scale), then a training job at 8 to 256
-# thread ranks, plain and with a rank lost, and at 1,024 plain only
-# (build/bench/thread_job_scale). Each table under the stamp.
+# thread ranks (build/bench/watch_scale), then a training job at 8 to
+# 1,024 thread ranks, plain and with a rank lost, and the messages and
+# bytes its collectives moved (build/bench/thread_job_scale, --count).
+# Each table under the stamp.
 #   bench/scale.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,5 +13,6 @@ stamp bench/scale.sh "$@"
 echo
 build/bench/watch_scale 8 64 256 1024
 echo
-build/bench/thread_job_scale 8 64 256 2>/dev/null
-build/bench/thread_job_scale --plain 1024 2>/dev/null | tail -1
+build/bench/thread_job_scale 8 64 256 1024 2>/dev/null
+echo
+build/bench/thread_job_scale --count 8 64 256 1024 2>/dev/null

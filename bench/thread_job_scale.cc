@@ -14,11 +14,11 @@
 // Prints a markdown row a size.
 //
 // --count: instead, one run a size with the adaptive plans on (6 steps,
-// no checkpoint), and the messages and bytes each rank's collectives moved
-// (ThreadRank::traffic: counted, not timed) for the step's stop agreement,
-// the adaptive plans' measure and their decision, and the loss's reduce:
-// per call, the mean over the ranks and the busiest rank's, sent and
-// received.
+// a checkpoint after step 3), and the messages and bytes each rank's
+// collectives moved (ThreadRank::traffic: counted, not timed) for the
+// step's stop agreement, the adaptive plans' measure and their decision,
+// the loss's reduce and the checkpoint's manifest: per call, the mean over
+// the ranks and the busiest rank's, sent and received.
 //
 //   build/bench/thread_job_scale [--plain | --count] [SIZES...]   (default
 //   8 64 256 1024; --plain: the plain runs only)
@@ -70,9 +70,9 @@ Run Job(int ranks, const fs::path& dir, const std::string& name, const std::stri
                                    "recovery.silent_s=0",
                                    "log.metrics=" + (dir / (name + ".jsonl")).string(),
                                    "log.weights=\"\""};
-  if (fault.empty() && !count) {
+  if (fault.empty()) {
     sets.push_back("checkpoint.dir=" + (dir / (name + "-ck")).string());
-    sets.push_back("checkpoint.every_steps=4");
+    sets.push_back(count ? "checkpoint.every_steps=3" : "checkpoint.every_steps=4");
   } else if (!fault.empty()) {
     sets.push_back("recovery.on_lost_rank=replace");
   }
@@ -131,23 +131,26 @@ double StartUp(const Run& run) {
   return -1;
 }
 
-// The rows of --count: per call of each of `names`, a rank's messages
-// and bytes, the mean over the ranks and the busiest rank's.
+// The rows of --count: per call of the calls whose names begin with each
+// of `names`, a rank's messages and bytes, the mean over the ranks and the
+// busiest rank's.
 void PrintCounts(int ranks, const Run& run) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> mechanisms = {
       {"stop agreement", {"every rank checking for a stop signal"}},
       {"adapt: measure", {"every pipeline rank's measures of the step", "the slowest replica's measures of the step"}},
       {"adapt: decision", {"rank 0's decision on the plan"}},
-      {"loss reduce (logging)", {"the reduce of the step's loss"}}};
+      {"loss reduce (logging)", {"the reduce of the step's loss"}},
+      {"checkpoint manifest", {"every rank's shard record of checkpoint"}}};
   for (const auto& [mechanism, names] : mechanisms) {
-    // Per rank, per step: the sum over the mechanism's calls, each divided
+    // Per rank, per call: the sum over the mechanism's calls, each divided
     // by that call's count on the rank.
     std::vector<double> sent(static_cast<std::size_t>(ranks)), bytes(sent), received(sent), received_bytes(sent);
-    for (const std::string& name : names) {
-      const auto it = run.traffic.find(name);
-      if (it == run.traffic.end()) continue;
-      for (std::size_t r = 0; r < it->second.size() && r < sent.size(); ++r) {
-        const baton::CallTraffic& c = it->second[r];
+    for (const auto& [called, each] : run.traffic) {
+      if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return called.starts_with(n); })) {
+        continue;
+      }
+      for (std::size_t r = 0; r < each.size() && r < sent.size(); ++r) {
+        const baton::CallTraffic& c = each[r];
         if (c.calls == 0) continue;
         const double n = static_cast<double>(c.calls);
         sent[r] += static_cast<double>(c.sent) / n;
@@ -192,7 +195,7 @@ int main(int argc, char** argv) {
   const fs::path dir = fs::temp_directory_path() / ("baton_thread_job_scale_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   if (count) {
-    std::printf("| ranks | per step | messages sent (mean / most) | bytes sent | messages received | bytes received |\n");
+    std::printf("| ranks | a call of | messages sent (mean / most) | bytes sent | messages received | bytes received |\n");
     std::printf("| --- | --- | --- | --- | --- | --- |\n");
     bool ok = true;
     for (const int n : sizes) {
