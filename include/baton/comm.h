@@ -291,10 +291,12 @@ void BroadcastInts(Transport& t, std::vector<int>* values);
 // AllMax, StartAllMax / EndAllMax, ReplicaGroup::AllMax, BroadcastString
 // and ReduceSum run over the binary tree of a communicator's members
 // (member r's parent (r - 1) / 2): each member's value combined with its
-// children's on the way up (a sum: its own, then its children's), the
-// result passed down (not for ReduceSum), a member taking it once its
-// parent has. What they move is counted (`traffic`), with GatherStrings
-// and GatherToRoot's parts (which go to member 0 whole).
+// children's on the way up (a sum: its own, then its children's) by
+// whichever member's arrival completes it, then the result passed down
+// (not for ReduceSum): counted along the tree's edges, and in shared
+// memory visible to every member at once. What they move is counted
+// (`traffic`), with GatherStrings and GatherToRoot's parts (which go to
+// member 0 whole).
 
 // What one rank's calls of one kind moved: messages and bytes, as the
 // thread transport moves them (a value passed along a tree edge, a part

@@ -126,8 +126,8 @@ struct Hub {
   // Collective k: each member's contribution, how many have come, and how
   // many have yet to read it; once all have come, the contributions shared
   // by the readers (none copies them). A tree round (Member::Climb): each
-  // member's subtree's value once combined, which members have taken the
-  // result (their children may), and what each member's combining moved.
+  // member's subtree's value once combined, and what each member's
+  // combining moved.
   struct Round {
     std::vector<std::optional<Bytes>> parts;
     int arrived = 0;
@@ -136,7 +136,6 @@ struct Hub {
     bool tree = false;
     std::string reduce;  // a reduce's name: only member 0 reads it, the others gone once their part is in
     std::vector<std::optional<Bytes>> below;
-    std::vector<char> taken;
     std::vector<CallTraffic> up;
   };
   std::map<std::int64_t, Round> rounds;
@@ -243,11 +242,13 @@ class Member {
       r.readers = reduce.empty() ? hub_->size() : 1;
       r.parts.resize(n);
       r.below.resize(n);
-      r.taken.assign(n, 0);
       r.up.assign(n, {});
     }
     if (combine == nullptr) {
-      if (rank_ == 0) r.all = std::make_shared<std::vector<Bytes>>(1, std::move(mine));
+      if (rank_ == 0) {
+        r.all = std::make_shared<std::vector<Bytes>>(1, std::move(mine));
+        hub_->WakeAll();
+      }
       return k;
     }
     r.parts[static_cast<std::size_t>(rank_)] = std::move(mine);
@@ -279,7 +280,13 @@ class Member {
       Bytes value = combine(in);
       if (x == 0) {
         r.all = std::make_shared<std::vector<Bytes>>(1, std::move(value));
-        hub_->wake[0].notify_all();
+        // Passed down at once (as a progress engine forwards it): every
+        // member that reads it wakes now, not after its parent's thread ran.
+        if (r.reduce.empty()) {
+          hub_->WakeAll();
+        } else {
+          hub_->wake[0].notify_all();
+        }
         for (std::size_t m = 0; m < r.up.size() && !r.reduce.empty(); ++m) {
           r.up[m].calls = 1;
           hub_->job->Count(r.reduce, World(static_cast<int>(m)), r.up[m]);
@@ -294,21 +301,19 @@ class Member {
   }
   bool Complete(std::int64_t k) const {
     const auto it = hub_->rounds.find(k);
-    if (it == hub_->rounds.end() || it->second.all == nullptr) return false;
-    const Hub::Round& r = it->second;
-    return !r.tree || rank_ == 0 || r.taken[static_cast<std::size_t>((rank_ - 1) / 2)] != 0;
+    return it != hub_->rounds.end() && it->second.all != nullptr;
   }
   // Every member's contribution to round `k`, in member order, once all are
   // in, or a tree round's result (REQUIRES: the lock held, Complete(k));
-  // the round goes with its last reader. A tree round's member passes the
-  // result on to its children; what it moved counts as `what`.
+  // the round goes with its last reader. A tree round's member counts as
+  // `what` its part of the combining, the result from its parent and to its
+  // children.
   std::shared_ptr<const std::vector<Bytes>> Take(std::int64_t k, const std::string& what = {}) {
     Hub::Round& r = hub_->rounds.at(k);
     std::shared_ptr<const std::vector<Bytes>> out = r.all;
     if (r.tree && r.reduce.empty()) {
       const auto me = static_cast<std::size_t>(rank_);
       const auto bytes = static_cast<std::int64_t>(out->front().size());
-      r.taken[me] = 1;
       CallTraffic moved = r.up[me];
       moved.calls = 1;
       if (rank_ > 0) {
@@ -318,7 +323,6 @@ class Member {
       for (int c = 2 * rank_ + 1; c <= std::min(2 * rank_ + 2, hub_->size() - 1); ++c) {
         ++moved.sent;
         moved.sent_bytes += bytes;
-        hub_->wake[static_cast<std::size_t>(c)].notify_all();
       }
       hub_->job->Count(what, World(rank_), moved);
     }
