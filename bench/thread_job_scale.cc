@@ -145,12 +145,22 @@ void PrintCounts(int ranks, const Run& run) {
     // Per rank, per call: the sum over the mechanism's calls, each divided
     // by that call's count on the rank.
     std::vector<double> sent(static_cast<std::size_t>(ranks)), bytes(sent), received(sent), received_bytes(sent);
-    for (const auto& [called, each] : run.traffic) {
-      if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return called.starts_with(n); })) {
-        continue;
+    for (const std::string& name : names) {
+      // Every call whose name begins with `name` (a checkpoint's names its
+      // step) is one more call of it.
+      std::vector<baton::CallTraffic> sum(sent.size());
+      for (const auto& [called, each] : run.traffic) {
+        if (!called.starts_with(name)) continue;
+        for (std::size_t r = 0; r < each.size() && r < sum.size(); ++r) {
+          sum[r].calls += each[r].calls;
+          sum[r].sent += each[r].sent;
+          sum[r].sent_bytes += each[r].sent_bytes;
+          sum[r].received += each[r].received;
+          sum[r].received_bytes += each[r].received_bytes;
+        }
       }
-      for (std::size_t r = 0; r < each.size() && r < sent.size(); ++r) {
-        const baton::CallTraffic& c = each[r];
+      for (std::size_t r = 0; r < sum.size(); ++r) {
+        const baton::CallTraffic& c = sum[r];
         if (c.calls == 0) continue;
         const double n = static_cast<double>(c.calls);
         sent[r] += static_cast<double>(c.sent) / n;
