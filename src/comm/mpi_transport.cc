@@ -463,42 +463,39 @@ class MpiReplicaGroup final : public ReplicaGroup {
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Igather(mine.data(), Count(mine.size()), MPI_FLOAT, rank_ == 0 ? received->data() : nullptr,
                                 Count(mine.size()), MPI_FLOAT, 0, comm_, &req));
-    Deadline deadline(timeout_s_);
-    int done = 0;
-    try {
-      for (int spins = 0;; ++spins) {
-        BATON_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-        if (done) break;
-        if (deadline.Poll(spins)) Expire(deadline, "the gather of the optimizer state");
-      }
-    } catch (...) {
-      abandoned_.push_back(std::move(received));
-      throw;
-    }
+    Finish(&req, "the gather of the optimizer state", received, abandoned_);
     if (rank_ == 0) *out = std::move(*received);
   }
+  // Likewise: MPI's own buffer until it ends.
   void AllMax(std::span<double> data, std::string_view what) override {
-    // MPI's own buffer until it ends: an interrupted reduction may still write into it.
     auto buffer = std::make_unique<std::vector<double>>(data.begin(), data.end());
     MPI_Request req;
     BATON_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer->data(), Count(data.size()), MPI_DOUBLE, MPI_MAX, comm_, &req));
-    Deadline deadline(timeout_s_);
-    int done = 0;
-    try {
-      for (int spins = 0;; ++spins) {
-        BATON_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-        if (done) break;
-        if (deadline.Poll(spins)) Expire(deadline, std::string(what));
-      }
-    } catch (...) {
-      abandoned_max_.push_back(std::move(buffer));
-      throw;
-    }
+    Finish(&req, std::string(what), buffer, abandoned_max_);
     std::copy(buffer->begin(), buffer->end(), data.begin());
   }
   void SetTimeoutHook(std::function<void()> hook) override { timeout_hook_ = std::move(hook); }
 
  private:
+  // Waits for a blocking collective's `req` under the deadline; an
+  // interrupted one's `buffer` is kept in `abandoned` (MPI may still write
+  // into it).
+  template <typename T>
+  void Finish(MPI_Request* req, const std::string& what, std::unique_ptr<std::vector<T>>& buffer,
+              std::vector<std::unique_ptr<std::vector<T>>>& abandoned) {
+    Deadline deadline(timeout_s_);
+    int done = 0;
+    try {
+      for (int spins = 0;; ++spins) {
+        BATON_MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        if (deadline.Poll(spins)) Expire(deadline, what);
+      }
+    } catch (...) {
+      abandoned.push_back(std::move(buffer));
+      throw;
+    }
+  }
   // "WHAT with its replicas (ranks 0, 1)", then the job ends.
   [[noreturn]] void Expire(const Deadline& deadline, const std::string& what) {
     std::string members;
