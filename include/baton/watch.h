@@ -8,8 +8,9 @@
 // `heartbeat_s` and reads theirs. A process that dies has its connections
 // closed by its kernel: its neighbours see it at once. A node that dies, or
 // a process stopped, goes silent: seen after `silent_s` (0: silence is
-// never a loss). A slow rank is not a lost one: the thread heartbeats
-// however busy the rank is. A rank that sees a loss tells its neighbours,
+// never a loss, and a watch needs no heartbeats: `heartbeat_s` 0 sends
+// none). A slow rank is not a lost one: the thread heartbeats however busy
+// the rank is. A rank that sees a loss tells its neighbours,
 // and each tells its own the first time it hears (a flood): every survivor
 // knows within O(log N) hops, along the tree of the neighbours.
 #ifndef BATON_WATCH_H_
@@ -27,7 +28,7 @@
 namespace baton {
 
 struct WatchOptions {
-  double heartbeat_s = 0.1;  // between two heartbeats on each connection
+  double heartbeat_s = 0.1;  // between two heartbeats on each connection; 0: none (only with silent_s 0)
   double silent_s = 1.0;     // a peer heard nothing from this long is lost; 0: never for silence
   // The job's membership epoch this world was agreed in (0: as launched;
   // each agreed loss starts the next). An agreement of this watch starts

@@ -317,6 +317,11 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
   s.rank = rank_;
   s.peers.resize(size_);
   neighbours_ = s.neighbours = WatchNeighbours(rank_, size_);
+  if (options_.silent_s > 0 && options_.heartbeat_s <= 0) {
+    throw Error(fmt::format("the lost-rank watch: a silence of {} s calls a rank lost, so it needs heartbeats "
+                            "(heartbeat_s {} must be above 0)",
+                            options_.silent_s, options_.heartbeat_s));
+  }
   const Env& env = *(s.env = options_.env != nullptr ? options_.env : &Env::Default());
   int listener = -1;
   // Until the watch runs, what it opened is closed on an error (a watch
@@ -402,7 +407,10 @@ void RankWatch::Die() {
 
 void RankWatch::Loop() {
   State& s = *state_;
-  const int beat_ms = std::max(1, static_cast<int>(options_.heartbeat_s * 1000));
+  // Without heartbeats the thread still wakes as often to see whether it
+  // is stopped.
+  const bool beats = options_.heartbeat_s > 0;
+  const int beat_ms = beats ? std::max(1, static_cast<int>(options_.heartbeat_s * 1000)) : 100;
   Clock::time_point last_beat = Clock::now();
   std::vector<pollfd> fds;
   std::vector<int> who;
@@ -444,7 +452,7 @@ void RankWatch::Loop() {
       if (!s.told.exchange(true) && options_.on_excluded) options_.on_excluded(s.excluded_epoch);
       continue;
     }
-    if (Since(last_beat) * 1000 >= beat_ms) {
+    if (beats && Since(last_beat) * 1000 >= beat_ms) {
       last_beat = Clock::now();
       for (const int peer : who) s.Send(peer, std::string(1, kHeartbeat));
     }

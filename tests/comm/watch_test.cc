@@ -77,6 +77,43 @@ TEST(RankWatch, ALostRankIsSeenByEveryOtherAndTheSurvivorsAgree) {
 // watch's start on every rank (an agreed error, none waiting for the
 // others), the rank that failed naming what and where, and no socket left
 // open.
+// With silence never a loss (silent_s 0) nothing reads a heartbeat: a
+// watch told heartbeat_s 0 sends none, and still sees a rank whose
+// connections close. One that would call silence a loss needs them.
+TEST(RankWatch, WithoutHeartbeatsAClosedConnectionIsStillALoss) {
+  auto ranks = MakeThreadRanks({4, 1}, 30);
+  std::vector<std::vector<int>> agreed(4);
+  std::vector<long> beats(4, -1), frames(4, -1);
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    RankWatch watch(*me.world, {.heartbeat_s = 0, .silent_s = 0});
+    me.world->Barrier();
+    // Longer than two heartbeats of the default 0.1 s.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    me.world->Barrier();
+    if (r == 2) {
+      watch.Die();
+      return;
+    }
+    UntilLost(watch);
+    agreed[r] = watch.AgreeLost(10);
+    beats[r] = watch.traffic().heartbeats;
+    frames[r] = watch.traffic().frames;
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (const int r : {0, 1, 3}) {
+    EXPECT_EQ(agreed[r], std::vector<int>({2})) << "rank " << r;
+    EXPECT_EQ(beats[r], 0) << "rank " << r;
+    EXPECT_GT(frames[r], 0) << "rank " << r;  // the loss and the agreement still travel
+  }
+  auto again = MakeThreadRanks({2, 1}, 30);
+  const auto refused = RunRanks(again, [&](int, ThreadRank& me) {
+    RankWatch watch(*me.world, {.heartbeat_s = 0, .silent_s = 1});
+  });
+  for (const std::string& e : refused) {
+    EXPECT_NE(e.find("a silence of 1 s calls a rank lost, so it needs heartbeats"), std::string::npos) << e;
+  }
+}
+
 TEST(RankWatch, ASocketTheEnvFailsEndsTheStartOnEveryRankWithOneError) {
   auto open_files = [] { return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()); };
   const auto before = open_files();
@@ -242,7 +279,9 @@ TEST(WatchNeighbours, AFewARankEachPairBothWaysAndEveryRankWithinLog2NHopsOfRank
       graph[static_cast<std::size_t>(r)] = WatchNeighbours(r, n);
       const std::vector<int>& g = graph[static_cast<std::size_t>(r)];
       EXPECT_LE(g.size(), 7u);
-      if (n <= 5) EXPECT_EQ(g.size(), static_cast<std::size_t>(n - 1));
+      if (n <= 5) {
+        EXPECT_EQ(g.size(), static_cast<std::size_t>(n - 1));
+      }
       EXPECT_TRUE(std::is_sorted(g.begin(), g.end()));
       EXPECT_EQ(std::find(g.begin(), g.end(), r), g.end());
     }
