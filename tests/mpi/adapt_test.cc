@@ -221,7 +221,11 @@ TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHeal
         << Read("log.txt");
     // World rank 3 is pipeline rank 1 of replica 1. Adapting by default
     // (pipeline.adapt not set): the profile is measured at the slowdown.
-    ASSERT_EQ(Train("BATON_FAULT=3:6:slow=4", "--set log.metrics=adapt.jsonl --set log.weights=adapt.safetensors" + dp, 4),
+    // It starts after the first window (steps 3-7), which calibrates each
+    // rank's healthy speed by its median: a slowdown in two of its steps
+    // and one noisy step of a busy machine in the other three would have
+    // made the slow speed the calibration, and nothing would ever move.
+    ASSERT_EQ(Train("BATON_FAULT=3:9:slow=4", "--set log.metrics=adapt.jsonl --set log.weights=adapt.safetensors" + dp, 4),
               0)
         << Read("log.txt");
     const std::string log = Read("log.txt");
@@ -233,7 +237,7 @@ TEST_F(AdaptTest, WithReplicasUnderZeroEveryPipelineMovesAndTheWeightsAreTheHeal
     ASSERT_NE(slowed, nullptr) << log;
     const nlohmann::json& away = *slowed;
     EXPECT_LT(away["factors"][0].get<double>(), 1.5) << away.dump();
-    EXPECT_LE(away["step"].get<int>(), SeenBy(10, earlier)) << away.dump() << "\n" << log;
+    EXPECT_LE(away["step"].get<int>(), SeenBy(13, earlier)) << away.dump() << "\n" << log;
     EXPECT_GT(away["bytes_moved"].get<double>(), 0.0);
     EXPECT_FALSE(Read("healthy.safetensors").empty());
     EXPECT_EQ(Read("adapt.safetensors"), Read("healthy.safetensors")) << "ZeRO " << zero;
