@@ -10,7 +10,9 @@
 //     by polling the file every millisecond, less that step's time);
 //   - lost: rank N/3 + 1 killed in step 5 (BATON_FAULT), a new rank
 //     in its place (replace) and the job goes on: the seconds from the loss to the step
-//     that finished after it (the "recovered" row).
+//     that finished after it (the "recovered" row), and of them the
+//     survivors' agreement and the slowest survivor's regroup (the
+//     row's agreed_s and regroup_s).
 // Prints a markdown row a size.
 //
 // --count: instead, one run a size with the adaptive plans on (6 steps,
@@ -221,22 +223,27 @@ int main(int argc, char** argv) {
     fs::remove_all(dir);
     return ok ? 0 : 1;
   }
-  std::printf("| ranks | start-up (s) | plain run, 8 steps (s) | median step (ms) | lost run (s) | recovery (s) |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "| ranks | start-up (s) | plain run, 8 steps (s) | median step (ms) | lost run (s) | recovery (s) | of it: agreed "
+      "(s) | regroup (s) |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   bool ok = true;
   for (const int n : sizes) {
     const Run plain = Job(n, dir, "plain" + std::to_string(n), "");
     Run lost;
-    double recovery = -1;
+    double recovery = -1, agreed = -1, regroup = -1;
     if (!plain_only) {
       lost = Job(n, dir, "lost" + std::to_string(n), std::to_string(n / 3 + 1) + ":5:F:kill");
       for (const auto& row : lost.rows) {
-        if (row.value("event", "") == "recovered") recovery = row["seconds"];
+        if (row.value("event", "") != "recovered") continue;
+        recovery = row["seconds"];
+        agreed = row["agreed_s"];
+        regroup = row["regroup_s"];
       }
-      std::printf("| %d | %.3f | %.2f | %.2f | %.2f | %.3f |\n", n, StartUp(plain), plain.wall_s,
-                  1e3 * MedianStep(plain), lost.wall_s, recovery);
+      std::printf("| %d | %.3f | %.2f | %.2f | %.2f | %.3f | %.3f | %.3f |\n", n, StartUp(plain), plain.wall_s,
+                  1e3 * MedianStep(plain), lost.wall_s, recovery, agreed, regroup);
     } else {
-      std::printf("| %d | %.3f | %.2f | %.2f | | |\n", n, StartUp(plain), plain.wall_s, 1e3 * MedianStep(plain));
+      std::printf("| %d | %.3f | %.2f | %.2f | | | | |\n", n, StartUp(plain), plain.wall_s, 1e3 * MedianStep(plain));
     }
     for (const Run* r : std::initializer_list<const Run*>{&plain, &lost}) {
       if (r->failed > 0) {

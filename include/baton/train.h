@@ -69,6 +69,7 @@ class Survivors {
     std::vector<int> lost;  // the agreed lost ranks, in the world before
     int replicas = 0;       // the replicas that go on
     double agreed_s = 0;    // from the call to the agreement
+    double regroup_s = 0;   // from the agreement to this rank's new communicators
     const RunComms* comms = nullptr;  // this rank's, over them
     int epoch = 0;          // the job's membership epoch this agreement started
   };

@@ -26,6 +26,13 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The slowest rank's regroup (`mine`: this rank's; a new rank's is 0) to
+// the microsecond, known to every rank of the new world: what the
+// recovered row says.
+double SlowestRegroup(Transport& world, double mine) {
+  return world.AllMax(static_cast<int>(std::min(mine, 2000.0) * 1e6), "the survivors' regroup times") * 1e-6;
+}
+
 }  // namespace
 
 RecoveryMode::RecoveryMode(const TrainConfig& c, bool survivors) {
@@ -96,6 +103,7 @@ Recovery::Recovery(const TrainConfig& c, const RunComms& comms, const TrainOptio
   r.joined = true;
   r.after_step = -comms_->world.AllMax(std::numeric_limits<int>::min(), "the survivors' kept steps");
   r.interrupted = comms_->world.AllMax(-1, "the survivors' last step boundaries") + 1;
+  r.regroup_s = SlowestRegroup(comms_->world, 0);
   for (const int l : r.lost) r.holders.push_back(SnapshotHolder(layout, l));
   kept_.run_id = j.run_id;
   loss_ = r;
@@ -194,6 +202,8 @@ void Recovery::SayRecovered(RunSetup& u, std::int64_t step, bool tty) {
                 {"replicas", std::to_string(r.replicas_after)},
                 {"resumed_after", std::to_string(r.after_step)},
                 {"replayed", std::to_string(std::max<std::int64_t>(0, r.interrupted - 1 - r.after_step))},
+                {"agreed_s", Json(r.agreed_s)},
+                {"regroup_s", Json(r.regroup_s)},
                 {"seconds", Json(seconds)}}));
   loss_.reset();
 }
@@ -265,6 +275,7 @@ TrainConfig Recovery::Regroup(const RankLost& seen, const TrainConfig& c, std::u
   // The step every survivor still keeps: the least of their latest.
   r.after_step = -comms_->world.AllMax(static_cast<int>(-kept_.latest()), "the survivors' kept steps");
   r.interrupted = comms_->world.AllMax(static_cast<int>(kept_.seen()), "the survivors' last step boundaries") + 1;
+  r.regroup_s = SlowestRegroup(comms_->world, shrunk.regroup_s);
   if (!mode_.snapshots()) r.interrupted = r.after_step + 1;  // the first step redone
   for (const int l : r.lost) r.holders.push_back(SnapshotHolder(layout, l));
   loss_ = r;

@@ -144,6 +144,7 @@ class Recovery {
     std::int64_t interrupted = 0;  // the step the loss interrupted
     Clock::time_point seen;
     double agreed_s = 0;
+    double regroup_s = 0;      // the slowest survivor's, from the agreement to the new world
     std::vector<int> holders;  // snapshots: the rank that held each lost one's
     bool joined = false;       // this process is a new one, in a lost rank's place
   };

@@ -266,7 +266,9 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
   }
   std::vector<int> staying = members;
   std::sort(staying.begin(), staying.end());
+  const auto regroup = std::chrono::steady_clock::now();
   Regroup(out.lost, staying, at, [&] { TakeWorld(host_.Survivors(comms_->world, members, next, timeout_s_), next); });
+  out.regroup_s = Since(regroup);
   out.comms = comms_;
   return out;
 }
@@ -300,6 +302,7 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
   const std::string payload = ReplacementPayload(command_, run_id, out.lost, DescribeLost(watch_->Lost()),
                                                  out.agreed_s, seen_unix_s, epoch_, maybe_running_);
   const int me = watch_->rank();
+  const auto regroup = std::chrono::steady_clock::now();
   Regroup(out.lost, staying, at, [&] {
     try {
       TakeWorld(host_.Replaced(comms_->world, staying, out.lost, command_, payload, layout, timeout_s_), layout);
@@ -311,6 +314,7 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
       throw RankEnded{kExitLostRank};  // a host's Exit on the rank's thread does not return
     }
   });
+  out.regroup_s = Since(regroup);
   out.comms = comms_;
   return out;
 }

@@ -98,6 +98,17 @@ TEST_F(RecoveryThreads, ARunThatLosesNoRankEndsWithOneRecord) {
   EXPECT_TRUE(Events("ref").empty());
 }
 
+// A recovered row's parts of the recovery: the agreement (rank 0's, or
+// the survivors' told to a new rank 0) and the regroup (the slowest
+// survivor's), each measured, none longer than the whole.
+void ExpectTimedParts(const nlohmann::json& row) {
+  const double agreed = row.at("agreed_s").get<double>(), regroup = row.at("regroup_s").get<double>();
+  EXPECT_GT(agreed, 0.0) << row.dump();
+  EXPECT_GT(regroup, 0.0) << row.dump();
+  EXPECT_LE(agreed, row.at("seconds").get<double>()) << row.dump();
+  EXPECT_LE(regroup, row.at("seconds").get<double>()) << row.dump();
+}
+
 // shrink: the replica that lost a rank leaves (its other rank exits 0),
 // the other goes on from the step every survivor kept, to the
 // uninterrupted run's bytes (the sums in double); rank 0 lost too: the
@@ -123,6 +134,7 @@ TEST_F(RecoveryThreads, ShrinkGoesOnWithoutTheReplicaThatLostARank) {
     EXPECT_EQ(events[0]["replicas"], 1);
     EXPECT_EQ(events[0]["resumed_after"], 11);
     EXPECT_EQ(events[0]["step"], 12);
+    ExpectTimedParts(events[0]);
     EXPECT_TRUE(Bytes(out) == Bytes("ref")) << "weights differ";
   }
 }
@@ -151,6 +163,7 @@ TEST_F(RecoveryThreads, ReplaceStartsANewRankAndEndsWithTheUninterruptedRunsByte
     EXPECT_EQ(events[0]["mode"], "replace");
     EXPECT_EQ(events[0]["replicas"], 2);
     EXPECT_EQ(events[0]["resumed_after"], 11);
+    ExpectTimedParts(events[0]);  // rank 0 lost: the new rank 0 is told them
     EXPECT_TRUE(Bytes(out) == Bytes("ref")) << "weights differ";
   }
 }
