@@ -5,6 +5,7 @@
 #include "baton/watch.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -176,6 +177,7 @@ struct RankWatch::State {
   Clock::time_point start = Clock::now();
   std::atomic<bool> any_lost{false};
   std::atomic<bool> stop{false};
+  int wake = -1;  // an eventfd in the thread's poll: Die ends its wait at once
   std::thread thread;
   std::mutex send_mu;  // one frame at a time on every connection; and `sent`
   WatchTraffic sent;
@@ -333,6 +335,7 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     bool running = false;
     ~Opened() {
       if (running) return;
+      if (s.wake >= 0) ::close(s.wake);
       if (listener >= 0) env.CloseSocket(listener);
       for (State::Peer& p : s.peers) {
         if (p.fd >= 0) env.CloseSocket(p.fd);
@@ -344,6 +347,8 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     int port = 0;
     listener = env.ListenTcp(static_cast<int>(neighbours_.size()) + 1, &port);
     if (listener < 0) Fail("listening");
+    s.wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s.wake < 0) Fail("making the event that ends its thread's wait");
     // address:port, then the process and its machine (WatchMember).
     mine = fmt::format("{}:{}\t{}\t{}", env.HostAddress(), port, ::getpid(), env.HostName());
   });
@@ -397,18 +402,28 @@ RankWatch::~RankWatch() {
 void RankWatch::Die() {
   State& s = *state_;
   s.stop = true;
+  if (s.wake >= 0) {
+    // The thread's poll returns now, not at its timeout (0.1 s: a regroup
+    // waited that long for the old watch to end).
+    const std::uint64_t one = 1;
+    if (::write(s.wake, &one, sizeof one) < 0) {
+      // Full (it was woken already) or closed: the thread ends at its poll's timeout.
+    }
+  }
   if (s.thread.joinable()) s.thread.join();
   const std::lock_guard<std::mutex> lock(s.send_mu);
   for (State::Peer& p : s.peers) {
     if (p.fd >= 0) s.env->CloseSocket(p.fd);
     p.fd = -1;
   }
+  if (s.wake >= 0) ::close(s.wake);
+  s.wake = -1;
 }
 
 void RankWatch::Loop() {
   State& s = *state_;
-  // Without heartbeats the thread still wakes as often to see whether it
-  // is stopped.
+  // Without heartbeats its poll still ends every 0.1 s, to take a Pause
+  // (Die's event ends it at once).
   const bool beats = options_.heartbeat_s > 0;
   const int beat_ms = beats ? std::max(1, static_cast<int>(options_.heartbeat_s * 1000)) : 100;
   Clock::time_point last_beat = Clock::now();
@@ -430,10 +445,12 @@ void RankWatch::Loop() {
         who.push_back(peer);
       }
     }
+    fds.push_back({s.wake, POLLIN, 0});  // last: Die's
     ::poll(fds.data(), fds.size(), beat_ms);
+    if (s.stop) break;
     {
       const std::lock_guard<std::mutex> reading(s.read_mu);
-      for (std::size_t i = 0; i < fds.size(); ++i) {
+      for (std::size_t i = 0; i < who.size(); ++i) {
         if (fds[i].revents == 0) continue;
         const int peer = who[i];
         const long n = s.env->Receive(fds[i].fd, buffer, sizeof buffer, /*wait_all=*/false);
