@@ -516,22 +516,17 @@ RunAdapter::Decision RunAdapter::Decide(const TrainConfig& config, std::int64_t 
   // decides for all. Per unit of the step's work: packed documents' steps
   // differ in it (MeasureStep's seconds are).
   Transport& t = comms_.world;
-  const int ranks = comms_.pipeline.size(), replicas = comms_.replicas.size();
+  const int replicas = comms_.replicas.size();
   step_seconds /= work > 0 ? work : 1.0;
-  const std::vector<double>& seconds = measured.seconds;
-  const std::vector<RankMessageTimes>& messages = measured.ranks;
   Decision d;
   if (t.rank() == 0 && deciding_) {
     const double profiled = planner_->profile_seconds();
     // adapt: full measures every world rank on its own.
     const bool full = config.pipeline.adapt == AdaptMode::kFull && replicas > 1;
     try {
-      if (measured.whole) {
-        d.replan = planner_->Observe(config, u_.plan, done, total, full ? seconds : SlowestReplica(seconds, replicas),
-                                     step_seconds, SlowestTransits(messages, ranks, replicas));
-      } else {
-        d.replan = planner_->Observe(config, u_.plan, done, total, measured.slowest, step_seconds, measured.transits);
-      }
+      // (full measures the whole: StepWatch gathers it.)
+      d.replan = planner_->Observe(config, u_.plan, done, total, full ? measured.seconds : measured.slowest,
+                                   step_seconds, measured.transits);
     } catch (const Error& e) {
       deciding_ = false;  // the run goes on as planned
       std::fprintf(stderr, "baton: warning: adaptive plans stop after step %lld: %s\n", static_cast<long long>(done),

@@ -66,6 +66,9 @@ StepMeasures GatherMeasures(const RunComms& comms, const RankMessageTimes& mine,
     m.seconds[static_cast<std::size_t>(layout.World(r.rank, r.replica))] = r.compute_s;
     m.ranks.push_back(std::move(r));
   }
+  // What the reduced measure gives, from the whole.
+  m.slowest = SlowestReplica(m.seconds, replicas);
+  m.transits = SlowestTransits(m.ranks, ranks, replicas);
   return m;
 }
 

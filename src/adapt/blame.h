@@ -31,7 +31,8 @@ namespace baton {
 // (MessageTimesJson). Zeroes the executor's sums.
 //   - whole (log.blame, adapt: full with replicas): every world rank's, in
 //     one gather over the world: `seconds` by world rank (ReplicaLayout's
-//     order) and `ranks`.
+//     order) and `ranks`, and from them `slowest` and `transits` as the
+//     reduced measure gives them.
 //   - else reduced: each pipeline's ranks' measures gathered at its rank 0
 //     (P ranks), which finds each of its links' shortest time
 //     (ShortestTransits), and the largest of each over the replicas (one
@@ -46,7 +47,7 @@ struct StepMeasures {
   std::vector<RankMessageTimes> ranks;
   std::vector<double> slowest, transits;
 };
-StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work, bool whole = true);
+StepMeasures MeasureStep(const RunComms& comms, Executor& exec, double work, bool whole);
 // The same from this rank's measures `mine` (collective over the world).
 StepMeasures GatherMeasures(const RunComms& comms, const RankMessageTimes& mine, bool whole);
 

@@ -153,6 +153,9 @@ TEST(GatherMeasures, TheReducedMeasureIsTheWholeOnesSlowestReplicaAndSlowestLink
   ASSERT_FALSE(r.whole);
   EXPECT_EQ(r.slowest, SlowestReplica(all.seconds, kReplicas));
   EXPECT_EQ(r.transits, SlowestTransits(all.ranks, kRanks, kReplicas));
+  // The whole gather gives them too (what the plans decide by either way).
+  EXPECT_EQ(all.slowest, r.slowest);
+  EXPECT_EQ(all.transits, r.transits);
   ASSERT_EQ(r.slowest.size(), 3u);
   for (int p = 0; p < kRanks; ++p) EXPECT_DOUBLE_EQ(r.slowest[static_cast<std::size_t>(p)], 1.0 + p + 0.2);
   ASSERT_EQ(r.transits.size(), 9u);
