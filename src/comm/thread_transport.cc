@@ -106,9 +106,13 @@ struct Job {
 // collective rounds. Guarded by the job's lock.
 struct Hub {
   Hub(std::shared_ptr<Job> j, std::vector<int> world_ranks)
-      : job(std::move(j)), world(std::move(world_ranks)), wake(world.size()) {}
+      : job(std::move(j)),
+        world(std::move(world_ranks)),
+        members(fmt::format("{}", fmt::join(world, ", "))),
+        wake(world.size()) {}
   std::shared_ptr<Job> job;
   std::vector<int> world;  // the world rank of each member, for messages
+  std::string members;     // "0, 2, 4": the same, once, for the waits' names
   // Each member waits on its own condition, so a message wakes only the
   // member it is for (not every thread of a thousand-rank job).
   std::vector<std::condition_variable> wake;
@@ -354,11 +358,7 @@ class Member {
     hub_->job->Count(what, World(rank_), moved);
   }
   int World(int r) const { return r >= 0 && r < hub_->size() ? hub_->world[static_cast<std::size_t>(r)] : r; }
-  std::string Members() const {
-    std::string out;
-    for (int w : hub_->world) out += fmt::format("{}{}", out.empty() ? "" : ", ", w);
-    return out;
-  }
+  const std::string& Members() const { return hub_->members; }
 
   std::shared_ptr<Hub> hub_;
   int rank_;
