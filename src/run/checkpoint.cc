@@ -569,11 +569,14 @@ void SaveCheckpoint(const CheckpointPlace& place, const CheckpointRun& run, cons
     throw;
   }
   if (between) between();  // a crash between shards and manifest
-  // Every shard is durable: only now may the manifest make the checkpoint real.
+  // Every shard is durable: only now may the manifest make the checkpoint
+  // real. Only the writers have a record: they gather over their pipeline
+  // (P ranks, not the world's N) at its rank 0, world rank 0.
   std::vector<std::string> records;
-  t.GatherStrings(record, &records,
-                  fmt::format("every rank's shard record of checkpoint {}",
-                              StepName(step)));
+  if (writer) {
+    comms.pipeline.GatherStrings(record, &records,
+                                 fmt::format("every rank's shard record of checkpoint {}", StepName(step)));
+  }
   store.Settle();
   Agree(t, fmt::format("rank 0 writing the manifest of checkpoint {}", StepName(step)), [&] {
     if (t.rank() == 0) WriteManifest(place, run, step, records);
