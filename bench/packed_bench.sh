@@ -27,24 +27,24 @@ trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 python3 bench/lognormal_docs.py "$out/lognormal.jsonl" "$budget" "$docs"
 config=configs/gpt_fortunes_1f1b.yaml
-sets() {  # PACKING
-  echo --set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $1, max_tokens: $budget}" \
-    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks=2 \
-    --set pipeline.checkpointing=none --set pipeline.adapt=off
+sets() {  # PACKING: the run's settings, into the array `set`
+  set=(--set "data={dataset: jsonl, path: $out/lognormal.jsonl, packing: $1, max_tokens: $budget}"
+    --set model.seq_len="$budget" --set train.batch_size=16 --set pipeline.microbatches=8 --set pipeline.ranks=2
+    --set pipeline.checkpointing=none --set pipeline.adapt=off)
 }
 stamp "$0 $rounds $steps $budget $docs"
 echo
 echo "| round | packing | measured / predicted, step by step (median) | median step measured (ms) | median step predicted (ms) |"
 echo "|---|---|---|---|---|"
 for round in $(seq 1 "$rounds"); do
-  # shellcheck disable=SC2046  # the sets are words
-  timeout 900 mpirun -np 2 "$baton" profile "$config" $(sets greedy) --rows 2 --out "$out/profile.json" \
+  sets greedy
+  timeout 900 mpirun -np 2 "$baton" profile "$config" "${set[@]}" --rows 2 --out "$out/profile.json" \
     > "$out/profile.log" 2>&1 || { cat "$out/profile.log" >&2; exit 1; }
   for packing in greedy balanced; do
     arranged=()
     [ "$packing" = balanced ] && arranged=(--set pipeline.profile="$out/profile.json")
-    # shellcheck disable=SC2046
-    timeout 900 mpirun -np 2 "$baton" bench "$config" $(sets "$packing") "${arranged[@]}" --real-data \
+    sets "$packing"
+    timeout 900 mpirun -np 2 "$baton" bench "$config" "${set[@]}" "${arranged[@]}" --real-data \
       --profile "$out/profile.json" --steps "$steps" --warmup 2 > "$out/bench.log" 2>&1 \
       || { cat "$out/bench.log" >&2; exit 1; }
     # "packed steps ... step by step: median 1.040 (503.9/467.9, 430.6/414.2, ...)"
