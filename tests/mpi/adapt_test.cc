@@ -159,7 +159,9 @@ TEST_F(AdaptTest, ALateWireIsMeasuredAndThePlanChangesAroundIt) {
 TEST_F(AdaptTest, ACheckpointWrittenAfterAReplanResumesToTheSameWeights) {
   ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
   const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=10";
-  ASSERT_EQ(Train("BATON_FAULT=1:6:slow=4", "--set pipeline.adapt=on --set log.metrics=adapt.jsonl "
+  // The slowdown after the first window (steps 3-7), which calibrates the
+  // healthy speeds (WithReplicasUnderZero... says why).
+  ASSERT_EQ(Train("BATON_FAULT=1:9:slow=4", "--set pipeline.adapt=on --set log.metrics=adapt.jsonl "
                                             "--set log.weights=adapt.safetensors" + ck),
             0)
       << Read("log.txt");
@@ -185,15 +187,17 @@ TEST_F(AdaptTest, ACheckpointWrittenAfterAReplanResumesToTheSameWeights) {
 // weights: nothing is lost.
 TEST_F(AdaptTest, AStallDuringAMoveEndsAtTheDeadlineAndLosesNothing) {
   ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
-  const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=5";
+  // Every checkpoint kept: the one of step 5 is before any move (the
+  // stall comes with the first at or after step 9), whichever steps follow.
+  const std::string ck = " --set checkpoint.dir=ck --set checkpoint.every_steps=5 --set checkpoint.keep=10";
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_NE(Train("BATON_FAULT=1:6:slow=4,0:6:replan:stall",
+  EXPECT_NE(Train("BATON_FAULT=1:9:slow=4,0:9:replan:stall",
                   "--set pipeline.adapt=on --set pipeline.wait_timeout_s=3 --set log.metrics=stalled.jsonl "
                   "--set log.weights=stalled.safetensors" + ck),
             0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string log = Read("log.txt");
-  EXPECT_NE(log.find("rank 0: injected fault (BATON_FAULT): stalling at step 6, replan"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 0: injected fault (BATON_FAULT): stalling at step 9, replan"), std::string::npos) << log;
   EXPECT_NE(log.find("rank 1: timed out waiting for every rank building the new plan"), std::string::npos) << log;
   EXPECT_LT(seconds, 60.0);
   EXPECT_FALSE(fs::exists(dir_ / "stalled.safetensors"));
@@ -321,7 +325,7 @@ TEST_F(AdaptTest, FullReSplitsTheMicrobatchesOffASlowReplicaAndBack) {
 // again (on a machine busy with other work rank 0's may).
 TEST_F(AdaptTest, AMoveARankCannotBuildLeavesTheOldPlanRunning) {
   ASSERT_EQ(Train("", "--set log.metrics=healthy.jsonl --set log.weights=healthy.safetensors"), 0) << Read("log.txt");
-  ASSERT_EQ(Train("BATON_FAULT=1:6:slow=4,1:6:replan:error",
+  ASSERT_EQ(Train("BATON_FAULT=1:9:slow=4,1:9:replan:error",
                   "--set pipeline.adapt=on --set log.metrics=failed.jsonl --set log.weights=failed.safetensors"),
             0)
       << Read("log.txt");
