@@ -223,8 +223,9 @@ void JobWatch::TakeWorld(RankWorld w, const ReplicaLayout& layout) {
   comms_ = shrunk_comms_.back().get();
 }
 
-void JobWatch::Regroup(const std::vector<int>& lost, const std::vector<int>& staying, const RecoveryHook& at,
-                       const std::function<void()>& make) {
+double JobWatch::Regroup(const std::vector<int>& lost, const std::vector<int>& staying, const RecoveryHook& at,
+                         const std::function<void()>& make) {
+  const auto start = std::chrono::steady_clock::now();
   interrupt_.reset();
   // The old watch stays until the new one watches the new world, read by
   // the guard meanwhile.
@@ -239,6 +240,7 @@ void JobWatch::Regroup(const std::vector<int>& lost, const std::vector<int>& sta
     Watch();
   }
   old_watch_.reset();  // a goodbye on every old connection
+  return Since(start);
 }
 
 Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& layout, const RecoveryHook& at) {
@@ -266,9 +268,8 @@ Survivors::Shrunk JobWatch::Shrink(const RankLost& seen, const ReplicaLayout& la
   }
   std::vector<int> staying = members;
   std::sort(staying.begin(), staying.end());
-  const auto regroup = std::chrono::steady_clock::now();
-  Regroup(out.lost, staying, at, [&] { TakeWorld(host_.Survivors(comms_->world, members, next, timeout_s_), next); });
-  out.regroup_s = Since(regroup);
+  out.regroup_s =
+      Regroup(out.lost, staying, at, [&] { TakeWorld(host_.Survivors(comms_->world, members, next, timeout_s_), next); });
   out.comms = comms_;
   return out;
 }
@@ -302,8 +303,7 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
   const std::string payload = ReplacementPayload(command_, run_id, out.lost, DescribeLost(watch_->Lost()),
                                                  out.agreed_s, seen_unix_s, epoch_, maybe_running_);
   const int me = watch_->rank();
-  const auto regroup = std::chrono::steady_clock::now();
-  Regroup(out.lost, staying, at, [&] {
+  out.regroup_s = Regroup(out.lost, staying, at, [&] {
     try {
       TakeWorld(host_.Replaced(comms_->world, staying, out.lost, command_, payload, layout, timeout_s_), layout);
     } catch (const Error& e) {
@@ -314,7 +314,6 @@ Survivors::Shrunk JobWatch::Replace(const RankLost& seen, const ReplicaLayout& l
       throw RankEnded{kExitLostRank};  // a host's Exit on the rank's thread does not return
     }
   });
-  out.regroup_s = Since(regroup);
   out.comms = comms_;
   return out;
 }

@@ -172,9 +172,10 @@ class JobWatch final : public Survivors {
   void TakeWorld(RankWorld w, const ReplicaLayout& layout);
   // The new world made by `make` while a RegroupGuard reads the old watch
   // (the lost ranks `lost`, the ranks `staying` of the world now); watched
-  // anew, the old watch's goodbye said after.
-  void Regroup(const std::vector<int>& lost, const std::vector<int>& staying, const RecoveryHook& at,
-               const std::function<void()>& make);
+  // anew, the old watch's goodbye said after. Returns its seconds (the
+  // recovered row's regroup_s).
+  double Regroup(const std::vector<int>& lost, const std::vector<int>& staying, const RecoveryHook& at,
+                 const std::function<void()>& make);
   // The one end of a job that cannot go on: the rank that `say`s it
   // prints `line` (if any) and leaves the exit record; the launcher is
   // told to end; the rank ends with `code`.
