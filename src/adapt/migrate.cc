@@ -1,6 +1,7 @@
 #include "migrate.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "baton/error.h"
+#include "baton/placement.h"
 #include "baton/timing.h"
 #include "checkpoint.h"
 #include "fault.h"
@@ -82,7 +84,7 @@ std::string AllButPlan(const TrainConfig& config) {
 }
 
 // `u` built for `config` from `plan` in place of what it had: the device,
-// the executor and the parameter store (initial values; the caller
+// the executor and the parameter store (no values drawn: the caller
 // restores the state), the transport sized for both plans' messages.
 void Build(const TrainConfig& config, const RunComms& comms, RunSetup& u, RunPlan plan, RankPlan rank_plan) {
   Transport& t = u.wire ? *u.wire : comms.pipeline;
@@ -96,7 +98,7 @@ void Build(const TrainConfig& config, const RunComms& comms, RunSetup& u, RunPla
   u.exec = std::make_unique<Executor>(u.plan.model, u.rank_plan, config.pipeline.wait_timeout_s, t, *u.device,
                                       &comms.replicas);
   u.params = std::make_unique<ParamStore>(u.plan, u.rank_plan, *u.exec);
-  u.params->Initialize(config.model.init_seed, config.train.optimizer);  // shapes and an optimizer; overwritten
+  u.params->Prepare(config.train.optimizer);  // an optimizer; every value is restored next
 }
 
 // After the state is in place: the transport sized for the plan, the
@@ -288,6 +290,25 @@ PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const Run
   u.run.run_id = id;
   swap.seconds = MonotonicSeconds() - start;
   return swap;
+}
+
+void ChangePlan(TrainConfig next, const RunComms& comms, RunSetup& u, std::int64_t done, bool tty,
+                TrainConfig& running) {
+  const PlanSwap swap = SwapPlan(running, next, comms, u, done);
+  if (!swap.failed.empty()) {  // every rank went back to the running plan
+    if (swap.failed_here) {
+      std::fprintf(stderr, "%sbaton: rank %d: warning: the plan change after step %lld failed: %s; the run goes on as "
+                   "planned\n", tty ? "\n" : "", u.world_rank, static_cast<long long>(done), swap.failed.c_str());
+    }
+    return;
+  }
+  running = std::move(next);
+  if (comms.world.rank() != 0) return;
+  const int chunks = u.plan.lowered.chunks();
+  std::fprintf(stderr, "%sbaton: plan changed after step %lld: %s%s layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",
+               tty ? "\n" : "", static_cast<long long>(done), running.pipeline.schedule.c_str(),
+               chunks > 1 ? fmt::format(" ({} chunks)", chunks).c_str() : "",
+               LayoutText(running, u.plan.model, u.plan.bounds).c_str(), swap.bytes_sent / 1024.0, swap.seconds * 1e3);
 }
 
 }  // namespace baton

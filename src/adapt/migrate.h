@@ -82,6 +82,12 @@ struct PlanSwap {
 PlanSwap SwapPlan(const TrainConfig& running, const TrainConfig& next, const RunComms& comms, RunSetup& u,
                   std::int64_t done);
 
+// A caller's plan change (TrainOptions::next_plan) after step `done`:
+// SwapPlan to `next`, which becomes `running`; rank 0 says so in one line
+// (a rank whose build failed warns, and `running` stays).
+void ChangePlan(TrainConfig next, const RunComms& comms, RunSetup& u, std::int64_t done, bool tty,
+                TrainConfig& running);
+
 }  // namespace baton
 
 #endif  // BATON_TRAIN_MIGRATE_H_

@@ -10,8 +10,10 @@
 
 namespace baton {
 
+bool PlansAdapt(const TrainConfig& c) { return c.pipeline.adapt != AdaptMode::kOff; }
+
 StepWatch::StepWatch(const TrainConfig& c, const RunComms& comms, RunSetup& u) {
-  if (c.pipeline.adapt != AdaptMode::kOff) adapter_.emplace(c, comms, u);
+  if (PlansAdapt(c)) adapter_.emplace(c, comms, u);
   if (c.log.blame) blame_.emplace(c, comms, u);
 }
 

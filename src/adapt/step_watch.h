@@ -53,6 +53,10 @@ class StepWatch {
   double gradients_start_ = 0;            // the step's gradients started (MonotonicSeconds)
 };
 
+// Whether `c`'s plan may change between steps by itself (pipeline.adapt
+// on or full): the setup arms the faults of a re-plan for it.
+bool PlansAdapt(const TrainConfig& c);
+
 // A step's work against one of whole microbatches: packed documents'
 // (PackedStepShare), else 1.
 double StepWork(const TrainConfig& c, const RunPlan& plan, const Batch& batch);

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
@@ -208,15 +207,15 @@ void Recovery::SayRecovered(RunSetup& u, std::int64_t step, bool tty) {
   loss_.reset();
 }
 
-void Recovery::SaveAndStop(const TrainConfig& c, RunSetup& u, TrainSummary& summary) {
+void Recovery::SaveAndStop(RunSetup& u, TrainSummary& summary) {
   const Loss& r = *loss_;
   Transport& t = comms_->world;
   const std::int64_t done = r.after_step;
-  const std::string dir = StepDir(c.checkpoint.dir, done);
-  const int whole = t.AllMax(t.rank() == 0 && std::filesystem::exists(dir + "/manifest.json") ? 1 : 0,
+  const std::string dir = StepDir(u.checkpoint_place.dir, done);
+  const int whole = t.AllMax(t.rank() == 0 && u.env->KindOf(dir + "/manifest.json") == Env::PathKind::kFile ? 1 : 0,
                              "rank 0 looking for the checkpoint of the kept step");
   if (whole == 0) {
-    SaveCheckpoint(u.CheckpointsAt(c), u.run, *comms_, *u.params, done,
+    SaveCheckpoint(u.checkpoint_place, u.run, *comms_, *u.params, done,
                    [&] { u.FaultAt(done, "checkpoint"); });
   }
   summary.stopped_after = done;

@@ -118,7 +118,7 @@ class Recovery {
   // The kept step as a checkpoint (unless it was written whole before the
   // loss), then one line and a metrics row; every rank returns once every
   // file is written. Collective over comms().world.
-  void SaveAndStop(const TrainConfig& c, RunSetup& u, TrainSummary& summary);
+  void SaveAndStop(RunSetup& u, TrainSummary& summary);
 
   // After `seen`: whether the survivors can go on or stop with a
   // checkpoint (the mode keeps state and some boundary is kept); if not,

@@ -36,6 +36,11 @@ void ParamStore::HoldWhole(bool gather) {
 void ParamStore::Initialize(std::uint64_t seed, const OptimizerSpec& optimizer) {
   HoldWhole(false);  // ZeRO 3: every replica draws the whole stages alike, and keeps its shard
   for (auto& st : stages_) st->Init(seed);
+  Prepare(optimizer);
+}
+
+void ParamStore::Prepare(const OptimizerSpec& optimizer) {
+  HoldWhole(false);  // (held already where Initialize drew)
   // ZeRO: this replica's shard only (the whole stage otherwise).
   exec_.SetOptimizers(optimizer);
   Push();

@@ -36,6 +36,10 @@ class ParamStore {
   // depend on the partition); an optimizer per stage over this replica's
   // shard; then the parameters to the device.
   void Initialize(std::uint64_t seed, const OptimizerSpec& optimizer);
+  // As Initialize without the draws (the parameters left as allocated):
+  // for a store whose every parameter and optimizer state Restore writes
+  // next (a plan change), so nothing is drawn only to be overwritten.
+  void Prepare(const OptimizerSpec& optimizer);
   // Device -> host copies of the parameters and optimizer state (no-op on
   // the host), and back. Never inside a step. Under ZeRO 3 (the
   // parameters rest as shards) Pull gathers each stage's whole parameters

@@ -277,6 +277,7 @@ void PlanSetup(const TrainConfig& c, const RunComms& comms, RunSetup& u, const S
   u.last_rank = u.rank_plan.has_labels;
   u.env = o.env != nullptr ? o.env : &Env::Default();
   u.fault = FaultFromEnvironment(*u.env).Own(u.world_rank);
+  u.checkpoint_place = {c.checkpoint.dir, c.checkpoint.keep, u.env};
   // Every rank that writes a checkpoint shard checks the folder where it
   // writes (on many nodes, each its own view of the shared file system).
   if (o.training && u.replica == 0 && !c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0) {

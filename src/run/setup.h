@@ -123,8 +123,6 @@ struct RunSetup {
   // fires it only through `faults`, its hooks (null: none, a real run).
   Fault fault;
   std::unique_ptr<RunFaults> faults;
-  // Where checkpoints go, through the run's Env.
-  CheckpointPlace CheckpointsAt(const TrainConfig& c) const { return {c.checkpoint.dir, c.checkpoint.keep, env}; }
   // The loop's named points (BATON_FAULT's "start", "evaluate",
   // "checkpoint"): a fault fires there if it is this rank's.
   void FaultAt(std::int64_t step, std::string_view point) const {
@@ -147,6 +145,10 @@ struct RunSetup {
   CheckpointRun run;
   std::optional<ResumePoint> resume;
   CheckpointFolder checkpoints;
+  // Where the run's checkpoints go and how many stay (checkpoint.dir,
+  // checkpoint.keep, through the run's Env), fixed by the setup: a plan
+  // change keeps them, and the step loop saves there without the config.
+  CheckpointPlace checkpoint_place;
 };
 
 // An automatic placement (Partition::kAuto) searched on rank 0, from

@@ -13,10 +13,11 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "baton/data.h"
 #include "baton/error.h"
-#include "baton/placement.h"
 #include "baton/timing.h"
 #include "baton/train.h"
 #include "baton/watch.h"
@@ -288,10 +289,11 @@ void EndRun(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64
 // goes on: its last checkpoint can write them (--resume).
 class WeightsWatch {
  public:
-  void Check(const TrainConfig& c) {
-    if (said_ || c.log.weights.empty()) return;
+  explicit WeightsWatch(std::string path) : path_(std::move(path)) {}
+  void Check() {
+    if (said_ || path_.empty()) return;
     try {
-      CheckOutputFile(c.log.weights, "log.weights");
+      CheckOutputFile(path_, "log.weights");
     } catch (const OutputError& e) {
       said_ = true;
       std::fprintf(stderr,
@@ -302,6 +304,7 @@ class WeightsWatch {
   }
 
  private:
+  std::string path_;  // log.weights ("": none)
   bool said_ = false;
 };
 
@@ -315,7 +318,7 @@ void Stop(const TrainConfig& c, const RunComms& comms, RunSetup& u, int signal, 
   summary.stop_signal = signal;
   summary.stopped_after = done;
   if (ran && !c.checkpoint.dir.empty() && last_checkpoint != done) {
-    SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, done,
+    SaveCheckpoint(u.checkpoint_place, u.run, comms, *u.params, done,
                    [&] { u.FaultAt(done, "checkpoint"); });
     last_checkpoint = done;
   }
@@ -374,27 +377,6 @@ void TakeUpAfter(const RunComms& comms, RunSetup& u, std::int64_t resumed) {
   });
 }
 
-// After step `done`, the run goes on planned by `next` (SwapPlan), which
-// becomes `running`; rank 0 says so in one line.
-void ChangePlan(TrainConfig next, const RunComms& comms, RunSetup& u, std::int64_t done, bool tty,
-                TrainConfig& running) {
-  const PlanSwap swap = SwapPlan(running, next, comms, u, done);
-  if (!swap.failed.empty()) {  // every rank went back to the running plan
-    if (swap.failed_here) {
-      std::fprintf(stderr, "%sbaton: rank %d: warning: the plan change after step %lld failed: %s; the run goes on as "
-                   "planned\n", tty ? "\n" : "", u.world_rank, static_cast<long long>(done), swap.failed.c_str());
-    }
-    return;
-  }
-  running = std::move(next);
-  if (comms.world.rank() != 0) return;
-  const int chunks = u.plan.lowered.chunks();
-  std::fprintf(stderr, "%sbaton: plan changed after step %lld: %s%s layout %s (rank 0 sent %.1f KiB of its state; %.1f ms)\n",
-               tty ? "\n" : "", static_cast<long long>(done), running.pipeline.schedule.c_str(),
-               chunks > 1 ? fmt::format(" ({} chunks)", chunks).c_str() : "",
-               LayoutText(running, u.plan.model, u.plan.bounds).c_str(), swap.bytes_sent / 1024.0, swap.seconds * 1e3);
-}
-
 // Rank 0's last line of a finished run (with progress output, or when steps were skipped).
 void SayDone(const TrainConfig& c, const TrainSummary& summary, std::int64_t skipped) {
   if (!c.log.progress && skipped == 0) return;
@@ -411,7 +393,7 @@ SetupOptions SetupFor(const TrainConfig& c, const TrainOptions& options) {
   setup.resume_from = options.resume_dir;
   setup.resume_auto = !options.resume && (options.resume_auto || c.checkpoint.resume == ResumeMode::kAuto);
   setup.env = options.env;
-  setup.replans = options.next_plan != nullptr || c.pipeline.adapt != AdaptMode::kOff;
+  setup.replans = options.next_plan != nullptr || PlansAdapt(c);
   return setup;
 }
 
@@ -540,11 +522,11 @@ StepStats ComputeGradients(RunSetup& u, RunTrace& trace, const Batch& batch, std
 
 // A checkpoint of `step` (an instant in the trace); rank 0 checks the
 // final weights' file is still there to write. The step.
-std::int64_t Checkpoint(const TrainConfig& c, const RunComms& comms, RunSetup& u, std::int64_t step, RunTrace& trace,
+std::int64_t Checkpoint(const RunComms& comms, RunSetup& u, std::int64_t step, RunTrace& trace,
                         WeightsWatch& weights_lost) {
-  SaveCheckpoint(u.CheckpointsAt(c), u.run, comms, *u.params, step, [&] { u.FaultAt(step, "checkpoint"); });
+  SaveCheckpoint(u.checkpoint_place, u.run, comms, *u.params, step, [&] { u.FaultAt(step, "checkpoint"); });
   trace.Mark("checkpoint", step, /*write=*/true);
-  if (comms.world.rank() == 0) weights_lost.Check(c);
+  if (comms.world.rank() == 0) weights_lost.Check();
   return step;
 }
 
@@ -568,7 +550,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
   StepWatch watch(c, comms, u);
   auto step_start = Clock::now();
   std::int64_t last_checkpoint = first_step - 1;  // resumed from it, or none (0)
-  WeightsWatch weights_lost;
+  WeightsWatch weights_lost(c.log.weights);
   std::vector<double> squares(u.plan.model.ops.size());  // per op: the gradients' squares (ClipGradients)
   UpdateTimes times;
   for (std::int64_t step = first_step; step <= total; ++step) {
@@ -619,7 +601,7 @@ void TrainSteps(TrainConfig& c, Recovery& recovery, const TrainOptions& options,
     }
     if (!c.checkpoint.dir.empty() && c.checkpoint.every_steps > 0 && step % c.checkpoint.every_steps == 0) {
       numbers.Settle();
-      last_checkpoint = Checkpoint(c, comms, u, step, trace, weights_lost);
+      last_checkpoint = Checkpoint(comms, u, step, trace, weights_lost);
     }
     if (epoch_end) summary.epochs_done = static_cast<int>(epoch);
     summary.steps = step;
@@ -651,7 +633,7 @@ TrainSummary Train(const TrainConfig& config, const RunComms& comms, const Train
     try {
       SetUpSteps(c, recovery, options, *u);
       if (recovery.stops_now()) {
-        recovery.SaveAndStop(c, *u, summary);
+        recovery.SaveAndStop(*u, summary);
         summary.seconds = Seconds(start, Clock::now());
       } else {
         TrainSteps(c, recovery, options, start, summary, *u);
