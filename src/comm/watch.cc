@@ -16,9 +16,11 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -173,7 +175,11 @@ struct RankWatch::State {
   };
   int rank = 0;
   std::vector<int> neighbours;
-  std::vector<Peer> peers;  // by rank; this rank's own entry is unused
+  int size = 0;  // the job's ranks
+  // The neighbours' (only theirs: a rank's memory does not grow with the
+  // job), by rank; and every rank seen lost, near or far.
+  std::map<int, Peer> peers;
+  std::set<int> lost_ranks;
   Clock::time_point start = Clock::now();
   std::atomic<bool> any_lost{false};
   std::atomic<bool> stop{false};
@@ -199,8 +205,8 @@ struct RankWatch::State {
 
   void Send(int peer, const std::string& frame) {
     const std::lock_guard<std::mutex> lock(send_mu);
-    if (peers[peer].fd < 0) return;
-    env->SendAll(peers[peer].fd, frame);  // a closed peer is seen by the reader
+    if (peers.at(peer).fd < 0) return;
+    env->SendAll(peers.at(peer).fd, frame);  // a closed peer is seen by the reader
     ++sent.frames;
     sent.bytes += static_cast<long>(frame.size());
     if (frame.size() == 1 && frame[0] == kHeartbeat) ++sent.heartbeats;
@@ -210,7 +216,7 @@ struct RankWatch::State {
     const std::lock_guard<std::mutex> lock(mu);
     std::vector<int> out;
     for (const int n : neighbours) {
-      if (n != except && !peers[n].lost && !peers[n].left) out.push_back(n);
+      if (n != except && !peers.at(n).lost && !peers.at(n).left) out.push_back(n);
     }
     return out;
   }
@@ -219,8 +225,10 @@ struct RankWatch::State {
   void MarkLost(int peer, const std::string& how, int seer, Seen seen) {
     {
       const std::lock_guard<std::mutex> lock(mu);
-      if (peers[peer].lost || peers[peer].left) return;
-      peers[peer].lost = true;
+      const auto near = peers.find(peer);
+      if (lost_ranks.count(peer) > 0 || (near != peers.end() && near->second.left)) return;
+      lost_ranks.insert(peer);
+      if (near != peers.end()) near->second.lost = true;
       lost.push_back({peer, how, Since(start), seen == Seen::kClosed});
       any_lost = true;
       cv.notify_all();
@@ -231,7 +239,7 @@ struct RankWatch::State {
   }
   // The whole frames of `peer`'s buffer, taken in. REQUIRES: read_mu.
   void Parse(int peer) {
-    std::string& in = peers[peer].in;
+    std::string& in = peers.at(peer).in;
     std::size_t at = 0;
     constexpr std::size_t kInt = sizeof(std::int32_t);
     while (at < in.size()) {
@@ -241,13 +249,13 @@ struct RankWatch::State {
       bool from_lost = false;
       {
         const std::lock_guard<std::mutex> lock(mu);
-        from_lost = peers[peer].lost;
+        from_lost = peers.at(peer).lost;
       }
       if (type == kHeartbeat) {
         ++at;
       } else if (type == kGoodbye) {
         const std::lock_guard<std::mutex> lock(mu);
-        peers[peer].left = true;
+        peers.at(peer).left = true;
         ++at;
       } else if (type == kFence) {
         if (in.size() - at < 1 + kInt) break;
@@ -264,13 +272,13 @@ struct RankWatch::State {
         const int who = ReadInt32(in, at + 1), seer = ReadInt32(in, at + 1 + kInt);
         const auto seen = static_cast<Seen>(in[at + 1 + 2 * kInt]);
         at += 1 + 2 * kInt + 1;
-        if (from_lost || who == rank || who < 0 || who >= static_cast<int>(peers.size())) continue;
+        if (from_lost || who == rank || who < 0 || who >= size) continue;
         MarkLost(who, ToldLoss(seer, seen), seer, seen);
       } else if (type == kView || type == kDecision) {
         if (in.size() - at < 1 + 2 * kInt) break;
         const int e = ReadInt32(in, at + 1), n = ReadInt32(in, at + 1 + kInt);
-        if (n < 0 || n > static_cast<int>(peers.size())) {
-          MarkLost(peer, fmt::format("it sent a view of {} ranks in a job of {}", n, peers.size()), rank,
+        if (n < 0 || n > size) {
+          MarkLost(peer, fmt::format("it sent a view of {} ranks in a job of {}", n, size), rank,
                    Seen::kGarbled);
           at = in.size();
           break;
@@ -282,7 +290,7 @@ struct RankWatch::State {
         at += frame;
         if (from_lost) continue;
         std::sort(ranks.begin(), ranks.end());
-        const auto outside = [&](int r) { return r < 0 || r >= static_cast<int>(peers.size()); };
+        const auto outside = [&](int r) { return r < 0 || r >= size; };
         if (std::any_of(ranks.begin(), ranks.end(), outside)) {
           MarkLost(peer, "it sent a view of ranks that are not in the job", rank, Seen::kGarbled);
           at = in.size();
@@ -290,8 +298,8 @@ struct RankWatch::State {
         }
         const std::lock_guard<std::mutex> lock(mu);
         if (type == kView) {
-          peers[peer].view = std::move(ranks);
-          peers[peer].view_epoch = e;
+          peers.at(peer).view = std::move(ranks);
+          peers.at(peer).view_epoch = e;
         } else if (e > decision_epoch) {
           decision = std::move(ranks);
           decision_epoch = e;
@@ -317,8 +325,9 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     : rank_(world.rank()), size_(world.size()), options_(std::move(options)), state_(std::make_unique<State>()) {
   State& s = *state_;
   s.rank = rank_;
-  s.peers.resize(size_);
+  s.size = size_;
   neighbours_ = s.neighbours = WatchNeighbours(rank_, size_);
+  for (const int n : neighbours_) s.peers[n];
   if (options_.silent_s > 0 && options_.heartbeat_s <= 0) {
     throw Error(fmt::format("the lost-rank watch: a silence of {} s calls a rank lost, so it needs heartbeats "
                             "(heartbeat_s {} must be above 0)",
@@ -337,7 +346,7 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
       if (running) return;
       if (s.wake >= 0) ::close(s.wake);
       if (listener >= 0) env.CloseSocket(listener);
-      for (State::Peer& p : s.peers) {
+      for (auto& [r, p] : s.peers) {
         if (p.fd >= 0) env.CloseSocket(p.fd);
       }
     }
@@ -359,10 +368,10 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     for (const int peer : neighbours_) {
       if (peer < rank_) continue;
       const std::string& address = all.at(static_cast<std::size_t>(peer));
-      s.peers[peer].fd = env.ConnectTcp(address);
-      if (s.peers[peer].fd < 0) Fail(fmt::format("connecting to rank {} at {}", peer, address));
+      s.peers.at(peer).fd = env.ConnectTcp(address);
+      if (s.peers.at(peer).fd < 0) Fail(fmt::format("connecting to rank {} at {}", peer, address));
       const std::int32_t me = rank_;
-      if (!env.SendAll(s.peers[peer].fd, std::string_view(reinterpret_cast<const char*>(&me), sizeof me))) {
+      if (!env.SendAll(s.peers.at(peer).fd, std::string_view(reinterpret_cast<const char*>(&me), sizeof me))) {
         Fail(fmt::format("saying who it is to rank {} at {}", peer, address));
       }
     }
@@ -377,17 +386,17 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
       if (fd < 0) Fail("accepting a lower rank's connection");
       std::int32_t who = -1;
       if (env.Receive(fd, &who, sizeof who, /*wait_all=*/true) != static_cast<long>(sizeof who) || who < 0 ||
-          who >= rank_ || s.peers[who].fd >= 0 || !std::binary_search(neighbours_.begin(), neighbours_.end(), who)) {
+          who >= rank_ || !std::binary_search(neighbours_.begin(), neighbours_.end(), who) || s.peers.at(who).fd >= 0) {
         env.CloseSocket(fd);
         throw Error("the lost-rank watch: a connection that is no lower rank's");
       }
-      s.peers[who].fd = fd;
+      s.peers.at(who).fd = fd;
     }
   });
   env.CloseSocket(listener);
   listener = -1;
   const Clock::time_point now = Clock::now();
-  for (State::Peer& p : s.peers) p.heard = now;
+  for (auto& [r, p] : s.peers) p.heard = now;
   s.start = now;
   s.thread = std::thread([this] { Loop(); });
   opened.running = true;
@@ -412,7 +421,7 @@ void RankWatch::Die() {
   }
   if (s.thread.joinable()) s.thread.join();
   const std::lock_guard<std::mutex> lock(s.send_mu);
-  for (State::Peer& p : s.peers) {
+  for (auto& [r, p] : s.peers) {
     if (p.fd >= 0) s.env->CloseSocket(p.fd);
     p.fd = -1;
   }
@@ -439,7 +448,7 @@ void RankWatch::Loop() {
     {
       const std::lock_guard<std::mutex> lock(s.mu);
       for (const int peer : neighbours_) {
-        const State::Peer& p = s.peers[peer];
+        const State::Peer& p = s.peers.at(peer);
         if (p.fd < 0 || p.lost || p.left) continue;
         fds.push_back({p.fd, POLLIN, 0});
         who.push_back(peer);
@@ -455,8 +464,8 @@ void RankWatch::Loop() {
         const int peer = who[i];
         const long n = s.env->Receive(fds[i].fd, buffer, sizeof buffer, /*wait_all=*/false);
         if (n > 0) {
-          s.peers[peer].heard = Clock::now();
-          s.peers[peer].in.append(buffer, static_cast<std::size_t>(n));
+          s.peers.at(peer).heard = Clock::now();
+          s.peers.at(peer).in.append(buffer, static_cast<std::size_t>(n));
           s.Parse(peer);
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
           s.MarkLost(peer, "its connection closed", rank_, Seen::kClosed);
@@ -475,7 +484,7 @@ void RankWatch::Loop() {
     }
     if (options_.silent_s > 0) {
       for (const int peer : who) {
-        const double silent = Since(s.peers[peer].heard);
+        const double silent = Since(s.peers.at(peer).heard);
         if (silent >= options_.silent_s) {
           s.MarkLost(peer, fmt::format("silent for {:.1f} s", silent), rank_, Seen::kSilent);
         }
@@ -519,7 +528,7 @@ void RankWatch::Fence() const {
     char buffer[4096];
     for (const int peer : neighbours_) {
       if (s.excluded_epoch >= 0) break;
-      State::Peer& p = s.peers[peer];
+      State::Peer& p = s.peers.at(peer);
       if (p.fd < 0 || p.left) continue;
       for (;;) {
         const long n = s.env->Receive(p.fd, buffer, sizeof buffer, /*wait_all=*/false);
@@ -583,7 +592,7 @@ std::vector<int> RankWatch::AgreeLost(double timeout_s) {
         place = SurvivorTree(rank_, size_, flags);
       }
       const bool children_agree = std::all_of(place.children.begin(), place.children.end(), [&](int c) {
-        return s.peers[c].view_epoch == epoch && s.peers[c].view == view;
+        return s.peers.at(c).view_epoch == epoch && s.peers.at(c).view == view;
       });
       if (place.reached && children_agree) {
         if (place.parent < 0) {
