@@ -1,17 +1,65 @@
-// What `baton doctor` reports of the MPI a job runs on (baton/comm.h
-// DescribeMpi, LaunchName).
+// How a job was launched (DetectLaunch, LaunchProblem: from the launcher's
+// environment variables, before MPI_Init) and what `baton doctor` reports
+// of the MPI it runs on (baton/comm.h DescribeMpi, LaunchName).
 #include <dlfcn.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "baton/comm.h"
+#include "baton/env.h"
 
 namespace baton {
+
+namespace {
+
+int EnvInt(const Env& env, const char* name, int fallback) {
+  const std::optional<std::string> v = env.Variable(name);
+  return v && !v->empty() ? std::atoi(v->c_str()) : fallback;
+}
+
+}  // namespace
+
+Launch DetectLaunch(const Env& env) {
+  Launch l;
+  l.in_allocation = env.Variable("SLURM_JOB_ID").has_value();
+  l.exit_record = !env.Variable("BATON_EXIT_FILE").value_or("").empty();
+  if (env.Variable("OMPI_COMM_WORLD_SIZE")) {
+    l.kind = Launch::kMpirun;
+    l.tasks = EnvInt(env, "OMPI_COMM_WORLD_SIZE", 1);
+    l.keeps_survivors = env.Variable("OMPI_MCA_orte_enable_recovery").value_or("") == "1";
+    return l;
+  }
+  if (env.Variable("SLURM_STEP_ID")) {
+    l.tasks = EnvInt(env, "SLURM_STEP_NUM_TASKS", EnvInt(env, "SLURM_NTASKS", 1));
+    if (env.Variable("PMIX_RANK")) {
+      l.kind = Launch::kSrun;
+      return l;
+    }
+    l.kind = Launch::kSrunWithoutPmix;
+    l.plugin = env.Variable("SLURM_MPI_TYPE").value_or("");
+    if (l.plugin.empty() && env.Variable("PMI_RANK")) l.plugin = "pmi2";
+    return l;
+  }
+  return l;
+}
+
+std::string LaunchProblem(const Launch& l) {
+  if (l.kind != Launch::kSrunWithoutPmix || l.tasks <= 1) return {};
+  return fmt::format(
+      "srun started {} tasks {}, but this Open MPI starts its ranks through PMIx only: each task would be a "
+      "world of one (or abort inside MPI_Init). Launch with `srun --mpi=pmix ...`, or set MpiDefault=pmix in "
+      "slurm.conf (`srun --mpi=list` lists what this Slurm has)",
+      l.tasks, l.plugin.empty() || l.plugin == "none" ? std::string("without PMI") : "with --mpi=" + l.plugin);
+}
 
 std::string LostRankHandling(const Launch& l) {
   switch (l.kind) {

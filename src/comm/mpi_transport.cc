@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -700,51 +702,20 @@ namespace {
 
 NodePlace g_node;
 
-int EnvInt(const Env& env, const char* name, int fallback) {
-  const std::optional<std::string> v = env.Variable(name);
-  return v && !v->empty() ? std::atoi(v->c_str()) : fallback;
+// Slurm's first task (SLURM_PROCID 0, or no Slurm): the one that speaks
+// for every task.
+bool FirstTask() {
+  const std::optional<std::string> v = Env::Default().Variable("SLURM_PROCID");
+  return !v || v->empty() || std::atoi(v->c_str()) == 0;
 }
 
 }  // namespace
-
-Launch DetectLaunch(const Env& env) {
-  Launch l;
-  l.in_allocation = env.Variable("SLURM_JOB_ID").has_value();
-  l.exit_record = !env.Variable("BATON_EXIT_FILE").value_or("").empty();
-  if (env.Variable("OMPI_COMM_WORLD_SIZE")) {
-    l.kind = Launch::kMpirun;
-    l.tasks = EnvInt(env, "OMPI_COMM_WORLD_SIZE", 1);
-    l.keeps_survivors = env.Variable("OMPI_MCA_orte_enable_recovery").value_or("") == "1";
-    return l;
-  }
-  if (env.Variable("SLURM_STEP_ID")) {
-    l.tasks = EnvInt(env, "SLURM_STEP_NUM_TASKS", EnvInt(env, "SLURM_NTASKS", 1));
-    if (env.Variable("PMIX_RANK")) {
-      l.kind = Launch::kSrun;
-      return l;
-    }
-    l.kind = Launch::kSrunWithoutPmix;
-    l.plugin = env.Variable("SLURM_MPI_TYPE").value_or("");
-    if (l.plugin.empty() && env.Variable("PMI_RANK")) l.plugin = "pmi2";
-    return l;
-  }
-  return l;
-}
-
-std::string LaunchProblem(const Launch& l) {
-  if (l.kind != Launch::kSrunWithoutPmix || l.tasks <= 1) return {};
-  return fmt::format(
-      "srun started {} tasks {}, but this Open MPI starts its ranks through PMIx only: each task would be a "
-      "world of one (or abort inside MPI_Init). Launch with `srun --mpi=pmix ...`, or set MpiDefault=pmix in "
-      "slurm.conf (`srun --mpi=list` lists what this Slurm has)",
-      l.tasks, l.plugin.empty() || l.plugin == "none" ? std::string("without PMI") : "with --mpi=" + l.plugin);
-}
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   const std::string problem = LaunchProblem(DetectLaunch());  // before MPI_Init can abort
   if (!problem.empty()) {
     // Every task would say it: the first one does.
-    if (EnvInt(Env::Default(), "SLURM_PROCID", 0) == 0) std::fprintf(stderr, "baton: error: %s\n", problem.c_str());
+    if (FirstTask()) std::fprintf(stderr, "baton: error: %s\n", problem.c_str());
     std::fflush(stderr);
     std::_Exit(2);
   }
@@ -755,7 +726,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (launch.kind == Launch::kSrun && launch.tasks > 1 && world == 1) {
     // Each task a world of its own: the tasks never meet.
-    if (EnvInt(Env::Default(), "SLURM_PROCID", 0) == 0) {
+    if (FirstTask()) {
       std::fprintf(stderr,
                    "baton: error: srun started %d tasks, but MPI sees a world of 1 in each: the tasks did not join "
                    "through PMIx (is this Open MPI built with PMIx, and srun run with --mpi=pmix?)\n",

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
