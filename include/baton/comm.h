@@ -68,6 +68,10 @@ class Transport {
                              std::string_view what = "a gather of every rank's record") = 0;
   // Broadcasts rank 0's bytes to every rank. `what` names the wait.
   virtual void BroadcastString(std::string* text, std::string_view what = "the broadcast of the config") = 0;
+  // Rank 0's `parts` (one a rank, in rank order; read at rank 0 only):
+  // each rank receives its own into `mine`, and only it (the others' parts
+  // never reach it). `what` names the wait.
+  virtual void ScatterStrings(const std::vector<std::string>& parts, std::string* mine, std::string_view what) = 0;
   // Largest of `value` over ranks, on every rank (a collective). `what`
   // names the wait in the deadline's message ("rank 0 reading the config
   // file x.yaml").
@@ -120,6 +124,7 @@ class LateWire final : public Transport {
   void GatherToRoot(std::span<const float> mine, std::vector<float>* out) override;
   void GatherStrings(const std::string& mine, std::vector<std::string>* out, std::string_view what) override;
   void BroadcastString(std::string* text, std::string_view what) override;
+  void ScatterStrings(const std::vector<std::string>& parts, std::string* mine, std::string_view what) override;
   int AllMax(int value, std::string_view what) override;
   void StartAllMax(int value) override;
   int EndAllMax(std::string_view what) override;

@@ -98,6 +98,10 @@ void LateWire::BroadcastString(std::string* text, std::string_view what) {
   PostDue();
   inner_.BroadcastString(text, what);
 }
+void LateWire::ScatterStrings(const std::vector<std::string>& parts, std::string* mine, std::string_view what) {
+  PostDue();
+  inner_.ScatterStrings(parts, mine, what);
+}
 int LateWire::AllMax(int value, std::string_view what) {
   PostDue();
   return inner_.AllMax(value, what);

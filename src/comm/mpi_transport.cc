@@ -222,6 +222,32 @@ class MpiTransport final : public Transport {
     text->assign(k.bytes.begin(), k.bytes.end());
   }
 
+  void ScatterStrings(const std::vector<std::string>& parts, std::string* mine, std::string_view what) override {
+    const std::string label(what);
+    Scratch& k = Fresh();
+    k.counts.assign(rank_ == 0 ? size_ : 0, 0);
+    k.displs.assign(rank_ == 0 ? size_ : 0, 0);
+    k.sent.clear();
+    if (rank_ == 0) {
+      if (static_cast<int>(parts.size()) != size_) {
+        throw Error(fmt::format("{}: {} parts for {} ranks", label, parts.size(), size_));
+      }
+      for (int r = 0; r < size_; ++r) {
+        k.displs[r] = static_cast<int>(k.sent.size());
+        k.counts[r] = static_cast<int>(parts[static_cast<std::size_t>(r)].size());
+        k.sent.insert(k.sent.end(), parts[static_cast<std::size_t>(r)].begin(), parts[static_cast<std::size_t>(r)].end());
+      }
+    }
+    MPI_Request req;
+    BATON_MPI_CHECK(MPI_Iscatter(k.counts.data(), 1, MPI_INT, &k.n, 1, MPI_INT, 0, comm_, &req));
+    WaitCollective(&req, label.c_str());
+    k.bytes.assign(static_cast<std::size_t>(k.n), '\0');
+    BATON_MPI_CHECK(MPI_Iscatterv(k.sent.data(), k.counts.data(), k.displs.data(), MPI_CHAR, k.bytes.data(), k.n,
+                                  MPI_CHAR, 0, comm_, &req));
+    WaitCollective(&req, label.c_str());
+    mine->assign(k.bytes.begin(), k.bytes.end());
+  }
+
   int AllMax(int value, std::string_view what) override {
     Scratch& k = Fresh();
     k.in = value;

@@ -27,6 +27,9 @@ class SoloTransport final : public Transport {
     *out = {mine};
   }
   void BroadcastString(std::string*, std::string_view) override {}
+  void ScatterStrings(const std::vector<std::string>& parts, std::string* mine, std::string_view) override {
+    *mine = parts.at(0);
+  }
   int AllMax(int value, std::string_view) override { return value; }
   void StartAllMax(int value) override { started_ = value; }
   int EndAllMax(std::string_view) override { return started_; }

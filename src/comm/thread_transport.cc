@@ -357,6 +357,28 @@ class Member {
     }
     hub_->job->Count(what, World(rank_), moved);
   }
+  // A scatter from member 0 (REQUIRES: `all` its block, the parts'
+  // offsets first): member 0 counted as sending each member its part, each
+  // member as receiving its own.
+  void CountFromRoot(const std::string& what, const Bytes& all) {
+    const std::lock_guard<std::mutex> lock(hub_->job->mu);
+    const auto part = [&](int r) {
+      return static_cast<std::int64_t>(At<std::uint64_t>(all, static_cast<std::size_t>(r) + 1) -
+                                       At<std::uint64_t>(all, static_cast<std::size_t>(r)));
+    };
+    CallTraffic moved;
+    moved.calls = 1;
+    if (rank_ == 0) {
+      for (int m = 1; m < hub_->size(); ++m) {
+        ++moved.sent;
+        moved.sent_bytes += part(m);
+      }
+    } else {
+      moved.received = 1;
+      moved.received_bytes = part(rank_);
+    }
+    hub_->job->Count(what, World(rank_), moved);
+  }
   int World(int r) const { return r >= 0 && r < hub_->size() ? hub_->world[static_cast<std::size_t>(r)] : r; }
   const std::string& Members() const { return hub_->members; }
 
@@ -452,6 +474,29 @@ class ThreadTransport final : public Transport, private Member {
                               std::string(what));
     const std::vector<Bytes>& all = *held;
     text->assign(reinterpret_cast<const char*>(all[0].data()), all[0].size());
+  }
+  // Member 0's parts as one block (N + 1 offsets, then the bytes), which
+  // every member holds a reference to; each copies out its own part only.
+  void ScatterStrings(const std::vector<std::string>& parts, std::string* mine, std::string_view what) override {
+    const auto n = static_cast<std::size_t>(size());
+    Bytes block;
+    if (rank_ == 0) {
+      if (parts.size() != n) throw Error(fmt::format("{}: {} parts for {} ranks", what, parts.size(), n));
+      std::vector<std::uint64_t> at(n + 1, 0);
+      for (std::size_t r = 0; r < n; ++r) at[r + 1] = at[r] + parts[r].size();
+      block = Copy(at.data(), at.size() * sizeof(std::uint64_t));
+      for (const std::string& part : parts) {
+        block.insert(block.end(), reinterpret_cast<const std::byte*>(part.data()),
+                     reinterpret_cast<const std::byte*>(part.data()) + part.size());
+      }
+    }
+    const auto held = Collect(Contribute(std::move(block)), std::string(what));
+    const Bytes& all = held->front();
+    const auto me = static_cast<std::size_t>(rank_);
+    const std::uint64_t begin = At<std::uint64_t>(all, me), end = At<std::uint64_t>(all, me + 1);
+    const std::size_t data = (n + 1) * sizeof(std::uint64_t);
+    mine->assign(reinterpret_cast<const char*>(all.data()) + data + begin, end - begin);
+    CountFromRoot(std::string(what), all);
   }
   int AllMax(int value, std::string_view what) override {
     StartAllMax(value);

@@ -177,7 +177,8 @@ TEST(ThreadReplicaGroup, SumsPartsAndGathersAsMpiDoes) {
 }
 
 // AllMax, BroadcastString and ReduceSum go over the binary tree of the
-// ranks (rank r's parent (r - 1) / 2), GatherStrings to rank 0 whole, and each call's
+// ranks (rank r's parent (r - 1) / 2), GatherStrings to rank 0 whole,
+// ScatterStrings from it a part a rank, and each call's
 // messages and bytes are counted: on 13 ranks, a rank sends and receives
 // at most 3 messages for a max (one up, two down), where the gather's rank
 // 0 receives 12.
@@ -193,14 +194,22 @@ TEST(ThreadTransport, TreeCollectivesAndTheirCountedMessages) {
     EXPECT_EQ(text, "the decision");
     std::vector<double> sum = {1.0 * r, 1.0};
     me.world->ReduceSum(sum);
-    if (r == 0) EXPECT_EQ(sum, (std::vector<double>{78.0, 13.0}));
-    if (r != 0) EXPECT_EQ(sum, (std::vector<double>{1.0 * r, 1.0}));
+    const std::vector<double> expected = r == 0 ? std::vector<double>{78.0, 13.0} : std::vector<double>{1.0 * r, 1.0};
+    EXPECT_EQ(sum, expected);
     std::vector<std::string> all;
     me.world->GatherStrings(std::string(static_cast<std::size_t>(r), 'x'), &all, "the gather");
     if (r == 0) {
       ASSERT_EQ(all.size(), 13u);
       EXPECT_EQ(all[12], std::string(12, 'x'));
     }
+    // Rank r's part is r letters 'y' (rank 0's none): only its own arrives.
+    std::vector<std::string> parts;
+    if (r == 0) {
+      for (int to = 0; to < kRanks; ++to) parts.emplace_back(static_cast<std::size_t>(to), 'y');
+    }
+    std::string mine = "left over";
+    me.world->ScatterStrings(parts, &mine, "the scatter");
+    EXPECT_EQ(mine, std::string(static_cast<std::size_t>(r), 'y'));
   });
   for (const std::string& e : errors) EXPECT_EQ(e, "");
   const ThreadTraffic traffic = ranks[0].traffic();
@@ -234,6 +243,13 @@ TEST(ThreadTransport, TreeCollectivesAndTheirCountedMessages) {
     EXPECT_EQ(gather[at].sent_bytes, r);
     EXPECT_EQ(gather[at].received, r == 0 ? 12 : 0);
     EXPECT_EQ(gather[at].received_bytes, r == 0 ? 78 : 0);
+    // The scatter: rank 0 sends each rank its part, and a rank receives
+    // its own only.
+    const CallTraffic& scatter = traffic.at("the scatter")[at];
+    EXPECT_EQ(scatter.sent, r == 0 ? 12 : 0);
+    EXPECT_EQ(scatter.sent_bytes, r == 0 ? 78 : 0);
+    EXPECT_EQ(scatter.received, r > 0 ? 1 : 0);
+    EXPECT_EQ(scatter.received_bytes, r);
   }
 }
 
