@@ -99,7 +99,7 @@ class RankExcluded : public Error {
   int epoch_;
 };
 
-// The rank and process of each member, as the watch's setup exchanged them.
+// A member's process and machine (pid 0: not known).
 struct WatchMember {
   std::string host;  // its machine's name
   int pid = 0;
@@ -139,7 +139,10 @@ class RankWatch {
   // The epoch this watch's world was agreed in, and after its agreements:
   // the options' epoch plus the agreements so far.
   int epoch() const;
-  const WatchMember& member(int rank) const { return members_.at(static_cast<std::size_t>(rank)); }
+  // Rank `rank`'s process and machine where this rank knows them: itself,
+  // its neighbours (from the start), and every rank it has seen lost (the
+  // loss and the decision carry them); else pid 0 and no host.
+  WatchMember member(int rank) const;
   // The ranks this one watches (WatchNeighbours), one connection each.
   const std::vector<int>& neighbours() const { return neighbours_; }
   WatchTraffic traffic() const;
@@ -172,7 +175,6 @@ class RankWatch {
   int rank_ = 0;
   int size_ = 1;
   WatchOptions options_;
-  std::vector<WatchMember> members_;
   std::vector<int> neighbours_;
   std::unique_ptr<State> state_;
 };

@@ -21,7 +21,9 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -36,10 +38,12 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Frames on a connection: a heartbeat; a goodbye (the peer ends normally);
-// a loss (the lost rank, the rank that saw it, and how: a Seen), passed on
-// by each rank the first time it hears; a view (an agreement's epoch and
-// its lost ranks, from a child to its parent in the survivors' tree) and a
-// decision (the same, from the root, passed on by every rank that gets it).
+// a loss (the lost rank, the rank that saw it, how (a Seen), and the lost
+// rank's process and machine, which only its neighbours had), passed on by
+// each rank the first time it hears; a view (an agreement's epoch and its
+// lost ranks, from a child to its parent in the survivors' tree) and a
+// decision (the same with each lost rank's process and machine, from the
+// root, passed on by every rank that gets it).
 constexpr char kHeartbeat = 'H';
 constexpr char kGoodbye = 'B';
 constexpr char kLoss = 'L';
@@ -89,23 +93,61 @@ std::string ListFrame(char type, int epoch, const std::vector<int>& ranks) {
   return out;
 }
 
-// Every rank's "address:port\tpid\thost" (gathered at rank 0, broadcast):
-// the addresses by rank, the members appended to `members`.
-std::vector<std::string> ExchangeAddresses(Transport& world, const std::string& mine,
-                                           std::vector<WatchMember>& members) {
+// A member as a frame carries it: its pid, its host's length, its host.
+std::string MemberBytes(const WatchMember& m) {
+  return Int32(m.pid) + Int32(static_cast<std::int32_t>(m.host.size())) + m.host;
+}
+constexpr std::int32_t kMaxHost = 1024;  // a host name's bytes in a frame (Linux: 64)
+
+// Reads a member at `at` of `in` into `m`: the bytes it took, 0 where the
+// frame is not whole yet, -1 where its host length is out of bounds.
+long ReadMember(const std::string& in, std::size_t at, WatchMember* m) {
+  constexpr std::size_t kInt = sizeof(std::int32_t);
+  if (in.size() - at < 2 * kInt) return 0;
+  const std::int32_t length = ReadInt32(in, at + kInt);
+  if (length < 0 || length > kMaxHost) return -1;
+  if (in.size() - at < 2 * kInt + static_cast<std::size_t>(length)) return 0;
+  m->pid = ReadInt32(in, at);
+  m->host = in.substr(at + 2 * kInt, static_cast<std::size_t>(length));
+  return static_cast<long>(2 * kInt) + length;
+}
+
+// A watch's line, "address:port\tpid\thost": its address, and its member.
+std::pair<std::string, WatchMember> ParseLine(const std::string& line) {
+  const std::size_t tab = line.find('\t'), tab2 = line.find('\t', tab + 1);
+  return {line.substr(0, tab), {line.substr(tab2 + 1), std::atoi(line.substr(tab + 1, tab2 - tab - 1).c_str())}};
+}
+
+// This rank's neighbours' addresses, by rank: every rank's line (`mine`)
+// is gathered at rank 0, which sends each rank its neighbours' lines only
+// (ScatterStrings), so a rank's share of the exchange does not grow with
+// the job. Their members, and this rank's own, go into `known`.
+std::map<int, std::string> ExchangeAddresses(Transport& world, const std::string& mine,
+                                             std::map<int, WatchMember>& known) {
   std::vector<std::string> all;
   world.GatherStrings(mine, &all, "every rank's lost-rank watch address");
-  std::string joined;
-  for (const std::string& a : all) joined += a + "\n";
-  world.BroadcastString(&joined);
-  all.clear();
-  for (std::size_t at = 0, end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1) {
-    const std::string line = joined.substr(at, end - at);
-    const std::size_t tab = line.find('\t'), tab2 = line.find('\t', tab + 1);
-    all.push_back(line.substr(0, tab));
-    members.push_back({line.substr(tab2 + 1), std::atoi(line.substr(tab + 1, tab2 - tab - 1).c_str())});
+  std::vector<std::string> parts;
+  if (world.rank() == 0) {
+    parts.resize(all.size());
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      for (const int n : WatchNeighbours(static_cast<int>(r), static_cast<int>(all.size()))) {
+        parts[r] += fmt::format("{}\t{}\n", n, all[static_cast<std::size_t>(n)]);
+      }
+    }
   }
-  return all;
+  std::string part;
+  world.ScatterStrings(parts, &part, "each rank's neighbours' lost-rank watch addresses");
+  known[world.rank()] = ParseLine(mine).second;
+  std::map<int, std::string> addresses;
+  for (std::size_t at = 0, end; (end = part.find('\n', at)) != std::string::npos; at = end + 1) {
+    const std::string line = part.substr(at, end - at);
+    const std::size_t tab = line.find('\t');
+    const int n = std::atoi(line.substr(0, tab).c_str());
+    auto [address, member] = ParseLine(line.substr(tab + 1));
+    addresses[n] = std::move(address);
+    known[n] = std::move(member);
+  }
+  return addresses;
 }
 
 // This rank's place in the survivors' tree: breadth first over the
@@ -180,6 +222,10 @@ struct RankWatch::State {
   // job), by rank; and every rank seen lost, near or far.
   std::map<int, Peer> peers;
   std::set<int> lost_ranks;
+  // Each member this rank knows (guarded by mu): itself and its
+  // neighbours from the start, and every rank seen lost (from its loss or
+  // decision frame). RankWatch::member.
+  std::map<int, WatchMember> known;
   Clock::time_point start = Clock::now();
   std::atomic<bool> any_lost{false};
   std::atomic<bool> stop{false};
@@ -222,20 +268,34 @@ struct RankWatch::State {
   }
   // Notes `peer` lost, the first time, and tells every neighbour still
   // watched (`seer`: the rank that saw it, `seen`: how).
-  void MarkLost(int peer, const std::string& how, int seer, Seen seen) {
+  // `told`: the lost rank's member as a frame carried it.
+  void MarkLost(int peer, const std::string& how, int seer, Seen seen, const WatchMember* told = nullptr) {
+    WatchMember member;
     {
       const std::lock_guard<std::mutex> lock(mu);
       const auto near = peers.find(peer);
       if (lost_ranks.count(peer) > 0 || (near != peers.end() && near->second.left)) return;
       lost_ranks.insert(peer);
       if (near != peers.end()) near->second.lost = true;
+      if (told != nullptr && told->pid > 0) known.emplace(peer, *told);
+      if (const auto it = known.find(peer); it != known.end()) member = it->second;
       lost.push_back({peer, how, Since(start), seen == Seen::kClosed});
       any_lost = true;
       cv.notify_all();
     }
-    const std::string frame =
-        std::string(1, kLoss) + Int32(peer) + Int32(seer) + std::string(1, static_cast<char>(seen));
+    const std::string frame = std::string(1, kLoss) + Int32(peer) + Int32(seer) +
+                              std::string(1, static_cast<char>(seen)) + MemberBytes(member);
     for (const int n : Watched(peer)) Send(n, frame);
+  }
+  // A decision of epoch `epoch` on `ranks` (sorted), each with its member.
+  std::string DecisionFrame(int epoch, const std::vector<int>& ranks) {
+    std::string out = ListFrame(kDecision, epoch, ranks);
+    const std::lock_guard<std::mutex> lock(mu);
+    for (const int r : ranks) {
+      const auto it = known.find(r);
+      out += MemberBytes(it != known.end() ? it->second : WatchMember{});
+    }
+    return out;
   }
   // The whole frames of `peer`'s buffer, taken in. REQUIRES: read_mu.
   void Parse(int peer) {
@@ -268,12 +328,21 @@ struct RankWatch::State {
         cv.notify_all();
         at += 1 + kInt;
       } else if (type == kLoss) {
-        if (in.size() - at < 1 + 2 * kInt + 1) break;
+        constexpr std::size_t kHead = 1 + 2 * kInt + 1;
+        if (in.size() - at < kHead) break;
+        WatchMember member;
+        const long took = ReadMember(in, at + kHead, &member);
+        if (took < 0) {
+          MarkLost(peer, "it sent a loss with a host name too long", rank, Seen::kGarbled);
+          at = in.size();
+          break;
+        }
+        if (took == 0) break;
         const int who = ReadInt32(in, at + 1), seer = ReadInt32(in, at + 1 + kInt);
         const auto seen = static_cast<Seen>(in[at + 1 + 2 * kInt]);
-        at += 1 + 2 * kInt + 1;
+        at += kHead + static_cast<std::size_t>(took);
         if (from_lost || who == rank || who < 0 || who >= size) continue;
-        MarkLost(who, ToldLoss(seer, seen), seer, seen);
+        MarkLost(who, ToldLoss(seer, seen), seer, seen, &member);
       } else if (type == kView || type == kDecision) {
         if (in.size() - at < 1 + 2 * kInt) break;
         const int e = ReadInt32(in, at + 1), n = ReadInt32(in, at + 1 + kInt);
@@ -283,12 +352,28 @@ struct RankWatch::State {
           at = in.size();
           break;
         }
-        const std::size_t frame = 1 + 2 * kInt + kInt * static_cast<std::size_t>(n);
+        std::size_t frame = 1 + 2 * kInt + kInt * static_cast<std::size_t>(n);
         if (in.size() - at < frame) break;
         std::vector<int> ranks;
         for (int i = 0; i < n; ++i) ranks.push_back(ReadInt32(in, at + 1 + 2 * kInt + kInt * i));
+        // A decision's members, in its ranks' order.
+        std::vector<WatchMember> members(type == kDecision ? ranks.size() : 0);
+        long took = 1;
+        for (WatchMember& m : members) {
+          took = ReadMember(in, at + frame, &m);
+          if (took <= 0) break;
+          frame += static_cast<std::size_t>(took);
+        }
+        if (took < 0) {
+          MarkLost(peer, "it sent a decision with a host name too long", rank, Seen::kGarbled);
+          at = in.size();
+          break;
+        }
+        if (took == 0) break;  // not whole yet
         at += frame;
         if (from_lost) continue;
+        std::vector<std::pair<int, WatchMember>> told;
+        for (std::size_t i = 0; i < members.size(); ++i) told.emplace_back(ranks[i], std::move(members[i]));
         std::sort(ranks.begin(), ranks.end());
         const auto outside = [&](int r) { return r < 0 || r >= size; };
         if (std::any_of(ranks.begin(), ranks.end(), outside)) {
@@ -297,6 +382,9 @@ struct RankWatch::State {
           break;
         }
         const std::lock_guard<std::mutex> lock(mu);
+        for (auto& [r, m] : told) {
+          if (m.pid > 0) known.emplace(r, std::move(m));
+        }
         if (type == kView) {
           peers.at(peer).view = std::move(ranks);
           peers.at(peer).view_epoch = e;
@@ -361,13 +449,13 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     // address:port, then the process and its machine (WatchMember).
     mine = fmt::format("{}:{}\t{}\t{}", env.HostAddress(), port, ::getpid(), env.HostName());
   });
-  const std::vector<std::string> all = ExchangeAddresses(world, mine, members_);
+  const std::map<int, std::string> addresses = ExchangeAddresses(world, mine, s.known);
   Agree(world, "every rank connecting its lost-rank watch", [&] {
     // Each pair of neighbours once: the lower rank connects (the listener's
     // backlog takes it before anyone accepts), and says who it is.
     for (const int peer : neighbours_) {
       if (peer < rank_) continue;
-      const std::string& address = all.at(static_cast<std::size_t>(peer));
+      const std::string& address = addresses.at(peer);
       s.peers.at(peer).fd = env.ConnectTcp(address);
       if (s.peers.at(peer).fd < 0) Fail(fmt::format("connecting to rank {} at {}", peer, address));
       const std::int32_t me = rank_;
@@ -498,6 +586,12 @@ std::vector<LostRank> RankWatch::Lost() const {
   return state_->lost;
 }
 
+WatchMember RankWatch::member(int rank) const {
+  const std::lock_guard<std::mutex> lock(state_->mu);
+  const auto it = state_->known.find(rank);
+  return it != state_->known.end() ? it->second : WatchMember{};
+}
+
 bool RankWatch::AnyLost() const { return state_->any_lost.load(std::memory_order_relaxed); }
 
 bool RankWatch::WaitForLoss(double timeout_s) const {
@@ -614,7 +708,7 @@ std::vector<int> RankWatch::AgreeLost(double timeout_s) {
       const std::vector<int>& out = *decided;
       // Passed on before returning: a decider lost halfway through sending
       // it leaves no survivor waiting.
-      const std::string frame = ListFrame(kDecision, epoch, out);
+      const std::string frame = s.DecisionFrame(epoch, out);
       for (const int n : neighbours_) {
         if (!std::binary_search(out.begin(), out.end(), n)) s.Send(n, frame);
       }

@@ -206,7 +206,8 @@ Survivors::Shrunk JobWatch::Agree(const RankLost& seen, std::chrono::steady_cloc
     const bool closed = std::any_of(seen_lost.begin(), seen_lost.end(), [&](const LostRank& x) {
       return x.rank == l && x.gone;
     });
-    if (!closed) maybe_running_.push_back(watch_->member(l));
+    // Known: the loss and the decision carry a lost rank's process.
+    if (const WatchMember m = watch_->member(l); !closed && m.pid > 0) maybe_running_.push_back(m);
   }
   return out;
 }

@@ -318,12 +318,15 @@ TEST(RankWatch, At256RanksALossReachesEverySurvivorAndTheyAgreeWhenTheDeciderDie
   std::vector<std::vector<LostRank>> seen(kRanks);
   std::vector<std::size_t> watched(kRanks);
   std::vector<long> beats(kRanks), most_beats(kRanks);
+  std::vector<int> known_at_start(kRanks), lost_known(kRanks);
   const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
     // Silence is never a loss here (a loaded machine): the closed
     // connections are.
     RankWatch watch(*me.world, {.heartbeat_s = kBeat, .silent_s = 0});
     const double start = MonotonicSeconds();
     watched[static_cast<std::size_t>(r)] = watch.neighbours().size();
+    // Its own process and its neighbours' only: the exchange gave it no more.
+    for (int o = 0; o < kRanks; ++o) known_at_start[static_cast<std::size_t>(r)] += watch.member(o).pid > 0 ? 1 : 0;
     me.world->Barrier();
     if (r == 77) {
       watch.Die();
@@ -337,6 +340,12 @@ TEST(RankWatch, At256RanksALossReachesEverySurvivorAndTheyAgreeWhenTheDeciderDie
     }
     agreed[static_cast<std::size_t>(r)] = watch.AgreeLost(60);
     seen[static_cast<std::size_t>(r)] = watch.Lost();
+    // The lost ranks' processes, near or far: the loss and the decision
+    // carried them.
+    for (const int l : {0, 77}) {
+      const WatchMember m = watch.member(l);
+      lost_known[static_cast<std::size_t>(r)] += m.pid == ::getpid() && !m.host.empty() ? 1 : 0;
+    }
     // At most one heartbeat a beat on each connection, however many ranks.
     const double lived = MonotonicSeconds() - start;
     beats[static_cast<std::size_t>(r)] = watch.traffic().heartbeats;
@@ -346,7 +355,10 @@ TEST(RankWatch, At256RanksALossReachesEverySurvivorAndTheyAgreeWhenTheDeciderDie
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
     EXPECT_LE(watched[static_cast<std::size_t>(r)], 7u) << "rank " << r;
+    EXPECT_EQ(known_at_start[static_cast<std::size_t>(r)],
+              static_cast<int>(watched[static_cast<std::size_t>(r)]) + 1) << "rank " << r;
     if (r == 0 || r == 77) continue;
+    EXPECT_EQ(lost_known[static_cast<std::size_t>(r)], 2) << "rank " << r;
     EXPECT_EQ(agreed[static_cast<std::size_t>(r)], std::vector<int>({0, 77})) << "rank " << r;
     const auto& l = seen[static_cast<std::size_t>(r)];
     const auto of77 = std::find_if(l.begin(), l.end(), [](const LostRank& x) { return x.rank == 77; });
@@ -383,6 +395,7 @@ TEST(RankWatch, ASilenceSeenByTheNeighboursReachesEveryRankAndThePausedRankIsFen
     UntilLost(watch);
     agreed[static_cast<std::size_t>(r)] = watch.AgreeLost(10);
     how[static_cast<std::size_t>(r)] = watch.Lost().at(0).how;
+    EXPECT_EQ(watch.member(9).pid, ::getpid()) << "rank " << r;  // what wakes it, if it is a process
     std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // until the paused rank has read its fence
   });
   const std::vector<int> near = WatchNeighbours(9, kRanks);
