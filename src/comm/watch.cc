@@ -287,6 +287,38 @@ struct RankWatch::State {
                               std::string(1, static_cast<char>(seen)) + MemberBytes(member);
     for (const int n : Watched(peer)) Send(n, frame);
   }
+  // Each pair of neighbours once: the lower rank connects (the listener's
+  // backlog takes it before anyone accepts), and says who it is.
+  void ConnectHigher(const std::map<int, std::string>& addresses) {
+    for (const int peer : neighbours) {
+      if (peer < rank) continue;
+      const std::string& address = addresses.at(peer);
+      Peer& p = peers.at(peer);
+      p.fd = env->ConnectTcp(address);
+      if (p.fd < 0) Fail(fmt::format("connecting to rank {} at {}", peer, address));
+      const std::int32_t me = rank;
+      if (!env->SendAll(p.fd, std::string_view(reinterpret_cast<const char*>(&me), sizeof me))) {
+        Fail(fmt::format("saying who it is to rank {} at {}", peer, address));
+      }
+    }
+  }
+  // The lower neighbours' connections on `listener`, each one's first
+  // bytes saying it is one of them.
+  void AcceptLower(int listener) {
+    const auto lower = std::count_if(neighbours.begin(), neighbours.end(), [&](int n) { return n < rank; });
+    for (long accepted = 0; accepted < lower; ++accepted) {
+      const int fd = env->AcceptTcp(listener, 60'000);
+      if (fd < 0 && errno == ETIMEDOUT) throw Error("the lost-rank watch: a lower rank did not connect in 60 s");
+      if (fd < 0) Fail("accepting a lower rank's connection");
+      std::int32_t who = -1;
+      if (env->Receive(fd, &who, sizeof who, /*wait_all=*/true) != static_cast<long>(sizeof who) || who < 0 ||
+          who >= rank || !std::binary_search(neighbours.begin(), neighbours.end(), who) || peers.at(who).fd >= 0) {
+        env->CloseSocket(fd);
+        throw Error("the lost-rank watch: a connection that is no lower rank's");
+      }
+      peers.at(who).fd = fd;
+    }
+  }
   // A decision of epoch `epoch` on `ranks` (sorted), each with its member.
   std::string DecisionFrame(int epoch, const std::vector<int>& ranks) {
     std::string out = ListFrame(kDecision, epoch, ranks);
@@ -301,9 +333,7 @@ struct RankWatch::State {
   void Parse(int peer) {
     std::string& in = peers.at(peer).in;
     std::size_t at = 0;
-    constexpr std::size_t kInt = sizeof(std::int32_t);
     while (at < in.size()) {
-      const char type = in[at];
       // What a rank already lost says of others is not taken in (it was
       // paused, and wakes to silences of its own making).
       bool from_lost = false;
@@ -311,95 +341,113 @@ struct RankWatch::State {
         const std::lock_guard<std::mutex> lock(mu);
         from_lost = peers.at(peer).lost;
       }
-      if (type == kHeartbeat) {
-        ++at;
-      } else if (type == kGoodbye) {
-        const std::lock_guard<std::mutex> lock(mu);
-        peers.at(peer).left = true;
-        ++at;
-      } else if (type == kFence) {
-        if (in.size() - at < 1 + kInt) break;
-        int none = -1;
-        excluded_epoch.compare_exchange_strong(none, ReadInt32(in, at + 1));
-        {
-          const std::lock_guard<std::mutex> lock(mu);
-          any_lost = true;  // every wait of this rank ends
-        }
-        cv.notify_all();
-        at += 1 + kInt;
-      } else if (type == kLoss) {
-        constexpr std::size_t kHead = 1 + 2 * kInt + 1;
-        if (in.size() - at < kHead) break;
-        WatchMember member;
-        const long took = ReadMember(in, at + kHead, &member);
-        if (took < 0) {
-          MarkLost(peer, "it sent a loss with a host name too long", rank, Seen::kGarbled);
-          at = in.size();
-          break;
-        }
-        if (took == 0) break;
-        const int who = ReadInt32(in, at + 1), seer = ReadInt32(in, at + 1 + kInt);
-        const auto seen = static_cast<Seen>(in[at + 1 + 2 * kInt]);
-        at += kHead + static_cast<std::size_t>(took);
-        if (from_lost || who == rank || who < 0 || who >= size) continue;
-        MarkLost(who, ToldLoss(seer, seen), seer, seen, &member);
-      } else if (type == kView || type == kDecision) {
-        if (in.size() - at < 1 + 2 * kInt) break;
-        const int e = ReadInt32(in, at + 1), n = ReadInt32(in, at + 1 + kInt);
-        if (n < 0 || n > size) {
-          MarkLost(peer, fmt::format("it sent a view of {} ranks in a job of {}", n, size), rank,
-                   Seen::kGarbled);
-          at = in.size();
-          break;
-        }
-        std::size_t frame = 1 + 2 * kInt + kInt * static_cast<std::size_t>(n);
-        if (in.size() - at < frame) break;
-        std::vector<int> ranks;
-        for (int i = 0; i < n; ++i) ranks.push_back(ReadInt32(in, at + 1 + 2 * kInt + kInt * i));
-        // A decision's members, in its ranks' order.
-        std::vector<WatchMember> members(type == kDecision ? ranks.size() : 0);
-        long took = 1;
-        for (WatchMember& m : members) {
-          took = ReadMember(in, at + frame, &m);
-          if (took <= 0) break;
-          frame += static_cast<std::size_t>(took);
-        }
-        if (took < 0) {
-          MarkLost(peer, "it sent a decision with a host name too long", rank, Seen::kGarbled);
-          at = in.size();
-          break;
-        }
-        if (took == 0) break;  // not whole yet
-        at += frame;
-        if (from_lost) continue;
-        std::vector<std::pair<int, WatchMember>> told;
-        for (std::size_t i = 0; i < members.size(); ++i) told.emplace_back(ranks[i], std::move(members[i]));
-        std::sort(ranks.begin(), ranks.end());
-        const auto outside = [&](int r) { return r < 0 || r >= size; };
-        if (std::any_of(ranks.begin(), ranks.end(), outside)) {
-          MarkLost(peer, "it sent a view of ranks that are not in the job", rank, Seen::kGarbled);
-          at = in.size();
-          break;
-        }
-        const std::lock_guard<std::mutex> lock(mu);
-        for (auto& [r, m] : told) {
-          if (m.pid > 0) known.emplace(r, std::move(m));
-        }
-        if (type == kView) {
-          peers.at(peer).view = std::move(ranks);
-          peers.at(peer).view_epoch = e;
-        } else if (e > decision_epoch) {
-          decision = std::move(ranks);
-          decision_epoch = e;
-        }
-        cv.notify_all();
-      } else {
-        MarkLost(peer, fmt::format("it sent a byte the watch does not know ({})", static_cast<int>(type)), rank,
-                 Seen::kGarbled);
+      const long took = TakeFrame(peer, in, at, from_lost);
+      if (took == 0) break;  // not whole yet
+      if (took == kDropped) {
         at = in.size();
+        break;
       }
+      at += static_cast<std::size_t>(took);
     }
     in.erase(0, at);
+  }
+  // What the Take functions return, besides a whole frame's bytes and 0
+  // for one not whole yet: the frame was garbled, its sender is marked
+  // lost, and what it sent is dropped.
+  static constexpr long kDropped = -1;
+  static constexpr std::size_t kInt = sizeof(std::int32_t);
+  long TakeFrame(int peer, const std::string& in, std::size_t at, bool from_lost) {
+    switch (in[at]) {
+      case kHeartbeat:
+        return 1;
+      case kGoodbye: {
+        const std::lock_guard<std::mutex> lock(mu);
+        peers.at(peer).left = true;
+        return 1;
+      }
+      case kFence:
+        return TakeFence(in, at);
+      case kLoss:
+        return TakeLoss(peer, in, at, from_lost);
+      case kView:
+      case kDecision:
+        return TakeList(peer, in, at, from_lost);
+      default:
+        MarkLost(peer, fmt::format("it sent a byte the watch does not know ({})", static_cast<int>(in[at])), rank,
+                 Seen::kGarbled);
+        return kDropped;
+    }
+  }
+  long TakeFence(const std::string& in, std::size_t at) {
+    if (in.size() - at < 1 + kInt) return 0;
+    int none = -1;
+    excluded_epoch.compare_exchange_strong(none, ReadInt32(in, at + 1));
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      any_lost = true;  // every wait of this rank ends
+    }
+    cv.notify_all();
+    return 1 + kInt;
+  }
+  long TakeLoss(int peer, const std::string& in, std::size_t at, bool from_lost) {
+    constexpr std::size_t kHead = 1 + 2 * kInt + 1;
+    if (in.size() - at < kHead) return 0;
+    WatchMember member;
+    const long took = ReadMember(in, at + kHead, &member);
+    if (took < 0) {
+      MarkLost(peer, "it sent a loss with a host name too long", rank, Seen::kGarbled);
+      return kDropped;
+    }
+    if (took == 0) return 0;
+    const int who = ReadInt32(in, at + 1), seer = ReadInt32(in, at + 1 + kInt);
+    const auto seen = static_cast<Seen>(in[at + 1 + 2 * kInt]);
+    if (!from_lost && who != rank && who >= 0 && who < size) MarkLost(who, ToldLoss(seer, seen), seer, seen, &member);
+    return static_cast<long>(kHead) + took;
+  }
+  // A view, or a decision with its ranks' members.
+  long TakeList(int peer, const std::string& in, std::size_t at, bool from_lost) {
+    if (in.size() - at < 1 + 2 * kInt) return 0;
+    const char type = in[at];
+    const int e = ReadInt32(in, at + 1), n = ReadInt32(in, at + 1 + kInt);
+    if (n < 0 || n > size) {
+      MarkLost(peer, fmt::format("it sent a view of {} ranks in a job of {}", n, size), rank, Seen::kGarbled);
+      return kDropped;
+    }
+    std::size_t frame = 1 + 2 * kInt + kInt * static_cast<std::size_t>(n);
+    if (in.size() - at < frame) return 0;
+    std::vector<int> ranks;
+    for (int i = 0; i < n; ++i) ranks.push_back(ReadInt32(in, at + 1 + 2 * kInt + kInt * i));
+    std::vector<std::pair<int, WatchMember>> told;  // a decision's, in its ranks' order
+    for (int i = 0; i < (type == kDecision ? n : 0); ++i) {
+      WatchMember m;
+      const long took = ReadMember(in, at + frame, &m);
+      if (took < 0) {
+        MarkLost(peer, "it sent a decision with a host name too long", rank, Seen::kGarbled);
+        return kDropped;
+      }
+      if (took == 0) return 0;
+      frame += static_cast<std::size_t>(took);
+      told.emplace_back(ranks[static_cast<std::size_t>(i)], std::move(m));
+    }
+    if (from_lost) return static_cast<long>(frame);
+    std::sort(ranks.begin(), ranks.end());
+    if (std::any_of(ranks.begin(), ranks.end(), [&](int r) { return r < 0 || r >= size; })) {
+      MarkLost(peer, "it sent a view of ranks that are not in the job", rank, Seen::kGarbled);
+      return kDropped;
+    }
+    const std::lock_guard<std::mutex> lock(mu);
+    for (auto& [r, m] : told) {
+      if (m.pid > 0) known.emplace(r, std::move(m));
+    }
+    if (type == kView) {
+      peers.at(peer).view = std::move(ranks);
+      peers.at(peer).view_epoch = e;
+    } else if (e > decision_epoch) {
+      decision = std::move(ranks);
+      decision_epoch = e;
+    }
+    cv.notify_all();
+    return static_cast<long>(frame);
   }
 };
 
@@ -450,37 +498,10 @@ RankWatch::RankWatch(Transport& world, WatchOptions options)
     mine = fmt::format("{}:{}\t{}\t{}", env.HostAddress(), port, ::getpid(), env.HostName());
   });
   const std::map<int, std::string> addresses = ExchangeAddresses(world, mine, s.known);
-  Agree(world, "every rank connecting its lost-rank watch", [&] {
-    // Each pair of neighbours once: the lower rank connects (the listener's
-    // backlog takes it before anyone accepts), and says who it is.
-    for (const int peer : neighbours_) {
-      if (peer < rank_) continue;
-      const std::string& address = addresses.at(peer);
-      s.peers.at(peer).fd = env.ConnectTcp(address);
-      if (s.peers.at(peer).fd < 0) Fail(fmt::format("connecting to rank {} at {}", peer, address));
-      const std::int32_t me = rank_;
-      if (!env.SendAll(s.peers.at(peer).fd, std::string_view(reinterpret_cast<const char*>(&me), sizeof me))) {
-        Fail(fmt::format("saying who it is to rank {} at {}", peer, address));
-      }
-    }
-  });
+  Agree(world, "every rank connecting its lost-rank watch", [&] { s.ConnectHigher(addresses); });
   // Only once every rank has connected (a failed connection is every
   // rank's error here, before any waits to accept it).
-  Agree(world, "every rank accepting its lost-rank watch's connections", [&] {
-    const auto lower = std::count_if(neighbours_.begin(), neighbours_.end(), [&](int n) { return n < rank_; });
-    for (long accepted = 0; accepted < lower; ++accepted) {
-      const int fd = env.AcceptTcp(listener, 60'000);
-      if (fd < 0 && errno == ETIMEDOUT) throw Error("the lost-rank watch: a lower rank did not connect in 60 s");
-      if (fd < 0) Fail("accepting a lower rank's connection");
-      std::int32_t who = -1;
-      if (env.Receive(fd, &who, sizeof who, /*wait_all=*/true) != static_cast<long>(sizeof who) || who < 0 ||
-          who >= rank_ || !std::binary_search(neighbours_.begin(), neighbours_.end(), who) || s.peers.at(who).fd >= 0) {
-        env.CloseSocket(fd);
-        throw Error("the lost-rank watch: a connection that is no lower rank's");
-      }
-      s.peers.at(who).fd = fd;
-    }
-  });
+  Agree(world, "every rank accepting its lost-rank watch's connections", [&] { s.AcceptLower(listener); });
   env.CloseSocket(listener);
   listener = -1;
   const Clock::time_point now = Clock::now();
