@@ -93,11 +93,15 @@ std::string ListFrame(char type, int epoch, const std::vector<int>& ranks) {
   return out;
 }
 
+// A host name's bytes in a frame at most (Linux's are at most 64; a
+// longer one is cut here, so no watch sends what another refuses).
+constexpr std::int32_t kMaxHost = 1024;
+
 // A member as a frame carries it: its pid, its host's length, its host.
 std::string MemberBytes(const WatchMember& m) {
-  return Int32(m.pid) + Int32(static_cast<std::int32_t>(m.host.size())) + m.host;
+  const std::string host = m.host.substr(0, kMaxHost);
+  return Int32(m.pid) + Int32(static_cast<std::int32_t>(host.size())) + host;
 }
-constexpr std::int32_t kMaxHost = 1024;  // a host name's bytes in a frame (Linux: 64)
 
 // Reads a member at `at` of `in` into `m`: the bytes it took, 0 where the
 // frame is not whole yet, -1 where its host length is out of bounds.

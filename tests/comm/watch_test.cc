@@ -413,6 +413,43 @@ TEST(RankWatch, ASilenceSeenByTheNeighboursReachesEveryRankAndThePausedRankIsFen
   EXPECT_EQ(excluded.load(), 1);
 }
 
+// A lost rank's process and machine reach every survivor, near or far,
+// with the loss: a host name longer than a frame takes is cut to 1,024
+// bytes by the rank that passes it on, and no rank is taken for lost for
+// it.
+TEST(RankWatch, ALostRanksProcessReachesEveryRankAndALongHostNameIsCut) {
+  constexpr int kRanks = 12;
+  auto ranks = MakeThreadRanks({kRanks, 1}, 30);
+  std::vector<std::unique_ptr<Env>> envs;
+  for (int r = 0; r < kRanks; ++r) envs.push_back(MakeFakeEnv({.host = r == 7 ? std::string(3000, 'h') : "near"}));
+  std::vector<std::vector<int>> agreed(kRanks);
+  std::vector<WatchMember> of7(kRanks);
+  const auto errors = RunRanks(ranks, [&](int r, ThreadRank& me) {
+    RankWatch watch(*me.world, {.heartbeat_s = 0.05, .silent_s = 0, .env = envs[static_cast<std::size_t>(r)].get()});
+    me.world->Barrier();
+    if (r == 7) {
+      watch.Die();
+      return;
+    }
+    UntilLost(watch);
+    agreed[static_cast<std::size_t>(r)] = watch.AgreeLost(10);
+    of7[static_cast<std::size_t>(r)] = watch.member(7);
+  });
+  const std::vector<int> near = WatchNeighbours(7, kRanks);
+  int far = 0;
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+    if (r == 7) continue;
+    far += std::binary_search(near.begin(), near.end(), r) ? 0 : 1;
+    EXPECT_EQ(agreed[static_cast<std::size_t>(r)], std::vector<int>({7})) << "rank " << r;
+    EXPECT_EQ(of7[static_cast<std::size_t>(r)].pid, ::getpid()) << "rank " << r;
+    // A neighbour has it whole from the exchange; the others as the loss carried it.
+    const std::size_t length = std::binary_search(near.begin(), near.end(), r) ? 3000 : 1024;
+    EXPECT_EQ(of7[static_cast<std::size_t>(r)].host, std::string(length, 'h')) << "rank " << r;
+  }
+  EXPECT_GE(far, 4);  // ranks that learned it from a frame
+}
+
 // A rank's write fence passes while it is a member, and every rank knows
 // each member's process and machine.
 TEST(RankWatch, AMembersFencePassesAndItsPeersProcessesAreKnown) {
