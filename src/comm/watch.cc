@@ -20,7 +20,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -223,9 +222,8 @@ struct RankWatch::State {
   std::vector<int> neighbours;
   int size = 0;  // the job's ranks
   // The neighbours' (only theirs: a rank's memory does not grow with the
-  // job), by rank; and every rank seen lost, near or far.
+  // job), by rank.
   std::map<int, Peer> peers;
-  std::set<int> lost_ranks;
   // Each member this rank knows (guarded by mu): itself and its
   // neighbours from the start, and every rank seen lost (from its loss or
   // decision frame). RankWatch::member.
@@ -278,8 +276,8 @@ struct RankWatch::State {
     {
       const std::lock_guard<std::mutex> lock(mu);
       const auto near = peers.find(peer);
-      if (lost_ranks.count(peer) > 0 || (near != peers.end() && near->second.left)) return;
-      lost_ranks.insert(peer);
+      const bool known_lost = std::any_of(lost.begin(), lost.end(), [&](const LostRank& l) { return l.rank == peer; });
+      if (known_lost || (near != peers.end() && near->second.left)) return;
       if (near != peers.end()) near->second.lost = true;
       if (told != nullptr && told->pid > 0) known.emplace(peer, *told);
       if (const auto it = known.find(peer); it != known.end()) member = it->second;
@@ -393,16 +391,20 @@ struct RankWatch::State {
     cv.notify_all();
     return 1 + kInt;
   }
+  // A member in `peer`'s frame at `at` (ReadMember), its sender marked
+  // lost where the member is garbled (kDropped).
+  long TakeMember(int peer, const std::string& in, std::size_t at, WatchMember* m) {
+    const long took = ReadMember(in, at, m);
+    if (took >= 0) return took;
+    MarkLost(peer, "it sent a host name longer than a frame takes", rank, Seen::kGarbled);
+    return kDropped;
+  }
   long TakeLoss(int peer, const std::string& in, std::size_t at, bool from_lost) {
     constexpr std::size_t kHead = 1 + 2 * kInt + 1;
     if (in.size() - at < kHead) return 0;
     WatchMember member;
-    const long took = ReadMember(in, at + kHead, &member);
-    if (took < 0) {
-      MarkLost(peer, "it sent a loss with a host name too long", rank, Seen::kGarbled);
-      return kDropped;
-    }
-    if (took == 0) return 0;
+    const long took = TakeMember(peer, in, at + kHead, &member);
+    if (took <= 0) return took;
     const int who = ReadInt32(in, at + 1), seer = ReadInt32(in, at + 1 + kInt);
     const auto seen = static_cast<Seen>(in[at + 1 + 2 * kInt]);
     if (!from_lost && who != rank && who >= 0 && who < size) MarkLost(who, ToldLoss(seer, seen), seer, seen, &member);
@@ -424,12 +426,8 @@ struct RankWatch::State {
     std::vector<std::pair<int, WatchMember>> told;  // a decision's, in its ranks' order
     for (int i = 0; i < (type == kDecision ? n : 0); ++i) {
       WatchMember m;
-      const long took = ReadMember(in, at + frame, &m);
-      if (took < 0) {
-        MarkLost(peer, "it sent a decision with a host name too long", rank, Seen::kGarbled);
-        return kDropped;
-      }
-      if (took == 0) return 0;
+      const long took = TakeMember(peer, in, at + frame, &m);
+      if (took <= 0) return took;
       frame += static_cast<std::size_t>(took);
       told.emplace_back(ranks[static_cast<std::size_t>(i)], std::move(m));
     }
