@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,12 @@ std::unique_ptr<RankDevice> MakeHostRankDevice(Transport& transport);
 // SGD or AdamW with PyTorch's rules; state is allocated here, once, for
 // `num_params` parameters.
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::size_t num_params);
+
+// The clip's pass over host gradients (train.clip_grad_norm): the sum of
+// their squares in double, one after another, and their scaling. The host
+// device's GradientSquares and ScaleGradients, and ZeRO 2 and 3's shards.
+double SumOfSquares(std::span<const float> g);
+void ScaleFloats(std::span<float> g, float factor);
 
 // ---- The host's matrix-product rate (the hardware reference of `baton bench`) ----
 // GFLOP/s of the given (in, out) linear shapes' three products (forward,

@@ -32,6 +32,12 @@ struct LossTotals {
   std::int64_t correct = 0;  // correct argmax predictions
 };
 
+// Parameters [first, first + count) of a stage.
+struct ParamRange {
+  std::size_t first = 0;
+  std::size_t count = 0;
+};
+
 class StageDevice {
  public:
   virtual ~StageDevice() = default;
@@ -85,6 +91,14 @@ class StageDevice {
   // the step's check of its numbers. Waits for the device. Between a step's
   // gradients and its optimizer step only.
   virtual bool GradientsFinite(std::size_t first, std::size_t count) = 0;
+  // The clip's pass (train.clip_grad_norm), between a step's gradients and
+  // its optimizer step. GradientSquares: sums[i] = the sum of the squares of
+  // the gradients in ranges[i], in double, in an order fixed by the range's
+  // length alone (a range of the same floats sums to the same bits on every
+  // rank and in every run); waits for the device. ScaleGradients: the
+  // gradients in [first, first + count) times `factor`, each a float product.
+  virtual void GradientSquares(std::span<const ParamRange> ranges, std::span<double> sums) = 0;
+  virtual void ScaleGradients(std::size_t first, std::size_t count, float factor) = 0;
   virtual void set_optimizer_steps(std::int64_t steps) = 0;
 
   // Layer `layer` (AddLayer order): y = f(x); dx = (df/dx)^T dy; and

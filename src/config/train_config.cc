@@ -652,10 +652,6 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
                          "packed documents run on the CPU layers only so far (device: cpu; their attention keeps "
                          "to each document there)");
   }
-  if (c.train.clip_grad_norm > 0 && c.device == Device::kCuda) {
-    top.Map("train").Fail(root["train"]["clip_grad_norm"], "clip_grad_norm",
-                          "clips on the CPU only so far (device: cpu): the norm reads the gradients in host memory");
-  }
   if (c.log.blame && c.device == Device::kCuda) {
     top.Map("log").Fail(root["log"]["blame"], "blame",
                         "names late steps on the CPU only so far (device: cpu): it reads each action's CPU time, "

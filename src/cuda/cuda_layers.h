@@ -108,6 +108,18 @@ void AddInto(const Context& ctx, const float* x, float* y, std::size_t n);
 // the n floats): 0x7f800000 or more means a NaN or an infinity among them.
 void LargestBits(const Context& ctx, const float* x, std::size_t n, unsigned* largest);
 
+// The clip's pass (StageDevice::GradientSquares, ScaleGradients), on the
+// context's stream. SquareSums: sums[r] (device doubles) = the sum of the
+// squares of x's floats [ranges[2r], ranges[2r] + ranges[2r + 1]) for the
+// `count` ranges (device (first, count) pairs; at most 65,535), `longest`
+// the longest count, `partials` count x kSquareBlocks device doubles of
+// scratch; each range summed in double in an order fixed by its length
+// alone. Scale: x's n floats times `factor`, each a float product.
+constexpr int kSquareBlocks = 256;
+void SquareSums(const Context& ctx, const float* x, const std::size_t* ranges, int count, std::size_t longest,
+                double* partials, double* sums);
+void Scale(const Context& ctx, float* x, std::size_t n, float factor);
+
 // Cross-entropy over one microbatch, as baton::CrossEntropy: logits (rows,
 // classes), labels (rows, device) in [0, classes). Writes dlogits =
 // (softmax(logits) - onehot(labels)) * grad_scale unless dlogits is null,

@@ -1,9 +1,11 @@
 // The CUDA StageDevice. Everything a step does is enqueued on the compute
 // stream; the host waits for the device only in TakeLossTotals (once per
 // step, for the loss), GradientsFinite (once per step, the check of the
-// gradients) and in PullParams (outside steps: weights and checkpoints).
+// gradients), GradientSquares (once per step where the norm is taken) and
+// in PullParams (outside steps: weights and checkpoints).
 #include "cuda_stage_device.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <fmt/format.h>
@@ -140,6 +142,31 @@ class CudaStageDevice final : public StageDevice {
     return largest_host_.data()[0] < 0x7f800000u;
   }
 
+  // The ranges up in one copy, two kernels, the sums down in one copy.
+  void GradientSquares(std::span<const ParamRange> ranges, std::span<double> sums) override {
+    if (ranges.empty()) return;
+    ReserveSquares(ranges.size());
+    std::size_t* pairs = square_ranges_host_.data();
+    std::size_t longest = 0;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      CheckGradients(ranges[i].first, ranges[i].count);
+      pairs[2 * i] = ranges[i].first;
+      pairs[2 * i + 1] = ranges[i].count;
+      longest = std::max(longest, ranges[i].count);
+    }
+    BATON_CUDA_CHECK(cudaMemcpyAsync(square_ranges_.data(), pairs, 2 * ranges.size() * sizeof(std::size_t),
+                                     cudaMemcpyHostToDevice, ctx_.stream));
+    cuda::SquareSums(ctx_, grads_.data(), square_ranges_.data(), static_cast<int>(ranges.size()), longest,
+                     square_partials_.data(), square_sums_.data());
+    BATON_CUDA_CHECK(cudaMemcpyAsync(square_sums_host_.data(), square_sums_.data(), ranges.size() * sizeof(double),
+                                     cudaMemcpyDeviceToHost, ctx_.stream));
+    BATON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // also frees the pinned ranges for the next call
+    std::copy_n(square_sums_host_.data(), ranges.size(), sums.begin());
+  }
+  void ScaleGradients(std::size_t first, std::size_t count, float factor) override {
+    CheckGradients(first, count);
+    cuda::Scale(ctx_, grads_.data() + first, count, factor);
+  }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   // Saved state and stash (attention's) are floats in the ring slot.
@@ -199,6 +226,21 @@ class CudaStageDevice final : public StageDevice {
 
  private:
   static int Rows(const ConstView& v) { return static_cast<int>(v.desc.matrix_rows()); }
+  void CheckGradients(std::size_t first, std::size_t count) const {
+    if (first > grads_.size() || count > grads_.size() - first) {
+      throw Error(fmt::format("gradients [{}, {}) of a stage of {}", first, first + count, grads_.size()));
+    }
+  }
+  // GradientSquares's buffers for `ranges` ranges: grown at a call that
+  // needs more (the first step's), kept after.
+  void ReserveSquares(std::size_t ranges) {
+    if (ranges <= square_sums_.size()) return;
+    square_ranges_host_ = PinnedBuffer<std::size_t>(2 * ranges);
+    square_ranges_ = DeviceBuffer<std::size_t>(2 * ranges);
+    square_partials_ = DeviceBuffer<double>(ranges * kSquareBlocks);
+    square_sums_ = DeviceBuffer<double>(ranges);
+    square_sums_host_ = PinnedBuffer<double>(ranges);
+  }
   CudaLayer& Layer(int layer) { return *layers_[static_cast<std::size_t>(layer)]; }
   static std::size_t Elements(const ConstView& v) { return static_cast<std::size_t>(v.desc.elements()); }
 
@@ -214,6 +256,10 @@ class CudaStageDevice final : public StageDevice {
   PinnedBuffer<double> totals_host_;  // [loss sum, correct count's bits]
   DeviceBuffer<unsigned> largest_;     // GradientsFinite's reduction, and its copy on the host
   PinnedBuffer<unsigned> largest_host_;
+  PinnedBuffer<std::size_t> square_ranges_host_;  // GradientSquares's (first, count) pairs, and on the device
+  DeviceBuffer<std::size_t> square_ranges_;
+  DeviceBuffer<double> square_partials_, square_sums_;  // its blocks' sums, each range's sum
+  PinnedBuffer<double> square_sums_host_;
   std::unique_ptr<CudaOptimizer> optimizer_;
   std::vector<FloatBuffer> host_state_;
   Event taken_;

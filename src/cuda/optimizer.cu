@@ -1,5 +1,7 @@
-// SGD and AdamW on device buffers with the CPU optimizers' update rules
-// (src/model/optimizer.cc, PyTorch's single-tensor path): scalar
+// The clip's pass over the gradients (their squares' sums in a fixed
+// order, their scaling), then SGD and AdamW on device buffers with the CPU
+// optimizers' update rules (src/model/optimizer.cc, PyTorch's
+// single-tensor path): scalar
 // coefficients are formed in double on the host and rounded to float, and
 // each elementwise operation is rounded on its own. nvcc would fuse a
 // multiply and an add into one FMA (one rounding instead of two), so the
@@ -7,6 +9,7 @@
 // follows the CPU's arithmetic operation by operation.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "baton/error.h"
 #include "cuda_layers.h"
@@ -20,6 +23,64 @@ constexpr int kThreads = 256;
 int BlocksFor(std::size_t n) {
   const std::size_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<int>(std::min<std::size_t>(blocks, 1 << 16));
+}
+
+// Each range's blocks in SquaresKernel: a block per 2,048 floats, at most
+// kSquareBlocks; a function of the range's length alone, so that a range
+// of the same floats sums in the same order wherever it lies.
+__host__ __device__ inline unsigned BlocksOfRange(std::size_t count) {
+  const std::size_t blocks = (count + 8 * kThreads - 1) / (8 * kThreads);
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kSquareBlocks ? kSquareBlocks : blocks));
+}
+
+// The sum of v over a warp, the same lanes adding in the same order every time.
+__device__ inline double WarpSum(double v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Block (b, r) of range r = (ranges[2r], ranges[2r + 1]) (first, count):
+// partials[r kSquareBlocks + b] = the sum of the squares of its share of
+// the range's floats (a grid-stride loop over the range's own blocks), in
+// double (a float's square is exact there), by warps then in warp order.
+__global__ void SquaresKernel(const float* __restrict__ x, const std::size_t* __restrict__ ranges,
+                              double* __restrict__ partials) {
+  const std::size_t first = ranges[2 * blockIdx.y], count = ranges[2 * blockIdx.y + 1];
+  const unsigned blocks = BlocksOfRange(count);
+  if (blockIdx.x >= blocks) return;  // the whole block: the range needs fewer
+  double mine = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(blocks) * blockDim.x) {
+    const double v = x[first + i];
+    mine += v * v;
+  }
+  __shared__ double warps[32];
+  mine = WarpSum(mine);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += warps[w];
+    partials[blockIdx.y * static_cast<std::size_t>(kSquareBlocks) + blockIdx.x] = total;
+  }
+}
+
+// One warp a range: sums[r] = its blocks' partials, lane by lane in block
+// order, then across the warp.
+__global__ void SquareSumsKernel(const std::size_t* __restrict__ ranges, const double* __restrict__ partials,
+                                 double* __restrict__ sums) {
+  const unsigned blocks = BlocksOfRange(ranges[2 * blockIdx.x + 1]);
+  double mine = 0;
+  for (unsigned b = threadIdx.x; b < blocks; b += 32) mine += partials[blockIdx.x * std::size_t{kSquareBlocks} + b];
+  mine = WarpSum(mine);
+  if (threadIdx.x == 0) sums[blockIdx.x] = mine;
+}
+
+__global__ void ScaleKernel(float* __restrict__ x, std::size_t n, float factor) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    x[i] = __fmul_rn(x[i], factor);
+  }
 }
 
 // State starts at zero, as the CPU optimizers' does (a checkpoint taken before
@@ -171,6 +232,25 @@ class CudaAdamW final : public CudaOptimizer {
 };
 
 }  // namespace
+
+void SquareSums(const Context& ctx, const float* x, const std::size_t* ranges, int count, std::size_t longest,
+                double* partials, double* sums) {
+  if (count == 0) return;
+  if (count > 65535) {
+    throw Error("cuda squares of " + std::to_string(count) + " gradient ranges in one call; at most 65,535");
+  }
+  const dim3 grid(BlocksOfRange(longest), static_cast<unsigned>(count));
+  SquaresKernel<<<grid, kThreads, 0, ctx.stream>>>(x, ranges, partials);
+  BATON_CUDA_CHECK_LAUNCH();
+  SquareSumsKernel<<<count, 32, 0, ctx.stream>>>(ranges, partials, sums);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void Scale(const Context& ctx, float* x, std::size_t n, float factor) {
+  if (n == 0) return;
+  ScaleKernel<<<BlocksFor(n), kThreads, 0, ctx.stream>>>(x, n, factor);
+  BATON_CUDA_CHECK_LAUNCH();
+}
 
 std::unique_ptr<CudaOptimizer> MakeCudaOptimizer(const OptimizerSpec& spec, std::size_t num_params) {
   CheckOptimizerSpec(spec);

@@ -174,18 +174,21 @@ void Executor::ApplyGradients(StepObserver* observer) {
 }
 
 void Executor::GradientSquares(std::span<double> per_op) {
-  replicas_->ForCountedGradients([&](int local, std::size_t first, std::span<const float> g) {
-    const StagePlan& st = plan_.local_stages[static_cast<std::size_t>(local)];
-    const std::size_t last = first + g.size();
-    for (int i = 0; i < st.ops(); ++i) {
-      const auto o = static_cast<std::size_t>(st.first_op + i);
-      const OpDesc& op = model_.ops[o];
-      if (op.num_params == 0 || op.tied_to >= 0) continue;
-      const std::size_t begin = op.param_offset - st.param_offset, end = begin + op.num_params;
-      const std::size_t from = std::max(begin, first), to = std::min(end, last);
-      if (from < to) per_op[o] += SumOfSquares(g.subspan(from - first, to - from));
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const int local = static_cast<int>(k);
+    square_parts_.clear();
+    square_ranges_.clear();
+    square_ops_.clear();
+    replicas_->CountedParts(local, square_parts_);
+    for (const ParamRange& part : square_parts_) {
+      OpRanges(model_, plan_.local_stages[k], part, square_ranges_, square_ops_);
     }
-  });
+    square_sums_.resize(square_ranges_.size());
+    replicas_->GradientSquares(local, square_ranges_, square_sums_);
+    for (std::size_t i = 0; i < square_ops_.size(); ++i) {
+      per_op[static_cast<std::size_t>(square_ops_[i])] += square_sums_[i];
+    }
+  }
 }
 
 void Executor::DiscardGradients() {

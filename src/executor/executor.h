@@ -89,11 +89,12 @@ class Executor {
   bool GradientsFinite() { return replicas_->GradientsFinite(); }
   // After ComputeGradients: into `per_op` (one per ModelDesc op), the sum
   // of the squares, in double, of each op's final gradients this rank
-  // counts (ReplicaSync::ForCountedGradients; a tied head's copy not: its
-  // embedding's is the one), each op's floats in their order. Summed over
-  // every rank, op by op, and the ops then in order, it is what one process
-  // computes (train.clip_grad_norm's norm; under ZeRO 1-3 a tensor's parts
-  // on the replicas are summed apart first). Host memory: the host backend.
+  // counts (ReplicaSync::CountedParts; a tied head's copy not: its
+  // embedding's is the one), each op's floats summed by its stage's device
+  // (StageDevice::GradientSquares). Summed over every rank, op by op, and
+  // the ops then in order, it is what one process computes
+  // (train.clip_grad_norm's norm; under ZeRO 1-3 a tensor's parts on the
+  // replicas are summed apart first). Waits for the devices.
   void GradientSquares(std::span<double> per_op);
   // Every gradient the optimizer step reads times `factor`.
   void ScaleGradients(float factor) { replicas_->ScaleGradients(factor); }
@@ -248,6 +249,12 @@ class Executor {
   void SetLengths(const std::int32_t* filled, std::size_t samples, const int* rows);
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<ActivationStore>> stores_;
+  // GradientSquares's lists, kept so that a step allocates nothing after
+  // its first: a stage's counted parts, their ops' ranges, each range's op
+  // and sum.
+  std::vector<ParamRange> square_parts_, square_ranges_;
+  std::vector<int> square_ops_;
+  std::vector<double> square_sums_;
   // Per local stage: message buffers of each kind (BufferRef::Kind), m
   // microbatches each, device memory.
   std::vector<std::array<std::byte*, 7>> buffers_;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "baton/error.h"
+#include "baton/host.h"
 #include "baton/timing.h"
 
 namespace baton {
@@ -369,32 +370,41 @@ bool ReplicaSync::GradientsFinite() {
   return true;
 }
 
-void ReplicaSync::ForCountedGradients(const std::function<void(int, std::size_t, std::span<const float>)>& f) {
+void ReplicaSync::CountedParts(int local, std::vector<ParamRange>& parts) const {
   const ReductionPlan& red = plan_.reduction;
-  for (std::size_t k = 0; k < stages_.size(); ++k) {
-    const int local = static_cast<int>(k);
-    if (plan_.sharding.active()) {
-      f(local, red.shard_begin[k], {sharded_[k].gradient_shard, red.shard_count[k]});
-    } else if (group_ != nullptr && red.shards_optimizer) {
-      const auto me = static_cast<std::size_t>(group_->rank());
-      const float* g = stages_[k]->device().grads();
-      for (const BucketPlan& b : red.buckets) {
-        if (b.local != local) continue;
-        const std::size_t first = b.offset + static_cast<std::size_t>(b.displs[me]);
-        f(local, first, {g + first, static_cast<std::size_t>(b.counts[me])});
-      }
-    } else if (group_ == nullptr || group_->rank() == 0) {
-      f(local, 0, {stages_[k]->device().grads(), plan_.local_stages[k].num_params});
+  const auto k = static_cast<std::size_t>(local);
+  if (plan_.sharding.active()) {
+    parts.push_back({red.shard_begin[k], red.shard_count[k]});
+  } else if (group_ != nullptr && red.shards_optimizer) {
+    const auto me = static_cast<std::size_t>(group_->rank());
+    for (const BucketPlan& b : red.buckets) {
+      if (b.local != local) continue;
+      parts.push_back({b.offset + static_cast<std::size_t>(b.displs[me]), static_cast<std::size_t>(b.counts[me])});
     }
+  } else if (group_ == nullptr || group_->rank() == 0) {
+    parts.push_back({0, plan_.local_stages[k].num_params});
+  }
+}
+
+void ReplicaSync::GradientSquares(int local, std::span<const ParamRange> ranges, std::span<double> sums) {
+  const auto k = static_cast<std::size_t>(local);
+  if (!plan_.sharding.active()) {
+    stages_[k]->device().GradientSquares(ranges, sums);
+    return;
+  }
+  const std::size_t begin = plan_.reduction.shard_begin[k];
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    sums[i] = SumOfSquares({sharded_[k].gradient_shard + (ranges[i].first - begin), ranges[i].count});
   }
 }
 
 void ReplicaSync::ScaleGradients(float factor) {
-  const ReductionPlan& red = plan_.reduction;
   for (std::size_t k = 0; k < stages_.size(); ++k) {
-    float* g = plan_.sharding.active() ? sharded_[k].gradient_shard : stages_[k]->device().grads();
-    const std::size_t n = plan_.sharding.active() ? red.shard_count[k] : plan_.local_stages[k].num_params;
-    ScaleFloats({g, n}, factor);
+    if (plan_.sharding.active()) {
+      ScaleFloats({sharded_[k].gradient_shard, plan_.reduction.shard_count[k]}, factor);
+    } else {
+      stages_[k]->device().ScaleGradients(0, plan_.local_stages[k].num_params, factor);
+    }
   }
 }
 

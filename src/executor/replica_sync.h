@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -76,12 +75,16 @@ class ReplicaSync {
   // After FinishReductions: false if a gradient this rank holds final (under
   // ZeRO its shard of each stage) is a NaN or an infinity.
   bool GradientsFinite();
-  // After FinishReductions: every range of final gradients whose norm this
-  // rank counts, each gradient counted once in the job: f(local stage,
-  // its first float's index in the stage, the floats). Under ZeRO 2 and 3
-  // its shards, under 1 its part of each bucket, under 0 the whole stages
-  // on the first replica (every replica holds the same sums).
-  void ForCountedGradients(const std::function<void(int, std::size_t, std::span<const float>)>& f);
+  // After FinishReductions: the parameters of local stage `local` whose
+  // final gradients' norm this rank counts, each gradient counted once in
+  // the job, appended to `parts` (indices in the stage). Under ZeRO 2 and 3
+  // its shard, under 1 its part of each bucket, under 0 the whole stage on
+  // the first replica (every replica holds the same sums), none on the others.
+  void CountedParts(int local, std::vector<ParamRange>& parts) const;
+  // The sums of the squares of local stage `local`'s final gradients in
+  // `ranges` (within its CountedParts), in double: its device's, or under
+  // ZeRO 2 and 3 its shard's on the host.
+  void GradientSquares(int local, std::span<const ParamRange> ranges, std::span<double> sums);
   // Every gradient the optimizer step reads on this rank times `factor`
   // (train.clip_grad_norm).
   void ScaleGradients(float factor);

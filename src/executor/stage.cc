@@ -207,21 +207,23 @@ void Stage::BackwardWeight(std::byte* slot, int rows, GradientsReady* ready, con
   }
 }
 
+void OpRanges(const ModelDesc& model, const StagePlan& st, ParamRange part, std::vector<ParamRange>& ranges,
+              std::vector<int>& ops) {
+  const std::size_t last = part.first + part.count;
+  for (int i = 0; i < st.ops(); ++i) {
+    const int o = st.first_op + i;
+    const OpDesc& op = model.ops[static_cast<std::size_t>(o)];
+    if (op.num_params == 0 || op.tied_to >= 0) continue;
+    const std::size_t begin = op.param_offset - st.param_offset, end = begin + op.num_params;
+    const std::size_t from = std::max(begin, part.first), to = std::min(end, last);
+    if (from >= to) continue;
+    ranges.push_back({from, to - from});
+    ops.push_back(o);
+  }
+}
+
 std::size_t Stage::ParamsFrom(int i) const {
   return model_.ops[static_cast<std::size_t>(plan_.first_op + i)].param_offset - plan_.param_offset;
-}
-
-double SumOfSquares(std::span<const float> g) {
-  double sum = 0;
-  for (const float f : g) {
-    const double x = f;
-    sum += x * x;
-  }
-  return sum;
-}
-
-void ScaleFloats(std::span<float> g, float factor) {
-  for (float& x : g) x *= factor;
 }
 
 }  // namespace baton

@@ -36,12 +36,12 @@ class GradientsReady {
   ~GradientsReady() = default;
 };
 
-// The clip's pass over a span of host gradients (train.clip_grad_norm):
-// the sum of their squares in double, one after another
-// (Executor::GradientSquares), and their scaling
-// (Executor::ScaleGradients). `baton profile` times the same two.
-double SumOfSquares(std::span<const float> g);
-void ScaleFloats(std::span<float> g, float factor);
+// The clip's parts of `part` (parameters of stage `st` of `model`): each
+// op's parameters within it, each op with parameters once (a tied head's
+// copy not: its embedding's counts), appended to `ranges` with the op's
+// index in `ops`, in the stage's order.
+void OpRanges(const ModelDesc& model, const StagePlan& st, ParamRange part, std::vector<ParamRange>& ranges,
+              std::vector<int>& ops);
 
 class Stage {
  public:

@@ -88,6 +88,12 @@ class HostStageDevice final : public StageDevice {
     }
     return largest < 0x7f800000u;
   }
+  void GradientSquares(std::span<const ParamRange> ranges, std::span<double> sums) override {
+    for (std::size_t i = 0; i < ranges.size(); ++i) sums[i] = SumOfSquares(Grads(ranges[i].first, ranges[i].count));
+  }
+  void ScaleGradients(std::size_t first, std::size_t count, float factor) override {
+    ScaleFloats(Grads(first, count), factor);
+  }
   void set_optimizer_steps(std::int64_t steps) override { optimizer_->set_steps(steps); }
 
   void Forward(int layer, const ConstView& x, const View& y, std::byte* saved, const SequencePart& part) override {
@@ -132,6 +138,13 @@ class HostStageDevice final : public StageDevice {
   LossTotals TakeLossTotals() override { return std::exchange(totals_, LossTotals{}); }
 
  private:
+  std::span<float> Grads(std::size_t first, std::size_t count) const {
+    if (first > host_grads_.size() || count > host_grads_.size() - first) {
+      throw Error(fmt::format("gradients [{}, {}) of a stage of {}", first, first + count, host_grads_.size()));
+    }
+    return host_grads_.subspan(first, count);
+  }
+
   std::vector<std::unique_ptr<Layer>> layers_;
   HostMemory memory_;
   std::span<float> host_params_, host_grads_;

@@ -134,4 +134,17 @@ std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::size_t 
   return std::make_unique<AdamW>(spec, num_params);
 }
 
+double SumOfSquares(std::span<const float> g) {
+  double sum = 0;
+  for (const float f : g) {
+    const double x = f;
+    sum += x * x;
+  }
+  return sum;
+}
+
+void ScaleFloats(std::span<float> g, float factor) {
+  for (float& x : g) x *= factor;
+}
+
 }  // namespace baton

@@ -295,12 +295,12 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
 
 // One round of top-level layer `t`'s optimizer step, added to `update` and
 // `clip`: the config's optimizer's step over the layer's parameters, as a
-// one-layer stage takes it; and on the host, the clip's pass over its
-// gradients (their squares, then their scaling, as the executor takes
-// them; a scale of 2 and of 1/2 in turn, exact). A layer without
+// one-layer stage takes it; and the clip's pass over its gradients on its
+// device (their squares op by op, then their scaling, as the executor
+// takes them; a scale of 2 and of 1/2 in turn, exact). A layer without
 // parameters takes nothing.
 void SampleUpdate(const RunPlan& shape, int t, RankDevice& device, const OptimizerSpec& spec, const ProfileOptions& o,
-                  bool cpu_clock, bool host, std::vector<double>& update, std::vector<double>& clip) {
+                  bool cpu_clock, std::vector<double>& update, std::vector<double>& clip) {
   const StagePlan plan = PlanStageAlone(shape, t, /*split_backward=*/true);
   if (plan.num_params == 0) {
     update.push_back(0);
@@ -313,17 +313,17 @@ void SampleUpdate(const RunPlan& shape, int t, RankDevice& device, const Optimiz
   dev.SetOptimizer(spec);
   LayerTimer timer(device, o, cpu_clock, 1.0 / kRounds);
   timer.Sample([&] { dev.OptimizerStep(); }, update);
-  if (!host) {
-    clip.push_back(0);
-    return;
-  }
-  const std::span<float> g(dev.grads(), plan.num_params);
+  std::vector<ParamRange> ranges;
+  std::vector<int> ops;
+  OpRanges(shape.model, plan, {0, plan.num_params}, ranges, ops);
+  std::vector<double> sums(ranges.size());
   float factor = 2.0f;
   double sink = 0;
   timer.Sample(
       [&] {
-        sink += SumOfSquares(g);
-        ScaleFloats(g, factor);
+        dev.GradientSquares(ranges, sums);
+        for (const double s : sums) sink += s;
+        dev.ScaleGradients(0, plan.num_params, factor);
         factor = 1.0f / factor;
       },
       clip);
@@ -592,8 +592,8 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
     std::vector<std::vector<double>> update(static_cast<std::size_t>(model.top_layers())), clip(update.size());
     for (int round = 0; round < kRounds; ++round) {
       for (int t = 0; t < model.top_layers(); ++t) {
-        SampleUpdate(shape, t, *device, config.train.optimizer, o, p.cpu_clock, config.device == Device::kCpu,
-                     update[static_cast<std::size_t>(t)], clip[static_cast<std::size_t>(t)]);
+        SampleUpdate(shape, t, *device, config.train.optimizer, o, p.cpu_clock, update[static_cast<std::size_t>(t)],
+                     clip[static_cast<std::size_t>(t)]);
       }
     }
     p.optimizer = std::string(EnumName(config.train.optimizer.type));

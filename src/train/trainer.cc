@@ -464,9 +464,8 @@ double ClipGradients(const TrainConfig& c, Transport& t, RunSetup& u, std::vecto
 }
 
 // The step's update: its gradients dropped (a skipped step), or their
-// norm measured where clipped, or logged on the host (it reads the
-// gradients in host memory: on a GPU the rows carry none yet), the clip
-// applied, and the optimizer step taken at `lr` (train.lr_schedule's rate
+// norm measured where clipped or logged, the clip applied, and the
+// optimizer step taken at `lr` (train.lr_schedule's rate
 // of the step: its state is the step, so a resumed run goes on at the
 // same rates). The norm, NaN where not measured.
 double Update(const TrainConfig& c, Transport& t, RunSetup& u, bool skip, bool logged, double lr,
@@ -477,7 +476,7 @@ double Update(const TrainConfig& c, Transport& t, RunSetup& u, bool skip, bool l
   }
   const double start = MonotonicSeconds();
   double grad_norm = std::numeric_limits<double>::quiet_NaN();
-  if (c.train.clip_grad_norm > 0 || (logged && c.device == Device::kCpu)) grad_norm = ClipGradients(c, t, u, squares);
+  if (c.train.clip_grad_norm > 0 || logged) grad_norm = ClipGradients(c, t, u, squares);
   const double clipped = MonotonicSeconds();
   u.exec->SetLearningRate(lr);
   u.exec->ApplyGradients();

@@ -19,8 +19,10 @@
 #include <cstring>
 #include <limits>
 
-#include "baton/host.h"
 #include "baton/config.h"
+#include "baton/error.h"
+#include "baton/host.h"
+#include "cuda_layers.h"
 #include "cuda_stage_device.h"
 #include "baton/plan.h"
 #include "cuda_util.h"
@@ -239,6 +241,95 @@ TEST(CudaGradients, TheFiniteCheckFindsANanOrAnInfinityInItsRangeOnly) {
   upload();
   EXPECT_FALSE(dev.GradientsFinite(0, n));
   EXPECT_TRUE(dev.GradientsFinite(n / 2 + 1, n - n / 2 - 1));
+}
+
+// The clip's pass on the GPU (cuda::SquareSums, cuda::Scale): each
+// range's squares summed in double, within 1e-12 of a long double sum on
+// the host, over ranges of one float to past the kernel's block cap; the
+// same floats at another offset, and the same call again, sum to the same
+// bits; the scaling is each float's product, bit for bit.
+TEST(CudaGradients, TheClipsSquaresAndScalingOverRangesOfEveryLength) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA stage runs only on a GPU machine";
+  const std::size_t n = 3'000'000, gap = 777;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<float> host(2 * n + gap);
+  for (std::size_t i = 0; i < n; ++i) host[i] = host[n + gap + i] = std::ldexp(normal(rng), exponent(rng));
+  DeviceBuffer<float> x = Upload(host);
+  const std::vector<std::size_t> pairs = {0, n, n + gap, n, 5, 1, 10, 0, 0, 3000, 100, 600'000, 1, 2048, 1, 2049};
+  const std::size_t count = pairs.size() / 2;
+  DeviceBuffer<std::size_t> ranges(pairs.size());
+  BATON_CUDA_CHECK(cudaMemcpy(ranges.data(), pairs.data(), pairs.size() * sizeof(std::size_t), cudaMemcpyHostToDevice));
+  DeviceBuffer<double> partials(count * cuda::kSquareBlocks), sums(count);
+  cuda::Stream stream;
+  cuda::Context ctx;
+  ctx.stream = stream.get();
+  auto run = [&] {
+    cuda::SquareSums(ctx, x.data(), ranges.data(), static_cast<int>(count), n, partials.data(), sums.data());
+    std::vector<double> out(count);
+    BATON_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    BATON_CUDA_CHECK(cudaMemcpy(out.data(), sums.data(), count * sizeof(double), cudaMemcpyDeviceToHost));
+    return out;
+  };
+  const std::vector<double> got = run();
+  for (std::size_t r = 0; r < count; ++r) {
+    long double want = 0;
+    for (std::size_t i = pairs[2 * r]; i < pairs[2 * r] + pairs[2 * r + 1]; ++i) {
+      want += static_cast<long double>(host[i]) * host[i];
+    }
+    EXPECT_NEAR(got[r], static_cast<double>(want), 1e-12 * static_cast<double>(want)) << "range " << r;
+  }
+  EXPECT_EQ(got[3], 0.0);
+  EXPECT_EQ(std::memcmp(&got[0], &got[1], sizeof(double)), 0) << "the same floats at another offset";
+  const std::vector<double> again = run();
+  EXPECT_EQ(std::memcmp(got.data(), again.data(), count * sizeof(double)), 0) << "the same call again";
+
+  const float factor = 0.37f;
+  cuda::Scale(ctx, x.data() + gap, n, factor);
+  const std::vector<float> scaled = Download(x.data(), host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const float want = i >= gap && i < gap + n ? host[i] * factor : host[i];
+    ASSERT_EQ(std::memcmp(&scaled[i], &want, sizeof(float)), 0) << "float " << i;
+  }
+}
+
+// The same pass through the stage's device (StageDevice::GradientSquares
+// and ScaleGradients, as the executor calls them op by op): the host
+// device's sums within 1e-12 and its scaled gradients bit for bit; a range
+// past the stage's gradients refused.
+TEST(CudaGradients, TheStagesClipPassIsTheHostStages) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA stage runs only on a GPU machine";
+  const RunPlan run = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", {"device=cuda"}));
+  const StagePlan& sp = PlanRank(run, 0).local_stages.front();
+  cuda::Stream stream;
+  Stage gpu(run.model, sp, cuda::MakeCudaStageDevice(stream.get(), Precision::kFP32));
+  Stage cpu(run.model, sp, MakeHostStageDevice());
+  gpu.Init(1);
+  cpu.Init(1);
+  const std::size_t n = sp.num_params;
+  std::vector<float> grads(n);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  for (float& g : grads) g = normal(rng);
+  std::copy(grads.begin(), grads.end(), cpu.device().grads());
+  BATON_CUDA_CHECK(cudaMemcpy(gpu.device().grads(), grads.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  std::vector<ParamRange> ranges;
+  std::vector<int> ops;
+  OpRanges(run.model, sp, {0, n}, ranges, ops);
+  ASSERT_GT(ranges.size(), 1u);
+  std::vector<double> on_gpu(ranges.size()), on_cpu(ranges.size());
+  gpu.device().GradientSquares(ranges, on_gpu);
+  cpu.device().GradientSquares(ranges, on_cpu);
+  for (std::size_t i = 0; i < ranges.size(); ++i) EXPECT_NEAR(on_gpu[i], on_cpu[i], 1e-12 * on_cpu[i]) << "op " << ops[i];
+  gpu.device().ScaleGradients(1, n - 1, 0.25f);
+  cpu.device().ScaleGradients(1, n - 1, 0.25f);
+  const std::vector<float> scaled = Download(gpu.device().grads(), n);
+  EXPECT_EQ(std::memcmp(scaled.data(), cpu.device().grads(), n * sizeof(float)), 0);
+  EXPECT_EQ(scaled[0], grads[0]);
+  const std::vector<ParamRange> past = {{n - 1, 2}};
+  EXPECT_THROW(gpu.device().GradientSquares(past, on_gpu), Error);
+  EXPECT_THROW(gpu.device().ScaleGradients(n, 1, 2.0f), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(
