@@ -647,11 +647,6 @@ TrainConfig ParseTrainConfig(const std::string& yaml_text, const std::string& so
     top.Map("pipeline").Fail(root["pipeline"]["seq_slices"], "seq_slices",
                              "sequence slices run on the CPU layers only so far (device: cpu)");
   }
-  if (c.data.packing != Packing::kNone && c.device == Device::kCuda) {
-    top.Map("data").Fail(root["data"]["packing"], "packing",
-                         "packed documents run on the CPU layers only so far (device: cpu; their attention keeps "
-                         "to each document there)");
-  }
   if (c.log.blame && c.device == Device::kCuda) {
     top.Map("log").Fail(root["log"]["blame"], "blame",
                         "names late steps on the CPU only so far (device: cpu): it reads each action's CPU time, "

@@ -35,11 +35,16 @@
 namespace baton::cuda {
 
 // Where a layer's work goes: the compute stream, a cuBLAS handle bound to it,
-// and the precision of the linear layers' operands.
+// and the precision of the linear layers' operands; and for a call on
+// packed documents (data.packing), `starts` (SequencePart::starts, in
+// device memory): per sample of the call, per token of its whole sequence
+// (stride op.seq), its document's first position; the call's views are
+// shaped for its tokens. Null: one document a sample.
 struct Context {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   Precision precision = Precision::kFP32;
+  const std::int32_t* starts = nullptr;
 };
 
 class CudaLayer : public DescribedLayer {

@@ -171,19 +171,16 @@ class CudaStageDevice final : public StageDevice {
 
   // Saved state and stash (attention's) are floats in the ring slot.
   void Forward(int layer, const ConstView& x, const View& y, std::byte* saved, const SequencePart& part) override {
-    Whole(part);
-    Layer(layer).ForwardOp(ctx_, x, y, reinterpret_cast<float*>(saved));
+    Layer(layer).ForwardOp(Call(part), x, y, reinterpret_cast<float*>(saved));
   }
   void BackwardInput(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy, const View& dx,
                      std::byte* stash, const SequencePart& part) override {
-    Whole(part);
-    Layer(layer).BackwardInputOp(ctx_, x, reinterpret_cast<const float*>(saved), dy, dx,
+    Layer(layer).BackwardInputOp(Call(part), x, reinterpret_cast<const float*>(saved), dy, dx,
                                  reinterpret_cast<float*>(stash));
   }
   void BackwardWeight(int layer, const ConstView& x, const std::byte* saved, const ConstView& dy,
                       const std::byte* stash, const SequencePart& part) override {
-    Whole(part);
-    Layer(layer).BackwardWeightOp(ctx_, x, reinterpret_cast<const float*>(saved), dy,
+    Layer(layer).BackwardWeightOp(Call(part), x, reinterpret_cast<const float*>(saved), dy,
                                   reinterpret_cast<const float*>(stash));
   }
   void Add(const ConstView& a, const ConstView& b, const View& out) override {
@@ -194,9 +191,15 @@ class CudaStageDevice final : public StageDevice {
     BATON_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
   }
   void Zero(const View& dst) override { BATON_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.bytes(), ctx_.stream)); }
-  // The config refuses slices with device: cuda; a plan that gets here anyway is a bug.
-  static void Whole(const SequencePart& part) {
+  // A call's context: packed documents' starts (device memory, the
+  // executor's upload), on the views already shaped for the call's tokens.
+  // The config refuses slices with device: cuda; a plan that gets here
+  // anyway is a bug.
+  Context Call(const SequencePart& part) const {
     if (!part.whole()) throw Error("the CUDA layers do not run sequence slices (pipeline.seq_slices needs device: cpu)");
+    Context call = ctx_;
+    call.starts = part.starts;
+    return call;
   }
   void CrossEntropy(const ConstView& logits, const ConstView& labels, float grad_scale, const View& dlogits) override {
     cuda::CrossEntropy(ctx_, logits.as<float>(), labels.as<std::int32_t>(), Rows(logits),

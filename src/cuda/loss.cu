@@ -108,7 +108,9 @@ __device__ void BlockArgMax(float& v, int& i, float* shared_v, int* shared_i) {
 }
 
 // One block per row (grid-stride over rows). Thread 0 gathers the block's
-// loss and hits and adds them with one atomic each at the end. A label
+// loss and hits and adds them with one atomic each at the end. A label of
+// kIgnoreLabel (a packed sample's unfilled positions) adds no loss and
+// gets a zero gradient row, as PyTorch's ignore_index. Any other label
 // outside [0, classes) cannot be reported from here without synchronising,
 // so it poisons the loss and its dlogits row with NaN instead of reading
 // outside the row.
@@ -143,6 +145,12 @@ __global__ void CrossEntropyKernel(const float* __restrict__ logits, const std::
     const float sum_exp = BlockSum(partial, shared_sum);
 
     const std::int32_t label = labels[row];
+    if (label == kIgnoreLabel) {
+      if (dlogits != nullptr) {
+        for (int j = static_cast<int>(threadIdx.x); j < classes; j += static_cast<int>(blockDim.x)) dlogits[base + j] = 0;
+      }
+      continue;
+    }
     const bool valid = label >= 0 && label < classes;
     if (dlogits != nullptr) {
       // The CPU's rounding: exp(z - max) * (grad_scale / sum_exp), then the

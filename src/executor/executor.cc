@@ -11,6 +11,16 @@
 #include "baton/timing.h"
 
 namespace baton {
+namespace {
+
+// Packed documents: a step's (or evaluation round's) document starts, one
+// per position of each of its samples.
+std::size_t StartsBytes(const RankPlan& plan) {
+  return static_cast<std::size_t>(plan.sequences) * static_cast<std::size_t>(plan.rows) *
+         static_cast<std::size_t>(plan.labels_per_sample) * sizeof(std::int32_t);
+}
+
+}  // namespace
 
 Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_timeout_s, Transport& transport,
                    RankDevice& device, ReplicaGroup* replicas)
@@ -68,6 +78,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   if (!dev_.host_memory()) {
     if (plan.has_inputs) inputs_ = dev_.Allocate(plan.inputs.bytes());
     if (plan.has_labels) labels_ = dev_.Allocate(plan.labels.bytes());
+    if (plan.packed) starts_copy_ = dev_.Allocate(StartsBytes(plan));
   }
   train_ops_ = Bind(plan.step);
   evaluation_ops_ = Bind(plan.evaluation);
@@ -248,7 +259,8 @@ void Executor::SumTiedWide() {
 
 StepStats Executor::RunStep(const Batch& batch) {
   StepStats stats;
-  starts_ = batch.starts.empty() ? nullptr : batch.starts.data();
+  SetStarts(batch.starts.empty() ? nullptr : batch.starts.data(), batch.starts.size());
+  host_labels_ = batch.labels.data();
   step_grad_scale_ = batch.targets > 0 ? 1.0f / static_cast<float>(batch.targets) : grad_scale_;
   const int* rows = StepRows(batch, &stats);
   if (!lengths_.empty()) SetLengths(batch.filled.data(), batch.filled.size(), rows);
@@ -266,6 +278,30 @@ StepStats Executor::RunStep(const Batch& batch) {
   }
   Run(train_ops_, Mode::kTrain, inputs, labels, rows, &stats);
   return stats;
+}
+
+void Executor::SetStarts(const std::int32_t* starts, std::size_t count) {
+  starts_ = starts;
+  if (starts == nullptr || starts_copy_ == nullptr) return;
+  const std::size_t bytes = count * sizeof(std::int32_t);
+  if (bytes > StartsBytes(plan_)) {
+    throw Error(fmt::format("rank {}: {} document starts for a step of {} samples of {} positions", rank_, count,
+                            plan_.sequences * plan_.rows, plan_.labels_per_sample));
+  }
+  dev_.Upload(starts_copy_, starts, bytes);  // ordered before the step's first action, as the inputs
+  starts_ = reinterpret_cast<const std::int32_t*>(starts_copy_);
+}
+
+std::int64_t Executor::LabelsThatCount(const Op& op, const UnitPart& u, int rows, int length) const {
+  const auto per_sample = static_cast<std::size_t>(plan_.labels_per_sample);
+  const auto begin = static_cast<std::size_t>(u.whole() ? 0 : u.begin);
+  const auto tokens = static_cast<std::size_t>(u.whole() && length > 0 ? length : u.Tokens(plan_.labels_per_sample));
+  std::int64_t counted = 0;
+  for (std::size_t n = 0; n < static_cast<std::size_t>(rows); ++n) {
+    const std::int32_t* row = host_labels_ + op.labels + n * per_sample + begin;
+    counted += std::count_if(row, row + tokens, [](std::int32_t v) { return v != kIgnoreLabel; });
+  }
+  return counted;
 }
 
 const int* Executor::StepRows(const Batch& batch, StepStats* stats) {
@@ -368,9 +404,7 @@ void Executor::RunForward(const Op& op, const TensorDesc& tensor, bool train, co
     const ConstView l{reinterpret_cast<const std::byte*>(mine), {DType::kI32, {tokens}}};
     st.ForwardLoss(x, slot, l, train ? step_grad_scale_ : 1.0f, &written, part);
     // Packed documents: the labels that count (the mean is over them).
-    stats->samples += starts_ == nullptr ? tokens
-                                         : std::count_if(mine, mine + tokens,
-                                                         [](std::int32_t v) { return v != kIgnoreLabel; });
+    stats->samples += starts_ == nullptr ? tokens : LabelsThatCount(op, u, rows, length);
   } else {
     st.Forward(x, slot, View{op.output, Stage::Shaped(st.plan().output(), rows, part)}, &written, part);
   }
@@ -526,13 +560,15 @@ StepStats Executor::Evaluate(const Dataset& data, std::int64_t begin, std::int64
       dev_.Upload(inputs_, in, static_cast<std::size_t>(round) * sample_bytes);
       in = inputs_;
     }
+    host_labels_ = lab;
     if (labels_ != nullptr && lab != nullptr) {
       dev_.Upload(labels_, lab, static_cast<std::size_t>(round * per_sample) * sizeof(std::int32_t));
       lab = reinterpret_cast<const std::int32_t*>(labels_);
     }
     // Packed: the round's starts and lengths (none past this replica's data).
     const bool any = round > 0 && data.packed();
-    starts_ = !any ? nullptr : read ? round_starts_.data() : data.starts.data() + (begin + first) * per_sample;
+    SetStarts(!any ? nullptr : read ? round_starts_.data() : data.starts.data() + (begin + first) * per_sample,
+              static_cast<std::size_t>(round * per_sample));
     if (!lengths_.empty()) {
       if (any) {
         SetLengths(data.targets.data() + begin + first, static_cast<std::size_t>(round), round_rows_.data());

@@ -263,6 +263,17 @@ class Executor {
   // batch in place.
   std::byte* inputs_ = nullptr;
   std::byte* labels_ = nullptr;
+  // Packed documents on a GPU: its copy of the step's (or round's) starts,
+  // which every stage's layers read (samples x labels_per_sample);
+  // null on the host, and for whole samples.
+  std::byte* starts_copy_ = nullptr;
+  // Sets starts_ to the step's or round's `starts` (host memory, `count`
+  // of them; null: none), a GPU's copy where it has one.
+  void SetStarts(const std::int32_t* starts, std::size_t count);
+  // The step's or round's labels in host memory (the batch's): the real
+  // tokens of a packed unit are counted there (LabelsThatCount).
+  const std::int32_t* host_labels_ = nullptr;
+  std::int64_t LabelsThatCount(const Op& op, const UnitPart& u, int rows, int length) const;
   std::byte* tied_inbox_ = nullptr;  // the other copy's gradient (tied head across ranks)
   std::vector<Op> train_ops_, evaluation_ops_;
   // The replicas' side of the step: gradient sums, shards, windows, the

@@ -264,6 +264,12 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
     const std::vector<std::int32_t> starts = EqualDocuments(plan.rows, shape.model.seq, document_tokens);
     SequencePart part;
     part.starts = starts.data();
+    if (!device.host_memory()) {  // a GPU's layers read them in its memory
+      const std::size_t bytes = starts.size() * sizeof(std::int32_t);
+      std::byte* copy = device.Allocate(bytes);
+      device.Upload(copy, starts.data(), bytes);
+      part.starts = reinterpret_cast<const std::int32_t*>(copy);
+    }
     timer.Sample(
         [&] {
           rotate();
@@ -562,8 +568,8 @@ Profile MeasureProfile(const TrainConfig& config, Transport& world, const Profil
   // rank 0's times count. A failure ends every rank (Agree).
   p.processes = world.size();
   p.cpu_clock = config.device == Device::kCpu && world.size() > MachineCores();
-  // Attention's cost per document, where packed documents run (the host).
-  if (config.device == Device::kCpu && model.seq > 1) {
+  // Attention's cost per document, where packed documents run.
+  if (model.seq > 1) {
     p.document_tokens = std::max(1, model.seq / kProfileDocuments);
   }
   Agree(world, "every rank profiling the layers", [&] {

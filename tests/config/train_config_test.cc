@@ -607,12 +607,18 @@ TEST(TrainConfigTokens, PackingTakesTheBudgetAsTheSequenceLength) {
            {"data: {dataset: jsonl, path: p, seq_len: 8, max_tokens: 8}", "data.max_tokens: is for packed documents"},
            {"data: {dataset: jsonl, path: p, packing: sometimes, max_tokens: 8}", "data.packing"},
            {"data: {dataset: synthetic, packing: greedy}", "data.packing: is for token datasets"},
-           {"data: {dataset: jsonl, path: p, packing: greedy, max_tokens: 8}\ndevice: cuda",
-            "data.packing: packed documents run on the CPU layers only so far"},
+           {"data: {dataset: jsonl, path: p, packing: greedy, max_tokens: 8}\ndevice: cuda\n"
+            "train: {grad_accum_dtype: fp64}",
+            "train.grad_accum_dtype: fp64 sums gradients on the CPU only"},
        }) {
     const std::string msg = ErrorOf(model + k.text + "\n");
     EXPECT_TRUE(Contains(msg, k.message)) << k.text << " gave: " << msg;
   }
+  // On a GPU too, its gradients summed in floats there (double sums are the CPU's).
+  const TrainConfig gpu =
+      ParseTrainConfig(model + "data: {dataset: jsonl, path: p, packing: greedy, max_tokens: 8}\ndevice: cuda\n", "t.yaml");
+  EXPECT_EQ(gpu.data.packing, Packing::kGreedy);
+  EXPECT_FALSE(WideGradients(gpu));
 }
 
 // train.batch_tokens: a step's documents by tokens, with packing, within

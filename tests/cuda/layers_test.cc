@@ -449,6 +449,75 @@ TEST_F(CudaTest, AttentionWithoutDxStillStashesForW) {
   ExpectClose(Download(stash.data(), hstash.size(), ctx_.stream), hstash, 1e-4, "stash without dx");
 }
 
+// Packed documents (Context::starts, SequencePart::starts): a call of 9
+// tokens in samples of 12 positions, each sample cut into documents (one
+// token long, the whole length, several, and the positions past the
+// sample's last document as one): attention and the position embedding as
+// the host layers compute them (each document attends within itself, its
+// positions restarting at its first token), outputs, input and weight
+// gradients, saved state and stash.
+TEST_F(CudaTest, PackedDocumentsAsTheHostLayers) {
+  constexpr int kSamples = 3, kSeq = 12, kTokens = 9, kIn = 12;
+  std::vector<std::int32_t> starts(static_cast<std::size_t>(kSamples) * kSeq);
+  const std::vector<std::vector<int>> documents = {{0, 4, 9}, {0, 9}, {0, 1, 2, 8, 9}};  // each sample's firsts, then the padding's
+  for (int n = 0; n < kSamples; ++n) {
+    const std::vector<int>& d = documents[static_cast<std::size_t>(n)];
+    for (int t = 0; t < kSeq; ++t) {
+      int first = 0;
+      for (const int f : d) first = t >= f ? f : first;
+      starts[static_cast<std::size_t>(n) * kSeq + static_cast<std::size_t>(t)] = first;
+    }
+  }
+  DeviceBuffer<std::int32_t> dstarts = Upload(starts, ctx_.stream);
+  for (const LayerSpec& spec : {Attention(3), Positions(16)}) {
+    SCOPED_TRACE(spec.type);
+    const OpDesc op = DescribeLayer(spec, kIn, kSeq);
+    const int rows = kSamples * kTokens;
+    std::mt19937_64 rng(31);
+    const std::vector<float> params = Random(op.num_params, rng), grads0 = Random(op.num_params, rng);
+    const std::vector<float> x = Random(static_cast<std::size_t>(rows) * op.in, rng, -2.0f, 2.0f),
+                             dy = Random(static_cast<std::size_t>(rows) * op.out, rng);
+    const TensorDesc in_desc(DType::kF32, {kSamples, kTokens, op.in}), out_desc(DType::kF32, {kSamples, kTokens, op.out});
+    const std::size_t saved_n = op.saved_per_row * rows, stash_n = op.stash_per_row * rows;
+
+    std::unique_ptr<Layer> host = MakeLayer(op, kSamples * kSeq);
+    std::vector<float> hp = params, hg = grads0, hy(static_cast<std::size_t>(rows) * op.out), hdx(x.size()),
+                       hsaved(saved_n), hstash(stash_n);
+    host->Bind(hp.data(), hg.data());
+    SequencePart part;
+    part.starts = starts.data();
+    part.length = kTokens;
+    const ConstView hxv{reinterpret_cast<const std::byte*>(x.data()), in_desc};
+    const ConstView hdyv{reinterpret_cast<const std::byte*>(dy.data()), out_desc};
+    host->Forward(hxv, View{reinterpret_cast<std::byte*>(hy.data()), out_desc}, hsaved.data(), part);
+    host->BackwardInput(hxv, hsaved.data(), hdyv, View{reinterpret_cast<std::byte*>(hdx.data()), in_desc},
+                        hstash.data(), part);
+    host->BackwardWeight(hxv, hsaved.data(), hdyv, hstash.data(), part);
+
+    std::unique_ptr<CudaLayer> gpu = MakeCudaLayer(op, kSamples * kSeq);
+    DeviceBuffer<float> dp = Upload(params, ctx_.stream), dg = Upload(grads0, ctx_.stream),
+                        dxf = Upload(x, ctx_.stream), ddy = Upload(dy, ctx_.stream), dy_out(hy.size()), ddx(hdx.size()),
+                        dsaved(std::max<std::size_t>(saved_n, 1)), dstash(std::max<std::size_t>(stash_n, 1));
+    gpu->Bind(dp.data(), dg.data());
+    gpu->RefreshWeights(ctx_);
+    Context packed = ctx_;
+    packed.starts = dstarts.data();
+    const ConstView gxv{reinterpret_cast<const std::byte*>(dxf.data()), in_desc};
+    const ConstView gdyv{reinterpret_cast<const std::byte*>(ddy.data()), out_desc};
+    gpu->ForwardOp(packed, gxv, View{reinterpret_cast<std::byte*>(dy_out.data()), out_desc}, dsaved.data());
+    gpu->BackwardInputOp(packed, gxv, dsaved.data(), gdyv, View{reinterpret_cast<std::byte*>(ddx.data()), in_desc},
+                         dstash.data());
+    gpu->BackwardWeightOp(packed, gxv, dsaved.data(), gdyv, dstash.data());
+
+    constexpr double kTolerance = 1e-4;
+    ExpectClose(Download(dy_out.data(), hy.size(), ctx_.stream), hy, kTolerance, "forward y");
+    ExpectClose(Download(ddx.data(), hdx.size(), ctx_.stream), hdx, kTolerance, "backward-input dx");
+    ExpectClose(Download(dg.data(), hg.size(), ctx_.stream), hg, kTolerance, "weight gradients (added)");
+    if (saved_n > 0) ExpectClose(Download(dsaved.data(), saved_n, ctx_.stream), hsaved, kTolerance, "saved state");
+    if (stash_n > 0) ExpectClose(Download(dstash.data(), stash_n, ctx_.stream), hstash, kTolerance, "stash");
+  }
+}
+
 const TransformerCase kTransformerCases[] = {
     TransformerCase{"embedding_11_by_5", Embedding(11, 5), 1, 3, 7},  // tokens repeat: their gradients add up
     TransformerCase{"positions_12_of_16", Positions(16), 12, 3, 12},
@@ -512,7 +581,7 @@ class CudaCrossEntropyTest : public CudaTest, public testing::WithParamInterface
 // logits equal (the first class wins), and a two-way tie for the maximum
 // with the label on the first or on the second of the tied classes (a hit
 // only for the first). A quarter of the other rows are labelled with their
-// argmax so that hits are counted in bulk.
+// argmax so that hits are counted in bulk; the last is ignored (kIgnoreLabel).
 TEST_P(CudaCrossEntropyTest, MatchesCpu) {
   const LossCase& c = GetParam();
   ASSERT_GE(c.rows, 4);
@@ -535,6 +604,8 @@ TEST_P(CudaCrossEntropyTest, MatchesCpu) {
   for (int i = 3; i < c.rows; i += 4) {
     labels[i] = static_cast<std::int32_t>(std::max_element(row(i), row(i + 1)) - row(i));
   }
+  // Packed samples' unfilled positions: no loss, no hit, a zero gradient row.
+  labels[static_cast<std::size_t>(c.rows) - 1] = kIgnoreLabel;
 
   const float grad_scale = 1.0f / 64.0f;
   std::vector<float> want_dlogits(logits.size());
