@@ -5,10 +5,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "adapt.h"
 #include "baton/action.h"
+#include "baton/error.h"
+#include "baton/sim.h"
 #include "metrics_row.h"
 #include "wire.h"
 
@@ -148,11 +152,97 @@ double Median(std::vector<double> v) {
   return *mid;
 }
 
+// A compute action's share of its rank's step (StepModel): F, I and W one
+// unit, B two, an overlapped F&B three.
+double Units(const Action& a) {
+  switch (a.kind) {
+    case ActionKind::kForward:
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackwardWeight:
+      return 1;
+    case ActionKind::kBackward:
+      return 2;
+    case ActionKind::kOverlapFB:
+      return 3;
+    default:
+      return 0;
+  }
+}
+
+// A measured time as the simulator takes it: finite, not below 0.
+double Time(double seconds) { return std::isfinite(seconds) && seconds > 0 ? seconds : 0.0; }
+
 }  // namespace
+
+StepModel::StepModel(Schedule lowered)
+    : lowered_(std::move(lowered)), units_(static_cast<std::size_t>(lowered_.ranks), 0.0) {
+  for (std::size_t r = 0; r < units_.size(); ++r) {
+    for (const Action& a : lowered_.actions[r]) units_[r] += Units(a);
+  }
+}
+
+double StepModel::Step(const std::vector<double>& seconds, const std::vector<double>& transits) const {
+  const auto n = static_cast<std::size_t>(lowered_.ranks);
+  SimOptions o;
+  o.record_timeline = false;
+  o.compute.stages.resize(static_cast<std::size_t>(lowered_.stages));
+  for (std::size_t s = 0; s < o.compute.stages.size(); ++s) {
+    const auto r = static_cast<std::size_t>(lowered_.stage_rank[s]);
+    const double unit = units_[r] > 0 ? Time(seconds[r]) / units_[r] : 0.0;
+    o.compute.stages[s] = Costs{unit, unit, unit};
+  }
+  o.messages.link_delay.assign(n * n, 0.0);
+  for (std::size_t l = 0; l < std::min(transits.size(), n * n); ++l) o.messages.link_delay[l] = Time(transits[l]);
+  return Simulate(lowered_, o).makespan;
+}
 
 StepBlame::StepBlame(int ranks, int actions, const BlameSettings& settings)
     : s_(settings), ranks_(ranks), actions_(std::max(1, actions)) {
   Restart();
+}
+
+void StepBlame::SetModel(StepModel model, int replicas) {
+  if (replicas < 1 || model.ranks() * replicas != ranks_) {
+    throw Error(fmt::format("log.blame: a model of {} pipeline ranks x {} replicas for {} ranks", model.ranks(),
+                            replicas, ranks_));
+  }
+  model_.emplace(std::move(model));
+  replicas_ = replicas;
+}
+
+double StepBlame::ModelStep(const std::vector<double>& seconds, const std::vector<double>& transits, double work,
+                            int replica, int healthy_rank, int healthy_link) const {
+  const int P = model_->ranks();
+  const ReplicaLayout layout{P, replicas_};
+  const auto world = static_cast<std::size_t>(ranks_);
+  std::vector<double> s(static_cast<std::size_t>(P)), t(static_cast<std::size_t>(P) * static_cast<std::size_t>(P), -1.0);
+  for (int p = 0; p < P; ++p) {
+    const int w = layout.World(p, replica);
+    s[static_cast<std::size_t>(p)] = (w == healthy_rank ? rank_healthy_ : seconds)[static_cast<std::size_t>(w)] * work;
+    for (int q = 0; q < P; ++q) {
+      const std::size_t l = static_cast<std::size_t>(w) * world + static_cast<std::size_t>(layout.World(q, replica));
+      if (l >= transits.size()) continue;
+      t[static_cast<std::size_t>(p * P + q)] =
+          static_cast<int>(l) == healthy_link && link_healthy_[l] >= 0 ? link_healthy_[l] : transits[l];
+    }
+  }
+  return model_->Step(s, t);
+}
+
+double StepBlame::RankCost(const std::vector<double>& seconds, const std::vector<double>& transits, double work,
+                           int rank) const {
+  const auto r = static_cast<std::size_t>(rank);
+  if (!model_) return (seconds[r] - rank_healthy_[r]) * work;
+  const int replica = ReplicaLayout{model_->ranks(), replicas_}.Replica(rank);
+  return ModelStep(seconds, transits, work, replica, -1, -1) - ModelStep(seconds, transits, work, replica, rank, -1);
+}
+
+double StepBlame::LinkCost(const std::vector<double>& seconds, const std::vector<double>& transits, double work,
+                           int from, int to) const {
+  const int link = from * ranks_ + to;
+  if (!model_) return transits[static_cast<std::size_t>(link)] - link_healthy_[static_cast<std::size_t>(link)];
+  const int replica = ReplicaLayout{model_->ranks(), replicas_}.Replica(from);
+  return ModelStep(seconds, transits, work, replica, -1, -1) - ModelStep(seconds, transits, work, replica, -1, link);
 }
 
 void StepBlame::Restart() {
@@ -233,12 +323,15 @@ std::optional<Late> StepBlame::Suspect(const std::vector<double>& seconds, const
   for (std::size_t r = 0; r < n; ++r) {
     const double healthy = rank_healthy_[r], excess = (seconds[r] - healthy) * work;
     mean_action += healthy * work / static_cast<double>(n * static_cast<std::size_t>(actions_));
-    // Past its trigger, and the rank's extra compute accounts for at least
-    // half the step's lateness (a few percent of CPU time that a busy
-    // machine's neighbour adds does not make a step late by a wire's delay).
-    const double bar = std::max({s_.rank_trigger * healthy * work, s_.min_seconds, 0.5 * by_s});
-    if (healthy > 0 && excess > bar && excess / bar > best) {
-      best = excess / bar;
+    // Past its trigger, and the rank's extra compute cost the step (on its
+    // critical path) at least rank_share of its lateness (a few percent of
+    // CPU time that a busy machine's neighbour adds does not make a step
+    // late by a wire's delay, nor does extra compute that waits hid).
+    if (healthy <= 0 || excess <= std::max(s_.rank_trigger * healthy * work, s_.min_seconds)) continue;
+    const double bar = std::max(s_.min_seconds, s_.rank_share * by_s);
+    const double cost = RankCost(seconds, transits, work, static_cast<int>(r));
+    if (cost > bar && cost / bar > best) {
+      best = cost / bar;
       late.what = "rank";
       late.rank = static_cast<int>(r);
     }
@@ -248,12 +341,20 @@ std::optional<Late> StepBlame::Suspect(const std::vector<double>& seconds, const
     if (link_healthy_[l] < 0 || transits[l] < 0) continue;
     const double excess = transits[l] - link_healthy_[l];
     const double bar = std::max({3 * link_spread_[l], s_.link_trigger * mean_action, s_.min_seconds});
-    if (excess > bar && excess / bar > best) {
+    if (excess <= bar) continue;
+    // And on the critical path: its extra time cost the step at least
+    // link_share of its lateness (without a model, a message's delay
+    // counts once however often the path crosses the link: no such bar).
+    const int from = static_cast<int>(l / n), to = static_cast<int>(l % n);
+    if (model_ && LinkCost(seconds, transits, work, from, to) < std::max(s_.min_seconds, s_.link_share * by_s)) {
+      continue;
+    }
+    if (excess / bar > best) {
       best = excess / bar;
       late.what = "link";
       late.rank = -1;
-      late.from = static_cast<int>(l / n);
-      late.to = static_cast<int>(l % n);
+      late.from = from;
+      late.to = to;
     }
   }
   if (late.what.empty()) return std::nullopt;
@@ -281,13 +382,16 @@ RunBlame::RunBlame(const TrainConfig& c, const RunComms& comms, RunSetup& u, con
     BlameSettings s = settings;
     s.threshold = c.log.blame_threshold;
     judge_.emplace(comms.world.size(), ComputeActions(u.plan.lowered), s);
+    judge_->SetModel(StepModel(u.plan.lowered), comms.replicas.size());
   }
   u.exec->MeasureCompute(true);
 }
 
-
+// A plan change: its schedule and placement are the critical path's from here.
 void RunBlame::Restart() {
-  if (judge_) judge_->Restart();
+  if (!judge_) return;
+  judge_->Restart();
+  judge_->SetModel(StepModel(u_.plan.lowered), comms_.replicas.size());
 }
 
 std::optional<Late> RunBlame::AfterStep(const StepMeasures& measures, std::int64_t step, double step_seconds,

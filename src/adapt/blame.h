@@ -10,7 +10,11 @@
 // its price by more than a threshold is blamed on what moved: a rank whose
 // compute took longer, a link whose messages arrived late, or, where
 // neither did, the data (the step's microbatches cost more than the run's
-// typical step).
+// typical step). What a rank or a link cost the step is read off the
+// step's critical path (StepModel): the plan's schedule simulated with the
+// step's measured compute and message times, less the same with that one
+// rank or link at its healthy time, so a rank whose extra compute waits
+// hid, or a link off the path, is not named.
 #ifndef BATON_ADAPT_BLAME_H_
 #define BATON_ADAPT_BLAME_H_
 
@@ -21,6 +25,7 @@
 
 #include "baton/comm.h"
 #include "baton/config.h"
+#include "baton/schedule.h"
 #include "setup.h"
 #include "wire.h"
 
@@ -71,12 +76,16 @@ struct BlameSettings {
   int window = 5;            // healthy steps whose median (a rank's, the step's) or least (a link's) calibrates
   double threshold = 0.1;    // a step later than its price by this share of it is late
   // A rank whose compute took this share more than its calibration, and
-  // at least half the step's lateness more, is a suspect.
+  // whose extra compute cost the step (on its critical path) at least
+  // rank_share of its lateness, is a suspect.
   double rank_trigger = 0.2;
+  double rank_share = 0.5;
   // A link whose shortest time grew by more than this share of the healthy
-  // step's mean action (and three times its first window's spread) is a
-  // suspect.
+  // step's mean action (and three times its first window's spread), and
+  // whose extra time cost the step at least link_share of its lateness, is
+  // a suspect.
   double link_trigger = 0.25;
+  double link_share = 0.25;
   double min_seconds = 1e-4;  // lateness under this many seconds is noise
 };
 
@@ -93,12 +102,35 @@ std::string LateJson(const Late& late);
 // "rank 1", "link 0>1", "the data"
 std::string LateText(const Late& late);
 
+// A step's critical path through one pipeline's actions and messages: the
+// plan's lowered schedule simulated with each pipeline rank's compute
+// (seconds a step, spread over its compute actions by their kind: F, I
+// and W one unit each, B two, an overlapped F&B three) and each link's
+// message time (a x P + b; < 0: none, 0 s). The simulated step is the
+// critical path's length, so what one rank's or one link's time costs the
+// step is the difference it makes there.
+class StepModel {
+ public:
+  explicit StepModel(Schedule lowered);
+  int ranks() const { return lowered_.ranks; }
+  double Step(const std::vector<double>& seconds, const std::vector<double>& transits) const;
+
+ private:
+  Schedule lowered_;
+  std::vector<double> units_;  // per rank: its compute actions' units a step
+};
+
 // Rank 0's judge of each step (the logic alone: testable without ranks).
 class StepBlame {
  public:
   // `ranks` world ranks; `actions` compute actions a rank runs a step (for
   // a link's trigger: a message late by a share of one action).
   StepBlame(int ranks, int actions, const BlameSettings& settings = {});
+  // Judges by the critical path of `model`'s pipelines from here (the
+  // world's ranks: model.ranks() pipeline ranks x `replicas`, in
+  // ReplicaLayout's order). Without a model, a rank or link costs the step
+  // its whole extra time.
+  void SetModel(StepModel model, int replicas);
   // A plan change: calibrate again after `settle` steps.
   void Restart();
   // One step: every world rank's compute seconds per unit of work
@@ -115,6 +147,23 @@ class StepBlame {
   void Calibrate();
   std::optional<Late> Suspect(const std::vector<double>& seconds, const std::vector<double>& transits,
                               double work, double by_s) const;
+  // What world rank `rank`'s measured compute (or link from -> to's
+  // measured time) cost the step (`seconds` and `transits` as Observe's,
+  // times `work`): the step on the model's critical path with the step's
+  // measures less the same with that rank's or link's healthy time; its
+  // whole extra time without a model.
+  double RankCost(const std::vector<double>& seconds, const std::vector<double>& transits, double work,
+                  int rank) const;
+  double LinkCost(const std::vector<double>& seconds, const std::vector<double>& transits, double work, int from,
+                  int to) const;
+  // The model's step of replica `replica`'s pipeline with the measures, one
+  // rank's compute (`healthy_rank`) or one link's time (`healthy_link`, in
+  // world ranks a x world + b) at its healthy value (-1: none).
+  double ModelStep(const std::vector<double>& seconds, const std::vector<double>& transits, double work,
+                   int replica, int healthy_rank, int healthy_link) const;
+
+  std::optional<StepModel> model_;
+  int replicas_ = 1;
 
   BlameSettings s_;
   int ranks_ = 0, actions_ = 1;

@@ -9,6 +9,8 @@
 #include <optional>
 #include <vector>
 
+#include "baton/error.h"
+#include "baton/schedule.h"
 #include "support/thread_ranks.h"
 
 namespace baton {
@@ -119,6 +121,58 @@ TEST(StepBlame, NoiseInTheStepAloneNamesNothingAndAPlanChangeCalibratesAgain) {
   const std::optional<Late> late = r.Step({10e-3, 24e-3}, 38e-3, {-1, 50e-6, 50e-6, -1});
   ASSERT_TRUE(late);
   EXPECT_EQ(late->rank, 1);
+}
+
+// The critical path's model: 1F1B on 2 ranks, 6 microbatches, each rank
+// 18 units a step (6 F of one unit, 6 B of two): at a unit a second the
+// step is (m + p - 1) (F + B) = 21 s; a wire's delay lengthens it.
+TEST(StepModel, TheSimulatedStepIsTheCriticalPathsLength) {
+  const StepModel model(Lower(Generate("1f1b", 2, 6)));
+  EXPECT_EQ(model.ranks(), 2);
+  EXPECT_NEAR(model.Step({18, 18}, {}), 21.0, 1e-9);
+  EXPECT_NEAR(model.Step({36, 36}, {-1, -1, -1, -1}), 42.0, 1e-9);
+  EXPECT_GE(model.Step({18, 18}, {-1, 0.5, 0.5, -1}), 22.0 - 1e-9);
+}
+
+// With the critical path (StepModel): rank 1 computes half what rank 0
+// does, so its extra compute mostly waits for rank 0's; when it computes
+// 1.4x while rank 0's messages to it arrive 1 ms late, the step was made
+// late by the wire, which the judge names, where the extra compute alone
+// (the judge without a model) would name rank 1. A slow rank 0, on the
+// path, is still named.
+TEST(StepBlame, OnTheCriticalPathARankWhoseExtraComputeWaitedIsNotNamed) {
+  const StepModel model(Lower(Generate("1f1b", 2, 6)));
+  StepBlame with(2, 12), without(2, 12);
+  with.SetModel(model, 1);
+  const std::vector<double> healthy_links = {-1, 50e-6, 50e-6, -1};
+  const double healthy_step = model.Step({10e-3, 5e-3}, healthy_links);
+  const BlameSettings s;
+  for (int k = 0; k < s.settle + s.window; ++k) {
+    const std::vector<double> links = {-1, 50e-6 + 10e-6 * (k % 2), 50e-6, -1};
+    EXPECT_FALSE(with.Observe({10e-3, 5e-3}, healthy_step, links, 1.0));
+    EXPECT_FALSE(without.Observe({10e-3, 5e-3}, healthy_step, links, 1.0));
+  }
+  ASSERT_TRUE(with.calibrated());
+  const std::vector<double> seconds = {10e-3, 7e-3}, late_links = {-1, 1.05e-3, 50e-6, -1};
+  const double step = model.Step(seconds, late_links);
+  const std::optional<Late> wire = with.Observe(seconds, step, late_links, 1.0);
+  ASSERT_TRUE(wire) << "step " << step << " s against " << healthy_step << " s";
+  EXPECT_EQ(wire->what, "link");
+  EXPECT_EQ(wire->from, 0);
+  EXPECT_EQ(wire->to, 1);
+  const std::optional<Late> rank = without.Observe(seconds, step, late_links, 1.0);
+  ASSERT_TRUE(rank);
+  EXPECT_EQ(rank->what, "rank");
+  EXPECT_EQ(rank->rank, 1);
+  // Rank 0 at 1.5x, on the path.
+  const std::vector<double> slow = {15e-3, 5e-3};
+  const std::optional<Late> on_path = with.Observe(slow, model.Step(slow, healthy_links), healthy_links, 1.0);
+  ASSERT_TRUE(on_path);
+  EXPECT_EQ(on_path->what, "rank");
+  EXPECT_EQ(on_path->rank, 0);
+  // A model of another world size is refused.
+  StepBlame four(4, 12);
+  EXPECT_THROW(four.SetModel(model, 1), Error);
 }
 
 // The adaptive plans' reduced measure of a step (each pipeline's measures
