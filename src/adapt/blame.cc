@@ -237,6 +237,15 @@ double StepBlame::RankCost(const std::vector<double>& seconds, const std::vector
   return ModelStep(seconds, transits, work, replica, -1, -1) - ModelStep(seconds, transits, work, replica, rank, -1);
 }
 
+double StepBlame::Lateness(const std::vector<double>& seconds, const std::vector<double>& transits, double work,
+                           int rank, double by_s) const {
+  if (!model_) return by_s;
+  const int replica = ReplicaLayout{model_->ranks(), replicas_}.Replica(rank);
+  const double modeled = ModelStep(seconds, transits, work, replica, -1, -1) -
+                         ModelStep(rank_healthy_, link_healthy_, work, replica, -1, -1);
+  return std::min(by_s, modeled);
+}
+
 double StepBlame::LinkCost(const std::vector<double>& seconds, const std::vector<double>& transits, double work,
                            int from, int to) const {
   const int link = from * ranks_ + to;
@@ -328,8 +337,9 @@ std::optional<Late> StepBlame::Suspect(const std::vector<double>& seconds, const
     // CPU time that a busy machine's neighbour adds does not make a step
     // late by a wire's delay, nor does extra compute that waits hid).
     if (healthy <= 0 || excess <= std::max(s_.rank_trigger * healthy * work, s_.min_seconds)) continue;
-    const double bar = std::max(s_.min_seconds, s_.rank_share * by_s);
-    const double cost = RankCost(seconds, transits, work, static_cast<int>(r));
+    const int rank = static_cast<int>(r);
+    const double bar = std::max(s_.min_seconds, s_.rank_share * Lateness(seconds, transits, work, rank, by_s));
+    const double cost = RankCost(seconds, transits, work, rank);
     if (cost > bar && cost / bar > best) {
       best = cost / bar;
       late.what = "rank";
@@ -346,7 +356,8 @@ std::optional<Late> StepBlame::Suspect(const std::vector<double>& seconds, const
     // link_share of its lateness (without a model, a message's delay
     // counts once however often the path crosses the link: no such bar).
     const int from = static_cast<int>(l / n), to = static_cast<int>(l % n);
-    if (model_ && LinkCost(seconds, transits, work, from, to) < std::max(s_.min_seconds, s_.link_share * by_s)) {
+    if (model_ && LinkCost(seconds, transits, work, from, to) <
+                      std::max(s_.min_seconds, s_.link_share * Lateness(seconds, transits, work, from, by_s))) {
       continue;
     }
     if (excess / bar > best) {

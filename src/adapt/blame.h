@@ -77,7 +77,7 @@ struct BlameSettings {
   double threshold = 0.1;    // a step later than its price by this share of it is late
   // A rank whose compute took this share more than its calibration, and
   // whose extra compute cost the step (on its critical path) at least
-  // rank_share of its lateness, is a suspect.
+  // rank_share of its lateness (StepBlame::Lateness), is a suspect.
   double rank_trigger = 0.2;
   double rank_share = 0.5;
   // A link whose shortest time grew by more than this share of the healthy
@@ -156,6 +156,12 @@ class StepBlame {
                   int rank) const;
   double LinkCost(const std::vector<double>& seconds, const std::vector<double>& transits, double work, int from,
                   int to) const;
+  // The lateness a rank's or link's cost is set against: the step's
+  // (`by_s`), or where the model's step with the measures is later than
+  // its step at the calibration by less, that (the measures do not see
+  // what ranks sharing a core take from each other's wall time).
+  double Lateness(const std::vector<double>& seconds, const std::vector<double>& transits, double work, int rank,
+                  double by_s) const;
   // The model's step of replica `replica`'s pipeline with the measures, one
   // rank's compute (`healthy_rank`) or one link's time (`healthy_link`, in
   // world ranks a x world + b) at its healthy value (-1: none).
