@@ -338,7 +338,8 @@ std::optional<Late> StepBlame::Suspect(const std::vector<double>& seconds, const
     // late by a wire's delay, nor does extra compute that waits hid).
     if (healthy <= 0 || excess <= std::max(s_.rank_trigger * healthy * work, s_.min_seconds)) continue;
     const int rank = static_cast<int>(r);
-    const double bar = std::max(s_.min_seconds, s_.rank_share * Lateness(seconds, transits, work, rank, by_s));
+    const double bar = std::max({s_.min_seconds, s_.rank_share * Lateness(seconds, transits, work, rank, by_s),
+                                 s_.rank_floor * by_s});
     const double cost = RankCost(seconds, transits, work, rank);
     if (cost > bar && cost / bar > best) {
       best = cost / bar;

@@ -77,9 +77,11 @@ struct BlameSettings {
   double threshold = 0.1;    // a step later than its price by this share of it is late
   // A rank whose compute took this share more than its calibration, and
   // whose extra compute cost the step (on its critical path) at least
-  // rank_share of its lateness (StepBlame::Lateness), is a suspect.
+  // rank_share of its lateness (StepBlame::Lateness) and rank_floor of the
+  // step's own, is a suspect.
   double rank_trigger = 0.2;
   double rank_share = 0.5;
+  double rank_floor = 0.25;
   // A link whose shortest time grew by more than this share of the healthy
   // step's mean action (and three times its first window's spread), and
   // whose extra time cost the step at least link_share of its lateness, is
