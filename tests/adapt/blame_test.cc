@@ -139,7 +139,8 @@ TEST(StepModel, TheSimulatedStepIsTheCriticalPathsLength) {
 // 1.4x while rank 0's messages to it arrive 1 ms late, the step was made
 // late by the wire, which the judge names, where the extra compute alone
 // (the judge without a model) would name rank 1. A slow rank 0, on the
-// path, is still named.
+// path, is still named, also where the step is later than the path shows
+// (ranks sharing a core), but not for a step late by noise.
 TEST(StepBlame, OnTheCriticalPathARankWhoseExtraComputeWaitedIsNotNamed) {
   const StepModel model(Lower(Generate("1f1b", 2, 6)));
   StepBlame with(2, 12), without(2, 12);
@@ -170,6 +171,17 @@ TEST(StepBlame, OnTheCriticalPathARankWhoseExtraComputeWaitedIsNotNamed) {
   ASSERT_TRUE(on_path);
   EXPECT_EQ(on_path->what, "rank");
   EXPECT_EQ(on_path->rank, 0);
+  // Ranks sharing a core: the step late by 2.2 times what rank 0's extra
+  // compute costs the path (its core-mate's wall time lost too): still
+  // rank 0's, its cost set against the path's lateness.
+  const double path_late = model.Step(slow, healthy_links) - healthy_step;
+  const std::optional<Late> shared = with.Observe(slow, healthy_step + 2.2 * path_late, healthy_links, 1.0);
+  ASSERT_TRUE(shared);
+  EXPECT_EQ(shared->what, "rank");
+  EXPECT_EQ(shared->rank, 0);
+  // But a step late by noise that rank 0's 25% more compute (past its
+  // trigger) covers less than a quarter of: nothing.
+  EXPECT_FALSE(with.Observe({12.5e-3, 5e-3}, healthy_step + 12e-3, healthy_links, 1.0));
   // A model of another world size is refused.
   StepBlame four(4, 12);
   EXPECT_THROW(four.SetModel(model, 1), Error);
