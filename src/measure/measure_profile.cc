@@ -184,14 +184,20 @@ bool Attends(const ModelDesc& model, int t) {
 }
 
 // Each position's document's first for `rows` samples of `seq` tokens cut
-// into documents of `tokens` (SequencePart::starts).
-std::vector<std::int32_t> EqualDocuments(int rows, int seq, int tokens) {
-  std::vector<std::int32_t> starts(static_cast<std::size_t>(rows) * static_cast<std::size_t>(seq));
-  for (std::size_t i = 0; i < starts.size(); ++i) {
+// into documents of `tokens` (SequencePart::starts), in `device`'s memory
+// (a GPU's layers read them there; the host's in `host`).
+const std::int32_t* EqualDocuments(int rows, int seq, int tokens, RankDevice& device,
+                                   std::vector<std::int32_t>& host) {
+  host.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(seq));
+  for (std::size_t i = 0; i < host.size(); ++i) {
     const int t = static_cast<int>(i % static_cast<std::size_t>(seq));
-    starts[i] = t / tokens * tokens;
+    host[i] = t / tokens * tokens;
   }
-  return starts;
+  if (device.host_memory()) return host.data();
+  const std::size_t bytes = host.size() * sizeof(std::int32_t);
+  std::byte* copy = device.Allocate(bytes);
+  device.Upload(copy, host.data(), bytes);
+  return reinterpret_cast<const std::int32_t*>(copy);
 }
 
 // One round of layer `t`'s samples, added to `into`: the layer built as a
@@ -261,15 +267,9 @@ void SampleLayer(const RunPlan& shape, int t, RankDevice& device, const ProfileO
       },
       into.backward);
   if (document_tokens > 0 && Attends(model, t)) {
-    const std::vector<std::int32_t> starts = EqualDocuments(plan.rows, shape.model.seq, document_tokens);
+    std::vector<std::int32_t> starts;
     SequencePart part;
-    part.starts = starts.data();
-    if (!device.host_memory()) {  // a GPU's layers read them in its memory
-      const std::size_t bytes = starts.size() * sizeof(std::int32_t);
-      std::byte* copy = device.Allocate(bytes);
-      device.Upload(copy, starts.data(), bytes);
-      part.starts = reinterpret_cast<const std::int32_t*>(copy);
-    }
+    part.starts = EqualDocuments(plan.rows, shape.model.seq, document_tokens, device, starts);
     timer.Sample(
         [&] {
           rotate();
