@@ -15,13 +15,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "baton/data.h"
 #include "cuda_util.h"
+#include "support/random_documents.h"
 
 namespace {
 
@@ -176,16 +176,7 @@ TEST_F(CudaTrain, ClippingByTheGlobalNormAsOnTheCpu) {
 TEST_F(CudaTrain, PackedDocumentsAsOnTheCpu) {
   const fs::path documents =
       fs::path(::testing::TempDir()) / ("baton_cuda_packed_" + std::to_string(::getpid()) + ".jsonl");
-  {
-    std::ofstream out(documents);
-    std::mt19937_64 rng(5);
-    std::uniform_int_distribution<int> length(2, 48), letter('a', 'z');
-    for (int d = 0; d < 160; ++d) {
-      std::string text(static_cast<std::size_t>(length(rng)), ' ');
-      for (char& c : text) c = static_cast<char>(letter(rng));
-      out << "{\"text\": \"" << text << "\"}\n";
-    }
-  }
+  baton_test::WriteRandomDocuments(documents, 160, 2, 48, 5);
   for (const auto& [name, ranks, packing] : std::vector<std::tuple<std::string, int, std::string>>{
            {"packed_one", 1, "greedy"}, {"packed_two", 2, "greedy"}, {"packed_balanced", 2, "balanced"}}) {
     const std::vector<std::string> cpu = {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "run_helpers.h"
+#include "support/random_documents.h"
 
 namespace {
 
@@ -32,14 +33,7 @@ using baton_test::RunOutput;
 const std::string& Documents() {
   static const std::string path = [] {
     const fs::path p = fs::path(::testing::TempDir()) / ("baton_packed_docs_" + std::to_string(::getpid()) + ".jsonl");
-    std::ofstream out(p);
-    std::mt19937_64 rng(5);
-    std::uniform_int_distribution<int> length(2, 48), letter('a', 'z');
-    for (int d = 0; d < 160; ++d) {
-      std::string text(static_cast<std::size_t>(length(rng)), ' ');
-      for (char& c : text) c = static_cast<char>(letter(rng));
-      out << "{\"text\": \"" << text << "\"}\n";
-    }
+    baton_test::WriteRandomDocuments(p, 160, 2, 48, 5);
     return p.string();
   }();
   return path;
