@@ -86,6 +86,9 @@ struct RunPlan {
   // derives it from the batch: Batch::filled); sliced, each slice up to
   // that length and a slice past it not at all.
   bool packed = false;
+  // The samples carry documents (data.packing other than none, padded
+  // ones too): every attention and position table reads their starts.
+  bool documents = false;
   // Per slice: its share of a whole microbatch's compute (attention over
   // more keys the later it is) and of its tokens (SliceSequence).
   std::vector<double> slice_cost, slice_token_share;
@@ -404,6 +407,7 @@ struct RankPlan {
   // gathered at its length.
   TensorDesc unit_inputs, unit_labels;
   bool packed = false;                     // RunPlan::packed
+  bool documents = false;                  // RunPlan::documents
   std::vector<BufferPlan> buffers;
   int requests = 0;                        // request ids are in [0, requests)
   int max_tag = 0;                         // the largest tag any message uses

@@ -116,7 +116,7 @@ void LargestBits(const Context& ctx, const float* x, std::size_t n, unsigned* la
 // The clip's pass (StageDevice::GradientSquares, ScaleGradients), on the
 // context's stream. SquareSums: sums[r] (device doubles) = the sum of the
 // squares of x's floats [ranges[2r], ranges[2r] + ranges[2r + 1]) for the
-// `count` ranges (device (first, count) pairs; at most 65,535), `longest`
+// `count` ranges (device (first, count) pairs), `longest`
 // the longest count, `partials` count x kSquareBlocks device doubles of
 // scratch; each range summed in double in an order fixed by its length
 // alone. Scale: x's n floats times `factor`, each a float product.

@@ -9,7 +9,6 @@
 // follows the CPU's arithmetic operation by operation.
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "baton/error.h"
 #include "cuda_layers.h"
@@ -235,15 +234,18 @@ class CudaAdamW final : public CudaOptimizer {
 
 void SquareSums(const Context& ctx, const float* x, const std::size_t* ranges, int count, std::size_t longest,
                 double* partials, double* sums) {
-  if (count == 0) return;
-  if (count > 65535) {
-    throw Error("cuda squares of " + std::to_string(count) + " gradient ranges in one call; at most 65,535");
+  // The ranges in launches of at most 65,535 (a grid's y extent).
+  constexpr int kMostRanges = 65535;
+  for (int at = 0; at < count; at += kMostRanges) {
+    const int n = std::min(kMostRanges, count - at);
+    const std::size_t* these = ranges + 2 * static_cast<std::size_t>(at);
+    double* their_partials = partials + static_cast<std::size_t>(at) * kSquareBlocks;
+    const dim3 grid(BlocksOfRange(longest), static_cast<unsigned>(n));
+    SquaresKernel<<<grid, kThreads, 0, ctx.stream>>>(x, these, their_partials);
+    BATON_CUDA_CHECK_LAUNCH();
+    SquareSumsKernel<<<n, 32, 0, ctx.stream>>>(these, their_partials, sums + at);
+    BATON_CUDA_CHECK_LAUNCH();
   }
-  const dim3 grid(BlocksOfRange(longest), static_cast<unsigned>(count));
-  SquaresKernel<<<grid, kThreads, 0, ctx.stream>>>(x, ranges, partials);
-  BATON_CUDA_CHECK_LAUNCH();
-  SquareSumsKernel<<<count, 32, 0, ctx.stream>>>(ranges, partials, sums);
-  BATON_CUDA_CHECK_LAUNCH();
 }
 
 void Scale(const Context& ctx, float* x, std::size_t n, float factor) {

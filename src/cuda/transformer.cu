@@ -81,14 +81,40 @@ __global__ void PositionForwardKernel(const float* __restrict__ x, const float* 
   }
 }
 
-// Packed documents: grads[position] += dy[r] for every row r, one thread a
-// feature, the rows in order (the host's order of the additions).
+// Packed documents: grads[position] += dy[r] for every row r, the rows in
+// order for each table entry (the host's order of the additions). A block
+// takes `features` features (blockIdx.x's), their column of the table's
+// first `seq` rows staged in shared memory (seq x features floats), and
+// one thread a feature walks the rows there; without room for the
+// column (features 0), each thread adds into the table in place.
 __global__ void PositionGradientKernel(const float* __restrict__ dy, float* __restrict__ grads, std::size_t rows,
                                        int c, std::size_t tokens, std::size_t seq,
-                                       const std::int32_t* __restrict__ starts) {
-  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (k >= static_cast<std::size_t>(c)) return;
-  for (std::size_t r = 0; r < rows; ++r) grads[PositionOf(r, tokens, seq, starts) * c + k] += dy[r * c + k];
+                                       const std::int32_t* __restrict__ starts, int features) {
+  extern __shared__ float column[];  // (seq, features)
+  if (features == 0) {
+    const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+    if (k >= static_cast<std::size_t>(c)) return;
+    for (std::size_t r = 0; r < rows; ++r) grads[PositionOf(r, tokens, seq, starts) * c + k] += dy[r * c + k];
+    return;
+  }
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * static_cast<std::size_t>(features);
+  const auto width = static_cast<std::size_t>(features);
+  const std::size_t left = static_cast<std::size_t>(c) - first;
+  const std::size_t mine = left < width ? left : width;  // the last block's may be fewer
+  for (std::size_t e = threadIdx.x; e < seq * width; e += blockDim.x) {
+    const std::size_t f = e % width;
+    column[e] = f < mine ? grads[(e / width) * c + first + f] : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x < mine) {
+    const std::size_t f = threadIdx.x;
+    for (std::size_t r = 0; r < rows; ++r) column[PositionOf(r, tokens, seq, starts) * width + f] += dy[r * c + first + f];
+  }
+  __syncthreads();
+  for (std::size_t e = threadIdx.x; e < seq * width; e += blockDim.x) {
+    const std::size_t f = e % width;
+    if (f < mine) grads[(e / width) * c + first + f] = column[e];
+  }
 }
 
 // The first key row i of a sample attends to: its document's first
@@ -234,8 +260,18 @@ class CudaPositionEmbedding final : public ViewLayer {
     }
     const auto rows = static_cast<std::size_t>(dy.desc.matrix_rows());
     if (rows == 0) return;
-    PositionGradientKernel<<<(out_features() + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(
-        dy.as<float>(), grads_, rows, out_features(), Tokens(dy.desc), Seq(), ctx.starts);
+    // Up to 32 features a block in 48 KiB of shared memory (8 at GPT-2's
+    // 1,024 positions), else in place.
+    const int c = out_features();
+    const auto fits = static_cast<int>(std::min<std::size_t>(32, (48 << 10) / (Seq() * sizeof(float))));
+    if (fits == 0) {
+      PositionGradientKernel<<<(c + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(
+          dy.as<float>(), grads_, rows, c, Tokens(dy.desc), Seq(), ctx.starts, 0);
+    } else {
+      PositionGradientKernel<<<(c + fits - 1) / fits, 32, Seq() * static_cast<std::size_t>(fits) * sizeof(float),
+                               ctx.stream>>>(dy.as<float>(), grads_, rows, c, Tokens(dy.desc), Seq(), ctx.starts,
+                                             fits);
+    }
     BATON_CUDA_CHECK_LAUNCH();
   }
 

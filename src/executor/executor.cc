@@ -78,7 +78,7 @@ Executor::Executor(const ModelDesc& model, const RankPlan& plan, double wait_tim
   if (!dev_.host_memory()) {
     if (plan.has_inputs) inputs_ = dev_.Allocate(plan.inputs.bytes());
     if (plan.has_labels) labels_ = dev_.Allocate(plan.labels.bytes());
-    if (plan.packed) starts_copy_ = dev_.Allocate(StartsBytes(plan));
+    if (plan.documents) starts_copy_ = dev_.Allocate(StartsBytes(plan));
   }
   train_ops_ = Bind(plan.step);
   evaluation_ops_ = Bind(plan.evaluation);
@@ -282,11 +282,11 @@ StepStats Executor::RunStep(const Batch& batch) {
 
 void Executor::SetStarts(const std::int32_t* starts, std::size_t count) {
   starts_ = starts;
-  if (starts == nullptr || starts_copy_ == nullptr) return;
+  if (starts == nullptr || dev_.host_memory()) return;
   const std::size_t bytes = count * sizeof(std::int32_t);
-  if (bytes > StartsBytes(plan_)) {
-    throw Error(fmt::format("rank {}: {} document starts for a step of {} samples of {} positions", rank_, count,
-                            plan_.sequences * plan_.rows, plan_.labels_per_sample));
+  if (starts_copy_ == nullptr || bytes > StartsBytes(plan_)) {
+    throw Error(fmt::format("rank {}: {} document starts for a step, room on the device for {}", rank_, count,
+                            starts_copy_ == nullptr ? 0 : StartsBytes(plan_) / sizeof(std::int32_t)));
   }
   dev_.Upload(starts_copy_, starts, bytes);  // ordered before the step's first action, as the inputs
   starts_ = reinterpret_cast<const std::int32_t*>(starts_copy_);

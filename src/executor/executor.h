@@ -263,9 +263,9 @@ class Executor {
   // batch in place.
   std::byte* inputs_ = nullptr;
   std::byte* labels_ = nullptr;
-  // Packed documents on a GPU: its copy of the step's (or round's) starts,
-  // which every stage's layers read (samples x labels_per_sample);
-  // null on the host, and for whole samples.
+  // Documents on a GPU (RankPlan::documents): its copy of the step's (or
+  // round's) starts, which every stage's layers read (samples x
+  // labels_per_sample); null on the host, and for whole samples.
   std::byte* starts_copy_ = nullptr;
   // Sets starts_ to the step's or round's `starts` (host memory, `count`
   // of them; null: none), a GPU's copy where it has one.

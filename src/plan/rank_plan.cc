@@ -351,6 +351,7 @@ void ResolveUnitParts(const RunPlan& run, RankPlan& r) {
     if (r.has_labels) r.unit_labels = TensorDesc{DType::kI32, {run.rows, run.slice_tokens}};
   }
   r.packed = run.packed;
+  r.documents = run.documents;
   if (run.packed && run.slices == 1 && run.rows > 1) {
     if (r.has_inputs) r.unit_inputs = run.input.WithRows(run.rows);
     if (r.has_labels) r.unit_labels = TensorDesc{DType::kI32, {run.rows, run.labels_per_sample}};

@@ -147,6 +147,7 @@ RunPlan PlanShape(const TrainConfig& c, ModelDesc model, int stages) {
   // with the tokens alone).
   plan.slices = c.pipeline.seq_slices;
   plan.packed = RealLengths(c.data.packing);
+  plan.documents = c.data.packing != Packing::kNone;
   const SequenceSlices sliced = SliceSequence(plan.model.seq, plan.slices, c.pipeline.seq_split,
                                               plan_detail::AttentionCostShare(plan.model), 0.0);
   plan.cuts = sliced.cuts;

@@ -459,7 +459,9 @@ TEST_F(CudaTest, AttentionWithoutDxStillStashesForW) {
 TEST_F(CudaTest, PackedDocumentsAsTheHostLayers) {
   constexpr int kSamples = 3, kSeq = 12, kTokens = 9, kIn = 12;
   std::vector<std::int32_t> starts(static_cast<std::size_t>(kSamples) * kSeq);
-  const std::vector<std::vector<int>> documents = {{0, 4, 9}, {0, 9}, {0, 1, 2, 8, 9}};  // each sample's firsts, then the padding's
+  // Each sample's documents' firsts, then its padding's: sample 1's
+  // padding starts inside the call's 9 tokens.
+  const std::vector<std::vector<int>> documents = {{0, 4, 9}, {0, 6}, {0, 1, 2, 8, 9}};
   for (int n = 0; n < kSamples; ++n) {
     const std::vector<int>& d = documents[static_cast<std::size_t>(n)];
     for (int t = 0; t < kSeq; ++t) {
@@ -584,7 +586,7 @@ class CudaCrossEntropyTest : public CudaTest, public testing::WithParamInterface
 // argmax so that hits are counted in bulk; the last is ignored (kIgnoreLabel).
 TEST_P(CudaCrossEntropyTest, MatchesCpu) {
   const LossCase& c = GetParam();
-  ASSERT_GE(c.rows, 4);
+  ASSERT_GE(c.rows, 6);
   ASSERT_GE(c.classes, 3);
   std::mt19937_64 rng(99);
   std::vector<float> logits = Random(static_cast<std::size_t>(c.rows) * c.classes, rng, -3.0f, 3.0f);
@@ -604,7 +606,9 @@ TEST_P(CudaCrossEntropyTest, MatchesCpu) {
   for (int i = 3; i < c.rows; i += 4) {
     labels[i] = static_cast<std::int32_t>(std::max_element(row(i), row(i + 1)) - row(i));
   }
-  // Packed samples' unfilled positions: no loss, no hit, a zero gradient row.
+  // Packed samples' unfilled positions: no loss, no hit, a zero gradient
+  // row (one between rows a block takes after it, one the last).
+  labels[4] = kIgnoreLabel;
   labels[static_cast<std::size_t>(c.rows) - 1] = kIgnoreLabel;
 
   const float grad_scale = 1.0f / 64.0f;
@@ -618,6 +622,8 @@ TEST_P(CudaCrossEntropyTest, MatchesCpu) {
   const double loss_start = 1.25;
   const unsigned long long correct_start = 3;
   DeviceBuffer<float> d_logits = Upload(logits, ctx_.stream), d_dlogits(logits.size());
+  // NaN everywhere first: every row, an ignored one's zeros too, must be written.
+  BATON_CUDA_CHECK(cudaMemsetAsync(d_dlogits.data(), 0xff, d_dlogits.bytes(), ctx_.stream));
   DeviceBuffer<std::int32_t> d_labels = Upload(labels, ctx_.stream);
   DeviceBuffer<double> d_loss = Upload(std::vector<double>{loss_start}, ctx_.stream);
   DeviceBuffer<unsigned long long> d_correct = Upload(std::vector<unsigned long long>{correct_start}, ctx_.stream);

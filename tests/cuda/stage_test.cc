@@ -261,6 +261,7 @@ TEST(CudaGradients, TheClipsSquaresAndScalingOverRangesOfEveryLength) {
   const std::size_t count = pairs.size() / 2;
   DeviceBuffer<std::size_t> ranges(pairs.size());
   BATON_CUDA_CHECK(cudaMemcpy(ranges.data(), pairs.data(), pairs.size() * sizeof(std::size_t), cudaMemcpyHostToDevice));
+  BATON_CUDA_CHECK(cudaDeviceSynchronize());  // both landed before the stream's kernels read them
   DeviceBuffer<double> partials(count * cuda::kSquareBlocks), sums(count);
   cuda::Stream stream;
   cuda::Context ctx;
@@ -301,7 +302,8 @@ TEST(CudaGradients, TheClipsSquaresAndScalingOverRangesOfEveryLength) {
 TEST(CudaGradients, TheStagesClipPassIsTheHostStages) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA stage runs only on a GPU machine";
   const RunPlan run = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny.yaml", {"device=cuda"}));
-  const StagePlan& sp = PlanRank(run, 0).local_stages.front();
+  const RankPlan plan = PlanRank(run, 0);
+  const StagePlan& sp = plan.local_stages.front();
   cuda::Stream stream;
   Stage gpu(run.model, sp, cuda::MakeCudaStageDevice(stream.get(), Precision::kFP32));
   Stage cpu(run.model, sp, MakeHostStageDevice());
@@ -314,6 +316,7 @@ TEST(CudaGradients, TheStagesClipPassIsTheHostStages) {
   for (float& g : grads) g = normal(rng);
   std::copy(grads.begin(), grads.end(), cpu.device().grads());
   BATON_CUDA_CHECK(cudaMemcpy(gpu.device().grads(), grads.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  BATON_CUDA_CHECK(cudaDeviceSynchronize());  // landed before the stage's stream reads it
   std::vector<ParamRange> ranges;
   std::vector<int> ops;
   OpRanges(run.model, sp, {0, n}, ranges, ops);

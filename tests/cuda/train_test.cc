@@ -170,18 +170,23 @@ TEST_F(CudaTrain, ClippingByTheGlobalNormAsOnTheCpu) {
 
 // Packed documents on the GPU (data.packing): a small GPT on JSON Lines
 // documents of 2 to 48 bytes under a budget of 16 positions (short ones
-// several to a sample, long ones cut), greedy on one rank and on two, and
-// balanced on two: the CPU run's losses and weights within 1e-4 (both
-// summing gradients in floats).
+// several to a sample, long ones cut), two samples a microbatch (one
+// longer than the other: its unfilled positions computed and ignored),
+// greedy on one rank and on two, balanced on two, and padded (a document
+// a sample, every position computed) on two: the CPU run's losses and
+// weights within 1e-4 (both summing gradients in floats).
 TEST_F(CudaTrain, PackedDocumentsAsOnTheCpu) {
   const fs::path documents =
       fs::path(::testing::TempDir()) / ("baton_cuda_packed_" + std::to_string(::getpid()) + ".jsonl");
   baton_test::WriteRandomDocuments(documents, 160, 2, 48, 5);
   for (const auto& [name, ranks, packing] : std::vector<std::tuple<std::string, int, std::string>>{
-           {"packed_one", 1, "greedy"}, {"packed_two", 2, "greedy"}, {"packed_balanced", 2, "balanced"}}) {
+           {"packed_one", 1, "greedy"},
+           {"packed_two", 2, "greedy"},
+           {"packed_balanced", 2, "balanced"},
+           {"packed_pad", 2, "pad"}}) {
     const std::vector<std::string> cpu = {
         "data={dataset: jsonl, path: " + documents.string() + ", packing: " + packing + ", max_tokens: 16}",
-        "model.seq_len=16", "model.vocab=256", "train.steps=4", "train.batch_size=8",
+        "model.seq_len=16", "model.vocab=256", "train.steps=4", "train.batch_size=8", "pipeline.microbatches=4",
         "train.grad_accum_dtype=fp32", "train.optimizer={type: sgd, lr: 0.1, momentum: 0.9}"};
     std::vector<std::string> gpu = cpu;
     gpu.push_back("device=cuda");

@@ -413,6 +413,28 @@ namespace {
 // parameters), so everything that prices a run sees it; ZeRO 3 has none
 // (its gathers are the schedule's UNSHARDs), and without replicas nothing
 // is priced.
+// Documents (data.packing): padded samples carry their starts too (every
+// attention and position table reads them, a GPU's from its own copy);
+// only greedy and balanced run at their real lengths.
+TEST(Plan, EveryPackingCarriesDocumentsAndGreedyAndBalancedTheirRealLengths) {
+  struct Case {
+    std::string packing;
+    bool documents, packed;
+  };
+  for (const Case& k : std::vector<Case>{{"none", false, false}, {"pad", true, false}, {"greedy", true, true},
+                                         {"balanced", true, true}}) {
+    std::vector<std::string> sets = {"pipeline.ranks=2", "model.vocab=256"};
+    if (k.packing != "none") sets.push_back("data={dataset: fortunes, packing: " + k.packing + ", max_tokens: 8}");
+    const RunPlan run = PlanRun(LoadTrainConfig(BATON_SOURCE_DIR "/tests/mpi/tiny_gpt.yaml", sets));
+    EXPECT_EQ(run.documents, k.documents) << k.packing;
+    EXPECT_EQ(run.packed, k.packed) << k.packing;
+    for (const RankPlan& r : AllRanks(run)) {
+      EXPECT_EQ(r.documents, k.documents) << k.packing;
+      EXPECT_EQ(r.packed, k.packed) << k.packing;
+    }
+  }
+}
+
 TEST(PriceRun, TheAllGatherAfterTheOptimizerStepIsPartOfThePrice) {
   RunCosts costs;
   costs.allreduce_step_latency = 1e-5;
